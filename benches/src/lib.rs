@@ -1,0 +1,1 @@
+//! Shared helpers for cairn benchmarks (data generators).

@@ -1,0 +1,222 @@
+//! Timestamps: milliseconds since the Unix epoch, UTC.
+//!
+//! Output is always ISO-8601 UTC with milliseconds (`2026-11-22T02:04:57.123Z`);
+//! input accepts ISO-8601 / RFC 3339 with any offset, or epoch milliseconds.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+use crate::CodecError;
+
+/// Milliseconds since 1970-01-01T00:00:00Z.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Timestamp(pub i64);
+
+/// The earliest timestamp cairn accepts: year 0000 is outside ISO-8601's
+/// common profile, so accept from 1970 minus a safety margin only.
+const MIN_MS: i64 = -62_135_596_800_000; // 0001-01-01T00:00:00Z
+/// The latest timestamp cairn accepts (9999-12-31T23:59:59.999Z), so the
+/// four-digit year of the output format never overflows.
+const MAX_MS: i64 = 253_402_300_799_999;
+
+impl Timestamp {
+    /// The current time.
+    pub fn now() -> Timestamp {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp(d.as_millis() as i64)
+    }
+
+    /// Epoch milliseconds, checked to be in the representable range.
+    pub fn from_millis(ms: i64) -> Result<Timestamp, CodecError> {
+        if (MIN_MS..=MAX_MS).contains(&ms) {
+            Ok(Timestamp(ms))
+        } else {
+            Err(CodecError::Invalid {
+                what: format!("timestamp {ms} ms is outside years 0001..=9999"),
+            })
+        }
+    }
+
+    /// Milliseconds since the epoch.
+    pub fn millis(self) -> i64 {
+        self.0
+    }
+
+    /// Writes the ISO-8601 UTC form with milliseconds into `out`.
+    pub fn write_iso(self, out: &mut String) {
+        let ms = self.0.clamp(MIN_MS, MAX_MS);
+        let days = ms.div_euclid(86_400_000);
+        let rem = ms.rem_euclid(86_400_000);
+        let (y, m, d) = civil_from_days(days);
+        let (h, mi, s, milli) = (
+            rem / 3_600_000,
+            rem / 60_000 % 60,
+            rem / 1000 % 60,
+            rem % 1000,
+        );
+        let mut buf = [0u8; 24];
+        put(&mut buf[0..4], y as u32);
+        buf[4] = b'-';
+        put(&mut buf[5..7], m);
+        buf[7] = b'-';
+        put(&mut buf[8..10], d);
+        buf[10] = b'T';
+        put(&mut buf[11..13], h as u32);
+        buf[13] = b':';
+        put(&mut buf[14..16], mi as u32);
+        buf[16] = b':';
+        put(&mut buf[17..19], s as u32);
+        buf[19] = b'.';
+        put(&mut buf[20..23], milli as u32);
+        buf[23] = b'Z';
+        // The buffer holds only ASCII digits and separators.
+        out.push_str(std::str::from_utf8(&buf).unwrap_or("0000-00-00T00:00:00.000Z"));
+    }
+
+    /// The ISO-8601 UTC form with milliseconds.
+    pub fn to_iso(self) -> String {
+        let mut s = String::with_capacity(24);
+        self.write_iso(&mut s);
+        s
+    }
+
+    /// Parses ISO-8601 / RFC 3339 (any offset; a bare date means midnight UTC)
+    /// or a decimal number of epoch milliseconds.
+    pub fn parse(s: &str) -> Result<Timestamp, CodecError> {
+        let t = s.trim();
+        if !t.is_empty()
+            && t.bytes().all(|b| b.is_ascii_digit() || b == b'-')
+            && !t[1..].contains('-')
+        {
+            let ms: i64 = t.parse().map_err(|_| CodecError::Invalid {
+                what: format!("timestamp `{s}` is not a number of epoch milliseconds"),
+            })?;
+            return Timestamp::from_millis(ms);
+        }
+        let parsed = if let Ok(ts) = t.parse::<jiff::Timestamp>() {
+            ts
+        } else if let Ok(dt) = t.parse::<jiff::civil::DateTime>() {
+            dt.to_zoned(jiff::tz::TimeZone::UTC)
+                .map_err(|e| bad_ts(s, e))?
+                .timestamp()
+        } else {
+            let d = t.parse::<jiff::civil::Date>().map_err(|e| bad_ts(s, e))?;
+            d.to_zoned(jiff::tz::TimeZone::UTC)
+                .map_err(|e| bad_ts(s, e))?
+                .timestamp()
+        };
+        Timestamp::from_millis(parsed.as_millisecond())
+    }
+}
+
+fn bad_ts(s: &str, e: impl fmt::Display) -> CodecError {
+    CodecError::Invalid {
+        what: format!("timestamp `{s}` is neither ISO-8601 (e.g. 2026-11-22T10:00:00Z) nor epoch milliseconds: {e}"),
+    }
+}
+
+fn put(dst: &mut [u8], mut v: u32) {
+    for slot in dst.iter_mut().rev() {
+        *slot = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+}
+
+/// Howard Hinnant's `civil_from_days`: days since 1970-01-01 to (y, m, d).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_iso())
+    }
+}
+
+impl FromStr for Timestamp {
+    type Err = CodecError;
+    fn from_str(s: &str) -> Result<Self, CodecError> {
+        Timestamp::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn known_values() {
+        assert_eq!(Timestamp(0).to_iso(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            Timestamp(1_700_000_000_123).to_iso(),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(Timestamp(-1).to_iso(), "1969-12-31T23:59:59.999Z");
+        assert_eq!(
+            Timestamp::parse("2023-11-14T22:13:20.123Z").unwrap(),
+            Timestamp(1_700_000_000_123)
+        );
+        assert_eq!(
+            Timestamp::parse("2023-11-14T23:13:20.123+01:00").unwrap(),
+            Timestamp(1_700_000_000_123)
+        );
+        assert_eq!(
+            Timestamp::parse("1700000000123").unwrap(),
+            Timestamp(1_700_000_000_123)
+        );
+        assert_eq!(
+            Timestamp::parse("1970-01-02").unwrap(),
+            Timestamp(86_400_000)
+        );
+        assert_eq!(
+            Timestamp::parse("1970-01-01T00:00:01").unwrap(),
+            Timestamp(1000)
+        );
+    }
+
+    #[test]
+    fn bad_input_is_a_clear_error() {
+        for bad in [
+            "",
+            "yesterday",
+            "2023-13-01T00:00:00Z",
+            "99999999999999999999",
+            "12-3",
+        ] {
+            let e = Timestamp::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("timestamp"), "{bad}: {e}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn format_then_parse_round_trips(ms in MIN_MS..=MAX_MS) {
+            let iso = Timestamp(ms).to_iso();
+            prop_assert_eq!(iso.len(), 24);
+            prop_assert_eq!(Timestamp::parse(&iso).unwrap(), Timestamp(ms));
+            let j = jiff::Timestamp::from_millisecond(ms).unwrap();
+            prop_assert_eq!(&iso[..19], &j.strftime("%Y-%m-%dT%H:%M:%S").to_string()[..]);
+        }
+
+        #[test]
+        fn parse_never_panics(s in ".{0,40}") {
+            let _ = Timestamp::parse(&s);
+        }
+    }
+}

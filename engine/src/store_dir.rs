@@ -1,0 +1,129 @@
+//! The store directory (`.cairn/`) and its exclusive lock.
+//!
+//! ```text
+//! .cairn/
+//!   LOCK        exclusive lock: one writing process at a time
+//!   log/        log segments (see the log module)
+//!   blobs/      blob packs and their index (see the blob module)
+//!   index/      query indexes (rebuildable from the log)
+//!   snapshot/   scan caches (rebuildable)
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::vfs::{LockGuard, Vfs};
+use crate::{EngineError, Result};
+
+/// The name of the store directory inside a workspace.
+pub const STORE_DIR_NAME: &str = ".cairn";
+
+/// An open store directory, holding the exclusive lock for its lifetime.
+#[derive(Debug)]
+pub struct StoreDir {
+    root: PathBuf,
+    vfs: Arc<dyn Vfs>,
+    _lock: LockGuard,
+}
+
+impl StoreDir {
+    /// Opens (creating if needed, owner-only) the store directory `root`
+    /// and takes its lock. A second process gets [`EngineError::Locked`];
+    /// a directory that cannot be created gets [`EngineError::ReadOnly`].
+    pub fn open(vfs: Arc<dyn Vfs>, root: &Path) -> Result<StoreDir> {
+        for sub in ["", "log", "blobs", "index", "snapshot"] {
+            let dir = root.join(sub);
+            vfs.create_dir_all(&dir).map_err(|e| match e.kind() {
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+                    EngineError::ReadOnly {
+                        path: dir.clone(),
+                        source: e,
+                    }
+                }
+                _ => EngineError::io("create directory", &dir, e),
+            })?;
+        }
+        if let Some(parent) = root.parent() {
+            // Make the creation of `.cairn` itself durable; a parent we cannot
+            // open for syncing (e.g. "") is not an error.
+            let _ = vfs.sync_dir(if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            });
+        }
+        let lock_file = root.join("LOCK");
+        let lock = vfs.lock_exclusive(&lock_file).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => EngineError::Locked {
+                lock_file: lock_file.clone(),
+            },
+            _ => EngineError::io("lock", &lock_file, e),
+        })?;
+        Ok(StoreDir {
+            root: root.to_path_buf(),
+            vfs,
+            _lock: lock,
+        })
+    }
+
+    /// The `.cairn` directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    /// The log directory.
+    pub fn log_dir(&self) -> PathBuf {
+        self.root.join("log")
+    }
+    /// The blob directory.
+    pub fn blob_dir(&self) -> PathBuf {
+        self.root.join("blobs")
+    }
+    /// The index directory.
+    pub fn index_dir(&self) -> PathBuf {
+        self.root.join("index")
+    }
+    /// The snapshot cache directory.
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.root.join("snapshot")
+    }
+    /// The file system the store lives on.
+    pub fn vfs(&self) -> &Arc<dyn Vfs> {
+        &self.vfs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RealVfs;
+
+    #[test]
+    fn second_open_is_locked_and_names_the_lock_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        let first = StoreDir::open(Arc::new(RealVfs), &root).unwrap();
+        let err = StoreDir::open(Arc::new(RealVfs), &root).unwrap_err();
+        assert!(matches!(err, EngineError::Locked { .. }));
+        assert!(err.to_string().contains("LOCK"), "{err}");
+        drop(first);
+        StoreDir::open(Arc::new(RealVfs), &root).unwrap();
+    }
+
+    #[test]
+    fn store_dir_is_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        let _d = StoreDir::open(Arc::new(RealVfs), &root).unwrap();
+        let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn read_only_parent_is_a_clear_error() {
+        let err =
+            StoreDir::open(Arc::new(RealVfs), Path::new("/proc/cairn-test/.cairn")).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("/proc/cairn-test"), "{msg}");
+    }
+}

@@ -1,0 +1,125 @@
+//! The storage trait: every byte the engine reads or writes goes through a
+//! [`Vfs`], so the engine runs unchanged on the real file system
+//! ([`RealVfs`]) and on a simulated disk for crash and fault tests.
+//!
+//! The contract mirrors what POSIX guarantees and no more: a write is
+//! durable only after `sync_data` on its file; a create, rename or remove is
+//! durable only after `sync_dir` on its directory.
+
+use std::fmt;
+use std::io;
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::Arc;
+
+mod real;
+pub use real::RealVfs;
+
+/// How to open a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Read only; the file must exist.
+    Read,
+    /// Read and write; the file must exist.
+    ReadWrite,
+    /// Read and write; create the file, failing if it exists.
+    CreateNew,
+    /// Read and write; create the file if missing, truncate it if present.
+    CreateTruncate,
+}
+
+/// An open file: positional reads and writes, so it can be shared between threads.
+pub trait VfsFile: Send + Sync + fmt::Debug {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at end of file).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// The file's current length.
+    fn len(&self) -> io::Result<u64>;
+    /// Truncates or extends the file.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes the file's data durable (fdatasync).
+    fn sync_data(&self) -> io::Result<()>;
+
+    /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset)? {
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "file ended early",
+                    ))
+                }
+                n => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// True if the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+}
+
+/// A read-only view of a whole file: a memory map on the real file system,
+/// a shared copy on the simulated one.
+pub enum Mapped {
+    /// A memory map (real file system).
+    Mmap(memmap2::Mmap),
+    /// Bytes held in memory (simulated disk, or an empty file).
+    Bytes(Arc<[u8]>),
+}
+
+impl Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Mapped::Mmap(m) => m,
+            Mapped::Bytes(b) => b,
+        }
+    }
+}
+
+impl fmt::Debug for Mapped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Mapped({} bytes)", self.len())
+    }
+}
+
+/// An exclusive lock held until dropped.
+pub struct LockGuard(pub Box<dyn Send + Sync>);
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LockGuard")
+    }
+}
+
+/// A file system: the real one or a simulation.
+pub trait Vfs: Send + Sync + fmt::Debug + 'static {
+    /// Opens a file.
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>>;
+    /// Maps a whole file read-only. Only for files that no longer change
+    /// (sealed segments, sealed packs).
+    fn map(&self, path: &Path) -> io::Result<Mapped>;
+    /// The names of the entries in `dir` (not `.`/`..`), unsorted.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Creates `dir` and its parents (owner-only permissions on Unix).
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Renames a file, replacing `to` if it exists.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Makes the entries of `dir` (creates, renames, removes) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// True if `path` exists.
+    fn exists(&self, path: &Path) -> bool;
+    /// Takes an exclusive lock on `path` (created if missing) without
+    /// blocking; `ErrorKind::WouldBlock` if another holder has it.
+    fn lock_exclusive(&self, path: &Path) -> io::Result<LockGuard>;
+}
