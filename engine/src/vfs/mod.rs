@@ -13,7 +13,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 mod real;
+pub mod sim;
 pub use real::RealVfs;
+pub use sim::{Fault, SimVfs};
 
 /// How to open a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
