@@ -1,0 +1,124 @@
+//! How a log is opened: segment size and durability policy.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::EngineError;
+
+/// Default segment size: large enough that a long session fits in a few
+/// files, small enough that sealing and mapping a segment is cheap.
+pub const DEFAULT_SEGMENT_SIZE_BYTES: u64 = 64 * 1024 * 1024;
+/// The largest segment size: the footer stores the frames' length as a u32.
+pub const MAX_SEGMENT_SIZE_BYTES: u64 = u32::MAX as u64;
+/// The interval used by `interval` without a number: short enough that at
+/// most a tenth of a second of work is at risk, long enough to batch many appends.
+pub const DEFAULT_INTERVAL_MS: u64 = 100;
+
+/// When an append becomes durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Every append is durable (fdatasync) before it returns; concurrent
+    /// appenders share one fdatasync (group commit).
+    #[default]
+    Always,
+    /// A background thread makes appends durable every `ms` milliseconds.
+    Interval {
+        /// The interval in milliseconds.
+        ms: u64,
+    },
+    /// Durability is left to the operating system (and to `sync`/`close`).
+    Never,
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Durability::Always => f.write_str("always"),
+            Durability::Never => f.write_str("never"),
+            Durability::Interval { ms } => write!(f, "interval:{ms}"),
+        }
+    }
+}
+
+impl FromStr for Durability {
+    type Err = EngineError;
+
+    /// Parses `always`, `never`, `interval` (100 ms) or `interval:<ms>`.
+    fn from_str(s: &str) -> Result<Durability, EngineError> {
+        let bad = || {
+            EngineError::Invalid(format!(
+                "unknown durability policy {s:?}: expected always, never, interval or interval:<ms> (ms >= 1)"
+            ))
+        };
+        match s.trim() {
+            "always" => Ok(Durability::Always),
+            "never" => Ok(Durability::Never),
+            "interval" => Ok(Durability::Interval {
+                ms: DEFAULT_INTERVAL_MS,
+            }),
+            other => {
+                let ms = other
+                    .strip_prefix("interval:")
+                    .ok_or_else(bad)?
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| bad())?;
+                if ms == 0 {
+                    return Err(bad());
+                }
+                Ok(Durability::Interval { ms })
+            }
+        }
+    }
+}
+
+/// Options for [`Log::open`](super::Log::open).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogOptions {
+    /// A segment is sealed and a new one started when the next write would
+    /// take it past this size (a segment always holds at least one record
+    /// or batch, so one larger record makes a larger segment).
+    pub segment_size_bytes: u64,
+    /// When appends become durable.
+    pub durability: Durability,
+}
+
+impl Default for LogOptions {
+    fn default() -> LogOptions {
+        LogOptions {
+            segment_size_bytes: DEFAULT_SEGMENT_SIZE_BYTES,
+            durability: Durability::Always,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durability_parses_and_displays() {
+        for (s, d) in [
+            ("always", Durability::Always),
+            ("never", Durability::Never),
+            ("interval", Durability::Interval { ms: 100 }),
+            ("interval:250", Durability::Interval { ms: 250 }),
+        ] {
+            assert_eq!(s.parse::<Durability>().unwrap(), d);
+        }
+        for d in [
+            Durability::Always,
+            Durability::Never,
+            Durability::Interval { ms: 7 },
+        ] {
+            assert_eq!(d.to_string().parse::<Durability>().unwrap(), d);
+        }
+        for bad in ["", "sometimes", "interval:", "interval:0", "interval:x"] {
+            let err = bad.parse::<Durability>().unwrap_err();
+            assert!(err.to_string().contains("durability"), "{err}");
+        }
+        assert_eq!(Durability::default(), Durability::Always);
+        assert_eq!(LogOptions::default().segment_size_bytes, 64 << 20);
+    }
+}

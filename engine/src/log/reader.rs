@@ -1,0 +1,209 @@
+//! [`LogReader`]: a read-only view of a log for processes that do not hold
+//! the store lock (`cairn log`, `export --follow` beside a recording
+//! process). It never writes, locks or truncates; a torn or incomplete tail
+//! (including an unfinished batch) is simply "not yet written".
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_codec::frame;
+use cairn_codec::segment::{SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
+use cairn_codec::{ChainHash, Lsn};
+
+use super::recovery::looks_sealed;
+use super::segment::{check_header, corrupt, list_segments, open_sealed};
+use super::sparse_index::SparseIndex;
+use super::view::{LogIter, Tail, View};
+use super::{Durability, Head, LogStats, Record, VerifyReport};
+use crate::vfs::{OpenMode, Vfs};
+use crate::{EngineError, Result};
+
+/// A read-only view of a log, refreshed on demand with [`LogReader::refresh`].
+pub struct LogReader {
+    vfs: Arc<dyn Vfs>,
+    dir: PathBuf,
+    view: View,
+}
+
+impl std::fmt::Debug for LogReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogReader")
+            .field("dir", &self.dir)
+            .field("head", &self.view.head())
+            .finish()
+    }
+}
+
+impl LogReader {
+    /// Opens the log in `dir` read-only and reads what is committed so far.
+    pub fn open(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<LogReader> {
+        let mut r = LogReader {
+            vfs,
+            dir: dir.to_path_buf(),
+            view: View::default(),
+        };
+        r.refresh()?;
+        Ok(r)
+    }
+
+    /// Picks up records and segments appended since the last refresh.
+    pub fn refresh(&mut self) -> Result<Head> {
+        // List before reading the tail: the writer seals a segment (footer)
+        // before it creates the next, so a newer segment in this listing
+        // means the footer is already there to be read.
+        let segs = list_segments(&*self.vfs, &self.dir)?;
+        self.extend_tail()?;
+        let known = match (&self.view.tail, self.view.sealed.last()) {
+            (Some(t), _) => Some(t.header.first_lsn),
+            (None, Some(s)) => Some(s.header.first_lsn),
+            (None, None) => None,
+        };
+        let newer: Vec<(Lsn, PathBuf)> = segs
+            .into_iter()
+            .filter(|(l, _)| known.is_none_or(|k| *l > k))
+            .collect();
+        if let (Some(t), Some(_)) = (&self.view.tail, newer.first()) {
+            return Err(corrupt(
+                &t.path,
+                t.committed_len,
+                Some(t.head.last_lsn.next()),
+                "segment is not sealed but a later segment exists",
+            ));
+        }
+        let n = newer.len();
+        for (i, (first, path)) in newer.into_iter().enumerate() {
+            let head = self.view.head();
+            let expect = Lsn(head.last_lsn.0 + 1);
+            if first != expect {
+                return Err(corrupt(
+                    &path,
+                    0,
+                    Some(expect),
+                    format!("segment file name says it starts at LSN {first} but the log continues at LSN {expect}"),
+                ));
+            }
+            if i + 1 < n || looks_sealed(&*self.vfs, &path)? {
+                let s = open_sealed(&*self.vfs, &path, expect, head.chain, false)?;
+                self.view.sealed.push(Arc::new(s));
+                continue;
+            }
+            if !self.open_tail(&path, expect, head.chain)? {
+                break;
+            }
+            self.extend_tail()?;
+        }
+        Ok(self.view.head())
+    }
+
+    /// Starts following a new tail segment; false if it is still being created.
+    fn open_tail(&mut self, path: &Path, first: Lsn, prev: ChainHash) -> Result<bool> {
+        let file = self
+            .vfs
+            .open(path, OpenMode::Read)
+            .map_err(|e| EngineError::io("open log segment", path, e))?;
+        let len = file
+            .len()
+            .map_err(|e| EngineError::io("stat log segment", path, e))?;
+        if len < SEGMENT_HEADER_LEN as u64 {
+            return Ok(false);
+        }
+        let mut hb = [0u8; SEGMENT_HEADER_LEN];
+        file.read_exact_at(&mut hb, 0)
+            .map_err(|e| EngineError::io("read log segment", path, e))?;
+        if SegmentHeader::decode(&hb).is_err() && len == SEGMENT_HEADER_LEN as u64 {
+            return Ok(false);
+        }
+        let header = check_header(path, &hb, first, prev)?;
+        self.view.tail = Some(Tail {
+            path: path.to_path_buf(),
+            file,
+            header,
+            committed_len: SEGMENT_HEADER_LEN as u64,
+            head: Head {
+                last_lsn: Lsn(first.0 - 1),
+                chain: prev,
+            },
+            index: SparseIndex::default(),
+        });
+        Ok(true)
+    }
+
+    /// Reads whole records (and whole batches) appended to the tail since
+    /// the last look; turns the tail into a sealed segment once its footer is there.
+    fn extend_tail(&mut self) -> Result<()> {
+        let Some(t) = &mut self.view.tail else {
+            return Ok(());
+        };
+        let len = t
+            .file
+            .len()
+            .map_err(|e| EngineError::io("stat log segment", &t.path, e))?;
+        if len <= t.committed_len {
+            return Ok(());
+        }
+        let base = t.committed_len;
+        let mut buf = vec![0u8; (len - base) as usize];
+        let mut got = 0;
+        while got < buf.len() {
+            match t.file.read_at(&mut buf[got..], base + got as u64) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) => return Err(EngineError::io("read log segment", &t.path, e)),
+            }
+        }
+        buf.truncate(got);
+        let mut off = 0;
+        let mut expect = t.head.last_lsn.next();
+        let mut chain = t.head.chain;
+        while let Ok(f) = frame::decode(&buf[off..]) {
+            if f.lsn != expect || !f.chain_follows(chain) {
+                break;
+            }
+            t.index.note(f.lsn, base + off as u64);
+            off += f.len();
+            expect = expect.next();
+            chain = f.chain;
+            if !f.batch_continues() {
+                t.committed_len = base + off as u64;
+                t.head = Head {
+                    last_lsn: f.lsn,
+                    chain,
+                };
+            }
+        }
+        t.index.truncate_to(t.committed_len);
+        let rest = &buf[(t.committed_len - base) as usize..];
+        if rest.len() == SEGMENT_FOOTER_LEN && rest.starts_with(b"CAIRNEND") {
+            let (path, first, prev) = (t.path.clone(), t.header.first_lsn, t.header.prev_chain);
+            let s = open_sealed(&*self.vfs, &path, first, prev, false)?;
+            self.view.tail = None;
+            self.view.sealed.push(Arc::new(s));
+        }
+        Ok(())
+    }
+
+    /// The last committed record seen by the last refresh.
+    pub fn head(&self) -> Head {
+        self.view.head()
+    }
+
+    /// Records from `from` (clamped to 1) to the head.
+    pub fn iter_from(&self, from: Lsn) -> LogIter {
+        self.view.iter_from(from)
+    }
+
+    /// The record `lsn`.
+    pub fn read(&self, lsn: Lsn) -> Result<Record> {
+        self.view.read(lsn)
+    }
+
+    /// See [`Log::verify`](super::Log::verify); covers what this reader sees.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        self.view.verify()
+    }
+
+    /// Counts and sizes; `durability` is the default (the writer's policy is not on disk).
+    pub fn stats(&self) -> LogStats {
+        self.view.stats(Durability::default())
+    }
+}

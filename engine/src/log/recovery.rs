@@ -1,0 +1,504 @@
+//! Opening a log: check sealed segments (header and footer only), recover
+//! the tail segment (keep every intact record, truncate a torn tail, refuse
+//! corruption followed by good records), and the `tail.state` file a clean
+//! close leaves so the next open can skip scanning the tail.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn_codec::frame::{self, CRC_SEED};
+use cairn_codec::segment::{SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
+use cairn_codec::{ChainHash, Lsn};
+
+use super::scan::find_next_valid;
+use super::segment::{self, check_header, corrupt, create_segment, open_sealed, Sealed};
+use super::sparse_index::SparseIndex;
+use super::view::{Tail, View};
+use super::Head;
+use crate::vfs::{OpenMode, Vfs, VfsFile};
+use crate::{EngineError, Result};
+
+/// The file a clean close writes (see [`TailState`]).
+pub(crate) const TAIL_STATE_FILE: &str = "tail.state";
+const TAIL_STATE_MAGIC: &[u8; 8] = b"CAIRNTST";
+const TAIL_STATE_VERSION: u32 = 1;
+const TAIL_STATE_FIXED: usize = 96;
+/// The most index entries a tail state may claim (a segment is at most
+/// 4 GiB with an entry every 64 KiB), bounding the allocation.
+const TAIL_STATE_MAX_ENTRIES: u64 = 1 << 17;
+
+/// The outcome of scanning the tail segment.
+#[derive(Debug)]
+pub(crate) struct TailScan {
+    /// Bytes holding whole records and whole batches.
+    pub valid_len: u64,
+    /// The last whole record.
+    pub head: Head,
+    /// Sparse index of the valid records.
+    pub index: SparseIndex,
+}
+
+/// Scans the frames of a tail segment (`buf` is the whole file). Stops at
+/// the first frame that is not intact (bad CRC, wrong LSN or chain, cut
+/// short) or at an incomplete batch at the end. If a valid frame with a
+/// fitting LSN follows that point, this is corruption, not a torn write,
+/// and an error names the file, offset and expected LSN.
+pub(crate) fn scan_tail(path: &Path, buf: &[u8], header: &SegmentHeader) -> Result<TailScan> {
+    let mut off = SEGMENT_HEADER_LEN;
+    let mut expect = header.first_lsn;
+    let mut chain = header.prev_chain;
+    let mut index = SparseIndex::default();
+    let mut good = (
+        off,
+        Head {
+            last_lsn: Lsn(expect.0.saturating_sub(1)),
+            chain,
+        },
+    );
+    while off < buf.len() {
+        let problem = match frame::decode(&buf[off..]) {
+            Ok(f) if f.lsn == expect && f.chain_follows(chain) => {
+                index.note(f.lsn, off as u64);
+                off += f.len();
+                expect = expect.next();
+                chain = f.chain;
+                if !f.batch_continues() {
+                    good = (
+                        off,
+                        Head {
+                            last_lsn: f.lsn,
+                            chain,
+                        },
+                    );
+                }
+                continue;
+            }
+            Ok(f) if f.lsn != expect => {
+                format!("record has LSN {} where LSN {expect} was expected", f.lsn)
+            }
+            Ok(_) => "record's chain value does not follow from the previous record".to_string(),
+            Err(e) => format!("record frame: {e}"),
+        };
+        if let Some(next) = find_next_valid(buf, off + 1, expect) {
+            return Err(corrupt(
+                path,
+                off as u64,
+                Some(expect),
+                format!("{problem}; intact records follow at byte {next}, so this is damage, not a torn write (run salvage to keep every intact record)"),
+            ));
+        }
+        break;
+    }
+    index.truncate_to(good.0 as u64);
+    Ok(TailScan {
+        valid_len: good.0 as u64,
+        head: good.1,
+        index,
+    })
+}
+
+/// What a clean close records about the tail segment.
+#[derive(Debug, PartialEq)]
+pub(crate) struct TailState {
+    pub first_lsn: Lsn,
+    pub valid_len: u64,
+    pub last_lsn: Lsn,
+    pub last_frame_off: u64,
+    pub chain: ChainHash,
+    pub index: SparseIndex,
+}
+
+fn crc(b: &[u8]) -> u32 {
+    let mut c = crc32fast::Hasher::new_with_initial(CRC_SEED);
+    c.update(b);
+    c.finalize()
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+impl TailState {
+    /// ```text
+    ///  0  8 magic "CAIRNTST"   8 4 version   12 4 reserved
+    /// 16  8 first LSN of the tail segment     24 8 valid length
+    /// 32  8 last LSN     40 8 offset of the last frame (0 if none)
+    /// 48 32 chain after the last record        80 8 entries n   88 8 reserved
+    /// 96 16n index entries (LSN, offset)       then CRC32 (seeded) of all before
+    /// ```
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(TAIL_STATE_FIXED + 16 * self.index.entries().len() + 4);
+        b.extend_from_slice(TAIL_STATE_MAGIC);
+        b.extend_from_slice(&TAIL_STATE_VERSION.to_le_bytes());
+        b.extend_from_slice(&[0; 4]);
+        for x in [
+            self.first_lsn.0,
+            self.valid_len,
+            self.last_lsn.0,
+            self.last_frame_off,
+        ] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        b.extend_from_slice(&self.chain.0);
+        b.extend_from_slice(&(self.index.entries().len() as u64).to_le_bytes());
+        b.extend_from_slice(&[0; 8]);
+        for &(l, o) in self.index.entries() {
+            b.extend_from_slice(&l.0.to_le_bytes());
+            b.extend_from_slice(&o.to_le_bytes());
+        }
+        let c = crc(&b);
+        b.extend_from_slice(&c.to_le_bytes());
+        b
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Option<TailState> {
+        if bytes.len() < TAIL_STATE_FIXED + 4 {
+            return None;
+        }
+        let (b, c) = bytes.split_at(bytes.len() - 4);
+        if crc(b).to_le_bytes() != c || &b[0..8] != TAIL_STATE_MAGIC {
+            return None;
+        }
+        if u32::from_le_bytes([b[8], b[9], b[10], b[11]]) != TAIL_STATE_VERSION {
+            return None;
+        }
+        let n = u64_at(b, 80);
+        if n > TAIL_STATE_MAX_ENTRIES || b.len() != TAIL_STATE_FIXED + 16 * n as usize {
+            return None;
+        }
+        let mut chain = [0u8; 32];
+        chain.copy_from_slice(&b[48..80]);
+        let mut index = SparseIndex::default();
+        for i in 0..n as usize {
+            let at = TAIL_STATE_FIXED + 16 * i;
+            index.push(Lsn(u64_at(b, at)), u64_at(b, at + 8));
+        }
+        Some(TailState {
+            first_lsn: Lsn(u64_at(b, 16)),
+            valid_len: u64_at(b, 24),
+            last_lsn: Lsn(u64_at(b, 32)),
+            last_frame_off: u64_at(b, 40),
+            chain: ChainHash(chain),
+            index,
+        })
+    }
+
+    /// True if this state describes `file` (whose header is `header`) exactly:
+    /// same segment, same length, and the last frame is where it says, with
+    /// the LSN and chain it says, ending the file and not inside a batch.
+    fn matches(&self, file: &dyn VfsFile, header: &SegmentHeader, len: u64) -> bool {
+        if self.first_lsn != header.first_lsn || self.valid_len != len {
+            return false;
+        }
+        if self.last_lsn.0 + 1 == header.first_lsn.0 {
+            return len == SEGMENT_HEADER_LEN as u64 && self.chain == header.prev_chain;
+        }
+        if self.last_frame_off < SEGMENT_HEADER_LEN as u64 || self.last_frame_off >= len {
+            return false;
+        }
+        let mut b = vec![0u8; (len - self.last_frame_off) as usize];
+        if file.read_exact_at(&mut b, self.last_frame_off).is_err() {
+            return false;
+        }
+        matches!(frame::decode(&b), Ok(f) if f.len() == b.len()
+            && f.lsn == self.last_lsn && f.chain == self.chain && !f.batch_continues())
+    }
+}
+
+/// The writer's view of the tail after recovery.
+pub(crate) struct OpenTail {
+    pub path: std::path::PathBuf,
+    pub file: Arc<dyn VfsFile>,
+    pub header: SegmentHeader,
+    pub len: u64,
+    pub head: Head,
+    pub index: SparseIndex,
+    /// Offset of the last record's frame (for the next tail state).
+    pub last_frame_off: u64,
+}
+
+/// Opens the log in `dir` for writing: checks the sealed segments, recovers
+/// the tail (truncating a torn tail and fsyncing), creating the first
+/// segment of an empty log or a fresh tail after a sealed last segment.
+pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Sealed>>, OpenTail)> {
+    vfs.create_dir_all(dir)
+        .map_err(|e| EngineError::io("create log directory", dir, e))?;
+    let segs = segment::list_segments(vfs, dir)?;
+    let mut sealed: Vec<Arc<Sealed>> = Vec::new();
+    let mut expect = Lsn::FIRST;
+    let mut prev = ChainHash::ZERO;
+    let n = segs.len();
+    let state_path = dir.join(TAIL_STATE_FILE);
+    let state = read_small(vfs, &state_path).and_then(|b| TailState::decode(&b));
+    for (i, (name_lsn, path)) in segs.into_iter().enumerate() {
+        if name_lsn != expect {
+            return Err(corrupt(
+                &path,
+                0,
+                Some(expect),
+                format!("segment file name says it starts at LSN {name_lsn} but the log continues at LSN {expect}"),
+            ));
+        }
+        if i + 1 < n || looks_sealed(vfs, &path)? {
+            let s = open_sealed(vfs, &path, expect, prev, true)?;
+            expect = s.footer.last_lsn.next();
+            prev = s.footer.last_chain;
+            sealed.push(Arc::new(s));
+            continue;
+        }
+        let tail = recover_tail(vfs, &path, expect, prev, state.as_ref())?;
+        if state.is_some() {
+            // Used (or found stale); a later crash must not trust it.
+            let _ = vfs.remove_file(&state_path);
+        }
+        return Ok((sealed, tail));
+    }
+    // No tail: an empty log, or the last segment is sealed.
+    let (path, file) = create_segment(vfs, dir, expect, prev)?;
+    Ok((
+        sealed,
+        OpenTail {
+            path,
+            file,
+            header: SegmentHeader {
+                first_lsn: expect,
+                prev_chain: prev,
+            },
+            len: SEGMENT_HEADER_LEN as u64,
+            head: Head {
+                last_lsn: Lsn(expect.0.saturating_sub(1)),
+                chain: prev,
+            },
+            index: SparseIndex::default(),
+            last_frame_off: 0,
+        },
+    ))
+}
+
+/// Reads a small file whole, if it exists and can be read.
+pub(crate) fn read_small(vfs: &dyn Vfs, path: &Path) -> Option<Vec<u8>> {
+    let f = vfs.open(path, OpenMode::Read).ok()?;
+    let len = f.len().ok()?;
+    let mut b = vec![0u8; usize::try_from(len).ok()?];
+    f.read_exact_at(&mut b, 0).ok()?;
+    Some(b)
+}
+
+/// True if the segment's last 64 bytes start with the footer magic (a
+/// sealed segment; the footer itself is checked when it is opened).
+pub(crate) fn looks_sealed(vfs: &dyn Vfs, path: &Path) -> Result<bool> {
+    let f = vfs
+        .open(path, OpenMode::Read)
+        .map_err(|e| EngineError::io("open log segment", path, e))?;
+    let len = f
+        .len()
+        .map_err(|e| EngineError::io("stat log segment", path, e))?;
+    if len < (SEGMENT_HEADER_LEN + SEGMENT_FOOTER_LEN) as u64 {
+        return Ok(false);
+    }
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, len - SEGMENT_FOOTER_LEN as u64)
+        .map_err(|e| EngineError::io("read log segment", path, e))?;
+    Ok(&b == b"CAIRNEND")
+}
+
+fn recover_tail(
+    vfs: &dyn Vfs,
+    path: &Path,
+    first: Lsn,
+    prev: ChainHash,
+    state: Option<&TailState>,
+) -> Result<OpenTail> {
+    let file = vfs
+        .open(path, OpenMode::ReadWrite)
+        .map_err(|e| EngineError::io("open log segment", path, e))?;
+    let len = file
+        .len()
+        .map_err(|e| EngineError::io("stat log segment", path, e))?;
+    let mut hb = vec![0u8; len.min(SEGMENT_HEADER_LEN as u64) as usize];
+    file.read_exact_at(&mut hb, 0)
+        .map_err(|e| EngineError::io("read log segment", path, e))?;
+    let header = match SegmentHeader::decode(&hb) {
+        Err(_) if len <= SEGMENT_HEADER_LEN as u64 => {
+            // The crash came while the segment was being created, before its
+            // header was durable: nothing was ever appended. Write it again.
+            file.set_len(0)
+                .map_err(|e| EngineError::io("truncate log segment", path, e))?;
+            segment::write_header(&*file, path, first, prev)?;
+            SegmentHeader {
+                first_lsn: first,
+                prev_chain: prev,
+            }
+        }
+        _ => check_header(path, &hb, first, prev)?,
+    };
+    let len = file
+        .len()
+        .map_err(|e| EngineError::io("stat log segment", path, e))?;
+    if let Some(st) = state {
+        if st.matches(&*file, &header, len) {
+            return Ok(OpenTail {
+                path: path.to_path_buf(),
+                file,
+                header,
+                len,
+                head: Head {
+                    last_lsn: st.last_lsn,
+                    chain: st.chain,
+                },
+                index: st.index.clone(),
+                last_frame_off: st.last_frame_off,
+            });
+        }
+    }
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, 0)
+        .map_err(|e| EngineError::io("read log segment", path, e))?;
+    let scan = scan_tail(path, &buf, &header)?;
+    if scan.valid_len < len {
+        file.set_len(scan.valid_len)
+            .map_err(|e| EngineError::io("truncate torn log tail", path, e))?;
+        file.sync_data()
+            .map_err(|e| EngineError::io("fsync log segment", path, e))?;
+    }
+    let last_frame_off = last_frame_offset(&buf[..scan.valid_len as usize], &scan);
+    Ok(OpenTail {
+        path: path.to_path_buf(),
+        file,
+        header,
+        len: scan.valid_len,
+        head: scan.head,
+        index: scan.index,
+        last_frame_off,
+    })
+}
+
+/// Offset of the last frame in `buf` (0 if none), walking from the last index entry.
+fn last_frame_offset(buf: &[u8], scan: &TailScan) -> u64 {
+    let Some((_, mut off)) = scan.index.seek(scan.head.last_lsn) else {
+        return 0;
+    };
+    let mut last = 0;
+    while (off as usize) < buf.len() {
+        match frame::decode(&buf[off as usize..]) {
+            Ok(f) => {
+                last = off;
+                off += f.len() as u64;
+            }
+            Err(_) => break,
+        }
+    }
+    last
+}
+
+/// Builds the reader-visible tail from an [`OpenTail`].
+pub(crate) fn tail_view(t: &OpenTail) -> Tail {
+    Tail {
+        path: t.path.clone(),
+        file: t.file.clone(),
+        header: t.header,
+        committed_len: t.len,
+        head: t.head,
+        index: t.index.clone(),
+    }
+}
+
+/// The view a writer starts from.
+pub(crate) fn initial_view(sealed: Vec<Arc<Sealed>>, t: &OpenTail) -> View {
+    View {
+        sealed,
+        tail: Some(tail_view(t)),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use cairn_codec::frame::{RecordKind, FLAG_BATCH_CONT};
+
+    fn segment(n: u64, batch_from: Option<u64>) -> (Vec<u8>, Vec<usize>, SegmentHeader) {
+        let header = SegmentHeader {
+            first_lsn: Lsn(1),
+            prev_chain: ChainHash::ZERO,
+        };
+        let mut buf = header.encode().to_vec();
+        let mut chain = ChainHash::ZERO;
+        let mut ends = Vec::new();
+        for i in 1..=n {
+            let flags = match batch_from {
+                Some(b) if i >= b && i < n => FLAG_BATCH_CONT,
+                _ => 0,
+            };
+            chain = frame::encode(
+                &mut buf,
+                Lsn(i),
+                RecordKind::Event,
+                flags,
+                b"body bytes",
+                chain,
+            )
+            .unwrap();
+            ends.push(buf.len());
+        }
+        (buf, ends, header)
+    }
+
+    #[test]
+    fn torn_tail_keeps_whole_records_and_batches() {
+        let (buf, ends, header) = segment(4, None);
+        let p = Path::new("t.seg");
+        for cut in ends[1]..=buf.len() {
+            let s = scan_tail(p, &buf[..cut], &header).unwrap();
+            let whole = ends.iter().filter(|&&e| e <= cut).count() as u64;
+            assert_eq!(s.head.last_lsn, Lsn(whole), "cut {cut}");
+            assert_eq!(s.valid_len as usize, ends[whole as usize - 1]);
+        }
+        let (buf, ends, header) = segment(4, Some(3));
+        let s = scan_tail(p, &buf[..ends[3] - 1], &header).unwrap();
+        assert_eq!(s.head.last_lsn, Lsn(2), "incomplete batch dropped whole");
+        assert_eq!(s.valid_len as usize, ends[1]);
+    }
+
+    #[test]
+    fn damage_followed_by_good_records_is_corruption() {
+        let (mut buf, ends, header) = segment(4, None);
+        buf[ends[0] + 60] ^= 0x40;
+        let err = scan_tail(Path::new("t.seg"), &buf, &header).unwrap_err();
+        match err {
+            EngineError::Corrupt { offset, lsn, .. } => {
+                assert_eq!(offset, ends[0] as u64);
+                assert_eq!(lsn, Some(Lsn(2)));
+            }
+            e => panic!("{e}"),
+        }
+        // Garbage at the end with nothing valid after it is a torn tail.
+        let (mut buf, ends, header) = segment(4, None);
+        buf.extend_from_slice(&[0xAB; 100]);
+        let s = scan_tail(Path::new("t.seg"), &buf, &header).unwrap();
+        assert_eq!(s.valid_len as usize, ends[3]);
+    }
+
+    #[test]
+    fn tail_state_round_trip_and_damage() {
+        let mut index = SparseIndex::default();
+        index.note(Lsn(1), 64);
+        let st = TailState {
+            first_lsn: Lsn(1),
+            valid_len: 500,
+            last_lsn: Lsn(7),
+            last_frame_off: 400,
+            chain: ChainHash([5; 32]),
+            index,
+        };
+        let b = st.encode();
+        assert_eq!(TailState::decode(&b), Some(st));
+        for i in 0..b.len() {
+            let mut bad = b.clone();
+            bad[i] ^= 1;
+            assert_eq!(TailState::decode(&bad), None, "flip at {i}");
+        }
+    }
+}

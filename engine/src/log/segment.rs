@@ -1,0 +1,298 @@
+//! Segment files: names, creation, and opening sealed segments (header and
+//! footer checks only, never a rescan of the frames).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_codec::frame;
+use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
+use cairn_codec::{ChainHash, Lsn};
+
+use super::sparse_index::SparseIndex;
+use crate::vfs::{Mapped, OpenMode, Vfs, VfsFile};
+use crate::{EngineError, Result};
+
+/// File extension of segment files.
+pub(crate) const SEGMENT_EXT: &str = ".seg";
+/// File extension of persisted sparse indexes.
+pub(crate) const INDEX_EXT: &str = ".idx";
+/// Digits in a segment name: every u64 LSN fits, and names sort as numbers.
+const NAME_DIGITS: usize = 20;
+
+/// The file name of the segment whose first record is `first`.
+pub(crate) fn segment_name(first: Lsn) -> String {
+    format!("{:020}{SEGMENT_EXT}", first.0)
+}
+
+/// The first LSN encoded in a segment file name, if `name` is one.
+pub(crate) fn parse_segment_name(name: &str) -> Option<Lsn> {
+    let digits = name.strip_suffix(SEGMENT_EXT)?;
+    if digits.len() != NAME_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().map(Lsn)
+}
+
+/// The segments in `dir`, sorted by first LSN.
+pub(crate) fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
+    let mut segs: Vec<(Lsn, PathBuf)> = vfs
+        .list(dir)
+        .map_err(|e| EngineError::io("list log directory", dir, e))?
+        .into_iter()
+        .filter_map(|n| parse_segment_name(&n).map(|l| (l, dir.join(n))))
+        .collect();
+    segs.sort();
+    Ok(segs)
+}
+
+/// The path of the sparse index persisted next to segment `seg`.
+pub(crate) fn index_path(seg: &Path) -> PathBuf {
+    seg.with_extension(&INDEX_EXT[1..])
+}
+
+/// A corruption error naming the file, offset and LSN.
+pub(crate) fn corrupt(
+    path: &Path,
+    offset: u64,
+    lsn: Option<Lsn>,
+    detail: impl Into<String>,
+) -> EngineError {
+    EngineError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        lsn,
+        detail: detail.into(),
+    }
+}
+
+/// Creates a new segment: create, write the header, fsync the file, fsync
+/// the directory. Only then may records be appended to it.
+pub(crate) fn create_segment(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    first: Lsn,
+    prev_chain: ChainHash,
+) -> Result<(PathBuf, Arc<dyn VfsFile>)> {
+    let path = dir.join(segment_name(first));
+    let file = vfs
+        .open(&path, OpenMode::CreateNew)
+        .map_err(|e| EngineError::io("create log segment", &path, e))?;
+    write_header(&*file, &path, first, prev_chain)?;
+    vfs.sync_dir(dir)
+        .map_err(|e| EngineError::io("fsync log directory", dir, e))?;
+    Ok((path, file))
+}
+
+/// Writes and fsyncs a segment header at offset 0.
+pub(crate) fn write_header(
+    file: &dyn VfsFile,
+    path: &Path,
+    first: Lsn,
+    prev_chain: ChainHash,
+) -> Result<()> {
+    let header = SegmentHeader {
+        first_lsn: first,
+        prev_chain,
+    };
+    file.write_all_at(&header.encode(), 0)
+        .map_err(|e| EngineError::io("write segment header", path, e))?;
+    file.sync_data()
+        .map_err(|e| EngineError::io("fsync log segment", path, e))
+}
+
+/// A sealed, immutable segment, mapped into memory.
+#[derive(Debug)]
+pub(crate) struct Sealed {
+    /// The segment file.
+    pub path: PathBuf,
+    /// Its header.
+    pub header: SegmentHeader,
+    /// Its footer.
+    pub footer: SegmentFooter,
+    /// The whole file.
+    pub data: Mapped,
+    /// Its sparse index.
+    pub index: SparseIndex,
+}
+
+impl Sealed {
+    /// Offset just past the last frame (where the footer starts).
+    pub fn frames_end(&self) -> u64 {
+        (self.data.len() - SEGMENT_FOOTER_LEN) as u64
+    }
+
+    /// The file's size in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.data.len() as u64
+    }
+}
+
+/// Opens a sealed segment, checking only its header and footer against the
+/// expected first LSN and previous chain value; the frames are not rescanned.
+/// The sparse index is loaded from its `.idx` file, or rebuilt (and, with
+/// `persist_index`, written back) when missing or stale.
+pub(crate) fn open_sealed(
+    vfs: &dyn Vfs,
+    path: &Path,
+    first: Lsn,
+    prev_chain: ChainHash,
+    persist_index: bool,
+) -> Result<Sealed> {
+    let data = vfs
+        .map(path)
+        .map_err(|e| EngineError::io("map log segment", path, e))?;
+    let header = check_header(path, &data, first, prev_chain)?;
+    let footer_at = data.len().saturating_sub(SEGMENT_FOOTER_LEN) as u64;
+    let footer = match SegmentFooter::decode_tail(&data) {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            return Err(corrupt(
+                path,
+                footer_at,
+                None,
+                "segment is not sealed (no footer) but a later segment exists",
+            ))
+        }
+        Err(e) => {
+            return Err(corrupt(
+                path,
+                footer_at,
+                None,
+                format!("segment footer: {e}"),
+            ))
+        }
+    };
+    if footer.last_lsn.0.wrapping_add(1) != first.0.wrapping_add(footer.record_count) {
+        return Err(corrupt(
+            path,
+            footer_at,
+            Some(footer.last_lsn),
+            format!(
+                "footer claims {} records ending at LSN {} but the segment starts at LSN {first}",
+                footer.record_count, footer.last_lsn
+            ),
+        ));
+    }
+    let idx_path = index_path(path);
+    let loaded = vfs.open(&idx_path, OpenMode::Read).ok().and_then(|f| {
+        let len = f.len().ok()? as usize;
+        let mut b = vec![0u8; len];
+        f.read_exact_at(&mut b, 0).ok()?;
+        SparseIndex::decode(&b, first, &footer)
+    });
+    let index = match loaded {
+        Some(i) => i,
+        None => {
+            let idx = build_index(path, &data, first, (data.len() - SEGMENT_FOOTER_LEN) as u64)?;
+            if persist_index {
+                write_index(vfs, path, &idx, first, &footer);
+            }
+            idx
+        }
+    };
+    Ok(Sealed {
+        path: path.to_path_buf(),
+        header,
+        footer,
+        data,
+        index,
+    })
+}
+
+/// Checks a segment header: valid, and naming the LSN and chain expected.
+pub(crate) fn check_header(
+    path: &Path,
+    data: &[u8],
+    first: Lsn,
+    prev_chain: ChainHash,
+) -> Result<SegmentHeader> {
+    let header = SegmentHeader::decode(data)
+        .map_err(|e| corrupt(path, 0, Some(first), format!("segment header: {e}")))?;
+    if header.first_lsn != first {
+        return Err(corrupt(
+            path,
+            0,
+            Some(first),
+            format!(
+                "segment header says its first LSN is {} but LSN {first} was expected",
+                header.first_lsn
+            ),
+        ));
+    }
+    if header.prev_chain != prev_chain {
+        return Err(corrupt(
+            path,
+            0,
+            Some(first),
+            "segment header's chain value does not continue the previous segment's",
+        ));
+    }
+    Ok(header)
+}
+
+/// Builds the sparse index of `data[64..end]` by walking its frames (CRC checked).
+pub(crate) fn build_index(path: &Path, data: &[u8], first: Lsn, end: u64) -> Result<SparseIndex> {
+    let mut idx = SparseIndex::default();
+    let mut off = SEGMENT_HEADER_LEN as u64;
+    let mut expect = first;
+    while off < end {
+        let f = frame::decode(&data[off as usize..end as usize])
+            .map_err(|e| corrupt(path, off, Some(expect), format!("record frame: {e}")))?;
+        if f.lsn != expect {
+            return Err(corrupt(
+                path,
+                off,
+                Some(expect),
+                format!("record has LSN {} where LSN {expect} was expected", f.lsn),
+            ));
+        }
+        idx.note(f.lsn, off);
+        off += f.len() as u64;
+        expect = expect.next();
+    }
+    Ok(idx)
+}
+
+/// Writes a sealed segment's sparse index next to it. Best effort: the index
+/// is CRC-checked and rebuilt when missing or damaged, so a failure here
+/// costs only a rebuild at the next open.
+pub(crate) fn write_index(
+    vfs: &dyn Vfs,
+    seg: &Path,
+    idx: &SparseIndex,
+    first: Lsn,
+    footer: &SegmentFooter,
+) {
+    let path = index_path(seg);
+    if let Ok(f) = vfs.open(&path, OpenMode::CreateTruncate) {
+        let _ = f.write_all_at(&idx.encode(first, footer), 0);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_sort() {
+        assert_eq!(segment_name(Lsn(1)), "00000000000000000001.seg");
+        assert_eq!(
+            parse_segment_name("00000000000000000042.seg"),
+            Some(Lsn(42))
+        );
+        for bad in [
+            "42.seg",
+            "00000000000000000042.idx",
+            "0000000000000000004x.seg",
+            "tail.state",
+        ] {
+            assert_eq!(parse_segment_name(bad), None, "{bad}");
+        }
+        assert!(segment_name(Lsn(9)) < segment_name(Lsn(10)));
+        assert_eq!(
+            index_path(Path::new("/x/00000000000000000001.seg")),
+            Path::new("/x/00000000000000000001.idx")
+        );
+    }
+}

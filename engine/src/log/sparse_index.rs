@@ -1,0 +1,235 @@
+//! The sparse index of a segment: one (LSN, byte offset) entry about every
+//! [`SPARSE_INDEX_INTERVAL_BYTES`], so reading from an LSN scans at most that
+//! many bytes. Kept in memory for the tail segment and persisted next to each
+//! sealed segment as `<segment>.idx`:
+//!
+//! ```text
+//!  0  8  magic "CAIRNIDX"
+//!  8  4  version (1)
+//! 12  4  reserved (0)
+//! 16  8  segment first LSN      \
+//! 24  8  segment last LSN        | must match the segment's footer,
+//! 32  8  segment frames length   | else the index is stale and rebuilt
+//! 40 32  segment last chain     /
+//! 72  8  entry count n
+//! 80 16n entries: LSN u64 LE, offset u64 LE
+//!  .  4  CRC32 (seeded) of everything before
+//! ```
+
+use cairn_codec::frame::CRC_SEED;
+use cairn_codec::segment::SegmentFooter;
+use cairn_codec::{ChainHash, Lsn};
+
+/// Bytes between index entries: reading from any LSN scans at most about
+/// this much of a segment, while a 64 MiB segment needs only ~1000 entries.
+pub const SPARSE_INDEX_INTERVAL_BYTES: u64 = 64 * 1024;
+const MAGIC: &[u8; 8] = b"CAIRNIDX";
+const VERSION: u32 = 1;
+const FIXED_LEN: usize = 80;
+const ENTRY_LEN: usize = 16;
+/// The most entries an index file may claim; a segment is at most 4 GiB, so
+/// this bounds the allocation made from a (CRC-checked) count.
+const MAX_ENTRIES: u64 = (u32::MAX as u64 / SPARSE_INDEX_INTERVAL_BYTES + 1) * 2;
+
+/// (LSN, byte offset in the segment file) entries, ascending in both.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SparseIndex {
+    entries: Vec<(Lsn, u64)>,
+    next_at: u64,
+}
+
+impl SparseIndex {
+    /// Notes the frame `lsn` at `off`; keeps it if it is the first one or the
+    /// first one past the next interval boundary.
+    /// Returns true if it was kept.
+    pub(crate) fn note(&mut self, lsn: Lsn, off: u64) -> bool {
+        if self.entries.is_empty() || off >= self.next_at {
+            self.entries.push((lsn, off));
+            self.next_at = off + SPARSE_INDEX_INTERVAL_BYTES;
+            return true;
+        }
+        false
+    }
+
+    /// The entries, ascending.
+    pub(crate) fn entries(&self) -> &[(Lsn, u64)] {
+        &self.entries
+    }
+
+    /// Appends an entry (from another index) without the interval rule.
+    pub(crate) fn push(&mut self, lsn: Lsn, off: u64) {
+        self.entries.push((lsn, off));
+        self.next_at = off + SPARSE_INDEX_INTERVAL_BYTES;
+    }
+
+    /// Drops entries at or past `len` (after truncating a torn tail).
+    pub(crate) fn truncate_to(&mut self, len: u64) {
+        self.entries.retain(|&(_, off)| off < len);
+        self.next_at = self
+            .entries
+            .last()
+            .map_or(0, |&(_, off)| off + SPARSE_INDEX_INTERVAL_BYTES);
+    }
+
+    /// The offset from which to scan forward to reach `lsn`: the entry with
+    /// the largest LSN not above it, if any.
+    pub(crate) fn seek(&self, lsn: Lsn) -> Option<(Lsn, u64)> {
+        let i = self.entries.partition_point(|&(l, _)| l <= lsn);
+        i.checked_sub(1).map(|i| self.entries[i])
+    }
+
+    /// Number of entries.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Encodes the `.idx` file for a sealed segment.
+    pub(crate) fn encode(&self, first_lsn: Lsn, footer: &SegmentFooter) -> Vec<u8> {
+        let mut b = Vec::with_capacity(FIXED_LEN + ENTRY_LEN * self.entries.len() + 4);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&first_lsn.0.to_le_bytes());
+        b.extend_from_slice(&footer.last_lsn.0.to_le_bytes());
+        b.extend_from_slice(&u64::from(footer.frames_len).to_le_bytes());
+        b.extend_from_slice(&footer.last_chain.0);
+        b.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
+        for &(lsn, off) in &self.entries {
+            b.extend_from_slice(&lsn.0.to_le_bytes());
+            b.extend_from_slice(&off.to_le_bytes());
+        }
+        let crc = crc(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes an `.idx` file; `None` if it is damaged or does not belong to
+    /// the segment described by `first_lsn` and `footer` (stale).
+    pub(crate) fn decode(
+        bytes: &[u8],
+        first_lsn: Lsn,
+        footer: &SegmentFooter,
+    ) -> Option<SparseIndex> {
+        if bytes.len() < FIXED_LEN + 4 {
+            return None;
+        }
+        let (body, tail) = bytes.split_at(bytes.len() - 4);
+        if crc(body).to_le_bytes() != tail || &body[0..8] != MAGIC || u32_at(body, 8) != VERSION {
+            return None;
+        }
+        let mut chain = [0u8; 32];
+        chain.copy_from_slice(&body[40..72]);
+        if u64_at(body, 16) != first_lsn.0
+            || u64_at(body, 24) != footer.last_lsn.0
+            || u64_at(body, 32) != u64::from(footer.frames_len)
+            || ChainHash(chain) != footer.last_chain
+        {
+            return None;
+        }
+        let n = u64_at(body, 72);
+        if n > MAX_ENTRIES || body.len() != FIXED_LEN + ENTRY_LEN * n as usize {
+            return None;
+        }
+        let mut idx = SparseIndex::default();
+        for i in 0..n as usize {
+            let at = FIXED_LEN + ENTRY_LEN * i;
+            idx.entries
+                .push((Lsn(u64_at(body, at)), u64_at(body, at + 8)));
+        }
+        if idx
+            .entries
+            .windows(2)
+            .any(|w| w[0].0 >= w[1].0 || w[0].1 >= w[1].1)
+        {
+            return None;
+        }
+        idx.next_at = idx
+            .entries
+            .last()
+            .map_or(0, |&(_, off)| off + SPARSE_INDEX_INTERVAL_BYTES);
+        Some(idx)
+    }
+}
+
+fn crc(b: &[u8]) -> u32 {
+    let mut c = crc32fast::Hasher::new_with_initial(CRC_SEED);
+    c.update(b);
+    c.finalize()
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn footer() -> SegmentFooter {
+        SegmentFooter {
+            record_count: 1000,
+            last_lsn: Lsn(1000),
+            last_chain: ChainHash([3; 32]),
+            frames_len: 1_000_000,
+        }
+    }
+
+    fn sample() -> SparseIndex {
+        let mut idx = SparseIndex::default();
+        for i in 0..1000u64 {
+            idx.note(Lsn(i + 1), 64 + i * 1000);
+        }
+        idx
+    }
+
+    #[test]
+    fn entries_every_interval_and_seek() {
+        let idx = sample();
+        // 1,000,000 bytes / 64 KiB intervals, plus the first entry.
+        assert_eq!(idx.len(), 16);
+        assert_eq!(idx.seek(Lsn(1)), Some((Lsn(1), 64)));
+        let (lsn, off) = idx.seek(Lsn(500)).unwrap();
+        assert!(lsn <= Lsn(500) && 500 - lsn.0 <= 66);
+        assert_eq!(off, 64 + (lsn.0 - 1) * 1000);
+        assert_eq!(SparseIndex::default().seek(Lsn(3)), None);
+    }
+
+    #[test]
+    fn round_trip_stale_and_damage() {
+        let idx = sample();
+        let f = footer();
+        let bytes = idx.encode(Lsn(1), &f);
+        assert_eq!(SparseIndex::decode(&bytes, Lsn(1), &f), Some(idx));
+        assert_eq!(
+            SparseIndex::decode(&bytes, Lsn(2), &f),
+            None,
+            "other segment"
+        );
+        let mut other = f;
+        other.last_chain = ChainHash([4; 32]);
+        assert_eq!(SparseIndex::decode(&bytes, Lsn(1), &other), None, "stale");
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x20;
+            assert_eq!(SparseIndex::decode(&bad, Lsn(1), &f), None, "flip at {i}");
+        }
+        assert_eq!(SparseIndex::decode(&bytes[..50], Lsn(1), &f), None);
+    }
+
+    #[test]
+    fn truncate_drops_entries_past_the_end() {
+        let mut idx = sample();
+        idx.truncate_to(64 + 200_000);
+        assert!(idx.entries.iter().all(|&(_, o)| o < 64 + 200_000));
+        idx.note(Lsn(2000), 64 + 300_000);
+        assert_eq!(idx.entries.last(), Some(&(Lsn(2000), 64 + 300_000)));
+    }
+}

@@ -1,0 +1,338 @@
+//! The committed state of a log as readers see it (sealed segments plus the
+//! committed prefix of the tail), and the iterator over it. Shared by the
+//! writer ([`Log`](super::Log)) and by [`LogReader`](super::LogReader).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cairn_codec::frame::{self, Frame, HEADER_LEN, MAX_STORED_BODY_BYTES};
+use cairn_codec::segment::{SegmentHeader, SEGMENT_HEADER_LEN};
+use cairn_codec::{Event, Lsn};
+
+use super::segment::{corrupt, Sealed};
+use super::sparse_index::SparseIndex;
+use super::{Durability, Head, LogStats, Record};
+use crate::vfs::VfsFile;
+use crate::{EngineError, Result};
+
+/// Bytes read from the tail segment at a time while iterating: large
+/// enough to amortise the system call, small enough to stay in cache.
+const TAIL_READ_CHUNK_BYTES: usize = 256 * 1024;
+
+/// The open (unsealed) segment, as far as it is committed.
+#[derive(Debug)]
+pub(crate) struct Tail {
+    /// The segment file.
+    pub path: PathBuf,
+    /// An open handle on it.
+    pub file: Arc<dyn VfsFile>,
+    /// Its header.
+    pub header: SegmentHeader,
+    /// Bytes of the file that hold committed records (header included).
+    pub committed_len: u64,
+    /// The last committed record.
+    pub head: Head,
+    /// Sparse index of the committed records.
+    pub index: SparseIndex,
+}
+
+/// Sealed segments and the committed part of the tail.
+#[derive(Debug, Default)]
+pub(crate) struct View {
+    /// Sealed segments in LSN order.
+    pub sealed: Vec<Arc<Sealed>>,
+    /// The tail segment, if there is one.
+    pub tail: Option<Tail>,
+}
+
+impl View {
+    /// The last committed record.
+    pub fn head(&self) -> Head {
+        if let Some(t) = &self.tail {
+            return t.head;
+        }
+        self.sealed.last().map_or_else(Head::default, |s| Head {
+            last_lsn: s.footer.last_lsn,
+            chain: s.footer.last_chain,
+        })
+    }
+
+    /// Records from `from` (clamped to 1) to the current head.
+    pub fn iter_from(&self, from: Lsn) -> LogIter {
+        self.iter_range(from, self.head().last_lsn)
+    }
+
+    /// Records from `from` (clamped to 1) to `end` inclusive (at most the head).
+    pub fn iter_range(&self, from: Lsn, end: Lsn) -> LogIter {
+        let from = from.max(Lsn::FIRST);
+        let end = end.min(self.head().last_lsn);
+        let mut segs = Vec::new();
+        if from <= end {
+            let i = self
+                .sealed
+                .partition_point(|s| s.header.first_lsn <= from)
+                .saturating_sub(1);
+            for s in self.sealed.iter().skip(i) {
+                if s.footer.last_lsn < from || s.footer.record_count == 0 {
+                    continue;
+                }
+                segs.push(SegRef {
+                    path: s.path.clone(),
+                    first: s.header.first_lsn,
+                    index: Some(s.index.clone()).filter(|_| segs.is_empty()),
+                    source: Source::Sealed(s.clone()),
+                    limit: s.frames_end(),
+                });
+            }
+            if let Some(t) = &self.tail {
+                if t.head.last_lsn >= from && t.head.last_lsn >= t.header.first_lsn {
+                    segs.push(SegRef {
+                        path: t.path.clone(),
+                        first: t.header.first_lsn,
+                        index: Some(t.index.clone()).filter(|_| segs.is_empty()),
+                        source: Source::Tail(t.file.clone()),
+                        limit: t.committed_len,
+                    });
+                }
+            }
+        }
+        LogIter {
+            segs: segs.into_iter(),
+            cur: None,
+            next: from,
+            end,
+            failed: false,
+        }
+    }
+
+    /// The record `lsn`.
+    pub fn read(&self, lsn: Lsn) -> Result<Record> {
+        let last = self.head().last_lsn;
+        if lsn == Lsn(0) || lsn > last {
+            return Err(EngineError::LsnOutOfRange { lsn, last });
+        }
+        Self::first_of(self.iter_range(lsn, lsn), lsn)
+    }
+
+    /// The first record of `it`, which should be `lsn`.
+    pub fn first_of(mut it: LogIter, lsn: Lsn) -> Result<Record> {
+        match it.next() {
+            Some(r) => r,
+            None => Err(EngineError::LsnOutOfRange {
+                lsn,
+                last: Lsn(lsn.0.saturating_sub(1)),
+            }),
+        }
+    }
+
+    /// A copy that shares the sealed segments and the tail file handle, so
+    /// long work (verify) does not hold the writer's view lock.
+    pub fn snapshot(&self) -> View {
+        View {
+            sealed: self.sealed.clone(),
+            tail: self.tail.as_ref().map(|t| Tail {
+                path: t.path.clone(),
+                file: t.file.clone(),
+                header: t.header,
+                committed_len: t.committed_len,
+                head: t.head,
+                index: t.index.clone(),
+            }),
+        }
+    }
+
+    /// Counts and sizes.
+    pub fn stats(&self, durability: Durability) -> LogStats {
+        let tail_len = self.tail.as_ref().map_or(0, |t| t.committed_len);
+        LogStats {
+            segments: self.sealed.len() as u64 + u64::from(self.tail.is_some()),
+            sealed_segments: self.sealed.len() as u64,
+            records: self.head().last_lsn.0,
+            bytes: self.sealed.iter().map(|s| s.file_len()).sum::<u64>() + tail_len,
+            durability,
+        }
+    }
+}
+
+/// Where a segment's bytes come from.
+enum Source {
+    Sealed(Arc<Sealed>),
+    Tail(Arc<dyn VfsFile>),
+}
+
+/// One segment to iterate over.
+struct SegRef {
+    path: PathBuf,
+    first: Lsn,
+    /// The sparse index, for the first segment only (to seek to `from`).
+    index: Option<SparseIndex>,
+    source: Source,
+    /// Offset just past the last committed frame.
+    limit: u64,
+}
+
+/// A position in one segment.
+struct Cursor {
+    seg: SegRef,
+    off: u64,
+    expect: Lsn,
+    buf: Vec<u8>,
+    buf_at: u64,
+}
+
+impl Cursor {
+    fn new(mut seg: SegRef, from: Lsn) -> Cursor {
+        let (expect, off) = seg
+            .index
+            .take()
+            .and_then(|i| i.seek(from))
+            .unwrap_or((seg.first, SEGMENT_HEADER_LEN as u64));
+        Cursor {
+            seg,
+            off,
+            expect,
+            buf: Vec::new(),
+            buf_at: 0,
+        }
+    }
+
+    /// `len` bytes at `off` (which the caller checked lie below the limit).
+    fn bytes(&mut self, off: u64, len: usize) -> Result<&[u8]> {
+        match &self.seg.source {
+            Source::Sealed(s) => Ok(&s.data[off as usize..off as usize + len]),
+            Source::Tail(file) => {
+                let have =
+                    off >= self.buf_at && off + len as u64 <= self.buf_at + self.buf.len() as u64;
+                if !have {
+                    let room = (self.seg.limit - off) as usize;
+                    let want = len.max(TAIL_READ_CHUNK_BYTES).min(room).max(len);
+                    self.buf.resize(want, 0);
+                    file.read_exact_at(&mut self.buf, off)
+                        .map_err(|e| EngineError::io("read log segment", &self.seg.path, e))?;
+                    self.buf_at = off;
+                }
+                let start = (off - self.buf_at) as usize;
+                Ok(&self.buf[start..start + len])
+            }
+        }
+    }
+
+    /// Decodes the next frame and hands it to `f`; `None` at the limit.
+    fn next_frame<R>(&mut self, f: impl FnOnce(Frame<'_>) -> Result<R>) -> Option<Result<R>> {
+        let off = self.off;
+        let limit = self.seg.limit;
+        if off >= limit {
+            return None;
+        }
+        let expect = self.expect;
+        let path = self.seg.path.clone();
+        let bad = move |detail: String| corrupt(&path, off, Some(expect), detail);
+        let remain = limit - off;
+        if remain < HEADER_LEN as u64 {
+            return Some(Err(bad(format!(
+                "{remain} bytes at the end of the committed records are not a whole frame"
+            ))));
+        }
+        let header = match self.bytes(off, HEADER_LEN) {
+            Ok(h) => h,
+            Err(e) => return Some(Err(e)),
+        };
+        let body_len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as u64;
+        let total = HEADER_LEN as u64 + body_len;
+        if body_len > MAX_STORED_BODY_BYTES as u64 || total > remain {
+            return Some(Err(bad(format!(
+                "record frame claims {body_len} body bytes, more than the {remain} committed bytes left"
+            ))));
+        }
+        let result = match self.bytes(off, total as usize) {
+            Err(e) => Err(e),
+            Ok(b) => match frame::decode(b) {
+                Err(e) => Err(bad(format!("record frame: {e}"))),
+                Ok(fr) if fr.lsn != expect => Err(bad(format!(
+                    "record has LSN {} where LSN {expect} was expected",
+                    fr.lsn
+                ))),
+                Ok(fr) => f(fr).map_err(|e| match e {
+                    EngineError::Codec(c) => bad(format!("record body: {c}")),
+                    other => other,
+                }),
+            },
+        };
+        self.off += total;
+        self.expect = expect.next();
+        Some(result)
+    }
+}
+
+/// Committed records in LSN order, from [`Log::iter_from`](super::Log::iter_from)
+/// or [`LogReader::iter_from`](super::LogReader::iter_from). Ends at the head
+/// as it was when the iterator was made; stops after the first error.
+pub struct LogIter {
+    segs: std::vec::IntoIter<SegRef>,
+    cur: Option<Cursor>,
+    next: Lsn,
+    end: Lsn,
+    failed: bool,
+}
+
+impl LogIter {
+    fn fail(&mut self, e: EngineError) -> Option<Result<Record>> {
+        self.failed = true;
+        Some(Err(e))
+    }
+}
+
+impl std::fmt::Debug for LogIter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LogIter {{ next: {}, end: {} }}", self.next, self.end)
+    }
+}
+
+impl Iterator for LogIter {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Result<Record>> {
+        loop {
+            if self.failed || self.next > self.end {
+                return None;
+            }
+            let cur = match &mut self.cur {
+                Some(c) => c,
+                None => match self.segs.next() {
+                    Some(seg) => self.cur.insert(Cursor::new(seg, self.next)),
+                    None => {
+                        let e = EngineError::Invalid(format!(
+                            "the log ended before LSN {} (expected records up to {})",
+                            self.next, self.end
+                        ));
+                        return self.fail(e);
+                    }
+                },
+            };
+            let wanted = self.next;
+            let step = cur.next_frame(|fr| {
+                if fr.lsn < wanted {
+                    return Ok(None);
+                }
+                let body = fr.body()?;
+                let event = Event::decode_body(&body)?;
+                Ok(Some(Record {
+                    lsn: fr.lsn,
+                    chain: fr.chain,
+                    event,
+                }))
+            });
+            match step {
+                None => self.cur = None,
+                Some(Ok(None)) => {}
+                Some(Ok(Some(rec))) => {
+                    self.next = rec.lsn.next();
+                    return Some(Ok(rec));
+                }
+                Some(Err(e)) => {
+                    return self.fail(e);
+                }
+            }
+        }
+    }
+}

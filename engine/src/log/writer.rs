@@ -1,0 +1,599 @@
+//! The writer: appends from many threads, segment rolling, group commit,
+//! the durability policy, and poisoning after a failed write or fsync.
+//!
+//! Lock order (never taken the other way round): `w` (writer state) ->
+//! `view` -> `sync`; `head_mx` is only taken with nothing else held.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cairn_codec::frame::{self, RecordKind, FLAG_BATCH_CONT};
+use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
+use cairn_codec::{ChainHash, Event, Lsn};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
+
+use super::options::MAX_SEGMENT_SIZE_BYTES;
+use super::recovery::{self, TailState, TAIL_STATE_FILE};
+use super::scan::finish_frame;
+use super::segment::{self, Sealed};
+use super::sparse_index::SparseIndex;
+use super::view::{LogIter, Tail, View};
+use super::{Durability, Head, LogOptions, LogStats, Record, VerifyReport};
+use crate::vfs::{OpenMode, Vfs, VfsFile};
+use crate::{EngineError, Result};
+
+/// The writer's own state, under the writer lock.
+struct WriterState {
+    path: PathBuf,
+    file: Arc<dyn VfsFile>,
+    header: SegmentHeader,
+    /// Bytes written to the tail segment.
+    end: u64,
+    /// LSN of the next record.
+    next_lsn: Lsn,
+    /// Chain value after the last written record.
+    chain: ChainHash,
+    /// Offset of the last written frame (0 if none in this segment).
+    last_frame_off: u64,
+    index: SparseIndex,
+    poisoned: Option<String>,
+}
+
+impl WriterState {
+    fn records(&self) -> u64 {
+        self.next_lsn.0 - self.header.first_lsn.0
+    }
+    fn mark(&self) -> Mark {
+        Mark {
+            seg_first: self.header.first_lsn,
+            end: self.end,
+            head: Head {
+                last_lsn: Lsn(self.next_lsn.0 - 1),
+                chain: self.chain,
+            },
+        }
+    }
+}
+
+/// How far the tail was written at some moment.
+struct Mark {
+    seg_first: Lsn,
+    end: u64,
+    head: Head,
+}
+
+/// Group-commit state.
+struct SyncState {
+    /// Every record up to here is durable.
+    durable: Lsn,
+    /// A leader is running an fdatasync right now.
+    syncing: bool,
+    poisoned: Option<String>,
+}
+
+struct Inner {
+    vfs: Arc<dyn Vfs>,
+    dir: PathBuf,
+    opts: LogOptions,
+    w: Mutex<WriterState>,
+    view: RwLock<View>,
+    sync: Mutex<SyncState>,
+    sync_cv: Condvar,
+    head_mx: Mutex<()>,
+    head_cv: Condvar,
+    stop: Mutex<bool>,
+    stop_cv: Condvar,
+}
+
+/// The log writer. One per store (the caller holds the store lock); share it
+/// as `Arc<Log>` between threads. See the [module docs](super).
+pub struct Log {
+    inner: Arc<Inner>,
+    flusher: Option<JoinHandle<()>>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("dir", &self.inner.dir)
+            .field("head", &self.head())
+            .finish()
+    }
+}
+
+fn poisoned(cause: &str) -> EngineError {
+    EngineError::Poisoned {
+        cause: cause.to_string(),
+    }
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `dir` (`.cairn/log`) for
+    /// writing and runs recovery: sealed segments are checked by header and
+    /// footer, the tail is scanned (unless a clean close left an exact
+    /// `tail.state`), a torn tail is truncated and fsynced, and damage
+    /// followed by intact records fails with [`EngineError::Corrupt`].
+    /// The caller must hold the store lock.
+    pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, opts: LogOptions) -> Result<Log> {
+        let mut opts = opts;
+        opts.segment_size_bytes = opts.segment_size_bytes.min(MAX_SEGMENT_SIZE_BYTES);
+        if let Durability::Interval { ms: 0 } = opts.durability {
+            return Err(EngineError::Invalid(
+                "durability interval must be at least 1 ms".into(),
+            ));
+        }
+        let (sealed, tail) = recovery::open_for_write(&*vfs, dir)?;
+        let view = recovery::initial_view(sealed, &tail);
+        let head = tail.head;
+        let state = WriterState {
+            path: tail.path,
+            file: tail.file,
+            header: tail.header,
+            end: tail.len,
+            next_lsn: head.last_lsn.next(),
+            chain: head.chain,
+            last_frame_off: tail.last_frame_off,
+            index: tail.index,
+            poisoned: None,
+        };
+        let inner = Arc::new(Inner {
+            vfs,
+            dir: dir.to_path_buf(),
+            opts,
+            w: Mutex::new(state),
+            view: RwLock::new(view),
+            sync: Mutex::new(SyncState {
+                durable: head.last_lsn,
+                syncing: false,
+                poisoned: None,
+            }),
+            sync_cv: Condvar::new(),
+            head_mx: Mutex::new(()),
+            head_cv: Condvar::new(),
+            stop: Mutex::new(false),
+            stop_cv: Condvar::new(),
+        });
+        let flusher = match opts.durability {
+            Durability::Interval { ms } => {
+                let inner = inner.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("cairn-log-flush".into())
+                        .spawn(move || inner.flush_loop(Duration::from_millis(ms)))
+                        .map_err(|e| EngineError::io("spawn log flusher thread", dir, e))?,
+                )
+            }
+            _ => None,
+        };
+        Ok(Log {
+            inner,
+            flusher,
+            closed: false,
+        })
+    }
+
+    /// Appends one event; returns its LSN once it is durable per the policy.
+    pub fn append(&self, event: &Event) -> Result<Lsn> {
+        let body = event.encode_body()?;
+        let mut buf = Vec::with_capacity(body.len() + frame::HEADER_LEN);
+        frame::encode(
+            &mut buf,
+            Lsn(0),
+            RecordKind::Event,
+            0,
+            &body,
+            ChainHash::ZERO,
+        )?;
+        let (first, last) = self.inner.write(&mut buf, &[0])?;
+        self.inner.commit(last)?;
+        Ok(first)
+    }
+
+    /// Appends events atomically (after a crash, all of them or none);
+    /// returns the first and last LSN, or `None` for an empty slice.
+    pub fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>> {
+        if events.is_empty() {
+            return Ok(None);
+        }
+        let mut buf = Vec::new();
+        let mut offs = Vec::with_capacity(events.len());
+        for (i, e) in events.iter().enumerate() {
+            let flags = if i + 1 < events.len() {
+                FLAG_BATCH_CONT
+            } else {
+                0
+            };
+            offs.push(buf.len());
+            let body = e.encode_body()?;
+            frame::encode(
+                &mut buf,
+                Lsn(0),
+                RecordKind::Event,
+                flags,
+                &body,
+                ChainHash::ZERO,
+            )?;
+        }
+        let (first, last) = self.inner.write(&mut buf, &offs)?;
+        self.inner.commit(last)?;
+        Ok(Some((first, last)))
+    }
+
+    /// Makes everything appended so far durable now.
+    pub fn sync(&self) -> Result<()> {
+        let target = {
+            let st = self.inner.w.lock();
+            if let Some(c) = &st.poisoned {
+                return Err(poisoned(c));
+            }
+            Lsn(st.next_lsn.0 - 1)
+        };
+        self.inner.wait_durable(target)
+    }
+
+    /// The last committed record.
+    pub fn head(&self) -> Head {
+        self.inner.view.read().head()
+    }
+
+    /// Committed records from `from` (clamped to 1) to the head as it is now.
+    pub fn iter_from(&self, from: Lsn) -> LogIter {
+        self.inner.view.read().iter_from(from)
+    }
+
+    /// The committed record `lsn`.
+    pub fn read(&self, lsn: Lsn) -> Result<Record> {
+        let it = {
+            let v = self.inner.view.read();
+            let last = v.head().last_lsn;
+            if lsn == Lsn(0) || lsn > last {
+                return Err(EngineError::LsnOutOfRange { lsn, last });
+            }
+            v.iter_range(lsn, lsn)
+        };
+        View::first_of(it, lsn)
+    }
+
+    /// Blocks until the head is past `after` or `timeout` passes; returns the head.
+    pub fn wait_for(&self, after: Lsn, timeout: Duration) -> Head {
+        let deadline = Instant::now() + timeout;
+        let mut g = self.inner.head_mx.lock();
+        loop {
+            let h = self.head();
+            if h.last_lsn > after {
+                return h;
+            }
+            if self.inner.head_cv.wait_until(&mut g, deadline).timed_out() {
+                return self.head();
+            }
+        }
+    }
+
+    /// Checks every committed frame's CRC, the LSN sequence, every footer and
+    /// the hash chain; lists every problem found.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let snap = self.inner.view.read().snapshot();
+        snap.verify()
+    }
+
+    /// Counts and sizes.
+    pub fn stats(&self) -> LogStats {
+        self.inner.view.read().stats(self.inner.opts.durability)
+    }
+
+    /// The options the log was opened with.
+    pub fn options(&self) -> LogOptions {
+        self.inner.opts
+    }
+
+    /// The log directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Syncs, stops the background flusher and leaves a `tail.state` so the
+    /// next open need not scan the tail segment.
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        *self.inner.stop.lock() = true;
+        self.inner.stop_cv.notify_all();
+        if let Some(h) = self.flusher.take() {
+            let _ = h.join();
+        }
+        self.sync()?;
+        let st = self.inner.w.lock();
+        let state = TailState {
+            first_lsn: st.header.first_lsn,
+            valid_len: st.end,
+            last_lsn: Lsn(st.next_lsn.0 - 1),
+            last_frame_off: st.last_frame_off,
+            chain: st.chain,
+            index: st.index.clone(),
+        };
+        let path = self.inner.dir.join(TAIL_STATE_FILE);
+        let f = self
+            .inner
+            .vfs
+            .open(&path, OpenMode::CreateTruncate)
+            .map_err(|e| EngineError::io("create log tail state", &path, e))?;
+        f.write_all_at(&state.encode(), 0)
+            .and_then(|_| f.sync_data())
+            .map_err(|e| EngineError::io("write log tail state", &path, e))?;
+        Ok(())
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl Inner {
+    /// Records a failure that leaves the writer unsure of what is durable.
+    fn poison(&self, cause: String) {
+        {
+            let mut st = self.w.lock();
+            st.poisoned.get_or_insert_with(|| cause.clone());
+        }
+        self.poison_sync(cause);
+    }
+
+    fn poison_sync(&self, cause: String) {
+        self.sync.lock().poisoned.get_or_insert(cause);
+        self.sync_cv.notify_all();
+    }
+
+    /// Writes pre-encoded frames (`offs`: where each starts in `buf`) as one
+    /// write, assigning LSNs and chain values. Returns (first, last) LSN.
+    fn write(&self, buf: &mut [u8], offs: &[usize]) -> Result<(Lsn, Lsn)> {
+        let mut st = self.w.lock();
+        if let Some(c) = &st.poisoned {
+            return Err(poisoned(c));
+        }
+        let total = buf.len() as u64;
+        let footer = SEGMENT_FOOTER_LEN as u64;
+        if st.records() > 0
+            && st.end + total + footer > self.opts.segment_size_bytes.max(SEGMENT_HEADER_LEN as u64)
+        {
+            self.roll(&mut st)?;
+        }
+        if st.end + total + footer > MAX_SEGMENT_SIZE_BYTES {
+            return Err(EngineError::TooLarge {
+                what: format!(
+                    "a batch of {total} bytes does not fit in one segment (at most {MAX_SEGMENT_SIZE_BYTES} bytes)"
+                ),
+            });
+        }
+        let first = st.next_lsn;
+        let mut chain = st.chain;
+        for (i, &o) in offs.iter().enumerate() {
+            let end = offs.get(i + 1).copied().unwrap_or(buf.len());
+            chain = finish_frame(&mut buf[o..end], Lsn(first.0 + i as u64), chain);
+        }
+        let at = st.end;
+        if let Err(e) = st.file.write_all_at(buf, at) {
+            let err = EngineError::io("append to log segment", &st.path, e);
+            let cause = err.to_string();
+            st.poisoned = Some(cause.clone());
+            drop(st);
+            self.poison_sync(cause);
+            return Err(err);
+        }
+        let mut new_entries = Vec::new();
+        for (i, &o) in offs.iter().enumerate() {
+            let lsn = Lsn(first.0 + i as u64);
+            if st.index.note(lsn, at + o as u64) {
+                new_entries.push((lsn, at + o as u64));
+            }
+        }
+        let last = Lsn(first.0 + offs.len() as u64 - 1);
+        st.end = at + total;
+        st.next_lsn = last.next();
+        st.chain = chain;
+        st.last_frame_off = at + offs.last().copied().unwrap_or(0) as u64;
+        let publish_now = !matches!(self.opts.durability, Durability::Always);
+        if publish_now || !new_entries.is_empty() {
+            let mut v = self.view.write();
+            if let Some(t) = &mut v.tail {
+                if t.header.first_lsn == st.header.first_lsn {
+                    for (l, o) in new_entries {
+                        t.index.push(l, o);
+                    }
+                }
+            }
+            if publish_now {
+                Self::apply_mark(&mut v, &st.mark());
+            }
+        }
+        drop(st);
+        if publish_now {
+            self.notify_heads();
+        }
+        Ok((first, last))
+    }
+
+    /// Seals the tail segment (fsync, footer, fsync) and starts a new one.
+    fn roll(&self, st: &mut MutexGuard<'_, WriterState>) -> Result<()> {
+        let footer = SegmentFooter {
+            record_count: st.records(),
+            last_lsn: Lsn(st.next_lsn.0 - 1),
+            last_chain: st.chain,
+            frames_len: (st.end - SEGMENT_HEADER_LEN as u64) as u32,
+        };
+        let path = st.path.clone();
+        let sealed = (|| -> Result<Sealed> {
+            let io = |op, e| EngineError::io(op, &path, e);
+            st.file
+                .sync_data()
+                .map_err(|e| io("fsync log segment", e))?;
+            st.file
+                .write_all_at(&footer.encode(), st.end)
+                .map_err(|e| io("write segment footer", e))?;
+            st.file
+                .sync_data()
+                .map_err(|e| io("fsync log segment", e))?;
+            segment::write_index(&*self.vfs, &path, &st.index, st.header.first_lsn, &footer);
+            let data = self.vfs.map(&path).map_err(|e| io("map log segment", e))?;
+            Ok(Sealed {
+                path: path.clone(),
+                header: st.header,
+                footer,
+                data,
+                index: st.index.clone(),
+            })
+        })();
+        let created = sealed.and_then(|s| {
+            segment::create_segment(&*self.vfs, &self.dir, st.next_lsn, st.chain).map(|n| (s, n))
+        });
+        let (sealed, (npath, nfile)) = match created {
+            Ok(x) => x,
+            Err(e) => {
+                let cause = e.to_string();
+                st.poisoned = Some(cause.clone());
+                self.poison_sync(cause);
+                return Err(e);
+            }
+        };
+        let head = Head {
+            last_lsn: footer.last_lsn,
+            chain: footer.last_chain,
+        };
+        st.path = npath.clone();
+        st.file = nfile.clone();
+        st.header = SegmentHeader {
+            first_lsn: st.next_lsn,
+            prev_chain: st.chain,
+        };
+        st.end = SEGMENT_HEADER_LEN as u64;
+        st.last_frame_off = 0;
+        st.index = SparseIndex::default();
+        {
+            let mut v = self.view.write();
+            v.sealed.push(Arc::new(sealed));
+            v.tail = Some(Tail {
+                path: npath,
+                file: nfile,
+                header: st.header,
+                committed_len: SEGMENT_HEADER_LEN as u64,
+                head,
+                index: SparseIndex::default(),
+            });
+        }
+        {
+            let mut s = self.sync.lock();
+            if s.durable < head.last_lsn {
+                s.durable = head.last_lsn;
+            }
+        }
+        self.notify_heads();
+        Ok(())
+    }
+
+    /// Publishes `mark` to readers if it is newer than what they see.
+    fn apply_mark(v: &mut View, mark: &Mark) {
+        if let Some(t) = &mut v.tail {
+            if t.header.first_lsn == mark.seg_first && mark.head.last_lsn > t.head.last_lsn {
+                t.committed_len = mark.end;
+                t.head = mark.head;
+            }
+        }
+    }
+
+    fn notify_heads(&self) {
+        let _g = self.head_mx.lock();
+        self.head_cv.notify_all();
+    }
+
+    /// After a write: with `Always`, wait until `last` is durable.
+    fn commit(&self, last: Lsn) -> Result<()> {
+        match self.opts.durability {
+            Durability::Always => self.wait_durable(last),
+            _ => Ok(()),
+        }
+    }
+
+    /// Group commit: returns once `lsn` is durable. One thread at a time (the
+    /// leader) runs fdatasync for everything written so far; the others wait
+    /// and are released together when it covers their records.
+    fn wait_durable(&self, lsn: Lsn) -> Result<()> {
+        let mut s = self.sync.lock();
+        loop {
+            if let Some(c) = &s.poisoned {
+                return Err(poisoned(c));
+            }
+            if s.durable >= lsn {
+                return Ok(());
+            }
+            if s.syncing {
+                self.sync_cv.wait(&mut s);
+                continue;
+            }
+            s.syncing = true;
+            let r = MutexGuard::unlocked(&mut s, || self.sync_now());
+            s.syncing = false;
+            self.sync_cv.notify_all();
+            match r {
+                Ok(l) if l > s.durable => s.durable = l,
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// fdatasyncs the tail as written so far and publishes it; returns the
+    /// LSN now durable. A failure poisons the writer (never retried).
+    fn sync_now(&self) -> Result<Lsn> {
+        let (file, path, mark) = {
+            let st = self.w.lock();
+            if let Some(c) = &st.poisoned {
+                return Err(poisoned(c));
+            }
+            (st.file.clone(), st.path.clone(), st.mark())
+        };
+        if let Err(e) = file.sync_data() {
+            let err = EngineError::io("fsync log segment", &path, e);
+            self.poison(err.to_string());
+            return Err(err);
+        }
+        Self::apply_mark(&mut self.view.write(), &mark);
+        self.notify_heads();
+        Ok(mark.head.last_lsn)
+    }
+
+    /// The `Interval` policy's background thread.
+    fn flush_loop(&self, every: Duration) {
+        loop {
+            {
+                let mut stop = self.stop.lock();
+                if *stop {
+                    return;
+                }
+                self.stop_cv.wait_for(&mut stop, every);
+                if *stop {
+                    return;
+                }
+            }
+            let target = {
+                let st = self.w.lock();
+                if st.poisoned.is_some() {
+                    return;
+                }
+                Lsn(st.next_lsn.0 - 1)
+            };
+            if self.wait_durable(target).is_err() {
+                return;
+            }
+        }
+    }
+}
