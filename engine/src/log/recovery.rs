@@ -225,6 +225,7 @@ pub(crate) struct OpenTail {
 pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Sealed>>, OpenTail)> {
     vfs.create_dir_all(dir)
         .map_err(|e| EngineError::io("create log directory", dir, e))?;
+    super::salvage::finish_pending(vfs, dir)?;
     let segs = segment::list_segments(vfs, dir)?;
     let mut sealed: Vec<Arc<Sealed>> = Vec::new();
     let mut expect = Lsn::FIRST;

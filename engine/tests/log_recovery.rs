@@ -1,0 +1,384 @@
+//! Recovery and damage: a tail cut at every byte offset of its last records,
+//! flipped bytes in a sealed segment, corruption followed by good records in
+//! the tail, and salvage.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_codec::{frame, Event, EventKind, Lsn, Timestamp};
+use cairn_engine::log::{salvage, Durability, Log, LogOptions};
+use cairn_engine::{EngineError, RealVfs, Vfs};
+
+fn vfs() -> Arc<dyn Vfs> {
+    Arc::new(RealVfs)
+}
+
+fn ev(i: u64) -> Event {
+    let mut e = Event::new(EventKind::Reply, "s")
+        .with_text(format!("reply {i} {}", "x".repeat((i % 7) as usize * 10)));
+    e.ts = Timestamp(1_700_000_000_000 + i as i64);
+    e
+}
+
+fn opts(seg: u64) -> LogOptions {
+    LogOptions {
+        segment_size_bytes: seg,
+        durability: Durability::Never,
+    }
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+/// Offsets of the frames in a segment file (from byte 64 to `end`).
+fn frame_offsets(bytes: &[u8], end: usize) -> Vec<(usize, usize, Lsn)> {
+    let mut out = Vec::new();
+    let mut off = 64;
+    while off < end {
+        let f = frame::decode(&bytes[off..end]).unwrap();
+        out.push((off, f.len(), f.lsn));
+        off += f.len();
+    }
+    out
+}
+
+fn events(log: &Log) -> Vec<Event> {
+    log.iter_from(Lsn(1)).map(|r| r.unwrap().event).collect()
+}
+
+/// Builds a pristine log whose tail ends with `tail_units` (each a batch size).
+fn build(dir: &Path, units: &[usize]) -> Vec<Vec<Event>> {
+    let log = Log::open(vfs(), dir, opts(1 << 20)).unwrap();
+    let mut n = 0;
+    let mut out = Vec::new();
+    for &u in units {
+        let evs: Vec<Event> = (0..u)
+            .map(|_| {
+                n += 1;
+                ev(n)
+            })
+            .collect();
+        if u == 1 {
+            log.append(&evs[0]).unwrap();
+        } else {
+            log.append_batch(&evs).unwrap();
+        }
+        out.push(evs);
+    }
+    log.close().unwrap();
+    out
+}
+
+fn cut_everywhere(units: &[usize]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let pristine = tmp.path().join("pristine");
+    let groups = build(&pristine, units);
+    std::fs::remove_file(pristine.join("tail.state")).unwrap();
+    let seg = segments(&pristine).pop().unwrap();
+    let name = seg.file_name().unwrap().to_owned();
+    let bytes = std::fs::read(&seg).unwrap();
+    let frames = frame_offsets(&bytes, bytes.len());
+    // Group end offsets, to know which groups are whole at each cut.
+    let mut group_ends = Vec::new();
+    let mut k = 0;
+    for g in &groups {
+        k += g.len();
+        group_ends.push(frames[k - 1].0 + frames[k - 1].1);
+    }
+    let last_two_start =
+        frames[frames.len() - groups[groups.len() - 1].len() - groups[groups.len() - 2].len()].0;
+    for cut in last_two_start..=bytes.len() {
+        let dir = tmp.path().join(format!("cut{cut}"));
+        copy_dir(&pristine, &dir);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(&name))
+            .unwrap();
+        f.set_len(cut as u64).unwrap();
+        drop(f);
+        let whole = group_ends.iter().filter(|&&e| e <= cut).count();
+        let expected: Vec<Event> = groups[..whole].iter().flatten().cloned().collect();
+        {
+            let log = Log::open(vfs(), &dir, opts(1 << 20)).unwrap();
+            assert_eq!(log.head().last_lsn, Lsn(expected.len() as u64), "cut {cut}");
+            assert_eq!(events(&log), expected, "cut {cut}");
+            // Drop without close so no tail.state helps the second open.
+            std::mem::forget(log);
+        }
+        let after_first = std::fs::read(dir.join(&name)).unwrap();
+        assert_eq!(
+            after_first.len(),
+            group_ends.get(whole.wrapping_sub(1)).copied().unwrap_or(64)
+        );
+        let log = Log::open(vfs(), &dir, opts(1 << 20)).unwrap();
+        assert_eq!(
+            std::fs::read(dir.join(&name)).unwrap(),
+            after_first,
+            "second recovery changed nothing"
+        );
+        let lsn = log.append(&ev(999)).unwrap();
+        assert_eq!(lsn, Lsn(expected.len() as u64 + 1));
+        assert!(log.verify().unwrap().problems.is_empty());
+        drop(log);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn cut_tail_at_every_byte_of_last_two_records() {
+    cut_everywhere(&[1, 1, 1, 1]);
+}
+
+#[test]
+fn cut_tail_at_every_byte_of_a_trailing_batch() {
+    cut_everywhere(&[1, 1, 1, 3]);
+}
+
+#[test]
+fn flipped_byte_in_sealed_segment_is_named_by_open_or_verify() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pristine = tmp.path().join("p");
+    {
+        let log = Log::open(vfs(), &pristine, opts(1200)).unwrap();
+        for i in 1..=30 {
+            log.append(&ev(i)).unwrap();
+        }
+        log.close().unwrap();
+    }
+    let seg = segments(&pristine)[1].clone();
+    let name = seg.file_name().unwrap().to_owned();
+    let bytes = std::fs::read(&seg).unwrap();
+    let footer_at = bytes.len() - 64;
+    let frames = frame_offsets(&bytes, footer_at);
+    let mut checked = 0;
+    for at in (0..bytes.len()).step_by(5) {
+        let dir = tmp.path().join(format!("f{at}"));
+        copy_dir(&pristine, &dir);
+        let mut b = bytes.clone();
+        b[at] ^= 0x10;
+        std::fs::write(dir.join(&name), &b).unwrap();
+        let target = dir.join(&name);
+        match Log::open(vfs(), &dir, opts(1200)) {
+            Err(EngineError::Corrupt { path, offset, .. }) => {
+                assert_eq!(path, target, "flip at {at}");
+                assert!(
+                    (at < 64 && offset == 0) || (at >= footer_at && offset == footer_at as u64),
+                    "flip at {at} reported at {offset}"
+                );
+            }
+            Err(e) => panic!("flip at {at}: {e}"),
+            Ok(log) => {
+                assert!(
+                    (64..footer_at).contains(&at),
+                    "flip at {at} not detected at open"
+                );
+                let rep = log.verify().unwrap();
+                let p = rep
+                    .problems
+                    .first()
+                    .unwrap_or_else(|| panic!("flip at {at} not found by verify"));
+                let &(off, _, lsn) = frames.iter().rev().find(|f| f.0 <= at).unwrap();
+                assert_eq!(p.path, target);
+                assert_eq!(p.offset, off as u64, "flip at {at}: {p}");
+                assert_eq!(p.lsn, Some(lsn), "flip at {at}: {p}");
+                assert!(p
+                    .to_string()
+                    .contains(&format!("at byte {off} (LSN {lsn})")));
+                // Reading through the damaged record fails naming the place too.
+                let err = log.iter_from(Lsn(1)).find_map(|r| r.err()).unwrap();
+                assert!(
+                    err.to_string()
+                        .contains(&name.to_string_lossy().to_string()),
+                    "{err}"
+                );
+                checked += 1;
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    assert!(checked > 30);
+}
+
+#[test]
+fn corruption_followed_by_good_records_fails_open_then_salvage_keeps_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let model = build(dir, &[1; 10]).concat();
+    std::fs::remove_file(dir.join("tail.state")).unwrap();
+    let seg = segments(dir).pop().unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let frames = frame_offsets(&bytes, bytes.len());
+    let (off4, _, _) = frames[3];
+    bytes[off4 + 60] ^= 0xFF;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let err = Log::open(vfs(), dir, opts(1 << 20)).unwrap_err();
+    match &err {
+        EngineError::Corrupt {
+            path, offset, lsn, ..
+        } => {
+            assert_eq!(path, &seg);
+            assert_eq!(*offset, off4 as u64);
+            assert_eq!(*lsn, Some(Lsn(4)));
+        }
+        e => panic!("{e}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("00000000000000000001.seg") && msg.contains(&off4.to_string()),
+        "{msg}"
+    );
+    // Nothing was truncated by the failed open.
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes);
+
+    let rep = salvage(vfs(), dir).unwrap();
+    assert_eq!(rep.kept_records, 9);
+    assert_eq!(rep.placeholders, 1);
+    assert_eq!(rep.dropped.len(), 1);
+    assert_eq!(
+        (rep.dropped[0].first, rep.dropped[0].last),
+        (Lsn(4), Lsn(4))
+    );
+    assert!(rep.dropped_bytes > 0);
+    let damaged = rep.damaged_dir.clone().unwrap();
+    assert_eq!(
+        std::fs::read(damaged.join(seg.file_name().unwrap())).unwrap(),
+        bytes,
+        "moved aside, not deleted"
+    );
+
+    let log = Log::open(vfs(), dir, opts(1 << 20)).unwrap();
+    assert_eq!(log.head(), rep.head);
+    let got = events(&log);
+    assert_eq!(got.len(), 10);
+    for (i, e) in got.iter().enumerate() {
+        if i == 3 {
+            assert_eq!(e.kind, EventKind::Custom);
+            assert_eq!(e.session, "cairn");
+        } else {
+            assert_eq!(e, &model[i]);
+        }
+    }
+    assert!(log.verify().unwrap().problems.is_empty());
+    assert_eq!(log.append(&ev(11)).unwrap(), Lsn(11));
+    drop(log);
+    // A second salvage finds nothing to do.
+    let again = salvage(vfs(), dir).unwrap();
+    assert_eq!(again.damaged_dir, None);
+    assert_eq!(again.kept_records, 11);
+}
+
+#[test]
+fn salvage_of_a_sealed_segment_keeps_later_segments_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut model = Vec::new();
+    {
+        let log = Log::open(vfs(), dir, opts(1000)).unwrap();
+        for i in 1..=40 {
+            let e = ev(i);
+            log.append(&e).unwrap();
+            model.push(e);
+        }
+        log.close().unwrap();
+    }
+    let segs = segments(dir);
+    assert!(segs.len() > 3);
+    let seg = segs[1].clone();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let frames = frame_offsets(&bytes, bytes.len() - 64);
+    let (off, _, lost) = frames[1];
+    bytes[off + 3] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    let rep = salvage(vfs(), dir).unwrap();
+    assert_eq!(rep.kept_records, 39, "{rep:?}");
+    assert_eq!(rep.dropped[0].first, lost);
+    let log = Log::open(vfs(), dir, opts(1000)).unwrap();
+    let got = events(&log);
+    assert_eq!(got.len(), 40);
+    for (i, e) in got.iter().enumerate() {
+        if Lsn(i as u64 + 1) != lost {
+            assert_eq!(e, &model[i]);
+        }
+    }
+    let v = log.verify().unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+}
+
+#[test]
+fn garbage_after_the_last_record_is_a_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    build(dir, &[1, 1, 1]);
+    std::fs::remove_file(dir.join("tail.state")).unwrap();
+    let seg = segments(dir).pop().unwrap();
+    let len = std::fs::metadata(&seg).unwrap().len();
+    let mut b = std::fs::read(&seg).unwrap();
+    b.extend_from_slice(&[0u8; 4096]);
+    b.extend_from_slice(&[0xA5; 100]);
+    std::fs::write(&seg, &b).unwrap();
+    let log = Log::open(vfs(), dir, opts(1 << 20)).unwrap();
+    assert_eq!(log.head().last_lsn, Lsn(3));
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), len);
+}
+
+#[test]
+fn stale_tail_state_is_not_trusted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    build(dir, &[1, 1, 1]);
+    let state = std::fs::read(dir.join("tail.state")).unwrap();
+    {
+        let log = Log::open(vfs(), dir, opts(1 << 20)).unwrap();
+        log.append(&ev(4)).unwrap();
+        std::mem::forget(log); // crash: no new tail.state
+    }
+    std::fs::write(dir.join("tail.state"), &state).unwrap();
+    let log = Log::open(vfs(), dir, opts(1 << 20)).unwrap();
+    assert_eq!(log.head().last_lsn, Lsn(4));
+    assert!(log.verify().unwrap().problems.is_empty());
+}
+
+#[test]
+fn missing_or_damaged_sparse_index_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    {
+        let log = Log::open(vfs(), dir, opts(1000)).unwrap();
+        for i in 1..=30 {
+            log.append(&ev(i)).unwrap();
+        }
+        log.close().unwrap();
+    }
+    let idx: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "idx"))
+        .collect();
+    assert!(idx.len() >= 2);
+    std::fs::remove_file(&idx[0]).unwrap();
+    std::fs::write(&idx[1], b"garbage").unwrap();
+    let log = Log::open(vfs(), dir, opts(1000)).unwrap();
+    assert!(idx[0].exists(), "rebuilt and persisted");
+    for i in 1..=30 {
+        assert_eq!(log.read(Lsn(i)).unwrap().event, ev(i));
+    }
+}
