@@ -26,7 +26,6 @@ use super::options::DEFAULT_SEGMENT_SIZE_BYTES;
 use super::recovery::{read_small, scan_tail, TAIL_STATE_FILE};
 use super::scan::{finish_frame, walk, Step};
 use super::segment::{index_path, list_segments, segment_name};
-use super::sparse_index::SparseIndex;
 use super::Head;
 use crate::vfs::{OpenMode, Vfs, VfsFile};
 use crate::{EngineError, Result};
@@ -225,12 +224,20 @@ struct Pending {
     ts: Timestamp,
 }
 
+/// A new segment being written: final name, file, header, end offset.
+struct NewSeg {
+    name: String,
+    file: Arc<dyn VfsFile>,
+    header: SegmentHeader,
+    end: u64,
+}
+
 /// Writes the salvaged records into `*.seg.new` segments.
 struct Rewriter<'a> {
     vfs: &'a dyn Vfs,
     dir: &'a Path,
     /// The open new segment: (final name, file, header, end offset, index).
-    seg: Option<(String, Arc<dyn VfsFile>, SegmentHeader, u64, SparseIndex)>,
+    seg: Option<NewSeg>,
     new_files: Vec<String>,
     next: Lsn,
     chain: ChainHash,
@@ -385,7 +392,7 @@ impl<'a> Rewriter<'a> {
     fn emit(&mut self, mut bytes: Vec<u8>, lsn: Lsn) -> Result<()> {
         debug_assert_eq!(lsn, self.next);
         let full = match &self.seg {
-            Some((_, _, _, end, _)) => {
+            Some(NewSeg { end, .. }) => {
                 *end > SEGMENT_HEADER_LEN as u64
                     && end + (bytes.len() + SEGMENT_FOOTER_LEN) as u64 > DEFAULT_SEGMENT_SIZE_BYTES
             }
@@ -405,20 +412,21 @@ impl<'a> Rewriter<'a> {
             };
             f.write_all_at(&header.encode(), 0)
                 .map_err(io("write salvaged segment", &path))?;
-            self.seg = Some((
+            self.seg = Some(NewSeg {
                 name,
-                f,
+                file: f,
                 header,
-                SEGMENT_HEADER_LEN as u64,
-                SparseIndex::default(),
-            ));
+                end: SEGMENT_HEADER_LEN as u64,
+            });
         }
         self.chain = finish_frame(&mut bytes, lsn, self.chain);
-        if let Some((name, f, _, end, idx)) = &mut self.seg {
+        if let Some(NewSeg {
+            name, file: f, end, ..
+        }) = &mut self.seg
+        {
             let path = self.dir.join(format!("{name}{NEW_SUFFIX}"));
             f.write_all_at(&bytes, *end)
                 .map_err(io("write salvaged segment", &path))?;
-            idx.note(lsn, *end);
             *end += bytes.len() as u64;
         }
         self.next = lsn.next();
@@ -427,7 +435,13 @@ impl<'a> Rewriter<'a> {
 
     /// Seals the open new segment (footer, fsync) if there is one.
     fn seal(&mut self) -> Result<()> {
-        if let Some((name, f, header, end, idx)) = self.seg.take() {
+        if let Some(NewSeg {
+            name,
+            file: f,
+            header,
+            end,
+        }) = self.seg.take()
+        {
             let footer = SegmentFooter {
                 record_count: self.next.0 - header.first_lsn.0,
                 last_lsn: Lsn(self.next.0 - 1),
@@ -439,7 +453,6 @@ impl<'a> Rewriter<'a> {
                 .and_then(|_| f.sync_data())
                 .map_err(io("write salvaged segment", &path))?;
             // The sparse index is rebuilt (and persisted) by the next open.
-            let _ = idx;
             self.new_files.push(name);
         }
         Ok(())
@@ -458,7 +471,7 @@ impl<'a> Rewriter<'a> {
             );
         }
         match self.seg.take() {
-            Some((name, f, _, _, _)) => {
+            Some(NewSeg { name, file: f, .. }) => {
                 let path = self.dir.join(format!("{name}{NEW_SUFFIX}"));
                 f.sync_data().map_err(io("fsync salvaged segment", &path))?;
                 self.new_files.push(name);

@@ -1,0 +1,316 @@
+//! Many appending threads (group commit), poisoning after a failed fsync or
+//! write, and the read-only LogReader beside a writer.
+#![allow(clippy::unwrap_used)]
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_codec::{frame, Event, EventKind, Lsn, Timestamp};
+use cairn_engine::log::{Durability, Log, LogOptions, LogReader};
+use cairn_engine::vfs::{LockGuard, Mapped, OpenMode};
+use cairn_engine::{EngineError, RealVfs, Vfs, VfsFile};
+
+/// A real file system that counts fsyncs, can slow them down, and can be
+/// told to fail them or writes.
+#[derive(Debug, Default)]
+struct Faulty {
+    fail_sync: AtomicBool,
+    fail_write: AtomicBool,
+    slow_sync: AtomicBool,
+    syncs: AtomicU64,
+}
+
+#[derive(Debug)]
+struct FaultyFile {
+    inner: Arc<dyn VfsFile>,
+    f: Arc<Faulty>,
+}
+
+impl VfsFile for FaultyFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.f.fail_write.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected write failure"));
+        }
+        self.inner.write_all_at(buf, offset)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.f.syncs.fetch_add(1, Ordering::SeqCst);
+        if self.f.fail_sync.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected fsync failure"));
+        }
+        if self.f.slow_sync.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.inner.sync_data()
+    }
+}
+
+#[derive(Debug)]
+struct FaultyVfs(Arc<Faulty>);
+
+impl Vfs for FaultyVfs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>> {
+        Ok(Arc::new(FaultyFile {
+            inner: RealVfs.open(path, mode)?,
+            f: self.0.clone(),
+        }))
+    }
+    fn map(&self, path: &Path) -> io::Result<Mapped> {
+        RealVfs.map(path)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        RealVfs.list(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        RealVfs.create_dir_all(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealVfs.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        RealVfs.remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        RealVfs.sync_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        RealVfs.exists(path)
+    }
+    fn lock_exclusive(&self, path: &Path) -> io::Result<LockGuard> {
+        RealVfs.lock_exclusive(path)
+    }
+}
+
+fn ev(i: u64) -> Event {
+    let mut e =
+        Event::new(EventKind::ToolCall, format!("t{}", i % 16)).with_text(format!("call {i}"));
+    e.ts = Timestamp(1_700_000_000_000 + i as i64);
+    e
+}
+
+fn opts(seg: u64, durability: Durability) -> LogOptions {
+    LogOptions {
+        segment_size_bytes: seg,
+        durability,
+    }
+}
+
+#[test]
+fn many_threads_always_dense_lsns_and_shared_fsyncs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = Arc::new(Faulty::default());
+    faulty.slow_sync.store(true, Ordering::SeqCst);
+    let vfs: Arc<dyn Vfs> = Arc::new(FaultyVfs(faulty.clone()));
+    let log =
+        Arc::new(Log::open(vfs.clone(), tmp.path(), opts(8 * 1024, Durability::Always)).unwrap());
+    const THREADS: u64 = 16;
+    const PER: u64 = 40;
+    let before = faulty.syncs.load(Ordering::SeqCst);
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                for i in 0..PER {
+                    let n = t * 1000 + i;
+                    if i % 10 == 9 {
+                        let (a, b) = log.append_batch(&[ev(n), ev(n + 500)]).unwrap().unwrap();
+                        assert_eq!(b.0, a.0 + 1);
+                        mine.push((a, n));
+                        mine.push((b, n + 500));
+                    } else {
+                        let lsn = log.append(&ev(n)).unwrap();
+                        // Durable and visible as soon as append returns.
+                        assert!(log.head().last_lsn >= lsn);
+                        mine.push((lsn, n));
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut all: Vec<(Lsn, u64)> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let syncs = faulty.syncs.load(Ordering::SeqCst) - before;
+    all.sort();
+    let total = THREADS * (PER + PER / 10);
+    assert_eq!(all.len() as u64, total);
+    for (i, (lsn, _)) in all.iter().enumerate() {
+        assert_eq!(*lsn, Lsn(i as u64 + 1), "LSNs are dense");
+    }
+    let appends = THREADS * PER;
+    assert!(
+        syncs < appends / 2,
+        "group commit shared fsyncs: {syncs} fsyncs for {appends} appends"
+    );
+    for (lsn, n) in &all {
+        assert_eq!(log.read(*lsn).unwrap().event, ev(*n));
+    }
+    assert!(log.stats().sealed_segments > 0);
+    assert!(log.verify().unwrap().problems.is_empty());
+    drop(log);
+    let log = Log::open(vfs, tmp.path(), LogOptions::default()).unwrap();
+    assert_eq!(log.head().last_lsn, Lsn(total));
+}
+
+#[test]
+fn failed_fsync_poisons_the_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = Arc::new(Faulty::default());
+    let vfs: Arc<dyn Vfs> = Arc::new(FaultyVfs(faulty.clone()));
+    let log = Log::open(vfs, tmp.path(), opts(1 << 20, Durability::Always)).unwrap();
+    assert_eq!(log.append(&ev(1)).unwrap(), Lsn(1));
+    faulty.fail_sync.store(true, Ordering::SeqCst);
+    let err = log.append(&ev(2)).unwrap_err();
+    assert!(matches!(err, EngineError::Io { .. }), "{err}");
+    assert!(err.to_string().contains("injected fsync failure"));
+    faulty.fail_sync.store(false, Ordering::SeqCst);
+    for _ in 0..3 {
+        let err = log.append(&ev(3)).unwrap_err();
+        assert!(matches!(err, EngineError::Poisoned { .. }), "{err}");
+        assert!(err.to_string().contains("injected fsync failure"), "{err}");
+    }
+    assert!(matches!(
+        log.append_batch(&[ev(4)]),
+        Err(EngineError::Poisoned { .. })
+    ));
+    assert!(matches!(log.sync(), Err(EngineError::Poisoned { .. })));
+    // The unacknowledged record is not shown to readers as committed.
+    assert_eq!(log.head().last_lsn, Lsn(1));
+    assert!(log.close().is_err());
+    let log = Log::open(Arc::new(RealVfs), tmp.path(), LogOptions::default()).unwrap();
+    assert!(log.head().last_lsn >= Lsn(1));
+    assert_eq!(log.read(Lsn(1)).unwrap().event, ev(1));
+}
+
+#[test]
+fn failed_write_poisons_the_writer_in_every_policy() {
+    for d in [
+        Durability::Never,
+        Durability::Interval { ms: 1000 },
+        Durability::Always,
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let faulty = Arc::new(Faulty::default());
+        let vfs: Arc<dyn Vfs> = Arc::new(FaultyVfs(faulty.clone()));
+        let log = Log::open(vfs, tmp.path(), opts(1 << 20, d)).unwrap();
+        log.append(&ev(1)).unwrap();
+        faulty.fail_write.store(true, Ordering::SeqCst);
+        assert!(matches!(log.append(&ev(2)), Err(EngineError::Io { .. })));
+        faulty.fail_write.store(false, Ordering::SeqCst);
+        assert!(
+            matches!(log.append(&ev(3)), Err(EngineError::Poisoned { .. })),
+            "{d}"
+        );
+    }
+}
+
+#[test]
+fn reader_follows_the_writer_and_rolls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let log = Log::open(Arc::new(RealVfs), dir, opts(1500, Durability::Never)).unwrap();
+    for i in 1..=5 {
+        log.append(&ev(i)).unwrap();
+    }
+    let mut r = LogReader::open(Arc::new(RealVfs), dir).unwrap();
+    assert_eq!(r.head(), log.head());
+    for i in 6..=40 {
+        log.append(&ev(i)).unwrap();
+    }
+    log.append_batch(&[ev(41), ev(42), ev(43)]).unwrap();
+    assert_eq!(r.head().last_lsn, Lsn(5), "nothing new until refresh");
+    assert_eq!(r.refresh().unwrap(), log.head());
+    let got: Vec<Event> = r.iter_from(Lsn(1)).map(|x| x.unwrap().event).collect();
+    assert_eq!(got, (1..=43).map(ev).collect::<Vec<_>>());
+    assert_eq!(r.read(Lsn(20)).unwrap().event, ev(20));
+    assert!(r.stats().sealed_segments > 0);
+    let v = r.verify().unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+    assert_eq!(v.head, log.head());
+    // Refresh with nothing new changes nothing.
+    assert_eq!(r.refresh().unwrap(), log.head());
+}
+
+#[test]
+fn reader_never_sees_part_of_a_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    {
+        let log = Log::open(Arc::new(RealVfs), &src, opts(1 << 20, Durability::Never)).unwrap();
+        for i in 1..=3 {
+            log.append(&ev(i)).unwrap();
+        }
+        log.append_batch(&[ev(4), ev(5), ev(6)]).unwrap();
+        log.close().unwrap();
+    }
+    let name = "00000000000000000001.seg";
+    let full = std::fs::read(src.join(name)).unwrap();
+    // Where the batch starts: after the third frame.
+    let mut off = 64;
+    for _ in 0..3 {
+        off += frame::decode(&full[off..]).unwrap().len();
+    }
+    let dst = tmp.path().join("dst");
+    std::fs::create_dir_all(&dst).unwrap();
+    std::fs::write(dst.join(name), &full[..off]).unwrap();
+    let mut r = LogReader::open(Arc::new(RealVfs), &dst).unwrap();
+    assert_eq!(r.head().last_lsn, Lsn(3));
+    // The writer's bytes arrive a few at a time: the batch appears only whole.
+    for cut in (off..=full.len()).step_by(7).chain([full.len()]) {
+        std::fs::write(dst.join(name), &full[..cut]).unwrap();
+        let h = r.refresh().unwrap();
+        let expect = if cut == full.len() { 6 } else { 3 };
+        assert_eq!(h.last_lsn, Lsn(expect), "cut {cut}");
+        assert_eq!(r.iter_from(Lsn(1)).count() as u64, expect);
+    }
+}
+
+#[test]
+fn reader_of_a_live_writer_with_concurrent_appends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let log = Arc::new(Log::open(Arc::new(RealVfs), &dir, opts(4096, Durability::Never)).unwrap());
+    let w = log.clone();
+    let writer = std::thread::spawn(move || {
+        for i in 1..=300u64 {
+            if i % 3 == 0 {
+                w.append_batch(&[ev(i * 10), ev(i * 10 + 1)]).unwrap();
+            } else {
+                w.append(&ev(i * 10)).unwrap();
+            }
+        }
+    });
+    let mut r = LogReader::open(Arc::new(RealVfs), &dir).unwrap();
+    let mut seen = 0u64;
+    loop {
+        let h = r.refresh().unwrap();
+        let mut n = seen;
+        for rec in r.iter_from(Lsn(seen + 1)) {
+            let rec = rec.unwrap();
+            n += 1;
+            assert_eq!(rec.lsn, Lsn(n));
+        }
+        assert_eq!(Lsn(n), h.last_lsn);
+        seen = n;
+        if writer.is_finished() && seen == log.head().last_lsn.0 {
+            break;
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(seen, 400);
+}
