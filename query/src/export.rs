@@ -1,0 +1,659 @@
+//! Export: a projection of the log to JSONL, in cairn's canonical schema or
+//! one of the two reference shapes of FORMATS.md (`cortexide`, `comma`),
+//! with filters and a follow mode (like `tail -f`).
+//!
+//! # Canonical (`jsonl`)
+//! One [`JsonRecord`] per record; every kind has a projection. The schema is
+//! `docs/schema/cairn-event.schema.json`.
+//!
+//! # `cortexide`
+//! `ts` (epoch ms), `user`, `action`, `files`, `diffStats`, `model`,
+//! `latencyMs`, `ok`, `meta`. Actions by kind: `prompt`, `reply`,
+//! `diff_preview`, `apply`, `undo`, `rollback` map to themselves;
+//! `checkpoint.create` -> `snapshot:create`, `checkpoint.discard` ->
+//! `snapshot:discard`, `rollback` -> `snapshot:restore` when its meta says
+//! `"cortexideAction": "snapshot:restore"` (that key is not written out),
+//! `git.stash` -> `git:stash`, `git.stash_restore` -> `git:stash:restore`.
+//! The `file.*` kinds have no action of their own: they are projected to
+//! `apply` (a change applied to the workspace) with `files` = their paths.
+//! `tool_call` and `custom` have no counterpart at all and are **skipped**,
+//! counted in [`ExportStats::skipped`]. cairn fields the shape has no place
+//! for (session when not `default`, run, phase, agent, tool, text,
+//! error_kind, path, to_path, and the kind when the action is lossy) go into
+//! `meta.cairn`, only when there is at least one. `files` is the event's
+//! `files`, or its `path`/`to_path` when `files` is empty.
+//!
+//! # `comma`
+//! Only the `file.*` kinds exist in that shape; every other kind is
+//! **skipped** and counted. `toolName`/`operation` come from the kind
+//! (`file.create` -> `create_file`/`create`, `file.write` -> `write_file`/
+//! `write`, `file.edit` -> `edit_file`/`edit`, `file.delete` ->
+//! `delete_file`/`delete`, `file.move` -> `move_file`/`move`, `file.patch` ->
+//! `apply_patch`/`patch`); an event whose `tool` is one of those six names
+//! keeps it. `beforeSha256`/`afterSha256` are sha256 of the blob contents
+//! (or the values an import kept in meta), omitted for creates and deletes
+//! respectively; `diff` is the text of the `diff` blob truncated at
+//! [`MAX_INLINE_DIFF_BYTES`] with [`TRUNCATION_MARKER`]; `agentName` is
+//! `unknown` when the event names no agent; `errorKind` only when `ok` is
+//! false.
+//!
+//! Import (see [`crate::import`]) keeps whatever the event model has no field
+//! for in meta under the keys above (and `_cortexide` hints), so that import
+//! then export in the same shape gives the same JSON values, line for line.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Write;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use cairn_codec::json::JsonRecord;
+use cairn_codec::{BlobHash, Event, EventKind, Lsn, Timestamp};
+
+use crate::error::{QueryError, Result};
+use crate::filter::Filter;
+use crate::source::{BlobSource, Record, RecordSource};
+
+/// Inline diffs (the `comma` shape's `diff`) are cut at 64 KiB, as the
+/// reference shape specifies, so one huge patch cannot bloat an audit line.
+pub const MAX_INLINE_DIFF_BYTES: usize = 64 * 1024;
+
+/// Appended to an inline diff that was cut at [`MAX_INLINE_DIFF_BYTES`].
+pub const TRUNCATION_MARKER: &str = "…(truncated)";
+
+/// Export output is buffered and written in chunks of this size: large
+/// enough that a write syscall per chunk costs nothing, small enough to stay
+/// out of the way of memory.
+pub const OUTPUT_CHUNK_BYTES: usize = 1 << 20;
+
+/// How long one wait of [`follow`] blocks before it checks the stop flag:
+/// the worst-case delay between asking a follower to stop and it stopping.
+pub const FOLLOW_WAIT: Duration = Duration::from_millis(200);
+
+/// Meta key (on `rollback` events) that makes the cortexide projection write
+/// `snapshot:restore` instead of `rollback`.
+pub const META_CORTEXIDE_ACTION: &str = "cortexideAction";
+/// Meta key holding cortexide fields an import could not map to event
+/// fields exactly; export writes them back verbatim.
+pub const META_CORTEXIDE_HINTS: &str = "_cortexide";
+/// Meta key under which the cortexide projection puts cairn-only fields.
+pub const META_CAIRN: &str = "cairn";
+/// Meta keys holding the comma shape's sha256 values and original timestamp text.
+pub const META_BEFORE_SHA256: &str = "beforeSha256";
+/// See [`META_BEFORE_SHA256`].
+pub const META_AFTER_SHA256: &str = "afterSha256";
+/// See [`META_BEFORE_SHA256`].
+pub const META_COMMA_TIMESTAMP: &str = "commaTimestamp";
+
+/// An export format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// cairn's canonical JSONL (the default).
+    Jsonl,
+    /// The `cortexide` IDE audit shape.
+    Cortexide,
+    /// The `comma` file-tool audit shape.
+    Comma,
+}
+
+impl Format {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Jsonl => "jsonl",
+            Format::Cortexide => "cortexide",
+            Format::Comma => "comma",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Format {
+    type Err = QueryError;
+    fn from_str(s: &str) -> Result<Format> {
+        match s {
+            "jsonl" => Ok(Format::Jsonl),
+            "cortexide" => Ok(Format::Cortexide),
+            "comma" => Ok(Format::Comma),
+            _ => Err(QueryError::Invalid(format!(
+                "unknown format `{s}` (known: jsonl, cortexide, comma)"
+            ))),
+        }
+    }
+}
+
+/// What an export wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExportStats {
+    /// Lines written.
+    pub written: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Records that matched the filter but have no projection in the
+    /// chosen reference shape, by kind.
+    pub skipped: BTreeMap<EventKind, u64>,
+    /// The last LSN looked at (0 if none).
+    pub last_lsn: Lsn,
+}
+
+/// The cortexide action for `kind`, or `None` when the shape has none.
+pub fn cortexide_action(kind: EventKind) -> Option<&'static str> {
+    Some(match kind {
+        EventKind::Prompt => "prompt",
+        EventKind::Reply => "reply",
+        EventKind::DiffPreview => "diff_preview",
+        EventKind::Apply => "apply",
+        EventKind::Undo => "undo",
+        EventKind::Rollback => "rollback",
+        EventKind::CheckpointCreate => "snapshot:create",
+        EventKind::CheckpointDiscard => "snapshot:discard",
+        EventKind::GitStash => "git:stash",
+        EventKind::GitStashRestore => "git:stash:restore",
+        k if k.is_file_op() => "apply",
+        _ => return None,
+    })
+}
+
+/// The comma `(toolName, operation)` for a `file.*` kind.
+pub fn comma_tool(kind: EventKind) -> Option<(&'static str, &'static str)> {
+    Some(match kind {
+        EventKind::FileCreate => ("create_file", "create"),
+        EventKind::FileWrite => ("write_file", "write"),
+        EventKind::FileEdit => ("edit_file", "edit"),
+        EventKind::FileDelete => ("delete_file", "delete"),
+        EventKind::FileMove => ("move_file", "move"),
+        EventKind::FilePatch => ("apply_patch", "patch"),
+        _ => return None,
+    })
+}
+
+/// The six comma tool names.
+pub const COMMA_TOOLS: [&str; 6] = [
+    "create_file",
+    "write_file",
+    "edit_file",
+    "delete_file",
+    "move_file",
+    "apply_patch",
+];
+
+/// Cuts `text` at [`MAX_INLINE_DIFF_BYTES`] (on a character boundary) and
+/// appends [`TRUNCATION_MARKER`]; shorter text is returned unchanged.
+/// Idempotent: truncating an already truncated diff changes nothing.
+pub fn truncate_diff(text: &str) -> String {
+    if text.len() <= MAX_INLINE_DIFF_BYTES {
+        return text.to_string();
+    }
+    let mut cut = MAX_INLINE_DIFF_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut out = String::with_capacity(cut + TRUNCATION_MARKER.len());
+    out.push_str(&text[..cut]);
+    out.push_str(TRUNCATION_MARKER);
+    out
+}
+
+/// The lower-case hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    let mut s = String::with_capacity(64);
+    for b in d {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+fn meta_str<'a>(e: &'a Event, key: &str) -> Option<&'a str> {
+    e.meta
+        .as_ref()
+        .and_then(|m| m.0.get(key))
+        .and_then(Value::as_str)
+}
+
+/// The cortexide projection of `e`, or `None` for kinds it has no action for.
+pub fn to_cortexide(e: &Event) -> Option<Value> {
+    let mut action = cortexide_action(e.kind)?;
+    if e.kind == EventKind::Rollback
+        && meta_str(e, META_CORTEXIDE_ACTION) == Some("snapshot:restore")
+    {
+        action = "snapshot:restore";
+    }
+    let mut o = Map::new();
+    o.insert("ts".into(), json!(e.ts.millis()));
+    if let Some(u) = &e.user {
+        o.insert("user".into(), json!(u));
+    }
+    o.insert("action".into(), json!(action));
+    let files: Vec<&str> = if e.files.is_empty() {
+        e.path
+            .iter()
+            .chain(e.to_path.iter())
+            .map(String::as_str)
+            .collect()
+    } else {
+        e.files.iter().map(String::as_str).collect()
+    };
+    if !files.is_empty() {
+        o.insert("files".into(), json!(files));
+    }
+    if let Some(d) = e.diff_stats {
+        o.insert(
+            "diffStats".into(),
+            json!({"linesAdded": d.lines_added, "linesRemoved": d.lines_removed, "hunks": d.hunks}),
+        );
+    }
+    if let Some(m) = &e.model {
+        o.insert("model".into(), json!(m));
+    }
+    if let Some(l) = e.latency_ms {
+        o.insert("latencyMs".into(), json!(l));
+    }
+    o.insert("ok".into(), json!(e.ok));
+
+    // cairn-only fields, so nothing is lost on the way to a dashboard.
+    let mut extra = Map::new();
+    if e.session != cairn_codec::event::DEFAULT_SESSION {
+        extra.insert("session".into(), json!(e.session));
+    }
+    for (k, v) in [
+        ("run", &e.run),
+        ("phase", &e.phase),
+        ("agent", &e.agent),
+        ("tool", &e.tool),
+        ("text", &e.text),
+        ("error_kind", &e.error_kind),
+    ] {
+        if let Some(v) = v {
+            extra.insert(k.into(), json!(v));
+        }
+    }
+    if !e.files.is_empty() {
+        for (k, v) in [("path", &e.path), ("to_path", &e.to_path)] {
+            if let Some(v) = v {
+                extra.insert(k.into(), json!(v));
+            }
+        }
+    }
+    if e.kind.is_file_op() {
+        extra.insert("kind".into(), json!(e.kind.name()));
+    }
+
+    let hints = e
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get(META_CORTEXIDE_HINTS))
+        .and_then(Value::as_object);
+    let mut meta = e.meta.as_ref().map(|m| {
+        let mut m = m.0.clone();
+        m.remove(META_CORTEXIDE_HINTS);
+        if e.kind == EventKind::Rollback {
+            m.remove(META_CORTEXIDE_ACTION);
+        }
+        m
+    });
+    if !extra.is_empty() {
+        meta.get_or_insert_with(Map::new)
+            .insert(META_CAIRN.into(), Value::Object(extra));
+    }
+    let no_meta = hints.and_then(|h| h.get("meta")) == Some(&Value::Bool(false));
+    if let Some(m) = meta {
+        if !(no_meta && m.is_empty()) {
+            o.insert("meta".into(), Value::Object(m));
+        }
+    }
+    if let Some(h) = hints {
+        for (k, v) in h {
+            if k != "meta" {
+                o.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Some(Value::Object(o))
+}
+
+/// The comma projection of `e`, or `None` for kinds other than `file.*`.
+/// Reads the `before`, `after` and `diff` blobs it needs from `blobs`.
+pub fn to_comma(e: &Event, blobs: &dyn BlobSource) -> Result<Option<Value>> {
+    let Some((default_tool, op)) = comma_tool(e.kind) else {
+        return Ok(None);
+    };
+    let mut o = Map::new();
+    let ts = match meta_str(e, META_COMMA_TIMESTAMP) {
+        Some(t) if Timestamp::parse(t).ok() == Some(e.ts) => t.to_string(),
+        _ => e.ts.to_iso(),
+    };
+    o.insert("timestamp".into(), json!(ts));
+    o.insert("sessionId".into(), json!(e.session));
+    o.insert(
+        "agentName".into(),
+        json!(e.agent.as_deref().unwrap_or("unknown")),
+    );
+    let tool = match e.tool.as_deref() {
+        Some(t) if COMMA_TOOLS.contains(&t) => t,
+        _ => default_tool,
+    };
+    o.insert("toolName".into(), json!(tool));
+    o.insert("operation".into(), json!(op));
+    o.insert("path".into(), json!(e.path.as_deref().unwrap_or("")));
+    if let Some(t) = &e.to_path {
+        o.insert("toPath".into(), json!(t));
+    }
+    let sha = |key: &str, hash: Option<BlobHash>, omit: bool| -> Result<Option<String>> {
+        if let Some(s) = meta_str(e, key) {
+            return Ok(Some(s.to_string()));
+        }
+        match hash {
+            Some(h) if !omit => Ok(Some(sha256_hex(&blobs.get(&h)?))),
+            _ => Ok(None),
+        }
+    };
+    if let Some(s) = sha(
+        META_BEFORE_SHA256,
+        e.before,
+        e.kind == EventKind::FileCreate,
+    )? {
+        o.insert("beforeSha256".into(), json!(s));
+    }
+    if let Some(s) = sha(META_AFTER_SHA256, e.after, e.kind == EventKind::FileDelete)? {
+        o.insert("afterSha256".into(), json!(s));
+    }
+    if let Some(d) = e.diff {
+        let bytes = blobs.get(&d)?;
+        o.insert(
+            "diff".into(),
+            json!(truncate_diff(&String::from_utf8_lossy(&bytes))),
+        );
+    }
+    o.insert("ok".into(), json!(e.ok));
+    if !e.ok {
+        if let Some(k) = &e.error_kind {
+            o.insert("errorKind".into(), json!(k));
+        }
+    }
+    Ok(Some(Value::Object(o)))
+}
+
+/// Writes records in a format, buffering output. Used by [`export`],
+/// [`follow`] and the query layer's indexed export.
+pub struct Exporter<'a> {
+    blobs: &'a dyn BlobSource,
+    format: Format,
+    out: &'a mut dyn Write,
+    buf: Vec<u8>,
+    stats: ExportStats,
+}
+
+impl<'a> Exporter<'a> {
+    /// An exporter writing `format` to `out`, reading blobs from `blobs`.
+    pub fn new(blobs: &'a dyn BlobSource, format: Format, out: &'a mut dyn Write) -> Exporter<'a> {
+        Exporter {
+            blobs,
+            format,
+            out,
+            buf: Vec::with_capacity(OUTPUT_CHUNK_BYTES + 64 * 1024),
+            stats: ExportStats::default(),
+        }
+    }
+
+    /// Projects one record (or counts it as skipped).
+    pub fn write(&mut self, r: &Record) -> Result<()> {
+        self.stats.last_lsn = r.lsn;
+        let before = self.buf.len();
+        let value = match self.format {
+            Format::Jsonl => {
+                JsonRecord::new(r.lsn, r.chain, &r.event).write_line(&mut self.buf);
+                None
+            }
+            Format::Cortexide => Some(to_cortexide(&r.event)),
+            Format::Comma => Some(to_comma(&r.event, self.blobs)?),
+        };
+        match value {
+            Some(None) => {
+                *self.stats.skipped.entry(r.event.kind).or_default() += 1;
+                return Ok(());
+            }
+            Some(Some(v)) => {
+                serde_json::to_writer(&mut self.buf, &v)
+                    .map_err(|e| QueryError::Output(std::io::Error::other(e)))?;
+                self.buf.push(b'\n');
+            }
+            None => {}
+        }
+        self.stats.written += 1;
+        self.stats.bytes += (self.buf.len() - before) as u64;
+        if self.buf.len() >= OUTPUT_CHUNK_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes out what is buffered and flushes the output.
+    pub fn flush(&mut self) -> Result<()> {
+        self.out.write_all(&self.buf).map_err(QueryError::Output)?;
+        self.buf.clear();
+        self.out.flush().map_err(QueryError::Output)
+    }
+
+    /// Lines written so far (including buffered ones).
+    pub fn written(&self) -> u64 {
+        self.stats.written
+    }
+
+    /// Flushes and returns the statistics.
+    pub fn finish(mut self) -> Result<ExportStats> {
+        self.flush()?;
+        Ok(self.stats)
+    }
+}
+
+/// Exports every record of `src` that `filter` selects, by a scan of the
+/// log (the query layer's [`crate::Query::export`] uses indexes instead).
+pub fn export(
+    src: &dyn RecordSource,
+    blobs: &dyn BlobSource,
+    filter: &Filter,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<ExportStats> {
+    let mut ex = Exporter::new(blobs, format, out);
+    let limit = filter.limit.unwrap_or(usize::MAX) as u64;
+    if filter.newest_first {
+        let mut picked = Vec::new();
+        for r in src.iter_from(Lsn::FIRST) {
+            let r = r?;
+            if filter.matches(&r) {
+                picked.push(r);
+            }
+        }
+        for r in picked.iter().rev() {
+            if ex.written() >= limit {
+                break;
+            }
+            ex.write(r)?;
+        }
+    } else {
+        for r in src.iter_from(Lsn::FIRST) {
+            if ex.written() >= limit {
+                break;
+            }
+            let r = r?;
+            if filter.matches(&r) {
+                ex.write(&r)?;
+            }
+        }
+    }
+    ex.finish()
+}
+
+/// Calls `each` with every record from `from` on as it is committed,
+/// waiting for new ones, until `stop()` is true or `each` returns false.
+/// This is the subscription API: an embedder learns of a rollback the
+/// moment it is committed. Returns the last LSN delivered (or `from - 1`).
+pub fn subscribe(
+    src: &dyn RecordSource,
+    from: Lsn,
+    stop: &dyn Fn() -> bool,
+    each: &mut dyn FnMut(&Record) -> Result<bool>,
+) -> Result<Lsn> {
+    let mut next = Lsn(from.0.max(1));
+    loop {
+        let head = src.head()?;
+        if head.last_lsn >= next {
+            for r in src.iter_from(next) {
+                let r = r?;
+                if r.lsn > head.last_lsn {
+                    break;
+                }
+                next = r.lsn.next();
+                if !each(&r)? {
+                    return Ok(r.lsn);
+                }
+            }
+        }
+        if stop() {
+            return Ok(Lsn(next.0 - 1));
+        }
+        src.wait_for(Lsn(next.0 - 1), FOLLOW_WAIT)?;
+    }
+}
+
+/// Like `tail -f`: exports the records `filter` selects from `from` on, then
+/// keeps exporting new ones as they are committed, flushing after each batch,
+/// until `stop()` returns true (checked at least every [`FOLLOW_WAIT`]) or
+/// the filter's limit is reached. `newest_first` makes no sense here and is
+/// ignored.
+pub fn follow(
+    src: &dyn RecordSource,
+    blobs: &dyn BlobSource,
+    filter: &Filter,
+    format: Format,
+    from: Lsn,
+    out: &mut dyn Write,
+    stop: &dyn Fn() -> bool,
+) -> Result<ExportStats> {
+    let mut ex = Exporter::new(blobs, format, out);
+    let limit = filter.limit.unwrap_or(usize::MAX) as u64;
+    let mut pending = false;
+    subscribe(src, from, stop, &mut |r| {
+        if filter.matches(r) {
+            ex.write(r)?;
+            pending = true;
+        }
+        // Flush once the log has nothing more to give right away.
+        if pending && src.head()?.last_lsn <= r.lsn {
+            ex.flush()?;
+            pending = false;
+        }
+        Ok(ex.written() < limit)
+    })?;
+    ex.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{MemBlobs, MemLog};
+
+    #[test]
+    fn formats_parse() {
+        for f in [Format::Jsonl, Format::Cortexide, Format::Comma] {
+            assert_eq!(f.name().parse::<Format>().unwrap(), f);
+        }
+        let e = "csv".parse::<Format>().unwrap_err().to_string();
+        assert!(e.contains("unknown format `csv`"), "{e}");
+    }
+
+    #[test]
+    fn truncation_is_bounded_and_idempotent() {
+        assert_eq!(truncate_diff("abc"), "abc");
+        let long = "é".repeat(MAX_INLINE_DIFF_BYTES);
+        let t = truncate_diff(&long);
+        assert!(t.ends_with(TRUNCATION_MARKER));
+        assert!(t.len() <= MAX_INLINE_DIFF_BYTES + TRUNCATION_MARKER.len());
+        assert_eq!(truncate_diff(&t), t);
+    }
+
+    #[test]
+    fn sha256_known_value() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn every_kind_has_a_cortexide_decision() {
+        for k in EventKind::ALL {
+            let e = Event::new(k, "s");
+            let p = to_cortexide(&e);
+            let skipped = matches!(k, EventKind::ToolCall | EventKind::Custom);
+            assert_eq!(p.is_none(), skipped, "{k}");
+        }
+    }
+
+    #[test]
+    fn comma_projection_of_a_write() {
+        let blobs = MemBlobs::new();
+        let mut e = Event::new(EventKind::FileWrite, "s").with_path("a.txt");
+        e.before = Some(blobs.put(b"old"));
+        e.after = Some(blobs.put(b"new"));
+        e.diff = Some(blobs.put(b"-old\n+new\n"));
+        e.ok = false;
+        e.error_kind = Some("EACCES".into());
+        e.ts = Timestamp(1_700_000_000_123);
+        let v = to_comma(&e, &blobs).unwrap().unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "timestamp": "2023-11-14T22:13:20.123Z", "sessionId": "s", "agentName": "unknown",
+                "toolName": "write_file", "operation": "write", "path": "a.txt",
+                "beforeSha256": sha256_hex(b"old"), "afterSha256": sha256_hex(b"new"),
+                "diff": "-old\n+new\n", "ok": false, "errorKind": "EACCES"
+            })
+        );
+        assert!(to_comma(&Event::new(EventKind::Prompt, "s"), &blobs)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn export_counts_skips_and_respects_limit() {
+        let log = MemLog::new();
+        let blobs = MemBlobs::new();
+        for k in EventKind::ALL {
+            log.append(Event::new(k, "s").with_path("p")).unwrap();
+        }
+        let mut out = Vec::new();
+        let st = export(&log, &blobs, &Filter::all(), Format::Comma, &mut out).unwrap();
+        assert_eq!(st.written, 6);
+        assert_eq!(st.skipped.values().sum::<u64>(), 12);
+        assert_eq!(String::from_utf8(out).unwrap().lines().count(), 6);
+        let mut out = Vec::new();
+        let f = Filter {
+            limit: Some(2),
+            newest_first: true,
+            ..Filter::all()
+        };
+        let st = export(&log, &blobs, &f, Format::Jsonl, &mut out).unwrap();
+        assert_eq!(st.written, 2);
+        let text = String::from_utf8(out).unwrap();
+        let lsns: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["lsn"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(lsns, vec![18, 17]);
+    }
+}

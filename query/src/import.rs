@@ -1,0 +1,503 @@
+//! Import: reads the reference shapes of FORMATS.md (and cairn's own
+//! canonical JSONL) back into events. Parsing only: the caller appends the
+//! events and puts the blobs they reference.
+//!
+//! Whatever a shape carries that the event model has no field for is kept in
+//! the event's meta (see the key constants in [`crate::export`]), so import
+//! then export in the same shape gives the same JSON values, line for line.
+//! A line that does not fit the shape is an error naming the file, line and
+//! reason; nothing from it is returned.
+
+use std::fmt;
+use std::io::BufRead;
+
+use serde_json::{Map, Value};
+
+use cairn_codec::event::Meta;
+use cairn_codec::json::{parse_event, MAX_JSON_LINE_BYTES};
+use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
+
+use crate::export::{
+    Format, COMMA_TOOLS, META_AFTER_SHA256, META_BEFORE_SHA256, META_COMMA_TIMESTAMP,
+    META_CORTEXIDE_ACTION, META_CORTEXIDE_HINTS,
+};
+
+/// A line that could not be imported: where and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportError {
+    /// The file name as given by the caller.
+    pub file: String,
+    /// The 1-based line number.
+    pub line: u64,
+    /// What was wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for ImportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.reason)
+    }
+}
+
+impl std::error::Error for ImportError {}
+
+/// One imported line: the event and the blobs it references (a comma
+/// `diff` becomes a blob), which the caller must put before appending.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Imported {
+    /// The event.
+    pub event: Event,
+    /// Blob contents the event references (by `BlobHash::of`).
+    pub blobs: Vec<Vec<u8>>,
+}
+
+/// Reads every line of `reader` in `format`. Blank lines are skipped. The
+/// first bad line stops the import with an error naming `file_name`, the
+/// line number and the reason; nothing is returned in that case.
+pub fn import_lines(
+    format: Format,
+    reader: impl BufRead,
+    file_name: &str,
+) -> Result<Vec<Imported>, ImportError> {
+    let mut out = Vec::new();
+    for (i, line) in reader.split(b'\n').enumerate() {
+        let err = |reason: String| ImportError {
+            file: file_name.to_string(),
+            line: i as u64 + 1,
+            reason,
+        };
+        let bytes = line.map_err(|e| err(format!("cannot read: {e}")))?;
+        if bytes.len() > MAX_JSON_LINE_BYTES {
+            return Err(err(format!(
+                "line is {} bytes, more than the {MAX_JSON_LINE_BYTES} allowed",
+                bytes.len()
+            )));
+        }
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|e| err(format!("not UTF-8: {e}")))?
+            .trim_end_matches('\r');
+        if text.trim().is_empty() {
+            continue;
+        }
+        out.push(parse_line(format, text).map_err(err)?);
+    }
+    Ok(out)
+}
+
+/// Parses one line in `format`; the error is the reason.
+pub fn parse_line(format: Format, line: &str) -> Result<Imported, String> {
+    match format {
+        Format::Jsonl => parse_event(line)
+            .map(|event| Imported {
+                event,
+                blobs: Vec::new(),
+            })
+            .map_err(|e| e.to_string()),
+        Format::Cortexide => parse_cortexide(&object(line)?),
+        Format::Comma => parse_comma(&object(line)?),
+    }
+}
+
+fn object(line: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(other) => Err(format!("expected a JSON object, got {}", type_name(&other))),
+        Err(e) => Err(format!("invalid JSON: {e}")),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn check_fields(o: &Map<String, Value>, allowed: &[&str]) -> Result<(), String> {
+    for k in o.keys() {
+        if !allowed.contains(&k.as_str()) {
+            return Err(format!(
+                "unknown field `{k}` (this shape has: {})",
+                allowed.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn req<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, String> {
+    o.get(k).ok_or_else(|| format!("missing field `{k}`"))
+}
+
+fn string(o: &Map<String, Value>, k: &str) -> Result<Option<String>, String> {
+    match o.get(k) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(v) => Err(format!(
+            "field `{k}` must be a string, got {}",
+            type_name(v)
+        )),
+    }
+}
+
+fn req_string(o: &Map<String, Value>, k: &str) -> Result<String, String> {
+    req(o, k)?;
+    string(o, k).map(|s| s.unwrap_or_default())
+}
+
+fn boolean(o: &Map<String, Value>, k: &str) -> Result<bool, String> {
+    match req(o, k)? {
+        Value::Bool(b) => Ok(*b),
+        v => Err(format!(
+            "field `{k}` must be a boolean, got {}",
+            type_name(v)
+        )),
+    }
+}
+
+const CORTEXIDE_FIELDS: [&str; 9] = [
+    "ts",
+    "user",
+    "action",
+    "files",
+    "diffStats",
+    "model",
+    "latencyMs",
+    "ok",
+    "meta",
+];
+
+fn cortexide_kind(action: &str) -> Option<EventKind> {
+    Some(match action {
+        "prompt" => EventKind::Prompt,
+        "reply" => EventKind::Reply,
+        "diff_preview" => EventKind::DiffPreview,
+        "apply" => EventKind::Apply,
+        "undo" => EventKind::Undo,
+        "rollback" | "snapshot:restore" => EventKind::Rollback,
+        "snapshot:create" => EventKind::CheckpointCreate,
+        "snapshot:discard" => EventKind::CheckpointDiscard,
+        "git:stash" => EventKind::GitStash,
+        "git:stash:restore" => EventKind::GitStashRestore,
+        _ => return None,
+    })
+}
+
+fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
+    check_fields(o, &CORTEXIDE_FIELDS)?;
+    let ts = match req(o, "ts")? {
+        Value::Number(n) => match n.as_i64() {
+            Some(ms) => Timestamp::from_millis(ms).map_err(|e| format!("field `ts`: {e}"))?,
+            None => {
+                return Err(format!(
+                    "field `ts` must be whole epoch milliseconds, got {n}"
+                ))
+            }
+        },
+        v => return Err(format!("field `ts` must be a number, got {}", type_name(v))),
+    };
+    let action = req_string(o, "action")?;
+    let kind = cortexide_kind(&action).ok_or_else(|| {
+        format!("unknown action `{action}` (known: prompt, reply, diff_preview, apply, undo, rollback, snapshot:create, snapshot:restore, snapshot:discard, git:stash, git:stash:restore)")
+    })?;
+    let mut e = Event::new(kind, cairn_codec::event::DEFAULT_SESSION);
+    e.ts = ts;
+    e.ok = boolean(o, "ok")?;
+    e.user = string(o, "user")?;
+    e.model = string(o, "model")?;
+    let mut hints = Map::new();
+    match o.get("files") {
+        None => {}
+        Some(Value::Array(a)) => {
+            for f in a {
+                match f {
+                    Value::String(s) => e.files.push(s.clone()),
+                    v => {
+                        return Err(format!(
+                            "field `files` must hold strings, got {}",
+                            type_name(v)
+                        ))
+                    }
+                }
+            }
+            if a.is_empty() {
+                hints.insert("files".into(), Value::Array(Vec::new()));
+            }
+        }
+        Some(v) => {
+            return Err(format!(
+                "field `files` must be an array, got {}",
+                type_name(v)
+            ))
+        }
+    }
+    match o.get("diffStats") {
+        None => {}
+        Some(v @ Value::Object(d)) => {
+            let n = |k: &str| d.get(k).and_then(Value::as_u64);
+            match (n("linesAdded"), n("linesRemoved"), n("hunks")) {
+                (Some(a), Some(r), Some(h)) if d.len() == 3 => {
+                    e.diff_stats = Some(DiffStats {
+                        lines_added: a,
+                        lines_removed: r,
+                        hunks: h,
+                    })
+                }
+                // Kept verbatim: the shape's producer wrote something the
+                // event model cannot hold exactly (a float, an extra key).
+                _ => {
+                    hints.insert("diffStats".into(), v.clone());
+                }
+            }
+        }
+        Some(v) => {
+            return Err(format!(
+                "field `diffStats` must be an object, got {}",
+                type_name(v)
+            ))
+        }
+    }
+    match o.get("latencyMs") {
+        None => {}
+        Some(v @ Value::Number(n)) => match n.as_u64() {
+            Some(ms) => e.latency_ms = Some(ms),
+            None => {
+                hints.insert("latencyMs".into(), v.clone());
+            }
+        },
+        Some(v) => {
+            return Err(format!(
+                "field `latencyMs` must be a number, got {}",
+                type_name(v)
+            ))
+        }
+    }
+    let mut meta = match o.get("meta") {
+        None => None,
+        Some(Value::Object(m)) => Some(m.clone()),
+        Some(v) => {
+            return Err(format!(
+                "field `meta` must be an object, got {}",
+                type_name(v)
+            ))
+        }
+    };
+    if let Some(m) = &meta {
+        if m.contains_key(META_CORTEXIDE_HINTS) {
+            return Err(format!(
+                "meta key `{META_CORTEXIDE_HINTS}` is reserved by cairn"
+            ));
+        }
+        if kind == EventKind::Rollback && m.contains_key(META_CORTEXIDE_ACTION) {
+            return Err(format!(
+                "meta key `{META_CORTEXIDE_ACTION}` is reserved by cairn on rollback actions"
+            ));
+        }
+    }
+    if action == "snapshot:restore" {
+        if meta.is_none() {
+            hints.insert("meta".into(), Value::Bool(false));
+        }
+        meta.get_or_insert_with(Map::new)
+            .insert(META_CORTEXIDE_ACTION.into(), Value::String(action.clone()));
+    }
+    if !hints.is_empty() {
+        if meta.is_none() {
+            hints.insert("meta".into(), Value::Bool(false));
+        }
+        meta.get_or_insert_with(Map::new)
+            .insert(META_CORTEXIDE_HINTS.into(), Value::Object(hints));
+    }
+    e.meta = meta.map(Meta);
+    Ok(Imported {
+        event: e,
+        blobs: Vec::new(),
+    })
+}
+
+const COMMA_FIELDS: [&str; 12] = [
+    "timestamp",
+    "sessionId",
+    "agentName",
+    "toolName",
+    "operation",
+    "path",
+    "toPath",
+    "beforeSha256",
+    "afterSha256",
+    "diff",
+    "ok",
+    "errorKind",
+];
+
+fn comma_kind(op: &str) -> Option<EventKind> {
+    Some(match op {
+        "create" => EventKind::FileCreate,
+        "write" => EventKind::FileWrite,
+        "edit" => EventKind::FileEdit,
+        "delete" => EventKind::FileDelete,
+        "move" => EventKind::FileMove,
+        "patch" => EventKind::FilePatch,
+        _ => return None,
+    })
+}
+
+fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
+    check_fields(o, &COMMA_FIELDS)?;
+    let ts_text = req_string(o, "timestamp")?;
+    let ts = Timestamp::parse(&ts_text).map_err(|e| format!("field `timestamp`: {e}"))?;
+    let session = req_string(o, "sessionId")?;
+    if session.is_empty() {
+        return Err(
+            "field `sessionId` must not be empty (the shape writes `default` when there is none)"
+                .into(),
+        );
+    }
+    let op = req_string(o, "operation")?;
+    let kind = comma_kind(&op).ok_or_else(|| {
+        format!("unknown operation `{op}` (known: create, write, edit, delete, move, patch)")
+    })?;
+    let tool = req_string(o, "toolName")?;
+    if !COMMA_TOOLS.contains(&tool.as_str()) {
+        return Err(format!(
+            "unknown toolName `{tool}` (known: {})",
+            COMMA_TOOLS.join(", ")
+        ));
+    }
+    let mut e = Event::new(kind, session);
+    e.ts = ts;
+    e.agent = Some(req_string(o, "agentName")?);
+    e.tool = Some(tool);
+    e.path = Some(req_string(o, "path")?);
+    e.to_path = string(o, "toPath")?;
+    e.ok = boolean(o, "ok")?;
+    e.error_kind = string(o, "errorKind")?;
+    if e.ok && e.error_kind.is_some() {
+        return Err("field `errorKind` is only allowed when `ok` is false".into());
+    }
+    let mut meta = Map::new();
+    if ts.to_iso() != ts_text {
+        meta.insert(META_COMMA_TIMESTAMP.into(), Value::String(ts_text));
+    }
+    for (field, key) in [
+        ("beforeSha256", META_BEFORE_SHA256),
+        ("afterSha256", META_AFTER_SHA256),
+    ] {
+        if let Some(s) = string(o, field)? {
+            if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("field `{field}` must be 64 hex digits, got `{s}`"));
+            }
+            meta.insert(key.into(), Value::String(s));
+        }
+    }
+    let mut blobs = Vec::new();
+    if let Some(d) = string(o, "diff")? {
+        e.diff = Some(BlobHash::of(d.as_bytes()));
+        blobs.push(d.into_bytes());
+    }
+    if !meta.is_empty() {
+        e.meta = Some(Meta(meta));
+    }
+    Ok(Imported { event: e, blobs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_lines_name_file_line_and_reason() {
+        let input = "{\"ts\":1,\"action\":\"prompt\",\"ok\":true}\n\n{\"ts\":1,\"action\":\"dance\",\"ok\":true}\n";
+        let e = import_lines(Format::Cortexide, input.as_bytes(), "audit.jsonl").unwrap_err();
+        assert_eq!(e.line, 3);
+        assert_eq!(e.file, "audit.jsonl");
+        assert!(
+            e.to_string()
+                .starts_with("audit.jsonl:3: unknown action `dance`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn cortexide_reasons() {
+        let cases = [
+            ("[1]", "expected a JSON object"),
+            ("{", "invalid JSON"),
+            (r#"{"action":"prompt","ok":true}"#, "missing field `ts`"),
+            (r#"{"ts":1.5,"action":"prompt","ok":true}"#, "whole epoch"),
+            (r#"{"ts":1,"action":"prompt"}"#, "missing field `ok`"),
+            (r#"{"ts":1,"action":"prompt","ok":1}"#, "must be a boolean"),
+            (
+                r#"{"ts":1,"action":"prompt","ok":true,"x":1}"#,
+                "unknown field `x`",
+            ),
+            (
+                r#"{"ts":1,"action":"prompt","ok":true,"files":[1]}"#,
+                "must hold strings",
+            ),
+            (
+                r#"{"ts":1,"action":"prompt","ok":true,"meta":[]}"#,
+                "`meta` must be an object",
+            ),
+            (
+                r#"{"ts":1,"action":"prompt","ok":true,"meta":{"_cortexide":1}}"#,
+                "reserved",
+            ),
+            (
+                r#"{"ts":1,"action":"rollback","ok":true,"meta":{"cortexideAction":1}}"#,
+                "reserved",
+            ),
+        ];
+        for (line, want) in cases {
+            let e = parse_line(Format::Cortexide, line).unwrap_err();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn comma_reasons() {
+        let ok = r#""timestamp":"2026-01-01T00:00:00Z","sessionId":"s","agentName":"a","toolName":"write_file","operation":"write","path":"p""#;
+        let cases = [
+            (format!("{{{ok}}}"), "missing field `ok`"),
+            (
+                format!("{{{ok},\"ok\":true,\"errorKind\":\"E\"}}"),
+                "only allowed when `ok` is false",
+            ),
+            (
+                format!("{{{ok},\"ok\":true,\"afterSha256\":\"xyz\"}}"),
+                "64 hex digits",
+            ),
+            (
+                format!("{{{ok},\"ok\":true,\"meta\":{{}}}}"),
+                "unknown field `meta`",
+            ),
+            (
+                ok.replace("write_file", "nuke_file")
+                    .replace("\"path\":\"p\"", "\"path\":\"p\",\"ok\":true")
+                    .to_string(),
+                "unknown toolName",
+            ),
+        ];
+        for (line, want) in cases {
+            let line = if line.starts_with('{') {
+                line
+            } else {
+                format!("{{{line}}}")
+            };
+            let e = parse_line(Format::Comma, &line).unwrap_err();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+        assert!(parse_line(Format::Comma, &format!("{{{ok},\"ok\":true}}")).is_ok());
+    }
+
+    #[test]
+    fn jsonl_lines_use_the_codec() {
+        let i = parse_line(Format::Jsonl, r#"{"kind":"prompt","text":"hi","lsn":3}"#).unwrap();
+        assert_eq!(i.event.text.as_deref(), Some("hi"));
+        assert!(parse_line(Format::Jsonl, r#"{"kind":"zap"}"#).is_err());
+    }
+}

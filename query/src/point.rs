@@ -1,0 +1,135 @@
+//! Points in history: an LSN (`@1234`), a checkpoint (`c42`), a time
+//! (ISO-8601) or the head (`head`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use cairn_codec::{CheckpointId, Lsn, Timestamp};
+
+use crate::error::QueryError;
+
+/// A point in history. Every query takes points and resolves them to an LSN:
+/// the state at a point is the fold of records `1..=lsn`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Point {
+    /// Just after the record at this LSN (`@1234`); `@0` is the empty state.
+    Lsn(Lsn),
+    /// Just after a `checkpoint.create` record (`c42`).
+    Checkpoint(CheckpointId),
+    /// The last record committed at or before this time, in commit order:
+    /// the longest prefix of the log none of whose records is later than it.
+    Time(Timestamp),
+    /// The last committed record (`head`).
+    Head,
+}
+
+impl fmt::Display for Point {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Point::Lsn(l) => write!(f, "@{l}"),
+            Point::Checkpoint(c) => write!(f, "{c}"),
+            Point::Time(t) => write!(f, "{t}"),
+            Point::Head => f.write_str("head"),
+        }
+    }
+}
+
+impl FromStr for Point {
+    type Err = QueryError;
+    fn from_str(s: &str) -> Result<Point, QueryError> {
+        let bad = |reason: String| QueryError::BadPoint {
+            point: s.to_string(),
+            reason,
+        };
+        let t = s.trim();
+        if t.is_empty() {
+            return Err(bad(
+                "empty; use `@LSN`, a checkpoint id like `c42`, an ISO-8601 time or `head`".into(),
+            ));
+        }
+        if t.eq_ignore_ascii_case("head") {
+            return Ok(Point::Head);
+        }
+        if let Some(digits) = t.strip_prefix('@') {
+            return match digits.parse::<u64>() {
+                Ok(n) if !digits.starts_with('+') => Ok(Point::Lsn(Lsn(n))),
+                _ => Err(bad(format!(
+                    "`@` must be followed by an LSN (a whole number, e.g. `@1234`), got `{digits}`"
+                ))),
+            };
+        }
+        if t.starts_with('c') {
+            return t
+                .parse::<CheckpointId>()
+                .map(Point::Checkpoint)
+                .map_err(|e| bad(e.to_string()));
+        }
+        if t.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad(format!(
+                "a bare number is ambiguous: write `@{t}` for an LSN or an ISO-8601 time such as 2026-11-22T10:00:00Z"
+            )));
+        }
+        Timestamp::parse(t).map(Point::Time).map_err(|e| {
+            bad(format!(
+                "not `@LSN`, a checkpoint id (`c42`), `head`, nor a time: {e}"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_form() {
+        assert_eq!("@1234".parse::<Point>().unwrap(), Point::Lsn(Lsn(1234)));
+        assert_eq!("@0".parse::<Point>().unwrap(), Point::Lsn(Lsn(0)));
+        assert_eq!(
+            "c42".parse::<Point>().unwrap(),
+            Point::Checkpoint(CheckpointId(Lsn(42)))
+        );
+        assert_eq!("head".parse::<Point>().unwrap(), Point::Head);
+        assert_eq!("HEAD".parse::<Point>().unwrap(), Point::Head);
+        assert_eq!(
+            "2023-11-14T22:13:20.123Z".parse::<Point>().unwrap(),
+            Point::Time(Timestamp(1_700_000_000_123))
+        );
+        assert_eq!(
+            "1970-01-02".parse::<Point>().unwrap(),
+            Point::Time(Timestamp(86_400_000))
+        );
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for p in [
+            Point::Lsn(Lsn(7)),
+            Point::Checkpoint(CheckpointId(Lsn(3))),
+            Point::Head,
+            Point::Time(Timestamp(1_700_000_000_123)),
+        ] {
+            assert_eq!(p.to_string().parse::<Point>().unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn errors_are_clear() {
+        let cases = [
+            ("", "empty"),
+            ("@", "must be followed by an LSN"),
+            ("@x1", "must be followed by an LSN"),
+            ("@-1", "must be followed by an LSN"),
+            ("@+1", "must be followed by an LSN"),
+            ("c0", "checkpoint id"),
+            ("cx", "checkpoint id"),
+            ("1234", "ambiguous"),
+            ("yesterday", "not `@LSN`"),
+        ];
+        for (s, want) in cases {
+            let e = s.parse::<Point>().unwrap_err().to_string();
+            assert!(e.contains(want), "{s}: {e}");
+            assert!(e.contains("bad point"), "{s}: {e}");
+        }
+    }
+}

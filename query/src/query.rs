@@ -1,0 +1,639 @@
+//! Time-travel queries over a record source, its blobs and manifests, and
+//! the indexes: state at a point, file contents, diffs, history, blame,
+//! filtered listings and branches. All read-only.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use similar::{DiffOp, TextDiff};
+
+use cairn_codec::{BlobHash, CheckpointId, EventKind, Lsn, Timestamp};
+
+use crate::error::{QueryError, Result};
+use crate::export::{ExportStats, Exporter, Format};
+use crate::filter::Filter;
+use crate::index::Index;
+use crate::point::Point;
+use crate::replay::{
+    apply_paths, in_scope, path_change, tree_change, PathChange, SessionState, TreeChange,
+};
+use crate::source::{BlobSource, EntryKind, ManifestSource, Record, RecordSource, Tree, TreeEntry};
+
+/// A file is treated as binary when a NUL byte appears in its first this
+/// many bytes (git's heuristic) or when it is not UTF-8.
+pub const BINARY_SNIFF_BYTES: usize = 8000;
+
+/// Lines of context around each hunk of a unified diff (the usual 3).
+pub const DIFF_CONTEXT_LINES: usize = 3;
+
+/// How a path differs between two points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiffStatus {
+    /// Only at the second point.
+    Added,
+    /// Only at the first point.
+    Removed,
+    /// At both, with different contents, mode or kind.
+    Modified,
+}
+
+/// One path's difference between two points.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileDiff {
+    /// The path.
+    pub path: String,
+    /// Added, removed or modified.
+    pub status: DiffStatus,
+    /// The unified diff, for text files whose contents differ.
+    pub unified: Option<String>,
+    /// True if either side is binary (reported, not dumped).
+    pub binary: bool,
+    /// The entry at the first point.
+    pub old: Option<TreeEntry>,
+    /// The entry at the second point.
+    pub new: Option<TreeEntry>,
+}
+
+/// One line of a blamed file: the record that last changed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlameLine {
+    /// 1-based line number.
+    pub line_no: usize,
+    /// The line's text, without its line ending.
+    pub text: String,
+    /// The record that wrote this line.
+    pub lsn: Lsn,
+    /// Its session.
+    pub session: String,
+    /// Its model, if any.
+    pub model: Option<String>,
+    /// Its kind.
+    pub kind: EventKind,
+}
+
+/// A node of the branch graph (a checkpoint or a rollback) as listed by
+/// [`Query::branches`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Branch {
+    /// The record's LSN (for a checkpoint, its id is `c<lsn>`).
+    pub lsn: Lsn,
+    /// `checkpoint.create` or `rollback`.
+    pub kind: EventKind,
+    /// Its session.
+    pub session: String,
+    /// What it continues from.
+    pub parent: Option<Lsn>,
+    /// The checkpoint's label.
+    pub label: Option<String>,
+    /// When.
+    pub ts: Timestamp,
+    /// How many nodes continue from it.
+    pub children: usize,
+}
+
+/// True if `bytes` look binary (see [`BINARY_SNIFF_BYTES`]).
+pub fn is_binary(bytes: &[u8]) -> bool {
+    bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0) || std::str::from_utf8(bytes).is_err()
+}
+
+/// Queries over a log, its blobs and manifests, answered from `index`
+/// (which must cover the log up to the point asked: `head` is the last LSN
+/// the index covers).
+pub struct Query<'a> {
+    src: &'a dyn RecordSource,
+    blobs: &'a dyn BlobSource,
+    manifests: &'a dyn ManifestSource,
+    index: &'a Index,
+}
+
+impl<'a> Query<'a> {
+    /// Queries over these sources.
+    pub fn new(
+        src: &'a dyn RecordSource,
+        blobs: &'a dyn BlobSource,
+        manifests: &'a dyn ManifestSource,
+        index: &'a Index,
+    ) -> Query<'a> {
+        Query {
+            src,
+            blobs,
+            manifests,
+            index,
+        }
+    }
+
+    /// The index in use.
+    pub fn index(&self) -> &Index {
+        self.index
+    }
+
+    /// The LSN a point stands for.
+    pub fn resolve(&self, p: Point) -> Result<Lsn> {
+        let head = self.index.covered();
+        match p {
+            Point::Head => Ok(head),
+            Point::Lsn(l) if l <= head => Ok(l),
+            Point::Lsn(l) => Err(QueryError::BadPoint {
+                point: p.to_string(),
+                reason: format!("LSN {l} is past the head of the log (LSN {head})"),
+            }),
+            Point::Checkpoint(c) => match self.index.checkpoint(c) {
+                Some(_) => Ok(c.0),
+                None => Err(QueryError::NoSuchCheckpoint { id: c.to_string() }),
+            },
+            Point::Time(t) => Ok(self.index.lsn_at_time(t)),
+        }
+    }
+
+    fn candidates(&self, f: &Filter) -> Option<Vec<Lsn>> {
+        let mut best: Option<&[Lsn]> = None;
+        let mut consider = |l: &'a [Lsn]| {
+            if best.is_none_or(|b| l.len() < b.len()) {
+                best = Some(l);
+            }
+        };
+        if let Some(s) = &f.session {
+            consider(self.index.session(s));
+        }
+        if let Some(r) = &f.run {
+            consider(self.index.run(r));
+        }
+        if let Some(k) = f.kind {
+            consider(self.index.kind(k));
+        }
+        if let Some(p) = &f.path {
+            consider(self.index.path(p));
+        }
+        match best {
+            Some(b) => Some(b.to_vec()),
+            None if f.since.is_some() || f.until.is_some() => {
+                Some(self.index.time_range(f.since, f.until))
+            }
+            None => None,
+        }
+    }
+
+    /// Calls `each` with every record `f` selects, in the filter's order,
+    /// up to its limit, reading only the records an index points at when
+    /// one applies. `each` returns false to stop early.
+    pub fn scan(&self, f: &Filter, each: &mut dyn FnMut(Record) -> Result<bool>) -> Result<()> {
+        let limit = f.limit.unwrap_or(usize::MAX);
+        let head = self.index.covered();
+        let mut n = 0;
+        let mut visit = |r: Record| -> Result<bool> {
+            if n >= limit {
+                return Ok(false);
+            }
+            if f.matches(&r) {
+                n += 1;
+                if !each(r)? {
+                    return Ok(false);
+                }
+            }
+            Ok(n < limit)
+        };
+        match self.candidates(f) {
+            Some(lsns) => {
+                let lsns = lsns.into_iter().filter(|l| *l <= head);
+                let lsns: Box<dyn Iterator<Item = Lsn>> = if f.newest_first {
+                    Box::new(lsns.rev())
+                } else {
+                    Box::new(lsns)
+                };
+                for l in lsns {
+                    if !visit(self.src.read(l)?)? {
+                        break;
+                    }
+                }
+            }
+            None if f.newest_first => {
+                for l in (1..=head.0).rev() {
+                    if !visit(self.src.read(Lsn(l))?)? {
+                        break;
+                    }
+                }
+            }
+            None => {
+                for r in self.src.iter_from(Lsn::FIRST) {
+                    let r = r?;
+                    if r.lsn > head || !visit(r)? {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The records `f` selects.
+    pub fn list(&self, f: &Filter) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        self.scan(f, &mut |r| {
+            out.push(r);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Exports the records `f` selects (see [`crate::export`]), using the indexes.
+    pub fn export(&self, f: &Filter, format: Format, out: &mut dyn Write) -> Result<ExportStats> {
+        let mut ex = Exporter::new(self.blobs, format, out);
+        self.scan(f, &mut |r| {
+            ex.write(&r)?;
+            Ok(true)
+        })?;
+        ex.finish()
+    }
+
+    fn manifest_entry(&self, root: &BlobHash, path: &str, lsn: Lsn) -> Result<Option<TreeEntry>> {
+        self.manifests
+            .entry(root, path)
+            .map_err(|e| QueryError::Manifest {
+                lsn,
+                detail: e.to_string(),
+            })
+    }
+
+    fn manifest_tree(&self, root: &BlobHash, lsn: Lsn) -> Result<Tree> {
+        self.manifests.tree(root).map_err(|e| QueryError::Manifest {
+            lsn,
+            detail: e.to_string(),
+        })
+    }
+
+    /// `path`'s entry just after LSN `at`, from the indexes: the last change
+    /// to the path since the last tree reset, else the reset's manifest.
+    pub fn entry_at(&self, at: Lsn, path: &str) -> Result<Option<TreeEntry>> {
+        let mut path = path.to_string();
+        let mut at = at;
+        // Contents set by a later write, while the mode is still being looked for.
+        let mut blob: Option<BlobHash> = None;
+        let finish = |blob: Option<BlobHash>, base: Option<TreeEntry>| match (blob, base) {
+            (Some(b), Some(e)) => Some(TreeEntry {
+                blob: b,
+                mode: e.mode,
+                kind: EntryKind::File,
+            }),
+            (Some(b), None) => Some(TreeEntry::file(b)),
+            (None, base) => base,
+        };
+        'outer: loop {
+            let reset = self.index.last_reset(at);
+            let lo = reset.map_or(Lsn(0), |r| r.lsn);
+            let lsns = self.index.path(&path);
+            let end = lsns.partition_point(|l| *l <= at);
+            let start = lsns.partition_point(|l| *l <= lo);
+            for &l in lsns[start..end].iter().rev() {
+                let r = self.src.read(l)?;
+                match path_change(&r.event, &path) {
+                    None => {}
+                    Some(PathChange::Set(b)) => {
+                        blob.get_or_insert(b);
+                    }
+                    Some(PathChange::Remove) => return Ok(finish(blob, None)),
+                    Some(PathChange::MoveIn { from, after }) => {
+                        if blob.is_none() {
+                            blob = after;
+                        }
+                        path = from.to_string();
+                        at = Lsn(l.0 - 1);
+                        continue 'outer;
+                    }
+                }
+            }
+            let base = match reset {
+                None => None,
+                Some(r) if in_scope(&path, &r.scope) => {
+                    self.manifest_entry(&r.root, &path, r.lsn)?
+                }
+                Some(r) => {
+                    at = Lsn(r.lsn.0 - 1);
+                    continue 'outer;
+                }
+            };
+            return Ok(finish(blob, base));
+        }
+    }
+
+    /// The tree at LSN `at`: the last reset's manifest, then the file
+    /// events after it folded in.
+    pub fn tree_at_lsn(&self, at: Lsn) -> Result<Tree> {
+        let (mut tree, from) = match self.index.last_reset(at) {
+            None => (Tree::new(), Lsn::FIRST),
+            Some(r) => {
+                let t = self.manifest_tree(&r.root, r.lsn)?;
+                let t = if r.scope.is_empty() {
+                    t
+                } else {
+                    let mut before = self.tree_at_lsn(Lsn(r.lsn.0 - 1))?;
+                    before.retain(|p, _| !in_scope(p, &r.scope));
+                    before.extend(t.into_iter().filter(|(p, _)| in_scope(p, &r.scope)));
+                    before
+                };
+                (t, r.lsn.next())
+            }
+        };
+        if from <= at {
+            for r in self.src.iter_from(from) {
+                let r = r?;
+                if r.lsn > at {
+                    break;
+                }
+                if let TreeChange::Paths(v) = tree_change(&r.event) {
+                    apply_paths(&mut tree, &v);
+                }
+            }
+        }
+        Ok(tree)
+    }
+
+    /// The tree (every path with its blob, mode and kind) at a point.
+    pub fn tree_at(&self, p: Point) -> Result<Tree> {
+        self.tree_at_lsn(self.resolve(p)?)
+    }
+
+    /// A file's bytes at a point (for a symlink: its target).
+    pub fn file_at(&self, p: Point, path: &str) -> Result<Vec<u8>> {
+        let at = self.resolve(p)?;
+        match self.entry_at(at, path)? {
+            Some(e) => self.blobs.get(&e.blob),
+            None => Err(QueryError::NoSuchPath {
+                path: path.to_string(),
+                at,
+            }),
+        }
+    }
+
+    /// The differences between points `a` and `b`: the whole tree, or only
+    /// `paths` (each a file or a directory prefix).
+    pub fn diff(&self, a: Point, b: Point, paths: &[String]) -> Result<Vec<FileDiff>> {
+        let (la, lb) = (self.resolve(a)?, self.resolve(b)?);
+        let mut pairs: Vec<(String, Option<TreeEntry>, Option<TreeEntry>)> = Vec::new();
+        let mut whole = paths.is_empty();
+        for p in paths {
+            let (ea, eb) = (self.entry_at(la, p)?, self.entry_at(lb, p)?);
+            if ea.is_none() && eb.is_none() {
+                // Not a file at either point: treat as a directory prefix.
+                whole = true;
+                pairs.clear();
+                break;
+            }
+            pairs.push((p.clone(), ea, eb));
+        }
+        if whole {
+            let (ta, tb) = (self.tree_at_lsn(la)?, self.tree_at_lsn(lb)?);
+            let mut keys: Vec<&String> = ta.keys().chain(tb.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                if in_scope(k, paths) {
+                    pairs.push((k.clone(), ta.get(k).copied(), tb.get(k).copied()));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (path, old, new) in pairs {
+            if old == new {
+                continue;
+            }
+            let status = match (&old, &new) {
+                (None, _) => DiffStatus::Added,
+                (_, None) => DiffStatus::Removed,
+                _ => DiffStatus::Modified,
+            };
+            let (mut unified, mut binary) = (None, false);
+            if old.map(|e| e.blob) != new.map(|e| e.blob) {
+                let ob = old
+                    .map(|e| self.blobs.get(&e.blob))
+                    .transpose()?
+                    .unwrap_or_default();
+                let nb = new
+                    .map(|e| self.blobs.get(&e.blob))
+                    .transpose()?
+                    .unwrap_or_default();
+                binary = is_binary(&ob) || is_binary(&nb);
+                if !binary {
+                    let (os, ns) = (String::from_utf8_lossy(&ob), String::from_utf8_lossy(&nb));
+                    let (ha, hb) = (
+                        if old.is_some() {
+                            format!("a/{path}")
+                        } else {
+                            "/dev/null".into()
+                        },
+                        if new.is_some() {
+                            format!("b/{path}")
+                        } else {
+                            "/dev/null".into()
+                        },
+                    );
+                    unified = Some(
+                        TextDiff::from_lines(os.as_ref(), ns.as_ref())
+                            .unified_diff()
+                            .context_radius(DIFF_CONTEXT_LINES)
+                            .header(&ha, &hb)
+                            .to_string(),
+                    );
+                }
+            }
+            out.push(FileDiff {
+                path,
+                status,
+                unified,
+                binary,
+                old,
+                new,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every record naming `path` (as `path`, `to_path` or in `files`), in
+    /// LSN order: writes, deletes, and moves to and from it.
+    pub fn history(&self, path: &str) -> Result<Vec<Record>> {
+        self.index
+            .path(path)
+            .iter()
+            .map(|l| self.src.read(*l))
+            .collect()
+    }
+
+    /// For each line of `path` at a point, the record that last changed it:
+    /// the versions of the file are taken at each record naming the path
+    /// and at each checkpoint or rollback (which capture edits no file event
+    /// reported), and lines carried over unchanged (by a line diff) keep
+    /// their record. Renames are not followed: lines a move brought in are
+    /// attributed to the move.
+    pub fn blame(&self, p: Point, path: &str) -> Result<Vec<BlameLine>> {
+        let at = self.resolve(p)?;
+        let final_entry = self
+            .entry_at(at, path)?
+            .ok_or_else(|| QueryError::NoSuchPath {
+                path: path.to_string(),
+                at,
+            })?;
+        let mut points: Vec<Lsn> = self
+            .index
+            .path(path)
+            .iter()
+            .copied()
+            .filter(|l| *l <= at)
+            .collect();
+        let mut r = self.index.last_reset(at);
+        while let Some(reset) = r {
+            points.push(reset.lsn);
+            r = self.index.last_reset(Lsn(reset.lsn.0 - 1));
+        }
+        points.sort_unstable();
+        points.dedup();
+
+        let mut cur_blob: Option<BlobHash> = None;
+        let mut text = String::new();
+        let mut attr: Vec<Lsn> = Vec::new();
+        for l in points {
+            let e = self.entry_at(l, path)?;
+            let blob = e.map(|e| e.blob);
+            if blob == cur_blob {
+                continue;
+            }
+            cur_blob = blob;
+            let new_text = match blob {
+                None => String::new(),
+                Some(b) => {
+                    let bytes = self.blobs.get(&b)?;
+                    if is_binary(&bytes) {
+                        if b == final_entry.blob {
+                            return Err(QueryError::Invalid(format!(
+                                "`{path}` is binary at LSN {at}; blame needs text"
+                            )));
+                        }
+                        String::new()
+                    } else {
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    }
+                }
+            };
+            let diff = TextDiff::from_lines(text.as_str(), new_text.as_str());
+            let new_len = diff.new_slices().len();
+            let mut new_attr = vec![l; new_len];
+            for op in diff.ops() {
+                if let DiffOp::Equal {
+                    old_index,
+                    new_index,
+                    len,
+                } = *op
+                {
+                    new_attr[new_index..new_index + len]
+                        .copy_from_slice(&attr[old_index..old_index + len]);
+                }
+            }
+            attr = new_attr;
+            text = new_text;
+        }
+        let mut cache: HashMap<Lsn, Record> = HashMap::new();
+        let mut out = Vec::with_capacity(attr.len());
+        for (i, (line, l)) in text.split_inclusive('\n').zip(attr).enumerate() {
+            if !cache.contains_key(&l) {
+                cache.insert(l, self.src.read(l)?);
+            }
+            let e = &cache[&l].event;
+            out.push(BlameLine {
+                line_no: i + 1,
+                text: line
+                    .trim_end_matches('\n')
+                    .trim_end_matches('\r')
+                    .to_string(),
+                lsn: l,
+                session: e.session.clone(),
+                model: e.model.clone(),
+                kind: e.kind,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The branch graph: with `of`, the nodes that continue from that
+    /// checkpoint (or rollback) — what was tried from it; without, every
+    /// checkpoint and rollback with its parent, in LSN order.
+    pub fn branches(&self, of: Option<CheckpointId>) -> Result<Vec<Branch>> {
+        let to_branch = |n: &crate::index::Node| Branch {
+            lsn: n.lsn,
+            kind: n.kind,
+            session: n.session.clone(),
+            parent: n.parent,
+            label: n.label.clone(),
+            ts: n.ts,
+            children: n.children.len(),
+        };
+        match of {
+            None => Ok(self.index.nodes().map(to_branch).collect()),
+            Some(id) => {
+                let n = self
+                    .index
+                    .node(id.0)
+                    .ok_or_else(|| QueryError::NoSuchCheckpoint { id: id.to_string() })?;
+                Ok(n.children
+                    .iter()
+                    .filter_map(|c| self.index.node(*c))
+                    .map(to_branch)
+                    .collect())
+            }
+        }
+    }
+
+    /// Each session's state at a point (sessions with no record by then are
+    /// left out), sorted by session id.
+    pub fn session_state(&self, p: Point) -> Result<Vec<SessionState>> {
+        let at = self.resolve(p)?;
+        let mut names: Vec<&str> = self.index.sessions().collect();
+        names.sort_unstable();
+        let mut out = Vec::new();
+        for s in names {
+            let lsns = self.index.session(s);
+            let n = lsns.partition_point(|l| *l <= at);
+            if n == 0 {
+                continue;
+            }
+            let last = self.src.read(lsns[n - 1])?;
+            let cps = self.index.session_checkpoints(s);
+            let last_checkpoint = cps[..cps.partition_point(|l| *l <= at)]
+                .last()
+                .map(|l| CheckpointId(*l));
+            let rbs = self.index.session_rollbacks(s);
+            let last_rollback = rbs[..rbs.partition_point(|r| r.0 <= at)].last();
+            let base = match (last_checkpoint, last_rollback) {
+                (Some(c), Some((rl, t))) => Some(if *rl > c.0 { *t } else { c }),
+                (c, None) => c,
+                (None, Some((_, t))) => Some(*t),
+            };
+            let mut open_run = last.event.run.clone();
+            if open_run.is_none() {
+                for l in lsns[..n - 1].iter().rev() {
+                    let r = self.src.read(*l)?;
+                    if r.event.run.is_some() {
+                        open_run = r.event.run;
+                        break;
+                    }
+                }
+            }
+            out.push(SessionState {
+                session: s.to_string(),
+                records: n as u64,
+                last_lsn: last.lsn,
+                last_ts: last.event.ts,
+                last_checkpoint,
+                base,
+                open_run,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The checkpoints, all or one session's, in LSN order.
+    pub fn checkpoints(&self, session: Option<&str>) -> Vec<crate::index::CheckpointInfo> {
+        self.index
+            .checkpoints(session)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+}

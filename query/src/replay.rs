@@ -1,0 +1,356 @@
+//! Replay is a fold: `state(n) = fold(apply, empty, records[1..=n])`.
+//!
+//! # How records move the tree
+//! The workspace tree (path -> blob, mode, kind) is exact at every LSN:
+//! - an ok `checkpoint.create` with a `root` sets the tree to its manifest;
+//! - an ok `rollback` whose `target` is a known checkpoint sets the tree to
+//!   the target's manifest; when the rollback lists `files`, it is
+//!   path-scoped: only those paths (and the paths under them, as
+//!   directories) take the target's entries;
+//! - ok file events (`file.*`, and `apply`/`undo` that carry a `path`) move
+//!   it between checkpoints: an `after` hash sets the path (keeping its
+//!   mode, kind file; a new path gets [`DEFAULT_FILE_MODE`]);
+//!   `file.delete` removes the path; `file.move` (and a `file.patch` with a
+//!   `to_path`) moves the entry to `to_path`, with `after` as its new
+//!   contents when given; when the source did not exist and no `after` is
+//!   given, the destination does not exist afterwards either;
+//! - failed records (`ok: false`) and everything else change nothing.
+//!
+//! The same rules, applied backwards per path, answer point queries from
+//! the indexes ([`crate::Query`]); the tests check both agree at every LSN.
+
+use std::collections::{BTreeMap, HashMap};
+
+use cairn_codec::{BlobHash, CheckpointId, Event, EventKind, Lsn, Timestamp};
+
+use crate::error::{QueryError, Result};
+use crate::source::{
+    EntryKind, ManifestSource, Record, RecordSource, Tree, TreeEntry, DEFAULT_FILE_MODE,
+};
+
+/// What one record does to one path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathChange<'a> {
+    /// The path's contents become this blob (mode kept, kind file).
+    Set(BlobHash),
+    /// The path is removed.
+    Remove,
+    /// The path receives the entry of `from` (as it was before this
+    /// record), with `after` as new contents when given.
+    MoveIn {
+        /// The source path.
+        from: &'a str,
+        /// New contents, if the record gives them.
+        after: Option<BlobHash>,
+    },
+}
+
+/// What one record does to the whole tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TreeChange<'a> {
+    /// Nothing.
+    None,
+    /// The tree becomes a checkpoint's manifest.
+    Checkpoint {
+        /// The manifest root.
+        root: BlobHash,
+    },
+    /// The tree (or the listed paths of it) becomes a checkpoint's manifest.
+    Rollback {
+        /// The checkpoint restored.
+        target: CheckpointId,
+        /// Paths the rollback was limited to (empty: everything).
+        scope: &'a [String],
+    },
+    /// Per-path changes, applied in order.
+    Paths(Vec<(&'a str, PathChange<'a>)>),
+}
+
+/// The effect of `e` on the tree, per the rules in the module docs.
+pub fn tree_change(e: &Event) -> TreeChange<'_> {
+    if !e.ok {
+        return TreeChange::None;
+    }
+    match e.kind {
+        EventKind::CheckpointCreate => match e.root {
+            Some(root) => TreeChange::Checkpoint { root },
+            None => TreeChange::None,
+        },
+        EventKind::Rollback => match e.target {
+            Some(target) => TreeChange::Rollback {
+                target,
+                scope: &e.files,
+            },
+            None => TreeChange::None,
+        },
+        k if k.is_file_op() || matches!(k, EventKind::Apply | EventKind::Undo) => {
+            let Some(path) = e.path.as_deref() else {
+                return TreeChange::None;
+            };
+            let dest = e.to_path.as_deref().filter(|t| *t != path);
+            let mut out = Vec::new();
+            match (k, dest) {
+                (EventKind::FileDelete, _) => out.push((path, PathChange::Remove)),
+                (EventKind::FileMove | EventKind::FilePatch, Some(to)) => {
+                    out.push((
+                        to,
+                        PathChange::MoveIn {
+                            from: path,
+                            after: e.after,
+                        },
+                    ));
+                    out.push((path, PathChange::Remove));
+                }
+                _ => {
+                    if let Some(a) = e.after {
+                        out.push((path, PathChange::Set(a)));
+                    }
+                }
+            }
+            TreeChange::Paths(out)
+        }
+        _ => TreeChange::None,
+    }
+}
+
+/// The last change `e` makes to `path`, if any.
+pub fn path_change<'a>(e: &'a Event, path: &str) -> Option<PathChange<'a>> {
+    match tree_change(e) {
+        TreeChange::Paths(v) => v
+            .into_iter()
+            .rev()
+            .find(|(p, _)| *p == path)
+            .map(|(_, c)| c),
+        _ => None,
+    }
+}
+
+/// True if `path` is `scope` or lies under it (as a directory).
+pub fn in_scope(path: &str, scope: &[String]) -> bool {
+    scope.is_empty()
+        || scope.iter().any(|s| {
+            let s = s.trim_end_matches('/');
+            path == s || (path.starts_with(s) && path.as_bytes().get(s.len()) == Some(&b'/'))
+        })
+}
+
+/// Applies per-path changes to a tree (see the module docs).
+pub fn apply_paths(tree: &mut Tree, changes: &[(&str, PathChange<'_>)]) {
+    for (path, c) in changes {
+        match c {
+            PathChange::Set(b) => {
+                let mode = tree.get(*path).map_or(DEFAULT_FILE_MODE, |e| e.mode);
+                tree.insert(
+                    path.to_string(),
+                    TreeEntry {
+                        blob: *b,
+                        mode,
+                        kind: EntryKind::File,
+                    },
+                );
+            }
+            PathChange::Remove => {
+                tree.remove(*path);
+            }
+            PathChange::MoveIn { from, after } => {
+                let src = tree.get(*from).copied();
+                let entry = match (src, after) {
+                    (Some(e), Some(a)) => Some(TreeEntry {
+                        blob: *a,
+                        kind: EntryKind::File,
+                        ..e
+                    }),
+                    (Some(e), None) => Some(e),
+                    (None, Some(a)) => Some(TreeEntry::file(*a)),
+                    (None, None) => None,
+                };
+                match entry {
+                    Some(e) => tree.insert(path.to_string(), e),
+                    None => tree.remove(*path),
+                };
+            }
+        }
+    }
+}
+
+/// One session's state at a point.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionState {
+    /// The session id.
+    pub session: String,
+    /// Records of this session up to the point.
+    pub records: u64,
+    /// The session's last record.
+    pub last_lsn: Lsn,
+    /// Its time.
+    pub last_ts: Timestamp,
+    /// The session's last checkpoint.
+    pub last_checkpoint: Option<CheckpointId>,
+    /// The branch the session is on: the checkpoint it last created or
+    /// rolled back to, whichever came later.
+    pub base: Option<CheckpointId>,
+    /// The run of the session's latest record that named one.
+    pub open_run: Option<String>,
+}
+
+/// The state reached by a fold: the tree and each session's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    /// The last LSN folded in (0 for the empty state).
+    pub lsn: Lsn,
+    /// The workspace tree.
+    pub tree: Tree,
+    /// Each session's state, by session id.
+    pub sessions: BTreeMap<String, SessionState>,
+    /// Manifest roots of the checkpoints seen so far (for rollbacks).
+    pub roots: HashMap<Lsn, BlobHash>,
+}
+
+impl State {
+    /// The empty state (before the first record).
+    pub fn new() -> State {
+        State::default()
+    }
+
+    /// Folds one record in. Records must come in LSN order.
+    pub fn apply(&mut self, r: &Record, manifests: &dyn ManifestSource) -> Result<()> {
+        if r.lsn <= self.lsn {
+            return Err(QueryError::Invalid(format!(
+                "replay out of order: LSN {} after {}",
+                r.lsn, self.lsn
+            )));
+        }
+        let e = &r.event;
+        match tree_change(e) {
+            TreeChange::None => {}
+            TreeChange::Checkpoint { root } => {
+                self.tree = load(manifests, &root, r.lsn)?;
+                self.roots.insert(r.lsn, root);
+            }
+            TreeChange::Rollback { target, scope } => {
+                if let Some(root) = self.roots.get(&target.0).copied() {
+                    let t = load(manifests, &root, r.lsn)?;
+                    if scope.is_empty() {
+                        self.tree = t;
+                    } else {
+                        self.tree.retain(|p, _| !in_scope(p, scope));
+                        self.tree
+                            .extend(t.into_iter().filter(|(p, _)| in_scope(p, scope)));
+                    }
+                }
+            }
+            TreeChange::Paths(v) => apply_paths(&mut self.tree, &v),
+        }
+        let s = self.sessions.entry(e.session.clone()).or_default();
+        if s.session.is_empty() {
+            s.session = e.session.clone();
+        }
+        s.records += 1;
+        s.last_lsn = r.lsn;
+        s.last_ts = e.ts;
+        if e.run.is_some() {
+            s.open_run = e.run.clone();
+        }
+        if e.ok {
+            match e.kind {
+                EventKind::CheckpointCreate => {
+                    s.last_checkpoint = Some(CheckpointId(r.lsn));
+                    s.base = Some(CheckpointId(r.lsn));
+                }
+                EventKind::Rollback if e.target.is_some() => s.base = e.target,
+                _ => {}
+            }
+        }
+        self.lsn = r.lsn;
+        Ok(())
+    }
+}
+
+fn load(manifests: &dyn ManifestSource, root: &BlobHash, lsn: Lsn) -> Result<Tree> {
+    manifests.tree(root).map_err(|e| QueryError::Manifest {
+        lsn,
+        detail: e.to_string(),
+    })
+}
+
+/// `state(n)`: the fold of records `1..=n` of `src`.
+pub fn state_at(src: &dyn RecordSource, manifests: &dyn ManifestSource, n: Lsn) -> Result<State> {
+    let mut s = State::new();
+    if n.0 == 0 {
+        return Ok(s);
+    }
+    for r in src.iter_from(Lsn::FIRST) {
+        let r = r?;
+        if r.lsn > n {
+            break;
+        }
+        s.apply(&r, manifests)?;
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{MemLog, MemManifests};
+
+    fn h(b: &[u8]) -> BlobHash {
+        BlobHash::of(b)
+    }
+
+    #[test]
+    fn scoping() {
+        let s = vec!["src".to_string()];
+        assert!(in_scope("src", &s));
+        assert!(in_scope("src/a.rs", &s));
+        assert!(!in_scope("srcx/a.rs", &s));
+        assert!(in_scope("anything", &[]));
+    }
+
+    #[test]
+    fn moves_writes_deletes_and_checkpoints() {
+        let log = MemLog::new();
+        let m = MemManifests::new();
+        let mut t = Tree::new();
+        t.insert(
+            "x".into(),
+            TreeEntry {
+                blob: h(b"x"),
+                mode: 0o755,
+                kind: EntryKind::File,
+            },
+        );
+        let root = m.put(t);
+        let mut cp = Event::new(EventKind::CheckpointCreate, "s");
+        cp.root = Some(root);
+        log.append(cp).unwrap(); // 1
+        let mut w = Event::new(EventKind::FileWrite, "s").with_path("x");
+        w.after = Some(h(b"x2"));
+        log.append(w).unwrap(); // 2
+        let mut mv = Event::new(EventKind::FileMove, "s").with_path("x");
+        mv.to_path = Some("y".into());
+        log.append(mv).unwrap(); // 3
+        let mut bad = Event::new(EventKind::FileDelete, "s").with_path("y");
+        bad.ok = false;
+        log.append(bad).unwrap(); // 4
+        let mut rb = Event::new(EventKind::Rollback, "s");
+        rb.target = Some(CheckpointId(Lsn(1)));
+        rb.run = Some("r2".into());
+        log.append(rb).unwrap(); // 5
+
+        let st = state_at(&log, &m, Lsn(3)).unwrap();
+        assert_eq!(st.tree.len(), 1);
+        assert_eq!(st.tree["y"].blob, h(b"x2"));
+        assert_eq!(st.tree["y"].mode, 0o755, "mode survives a write and a move");
+        assert_eq!(state_at(&log, &m, Lsn(4)).unwrap().tree, st.tree);
+        let st = state_at(&log, &m, Lsn(5)).unwrap();
+        assert_eq!(st.tree.keys().collect::<Vec<_>>(), vec!["x"]);
+        assert_eq!(st.tree["x"].blob, h(b"x"));
+        let s = &st.sessions["s"];
+        assert_eq!(s.records, 5);
+        assert_eq!(s.last_checkpoint, Some(CheckpointId(Lsn(1))));
+        assert_eq!(s.base, Some(CheckpointId(Lsn(1))));
+        assert_eq!(s.open_run.as_deref(), Some("r2"));
+        assert!(state_at(&log, &m, Lsn(0)).unwrap().tree.is_empty());
+    }
+}

@@ -1,0 +1,305 @@
+//! What queries read: records (the log), blobs and checkpoint manifests,
+//! each behind a small trait so the same code runs over the live log, a
+//! read-only reader in another process, or plain vectors in tests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+
+use cairn_codec::{frame, BlobHash, ChainHash, Event, Lsn};
+use cairn_engine::EngineError;
+
+use crate::error::{QueryError, Result};
+
+/// How often [`RecordSource::wait_for`]'s default implementation polls the
+/// head: short enough that a follower sees a commit within a blink, long
+/// enough that an idle follower costs nothing measurable.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// One record of the log as queries see it: its LSN, the chain value after
+/// it and its event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    /// Log sequence number.
+    pub lsn: Lsn,
+    /// The hash-chain value after this record.
+    pub chain: ChainHash,
+    /// The event.
+    pub event: Event,
+}
+
+/// The last committed record of a log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Head {
+    /// The last LSN (0 when the log is empty).
+    pub last_lsn: Lsn,
+    /// The chain value after it ([`ChainHash::ZERO`] when empty).
+    pub chain: ChainHash,
+}
+
+/// A log to read from: the live log, a read-only reader, or a vector.
+pub trait RecordSource {
+    /// The last committed record.
+    fn head(&self) -> Result<Head>;
+    /// Records from `from` (inclusive) to the head as of the call.
+    fn iter_from(&self, from: Lsn) -> Box<dyn Iterator<Item = Result<Record>> + '_>;
+    /// The record at `lsn`.
+    fn read(&self, lsn: Lsn) -> Result<Record>;
+    /// Blocks until the head is past `after` or `timeout` passes; returns
+    /// the head either way. The default polls [`RecordSource::head`].
+    fn wait_for(&self, after: Lsn, timeout: Duration) -> Result<Head> {
+        let start = Instant::now();
+        loop {
+            let head = self.head()?;
+            if head.last_lsn > after || start.elapsed() >= timeout {
+                return Ok(head);
+            }
+            std::thread::sleep(POLL_INTERVAL.min(timeout.saturating_sub(start.elapsed())));
+        }
+    }
+}
+
+/// A blob store to read from (and, for imports and tests, write to).
+pub trait BlobSource {
+    /// The bytes of blob `hash` (verified by the store).
+    fn get(&self, hash: &BlobHash) -> Result<Vec<u8>>;
+}
+
+/// One entry of a tree: a file or a symlink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A symbolic link; the blob holds the link target.
+    Symlink,
+}
+
+/// A path's entry in a tree: its blob, mode and kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TreeEntry {
+    /// The contents (for a symlink, its target).
+    pub blob: BlobHash,
+    /// Unix mode bits (`0o644`, `0o755`, ...).
+    pub mode: u32,
+    /// File or symlink.
+    pub kind: EntryKind,
+}
+
+/// The mode a file gets when a file event creates it without saying.
+pub const DEFAULT_FILE_MODE: u32 = 0o644;
+
+impl TreeEntry {
+    /// A regular file with the default mode.
+    pub fn file(blob: BlobHash) -> TreeEntry {
+        TreeEntry {
+            blob,
+            mode: DEFAULT_FILE_MODE,
+            kind: EntryKind::File,
+        }
+    }
+}
+
+/// A workspace tree: path -> entry, sorted by path.
+pub type Tree = BTreeMap<String, TreeEntry>;
+
+/// Reads checkpoint manifests: the tree a `checkpoint.create` record's `root` names.
+pub trait ManifestSource {
+    /// The whole tree under manifest `root`.
+    fn tree(&self, root: &BlobHash) -> Result<Tree>;
+    /// One path's entry under manifest `root` (`None` if absent). The default
+    /// loads the whole tree; a Merkle manifest can walk only the path.
+    fn entry(&self, root: &BlobHash, path: &str) -> Result<Option<TreeEntry>> {
+        Ok(self.tree(root)?.get(path).copied())
+    }
+}
+
+/// An in-memory log: a vector of records behind a lock, so a test (or an
+/// embedder without a store) can append while others read and follow.
+#[derive(Debug, Default)]
+pub struct MemLog {
+    records: RwLock<Vec<Record>>,
+}
+
+impl MemLog {
+    /// An empty log.
+    pub fn new() -> MemLog {
+        MemLog::default()
+    }
+
+    /// Appends `event`, assigning the next LSN and chain value; returns the LSN.
+    pub fn append(&self, event: Event) -> Result<Lsn> {
+        let body = event.encode_body()?;
+        let mut recs = self.records.write();
+        let prev = recs.last().map(|r| r.chain).unwrap_or(ChainHash::ZERO);
+        let lsn = Lsn(recs.len() as u64 + 1);
+        let chain = frame::chain_next(prev, lsn, 0, 0, &body);
+        recs.push(Record { lsn, chain, event });
+        Ok(lsn)
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.records.read().len()
+    }
+
+    /// True when no record was appended.
+    pub fn is_empty(&self) -> bool {
+        self.records.read().is_empty()
+    }
+}
+
+impl RecordSource for MemLog {
+    fn head(&self) -> Result<Head> {
+        let recs = self.records.read();
+        Ok(recs.last().map_or(Head::default(), |r| Head {
+            last_lsn: r.lsn,
+            chain: r.chain,
+        }))
+    }
+
+    fn iter_from(&self, from: Lsn) -> Box<dyn Iterator<Item = Result<Record>> + '_> {
+        let end = self.records.read().len() as u64;
+        let start = from.0.max(1);
+        Box::new((start..=end).map(move |n| self.read(Lsn(n))))
+    }
+
+    fn read(&self, lsn: Lsn) -> Result<Record> {
+        let recs = self.records.read();
+        let last = Lsn(recs.len() as u64);
+        match lsn.0.checked_sub(1).and_then(|i| recs.get(i as usize)) {
+            Some(r) => Ok(r.clone()),
+            None => Err(QueryError::Engine(EngineError::LsnOutOfRange { lsn, last })),
+        }
+    }
+}
+
+/// An in-memory blob store keyed by blake3, for tests and imports.
+#[derive(Debug, Default)]
+pub struct MemBlobs {
+    blobs: RwLock<HashMap<BlobHash, Vec<u8>>>,
+}
+
+impl MemBlobs {
+    /// An empty store.
+    pub fn new() -> MemBlobs {
+        MemBlobs::default()
+    }
+
+    /// Stores `bytes`; returns their hash.
+    pub fn put(&self, bytes: &[u8]) -> BlobHash {
+        let h = BlobHash::of(bytes);
+        self.blobs
+            .write()
+            .entry(h)
+            .or_insert_with(|| bytes.to_vec());
+        h
+    }
+}
+
+impl BlobSource for MemBlobs {
+    fn get(&self, hash: &BlobHash) -> Result<Vec<u8>> {
+        self.blobs
+            .read()
+            .get(hash)
+            .cloned()
+            .ok_or(QueryError::Engine(EngineError::BlobNotFound {
+                hash: *hash,
+            }))
+    }
+}
+
+/// In-memory manifests: root hash -> tree, for tests and for embedders that
+/// build trees themselves.
+#[derive(Debug, Default)]
+pub struct MemManifests {
+    trees: RwLock<HashMap<BlobHash, Tree>>,
+}
+
+impl MemManifests {
+    /// No manifests.
+    pub fn new() -> MemManifests {
+        MemManifests::default()
+    }
+
+    /// Stores `tree`; returns a root hash naming it (blake3 of its listing).
+    pub fn put(&self, tree: Tree) -> BlobHash {
+        let mut listing = Vec::new();
+        for (p, e) in &tree {
+            listing.extend_from_slice(p.as_bytes());
+            listing.push(0);
+            listing.extend_from_slice(&e.blob.0);
+            listing.extend_from_slice(&e.mode.to_le_bytes());
+            listing.push(matches!(e.kind, EntryKind::Symlink) as u8);
+        }
+        let h = BlobHash::of(&listing);
+        self.trees.write().insert(h, tree);
+        h
+    }
+}
+
+impl ManifestSource for MemManifests {
+    fn tree(&self, root: &BlobHash) -> Result<Tree> {
+        self.trees
+            .read()
+            .get(root)
+            .cloned()
+            .ok_or(QueryError::Engine(EngineError::BlobNotFound {
+                hash: *root,
+            }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_codec::EventKind;
+
+    #[test]
+    fn mem_log_reads_and_ranges() {
+        let log = MemLog::new();
+        assert_eq!(log.head().unwrap(), Head::default());
+        for i in 0..3 {
+            let lsn = log
+                .append(Event::new(EventKind::Prompt, "s").with_text(format!("{i}")))
+                .unwrap();
+            assert_eq!(lsn, Lsn(i + 1));
+        }
+        assert_eq!(log.head().unwrap().last_lsn, Lsn(3));
+        let lsns: Vec<_> = log.iter_from(Lsn(2)).map(|r| r.unwrap().lsn).collect();
+        assert_eq!(lsns, vec![Lsn(2), Lsn(3)]);
+        assert!(log.read(Lsn(0)).is_err());
+        let e = log.read(Lsn(4)).unwrap_err().to_string();
+        assert!(e.contains("LSN 4"), "{e}");
+        // Chain values differ record to record.
+        assert_ne!(
+            log.read(Lsn(1)).unwrap().chain,
+            log.read(Lsn(2)).unwrap().chain
+        );
+    }
+
+    #[test]
+    fn wait_for_times_out_with_the_head() {
+        let log = MemLog::new();
+        log.append(Event::new(EventKind::Prompt, "s")).unwrap();
+        let h = log.wait_for(Lsn(1), Duration::from_millis(1)).unwrap();
+        assert_eq!(h.last_lsn, Lsn(1));
+        let h = log.wait_for(Lsn(0), Duration::from_secs(5)).unwrap();
+        assert_eq!(h.last_lsn, Lsn(1));
+    }
+
+    #[test]
+    fn mem_blobs_and_manifests() {
+        let b = MemBlobs::new();
+        let h = b.put(b"hi");
+        assert_eq!(b.get(&h).unwrap(), b"hi");
+        assert!(b.get(&BlobHash::ZERO).is_err());
+        let m = MemManifests::new();
+        let mut t = Tree::new();
+        t.insert("a".into(), TreeEntry::file(h));
+        let root = m.put(t.clone());
+        assert_eq!(m.tree(&root).unwrap(), t);
+        assert_eq!(m.entry(&root, "a").unwrap(), Some(TreeEntry::file(h)));
+        assert_eq!(m.entry(&root, "b").unwrap(), None);
+    }
+}
