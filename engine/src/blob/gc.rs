@@ -1,0 +1,311 @@
+//! Garbage collection: mark from the caller's roots, sweep packs.
+//!
+//! Order (so that a crash at any point loses no live blob):
+//! 1. seal the active pack, so every pack considered is immutable;
+//! 2. mark: the roots, plus the chunks of every live chunk list;
+//! 3. choose the packs whose dead share passes the threshold (a pure
+//!    function of the per-pack usage, [`choose`]);
+//! 4. copy their live entries, checked, into the new active pack and point
+//!    the in-memory index at the copies;
+//! 5. fsync the new pack and write the new index (durable, no longer
+//!    listing the chosen packs);
+//! 6. only then delete the chosen packs and fsync the directory.
+//!
+//! A crash before 5 leaves the old index and old packs (the copies are
+//! duplicates found by the tail scan); a crash between 5 and 6 leaves old
+//! packs the index does not list, which open scans like any other pack
+//! (their dead entries come back until the next gc; nothing is lost).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use cairn_codec::BlobHash;
+
+use super::chunking::decode_chunk_list;
+use super::options::GcOptions;
+use super::pack::{decode_contents, EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
+use super::scan::{read_entry_at, scan_pack};
+use super::{BlobStore, PackFile};
+use crate::{EngineError, Result};
+
+/// What one garbage collection did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GcReport {
+    /// Blobs and chunks marked live.
+    pub marked: u64,
+    /// Roots that are not in the store (reported, not an error).
+    pub missing_roots: Vec<BlobHash>,
+    /// Packs examined.
+    pub packs_scanned: u64,
+    /// Packs whose live entries were copied and which were then deleted
+    /// (including packs with no live entry, deleted without copying).
+    pub packs_rewritten: u64,
+    /// Live entries copied to a new pack.
+    pub entries_copied: u64,
+    /// Dead entries dropped with the rewritten packs.
+    pub entries_dropped: u64,
+    /// Pack bytes before.
+    pub bytes_before: u64,
+    /// Pack bytes after.
+    pub bytes_after: u64,
+    /// Packs left alone because a live entry in them is damaged (it cannot
+    /// be copied; deleting the pack would lose what is left of it).
+    pub problems: Vec<String>,
+}
+
+/// How full of live data one sealed pack is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PackUsage {
+    /// The pack.
+    pub id: PackId,
+    /// Bytes after the header.
+    pub total_bytes: u64,
+    /// Bytes of live entries.
+    pub live_bytes: u64,
+}
+
+/// The policy: which packs to rewrite. A pack is rewritten when the share
+/// of its bytes that is dead is above `threshold`, or when it holds no live
+/// entry at all (then it is simply deleted).
+pub fn choose(usage: &[PackUsage], threshold: f64) -> Vec<PackId> {
+    usage
+        .iter()
+        .filter(|u| {
+            u.live_bytes == 0
+                || (u.total_bytes > 0
+                    && (u.total_bytes - u.live_bytes.min(u.total_bytes)) as f64
+                        / u.total_bytes as f64
+                        > threshold)
+        })
+        .map(|u| u.id)
+        .collect()
+}
+
+impl BlobStore {
+    /// Mark and sweep. `live` holds the roots: every top-level blob still
+    /// referenced (the chunks of live chunk lists are kept with them).
+    /// Packs whose dead share is above `opts.rewrite_threshold` are
+    /// rewritten: live entries copied, the new pack and index made durable,
+    /// then the old pack deleted. Dead blobs in packs below the threshold
+    /// stay readable until their pack is rewritten by a later gc.
+    ///
+    /// Puts wait while gc runs; a blob put earlier that is not in `live` (or
+    /// reachable from it) may be removed, so the caller passes every blob a
+    /// log record or a pending write still refers to.
+    pub fn gc(&self, live: &HashSet<BlobHash>, opts: GcOptions) -> Result<GcReport> {
+        self.check_writable()?;
+        let _gate = self.gc_gate.write();
+        let mut report = GcReport::default();
+        // 1. Seal the active pack (after a sync, so nothing is pending).
+        self.sync()?;
+        self.writer.lock().active = None;
+
+        // 2. Mark.
+        let mut marked: HashSet<BlobHash> = HashSet::new();
+        for h in live {
+            let Some(loc) = self.index.read().get(h).copied() else {
+                report.missing_roots.push(*h);
+                continue;
+            };
+            marked.insert(*h);
+            if loc.kind == EntryKind::ChunkList {
+                // A damaged list cannot be followed; its pack is kept below.
+                if let Ok((_, refs)) = self.read_list(h, &loc) {
+                    marked.extend(refs.iter().map(|r| r.hash));
+                }
+            }
+        }
+        report.marked = marked.len() as u64;
+
+        // 3. Usage per pack, from the index (the entries it points at are
+        // the only ones that can be live).
+        let packs: Vec<Arc<PackFile>> = self.packs.read().values().cloned().collect();
+        let mut usage: HashMap<PackId, PackUsage> = HashMap::new();
+        for p in &packs {
+            let len = p
+                .file
+                .len()
+                .map_err(|e| EngineError::io("size pack", &p.path, e))?;
+            report.bytes_before += len;
+            report.packs_scanned += 1;
+            usage.insert(
+                p.id,
+                PackUsage {
+                    id: p.id,
+                    total_bytes: len.saturating_sub(PACK_HEADER_LEN as u64),
+                    live_bytes: 0,
+                },
+            );
+        }
+        let mut damaged_list_packs = HashSet::new();
+        for (h, l) in self.index.read().iter() {
+            if marked.contains(h) {
+                if let Some(u) = usage.get_mut(&l.pack) {
+                    u.live_bytes += l.entry_len();
+                }
+            }
+        }
+        for h in live {
+            if let Some(l) = self.index.read().get(h).copied() {
+                if l.kind == EntryKind::ChunkList && self.read_list(h, &l).is_err() {
+                    damaged_list_packs.insert(l.pack);
+                }
+            }
+        }
+        let mut usage: Vec<PackUsage> = usage.into_values().collect();
+        usage.sort_by_key(|u| u.id);
+        let chosen: Vec<PackId> = choose(&usage, opts.rewrite_threshold)
+            .into_iter()
+            .filter(|id| !damaged_list_packs.contains(id))
+            .collect();
+
+        // 4. Copy live entries out of the chosen packs.
+        let mut retired = Vec::new();
+        for id in chosen {
+            let Some(pack) = packs.iter().find(|p| p.id == id).cloned() else {
+                continue;
+            };
+            match self.rewrite_pack(&pack, &marked, &mut report) {
+                Ok(true) => retired.push(pack),
+                Ok(false) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if retired.is_empty() {
+            report.bytes_after = report.bytes_before;
+            return Ok(report);
+        }
+        // Forget the retired packs and every index entry still in them (dead).
+        {
+            let ids: HashSet<PackId> = retired.iter().map(|p| p.id).collect();
+            let mut index = self.index.write();
+            index.retain(|_, l| !ids.contains(&l.pack));
+            let mut packs = self.packs.write();
+            for id in &ids {
+                packs.remove(id);
+            }
+        }
+        // 5. New pack(s) and index durable.
+        self.persist_index()?;
+        // 6. Delete the old packs.
+        for p in &retired {
+            self.vfs
+                .remove_file(&p.path)
+                .map_err(|e| EngineError::io("remove pack", &p.path, e))?;
+            report.packs_rewritten += 1;
+        }
+        self.vfs
+            .sync_dir(&self.dir)
+            .map_err(|e| EngineError::io("fsync directory", &self.dir, e))?;
+        report.bytes_after = self.stats().stored_bytes;
+        Ok(report)
+    }
+
+    /// Copies the live entries of `pack` into the active pack, checking
+    /// each first. `Ok(false)` if a live entry is damaged: the pack is kept.
+    fn rewrite_pack(
+        &self,
+        pack: &Arc<PackFile>,
+        marked: &HashSet<BlobHash>,
+        report: &mut GcReport,
+    ) -> Result<bool> {
+        let end = pack
+            .file
+            .len()
+            .map_err(|e| EngineError::io("size pack", &pack.path, e))?;
+        let scan = scan_pack(pack.file.as_ref(), PACK_HEADER_LEN as u64, end)
+            .map_err(|e| EngineError::io("scan pack", &pack.path, e))?;
+        // Live entries: marked, and the one the index points at.
+        let mut copies = Vec::new();
+        let mut dropped = 0u64;
+        for e in &scan.entries {
+            let is_live = marked.contains(&e.header.hash)
+                && self
+                    .index
+                    .read()
+                    .get(&e.header.hash)
+                    .is_some_and(|l| l.pack == pack.id && l.offset == e.offset);
+            if !is_live {
+                dropped += 1;
+                continue;
+            }
+            let checked = read_entry_at(pack.file.as_ref(), e.offset, end)
+                .map_err(|err| EngineError::io("read pack", &pack.path, err))?
+                .and_then(|(hdr, entry)| {
+                    if hdr.kind != EntryKind::ChunkList {
+                        let data = decode_contents(&hdr, &entry[ENTRY_HEADER_LEN..])
+                            .map_err(|err| err.to_string())?;
+                        if BlobHash::of(&data) != hdr.hash {
+                            return Err("the contents do not hash to the entry's name".into());
+                        }
+                    } else {
+                        decode_chunk_list(&entry[ENTRY_HEADER_LEN..], hdr.raw_len)
+                            .map_err(|err| err.to_string())?;
+                    }
+                    Ok((hdr, entry))
+                });
+            match checked {
+                Ok((hdr, entry)) => copies.push((hdr.hash, entry)),
+                Err(detail) => {
+                    report.problems.push(format!(
+                        "{} kept: live blob {} at offset {} is damaged: {detail}",
+                        pack.path.display(),
+                        e.header.hash,
+                        e.offset
+                    ));
+                    return Ok(false);
+                }
+            }
+        }
+        // Every indexed entry of this pack must have been seen, or the pack
+        // holds something the scan could not read: keep it.
+        let indexed_live = self
+            .index
+            .read()
+            .iter()
+            .filter(|(h, l)| l.pack == pack.id && marked.contains(h))
+            .count();
+        if indexed_live != copies.len() {
+            report.problems.push(format!(
+                "{} kept: {} live entries indexed there, {} readable",
+                pack.path.display(),
+                indexed_live,
+                copies.len()
+            ));
+            return Ok(false);
+        }
+        for (hash, entry) in copies {
+            self.append(hash, entry, true)?;
+            report.entries_copied += 1;
+        }
+        report.entries_dropped += dropped;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn choose_picks_packs_past_the_threshold_and_empty_ones() {
+        let u = |id, total, live| PackUsage {
+            id: PackId(id),
+            total_bytes: total,
+            live_bytes: live,
+        };
+        let usage = [
+            u(1, 100, 100),
+            u(2, 100, 71),
+            u(3, 100, 69),
+            u(4, 100, 0),
+            u(5, 0, 0),
+        ];
+        assert_eq!(choose(&usage, 0.3), vec![PackId(3), PackId(4), PackId(5)]);
+        assert_eq!(
+            choose(&usage, 0.0),
+            vec![PackId(2), PackId(3), PackId(4), PackId(5)]
+        );
+    }
+}

@@ -1,0 +1,771 @@
+//! The content-addressed blob store: file contents, large diffs, prompts
+//! and replies, keyed by the blake3 of their bytes.
+//!
+//! ```no_run
+//! # fn main() -> cairn_engine::Result<()> {
+//! use std::sync::Arc;
+//! use cairn_engine::blob::{BlobOptions, BlobStore};
+//! use cairn_engine::RealVfs;
+//!
+//! let store = BlobStore::open(Arc::new(RealVfs), ".cairn/blobs".as_ref(), BlobOptions::default())?;
+//! let h = store.put(b"fn main() {}\n")?;
+//! store.sync()?; // durable: now a log record may refer to `h`
+//! assert_eq!(store.get(&h)?, b"fn main() {}\n");
+//! # Ok(()) }
+//! ```
+//!
+//! Blobs are appended to pack files ([`pack`]) with an index from hash to
+//! location ([`index`]) that is persisted now and then and can always be
+//! rebuilt from the packs. Blobs over the chunking threshold are split by
+//! content-defined chunking ([`chunking`]). Every read checks the entry's CRC
+//! and the blake3 of the contents: wrong bytes are never returned.
+//!
+//! Durability: `put` writes but does not fsync; `sync` (or `put_batch`,
+//! which ends with one) makes everything put so far durable. The commit
+//! protocol is: put the blobs, `sync`, then append the log records that refer
+//! to them.
+//!
+//! Concurrency: a `BlobStore` is shared by reference (`Arc`) between threads.
+//! Hashing and compression run outside any lock; only the append itself is
+//! serialized. Reads never wait for writes. Garbage collection blocks puts
+//! (not gets) while it runs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use cairn_codec::BlobHash;
+
+use crate::vfs::{OpenMode, Vfs, VfsFile};
+use crate::{EngineError, Result};
+
+pub mod chunking;
+mod gc;
+pub mod index;
+pub mod options;
+pub mod pack;
+mod recovery;
+pub mod scan;
+mod stats;
+mod verify;
+
+pub use gc::GcReport;
+pub use options::{BlobOptions, GcOptions};
+pub use stats::BlobStats;
+pub use verify::{BlobProblem, BlobVerifyReport};
+
+use chunking::{cut_points, decode_chunk_list, encode_chunk_list, stream_chunks, ChunkRef};
+use index::{IndexSnapshot, Loc, PackCover, INDEX_FILE, INDEX_TMP_FILE};
+use pack::{
+    decode_contents, encode_contents, encode_entry, EntryHeader, EntryKind, PackHeader, PackId,
+    ENTRY_HEADER_LEN, PACK_HEADER_LEN,
+};
+
+/// An open pack file.
+#[derive(Debug)]
+struct PackFile {
+    id: PackId,
+    path: PathBuf,
+    nonce: u64,
+    file: Arc<dyn VfsFile>,
+}
+
+/// The pack being appended to.
+#[derive(Debug)]
+struct Active {
+    pack: Arc<PackFile>,
+    len: u64,
+}
+
+/// State of the appender, behind one mutex.
+#[derive(Debug, Default)]
+struct Writer {
+    active: Option<Active>,
+    next_id: u32,
+    /// Packs with appends not yet fsynced.
+    dirty: Vec<Arc<PackFile>>,
+    /// A pack was created since the last directory fsync.
+    dir_dirty: bool,
+    /// Bytes appended since the persisted index was last written.
+    since_snapshot: u64,
+    /// Set when a write or fsync failed: every later write is refused.
+    poisoned: Option<String>,
+}
+
+/// The blob store of one `.cairn/blobs` directory. See the module docs.
+#[derive(Debug)]
+pub struct BlobStore {
+    vfs: Arc<dyn Vfs>,
+    dir: PathBuf,
+    opts: BlobOptions,
+    read_only: bool,
+    index: RwLock<HashMap<BlobHash, Loc>>,
+    packs: RwLock<BTreeMap<PackId, Arc<PackFile>>>,
+    writer: Mutex<Writer>,
+    /// Incremented after every append (under the writer lock).
+    write_seq: AtomicU64,
+    /// The `write_seq` value covered by the last completed fsync.
+    synced_seq: AtomicU64,
+    /// Serializes fsyncs and index snapshots.
+    sync_lock: Mutex<()>,
+    /// Held shared by puts, exclusively by garbage collection.
+    gc_gate: RwLock<()>,
+    /// Read-only stores: how far each pack has been scanned.
+    scanned: Mutex<HashMap<PackId, u64>>,
+}
+
+fn integrity(hash: BlobHash, path: &Path, offset: u64, detail: impl Into<String>) -> EngineError {
+    EngineError::BlobIntegrity {
+        hash,
+        path: path.to_path_buf(),
+        offset,
+        detail: detail.into(),
+    }
+}
+
+impl BlobStore {
+    /// Opens (creating if needed) the blob store in `dir` (`.cairn/blobs`)
+    /// for writing: removes temporary files left by a crash, truncates a
+    /// torn pack tail, loads the persisted index and recovers the entries
+    /// appended after it, or rebuilds the index from the packs when it is
+    /// missing, stale or damaged.
+    ///
+    /// One process may open a store for writing at a time (the caller holds
+    /// the store lock, see [`StoreDir`](crate::StoreDir)).
+    pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, opts: BlobOptions) -> Result<BlobStore> {
+        recovery::open(vfs, dir, opts.normalized(), false)
+    }
+
+    /// Opens the blob store for reading only, for readers in other
+    /// processes: nothing is written, removed or truncated; puts fail with
+    /// [`EngineError::Invalid`]. Blobs appended later by the writer are
+    /// found by scanning the pack tails again when a lookup misses.
+    pub fn open_read_only(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<BlobStore> {
+        recovery::open(vfs, dir, BlobOptions::default().normalized(), true)
+    }
+
+    /// The directory this store lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(EngineError::Invalid(format!(
+                "the blob store in {} is open read-only; it cannot store blobs",
+                self.dir.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Stores `bytes` and returns their hash. A blob already present is not
+    /// written again. Written, but not durable until [`sync`](Self::sync).
+    pub fn put(&self, bytes: &[u8]) -> Result<BlobHash> {
+        self.check_writable()?;
+        let _gate = self.gc_gate.read();
+        self.put_inner(bytes)
+    }
+
+    /// Stores every item and makes them all durable with one fsync before
+    /// returning (also when every item was already present but not yet
+    /// durable).
+    pub fn put_batch(&self, items: &[&[u8]]) -> Result<Vec<BlobHash>> {
+        self.check_writable()?;
+        let hashes = {
+            let _gate = self.gc_gate.read();
+            items
+                .iter()
+                .map(|b| self.put_inner(b))
+                .collect::<Result<Vec<_>>>()?
+        };
+        self.sync()?;
+        Ok(hashes)
+    }
+
+    /// Stores everything `r` yields, streaming: a blob over the chunking
+    /// threshold is cut into chunks as it is read, so memory holds a few
+    /// chunks at most, never the whole blob. Returns the hash and length.
+    /// Not durable until [`sync`](Self::sync).
+    pub fn put_reader(&self, r: &mut dyn Read) -> Result<(BlobHash, u64)> {
+        self.check_writable()?;
+        let _gate = self.gc_gate.read();
+        // Read up to the threshold (plus one byte): small blobs are stored whole.
+        let limit = self.opts.chunking_threshold_bytes;
+        let mut head = Vec::new();
+        r.take(limit + 1)
+            .read_to_end(&mut head)
+            .map_err(|e| EngineError::io("read blob input", &self.dir, e))?;
+        if head.len() as u64 <= limit {
+            let h = self.put_inner(&head)?;
+            return Ok((h, head.len() as u64));
+        }
+        let mut whole = blake3::Hasher::new();
+        let mut refs = Vec::new();
+        let mut total: u64 = 0;
+        // The first chunk is held back until a second one exists: a blob
+        // that is one chunk is stored whole (its chunk would share its hash).
+        let mut first: Option<Vec<u8>> = None;
+        let source = std::io::Cursor::new(head).chain(r);
+        for chunk in stream_chunks(source) {
+            let chunk = chunk.map_err(|e| {
+                EngineError::io("read blob input", &self.dir, std::io::Error::from(e))
+            })?;
+            whole.update(&chunk.data);
+            total += chunk.data.len() as u64;
+            if refs.is_empty() && first.is_none() {
+                first = Some(chunk.data);
+                continue;
+            }
+            if let Some(f) = first.take() {
+                refs.push(self.store_chunk(&f)?);
+            }
+            refs.push(self.store_chunk(&chunk.data)?);
+        }
+        let hash = BlobHash(*whole.finalize().as_bytes());
+        match first {
+            Some(f) => self.store_contents(EntryKind::Blob, hash, &f)?,
+            None => self.store_list(hash, total, &refs)?,
+        }
+        Ok((hash, total))
+    }
+
+    fn store_chunk(&self, data: &[u8]) -> Result<ChunkRef> {
+        let hash = BlobHash::of(data);
+        self.store_contents(EntryKind::Chunk, hash, data)?;
+        Ok(ChunkRef {
+            hash,
+            len: data.len() as u64,
+        })
+    }
+
+    /// [`put_reader`](Self::put_reader) over a workspace file. Workspace
+    /// files are outside the store, so this reads through `std::fs`, not the
+    /// store's [`Vfs`].
+    pub fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)> {
+        let mut f = std::fs::File::open(path).map_err(|e| EngineError::io("open file", path, e))?;
+        let mut r = std::io::BufReader::with_capacity(1 << 20, &mut f);
+        self.put_reader(&mut r).map_err(|e| match e {
+            EngineError::Io { op, source, .. } => EngineError::Io {
+                op,
+                path: path.to_path_buf(),
+                source,
+            },
+            e => e,
+        })
+    }
+
+    fn put_inner(&self, bytes: &[u8]) -> Result<BlobHash> {
+        let hash = BlobHash::of(bytes);
+        if self.present_as(EntryKind::Blob, &hash) {
+            return Ok(hash);
+        }
+        let cuts: Vec<(usize, usize)> = if bytes.len() as u64 > self.opts.chunking_threshold_bytes {
+            cut_points(bytes).collect()
+        } else {
+            Vec::new()
+        };
+        if cuts.len() > 1 {
+            let refs = cuts
+                .iter()
+                .map(|&(off, len)| self.store_chunk(&bytes[off..off + len]))
+                .collect::<Result<Vec<_>>>()?;
+            self.store_list(hash, bytes.len() as u64, &refs)?;
+        } else {
+            // Small, or one chunk (no cut point): stored whole.
+            self.store_contents(EntryKind::Blob, hash, bytes)?;
+        }
+        Ok(hash)
+    }
+
+    /// True if `hash` is stored in a way that serves a put of `kind`: any
+    /// entry serves a chunk; a top-level blob needs a top-level entry (so it
+    /// is listed by [`hashes`](Self::hashes) even after an index rebuild).
+    fn present_as(&self, kind: EntryKind, hash: &BlobHash) -> bool {
+        self.index
+            .read()
+            .get(hash)
+            .is_some_and(|l| kind == EntryKind::Chunk || l.kind.is_top_level())
+    }
+
+    fn store_contents(&self, kind: EntryKind, hash: BlobHash, raw: &[u8]) -> Result<()> {
+        if self.present_as(kind, &hash) {
+            return Ok(());
+        }
+        let entry = encode_contents(kind, self.opts.zstd_level, &hash, raw);
+        self.append(hash, entry, false)
+    }
+
+    fn store_list(&self, hash: BlobHash, total: u64, refs: &[ChunkRef]) -> Result<()> {
+        if self.present_as(EntryKind::ChunkList, &hash) {
+            return Ok(());
+        }
+        let payload = encode_chunk_list(refs);
+        if payload.len() as u64 > options::MAX_ENTRY_RAW_BYTES {
+            return Err(EngineError::TooLarge {
+                what: format!(
+                    "a blob of {total} bytes needs {} chunks; a chunk list holds at most {}",
+                    refs.len(),
+                    options::MAX_ENTRY_RAW_BYTES / chunking::CHUNK_REF_LEN as u64
+                ),
+            });
+        }
+        let mut entry = Vec::new();
+        encode_entry(&mut entry, EntryKind::ChunkList, 0, total, &hash, &payload);
+        self.append(hash, entry, false)
+    }
+
+    /// Creates a new pack and makes it the active one.
+    fn roll(&self, w: &mut Writer) -> Result<()> {
+        let id = PackId(w.next_id);
+        let path = self.dir.join(id.file_name());
+        let nonce = recovery::new_nonce(&path);
+        let file = self
+            .vfs
+            .open(&path, OpenMode::CreateNew)
+            .map_err(|e| EngineError::io("create pack", &path, e))?;
+        let header = PackHeader { id, nonce }.encode();
+        if let Err(e) = file.write_all_at(&header, 0) {
+            w.poisoned = Some(format!("writing the header of {}: {e}", path.display()));
+            return Err(EngineError::io("write pack header", &path, e));
+        }
+        w.next_id += 1;
+        let pack = Arc::new(PackFile {
+            id,
+            path,
+            nonce,
+            file,
+        });
+        self.packs.write().insert(id, pack.clone());
+        w.dir_dirty = true;
+        w.dirty.push(pack.clone());
+        w.active = Some(Active {
+            pack,
+            len: PACK_HEADER_LEN as u64,
+        });
+        Ok(())
+    }
+
+    /// Appends one encoded entry to the active pack and indexes it. Unless
+    /// `replace`, an entry whose hash another thread stored meanwhile is
+    /// dropped (dedup of in-flight puts).
+    fn append(&self, hash: BlobHash, entry: Vec<u8>, replace: bool) -> Result<()> {
+        let header = EntryHeader::decode(&entry)?;
+        let mut w = self.writer.lock();
+        if let Some(cause) = &w.poisoned {
+            return Err(EngineError::Poisoned {
+                cause: cause.clone(),
+            });
+        }
+        if !replace && self.present_as(header.kind, &hash) {
+            return Ok(());
+        }
+        let need = entry.len() as u64;
+        let full = w.active.as_ref().is_some_and(|a| {
+            a.len > PACK_HEADER_LEN as u64 && a.len + need > self.opts.pack_size_bytes
+        });
+        if full {
+            // The sealed pack stays in `dirty` until the next sync.
+            w.active = None;
+        }
+        if w.active.is_none() {
+            self.roll(&mut w)?;
+        }
+        let (pack, offset) = match &w.active {
+            Some(a) => (a.pack.clone(), a.len),
+            None => return Err(EngineError::Invalid("no active pack after roll".into())),
+        };
+        if let Err(e) = pack.file.write_all_at(&entry, offset) {
+            w.poisoned = Some(format!("appending to {}: {e}", pack.path.display()));
+            return Err(EngineError::io("append to pack", &pack.path, e));
+        }
+        if let Some(a) = w.active.as_mut() {
+            a.len += need;
+        }
+        if !w.dirty.iter().any(|p| p.id == pack.id) {
+            w.dirty.push(pack.clone());
+        }
+        w.since_snapshot += need;
+        let loc = Loc {
+            pack: pack.id,
+            offset,
+            stored_len: header.stored_len,
+            raw_len: header.raw_len,
+            kind: header.kind,
+            flags: header.flags,
+        };
+        self.index.write().insert(hash, loc);
+        self.write_seq.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Makes everything put so far durable: fsyncs every pack appended to
+    /// since the last sync (and the directory if a pack was created). Costs
+    /// one atomic load when nothing is unsynced. Concurrent callers share
+    /// one fsync. After a failed fsync the store refuses all writes.
+    pub fn sync(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let target = self.write_seq.load(Ordering::Acquire);
+        if self.synced_seq.load(Ordering::Acquire) >= target {
+            return Ok(());
+        }
+        let _s = self.sync_lock.lock();
+        if self.synced_seq.load(Ordering::Acquire) >= target {
+            return Ok(());
+        }
+        let (files, dir_dirty, seq, snapshot_due) = {
+            let mut w = self.writer.lock();
+            if let Some(cause) = &w.poisoned {
+                return Err(EngineError::Poisoned {
+                    cause: cause.clone(),
+                });
+            }
+            let dir_dirty = std::mem::take(&mut w.dir_dirty);
+            (
+                std::mem::take(&mut w.dirty),
+                dir_dirty,
+                self.write_seq.load(Ordering::Acquire),
+                w.since_snapshot >= options::INDEX_SNAPSHOT_EVERY_BYTES,
+            )
+        };
+        if let Err((cause, e)) = self.fsync_files(&files, dir_dirty) {
+            self.writer.lock().poisoned = Some(cause);
+            return Err(e);
+        }
+        self.synced_seq.fetch_max(seq, Ordering::AcqRel);
+        if snapshot_due {
+            self.persist_index_locked()?;
+        }
+        Ok(())
+    }
+
+    /// Fsyncs `files` (and the directory); on failure returns the cause to
+    /// poison the writer with, and the error.
+    fn fsync_files(
+        &self,
+        files: &[Arc<PackFile>],
+        dir_dirty: bool,
+    ) -> std::result::Result<(), (String, EngineError)> {
+        for p in files {
+            if let Err(e) = p.file.sync_data() {
+                return Err((
+                    format!("fsync of {}: {e}", p.path.display()),
+                    EngineError::io("fsync pack", &p.path, e),
+                ));
+            }
+        }
+        if dir_dirty {
+            if let Err(e) = self.vfs.sync_dir(&self.dir) {
+                return Err((
+                    format!("fsync of directory {}: {e}", self.dir.display()),
+                    EngineError::io("fsync directory", &self.dir, e),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// True if something was put since the last completed [`sync`](Self::sync).
+    pub fn has_unsynced(&self) -> bool {
+        self.write_seq.load(Ordering::Acquire) > self.synced_seq.load(Ordering::Acquire)
+    }
+
+    /// Writes a new index snapshot covering every pack as it is now (after
+    /// fsyncing them), atomically: temp file, fsync, rename, directory fsync.
+    pub fn persist_index(&self) -> Result<()> {
+        self.check_writable()?;
+        let _s = self.sync_lock.lock();
+        self.persist_index_locked()
+    }
+
+    /// [`persist_index`](Self::persist_index) with `sync_lock` held.
+    fn persist_index_locked(&self) -> Result<()> {
+        let snapshot = {
+            // Holding the writer lock throughout: nothing is appended
+            // meanwhile, so the lengths recorded are exactly what was fsynced.
+            let mut w = self.writer.lock();
+            if let Some(cause) = &w.poisoned {
+                return Err(EngineError::Poisoned {
+                    cause: cause.clone(),
+                });
+            }
+            let files = std::mem::take(&mut w.dirty);
+            let dir_dirty = std::mem::take(&mut w.dir_dirty);
+            if let Err((cause, e)) = self.fsync_files(&files, dir_dirty) {
+                w.poisoned = Some(cause);
+                return Err(e);
+            }
+            let seq = self.write_seq.load(Ordering::Acquire);
+            self.synced_seq.fetch_max(seq, Ordering::AcqRel);
+            w.since_snapshot = 0;
+            self.snapshot(&w)?
+        };
+        self.write_index_file(&snapshot)
+    }
+
+    fn snapshot(&self, w: &Writer) -> Result<IndexSnapshot> {
+        let packs = self.packs.read();
+        let mut covers = Vec::with_capacity(packs.len());
+        for p in packs.values() {
+            let covered_len = match &w.active {
+                Some(a) if a.pack.id == p.id => a.len,
+                _ => p
+                    .file
+                    .len()
+                    .map_err(|e| EngineError::io("size pack", &p.path, e))?,
+            };
+            covers.push(PackCover {
+                id: p.id,
+                nonce: p.nonce,
+                covered_len,
+            });
+        }
+        let entries = self
+            .index
+            .read()
+            .iter()
+            .filter(|(_, l)| packs.contains_key(&l.pack))
+            .map(|(h, l)| (*h, *l))
+            .collect();
+        Ok(IndexSnapshot {
+            packs: covers,
+            entries,
+        })
+    }
+
+    fn write_index_file(&self, snapshot: &IndexSnapshot) -> Result<()> {
+        let tmp = self.dir.join(INDEX_TMP_FILE);
+        let dst = self.dir.join(INDEX_FILE);
+        let bytes = snapshot.encode();
+        let f = self
+            .vfs
+            .open(&tmp, OpenMode::CreateTruncate)
+            .map_err(|e| EngineError::io("create index", &tmp, e))?;
+        f.write_all_at(&bytes, 0)
+            .map_err(|e| EngineError::io("write index", &tmp, e))?;
+        f.sync_data()
+            .map_err(|e| EngineError::io("fsync index", &tmp, e))?;
+        drop(f);
+        self.vfs
+            .rename(&tmp, &dst)
+            .map_err(|e| EngineError::io("rename index", &dst, e))?;
+        self.vfs
+            .sync_dir(&self.dir)
+            .map_err(|e| EngineError::io("fsync directory", &self.dir, e))
+    }
+
+    fn lookup(&self, h: &BlobHash) -> Option<Loc> {
+        if let Some(l) = self.index.read().get(h) {
+            return Some(*l);
+        }
+        if self.read_only && recovery::refresh(self).is_ok() {
+            return self.index.read().get(h).copied();
+        }
+        None
+    }
+
+    fn pack_file(&self, id: PackId) -> Option<Arc<PackFile>> {
+        self.packs.read().get(&id).cloned()
+    }
+
+    /// Reads the entry at `loc` and checks its header, CRC and name.
+    /// Returns the pack and the whole entry (header + payload).
+    fn read_entry(&self, h: &BlobHash, loc: &Loc) -> Result<(Arc<PackFile>, EntryHeader, Vec<u8>)> {
+        let pack = self.pack_file(loc.pack).ok_or_else(|| {
+            integrity(
+                *h,
+                &self.dir.join(loc.pack.file_name()),
+                loc.offset,
+                "the pack file is missing",
+            )
+        })?;
+        let mut entry = vec![0u8; loc.entry_len() as usize];
+        if let Err(e) = pack.file.read_exact_at(&mut entry, loc.offset) {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                return Err(integrity(
+                    *h,
+                    &pack.path,
+                    loc.offset,
+                    "the entry runs past the end of the pack",
+                ));
+            }
+            return Err(EngineError::io("read pack", &pack.path, e));
+        }
+        let header = EntryHeader::decode(&entry)
+            .map_err(|e| integrity(*h, &pack.path, loc.offset, e.to_string()))?;
+        header
+            .check_crc(&entry)
+            .map_err(|e| integrity(*h, &pack.path, loc.offset, e.to_string()))?;
+        if header.hash != *h
+            || header.kind != loc.kind
+            || header.stored_len != loc.stored_len
+            || header.raw_len != loc.raw_len
+        {
+            return Err(integrity(
+                *h,
+                &pack.path,
+                loc.offset,
+                format!(
+                    "the entry there is {:?} {} of {} bytes, not the indexed one",
+                    header.kind, header.hash, header.raw_len
+                ),
+            ));
+        }
+        Ok((pack, header, entry))
+    }
+
+    /// The verified contents of a whole-blob or chunk entry.
+    fn read_contents(&self, h: &BlobHash, loc: &Loc) -> Result<Vec<u8>> {
+        let (pack, header, entry) = self.read_entry(h, loc)?;
+        let data = decode_contents(&header, &entry[ENTRY_HEADER_LEN..])
+            .map_err(|e| integrity(*h, &pack.path, loc.offset, e.to_string()))?;
+        if BlobHash::of(&data) != *h {
+            return Err(integrity(
+                *h,
+                &pack.path,
+                loc.offset,
+                "the contents do not hash to the blob's name",
+            ));
+        }
+        Ok(data)
+    }
+
+    /// The checked chunk list of a chunk-list entry.
+    fn read_list(&self, h: &BlobHash, loc: &Loc) -> Result<(Arc<PackFile>, Vec<ChunkRef>)> {
+        let (pack, header, entry) = self.read_entry(h, loc)?;
+        let refs = decode_chunk_list(&entry[ENTRY_HEADER_LEN..], header.raw_len)
+            .map_err(|e| integrity(*h, &pack.path, loc.offset, e.to_string()))?;
+        Ok((pack, refs))
+    }
+
+    /// Reads one blob, or one chunk of a chunked blob, by location;
+    /// retried once with a fresh lookup if garbage collection moved it.
+    fn get_piece(&self, h: &BlobHash) -> Result<Vec<u8>> {
+        let loc = self
+            .lookup(h)
+            .ok_or(EngineError::BlobNotFound { hash: *h })?;
+        match self.read_contents(h, &loc) {
+            Err(e) if self.pack_file(loc.pack).is_none() => match self.lookup(h) {
+                Some(l2) if l2 != loc => self.read_contents(h, &l2),
+                _ => Err(e),
+            },
+            r => r,
+        }
+    }
+
+    /// The blob's bytes, verified against `h`. [`EngineError::BlobNotFound`]
+    /// if it is not stored; [`EngineError::BlobIntegrity`] (naming the pack
+    /// file and offset) if its entry is damaged.
+    pub fn get(&self, h: &BlobHash) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.get_to(h, &mut out)?;
+        Ok(out)
+    }
+
+    /// Writes the blob's bytes to `w`, chunk by chunk, each chunk verified
+    /// before it is written; the whole is verified at the end too. Returns
+    /// the number of bytes written. On an integrity error part of a chunked
+    /// blob may already have been written (every written chunk was correct).
+    pub fn get_to(&self, h: &BlobHash, w: &mut dyn std::io::Write) -> Result<u64> {
+        let loc = self
+            .lookup(h)
+            .ok_or(EngineError::BlobNotFound { hash: *h })?;
+        if loc.kind != EntryKind::ChunkList {
+            let data = self.get_piece(h)?;
+            w.write_all(&data)
+                .map_err(|e| EngineError::io("write blob output", PathBuf::from("<output>"), e))?;
+            return Ok(data.len() as u64);
+        }
+        let (pack, refs) = match self.read_list(h, &loc) {
+            Err(_) if self.pack_file(loc.pack).is_none() => {
+                let l2 = self
+                    .lookup(h)
+                    .ok_or(EngineError::BlobNotFound { hash: *h })?;
+                self.read_list(h, &l2)?
+            }
+            r => r?,
+        };
+        let mut whole = blake3::Hasher::new();
+        let mut total = 0u64;
+        for (i, r) in refs.iter().enumerate() {
+            let data = self.get_piece(&r.hash).map_err(|e| match e {
+                EngineError::BlobNotFound { .. } => integrity(
+                    *h,
+                    &pack.path,
+                    loc.offset,
+                    format!("chunk {i} ({}) of the chunk list is missing", r.hash),
+                ),
+                e => e,
+            })?;
+            if data.len() as u64 != r.len {
+                return Err(integrity(
+                    *h,
+                    &pack.path,
+                    loc.offset,
+                    format!(
+                        "chunk {i} has {} bytes, the list says {}",
+                        data.len(),
+                        r.len
+                    ),
+                ));
+            }
+            whole.update(&data);
+            w.write_all(&data)
+                .map_err(|e| EngineError::io("write blob output", PathBuf::from("<output>"), e))?;
+            total += r.len;
+        }
+        if BlobHash(*whole.finalize().as_bytes()) != *h {
+            return Err(integrity(
+                *h,
+                &pack.path,
+                loc.offset,
+                "the chunks together do not hash to the blob's name",
+            ));
+        }
+        Ok(total)
+    }
+
+    /// True if the blob (or chunk) `h` is stored.
+    pub fn contains(&self, h: &BlobHash) -> bool {
+        self.lookup(h).is_some()
+    }
+
+    /// The uncompressed size of blob `h`, if stored.
+    pub fn raw_len(&self, h: &BlobHash) -> Option<u64> {
+        self.lookup(h).map(|l| l.raw_len)
+    }
+
+    /// Every top-level blob (whole blobs and chunked blobs, not their
+    /// chunks), in no particular order.
+    pub fn hashes(&self) -> Vec<BlobHash> {
+        self.index
+            .read()
+            .iter()
+            .filter(|(_, l)| l.kind.is_top_level())
+            .map(|(h, _)| *h)
+            .collect()
+    }
+}
+
+impl Drop for BlobStore {
+    /// Best effort: a store closed cleanly leaves an index covering all of
+    /// its packs, so the next open scans nothing.
+    fn drop(&mut self) {
+        if self.read_only {
+            return;
+        }
+        let pending = {
+            let w = self.writer.lock();
+            w.poisoned.is_none() && w.since_snapshot > 0
+        };
+        if pending {
+            let _ = self.persist_index();
+        }
+    }
+}

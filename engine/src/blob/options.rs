@@ -1,0 +1,90 @@
+//! Settings of the blob store and its garbage collector, with their
+//! documented defaults, and the limits that bound every size the store reads
+//! from disk.
+
+/// The smallest chunk the content-defined chunker cuts (256 KiB): smaller
+/// chunks would make chunk lists long and per-entry overhead noticeable.
+pub const CHUNK_MIN_BYTES: u32 = 256 * 1024;
+/// The average chunk size the chunker aims for (1 MiB): an append to a large
+/// file then stores about one changed chunk plus the new data.
+pub const CHUNK_AVG_BYTES: u32 = 1024 * 1024;
+/// The largest chunk the chunker cuts (4 MiB): bounds the memory a streaming
+/// put or get holds at once.
+pub const CHUNK_MAX_BYTES: u32 = 4 * 1024 * 1024;
+
+/// The largest blob stored whole (64 MiB). A blob over the configured
+/// chunking threshold is chunked anyway, and the threshold is clamped to
+/// this, so a single pack entry never holds more than this many raw bytes.
+pub const MAX_WHOLE_BLOB_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The largest raw (uncompressed) payload of one pack entry: a whole blob,
+/// a chunk, or a chunk list (40 bytes per chunk, so a list this long
+/// describes a file of about 1.6 TiB at the 1 MiB average chunk size).
+/// Checked before any allocation when an entry is read.
+pub const MAX_ENTRY_RAW_BYTES: u64 = MAX_WHOLE_BLOB_BYTES;
+
+/// Blobs shorter than this are stored raw without trying zstd: a zstd frame
+/// header alone costs about a dozen bytes, so tiny inputs never shrink.
+pub const COMPRESS_MIN_BYTES: usize = 64;
+
+/// The smallest pack size accepted (64 KiB); smaller values would roll packs
+/// after every few blobs.
+pub const MIN_PACK_SIZE_BYTES: u64 = 64 * 1024;
+
+/// After this many bytes have been appended since the persisted index was
+/// last written, `sync` also writes a new index snapshot, so the tail that
+/// `open` has to scan stays short.
+pub const INDEX_SNAPSHOT_EVERY_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Settings of a [`BlobStore`](super::BlobStore).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlobOptions {
+    /// zstd level for blob contents (default 3: fast, most of the gain on
+    /// source text). Values outside zstd's range are clamped by zstd.
+    pub zstd_level: i32,
+    /// A pack file rolls to a new one when the next entry would take it past
+    /// this size (default 256 MiB; at least [`MIN_PACK_SIZE_BYTES`]).
+    pub pack_size_bytes: u64,
+    /// Blobs larger than this are split by content-defined chunking and
+    /// stored as a chunk list (default 1 MiB; at most
+    /// [`MAX_WHOLE_BLOB_BYTES`]).
+    pub chunking_threshold_bytes: u64,
+}
+
+impl Default for BlobOptions {
+    fn default() -> Self {
+        BlobOptions {
+            zstd_level: 3,
+            pack_size_bytes: 256 * 1024 * 1024,
+            chunking_threshold_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl BlobOptions {
+    /// The options with every value brought into its allowed range.
+    pub(crate) fn normalized(&self) -> BlobOptions {
+        BlobOptions {
+            zstd_level: self.zstd_level,
+            pack_size_bytes: self.pack_size_bytes.max(MIN_PACK_SIZE_BYTES),
+            chunking_threshold_bytes: self.chunking_threshold_bytes.min(MAX_WHOLE_BLOB_BYTES),
+        }
+    }
+}
+
+/// Settings of one garbage collection.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GcOptions {
+    /// A pack is rewritten (its live entries copied to a new pack, then the
+    /// old one deleted) when the dead share of its entry bytes is above this
+    /// fraction (default 0.3). A pack with no live entry is always deleted.
+    pub rewrite_threshold: f64,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            rewrite_threshold: 0.3,
+        }
+    }
+}

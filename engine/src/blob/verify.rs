@@ -1,0 +1,199 @@
+//! `cairn verify` for blobs: every entry of every pack checked (CRC,
+//! decompression within the recorded size, blake3 against the name), every
+//! chunk list complete, every index entry pointing at a good entry.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use cairn_codec::BlobHash;
+
+use super::chunking::decode_chunk_list;
+use super::pack::{decode_contents, EntryKind, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
+use super::scan::{read_entry_at, scan_pack};
+use super::BlobStore;
+use crate::{EngineError, Result};
+
+/// One problem verify found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlobProblem {
+    /// The blob concerned, when known (not for an unreadable span).
+    pub hash: Option<BlobHash>,
+    /// The pack file.
+    pub path: PathBuf,
+    /// Byte offset in that pack.
+    pub offset: u64,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl std::fmt::Display for BlobProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(h) = &self.hash {
+            write!(f, "blob {h}: ")?;
+        }
+        write!(
+            f,
+            "{} at byte offset {}: {}",
+            self.path.display(),
+            self.offset,
+            self.detail
+        )
+    }
+}
+
+/// What verify checked and found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BlobVerifyReport {
+    /// Pack files read.
+    pub packs: u64,
+    /// Entries read (blobs, chunks, chunk lists, and entries no longer indexed).
+    pub entries: u64,
+    /// Top-level blobs in the index.
+    pub blobs: u64,
+    /// Chunk lists checked for completeness.
+    pub chunk_lists: u64,
+    /// Pack bytes read.
+    pub bytes: u64,
+    /// Everything found wrong; empty when the store is sound.
+    pub problems: Vec<BlobProblem>,
+}
+
+impl BlobVerifyReport {
+    /// True when no problem was found.
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl BlobStore {
+    /// Reads and checks every entry of every pack: its CRC, that it
+    /// decompresses within its recorded size, that its contents hash to its
+    /// name, that every chunk list is complete; and that every index entry
+    /// points at a good entry. Damage is reported, not returned as an error;
+    /// the error is for I/O failures only.
+    pub fn verify(&self) -> Result<BlobVerifyReport> {
+        let mut report = BlobVerifyReport::default();
+        let packs: Vec<_> = self.packs.read().values().cloned().collect();
+        let active = self
+            .writer
+            .lock()
+            .active
+            .as_ref()
+            .map(|a| (a.pack.id, a.len));
+        let mut good = HashSet::new();
+        let mut lists = Vec::new();
+        for p in &packs {
+            report.packs += 1;
+            let end = match active {
+                Some((id, len)) if id == p.id => len,
+                _ => p
+                    .file
+                    .len()
+                    .map_err(|e| EngineError::io("size pack", &p.path, e))?,
+            };
+            report.bytes += end;
+            let scan = scan_pack(p.file.as_ref(), PACK_HEADER_LEN as u64, end)
+                .map_err(|e| EngineError::io("scan pack", &p.path, e))?;
+            let problem = |hash, offset, detail: String| BlobProblem {
+                hash,
+                path: p.path.clone(),
+                offset,
+                detail,
+            };
+            for (off, detail) in scan.damaged {
+                report
+                    .problems
+                    .push(problem(None, off, format!("damaged entry: {detail}")));
+            }
+            if let Some(off) = scan.torn_at {
+                report.problems.push(problem(
+                    None,
+                    off,
+                    "partial entry at the end of the pack".into(),
+                ));
+            }
+            for e in scan.entries {
+                report.entries += 1;
+                let h = e.header;
+                if h.kind == EntryKind::ChunkList {
+                    if let Some(payload) = e.list_payload {
+                        lists.push((h.hash, p.path.clone(), e.offset, h.raw_len, payload));
+                    }
+                    good.insert((p.id, e.offset));
+                    continue;
+                }
+                // Re-read the entry: the scan keeps only chunk-list payloads.
+                let checked = match read_entry_at(p.file.as_ref(), e.offset, end)
+                    .map_err(|err| EngineError::io("read pack", &p.path, err))?
+                {
+                    Ok((hdr, entry)) => decode_contents(&hdr, &entry[ENTRY_HEADER_LEN..])
+                        .map_err(|err| err.to_string())
+                        .and_then(|data| {
+                            if BlobHash::of(&data) == h.hash {
+                                Ok(())
+                            } else {
+                                Err("the contents do not hash to the entry's name".to_string())
+                            }
+                        }),
+                    Err(detail) => Err(detail),
+                };
+                match checked {
+                    Ok(()) => {
+                        good.insert((p.id, e.offset));
+                    }
+                    Err(detail) => report
+                        .problems
+                        .push(problem(Some(h.hash), e.offset, detail)),
+                }
+            }
+        }
+        let index = self.index.read();
+        for (hash, path, offset, raw_len, payload) in lists {
+            report.chunk_lists += 1;
+            match decode_chunk_list(&payload, raw_len) {
+                Ok(refs) => {
+                    for (i, r) in refs.iter().enumerate() {
+                        let ok = index.get(&r.hash).is_some_and(|l| {
+                            good.contains(&(l.pack, l.offset)) && l.raw_len == r.len
+                        });
+                        if !ok {
+                            report.problems.push(BlobProblem {
+                                hash: Some(hash),
+                                path: path.clone(),
+                                offset,
+                                detail: format!("chunk {i} ({}) is missing or damaged", r.hash),
+                            });
+                        }
+                    }
+                }
+                Err(e) => report.problems.push(BlobProblem {
+                    hash: Some(hash),
+                    path,
+                    offset,
+                    detail: e.to_string(),
+                }),
+            }
+        }
+        for (hash, l) in index.iter() {
+            if l.kind.is_top_level() {
+                report.blobs += 1;
+            }
+            if !good.contains(&(l.pack, l.offset)) {
+                let path = self.dir.join(l.pack.file_name());
+                let already = report
+                    .problems
+                    .iter()
+                    .any(|p| p.hash == Some(*hash) && p.offset == l.offset && p.path == path);
+                if !already {
+                    report.problems.push(BlobProblem {
+                        hash: Some(*hash),
+                        path,
+                        offset: l.offset,
+                        detail: "the index points at an entry that is missing or damaged".into(),
+                    });
+                }
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,355 @@
+//! Blob store: round trips, dedup, durability bookkeeping, reopen and
+//! index rebuild, on the real file system.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn_codec::BlobHash;
+use cairn_engine::blob::{BlobOptions, BlobStore, GcOptions};
+use cairn_engine::{EngineError, RealVfs};
+
+fn open(dir: &Path) -> BlobStore {
+    BlobStore::open(Arc::new(RealVfs), dir, BlobOptions::default()).unwrap()
+}
+
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn text(len: usize, seed: u64) -> Vec<u8> {
+    let words = [
+        "fn", "let", "mut", "self", "match", "impl", "value", "error", "=>", "{", "}",
+    ];
+    let mut x = seed.wrapping_mul(2).wrapping_add(1);
+    let mut out = Vec::with_capacity(len + 16);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(words[(x % words.len() as u64) as usize].as_bytes());
+        out.push(if x.is_multiple_of(7) { b'\n' } else { b' ' });
+    }
+    out.truncate(len);
+    out
+}
+
+fn pack_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pack"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+#[test]
+fn round_trips_empty_tiny_text_incompressible_and_chunked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path());
+    let blobs = vec![
+        Vec::new(),
+        b"x".to_vec(),
+        text(100_000, 1),
+        noise(50_000, 2),
+        noise(6 << 20, 3),
+        text(6 << 20, 4),
+    ];
+    let mut hashes = Vec::new();
+    for b in &blobs {
+        let h = s.put(b).unwrap();
+        assert_eq!(h, BlobHash::of(b));
+        assert_eq!(s.get(&h).unwrap(), *b);
+        assert_eq!(s.raw_len(&h), Some(b.len() as u64));
+        assert!(s.contains(&h));
+        hashes.push(h);
+    }
+    let st = s.stats();
+    assert!(st.chunks >= 4, "6 MiB blobs are chunked: {st:?}");
+    assert_eq!(st.blobs, blobs.len() as u64);
+    s.sync().unwrap();
+    drop(s);
+    let s = open(tmp.path());
+    for (b, h) in blobs.iter().zip(&hashes) {
+        assert_eq!(s.get(h).unwrap(), *b);
+        let mut out = Vec::new();
+        assert_eq!(s.get_to(h, &mut out).unwrap(), b.len() as u64);
+        assert_eq!(out, *b);
+    }
+    let mut listed = s.hashes();
+    listed.sort();
+    let mut expected = hashes.clone();
+    expected.sort();
+    assert_eq!(
+        listed, expected,
+        "hashes() lists top-level blobs, not chunks"
+    );
+    assert!(s.verify().unwrap().is_ok());
+}
+
+#[test]
+fn missing_blob_is_not_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path());
+    let h = BlobHash::of(b"never stored");
+    assert!(matches!(s.get(&h), Err(EngineError::BlobNotFound { hash }) if hash == h));
+    assert!(!s.contains(&h));
+    assert_eq!(s.raw_len(&h), None);
+}
+
+#[test]
+fn second_put_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path());
+    let a = text(20_000, 9);
+    let big = text(3 << 20, 10);
+    s.put(&a).unwrap();
+    s.put(&big).unwrap();
+    s.sync().unwrap();
+    let before = pack_bytes(tmp.path());
+    assert!(!s.has_unsynced());
+    s.put(&a).unwrap();
+    s.put(&big).unwrap();
+    s.put_batch(&[&a, &big]).unwrap();
+    assert!(!s.has_unsynced(), "dedup hits append nothing");
+    assert_eq!(pack_bytes(tmp.path()), before);
+}
+
+#[test]
+fn sync_and_put_batch_make_puts_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path());
+    assert!(!s.has_unsynced());
+    s.put(b"one").unwrap();
+    assert!(s.has_unsynced());
+    s.sync().unwrap();
+    assert!(!s.has_unsynced());
+    s.put(b"two").unwrap();
+    let hs = s.put_batch(&[b"three", b"four", b"two"]).unwrap();
+    assert_eq!(hs[2], BlobHash::of(b"two"));
+    assert!(!s.has_unsynced());
+}
+
+#[test]
+fn appending_to_a_large_file_stores_little() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path());
+    let mut big = noise(12 << 20, 5);
+    s.put(&big).unwrap();
+    s.sync().unwrap();
+    let before = pack_bytes(tmp.path());
+    big.extend_from_slice(&noise(1 << 20, 6));
+    let h = s.put(&big).unwrap();
+    s.sync().unwrap();
+    let added = pack_bytes(tmp.path()) - before;
+    assert!(added < 3 << 20, "appending 1 MiB stored {added} new bytes");
+    assert_eq!(s.get(&h).unwrap(), big);
+}
+
+#[test]
+fn streaming_put_matches_put() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path());
+    for b in [
+        Vec::new(),
+        text(1000, 1),
+        text(1 << 20, 2),
+        noise(5 << 20, 3),
+    ] {
+        let (h, n) = s.put_reader(&mut &b[..]).unwrap();
+        assert_eq!(h, BlobHash::of(&b));
+        assert_eq!(n, b.len() as u64);
+        assert_eq!(s.get(&h).unwrap(), b);
+    }
+    let file = tmp.path().join("workspace-file");
+    let b = text(2 << 20, 7);
+    std::fs::write(&file, &b).unwrap();
+    let (h, n) = s.put_file(&file).unwrap();
+    assert_eq!((h, n), (BlobHash::of(&b), b.len() as u64));
+    assert!(matches!(
+        s.put_file(&tmp.path().join("missing")),
+        Err(EngineError::Io { .. })
+    ));
+}
+
+#[test]
+fn index_deleted_or_damaged_is_rebuilt_with_the_same_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let blobs: Vec<Vec<u8>> = (0..50)
+        .map(|i| text(1000 + i * 300, i as u64))
+        .chain([noise(3 << 20, 77)])
+        .collect();
+    {
+        let s = open(tmp.path());
+        let refs: Vec<&[u8]> = blobs.iter().map(|b| &b[..]).collect();
+        s.put_batch(&refs).unwrap();
+    }
+    let index = tmp.path().join("index");
+    assert!(index.exists());
+    let check = |s: &BlobStore| {
+        assert_eq!(s.hashes().len(), blobs.len());
+        for b in &blobs {
+            assert_eq!(s.get(&BlobHash::of(b)).unwrap(), *b);
+        }
+    };
+    std::fs::remove_file(&index).unwrap();
+    check(&open(tmp.path()));
+    // Damaged.
+    let mut bytes = std::fs::read(&index).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 1;
+    std::fs::write(&index, &bytes).unwrap();
+    check(&open(tmp.path()));
+    // Stale: an index from an earlier state, then more blobs appended.
+    let old = std::fs::read(&index).unwrap();
+    let extra = text(5000, 999);
+    {
+        let s = open(tmp.path());
+        s.put_batch(&[&extra]).unwrap();
+    }
+    std::fs::write(&index, &old).unwrap();
+    let s = open(tmp.path());
+    check_extra(&s, &extra);
+    // Leftover temp file from a crash is removed.
+    drop(s);
+    std::fs::write(tmp.path().join("index.tmp"), b"partial").unwrap();
+    let s = open(tmp.path());
+    assert!(!tmp.path().join("index.tmp").exists());
+    check_extra(&s, &extra);
+}
+
+fn check_extra(s: &BlobStore, extra: &[u8]) {
+    assert_eq!(s.get(&BlobHash::of(extra)).unwrap(), extra);
+}
+
+#[test]
+fn read_only_store_reads_and_refuses_puts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let w = open(tmp.path());
+    let h = w.put(b"hello").unwrap();
+    w.sync().unwrap();
+    let r = BlobStore::open_read_only(Arc::new(RealVfs), tmp.path()).unwrap();
+    assert_eq!(r.get(&h).unwrap(), b"hello");
+    assert!(matches!(r.put(b"x"), Err(EngineError::Invalid(_))));
+    // A blob the writer adds later is found.
+    let h2 = w.put(b"later").unwrap();
+    w.sync().unwrap();
+    assert_eq!(r.get(&h2).unwrap(), b"later");
+}
+
+#[test]
+fn concurrent_puts_and_gets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Arc::new(open(tmp.path()));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for i in 0..200u64 {
+                    // Half the blobs are shared between threads.
+                    let b = text(2000, if i % 2 == 0 { i } else { 1000 * (t + 1) + i });
+                    let h = s.put(&b).unwrap();
+                    assert_eq!(s.get(&h).unwrap(), b);
+                }
+                s.sync().unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(s.stats().blobs, 100 + 4 * 100);
+    assert!(s.verify().unwrap().is_ok());
+}
+
+#[test]
+fn packs_roll_at_the_size_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = BlobOptions {
+        pack_size_bytes: 64 * 1024,
+        ..BlobOptions::default()
+    };
+    let s = BlobStore::open(Arc::new(RealVfs), tmp.path(), opts.clone()).unwrap();
+    let blobs: Vec<Vec<u8>> = (0..40).map(|i| noise(10_000, i + 1)).collect();
+    for b in &blobs {
+        s.put(b).unwrap();
+    }
+    s.sync().unwrap();
+    assert!(s.stats().packs >= 5);
+    drop(s);
+    let s = BlobStore::open(Arc::new(RealVfs), tmp.path(), opts).unwrap();
+    for b in &blobs {
+        assert_eq!(s.get(&BlobHash::of(b)).unwrap(), *b);
+    }
+}
+
+#[test]
+fn gc_removes_dead_blobs_and_keeps_live_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path());
+    let live: Vec<Vec<u8>> = (0..20)
+        .map(|i| text(3000, i))
+        .chain([noise(3 << 20, 1)])
+        .collect();
+    let dead: Vec<Vec<u8>> = (100..160)
+        .map(|i| text(3000, i))
+        .chain([noise(3 << 20, 2)])
+        .collect();
+    for b in live.iter().chain(&dead) {
+        s.put(b).unwrap();
+    }
+    let roots: HashSet<BlobHash> = live.iter().map(|b| BlobHash::of(b)).collect();
+    let before = pack_bytes(tmp.path());
+    let report = s.gc(&roots, GcOptions::default()).unwrap();
+    assert_eq!(report.packs_rewritten, 1, "{report:?}");
+    assert!(pack_bytes(tmp.path()) < before / 2, "{report:?}");
+    for b in &live {
+        assert_eq!(s.get(&BlobHash::of(b)).unwrap(), *b);
+    }
+    for b in &dead {
+        assert!(!s.contains(&BlobHash::of(b)));
+    }
+    drop(s);
+    let s = open(tmp.path());
+    for b in &live {
+        assert_eq!(s.get(&BlobHash::of(b)).unwrap(), *b);
+    }
+    for b in &dead {
+        assert!(!s.contains(&BlobHash::of(b)));
+    }
+    assert!(s.verify().unwrap().is_ok());
+    // Dead blobs put again are stored again.
+    let h = s.put(&dead[0]).unwrap();
+    assert_eq!(s.get(&h).unwrap(), dead[0]);
+}
+
+/// Regression: a blob over the chunking threshold with no cut point is a
+/// single chunk whose hash equals the blob's; it used to be stored as a
+/// chunk list naming itself, and every get failed.
+#[test]
+fn regression_single_chunk_blob_is_stored_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path());
+    let zeros = vec![0u8; 3 << 20];
+    assert_eq!(cairn_engine::blob::chunking::cut_points(&zeros).count(), 1);
+    let h = s.put(&zeros).unwrap();
+    assert_eq!(s.get(&h).unwrap(), zeros);
+    let ones = vec![1u8; 3 << 20];
+    let (h1, _) = s.put_reader(&mut &ones[..]).unwrap();
+    assert_eq!(s.get(&h1).unwrap(), ones);
+    drop(s);
+    std::fs::remove_file(tmp.path().join("index")).unwrap();
+    let s = open(tmp.path());
+    assert_eq!(s.get(&h).unwrap(), zeros);
+    assert_eq!(s.get(&h1).unwrap(), ones);
+    assert!(s.verify().unwrap().is_ok());
+}
