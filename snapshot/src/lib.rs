@@ -1,1 +1,51 @@
-//! placeholder
+//! # cairn-snapshot
+//!
+//! Checkpoints and rollback of a real workspace. A [`Workspace`] is scanned
+//! (honouring `.gitignore`, `.git/info/exclude` and `.cairnignore`, with a
+//! persistent stat cache so unchanged files are never re-read) into a
+//! Merkle tree of directory nodes stored as blobs ([`manifest`]); a
+//! checkpoint is a `checkpoint.create` record naming the tree's root. A
+//! rollback first checkpoints the current state, then restores the target
+//! exactly (files, modes, symlinks, deletions), atomically per file, and
+//! records a `rollback` record naming both.
+//!
+//! ```
+//! use cairn_snapshot::{create_checkpoint, rollback, CheckpointRequest, MemBlobs, MemLog,
+//!     RollbackRequest, SnapshotOptions, Workspace};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! std::fs::write(dir.path().join("main.rs"), "fn main() {}").unwrap();
+//! let ws = Workspace::open(dir.path(), &dir.path().join(".cairn/snapshot"), SnapshotOptions::default()).unwrap();
+//! let (log, blobs) = (MemLog::new(), MemBlobs::new());
+//! let c1 = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+//! std::fs::write(dir.path().join("main.rs"), "broken").unwrap();
+//! let r = rollback(&log, &blobs, &ws, RollbackRequest {
+//!     target: c1.id, paths: vec![], dry_run: false, session: String::new() }).unwrap();
+//! assert_eq!(r.written, vec!["main.rs".to_string()]);
+//! assert_eq!(std::fs::read_to_string(dir.path().join("main.rs")).unwrap(), "fn main() {}");
+//! ```
+//!
+//! The log and the blob store are reached through two small traits,
+//! [`LogAccess`] and [`BlobAccess`], implemented by the engine's `Log` and
+//! `BlobStore` and by in-memory [`MemLog`] and [`MemBlobs`].
+
+pub mod blobs;
+pub mod capture;
+pub mod checkpoint;
+pub mod error;
+pub mod manifest;
+pub mod relpath;
+pub mod restore;
+pub mod retention;
+pub mod scan;
+pub mod workspace;
+
+pub use blobs::{BlobAccess, BlobRead, GcSummary, MemBlobs};
+pub use checkpoint::{
+    apply_retention, create_checkpoint, find_checkpoint, list_checkpoints, rollback, CheckpointInfo,
+    CheckpointRequest, LogAccess, MemLog, RetentionReport, RollbackReport, RollbackRequest, ScanMode,
+};
+pub use error::{Result, SnapshotError};
+pub use manifest::{Entry, EntryKind, Manifest};
+pub use retention::{choose, RetentionPolicy};
+pub use workspace::{SnapshotOptions, Workspace};

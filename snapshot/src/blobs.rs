@@ -1,0 +1,209 @@
+//! What the snapshot code needs from a blob store, as a small trait, so the
+//! pure parts (capture, manifests, rollback planning) can be tested against
+//! an in-memory store, and a dry run can hash without storing.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::path::Path;
+
+use parking_lot::Mutex;
+
+use cairn_codec::BlobHash;
+
+use crate::error::{Result, SnapshotError};
+
+/// Reading blobs (all the query side needs to read manifests).
+pub trait BlobRead {
+    /// The blob's contents, verified against its hash.
+    fn get(&self, hash: &BlobHash) -> Result<Vec<u8>>;
+    /// Streams the blob's contents into `out` (large files need not fit in memory).
+    fn get_to(&self, hash: &BlobHash, out: &mut dyn Write) -> Result<u64> {
+        let bytes = self.get(hash)?;
+        out.write_all(&bytes)
+            .map_err(|e| SnapshotError::io("write blob contents", "<output>", e))?;
+        Ok(bytes.len() as u64)
+    }
+}
+
+/// What a garbage collection did, as far as snapshot cares.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcSummary {
+    /// Blobs removed.
+    pub removed_blobs: u64,
+    /// Bytes freed on disk (as reported by the store).
+    pub freed_bytes: u64,
+}
+
+/// Reading and writing blobs. `Sync` so files can be hashed on several threads.
+pub trait BlobAccess: BlobRead + Sync {
+    /// Stores `bytes` (not yet durable), returning its hash; an existing blob is not written again.
+    fn put(&self, bytes: &[u8]) -> Result<BlobHash>;
+    /// Stores a file's contents by streaming it, returning its hash and length.
+    fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)>;
+    /// True if the blob is stored.
+    fn contains(&self, hash: &BlobHash) -> Result<bool>;
+    /// Makes every blob put so far durable (the commit protocol: before the log record).
+    fn sync(&self) -> Result<()>;
+    /// Removes every blob not in `live` (and not reachable from one).
+    fn gc(&self, live: &HashSet<BlobHash>) -> Result<GcSummary>;
+}
+
+/// An in-memory blob store, for tests and for in-memory embedders.
+#[derive(Default, Debug)]
+pub struct MemBlobs {
+    map: Mutex<HashMap<BlobHash, Vec<u8>>>,
+    puts: Mutex<u64>,
+    put_calls: Mutex<u64>,
+}
+
+impl MemBlobs {
+    /// An empty store.
+    pub fn new() -> MemBlobs {
+        MemBlobs::default()
+    }
+    /// Number of distinct blobs held.
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+    /// True if no blob is held.
+    pub fn is_empty(&self) -> bool {
+        self.map.lock().is_empty()
+    }
+    /// Number of blobs actually written (puts of an existing blob are not counted).
+    pub fn writes(&self) -> u64 {
+        *self.puts.lock()
+    }
+    /// Number of `put`/`put_file` calls (existing blobs included): how many
+    /// contents were hashed.
+    pub fn put_calls(&self) -> u64 {
+        *self.put_calls.lock()
+    }
+    /// Every stored hash.
+    pub fn hashes(&self) -> HashSet<BlobHash> {
+        self.map.lock().keys().copied().collect()
+    }
+}
+
+impl BlobRead for MemBlobs {
+    fn get(&self, hash: &BlobHash) -> Result<Vec<u8>> {
+        self.map.lock().get(hash).cloned().ok_or_else(|| {
+            SnapshotError::Engine(cairn_engine::EngineError::BlobNotFound { hash: *hash })
+        })
+    }
+}
+
+impl BlobAccess for MemBlobs {
+    fn put(&self, bytes: &[u8]) -> Result<BlobHash> {
+        let h = BlobHash::of(bytes);
+        *self.put_calls.lock() += 1;
+        let mut map = self.map.lock();
+        if !map.contains_key(&h) {
+            map.insert(h, bytes.to_vec());
+            *self.puts.lock() += 1;
+        }
+        Ok(h)
+    }
+    fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)> {
+        let bytes =
+            std::fs::read(path).map_err(|e| SnapshotError::io("read file", path, e))?;
+        let h = self.put(&bytes)?;
+        Ok((h, bytes.len() as u64))
+    }
+    fn contains(&self, hash: &BlobHash) -> Result<bool> {
+        Ok(self.map.lock().contains_key(hash))
+    }
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+    fn gc(&self, live: &HashSet<BlobHash>) -> Result<GcSummary> {
+        let mut map = self.map.lock();
+        let before = map.len();
+        let mut freed = 0u64;
+        map.retain(|h, v| {
+            let keep = live.contains(h);
+            if !keep {
+                freed += v.len() as u64;
+            }
+            keep
+        });
+        Ok(GcSummary {
+            removed_blobs: (before - map.len()) as u64,
+            freed_bytes: freed,
+        })
+    }
+}
+
+/// A blob sink that only hashes: what a dry run uses to see the current
+/// state without writing anything. Reads go to the wrapped store.
+pub struct HashOnly<'a, B: BlobRead + Sync + ?Sized>(pub &'a B);
+
+impl<B: BlobRead + Sync + ?Sized> BlobRead for HashOnly<'_, B> {
+    fn get(&self, hash: &BlobHash) -> Result<Vec<u8>> {
+        self.0.get(hash)
+    }
+}
+
+impl<B: BlobRead + Sync + ?Sized> BlobAccess for HashOnly<'_, B> {
+    fn put(&self, bytes: &[u8]) -> Result<BlobHash> {
+        Ok(BlobHash::of(bytes))
+    }
+    fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)> {
+        let mut f = std::fs::File::open(path).map_err(|e| SnapshotError::io("open file", path, e))?;
+        let mut hasher = blake3::Hasher::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut len = 0u64;
+        loop {
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| SnapshotError::io("read file", path, e))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            len += n as u64;
+        }
+        Ok((BlobHash(*hasher.finalize().as_bytes()), len))
+    }
+    fn contains(&self, _hash: &BlobHash) -> Result<bool> {
+        Ok(true)
+    }
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+    fn gc(&self, _live: &HashSet<BlobHash>) -> Result<GcSummary> {
+        Err(SnapshotError::Invalid(
+            "a hash-only (dry run) blob sink cannot collect garbage".into(),
+        ))
+    }
+}
+
+impl BlobRead for cairn_engine::blob::BlobStore {
+    fn get(&self, hash: &BlobHash) -> Result<Vec<u8>> {
+        Ok(cairn_engine::blob::BlobStore::get(self, hash)?)
+    }
+    fn get_to(&self, hash: &BlobHash, out: &mut dyn Write) -> Result<u64> {
+        Ok(cairn_engine::blob::BlobStore::get_to(self, hash, out)?)
+    }
+}
+
+impl BlobAccess for cairn_engine::blob::BlobStore {
+    fn put(&self, bytes: &[u8]) -> Result<BlobHash> {
+        Ok(cairn_engine::blob::BlobStore::put(self, bytes)?)
+    }
+    fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)> {
+        Ok(cairn_engine::blob::BlobStore::put_file(self, path)?)
+    }
+    fn contains(&self, hash: &BlobHash) -> Result<bool> {
+        Ok(cairn_engine::blob::BlobStore::contains(self, hash))
+    }
+    fn sync(&self) -> Result<()> {
+        Ok(cairn_engine::blob::BlobStore::sync(self)?)
+    }
+    fn gc(&self, live: &HashSet<BlobHash>) -> Result<GcSummary> {
+        let r = cairn_engine::blob::BlobStore::gc(self, live, cairn_engine::blob::GcOptions::default())?;
+        Ok(GcSummary {
+            removed_blobs: r.entries_dropped,
+            freed_bytes: r.bytes_before.saturating_sub(r.bytes_after),
+        })
+    }
+}

@@ -1,0 +1,535 @@
+//! The log-facing flow: creating checkpoints (capture, blobs durable, then
+//! the record), listing and finding them, rolling back, and retention.
+//! Everything else in the crate is pure or file-system only.
+
+use std::collections::{BTreeSet, HashSet};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use cairn_codec::{BlobHash, ChainHash, CheckpointCounts, CheckpointId, Event, EventKind, Lsn, Timestamp};
+use cairn_engine::log::{Head, Record};
+
+use crate::blobs::{BlobAccess, GcSummary, HashOnly};
+use crate::capture::{self, Capture, StatCache};
+use crate::error::{Result, SnapshotError};
+use crate::manifest;
+use crate::restore;
+use crate::retention::{self, Candidate, RetentionPolicy};
+use crate::workspace::{write_atomic, Workspace, CHECKPOINTS_FILE};
+
+/// What the snapshot code needs from the log.
+pub trait LogAccess {
+    /// Appends one event durably; returns its LSN.
+    fn append(&self, event: &Event) -> Result<Lsn>;
+    /// Appends events atomically; returns the first and last LSN.
+    fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>>;
+    /// The last committed record.
+    fn head(&self) -> Head;
+    /// One committed record.
+    fn read(&self, lsn: Lsn) -> Result<Record>;
+    /// Calls `f` on every committed record from `from` to the head.
+    fn for_each_from(&self, from: Lsn, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()>;
+}
+
+impl LogAccess for cairn_engine::log::Log {
+    fn append(&self, event: &Event) -> Result<Lsn> {
+        Ok(cairn_engine::log::Log::append(self, event)?)
+    }
+    fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>> {
+        Ok(cairn_engine::log::Log::append_batch(self, events)?)
+    }
+    fn head(&self) -> Head {
+        cairn_engine::log::Log::head(self)
+    }
+    fn read(&self, lsn: Lsn) -> Result<Record> {
+        Ok(cairn_engine::log::Log::read(self, lsn)?)
+    }
+    fn for_each_from(&self, from: Lsn, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+        for r in self.iter_from(from) {
+            f(r?)?;
+        }
+        Ok(())
+    }
+}
+
+/// An in-memory log, for tests and in-memory embedders.
+#[derive(Debug, Default)]
+pub struct MemLog {
+    records: Mutex<Vec<Record>>,
+}
+
+impl MemLog {
+    /// An empty log.
+    pub fn new() -> MemLog {
+        MemLog::default()
+    }
+    /// Every record.
+    pub fn records(&self) -> Vec<Record> {
+        self.records.lock().clone()
+    }
+}
+
+impl LogAccess for MemLog {
+    fn append(&self, event: &Event) -> Result<Lsn> {
+        let body = event.encode_body()?;
+        let mut recs = self.records.lock();
+        let prev = recs.last().map_or(ChainHash::ZERO, |r| r.chain);
+        let lsn = Lsn(recs.len() as u64 + 1);
+        let mut h = blake3::Hasher::new();
+        h.update(prev.as_bytes());
+        h.update(&lsn.0.to_le_bytes());
+        h.update(&body);
+        recs.push(Record { lsn, chain: ChainHash(*h.finalize().as_bytes()), event: event.clone() });
+        Ok(lsn)
+    }
+    fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>> {
+        let mut first = None;
+        let mut last = None;
+        for e in events {
+            let l = self.append(e)?;
+            first.get_or_insert(l);
+            last = Some(l);
+        }
+        Ok(first.zip(last))
+    }
+    fn head(&self) -> Head {
+        self.records
+            .lock()
+            .last()
+            .map_or_else(Head::default, |r| Head { last_lsn: r.lsn, chain: r.chain })
+    }
+    fn read(&self, lsn: Lsn) -> Result<Record> {
+        let recs = self.records.lock();
+        recs.get((lsn.0 as usize).wrapping_sub(1)).cloned().ok_or_else(|| {
+            SnapshotError::Engine(cairn_engine::EngineError::LsnOutOfRange { lsn, last: Lsn(recs.len() as u64) })
+        })
+    }
+    fn for_each_from(&self, from: Lsn, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+        let recs = self.records.lock().clone();
+        for r in recs.into_iter().skip((from.0.max(1) - 1) as usize) {
+            f(r)?;
+        }
+        Ok(())
+    }
+}
+
+/// How a checkpoint finds what changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScanMode {
+    /// Walk the whole workspace (skipping files whose stat data is unchanged).
+    #[default]
+    Full,
+    /// Re-read only the paths tracked since the last checkpoint and patch
+    /// the previous tree (falls back to a full scan when there is none).
+    TrackedOnly,
+}
+
+/// What to checkpoint, and its metadata.
+#[derive(Clone, Debug, Default)]
+pub struct CheckpointRequest {
+    /// Session id (empty: the default session).
+    pub session: String,
+    /// Run id.
+    pub run: Option<String>,
+    /// Phase id.
+    pub phase: Option<String>,
+    /// Label, e.g. "Before turn 3".
+    pub label: Option<String>,
+    /// Opaque application state (the agent's memory epoch), stored as a blob.
+    pub state: Option<Vec<u8>>,
+    /// How to find what changed.
+    pub scan: ScanMode,
+}
+
+/// A checkpoint, as listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointInfo {
+    /// Its id (`c<lsn>`).
+    pub id: CheckpointId,
+    /// The LSN of its `checkpoint.create` record.
+    pub lsn: Lsn,
+    /// When it was taken.
+    pub ts: Timestamp,
+    /// Session.
+    pub session: String,
+    /// Run.
+    pub run: Option<String>,
+    /// Phase.
+    pub phase: Option<String>,
+    /// Label.
+    pub label: Option<String>,
+    /// Manifest root.
+    pub root: BlobHash,
+    /// Application-state blob.
+    pub state: Option<BlobHash>,
+    /// What the scan saw.
+    pub counts: CheckpointCounts,
+    /// True once a `checkpoint.discard` evicted it.
+    pub discarded: bool,
+}
+
+impl CheckpointInfo {
+    fn from_record(lsn: Lsn, e: &Event) -> Option<CheckpointInfo> {
+        if e.kind != EventKind::CheckpointCreate {
+            return None;
+        }
+        Some(CheckpointInfo {
+            id: CheckpointId(lsn),
+            lsn,
+            ts: e.ts,
+            session: e.session.clone(),
+            run: e.run.clone(),
+            phase: e.phase.clone(),
+            label: e.label.clone(),
+            root: e.root?,
+            state: e.state,
+            counts: e.counts.clone().unwrap_or_default(),
+            discarded: false,
+        })
+    }
+}
+
+fn session_or_default(s: &str) -> String {
+    if s.is_empty() {
+        cairn_codec::event::DEFAULT_SESSION.to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+fn capture_for<B: BlobAccess + ?Sized>(ws: &Workspace, blobs: &B, mode: ScanMode) -> Result<Capture> {
+    let track = ws.load_track()?;
+    if mode == ScanMode::TrackedOnly {
+        if let Some(last) = ws.load_last() {
+            if blobs.contains(&last.root)? {
+                return capture::capture_tracked(ws, blobs, &last, &track.dirty);
+            }
+        }
+    }
+    capture::capture_full(ws, blobs, &track.tracked, &track.dirty)
+}
+
+fn create_inner<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    req: CheckpointRequest,
+) -> Result<(CheckpointInfo, Capture)> {
+    let cap = capture_for(ws, blobs, req.scan)?;
+    let state = req.state.as_deref().map(|s| blobs.put(s)).transpose()?;
+    // The commit protocol: every blob durable before the record that names it.
+    blobs.sync()?;
+    let mut ev = Event::new(EventKind::CheckpointCreate, session_or_default(&req.session));
+    ev.run = req.run;
+    ev.phase = req.phase;
+    ev.label = req.label;
+    ev.root = Some(cap.root);
+    ev.state = state;
+    ev.counts = Some(cap.counts.clone());
+    let lsn = log.append(&ev)?;
+    // Caches only after the record: they may name blobs only a durable checkpoint keeps.
+    if let Some(c) = &cap.new_cache {
+        c.save(ws, false)?;
+    }
+    ws.save_last(Some(&cap.last()))?;
+    ws.clear_dirty(&cap.captured_dirty)?;
+    let info = CheckpointInfo::from_record(lsn, &ev)
+        .ok_or_else(|| SnapshotError::Invalid("internal: checkpoint record without root".into()))?;
+    Ok((info, cap))
+}
+
+/// Takes a checkpoint: captures the workspace, makes its blobs durable,
+/// then appends the `checkpoint.create` record.
+pub fn create_checkpoint<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    req: CheckpointRequest,
+) -> Result<CheckpointInfo> {
+    Ok(create_inner(log, blobs, ws, req)?.0)
+}
+
+/// The persisted checkpoint list: a fold of the log up to `folded_to`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct ListCache {
+    version: u32,
+    folded_to: Lsn,
+    chain_at: ChainHash,
+    list: Vec<CheckpointInfo>,
+}
+
+const LIST_CACHE_VERSION: u32 = 1;
+
+fn fold(cache: &mut ListCache, r: &Record) {
+    match r.event.kind {
+        EventKind::CheckpointCreate => {
+            if let Some(i) = CheckpointInfo::from_record(r.lsn, &r.event) {
+                cache.list.push(i);
+            }
+        }
+        EventKind::CheckpointDiscard => {
+            if let Some(id) = r.event.checkpoint {
+                if let Ok(i) = cache.list.binary_search_by_key(&id, |c| c.id) {
+                    cache.list[i].discarded = true;
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every checkpoint (of `session`, if given), oldest first, discarded ones
+/// included and marked. Fast: the list is kept in the cache directory and
+/// only the records appended since are folded in (rebuilt from the log if
+/// the cache is missing or belongs to another log).
+pub fn list_checkpoints<L: LogAccess + ?Sized>(log: &L, ws: &Workspace, session: Option<&str>) -> Result<Vec<CheckpointInfo>> {
+    let path = ws.cache_path(CHECKPOINTS_FILE);
+    let mut cache: ListCache = std::fs::read(&path)
+        .ok()
+        .and_then(|b| rmp_serde::from_slice::<ListCache>(&b).ok())
+        .filter(|c| c.version == LIST_CACHE_VERSION)
+        .unwrap_or_default();
+    let head = log.head();
+    let stale = cache.folded_to > head.last_lsn
+        || (cache.folded_to.0 > 0 && log.read(cache.folded_to).map(|r| r.chain).ok() != Some(cache.chain_at));
+    if stale {
+        cache = ListCache::default();
+    }
+    if cache.folded_to < head.last_lsn {
+        let mut last = (cache.folded_to, cache.chain_at);
+        log.for_each_from(cache.folded_to.next(), &mut |r| {
+            if r.lsn <= head.last_lsn {
+                fold(&mut cache, &r);
+                last = (r.lsn, r.chain);
+            }
+            Ok(())
+        })?;
+        cache.version = LIST_CACHE_VERSION;
+        cache.folded_to = last.0;
+        cache.chain_at = last.1;
+        let bytes = rmp_serde::to_vec(&cache).map_err(|e| SnapshotError::Invalid(format!("encode checkpoint list: {e}")))?;
+        // A cache: rebuilt from the log when lost, so no fsync.
+        write_atomic(&path, &bytes, false)?;
+    }
+    let session = session.map(session_or_default);
+    Ok(cache
+        .list
+        .into_iter()
+        .filter(|c| session.as_ref().is_none_or(|s| &c.session == s))
+        .collect())
+}
+
+/// The checkpoint `id`; an unknown id is an error that says how to list them.
+pub fn find_checkpoint<L: LogAccess + ?Sized>(log: &L, ws: &Workspace, id: CheckpointId) -> Result<CheckpointInfo> {
+    list_checkpoints(log, ws, None)?
+        .into_iter()
+        .find(|c| c.id == id)
+        .ok_or(SnapshotError::UnknownCheckpoint { id })
+}
+
+/// What to roll back to.
+#[derive(Clone, Debug)]
+pub struct RollbackRequest {
+    /// The checkpoint to restore.
+    pub target: CheckpointId,
+    /// Limit the rollback to these paths (and what is under them); empty: everything.
+    pub paths: Vec<String>,
+    /// List what would change, change nothing (no records either).
+    pub dry_run: bool,
+    /// The session the pre-rollback checkpoint and the record belong to.
+    pub session: String,
+}
+
+/// What a rollback did (or, for a dry run, would do).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RollbackReport {
+    /// The checkpoint taken just before (undo by rolling back to it); `None` for a dry run.
+    pub source: Option<CheckpointId>,
+    /// The checkpoint restored.
+    pub target: CheckpointId,
+    /// Files and symlinks written (or whose mode was restored).
+    pub written: Vec<String>,
+    /// Files and symlinks deleted.
+    pub deleted: Vec<String>,
+    /// Directories created.
+    pub created_dirs: Vec<String>,
+    /// Directories removed (or, for a dry run, to remove if they end up empty).
+    pub removed_dirs: Vec<String>,
+    /// The target's application-state blob, for the embedder to rewind its memory.
+    pub state: Option<Vec<u8>>,
+    /// The `rollback` record; `None` for a dry run.
+    pub lsn: Option<Lsn>,
+}
+
+/// The most paths a `rollback` record lists in `files`: keeps one record
+/// far below the event body limit even for a whole-tree rollback.
+pub const MAX_ROLLBACK_FILES_LISTED: usize = 10_000;
+
+/// Rolls the workspace back to a checkpoint (see the crate docs for the rules).
+pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    req: RollbackRequest,
+) -> Result<RollbackReport> {
+    let target = find_checkpoint(log, ws, req.target)?;
+    if target.discarded {
+        return Err(SnapshotError::Discarded { id: target.id });
+    }
+    let mut scope = Vec::with_capacity(req.paths.len());
+    for p in &req.paths {
+        scope.push(ws.normalize(p)?);
+    }
+    let tgt = manifest::list(blobs, &target.root)?;
+    let state = target.state.map(|h| blobs.get(&h)).transpose()?;
+    if req.dry_run {
+        let track = ws.load_track()?;
+        let cap = capture::capture_full(ws, &HashOnly(blobs), &track.tracked, &BTreeSet::new())?;
+        let cur = cap.manifest.unwrap_or_default();
+        let plan = restore::plan(&cur, &tgt, &scope)?;
+        return Ok(RollbackReport {
+            source: None,
+            target: target.id,
+            written: plan.write.iter().map(|w| w.path.clone()).collect(),
+            deleted: plan.delete.clone(),
+            created_dirs: plan.create_dirs.iter().map(|d| d.0.clone()).collect(),
+            removed_dirs: plan.remove_dirs.clone(),
+            state,
+            lsn: None,
+        });
+    }
+    let (pre, cap) = create_inner(
+        log,
+        blobs,
+        ws,
+        CheckpointRequest {
+            session: req.session.clone(),
+            label: Some(format!("Before rollback to {}", target.id)),
+            scan: ScanMode::Full,
+            ..CheckpointRequest::default()
+        },
+    )?;
+    let cur = cap.manifest.unwrap_or_default();
+    let plan = restore::plan(&cur, &tgt, &scope)?;
+    let done = restore::apply(ws, blobs, &plan).map_err(|e| SnapshotError::RollbackIncomplete {
+        source_checkpoint: pre.id,
+        cause: Box::new(e),
+    })?;
+    let touched: Vec<String> = done
+        .written
+        .iter()
+        .chain(&done.deleted)
+        .chain(&done.created_dirs)
+        .chain(&done.removed_dirs)
+        .cloned()
+        .collect();
+    ws.mark_dirty(&touched)?;
+    let mut ev = Event::new(EventKind::Rollback, session_or_default(&req.session));
+    ev.source = Some(pre.id);
+    ev.target = Some(target.id);
+    ev.parents = vec![pre.lsn, target.lsn];
+    ev.label = Some(format!("Rollback to {}", target.id));
+    ev.files = touched.iter().take(MAX_ROLLBACK_FILES_LISTED).cloned().collect();
+    if touched.len() > MAX_ROLLBACK_FILES_LISTED {
+        let mut m = serde_json::Map::new();
+        m.insert("files_total".into(), serde_json::json!(touched.len()));
+        ev.meta = Some(cairn_codec::event::Meta(m));
+    }
+    if !scope.is_empty() {
+        ev.text = Some(format!("paths: {}", scope.join(", ")));
+    }
+    let lsn = log.append(&ev)?;
+    Ok(RollbackReport {
+        source: Some(pre.id),
+        target: target.id,
+        written: done.written,
+        deleted: done.deleted,
+        created_dirs: done.created_dirs,
+        removed_dirs: done.removed_dirs,
+        state,
+        lsn: Some(lsn),
+    })
+}
+
+/// What retention did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Checkpoints evicted now (each recorded by a `checkpoint.discard`).
+    pub discarded: Vec<CheckpointId>,
+    /// Checkpoints still retained.
+    pub retained: usize,
+    /// Blobs kept live.
+    pub live_blobs: usize,
+    /// What the blob collection removed.
+    pub gc: GcSummary,
+}
+
+/// Applies a retention policy: chooses the checkpoints to evict (see
+/// [`retention::choose`]), appends one `checkpoint.discard` per eviction,
+/// then collects every blob not reachable from a retained checkpoint or
+/// named by a record (`before`, `after`, `diff`, `state`). Without a policy
+/// nothing is evicted; unreferenced blobs are still collected.
+pub fn apply_retention<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    policy: &RetentionPolicy,
+) -> Result<RetentionReport> {
+    let all: Vec<CheckpointInfo> = list_checkpoints(log, ws, None)?.into_iter().filter(|c| !c.discarded).collect();
+    let mut evict: Vec<CheckpointId> = Vec::new();
+    if !policy.is_empty() {
+        let mut cands = Vec::with_capacity(all.len());
+        for c in &all {
+            let mut bl = Vec::new();
+            if policy.max_bytes.is_some() {
+                let m = manifest::list(blobs, &c.root)?;
+                bl = m.files().map(|(_, e)| (e.hash, e.size)).collect();
+            }
+            cands.push(Candidate { id: c.id, session: c.session.clone(), blobs: bl });
+        }
+        evict = retention::choose(&cands, policy);
+        let events: Vec<Event> = evict
+            .iter()
+            .filter_map(|id| all.iter().find(|c| c.id == *id))
+            .map(|c| {
+                let mut e = Event::new(EventKind::CheckpointDiscard, c.session.clone());
+                e.checkpoint = Some(c.id);
+                e.parents = vec![c.lsn];
+                e.text = Some(format!(
+                    "retention: keep_per_session={:?} max_bytes={:?}",
+                    policy.keep_per_session, policy.max_bytes
+                ));
+                e
+            })
+            .collect();
+        log.append_batch(&events)?;
+    }
+    let evicted: HashSet<CheckpointId> = evict.iter().copied().collect();
+    let retained: Vec<&CheckpointInfo> = all.iter().filter(|c| !evicted.contains(&c.id)).collect();
+    let mut live: HashSet<BlobHash> = HashSet::new();
+    let mut seen = HashSet::new();
+    for c in &retained {
+        manifest::reachable(blobs, &c.root, &mut live, &mut seen)?;
+    }
+    let dead: HashSet<Lsn> = list_checkpoints(log, ws, None)?
+        .into_iter()
+        .filter(|c| c.discarded)
+        .map(|c| c.lsn)
+        .collect();
+    log.for_each_from(Lsn::FIRST, &mut |r| {
+        if !(r.event.kind == EventKind::CheckpointCreate && dead.contains(&r.lsn)) {
+            live.extend([r.event.before, r.event.after, r.event.diff, r.event.state].into_iter().flatten());
+        }
+        Ok(())
+    })?;
+    let gc = blobs.gc(&live)?;
+    // Caches must never name a collected blob; durable, so a crash cannot bring one back.
+    let mut cache = StatCache::load(ws);
+    cache.retain_live(&live);
+    cache.save(ws, true)?;
+    if ws.load_last().is_some_and(|l| !live.contains(&l.root)) {
+        ws.save_last(None)?;
+    }
+    Ok(RetentionReport { discarded: evict, retained: retained.len(), live_blobs: live.len(), gc })
+}

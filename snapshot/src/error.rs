@@ -1,0 +1,142 @@
+//! The snapshot crate's error type. Every variant names what failed and where.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use cairn_codec::{BlobHash, CheckpointId, CodecError};
+use cairn_engine::EngineError;
+
+/// A result with [`SnapshotError`].
+pub type Result<T, E = SnapshotError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while scanning, checkpointing or rolling back.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// An I/O operation on a workspace or cache file failed.
+    Io {
+        /// What was being done ("read file", "rename into place", ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The engine (log or blob store) failed.
+    Engine(EngineError),
+    /// An encoding error from the codec.
+    Codec(CodecError),
+    /// A path given by the caller (or found in a manifest) is not a valid
+    /// workspace-relative path, or escapes the workspace.
+    BadPath {
+        /// The path as given.
+        path: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A manifest node is damaged or not a manifest node.
+    BadManifest {
+        /// The node's blob hash.
+        node: BlobHash,
+        /// What was wrong.
+        detail: String,
+    },
+    /// No checkpoint with this id exists in the store.
+    UnknownCheckpoint {
+        /// The id asked for.
+        id: CheckpointId,
+    },
+    /// The checkpoint was discarded by retention; its files may be gone.
+    Discarded {
+        /// The id asked for.
+        id: CheckpointId,
+    },
+    /// The rollback stopped part way; the pre-rollback checkpoint can undo it.
+    RollbackIncomplete {
+        /// The checkpoint taken just before the rollback (undo with it).
+        source_checkpoint: CheckpointId,
+        /// The error that stopped it.
+        cause: Box<SnapshotError>,
+    },
+    /// A caller error that fits no other variant.
+    Invalid(String),
+}
+
+impl SnapshotError {
+    /// Wraps an I/O error with the operation and path.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> SnapshotError {
+        SnapshotError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A refused path.
+    pub fn bad_path(path: impl Into<String>, reason: impl Into<String>) -> SnapshotError {
+        SnapshotError::BadPath {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SnapshotError::Io { op, path, source } => {
+                write!(f, "{op} {}: {source}", path.display())
+            }
+            SnapshotError::Engine(e) => write!(f, "{e}"),
+            SnapshotError::Codec(e) => write!(f, "{e}"),
+            SnapshotError::BadPath { path, reason } => {
+                write!(f, "refusing path `{path}`: {reason}")
+            }
+            SnapshotError::BadManifest { node, detail } => {
+                write!(f, "manifest node {node} is damaged: {detail}")
+            }
+            SnapshotError::UnknownCheckpoint { id } => write!(
+                f,
+                "no checkpoint {id} in this store; list the checkpoints with `cairn checkpoints`"
+            ),
+            SnapshotError::Discarded { id } => write!(
+                f,
+                "checkpoint {id} was discarded by retention and can no longer be restored; \
+                 list the remaining ones with `cairn checkpoints`"
+            ),
+            SnapshotError::RollbackIncomplete {
+                source_checkpoint,
+                cause,
+            } => write!(
+                f,
+                "rollback stopped part way ({cause}); the workspace is partly rolled back: \
+                 undo with `cairn rollback {source_checkpoint}`"
+            ),
+            SnapshotError::Invalid(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for SnapshotError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SnapshotError::Io { source, .. } => Some(source),
+            SnapshotError::Engine(e) => Some(e),
+            SnapshotError::Codec(e) => Some(e),
+            SnapshotError::RollbackIncomplete { cause, .. } => Some(cause.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl From<EngineError> for SnapshotError {
+    fn from(e: EngineError) -> Self {
+        SnapshotError::Engine(e)
+    }
+}
+
+impl From<CodecError> for SnapshotError {
+    fn from(e: CodecError) -> Self {
+        SnapshotError::Codec(e)
+    }
+}

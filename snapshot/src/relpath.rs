@@ -1,0 +1,183 @@
+//! Workspace-relative paths: validation, normalisation and scoping.
+//!
+//! Inside cairn a workspace path is a `String` of `/`-separated components,
+//! none of them empty, `.` or `..`, never starting with `/`. The workspace
+//! root itself is the empty string. Everything that comes from outside (the
+//! command line, an embedder, a manifest read back from the store) passes
+//! through here before it touches the file system.
+
+use std::path::{Component, Path};
+
+use crate::error::{Result, SnapshotError};
+
+/// Directory names that cairn never captures, restores or deletes anywhere:
+/// git's repository directory (the workspace's own and nested ones).
+pub const GIT_DIR_NAME: &str = ".git";
+
+/// cairn's own store directory at the workspace root: never captured.
+pub const STORE_DIR_NAME: &str = ".cairn";
+
+/// The longest path component accepted (Linux NAME_MAX).
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// True if `name` is a valid single path component.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name.len() <= MAX_NAME_BYTES
+        && !name.contains('/')
+        && !name.contains('\0')
+}
+
+/// Why a relative path must never be captured or touched, if it must not.
+pub fn protected_reason(rel: &str) -> Option<&'static str> {
+    let mut comps = rel.split('/');
+    if comps.clone().next() == Some(STORE_DIR_NAME) {
+        return Some("cairn never captures or restores its own store directory `.cairn`");
+    }
+    if comps.any(|c| c == GIT_DIR_NAME) {
+        return Some("cairn never captures or restores anything under a `.git` directory");
+    }
+    None
+}
+
+/// Normalises a caller-given path to a workspace-relative path.
+///
+/// Accepts relative paths (`./a//b` becomes `a/b`) and absolute paths that
+/// lie inside `root`; refuses `..`, absolute paths outside the workspace,
+/// NUL bytes, non-UTF-8 text and anything under `.git` or `.cairn`.
+/// `.` (the whole workspace) normalises to the empty string.
+pub fn normalize(root: &Path, input: &str) -> Result<String> {
+    if input.is_empty() {
+        return Err(SnapshotError::bad_path(input, "the path is empty"));
+    }
+    if input.contains('\0') {
+        return Err(SnapshotError::bad_path(input, "the path contains a NUL byte"));
+    }
+    let p = Path::new(input);
+    let rel: &Path = if p.is_absolute() {
+        p.strip_prefix(root).map_err(|_| {
+            SnapshotError::bad_path(
+                input,
+                format!("an absolute path outside the workspace {}", root.display()),
+            )
+        })?
+    } else {
+        p
+    };
+    let mut out: Vec<&str> = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::CurDir => {}
+            Component::Normal(s) => {
+                let s = s.to_str().ok_or_else(|| {
+                    SnapshotError::bad_path(input, "the path is not valid UTF-8")
+                })?;
+                if !valid_name(s) {
+                    return Err(SnapshotError::bad_path(input, format!("bad component `{s}`")));
+                }
+                out.push(s);
+            }
+            Component::ParentDir => {
+                return Err(SnapshotError::bad_path(
+                    input,
+                    "`..` would leave the workspace; give paths inside it",
+                ))
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(SnapshotError::bad_path(
+                    input,
+                    "an absolute path outside the workspace",
+                ))
+            }
+        }
+    }
+    let joined = out.join("/");
+    if let Some(why) = protected_reason(&joined) {
+        return Err(SnapshotError::bad_path(input, why));
+    }
+    Ok(joined)
+}
+
+/// Checks a path read from a manifest (already split into valid names, but
+/// re-checked here because a manifest is input too).
+pub fn check_manifest_path(rel: &str) -> Result<()> {
+    if rel.is_empty() || !rel.split('/').all(valid_name) {
+        return Err(SnapshotError::bad_path(rel, "not a valid workspace-relative path"));
+    }
+    if let Some(why) = protected_reason(rel) {
+        return Err(SnapshotError::bad_path(rel, why));
+    }
+    Ok(())
+}
+
+/// True if `path` equals one of `prefixes` or lies under one. An empty
+/// prefix list, or the empty prefix, means everything.
+pub fn in_scope(path: &str, prefixes: &[String]) -> bool {
+    prefixes.is_empty()
+        || prefixes.iter().any(|q| {
+            q.is_empty()
+                || path == q
+                || (path.len() > q.len() && path.starts_with(q.as_str()) && path.as_bytes()[q.len()] == b'/')
+        })
+}
+
+/// The parent of a relative path (`""` for a top-level name).
+pub fn parent(rel: &str) -> &str {
+    rel.rfind('/').map_or("", |i| &rel[..i])
+}
+
+/// The last component of a relative path.
+pub fn file_name(rel: &str) -> &str {
+    rel.rfind('/').map_or(rel, |i| &rel[i + 1..])
+}
+
+/// Joins a directory path and a name.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn normalizes_and_refuses() {
+        let root = Path::new("/ws");
+        assert_eq!(normalize(root, "./a//b/").unwrap(), "a/b");
+        assert_eq!(normalize(root, "/ws/src/x.rs").unwrap(), "src/x.rs");
+        assert_eq!(normalize(root, ".").unwrap(), "");
+        for bad in ["../x", "a/../../x", "/etc/passwd", "", ".git/config", "sub/.git/HEAD", ".cairn/log", "a\0b"] {
+            let e = normalize(root, bad).unwrap_err().to_string();
+            assert!(e.contains("refusing path"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn scope() {
+        let p = vec!["src".to_string()];
+        assert!(in_scope("src", &p));
+        assert!(in_scope("src/a.rs", &p));
+        assert!(!in_scope("srcx/a.rs", &p));
+        assert!(!in_scope("lib/a.rs", &p));
+        assert!(in_scope("anything", &[]));
+        assert_eq!(parent("a/b/c"), "a/b");
+        assert_eq!(parent("a"), "");
+        assert_eq!(file_name("a/b/c"), "c");
+        assert_eq!(join("", "x"), "x");
+    }
+
+    #[test]
+    fn manifest_paths() {
+        assert!(check_manifest_path("a/b").is_ok());
+        for bad in ["", "a//b", "../a", "a/.git/x", ".cairn"] {
+            assert!(check_manifest_path(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! Rollback: the pure plan (what to write, delete and create to turn the
+//! current manifest into the target's, optionally limited to some paths) and
+//! the code that carries it out on disk, safely.
+//!
+//! Safety rules, each enforced here and not only assumed of the manifests:
+//! nothing under `.git` or `.cairn` (or an excluded path) is written or
+//! deleted; only paths the current manifest holds are deleted (so a file
+//! that is ignored and was never tracked is never touched); nothing is
+//! written through a symlinked directory; every file is written to a
+//! temporary file in its own directory and renamed into place.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::blobs::BlobRead;
+use crate::error::{Result, SnapshotError};
+use crate::manifest::{Entry, EntryKind, Manifest};
+use crate::relpath::{self, check_manifest_path, in_scope};
+use crate::workspace::{sync_dir, Workspace};
+
+/// One file or symlink to (re)write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    /// Workspace-relative path.
+    pub path: String,
+    /// What it must become.
+    pub entry: Entry,
+    /// The contents are already right; only the permission bits differ.
+    pub mode_only: bool,
+}
+
+/// What a rollback will do, in the order it does it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Files and symlinks to delete.
+    pub delete: Vec<String>,
+    /// Directories to remove if they are empty once the deletes are done
+    /// (deepest first); a directory still holding ignored files stays.
+    pub remove_dirs: Vec<String>,
+    /// Directories to create (parents first), with their permission bits.
+    pub create_dirs: Vec<(String, u32)>,
+    /// Files and symlinks to write.
+    pub write: Vec<Write>,
+}
+
+impl Plan {
+    /// True if the plan changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.delete.is_empty() && self.remove_dirs.is_empty() && self.create_dirs.is_empty() && self.write.is_empty()
+    }
+}
+
+fn depth(p: &str) -> usize {
+    p.matches('/').count()
+}
+
+/// Computes the plan turning `current` into `target`, limited to paths at
+/// or under `scope` (empty: everything). Pure; every target path is checked
+/// (a manifest is input too).
+pub fn plan(current: &Manifest, target: &Manifest, scope: &[String]) -> Result<Plan> {
+    let cur = &current.entries;
+    let tgt = &target.entries;
+    let mut delete = BTreeSet::new();
+    let mut remove_dirs = BTreeSet::new();
+    let mut create_dirs: BTreeMap<String, u32> = BTreeMap::new();
+    let mut write = Vec::new();
+
+    for (p, e) in cur {
+        if !in_scope(p, scope) {
+            continue;
+        }
+        let t = tgt.get(p);
+        match (e.kind, t.map(|t| t.kind)) {
+            (EntryKind::Dir, Some(EntryKind::Dir)) => {}
+            (EntryKind::Dir, _) => {
+                remove_dirs.insert(p.clone());
+            }
+            // A leaf replaced by another leaf is renamed over; no delete needed.
+            (_, Some(EntryKind::File | EntryKind::Symlink)) => {}
+            (_, _) => {
+                delete.insert(p.clone());
+            }
+        }
+    }
+    for (p, t) in tgt {
+        if !in_scope(p, scope) {
+            continue;
+        }
+        check_manifest_path(p)?;
+        let c = cur.get(p);
+        match t.kind {
+            EntryKind::Dir => {
+                if c.map(|c| c.kind) != Some(EntryKind::Dir) {
+                    create_dirs.insert(p.clone(), t.mode);
+                }
+            }
+            _ => {
+                let same_contents = c.is_some_and(|c| c.kind == t.kind && c.hash == t.hash);
+                if same_contents && c.is_some_and(|c| c.mode == t.mode) {
+                    continue;
+                }
+                write.push(Write {
+                    path: p.clone(),
+                    entry: *t,
+                    mode_only: same_contents && t.kind == EntryKind::File,
+                });
+            }
+        }
+        // Parents outside the scope may be missing too (a path-scoped
+        // rollback of a file in a deleted directory), or be a file now.
+        let mut a = relpath::parent(p);
+        while !a.is_empty() {
+            match cur.get(a).map(|c| c.kind) {
+                Some(EntryKind::Dir) => break,
+                Some(_) => {
+                    delete.insert(a.to_string());
+                    create_dirs.insert(a.to_string(), tgt.get(a).map_or(0o755, |e| e.mode));
+                }
+                None => {
+                    create_dirs.insert(a.to_string(), tgt.get(a).map_or(0o755, |e| e.mode));
+                }
+            }
+            a = relpath::parent(a);
+        }
+    }
+    let mut remove_dirs: Vec<String> = remove_dirs.into_iter().collect();
+    remove_dirs.sort_by_key(|d| std::cmp::Reverse(depth(d)));
+    Ok(Plan {
+        delete: delete.into_iter().collect(),
+        remove_dirs,
+        // BTreeMap order puts every parent before its children.
+        create_dirs: create_dirs.into_iter().collect(),
+        write,
+    })
+}
+
+/// What [`apply`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Files and symlinks written (or whose mode was restored).
+    pub written: Vec<String>,
+    /// Files and symlinks deleted.
+    pub deleted: Vec<String>,
+    /// Directories created.
+    pub created_dirs: Vec<String>,
+    /// Directories removed (they were empty and the target did not have them).
+    pub removed_dirs: Vec<String>,
+}
+
+struct Guard<'a> {
+    ws: &'a Workspace,
+    /// Directories checked to be real directories (not symlinks) this run.
+    checked: HashSet<String>,
+}
+
+impl Guard<'_> {
+    fn abs(&self, rel: &str) -> PathBuf {
+        self.ws.root().join(rel)
+    }
+
+    /// Refuses protected paths and paths whose parent directories are not
+    /// real directories inside the workspace.
+    fn check(&mut self, rel: &str) -> Result<PathBuf> {
+        check_manifest_path(rel)?;
+        if self.ws.is_excluded(rel) {
+            return Err(SnapshotError::bad_path(rel, "the path is excluded from checkpoints"));
+        }
+        let mut anc = Vec::new();
+        let mut a = relpath::parent(rel);
+        while !a.is_empty() && !self.checked.contains(a) {
+            anc.push(a);
+            a = relpath::parent(a);
+        }
+        for a in anc.into_iter().rev() {
+            let abs = self.abs(a);
+            match std::fs::symlink_metadata(&abs) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(SnapshotError::bad_path(
+                        rel,
+                        format!("`{a}` is a symlink; cairn never writes through a symlinked directory (it may point outside the workspace)"),
+                    ))
+                }
+                Ok(m) if m.is_dir() => {
+                    self.checked.insert(a.to_string());
+                }
+                Ok(_) => {
+                    return Err(SnapshotError::bad_path(rel, format!("`{a}` is not a directory")))
+                }
+                Err(e) => return Err(SnapshotError::io("check parent directory", abs, e)),
+            }
+        }
+        Ok(self.abs(rel))
+    }
+}
+
+/// Carries out `plan` in the workspace, reading contents from `blobs`.
+pub fn apply<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) -> Result<Applied> {
+    let mut g = Guard { ws, checked: HashSet::new() };
+    let mut done = Applied::default();
+    let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
+    let durable = ws.options().fsync_restored_files;
+
+    for p in &plan.delete {
+        let abs = g.check(p)?;
+        match std::fs::remove_file(&abs) {
+            Ok(()) => done.deleted.push(p.clone()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(SnapshotError::io("delete", abs, e)),
+        }
+        if let Some(d) = abs.parent() {
+            touched_dirs.insert(d.to_path_buf());
+        }
+    }
+    let leaf_targets: HashSet<&str> = plan.write.iter().map(|w| w.path.as_str()).collect();
+    for d in &plan.remove_dirs {
+        let abs = g.check(d)?;
+        match std::fs::symlink_metadata(&abs) {
+            Ok(m) if m.is_dir() => {}
+            _ => continue,
+        }
+        match std::fs::remove_dir(&abs) {
+            Ok(()) => {
+                g.checked.remove(d.as_str());
+                done.removed_dirs.push(d.clone());
+            }
+            Err(_) if !leaf_targets.contains(d.as_str()) => {
+                // Still holds files cairn does not manage (ignored ones): left alone.
+            }
+            Err(e) => {
+                return Err(SnapshotError::bad_path(
+                    d.clone(),
+                    format!("cannot replace this directory by a file: it still holds files cairn does not track ({e})"),
+                ))
+            }
+        }
+    }
+    for (d, mode) in &plan.create_dirs {
+        let abs = g.check(d)?;
+        match std::fs::symlink_metadata(&abs) {
+            Ok(m) if m.is_dir() => continue,
+            Ok(_) => {
+                return Err(SnapshotError::bad_path(
+                    d.clone(),
+                    "a file cairn does not track is in the way of a directory to restore",
+                ))
+            }
+            Err(_) => {}
+        }
+        std::fs::create_dir(&abs).map_err(|e| SnapshotError::io("create directory", &abs, e))?;
+        set_mode(&abs, *mode)?;
+        done.created_dirs.push(d.clone());
+        if let Some(p) = abs.parent() {
+            touched_dirs.insert(p.to_path_buf());
+        }
+    }
+    for (n, w) in plan.write.iter().enumerate() {
+        let abs = g.check(&w.path)?;
+        if w.mode_only {
+            set_mode(&abs, w.entry.mode)?;
+        } else {
+            write_entry(blobs, &abs, &w.entry, n, durable)?;
+        }
+        done.written.push(w.path.clone());
+        if let Some(p) = abs.parent() {
+            touched_dirs.insert(p.to_path_buf());
+        }
+    }
+    if durable {
+        for d in &touched_dirs {
+            sync_dir(d)?;
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(unix)]
+fn set_mode(abs: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(abs, std::fs::Permissions::from_mode(mode & 0o777))
+        .map_err(|e| SnapshotError::io("set permissions", abs, e))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_abs: &Path, _mode: u32) -> Result<()> {
+    Ok(())
+}
+
+/// Writes one file or symlink atomically: a temporary in the same
+/// directory, then a rename over the path (which replaces a file or a
+/// symlink itself, never what a symlink points to).
+fn write_entry<B: BlobRead + ?Sized>(blobs: &B, abs: &Path, e: &Entry, n: usize, durable: bool) -> Result<()> {
+    let dir = abs.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".cairn-restore-{}-{n}.tmp", std::process::id()));
+    let res = (|| -> Result<()> {
+        match e.kind {
+            EntryKind::File => {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&tmp)
+                    .map_err(|err| SnapshotError::io("create temporary file", &tmp, err))?;
+                let mut w = std::io::BufWriter::new(&mut f);
+                blobs.get_to(&e.hash, &mut w)?;
+                use std::io::Write as _;
+                w.flush().map_err(|err| SnapshotError::io("write", &tmp, err))?;
+                drop(w);
+                set_mode(&tmp, e.mode)?;
+                if durable {
+                    f.sync_all().map_err(|err| SnapshotError::io("fsync", &tmp, err))?;
+                }
+            }
+            EntryKind::Symlink => {
+                let target = blobs.get(&e.hash)?;
+                make_symlink(&target, &tmp)?;
+            }
+            EntryKind::Dir => return Err(SnapshotError::Invalid("internal: writing a directory as a file".into())),
+        }
+        std::fs::rename(&tmp, abs).map_err(|err| SnapshotError::io("rename into place", abs, err))
+    })();
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res
+}
+
+#[cfg(unix)]
+fn make_symlink(target: &[u8], at: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(target), at)
+        .map_err(|e| SnapshotError::io("create symlink", at, e))
+}
+
+#[cfg(not(unix))]
+fn make_symlink(_target: &[u8], at: &Path) -> Result<()> {
+    Err(SnapshotError::Invalid(format!("symlinks cannot be restored on this platform ({})", at.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use cairn_codec::BlobHash;
+
+    fn f(c: &str) -> Entry {
+        Entry { kind: EntryKind::File, mode: 0o644, size: c.len() as u64, hash: BlobHash::of(c.as_bytes()) }
+    }
+    fn d() -> Entry {
+        Entry { kind: EntryKind::Dir, mode: 0o755, size: 0, hash: BlobHash::ZERO }
+    }
+    fn m(items: &[(&str, Entry)]) -> Manifest {
+        Manifest { entries: items.iter().map(|(p, e)| (p.to_string(), *e)).collect(), missing: Default::default() }
+    }
+
+    #[test]
+    fn plans_edit_delete_create_and_type_changes() {
+        let cur = m(&[("a", d()), ("a/x", f("1")), ("b", f("2")), ("c", d()), ("c/y", f("3")), ("e", f("5"))]);
+        let mut exe = f("5");
+        exe.mode = 0o755;
+        let tgt = m(&[("a", d()), ("a/x", f("1!")), ("c", f("c-is-a-file")), ("n", d()), ("n/m", d()), ("n/m/z", f("z")), ("e", exe)]);
+        let p = plan(&cur, &tgt, &[]).unwrap();
+        assert_eq!(p.delete, vec!["b".to_string(), "c/y".to_string()]);
+        assert_eq!(p.remove_dirs, vec!["c".to_string()]);
+        assert_eq!(p.create_dirs.iter().map(|x| x.0.as_str()).collect::<Vec<_>>(), vec!["n", "n/m"]);
+        let w: Vec<(&str, bool)> = p.write.iter().map(|w| (w.path.as_str(), w.mode_only)).collect();
+        assert_eq!(w, vec![("a/x", false), ("c", false), ("e", true), ("n/m/z", false)]);
+        // Scoped: only under n/, parents included.
+        let p = plan(&cur, &tgt, &["n/m/z".to_string()]).unwrap();
+        assert!(p.delete.is_empty() && p.remove_dirs.is_empty());
+        assert_eq!(p.create_dirs.len(), 2);
+        assert_eq!(p.write.len(), 1);
+        // Same manifests: nothing to do.
+        assert!(plan(&cur, &cur, &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn refuses_protected_target_paths() {
+        let cur = m(&[]);
+        let tgt = m(&[(".git", d()), (".git/config", f("x"))]);
+        assert!(plan(&cur, &tgt, &[]).is_err());
+    }
+}

@@ -1,0 +1,395 @@
+//! Walking the workspace: which files exist, with their stat data, what was
+//! skipped and why. Ignore rules (`.gitignore`, `.cairnignore`, the
+//! repository's `.git/info/exclude`) are applied per directory with the
+//! `ignore` crate's gitignore matcher; this walker is cairn's own so that it
+//! can count what it skips, never follow a symlink, capture hidden files
+//! (`.env` is a file users want back), and stop at every `.git`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::Metadata;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::manifest::EntryKind;
+use crate::relpath::{self, GIT_DIR_NAME};
+use crate::workspace::Workspace;
+
+/// cairn's own ignore file, read in every directory after `.gitignore`
+/// (so it can also re-include what git ignores, with `!pattern`).
+pub const CAIRNIGNORE: &str = ".cairnignore";
+
+/// Skip reasons, as they appear in `CheckpointCounts::skipped`.
+pub mod reason {
+    /// Left out by an ignore rule (a whole ignored directory counts once).
+    pub const IGNORED: &str = "ignored";
+    /// Larger than `SnapshotOptions::max_file_bytes`.
+    pub const TOO_LARGE: &str = "too_large";
+    /// The `.git` of a nested repository (its working files are captured).
+    pub const NESTED_GIT: &str = "nested_git";
+    /// Could not be read (permissions, I/O error).
+    pub const UNREADABLE: &str = "unreadable";
+    /// Disappeared between the directory listing and reading it.
+    pub const VANISHED: &str = "vanished";
+    /// A name that is not valid UTF-8.
+    pub const NON_UTF8_NAME: &str = "non_utf8_name";
+    /// A FIFO, socket or device node.
+    pub const SPECIAL: &str = "special";
+    /// A tracked path that lies under a symlink (never followed).
+    pub const UNDER_SYMLINK: &str = "under_symlink";
+    /// Excluded by `SnapshotOptions::exclude`.
+    pub const EXCLUDED: &str = "excluded";
+}
+
+/// The stat data that decides whether a file must be re-read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stat {
+    /// Length in bytes.
+    pub size: u64,
+    /// Modification time, ns since the epoch.
+    pub mtime_ns: i64,
+    /// Status change time, ns since the epoch.
+    pub ctime_ns: i64,
+    /// Inode number.
+    pub ino: u64,
+    /// Device number.
+    pub dev: u64,
+    /// The full `st_mode` (type and permission bits).
+    pub mode: u32,
+}
+
+impl Stat {
+    /// The stat data of `m`.
+    #[cfg(unix)]
+    pub fn of(m: &Metadata) -> Stat {
+        use std::os::unix::fs::MetadataExt;
+        Stat {
+            size: m.len(),
+            mtime_ns: m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec()),
+            ctime_ns: m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()),
+            ino: m.ino(),
+            dev: m.dev(),
+            mode: m.mode(),
+        }
+    }
+
+    /// The stat data of `m` (portable fallback: no ctime/inode).
+    #[cfg(not(unix))]
+    pub fn of(m: &Metadata) -> Stat {
+        let mtime_ns = m
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as i64);
+        Stat {
+            size: m.len(),
+            mtime_ns,
+            ctime_ns: 0,
+            ino: 0,
+            dev: 0,
+            mode: if m.permissions().readonly() { 0o444 } else { 0o644 },
+        }
+    }
+
+    /// The permission bits cairn stores and restores (no setuid/setgid/sticky).
+    pub fn perm(&self) -> u32 {
+        self.mode & 0o777
+    }
+}
+
+/// A file or symlink the scan found.
+#[derive(Clone, Debug)]
+pub(crate) struct Found {
+    pub rel: String,
+    pub kind: EntryKind,
+    pub stat: Stat,
+}
+
+/// What a walk produced.
+#[derive(Debug, Default)]
+pub(crate) struct ScanOut {
+    pub leaves: Vec<Found>,
+    /// Directories (relative path, permission bits), parents before children.
+    pub dirs: Vec<(String, u32)>,
+    /// Tracked paths that do not exist.
+    pub missing: BTreeSet<String>,
+    pub skipped: BTreeMap<String, u64>,
+}
+
+impl ScanOut {
+    pub fn skip(&mut self, why: &str) {
+        *self.skipped.entry(why.to_string()).or_default() += 1;
+    }
+}
+
+/// A chain of ignore matchers, innermost first.
+struct Rules {
+    m: Gitignore,
+    parent: Option<Rc<Rules>>,
+}
+
+fn is_ignored(rules: &Option<Rc<Rules>>, abs: &Path, is_dir: bool) -> bool {
+    let mut cur = rules.as_ref();
+    while let Some(r) = cur {
+        let m = r.m.matched(abs, is_dir);
+        if m.is_ignore() {
+            return true;
+        }
+        if m.is_whitelist() {
+            return false;
+        }
+        cur = r.parent.as_ref();
+    }
+    false
+}
+
+/// Adds the ignore files of directory `abs` (and, for a repository root,
+/// its `.git/info/exclude`, with the lowest precedence) to the chain.
+fn push_rules(parent: &Option<Rc<Rules>>, abs: &Path, repo_root: bool) -> Option<Rc<Rules>> {
+    let mut b = GitignoreBuilder::new(abs);
+    let mut any = false;
+    let mut add = |p: PathBuf| {
+        if p.is_file() {
+            // A bad glob leaves that line out (the file's other lines still
+            // apply): cairn then captures more, never less.
+            let _ = b.add(p);
+            any = true;
+        }
+    };
+    if repo_root {
+        add(abs.join(GIT_DIR_NAME).join("info").join("exclude"));
+    }
+    add(abs.join(".gitignore"));
+    add(abs.join(CAIRNIGNORE));
+    if !any {
+        return parent.clone();
+    }
+    match b.build() {
+        Ok(m) => Some(Rc::new(Rules {
+            m,
+            parent: parent.clone(),
+        })),
+        Err(_) => parent.clone(),
+    }
+}
+
+/// Walks the whole workspace, honouring ignore rules (unless disabled),
+/// then adds the tracked paths the walk did not reach.
+pub(crate) fn scan_full(ws: &Workspace, tracked: &BTreeSet<String>) -> Result<ScanOut> {
+    let mut out = ScanOut::default();
+    let follow = ws.options().follow_gitignore;
+    walk(ws, "", follow, tracked, &mut out)?;
+    let have: BTreeSet<&str> = out
+        .leaves
+        .iter()
+        .map(|f| f.rel.as_str())
+        .chain(out.dirs.iter().map(|d| d.0.as_str()))
+        .collect();
+    let todo: Vec<String> = tracked.iter().filter(|t| !have.contains(t.as_str())).cloned().collect();
+    drop(have);
+    for t in todo {
+        scan_tracked(ws, &t, &mut out)?;
+    }
+    dedup_dirs(&mut out);
+    Ok(out)
+}
+
+/// Scans just the given tracked paths (for a tracked-only checkpoint).
+pub(crate) fn scan_paths(ws: &Workspace, paths: &BTreeSet<String>) -> Result<ScanOut> {
+    let mut out = ScanOut::default();
+    for t in paths {
+        scan_tracked(ws, t, &mut out)?;
+    }
+    dedup_dirs(&mut out);
+    Ok(out)
+}
+
+fn dedup_dirs(out: &mut ScanOut) {
+    let mut seen = BTreeSet::new();
+    out.dirs.retain(|(d, _)| seen.insert(d.clone()));
+    let mut seen = BTreeSet::new();
+    out.leaves.retain(|f| seen.insert(f.rel.clone()));
+}
+
+/// Captures one tracked path whether or not it is ignored: its ancestors
+/// (which must be real directories, never symlinks), then the path itself
+/// (a whole directory is walked without ignore rules).
+fn scan_tracked(ws: &Workspace, rel: &str, out: &mut ScanOut) -> Result<()> {
+    if ws.is_excluded(rel) {
+        out.skip(reason::EXCLUDED);
+        return Ok(());
+    }
+    let comps: Vec<&str> = rel.split('/').collect();
+    let mut abs = ws.root().to_path_buf();
+    let mut cur = String::new();
+    for (i, c) in comps.iter().enumerate() {
+        abs.push(c);
+        cur = relpath::join(&cur, c);
+        let last = i + 1 == comps.len();
+        let m = match std::fs::symlink_metadata(&abs) {
+            Ok(m) => m,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+                out.missing.insert(rel.to_string());
+                return Ok(());
+            }
+            Err(_) => {
+                out.skip(reason::UNREADABLE);
+                return Ok(());
+            }
+        };
+        let ft = m.file_type();
+        if !last {
+            if ft.is_symlink() {
+                out.skip(reason::UNDER_SYMLINK);
+                return Ok(());
+            }
+            if !ft.is_dir() {
+                // A file where a directory would be: the tracked path cannot exist.
+                out.missing.insert(rel.to_string());
+                return Ok(());
+            }
+            out.dirs.push((cur.clone(), Stat::of(&m).perm()));
+            continue;
+        }
+        if ft.is_dir() {
+            out.dirs.push((cur.clone(), Stat::of(&m).perm()));
+            walk(ws, &cur, false, &BTreeSet::new(), out)?;
+        } else {
+            leaf(ws, &cur, &m, out);
+        }
+    }
+    Ok(())
+}
+
+fn leaf(ws: &Workspace, rel: &str, m: &Metadata, out: &mut ScanOut) {
+    let ft = m.file_type();
+    if ft.is_symlink() {
+        out.leaves.push(Found { rel: rel.to_string(), kind: EntryKind::Symlink, stat: Stat::of(m) });
+    } else if ft.is_file() {
+        if m.len() > ws.options().max_file_bytes {
+            out.skip(reason::TOO_LARGE);
+        } else {
+            out.leaves.push(Found { rel: rel.to_string(), kind: EntryKind::File, stat: Stat::of(m) });
+        }
+    } else {
+        out.skip(reason::SPECIAL);
+    }
+}
+
+/// Walks the directory `start` (workspace-relative; `""` is the root).
+fn walk(ws: &Workspace, start: &str, follow: bool, tracked: &BTreeSet<String>, out: &mut ScanOut) -> Result<()> {
+    let root = ws.root();
+    // Rules from the directories above `start` (for a walk that starts below the root).
+    let mut rules: Option<Rc<Rules>> = None;
+    if follow && !start.is_empty() {
+        let mut abs = root.to_path_buf();
+        rules = push_rules(&rules, &abs, true);
+        let comps: Vec<&str> = start.split('/').collect();
+        for c in &comps[..comps.len() - 1] {
+            abs.push(c);
+            rules = push_rules(&rules, &abs, abs.join(GIT_DIR_NAME).exists());
+        }
+    }
+    let mut stack: Vec<(String, Option<Rc<Rules>>)> = vec![(start.to_string(), rules)];
+    while let Some((dir, parent_rules)) = stack.pop() {
+        let abs_dir = if dir.is_empty() { root.to_path_buf() } else { root.join(&dir) };
+        let nested_repo = !dir.is_empty() && std::fs::symlink_metadata(abs_dir.join(GIT_DIR_NAME)).is_ok();
+        let rules = if follow {
+            push_rules(&parent_rules, &abs_dir, dir.is_empty() || nested_repo)
+        } else {
+            None
+        };
+        let rd = match std::fs::read_dir(&abs_dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                out.skip(reason::VANISHED);
+                continue;
+            }
+            Err(_) => {
+                out.skip(reason::UNREADABLE);
+                continue;
+            }
+        };
+        for ent in rd {
+            let ent = match ent {
+                Ok(e) => e,
+                Err(_) => {
+                    out.skip(reason::UNREADABLE);
+                    continue;
+                }
+            };
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else {
+                out.skip(reason::NON_UTF8_NAME);
+                continue;
+            };
+            if !relpath::valid_name(name) {
+                out.skip(reason::NON_UTF8_NAME);
+                continue;
+            }
+            if name == GIT_DIR_NAME {
+                if !dir.is_empty() {
+                    out.skip(reason::NESTED_GIT);
+                }
+                continue;
+            }
+            let rel = relpath::join(&dir, name);
+            if ws.is_excluded(&rel) {
+                // `.cairn` and the cache directory are cairn's, not the user's: not counted.
+                if !(dir.is_empty() && name == relpath::STORE_DIR_NAME) && !ws.is_cache_path(&rel) {
+                    out.skip(reason::EXCLUDED);
+                }
+                continue;
+            }
+            let m = match std::fs::symlink_metadata(ent.path()) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    out.skip(reason::VANISHED);
+                    continue;
+                }
+                Err(_) => {
+                    out.skip(reason::UNREADABLE);
+                    continue;
+                }
+            };
+            let is_dir = m.file_type().is_dir();
+            if follow && !tracked.contains(&rel) && is_ignored(&rules, &ent.path(), is_dir) {
+                out.skip(reason::IGNORED);
+                continue;
+            }
+            if is_dir {
+                out.dirs.push((rel.clone(), Stat::of(&m).perm()));
+                stack.push((rel, rules.clone()));
+            } else {
+                leaf(ws, &rel, &m, out);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads a file's current stat through a handle opened without following
+/// symlinks, so the contents read match the stat recorded.
+#[cfg(unix)]
+pub(crate) fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
+/// Opens a file for reading (portable fallback).
+#[cfg(not(unix))]
+pub(crate) fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path)
+}
+
+/// Maps an I/O error while reading a found file to a skip reason.
+pub(crate) fn skip_reason(e: &std::io::Error) -> &'static str {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        reason::VANISHED
+    } else {
+        reason::UNREADABLE
+    }
+}

@@ -1,0 +1,291 @@
+//! The workspace handle: its root, cairn's cache directory for it, the
+//! options, and the persisted tracked-path set.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use cairn_codec::BlobHash;
+
+use crate::error::{Result, SnapshotError};
+use crate::relpath;
+
+/// Files larger than this are skipped by default (and counted as
+/// `too_large`): 256 MiB keeps a stray disk image or model file from
+/// swallowing the store, while every source file, lock file and ordinary
+/// SQLite database is captured. A setting, not a hard limit.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Options of a workspace, with documented defaults.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct SnapshotOptions {
+    /// Files larger than this are not captured and are counted as
+    /// `too_large`. Default [`DEFAULT_MAX_FILE_BYTES`] (256 MiB).
+    pub max_file_bytes: u64,
+    /// Honour `.gitignore`, `.git/info/exclude` and `.cairnignore`. Default
+    /// true. When false every file is captured (still never `.git`/`.cairn`).
+    pub follow_gitignore: bool,
+    /// Workspace-relative paths never captured nor touched, besides `.git`
+    /// and `.cairn` (for example a store directory placed elsewhere in the
+    /// tree). Default empty.
+    pub exclude: Vec<String>,
+    /// Threads hashing files during a scan; 0 means the machine's
+    /// parallelism (capped at [`MAX_HASH_THREADS`]). Default 0.
+    pub hash_threads: usize,
+    /// fsync each file a rollback writes before renaming it into place, so
+    /// a crash never leaves a restored file empty. Default true.
+    pub fsync_restored_files: bool,
+}
+
+/// The most threads a scan hashes with: beyond this the disk, not the CPU,
+/// is the bottleneck, and each thread holds a read buffer.
+pub const MAX_HASH_THREADS: usize = 8;
+
+impl Default for SnapshotOptions {
+    fn default() -> Self {
+        SnapshotOptions {
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            follow_gitignore: true,
+            exclude: Vec::new(),
+            hash_threads: 0,
+            fsync_restored_files: true,
+        }
+    }
+}
+
+pub(crate) const TRACKED_FILE: &str = "tracked.json";
+pub(crate) const LAST_FILE: &str = "last.json";
+pub(crate) const STAT_CACHE_FILE: &str = "stat-cache.bin";
+pub(crate) const CLOCK_FILE: &str = "clock";
+pub(crate) const CHECKPOINTS_FILE: &str = "checkpoints.bin";
+
+/// The tracked paths, persisted in the cache directory.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct TrackState {
+    /// Every path ever tracked: captured even if ignored.
+    pub tracked: BTreeSet<String>,
+    /// Paths tracked (or touched by a rollback) since the last checkpoint:
+    /// what a tracked-only checkpoint re-reads.
+    pub dirty: BTreeSet<String>,
+}
+
+/// What the last capture produced: the base of a tracked-only checkpoint.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct LastCapture {
+    pub root: BlobHash,
+    pub files: u64,
+}
+
+/// A workspace: the directory tree cairn checkpoints and rolls back.
+#[derive(Debug)]
+pub struct Workspace {
+    root: PathBuf,
+    cache_dir: PathBuf,
+    opts: SnapshotOptions,
+    /// Normalised `opts.exclude`, plus the cache directory if it lies inside the root.
+    excluded: Vec<String>,
+    /// The cache directory relative to the root, if it lies inside it.
+    cache_rel: Option<String>,
+}
+
+impl Workspace {
+    /// Opens the workspace at `root` (which must be a directory), keeping
+    /// cairn's caches for it in `cache_dir` (normally `.cairn/snapshot`),
+    /// created if needed.
+    pub fn open(root: &Path, cache_dir: &Path, opts: SnapshotOptions) -> Result<Workspace> {
+        let root = root
+            .canonicalize()
+            .map_err(|e| SnapshotError::io("open workspace root", root, e))?;
+        if !root.is_dir() {
+            return Err(SnapshotError::Invalid(format!(
+                "the workspace root {} is not a directory",
+                root.display()
+            )));
+        }
+        std::fs::create_dir_all(cache_dir)
+            .map_err(|e| SnapshotError::io("create snapshot cache directory", cache_dir, e))?;
+        let cache_dir = cache_dir
+            .canonicalize()
+            .map_err(|e| SnapshotError::io("open snapshot cache directory", cache_dir, e))?;
+        let mut excluded = Vec::new();
+        for x in &opts.exclude {
+            excluded.push(relpath::normalize(&root, x)?);
+        }
+        let mut cache_rel = None;
+        if let Ok(rel) = cache_dir.strip_prefix(&root) {
+            if let Some(s) = rel.to_str() {
+                if !s.is_empty() && relpath::protected_reason(s).is_none() {
+                    excluded.push(s.to_string());
+                    cache_rel = Some(s.to_string());
+                }
+            }
+        }
+        Ok(Workspace {
+            root,
+            cache_dir,
+            opts,
+            excluded,
+            cache_rel,
+        })
+    }
+
+    /// The workspace root (canonical).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The cache directory.
+    pub fn cache_dir(&self) -> &Path {
+        &self.cache_dir
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SnapshotOptions {
+        &self.opts
+    }
+
+    /// Normalises a caller-given path (relative or absolute inside the
+    /// workspace) to a workspace-relative one, refusing escapes.
+    pub fn normalize(&self, path: &str) -> Result<String> {
+        let p = relpath::normalize(&self.root, path)?;
+        if self.is_excluded(&p) {
+            return Err(SnapshotError::bad_path(path, "the path is excluded from checkpoints"));
+        }
+        Ok(p)
+    }
+
+    /// True if `rel` is an excluded path or under one (`.git`/`.cairn` included).
+    pub(crate) fn is_excluded(&self, rel: &str) -> bool {
+        relpath::protected_reason(rel).is_some()
+            || (!rel.is_empty() && relpath::in_scope(rel, &self.excluded) && !self.excluded.is_empty())
+    }
+
+    /// Announces that the embedder is about to write `paths` (workspace
+    /// relative, or absolute inside the workspace). Persisted in the cache
+    /// directory, so `cairn track` in one process is seen by `cairn
+    /// checkpoint` in the next. A tracked path is captured by every later
+    /// checkpoint even if it is ignored, including the fact that it does not
+    /// exist yet; a tracked directory is captured whole.
+    pub fn track(&self, paths: &[&str]) -> Result<()> {
+        let mut norm = Vec::with_capacity(paths.len());
+        for p in paths {
+            let n = self.normalize(p)?;
+            if n.is_empty() {
+                return Err(SnapshotError::bad_path(
+                    *p,
+                    "track files or directories inside the workspace, not the workspace itself",
+                ));
+            }
+            norm.push(n);
+        }
+        let mut st = self.load_track()?;
+        for n in norm {
+            st.tracked.insert(n.clone());
+            st.dirty.insert(n);
+        }
+        self.save_track(&st)
+    }
+
+    /// Every path tracked so far.
+    pub fn tracked(&self) -> Result<Vec<String>> {
+        Ok(self.load_track()?.tracked.into_iter().collect())
+    }
+
+    /// True if `rel` is the cache directory itself.
+    pub(crate) fn is_cache_path(&self, rel: &str) -> bool {
+        self.cache_rel.as_deref() == Some(rel)
+    }
+
+    pub(crate) fn cache_path(&self, name: &str) -> PathBuf {
+        self.cache_dir.join(name)
+    }
+
+    pub(crate) fn load_track(&self) -> Result<TrackState> {
+        let p = self.cache_path(TRACKED_FILE);
+        match std::fs::read(&p) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                SnapshotError::Invalid(format!("{} is damaged ({e}); delete it and track again", p.display()))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TrackState::default()),
+            Err(e) => Err(SnapshotError::io("read tracked paths", p, e)),
+        }
+    }
+
+    pub(crate) fn save_track(&self, st: &TrackState) -> Result<()> {
+        let bytes = serde_json::to_vec(st).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
+        // Durable: a tracked path forgotten after a crash would let an
+        // ignored file escape the next checkpoint.
+        write_atomic(&self.cache_path(TRACKED_FILE), &bytes, true)
+    }
+
+    /// Marks paths dirty (for the next tracked-only checkpoint) without adding them to `tracked`.
+    pub(crate) fn mark_dirty<'a>(&self, paths: impl IntoIterator<Item = &'a String>) -> Result<()> {
+        let mut st = self.load_track()?;
+        let n = st.dirty.len();
+        st.dirty.extend(paths.into_iter().cloned());
+        if st.dirty.len() != n {
+            self.save_track(&st)?;
+        }
+        Ok(())
+    }
+
+    /// Clears the given paths from the dirty set (after a checkpoint captured them).
+    pub(crate) fn clear_dirty(&self, captured: &BTreeSet<String>) -> Result<()> {
+        let mut st = self.load_track()?;
+        let n = st.dirty.len();
+        st.dirty.retain(|p| !captured.contains(p));
+        if st.dirty.len() != n {
+            self.save_track(&st)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn load_last(&self) -> Option<LastCapture> {
+        let b = std::fs::read(self.cache_path(LAST_FILE)).ok()?;
+        serde_json::from_slice(&b).ok()
+    }
+
+    pub(crate) fn save_last(&self, last: Option<&LastCapture>) -> Result<()> {
+        let p = self.cache_path(LAST_FILE);
+        match last {
+            Some(l) => {
+                let bytes = serde_json::to_vec(l).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
+                write_atomic(&p, &bytes, false)
+            }
+            None => match std::fs::remove_file(&p) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(SnapshotError::io("remove", p, e)),
+            },
+        }
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same
+/// directory, then a rename; with `durable`, the file and the directory are
+/// fsync'd too.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| SnapshotError::io("create", &tmp, e))?;
+    f.write_all(bytes).map_err(|e| SnapshotError::io("write", &tmp, e))?;
+    if durable {
+        f.sync_all().map_err(|e| SnapshotError::io("fsync", &tmp, e))?;
+    }
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| SnapshotError::io("rename into place", path, e))?;
+    if durable {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// fsyncs a directory (after a rename or delete in it).
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    let d = std::fs::File::open(dir).map_err(|e| SnapshotError::io("open directory", dir, e))?;
+    d.sync_all().map_err(|e| SnapshotError::io("fsync directory", dir, e))
+}
