@@ -1,1 +1,48 @@
-//! cairn facade
+//! # cairn
+//!
+//! Durable, tamper-evident history for AI coding agents, embedded: every
+//! agent action, checkpoint and rollback is a CRC-framed record in a
+//! segmented append-only log; file contents live in a blake3
+//! content-addressed blob store; checkpoints are log cursors plus blob
+//! manifests; replay is a fold over the log; JSONL export is a projection.
+//!
+//! The main type is [`Store`]; most embedders use it through a [`Session`]:
+//!
+//! ```
+//! use cairn::{Store, EventKind};
+//!
+//! let store = Store::in_memory()?;
+//! let session = store.session("thread-42").with_agent("coder").with_model("model-x");
+//! session.prompt("make the tests pass")?;
+//! let mut call = session.event(EventKind::ToolCall);
+//! call.tool = Some("bash".into());
+//! call.latency_ms = Some(1200);
+//! session.record(&call)?;
+//! session.reply("done: 3 files changed")?;
+//! assert_eq!(store.head().last_lsn.0, 3);
+//! # Ok::<(), cairn::Error>(())
+//! ```
+//!
+//! The crates below the facade, re-exported here: [`codec`] (ids, events,
+//! frames; no I/O), [`engine`] (log, blob store, store directory),
+//! [`snapshot`] (workspace scanning, checkpoints, rollback) and [`query`]
+//! (replay, indexes, time-travel queries, export and import).
+
+pub mod checkpoints;
+pub mod error;
+pub mod queries;
+pub mod repair;
+pub mod session;
+pub mod store;
+
+pub use cairn_codec as codec;
+pub use cairn_engine as engine;
+pub use cairn_query as query;
+pub use cairn_snapshot as snapshot;
+
+pub use cairn_codec::{BlobHash, ChainHash, CheckpointCounts, CheckpointId, DiffStats, Event, EventKind, Lsn, Timestamp};
+pub use cairn_engine::log::{Durability, Head};
+pub use cairn_snapshot::{CheckpointInfo, RetentionPolicy, RollbackReport, RollbackRequest, ScanMode};
+pub use error::{Error, Result};
+pub use session::Session;
+pub use store::{Store, StoreBuilder};

@@ -222,6 +222,11 @@ pub fn apply<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) -> Re
             Ok(()) => {
                 g.checked.remove(d.as_str());
                 done.removed_dirs.push(d.clone());
+                // The directory is gone: sync its parent instead of it.
+                touched_dirs.remove(&abs);
+                if let Some(p) = abs.parent() {
+                    touched_dirs.insert(p.to_path_buf());
+                }
             }
             Err(_) if !leaf_targets.contains(d.as_str()) => {
                 // Still holds files cairn does not manage (ignored ones): left alone.

@@ -1,0 +1,350 @@
+//! Raw command-line flags (stage one of two): what the user typed, parsed
+//! by clap. [`super::settings`] turns them into validated settings.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// cairn: durable, tamper-evident history for AI coding agents.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cairn",
+    version,
+    about = "Durable, tamper-evident history for AI coding agents: an event log, checkpoints, rollback and time-travel queries.",
+    after_help = "Examples:\n  cairn demo                      run a scripted agent session and explore it\n  cairn init && cairn checkpoint --label 'Before turn 1'\n  echo '{\"kind\":\"prompt\",\"text\":\"fix the build\"}' | cairn record --ack\n  cairn log --session thread-1 --json | jq .\n  cairn rollback c12 --dry-run\n\nExit codes: 0 ok, 1 error, 2 usage, 3 corruption found, 4 some input lines rejected."
+)]
+pub struct Cli {
+    /// The store directory (a `.cairn` directory). Default: $CAIRN_STORE, else the
+    /// nearest `.cairn` in this directory or above.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// The workspace whose files are checkpointed. Default: the directory that holds the store.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Durability of appends: always (fsync before acknowledging, with group commit),
+    /// interval[:MS], never.
+    #[arg(long, global = true, value_name = "POLICY")]
+    pub durability: Option<String>,
+    /// No progress output.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every subcommand.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a store: DIR/.cairn (DIR defaults to the current directory).
+    #[command(after_help = "Example:\n  cairn init ~/src/myproject")]
+    Init {
+        /// The workspace to create the store in.
+        dir: Option<PathBuf>,
+    },
+    /// Record canonical JSONL events from stdin (or --file), each as it arrives.
+    #[command(after_help = "Example:\n  my-agent --audit-jsonl | cairn record --ack\n  cairn record --file events.jsonl --json\n\nEach line is one JSON object with at least \"kind\" (prompt, reply, tool_call, file.write, ...).")]
+    Record(RecordArgs),
+    /// List records: a table, or canonical JSONL with --json.
+    #[command(after_help = "Example:\n  cairn log --session thread-1 --kind file.write --since 2026-11-22T10:00:00Z --limit 20")]
+    Log(LogArgs),
+    /// Check every frame, checksum, footer, blob and the hash chain.
+    #[command(after_help = "Example:\n  cairn verify\n  cairn verify --head 3f2a...   # also check history was not truncated")]
+    Verify(VerifyArgs),
+    /// Repair a damaged store: keep every intact record, set damaged files aside.
+    Repair {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Segments, records, bytes, blobs, durability.
+    Stats {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The blob store: put files, get blobs.
+    #[command(subcommand)]
+    Blob(BlobCommand),
+    /// Tell cairn a path is about to be written, so the next checkpoint captures it.
+    #[command(after_help = "Example:\n  cairn track src/main.rs build/generated.rs")]
+    Track {
+        /// Workspace-relative paths.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Checkpoint the workspace.
+    #[command(after_help = "Example:\n  cairn checkpoint --label 'Before turn 3' --session thread-1")]
+    Checkpoint(CheckpointArgs),
+    /// List checkpoints.
+    #[command(after_help = "Example:\n  cairn checkpoints --session thread-1 --json")]
+    Checkpoints {
+        /// Only this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Roll the workspace back (or forward) to a checkpoint.
+    #[command(after_help = "Example:\n  cairn rollback c12 --dry-run\n  cairn rollback c12 --path src/ --path Cargo.toml")]
+    Rollback(RollbackArgs),
+    /// Apply retention (evict old checkpoints) and collect unreferenced blobs.
+    #[command(after_help = "Example:\n  cairn gc --keep-per-session 50 --max-bytes 100000000")]
+    Gc(GcArgs),
+    /// A file's bytes at a point: `cairn show c12:src/main.rs`, `cairn show @40:README.md`.
+    Show {
+        /// POINT:PATH, where POINT is @LSN, a checkpoint id, an ISO time or `head`.
+        spec: String,
+    },
+    /// The files at a point.
+    #[command(after_help = "Example:\n  cairn tree c12\n  cairn tree @300 --json")]
+    Tree {
+        /// @LSN, a checkpoint id, an ISO time or `head`.
+        point: String,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Differences between two points.
+    #[command(after_help = "Example:\n  cairn diff c3 c9\n  cairn diff c3 head -- src/lib.rs")]
+    Diff {
+        /// From.
+        a: String,
+        /// To.
+        b: String,
+        /// Only these paths.
+        #[arg(last = true)]
+        paths: Vec<String>,
+        /// One JSON object per file.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every record that touched a path.
+    History {
+        /// Workspace-relative path.
+        path: String,
+        /// Canonical JSONL.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Which record wrote each line of a file at a point.
+    #[command(after_help = "Example:\n  cairn blame head src/main.rs")]
+    Blame {
+        /// @LSN, a checkpoint id, an ISO time or `head`.
+        point: String,
+        /// Workspace-relative path.
+        path: String,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What was tried from a checkpoint: its children.
+    Branches {
+        /// A checkpoint id; all branch points if omitted.
+        id: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export the log as JSONL: cairn's canonical schema or a reference shape.
+    #[command(after_help = "Example:\n  cairn export --format comma --session thread-1 --output audit.jsonl\n  cairn export --follow | jq .")]
+    Export(ExportArgs),
+    /// Import JSONL written by other tools (cortexide or comma shapes).
+    #[command(after_help = "Example:\n  cairn import --format comma .comma/audit/default.jsonl")]
+    Import {
+        /// cortexide | comma | jsonl.
+        #[arg(long)]
+        format: String,
+        /// Files to read.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
+    #[command(after_help = "Example:\n  cairn demo\n  cairn demo ./my-project   # works on a copy; your files are never touched")]
+    Demo(DemoArgs),
+    /// Print shell completions.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: String,
+    },
+}
+
+/// `cairn record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Read from this file instead of stdin.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Print each record's LSN on its own line as soon as it is durable.
+    #[arg(long)]
+    pub ack: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Filters shared by `log` and `export`.
+#[derive(Debug, Args, Default, Clone)]
+pub struct FilterArgs {
+    /// Only this session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Only this run.
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Only this kind (prompt, reply, tool_call, file.write, checkpoint.create, ...).
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only this agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only this model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Only records that succeeded (`true`) or failed (`false`).
+    #[arg(long)]
+    pub ok: Option<bool>,
+    /// Only records that touch this path.
+    #[arg(long)]
+    pub path: Option<String>,
+    /// From this time (ISO-8601 or epoch ms), inclusive.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Up to this time (ISO-8601 or epoch ms), inclusive.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// At most this many records.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Newest first.
+    #[arg(long)]
+    pub newest_first: bool,
+}
+
+/// `cairn log`.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Filters.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Canonical JSONL instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cairn verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Also check that the chain reaches this head hash (detects truncation).
+    #[arg(long, value_name = "HASH")]
+    pub head: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cairn blob`.
+#[derive(Debug, Subcommand)]
+pub enum BlobCommand {
+    /// Store files; print each one's hash.
+    Put {
+        /// Files to store.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Write a blob's bytes to stdout.
+    Get {
+        /// The blob's hash (64 hex digits).
+        hash: String,
+    },
+}
+
+/// `cairn checkpoint`.
+#[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    /// A label, e.g. "Before turn 3".
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Session id (default: `default`).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Run id.
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Phase id.
+    #[arg(long)]
+    pub phase: Option<String>,
+    /// Capture only tracked paths (fast), instead of scanning the workspace.
+    #[arg(long)]
+    pub tracked_only: bool,
+    /// Print as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cairn rollback`.
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// The checkpoint to restore (e.g. c12).
+    pub id: String,
+    /// Only these paths (files or directories); repeatable.
+    #[arg(long = "path")]
+    pub paths: Vec<String>,
+    /// List what would change, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Session id recorded on the rollback (default: `default`).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Print as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cairn gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Keep at most N checkpoints per session.
+    #[arg(long)]
+    pub keep_per_session: Option<usize>,
+    /// Keep at most B bytes of checkpoint data in total.
+    #[arg(long)]
+    pub max_bytes: Option<u64>,
+    /// Print as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cairn export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// jsonl (cairn's canonical schema), cortexide or comma.
+    #[arg(long, default_value = "jsonl")]
+    pub format: String,
+    /// Keep printing new records as they are committed, until interrupted.
+    #[arg(long)]
+    pub follow: bool,
+    /// Write to this file instead of stdout.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Filters.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `cairn demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Work on a copy of this directory instead of a generated workspace.
+    pub dir: Option<PathBuf>,
+    /// Where to put the demo workspace (default: a new directory under the system temp dir).
+    #[arg(long)]
+    pub into: Option<PathBuf>,
+    /// Work on DIR itself, not on a copy (it will be checkpointed and rolled back).
+    #[arg(long)]
+    pub in_place: bool,
+}

@@ -1,0 +1,42 @@
+//! `cairn blob put|get`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use cairn::BlobHash;
+
+use super::args::BlobCommand;
+use super::Settings;
+
+/// Parses a blob hash given on the command line, with an error that says what is wrong.
+pub fn parse_hash(s: &str) -> Result<BlobHash> {
+    BlobHash::from_hex(s.trim()).map_err(|e| anyhow::anyhow!("{e} (blob hashes are 64 hex digits, as printed by `cairn blob put`)"))
+}
+
+/// Runs `cairn blob ...`.
+pub fn run(settings: &Settings, cmd: BlobCommand) -> Result<ExitCode> {
+    match cmd {
+        BlobCommand::Put { files } => {
+            let store = settings.open_write()?;
+            let mut out = Vec::new();
+            for f in &files {
+                let (hash, len) = store.blobs().put_file(f).with_context(|| format!("store {}", f.display()))?;
+                out.push((hash, len, f));
+            }
+            store.blobs().sync().context("make blobs durable")?;
+            for (hash, len, f) in out {
+                println!("{hash}  {len:>10}  {}", f.display());
+            }
+            store.close()?;
+        }
+        BlobCommand::Get { hash } => {
+            let hash = parse_hash(&hash)?;
+            let store = settings.open_read()?;
+            let mut stdout = std::io::stdout().lock();
+            store.blobs().get_to(&hash, &mut stdout)?;
+            stdout.flush()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

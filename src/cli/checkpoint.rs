@@ -1,0 +1,197 @@
+//! `cairn track`, `checkpoint`, `checkpoints`, `rollback`, `gc`.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use cairn::snapshot::{CheckpointRequest, RetentionPolicy, RollbackRequest, ScanMode};
+use cairn::{CheckpointId, CheckpointInfo, Timestamp};
+
+use super::args::{CheckpointArgs, GcArgs, RollbackArgs};
+use super::output::{relative, Style, Table};
+use super::Settings;
+
+/// Parses a checkpoint id, with a hint on how to list them.
+pub fn parse_id(s: &str) -> Result<CheckpointId> {
+    s.parse::<CheckpointId>().map_err(|e| anyhow::anyhow!("{e}; list checkpoints with `cairn checkpoints`"))
+}
+
+fn info_json(c: &CheckpointInfo) -> serde_json::Value {
+    serde_json::json!({
+        "id": c.id.to_string(),
+        "lsn": c.lsn.0,
+        "ts": c.ts.to_iso(),
+        "session": c.session,
+        "run": c.run,
+        "phase": c.phase,
+        "label": c.label,
+        "root": c.root.to_hex(),
+        "state": c.state.map(|h| h.to_hex()),
+        "files": c.counts.files,
+        "changed": c.counts.changed,
+        "skipped": c.counts.skipped.values().sum::<u64>(),
+        "skipped_by_reason": c.counts.skipped,
+        "discarded": c.discarded,
+    })
+}
+
+/// `cairn track PATH...`.
+pub fn track(settings: &Settings, paths: &[String]) -> Result<ExitCode> {
+    let store = settings.open_write()?;
+    let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    store.track(&refs)?;
+    if !settings.quiet {
+        eprintln!("tracking {} path(s); the next checkpoint captures them", paths.len());
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn checkpoint`.
+pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
+    let store = settings.open_write()?;
+    let info = store.checkpoint(CheckpointRequest {
+        session: a.session.unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
+        run: a.run,
+        phase: a.phase,
+        label: a.label,
+        state: None,
+        scan: if a.tracked_only { ScanMode::TrackedOnly } else { ScanMode::Full },
+    })?;
+    if a.json {
+        println!("{}", info_json(&info));
+    } else {
+        let skipped: u64 = info.counts.skipped.values().sum();
+        let st = Style::stdout();
+        println!(
+            "{} {}  {} files, {} changed, {} skipped{}",
+            st.green("checkpoint"),
+            st.bold(&info.id.to_string()),
+            info.counts.files,
+            info.counts.changed,
+            skipped,
+            info.label.as_deref().map(|l| format!("  \"{l}\"")).unwrap_or_default()
+        );
+        if skipped > 0 {
+            let reasons: Vec<String> = info.counts.skipped.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            println!("  skipped: {}", reasons.join(", "));
+        }
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn checkpoints`.
+pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<ExitCode> {
+    let store = settings.open_write()?;
+    let all = store.checkpoints(session)?;
+    if json {
+        for c in &all {
+            println!("{}", info_json(c));
+        }
+    } else if all.is_empty() {
+        println!("no checkpoints yet: create one with `cairn checkpoint --label NAME`");
+    } else {
+        let st = Style::stdout();
+        let now = Timestamp::now();
+        let mut t = Table::new(&["ID", "WHEN", "SESSION", "FILES", "CHANGED", "LABEL"]);
+        for c in &all {
+            let id = if c.discarded { st.dim(&format!("{} (discarded)", c.id)) } else { st.bold(&c.id.to_string()) };
+            t.row(vec![
+                id,
+                format!("{} {}", c.ts.to_iso(), st.dim(&format!("({})", relative(c.ts, now)))),
+                c.session.clone(),
+                c.counts.files.to_string(),
+                c.counts.changed.to_string(),
+                c.label.clone().unwrap_or_default(),
+            ]);
+        }
+        print!("{}", t.render());
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn rollback`.
+pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
+    let target = parse_id(&a.id)?;
+    let store = settings.open_write()?;
+    let report = store
+        .rollback(RollbackRequest {
+            target,
+            paths: a.paths.clone(),
+            dry_run: a.dry_run,
+            session: a.session.unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
+        })
+        .with_context(|| format!("roll back to {target}"))?;
+    if a.json {
+        let v = serde_json::json!({
+            "target": report.target.to_string(),
+            "source": report.source.map(|s| s.to_string()),
+            "lsn": report.lsn.map(|l| l.0),
+            "dry_run": a.dry_run,
+            "written": report.written,
+            "deleted": report.deleted,
+            "created_dirs": report.created_dirs,
+        });
+        println!("{v}");
+    } else {
+        let st = Style::stdout();
+        let verb = if a.dry_run { "would" } else { "did" };
+        for p in &report.written {
+            println!("  {} {p}", st.green(if a.dry_run { "write " } else { "wrote " }));
+        }
+        for p in &report.deleted {
+            println!("  {} {p}", st.red(if a.dry_run { "delete" } else { "deleted" }));
+        }
+        for p in &report.created_dirs {
+            println!("  {} {p}/", st.cyan(if a.dry_run { "mkdir " } else { "created" }));
+        }
+        println!(
+            "{} {verb} write {}, delete {}, create {} dir(s)",
+            if a.dry_run { "dry run:" } else { "rolled back:" },
+            report.written.len(),
+            report.deleted.len(),
+            report.created_dirs.len()
+        );
+        if let Some(src) = report.source {
+            println!("the state before the rollback is checkpoint {src}: `cairn rollback {src}` undoes it");
+        }
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn gc`.
+pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
+    let store = settings.open_write()?;
+    let policy = RetentionPolicy { keep_per_session: a.keep_per_session, max_bytes: a.max_bytes };
+    let report = store.gc(&policy)?;
+    let discarded: Vec<String> = report.discarded.iter().map(|c| c.to_string()).collect();
+    if a.json {
+        let v = serde_json::json!({
+            "discarded": discarded,
+            "retained": report.retained,
+            "live_blobs": report.live_blobs,
+            "removed_blobs": report.gc.removed_blobs,
+            "freed_bytes": report.gc.freed_bytes,
+        });
+        println!("{v}");
+    } else {
+        if policy.keep_per_session.is_none() && policy.max_bytes.is_none() {
+            println!("no retention policy given: no checkpoint evicted (see --keep-per-session, --max-bytes)");
+        } else if discarded.is_empty() {
+            println!("no checkpoint evicted");
+        } else {
+            println!("evicted {} checkpoint(s): {}", discarded.len(), discarded.join(" "));
+        }
+        println!(
+            "{} checkpoint(s) retained; {} live blobs; removed {} unreferenced blobs, freed {}",
+            report.retained,
+            report.live_blobs,
+            report.gc.removed_blobs,
+            super::output::bytes(report.gc.freed_bytes)
+        );
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}

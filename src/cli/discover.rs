@@ -1,0 +1,80 @@
+//! Store discovery: `--store DIR`, else `$CAIRN_STORE`, else the nearest
+//! `.cairn` walking up from the current directory (as git finds `.git`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use cairn_engine::store_dir::STORE_DIR_NAME;
+
+/// Where the store is and how it was found.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The `.cairn` directory.
+    pub store: PathBuf,
+    /// The workspace (the directory that holds the store, unless overridden).
+    pub workspace: PathBuf,
+}
+
+/// Finds the store for a command that needs an existing one.
+pub fn find(store_flag: Option<&Path>, workspace_flag: Option<&Path>) -> Result<Found> {
+    let cwd = std::env::current_dir()?;
+    let store = if let Some(s) = store_flag {
+        absolute(&cwd, s)
+    } else if let Some(s) = std::env::var_os("CAIRN_STORE").filter(|s| !s.is_empty()) {
+        absolute(&cwd, Path::new(&s))
+    } else {
+        let mut dir = Some(cwd.as_path());
+        let mut found = None;
+        while let Some(d) = dir {
+            if d.join(STORE_DIR_NAME).join("log").is_dir() {
+                found = Some(d.join(STORE_DIR_NAME));
+                break;
+            }
+            dir = d.parent();
+        }
+        match found {
+            Some(f) => f,
+            None => bail!(
+                "no cairn store found in {} or any parent directory: run `cairn init` here, or pass --store DIR / set CAIRN_STORE",
+                cwd.display()
+            ),
+        }
+    };
+    if !store.join("log").is_dir() {
+        bail!("{} is not a cairn store (no log/ inside): run `cairn init` to create one", store.display());
+    }
+    let workspace = match workspace_flag {
+        Some(w) => absolute(&cwd, w),
+        None => store.parent().map(Path::to_path_buf).unwrap_or_else(|| cwd.clone()),
+    };
+    Ok(Found { store, workspace })
+}
+
+fn absolute(cwd: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_store_that_is_not_a_store_is_a_clear_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = find(Some(tmp.path()), None).unwrap_err().to_string();
+        assert!(e.contains("is not a cairn store") && e.contains("cairn init"), "{e}");
+    }
+
+    #[test]
+    fn workspace_is_the_parent_of_the_store() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join(".cairn");
+        std::fs::create_dir_all(store.join("log")).unwrap();
+        let f = find(Some(&store), None).unwrap();
+        assert_eq!(f.workspace, tmp.path());
+    }
+}

@@ -1,0 +1,380 @@
+//! Read-side commands: `log`, `verify`, `repair`, `stats`, `show`, `tree`,
+//! `diff`, `history`, `blame`, `branches`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use cairn::codec::json::JsonRecord;
+use cairn::query::query::DiffStatus;
+use cairn::query::source::Record;
+use cairn::query::{Filter, Point};
+use cairn::{ChainHash, EventKind, Timestamp};
+
+use super::args::{FilterArgs, LogArgs, VerifyArgs};
+use super::output::{bytes, one_line, relative, Style, Table};
+use super::{Settings, EXIT_CORRUPT};
+
+/// Turns the filter flags into a validated [`Filter`].
+pub fn filter_from(a: &FilterArgs) -> Result<Filter> {
+    let time = |flag: &str, v: &Option<String>| -> Result<Option<Timestamp>> {
+        v.as_deref().map(|s| Timestamp::parse(s).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))).transpose()
+    };
+    let kind = match &a.kind {
+        None => None,
+        Some(k) => Some(k.parse::<EventKind>().map_err(|e| anyhow::anyhow!("--kind: {e}"))?),
+    };
+    Ok(Filter {
+        session: a.session.clone(),
+        run: a.run.clone(),
+        kind,
+        agent: a.agent.clone(),
+        model: a.model.clone(),
+        ok: a.ok,
+        path: a.path.clone(),
+        since: time("since", &a.since)?,
+        until: time("until", &a.until)?,
+        limit: a.limit,
+        newest_first: a.newest_first,
+    })
+}
+
+fn parse_point(s: &str) -> Result<Point> {
+    s.parse::<Point>().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// One-line summary of what a record says.
+pub fn summary(r: &Record) -> String {
+    let e = &r.event;
+    let mut parts = Vec::new();
+    if let Some(t) = &e.tool {
+        parts.push(t.clone());
+    }
+    if let Some(p) = &e.path {
+        match &e.to_path {
+            Some(to) => parts.push(format!("{p} -> {to}")),
+            None => parts.push(p.clone()),
+        }
+    }
+    if let Some(l) = &e.label {
+        parts.push(format!("\"{l}\""));
+    }
+    if let Some(t) = e.target {
+        parts.push(format!("to {t}"));
+    }
+    if let Some(c) = e.checkpoint {
+        parts.push(c.to_string());
+    }
+    if let Some(t) = &e.text {
+        parts.push(format!("\"{}\"", one_line(t, 60)));
+    }
+    if let Some(d) = e.diff_stats {
+        parts.push(format!("+{} -{}", d.lines_added, d.lines_removed));
+    }
+    if let Some(err) = &e.error_kind {
+        parts.push(format!("error: {err}"));
+    }
+    if e.files.len() > 1 || (e.files.len() == 1 && e.path.is_none()) {
+        parts.push(format!("{} file(s)", e.files.len()));
+    }
+    parts.join("  ")
+}
+
+fn print_records(records: &[Record], json: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        let mut buf = Vec::new();
+        for r in records {
+            JsonRecord::new(r.lsn, r.chain, &r.event).write_line(&mut buf);
+        }
+        out.write_all(&buf)?;
+        return Ok(());
+    }
+    if records.is_empty() {
+        writeln!(out, "no records match")?;
+        return Ok(());
+    }
+    let st = Style::stdout();
+    let now = Timestamp::now();
+    let mut t = Table::new(&["LSN", "TIME", "", "SESSION", "KIND", "OK", "SUMMARY"]);
+    for r in records {
+        let e = &r.event;
+        let kind = match e.kind {
+            EventKind::CheckpointCreate | EventKind::CheckpointDiscard => st.green(e.kind.name()),
+            EventKind::Rollback | EventKind::Undo => st.yellow(e.kind.name()),
+            k if k.is_file_op() => st.cyan(k.name()),
+            k => k.name().to_string(),
+        };
+        t.row(vec![
+            r.lsn.to_string(),
+            e.ts.to_iso(),
+            st.dim(&relative(e.ts, now)),
+            e.session.clone(),
+            kind,
+            if e.ok { "ok".into() } else { st.red("FAIL") },
+            summary(r),
+        ]);
+    }
+    out.write_all(t.render().as_bytes())?;
+    Ok(())
+}
+
+/// `cairn log`.
+pub fn log(settings: &Settings, a: LogArgs) -> Result<ExitCode> {
+    let filter = filter_from(&a.filter)?;
+    let store = settings.open_read()?;
+    let records = store.query(|q| q.list(&filter))?;
+    print_records(&records, a.json)?;
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn verify`.
+pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
+    let pinned = match &a.head {
+        None => None,
+        Some(h) => Some(ChainHash::from_hex(h.trim()).map_err(|e| anyhow::anyhow!("--head: {e}"))?),
+    };
+    let store = settings.open_read()?;
+    let report = store.verify(pinned)?;
+    let ok = report.is_ok();
+    if a.json {
+        let v = serde_json::json!({
+            "ok": ok,
+            "segments": report.log.segments,
+            "records": report.log.records,
+            "bytes": report.log.bytes,
+            "head_lsn": report.log.head.last_lsn.0,
+            "head_hash": report.log.head.chain.to_hex(),
+            "problems": report.log.problems.iter().map(|p| serde_json::json!({
+                "file": p.path.display().to_string(), "offset": p.offset, "lsn": p.lsn.map(|l| l.0), "detail": p.detail,
+            })).collect::<Vec<_>>(),
+            "blobs": report.blobs.blobs,
+            "blob_problems": report.blobs.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            "pinned_head": report.pinned.map(|(h, at)| serde_json::json!({"hash": h.to_hex(), "found_at_lsn": at.map(|l| l.0)})),
+        });
+        println!("{v}");
+    } else {
+        let st = Style::stdout();
+        println!(
+            "{} segments, {} records ({}), {} blobs checked",
+            report.log.segments,
+            report.log.records,
+            bytes(report.log.bytes),
+            report.blobs.blobs
+        );
+        println!("head: LSN {} hash {}", report.log.head.last_lsn, report.log.head.chain.to_hex());
+        for p in &report.log.problems {
+            println!("{} {p}", st.red("CORRUPT"));
+        }
+        for p in &report.blobs.problems {
+            println!("{} {p}", st.red("CORRUPT"));
+        }
+        if let Some((h, at)) = report.pinned {
+            match at {
+                Some(lsn) => println!("pinned head {} found at LSN {lsn}", &h.to_hex()[..16]),
+                None => println!(
+                    "{} pinned head {} is not in this history: records were removed or rewritten",
+                    st.red("TAMPERED"),
+                    h.to_hex()
+                ),
+            }
+        }
+        println!("{}", if ok { st.green("ok: no damage found") } else { st.red("damage found: see above; `cairn repair` keeps every intact record") });
+    }
+    store.close()?;
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_CORRUPT) })
+}
+
+/// `cairn repair`.
+pub fn repair(settings: &Settings, json: bool) -> Result<ExitCode> {
+    let found = super::discover::find(settings.store.as_deref(), settings.workspace.as_deref())?;
+    let report = cairn::Store::repair(&found.store)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn stats`.
+pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
+    let store = settings.open_read()?;
+    let s = store.stats();
+    if json {
+        let v = serde_json::json!({
+            "segments": s.log.segments,
+            "sealed_segments": s.log.sealed_segments,
+            "records": s.log.records,
+            "log_bytes": s.log.bytes,
+            "durability": s.log.durability.to_string(),
+            "head_lsn": s.head.last_lsn.0,
+            "head_hash": s.head.chain.to_hex(),
+            "blobs": s.blobs.blobs,
+            "chunks": s.blobs.chunks,
+            "packs": s.blobs.packs,
+            "blob_raw_bytes": s.blobs.raw_bytes,
+            "blob_stored_bytes": s.blobs.stored_bytes,
+            "dedup_ratio": s.blobs.dedup_ratio,
+            "compression_ratio": s.blobs.compression_ratio,
+        });
+        println!("{v}");
+    } else {
+        let mut t = Table::new(&["", ""]);
+        t.row(vec!["store".into(), store.root().display().to_string()]);
+        t.row(vec!["records".into(), s.log.records.to_string()]);
+        t.row(vec!["segments".into(), format!("{} ({} sealed)", s.log.segments, s.log.sealed_segments)]);
+        t.row(vec!["log bytes".into(), bytes(s.log.bytes)]);
+        t.row(vec!["durability".into(), s.log.durability.to_string()]);
+        t.row(vec!["head".into(), format!("LSN {} hash {}", s.head.last_lsn, s.head.chain.to_hex())]);
+        t.row(vec!["blobs".into(), format!("{} ({} chunks, {} packs)", s.blobs.blobs, s.blobs.chunks, s.blobs.packs)]);
+        t.row(vec!["blob bytes".into(), format!("{} raw, {} stored", bytes(s.blobs.raw_bytes), bytes(s.blobs.stored_bytes))]);
+        t.row(vec!["ratios".into(), format!("dedup {:.2}x, compression {:.2}x", s.blobs.dedup_ratio, s.blobs.compression_ratio)]);
+        print!("{}", t.render().lines().skip(1).map(|l| format!("{l}\n")).collect::<String>());
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn show POINT:PATH`.
+pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
+    let Some((point, path)) = spec.split_once(':') else {
+        bail!("`{spec}` is not POINT:PATH (for example c12:src/main.rs, @40:README.md, head:Cargo.toml)");
+    };
+    let point = parse_point(point)?;
+    let store = settings.open_read()?;
+    let bytes = store.query(|q| q.file_at(point, path))?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&bytes)?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn tree POINT`.
+pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
+    let p = parse_point(point)?;
+    let store = settings.open_read()?;
+    let tree = store.query(|q| q.tree_at(p))?;
+    let mut out = std::io::stdout().lock();
+    for (path, entry) in tree.iter() {
+        if json {
+            let v = serde_json::json!({
+                "path": path, "blob": entry.blob.to_hex(), "mode": format!("{:o}", entry.mode),
+                "kind": match entry.kind { cairn::query::source::EntryKind::File => "file", cairn::query::source::EntryKind::Symlink => "symlink" },
+            });
+            writeln!(out, "{v}")?;
+        } else {
+            writeln!(out, "{:o}  {}  {path}", entry.mode, &entry.blob.to_hex()[..12])?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn diff A B [-- PATH...]`.
+pub fn diff(settings: &Settings, a: &str, b: &str, paths: &[String], json: bool) -> Result<ExitCode> {
+    let (pa, pb) = (parse_point(a)?, parse_point(b)?);
+    let store = settings.open_read()?;
+    let diffs = store.query(|q| q.diff(pa, pb, paths))?;
+    let st = Style::stdout();
+    let mut out = std::io::stdout().lock();
+    for d in &diffs {
+        let status = match d.status {
+            DiffStatus::Added => "added",
+            DiffStatus::Removed => "removed",
+            DiffStatus::Modified => "modified",
+        };
+        if json {
+            let v = serde_json::json!({"path": d.path, "status": status, "binary": d.binary, "unified": d.unified});
+            writeln!(out, "{v}")?;
+            continue;
+        }
+        if d.binary {
+            writeln!(out, "{} {} ({status})", st.bold("Binary file"), d.path)?;
+        } else if let Some(u) = &d.unified {
+            for line in u.lines() {
+                let styled = if line.starts_with("+++") || line.starts_with("---") {
+                    st.bold(line)
+                } else if line.starts_with('+') {
+                    st.green(line)
+                } else if line.starts_with('-') {
+                    st.red(line)
+                } else if line.starts_with("@@") {
+                    st.cyan(line)
+                } else {
+                    line.to_string()
+                };
+                writeln!(out, "{styled}")?;
+            }
+        } else {
+            writeln!(out, "{} {status} (mode or kind changed)", d.path)?;
+        }
+    }
+    if diffs.is_empty() && !json {
+        writeln!(out, "no differences")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn history PATH`.
+pub fn history(settings: &Settings, path: &str, json: bool) -> Result<ExitCode> {
+    let store = settings.open_read()?;
+    let records = store.query(|q| q.history(path))?;
+    print_records(&records, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn blame POINT PATH`.
+pub fn blame(settings: &Settings, point: &str, path: &str, json: bool) -> Result<ExitCode> {
+    let p = parse_point(point)?;
+    let store = settings.open_read()?;
+    let lines = store.query(|q| q.blame(p, path)).with_context(|| format!("blame {path} at {point}"))?;
+    let st = Style::stdout();
+    let mut out = std::io::stdout().lock();
+    for l in &lines {
+        if json {
+            let v = serde_json::json!({
+                "line": l.line_no, "lsn": l.lsn.0, "session": l.session, "model": l.model, "kind": l.kind.name(), "text": l.text,
+            });
+            writeln!(out, "{v}")?;
+        } else {
+            let who = format!("@{:<6} {:<12} {:<14}", l.lsn, one_line(&l.session, 12), one_line(l.model.as_deref().unwrap_or("-"), 14));
+            writeln!(out, "{} {:>5} {}", st.dim(&who), l.line_no, l.text)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn branches [ID]`.
+pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<ExitCode> {
+    let id = id.map(super::checkpoint::parse_id).transpose()?;
+    let store = settings.open_read()?;
+    let nodes = store.query(|q| q.branches(id))?;
+    if json {
+        for n in &nodes {
+            let v = serde_json::json!({
+                "lsn": n.lsn.0, "id": (n.kind == EventKind::CheckpointCreate).then(|| format!("c{}", n.lsn.0)),
+                "kind": n.kind.name(), "session": n.session, "parent": n.parent.map(|p| p.0),
+                "label": n.label, "ts": n.ts.to_iso(), "children": n.children,
+            });
+            println!("{v}");
+        }
+    } else if nodes.is_empty() {
+        println!("no checkpoints or rollbacks yet");
+    } else {
+        let mut t = Table::new(&["NODE", "KIND", "SESSION", "FROM", "CHILDREN", "LABEL"]);
+        for n in &nodes {
+            let node = if n.kind == EventKind::CheckpointCreate { format!("c{}", n.lsn) } else { format!("@{}", n.lsn) };
+            t.row(vec![
+                node,
+                n.kind.name().into(),
+                n.session.clone(),
+                n.parent.map(|p| format!("@{p}")).unwrap_or_default(),
+                n.children.to_string(),
+                n.label.clone().unwrap_or_default(),
+            ]);
+        }
+        print!("{}", t.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}

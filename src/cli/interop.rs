@@ -1,0 +1,96 @@
+//! `cairn export` and `cairn import`.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use cairn::query::export::Format;
+use cairn::query::Filter;
+use cairn::{Lsn, Store};
+
+use super::args::ExportArgs;
+use super::inspect::filter_from;
+use super::Settings;
+
+fn parse_format(s: &str) -> Result<Format> {
+    s.parse::<Format>().map_err(|e| anyhow::anyhow!("--format {s}: {e}"))
+}
+
+/// Exports the whole log as canonical JSONL to `path` (atomically: temp file, then rename).
+pub fn export_to_file(store: &Store, path: &Path) -> Result<u64> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("create a file in {}", dir.display()))?;
+    let stats = {
+        let mut w = BufWriter::new(tmp.as_file_mut());
+        let stats = store.export(&Filter::all(), Format::Jsonl, &mut w)?;
+        w.flush()?;
+        stats
+    };
+    tmp.as_file().sync_data()?;
+    tmp.persist(path).with_context(|| format!("write {}", path.display()))?;
+    Ok(stats.written)
+}
+
+/// `cairn export`.
+pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
+    let format = parse_format(&a.format)?;
+    let filter = filter_from(&a.filter)?;
+    let store = settings.open_read()?;
+    let mut sink: Box<dyn Write> = match &a.output {
+        Some(p) => Box::new(BufWriter::new(File::create(p).with_context(|| format!("create {}", p.display()))?)),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let stats = if a.follow {
+        store.follow(&filter, format, Lsn::FIRST, &mut sink, &|| false)?
+    } else {
+        store.export(&filter, format, &mut sink)?
+    };
+    sink.flush()?;
+    if let Some(p) = &a.output {
+        if !settings.quiet {
+            eprintln!("exported {} records to {}", stats.written, p.display());
+        }
+    }
+    let skipped: u64 = stats.skipped.values().sum();
+    if skipped > 0 && !settings.quiet {
+        let kinds: Vec<String> = stats.skipped.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        eprintln!(
+            "{skipped} records have no {} projection and were left out ({}); the canonical `jsonl` format has every record",
+            format.name(),
+            kinds.join(", ")
+        );
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn import`.
+pub fn import(settings: &Settings, format: &str, files: &[PathBuf], json: bool) -> Result<ExitCode> {
+    let format = parse_format(format)?;
+    let store = settings.open_write()?;
+    let mut total = 0u64;
+    let mut range: Option<(Lsn, Lsn)> = None;
+    for f in files {
+        let file = File::open(f).with_context(|| format!("open {}", f.display()))?;
+        let mut reader = BufReader::new(file);
+        let got = store.import(format, &mut reader, &f.display().to_string())?;
+        if let Some((first, last)) = got {
+            total += last.0 - first.0 + 1;
+            range = Some((range.map_or(first, |r| r.0), last));
+        }
+    }
+    if json {
+        let v = serde_json::json!({
+            "count": total,
+            "first_lsn": range.map(|r| r.0 .0),
+            "last_lsn": range.map(|r| r.1 .0),
+        });
+        println!("{v}");
+    } else if !settings.quiet {
+        eprintln!("imported {total} records from {} file(s)", files.len());
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,181 @@
+//! The command line: raw flags ([`args`]), then validated settings and
+//! dispatch to one module per group of commands.
+
+pub mod args;
+pub mod blob;
+pub mod checkpoint;
+pub mod demo;
+pub mod discover;
+pub mod inspect;
+pub mod interop;
+pub mod output;
+pub mod record;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use cairn::engine::log::Durability;
+use cairn::engine::EngineError;
+use cairn::{Error, Store};
+
+use args::{Cli, Command};
+
+/// Exit code: an error.
+pub const EXIT_ERROR: u8 = 1;
+// Exit code 2 (bad usage) is clap's own.
+/// Exit code: corruption found (verify, or a read that hit damage).
+pub const EXIT_CORRUPT: u8 = 3;
+/// Exit code: some input lines were rejected (record, import).
+pub const EXIT_REJECTED: u8 = 4;
+
+/// The exit code for an error: corruption gets its own.
+pub fn exit_code_for(e: &anyhow::Error) -> ExitCode {
+    let corrupt = e.chain().any(|c| {
+        c.downcast_ref::<Error>().is_some_and(Error::is_corruption)
+            || c.downcast_ref::<EngineError>().is_some_and(EngineError::is_corruption)
+    });
+    ExitCode::from(if corrupt { EXIT_CORRUPT } else { EXIT_ERROR })
+}
+
+/// True when the error is a closed pipe (`cairn log | head`): not a failure.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+/// The error and its causes on one line, leaving out a cause whose text the
+/// message before it already includes (library errors name their source).
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+/// Validated global settings (stage two of argument parsing).
+pub struct Settings {
+    /// `--store`.
+    pub store: Option<std::path::PathBuf>,
+    /// `--workspace`.
+    pub workspace: Option<std::path::PathBuf>,
+    /// `--durability`, parsed.
+    pub durability: Option<Durability>,
+    /// `--quiet`.
+    pub quiet: bool,
+}
+
+impl Settings {
+    fn from_cli(cli: &Cli) -> Result<Settings> {
+        let durability = match &cli.durability {
+            None => None,
+            Some(s) => Some(s.parse::<Durability>().map_err(|e| {
+                anyhow::anyhow!("--durability {s}: {e} (use always, interval, interval:MS or never)")
+            })?),
+        };
+        Ok(Settings { store: cli.store.clone(), workspace: cli.workspace.clone(), durability, quiet: cli.quiet })
+    }
+
+    fn builder(&self, found: &discover::Found) -> cairn::StoreBuilder {
+        let mut b = Store::builder().store_dir(&found.store).workspace(&found.workspace);
+        if let Some(d) = self.durability {
+            b = b.durability(d);
+        }
+        b
+    }
+
+    /// Opens the store for writing.
+    pub fn open_write(&self) -> Result<Store> {
+        self.open_write_with(None)
+    }
+
+    /// Opens the store for writing with a durability override.
+    pub fn open_write_with(&self, durability: Option<Durability>) -> Result<Store> {
+        let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
+        let mut b = self.builder(&found);
+        if let Some(d) = durability {
+            b = b.durability(d);
+        }
+        b.open().with_context(|| format!("open store {}", found.store.display()))
+    }
+
+    /// Opens the store to read: for writing if free (so recovery runs),
+    /// else read-only beside the process that holds the lock.
+    pub fn open_read(&self) -> Result<Store> {
+        let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
+        match self.builder(&found).open() {
+            Ok(s) => Ok(s),
+            Err(Error::Engine(EngineError::Locked { .. })) => self
+                .builder(&found)
+                .read_only()
+                .open()
+                .with_context(|| format!("open store {} read-only", found.store.display())),
+            Err(e) => Err(e).with_context(|| format!("open store {}", found.store.display())),
+        }
+    }
+}
+
+/// Runs one command.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let settings = Settings::from_cli(&cli)?;
+    match cli.command {
+        Command::Init { dir } => init(&settings, dir.as_deref()),
+        Command::Record(a) => record::run(&settings, a),
+        Command::Log(a) => inspect::log(&settings, a),
+        Command::Verify(a) => inspect::verify(&settings, a),
+        Command::Repair { json } => inspect::repair(&settings, json),
+        Command::Stats { json } => inspect::stats(&settings, json),
+        Command::Blob(b) => blob::run(&settings, b),
+        Command::Track { paths } => checkpoint::track(&settings, &paths),
+        Command::Checkpoint(a) => checkpoint::create(&settings, a),
+        Command::Checkpoints { session, json } => checkpoint::list(&settings, session.as_deref(), json),
+        Command::Rollback(a) => checkpoint::rollback(&settings, a),
+        Command::Gc(a) => checkpoint::gc(&settings, a),
+        Command::Show { spec } => inspect::show(&settings, &spec),
+        Command::Tree { point, json } => inspect::tree(&settings, &point, json),
+        Command::Diff { a, b, paths, json } => inspect::diff(&settings, &a, &b, &paths, json),
+        Command::History { path, json } => inspect::history(&settings, &path, json),
+        Command::Blame { point, path, json } => inspect::blame(&settings, &point, &path, json),
+        Command::Branches { id, json } => inspect::branches(&settings, id.as_deref(), json),
+        Command::Export(a) => interop::export(&settings, a),
+        Command::Import { format, files, json } => interop::import(&settings, &format, &files, json),
+        Command::Demo(a) => demo::run(&settings, a),
+        Command::Completions { shell } => completions(&shell),
+    }
+}
+
+fn init(settings: &Settings, dir: Option<&Path>) -> Result<ExitCode> {
+    let cwd = std::env::current_dir()?;
+    let workspace = match dir {
+        Some(d) if d.is_absolute() => d.to_path_buf(),
+        Some(d) => cwd.join(d),
+        None => cwd,
+    };
+    std::fs::create_dir_all(&workspace).with_context(|| format!("create {}", workspace.display()))?;
+    let store_dir = settings.store.clone().unwrap_or_else(|| workspace.join(cairn::engine::store_dir::STORE_DIR_NAME));
+    let existed = store_dir.join("log").is_dir();
+    let store = Store::builder().store_dir(&store_dir).workspace(&workspace).open()?;
+    store.close()?;
+    if existed {
+        println!("cairn store already exists at {}", store_dir.display());
+    } else {
+        println!("created cairn store at {}", store_dir.display());
+        println!("next: `cairn checkpoint --label start`, or pipe events into `cairn record`");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn completions(shell: &str) -> Result<ExitCode> {
+    use clap::CommandFactory;
+    let sh: clap_complete::Shell = shell
+        .parse()
+        .map_err(|_| anyhow::anyhow!("unknown shell `{shell}`: use bash, zsh, fish, elvish or powershell"))?;
+    clap_complete::generate(sh, &mut Cli::command(), "cairn", &mut std::io::stdout());
+    Ok(ExitCode::SUCCESS)
+}

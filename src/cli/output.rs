@@ -1,0 +1,187 @@
+//! Human output: aligned tables, colours only on a terminal (and never
+//! with `NO_COLOR`), relative times.
+
+use std::io::IsTerminal;
+
+use cairn_codec::Timestamp;
+
+/// Whether to colour output written to stdout.
+pub fn color_enabled() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal()
+}
+
+/// ANSI styles, or nothing when colour is off.
+#[derive(Clone, Copy, Debug)]
+pub struct Style {
+    on: bool,
+}
+
+impl Style {
+    /// Styles for stdout.
+    pub fn stdout() -> Style {
+        Style { on: color_enabled() }
+    }
+    /// Styles for stderr.
+    pub fn stderr() -> Style {
+        Style { on: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal() }
+    }
+    fn wrap(&self, code: &str, s: &str) -> String {
+        if self.on {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    /// Dim text.
+    pub fn dim(&self, s: &str) -> String {
+        self.wrap("2", s)
+    }
+    /// Bold text.
+    pub fn bold(&self, s: &str) -> String {
+        self.wrap("1", s)
+    }
+    /// Green text.
+    pub fn green(&self, s: &str) -> String {
+        self.wrap("32", s)
+    }
+    /// Red text.
+    pub fn red(&self, s: &str) -> String {
+        self.wrap("31", s)
+    }
+    /// Yellow text.
+    pub fn yellow(&self, s: &str) -> String {
+        self.wrap("33", s)
+    }
+    /// Cyan text.
+    pub fn cyan(&self, s: &str) -> String {
+        self.wrap("36", s)
+    }
+}
+
+/// A table: rows of cells, printed with aligned columns. Cells may hold
+/// ANSI colour codes; widths are computed on the visible text.
+#[derive(Debug, Default)]
+pub struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+fn visible_len(s: &str) -> usize {
+    let mut n = 0;
+    let mut in_esc = false;
+    for c in s.chars() {
+        match (in_esc, c) {
+            (false, '\x1b') => in_esc = true,
+            (true, 'm') => in_esc = false,
+            (true, _) => {}
+            (false, _) => n += 1,
+        }
+    }
+    n
+}
+
+impl Table {
+    /// A table with a header row.
+    pub fn new(header: &[&str]) -> Table {
+        let style = Style::stdout();
+        Table { rows: vec![header.iter().map(|h| style.bold(h)).collect()] }
+    }
+    /// Adds a row.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+    /// Renders with two spaces between columns; the last column is not padded.
+    pub fn render(&self) -> String {
+        let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let mut widths = vec![0; cols];
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate() {
+                widths[i] = widths[i].max(visible_len(c));
+            }
+        }
+        let mut out = String::new();
+        for r in &self.rows {
+            let mut line = String::new();
+            for (i, c) in r.iter().enumerate() {
+                line.push_str(c);
+                if i + 1 < r.len() {
+                    line.push_str(&" ".repeat(widths[i] - visible_len(c) + 2));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// "3s ago", "5m ago", "2h ago", "4d ago" (or "in 3s" for the future).
+pub fn relative(ts: Timestamp, now: Timestamp) -> String {
+    let d = now.0 - ts.0;
+    let (abs, future) = (d.unsigned_abs() / 1000, d < 0);
+    let s = match abs {
+        0..=59 => format!("{abs}s"),
+        60..=3599 => format!("{}m", abs / 60),
+        3600..=86_399 => format!("{}h", abs / 3600),
+        _ => format!("{}d", abs / 86_400),
+    };
+    if future {
+        format!("in {s}")
+    } else {
+        format!("{s} ago")
+    }
+}
+
+/// Cuts `s` to at most `max` characters on one line, marking the cut with `…`.
+pub fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let mut t: String = flat.chars().take(max.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// Bytes in human units.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_visible_text() {
+        let mut t = Table { rows: vec![vec!["a".into(), "b".into()]] };
+        t.row(vec!["\x1b[31mlong\x1b[0m".into(), "x".into()]);
+        let r = t.render();
+        assert_eq!(r, "a     b\n\x1b[31mlong\x1b[0m  x\n");
+    }
+
+    #[test]
+    fn relative_times() {
+        assert_eq!(relative(Timestamp(0), Timestamp(5_000)), "5s ago");
+        assert_eq!(relative(Timestamp(0), Timestamp(7_200_000)), "2h ago");
+        assert_eq!(relative(Timestamp(60_000), Timestamp(0)), "in 1m");
+    }
+
+    #[test]
+    fn one_line_cuts() {
+        assert_eq!(one_line("a\nb", 10), "a b");
+        assert_eq!(one_line("abcdef", 4), "abc…");
+        assert_eq!(bytes(1536), "1.5 KiB");
+    }
+}

@@ -1,0 +1,164 @@
+//! `cairn record`: append canonical JSONL events as they arrive.
+//!
+//! Lines are appended one by one as they are read, so a live pipe from an
+//! agent is recorded as it happens. Durability is per burst: when no further
+//! complete line is already waiting in the input buffer, everything appended
+//! so far is made durable with one fsync and only then acknowledged
+//! (`--ack` prints the LSNs). Under a fast producer this is group commit for
+//! a single stream; under a slow one, every line is durable on its own.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use cairn::codec::json::{parse_event, MAX_JSON_LINE_BYTES};
+use cairn::engine::log::Durability;
+use cairn::Lsn;
+
+use super::args::RecordArgs;
+use super::{Settings, EXIT_REJECTED};
+
+/// Reads one line of at most `max` bytes (without the newline). Returns
+/// `Ok(None)` at end of input, `Ok(Some(Err(len)))` for an over-long line
+/// (which is consumed up to its newline).
+fn read_bounded_line<R: BufRead>(r: &mut R, max: usize, buf: &mut Vec<u8>) -> std::io::Result<Option<Result<(), usize>>> {
+    buf.clear();
+    let n = r.by_ref().take(max as u64 + 1).read_until(b'\n', buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+        return Ok(Some(Ok(())));
+    }
+    if buf.len() <= max {
+        return Ok(Some(Ok(()))); // last line without a newline
+    }
+    // Too long: skip the rest of this line.
+    let mut skipped = buf.len();
+    loop {
+        let chunk = r.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                skipped += i;
+                r.consume(i + 1);
+                break;
+            }
+            None => {
+                let l = chunk.len();
+                skipped += l;
+                r.consume(l);
+            }
+        }
+    }
+    Ok(Some(Err(skipped)))
+}
+
+/// Runs `cairn record`.
+pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
+    // With `always`, the log is opened without its own per-append fsync and
+    // this loop syncs once per burst before acknowledging.
+    let policy = settings.durability.unwrap_or(Durability::Always);
+    let burst_sync = matches!(policy, Durability::Always);
+    let store = settings.open_write_with(Some(if burst_sync { Durability::Never } else { policy }))?;
+    let (input, name): (Box<dyn Read>, String) = match &args.file {
+        Some(p) => (Box::new(File::open(p).with_context(|| format!("open {}", p.display()))?), p.display().to_string()),
+        None => (Box::new(std::io::stdin()), "stdin".to_string()),
+    };
+    let mut reader = BufReader::with_capacity(1 << 16, input);
+    let mut stdout = std::io::stdout().lock();
+    let (mut first, mut last, mut count, mut rejected) = (None::<Lsn>, None::<Lsn>, 0u64, 0u64);
+    let mut pending: Vec<Lsn> = Vec::new();
+    let mut line_no = 0u64;
+    let mut buf = Vec::new();
+    loop {
+        let got = read_bounded_line(&mut reader, MAX_JSON_LINE_BYTES, &mut buf).with_context(|| format!("read {name}"))?;
+        let Some(got) = got else { break };
+        line_no += 1;
+        let outcome = match got {
+            Err(len) => Err(format!("line is {len} bytes, over the limit of {MAX_JSON_LINE_BYTES}")),
+            Ok(()) => match std::str::from_utf8(&buf) {
+                Err(e) => Err(format!("not UTF-8: {e}")),
+                Ok(text) if text.trim().is_empty() => continue,
+                Ok(text) => parse_event(text).map_err(|e| e.to_string()),
+            },
+        };
+        match outcome {
+            Err(reason) => {
+                rejected += 1;
+                eprintln!("{name}:{line_no}: rejected: {reason}");
+            }
+            Ok(event) => match store.append(&event) {
+                Ok(lsn) => {
+                    first.get_or_insert(lsn);
+                    last = Some(lsn);
+                    count += 1;
+                    pending.push(lsn);
+                }
+                Err(e) => {
+                    rejected += 1;
+                    eprintln!("{name}:{line_no}: rejected: {e}");
+                }
+            },
+        }
+        let more_waiting = reader.buffer().contains(&b'\n');
+        if !more_waiting && !pending.is_empty() {
+            if burst_sync {
+                store.sync().context("make records durable")?;
+            }
+            if args.ack {
+                for lsn in pending.drain(..) {
+                    writeln!(stdout, "{lsn}")?;
+                }
+                stdout.flush()?;
+            }
+            pending.clear();
+        }
+    }
+    store.sync().context("make records durable")?;
+    if args.ack {
+        for lsn in pending.drain(..) {
+            writeln!(stdout, "{lsn}")?;
+        }
+    }
+    if args.json {
+        let v = serde_json::json!({
+            "first_lsn": first.map(|l| l.0),
+            "last_lsn": last.map(|l| l.0),
+            "count": count,
+            "rejected": rejected,
+        });
+        writeln!(stdout, "{v}")?;
+    } else if !settings.quiet {
+        match (first, last) {
+            (Some(f), Some(l)) => eprintln!("recorded {count} records (LSN {f}..={l}), rejected {rejected}"),
+            _ => eprintln!("recorded 0 records, rejected {rejected}"),
+        }
+    }
+    store.close()?;
+    Ok(if rejected > 0 { ExitCode::from(EXIT_REJECTED) } else { ExitCode::SUCCESS })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_lines() {
+        let data = b"short\nthis line is too long\nok\r\nlast";
+        let mut r = BufReader::with_capacity(4, &data[..]);
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        while let Some(l) = read_bounded_line(&mut r, 8, &mut buf).unwrap() {
+            out.push(l.map(|()| String::from_utf8(buf.clone()).unwrap()));
+        }
+        assert_eq!(out, vec![Ok("short".into()), Err(21), Ok("ok".into()), Ok("last".into())]);
+    }
+}

@@ -1,0 +1,216 @@
+//! Sessions as a first-class handle: record events, track writes,
+//! checkpoint and roll back within one session (thread, conversation).
+
+use std::path::Path;
+
+use cairn_codec::{CheckpointId, DiffStats, Event, EventKind, Lsn};
+use cairn_snapshot::{CheckpointInfo, CheckpointRequest, RollbackReport, RollbackRequest, ScanMode};
+
+use crate::error::{Error, Result};
+use crate::Store;
+
+/// A handle for recording into one session. Cheap to create; borrows the store.
+///
+/// ```
+/// let store = cairn::Store::in_memory().unwrap();
+/// let s = store.session("thread-1").with_agent("coder").with_model("gpt-x");
+/// s.prompt("rename foo to bar").unwrap();
+/// s.reply("done").unwrap();
+/// assert_eq!(store.head().last_lsn.0, 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Session<'s> {
+    store: &'s Store,
+    id: String,
+    run: Option<String>,
+    phase: Option<String>,
+    agent: Option<String>,
+    model: Option<String>,
+}
+
+impl<'s> Session<'s> {
+    pub(crate) fn new(store: &'s Store, id: String) -> Session<'s> {
+        Session { store, id, run: None, phase: None, agent: None, model: None }
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Sets the run id stamped on every event and checkpoint of this handle.
+    pub fn with_run(mut self, run: impl Into<String>) -> Self {
+        self.run = Some(run.into());
+        self
+    }
+
+    /// Sets the phase id.
+    pub fn with_phase(mut self, phase: impl Into<String>) -> Self {
+        self.phase = Some(phase.into());
+        self
+    }
+
+    /// Sets the agent name.
+    pub fn with_agent(mut self, agent: impl Into<String>) -> Self {
+        self.agent = Some(agent.into());
+        self
+    }
+
+    /// Sets the model name.
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// A new event of `kind`, stamped now, with this handle's session, run,
+    /// phase, agent and model filled in. Fill in the rest and [`record`](Self::record) it.
+    pub fn event(&self, kind: EventKind) -> Event {
+        let mut e = Event::new(kind, self.id.clone());
+        e.run = self.run.clone();
+        e.phase = self.phase.clone();
+        e.agent = self.agent.clone();
+        e.model = self.model.clone();
+        e
+    }
+
+    /// Records an event (durable per the store's policy when this returns).
+    pub fn record(&self, event: &Event) -> Result<Lsn> {
+        self.store.append(event)
+    }
+
+    /// Records a prompt.
+    pub fn prompt(&self, text: &str) -> Result<Lsn> {
+        self.record(&self.event(EventKind::Prompt).with_text(text))
+    }
+
+    /// Records a reply.
+    pub fn reply(&self, text: &str) -> Result<Lsn> {
+        self.record(&self.event(EventKind::Reply).with_text(text))
+    }
+
+    /// Records a tool call.
+    pub fn tool_call(&self, tool: &str, ok: bool) -> Result<Lsn> {
+        let mut e = self.event(EventKind::ToolCall);
+        e.tool = Some(tool.to_string());
+        e.ok = ok;
+        self.record(&e)
+    }
+
+    /// Tells cairn this path is about to be written (see [`Store::track`]).
+    pub fn track(&self, path: &str) -> Result<()> {
+        self.store.track(&[path])
+    }
+
+    /// A tracked, recorded file write: tracks the path, stores the old and
+    /// new contents as blobs, writes the file atomically (temp + rename),
+    /// and records a `file.create` or `file.write` with `before`/`after`
+    /// hashes and diff statistics.
+    pub fn write_file(&self, path: &str, contents: &[u8]) -> Result<Lsn> {
+        let root = self.store.workspace_dir().ok_or(Error::NoWorkspace)?;
+        let rel = checked_relative(path)?;
+        self.track(path)?;
+        let full = root.join(rel);
+        let before = match std::fs::read(&full) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::Other(format!("read {}: {e}", full.display()))),
+        };
+        let mut e = self.event(if before.is_some() { EventKind::FileWrite } else { EventKind::FileCreate });
+        e.tool = Some(if before.is_some() { "write_file" } else { "create_file" }.to_string());
+        e.path = Some(path.to_string());
+        e.after = Some(self.store.put_blob(contents)?);
+        if let Some(old) = &before {
+            e.before = Some(self.store.put_blob(old)?);
+        }
+        e.diff_stats = Some(line_stats(before.as_deref().unwrap_or(b""), contents));
+        write_atomic(&full, contents)?;
+        self.record(&e)
+    }
+
+    /// Checkpoints the workspace with a full scan (edits made by shell
+    /// commands are captured too), labelled `label`.
+    pub fn checkpoint(&self, label: &str) -> Result<CheckpointInfo> {
+        self.checkpoint_with(label, ScanMode::Full, None)
+    }
+
+    /// Checkpoints with a given scan mode and optional application state
+    /// (the agent's memory epoch, handed back by a rollback).
+    pub fn checkpoint_with(&self, label: &str, scan: ScanMode, state: Option<Vec<u8>>) -> Result<CheckpointInfo> {
+        self.store.checkpoint(CheckpointRequest {
+            session: self.id.clone(),
+            run: self.run.clone(),
+            phase: self.phase.clone(),
+            label: Some(label.to_string()),
+            state,
+            scan,
+        })
+    }
+
+    /// The automatic checkpoint before agent turn `n` ("Before turn n").
+    pub fn before_turn(&self, n: u64) -> Result<CheckpointInfo> {
+        self.checkpoint(&format!("Before turn {n}"))
+    }
+
+    /// The automatic checkpoint after agent turn `n` ("After turn n").
+    pub fn after_turn(&self, n: u64) -> Result<CheckpointInfo> {
+        self.checkpoint(&format!("After turn {n}"))
+    }
+
+    /// Rolls the whole workspace back to `target` (the current state is
+    /// checkpointed first, so this can be undone).
+    pub fn rollback(&self, target: CheckpointId) -> Result<RollbackReport> {
+        self.store.rollback(RollbackRequest { target, paths: Vec::new(), dry_run: false, session: self.id.clone() })
+    }
+
+    /// Rolls back only these paths (files or directories).
+    pub fn rollback_paths(&self, target: CheckpointId, paths: &[&str]) -> Result<RollbackReport> {
+        self.store.rollback(RollbackRequest {
+            target,
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+            dry_run: false,
+            session: self.id.clone(),
+        })
+    }
+}
+
+/// Refuses absolute paths and `..` components: a session never writes outside its workspace.
+fn checked_relative(path: &str) -> Result<&Path> {
+    let p = Path::new(path);
+    let escapes = p.is_absolute()
+        || p.components().any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+    if path.is_empty() || escapes {
+        return Err(Error::Other(format!("path `{path}` is not a workspace-relative path (no `..`, not absolute)")));
+    }
+    Ok(p)
+}
+
+fn write_atomic(full: &Path, contents: &[u8]) -> Result<()> {
+    let io = |op: &str, e: std::io::Error| Error::Other(format!("{op} {}: {e}", full.display()));
+    let dir = full.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| io("create directory for", e))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| io("create temp file for", e))?;
+    std::io::Write::write_all(&mut tmp, contents).map_err(|e| io("write", e))?;
+    tmp.as_file().sync_data().map_err(|e| io("sync", e))?;
+    tmp.persist(full).map_err(|e| io("rename into", e.error))?;
+    Ok(())
+}
+
+/// Line statistics between two versions (Myers diff via `similar`).
+pub fn line_stats(old: &[u8], new: &[u8]) -> DiffStats {
+    let (old, new) = (String::from_utf8_lossy(old), String::from_utf8_lossy(new));
+    let diff = similar::TextDiff::from_lines(old.as_ref(), new.as_ref());
+    let mut stats = DiffStats::default();
+    for op in diff.ops() {
+        match op.tag() {
+            similar::DiffTag::Equal => {}
+            similar::DiffTag::Delete => stats.lines_removed += op.old_range().len() as u64,
+            similar::DiffTag::Insert => stats.lines_added += op.new_range().len() as u64,
+            similar::DiffTag::Replace => {
+                stats.lines_removed += op.old_range().len() as u64;
+                stats.lines_added += op.new_range().len() as u64;
+            }
+        }
+    }
+    stats.hunks = diff.grouped_ops(3).len() as u64;
+    stats
+}

@@ -1,0 +1,377 @@
+//! The [`Store`] handle: one object over the log, the blob store, the
+//! workspace snapshots and the query layer, with the commit protocol built in.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_codec::{BlobHash, Event, Lsn};
+use cairn_engine::blob::{BlobOptions, BlobStore};
+use cairn_engine::log::{Durability, Head, Log, LogOptions, LogReader};
+use cairn_engine::store_dir::STORE_DIR_NAME;
+use cairn_engine::vfs::sim::SimVfs;
+use cairn_engine::{RealVfs, StoreDir, Vfs};
+use cairn_snapshot::{SnapshotOptions, Workspace};
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::session::Session;
+
+/// Where the log is read from: the writer (this process holds the lock) or
+/// a read-only view (another process is writing).
+pub(crate) enum LogHandle {
+    /// This process writes.
+    Writer(Arc<Log>),
+    /// Another process writes; this one follows read-only.
+    Reader(Mutex<LogReader>),
+}
+
+/// How to open a [`Store`]. Every setting has a documented default.
+#[derive(Debug, Clone)]
+pub struct StoreBuilder {
+    workspace: Option<PathBuf>,
+    store_dir: Option<PathBuf>,
+    in_memory: bool,
+    read_only: bool,
+    durability: Durability,
+    segment_size_bytes: u64,
+    zstd_level: i32,
+    snapshot: SnapshotOptions,
+}
+
+impl Default for StoreBuilder {
+    fn default() -> Self {
+        let log = LogOptions::default();
+        StoreBuilder {
+            workspace: None,
+            store_dir: None,
+            in_memory: false,
+            read_only: false,
+            durability: log.durability,
+            segment_size_bytes: log.segment_size_bytes,
+            zstd_level: BlobOptions::default().zstd_level,
+            snapshot: SnapshotOptions::default(),
+        }
+    }
+}
+
+impl StoreBuilder {
+    /// The workspace whose files are checkpointed. The store defaults to
+    /// `<workspace>/.cairn`.
+    pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(dir.into());
+        self
+    }
+
+    /// The store directory itself (default `<workspace>/.cairn`). Without a
+    /// workspace, the workspace defaults to the directory that holds it.
+    pub fn store_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.store_dir = Some(dir.into());
+        self
+    }
+
+    /// Keep everything in memory (nothing touches the disk but reading the
+    /// workspace for checkpoints). For read-only workspaces and tests.
+    pub fn in_memory(mut self) -> Self {
+        self.in_memory = true;
+        self
+    }
+
+    /// Open without taking the lock, for reading while another process writes.
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+
+    /// Durability of appends. Default: [`Durability::Always`] (durable before
+    /// `append` returns; concurrent appenders share one fsync).
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+
+    /// Size at which a log segment is sealed and a new one started. Default 64 MiB.
+    pub fn segment_size_bytes(mut self, n: u64) -> Self {
+        self.segment_size_bytes = n;
+        self
+    }
+
+    /// zstd level for blobs. Default 3.
+    pub fn zstd_level(mut self, level: i32) -> Self {
+        self.zstd_level = level;
+        self
+    }
+
+    /// Scan limits and rules for checkpoints. Default: [`SnapshotOptions::default`].
+    pub fn snapshot_options(mut self, opts: SnapshotOptions) -> Self {
+        self.snapshot = opts;
+        self
+    }
+
+    /// The store directory this builder would open.
+    pub fn resolved_store_dir(&self) -> Option<PathBuf> {
+        match (&self.store_dir, &self.workspace) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Some(w)) => Some(w.join(STORE_DIR_NAME)),
+            (None, None) => None,
+        }
+    }
+
+    /// Opens the store, creating it if needed.
+    pub fn open(self) -> Result<Store> {
+        if self.in_memory {
+            return self.open_in_memory();
+        }
+        let root = self
+            .resolved_store_dir()
+            .ok_or_else(|| Error::Other("StoreBuilder needs a workspace or a store directory".into()))?;
+        let workspace_dir = self.workspace.clone().or_else(|| root.parent().map(Path::to_path_buf));
+        let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+        if self.read_only {
+            if !root.join("log").is_dir() {
+                return Err(Error::NoStore(format!("no cairn store at {}: run `cairn init`", root.display())));
+            }
+            let reader = LogReader::open(vfs.clone(), &root.join("log"))?;
+            let blobs = BlobStore::open_read_only(vfs.clone(), &root.join("blobs"))?;
+            return Ok(Store {
+                root,
+                workspace_dir,
+                vfs,
+                _dir: None,
+                log: LogHandle::Reader(Mutex::new(reader)),
+                blobs: Arc::new(blobs),
+                workspace: None,
+                index: Mutex::new(None),
+                _tmp: None,
+            });
+        }
+        let dir = StoreDir::open(vfs.clone(), &root)?;
+        self.finish(vfs, dir, workspace_dir, None)
+    }
+
+    fn open_in_memory(self) -> Result<Store> {
+        let vfs: Arc<dyn Vfs> = Arc::new(SimVfs::new());
+        let root = PathBuf::from("/memory").join(STORE_DIR_NAME);
+        let dir = StoreDir::open(vfs.clone(), &root)?;
+        // The scan cache of an in-memory store lives in a private temp dir.
+        let tmp = match &self.workspace {
+            Some(_) => Some(
+                tempfile::Builder::new()
+                    .prefix("cairn-memory-")
+                    .tempdir()
+                    .map_err(|e| Error::Other(format!("create a temporary directory: {e}")))?,
+            ),
+            None => None,
+        };
+        let ws = self.workspace.clone();
+        self.finish(vfs, dir, ws, tmp)
+    }
+
+    fn finish(self, vfs: Arc<dyn Vfs>, dir: StoreDir, workspace_dir: Option<PathBuf>, tmp: Option<tempfile::TempDir>) -> Result<Store> {
+        let log = Log::open(
+            vfs.clone(),
+            &dir.log_dir(),
+            LogOptions { segment_size_bytes: self.segment_size_bytes, durability: self.durability },
+        )?;
+        let blobs = BlobStore::open(
+            vfs.clone(),
+            &dir.blob_dir(),
+            BlobOptions { zstd_level: self.zstd_level, ..BlobOptions::default() },
+        )?;
+        let workspace = match &workspace_dir {
+            Some(w) if self.in_memory && tmp.is_none() => {
+                let _ = w;
+                None
+            }
+            Some(w) => {
+                let cache = match &tmp {
+                    Some(t) => t.path().to_path_buf(),
+                    None => dir.snapshot_dir(),
+                };
+                Some(Workspace::open(w, &cache, self.snapshot.clone())?)
+            }
+            None => None,
+        };
+        Ok(Store {
+            root: dir.root().to_path_buf(),
+            workspace_dir,
+            vfs,
+            _dir: Some(dir),
+            log: LogHandle::Writer(Arc::new(log)),
+            blobs: Arc::new(blobs),
+            workspace,
+            index: Mutex::new(None),
+            _tmp: tmp,
+        })
+    }
+}
+
+/// An open cairn store: the embedded engine behind one handle.
+///
+/// ```
+/// let store = cairn::Store::in_memory().unwrap();
+/// let session = store.session("thread-42");
+/// let lsn = session.prompt("add a --verbose flag").unwrap();
+/// assert_eq!(store.head().last_lsn, lsn);
+/// ```
+pub struct Store {
+    root: PathBuf,
+    workspace_dir: Option<PathBuf>,
+    vfs: Arc<dyn Vfs>,
+    _dir: Option<StoreDir>,
+    pub(crate) log: LogHandle,
+    pub(crate) blobs: Arc<BlobStore>,
+    pub(crate) workspace: Option<Workspace>,
+    pub(crate) index: Mutex<Option<cairn_query::index::Index>>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("root", &self.root).field("workspace", &self.workspace_dir).finish()
+    }
+}
+
+impl Store {
+    /// A builder with documented defaults.
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder::default()
+    }
+
+    /// Opens (creating if needed) the store of `workspace` at `<workspace>/.cairn`.
+    pub fn open(workspace: impl Into<PathBuf>) -> Result<Store> {
+        Store::builder().workspace(workspace).open()
+    }
+
+    /// A store held entirely in memory, with the same API: for read-only
+    /// workspaces and tests. Its contents can be queried and exported.
+    pub fn in_memory() -> Result<Store> {
+        Store::builder().in_memory().open()
+    }
+
+    /// The store directory (`.cairn`).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The workspace directory, if this store has one.
+    pub fn workspace_dir(&self) -> Option<&Path> {
+        self.workspace_dir.as_deref()
+    }
+
+    /// The file system the store lives on.
+    pub fn vfs(&self) -> &Arc<dyn Vfs> {
+        &self.vfs
+    }
+
+    /// True if this handle cannot write (opened read-only).
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.log, LogHandle::Reader(_))
+    }
+
+    pub(crate) fn writer(&self, what: &str) -> Result<&Arc<Log>> {
+        match &self.log {
+            LogHandle::Writer(l) => Ok(l),
+            LogHandle::Reader(_) => Err(Error::ReadOnly(what.to_string())),
+        }
+    }
+
+    pub(crate) fn workspace(&self) -> Result<&Workspace> {
+        self.workspace.as_ref().ok_or(Error::NoWorkspace)
+    }
+
+    /// The blob store.
+    pub fn blobs(&self) -> &BlobStore {
+        &self.blobs
+    }
+
+    /// A handle for one session (thread, conversation).
+    pub fn session(&self, id: impl Into<String>) -> Session<'_> {
+        Session::new(self, id.into())
+    }
+
+    /// Stores bytes in the blob store; durable no later than the next
+    /// append (the commit protocol) or [`Store::sync`].
+    pub fn put_blob(&self, bytes: &[u8]) -> Result<BlobHash> {
+        self.writer("store a blob")?;
+        Ok(self.blobs.put(bytes)?)
+    }
+
+    /// A blob's bytes, verified against its hash.
+    pub fn blob(&self, hash: &BlobHash) -> Result<Vec<u8>> {
+        Ok(self.blobs.get(hash)?)
+    }
+
+    fn check_blob_refs(&self, event: &Event) -> Result<()> {
+        for h in [event.before, event.after, event.diff, event.root, event.state].into_iter().flatten() {
+            if !self.blobs.contains(&h) {
+                return Err(Error::Other(format!(
+                    "the {} event refers to blob {h}, which is not in the store: put the blob first (Store::put_blob)",
+                    event.kind
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one event. The commit protocol is built in: every blob the
+    /// event refers to must be in the store, and pending blobs are made
+    /// durable before the record is written.
+    pub fn append(&self, event: &Event) -> Result<Lsn> {
+        let log = self.writer("append")?;
+        self.check_blob_refs(event)?;
+        if self.blobs.has_unsynced() {
+            self.blobs.sync()?;
+        }
+        Ok(log.append(event)?)
+    }
+
+    /// Appends events atomically: after a crash, all of them or none.
+    /// Returns the first and last LSN (None for an empty batch).
+    pub fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>> {
+        let log = self.writer("append")?;
+        for e in events {
+            self.check_blob_refs(e)?;
+        }
+        if self.blobs.has_unsynced() {
+            self.blobs.sync()?;
+        }
+        Ok(log.append_batch(events)?)
+    }
+
+    /// Makes everything written so far durable (blobs, then the log).
+    pub fn sync(&self) -> Result<()> {
+        let log = self.writer("sync")?;
+        self.blobs.sync()?;
+        Ok(log.sync()?)
+    }
+
+    /// The last committed record's LSN and chain hash (the head hash).
+    pub fn head(&self) -> Head {
+        match &self.log {
+            LogHandle::Writer(l) => l.head(),
+            LogHandle::Reader(r) => r.lock().head(),
+        }
+    }
+
+    /// For a read-only handle, picks up records appended by the writer since.
+    pub fn refresh(&self) -> Result<Head> {
+        match &self.log {
+            LogHandle::Writer(l) => Ok(l.head()),
+            LogHandle::Reader(r) => Ok(r.lock().refresh()?),
+        }
+    }
+
+    /// Closes the store cleanly (syncs; makes the next open cheap).
+    pub fn close(self) -> Result<()> {
+        self.save_index()?;
+        if !self.is_read_only() {
+            self.blobs.sync()?;
+        }
+        if let LogHandle::Writer(log) = self.log {
+            if let Ok(log) = Arc::try_unwrap(log) {
+                log.close()?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,245 @@
+//! Drives the built `cairn` binary through the README tour, as a new user
+//! would type it, and checks each answer.
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn cairn(dir: &Path, args: &[&str]) -> Output {
+    cairn_stdin(dir, args, None)
+}
+
+fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut i = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            i.write_all(s.as_bytes()).unwrap();
+        }
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn json_lines(s: &str) -> Vec<serde_json::Value> {
+    s.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn readme_tour_end_to_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(ws.join(".gitignore"), "target/\n").unwrap();
+    std::fs::create_dir_all(ws.join("target")).unwrap();
+    std::fs::write(ws.join("target/out.bin"), "build output\n").unwrap();
+
+    // Before init: a clear error that says what to do.
+    let o = cairn(ws, &["log"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cairn init"));
+
+    ok(&cairn(ws, &["init"]));
+    assert!(ws.join(".cairn/log").is_dir());
+
+    // record: acks, a rejected line with its number, JSON summary, exit 4.
+    let input = concat!(
+        r#"{"kind":"prompt","session":"t1","text":"fix the build"}"#,
+        "\n",
+        "this is not json\n",
+        r#"{"kind":"reply","session":"t1","text":"done","model":"m1"}"#,
+        "\n"
+    );
+    let o = cairn_stdin(ws, &["record", "--ack", "--json"], Some(input));
+    assert_eq!(o.status.code(), Some(4), "a rejected line makes the exit status non-zero");
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(&lines[..2], &["1", "2"]);
+    let summary: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
+    assert_eq!(summary["first_lsn"], 1);
+    assert_eq!(summary["last_lsn"], 2);
+    assert_eq!(summary["count"], 2);
+    assert_eq!(summary["rejected"], 1);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("stdin:2"));
+
+    // checkpoint, edit, track, checkpoint.
+    let c1 = json_lines(&ok(&cairn(ws, &["checkpoint", "--label", "Before turn 1", "--session", "t1", "--json"])));
+    let c1_id = c1[0]["id"].as_str().unwrap().to_string();
+    assert!(c1[0]["files"].as_u64().unwrap() >= 2);
+    assert!(c1[0]["lsn"].as_u64().is_some() && c1[0]["root"].as_str().unwrap().len() == 64);
+    std::fs::write(ws.join("src/main.rs"), "fn main() { println!(\"hi\"); }\n").unwrap();
+    std::fs::write(ws.join("src/new.rs"), "// new\n").unwrap();
+    ok(&cairn(ws, &["track", "target/gen.rs"]));
+    std::fs::write(ws.join("target/gen.rs"), "// generated, ignored but tracked\n").unwrap();
+    let c2 = json_lines(&ok(&cairn(ws, &["checkpoint", "--label", "After turn 1", "--session", "t1", "--json"])));
+    let c2_id = c2[0]["id"].as_str().unwrap().to_string();
+    assert!(c2[0]["changed"].as_u64().unwrap() >= 2);
+
+    let list = json_lines(&ok(&cairn(ws, &["checkpoints", "--json"])));
+    assert_eq!(list.len(), 2);
+    for field in ["id", "lsn", "label", "session", "ts"] {
+        assert!(list[0].get(field).is_some(), "checkpoints --json has `{field}`");
+    }
+
+    // Dry run changes nothing.
+    let dry = json_lines(&ok(&cairn(ws, &["rollback", &c1_id, "--dry-run", "--json"])));
+    assert!(dry[0]["deleted"].as_array().unwrap().iter().any(|p| p == "src/new.rs"));
+    assert!(ws.join("src/new.rs").exists());
+
+    // Rollback restores, deletes the agent's files (the tracked ignored one too),
+    // leaves the ignored untracked build output alone.
+    let rb = json_lines(&ok(&cairn(ws, &["rollback", &c1_id, "--json"])));
+    assert_eq!(std::fs::read_to_string(ws.join("src/main.rs")).unwrap(), "fn main() {}\n");
+    assert!(!ws.join("src/new.rs").exists());
+    assert!(!ws.join("target/gen.rs").exists());
+    assert_eq!(std::fs::read_to_string(ws.join("target/out.bin")).unwrap(), "build output\n");
+    let source = rb[0]["source"].as_str().unwrap().to_string();
+
+    // Redo: roll forward to the later checkpoint.
+    ok(&cairn(ws, &["rollback", &c2_id]));
+    assert!(ws.join("src/new.rs").exists());
+    // Undo the redo through the rollback's own source checkpoint.
+    ok(&cairn(ws, &["rollback", &source]));
+    assert!(!ws.join("src/new.rs").exists());
+
+    // log with filters, as a table and as canonical JSONL.
+    let table = ok(&cairn(ws, &["log", "--session", "t1"]));
+    assert!(table.contains("prompt") && table.contains("fix the build"), "{table}");
+    let recs = json_lines(&ok(&cairn(ws, &["log", "--kind", "reply", "--json"])));
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0]["model"], "m1");
+    assert_eq!(recs[0]["lsn"], 2);
+    assert_eq!(recs[0]["hash"].as_str().unwrap().len(), 64);
+    let bad = cairn(ws, &["log", "--kind", "file.nuke"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown event kind"));
+
+    // Time travel.
+    let shown = ok(&cairn(ws, &["show", &format!("{c2_id}:src/main.rs")]));
+    assert_eq!(shown, "fn main() { println!(\"hi\"); }\n");
+    let diff = ok(&cairn(ws, &["diff", &c1_id, &c2_id]));
+    assert!(diff.contains("+fn main() { println!(\"hi\"); }"), "{diff}");
+    let tree = ok(&cairn(ws, &["tree", &c2_id]));
+    assert!(tree.contains("src/new.rs"));
+    let hist = json_lines(&ok(&cairn(ws, &["history", "src/new.rs", "--json"])));
+    assert!(!hist.is_empty());
+
+    // Export in each shape.
+    let canon = json_lines(&ok(&cairn(ws, &["export"])));
+    assert!(canon.iter().any(|r| r["kind"] == "checkpoint.create"));
+    assert!(canon.iter().any(|r| r["kind"] == "rollback"));
+    let cx = json_lines(&ok(&cairn(ws, &["export", "--format", "cortexide"])));
+    assert!(cx.iter().any(|r| r["action"] == "prompt" && r["ts"].is_number()));
+
+    // verify, then pin the head, then stats.
+    let v: serde_json::Value = serde_json::from_str(&ok(&cairn(ws, &["verify", "--json"]))).unwrap();
+    assert_eq!(v["ok"], true);
+    let head = v["head_hash"].as_str().unwrap().to_string();
+    ok(&cairn(ws, &["verify", "--head", &head]));
+    let s: serde_json::Value = serde_json::from_str(&ok(&cairn(ws, &["stats", "--json"]))).unwrap();
+    assert!(s["records"].as_u64().unwrap() >= 8);
+    assert!(s["blobs"].as_u64().unwrap() >= 3);
+
+    // blob put/get round trip; bad hashes are clear errors.
+    let put = ok(&cairn(ws, &["blob", "put", "src/main.rs"]));
+    let hash = put.split_whitespace().next().unwrap().to_string();
+    assert_eq!(ok(&cairn(ws, &["blob", "get", &hash])), "fn main() {}\n");
+    let o = cairn(ws, &["blob", "get", "abc"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("64 hex digits"));
+
+    // Unknown checkpoint id: says how to list them.
+    let o = cairn(ws, &["rollback", "c999999"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cairn checkpoints"), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = cairn(ws, &["rollback", "banana"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("c42"));
+
+    // gc without a policy evicts nothing.
+    let g: serde_json::Value = serde_json::from_str(&ok(&cairn(ws, &["gc", "--json"]))).unwrap();
+    assert_eq!(g["discarded"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn damage_in_the_log_exits_with_the_corruption_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let mut input = String::new();
+    for i in 0..50 {
+        input.push_str(&format!("{{\"kind\":\"tool_call\",\"tool\":\"bash\",\"text\":\"step {i}\"}}\n"));
+    }
+    ok(&cairn_stdin(ws, &["record"], Some(&input)));
+    let seg = std::fs::read_dir(ws.join(".cairn/log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&seg, bytes).unwrap();
+    let o = cairn(ws, &["verify"]);
+    assert_eq!(o.status.code(), Some(3), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains(".seg") && text.contains("offset"), "{text}");
+    // Repair keeps every intact record and says what it dropped.
+    let r = ok(&cairn(ws, &["repair"]));
+    assert!(r.contains("kept"), "{r}");
+    ok(&cairn(ws, &["verify"]));
+}
+
+#[test]
+fn a_second_writer_is_told_the_store_is_locked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["record"])
+        .current_dir(ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the holder has the lock (its first record is visible).
+    let stdin = holder.stdin.as_mut().unwrap();
+    stdin.write_all(b"{\"kind\":\"prompt\",\"text\":\"hold\"}\n").unwrap();
+    stdin.flush().unwrap();
+    let mut seen = false;
+    for _ in 0..200 {
+        let o = cairn(ws, &["log", "--json"]);
+        if o.status.success() && String::from_utf8_lossy(&o.stdout).contains("hold") {
+            seen = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(seen, "a reader sees the writer's record while it holds the lock");
+    let o = cairn(ws, &["checkpoint"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("locked") && err.contains("LOCK"), "{err}");
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+}
