@@ -102,6 +102,8 @@ impl BlobStore {
 
         // 2. Mark.
         let mut marked: HashSet<BlobHash> = HashSet::new();
+        // Packs holding a live chunk list that cannot be read: kept whole.
+        let mut damaged_list_packs = HashSet::new();
         for h in live {
             let Some(loc) = self.index.read().get(h).copied() else {
                 report.missing_roots.push(*h);
@@ -109,9 +111,13 @@ impl BlobStore {
             };
             marked.insert(*h);
             if loc.kind == EntryKind::ChunkList {
-                // A damaged list cannot be followed; its pack is kept below.
-                if let Ok((_, refs)) = self.read_list(h, &loc) {
-                    marked.extend(refs.iter().map(|r| r.hash));
+                match self.read_list(h, &loc) {
+                    Ok((_, refs)) => marked.extend(refs.iter().map(|r| r.hash)),
+                    Err(e @ EngineError::BlobIntegrity { .. }) => {
+                        report.problems.push(format!("{e}; its pack is kept"));
+                        damaged_list_packs.insert(loc.pack);
+                    }
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -137,18 +143,10 @@ impl BlobStore {
                 },
             );
         }
-        let mut damaged_list_packs = HashSet::new();
         for (h, l) in self.index.read().iter() {
             if marked.contains(h) {
                 if let Some(u) = usage.get_mut(&l.pack) {
                     u.live_bytes += l.entry_len();
-                }
-            }
-        }
-        for h in live {
-            if let Some(l) = self.index.read().get(h).copied() {
-                if l.kind == EntryKind::ChunkList && self.read_list(h, &l).is_err() {
-                    damaged_list_packs.insert(l.pack);
                 }
             }
         }

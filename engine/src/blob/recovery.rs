@@ -158,7 +158,21 @@ pub(super) fn open(
         let mut hb = [0u8; PACK_HEADER_LEN];
         file.read_exact_at(&mut hb, 0)
             .map_err(io_err("read pack header", &path))?;
-        let header = PackHeader::decode(&hb).ok().filter(|h| h.id == id);
+        let mut header = PackHeader::decode(&hb).ok().filter(|h| h.id == id);
+        if header.is_none() && !read_only {
+            // The header is never synced apart from the entries after it, so
+            // a bad header means a crash before the first sync of this pack
+            // (or damage to the header alone). Entries are self-describing:
+            // write a fresh header and keep whatever entries check out.
+            let fresh = PackHeader {
+                id,
+                nonce: new_nonce(&path),
+            };
+            file.write_all_at(&fresh.encode(), 0)
+                .map_err(io_err("rewrite pack header", &path))?;
+            file.sync_data().map_err(io_err("fsync pack", &path))?;
+            header = Some(fresh);
+        }
         found.push(Found {
             id,
             path,
