@@ -44,8 +44,11 @@ pub trait BlobAccess: BlobRead + Sync {
     fn contains(&self, hash: &BlobHash) -> Result<bool>;
     /// Makes every blob put so far durable (the commit protocol: before the log record).
     fn sync(&self) -> Result<()>;
-    /// Removes every blob not in `live` (and not reachable from one).
-    fn gc(&self, live: &HashSet<BlobHash>) -> Result<GcSummary>;
+    /// Removes blobs not in `live` (and not reachable from one). With
+    /// `thorough`, every unreferenced blob is removed now; otherwise the
+    /// store may leave some in place when reclaiming them costs more than it
+    /// frees (the engine rewrites only packs that are mostly dead).
+    fn gc(&self, live: &HashSet<BlobHash>, thorough: bool) -> Result<GcSummary>;
 }
 
 /// An in-memory blob store, for tests and for in-memory embedders.
@@ -115,7 +118,7 @@ impl BlobAccess for MemBlobs {
     fn sync(&self) -> Result<()> {
         Ok(())
     }
-    fn gc(&self, live: &HashSet<BlobHash>) -> Result<GcSummary> {
+    fn gc(&self, live: &HashSet<BlobHash>, _thorough: bool) -> Result<GcSummary> {
         let mut map = self.map.lock();
         let before = map.len();
         let mut freed = 0u64;
@@ -170,7 +173,7 @@ impl<B: BlobRead + Sync + ?Sized> BlobAccess for HashOnly<'_, B> {
     fn sync(&self) -> Result<()> {
         Ok(())
     }
-    fn gc(&self, _live: &HashSet<BlobHash>) -> Result<GcSummary> {
+    fn gc(&self, _live: &HashSet<BlobHash>, _thorough: bool) -> Result<GcSummary> {
         Err(SnapshotError::Invalid(
             "a hash-only (dry run) blob sink cannot collect garbage".into(),
         ))
@@ -199,8 +202,12 @@ impl BlobAccess for cairn_engine::blob::BlobStore {
     fn sync(&self) -> Result<()> {
         Ok(cairn_engine::blob::BlobStore::sync(self)?)
     }
-    fn gc(&self, live: &HashSet<BlobHash>) -> Result<GcSummary> {
-        let r = cairn_engine::blob::BlobStore::gc(self, live, cairn_engine::blob::GcOptions::default())?;
+    fn gc(&self, live: &HashSet<BlobHash>, thorough: bool) -> Result<GcSummary> {
+        let mut opts = cairn_engine::blob::GcOptions::default();
+        if thorough {
+            opts.rewrite_threshold = 0.0;
+        }
+        let r = cairn_engine::blob::BlobStore::gc(self, live, opts)?;
         Ok(GcSummary {
             removed_blobs: r.entries_dropped,
             freed_bytes: r.bytes_before.saturating_sub(r.bytes_after),

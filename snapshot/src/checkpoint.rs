@@ -476,6 +476,19 @@ pub fn apply_retention<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     ws: &Workspace,
     policy: &RetentionPolicy,
 ) -> Result<RetentionReport> {
+    apply_retention_with(log, blobs, ws, policy, false)
+}
+
+/// [`apply_retention`], choosing how hard the blob collection works: with
+/// `thorough`, every unreferenced blob is removed now (every pack holding
+/// one is rewritten); otherwise the store reclaims only where it pays.
+pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    policy: &RetentionPolicy,
+    thorough: bool,
+) -> Result<RetentionReport> {
     let all: Vec<CheckpointInfo> = list_checkpoints(log, ws, None)?.into_iter().filter(|c| !c.discarded).collect();
     let mut evict: Vec<CheckpointId> = Vec::new();
     if !policy.is_empty() {
@@ -523,7 +536,7 @@ pub fn apply_retention<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         }
         Ok(())
     })?;
-    let gc = blobs.gc(&live)?;
+    let gc = blobs.gc(&live, thorough)?;
     // Caches must never name a collected blob; durable, so a crash cannot bring one back.
     let mut cache = StatCache::load(ws);
     cache.retain_live(&live);

@@ -42,7 +42,7 @@ pub mod workspace;
 
 pub use blobs::{BlobAccess, BlobRead, GcSummary, MemBlobs};
 pub use checkpoint::{
-    apply_retention, create_checkpoint, find_checkpoint, list_checkpoints, rollback, CheckpointInfo,
+    apply_retention, apply_retention_with, create_checkpoint, find_checkpoint, list_checkpoints, rollback, CheckpointInfo,
     CheckpointRequest, LogAccess, MemLog, RetentionReport, RollbackReport, RollbackRequest, ScanMode,
 };
 pub use error::{Result, SnapshotError};

@@ -1,0 +1,75 @@
+//! Retention and garbage collection: evictions are recorded, blobs that are
+//! still referenced survive, unreferenced ones go.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use cairn_codec::{BlobHash, Event, EventKind};
+use cairn_snapshot::*;
+use common::*;
+
+#[test]
+fn retention_evicts_oldest_and_gc_keeps_only_referenced_blobs() {
+    let f = fx();
+    f.write("keep.txt", "shared by every checkpoint");
+    let mut cps = Vec::new();
+    for i in 0..4 {
+        f.write("v.txt", &format!("version {i}"));
+        cps.push(f.checkpoint(&format!("v{i}")));
+    }
+    // A non-checkpoint record refers to a blob: it must survive gc.
+    let diff = cairn_engine::blob::BlobStore::put(&f.blobs, b"a unified diff").unwrap();
+    cairn_engine::blob::BlobStore::sync(&f.blobs).unwrap();
+    let mut e = Event::new(EventKind::FileEdit, "default");
+    e.diff = Some(diff);
+    LogAccess::append(&f.log, &e).unwrap();
+    // An orphan blob (no record names it) goes.
+    let orphan = cairn_engine::blob::BlobStore::put(&f.blobs, b"orphan").unwrap();
+    cairn_engine::blob::BlobStore::sync(&f.blobs).unwrap();
+
+    let none = apply_retention_with(&f.log, &f.blobs, &f.ws, &RetentionPolicy::default(), true).unwrap();
+    assert!(none.discarded.is_empty(), "without a policy nothing is evicted");
+    assert!(!f.blobs.contains(&orphan));
+
+    let r = apply_retention_with(
+        &f.log,
+        &f.blobs,
+        &f.ws,
+        &RetentionPolicy { keep_per_session: Some(2), max_bytes: None },
+        true,
+    )
+    .unwrap();
+    assert_eq!(r.discarded, vec![cps[0].id, cps[1].id]);
+    let h = |s: &str| BlobHash::of(s.as_bytes());
+    assert!(!f.blobs.contains(&h("version 0")) && !f.blobs.contains(&h("version 1")));
+    assert!(f.blobs.contains(&h("version 2")) && f.blobs.contains(&h("version 3")));
+    assert!(f.blobs.contains(&h("shared by every checkpoint")));
+    assert!(f.blobs.contains(&diff));
+
+    let list = list_checkpoints(&f.log, &f.ws, None).unwrap();
+    assert!(list[0].discarded && list[1].discarded && !list[2].discarded);
+    let e = f.try_rollback(cps[0].id, &[], false).unwrap_err();
+    assert!(matches!(e, SnapshotError::Discarded { .. }), "{e}");
+    // Retained checkpoints still roll back; a checkpoint after gc still works.
+    f.rollback(cps[2].id);
+    assert_eq!(f.read("v.txt").as_deref(), Some("version 2"));
+    f.write("v.txt", "version 0");
+    let c = f.checkpoint("after gc");
+    f.rollback(cps[3].id);
+    f.rollback(c.id);
+    assert_eq!(f.read("v.txt").as_deref(), Some("version 0"));
+}
+
+#[test]
+fn max_bytes_evicts_until_under_budget() {
+    let f = fx();
+    let mut cps = Vec::new();
+    for i in 0..4 {
+        f.write("big.txt", &format!("{i}").repeat(1000));
+        cps.push(f.checkpoint("c"));
+    }
+    let r = apply_retention(&f.log, &f.blobs, &f.ws, &RetentionPolicy { keep_per_session: None, max_bytes: Some(2500) })
+        .unwrap();
+    assert_eq!(r.discarded, vec![cps[0].id, cps[1].id]);
+    assert_eq!(r.retained, 2);
+}

@@ -1,0 +1,329 @@
+//! End-to-end rollback scenarios on real directories, each one a complaint
+//! users have about today's checkpoint tools.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use cairn_codec::{CheckpointId, EventKind, Lsn};
+use cairn_snapshot::*;
+use common::*;
+
+#[test]
+fn edit_delete_create_are_all_undone() {
+    let f = fx();
+    f.write("a.txt", "one");
+    f.write("src/b.rs", "fn b() {}");
+    let c1 = f.checkpoint("c1");
+    assert_eq!(c1.counts.files, 2);
+    let before = f.tree();
+
+    f.write("a.txt", "edited");
+    std::fs::remove_file(f.p("src/b.rs")).unwrap();
+    f.write("new/deep/c.txt", "created by the agent");
+    let r = f.rollback(c1.id);
+    assert_eq!(f.tree(), before, "exactly the old tree, new directories removed");
+    assert!(r.written.contains(&"a.txt".to_string()) && r.written.contains(&"src/b.rs".to_string()));
+    assert_eq!(r.deleted, vec!["new/deep/c.txt".to_string()]);
+    assert!(r.removed_dirs.contains(&"new".to_string()));
+
+    // The rollback is recorded with its source and target as parents.
+    let rec = cairn_snapshot::LogAccess::read(&f.log, r.lsn.unwrap()).unwrap();
+    assert_eq!(rec.event.kind, EventKind::Rollback);
+    let src = r.source.unwrap();
+    assert_eq!(rec.event.source, Some(src));
+    assert_eq!(rec.event.target, Some(c1.id));
+    assert_eq!(rec.event.parents, vec![src.0, c1.lsn]);
+    let pre = find_checkpoint(&f.log, &f.ws, src).unwrap();
+    assert_eq!(pre.label.as_deref(), Some(format!("Before rollback to {}", c1.id).as_str()));
+}
+
+#[test]
+fn deleted_dirs_come_back_and_modes_are_restored() {
+    let f = fx();
+    f.write("bin/run.sh", "#!/bin/sh\necho hi\n");
+    f.write("lib/x/y.rs", "y");
+    std::fs::set_permissions(f.p("bin/run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c1 = f.checkpoint("c1");
+    std::fs::remove_dir_all(f.p("lib")).unwrap();
+    std::fs::set_permissions(f.p("bin/run.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let r = f.rollback(c1.id);
+    assert_eq!(f.read("lib/x/y.rs").as_deref(), Some("y"));
+    assert_eq!(mode(&f.p("bin/run.sh")), 0o755);
+    assert!(r.created_dirs.contains(&"lib".to_string()) && r.created_dirs.contains(&"lib/x".to_string()));
+
+    // chmod +x after the checkpoint is undone too (contents unchanged).
+    let c2 = f.checkpoint("c2");
+    std::fs::set_permissions(f.p("lib/x/y.rs"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c3 = f.checkpoint("c3");
+    assert_eq!(c3.counts.changed, 1, "a mode change is a change");
+    f.rollback(c2.id);
+    assert_eq!(mode(&f.p("lib/x/y.rs")) & 0o111, 0);
+    f.rollback(c3.id);
+    assert_eq!(mode(&f.p("lib/x/y.rs")) & 0o111, 0o111);
+}
+
+#[test]
+fn file_to_symlink_and_back() {
+    let f = fx();
+    f.write("cfg/app.toml", "real = true");
+    f.write("cfg/other.toml", "other");
+    let c1 = f.checkpoint("file");
+    std::fs::remove_file(f.p("cfg/app.toml")).unwrap();
+    std::os::unix::fs::symlink("other.toml", f.p("cfg/app.toml")).unwrap();
+    let c2 = f.checkpoint("symlink");
+    assert_eq!(c2.counts.changed, 1);
+    // Replace the link with a directory, then restore each state in turn.
+    std::fs::remove_file(f.p("cfg/app.toml")).unwrap();
+    f.write("cfg/app.toml/inner", "now a dir");
+    f.rollback(c2.id);
+    let m = std::fs::symlink_metadata(f.p("cfg/app.toml")).unwrap();
+    assert!(m.file_type().is_symlink(), "stored as a link, never followed");
+    assert_eq!(std::fs::read_link(f.p("cfg/app.toml")).unwrap().to_str(), Some("other.toml"));
+    f.rollback(c1.id);
+    let m = std::fs::symlink_metadata(f.p("cfg/app.toml")).unwrap();
+    assert!(m.is_file());
+    assert_eq!(f.read("cfg/app.toml").as_deref(), Some("real = true"));
+    assert_eq!(f.read("cfg/other.toml").as_deref(), Some("other"), "the link's target untouched");
+}
+
+#[test]
+fn sed_in_place_edit_behind_cairns_back_is_captured() {
+    let f = fx();
+    f.write("src/main.rs", "let x = 1;\n");
+    let c1 = f.checkpoint("c1");
+    // A shell command (not the embedder) edits the file, same size, right away.
+    let st = std::process::Command::new("sed")
+        .args(["-i", "s/1/2/", f.p("src/main.rs").to_str().unwrap()])
+        .status();
+    if !st.is_ok_and(|s| s.success()) {
+        // No sed: do what it does (write a new file, rename over).
+        f.write("src/.tmp", "let x = 2;\n");
+        std::fs::rename(f.p("src/.tmp"), f.p("src/main.rs")).unwrap();
+    }
+    let c2 = f.checkpoint("c2");
+    assert_eq!(c2.counts.changed, 1);
+    assert_ne!(c1.root, c2.root);
+    // And an in-place same-size overwrite in the same clock tick (the racy case).
+    std::fs::write(f.p("src/main.rs"), "let x = 3;\n").unwrap();
+    let c3 = f.checkpoint("c3");
+    assert_ne!(c3.root, c2.root, "racy-mtime rule: re-read, not trusted");
+    f.rollback(c1.id);
+    assert_eq!(f.read("src/main.rs").as_deref(), Some("let x = 1;\n"));
+    f.rollback(c2.id);
+    assert_eq!(f.read("src/main.rs").as_deref(), Some("let x = 2;\n"));
+}
+
+#[test]
+fn nested_git_repository_working_files_captured_its_git_never() {
+    let f = fx();
+    f.write("vendor/lib/src.rs", "v1");
+    f.write("vendor/lib/.git/HEAD", "ref: refs/heads/main\n");
+    f.write("vendor/lib/.git/objects/ab", "object");
+    let c1 = f.checkpoint("c1");
+    assert_eq!(c1.counts.skipped.get("nested_git"), Some(&1));
+    let m = manifest::list(&f.blobs, &c1.root).unwrap();
+    assert!(m.entries.contains_key("vendor/lib/src.rs"));
+    assert!(!m.entries.keys().any(|k| k.contains(".git")), "{:?}", m.entries.keys());
+    f.write("vendor/lib/src.rs", "v2");
+    f.write("vendor/lib/.git/HEAD", "ref: refs/heads/other\n");
+    f.rollback(c1.id);
+    assert_eq!(f.read("vendor/lib/src.rs").as_deref(), Some("v1"));
+    assert_eq!(f.read("vendor/lib/.git/HEAD").as_deref(), Some("ref: refs/heads/other\n"));
+    assert!(f.exists("vendor/lib/.git/objects/ab"));
+}
+
+#[test]
+fn gitignored_node_modules_left_alone_by_rollback() {
+    let f = fx();
+    f.write(".gitignore", "node_modules/\n*.log\n");
+    f.write("index.js", "a");
+    f.write("node_modules/dep/index.js", "dep v1");
+    f.write("debug.log", "log");
+    f.write(".env", "SECRET=1");
+    let c1 = f.checkpoint("c1");
+    assert_eq!(c1.counts.skipped.get("ignored"), Some(&2), "{:?}", c1.counts.skipped);
+    let m = manifest::list(&f.blobs, &c1.root).unwrap();
+    assert!(m.entries.contains_key(".env"), "hidden files are captured");
+    assert!(!m.entries.contains_key("node_modules"));
+    f.write("node_modules/dep/index.js", "dep v2");
+    f.write("node_modules/new/x.js", "new");
+    f.write("index.js", "b");
+    f.rollback(c1.id);
+    assert_eq!(f.read("index.js").as_deref(), Some("a"));
+    assert_eq!(f.read("node_modules/dep/index.js").as_deref(), Some("dep v2"));
+    assert_eq!(f.read("node_modules/new/x.js").as_deref(), Some("new"));
+    assert_eq!(f.read("debug.log").as_deref(), Some("log"));
+}
+
+#[test]
+fn tracked_ignored_file_created_by_the_agent_is_deleted_by_rollback() {
+    let f = fx();
+    f.write(".gitignore", "build/\n");
+    f.write("build/cache.bin", "untracked, ignored");
+    f.write("src.rs", "s");
+    let c1 = f.checkpoint("before the agent");
+    f.ws.track(&["build/out.txt"]).unwrap();
+    let c2 = f.checkpoint("tracked, not yet written");
+    let m2 = manifest::list(&f.blobs, &c2.root).unwrap();
+    assert!(m2.missing.contains("build/out.txt"), "the fact that it did not exist is recorded");
+    f.write("build/out.txt", "agent output");
+    let c3 = f.checkpoint("written");
+    assert!(manifest::lookup(&f.blobs, &c3.root, "build/out.txt").unwrap().is_some());
+    f.rollback(c1.id);
+    assert!(!f.exists("build/out.txt"), "tracked + created after the target: deleted");
+    assert_eq!(f.read("build/cache.bin").as_deref(), Some("untracked, ignored"), "never tracked: never touched");
+    // Redo brings it back.
+    f.rollback(c3.id);
+    assert_eq!(f.read("build/out.txt").as_deref(), Some("agent output"));
+    f.rollback(c2.id);
+    assert!(!f.exists("build/out.txt"));
+}
+
+#[test]
+fn users_git_directory_is_byte_for_byte_unchanged() {
+    let f = fx();
+    f.write("README.md", "hello");
+    f.write("src/lib.rs", "pub fn a() {}");
+    if git_available() {
+        git(&f.root, &["init", "-q"]);
+        git(&f.root, &["add", "README.md", "src/lib.rs"]);
+        git(&f.root, &["commit", "-q", "-m", "user commit"]);
+    } else {
+        f.write(".git/HEAD", "ref: refs/heads/main\n");
+        f.write(".git/config", "[core]\n");
+    }
+    let snapshot_git = || {
+        let mut out = std::collections::BTreeMap::new();
+        walk(&f.root, &f.root.join(".git"), &mut out, false);
+        out
+    };
+    let git_before = snapshot_git();
+    assert!(!git_before.is_empty());
+    let c1 = f.checkpoint("c1");
+    let m = manifest::list(&f.blobs, &c1.root).unwrap();
+    assert!(!m.entries.keys().any(|k| k.starts_with(".git")), "{:?}", m.entries.keys());
+    f.write("README.md", "changed");
+    std::fs::remove_file(f.p("src/lib.rs")).unwrap();
+    f.write("src/new.rs", "new");
+    let c2 = f.checkpoint("c2");
+    f.rollback(c1.id);
+    f.rollback(c2.id);
+    f.try_rollback(c1.id, &["src"], false).unwrap();
+    assert_eq!(snapshot_git(), git_before);
+}
+
+#[test]
+fn path_scoped_rollback_restores_only_those_paths() {
+    let f = fx();
+    f.write("a.txt", "a1");
+    f.write("src/x.rs", "x1");
+    f.write("src/y.rs", "y1");
+    let c1 = f.checkpoint("c1");
+    f.write("a.txt", "a2");
+    f.write("src/x.rs", "x2");
+    std::fs::remove_file(f.p("src/y.rs")).unwrap();
+    f.write("src/z.rs", "z2");
+    let r = f.try_rollback(c1.id, &["src/x.rs", "./src/y.rs"], false).unwrap();
+    assert_eq!(f.read("a.txt").as_deref(), Some("a2"));
+    assert_eq!(f.read("src/x.rs").as_deref(), Some("x1"));
+    assert_eq!(f.read("src/y.rs").as_deref(), Some("y1"));
+    assert_eq!(f.read("src/z.rs").as_deref(), Some("z2"));
+    assert!(r.deleted.is_empty());
+    f.try_rollback(c1.id, &["src"], false).unwrap();
+    assert!(!f.exists("src/z.rs"));
+    assert_eq!(f.read("a.txt").as_deref(), Some("a2"));
+}
+
+#[test]
+fn dry_run_lists_and_changes_nothing() {
+    let f = fx();
+    f.write("a.txt", "a1");
+    f.write("gone.txt", "g");
+    let c1 = f.checkpoint("c1");
+    f.write("a.txt", "a2");
+    std::fs::remove_file(f.p("gone.txt")).unwrap();
+    f.write("d/new.txt", "n");
+    let tree = f.tree();
+    let head = cairn_snapshot::LogAccess::head(&f.log);
+    let r = f.try_rollback(c1.id, &[], true).unwrap();
+    assert_eq!(r.written, vec!["a.txt".to_string(), "gone.txt".to_string()]);
+    assert_eq!(r.deleted, vec!["d/new.txt".to_string()]);
+    assert_eq!(r.removed_dirs, vec!["d".to_string()]);
+    assert!(r.source.is_none() && r.lsn.is_none());
+    assert_eq!(f.tree(), tree, "nothing changed on disk");
+    assert_eq!(cairn_snapshot::LogAccess::head(&f.log), head, "no record appended");
+}
+
+#[test]
+fn redo_and_undo_of_a_rollback() {
+    let f = fx();
+    f.write("f.txt", "v1");
+    let c1 = f.checkpoint("v1");
+    f.write("f.txt", "v2");
+    let c2 = f.checkpoint("v2");
+    f.write("f.txt", "v3 unsaved work");
+    let r = f.rollback(c1.id);
+    assert_eq!(f.read("f.txt").as_deref(), Some("v1"));
+    let ids: Vec<CheckpointId> = list_checkpoints(&f.log, &f.ws, None).unwrap().iter().map(|c| c.id).collect();
+    assert!(ids.contains(&c2.id), "later checkpoints stay listed");
+    f.rollback(c2.id);
+    assert_eq!(f.read("f.txt").as_deref(), Some("v2"), "redo");
+    f.rollback(r.source.unwrap());
+    assert_eq!(f.read("f.txt").as_deref(), Some("v3 unsaved work"), "the rollback itself undone");
+}
+
+#[test]
+fn application_state_is_handed_back() {
+    let f = fx();
+    f.write("f.txt", "v1");
+    let c1 = create_checkpoint(
+        &f.log,
+        &f.blobs,
+        &f.ws,
+        CheckpointRequest { session: "s1".into(), state: Some(b"memory epoch 7".to_vec()), ..Default::default() },
+    )
+    .unwrap();
+    assert_eq!(c1.session, "s1");
+    let r = f.rollback(c1.id);
+    assert_eq!(r.state.as_deref(), Some(b"memory epoch 7".as_slice()));
+}
+
+#[test]
+fn escape_attempts_are_refused() {
+    let f = fx();
+    let outside = tempfile::tempdir().unwrap();
+    f.write("d/f.txt", "inside");
+    let c1 = f.checkpoint("c1");
+    for bad in ["../x", "/etc/passwd", "a/../../x", ".git/config", ".cairn/log"] {
+        let e = f.try_rollback(c1.id, &[bad], false).unwrap_err();
+        assert!(matches!(e, SnapshotError::BadPath { .. }), "{bad}: {e}");
+        assert!(f.ws.track(&[bad]).is_err(), "{bad}");
+    }
+    // The user replaces `d` by a symlink to a directory outside: rollback
+    // replaces the link itself and never writes through it.
+    std::fs::remove_dir_all(f.p("d")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), f.p("d")).unwrap();
+    f.rollback(c1.id);
+    assert!(std::fs::symlink_metadata(f.p("d")).unwrap().is_dir());
+    assert_eq!(f.read("d/f.txt").as_deref(), Some("inside"));
+    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing written outside");
+
+    // An ignored symlink in the way (cairn does not manage it): refused, not followed.
+    f.write(".gitignore", "d\n");
+    std::fs::remove_dir_all(f.p("d")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), f.p("d")).unwrap();
+    let e = f.try_rollback(c1.id, &[], false).unwrap_err();
+    assert!(matches!(e, SnapshotError::RollbackIncomplete { .. }), "{e}");
+    assert!(e.to_string().contains("cairn rollback c"), "says how to undo: {e}");
+    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing written outside");
+}
+
+#[test]
+fn unknown_checkpoint_says_how_to_list() {
+    let f = fx();
+    let e = f.try_rollback(CheckpointId(Lsn(999)), &[], false).unwrap_err();
+    let s = e.to_string();
+    assert!(s.contains("c999") && s.contains("cairn checkpoints"), "{s}");
+}

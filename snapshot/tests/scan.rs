@@ -1,0 +1,218 @@
+//! Scanning: the stat cache (a one-file edit re-reads one file), ignore
+//! files, skip counts, size limits, tracked-only checkpoints, the
+//! persisted checkpoint list.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use cairn_snapshot::*;
+use common::*;
+
+/// Sets a file's mtime an hour back, so it is not "racy" for the next scan.
+fn age(path: &std::path::Path) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+}
+
+fn mem_ws(dir: &std::path::Path) -> Workspace {
+    Workspace::open(dir, &dir.join(".cairn/snapshot"), SnapshotOptions::default()).unwrap()
+}
+
+#[test]
+fn one_file_edit_rereads_one_file_and_writes_only_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for d in 0..5 {
+        for i in 0..40 {
+            let p = dir.path().join(format!("d{d}/sub/f{i}.rs"));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, format!("file {d} {i}")).unwrap();
+            age(&p);
+            paths.push(p);
+        }
+    }
+    let ws = mem_ws(dir.path());
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let req = || CheckpointRequest::default();
+    let c1 = create_checkpoint(&log, &blobs, &ws, req()).unwrap();
+    assert_eq!(c1.counts.files, 200);
+    assert_eq!(c1.counts.changed, 200);
+
+    let calls = blobs.put_calls();
+    let c2 = create_checkpoint(&log, &blobs, &ws, req()).unwrap();
+    assert_eq!(c2.root, c1.root);
+    assert_eq!(c2.counts.changed, 0);
+    assert_eq!(blobs.put_calls() - calls, 1, "nothing re-read; only the root node re-encoded");
+
+    std::fs::write(&paths[77], "edited").unwrap();
+    let (calls, writes) = (blobs.put_calls(), blobs.writes());
+    let c3 = create_checkpoint(&log, &blobs, &ws, req()).unwrap();
+    assert_eq!(c3.counts.changed, 1);
+    // One file read; new blobs: that file + d1/sub + d1 + root.
+    assert_eq!(blobs.put_calls() - calls, 4);
+    assert_eq!(blobs.writes() - writes, 4);
+}
+
+#[test]
+fn damaged_stat_cache_costs_a_reread_not_a_wrong_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a"), "1").unwrap();
+    let ws = mem_ws(dir.path());
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let c1 = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    std::fs::write(dir.path().join(".cairn/snapshot/stat-cache.bin"), b"garbage").unwrap();
+    let c2 = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    assert_eq!(c1.root, c2.root);
+}
+
+#[test]
+fn ignore_files_and_skip_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = |p: &str, c: &[u8]| {
+        let p = dir.path().join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, c).unwrap();
+    };
+    w(".gitignore", b"target/\n*.tmp\n");
+    w(".cairnignore", b"secret.txt\n!keep.tmp\n");
+    w(".git/info/exclude", b"local-notes.md\n");
+    w("target/debug/app", b"bin");
+    w("x.tmp", b"t");
+    w("keep.tmp", b"kept by .cairnignore");
+    w("secret.txt", b"s");
+    w("local-notes.md", b"n");
+    w("sub/.gitignore", b"gen/\n");
+    w("sub/gen/out.rs", b"g");
+    w("sub/lib.rs", b"l");
+    w("big.bin", &vec![7u8; 5000]);
+    w("package-lock.json", b"{}");
+    w(".env", b"A=1");
+    let mut opts = SnapshotOptions::default();
+    opts.max_file_bytes = 4096;
+    let ws = Workspace::open(dir.path(), &dir.path().join(".cairn/snapshot"), opts).unwrap();
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let c = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    let m = manifest::list(&blobs, &c.root).unwrap();
+    let files: Vec<&str> = m.files().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        files,
+        vec![".cairnignore", ".env", ".gitignore", "keep.tmp", "package-lock.json", "sub/.gitignore", "sub/lib.rs"]
+    );
+    assert_eq!(c.counts.skipped.get("ignored"), Some(&5), "{:?}", c.counts.skipped);
+    assert_eq!(c.counts.skipped.get("too_large"), Some(&1));
+    assert_eq!(c.counts.files, 7);
+
+    // With ignore rules off, everything but .git/.cairn is captured.
+    let mut opts = SnapshotOptions::default();
+    opts.follow_gitignore = false;
+    let ws2 = Workspace::open(dir.path(), &dir.path().join(".cairn/snapshot2"), opts).unwrap();
+    let c = create_checkpoint(&log, &blobs, &ws2, CheckpointRequest::default()).unwrap();
+    let m = manifest::list(&blobs, &c.root).unwrap();
+    let files: Vec<&str> = m.files().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(files.len(), 13, "{files:?}");
+    assert_eq!(c.counts.files, 13);
+    assert!(c.counts.skipped.is_empty(), "{:?}", c.counts.skipped);
+}
+
+#[test]
+fn unreadable_and_special_files_are_counted() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ok"), "1").unwrap();
+    let locked = dir.path().join("locked");
+    std::fs::write(&locked, "secret").unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let ws = mem_ws(dir.path());
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let c = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    // Root can read anything; otherwise the file is counted, never silently dropped.
+    if std::fs::read(&locked).is_err() {
+        assert_eq!(c.counts.skipped.get("unreadable"), Some(&1));
+        assert_eq!(c.counts.files, 1);
+    } else {
+        assert_eq!(c.counts.files, 2);
+    }
+}
+
+#[test]
+fn tracked_only_checkpoints_patch_the_previous_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("src/deep")).unwrap();
+    std::fs::write(dir.path().join("src/deep/a.rs"), "a1").unwrap();
+    std::fs::write(dir.path().join("b.rs"), "b1").unwrap();
+    let ws = mem_ws(dir.path());
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let tracked = |_: ()| CheckpointRequest { scan: ScanMode::TrackedOnly, ..Default::default() };
+    let c1 = create_checkpoint(&log, &blobs, &ws, tracked(())).unwrap(); // no base yet: full
+    assert_eq!(c1.counts.files, 2);
+
+    ws.track(&["src/deep/a.rs", "new/dir/c.rs"]).unwrap();
+    std::fs::write(dir.path().join("src/deep/a.rs"), "a2").unwrap();
+    std::fs::write(dir.path().join("b.rs"), "b2 (not tracked: a tracked-only checkpoint misses it)").unwrap();
+    let c2 = create_checkpoint(&log, &blobs, &ws, tracked(())).unwrap();
+    assert_eq!(c2.counts.changed, 1);
+    assert_eq!(c2.counts.files, 2);
+    let m2 = manifest::list(&blobs, &c2.root).unwrap();
+    assert_eq!(blobs.get(&m2.entries["src/deep/a.rs"].hash).unwrap(), b"a2");
+    assert_eq!(blobs.get(&m2.entries["b.rs"].hash).unwrap(), b"b1");
+    assert!(m2.missing.contains("new/dir/c.rs"));
+
+    std::fs::create_dir_all(dir.path().join("new/dir")).unwrap();
+    std::fs::write(dir.path().join("new/dir/c.rs"), "c").unwrap();
+    ws.track(&["new/dir/c.rs"]).unwrap();
+    let c3 = create_checkpoint(&log, &blobs, &ws, tracked(())).unwrap();
+    assert_eq!(c3.counts.files, 3);
+    let m3 = manifest::list(&blobs, &c3.root).unwrap();
+    assert!(m3.missing.is_empty());
+    assert_eq!(m3.entries["new/dir"].kind, EntryKind::Dir);
+
+    // A full checkpoint of the same state gives the same tree, except b.rs.
+    std::fs::write(dir.path().join("b.rs"), "b1").unwrap();
+    let c4 = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    assert_eq!(c4.root, c3.root, "tracked-only and full capture agree");
+}
+
+#[test]
+fn checkpoint_list_is_persisted_and_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a"), "1").unwrap();
+    let ws = mem_ws(dir.path());
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let mk = |s: &str, l: &str| {
+        create_checkpoint(
+            &log,
+            &blobs,
+            &ws,
+            CheckpointRequest { session: s.into(), label: Some(l.into()), run: Some("r1".into()), ..Default::default() },
+        )
+        .unwrap()
+    };
+    let a = mk("s1", "one");
+    assert_eq!(list_checkpoints(&log, &ws, None).unwrap(), vec![a.clone()]);
+    let b = mk("s2", "two");
+    let c = mk("s1", "three");
+    assert_eq!(list_checkpoints(&log, &ws, Some("s1")).unwrap(), vec![a.clone(), c.clone()]);
+    std::fs::remove_file(dir.path().join(".cairn/snapshot/checkpoints.bin")).unwrap();
+    assert_eq!(list_checkpoints(&log, &ws, None).unwrap(), vec![a.clone(), b.clone(), c.clone()]);
+    // A cache from another log (same length, different history) is rebuilt.
+    let other = MemLog::new();
+    for _ in 0..3 {
+        other.append(&cairn_codec::Event::new(cairn_codec::EventKind::Prompt, "x")).unwrap();
+    }
+    assert!(list_checkpoints(&other, &ws, None).unwrap().is_empty());
+    assert_eq!(find_checkpoint(&log, &ws, b.id).unwrap().label.as_deref(), Some("two"));
+}
+
+#[test]
+fn track_is_persisted_across_handles_and_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = mem_ws(dir.path());
+    ws.track(&["a/b.rs", "./c.rs"]).unwrap();
+    let abs = dir.path().canonicalize().unwrap().join("d.rs");
+    ws.track(&[abs.to_str().unwrap()]).unwrap();
+    let ws2 = mem_ws(dir.path());
+    assert_eq!(ws2.tracked().unwrap(), vec!["a/b.rs", "c.rs", "d.rs"]);
+    assert!(ws2.track(&["."]).is_err());
+}
