@@ -16,6 +16,8 @@ pub enum QueryError {
     Engine(EngineError),
     /// Encoding or decoding failed.
     Codec(CodecError),
+    /// Reading a checkpoint manifest failed.
+    Snapshot(cairn_snapshot::SnapshotError),
     /// A point in history (`@12`, `c4`, a timestamp, `head`) that cannot be
     /// parsed or does not exist in this store.
     BadPoint {
@@ -62,6 +64,7 @@ impl fmt::Display for QueryError {
         match self {
             QueryError::Engine(e) => write!(f, "{e}"),
             QueryError::Codec(e) => write!(f, "{e}"),
+            QueryError::Snapshot(e) => write!(f, "{e}"),
             QueryError::BadPoint { point, reason } => {
                 write!(f, "bad point in history `{point}`: {reason}")
             }
@@ -92,6 +95,7 @@ impl std::error::Error for QueryError {
         match self {
             QueryError::Engine(e) => Some(e),
             QueryError::Codec(e) => Some(e),
+            QueryError::Snapshot(e) => Some(e),
             QueryError::Output(e) => Some(e),
             _ => None,
         }
@@ -101,6 +105,12 @@ impl std::error::Error for QueryError {
 impl From<EngineError> for QueryError {
     fn from(e: EngineError) -> Self {
         QueryError::Engine(e)
+    }
+}
+
+impl From<cairn_snapshot::SnapshotError> for QueryError {
+    fn from(e: cairn_snapshot::SnapshotError) -> Self {
+        QueryError::Snapshot(e)
     }
 }
 

@@ -66,8 +66,9 @@ pub struct Reset {
     pub lsn: Lsn,
     /// The manifest root the tree takes.
     pub root: BlobHash,
-    /// For a path-scoped rollback, the paths; empty means everything.
-    pub scope: Vec<String>,
+    /// For a rollback, the paths it sets (see
+    /// [`rollback_scope`](crate::replay::rollback_scope)); `None`: every path.
+    pub scope: Option<Vec<String>>,
 }
 
 /// A node of the branch graph: a checkpoint or a rollback.
@@ -250,7 +251,7 @@ impl Index {
                 self.resets.push(Reset {
                     lsn,
                     root,
-                    scope: Vec::new(),
+                    scope: None,
                 });
             }
         } else if let Some(target) = e.target {
@@ -262,7 +263,7 @@ impl Index {
                 self.resets.push(Reset {
                     lsn,
                     root,
-                    scope: e.files.clone(),
+                    scope: crate::replay::rollback_scope(e).map(<[String]>::to_vec),
                 });
             }
         }

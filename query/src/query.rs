@@ -15,7 +15,8 @@ use crate::filter::Filter;
 use crate::index::Index;
 use crate::point::Point;
 use crate::replay::{
-    apply_paths, in_scope, path_change, tree_change, PathChange, SessionState, TreeChange,
+    apply_paths, in_scope, path_change, rollback_touches, tree_change, PathChange, SessionState,
+    TreeChange,
 };
 use crate::source::{BlobSource, EntryKind, ManifestSource, Record, RecordSource, Tree, TreeEntry};
 
@@ -303,7 +304,7 @@ impl<'a> Query<'a> {
             }
             let base = match reset {
                 None => None,
-                Some(r) if in_scope(&path, &r.scope) => {
+                Some(r) if rollback_touches(&path, r.scope.as_deref()) => {
                     self.manifest_entry(&r.root, &path, r.lsn)?
                 }
                 Some(r) => {
@@ -322,13 +323,15 @@ impl<'a> Query<'a> {
             None => (Tree::new(), Lsn::FIRST),
             Some(r) => {
                 let t = self.manifest_tree(&r.root, r.lsn)?;
-                let t = if r.scope.is_empty() {
-                    t
-                } else {
-                    let mut before = self.tree_at_lsn(Lsn(r.lsn.0 - 1))?;
-                    before.retain(|p, _| !in_scope(p, &r.scope));
-                    before.extend(t.into_iter().filter(|(p, _)| in_scope(p, &r.scope)));
-                    before
+                let t = match &r.scope {
+                    None => t,
+                    Some(scope) => {
+                        let scope = Some(scope.as_slice());
+                        let mut before = self.tree_at_lsn(Lsn(r.lsn.0 - 1))?;
+                        before.retain(|p, _| !rollback_touches(p, scope));
+                        before.extend(t.into_iter().filter(|(p, _)| rollback_touches(p, scope)));
+                        before
+                    }
                 };
                 (t, r.lsn.next())
             }

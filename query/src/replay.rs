@@ -4,9 +4,11 @@
 //! The workspace tree (path -> blob, mode, kind) is exact at every LSN:
 //! - an ok `checkpoint.create` with a `root` sets the tree to its manifest;
 //! - an ok `rollback` whose `target` is a known checkpoint sets the tree to
-//!   the target's manifest; when the rollback lists `files`, it is
-//!   path-scoped: only those paths (and the paths under them, as
-//!   directories) take the target's entries;
+//!   the target's manifest for the paths it lists in `files` (the snapshot
+//!   crate lists the paths it wrote and deleted and the directories it
+//!   created or removed; paths under a listed directory count too), which
+//!   is exact for path-scoped rollbacks as well; an empty list means nothing
+//!   differed; a list cut short (meta `files_total`) means every path;
 //! - ok file events (`file.*`, and `apply`/`undo` that carry a `path`) move
 //!   it between checkpoints: an `after` hash sets the path (keeping its
 //!   mode, kind file; a new path gets [`DEFAULT_FILE_MODE`]);
@@ -59,8 +61,8 @@ pub enum TreeChange<'a> {
     Rollback {
         /// The checkpoint restored.
         target: CheckpointId,
-        /// Paths the rollback was limited to (empty: everything).
-        scope: &'a [String],
+        /// The paths that take the target's entries (`None`: every path).
+        scope: Option<&'a [String]>,
     },
     /// Per-path changes, applied in order.
     Paths(Vec<(&'a str, PathChange<'a>)>),
@@ -79,7 +81,7 @@ pub fn tree_change(e: &Event) -> TreeChange<'_> {
         EventKind::Rollback => match e.target {
             Some(target) => TreeChange::Rollback {
                 target,
-                scope: &e.files,
+                scope: rollback_scope(e),
             },
             None => TreeChange::None,
         },
@@ -110,6 +112,33 @@ pub fn tree_change(e: &Event) -> TreeChange<'_> {
             TreeChange::Paths(out)
         }
         _ => TreeChange::None,
+    }
+}
+
+/// Meta key of a `rollback` record whose `files` list was cut short (the
+/// snapshot crate lists at most 10,000 touched paths and records the total).
+pub const META_FILES_TOTAL: &str = "files_total";
+
+/// The paths a rollback record changed (its `files`: written, deleted,
+/// created and removed directories; empty when nothing differed), or
+/// `None` (every path) when that list was cut short.
+pub fn rollback_scope(e: &Event) -> Option<&[String]> {
+    let cut = e
+        .meta
+        .as_ref()
+        .is_some_and(|m| m.0.contains_key(META_FILES_TOTAL));
+    if cut {
+        None
+    } else {
+        Some(&e.files)
+    }
+}
+
+/// True if a rollback with this scope sets `path` (see [`rollback_scope`]).
+pub fn rollback_touches(path: &str, scope: Option<&[String]>) -> bool {
+    match scope {
+        None => true,
+        Some(s) => !s.is_empty() && in_scope(path, s),
     }
 }
 
@@ -230,12 +259,12 @@ impl State {
             TreeChange::Rollback { target, scope } => {
                 if let Some(root) = self.roots.get(&target.0).copied() {
                     let t = load(manifests, &root, r.lsn)?;
-                    if scope.is_empty() {
+                    if scope.is_none() {
                         self.tree = t;
                     } else {
-                        self.tree.retain(|p, _| !in_scope(p, scope));
+                        self.tree.retain(|p, _| !rollback_touches(p, scope));
                         self.tree
-                            .extend(t.into_iter().filter(|(p, _)| in_scope(p, scope)));
+                            .extend(t.into_iter().filter(|(p, _)| rollback_touches(p, scope)));
                     }
                 }
             }

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 
 use cairn_codec::{frame, BlobHash, ChainHash, Event, Lsn};
+use cairn_engine::blob::BlobStore;
+use cairn_engine::log::{Log, LogReader};
 use cairn_engine::EngineError;
+use parking_lot::Mutex;
 
 use crate::error::{QueryError, Result};
 
@@ -17,26 +20,7 @@ use crate::error::{QueryError, Result};
 /// enough that an idle follower costs nothing measurable.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
-/// One record of the log as queries see it: its LSN, the chain value after
-/// it and its event.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Record {
-    /// Log sequence number.
-    pub lsn: Lsn,
-    /// The hash-chain value after this record.
-    pub chain: ChainHash,
-    /// The event.
-    pub event: Event,
-}
-
-/// The last committed record of a log.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Head {
-    /// The last LSN (0 when the log is empty).
-    pub last_lsn: Lsn,
-    /// The chain value after it ([`ChainHash::ZERO`] when empty).
-    pub chain: ChainHash,
-}
+pub use cairn_engine::log::{Head, Record};
 
 /// A log to read from: the live log, a read-only reader, or a vector.
 pub trait RecordSource {
@@ -114,6 +98,106 @@ pub trait ManifestSource {
     }
 }
 
+impl RecordSource for Log {
+    fn head(&self) -> Result<Head> {
+        Ok(Log::head(self))
+    }
+    fn iter_from(&self, from: Lsn) -> Box<dyn Iterator<Item = Result<Record>> + '_> {
+        Box::new(Log::iter_from(self, from).map(|r| r.map_err(QueryError::from)))
+    }
+    fn read(&self, lsn: Lsn) -> Result<Record> {
+        Ok(Log::read(self, lsn)?)
+    }
+    fn wait_for(&self, after: Lsn, timeout: Duration) -> Result<Head> {
+        Ok(Log::wait_for(self, after, timeout))
+    }
+}
+
+/// A read-only [`LogReader`] (another process's log) as a record source:
+/// [`RecordSource::head`] refreshes it, so new commits become visible.
+#[derive(Debug)]
+pub struct ReaderSource(Mutex<LogReader>);
+
+impl ReaderSource {
+    /// Wraps an open reader.
+    pub fn new(reader: LogReader) -> ReaderSource {
+        ReaderSource(Mutex::new(reader))
+    }
+}
+
+impl RecordSource for ReaderSource {
+    fn head(&self) -> Result<Head> {
+        Ok(self.0.lock().refresh()?)
+    }
+    fn iter_from(&self, from: Lsn) -> Box<dyn Iterator<Item = Result<Record>> + '_> {
+        Box::new(
+            self.0
+                .lock()
+                .iter_from(from)
+                .map(|r| r.map_err(QueryError::from)),
+        )
+    }
+    fn read(&self, lsn: Lsn) -> Result<Record> {
+        let mut g = self.0.lock();
+        match g.read(lsn) {
+            Err(cairn_engine::EngineError::LsnOutOfRange { .. }) => {
+                g.refresh()?;
+                Ok(g.read(lsn)?)
+            }
+            r => Ok(r?),
+        }
+    }
+}
+
+impl BlobSource for BlobStore {
+    fn get(&self, hash: &BlobHash) -> Result<Vec<u8>> {
+        Ok(BlobStore::get(self, hash)?)
+    }
+}
+
+impl BlobSource for cairn_snapshot::MemBlobs {
+    fn get(&self, hash: &BlobHash) -> Result<Vec<u8>> {
+        Ok(cairn_snapshot::BlobRead::get(self, hash)?)
+    }
+}
+
+/// Checkpoint manifests as the snapshot crate stores them: Merkle trees of
+/// directory nodes in the blob store. Only files and symlinks are tree
+/// entries; a path lookup walks only the nodes on its way.
+pub struct SnapshotManifests<'a, B: cairn_snapshot::BlobRead + ?Sized>(pub &'a B);
+
+fn from_manifest(e: &cairn_snapshot::Entry) -> Option<TreeEntry> {
+    let kind = match e.kind {
+        cairn_snapshot::EntryKind::File => EntryKind::File,
+        cairn_snapshot::EntryKind::Symlink => EntryKind::Symlink,
+        cairn_snapshot::EntryKind::Dir => return None,
+    };
+    Some(TreeEntry {
+        blob: e.hash,
+        mode: e.mode,
+        kind,
+    })
+}
+
+impl<B: cairn_snapshot::BlobRead + ?Sized> ManifestSource for SnapshotManifests<'_, B> {
+    fn tree(&self, root: &BlobHash) -> Result<Tree> {
+        let m = cairn_snapshot::manifest::list(self.0, root)?;
+        Ok(m.entries
+            .iter()
+            .filter_map(|(p, e)| from_manifest(e).map(|t| (p.clone(), t)))
+            .collect())
+    }
+
+    fn entry(&self, root: &BlobHash, path: &str) -> Result<Option<TreeEntry>> {
+        if path.is_empty() {
+            return Ok(None);
+        }
+        Ok(cairn_snapshot::manifest::lookup(self.0, root, path)?
+            .as_ref()
+            .and_then(from_manifest))
+    }
+}
+
 /// An in-memory log: a vector of records behind a lock, so a test (or an
 /// embedder without a store) can append while others read and follow.
 #[derive(Debug, Default)]
@@ -152,7 +236,7 @@ impl MemLog {
 impl RecordSource for MemLog {
     fn head(&self) -> Result<Head> {
         let recs = self.records.read();
-        Ok(recs.last().map_or(Head::default(), |r| Head {
+        Ok(recs.last().map_or_else(Head::default, |r| Head {
             last_lsn: r.lsn,
             chain: r.chain,
         }))
