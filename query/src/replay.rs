@@ -365,6 +365,7 @@ mod tests {
         let mut rb = Event::new(EventKind::Rollback, "s");
         rb.target = Some(CheckpointId(Lsn(1)));
         rb.run = Some("r2".into());
+        rb.files = vec!["x".into(), "y".into()];
         log.append(rb).unwrap(); // 5
 
         let st = state_at(&log, &m, Lsn(3)).unwrap();
