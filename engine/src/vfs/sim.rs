@@ -12,8 +12,9 @@
 //! * [`SimVfs::crash`] throws away everything that was not made durable,
 //!   releases every lock and invalidates every open handle (the process that
 //!   held them is gone); [`SimVfs::crash_tearing`] additionally keeps a
-//!   random prefix of the last write that was never synced, as a disk that
-//!   lost power in the middle of it would.
+//!   random prefix of the last write that was never synced (with the
+//!   file's earlier pending bytes before it), as a disk that lost power in
+//!   the middle of flushing it would.
 //!
 //! After a failed `sync_data` the simulated kernel behaves like Linux: the
 //! dirty pages are dropped from the write-back queue, so the process still
@@ -472,13 +473,19 @@ impl Disk {
             if let Some((ino, offset, len)) = self.unsynced.last().copied() {
                 let keep = self.rng.up_to(len);
                 if let Some(inode) = self.inodes.get_mut(&ino) {
+                    // The disk wrote the file's pending bytes in order and
+                    // stopped inside the last write: everything pending
+                    // before it lands, then a prefix of it. (Nothing later
+                    // lands without what came before, as with a page cache
+                    // flushing a file front to back.)
                     let end = (offset + keep).min(inode.written.len());
-                    if end > offset {
-                        let piece = inode.written[offset..end].to_vec();
+                    let start = inode.dirty_from.unwrap_or(offset).min(offset);
+                    if end > start {
+                        let piece = inode.written[start..end].to_vec();
                         if inode.durable.len() < end {
                             inode.durable.resize(end, 0);
                         }
-                        inode.durable[offset..end].copy_from_slice(&piece);
+                        inode.durable[start..end].copy_from_slice(&piece);
                         self.stats.torn_writes += 1;
                     }
                 }
@@ -588,7 +595,9 @@ impl SimVfs {
 
     /// Like [`SimVfs::crash`], but the last write that was never synced is
     /// torn: a random prefix of it (possibly empty, possibly all of it)
-    /// reaches the disk, with zeros filling any gap before it.
+    /// reaches the disk, together with every earlier un-synced change to
+    /// the same file from the lowest changed offset up to it (the disk
+    /// flushed the file in order and lost power inside that write).
     pub fn crash_tearing(&self) {
         self.disk.lock().crash(true);
     }
@@ -1216,6 +1225,22 @@ mod tests {
             seen.insert(got.len());
         }
         assert!(seen.len() > 3, "tear lengths vary with the seed: {seen:?}");
+    }
+
+    #[test]
+    fn torn_crash_never_leaves_a_gap_before_the_torn_write() {
+        for seed in 0..40 {
+            let v = SimVfs::seeded(seed);
+            v.create_dir_all(p("/d")).unwrap();
+            v.sync_dir(p("/")).unwrap();
+            let f = durable_file(&v, "a", b"base");
+            f.write_all_at(b"1111", 4).unwrap();
+            f.write_all_at(b"2222", 8).unwrap();
+            v.crash_tearing();
+            let got = read_all(&v, "/d/a");
+            assert!(b"base11112222".starts_with(&got), "seed {seed}: {got:?}");
+            assert!(got.len() >= 8, "the earlier pending write lands whole");
+        }
     }
 
     #[test]
