@@ -24,6 +24,10 @@ use crate::source::{BlobSource, EntryKind, ManifestSource, Record, RecordSource,
 /// many bytes (git's heuristic) or when it is not UTF-8.
 pub const BINARY_SNIFF_BYTES: usize = 8000;
 
+/// How many moves blame follows back through, so a path moved back and
+/// forth thousands of times cannot exhaust the stack.
+pub const MAX_BLAME_MOVES: usize = 64;
+
 /// Lines of context around each hunk of a unified diff (the usual 3).
 pub const DIFF_CONTEXT_LINES: usize = 3;
 
@@ -460,78 +464,27 @@ impl<'a> Query<'a> {
             .collect()
     }
 
-    /// For each line of `path` at a point, the record that last changed it:
-    /// the versions of the file are taken at each record naming the path
+    /// For each line of `path` at a point, the record that last changed it.
+    ///
+    /// The versions of the file are taken at each record naming the path
     /// and at each checkpoint or rollback (which capture edits no file event
-    /// reported), and lines carried over unchanged (by a line diff) keep
-    /// their record. Renames are not followed: lines a move brought in are
-    /// attributed to the move.
+    /// reported); lines carried over unchanged (by a line diff) keep their
+    /// record. Moves are followed: lines a move brought in keep the records
+    /// that wrote them under the old name.
     pub fn blame(&self, p: Point, path: &str) -> Result<Vec<BlameLine>> {
         let at = self.resolve(p)?;
-        let final_entry = self
+        let entry = self
             .entry_at(at, path)?
             .ok_or_else(|| QueryError::NoSuchPath {
                 path: path.to_string(),
                 at,
             })?;
-        let mut points: Vec<Lsn> = self
-            .index
-            .path(path)
-            .iter()
-            .copied()
-            .filter(|l| *l <= at)
-            .collect();
-        let mut r = self.index.last_reset(at);
-        while let Some(reset) = r {
-            points.push(reset.lsn);
-            r = self.index.last_reset(Lsn(reset.lsn.0 - 1));
+        if is_binary(&self.blobs.get(&entry.blob)?) {
+            return Err(QueryError::Invalid(format!(
+                "`{path}` is binary at LSN {at}; blame needs text"
+            )));
         }
-        points.sort_unstable();
-        points.dedup();
-
-        let mut cur_blob: Option<BlobHash> = None;
-        let mut text = String::new();
-        let mut attr: Vec<Lsn> = Vec::new();
-        for l in points {
-            let e = self.entry_at(l, path)?;
-            let blob = e.map(|e| e.blob);
-            if blob == cur_blob {
-                continue;
-            }
-            cur_blob = blob;
-            let new_text = match blob {
-                None => String::new(),
-                Some(b) => {
-                    let bytes = self.blobs.get(&b)?;
-                    if is_binary(&bytes) {
-                        if b == final_entry.blob {
-                            return Err(QueryError::Invalid(format!(
-                                "`{path}` is binary at LSN {at}; blame needs text"
-                            )));
-                        }
-                        String::new()
-                    } else {
-                        String::from_utf8_lossy(&bytes).into_owned()
-                    }
-                }
-            };
-            let diff = TextDiff::from_lines(text.as_str(), new_text.as_str());
-            let new_len = diff.new_slices().len();
-            let mut new_attr = vec![l; new_len];
-            for op in diff.ops() {
-                if let DiffOp::Equal {
-                    old_index,
-                    new_index,
-                    len,
-                } = *op
-                {
-                    new_attr[new_index..new_index + len]
-                        .copy_from_slice(&attr[old_index..old_index + len]);
-                }
-            }
-            attr = new_attr;
-            text = new_text;
-        }
+        let (text, attr) = self.blame_attr(at, path, 0)?;
         let mut cache: HashMap<Lsn, Record> = HashMap::new();
         let mut out = Vec::with_capacity(attr.len());
         for (i, (line, l)) in text.split_inclusive('\n').zip(attr).enumerate() {
@@ -552,6 +505,71 @@ impl<'a> Query<'a> {
             });
         }
         Ok(out)
+    }
+
+    /// The text of `path` at `at` and, per line, the LSN that wrote it.
+    fn blame_attr(&self, at: Lsn, path: &str, depth: usize) -> Result<(String, Vec<Lsn>)> {
+        let mut points: Vec<Lsn> = self
+            .index
+            .path(path)
+            .iter()
+            .copied()
+            .filter(|l| *l <= at)
+            .collect();
+        let mut r = self.index.last_reset(at);
+        while let Some(reset) = r {
+            points.push(reset.lsn);
+            r = self.index.last_reset(Lsn(reset.lsn.0 - 1));
+        }
+        points.sort_unstable();
+        points.dedup();
+
+        let mut cur_blob: Option<BlobHash> = None;
+        let mut text = String::new();
+        let mut attr: Vec<Lsn> = Vec::new();
+        for l in points {
+            let blob = self.entry_at(l, path)?.map(|e| e.blob);
+            if blob == cur_blob {
+                continue;
+            }
+            cur_blob = blob;
+            let new_text = match blob {
+                None => String::new(),
+                Some(b) => {
+                    let bytes = self.blobs.get(&b)?;
+                    if is_binary(&bytes) {
+                        String::new()
+                    } else {
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    }
+                }
+            };
+            // A move brings the source's lines, with their history.
+            if depth < MAX_BLAME_MOVES && self.index.path(path).binary_search(&l).is_ok() {
+                let rec = self.src.read(l)?;
+                if let Some(PathChange::MoveIn { from, .. }) = path_change(&rec.event, path) {
+                    let (t, a) = self.blame_attr(Lsn(l.0 - 1), from, depth + 1)?;
+                    text = t;
+                    attr = a;
+                }
+            }
+            let diff = TextDiff::from_lines(text.as_str(), new_text.as_str());
+            let mut new_attr = vec![l; diff.new_slices().len()];
+            for op in diff.ops() {
+                if let DiffOp::Equal {
+                    old_index,
+                    new_index,
+                    len,
+                } = *op
+                {
+                    new_attr[new_index..new_index + len]
+                        .copy_from_slice(&attr[old_index..old_index + len]);
+                }
+            }
+            attr = new_attr;
+            text = new_text;
+        }
+        Ok((text, attr))
     }
 
     /// The branch graph: with `of`, the nodes that continue from that

@@ -1,0 +1,403 @@
+//! diff, blame, history, listings, branches and session state on scripted
+//! edits with known answers.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use cairn_codec::{CheckpointId, Event, EventKind, Lsn, Timestamp};
+use cairn_query::index::Index;
+use cairn_query::source::{MemLog, SnapshotManifests, Tree, TreeEntry};
+use cairn_query::{DiffStatus, Filter, Point, Query, QueryError};
+use cairn_snapshot::{BlobAccess, MemBlobs};
+use common::store_tree;
+
+struct Fixture {
+    log: MemLog,
+    blobs: MemBlobs,
+}
+
+fn ev(kind: EventKind, session: &str, model: &str, path: &str) -> Event {
+    let mut e = Event::new(kind, session);
+    e.model = Some(model.into());
+    e.path = Some(path.into());
+    e
+}
+
+/// 1 checkpoint (empty) · 2 create a.txt · 3 edit a.txt · 4 write bin.dat ·
+/// 5 checkpoint (captures an unreported edit adding "four") · 6 move a.txt
+/// -> b.txt (s2) · 7 edit b.txt (s2) · 8 delete bin.dat · 9 checkpoint
+/// before rollback · 10 rollback to c5 · 11 checkpoint after the rollback.
+fn fixture() -> Fixture {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let put = |b: &[u8]| blobs.put(b).unwrap();
+    let mut t = 1_000;
+    let mut push = |mut e: Event| {
+        t += 1000;
+        e.ts = Timestamp(t);
+        log.append(e).unwrap()
+    };
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s1");
+    cp.root = Some(store_tree(&blobs, &Tree::new()));
+    push(cp); // 1
+    let mut e = ev(EventKind::FileCreate, "s1", "m1", "a.txt");
+    e.after = Some(put(b"one\ntwo\nthree\n"));
+    push(e); // 2
+    let mut e = ev(EventKind::FileEdit, "s1", "m2", "a.txt");
+    e.before = Some(put(b"one\ntwo\nthree\n"));
+    e.after = Some(put(b"one\nTWO\nthree\n"));
+    push(e); // 3
+    let mut e = ev(EventKind::FileWrite, "s1", "m1", "bin.dat");
+    e.after = Some(put(b"\x00\x01binary"));
+    push(e); // 4
+    let mut at5 = Tree::new();
+    at5.insert(
+        "a.txt".into(),
+        TreeEntry::file(put(b"one\nTWO\nthree\nfour\n")),
+    );
+    at5.insert("bin.dat".into(), TreeEntry::file(put(b"\x00\x01binary")));
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s1");
+    cp.root = Some(store_tree(&blobs, &at5));
+    cp.label = Some("five".into());
+    push(cp); // 5
+    let mut e = ev(EventKind::FileMove, "s2", "m3", "a.txt");
+    e.to_path = Some("b.txt".into());
+    push(e); // 6
+    let mut e = ev(EventKind::FileEdit, "s2", "m3", "b.txt");
+    e.after = Some(put(b"zero\none\nTWO\nthree\nfour\n"));
+    e.run = Some("r1".into());
+    push(e); // 7
+    let mut e = ev(EventKind::FileDelete, "s2", "m3", "bin.dat");
+    e.ok = false;
+    e.error_kind = Some("EBUSY".into());
+    push(e); // 8 (failed: bin.dat stays)
+    let mut at9 = Tree::new();
+    at9.insert(
+        "b.txt".into(),
+        TreeEntry::file(put(b"zero\none\nTWO\nthree\nfour\n")),
+    );
+    at9.insert("bin.dat".into(), TreeEntry::file(put(b"\x00\x01binary")));
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s1");
+    cp.root = Some(store_tree(&blobs, &at9));
+    push(cp); // 9
+    let mut rb = Event::new(EventKind::Rollback, "s1");
+    rb.source = Some(CheckpointId(Lsn(9)));
+    rb.target = Some(CheckpointId(Lsn(5)));
+    rb.files = vec!["a.txt".into(), "b.txt".into()];
+    push(rb); // 10
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s1");
+    cp.root = Some(store_tree(&blobs, &at5));
+    cp.run = Some("r2".into());
+    push(cp); // 11
+    Fixture { log, blobs }
+}
+
+fn at(n: u64) -> Point {
+    Point::Lsn(Lsn(n))
+}
+
+fn lsns(v: &[cairn_query::Record]) -> Vec<u64> {
+    v.iter().map(|r| r.lsn.0).collect()
+}
+
+#[test]
+fn file_contents_and_trees() {
+    let f = fixture();
+    let m = SnapshotManifests(&f.blobs);
+    let ix = Index::build(&f.log).unwrap();
+    let q = Query::new(&f.log, &f.blobs, &m, &ix);
+    assert_eq!(q.file_at(at(2), "a.txt").unwrap(), b"one\ntwo\nthree\n");
+    assert_eq!(q.file_at(at(3), "a.txt").unwrap(), b"one\nTWO\nthree\n");
+    assert_eq!(
+        q.file_at(at(5), "a.txt").unwrap(),
+        b"one\nTWO\nthree\nfour\n"
+    );
+    assert_eq!(
+        q.file_at(at(6), "b.txt").unwrap(),
+        b"one\nTWO\nthree\nfour\n"
+    );
+    match q.file_at(at(6), "a.txt") {
+        Err(QueryError::NoSuchPath { path, at }) => {
+            assert_eq!((path.as_str(), at), ("a.txt", Lsn(6)))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        q.file_at(at(8), "bin.dat").unwrap(),
+        b"\x00\x01binary",
+        "a failed delete changes nothing"
+    );
+    let keys = |t: Tree| t.into_keys().collect::<Vec<_>>();
+    assert_eq!(
+        keys(q.tree_at(Point::Checkpoint(CheckpointId(Lsn(5)))).unwrap()),
+        ["a.txt", "bin.dat"]
+    );
+    assert_eq!(keys(q.tree_at(at(7)).unwrap()), ["b.txt", "bin.dat"]);
+    // The rollback restored a.txt and removed b.txt; bin.dat untouched.
+    assert_eq!(keys(q.tree_at(at(10)).unwrap()), ["a.txt", "bin.dat"]);
+    assert_eq!(
+        q.file_at(Point::Head, "a.txt").unwrap(),
+        b"one\nTWO\nthree\nfour\n"
+    );
+    assert_eq!(keys(q.tree_at(at(1)).unwrap()), Vec::<String>::new());
+    assert_eq!(
+        keys(q.tree_at(Point::Time(Timestamp(4_500))).unwrap()),
+        ["a.txt"]
+    );
+}
+
+#[test]
+fn history_includes_moves_both_ways() {
+    let f = fixture();
+    let m = SnapshotManifests(&f.blobs);
+    let ix = Index::build(&f.log).unwrap();
+    let q = Query::new(&f.log, &f.blobs, &m, &ix);
+    assert_eq!(lsns(&q.history("a.txt").unwrap()), [2, 3, 6, 10]);
+    assert_eq!(lsns(&q.history("b.txt").unwrap()), [6, 7, 10]);
+    assert_eq!(lsns(&q.history("bin.dat").unwrap()), [4, 8]);
+    assert!(q.history("nope").unwrap().is_empty());
+}
+
+#[test]
+fn blame_follows_edits_checkpoints_and_moves() {
+    let f = fixture();
+    let m = SnapshotManifests(&f.blobs);
+    let ix = Index::build(&f.log).unwrap();
+    let q = Query::new(&f.log, &f.blobs, &m, &ix);
+    let b = q.blame(at(7), "b.txt").unwrap();
+    let got: Vec<(usize, &str, u64)> = b
+        .iter()
+        .map(|l| (l.line_no, l.text.as_str(), l.lsn.0))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, "zero", 7),
+            (2, "one", 2),
+            (3, "TWO", 3),
+            (4, "three", 2),
+            (5, "four", 5)
+        ]
+    );
+    assert_eq!(b[0].session, "s2");
+    assert_eq!(b[0].model.as_deref(), Some("m3"));
+    assert_eq!(b[0].kind, EventKind::FileEdit);
+    assert_eq!(b[2].model.as_deref(), Some("m2"));
+    assert_eq!(
+        b[4].kind,
+        EventKind::CheckpointCreate,
+        "the unreported edit is the checkpoint's"
+    );
+    let b = q.blame(at(3), "a.txt").unwrap();
+    assert_eq!(b.iter().map(|l| l.lsn.0).collect::<Vec<_>>(), [2, 3, 2]);
+    let e = q.blame(at(4), "bin.dat").unwrap_err().to_string();
+    assert!(e.contains("binary"), "{e}");
+    assert!(q.blame(at(1), "a.txt").is_err());
+}
+
+#[test]
+fn diffs_text_binary_and_paths() {
+    let f = fixture();
+    let m = SnapshotManifests(&f.blobs);
+    let ix = Index::build(&f.log).unwrap();
+    let q = Query::new(&f.log, &f.blobs, &m, &ix);
+    let d = q.diff(at(4), at(5), &[]).unwrap();
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].path, "a.txt");
+    assert_eq!(d[0].status, DiffStatus::Modified);
+    let u = d[0].unified.as_deref().unwrap();
+    assert!(
+        u.contains("--- a/a.txt") && u.contains("+++ b/a.txt") && u.contains("+four"),
+        "{u}"
+    );
+    assert!(u.contains(" three") && !u.contains("-three"), "{u}");
+
+    let d = q.diff(at(1), at(7), &[]).unwrap();
+    let summary: Vec<(&str, DiffStatus, bool)> = d
+        .iter()
+        .map(|x| (x.path.as_str(), x.status, x.binary))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("b.txt", DiffStatus::Added, false),
+            ("bin.dat", DiffStatus::Added, true)
+        ]
+    );
+    assert!(
+        d[1].unified.is_none(),
+        "binary files are reported, not dumped"
+    );
+    assert!(d[0].unified.as_deref().unwrap().contains("--- /dev/null"));
+
+    let d = q.diff(at(5), at(7), &["a.txt".to_string()]).unwrap();
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].status, DiffStatus::Removed);
+    assert!(d[0].unified.as_deref().unwrap().contains("-one"));
+    assert!(q.diff(at(5), at(5), &[]).unwrap().is_empty());
+}
+
+#[test]
+fn filtered_listings_use_every_filter() {
+    let f = fixture();
+    let m = SnapshotManifests(&f.blobs);
+    let ix = Index::build(&f.log).unwrap();
+    let q = Query::new(&f.log, &f.blobs, &m, &ix);
+    let list = |flt: Filter| lsns(&q.list(&flt).unwrap());
+    assert_eq!(
+        list(Filter {
+            session: Some("s2".into()),
+            ..Filter::all()
+        }),
+        [6, 7, 8]
+    );
+    assert_eq!(
+        list(Filter {
+            kind: Some(EventKind::FileEdit),
+            ..Filter::all()
+        }),
+        [3, 7]
+    );
+    assert_eq!(
+        list(Filter {
+            model: Some("m2".into()),
+            ..Filter::all()
+        }),
+        [3]
+    );
+    assert_eq!(
+        list(Filter {
+            ok: Some(false),
+            ..Filter::all()
+        }),
+        [8]
+    );
+    assert_eq!(
+        list(Filter {
+            run: Some("r1".into()),
+            ..Filter::all()
+        }),
+        [7]
+    );
+    assert_eq!(
+        list(Filter {
+            path: Some("a.txt".into()),
+            newest_first: true,
+            limit: Some(2),
+            ..Filter::all()
+        }),
+        [10, 6]
+    );
+    assert_eq!(
+        list(Filter {
+            since: Some(Timestamp(4_000)),
+            until: Some(Timestamp(6_000)),
+            ..Filter::all()
+        }),
+        [3, 4, 5]
+    );
+    assert_eq!(
+        list(Filter {
+            session: Some("s1".into()),
+            kind: Some(EventKind::CheckpointCreate),
+            ..Filter::all()
+        }),
+        [1, 5, 9, 11]
+    );
+    assert_eq!(
+        list(Filter {
+            limit: Some(3),
+            newest_first: true,
+            ..Filter::all()
+        }),
+        [11, 10, 9]
+    );
+    assert_eq!(list(Filter::all()).len(), 11);
+    assert!(list(Filter {
+        session: Some("nobody".into()),
+        ..Filter::all()
+    })
+    .is_empty());
+    let cps: Vec<u64> = q
+        .checkpoints(Some("s1"))
+        .iter()
+        .map(|c| c.id.0 .0)
+        .collect();
+    assert_eq!(cps, [1, 5, 9, 11]);
+    assert_eq!(q.checkpoints(Some("s1"))[1].label.as_deref(), Some("five"));
+}
+
+#[test]
+fn branches_show_what_was_tried_from_a_checkpoint() {
+    let f = fixture();
+    let m = SnapshotManifests(&f.blobs);
+    let ix = Index::build(&f.log).unwrap();
+    let q = Query::new(&f.log, &f.blobs, &m, &ix);
+    let kids = |id: u64| -> Vec<(u64, EventKind)> {
+        q.branches(Some(CheckpointId(Lsn(id))))
+            .unwrap()
+            .iter()
+            .map(|b| (b.lsn.0, b.kind))
+            .collect()
+    };
+    assert_eq!(kids(1), [(5, EventKind::CheckpointCreate)]);
+    assert_eq!(
+        kids(5),
+        [(9, EventKind::CheckpointCreate), (10, EventKind::Rollback)]
+    );
+    assert_eq!(kids(10), [(11, EventKind::CheckpointCreate)]);
+    let all = q.branches(None).unwrap();
+    assert_eq!(
+        all.iter()
+            .map(|b| (b.lsn.0, b.parent.map(|p| p.0)))
+            .collect::<Vec<_>>(),
+        [
+            (1, None),
+            (5, Some(1)),
+            (9, Some(5)),
+            (10, Some(5)),
+            (11, Some(10))
+        ]
+    );
+    let e = q
+        .branches(Some(CheckpointId(Lsn(3))))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no checkpoint `c3`"), "{e}");
+}
+
+#[test]
+fn session_state_at_points() {
+    let f = fixture();
+    let m = SnapshotManifests(&f.blobs);
+    let ix = Index::build(&f.log).unwrap();
+    let q = Query::new(&f.log, &f.blobs, &m, &ix);
+    let st = q.session_state(at(7)).unwrap();
+    assert_eq!(st.len(), 2);
+    assert_eq!(
+        (st[0].session.as_str(), st[0].records, st[0].last_checkpoint),
+        ("s1", 5, Some(CheckpointId(Lsn(5))))
+    );
+    assert_eq!(
+        (
+            st[1].session.as_str(),
+            st[1].records,
+            st[1].open_run.as_deref()
+        ),
+        ("s2", 2, Some("r1"))
+    );
+    let st = q.session_state(at(10)).unwrap();
+    assert_eq!(
+        st[0].base,
+        Some(CheckpointId(Lsn(5))),
+        "on the branch rolled back to"
+    );
+    assert_eq!(st[0].last_checkpoint, Some(CheckpointId(Lsn(9))));
+    assert_eq!(q.session_state(at(0)).unwrap(), vec![]);
+    // The fold agrees.
+    let folded = cairn_query::replay::state_at(&f.log, &m, Lsn(10)).unwrap();
+    assert_eq!(
+        folded.sessions.into_values().collect::<Vec<_>>(),
+        q.session_state(at(10)).unwrap()
+    );
+}
