@@ -197,6 +197,15 @@ impl LogReader {
         self.view.read(lsn)
     }
 
+    /// See [`Log::for_each_frame`](super::Log::for_each_frame).
+    pub fn for_each_frame(
+        &self,
+        from: Lsn,
+        f: impl FnMut(&frame::Frame<'_>),
+    ) -> Result<(u64, u64)> {
+        self.view.for_each_frame(from, f)
+    }
+
     /// See [`Log::verify`](super::Log::verify); covers what this reader sees.
     pub fn verify(&self) -> Result<VerifyReport> {
         self.view.verify()

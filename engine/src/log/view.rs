@@ -79,7 +79,11 @@ impl View {
                 segs.push(SegRef {
                     path: s.path.clone(),
                     first: s.header.first_lsn,
-                    index: Some(s.index.clone()).filter(|_| segs.is_empty()),
+                    start: if segs.is_empty() {
+                        s.index.seek(from)
+                    } else {
+                        None
+                    },
                     source: Source::Sealed(s.clone()),
                     limit: s.frames_end(),
                 });
@@ -89,7 +93,11 @@ impl View {
                     segs.push(SegRef {
                         path: t.path.clone(),
                         first: t.header.first_lsn,
-                        index: Some(t.index.clone()).filter(|_| segs.is_empty()),
+                        start: if segs.is_empty() {
+                            t.index.seek(from)
+                        } else {
+                            None
+                        },
                         source: Source::Tail(t.file.clone()),
                         limit: t.committed_len,
                     });
@@ -103,6 +111,28 @@ impl View {
             end,
             failed: false,
         }
+    }
+
+    /// Calls `f` with every committed frame from `from` (CRC checked, LSNs
+    /// checked, bodies not decoded); returns (frames, bytes of frames).
+    pub fn for_each_frame(&self, from: Lsn, mut f: impl FnMut(&Frame<'_>)) -> Result<(u64, u64)> {
+        let from = from.max(Lsn::FIRST);
+        let it = self.iter_range(from, self.head().last_lsn);
+        let (mut frames, mut bytes) = (0u64, 0u64);
+        for seg in it.segs {
+            let mut c = Cursor::new(seg);
+            while let Some(r) = c.next_frame(|fr| {
+                if fr.lsn >= from {
+                    f(&fr);
+                    frames += 1;
+                    bytes += fr.len() as u64;
+                }
+                Ok(())
+            }) {
+                r?;
+            }
+        }
+        Ok((frames, bytes))
     }
 
     /// The record `lsn`.
@@ -164,8 +194,9 @@ enum Source {
 struct SegRef {
     path: PathBuf,
     first: Lsn,
-    /// The sparse index, for the first segment only (to seek to `from`).
-    index: Option<SparseIndex>,
+    /// Where to start scanning (from the sparse index), for the first
+    /// segment only; otherwise the first frame.
+    start: Option<(Lsn, u64)>,
     source: Source,
     /// Offset just past the last committed frame.
     limit: u64,
@@ -181,12 +212,8 @@ struct Cursor {
 }
 
 impl Cursor {
-    fn new(mut seg: SegRef, from: Lsn) -> Cursor {
-        let (expect, off) = seg
-            .index
-            .take()
-            .and_then(|i| i.seek(from))
-            .unwrap_or((seg.first, SEGMENT_HEADER_LEN as u64));
+    fn new(seg: SegRef) -> Cursor {
+        let (expect, off) = seg.start.unwrap_or((seg.first, SEGMENT_HEADER_LEN as u64));
         Cursor {
             seg,
             off,
@@ -299,7 +326,7 @@ impl Iterator for LogIter {
             let cur = match &mut self.cur {
                 Some(c) => c,
                 None => match self.segs.next() {
-                    Some(seg) => self.cur.insert(Cursor::new(seg, self.next)),
+                    Some(seg) => self.cur.insert(Cursor::new(seg)),
                     None => {
                         let e = EngineError::Invalid(format!(
                             "the log ended before LSN {} (expected records up to {})",

@@ -57,6 +57,43 @@ impl WriterState {
     }
 }
 
+/// An event made ready for the log outside the writer lock: the costly
+/// MessagePack encoding (and zstd of large bodies) happens here; the LSN
+/// and chain are assigned under the lock.
+enum Prepared {
+    /// A body too small to be compressed: framed in one pass under the lock.
+    Small { body: Vec<u8>, flags: u8 },
+    /// A frame encoded with a placeholder LSN and chain, finished under the lock.
+    Framed(Vec<u8>),
+}
+
+impl Prepared {
+    fn new(e: &Event, flags: u8) -> Result<Prepared> {
+        let body = e.encode_body()?;
+        if body.len() < frame::COMPRESS_MIN_BYTES {
+            return Ok(Prepared::Small { body, flags });
+        }
+        let mut b = Vec::with_capacity(body.len() + frame::HEADER_LEN);
+        frame::encode(
+            &mut b,
+            Lsn(0),
+            RecordKind::Event,
+            flags,
+            &body,
+            ChainHash::ZERO,
+        )?;
+        Ok(Prepared::Framed(b))
+    }
+
+    /// Bytes of the finished frame.
+    fn len(&self) -> usize {
+        match self {
+            Prepared::Small { body, .. } => frame::HEADER_LEN + body.len(),
+            Prepared::Framed(f) => f.len(),
+        }
+    }
+}
+
 /// How far the tail was written at some moment.
 struct Mark {
     seg_first: Lsn,
@@ -177,17 +214,8 @@ impl Log {
 
     /// Appends one event; returns its LSN once it is durable per the policy.
     pub fn append(&self, event: &Event) -> Result<Lsn> {
-        let body = event.encode_body()?;
-        let mut buf = Vec::with_capacity(body.len() + frame::HEADER_LEN);
-        frame::encode(
-            &mut buf,
-            Lsn(0),
-            RecordKind::Event,
-            0,
-            &body,
-            ChainHash::ZERO,
-        )?;
-        let (first, last) = self.inner.write(&mut buf, &[0])?;
+        let item = Prepared::new(event, 0)?;
+        let (first, last) = self.inner.write(std::slice::from_ref(&item))?;
         self.inner.commit(last)?;
         Ok(first)
     }
@@ -198,26 +226,19 @@ impl Log {
         if events.is_empty() {
             return Ok(None);
         }
-        let mut buf = Vec::new();
-        let mut offs = Vec::with_capacity(events.len());
-        for (i, e) in events.iter().enumerate() {
-            let flags = if i + 1 < events.len() {
-                FLAG_BATCH_CONT
-            } else {
-                0
-            };
-            offs.push(buf.len());
-            let body = e.encode_body()?;
-            frame::encode(
-                &mut buf,
-                Lsn(0),
-                RecordKind::Event,
-                flags,
-                &body,
-                ChainHash::ZERO,
-            )?;
-        }
-        let (first, last) = self.inner.write(&mut buf, &offs)?;
+        let items = events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let flags = if i + 1 < events.len() {
+                    FLAG_BATCH_CONT
+                } else {
+                    0
+                };
+                Prepared::new(e, flags)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (first, last) = self.inner.write(&items)?;
         self.inner.commit(last)?;
         Ok(Some((first, last)))
     }
@@ -255,6 +276,19 @@ impl Log {
             v.iter_range(lsn, lsn)
         };
         View::first_of(it, lsn)
+    }
+
+    /// Calls `f` with every committed frame from `from` in LSN order, after
+    /// checking its CRC and LSN, without decoding bodies (the fast path for
+    /// scans that filter before decoding: `frame.body()` then
+    /// `Event::decode_body`). Returns (frames, bytes of frames).
+    pub fn for_each_frame(
+        &self,
+        from: Lsn,
+        f: impl FnMut(&cairn_codec::frame::Frame<'_>),
+    ) -> Result<(u64, u64)> {
+        let snap = self.inner.view.read().snapshot();
+        snap.for_each_frame(from, f)
     }
 
     /// Blocks until the head is past `after` or `timeout` passes; returns the head.
@@ -356,12 +390,12 @@ impl Inner {
 
     /// Writes pre-encoded frames (`offs`: where each starts in `buf`) as one
     /// write, assigning LSNs and chain values. Returns (first, last) LSN.
-    fn write(&self, buf: &mut [u8], offs: &[usize]) -> Result<(Lsn, Lsn)> {
+    fn write(&self, items: &[Prepared]) -> Result<(Lsn, Lsn)> {
         let mut st = self.w.lock();
         if let Some(c) = &st.poisoned {
             return Err(poisoned(c));
         }
-        let total = buf.len() as u64;
+        let total = items.iter().map(Prepared::len).sum::<usize>() as u64;
         let footer = SEGMENT_FOOTER_LEN as u64;
         if st.records() > 0
             && st.end + total + footer > self.opts.segment_size_bytes.max(SEGMENT_HEADER_LEN as u64)
@@ -377,12 +411,25 @@ impl Inner {
         }
         let first = st.next_lsn;
         let mut chain = st.chain;
-        for (i, &o) in offs.iter().enumerate() {
-            let end = offs.get(i + 1).copied().unwrap_or(buf.len());
-            chain = finish_frame(&mut buf[o..end], Lsn(first.0 + i as u64), chain);
+        let mut buf = Vec::with_capacity(total as usize);
+        let mut offs = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let lsn = Lsn(first.0 + i as u64);
+            offs.push(buf.len());
+            chain = match item {
+                Prepared::Small { body, flags } => {
+                    frame::encode(&mut buf, lsn, RecordKind::Event, *flags, body, chain)?
+                }
+                Prepared::Framed(f) => {
+                    let start = buf.len();
+                    buf.extend_from_slice(f);
+                    finish_frame(&mut buf[start..], lsn, chain)
+                }
+            };
         }
+        debug_assert_eq!(buf.len() as u64, total);
         let at = st.end;
-        if let Err(e) = st.file.write_all_at(buf, at) {
+        if let Err(e) = st.file.write_all_at(&buf, at) {
             let err = EngineError::io("append to log segment", &st.path, e);
             let cause = err.to_string();
             st.poisoned = Some(cause.clone());
