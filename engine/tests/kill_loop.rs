@@ -1,0 +1,231 @@
+//! Real-process kill loop: a child process (this test binary re-executed in
+//! child mode) appends to a log on the real file system with
+//! `Durability::Always`, putting a blob before some records (commit
+//! protocol: blob put and synced, then the record naming it), and prints
+//! each acknowledged LSN to a pipe. The parent SIGKILLs it at a seeded
+//! random moment (after a random number of acknowledgements, plus a random
+//! short delay; sometimes before the first one, i.e. during recovery),
+//! reopens the log and the blob store, and checks every LSN the child
+//! reported: present, with the exact record and blob it wrote; LSNs dense;
+//! `verify()` clean. The log grows across iterations, so later children
+//! recover logs with many sealed segments and a torn tail.
+//!
+//! `cargo test -p cairn-engine --test kill_loop` runs [`CI_ITERATIONS`];
+//! `CAIRN_SOAK=1` (or `CAIRN_KILLS=N`) runs more; `CAIRN_SEED=n` picks the
+//! seed of the kill moments.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_codec::{BlobHash, Event, EventKind, Lsn, Timestamp};
+use cairn_engine::blob::{BlobOptions, BlobStore};
+use cairn_engine::log::{Durability, Log, LogOptions};
+use cairn_engine::vfs::{RealVfs, Vfs};
+
+/// Kill iterations under `cargo test` (the issue asks for at least 200).
+const CI_ITERATIONS: u64 = 200;
+/// Kill iterations with `CAIRN_SOAK=1`.
+const SOAK_ITERATIONS: u64 = 5_000;
+/// The most acknowledgements the parent waits for before killing.
+const MAX_ACKS_BEFORE_KILL: u64 = 8;
+/// A child stops by itself after this many appends, so a parent that died
+/// cannot leave it running for ever.
+const MAX_CHILD_APPENDS: u64 = 5_000;
+/// Small segments, so the log rolls often and recovery meets sealed
+/// segments and a fresh tail.
+const SEGMENT_SIZE_BYTES: u64 = 8 * 1024;
+/// The environment variable that puts the test binary in child mode.
+const CHILD_ENV: &str = "CAIRN_KILL_CHILD_DIR";
+
+fn log_opts() -> LogOptions {
+    LogOptions {
+        segment_size_bytes: SEGMENT_SIZE_BYTES,
+        durability: Durability::Always,
+    }
+}
+
+/// The event the child writes at `lsn`: a pure function of the LSN, so the
+/// parent knows what every record must hold.
+fn expected_event(lsn: u64) -> Event {
+    let mut e =
+        Event::new(EventKind::FileWrite, "kill-loop").with_path(format!("src/f{}.rs", lsn % 7));
+    e.ts = Timestamp::from_millis(1_700_000_000_000 + lsn as i64).unwrap();
+    e.text = Some(format!("record {lsn} {}", "y".repeat((lsn % 50) as usize)));
+    if let Some(b) = expected_blob(lsn) {
+        e.after = Some(BlobHash::of(&b));
+    }
+    e
+}
+
+/// Every third record refers to a blob.
+fn expected_blob(lsn: u64) -> Option<Vec<u8>> {
+    (lsn % 3 == 0).then(|| {
+        format!("contents of file {lsn}\n")
+            .repeat(1 + (lsn % 40) as usize)
+            .into_bytes()
+    })
+}
+
+/// Child mode: append until killed, printing `ACK <lsn>` after each
+/// acknowledgement. Does nothing when run as an ordinary test.
+#[test]
+fn child_main() {
+    let Some(dir) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let blobs = BlobStore::open(vfs.clone(), &dir.join("blobs"), BlobOptions::default()).unwrap();
+    let log = Log::open(vfs, &dir.join("log"), log_opts()).unwrap();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY {}", log.head().last_lsn.0).unwrap();
+    out.flush().unwrap();
+    for _ in 0..MAX_CHILD_APPENDS {
+        let lsn = log.head().last_lsn.0 + 1;
+        if let Some(b) = expected_blob(lsn) {
+            blobs.put(&b).unwrap();
+            blobs.sync().unwrap();
+        }
+        let got = log.append(&expected_event(lsn)).unwrap();
+        assert_eq!(got, Lsn(lsn));
+        writeln!(out, "ACK {lsn}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n.max(1)
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
+/// Reopens the store and checks every acknowledged LSN; returns the head.
+fn check(dir: &Path, max_acked: u64, iteration: u64, seed: u64) -> u64 {
+    let ctx = format!("iteration {iteration} (CAIRN_SEED={seed})");
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let blobs = BlobStore::open(vfs.clone(), &dir.join("blobs"), BlobOptions::default())
+        .unwrap_or_else(|e| panic!("{ctx}: blob store reopen: {e}"));
+    let log = Log::open(vfs, &dir.join("log"), log_opts())
+        .unwrap_or_else(|e| panic!("{ctx}: log reopen: {e}"));
+    let head = log.head().last_lsn.0;
+    assert!(
+        head >= max_acked,
+        "{ctx}: acknowledged LSN {max_acked} lost (head {head})"
+    );
+    let mut n = 0;
+    for r in log.iter_from(Lsn(1)) {
+        let r = r.unwrap_or_else(|e| panic!("{ctx}: reading: {e}"));
+        n += 1;
+        assert_eq!(r.lsn.0, n, "{ctx}: LSNs dense");
+        assert_eq!(r.event, expected_event(n), "{ctx}: record {n}");
+        if let Some(b) = expected_blob(n) {
+            let got = blobs
+                .get(&BlobHash::of(&b))
+                .unwrap_or_else(|e| panic!("{ctx}: blob of record {n}: {e}"));
+            assert_eq!(got, b, "{ctx}: blob of record {n}");
+        }
+    }
+    assert_eq!(n, head, "{ctx}: iteration reaches the head");
+    let report = log.verify().unwrap();
+    assert!(
+        report.problems.is_empty(),
+        "{ctx}: verify: {:?}",
+        report.problems
+    );
+    head
+}
+
+#[test]
+fn kill_loop_loses_no_acknowledged_record() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let iterations =
+        env_u64("CAIRN_KILLS").unwrap_or(if std::env::var_os("CAIRN_SOAK").is_some() {
+            SOAK_ITERATIONS
+        } else {
+            CI_ITERATIONS
+        });
+    let seed = env_u64("CAIRN_SEED").unwrap_or(7);
+    let mut rng = Rng(seed);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    std::fs::create_dir_all(dir.join("log")).unwrap();
+    std::fs::create_dir_all(dir.join("blobs")).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut max_acked = 0u64;
+    let mut acks_total = 0u64;
+    let mut killed_before_first_ack = 0u64;
+    for it in 0..iterations {
+        let wait_acks = rng.below(MAX_ACKS_BEFORE_KILL + 1);
+        let delay_us = rng.below(4) * rng.below(700);
+        let mut child = Command::new(&exe)
+            .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, &dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut acks_seen = 0;
+        let mut record = |line: &str, max: &mut u64| -> bool {
+            if let Some(l) = line.strip_prefix("ACK ") {
+                let l: u64 = l.trim().parse().unwrap();
+                *max = (*max).max(l);
+                acks_total += 1;
+                true
+            } else {
+                false
+            }
+        };
+        // Wait for the chosen number of acknowledgements (0: kill during
+        // startup and recovery), then a short random delay, then SIGKILL.
+        while acks_seen < wait_acks {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if record(&line, &mut max_acked) {
+                        acks_seen += 1;
+                    }
+                }
+                _ => break,
+            }
+        }
+        if delay_us > 0 {
+            std::thread::sleep(Duration::from_micros(delay_us));
+        }
+        child.kill().unwrap();
+        // Everything the child printed before it died was acknowledged.
+        for line in lines.map_while(Result::ok) {
+            if record(&line, &mut max_acked) {
+                acks_seen += 1;
+            }
+        }
+        let status = child.wait().unwrap();
+        assert!(
+            !status.success(),
+            "iteration {it}: the child ended by itself ({status})"
+        );
+        if acks_seen == 0 {
+            killed_before_first_ack += 1;
+        }
+        check(&dir, max_acked, it, seed);
+    }
+    eprintln!(
+        "kill_loop: {iterations} SIGKILLs, {acks_total} acknowledgements reported, highest acknowledged LSN {max_acked}, {killed_before_first_ack} kills before the first acknowledgement, 0 acknowledged records lost"
+    );
+    assert!(acks_total > iterations, "the children made progress");
+}
