@@ -559,6 +559,7 @@ pub fn follow(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::source::{MemBlobs, MemLog};

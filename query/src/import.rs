@@ -406,6 +406,7 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

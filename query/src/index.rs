@@ -534,6 +534,7 @@ impl Index {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::source::MemLog;

@@ -78,6 +78,7 @@ impl FromStr for Point {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -488,10 +488,10 @@ impl<'a> Query<'a> {
         let mut cache: HashMap<Lsn, Record> = HashMap::new();
         let mut out = Vec::with_capacity(attr.len());
         for (i, (line, l)) in text.split_inclusive('\n').zip(attr).enumerate() {
-            if !cache.contains_key(&l) {
-                cache.insert(l, self.src.read(l)?);
-            }
-            let e = &cache[&l].event;
+            let e = match cache.entry(l) {
+                std::collections::hash_map::Entry::Occupied(o) => &o.into_mut().event,
+                std::collections::hash_map::Entry::Vacant(v) => &v.insert(self.src.read(l)?).event,
+            };
             out.push(BlameLine {
                 line_no: i + 1,
                 text: line

@@ -319,6 +319,7 @@ pub fn state_at(src: &dyn RecordSource, manifests: &dyn ManifestSource, n: Lsn) 
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::source::{MemLog, MemManifests};

@@ -335,6 +335,7 @@ impl ManifestSource for MemManifests {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use cairn_codec::EventKind;
