@@ -14,7 +14,7 @@ use std::cell::Cell;
 use cairn_codec::frame::{self, RecordKind, FLAG_BATCH_CONT, HEADER_LEN};
 use cairn_codec::json::{parse_event, JsonRecord};
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
-use cairn_codec::{BlobHash, ChainHash, CodecError, Event, EventKind, Lsn, Timestamp};
+use cairn_codec::{BlobHash, ChainHash, Event, EventKind, Lsn, Timestamp};
 use proptest::prelude::*;
 
 /// The largest single allocation any decoder may make for an input of a few

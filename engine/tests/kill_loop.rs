@@ -63,7 +63,7 @@ fn expected_event(lsn: u64) -> Event {
 
 /// Every third record refers to a blob.
 fn expected_blob(lsn: u64) -> Option<Vec<u8>> {
-    (lsn % 3 == 0).then(|| {
+    lsn.is_multiple_of(3).then(|| {
         format!("contents of file {lsn}\n")
             .repeat(1 + (lsn % 40) as usize)
             .into_bytes()
