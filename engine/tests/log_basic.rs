@@ -178,3 +178,15 @@ fn interval_policy_syncs_in_background() {
     let log = Log::open(vfs(), tmp.path(), LogOptions::default()).unwrap();
     assert_eq!(log.head().last_lsn, Lsn(10));
 }
+
+#[test]
+fn log_is_send_and_sync_and_durability_parses() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Log>();
+    assert_send_sync::<cairn_engine::log::LogReader>();
+    assert_eq!(
+        "interval:250".parse::<Durability>().unwrap(),
+        Durability::Interval { ms: 250 }
+    );
+    assert_eq!(Durability::Interval { ms: 100 }.to_string(), "interval:100");
+}

@@ -249,11 +249,12 @@ pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Seale
             sealed.push(Arc::new(s));
             continue;
         }
+        // The state is left in place: it is trusted only when the file's
+        // length, last frame, LSN and chain all match it, which after any
+        // later append (or a truncation to a different length) they do not;
+        // and if they match, the content up to that length is unchanged
+        // (the chain value covers all of it).
         let tail = recover_tail(vfs, &path, expect, prev, state.as_ref())?;
-        if state.is_some() {
-            // Used (or found stale); a later crash must not trust it.
-            let _ = vfs.remove_file(&state_path);
-        }
         return Ok((sealed, tail));
     }
     // No tail: an empty log, or the last segment is sealed.

@@ -246,48 +246,61 @@ impl Cursor {
 
     /// Decodes the next frame and hands it to `f`; `None` at the limit.
     fn next_frame<R>(&mut self, f: impl FnOnce(Frame<'_>) -> Result<R>) -> Option<Result<R>> {
+        /// A failure, turned into an error naming the place only when it happens
+        /// (so the hot path never clones the path).
+        enum Fail {
+            Detail(String),
+            Engine(EngineError),
+        }
         let off = self.off;
         let limit = self.seg.limit;
         if off >= limit {
             return None;
         }
         let expect = self.expect;
-        let path = self.seg.path.clone();
-        let bad = move |detail: String| corrupt(&path, off, Some(expect), detail);
         let remain = limit - off;
-        if remain < HEADER_LEN as u64 {
-            return Some(Err(bad(format!(
+        let result = if remain < HEADER_LEN as u64 {
+            Err(Fail::Detail(format!(
                 "{remain} bytes at the end of the committed records are not a whole frame"
-            ))));
-        }
-        let header = match self.bytes(off, HEADER_LEN) {
-            Ok(h) => h,
-            Err(e) => return Some(Err(e)),
+            )))
+        } else {
+            match self.bytes(off, HEADER_LEN) {
+                Err(e) => Err(Fail::Engine(e)),
+                Ok(h) => {
+                    let body_len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as u64;
+                    let total = HEADER_LEN as u64 + body_len;
+                    if body_len > MAX_STORED_BODY_BYTES as u64 || total > remain {
+                        Err(Fail::Detail(format!(
+                            "record frame claims {body_len} body bytes, more than the {remain} committed bytes left"
+                        )))
+                    } else {
+                        let r = match self.bytes(off, total as usize) {
+                            Err(e) => Err(Fail::Engine(e)),
+                            Ok(b) => match frame::decode(b) {
+                                Err(e) => Err(Fail::Detail(format!("record frame: {e}"))),
+                                Ok(fr) if fr.lsn != expect => Err(Fail::Detail(format!(
+                                    "record has LSN {} where LSN {expect} was expected",
+                                    fr.lsn
+                                ))),
+                                Ok(fr) => f(fr).map_err(|e| match e {
+                                    EngineError::Codec(c) => {
+                                        Fail::Detail(format!("record body: {c}"))
+                                    }
+                                    other => Fail::Engine(other),
+                                }),
+                            },
+                        };
+                        self.off += total;
+                        self.expect = expect.next();
+                        r
+                    }
+                }
+            }
         };
-        let body_len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as u64;
-        let total = HEADER_LEN as u64 + body_len;
-        if body_len > MAX_STORED_BODY_BYTES as u64 || total > remain {
-            return Some(Err(bad(format!(
-                "record frame claims {body_len} body bytes, more than the {remain} committed bytes left"
-            ))));
-        }
-        let result = match self.bytes(off, total as usize) {
-            Err(e) => Err(e),
-            Ok(b) => match frame::decode(b) {
-                Err(e) => Err(bad(format!("record frame: {e}"))),
-                Ok(fr) if fr.lsn != expect => Err(bad(format!(
-                    "record has LSN {} where LSN {expect} was expected",
-                    fr.lsn
-                ))),
-                Ok(fr) => f(fr).map_err(|e| match e {
-                    EngineError::Codec(c) => bad(format!("record body: {c}")),
-                    other => other,
-                }),
-            },
-        };
-        self.off += total;
-        self.expect = expect.next();
-        Some(result)
+        Some(result.map_err(|e| match e {
+            Fail::Detail(d) => corrupt(&self.seg.path, off, Some(expect), d),
+            Fail::Engine(e) => e,
+        }))
     }
 }
 
