@@ -353,3 +353,60 @@ fn regression_single_chunk_blob_is_stored_whole() {
     assert_eq!(s.get(&h1).unwrap(), ones);
     assert!(s.verify().unwrap().is_ok());
 }
+
+/// A deterministic byte stream of `left` bytes, generated as it is read.
+struct Generated {
+    left: u64,
+    x: u64,
+}
+
+impl std::io::Read for Generated {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (buf.len() as u64).min(self.left) as usize;
+        for b in &mut buf[..n] {
+            self.x ^= self.x << 13;
+            self.x ^= self.x >> 7;
+            self.x ^= self.x << 17;
+            *b = (self.x >> 32) as u8;
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// Hashes what is written to it, keeping nothing.
+struct HashingWriter(blake3::Hasher, u64);
+
+impl std::io::Write for HashingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        self.1 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn streaming_put_and_get_of_a_large_file_never_hold_it_whole() {
+    // 2 GiB with CAIRN_SOAK=1 (the size); 24 MiB otherwise.
+    let len: u64 = if std::env::var("CAIRN_SOAK").is_ok() {
+        2 << 30
+    } else {
+        24 << 20
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open(tmp.path());
+    let mut w = HashingWriter(blake3::Hasher::new(), 0);
+    std::io::copy(&mut Generated { left: len, x: 5 }, &mut w).unwrap();
+    let expected = BlobHash(*w.0.finalize().as_bytes());
+    let (h, n) = s.put_reader(&mut Generated { left: len, x: 5 }).unwrap();
+    assert_eq!((h, n), (expected, len));
+    s.sync().unwrap();
+    let mut w = HashingWriter(blake3::Hasher::new(), 0);
+    assert_eq!(s.get_to(&h, &mut w).unwrap(), len);
+    assert_eq!(BlobHash(*w.0.finalize().as_bytes()), expected);
+    assert_eq!(w.1, len);
+    assert_eq!(s.raw_len(&h), Some(len));
+}

@@ -65,6 +65,13 @@ use pack::{
     ENTRY_HEADER_LEN, PACK_HEADER_LEN,
 };
 
+/// The operation named in errors reading a blob's input.
+const READ_INPUT: &str = "read blob input";
+
+/// `get` of a chunked blob preallocates at most this much (256 MiB); a
+/// bigger blob grows its buffer as chunks arrive.
+const GET_PREALLOC_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
 /// An open pack file.
 #[derive(Debug)]
 struct PackFile {
@@ -199,7 +206,7 @@ impl BlobStore {
         let mut head = Vec::new();
         r.take(limit + 1)
             .read_to_end(&mut head)
-            .map_err(|e| EngineError::io("read blob input", &self.dir, e))?;
+            .map_err(|e| EngineError::io(READ_INPUT, &self.dir, e))?;
         if head.len() as u64 <= limit {
             let h = self.put_inner(&head)?;
             return Ok((h, head.len() as u64));
@@ -212,9 +219,8 @@ impl BlobStore {
         let mut first: Option<Vec<u8>> = None;
         let source = std::io::Cursor::new(head).chain(r);
         for chunk in stream_chunks(source) {
-            let chunk = chunk.map_err(|e| {
-                EngineError::io("read blob input", &self.dir, std::io::Error::from(e))
-            })?;
+            let chunk = chunk
+                .map_err(|e| EngineError::io(READ_INPUT, &self.dir, std::io::Error::from(e)))?;
             whole.update(&chunk.data);
             total += chunk.data.len() as u64;
             if refs.is_empty() && first.is_none() {
@@ -250,7 +256,7 @@ impl BlobStore {
         let mut f = std::fs::File::open(path).map_err(|e| EngineError::io("open file", path, e))?;
         let mut r = std::io::BufReader::with_capacity(1 << 20, &mut f);
         self.put_reader(&mut r).map_err(|e| match e {
-            EngineError::Io { op, source, .. } => EngineError::Io {
+            EngineError::Io { op, source, .. } if op == READ_INPUT => EngineError::Io {
                 op,
                 path: path.to_path_buf(),
                 source,
@@ -663,7 +669,15 @@ impl BlobStore {
     /// if it is not stored; [`EngineError::BlobIntegrity`] (naming the pack
     /// file and offset) if its entry is damaged.
     pub fn get(&self, h: &BlobHash) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
+        let loc = self
+            .lookup(h)
+            .ok_or(EngineError::BlobNotFound { hash: *h })?;
+        if loc.kind != EntryKind::ChunkList {
+            return self.get_piece(h);
+        }
+        // The recorded size is only a capacity hint, capped so a damaged
+        // size cannot drive a huge allocation up front.
+        let mut out = Vec::with_capacity(loc.raw_len.min(GET_PREALLOC_MAX_BYTES) as usize);
         self.get_to(h, &mut out)?;
         Ok(out)
     }
@@ -767,5 +781,16 @@ impl Drop for BlobStore {
         if pending {
             let _ = self.persist_index();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_store_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<BlobStore>();
     }
 }
