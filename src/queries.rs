@@ -5,14 +5,13 @@
 //! `.cairn/index/` on close and rebuilt from the log when missing or stale.
 
 use std::io::Write;
-use std::time::Duration;
 
-use cairn_codec::{BlobHash, ChainHash, Lsn};
-use cairn_engine::blob::BlobStore;
-use cairn_engine::log::{Head, LogIter, LogStats, VerifyReport};
+use cairn_codec::{ChainHash, Lsn};
+use cairn_engine::log::{Head, LogIter, LogReader, LogStats, Record, VerifyReport};
+use cairn_engine::EngineError;
 use cairn_query::export::{ExportStats, Format};
 use cairn_query::index::Index;
-use cairn_query::source::{BlobSource, EntryKind, ManifestSource, RecordSource, Tree, TreeEntry};
+use cairn_query::source::{RecordSource, SnapshotManifests};
 use cairn_query::{Filter, Query};
 use parking_lot::Mutex;
 
@@ -20,11 +19,27 @@ use crate::error::{Error, Result};
 use crate::store::LogHandle;
 use crate::Store;
 
-/// The records of a store, as the query layer reads them.
-pub(crate) struct StoreRecords<'a>(pub(crate) &'a LogHandle);
+/// The records of a read-only store (another process writes), as the
+/// query layer reads them: every `head()` picks up new commits.
+pub(crate) struct ReaderRecords<'a>(pub(crate) &'a Mutex<LogReader>);
 
-fn to_query_record(r: cairn_engine::log::Record) -> cairn_query::source::Record {
-    cairn_query::source::Record { lsn: r.lsn, chain: r.chain, event: r.event }
+impl RecordSource for ReaderRecords<'_> {
+    fn head(&self) -> cairn_query::Result<Head> {
+        Ok(self.0.lock().refresh()?)
+    }
+    fn iter_from(&self, from: Lsn) -> Box<dyn Iterator<Item = cairn_query::Result<Record>> + '_> {
+        Box::new(self.0.lock().iter_from(from).map(|r| r.map_err(Into::into)))
+    }
+    fn read(&self, lsn: Lsn) -> cairn_query::Result<Record> {
+        let mut reader = self.0.lock();
+        match reader.read(lsn) {
+            Err(EngineError::LsnOutOfRange { .. }) => {
+                reader.refresh()?;
+                Ok(reader.read(lsn)?)
+            }
+            r => Ok(r?),
+        }
+    }
 }
 
 impl LogHandle {
@@ -40,83 +55,12 @@ impl LogHandle {
             LogHandle::Reader(r) => r.lock().iter_from(from),
         }
     }
-}
-
-impl RecordSource for StoreRecords<'_> {
-    fn head(&self) -> cairn_query::Result<cairn_query::source::Head> {
-        if let LogHandle::Reader(r) = self.0 {
-            r.lock().refresh()?;
+    /// Runs `f` with this log as a query record source.
+    fn with_source<T>(&self, f: impl FnOnce(&dyn RecordSource) -> T) -> T {
+        match self {
+            LogHandle::Writer(l) => f(&**l),
+            LogHandle::Reader(r) => f(&ReaderRecords(r)),
         }
-        let h = self.0.head();
-        Ok(cairn_query::source::Head { last_lsn: h.last_lsn, chain: h.chain })
-    }
-    fn iter_from(&self, from: Lsn) -> Box<dyn Iterator<Item = cairn_query::Result<cairn_query::source::Record>> + '_> {
-        Box::new(self.0.iter_from(from).map(|r| r.map(to_query_record).map_err(Into::into)))
-    }
-    fn read(&self, lsn: Lsn) -> cairn_query::Result<cairn_query::source::Record> {
-        let r = match self.0 {
-            LogHandle::Writer(l) => l.read(lsn),
-            LogHandle::Reader(r) => r.lock().read(lsn),
-        };
-        Ok(to_query_record(r?))
-    }
-    fn wait_for(&self, after: Lsn, timeout: Duration) -> cairn_query::Result<cairn_query::source::Head> {
-        match self.0 {
-            LogHandle::Writer(l) => {
-                let h = l.wait_for(after, timeout);
-                Ok(cairn_query::source::Head { last_lsn: h.last_lsn, chain: h.chain })
-            }
-            LogHandle::Reader(_) => {
-                let start = std::time::Instant::now();
-                loop {
-                    let h = self.head()?;
-                    if h.last_lsn > after || start.elapsed() >= timeout {
-                        return Ok(h);
-                    }
-                    std::thread::sleep(cairn_query::source::POLL_INTERVAL);
-                }
-            }
-        }
-    }
-}
-
-/// The blobs of a store, as the query layer reads them.
-pub(crate) struct StoreBlobs<'a>(pub(crate) &'a BlobStore);
-
-impl BlobSource for StoreBlobs<'_> {
-    fn get(&self, hash: &BlobHash) -> cairn_query::Result<Vec<u8>> {
-        Ok(self.0.get(hash)?)
-    }
-}
-
-/// Checkpoint manifests (snapshot's Merkle trees), as the query layer reads them.
-pub(crate) struct StoreManifests<'a>(pub(crate) &'a BlobStore);
-
-fn to_tree_entry(e: &cairn_snapshot::manifest::Entry) -> Option<TreeEntry> {
-    let kind = match e.kind {
-        cairn_snapshot::manifest::EntryKind::File => EntryKind::File,
-        cairn_snapshot::manifest::EntryKind::Symlink => EntryKind::Symlink,
-        cairn_snapshot::manifest::EntryKind::Dir => return None,
-    };
-    Some(TreeEntry { blob: e.hash, mode: e.mode, kind })
-}
-
-fn snapshot_err(e: cairn_snapshot::SnapshotError) -> cairn_query::QueryError {
-    match e {
-        // Keep engine errors (blob damage) as they are: they carry the place.
-        cairn_snapshot::SnapshotError::Engine(e) => cairn_query::QueryError::Engine(e),
-        other => cairn_query::QueryError::Invalid(format!("read checkpoint manifest: {other}")),
-    }
-}
-
-impl ManifestSource for StoreManifests<'_> {
-    fn tree(&self, root: &BlobHash) -> cairn_query::Result<Tree> {
-        let m = cairn_snapshot::manifest::list(self.0, root).map_err(snapshot_err)?;
-        Ok(m.files().filter_map(|(p, e)| to_tree_entry(e).map(|t| (p.clone(), t))).collect())
-    }
-    fn entry(&self, root: &BlobHash, path: &str) -> cairn_query::Result<Option<TreeEntry>> {
-        let e = cairn_snapshot::manifest::lookup(self.0, root, path).map_err(snapshot_err)?;
-        Ok(e.as_ref().and_then(to_tree_entry))
     }
 }
 
@@ -157,22 +101,22 @@ impl Store {
 
     /// Runs `f` with a [`Query`] whose indexes cover the log up to its head.
     pub fn query<T>(&self, f: impl FnOnce(&Query<'_>) -> cairn_query::Result<T>) -> Result<T> {
-        let src = StoreRecords(&self.log);
-        let blobs = StoreBlobs(&self.blobs);
-        let manifests = StoreManifests(&self.blobs);
-        let mut guard = self.index().lock();
-        let index = match guard.as_mut() {
-            Some(ix) => {
-                ix.catch_up(&src)?;
-                ix
-            }
-            None => {
-                let (ix, _) = Index::open(self.vfs(), &self.root().join("index"), &src)?;
-                guard.insert(ix)
-            }
-        };
-        let q = Query::new(&src, &blobs, &manifests, index);
-        Ok(f(&q)?)
+        self.log.with_source(|src| {
+            let manifests = SnapshotManifests(&*self.blobs);
+            let mut guard = self.index().lock();
+            let index = match guard.as_mut() {
+                Some(ix) => {
+                    ix.catch_up(src)?;
+                    ix
+                }
+                None => {
+                    let (ix, _) = Index::open(self.vfs(), &self.root().join("index"), src)?;
+                    guard.insert(ix)
+                }
+            };
+            let q = Query::new(src, &*self.blobs, &manifests, index);
+            Ok(f(&q)?)
+        })
     }
 
     /// Saves the query indexes so the next open does not rebuild them.
@@ -237,9 +181,9 @@ impl Store {
         out: &mut dyn Write,
         stop: &dyn Fn() -> bool,
     ) -> Result<ExportStats> {
-        let src = StoreRecords(&self.log);
-        let blobs = StoreBlobs(&self.blobs);
-        Ok(cairn_query::export::follow(&src, &blobs, filter, format, from, out, stop)?)
+        self.log
+            .with_source(|src| cairn_query::export::follow(src, &*self.blobs, filter, format, from, out, stop))
+            .map_err(Into::into)
     }
 
     /// Imports lines in a reference shape (or canonical JSONL) from `reader`.

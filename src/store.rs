@@ -347,10 +347,7 @@ impl Store {
 
     /// The last committed record's LSN and chain hash (the head hash).
     pub fn head(&self) -> Head {
-        match &self.log {
-            LogHandle::Writer(l) => l.head(),
-            LogHandle::Reader(r) => r.lock().head(),
-        }
+        self.log.head()
     }
 
     /// For a read-only handle, picks up records appended by the writer since.
