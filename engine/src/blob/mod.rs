@@ -113,7 +113,8 @@ pub struct BlobStore {
     index: RwLock<HashMap<BlobHash, Loc>>,
     packs: RwLock<BTreeMap<PackId, Arc<PackFile>>>,
     writer: Mutex<Writer>,
-    /// Incremented after every append (under the writer lock).
+    /// Incremented by every append (under the writer lock), before its
+    /// entry is published in the index.
     write_seq: AtomicU64,
     /// The `write_seq` value covered by the last completed fsync.
     synced_seq: AtomicU64,
@@ -404,8 +405,11 @@ impl BlobStore {
             kind: header.kind,
             flags: header.flags,
         };
-        self.index.write().insert(hash, loc);
+        // Count the write before publishing the entry: a thread that finds
+        // it in the index (a dedup hit) and then calls `sync` must see a
+        // `write_seq` that covers it, or it would skip the fsync.
         self.write_seq.fetch_add(1, Ordering::AcqRel);
+        self.index.write().insert(hash, loc);
         Ok(())
     }
 
