@@ -15,7 +15,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(workspace.join("app.py"), "print('hello')\n")?;
 
     let store = Store::open(workspace)?;
-    let session = store.session("thread-1").with_agent("example-agent").with_model("example-model");
+    let session = store
+        .session("thread-1")
+        .with_agent("example-agent")
+        .with_model("example-model");
 
     // Turn 1: a good change.
     let before_1 = session.before_turn(1)?;
@@ -38,8 +41,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     session.after_turn(2)?;
 
     let report = session.rollback(before_2.id)?;
-    println!("rolled back turn 2: restored {:?}, undo point {:?}", report.written, report.source.map(|c| c.to_string()));
-    assert_eq!(std::fs::read_to_string(workspace.join("app.py"))?, "print('hello, world')\n");
+    println!(
+        "rolled back turn 2: restored {:?}, undo point {:?}",
+        report.written,
+        report.source.map(|c| c.to_string())
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("app.py"))?,
+        "print('hello, world')\n"
+    );
 
     // Every checkpoint stays listed: before_1 is still reachable (redo/branch).
     let all = store.checkpoints(Some("thread-1"))?;
@@ -47,9 +57,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Export the session as canonical JSONL.
     let mut out = Vec::new();
-    let stats = store.export(&Filter { session: Some("thread-1".into()), ..Filter::all() }, Format::Jsonl, &mut out)?;
-    println!("exported {} records, {} bytes of JSONL; first line:", stats.written, out.len());
-    println!("{}", String::from_utf8_lossy(out.split(|&b| b == b'\n').next().unwrap_or_default()));
+    let stats = store.export(
+        &Filter {
+            session: Some("thread-1".into()),
+            ..Filter::all()
+        },
+        Format::Jsonl,
+        &mut out,
+    )?;
+    println!(
+        "exported {} records, {} bytes of JSONL; first line:",
+        stats.written,
+        out.len()
+    );
+    println!(
+        "{}",
+        String::from_utf8_lossy(out.split(|&b| b == b'\n').next().unwrap_or_default())
+    );
     store.close()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_example_runs() {
+        super::main().expect("the agent loop example runs to the end");
+    }
 }

@@ -40,9 +40,14 @@ pub use cairn_engine as engine;
 pub use cairn_query as query;
 pub use cairn_snapshot as snapshot;
 
-pub use cairn_codec::{BlobHash, ChainHash, CheckpointCounts, CheckpointId, DiffStats, Event, EventKind, Lsn, Timestamp};
+pub use cairn_codec::{
+    BlobHash, ChainHash, CheckpointCounts, CheckpointId, DiffStats, Event, EventKind, Lsn,
+    Timestamp,
+};
 pub use cairn_engine::log::{Durability, Head};
-pub use cairn_snapshot::{CheckpointInfo, RetentionPolicy, RollbackReport, RollbackRequest, ScanMode};
+pub use cairn_snapshot::{
+    CheckpointInfo, RetentionPolicy, RollbackReport, RollbackRequest, ScanMode,
+};
 pub use error::{Error, Result};
 pub use session::Session;
 pub use store::{Store, StoreBuilder};

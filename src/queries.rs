@@ -162,11 +162,20 @@ impl Store {
             LogHandle::Writer(l) => l.stats(),
             LogHandle::Reader(r) => r.lock().stats(),
         };
-        StoreStats { log, blobs: self.blobs.stats(), head: self.head() }
+        StoreStats {
+            log,
+            blobs: self.blobs.stats(),
+            head: self.head(),
+        }
     }
 
     /// Exports the records `filter` selects in `format` to `out`.
-    pub fn export(&self, filter: &Filter, format: Format, out: &mut dyn Write) -> Result<ExportStats> {
+    pub fn export(
+        &self,
+        filter: &Filter,
+        format: Format,
+        out: &mut dyn Write,
+    ) -> Result<ExportStats> {
         self.query(|q| q.export(filter, format, out))
     }
 
@@ -182,7 +191,9 @@ impl Store {
         stop: &dyn Fn() -> bool,
     ) -> Result<ExportStats> {
         self.log
-            .with_source(|src| cairn_query::export::follow(src, &*self.blobs, filter, format, from, out, stop))
+            .with_source(|src| {
+                cairn_query::export::follow(src, &*self.blobs, filter, format, from, out, stop)
+            })
             .map_err(Into::into)
     }
 
@@ -190,7 +201,12 @@ impl Store {
     /// The whole input is parsed first: a bad line is an error naming the
     /// file, line and reason, and nothing is recorded. Blobs (diffs) are
     /// stored, then the events appended as one atomic batch.
-    pub fn import(&self, format: Format, reader: &mut dyn std::io::BufRead, file_name: &str) -> Result<Option<(Lsn, Lsn)>> {
+    pub fn import(
+        &self,
+        format: Format,
+        reader: &mut dyn std::io::BufRead,
+        file_name: &str,
+    ) -> Result<Option<(Lsn, Lsn)>> {
         self.writer("import")?;
         let imported = cairn_query::import::import_lines(format, reader, file_name)
             .map_err(|e| Error::Other(e.to_string()))?;

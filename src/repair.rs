@@ -51,7 +51,11 @@ pub struct RepairReport {
 
 impl fmt::Display for RepairReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "kept {} intact records; head LSN {} hash {}", self.kept_records, self.head_lsn, self.head_hash)?;
+        writeln!(
+            f,
+            "kept {} intact records; head LSN {} hash {}",
+            self.kept_records, self.head_lsn, self.head_hash
+        )?;
         if self.dropped.is_empty() {
             writeln!(f, "no records lost")?;
         }
@@ -59,10 +63,18 @@ impl fmt::Display for RepairReport {
             writeln!(f, "lost LSN {}..={}: {}", d.first, d.last, d.reason)?;
         }
         if self.placeholders > 0 {
-            writeln!(f, "{} placeholder records keep the LSNs dense", self.placeholders)?;
+            writeln!(
+                f,
+                "{} placeholder records keep the LSNs dense",
+                self.placeholders
+            )?;
         }
         if let Some(dir) = &self.damaged_dir {
-            writeln!(f, "damaged files moved to {dir} ({} bytes not carried over):", self.dropped_bytes)?;
+            writeln!(
+                f,
+                "damaged files moved to {dir} ({} bytes not carried over):",
+                self.dropped_bytes
+            )?;
             for m in &self.moved {
                 writeln!(f, "  {m}")?;
             }
@@ -97,7 +109,11 @@ impl Store {
             dropped: log
                 .dropped
                 .iter()
-                .map(|d| DroppedLsns { first: d.first.0, last: d.last.0, reason: d.reason.clone() })
+                .map(|d| DroppedLsns {
+                    first: d.first.0,
+                    last: d.last.0,
+                    reason: d.reason.clone(),
+                })
                 .collect(),
             dropped_bytes: log.dropped_bytes,
             damaged_dir: log.damaged_dir.map(|p| p.display().to_string()),

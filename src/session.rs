@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use cairn_codec::{CheckpointId, DiffStats, Event, EventKind, Lsn};
-use cairn_snapshot::{CheckpointInfo, CheckpointRequest, RollbackReport, RollbackRequest, ScanMode};
+use cairn_snapshot::{
+    CheckpointInfo, CheckpointRequest, RollbackReport, RollbackRequest, ScanMode,
+};
 
 use crate::error::{Error, Result};
 use crate::Store;
@@ -30,7 +32,14 @@ pub struct Session<'s> {
 
 impl<'s> Session<'s> {
     pub(crate) fn new(store: &'s Store, id: String) -> Session<'s> {
-        Session { store, id, run: None, phase: None, agent: None, model: None }
+        Session {
+            store,
+            id,
+            run: None,
+            phase: None,
+            agent: None,
+            model: None,
+        }
     }
 
     /// The session id.
@@ -115,8 +124,19 @@ impl<'s> Session<'s> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(Error::Other(format!("read {}: {e}", full.display()))),
         };
-        let mut e = self.event(if before.is_some() { EventKind::FileWrite } else { EventKind::FileCreate });
-        e.tool = Some(if before.is_some() { "write_file" } else { "create_file" }.to_string());
+        let mut e = self.event(if before.is_some() {
+            EventKind::FileWrite
+        } else {
+            EventKind::FileCreate
+        });
+        e.tool = Some(
+            if before.is_some() {
+                "write_file"
+            } else {
+                "create_file"
+            }
+            .to_string(),
+        );
         e.path = Some(path.to_string());
         e.after = Some(self.store.put_blob(contents)?);
         if let Some(old) = &before {
@@ -135,7 +155,12 @@ impl<'s> Session<'s> {
 
     /// Checkpoints with a given scan mode and optional application state
     /// (the agent's memory epoch, handed back by a rollback).
-    pub fn checkpoint_with(&self, label: &str, scan: ScanMode, state: Option<Vec<u8>>) -> Result<CheckpointInfo> {
+    pub fn checkpoint_with(
+        &self,
+        label: &str,
+        scan: ScanMode,
+        state: Option<Vec<u8>>,
+    ) -> Result<CheckpointInfo> {
         self.store.checkpoint(CheckpointRequest {
             session: self.id.clone(),
             run: self.run.clone(),
@@ -159,7 +184,12 @@ impl<'s> Session<'s> {
     /// Rolls the whole workspace back to `target` (the current state is
     /// checkpointed first, so this can be undone).
     pub fn rollback(&self, target: CheckpointId) -> Result<RollbackReport> {
-        self.store.rollback(RollbackRequest { target, paths: Vec::new(), dry_run: false, session: self.id.clone() })
+        self.store.rollback(RollbackRequest {
+            target,
+            paths: Vec::new(),
+            dry_run: false,
+            session: self.id.clone(),
+        })
     }
 
     /// Rolls back only these paths (files or directories).
@@ -177,9 +207,16 @@ impl<'s> Session<'s> {
 fn checked_relative(path: &str) -> Result<&Path> {
     let p = Path::new(path);
     let escapes = p.is_absolute()
-        || p.components().any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+        || p.components().any(|c| {
+            !matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        });
     if path.is_empty() || escapes {
-        return Err(Error::Other(format!("path `{path}` is not a workspace-relative path (no `..`, not absolute)")));
+        return Err(Error::Other(format!(
+            "path `{path}` is not a workspace-relative path (no `..`, not absolute)"
+        )));
     }
     Ok(p)
 }
@@ -188,7 +225,8 @@ fn write_atomic(full: &Path, contents: &[u8]) -> Result<()> {
     let io = |op: &str, e: std::io::Error| Error::Other(format!("{op} {}: {e}", full.display()));
     let dir = full.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io("create directory for", e))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| io("create temp file for", e))?;
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).map_err(|e| io("create temp file for", e))?;
     std::io::Write::write_all(&mut tmp, contents).map_err(|e| io("write", e))?;
     tmp.as_file().sync_data().map_err(|e| io("sync", e))?;
     tmp.persist(full).map_err(|e| io("rename into", e.error))?;

@@ -121,14 +121,20 @@ impl StoreBuilder {
         if self.in_memory {
             return self.open_in_memory();
         }
-        let root = self
-            .resolved_store_dir()
-            .ok_or_else(|| Error::Other("StoreBuilder needs a workspace or a store directory".into()))?;
-        let workspace_dir = self.workspace.clone().or_else(|| root.parent().map(Path::to_path_buf));
+        let root = self.resolved_store_dir().ok_or_else(|| {
+            Error::Other("StoreBuilder needs a workspace or a store directory".into())
+        })?;
+        let workspace_dir = self
+            .workspace
+            .clone()
+            .or_else(|| root.parent().map(Path::to_path_buf));
         let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
         if self.read_only {
             if !root.join("log").is_dir() {
-                return Err(Error::NoStore(format!("no cairn store at {}: run `cairn init`", root.display())));
+                return Err(Error::NoStore(format!(
+                    "no cairn store at {}: run `cairn init`",
+                    root.display()
+                )));
             }
             let reader = LogReader::open(vfs.clone(), &root.join("log"))?;
             let blobs = BlobStore::open_read_only(vfs.clone(), &root.join("blobs"))?;
@@ -166,16 +172,28 @@ impl StoreBuilder {
         self.finish(vfs, dir, ws, tmp)
     }
 
-    fn finish(self, vfs: Arc<dyn Vfs>, dir: StoreDir, workspace_dir: Option<PathBuf>, tmp: Option<tempfile::TempDir>) -> Result<Store> {
+    fn finish(
+        self,
+        vfs: Arc<dyn Vfs>,
+        dir: StoreDir,
+        workspace_dir: Option<PathBuf>,
+        tmp: Option<tempfile::TempDir>,
+    ) -> Result<Store> {
         let log = Log::open(
             vfs.clone(),
             &dir.log_dir(),
-            LogOptions { segment_size_bytes: self.segment_size_bytes, durability: self.durability },
+            LogOptions {
+                segment_size_bytes: self.segment_size_bytes,
+                durability: self.durability,
+            },
         )?;
         let blobs = BlobStore::open(
             vfs.clone(),
             &dir.blob_dir(),
-            BlobOptions { zstd_level: self.zstd_level, ..BlobOptions::default() },
+            BlobOptions {
+                zstd_level: self.zstd_level,
+                ..BlobOptions::default()
+            },
         )?;
         let workspace = match &workspace_dir {
             Some(w) if self.in_memory && tmp.is_none() => {
@@ -227,7 +245,10 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("root", &self.root).field("workspace", &self.workspace_dir).finish()
+        f.debug_struct("Store")
+            .field("root", &self.root)
+            .field("workspace", &self.workspace_dir)
+            .finish()
     }
 }
 
@@ -302,7 +323,16 @@ impl Store {
     }
 
     fn check_blob_refs(&self, event: &Event) -> Result<()> {
-        for h in [event.before, event.after, event.diff, event.root, event.state].into_iter().flatten() {
+        for h in [
+            event.before,
+            event.after,
+            event.diff,
+            event.root,
+            event.state,
+        ]
+        .into_iter()
+        .flatten()
+        {
             if !self.blobs.contains(&h) {
                 return Err(Error::Other(format!(
                     "the {} event refers to blob {h}, which is not in the store: put the blob first (Store::put_blob)",

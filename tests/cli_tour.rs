@@ -42,7 +42,9 @@ fn ok(o: &Output) -> String {
 }
 
 fn json_lines(s: &str) -> Vec<serde_json::Value> {
-    s.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
@@ -72,7 +74,11 @@ fn readme_tour_end_to_end() {
         "\n"
     );
     let o = cairn_stdin(ws, &["record", "--ack", "--json"], Some(input));
-    assert_eq!(o.status.code(), Some(4), "a rejected line makes the exit status non-zero");
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "a rejected line makes the exit status non-zero"
+    );
     let out = String::from_utf8(o.stdout).unwrap();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(&lines[..2], &["1", "2"]);
@@ -84,52 +90,101 @@ fn readme_tour_end_to_end() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("stdin:2"));
 
     // checkpoint, edit, track, checkpoint.
-    let c1 = json_lines(&ok(&cairn(ws, &["checkpoint", "--label", "Before turn 1", "--session", "t1", "--json"])));
+    let c1 = json_lines(&ok(&cairn(
+        ws,
+        &[
+            "checkpoint",
+            "--label",
+            "Before turn 1",
+            "--session",
+            "t1",
+            "--json",
+        ],
+    )));
     let c1_id = c1[0]["id"].as_str().unwrap().to_string();
     assert!(c1[0]["files"].as_u64().unwrap() >= 2);
     assert!(c1[0]["lsn"].as_u64().is_some() && c1[0]["root"].as_str().unwrap().len() == 64);
     std::fs::write(ws.join("src/main.rs"), "fn main() { println!(\"hi\"); }\n").unwrap();
     std::fs::write(ws.join("src/new.rs"), "// new\n").unwrap();
     ok(&cairn(ws, &["track", "target/gen.rs"]));
-    std::fs::write(ws.join("target/gen.rs"), "// generated, ignored but tracked\n").unwrap();
-    let c2 = json_lines(&ok(&cairn(ws, &["checkpoint", "--label", "After turn 1", "--session", "t1", "--json"])));
+    std::fs::write(
+        ws.join("target/gen.rs"),
+        "// generated, ignored but tracked\n",
+    )
+    .unwrap();
+    let c2 = json_lines(&ok(&cairn(
+        ws,
+        &[
+            "checkpoint",
+            "--label",
+            "After turn 1",
+            "--session",
+            "t1",
+            "--json",
+        ],
+    )));
     let c2_id = c2[0]["id"].as_str().unwrap().to_string();
     assert!(c2[0]["changed"].as_u64().unwrap() >= 2);
 
     let list = json_lines(&ok(&cairn(ws, &["checkpoints", "--json"])));
     assert_eq!(list.len(), 2);
     for field in ["id", "lsn", "label", "session", "ts"] {
-        assert!(list[0].get(field).is_some(), "checkpoints --json has `{field}`");
+        assert!(
+            list[0].get(field).is_some(),
+            "checkpoints --json has `{field}`"
+        );
     }
 
     // Dry run changes nothing.
-    let dry = json_lines(&ok(&cairn(ws, &["rollback", &c1_id, "--dry-run", "--json"])));
-    assert!(dry[0]["deleted"].as_array().unwrap().iter().any(|p| p == "src/new.rs"));
+    let dry = json_lines(&ok(&cairn(
+        ws,
+        &["rollback", &c1_id, "--dry-run", "--json"],
+    )));
+    assert!(dry[0]["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p == "src/new.rs"));
     assert!(ws.join("src/new.rs").exists());
 
     // Rollback restores, deletes the agent's files (the tracked ignored one too),
     // leaves the ignored untracked build output alone.
     let rb = json_lines(&ok(&cairn(ws, &["rollback", &c1_id, "--json"])));
-    assert_eq!(std::fs::read_to_string(ws.join("src/main.rs")).unwrap(), "fn main() {}\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/main.rs")).unwrap(),
+        "fn main() {}\n"
+    );
     assert!(!ws.join("src/new.rs").exists());
     assert!(!ws.join("target/gen.rs").exists());
-    assert_eq!(std::fs::read_to_string(ws.join("target/out.bin")).unwrap(), "build output\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("target/out.bin")).unwrap(),
+        "build output\n"
+    );
     let source = rb[0]["source"].as_str().unwrap().to_string();
 
     // Undo the rollback through its own source checkpoint (the state before it).
     ok(&cairn(ws, &["rollback", &source]));
     assert!(ws.join("src/new.rs").exists());
-    assert_eq!(std::fs::read_to_string(ws.join("src/main.rs")).unwrap(), "fn main() { println!(\"hi\"); }\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/main.rs")).unwrap(),
+        "fn main() { println!(\"hi\"); }\n"
+    );
     // Back to c1, then redo: roll forward to the later checkpoint, which stays reachable.
     ok(&cairn(ws, &["rollback", &c1_id]));
     assert!(!ws.join("src/new.rs").exists());
     ok(&cairn(ws, &["rollback", &c2_id]));
     assert!(ws.join("src/new.rs").exists());
-    assert!(ws.join("target/gen.rs").exists(), "the tracked ignored file comes back too");
+    assert!(
+        ws.join("target/gen.rs").exists(),
+        "the tracked ignored file comes back too"
+    );
 
     // log with filters, as a table and as canonical JSONL.
     let table = ok(&cairn(ws, &["log", "--session", "t1"]));
-    assert!(table.contains("prompt") && table.contains("fix the build"), "{table}");
+    assert!(
+        table.contains("prompt") && table.contains("fix the build"),
+        "{table}"
+    );
     let recs = json_lines(&ok(&cairn(ws, &["log", "--kind", "reply", "--json"])));
     assert_eq!(recs.len(), 1);
     assert_eq!(recs[0]["model"], "m1");
@@ -154,10 +209,13 @@ fn readme_tour_end_to_end() {
     assert!(canon.iter().any(|r| r["kind"] == "checkpoint.create"));
     assert!(canon.iter().any(|r| r["kind"] == "rollback"));
     let cx = json_lines(&ok(&cairn(ws, &["export", "--format", "cortexide"])));
-    assert!(cx.iter().any(|r| r["action"] == "prompt" && r["ts"].is_number()));
+    assert!(cx
+        .iter()
+        .any(|r| r["action"] == "prompt" && r["ts"].is_number()));
 
     // verify, then pin the head, then stats.
-    let v: serde_json::Value = serde_json::from_str(&ok(&cairn(ws, &["verify", "--json"]))).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(ws, &["verify", "--json"]))).unwrap();
     assert_eq!(v["ok"], true);
     let head = v["head_hash"].as_str().unwrap().to_string();
     ok(&cairn(ws, &["verify", "--head", &head]));
@@ -168,14 +226,21 @@ fn readme_tour_end_to_end() {
     // blob put/get round trip; bad hashes are clear errors.
     let put = ok(&cairn(ws, &["blob", "put", "src/main.rs"]));
     let hash = put.split_whitespace().next().unwrap().to_string();
-    assert_eq!(ok(&cairn(ws, &["blob", "get", &hash])), std::fs::read_to_string(ws.join("src/main.rs")).unwrap());
+    assert_eq!(
+        ok(&cairn(ws, &["blob", "get", &hash])),
+        std::fs::read_to_string(ws.join("src/main.rs")).unwrap()
+    );
     let o = cairn(ws, &["blob", "get", "abc"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("64 hex digits"));
 
     // Unknown checkpoint id: says how to list them.
     let o = cairn(ws, &["rollback", "c999999"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("cairn checkpoints"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cairn checkpoints"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let o = cairn(ws, &["rollback", "banana"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("c42"));
 
@@ -191,7 +256,9 @@ fn damage_in_the_log_exits_with_the_corruption_code() {
     ok(&cairn(ws, &["init"]));
     let mut input = String::new();
     for i in 0..50 {
-        input.push_str(&format!("{{\"kind\":\"tool_call\",\"tool\":\"bash\",\"text\":\"step {i}\"}}\n"));
+        input.push_str(&format!(
+            "{{\"kind\":\"tool_call\",\"tool\":\"bash\",\"text\":\"step {i}\"}}\n"
+        ));
     }
     ok(&cairn_stdin(ws, &["record"], Some(&input)));
     let seg = std::fs::read_dir(ws.join(".cairn/log"))
@@ -204,9 +271,21 @@ fn damage_in_the_log_exits_with_the_corruption_code() {
     bytes[mid] ^= 0xff;
     std::fs::write(&seg, bytes).unwrap();
     let o = cairn(ws, &["verify"]);
-    assert_eq!(o.status.code(), Some(3), "stderr: {}", String::from_utf8_lossy(&o.stderr));
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(text.contains(".seg") && text.contains("at byte") && text.contains("LSN"), "{text}");
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        text.contains(".seg") && text.contains("at byte") && text.contains("LSN"),
+        "{text}"
+    );
     // Repair keeps every intact record and says what it dropped.
     let r = ok(&cairn(ws, &["repair"]));
     assert!(r.contains("kept"), "{r}");
@@ -228,7 +307,9 @@ fn a_second_writer_is_told_the_store_is_locked() {
         .unwrap();
     // Wait until the holder has the lock (its first record is visible).
     let stdin = holder.stdin.as_mut().unwrap();
-    stdin.write_all(b"{\"kind\":\"prompt\",\"text\":\"hold\"}\n").unwrap();
+    stdin
+        .write_all(b"{\"kind\":\"prompt\",\"text\":\"hold\"}\n")
+        .unwrap();
     stdin.flush().unwrap();
     let mut seen = false;
     for _ in 0..200 {
@@ -239,7 +320,10 @@ fn a_second_writer_is_told_the_store_is_locked() {
         }
         std::thread::sleep(std::time::Duration::from_millis(25));
     }
-    assert!(seen, "a reader sees the writer's record while it holds the lock");
+    assert!(
+        seen,
+        "a reader sees the writer's record while it holds the lock"
+    );
     let o = cairn(ws, &["checkpoint"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);

@@ -117,8 +117,8 @@ impl fmt::Display for EngineError {
             EngineError::ReadOnly { path, source } => write!(
                 f,
                 "cannot create the store at {} ({source}); the workspace may be read-only: \
-                 use an in-memory store (`Store::in_memory()`, or `--store :memory:` on the command line) \
-                 or point `--store`/`CAIRN_STORE` at a writable directory",
+                 use an in-memory store (`Store::in_memory()` in the library, which can still be \
+                 queried and exported) or point `--store`/`CAIRN_STORE` at a writable directory",
                 path.display()
             ),
             EngineError::Poisoned { cause } => write!(

@@ -43,13 +43,19 @@ pub enum Command {
         dir: Option<PathBuf>,
     },
     /// Record canonical JSONL events from stdin (or --file), each as it arrives.
-    #[command(after_help = "Example:\n  my-agent --audit-jsonl | cairn record --ack\n  cairn record --file events.jsonl --json\n\nEach line is one JSON object with at least \"kind\" (prompt, reply, tool_call, file.write, ...).")]
+    #[command(
+        after_help = "Example:\n  my-agent --audit-jsonl | cairn record --ack\n  cairn record --file events.jsonl --json\n\nEach line is one JSON object with at least \"kind\" (prompt, reply, tool_call, file.write, ...)."
+    )]
     Record(RecordArgs),
     /// List records: a table, or canonical JSONL with --json.
-    #[command(after_help = "Example:\n  cairn log --session thread-1 --kind file.write --since 2026-11-22T10:00:00Z --limit 20")]
+    #[command(
+        after_help = "Example:\n  cairn log --session thread-1 --kind file.write --since 2026-11-22T10:00:00Z --limit 20"
+    )]
     Log(LogArgs),
     /// Check every frame, checksum, footer, blob and the hash chain.
-    #[command(after_help = "Example:\n  cairn verify\n  cairn verify --head 3f2a...   # also check history was not truncated")]
+    #[command(
+        after_help = "Example:\n  cairn verify\n  cairn verify --head 3f2a...   # also check history was not truncated"
+    )]
     Verify(VerifyArgs),
     /// Repair a damaged store: keep every intact record, set damaged files aside.
     Repair {
@@ -74,7 +80,9 @@ pub enum Command {
         paths: Vec<String>,
     },
     /// Checkpoint the workspace.
-    #[command(after_help = "Example:\n  cairn checkpoint --label 'Before turn 3' --session thread-1")]
+    #[command(
+        after_help = "Example:\n  cairn checkpoint --label 'Before turn 3' --session thread-1"
+    )]
     Checkpoint(CheckpointArgs),
     /// List checkpoints.
     #[command(after_help = "Example:\n  cairn checkpoints --session thread-1 --json")]
@@ -87,7 +95,9 @@ pub enum Command {
         json: bool,
     },
     /// Roll the workspace back (or forward) to a checkpoint.
-    #[command(after_help = "Example:\n  cairn rollback c12 --dry-run\n  cairn rollback c12 --path src/ --path Cargo.toml")]
+    #[command(
+        after_help = "Example:\n  cairn rollback c12 --dry-run\n  cairn rollback c12 --path src/ --path Cargo.toml"
+    )]
     Rollback(RollbackArgs),
     /// Apply retention (evict old checkpoints) and collect unreferenced blobs.
     #[command(after_help = "Example:\n  cairn gc --keep-per-session 50 --max-bytes 100000000")]
@@ -148,7 +158,9 @@ pub enum Command {
         json: bool,
     },
     /// Export the log as JSONL: cairn's canonical schema or a reference shape.
-    #[command(after_help = "Example:\n  cairn export --format comma --session thread-1 --output audit.jsonl\n  cairn export --follow | jq .")]
+    #[command(
+        after_help = "Example:\n  cairn export --format comma --session thread-1 --output audit.jsonl\n  cairn export --follow | jq ."
+    )]
     Export(ExportArgs),
     /// Import JSONL written by other tools (cortexide or comma shapes).
     #[command(after_help = "Example:\n  cairn import --format comma .comma/audit/default.jsonl")]
@@ -164,7 +176,9 @@ pub enum Command {
         json: bool,
     },
     /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
-    #[command(after_help = "Example:\n  cairn demo\n  cairn demo ./my-project   # works on a copy; your files are never touched")]
+    #[command(
+        after_help = "Example:\n  cairn demo\n  cairn demo ./my-project   # works on a copy; your files are never touched"
+    )]
     Demo(DemoArgs),
     /// Print shell completions.
     Completions {

@@ -11,7 +11,9 @@ use super::Settings;
 
 /// Parses a blob hash given on the command line, with an error that says what is wrong.
 pub fn parse_hash(s: &str) -> Result<BlobHash> {
-    BlobHash::from_hex(s.trim()).map_err(|e| anyhow::anyhow!("{e} (blob hashes are 64 hex digits, as printed by `cairn blob put`)"))
+    BlobHash::from_hex(s.trim()).map_err(|e| {
+        anyhow::anyhow!("{e} (blob hashes are 64 hex digits, as printed by `cairn blob put`)")
+    })
 }
 
 /// Runs `cairn blob ...`.
@@ -21,7 +23,10 @@ pub fn run(settings: &Settings, cmd: BlobCommand) -> Result<ExitCode> {
             let store = settings.open_write()?;
             let mut out = Vec::new();
             for f in &files {
-                let (hash, len) = store.blobs().put_file(f).with_context(|| format!("store {}", f.display()))?;
+                let (hash, len) = store
+                    .blobs()
+                    .put_file(f)
+                    .with_context(|| format!("store {}", f.display()))?;
                 out.push((hash, len, f));
             }
             store.blobs().sync().context("make blobs durable")?;

@@ -12,7 +12,8 @@ use super::Settings;
 
 /// Parses a checkpoint id, with a hint on how to list them.
 pub fn parse_id(s: &str) -> Result<CheckpointId> {
-    s.parse::<CheckpointId>().map_err(|e| anyhow::anyhow!("{e}; list checkpoints with `cairn checkpoints`"))
+    s.parse::<CheckpointId>()
+        .map_err(|e| anyhow::anyhow!("{e}; list checkpoints with `cairn checkpoints`"))
 }
 
 fn info_json(c: &CheckpointInfo) -> serde_json::Value {
@@ -40,7 +41,10 @@ pub fn track(settings: &Settings, paths: &[String]) -> Result<ExitCode> {
     let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
     store.track(&refs)?;
     if !settings.quiet {
-        eprintln!("tracking {} path(s); the next checkpoint captures them", paths.len());
+        eprintln!(
+            "tracking {} path(s); the next checkpoint captures them",
+            paths.len()
+        );
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
@@ -50,12 +54,18 @@ pub fn track(settings: &Settings, paths: &[String]) -> Result<ExitCode> {
 pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
     let store = settings.open_write()?;
     let info = store.checkpoint(CheckpointRequest {
-        session: a.session.unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
+        session: a
+            .session
+            .unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
         run: a.run,
         phase: a.phase,
         label: a.label,
         state: None,
-        scan: if a.tracked_only { ScanMode::TrackedOnly } else { ScanMode::Full },
+        scan: if a.tracked_only {
+            ScanMode::TrackedOnly
+        } else {
+            ScanMode::Full
+        },
     })?;
     if a.json {
         println!("{}", info_json(&info));
@@ -69,10 +79,18 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
             info.counts.files,
             info.counts.changed,
             skipped,
-            info.label.as_deref().map(|l| format!("  \"{l}\"")).unwrap_or_default()
+            info.label
+                .as_deref()
+                .map(|l| format!("  \"{l}\""))
+                .unwrap_or_default()
         );
         if skipped > 0 {
-            let reasons: Vec<String> = info.counts.skipped.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let reasons: Vec<String> = info
+                .counts
+                .skipped
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
             println!("  skipped: {}", reasons.join(", "));
         }
     }
@@ -95,10 +113,18 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
         let now = Timestamp::now();
         let mut t = Table::new(&["ID", "WHEN", "SESSION", "FILES", "CHANGED", "LABEL"]);
         for c in &all {
-            let id = if c.discarded { st.dim(&format!("{} (discarded)", c.id)) } else { st.bold(&c.id.to_string()) };
+            let id = if c.discarded {
+                st.dim(&format!("{} (discarded)", c.id))
+            } else {
+                st.bold(&c.id.to_string())
+            };
             t.row(vec![
                 id,
-                format!("{} {}", c.ts.to_iso(), st.dim(&format!("({})", relative(c.ts, now)))),
+                format!(
+                    "{} {}",
+                    c.ts.to_iso(),
+                    st.dim(&format!("({})", relative(c.ts, now)))
+                ),
                 c.session.clone(),
                 c.counts.files.to_string(),
                 c.counts.changed.to_string(),
@@ -120,7 +146,9 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             target,
             paths: a.paths.clone(),
             dry_run: a.dry_run,
-            session: a.session.unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
+            session: a
+                .session
+                .unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
         })
         .with_context(|| format!("roll back to {target}"))?;
     if a.json {
@@ -138,17 +166,30 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
         let st = Style::stdout();
         let verb = if a.dry_run { "would" } else { "did" };
         for p in &report.written {
-            println!("  {} {p}", st.green(if a.dry_run { "write " } else { "wrote " }));
+            println!(
+                "  {} {p}",
+                st.green(if a.dry_run { "write " } else { "wrote " })
+            );
         }
         for p in &report.deleted {
-            println!("  {} {p}", st.red(if a.dry_run { "delete" } else { "deleted" }));
+            println!(
+                "  {} {p}",
+                st.red(if a.dry_run { "delete" } else { "deleted" })
+            );
         }
         for p in &report.created_dirs {
-            println!("  {} {p}/", st.cyan(if a.dry_run { "mkdir " } else { "created" }));
+            println!(
+                "  {} {p}/",
+                st.cyan(if a.dry_run { "mkdir " } else { "created" })
+            );
         }
         println!(
             "{} {verb} write {}, delete {}, create {} dir(s)",
-            if a.dry_run { "dry run:" } else { "rolled back:" },
+            if a.dry_run {
+                "dry run:"
+            } else {
+                "rolled back:"
+            },
             report.written.len(),
             report.deleted.len(),
             report.created_dirs.len()
@@ -164,7 +205,10 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
 /// `cairn gc`.
 pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
     let store = settings.open_write()?;
-    let policy = RetentionPolicy { keep_per_session: a.keep_per_session, max_bytes: a.max_bytes };
+    let policy = RetentionPolicy {
+        keep_per_session: a.keep_per_session,
+        max_bytes: a.max_bytes,
+    };
     let report = store.gc(&policy)?;
     let discarded: Vec<String> = report.discarded.iter().map(|c| c.to_string()).collect();
     if a.json {
@@ -182,7 +226,11 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
         } else if discarded.is_empty() {
             println!("no checkpoint evicted");
         } else {
-            println!("evicted {} checkpoint(s): {}", discarded.len(), discarded.join(" "));
+            println!(
+                "evicted {} checkpoint(s): {}",
+                discarded.len(),
+                discarded.join(" ")
+            );
         }
         println!(
             "{} checkpoint(s) retained; {} live blobs; removed {} unreferenced blobs, freed {}",

@@ -41,11 +41,17 @@ pub fn find(store_flag: Option<&Path>, workspace_flag: Option<&Path>) -> Result<
         }
     };
     if !store.join("log").is_dir() {
-        bail!("{} is not a cairn store (no log/ inside): run `cairn init` to create one", store.display());
+        bail!(
+            "{} is not a cairn store (no log/ inside): run `cairn init` to create one",
+            store.display()
+        );
     }
     let workspace = match workspace_flag {
         Some(w) => absolute(&cwd, w),
-        None => store.parent().map(Path::to_path_buf).unwrap_or_else(|| cwd.clone()),
+        None => store
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| cwd.clone()),
     };
     Ok(Found { store, workspace })
 }
@@ -66,7 +72,10 @@ mod tests {
     fn explicit_store_that_is_not_a_store_is_a_clear_error() {
         let tmp = tempfile::tempdir().unwrap();
         let e = find(Some(tmp.path()), None).unwrap_err().to_string();
-        assert!(e.contains("is not a cairn store") && e.contains("cairn init"), "{e}");
+        assert!(
+            e.contains("is not a cairn store") && e.contains("cairn init"),
+            "{e}"
+        );
     }
 
     #[test]

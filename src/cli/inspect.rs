@@ -18,11 +18,16 @@ use super::{Settings, EXIT_CORRUPT};
 /// Turns the filter flags into a validated [`Filter`].
 pub fn filter_from(a: &FilterArgs) -> Result<Filter> {
     let time = |flag: &str, v: &Option<String>| -> Result<Option<Timestamp>> {
-        v.as_deref().map(|s| Timestamp::parse(s).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))).transpose()
+        v.as_deref()
+            .map(|s| Timestamp::parse(s).map_err(|e| anyhow::anyhow!("--{flag}: {e}")))
+            .transpose()
     };
     let kind = match &a.kind {
         None => None,
-        Some(k) => Some(k.parse::<EventKind>().map_err(|e| anyhow::anyhow!("--kind: {e}"))?),
+        Some(k) => Some(
+            k.parse::<EventKind>()
+                .map_err(|e| anyhow::anyhow!("--kind: {e}"))?,
+        ),
     };
     Ok(Filter {
         session: a.session.clone(),
@@ -163,7 +168,11 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
             bytes(report.log.bytes),
             report.blobs.blobs
         );
-        println!("head: LSN {} hash {}", report.log.head.last_lsn, report.log.head.chain.to_hex());
+        println!(
+            "head: LSN {} hash {}",
+            report.log.head.last_lsn,
+            report.log.head.chain.to_hex()
+        );
         for p in &report.log.problems {
             println!("{} {p}", st.red("CORRUPT"));
         }
@@ -180,10 +189,21 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
                 ),
             }
         }
-        println!("{}", if ok { st.green("ok: no damage found") } else { st.red("damage found: see above; `cairn repair` keeps every intact record") });
+        println!(
+            "{}",
+            if ok {
+                st.green("ok: no damage found")
+            } else {
+                st.red("damage found: see above; `cairn repair` keeps every intact record")
+            }
+        );
     }
     store.close()?;
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_CORRUPT) })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_CORRUPT)
+    })
 }
 
 /// `cairn repair`.
@@ -224,14 +244,46 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
         let mut t = Table::new(&["", ""]);
         t.row(vec!["store".into(), store.root().display().to_string()]);
         t.row(vec!["records".into(), s.log.records.to_string()]);
-        t.row(vec!["segments".into(), format!("{} ({} sealed)", s.log.segments, s.log.sealed_segments)]);
+        t.row(vec![
+            "segments".into(),
+            format!("{} ({} sealed)", s.log.segments, s.log.sealed_segments),
+        ]);
         t.row(vec!["log bytes".into(), bytes(s.log.bytes)]);
         t.row(vec!["durability".into(), s.log.durability.to_string()]);
-        t.row(vec!["head".into(), format!("LSN {} hash {}", s.head.last_lsn, s.head.chain.to_hex())]);
-        t.row(vec!["blobs".into(), format!("{} ({} chunks, {} packs)", s.blobs.blobs, s.blobs.chunks, s.blobs.packs)]);
-        t.row(vec!["blob bytes".into(), format!("{} raw, {} stored", bytes(s.blobs.raw_bytes), bytes(s.blobs.stored_bytes))]);
-        t.row(vec!["ratios".into(), format!("dedup {:.2}x, compression {:.2}x", s.blobs.dedup_ratio, s.blobs.compression_ratio)]);
-        print!("{}", t.render().lines().skip(1).map(|l| format!("{l}\n")).collect::<String>());
+        t.row(vec![
+            "head".into(),
+            format!("LSN {} hash {}", s.head.last_lsn, s.head.chain.to_hex()),
+        ]);
+        t.row(vec![
+            "blobs".into(),
+            format!(
+                "{} ({} chunks, {} packs)",
+                s.blobs.blobs, s.blobs.chunks, s.blobs.packs
+            ),
+        ]);
+        t.row(vec![
+            "blob bytes".into(),
+            format!(
+                "{} raw, {} stored",
+                bytes(s.blobs.raw_bytes),
+                bytes(s.blobs.stored_bytes)
+            ),
+        ]);
+        t.row(vec![
+            "ratios".into(),
+            format!(
+                "dedup {:.2}x, compression {:.2}x",
+                s.blobs.dedup_ratio, s.blobs.compression_ratio
+            ),
+        ]);
+        print!(
+            "{}",
+            t.render()
+                .lines()
+                .skip(1)
+                .map(|l| format!("{l}\n"))
+                .collect::<String>()
+        );
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
@@ -265,14 +317,25 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
             });
             writeln!(out, "{v}")?;
         } else {
-            writeln!(out, "{:o}  {}  {path}", entry.mode, &entry.blob.to_hex()[..12])?;
+            writeln!(
+                out,
+                "{:o}  {}  {path}",
+                entry.mode,
+                &entry.blob.to_hex()[..12]
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `cairn diff A B [-- PATH...]`.
-pub fn diff(settings: &Settings, a: &str, b: &str, paths: &[String], json: bool) -> Result<ExitCode> {
+pub fn diff(
+    settings: &Settings,
+    a: &str,
+    b: &str,
+    paths: &[String],
+    json: bool,
+) -> Result<ExitCode> {
     let (pa, pb) = (parse_point(a)?, parse_point(b)?);
     let store = settings.open_read()?;
     let diffs = store.query(|q| q.diff(pa, pb, paths))?;
@@ -328,7 +391,9 @@ pub fn history(settings: &Settings, path: &str, json: bool) -> Result<ExitCode> 
 pub fn blame(settings: &Settings, point: &str, path: &str, json: bool) -> Result<ExitCode> {
     let p = parse_point(point)?;
     let store = settings.open_read()?;
-    let lines = store.query(|q| q.blame(p, path)).with_context(|| format!("blame {path} at {point}"))?;
+    let lines = store
+        .query(|q| q.blame(p, path))
+        .with_context(|| format!("blame {path} at {point}"))?;
     let st = Style::stdout();
     let mut out = std::io::stdout().lock();
     for l in &lines {
@@ -338,7 +403,12 @@ pub fn blame(settings: &Settings, point: &str, path: &str, json: bool) -> Result
             });
             writeln!(out, "{v}")?;
         } else {
-            let who = format!("@{:<6} {:<12} {:<14}", l.lsn, one_line(&l.session, 12), one_line(l.model.as_deref().unwrap_or("-"), 14));
+            let who = format!(
+                "@{:<6} {:<12} {:<14}",
+                l.lsn,
+                one_line(&l.session, 12),
+                one_line(l.model.as_deref().unwrap_or("-"), 14)
+            );
             writeln!(out, "{} {:>5} {}", st.dim(&who), l.line_no, l.text)?;
         }
     }
@@ -364,7 +434,11 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
     } else {
         let mut t = Table::new(&["NODE", "KIND", "SESSION", "FROM", "CHILDREN", "LABEL"]);
         for n in &nodes {
-            let node = if n.kind == EventKind::CheckpointCreate { format!("c{}", n.lsn) } else { format!("@{}", n.lsn) };
+            let node = if n.kind == EventKind::CheckpointCreate {
+                format!("c{}", n.lsn)
+            } else {
+                format!("@{}", n.lsn)
+            };
             t.row(vec![
                 node,
                 n.kind.name().into(),

@@ -15,13 +15,15 @@ use super::inspect::filter_from;
 use super::Settings;
 
 fn parse_format(s: &str) -> Result<Format> {
-    s.parse::<Format>().map_err(|e| anyhow::anyhow!("--format {s}: {e}"))
+    s.parse::<Format>()
+        .map_err(|e| anyhow::anyhow!("--format {s}: {e}"))
 }
 
 /// Exports the whole log as canonical JSONL to `path` (atomically: temp file, then rename).
 pub fn export_to_file(store: &Store, path: &Path) -> Result<u64> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("create a file in {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("create a file in {}", dir.display()))?;
     let stats = {
         let mut w = BufWriter::new(tmp.as_file_mut());
         let stats = store.export(&Filter::all(), Format::Jsonl, &mut w)?;
@@ -29,7 +31,8 @@ pub fn export_to_file(store: &Store, path: &Path) -> Result<u64> {
         stats
     };
     tmp.as_file().sync_data()?;
-    tmp.persist(path).with_context(|| format!("write {}", path.display()))?;
+    tmp.persist(path)
+        .with_context(|| format!("write {}", path.display()))?;
     Ok(stats.written)
 }
 
@@ -39,7 +42,9 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
     let filter = filter_from(&a.filter)?;
     let store = settings.open_read()?;
     let mut sink: Box<dyn Write> = match &a.output {
-        Some(p) => Box::new(BufWriter::new(File::create(p).with_context(|| format!("create {}", p.display()))?)),
+        Some(p) => Box::new(BufWriter::new(
+            File::create(p).with_context(|| format!("create {}", p.display()))?,
+        )),
         None => Box::new(std::io::stdout().lock()),
     };
     let stats = if a.follow {
@@ -55,7 +60,11 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
     }
     let skipped: u64 = stats.skipped.values().sum();
     if skipped > 0 && !settings.quiet {
-        let kinds: Vec<String> = stats.skipped.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        let kinds: Vec<String> = stats
+            .skipped
+            .iter()
+            .map(|(k, n)| format!("{k}: {n}"))
+            .collect();
         eprintln!(
             "{skipped} records have no {} projection and were left out ({}); the canonical `jsonl` format has every record",
             format.name(),
@@ -67,7 +76,12 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
 }
 
 /// `cairn import`.
-pub fn import(settings: &Settings, format: &str, files: &[PathBuf], json: bool) -> Result<ExitCode> {
+pub fn import(
+    settings: &Settings,
+    format: &str,
+    files: &[PathBuf],
+    json: bool,
+) -> Result<ExitCode> {
     let format = parse_format(format)?;
     let store = settings.open_write()?;
     let mut total = 0u64;

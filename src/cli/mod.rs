@@ -33,14 +33,18 @@ pub const EXIT_REJECTED: u8 = 4;
 pub fn exit_code_for(e: &anyhow::Error) -> ExitCode {
     let corrupt = e.chain().any(|c| {
         c.downcast_ref::<Error>().is_some_and(Error::is_corruption)
-            || c.downcast_ref::<EngineError>().is_some_and(EngineError::is_corruption)
+            || c.downcast_ref::<EngineError>()
+                .is_some_and(EngineError::is_corruption)
     });
     ExitCode::from(if corrupt { EXIT_CORRUPT } else { EXIT_ERROR })
 }
 
 /// True when the error is a closed pipe (`cairn log | head`): not a failure.
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// The error and its causes on one line, leaving out a cause whose text the
@@ -76,14 +80,23 @@ impl Settings {
         let durability = match &cli.durability {
             None => None,
             Some(s) => Some(s.parse::<Durability>().map_err(|e| {
-                anyhow::anyhow!("--durability {s}: {e} (use always, interval, interval:MS or never)")
+                anyhow::anyhow!(
+                    "--durability {s}: {e} (use always, interval, interval:MS or never)"
+                )
             })?),
         };
-        Ok(Settings { store: cli.store.clone(), workspace: cli.workspace.clone(), durability, quiet: cli.quiet })
+        Ok(Settings {
+            store: cli.store.clone(),
+            workspace: cli.workspace.clone(),
+            durability,
+            quiet: cli.quiet,
+        })
     }
 
     fn builder(&self, found: &discover::Found) -> cairn::StoreBuilder {
-        let mut b = Store::builder().store_dir(&found.store).workspace(&found.workspace);
+        let mut b = Store::builder()
+            .store_dir(&found.store)
+            .workspace(&found.workspace);
         if let Some(d) = self.durability {
             b = b.durability(d);
         }
@@ -102,7 +115,8 @@ impl Settings {
         if let Some(d) = durability {
             b = b.durability(d);
         }
-        b.open().with_context(|| format!("open store {}", found.store.display()))
+        b.open()
+            .with_context(|| format!("open store {}", found.store.display()))
     }
 
     /// Opens the store to read: for writing if free (so recovery runs),
@@ -134,7 +148,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Blob(b) => blob::run(&settings, b),
         Command::Track { paths } => checkpoint::track(&settings, &paths),
         Command::Checkpoint(a) => checkpoint::create(&settings, a),
-        Command::Checkpoints { session, json } => checkpoint::list(&settings, session.as_deref(), json),
+        Command::Checkpoints { session, json } => {
+            checkpoint::list(&settings, session.as_deref(), json)
+        }
         Command::Rollback(a) => checkpoint::rollback(&settings, a),
         Command::Gc(a) => checkpoint::gc(&settings, a),
         Command::Show { spec } => inspect::show(&settings, &spec),
@@ -144,7 +160,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Blame { point, path, json } => inspect::blame(&settings, &point, &path, json),
         Command::Branches { id, json } => inspect::branches(&settings, id.as_deref(), json),
         Command::Export(a) => interop::export(&settings, a),
-        Command::Import { format, files, json } => interop::import(&settings, &format, &files, json),
+        Command::Import {
+            format,
+            files,
+            json,
+        } => interop::import(&settings, &format, &files, json),
         Command::Demo(a) => demo::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
     }
@@ -157,10 +177,17 @@ fn init(settings: &Settings, dir: Option<&Path>) -> Result<ExitCode> {
         Some(d) => cwd.join(d),
         None => cwd,
     };
-    std::fs::create_dir_all(&workspace).with_context(|| format!("create {}", workspace.display()))?;
-    let store_dir = settings.store.clone().unwrap_or_else(|| workspace.join(cairn::engine::store_dir::STORE_DIR_NAME));
+    std::fs::create_dir_all(&workspace)
+        .with_context(|| format!("create {}", workspace.display()))?;
+    let store_dir = settings
+        .store
+        .clone()
+        .unwrap_or_else(|| workspace.join(cairn::engine::store_dir::STORE_DIR_NAME));
     let existed = store_dir.join("log").is_dir();
-    let store = Store::builder().store_dir(&store_dir).workspace(&workspace).open()?;
+    let store = Store::builder()
+        .store_dir(&store_dir)
+        .workspace(&workspace)
+        .open()?;
     store.close()?;
     if existed {
         println!("cairn store already exists at {}", store_dir.display());
@@ -173,9 +200,9 @@ fn init(settings: &Settings, dir: Option<&Path>) -> Result<ExitCode> {
 
 fn completions(shell: &str) -> Result<ExitCode> {
     use clap::CommandFactory;
-    let sh: clap_complete::Shell = shell
-        .parse()
-        .map_err(|_| anyhow::anyhow!("unknown shell `{shell}`: use bash, zsh, fish, elvish or powershell"))?;
+    let sh: clap_complete::Shell = shell.parse().map_err(|_| {
+        anyhow::anyhow!("unknown shell `{shell}`: use bash, zsh, fish, elvish or powershell")
+    })?;
     clap_complete::generate(sh, &mut Cli::command(), "cairn", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
 }

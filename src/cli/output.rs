@@ -19,11 +19,16 @@ pub struct Style {
 impl Style {
     /// Styles for stdout.
     pub fn stdout() -> Style {
-        Style { on: color_enabled() }
+        Style {
+            on: color_enabled(),
+        }
     }
     /// Styles for stderr.
     pub fn stderr() -> Style {
-        Style { on: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal() }
+        Style {
+            on: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && std::io::stderr().is_terminal(),
+        }
     }
     fn wrap(&self, code: &str, s: &str) -> String {
         if self.on {
@@ -83,7 +88,9 @@ impl Table {
     /// A table with a header row.
     pub fn new(header: &[&str]) -> Table {
         let style = Style::stdout();
-        Table { rows: vec![header.iter().map(|h| style.bold(h)).collect()] }
+        Table {
+            rows: vec![header.iter().map(|h| style.bold(h)).collect()],
+        }
     }
     /// Adds a row.
     pub fn row(&mut self, cells: Vec<String>) {
@@ -133,7 +140,10 @@ pub fn relative(ts: Timestamp, now: Timestamp) -> String {
 
 /// Cuts `s` to at most `max` characters on one line, marking the cut with `…`.
 pub fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let flat: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     if flat.chars().count() <= max {
         flat
     } else {
@@ -165,7 +175,9 @@ mod tests {
 
     #[test]
     fn table_aligns_visible_text() {
-        let mut t = Table { rows: vec![vec!["a".into(), "b".into()]] };
+        let mut t = Table {
+            rows: vec![vec!["a".into(), "b".into()]],
+        };
         t.row(vec!["\x1b[31mlong\x1b[0m".into(), "x".into()]);
         let r = t.render();
         assert_eq!(r, "a     b\n\x1b[31mlong\x1b[0m  x\n");

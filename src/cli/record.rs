@@ -22,7 +22,11 @@ use super::{Settings, EXIT_REJECTED};
 /// Reads one line of at most `max` bytes (without the newline). Returns
 /// `Ok(None)` at end of input, `Ok(Some(Err(len)))` for an over-long line
 /// (which is consumed up to its newline).
-fn read_bounded_line<R: BufRead>(r: &mut R, max: usize, buf: &mut Vec<u8>) -> std::io::Result<Option<Result<(), usize>>> {
+fn read_bounded_line<R: BufRead>(
+    r: &mut R,
+    max: usize,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<Result<(), usize>>> {
     buf.clear();
     let n = r.by_ref().take(max as u64 + 1).read_until(b'\n', buf)?;
     if n == 0 {
@@ -67,9 +71,16 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
     // this loop syncs once per burst before acknowledging.
     let policy = settings.durability.unwrap_or(Durability::Always);
     let burst_sync = matches!(policy, Durability::Always);
-    let store = settings.open_write_with(Some(if burst_sync { Durability::Never } else { policy }))?;
+    let store = settings.open_write_with(Some(if burst_sync {
+        Durability::Never
+    } else {
+        policy
+    }))?;
     let (input, name): (Box<dyn Read>, String) = match &args.file {
-        Some(p) => (Box::new(File::open(p).with_context(|| format!("open {}", p.display()))?), p.display().to_string()),
+        Some(p) => (
+            Box::new(File::open(p).with_context(|| format!("open {}", p.display()))?),
+            p.display().to_string(),
+        ),
         None => (Box::new(std::io::stdin()), "stdin".to_string()),
     };
     let mut reader = BufReader::with_capacity(1 << 16, input);
@@ -79,11 +90,14 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
     let mut line_no = 0u64;
     let mut buf = Vec::new();
     loop {
-        let got = read_bounded_line(&mut reader, MAX_JSON_LINE_BYTES, &mut buf).with_context(|| format!("read {name}"))?;
+        let got = read_bounded_line(&mut reader, MAX_JSON_LINE_BYTES, &mut buf)
+            .with_context(|| format!("read {name}"))?;
         let Some(got) = got else { break };
         line_no += 1;
         let outcome = match got {
-            Err(len) => Err(format!("line is {len} bytes, over the limit of {MAX_JSON_LINE_BYTES}")),
+            Err(len) => Err(format!(
+                "line is {len} bytes, over the limit of {MAX_JSON_LINE_BYTES}"
+            )),
             Ok(()) => match std::str::from_utf8(&buf) {
                 Err(e) => Err(format!("not UTF-8: {e}")),
                 Ok(text) if text.trim().is_empty() => continue,
@@ -138,12 +152,18 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
         writeln!(stdout, "{v}")?;
     } else if !settings.quiet {
         match (first, last) {
-            (Some(f), Some(l)) => eprintln!("recorded {count} records (LSN {f}..={l}), rejected {rejected}"),
+            (Some(f), Some(l)) => {
+                eprintln!("recorded {count} records (LSN {f}..={l}), rejected {rejected}")
+            }
             _ => eprintln!("recorded 0 records, rejected {rejected}"),
         }
     }
     store.close()?;
-    Ok(if rejected > 0 { ExitCode::from(EXIT_REJECTED) } else { ExitCode::SUCCESS })
+    Ok(if rejected > 0 {
+        ExitCode::from(EXIT_REJECTED)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 #[cfg(test)]
@@ -159,6 +179,14 @@ mod tests {
         while let Some(l) = read_bounded_line(&mut r, 8, &mut buf).unwrap() {
             out.push(l.map(|()| String::from_utf8(buf.clone()).unwrap()));
         }
-        assert_eq!(out, vec![Ok("short".into()), Err(21), Ok("ok".into()), Ok("last".into())]);
+        assert_eq!(
+            out,
+            vec![
+                Ok("short".into()),
+                Err(21),
+                Ok("ok".into()),
+                Ok("last".into())
+            ]
+        );
     }
 }

@@ -1,0 +1,138 @@
+//! The library as an embedder meets it: the `Store` handle, sessions, the
+//! in-memory store and the commit protocol.
+#![allow(clippy::unwrap_used)]
+
+use cairn::query::export::Format;
+use cairn::query::Filter;
+use cairn::{BlobHash, Error, EventKind, Store};
+
+#[test]
+fn in_memory_store_records_queries_and_exports() {
+    let store = Store::in_memory().unwrap();
+    let s = store.session("thread-1").with_agent("a").with_model("m");
+    s.prompt("hello").unwrap();
+    let mut e = s.event(EventKind::FileWrite);
+    e.path = Some("x.txt".into());
+    e.after = Some(store.put_blob(b"contents\n").unwrap());
+    s.record(&e).unwrap();
+    assert_eq!(store.head().last_lsn.0, 2);
+    let listed = store
+        .query(|q| {
+            q.list(&Filter {
+                kind: Some(EventKind::FileWrite),
+                ..Filter::all()
+            })
+        })
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].event.model.as_deref(), Some("m"));
+    let bytes = store
+        .query(|q| q.file_at("head".parse().unwrap(), "x.txt"))
+        .unwrap();
+    assert_eq!(bytes, b"contents\n");
+    let mut out = Vec::new();
+    store
+        .export(&Filter::all(), Format::Jsonl, &mut out)
+        .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(text.lines().count(), 2);
+    assert!(text.contains("\"kind\":\"file.write\""));
+    // No workspace: checkpoints are a clear error, not a panic.
+    let err = s.checkpoint("x").unwrap_err();
+    assert!(matches!(err, Error::NoWorkspace), "{err}");
+}
+
+#[test]
+fn in_memory_store_can_checkpoint_a_real_workspace_without_writing_into_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("a.txt"), "one\n").unwrap();
+    let store = Store::builder()
+        .in_memory()
+        .workspace(tmp.path())
+        .open()
+        .unwrap();
+    let s = store.session("t");
+    let c = s.checkpoint("start").unwrap();
+    std::fs::write(tmp.path().join("a.txt"), "two\n").unwrap();
+    s.rollback(c.id).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("a.txt")).unwrap(),
+        "one\n"
+    );
+    assert!(
+        !tmp.path().join(".cairn").exists(),
+        "an in-memory store writes no .cairn"
+    );
+}
+
+#[test]
+fn a_record_naming_a_missing_blob_is_refused() {
+    let store = Store::in_memory().unwrap();
+    let mut e = store.session("s").event(EventKind::FileWrite);
+    e.after = Some(BlobHash::of(b"never stored"));
+    let err = store.append(&e).unwrap_err().to_string();
+    assert!(
+        err.contains("not in the store") && err.contains("put_blob"),
+        "{err}"
+    );
+    assert_eq!(store.head().last_lsn.0, 0, "nothing was appended");
+}
+
+#[test]
+fn session_writes_are_tracked_recorded_and_confined_to_the_workspace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let s = store.session("t");
+    s.write_file("src/new.rs", b"fn f() {}\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("src/new.rs")).unwrap(),
+        "fn f() {}\n"
+    );
+    let recs = store.query(|q| q.history("src/new.rs")).unwrap();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].event.kind, EventKind::FileCreate);
+    assert_eq!(
+        store.blob(&recs[0].event.after.unwrap()).unwrap(),
+        b"fn f() {}\n"
+    );
+    s.write_file("src/new.rs", b"fn f() {}\nfn g() {}\n")
+        .unwrap();
+    let last = store
+        .query(|q| q.history("src/new.rs"))
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(last.event.kind, EventKind::FileWrite);
+    assert_eq!(last.event.diff_stats.unwrap().lines_added, 1);
+    for bad in ["../outside.txt", "/etc/passwd", "a/../../b", ""] {
+        let err = s.write_file(bad, b"x").unwrap_err().to_string();
+        assert!(err.contains("workspace-relative"), "{bad}: {err}");
+    }
+    assert!(!tmp.path().parent().unwrap().join("outside.txt").exists());
+}
+
+#[test]
+fn reopening_keeps_everything_and_continues_the_sequence() {
+    let tmp = tempfile::tempdir().unwrap();
+    let head = {
+        let store = Store::open(tmp.path()).unwrap();
+        store.session("s").prompt("one").unwrap();
+        store.session("s").reply("two").unwrap();
+        let h = store.head();
+        store.close().unwrap();
+        h
+    };
+    let store = Store::open(tmp.path()).unwrap();
+    assert_eq!(store.head(), head);
+    let lsn = store.session("s").prompt("three").unwrap();
+    assert_eq!(lsn.0, 3);
+    assert!(store.verify(Some(head.chain)).unwrap().is_ok());
+}
+
+#[test]
+fn an_unwritable_workspace_names_the_in_memory_option() {
+    let err = Store::open("/proc/cairn-cannot-live-here")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("/proc/cairn-cannot-live-here"), "{err}");
+}
