@@ -53,6 +53,7 @@ pub fn track(settings: &Settings, paths: &[String]) -> Result<ExitCode> {
 /// `cairn checkpoint`.
 pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
     let store = settings.open_write()?;
+    let spin = super::progress::Spinner::start(settings.quiet, "checkpointing the workspace");
     let info = store.checkpoint(CheckpointRequest {
         session: a
             .session
@@ -67,6 +68,7 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
             ScanMode::Full
         },
     })?;
+    drop(spin);
     if a.json {
         println!("{}", info_json(&info));
     } else {
@@ -141,6 +143,7 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
 pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     let target = parse_id(&a.id)?;
     let store = settings.open_write()?;
+    let spin = super::progress::Spinner::start(settings.quiet, "rolling back");
     let report = store
         .rollback(RollbackRequest {
             target,
@@ -151,6 +154,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
                 .unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
         })
         .with_context(|| format!("roll back to {target}"))?;
+    drop(spin);
     if a.json {
         let v = serde_json::json!({
             "target": report.target.to_string(),
@@ -209,7 +213,9 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
         keep_per_session: a.keep_per_session,
         max_bytes: a.max_bytes,
     };
+    let spin = super::progress::Spinner::start(settings.quiet, "collecting garbage");
     let report = store.gc(&policy)?;
+    drop(spin);
     let discarded: Vec<String> = report.discarded.iter().map(|c| c.to_string()).collect();
     if a.json {
         let v = serde_json::json!({

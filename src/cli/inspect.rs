@@ -141,7 +141,9 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
         Some(h) => Some(ChainHash::from_hex(h.trim()).map_err(|e| anyhow::anyhow!("--head: {e}"))?),
     };
     let store = settings.open_read()?;
+    let spin = super::progress::Spinner::start(settings.quiet, "verifying every record and blob");
     let report = store.verify(pinned)?;
+    drop(spin);
     let ok = report.is_ok();
     if a.json {
         let v = serde_json::json!({
@@ -209,7 +211,9 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
 /// `cairn repair`.
 pub fn repair(settings: &Settings, json: bool) -> Result<ExitCode> {
     let found = super::discover::find(settings.store.as_deref(), settings.workspace.as_deref())?;
+    let spin = super::progress::Spinner::start(settings.quiet, "repairing");
     let report = cairn::Store::repair(&found.store)?;
+    drop(spin);
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

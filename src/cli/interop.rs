@@ -47,12 +47,20 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
         )),
         None => Box::new(std::io::stdout().lock()),
     };
+    let spin = match (&a.output, a.follow) {
+        (Some(p), false) => super::progress::Spinner::start(
+            settings.quiet,
+            &format!("exporting to {}", p.display()),
+        ),
+        _ => super::progress::Spinner::start(true, ""),
+    };
     let stats = if a.follow {
         store.follow(&filter, format, Lsn::FIRST, &mut sink, &|| false)?
     } else {
         store.export(&filter, format, &mut sink)?
     };
     sink.flush()?;
+    drop(spin);
     if let Some(p) = &a.output {
         if !settings.quiet {
             eprintln!("exported {} records to {}", stats.written, p.display());
@@ -89,7 +97,10 @@ pub fn import(
     for f in files {
         let file = File::open(f).with_context(|| format!("open {}", f.display()))?;
         let mut reader = BufReader::new(file);
+        let spin =
+            super::progress::Spinner::start(settings.quiet, &format!("importing {}", f.display()));
         let got = store.import(format, &mut reader, &f.display().to_string())?;
+        drop(spin);
         if let Some((first, last)) = got {
             total += last.0 - first.0 + 1;
             range = Some((range.map_or(first, |r| r.0), last));

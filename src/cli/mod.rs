@@ -9,6 +9,7 @@ pub mod discover;
 pub mod inspect;
 pub mod interop;
 pub mod output;
+pub mod progress;
 pub mod record;
 
 use std::path::Path;
