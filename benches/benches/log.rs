@@ -108,8 +108,53 @@ fn threaded(iters: u64, f: impl Fn(u64) + Sync) -> Duration {
         .mul_f64(iters as f64 / (per * THREADS) as f64)
 }
 
+/// The median of `v` (sorted in place).
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// `always` 1 thread vs raw pwrite+fdatasync, interleaved round by round so
+/// that both see the same disk and the same background load; prints the
+/// medians and the ratio (criterion runs them minutes apart, and fsync
+/// latency on a shared machine drifts a lot in that time).
+fn paired_always_vs_raw(events: &[Event]) {
+    const ROUNDS: usize = 200;
+    let tmp = bench_dir();
+    let log = Log::open(vfs(), &tmp.path().join("log"), opts(Durability::Always)).expect("open");
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(tmp.path().join("raw.log"))
+        .expect("raw file");
+    let frames: Vec<Vec<u8>> = events.iter().map(frame_of).collect();
+    let (mut cairn, mut raw) = (Vec::new(), Vec::new());
+    let mut off = 0u64;
+    for i in 0..ROUNDS {
+        let t = Instant::now();
+        log.append(&events[i % EVENT_POOL]).expect("append");
+        cairn.push(t.elapsed());
+        let fr = &frames[i % EVENT_POOL];
+        let t = Instant::now();
+        f.write_all_at(fr, off).expect("write");
+        f.sync_data().expect("fdatasync");
+        raw.push(t.elapsed());
+        off += fr.len() as u64;
+    }
+    let (c, r) = (median(&mut cairn), median(&mut raw));
+    eprintln!(
+        "log bench: paired {ROUNDS} rounds: cairn always 1 thread median {c:?} ({:.0}/s), raw pwrite+fdatasync median {r:?} ({:.0}/s): cairn rate = {:.2}x raw",
+        1.0 / c.as_secs_f64(),
+        1.0 / r.as_secs_f64(),
+        r.as_secs_f64() / c.as_secs_f64()
+    );
+}
+
 fn append(c: &mut Criterion) {
     let events = pool();
+    paired_always_vs_raw(&events);
     let avg = events.iter().map(|e| frame_of(e).len()).sum::<usize>() / events.len();
     eprintln!("log bench: average frame size {avg} bytes");
     let mut g = c.benchmark_group("log_append_200B");
