@@ -127,3 +127,81 @@ pub fn scan_pack(file: &dyn VfsFile, from: u64, end: u64) -> io::Result<Scan> {
     }
     Ok(scan)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::path::Path;
+
+    use cairn_codec::BlobHash;
+
+    use super::*;
+    use crate::blob::pack::{encode_contents, PackHeader, PackId, PACK_HEADER_LEN};
+    use crate::vfs::{OpenMode, SimVfs, Vfs};
+
+    /// A pack holding `n` entries; returns the file, its bytes and the entry offsets.
+    fn pack(n: usize) -> (std::sync::Arc<dyn VfsFile>, Vec<u8>, Vec<u64>) {
+        let v = SimVfs::new();
+        v.create_dir_all(Path::new("/p")).unwrap();
+        let f = v
+            .open(Path::new("/p/pack-00000001.pack"), OpenMode::CreateNew)
+            .unwrap();
+        let mut bytes = PackHeader {
+            id: PackId(1),
+            nonce: 9,
+        }
+        .encode()
+        .to_vec();
+        let mut offsets = Vec::new();
+        for i in 0..n {
+            let raw = format!("entry number {i} ").repeat(i * 10 + 1).into_bytes();
+            offsets.push(bytes.len() as u64);
+            bytes.extend(encode_contents(
+                EntryKind::Blob,
+                3,
+                &BlobHash::of(&raw),
+                &raw,
+            ));
+        }
+        f.write_all_at(&bytes, 0).unwrap();
+        (f, bytes, offsets)
+    }
+
+    #[test]
+    fn scan_finds_every_entry() {
+        let (f, bytes, offsets) = pack(6);
+        let s = scan_pack(f.as_ref(), PACK_HEADER_LEN as u64, bytes.len() as u64).unwrap();
+        let found: Vec<u64> = s.entries.iter().map(|e| e.offset).collect();
+        assert_eq!(found, offsets);
+        assert!(s.damaged.is_empty() && s.torn_at.is_none());
+        // From the middle (a covered prefix).
+        let s = scan_pack(f.as_ref(), offsets[3], bytes.len() as u64).unwrap();
+        assert_eq!(s.entries.len(), 3);
+    }
+
+    #[test]
+    fn a_partial_last_entry_is_a_torn_tail_at_every_cut() {
+        let (f, bytes, offsets) = pack(3);
+        let last = offsets[2];
+        for cut in last + 1..bytes.len() as u64 {
+            let s = scan_pack(f.as_ref(), PACK_HEADER_LEN as u64, cut).unwrap();
+            assert_eq!(s.entries.len(), 2, "cut at {cut}");
+            assert_eq!(s.torn_at, Some(last), "cut at {cut}");
+            assert!(s.damaged.is_empty());
+        }
+    }
+
+    #[test]
+    fn damage_followed_by_good_entries_is_skipped_not_torn() {
+        let (f, bytes, offsets) = pack(5);
+        // Zero the whole second entry.
+        let len = (offsets[2] - offsets[1]) as usize;
+        f.write_all_at(&vec![0u8; len], offsets[1]).unwrap();
+        let s = scan_pack(f.as_ref(), PACK_HEADER_LEN as u64, bytes.len() as u64).unwrap();
+        let found: Vec<u64> = s.entries.iter().map(|e| e.offset).collect();
+        assert_eq!(found, vec![offsets[0], offsets[2], offsets[3], offsets[4]]);
+        assert_eq!(s.damaged.len(), 1);
+        assert_eq!(s.damaged[0].0, offsets[1]);
+        assert!(s.torn_at.is_none());
+    }
+}
