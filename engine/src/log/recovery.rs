@@ -223,8 +223,16 @@ pub(crate) struct OpenTail {
 /// the tail (truncating a torn tail and fsyncing), creating the first
 /// segment of an empty log or a fresh tail after a sealed last segment.
 pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Sealed>>, OpenTail)> {
-    vfs.create_dir_all(dir)
-        .map_err(|e| EngineError::io("create log directory", dir, e))?;
+    if !vfs.exists(dir) {
+        vfs.create_dir_all(dir)
+            .map_err(|e| EngineError::io("create log directory", dir, e))?;
+        // Make the new directory's own entry durable, or the first segment
+        // could be lost with it in a crash.
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            vfs.sync_dir(parent)
+                .map_err(|e| EngineError::io("fsync directory", parent, e))?;
+        }
+    }
     super::salvage::finish_pending(vfs, dir)?;
     let segs = segment::list_segments(vfs, dir)?;
     let mut sealed: Vec<Arc<Sealed>> = Vec::new();
