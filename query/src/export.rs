@@ -496,13 +496,15 @@ pub fn export(
 
 /// Calls `each` with every record from `from` on as it is committed,
 /// waiting for new ones, until `stop()` is true or `each` returns false.
-/// This is the subscription API: an embedder learns of a rollback the
-/// moment it is committed. Returns the last LSN delivered (or `from - 1`).
+/// The flag passed with each record is true for the last record committed
+/// so far (a good moment to flush). This is the subscription API: an
+/// embedder learns of a rollback the moment it is committed. Returns the
+/// last LSN delivered (or `from - 1`).
 pub fn subscribe(
     src: &dyn RecordSource,
     from: Lsn,
     stop: &dyn Fn() -> bool,
-    each: &mut dyn FnMut(&Record) -> Result<bool>,
+    each: &mut dyn FnMut(&Record, bool) -> Result<bool>,
 ) -> Result<Lsn> {
     let mut next = Lsn(from.0.max(1));
     loop {
@@ -514,7 +516,7 @@ pub fn subscribe(
                     break;
                 }
                 next = r.lsn.next();
-                if !each(&r)? {
+                if !each(&r, r.lsn == head.last_lsn)? {
                     return Ok(r.lsn);
                 }
             }
@@ -542,18 +544,15 @@ pub fn follow(
 ) -> Result<ExportStats> {
     let mut ex = Exporter::new(blobs, format, out);
     let limit = filter.limit.unwrap_or(usize::MAX) as u64;
-    let mut pending = false;
-    subscribe(src, from, stop, &mut |r| {
+    subscribe(src, from, stop, &mut |r, last| {
         if filter.matches(r) {
             ex.write(r)?;
-            pending = true;
         }
-        // Flush once the log has nothing more to give right away.
-        if pending && src.head()?.last_lsn <= r.lsn {
+        let more = ex.written() < limit;
+        if last || !more {
             ex.flush()?;
-            pending = false;
         }
-        Ok(ex.written() < limit)
+        Ok(more)
     })?;
     ex.finish()
 }

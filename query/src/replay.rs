@@ -22,6 +22,7 @@
 //! the indexes ([`crate::Query`]); the tests check both agree at every LSN.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use cairn_codec::{BlobHash, CheckpointId, Event, EventKind, Lsn, Timestamp};
 
@@ -163,14 +164,36 @@ pub fn in_scope(path: &str, scope: &[String]) -> bool {
         })
 }
 
+/// A tree that per-path changes can be applied to.
+pub trait TreeMut {
+    /// The entry at `path`.
+    fn entry(&self, path: &str) -> Option<TreeEntry>;
+    /// Sets `path`.
+    fn set(&mut self, path: &str, e: TreeEntry);
+    /// Removes `path`.
+    fn unset(&mut self, path: &str);
+}
+
+impl TreeMut for Tree {
+    fn entry(&self, path: &str) -> Option<TreeEntry> {
+        self.get(path).copied()
+    }
+    fn set(&mut self, path: &str, e: TreeEntry) {
+        self.insert(path.to_string(), e);
+    }
+    fn unset(&mut self, path: &str) {
+        self.remove(path);
+    }
+}
+
 /// Applies per-path changes to a tree (see the module docs).
-pub fn apply_paths(tree: &mut Tree, changes: &[(&str, PathChange<'_>)]) {
+pub fn apply_paths(tree: &mut dyn TreeMut, changes: &[(&str, PathChange<'_>)]) {
     for (path, c) in changes {
         match c {
             PathChange::Set(b) => {
-                let mode = tree.get(*path).map_or(DEFAULT_FILE_MODE, |e| e.mode);
-                tree.insert(
-                    path.to_string(),
+                let mode = tree.entry(path).map_or(DEFAULT_FILE_MODE, |e| e.mode);
+                tree.set(
+                    path,
                     TreeEntry {
                         blob: *b,
                         mode,
@@ -178,11 +201,9 @@ pub fn apply_paths(tree: &mut Tree, changes: &[(&str, PathChange<'_>)]) {
                     },
                 );
             }
-            PathChange::Remove => {
-                tree.remove(*path);
-            }
+            PathChange::Remove => tree.unset(path),
             PathChange::MoveIn { from, after } => {
-                let src = tree.get(*from).copied();
+                let src = tree.entry(from);
                 let entry = match (src, after) {
                     (Some(e), Some(a)) => Some(TreeEntry {
                         blob: *a,
@@ -194,9 +215,9 @@ pub fn apply_paths(tree: &mut Tree, changes: &[(&str, PathChange<'_>)]) {
                     (None, None) => None,
                 };
                 match entry {
-                    Some(e) => tree.insert(path.to_string(), e),
-                    None => tree.remove(*path),
-                };
+                    Some(e) => tree.set(path, e),
+                    None => tree.unset(path),
+                }
             }
         }
     }
@@ -222,23 +243,97 @@ pub struct SessionState {
     pub open_run: Option<String>,
 }
 
+/// Checkpoint trees a [`State`] keeps loaded, so a fold over many
+/// checkpoints of the same few manifests loads each once. Each tree of a
+/// large workspace can be megabytes, hence a small bound.
+pub const MANIFEST_CACHE_TREES: usize = 16;
+
+/// Changes kept on top of the last checkpoint's tree before they are
+/// folded into a private copy of it: a checkpoint then costs a shared
+/// pointer, not a copy of the whole tree.
+pub const MAX_OVERLAY_PATHS: usize = 4096;
+
 /// The state reached by a fold: the tree and each session's state.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// The tree is kept as the last checkpoint's tree (shared) plus the paths
+/// changed since, so folding a checkpoint costs no copy of the workspace.
+#[derive(Clone, Debug, Default)]
 pub struct State {
     /// The last LSN folded in (0 for the empty state).
     pub lsn: Lsn,
-    /// The workspace tree.
-    pub tree: Tree,
+    base: Arc<Tree>,
+    overlay: BTreeMap<String, Option<TreeEntry>>,
     /// Each session's state, by session id.
     pub sessions: BTreeMap<String, SessionState>,
     /// Manifest roots of the checkpoints seen so far (for rollbacks).
     pub roots: HashMap<Lsn, BlobHash>,
+    cache: HashMap<BlobHash, Arc<Tree>>,
+}
+
+impl PartialEq for State {
+    fn eq(&self, o: &State) -> bool {
+        self.lsn == o.lsn
+            && self.sessions == o.sessions
+            && self.roots == o.roots
+            && self.tree() == o.tree()
+    }
+}
+
+impl Eq for State {}
+
+impl TreeMut for State {
+    fn entry(&self, path: &str) -> Option<TreeEntry> {
+        match self.overlay.get(path) {
+            Some(e) => *e,
+            None => self.base.get(path).copied(),
+        }
+    }
+    fn set(&mut self, path: &str, e: TreeEntry) {
+        self.overlay.insert(path.to_string(), Some(e));
+    }
+    fn unset(&mut self, path: &str) {
+        self.overlay.insert(path.to_string(), None);
+    }
 }
 
 impl State {
     /// The empty state (before the first record).
     pub fn new() -> State {
         State::default()
+    }
+
+    /// The workspace tree.
+    pub fn tree(&self) -> Tree {
+        let mut t = (*self.base).clone();
+        for (p, e) in &self.overlay {
+            match e {
+                Some(e) => t.insert(p.clone(), *e),
+                None => t.remove(p),
+            };
+        }
+        t
+    }
+
+    /// One path's entry.
+    pub fn get(&self, path: &str) -> Option<TreeEntry> {
+        self.entry(path)
+    }
+
+    fn load_cached(
+        &mut self,
+        m: &dyn ManifestSource,
+        root: &BlobHash,
+        lsn: Lsn,
+    ) -> Result<Arc<Tree>> {
+        if let Some(t) = self.cache.get(root) {
+            return Ok(t.clone());
+        }
+        let t = Arc::new(load(m, root, lsn)?);
+        if self.cache.len() >= MANIFEST_CACHE_TREES {
+            self.cache.clear();
+        }
+        self.cache.insert(*root, t.clone());
+        Ok(t)
     }
 
     /// Folds one record in. Records must come in LSN order.
@@ -253,22 +348,32 @@ impl State {
         match tree_change(e) {
             TreeChange::None => {}
             TreeChange::Checkpoint { root } => {
-                self.tree = load(manifests, &root, r.lsn)?;
+                self.base = self.load_cached(manifests, &root, r.lsn)?;
+                self.overlay.clear();
                 self.roots.insert(r.lsn, root);
             }
             TreeChange::Rollback { target, scope } => {
                 if let Some(root) = self.roots.get(&target.0).copied() {
-                    let t = load(manifests, &root, r.lsn)?;
+                    let t = self.load_cached(manifests, &root, r.lsn)?;
                     if scope.is_none() {
-                        self.tree = t;
+                        self.base = t;
+                        self.overlay.clear();
                     } else {
-                        self.tree.retain(|p, _| !rollback_touches(p, scope));
-                        self.tree
-                            .extend(t.into_iter().filter(|(p, _)| rollback_touches(p, scope)));
+                        let cur = self.tree();
+                        for p in cur.keys().filter(|p| rollback_touches(p, scope)) {
+                            self.overlay.insert(p.clone(), None);
+                        }
+                        for (p, e) in t.iter().filter(|(p, _)| rollback_touches(p, scope)) {
+                            self.overlay.insert(p.clone(), Some(*e));
+                        }
                     }
                 }
             }
-            TreeChange::Paths(v) => apply_paths(&mut self.tree, &v),
+            TreeChange::Paths(v) => apply_paths(self, &v),
+        }
+        if self.overlay.len() > MAX_OVERLAY_PATHS {
+            self.base = Arc::new(self.tree());
+            self.overlay.clear();
         }
         let s = self.sessions.entry(e.session.clone()).or_default();
         if s.session.is_empty() {
@@ -370,18 +475,22 @@ mod tests {
         log.append(rb).unwrap(); // 5
 
         let st = state_at(&log, &m, Lsn(3)).unwrap();
-        assert_eq!(st.tree.len(), 1);
-        assert_eq!(st.tree["y"].blob, h(b"x2"));
-        assert_eq!(st.tree["y"].mode, 0o755, "mode survives a write and a move");
-        assert_eq!(state_at(&log, &m, Lsn(4)).unwrap().tree, st.tree);
+        assert_eq!(st.tree().len(), 1);
+        assert_eq!(st.tree()["y"].blob, h(b"x2"));
+        assert_eq!(
+            st.tree()["y"].mode,
+            0o755,
+            "mode survives a write and a move"
+        );
+        assert_eq!(state_at(&log, &m, Lsn(4)).unwrap().tree(), st.tree());
         let st = state_at(&log, &m, Lsn(5)).unwrap();
-        assert_eq!(st.tree.keys().collect::<Vec<_>>(), vec!["x"]);
-        assert_eq!(st.tree["x"].blob, h(b"x"));
+        assert_eq!(st.tree().keys().cloned().collect::<Vec<_>>(), vec!["x"]);
+        assert_eq!(st.tree()["x"].blob, h(b"x"));
         let s = &st.sessions["s"];
         assert_eq!(s.records, 5);
         assert_eq!(s.last_checkpoint, Some(CheckpointId(Lsn(1))));
         assert_eq!(s.base, Some(CheckpointId(Lsn(1))));
         assert_eq!(s.open_run.as_deref(), Some("r2"));
-        assert!(state_at(&log, &m, Lsn(0)).unwrap().tree.is_empty());
+        assert!(state_at(&log, &m, Lsn(0)).unwrap().tree().is_empty());
     }
 }

@@ -25,7 +25,7 @@ fn state_at_every_lsn_matches_the_model() {
                     .unwrap();
             }
             let want = &s.expected[n as usize];
-            assert_eq!(&live.tree, want, "seed {seed}: live fold at LSN {n}");
+            assert_eq!(&live.tree(), want, "seed {seed}: live fold at LSN {n}");
             assert_eq!(
                 &q.tree_at(Point::Lsn(Lsn(n))).unwrap(),
                 want,

@@ -171,7 +171,7 @@ fn live_store_state_equals_fold_from_start() {
         let rec = RecordSource::read(&log, lsn).unwrap();
         live.apply(&rec, &manifests).unwrap();
         index.observe(&rec).unwrap();
-        assert_eq!(live.tree, s.expected[n as usize]);
+        assert_eq!(live.tree(), s.expected[n as usize]);
         if rng.below(10) == 0 {
             let reader =
                 ReaderSource::new(LogReader::open(vfs(), &tmp.path().join("log")).unwrap());
@@ -179,7 +179,7 @@ fn live_store_state_equals_fold_from_start() {
             let q = Query::new(&reader, &store, &manifests, &index);
             assert_eq!(
                 q.tree_at(Point::Head).unwrap(),
-                live.tree,
+                live.tree(),
                 "indexed tree at {n}"
             );
         }
