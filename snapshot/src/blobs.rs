@@ -89,9 +89,13 @@ impl MemBlobs {
 
 impl BlobRead for MemBlobs {
     fn get(&self, hash: &BlobHash) -> Result<Vec<u8>> {
-        self.map.lock().get(hash).cloned().ok_or_else(|| {
-            SnapshotError::Engine(cairn_engine::EngineError::BlobNotFound { hash: *hash })
-        })
+        self.map
+            .lock()
+            .get(hash)
+            .cloned()
+            .ok_or(SnapshotError::Engine(
+                cairn_engine::EngineError::BlobNotFound { hash: *hash },
+            ))
     }
 }
 
@@ -100,15 +104,14 @@ impl BlobAccess for MemBlobs {
         let h = BlobHash::of(bytes);
         *self.put_calls.lock() += 1;
         let mut map = self.map.lock();
-        if !map.contains_key(&h) {
-            map.insert(h, bytes.to_vec());
+        if let std::collections::hash_map::Entry::Vacant(v) = map.entry(h) {
+            v.insert(bytes.to_vec());
             *self.puts.lock() += 1;
         }
         Ok(h)
     }
     fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)> {
-        let bytes =
-            std::fs::read(path).map_err(|e| SnapshotError::io("read file", path, e))?;
+        let bytes = std::fs::read(path).map_err(|e| SnapshotError::io("read file", path, e))?;
         let h = self.put(&bytes)?;
         Ok((h, bytes.len() as u64))
     }
@@ -151,7 +154,8 @@ impl<B: BlobRead + Sync + ?Sized> BlobAccess for HashOnly<'_, B> {
         Ok(BlobHash::of(bytes))
     }
     fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)> {
-        let mut f = std::fs::File::open(path).map_err(|e| SnapshotError::io("open file", path, e))?;
+        let mut f =
+            std::fs::File::open(path).map_err(|e| SnapshotError::io("open file", path, e))?;
         let mut hasher = blake3::Hasher::new();
         let mut buf = vec![0u8; 64 * 1024];
         let mut len = 0u64;

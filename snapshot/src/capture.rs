@@ -15,7 +15,9 @@ use crate::error::{Result, SnapshotError};
 use crate::manifest::{self, DirHashes, Entry, EntryKind, Manifest, Node};
 use crate::relpath;
 use crate::scan::{self, Found, ScanOut, Stat};
-use crate::workspace::{write_atomic, LastCapture, Workspace, CLOCK_FILE, MAX_HASH_THREADS, STAT_CACHE_FILE};
+use crate::workspace::{
+    write_atomic, LastCapture, Workspace, CLOCK_FILE, MAX_HASH_THREADS, STAT_CACHE_FILE,
+};
 
 /// Files up to this size are read into memory and stored with one `put`;
 /// larger ones are streamed with `put_file` (which chunks them), so memory
@@ -63,17 +65,22 @@ impl StatCache {
     }
 
     pub fn save(&self, ws: &Workspace, durable: bool) -> Result<()> {
-        let b = rmp_serde::to_vec(self).map_err(|e| SnapshotError::Invalid(format!("encode stat cache: {e}")))?;
+        let b = rmp_serde::to_vec(self)
+            .map_err(|e| SnapshotError::Invalid(format!("encode stat cache: {e}")))?;
         write_atomic(&ws.cache_path(STAT_CACHE_FILE), &b, durable)
     }
 
     pub fn dir_hashes(&self) -> DirHashes {
-        self.dirs.iter().map(|(d, h, s)| (d.clone(), (*h, *s))).collect()
+        self.dirs
+            .iter()
+            .map(|(d, h, s)| (d.clone(), (*h, *s)))
+            .collect()
     }
 
     /// Drops everything that refers to a blob not in `live` (after a gc).
     pub fn retain_live(&mut self, live: &HashSet<BlobHash>) {
-        self.entries.retain(|_, c| c.entry.kind == EntryKind::Dir || live.contains(&c.entry.hash));
+        self.entries
+            .retain(|_, c| c.entry.kind == EntryKind::Dir || live.contains(&c.entry.hash));
         self.dirs.retain(|(_, h, _)| live.contains(h));
         if self.root.is_some_and(|r| !live.contains(&r)) {
             self.root = None;
@@ -97,7 +104,10 @@ pub struct Capture {
 
 impl Capture {
     pub(crate) fn last(&self) -> LastCapture {
-        LastCapture { root: self.root, files: self.counts.files }
+        LastCapture {
+            root: self.root,
+            files: self.counts.files,
+        }
     }
 }
 
@@ -124,7 +134,15 @@ fn hash_one<B: BlobAccess + ?Sized>(blobs: &B, root: &Path, f: &Found) -> Result
             };
             let bytes = os_bytes(target.as_os_str());
             let hash = blobs.put(&bytes)?;
-            Ok(Hashed::Ok(Entry { kind: EntryKind::Symlink, mode: 0, size: bytes.len() as u64, hash }, f.stat))
+            Ok(Hashed::Ok(
+                Entry {
+                    kind: EntryKind::Symlink,
+                    mode: 0,
+                    size: bytes.len() as u64,
+                    hash,
+                },
+                f.stat,
+            ))
         }
         EntryKind::File => {
             let mut file = match scan::open_nofollow(&abs) {
@@ -149,9 +167,19 @@ fn hash_one<B: BlobAccess + ?Sized>(blobs: &B, root: &Path, f: &Found) -> Result
                 }
                 (blobs.put(&buf)?, buf.len() as u64)
             };
-            Ok(Hashed::Ok(Entry { kind: EntryKind::File, mode: stat.perm(), size, hash }, stat))
+            Ok(Hashed::Ok(
+                Entry {
+                    kind: EntryKind::File,
+                    mode: stat.perm(),
+                    size,
+                    hash,
+                },
+                stat,
+            ))
         }
-        EntryKind::Dir => Err(SnapshotError::Invalid("internal: hashing a directory".into())),
+        EntryKind::Dir => Err(SnapshotError::Invalid(
+            "internal: hashing a directory".into(),
+        )),
     }
 }
 
@@ -167,7 +195,11 @@ fn os_bytes(s: &std::ffi::OsStr) -> Vec<u8> {
 }
 
 /// Hashes (and stores) the given files, on several threads when there are many.
-fn hash_all<B: BlobAccess + ?Sized>(blobs: &B, ws: &Workspace, jobs: &[&Found]) -> Result<Vec<Hashed>> {
+fn hash_all<B: BlobAccess + ?Sized>(
+    blobs: &B,
+    ws: &Workspace,
+    jobs: &[&Found],
+) -> Result<Vec<Hashed>> {
     let want = match ws.options().hash_threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -221,7 +253,12 @@ fn mark_ancestors(p: &str, dirty: &mut HashSet<String>) {
 }
 
 fn dir_entry(mode: u32) -> Entry {
-    Entry { kind: EntryKind::Dir, mode, size: 0, hash: BlobHash::ZERO }
+    Entry {
+        kind: EntryKind::Dir,
+        mode,
+        size: 0,
+        hash: BlobHash::ZERO,
+    }
 }
 
 /// A full capture: walk, re-read only files whose stat changed (or racy
@@ -234,7 +271,12 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
 ) -> Result<Capture> {
     let clock_ns = fs_clock(ws)?;
     let cache = StatCache::load(ws);
-    let ScanOut { leaves, dirs, missing, mut skipped } = scan::scan_full(ws, tracked)?;
+    let ScanOut {
+        leaves,
+        dirs,
+        missing,
+        mut skipped,
+    } = scan::scan_full(ws, tracked)?;
 
     let mut flat: BTreeMap<String, Entry> = BTreeMap::new();
     let mut stats: HashMap<String, Stat> = HashMap::with_capacity(leaves.len());
@@ -292,7 +334,11 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         }
     }
     let reuse = cache.dir_hashes();
-    let dirty_opt = if cache.root.is_some() { Some(&dirty) } else { None };
+    let dirty_opt = if cache.root.is_some() {
+        Some(&dirty)
+    } else {
+        None
+    };
     let (root, dir_hashes) = manifest::build(blobs, &flat, &missing, &reuse, dirty_opt)?;
     for (d, (h, s)) in &dir_hashes {
         if let Some(e) = flat.get_mut(d) {
@@ -307,14 +353,32 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         root: Some(root),
         entries: flat
             .iter()
-            .map(|(p, e)| (p.clone(), Cached { entry: *e, stat: stats.get(p).copied() }))
+            .map(|(p, e)| {
+                (
+                    p.clone(),
+                    Cached {
+                        entry: *e,
+                        stat: stats.get(p).copied(),
+                    },
+                )
+            })
             .collect(),
-        dirs: dir_hashes.into_iter().map(|(d, (h, s))| (d, h, s)).collect(),
+        dirs: dir_hashes
+            .into_iter()
+            .map(|(d, (h, s))| (d, h, s))
+            .collect(),
     };
     Ok(Capture {
         root,
-        manifest: Some(Manifest { entries: flat, missing }),
-        counts: CheckpointCounts { files, changed, skipped },
+        manifest: Some(Manifest {
+            entries: flat,
+            missing,
+        }),
+        counts: CheckpointCounts {
+            files,
+            changed,
+            skipped,
+        },
         new_cache: Some(new_cache),
         captured_dirty: dirty_now.clone(),
     })
@@ -331,11 +395,19 @@ pub(crate) fn capture_tracked<B: BlobAccess + ?Sized>(
     // A dirty directory covers every dirty path below it.
     let mut paths: BTreeSet<String> = BTreeSet::new();
     for p in dirty_now {
-        if !dirty_now.iter().any(|q| q != p && relpath::in_scope(p, std::slice::from_ref(q))) {
+        if !dirty_now
+            .iter()
+            .any(|q| q != p && relpath::in_scope(p, std::slice::from_ref(q)))
+        {
             paths.insert(p.clone());
         }
     }
-    let ScanOut { leaves, dirs, missing, mut skipped } = scan::scan_paths(ws, &paths)?;
+    let ScanOut {
+        leaves,
+        dirs,
+        missing,
+        mut skipped,
+    } = scan::scan_paths(ws, &paths)?;
     let refs: Vec<&Found> = leaves.iter().collect();
     let hashed = hash_all(blobs, ws, &refs)?;
     let mut flat: BTreeMap<String, Entry> = BTreeMap::new();
@@ -368,9 +440,15 @@ pub(crate) fn capture_tracked<B: BlobAccess + ?Sized>(
                     .take_while(|(k, _)| k.starts_with(&prefix))
                     .map(|(k, e)| (k[prefix.len()..].to_string(), *e))
                     .collect();
-                let (h, dh) = manifest::build(blobs, &sub, &BTreeSet::new(), &DirHashes::new(), None)?;
+                let (h, dh) =
+                    manifest::build(blobs, &sub, &BTreeSet::new(), &DirHashes::new(), None)?;
                 let size = dh.get("").map_or(0, |v| v.1);
-                Some(Entry { kind: EntryKind::Dir, mode: dir_modes.get(p.as_str()).copied().unwrap_or(0o755), size, hash: h })
+                Some(Entry {
+                    kind: EntryKind::Dir,
+                    mode: dir_modes.get(p.as_str()).copied().unwrap_or(0o755),
+                    size,
+                    hash: h,
+                })
             }
         };
         let new_files: BTreeMap<&str, Entry> = flat
@@ -380,8 +458,14 @@ pub(crate) fn capture_tracked<B: BlobAccess + ?Sized>(
             .collect();
         let old_files: BTreeMap<&str, Entry> = old.files().map(|(k, e)| (k.as_str(), *e)).collect();
         files += new_files.len() as i64 - old_files.len() as i64;
-        changed += new_files.iter().filter(|(k, e)| old_files.get(*k) != Some(*e)).count() as u64;
-        changed += old_files.keys().filter(|k| !new_files.contains_key(*k)).count() as u64;
+        changed += new_files
+            .iter()
+            .filter(|(k, e)| old_files.get(*k) != Some(*e))
+            .count() as u64;
+        changed += old_files
+            .keys()
+            .filter(|k| !new_files.contains_key(*k))
+            .count() as u64;
         root = set_path(blobs, root, p, new, &|d| dir_modes.get(d).copied())?;
     }
     // The root's list of tracked paths that do not exist.
@@ -399,14 +483,21 @@ pub(crate) fn capture_tracked<B: BlobAccess + ?Sized>(
     Ok(Capture {
         root,
         manifest: None,
-        counts: CheckpointCounts { files: files.max(0) as u64, changed, skipped },
+        counts: CheckpointCounts {
+            files: files.max(0) as u64,
+            changed,
+            skipped,
+        },
         new_cache: None,
         captured_dirty: dirty_now.clone(),
     })
 }
 
 fn node_set(node: &mut Node, name: &str, e: Option<Entry>) {
-    match node.entries.binary_search_by(|(n, _)| n.as_bytes().cmp(name.as_bytes())) {
+    match node
+        .entries
+        .binary_search_by(|(n, _)| n.as_bytes().cmp(name.as_bytes()))
+    {
         Ok(i) => match e {
             Some(e) => node.entries[i].1 = e,
             None => {
@@ -458,8 +549,17 @@ pub(crate) fn set_path<B: BlobAccess + ?Sized>(
         if i == 0 {
             return Ok(h);
         }
-        let size = node.entries.iter().map(|(_, e)| e.size).fold(0u64, u64::saturating_add);
-        cur = Some(Entry { kind: EntryKind::Dir, mode: modes[i - 1], size, hash: h });
+        let size = node
+            .entries
+            .iter()
+            .map(|(_, e)| e.size)
+            .fold(0u64, u64::saturating_add);
+        cur = Some(Entry {
+            kind: EntryKind::Dir,
+            mode: modes[i - 1],
+            size,
+            hash: h,
+        });
     }
     Ok(root)
 }

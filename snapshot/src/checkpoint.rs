@@ -7,7 +7,9 @@ use std::collections::{BTreeSet, HashSet};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use cairn_codec::{BlobHash, ChainHash, CheckpointCounts, CheckpointId, Event, EventKind, Lsn, Timestamp};
+use cairn_codec::{
+    BlobHash, ChainHash, CheckpointCounts, CheckpointId, Event, EventKind, Lsn, Timestamp,
+};
 use cairn_engine::log::{Head, Record};
 
 use crate::blobs::{BlobAccess, GcSummary, HashOnly};
@@ -80,7 +82,11 @@ impl LogAccess for MemLog {
         h.update(prev.as_bytes());
         h.update(&lsn.0.to_le_bytes());
         h.update(&body);
-        recs.push(Record { lsn, chain: ChainHash(*h.finalize().as_bytes()), event: event.clone() });
+        recs.push(Record {
+            lsn,
+            chain: ChainHash(*h.finalize().as_bytes()),
+            event: event.clone(),
+        });
         Ok(lsn)
     }
     fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>> {
@@ -97,13 +103,21 @@ impl LogAccess for MemLog {
         self.records
             .lock()
             .last()
-            .map_or_else(Head::default, |r| Head { last_lsn: r.lsn, chain: r.chain })
+            .map_or_else(Head::default, |r| Head {
+                last_lsn: r.lsn,
+                chain: r.chain,
+            })
     }
     fn read(&self, lsn: Lsn) -> Result<Record> {
         let recs = self.records.lock();
-        recs.get((lsn.0 as usize).wrapping_sub(1)).cloned().ok_or_else(|| {
-            SnapshotError::Engine(cairn_engine::EngineError::LsnOutOfRange { lsn, last: Lsn(recs.len() as u64) })
-        })
+        recs.get((lsn.0 as usize).wrapping_sub(1))
+            .cloned()
+            .ok_or_else(|| {
+                SnapshotError::Engine(cairn_engine::EngineError::LsnOutOfRange {
+                    lsn,
+                    last: Lsn(recs.len() as u64),
+                })
+            })
     }
     fn for_each_from(&self, from: Lsn, f: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
         let recs = self.records.lock().clone();
@@ -198,7 +212,11 @@ fn session_or_default(s: &str) -> String {
     }
 }
 
-fn capture_for<B: BlobAccess + ?Sized>(ws: &Workspace, blobs: &B, mode: ScanMode) -> Result<Capture> {
+fn capture_for<B: BlobAccess + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    mode: ScanMode,
+) -> Result<Capture> {
     let track = ws.load_track()?;
     if mode == ScanMode::TrackedOnly {
         if let Some(last) = ws.load_last() {
@@ -220,7 +238,11 @@ fn create_inner<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let state = req.state.as_deref().map(|s| blobs.put(s)).transpose()?;
     // The commit protocol: every blob durable before the record that names it.
     blobs.sync()?;
-    let mut ev = Event::new(EventKind::CheckpointCreate, session_or_default(&req.session));
+
+    let mut ev = Event::new(
+        EventKind::CheckpointCreate,
+        session_or_default(&req.session),
+    );
     ev.run = req.run;
     ev.phase = req.phase;
     ev.label = req.label;
@@ -283,7 +305,11 @@ fn fold(cache: &mut ListCache, r: &Record) {
 /// included and marked. Fast: the list is kept in the cache directory and
 /// only the records appended since are folded in (rebuilt from the log if
 /// the cache is missing or belongs to another log).
-pub fn list_checkpoints<L: LogAccess + ?Sized>(log: &L, ws: &Workspace, session: Option<&str>) -> Result<Vec<CheckpointInfo>> {
+pub fn list_checkpoints<L: LogAccess + ?Sized>(
+    log: &L,
+    ws: &Workspace,
+    session: Option<&str>,
+) -> Result<Vec<CheckpointInfo>> {
     let path = ws.cache_path(CHECKPOINTS_FILE);
     let mut cache: ListCache = std::fs::read(&path)
         .ok()
@@ -292,7 +318,8 @@ pub fn list_checkpoints<L: LogAccess + ?Sized>(log: &L, ws: &Workspace, session:
         .unwrap_or_default();
     let head = log.head();
     let stale = cache.folded_to > head.last_lsn
-        || (cache.folded_to.0 > 0 && log.read(cache.folded_to).map(|r| r.chain).ok() != Some(cache.chain_at));
+        || (cache.folded_to.0 > 0
+            && log.read(cache.folded_to).map(|r| r.chain).ok() != Some(cache.chain_at));
     if stale {
         cache = ListCache::default();
     }
@@ -308,7 +335,8 @@ pub fn list_checkpoints<L: LogAccess + ?Sized>(log: &L, ws: &Workspace, session:
         cache.version = LIST_CACHE_VERSION;
         cache.folded_to = last.0;
         cache.chain_at = last.1;
-        let bytes = rmp_serde::to_vec(&cache).map_err(|e| SnapshotError::Invalid(format!("encode checkpoint list: {e}")))?;
+        let bytes = rmp_serde::to_vec(&cache)
+            .map_err(|e| SnapshotError::Invalid(format!("encode checkpoint list: {e}")))?;
         // A cache: rebuilt from the log when lost, so no fsync.
         write_atomic(&path, &bytes, false)?;
     }
@@ -321,7 +349,11 @@ pub fn list_checkpoints<L: LogAccess + ?Sized>(log: &L, ws: &Workspace, session:
 }
 
 /// The checkpoint `id`; an unknown id is an error that says how to list them.
-pub fn find_checkpoint<L: LogAccess + ?Sized>(log: &L, ws: &Workspace, id: CheckpointId) -> Result<CheckpointInfo> {
+pub fn find_checkpoint<L: LogAccess + ?Sized>(
+    log: &L,
+    ws: &Workspace,
+    id: CheckpointId,
+) -> Result<CheckpointInfo> {
     list_checkpoints(log, ws, None)?
         .into_iter()
         .find(|c| c.id == id)
@@ -381,13 +413,13 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     for p in &req.paths {
         scope.push(ws.normalize(p)?);
     }
-    let tgt = manifest::list(blobs, &target.root)?;
     let state = target.state.map(|h| blobs.get(&h)).transpose()?;
     if req.dry_run {
         let track = ws.load_track()?;
         let cap = capture::capture_full(ws, &HashOnly(blobs), &track.tracked, &BTreeSet::new())?;
         let cur = cap.manifest.unwrap_or_default();
-        let plan = restore::plan(&cur, &tgt, &scope)?;
+        let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
+        let plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
         return Ok(RollbackReport {
             source: None,
             target: target.id,
@@ -411,7 +443,8 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         },
     )?;
     let cur = cap.manifest.unwrap_or_default();
-    let plan = restore::plan(&cur, &tgt, &scope)?;
+    let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
+    let plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
     let done = restore::apply(ws, blobs, &plan).map_err(|e| SnapshotError::RollbackIncomplete {
         source_checkpoint: pre.id,
         cause: Box::new(e),
@@ -430,7 +463,11 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     ev.target = Some(target.id);
     ev.parents = vec![pre.lsn, target.lsn];
     ev.label = Some(format!("Rollback to {}", target.id));
-    ev.files = touched.iter().take(MAX_ROLLBACK_FILES_LISTED).cloned().collect();
+    ev.files = touched
+        .iter()
+        .take(MAX_ROLLBACK_FILES_LISTED)
+        .cloned()
+        .collect();
     if touched.len() > MAX_ROLLBACK_FILES_LISTED {
         let mut m = serde_json::Map::new();
         m.insert("files_total".into(), serde_json::json!(touched.len()));
@@ -489,7 +526,10 @@ pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     policy: &RetentionPolicy,
     thorough: bool,
 ) -> Result<RetentionReport> {
-    let all: Vec<CheckpointInfo> = list_checkpoints(log, ws, None)?.into_iter().filter(|c| !c.discarded).collect();
+    let all: Vec<CheckpointInfo> = list_checkpoints(log, ws, None)?
+        .into_iter()
+        .filter(|c| !c.discarded)
+        .collect();
     let mut evict: Vec<CheckpointId> = Vec::new();
     if !policy.is_empty() {
         let mut cands = Vec::with_capacity(all.len());
@@ -499,7 +539,11 @@ pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
                 let m = manifest::list(blobs, &c.root)?;
                 bl = m.files().map(|(_, e)| (e.hash, e.size)).collect();
             }
-            cands.push(Candidate { id: c.id, session: c.session.clone(), blobs: bl });
+            cands.push(Candidate {
+                id: c.id,
+                session: c.session.clone(),
+                blobs: bl,
+            });
         }
         evict = retention::choose(&cands, policy);
         let events: Vec<Event> = evict
@@ -532,7 +576,11 @@ pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         .collect();
     log.for_each_from(Lsn::FIRST, &mut |r| {
         if !(r.event.kind == EventKind::CheckpointCreate && dead.contains(&r.lsn)) {
-            live.extend([r.event.before, r.event.after, r.event.diff, r.event.state].into_iter().flatten());
+            live.extend(
+                [r.event.before, r.event.after, r.event.diff, r.event.state]
+                    .into_iter()
+                    .flatten(),
+            );
         }
         Ok(())
     })?;
@@ -544,5 +592,10 @@ pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     if ws.load_last().is_some_and(|l| !live.contains(&l.root)) {
         ws.save_last(None)?;
     }
-    Ok(RetentionReport { discarded: evict, retained: retained.len(), live_blobs: live.len(), gc })
+    Ok(RetentionReport {
+        discarded: evict,
+        retained: retained.len(),
+        live_blobs: live.len(),
+        gc,
+    })
 }

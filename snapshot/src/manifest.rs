@@ -141,7 +141,10 @@ impl Reader<'_> {
     fn varint(&mut self) -> Result<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
-            let byte = *self.b.get(self.pos).ok_or_else(|| self.err("truncated number"))?;
+            let byte = *self
+                .b
+                .get(self.pos)
+                .ok_or_else(|| self.err("truncated number"))?;
             self.pos += 1;
             v |= u64::from(byte & 0x7f) << shift;
             if byte & 0x80 == 0 {
@@ -158,7 +161,10 @@ impl Reader<'_> {
         Ok(s)
     }
     fn byte(&mut self) -> Result<u8> {
-        let b = *self.b.get(self.pos).ok_or_else(|| self.err("truncated field"))?;
+        let b = *self
+            .b
+            .get(self.pos)
+            .ok_or_else(|| self.err("truncated field"))?;
         self.pos += 1;
         Ok(b)
     }
@@ -175,7 +181,11 @@ impl Node {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(8 + self.entries.len() * 64);
         out.extend_from_slice(NODE_MAGIC);
-        out.push(if self.missing.is_empty() { 0 } else { FLAG_MISSING });
+        out.push(if self.missing.is_empty() {
+            0
+        } else {
+            FLAG_MISSING
+        });
         put_varint(&mut out, self.entries.len() as u64);
         for (name, e) in &self.entries {
             put_varint(&mut out, name.len() as u64);
@@ -198,7 +208,11 @@ impl Node {
     /// Decodes and validates a node read from blob `hash`: names valid and
     /// strictly sorted, kinds known, missing paths valid, no trailing bytes.
     pub fn decode(hash: BlobHash, b: &[u8]) -> Result<Node> {
-        let mut r = Reader { b, pos: 0, node: hash };
+        let mut r = Reader {
+            b,
+            pos: 0,
+            node: hash,
+        };
         if r.bytes(4).ok() != Some(NODE_MAGIC.as_slice()) {
             return Err(SnapshotError::BadManifest {
                 node: hash,
@@ -211,7 +225,10 @@ impl Node {
         }
         let count = r.varint()?;
         if count > (b.len() / MIN_ENTRY_BYTES) as u64 {
-            return Err(r.err(&format!("entry count {count} cannot fit in {} bytes", b.len())));
+            return Err(r.err(&format!(
+                "entry count {count} cannot fit in {} bytes",
+                b.len()
+            )));
         }
         let mut entries: Vec<(String, Entry)> = Vec::with_capacity(count as usize);
         for _ in 0..count {
@@ -225,12 +242,21 @@ impl Node {
                 }
             }
             let code = r.byte()?;
-            let kind = EntryKind::from_code(code).ok_or_else(|| r.err(&format!("unknown kind {code}")))?;
+            let kind =
+                EntryKind::from_code(code).ok_or_else(|| r.err(&format!("unknown kind {code}")))?;
             let mode = u32::try_from(r.varint()?).map_err(|_| r.err("mode out of range"))?;
             let size = r.varint()?;
             let mut h = [0u8; 32];
             h.copy_from_slice(r.bytes(32)?);
-            entries.push((name, Entry { kind, mode, size, hash: BlobHash(h) }));
+            entries.push((
+                name,
+                Entry {
+                    kind,
+                    mode,
+                    size,
+                    hash: BlobHash(h),
+                },
+            ));
         }
         let mut missing = Vec::new();
         if flags & FLAG_MISSING != 0 {
@@ -299,7 +325,11 @@ pub fn list<B: BlobRead + ?Sized>(blobs: &B, root: &BlobHash) -> Result<Manifest
 
 /// Lists the entries at and below `path` (the entry itself included); an
 /// empty manifest if `path` is not in the tree. `""` lists everything.
-pub fn list_under<B: BlobRead + ?Sized>(blobs: &B, root: &BlobHash, path: &str) -> Result<Manifest> {
+pub fn list_under<B: BlobRead + ?Sized>(
+    blobs: &B,
+    root: &BlobHash,
+    path: &str,
+) -> Result<Manifest> {
     if path.is_empty() {
         return list(blobs, root);
     }
@@ -350,9 +380,16 @@ fn walk_into<B: BlobRead + ?Sized>(
 }
 
 /// Looks up one path in the tree rooted at `root`.
-pub fn lookup<B: BlobRead + ?Sized>(blobs: &B, root: &BlobHash, path: &str) -> Result<Option<Entry>> {
+pub fn lookup<B: BlobRead + ?Sized>(
+    blobs: &B,
+    root: &BlobHash,
+    path: &str,
+) -> Result<Option<Entry>> {
     if path.is_empty() {
-        return Err(SnapshotError::bad_path(path, "the workspace root is not an entry"));
+        return Err(SnapshotError::bad_path(
+            path,
+            "the workspace root is not an entry",
+        ));
     }
     let mut node = read_node(blobs, root)?;
     let mut comps = path.split('/').peekable();
@@ -406,7 +443,13 @@ pub fn build<B: BlobAccess + ?Sized>(
         }
     }
     // Deepest first, so every child directory is done before its parent.
-    dirs.sort_by_key(|d| std::cmp::Reverse(if d.is_empty() { 0 } else { d.matches('/').count() + 1 }));
+    dirs.sort_by_key(|d| {
+        std::cmp::Reverse(if d.is_empty() {
+            0
+        } else {
+            d.matches('/').count() + 1
+        })
+    });
     let mut out: DirHashes = HashMap::with_capacity(dirs.len());
     for d in dirs {
         let is_dirty = d.is_empty() || dirty.is_none_or(|s| s.contains(d));
@@ -419,7 +462,11 @@ pub fn build<B: BlobAccess + ?Sized>(
         let mut node = Node::default();
         let mut total = 0u64;
         let mut kids: Vec<&str> = children.get(d).cloned().unwrap_or_default();
-        kids.sort_by(|a, b| relpath::file_name(a).as_bytes().cmp(relpath::file_name(b).as_bytes()));
+        kids.sort_by(|a, b| {
+            relpath::file_name(a)
+                .as_bytes()
+                .cmp(relpath::file_name(b).as_bytes())
+        });
         for c in kids {
             let mut e = flat[c];
             if e.kind == EntryKind::Dir {
@@ -438,13 +485,21 @@ pub fn build<B: BlobAccess + ?Sized>(
         let h = blobs.put(&node.encode())?;
         out.insert(d.to_string(), (h, total));
     }
-    let root = out.get("").map(|v| v.0).ok_or_else(|| SnapshotError::Invalid("internal: no root".into()))?;
+    let root = out
+        .get("")
+        .map(|v| v.0)
+        .ok_or_else(|| SnapshotError::Invalid("internal: no root".into()))?;
     Ok((root, out))
 }
 
 /// Every blob reachable from `root`: the nodes themselves, file contents and
 /// symlink targets. Used to compute the live set for garbage collection.
-pub fn reachable<B: BlobRead + ?Sized>(blobs: &B, root: &BlobHash, out: &mut HashSet<BlobHash>, seen_nodes: &mut HashSet<BlobHash>) -> Result<()> {
+pub fn reachable<B: BlobRead + ?Sized>(
+    blobs: &B,
+    root: &BlobHash,
+    out: &mut HashSet<BlobHash>,
+    seen_nodes: &mut HashSet<BlobHash>,
+) -> Result<()> {
     let mut stack = vec![(*root, 0usize)];
     while let Some((h, depth)) = stack.pop() {
         if !seen_nodes.insert(h) {
@@ -455,7 +510,10 @@ pub fn reachable<B: BlobRead + ?Sized>(blobs: &B, root: &BlobHash, out: &mut Has
         for (_, e) in node.entries {
             if e.kind == EntryKind::Dir {
                 if depth + 1 > MAX_TREE_DEPTH {
-                    return Err(SnapshotError::BadManifest { node: h, detail: "tree too deep".into() });
+                    return Err(SnapshotError::BadManifest {
+                        node: h,
+                        detail: "tree too deep".into(),
+                    });
                 }
                 stack.push((e.hash, depth + 1));
             } else {
@@ -473,18 +531,44 @@ mod tests {
     use crate::blobs::MemBlobs;
 
     fn file(content: &[u8], blobs: &MemBlobs) -> Entry {
-        Entry { kind: EntryKind::File, mode: 0o644, size: content.len() as u64, hash: blobs.put(content).unwrap() }
+        Entry {
+            kind: EntryKind::File,
+            mode: 0o644,
+            size: content.len() as u64,
+            hash: blobs.put(content).unwrap(),
+        }
     }
     fn dir() -> Entry {
-        Entry { kind: EntryKind::Dir, mode: 0o755, size: 0, hash: BlobHash::ZERO }
+        Entry {
+            kind: EntryKind::Dir,
+            mode: 0o755,
+            size: 0,
+            hash: BlobHash::ZERO,
+        }
     }
 
     #[test]
     fn node_round_trip_and_damage() {
         let n = Node {
             entries: vec![
-                ("a".into(), Entry { kind: EntryKind::File, mode: 0o755, size: 3, hash: BlobHash::of(b"x") }),
-                ("b".into(), Entry { kind: EntryKind::Symlink, mode: 0, size: 1, hash: BlobHash::of(b"y") }),
+                (
+                    "a".into(),
+                    Entry {
+                        kind: EntryKind::File,
+                        mode: 0o755,
+                        size: 3,
+                        hash: BlobHash::of(b"x"),
+                    },
+                ),
+                (
+                    "b".into(),
+                    Entry {
+                        kind: EntryKind::Symlink,
+                        mode: 0,
+                        size: 1,
+                        hash: BlobHash::of(b"y"),
+                    },
+                ),
             ],
             missing: vec!["x/y".into()],
         };
@@ -496,12 +580,27 @@ mod tests {
         }
         let mut bad = b.clone();
         bad[0] = b'X';
-        assert!(Node::decode(h, &bad).unwrap_err().to_string().contains("bad magic"));
-        let unsorted = Node { entries: vec![n.entries[1].clone(), n.entries[0].clone()], missing: vec![] };
-        assert!(Node::decode(h, &unsorted.encode()).unwrap_err().to_string().contains("not sorted"));
-        let evil = Node { entries: vec![("..".into(), n.entries[0].1)], missing: vec![] };
+        assert!(Node::decode(h, &bad)
+            .unwrap_err()
+            .to_string()
+            .contains("bad magic"));
+        let unsorted = Node {
+            entries: vec![n.entries[1].clone(), n.entries[0].clone()],
+            missing: vec![],
+        };
+        assert!(Node::decode(h, &unsorted.encode())
+            .unwrap_err()
+            .to_string()
+            .contains("not sorted"));
+        let evil = Node {
+            entries: vec![("..".into(), n.entries[0].1)],
+            missing: vec![],
+        };
         assert!(Node::decode(h, &evil.encode()).is_err());
-        let evil = Node { entries: vec![], missing: vec![".git/config".into()] };
+        let evil = Node {
+            entries: vec![],
+            missing: vec![".git/config".into()],
+        };
         assert!(Node::decode(h, &evil.encode()).is_err());
     }
 
@@ -519,11 +618,17 @@ mod tests {
         let missing = BTreeSet::from(["new/x.rs".to_string()]);
         let (root, dirs) = build(&blobs, &flat, &missing, &DirHashes::new(), None).unwrap();
         let m = list(&blobs, &root).unwrap();
-        assert_eq!(m.entries.keys().collect::<Vec<_>>(), flat.keys().collect::<Vec<_>>());
+        assert_eq!(
+            m.entries.keys().collect::<Vec<_>>(),
+            flat.keys().collect::<Vec<_>>()
+        );
         assert_eq!(m.missing, missing);
         assert_eq!(m.file_count(), 4);
         assert_eq!(m.entries["a"].size, 6);
-        assert_eq!(lookup(&blobs, &root, "a/b/f.txt").unwrap().unwrap().hash, BlobHash::of(b"one"));
+        assert_eq!(
+            lookup(&blobs, &root, "a/b/f.txt").unwrap().unwrap().hash,
+            BlobHash::of(b"one")
+        );
         assert!(lookup(&blobs, &root, "a/b/nope").unwrap().is_none());
         assert!(lookup(&blobs, &root, "a/g.txt/x").unwrap().is_none());
         let sub = list_under(&blobs, &root, "a/b").unwrap();
@@ -535,7 +640,11 @@ mod tests {
         let dirty: HashSet<String> = ["a/b", "a", ""].iter().map(|s| s.to_string()).collect();
         let (root2, dirs2) = build(&blobs, &flat, &missing, &dirs, Some(&dirty)).unwrap();
         assert_ne!(root, root2);
-        assert_eq!(blobs.writes() - before, 1 + 3, "one file blob + three nodes");
+        assert_eq!(
+            blobs.writes() - before,
+            1 + 3,
+            "one file blob + three nodes"
+        );
         assert_eq!(dirs["z"], dirs2["z"]);
         // The same tree built from scratch gives the same root.
         let (root3, _) = build(&blobs, &flat, &missing, &DirHashes::new(), None).unwrap();

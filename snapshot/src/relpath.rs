@@ -53,7 +53,10 @@ pub fn normalize(root: &Path, input: &str) -> Result<String> {
         return Err(SnapshotError::bad_path(input, "the path is empty"));
     }
     if input.contains('\0') {
-        return Err(SnapshotError::bad_path(input, "the path contains a NUL byte"));
+        return Err(SnapshotError::bad_path(
+            input,
+            "the path contains a NUL byte",
+        ));
     }
     let p = Path::new(input);
     let rel: &Path = if p.is_absolute() {
@@ -71,11 +74,14 @@ pub fn normalize(root: &Path, input: &str) -> Result<String> {
         match c {
             Component::CurDir => {}
             Component::Normal(s) => {
-                let s = s.to_str().ok_or_else(|| {
-                    SnapshotError::bad_path(input, "the path is not valid UTF-8")
-                })?;
+                let s = s
+                    .to_str()
+                    .ok_or_else(|| SnapshotError::bad_path(input, "the path is not valid UTF-8"))?;
                 if !valid_name(s) {
-                    return Err(SnapshotError::bad_path(input, format!("bad component `{s}`")));
+                    return Err(SnapshotError::bad_path(
+                        input,
+                        format!("bad component `{s}`"),
+                    ));
                 }
                 out.push(s);
             }
@@ -104,7 +110,10 @@ pub fn normalize(root: &Path, input: &str) -> Result<String> {
 /// re-checked here because a manifest is input too).
 pub fn check_manifest_path(rel: &str) -> Result<()> {
     if rel.is_empty() || !rel.split('/').all(valid_name) {
-        return Err(SnapshotError::bad_path(rel, "not a valid workspace-relative path"));
+        return Err(SnapshotError::bad_path(
+            rel,
+            "not a valid workspace-relative path",
+        ));
     }
     if let Some(why) = protected_reason(rel) {
         return Err(SnapshotError::bad_path(rel, why));
@@ -119,7 +128,9 @@ pub fn in_scope(path: &str, prefixes: &[String]) -> bool {
         || prefixes.iter().any(|q| {
             q.is_empty()
                 || path == q
-                || (path.len() > q.len() && path.starts_with(q.as_str()) && path.as_bytes()[q.len()] == b'/')
+                || (path.len() > q.len()
+                    && path.starts_with(q.as_str())
+                    && path.as_bytes()[q.len()] == b'/')
         })
 }
 
@@ -153,7 +164,16 @@ mod tests {
         assert_eq!(normalize(root, "./a//b/").unwrap(), "a/b");
         assert_eq!(normalize(root, "/ws/src/x.rs").unwrap(), "src/x.rs");
         assert_eq!(normalize(root, ".").unwrap(), "");
-        for bad in ["../x", "a/../../x", "/etc/passwd", "", ".git/config", "sub/.git/HEAD", ".cairn/log", "a\0b"] {
+        for bad in [
+            "../x",
+            "a/../../x",
+            "/etc/passwd",
+            "",
+            ".git/config",
+            "sub/.git/HEAD",
+            ".cairn/log",
+            "a\0b",
+        ] {
             let e = normalize(root, bad).unwrap_err().to_string();
             assert!(e.contains("refusing path"), "{bad}: {e}");
         }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::blobs::BlobRead;
 use crate::error::{Result, SnapshotError};
-use crate::manifest::{Entry, EntryKind, Manifest};
+use crate::manifest::{self, Entry, EntryKind, Manifest};
 use crate::relpath::{self, check_manifest_path, in_scope};
 use crate::workspace::{sync_dir, Workspace};
 
@@ -46,7 +46,10 @@ pub struct Plan {
 impl Plan {
     /// True if the plan changes nothing.
     pub fn is_empty(&self) -> bool {
-        self.delete.is_empty() && self.remove_dirs.is_empty() && self.create_dirs.is_empty() && self.write.is_empty()
+        self.delete.is_empty()
+            && self.remove_dirs.is_empty()
+            && self.create_dirs.is_empty()
+            && self.write.is_empty()
     }
 }
 
@@ -58,6 +61,69 @@ fn depth(p: &str) -> usize {
 /// or under `scope` (empty: everything). Pure; every target path is checked
 /// (a manifest is input too).
 pub fn plan(current: &Manifest, target: &Manifest, scope: &[String]) -> Result<Plan> {
+    plan_pruned(current, target, scope, &HashSet::new())
+}
+
+fn under_same(p: &str, same: &HashSet<String>) -> bool {
+    if same.is_empty() {
+        return false;
+    }
+    let mut a = relpath::parent(p);
+    while !a.is_empty() {
+        if same.contains(a) {
+            return true;
+        }
+        a = relpath::parent(a);
+    }
+    false
+}
+
+/// Reads the target tree, descending only into directories whose node
+/// differs from the current manifest's: identical subtrees (usually almost
+/// all of them) are not read at all and are returned in the second set.
+pub fn load_target<B: BlobRead + ?Sized>(
+    blobs: &B,
+    root: &cairn_codec::BlobHash,
+    current: &Manifest,
+) -> Result<(Manifest, HashSet<String>)> {
+    let node = manifest::read_node(blobs, root)?;
+    let mut out = Manifest {
+        missing: node.missing.iter().cloned().collect(),
+        ..Manifest::default()
+    };
+    let mut same = HashSet::new();
+    let mut stack = vec![(String::new(), node, 0usize)];
+    while let Some((dir, node, depth)) = stack.pop() {
+        for (name, e) in node.entries {
+            let p = relpath::join(&dir, &name);
+            if e.kind == EntryKind::Dir {
+                let c = current.entries.get(&p);
+                if c.is_some_and(|c| c.kind == EntryKind::Dir && c.hash == e.hash) {
+                    same.insert(p.clone());
+                } else {
+                    if depth + 1 > manifest::MAX_TREE_DEPTH {
+                        return Err(SnapshotError::BadManifest {
+                            node: e.hash,
+                            detail: "tree too deep".into(),
+                        });
+                    }
+                    stack.push((p.clone(), manifest::read_node(blobs, &e.hash)?, depth + 1));
+                }
+            }
+            out.entries.insert(p, e);
+        }
+    }
+    Ok((out, same))
+}
+
+/// [`plan`], skipping everything under the directories in `same` (whose
+/// subtrees are identical in both manifests; see [`load_target`]).
+pub fn plan_pruned(
+    current: &Manifest,
+    target: &Manifest,
+    scope: &[String],
+    same: &HashSet<String>,
+) -> Result<Plan> {
     let cur = &current.entries;
     let tgt = &target.entries;
     let mut delete = BTreeSet::new();
@@ -66,7 +132,7 @@ pub fn plan(current: &Manifest, target: &Manifest, scope: &[String]) -> Result<P
     let mut write = Vec::new();
 
     for (p, e) in cur {
-        if !in_scope(p, scope) {
+        if !in_scope(p, scope) || under_same(p, same) {
             continue;
         }
         let t = tgt.get(p);
@@ -83,7 +149,7 @@ pub fn plan(current: &Manifest, target: &Manifest, scope: &[String]) -> Result<P
         }
     }
     for (p, t) in tgt {
-        if !in_scope(p, scope) {
+        if !in_scope(p, scope) || under_same(p, same) {
             continue;
         }
         check_manifest_path(p)?;
@@ -163,7 +229,10 @@ impl Guard<'_> {
     fn check(&mut self, rel: &str) -> Result<PathBuf> {
         check_manifest_path(rel)?;
         if self.ws.is_excluded(rel) {
-            return Err(SnapshotError::bad_path(rel, "the path is excluded from checkpoints"));
+            return Err(SnapshotError::bad_path(
+                rel,
+                "the path is excluded from checkpoints",
+            ));
         }
         let mut anc = Vec::new();
         let mut a = relpath::parent(rel);
@@ -195,7 +264,10 @@ impl Guard<'_> {
 
 /// Carries out `plan` in the workspace, reading contents from `blobs`.
 pub fn apply<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) -> Result<Applied> {
-    let mut g = Guard { ws, checked: HashSet::new() };
+    let mut g = Guard {
+        ws,
+        checked: HashSet::new(),
+    };
     let mut done = Applied::default();
     let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
     let durable = ws.options().fsync_restored_files;
@@ -293,7 +365,13 @@ fn set_mode(_abs: &Path, _mode: u32) -> Result<()> {
 /// Writes one file or symlink atomically: a temporary in the same
 /// directory, then a rename over the path (which replaces a file or a
 /// symlink itself, never what a symlink points to).
-fn write_entry<B: BlobRead + ?Sized>(blobs: &B, abs: &Path, e: &Entry, n: usize, durable: bool) -> Result<()> {
+fn write_entry<B: BlobRead + ?Sized>(
+    blobs: &B,
+    abs: &Path,
+    e: &Entry,
+    n: usize,
+    durable: bool,
+) -> Result<()> {
     let dir = abs.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".cairn-restore-{}-{n}.tmp", std::process::id()));
     let res = (|| -> Result<()> {
@@ -307,18 +385,24 @@ fn write_entry<B: BlobRead + ?Sized>(blobs: &B, abs: &Path, e: &Entry, n: usize,
                 let mut w = std::io::BufWriter::new(&mut f);
                 blobs.get_to(&e.hash, &mut w)?;
                 use std::io::Write as _;
-                w.flush().map_err(|err| SnapshotError::io("write", &tmp, err))?;
+                w.flush()
+                    .map_err(|err| SnapshotError::io("write", &tmp, err))?;
                 drop(w);
                 set_mode(&tmp, e.mode)?;
                 if durable {
-                    f.sync_all().map_err(|err| SnapshotError::io("fsync", &tmp, err))?;
+                    f.sync_all()
+                        .map_err(|err| SnapshotError::io("fsync", &tmp, err))?;
                 }
             }
             EntryKind::Symlink => {
                 let target = blobs.get(&e.hash)?;
                 make_symlink(&target, &tmp)?;
             }
-            EntryKind::Dir => return Err(SnapshotError::Invalid("internal: writing a directory as a file".into())),
+            EntryKind::Dir => {
+                return Err(SnapshotError::Invalid(
+                    "internal: writing a directory as a file".into(),
+                ))
+            }
         }
         std::fs::rename(&tmp, abs).map_err(|err| SnapshotError::io("rename into place", abs, err))
     })();
@@ -337,7 +421,10 @@ fn make_symlink(target: &[u8], at: &Path) -> Result<()> {
 
 #[cfg(not(unix))]
 fn make_symlink(_target: &[u8], at: &Path) -> Result<()> {
-    Err(SnapshotError::Invalid(format!("symlinks cannot be restored on this platform ({})", at.display())))
+    Err(SnapshotError::Invalid(format!(
+        "symlinks cannot be restored on this platform ({})",
+        at.display()
+    )))
 }
 
 #[cfg(test)]
@@ -347,27 +434,68 @@ mod tests {
     use cairn_codec::BlobHash;
 
     fn f(c: &str) -> Entry {
-        Entry { kind: EntryKind::File, mode: 0o644, size: c.len() as u64, hash: BlobHash::of(c.as_bytes()) }
+        Entry {
+            kind: EntryKind::File,
+            mode: 0o644,
+            size: c.len() as u64,
+            hash: BlobHash::of(c.as_bytes()),
+        }
     }
     fn d() -> Entry {
-        Entry { kind: EntryKind::Dir, mode: 0o755, size: 0, hash: BlobHash::ZERO }
+        Entry {
+            kind: EntryKind::Dir,
+            mode: 0o755,
+            size: 0,
+            hash: BlobHash::ZERO,
+        }
     }
     fn m(items: &[(&str, Entry)]) -> Manifest {
-        Manifest { entries: items.iter().map(|(p, e)| (p.to_string(), *e)).collect(), missing: Default::default() }
+        Manifest {
+            entries: items.iter().map(|(p, e)| (p.to_string(), *e)).collect(),
+            missing: Default::default(),
+        }
     }
 
     #[test]
     fn plans_edit_delete_create_and_type_changes() {
-        let cur = m(&[("a", d()), ("a/x", f("1")), ("b", f("2")), ("c", d()), ("c/y", f("3")), ("e", f("5"))]);
+        let cur = m(&[
+            ("a", d()),
+            ("a/x", f("1")),
+            ("b", f("2")),
+            ("c", d()),
+            ("c/y", f("3")),
+            ("e", f("5")),
+        ]);
         let mut exe = f("5");
         exe.mode = 0o755;
-        let tgt = m(&[("a", d()), ("a/x", f("1!")), ("c", f("c-is-a-file")), ("n", d()), ("n/m", d()), ("n/m/z", f("z")), ("e", exe)]);
+        let tgt = m(&[
+            ("a", d()),
+            ("a/x", f("1!")),
+            ("c", f("c-is-a-file")),
+            ("n", d()),
+            ("n/m", d()),
+            ("n/m/z", f("z")),
+            ("e", exe),
+        ]);
         let p = plan(&cur, &tgt, &[]).unwrap();
         assert_eq!(p.delete, vec!["b".to_string(), "c/y".to_string()]);
         assert_eq!(p.remove_dirs, vec!["c".to_string()]);
-        assert_eq!(p.create_dirs.iter().map(|x| x.0.as_str()).collect::<Vec<_>>(), vec!["n", "n/m"]);
-        let w: Vec<(&str, bool)> = p.write.iter().map(|w| (w.path.as_str(), w.mode_only)).collect();
-        assert_eq!(w, vec![("a/x", false), ("c", false), ("e", true), ("n/m/z", false)]);
+        assert_eq!(
+            p.create_dirs
+                .iter()
+                .map(|x| x.0.as_str())
+                .collect::<Vec<_>>(),
+            vec!["n", "n/m"]
+        );
+        let w: Vec<(&str, bool)> = p
+            .write
+            .iter()
+            .map(|w| (w.path.as_str(), w.mode_only))
+            .collect();
+        assert_eq!(
+            w,
+            vec![("a/x", false), ("c", false), ("e", true), ("n/m/z", false)]
+        );
         // Scoped: only under n/, parents included.
         let p = plan(&cur, &tgt, &["n/m/z".to_string()]).unwrap();
         assert!(p.delete.is_empty() && p.remove_dirs.is_empty());

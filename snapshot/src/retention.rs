@@ -100,7 +100,10 @@ mod tests {
         Candidate {
             id: CheckpointId(Lsn(n)),
             session: s.into(),
-            blobs: blobs.iter().map(|(b, z)| (BlobHash([*b; 32]), *z)).collect(),
+            blobs: blobs
+                .iter()
+                .map(|(b, z)| (BlobHash([*b; 32]), *z))
+                .collect(),
         }
     }
     fn ids(v: &[u64]) -> Vec<CheckpointId> {
@@ -115,22 +118,55 @@ mod tests {
 
     #[test]
     fn keep_per_session_evicts_oldest_of_each_session() {
-        let cs = vec![c(1, "a", &[]), c(2, "b", &[]), c(3, "a", &[]), c(4, "a", &[]), c(5, "b", &[])];
-        let p = RetentionPolicy { keep_per_session: Some(2), max_bytes: None };
+        let cs = vec![
+            c(1, "a", &[]),
+            c(2, "b", &[]),
+            c(3, "a", &[]),
+            c(4, "a", &[]),
+            c(5, "b", &[]),
+        ];
+        let p = RetentionPolicy {
+            keep_per_session: Some(2),
+            max_bytes: None,
+        };
         assert_eq!(choose(&cs, &p), ids(&[1]));
-        let p = RetentionPolicy { keep_per_session: Some(0), max_bytes: None };
-        assert_eq!(choose(&cs, &p), ids(&[1, 2, 3]), "never the newest of a session");
+        let p = RetentionPolicy {
+            keep_per_session: Some(0),
+            max_bytes: None,
+        };
+        assert_eq!(
+            choose(&cs, &p),
+            ids(&[1, 2, 3]),
+            "never the newest of a session"
+        );
     }
 
     #[test]
     fn max_bytes_counts_shared_blobs_once() {
         // 1 and 2 share blob 9 (100 bytes); 3 holds blob 8.
-        let cs = vec![c(1, "a", &[(9, 100), (1, 50)]), c(2, "a", &[(9, 100)]), c(3, "a", &[(8, 10)])];
-        let p = RetentionPolicy { keep_per_session: None, max_bytes: Some(160) };
+        let cs = vec![
+            c(1, "a", &[(9, 100), (1, 50)]),
+            c(2, "a", &[(9, 100)]),
+            c(3, "a", &[(8, 10)]),
+        ];
+        let p = RetentionPolicy {
+            keep_per_session: None,
+            max_bytes: Some(160),
+        };
         assert!(choose(&cs, &p).is_empty(), "160 distinct bytes fit");
-        let p = RetentionPolicy { keep_per_session: None, max_bytes: Some(150) };
+        let p = RetentionPolicy {
+            keep_per_session: None,
+            max_bytes: Some(150),
+        };
         assert_eq!(choose(&cs, &p), ids(&[1]));
-        let p = RetentionPolicy { keep_per_session: None, max_bytes: Some(0) };
-        assert_eq!(choose(&cs, &p), ids(&[1, 2]), "the newest stays even over budget");
+        let p = RetentionPolicy {
+            keep_per_session: None,
+            max_bytes: Some(0),
+        };
+        assert_eq!(
+            choose(&cs, &p),
+            ids(&[1, 2]),
+            "the newest stays even over budget"
+        );
     }
 }

@@ -68,8 +68,14 @@ impl Stat {
         use std::os::unix::fs::MetadataExt;
         Stat {
             size: m.len(),
-            mtime_ns: m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec()),
-            ctime_ns: m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()),
+            mtime_ns: m
+                .mtime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(m.mtime_nsec()),
+            ctime_ns: m
+                .ctime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(m.ctime_nsec()),
             ino: m.ino(),
             dev: m.dev(),
             mode: m.mode(),
@@ -90,7 +96,11 @@ impl Stat {
             ctime_ns: 0,
             ino: 0,
             dev: 0,
-            mode: if m.permissions().readonly() { 0o444 } else { 0o644 },
+            mode: if m.permissions().readonly() {
+                0o444
+            } else {
+                0o644
+            },
         }
     }
 
@@ -188,7 +198,11 @@ pub(crate) fn scan_full(ws: &Workspace, tracked: &BTreeSet<String>) -> Result<Sc
         .map(|f| f.rel.as_str())
         .chain(out.dirs.iter().map(|d| d.0.as_str()))
         .collect();
-    let todo: Vec<String> = tracked.iter().filter(|t| !have.contains(t.as_str())).cloned().collect();
+    let todo: Vec<String> = tracked
+        .iter()
+        .filter(|t| !have.contains(t.as_str()))
+        .cloned()
+        .collect();
     drop(have);
     for t in todo {
         scan_tracked(ws, &t, &mut out)?;
@@ -231,7 +245,12 @@ fn scan_tracked(ws: &Workspace, rel: &str, out: &mut ScanOut) -> Result<()> {
         let last = i + 1 == comps.len();
         let m = match std::fs::symlink_metadata(&abs) {
             Ok(m) => m,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
                 out.missing.insert(rel.to_string());
                 return Ok(());
             }
@@ -267,12 +286,20 @@ fn scan_tracked(ws: &Workspace, rel: &str, out: &mut ScanOut) -> Result<()> {
 fn leaf(ws: &Workspace, rel: &str, m: &Metadata, out: &mut ScanOut) {
     let ft = m.file_type();
     if ft.is_symlink() {
-        out.leaves.push(Found { rel: rel.to_string(), kind: EntryKind::Symlink, stat: Stat::of(m) });
+        out.leaves.push(Found {
+            rel: rel.to_string(),
+            kind: EntryKind::Symlink,
+            stat: Stat::of(m),
+        });
     } else if ft.is_file() {
         if m.len() > ws.options().max_file_bytes {
             out.skip(reason::TOO_LARGE);
         } else {
-            out.leaves.push(Found { rel: rel.to_string(), kind: EntryKind::File, stat: Stat::of(m) });
+            out.leaves.push(Found {
+                rel: rel.to_string(),
+                kind: EntryKind::File,
+                stat: Stat::of(m),
+            });
         }
     } else {
         out.skip(reason::SPECIAL);
@@ -280,7 +307,13 @@ fn leaf(ws: &Workspace, rel: &str, m: &Metadata, out: &mut ScanOut) {
 }
 
 /// Walks the directory `start` (workspace-relative; `""` is the root).
-fn walk(ws: &Workspace, start: &str, follow: bool, tracked: &BTreeSet<String>, out: &mut ScanOut) -> Result<()> {
+fn walk(
+    ws: &Workspace,
+    start: &str,
+    follow: bool,
+    tracked: &BTreeSet<String>,
+    out: &mut ScanOut,
+) -> Result<()> {
     let root = ws.root();
     // Rules from the directories above `start` (for a walk that starts below the root).
     let mut rules: Option<Rc<Rules>> = None;
@@ -295,12 +328,10 @@ fn walk(ws: &Workspace, start: &str, follow: bool, tracked: &BTreeSet<String>, o
     }
     let mut stack: Vec<(String, Option<Rc<Rules>>)> = vec![(start.to_string(), rules)];
     while let Some((dir, parent_rules)) = stack.pop() {
-        let abs_dir = if dir.is_empty() { root.to_path_buf() } else { root.join(&dir) };
-        let nested_repo = !dir.is_empty() && std::fs::symlink_metadata(abs_dir.join(GIT_DIR_NAME)).is_ok();
-        let rules = if follow {
-            push_rules(&parent_rules, &abs_dir, dir.is_empty() || nested_repo)
+        let abs_dir = if dir.is_empty() {
+            root.to_path_buf()
         } else {
-            None
+            root.join(&dir)
         };
         let rd = match std::fs::read_dir(&abs_dir) {
             Ok(rd) => rd,
@@ -313,14 +344,30 @@ fn walk(ws: &Workspace, start: &str, follow: bool, tracked: &BTreeSet<String>, o
                 continue;
             }
         };
+        // List first, so the ignore files and `.git` are known from the
+        // names, without a stat per candidate.
+        let mut ents = Vec::new();
+        let (mut has_git, mut has_ignore_file) = (false, false);
         for ent in rd {
-            let ent = match ent {
-                Ok(e) => e,
-                Err(_) => {
-                    out.skip(reason::UNREADABLE);
-                    continue;
+            match ent {
+                Ok(e) => {
+                    let n = e.file_name();
+                    has_git |= n == GIT_DIR_NAME;
+                    has_ignore_file |= n == ".gitignore" || n == CAIRNIGNORE;
+                    ents.push(e);
                 }
-            };
+                Err(_) => out.skip(reason::UNREADABLE),
+            }
+        }
+        let repo_root = dir.is_empty() || has_git;
+        let rules = if follow && (has_ignore_file || (repo_root && has_git)) {
+            push_rules(&parent_rules, &abs_dir, repo_root)
+        } else if follow {
+            parent_rules
+        } else {
+            None
+        };
+        for ent in ents {
             let name = ent.file_name();
             let Some(name) = name.to_str() else {
                 out.skip(reason::NON_UTF8_NAME);
@@ -339,12 +386,15 @@ fn walk(ws: &Workspace, start: &str, follow: bool, tracked: &BTreeSet<String>, o
             let rel = relpath::join(&dir, name);
             if ws.is_excluded(&rel) {
                 // `.cairn` and the cache directory are cairn's, not the user's: not counted.
-                if !(dir.is_empty() && name == relpath::STORE_DIR_NAME) && !ws.is_cache_path(&rel) {
+                let ours =
+                    (dir.is_empty() && name == relpath::STORE_DIR_NAME) || ws.is_cache_path(&rel);
+                if !ours {
                     out.skip(reason::EXCLUDED);
                 }
                 continue;
             }
-            let m = match std::fs::symlink_metadata(ent.path()) {
+            // On unix this is an lstat relative to the open directory: never follows a symlink.
+            let m = match ent.metadata() {
                 Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     out.skip(reason::VANISHED);
@@ -356,6 +406,11 @@ fn walk(ws: &Workspace, start: &str, follow: bool, tracked: &BTreeSet<String>, o
                 }
             };
             let is_dir = m.file_type().is_dir();
+            if is_dir && tracked.contains(&rel) {
+                // A tracked directory is captured whole, ignore rules or not:
+                // `scan_full` walks it after this walk.
+                continue;
+            }
             if follow && !tracked.contains(&rel) && is_ignored(&rules, &ent.path(), is_dir) {
                 out.skip(reason::IGNORED);
                 continue;
@@ -376,7 +431,10 @@ fn walk(ws: &Workspace, start: &str, follow: bool, tracked: &BTreeSet<String>, o
 #[cfg(unix)]
 pub(crate) fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 /// Opens a file for reading (portable fallback).

@@ -151,7 +151,10 @@ impl Workspace {
     pub fn normalize(&self, path: &str) -> Result<String> {
         let p = relpath::normalize(&self.root, path)?;
         if self.is_excluded(&p) {
-            return Err(SnapshotError::bad_path(path, "the path is excluded from checkpoints"));
+            return Err(SnapshotError::bad_path(
+                path,
+                "the path is excluded from checkpoints",
+            ));
         }
         Ok(p)
     }
@@ -159,7 +162,9 @@ impl Workspace {
     /// True if `rel` is an excluded path or under one (`.git`/`.cairn` included).
     pub(crate) fn is_excluded(&self, rel: &str) -> bool {
         relpath::protected_reason(rel).is_some()
-            || (!rel.is_empty() && relpath::in_scope(rel, &self.excluded) && !self.excluded.is_empty())
+            || (!rel.is_empty()
+                && relpath::in_scope(rel, &self.excluded)
+                && !self.excluded.is_empty())
     }
 
     /// Announces that the embedder is about to write `paths` (workspace
@@ -206,7 +211,10 @@ impl Workspace {
         let p = self.cache_path(TRACKED_FILE);
         match std::fs::read(&p) {
             Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-                SnapshotError::Invalid(format!("{} is damaged ({e}); delete it and track again", p.display()))
+                SnapshotError::Invalid(format!(
+                    "{} is damaged ({e}); delete it and track again",
+                    p.display()
+                ))
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TrackState::default()),
             Err(e) => Err(SnapshotError::io("read tracked paths", p, e)),
@@ -237,7 +245,11 @@ impl Workspace {
         let n = st.dirty.len();
         st.dirty.retain(|p| !captured.contains(p));
         if st.dirty.len() != n {
-            self.save_track(&st)?;
+            // Not durable: a clear lost in a crash only makes the next
+            // tracked-only checkpoint re-read a few paths.
+            let bytes =
+                serde_json::to_vec(&st).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
+            write_atomic(&self.cache_path(TRACKED_FILE), &bytes, false)?;
         }
         Ok(())
     }
@@ -251,7 +263,8 @@ impl Workspace {
         let p = self.cache_path(LAST_FILE);
         match last {
             Some(l) => {
-                let bytes = serde_json::to_vec(l).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
+                let bytes =
+                    serde_json::to_vec(l).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
                 write_atomic(&p, &bytes, false)
             }
             None => match std::fs::remove_file(&p) {
@@ -272,9 +285,11 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<(
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let mut f = std::fs::File::create(&tmp).map_err(|e| SnapshotError::io("create", &tmp, e))?;
-    f.write_all(bytes).map_err(|e| SnapshotError::io("write", &tmp, e))?;
+    f.write_all(bytes)
+        .map_err(|e| SnapshotError::io("write", &tmp, e))?;
     if durable {
-        f.sync_all().map_err(|e| SnapshotError::io("fsync", &tmp, e))?;
+        f.sync_all()
+            .map_err(|e| SnapshotError::io("fsync", &tmp, e))?;
     }
     drop(f);
     std::fs::rename(&tmp, path).map_err(|e| SnapshotError::io("rename into place", path, e))?;
@@ -287,5 +302,6 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<(
 /// fsyncs a directory (after a rename or delete in it).
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     let d = std::fs::File::open(dir).map_err(|e| SnapshotError::io("open directory", dir, e))?;
-    d.sync_all().map_err(|e| SnapshotError::io("fsync directory", dir, e))
+    d.sync_all()
+        .map_err(|e| SnapshotError::io("fsync directory", dir, e))
 }

@@ -52,11 +52,26 @@ fn disk(root: &Path, dir: &Path, out: &mut Model) {
         }
         let m = std::fs::symlink_metadata(&p).unwrap();
         if m.file_type().is_symlink() {
-            out.insert(rel, Leaf::Link(std::fs::read_link(&p).unwrap().to_str().unwrap().to_string()));
+            out.insert(
+                rel,
+                Leaf::Link(
+                    std::fs::read_link(&p)
+                        .unwrap()
+                        .to_str()
+                        .unwrap()
+                        .to_string(),
+                ),
+            );
         } else if m.is_dir() {
             disk(root, &p, out);
         } else {
-            out.insert(rel, Leaf::File(std::fs::read(&p).unwrap(), m.permissions().mode() & 0o100 != 0));
+            out.insert(
+                rel,
+                Leaf::File(
+                    std::fs::read(&p).unwrap(),
+                    m.permissions().mode() & 0o100 != 0,
+                ),
+            );
         }
     }
 }
@@ -77,13 +92,20 @@ fn from_manifest(blobs: &MemBlobs, m: &Manifest) -> Model {
 /// Can `p` be a file given the model (no file above it, none below it)?
 fn placeable(model: &Model, p: &str) -> bool {
     let below = format!("{p}/");
-    !model.keys().any(|k| k.starts_with(&below) || p.starts_with(&format!("{k}/")))
+    !model
+        .keys()
+        .any(|k| k.starts_with(&below) || p.starts_with(&format!("{k}/")))
 }
 
 fn run(ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
-    let ws = Workspace::open(&root, &root.join(".cairn/snapshot"), SnapshotOptions::default()).unwrap();
+    let ws = Workspace::open(
+        &root,
+        &root.join(".cairn/snapshot"),
+        SnapshotOptions::default(),
+    )
+    .unwrap();
     let (log, blobs) = (MemLog::new(), MemBlobs::new());
     let mut model = Model::new();
     let mut snaps: Vec<(cairn_codec::CheckpointId, Model)> = Vec::new();
@@ -123,14 +145,33 @@ fn run(ops: Vec<Op>) {
                     *x = !*x;
                     ws.track(&[p]).unwrap();
                     let mode = if *x { 0o755 } else { 0o644 };
-                    std::fs::set_permissions(root.join(p), std::fs::Permissions::from_mode(mode)).unwrap();
+                    std::fs::set_permissions(root.join(p), std::fs::Permissions::from_mode(mode))
+                        .unwrap();
                 }
             }
             Op::Checkpoint(tracked) => {
-                let scan = if tracked { ScanMode::TrackedOnly } else { ScanMode::Full };
-                let c = create_checkpoint(&log, &blobs, &ws, CheckpointRequest { scan, ..Default::default() }).unwrap();
+                let scan = if tracked {
+                    ScanMode::TrackedOnly
+                } else {
+                    ScanMode::Full
+                };
+                let c = create_checkpoint(
+                    &log,
+                    &blobs,
+                    &ws,
+                    CheckpointRequest {
+                        scan,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
                 let m = manifest::list(&blobs, &c.root).unwrap();
-                assert_eq!(from_manifest(&blobs, &m), model, "checkpoint {} ({scan:?}) differs from the model", c.id);
+                assert_eq!(
+                    from_manifest(&blobs, &m),
+                    model,
+                    "checkpoint {} ({scan:?}) differs from the model",
+                    c.id
+                );
                 snaps.push((c.id, model.clone()));
             }
             Op::Rollback(k) => {
@@ -138,7 +179,18 @@ fn run(ops: Vec<Op>) {
                     continue;
                 }
                 let (id, m) = snaps[k % snaps.len()].clone();
-                let r = rollback(&log, &blobs, &ws, RollbackRequest { target: id, paths: vec![], dry_run: false, session: String::new() }).unwrap();
+                let r = rollback(
+                    &log,
+                    &blobs,
+                    &ws,
+                    RollbackRequest {
+                        target: id,
+                        paths: vec![],
+                        dry_run: false,
+                        session: String::new(),
+                    },
+                )
+                .unwrap();
                 // The pre-rollback checkpoint holds the state just left.
                 let pre = find_checkpoint(&log, &ws, r.source.unwrap()).unwrap();
                 let pm = manifest::list(&blobs, &pre.root).unwrap();
@@ -163,5 +215,9 @@ proptest! {
 
 /// 32 cases by default; `CAIRN_SOAK=1` runs 1000.
 fn cases() -> u32 {
-    if std::env::var_os("CAIRN_SOAK").is_some() { 1000 } else { 32 }
+    if std::env::var_os("CAIRN_SOAK").is_some() {
+        1000
+    } else {
+        32
+    }
 }

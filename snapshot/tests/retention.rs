@@ -27,15 +27,22 @@ fn retention_evicts_oldest_and_gc_keeps_only_referenced_blobs() {
     let orphan = cairn_engine::blob::BlobStore::put(&f.blobs, b"orphan").unwrap();
     cairn_engine::blob::BlobStore::sync(&f.blobs).unwrap();
 
-    let none = apply_retention_with(&f.log, &f.blobs, &f.ws, &RetentionPolicy::default(), true).unwrap();
-    assert!(none.discarded.is_empty(), "without a policy nothing is evicted");
+    let none =
+        apply_retention_with(&f.log, &f.blobs, &f.ws, &RetentionPolicy::default(), true).unwrap();
+    assert!(
+        none.discarded.is_empty(),
+        "without a policy nothing is evicted"
+    );
     assert!(!f.blobs.contains(&orphan));
 
     let r = apply_retention_with(
         &f.log,
         &f.blobs,
         &f.ws,
-        &RetentionPolicy { keep_per_session: Some(2), max_bytes: None },
+        &RetentionPolicy {
+            keep_per_session: Some(2),
+            max_bytes: None,
+        },
         true,
     )
     .unwrap();
@@ -68,8 +75,16 @@ fn max_bytes_evicts_until_under_budget() {
         f.write("big.txt", &format!("{i}").repeat(1000));
         cps.push(f.checkpoint("c"));
     }
-    let r = apply_retention(&f.log, &f.blobs, &f.ws, &RetentionPolicy { keep_per_session: None, max_bytes: Some(2500) })
-        .unwrap();
+    let r = apply_retention(
+        &f.log,
+        &f.blobs,
+        &f.ws,
+        &RetentionPolicy {
+            keep_per_session: None,
+            max_bytes: Some(2500),
+        },
+    )
+    .unwrap();
     assert_eq!(r.discarded, vec![cps[0].id, cps[1].id]);
     assert_eq!(r.retained, 2);
 }

@@ -23,8 +23,14 @@ fn edit_delete_create_are_all_undone() {
     std::fs::remove_file(f.p("src/b.rs")).unwrap();
     f.write("new/deep/c.txt", "created by the agent");
     let r = f.rollback(c1.id);
-    assert_eq!(f.tree(), before, "exactly the old tree, new directories removed");
-    assert!(r.written.contains(&"a.txt".to_string()) && r.written.contains(&"src/b.rs".to_string()));
+    assert_eq!(
+        f.tree(),
+        before,
+        "exactly the old tree, new directories removed"
+    );
+    assert!(
+        r.written.contains(&"a.txt".to_string()) && r.written.contains(&"src/b.rs".to_string())
+    );
     assert_eq!(r.deleted, vec!["new/deep/c.txt".to_string()]);
     assert!(r.removed_dirs.contains(&"new".to_string()));
 
@@ -36,7 +42,10 @@ fn edit_delete_create_are_all_undone() {
     assert_eq!(rec.event.target, Some(c1.id));
     assert_eq!(rec.event.parents, vec![src.0, c1.lsn]);
     let pre = find_checkpoint(&f.log, &f.ws, src).unwrap();
-    assert_eq!(pre.label.as_deref(), Some(format!("Before rollback to {}", c1.id).as_str()));
+    assert_eq!(
+        pre.label.as_deref(),
+        Some(format!("Before rollback to {}", c1.id).as_str())
+    );
 }
 
 #[test]
@@ -51,7 +60,10 @@ fn deleted_dirs_come_back_and_modes_are_restored() {
     let r = f.rollback(c1.id);
     assert_eq!(f.read("lib/x/y.rs").as_deref(), Some("y"));
     assert_eq!(mode(&f.p("bin/run.sh")), 0o755);
-    assert!(r.created_dirs.contains(&"lib".to_string()) && r.created_dirs.contains(&"lib/x".to_string()));
+    assert!(
+        r.created_dirs.contains(&"lib".to_string())
+            && r.created_dirs.contains(&"lib/x".to_string())
+    );
 
     // chmod +x after the checkpoint is undone too (contents unchanged).
     let c2 = f.checkpoint("c2");
@@ -79,13 +91,23 @@ fn file_to_symlink_and_back() {
     f.write("cfg/app.toml/inner", "now a dir");
     f.rollback(c2.id);
     let m = std::fs::symlink_metadata(f.p("cfg/app.toml")).unwrap();
-    assert!(m.file_type().is_symlink(), "stored as a link, never followed");
-    assert_eq!(std::fs::read_link(f.p("cfg/app.toml")).unwrap().to_str(), Some("other.toml"));
+    assert!(
+        m.file_type().is_symlink(),
+        "stored as a link, never followed"
+    );
+    assert_eq!(
+        std::fs::read_link(f.p("cfg/app.toml")).unwrap().to_str(),
+        Some("other.toml")
+    );
     f.rollback(c1.id);
     let m = std::fs::symlink_metadata(f.p("cfg/app.toml")).unwrap();
     assert!(m.is_file());
     assert_eq!(f.read("cfg/app.toml").as_deref(), Some("real = true"));
-    assert_eq!(f.read("cfg/other.toml").as_deref(), Some("other"), "the link's target untouched");
+    assert_eq!(
+        f.read("cfg/other.toml").as_deref(),
+        Some("other"),
+        "the link's target untouched"
+    );
 }
 
 #[test]
@@ -125,12 +147,19 @@ fn nested_git_repository_working_files_captured_its_git_never() {
     assert_eq!(c1.counts.skipped.get("nested_git"), Some(&1));
     let m = manifest::list(&f.blobs, &c1.root).unwrap();
     assert!(m.entries.contains_key("vendor/lib/src.rs"));
-    assert!(!m.entries.keys().any(|k| k.contains(".git")), "{:?}", m.entries.keys());
+    assert!(
+        !m.entries.keys().any(|k| k.contains(".git")),
+        "{:?}",
+        m.entries.keys()
+    );
     f.write("vendor/lib/src.rs", "v2");
     f.write("vendor/lib/.git/HEAD", "ref: refs/heads/other\n");
     f.rollback(c1.id);
     assert_eq!(f.read("vendor/lib/src.rs").as_deref(), Some("v1"));
-    assert_eq!(f.read("vendor/lib/.git/HEAD").as_deref(), Some("ref: refs/heads/other\n"));
+    assert_eq!(
+        f.read("vendor/lib/.git/HEAD").as_deref(),
+        Some("ref: refs/heads/other\n")
+    );
     assert!(f.exists("vendor/lib/.git/objects/ab"));
 }
 
@@ -143,7 +172,12 @@ fn gitignored_node_modules_left_alone_by_rollback() {
     f.write("debug.log", "log");
     f.write(".env", "SECRET=1");
     let c1 = f.checkpoint("c1");
-    assert_eq!(c1.counts.skipped.get("ignored"), Some(&2), "{:?}", c1.counts.skipped);
+    assert_eq!(
+        c1.counts.skipped.get("ignored"),
+        Some(&2),
+        "{:?}",
+        c1.counts.skipped
+    );
     let m = manifest::list(&f.blobs, &c1.root).unwrap();
     assert!(m.entries.contains_key(".env"), "hidden files are captured");
     assert!(!m.entries.contains_key("node_modules"));
@@ -152,7 +186,10 @@ fn gitignored_node_modules_left_alone_by_rollback() {
     f.write("index.js", "b");
     f.rollback(c1.id);
     assert_eq!(f.read("index.js").as_deref(), Some("a"));
-    assert_eq!(f.read("node_modules/dep/index.js").as_deref(), Some("dep v2"));
+    assert_eq!(
+        f.read("node_modules/dep/index.js").as_deref(),
+        Some("dep v2")
+    );
     assert_eq!(f.read("node_modules/new/x.js").as_deref(), Some("new"));
     assert_eq!(f.read("debug.log").as_deref(), Some("log"));
 }
@@ -167,13 +204,25 @@ fn tracked_ignored_file_created_by_the_agent_is_deleted_by_rollback() {
     f.ws.track(&["build/out.txt"]).unwrap();
     let c2 = f.checkpoint("tracked, not yet written");
     let m2 = manifest::list(&f.blobs, &c2.root).unwrap();
-    assert!(m2.missing.contains("build/out.txt"), "the fact that it did not exist is recorded");
+    assert!(
+        m2.missing.contains("build/out.txt"),
+        "the fact that it did not exist is recorded"
+    );
     f.write("build/out.txt", "agent output");
     let c3 = f.checkpoint("written");
-    assert!(manifest::lookup(&f.blobs, &c3.root, "build/out.txt").unwrap().is_some());
+    assert!(manifest::lookup(&f.blobs, &c3.root, "build/out.txt")
+        .unwrap()
+        .is_some());
     f.rollback(c1.id);
-    assert!(!f.exists("build/out.txt"), "tracked + created after the target: deleted");
-    assert_eq!(f.read("build/cache.bin").as_deref(), Some("untracked, ignored"), "never tracked: never touched");
+    assert!(
+        !f.exists("build/out.txt"),
+        "tracked + created after the target: deleted"
+    );
+    assert_eq!(
+        f.read("build/cache.bin").as_deref(),
+        Some("untracked, ignored"),
+        "never tracked: never touched"
+    );
     // Redo brings it back.
     f.rollback(c3.id);
     assert_eq!(f.read("build/out.txt").as_deref(), Some("agent output"));
@@ -203,7 +252,11 @@ fn users_git_directory_is_byte_for_byte_unchanged() {
     assert!(!git_before.is_empty());
     let c1 = f.checkpoint("c1");
     let m = manifest::list(&f.blobs, &c1.root).unwrap();
-    assert!(!m.entries.keys().any(|k| k.starts_with(".git")), "{:?}", m.entries.keys());
+    assert!(
+        !m.entries.keys().any(|k| k.starts_with(".git")),
+        "{:?}",
+        m.entries.keys()
+    );
     f.write("README.md", "changed");
     std::fs::remove_file(f.p("src/lib.rs")).unwrap();
     f.write("src/new.rs", "new");
@@ -225,7 +278,9 @@ fn path_scoped_rollback_restores_only_those_paths() {
     f.write("src/x.rs", "x2");
     std::fs::remove_file(f.p("src/y.rs")).unwrap();
     f.write("src/z.rs", "z2");
-    let r = f.try_rollback(c1.id, &["src/x.rs", "./src/y.rs"], false).unwrap();
+    let r = f
+        .try_rollback(c1.id, &["src/x.rs", "./src/y.rs"], false)
+        .unwrap();
     assert_eq!(f.read("a.txt").as_deref(), Some("a2"));
     assert_eq!(f.read("src/x.rs").as_deref(), Some("x1"));
     assert_eq!(f.read("src/y.rs").as_deref(), Some("y1"));
@@ -253,7 +308,11 @@ fn dry_run_lists_and_changes_nothing() {
     assert_eq!(r.removed_dirs, vec!["d".to_string()]);
     assert!(r.source.is_none() && r.lsn.is_none());
     assert_eq!(f.tree(), tree, "nothing changed on disk");
-    assert_eq!(cairn_snapshot::LogAccess::head(&f.log), head, "no record appended");
+    assert_eq!(
+        cairn_snapshot::LogAccess::head(&f.log),
+        head,
+        "no record appended"
+    );
 }
 
 #[test]
@@ -266,12 +325,20 @@ fn redo_and_undo_of_a_rollback() {
     f.write("f.txt", "v3 unsaved work");
     let r = f.rollback(c1.id);
     assert_eq!(f.read("f.txt").as_deref(), Some("v1"));
-    let ids: Vec<CheckpointId> = list_checkpoints(&f.log, &f.ws, None).unwrap().iter().map(|c| c.id).collect();
+    let ids: Vec<CheckpointId> = list_checkpoints(&f.log, &f.ws, None)
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
     assert!(ids.contains(&c2.id), "later checkpoints stay listed");
     f.rollback(c2.id);
     assert_eq!(f.read("f.txt").as_deref(), Some("v2"), "redo");
     f.rollback(r.source.unwrap());
-    assert_eq!(f.read("f.txt").as_deref(), Some("v3 unsaved work"), "the rollback itself undone");
+    assert_eq!(
+        f.read("f.txt").as_deref(),
+        Some("v3 unsaved work"),
+        "the rollback itself undone"
+    );
 }
 
 #[test]
@@ -282,7 +349,11 @@ fn application_state_is_handed_back() {
         &f.log,
         &f.blobs,
         &f.ws,
-        CheckpointRequest { session: "s1".into(), state: Some(b"memory epoch 7".to_vec()), ..Default::default() },
+        CheckpointRequest {
+            session: "s1".into(),
+            state: Some(b"memory epoch 7".to_vec()),
+            ..Default::default()
+        },
     )
     .unwrap();
     assert_eq!(c1.session, "s1");
@@ -296,7 +367,13 @@ fn escape_attempts_are_refused() {
     let outside = tempfile::tempdir().unwrap();
     f.write("d/f.txt", "inside");
     let c1 = f.checkpoint("c1");
-    for bad in ["../x", "/etc/passwd", "a/../../x", ".git/config", ".cairn/log"] {
+    for bad in [
+        "../x",
+        "/etc/passwd",
+        "a/../../x",
+        ".git/config",
+        ".cairn/log",
+    ] {
         let e = f.try_rollback(c1.id, &[bad], false).unwrap_err();
         assert!(matches!(e, SnapshotError::BadPath { .. }), "{bad}: {e}");
         assert!(f.ws.track(&[bad]).is_err(), "{bad}");
@@ -308,7 +385,10 @@ fn escape_attempts_are_refused() {
     f.rollback(c1.id);
     assert!(std::fs::symlink_metadata(f.p("d")).unwrap().is_dir());
     assert_eq!(f.read("d/f.txt").as_deref(), Some("inside"));
-    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing written outside");
+    assert!(
+        std::fs::read_dir(outside.path()).unwrap().next().is_none(),
+        "nothing written outside"
+    );
 
     // An ignored symlink in the way (cairn does not manage it): refused, not followed.
     f.write(".gitignore", "d\n");
@@ -316,14 +396,22 @@ fn escape_attempts_are_refused() {
     std::os::unix::fs::symlink(outside.path(), f.p("d")).unwrap();
     let e = f.try_rollback(c1.id, &[], false).unwrap_err();
     assert!(matches!(e, SnapshotError::RollbackIncomplete { .. }), "{e}");
-    assert!(e.to_string().contains("cairn rollback c"), "says how to undo: {e}");
-    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing written outside");
+    assert!(
+        e.to_string().contains("cairn rollback c"),
+        "says how to undo: {e}"
+    );
+    assert!(
+        std::fs::read_dir(outside.path()).unwrap().next().is_none(),
+        "nothing written outside"
+    );
 }
 
 #[test]
 fn unknown_checkpoint_says_how_to_list() {
     let f = fx();
-    let e = f.try_rollback(CheckpointId(Lsn(999)), &[], false).unwrap_err();
+    let e = f
+        .try_rollback(CheckpointId(Lsn(999)), &[], false)
+        .unwrap_err();
     let s = e.to_string();
     assert!(s.contains("c999") && s.contains("cairn checkpoints"), "{s}");
 }

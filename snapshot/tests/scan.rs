@@ -8,16 +8,23 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use cairn_snapshot::*;
+#[allow(unused_imports)]
 use common::*;
 
 /// Sets a file's mtime an hour back, so it is not "racy" for the next scan.
 fn age(path: &std::path::Path) {
     let f = std::fs::File::options().write(true).open(path).unwrap();
-    f.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
 }
 
 fn mem_ws(dir: &std::path::Path) -> Workspace {
-    Workspace::open(dir, &dir.join(".cairn/snapshot"), SnapshotOptions::default()).unwrap()
+    Workspace::open(
+        dir,
+        &dir.join(".cairn/snapshot"),
+        SnapshotOptions::default(),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -44,7 +51,11 @@ fn one_file_edit_rereads_one_file_and_writes_only_its_path() {
     let c2 = create_checkpoint(&log, &blobs, &ws, req()).unwrap();
     assert_eq!(c2.root, c1.root);
     assert_eq!(c2.counts.changed, 0);
-    assert_eq!(blobs.put_calls() - calls, 1, "nothing re-read; only the root node re-encoded");
+    assert_eq!(
+        blobs.put_calls() - calls,
+        1,
+        "nothing re-read; only the root node re-encoded"
+    );
 
     std::fs::write(&paths[77], "edited").unwrap();
     let (calls, writes) = (blobs.put_calls(), blobs.writes());
@@ -62,7 +73,11 @@ fn damaged_stat_cache_costs_a_reread_not_a_wrong_checkpoint() {
     let ws = mem_ws(dir.path());
     let (log, blobs) = (MemLog::new(), MemBlobs::new());
     let c1 = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
-    std::fs::write(dir.path().join(".cairn/snapshot/stat-cache.bin"), b"garbage").unwrap();
+    std::fs::write(
+        dir.path().join(".cairn/snapshot/stat-cache.bin"),
+        b"garbage",
+    )
+    .unwrap();
     let c2 = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
     assert_eq!(c1.root, c2.root);
 }
@@ -98,9 +113,22 @@ fn ignore_files_and_skip_counts() {
     let files: Vec<&str> = m.files().map(|(p, _)| p.as_str()).collect();
     assert_eq!(
         files,
-        vec![".cairnignore", ".env", ".gitignore", "keep.tmp", "package-lock.json", "sub/.gitignore", "sub/lib.rs"]
+        vec![
+            ".cairnignore",
+            ".env",
+            ".gitignore",
+            "keep.tmp",
+            "package-lock.json",
+            "sub/.gitignore",
+            "sub/lib.rs"
+        ]
     );
-    assert_eq!(c.counts.skipped.get("ignored"), Some(&5), "{:?}", c.counts.skipped);
+    assert_eq!(
+        c.counts.skipped.get("ignored"),
+        Some(&5),
+        "{:?}",
+        c.counts.skipped
+    );
     assert_eq!(c.counts.skipped.get("too_large"), Some(&1));
     assert_eq!(c.counts.files, 7);
 
@@ -144,13 +172,20 @@ fn tracked_only_checkpoints_patch_the_previous_tree() {
     std::fs::write(dir.path().join("b.rs"), "b1").unwrap();
     let ws = mem_ws(dir.path());
     let (log, blobs) = (MemLog::new(), MemBlobs::new());
-    let tracked = |_: ()| CheckpointRequest { scan: ScanMode::TrackedOnly, ..Default::default() };
+    let tracked = |_: ()| CheckpointRequest {
+        scan: ScanMode::TrackedOnly,
+        ..Default::default()
+    };
     let c1 = create_checkpoint(&log, &blobs, &ws, tracked(())).unwrap(); // no base yet: full
     assert_eq!(c1.counts.files, 2);
 
     ws.track(&["src/deep/a.rs", "new/dir/c.rs"]).unwrap();
     std::fs::write(dir.path().join("src/deep/a.rs"), "a2").unwrap();
-    std::fs::write(dir.path().join("b.rs"), "b2 (not tracked: a tracked-only checkpoint misses it)").unwrap();
+    std::fs::write(
+        dir.path().join("b.rs"),
+        "b2 (not tracked: a tracked-only checkpoint misses it)",
+    )
+    .unwrap();
     let c2 = create_checkpoint(&log, &blobs, &ws, tracked(())).unwrap();
     assert_eq!(c2.counts.changed, 1);
     assert_eq!(c2.counts.files, 2);
@@ -185,7 +220,12 @@ fn checkpoint_list_is_persisted_and_rebuilt() {
             &log,
             &blobs,
             &ws,
-            CheckpointRequest { session: s.into(), label: Some(l.into()), run: Some("r1".into()), ..Default::default() },
+            CheckpointRequest {
+                session: s.into(),
+                label: Some(l.into()),
+                run: Some("r1".into()),
+                ..Default::default()
+            },
         )
         .unwrap()
     };
@@ -193,16 +233,30 @@ fn checkpoint_list_is_persisted_and_rebuilt() {
     assert_eq!(list_checkpoints(&log, &ws, None).unwrap(), vec![a.clone()]);
     let b = mk("s2", "two");
     let c = mk("s1", "three");
-    assert_eq!(list_checkpoints(&log, &ws, Some("s1")).unwrap(), vec![a.clone(), c.clone()]);
+    assert_eq!(
+        list_checkpoints(&log, &ws, Some("s1")).unwrap(),
+        vec![a.clone(), c.clone()]
+    );
     std::fs::remove_file(dir.path().join(".cairn/snapshot/checkpoints.bin")).unwrap();
-    assert_eq!(list_checkpoints(&log, &ws, None).unwrap(), vec![a.clone(), b.clone(), c.clone()]);
+    assert_eq!(
+        list_checkpoints(&log, &ws, None).unwrap(),
+        vec![a.clone(), b.clone(), c.clone()]
+    );
     // A cache from another log (same length, different history) is rebuilt.
     let other = MemLog::new();
     for _ in 0..3 {
-        other.append(&cairn_codec::Event::new(cairn_codec::EventKind::Prompt, "x")).unwrap();
+        other
+            .append(&cairn_codec::Event::new(
+                cairn_codec::EventKind::Prompt,
+                "x",
+            ))
+            .unwrap();
     }
     assert!(list_checkpoints(&other, &ws, None).unwrap().is_empty());
-    assert_eq!(find_checkpoint(&log, &ws, b.id).unwrap().label.as_deref(), Some("two"));
+    assert_eq!(
+        find_checkpoint(&log, &ws, b.id).unwrap().label.as_deref(),
+        Some("two")
+    );
 }
 
 #[test]
@@ -215,4 +269,34 @@ fn track_is_persisted_across_handles_and_validated() {
     let ws2 = mem_ws(dir.path());
     assert_eq!(ws2.tracked().unwrap(), vec!["a/b.rs", "c.rs", "d.rs"]);
     assert!(ws2.track(&["."]).is_err());
+}
+
+#[test]
+fn a_tracked_directory_is_captured_whole_in_both_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".gitignore"), "build/\n*.o\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("build/obj")).unwrap();
+    std::fs::write(dir.path().join("build/obj/a.o"), "o").unwrap();
+    std::fs::write(dir.path().join("build/x.txt"), "x").unwrap();
+    std::fs::write(dir.path().join("b.o"), "ignored, untracked").unwrap();
+    let ws = mem_ws(dir.path());
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let c0 = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    assert_eq!(c0.counts.files, 1, ".gitignore only");
+    ws.track(&["build"]).unwrap();
+    let tracked = create_checkpoint(
+        &log,
+        &blobs,
+        &ws,
+        CheckpointRequest {
+            scan: ScanMode::TrackedOnly,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let full = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    assert_eq!(full.counts.files, 3);
+    assert_eq!(tracked.root, full.root);
+    let m = manifest::list(&blobs, &full.root).unwrap();
+    assert!(m.entries.contains_key("build/obj/a.o") && !m.entries.contains_key("b.o"));
 }

@@ -35,7 +35,13 @@ pub fn fx_with(opts: SnapshotOptions) -> Fx {
     let blobs = BlobStore::open(vfs, &store.join("blobs"), BlobOptions::default()).unwrap();
     let ws = Workspace::open(&root, &store.join("snapshot"), opts).unwrap();
     let root = ws.root().to_path_buf();
-    Fx { _dir: dir, root, ws, log, blobs }
+    Fx {
+        _dir: dir,
+        root,
+        ws,
+        log,
+        blobs,
+    }
 }
 
 impl Fx {
@@ -58,14 +64,22 @@ impl Fx {
             &self.log,
             &self.blobs,
             &self.ws,
-            CheckpointRequest { label: Some(label.into()), ..Default::default() },
+            CheckpointRequest {
+                label: Some(label.into()),
+                ..Default::default()
+            },
         )
         .unwrap()
     }
     pub fn rollback(&self, id: CheckpointId) -> RollbackReport {
         self.try_rollback(id, &[], false).unwrap()
     }
-    pub fn try_rollback(&self, id: CheckpointId, paths: &[&str], dry_run: bool) -> Result<RollbackReport> {
+    pub fn try_rollback(
+        &self,
+        id: CheckpointId,
+        paths: &[&str],
+        dry_run: bool,
+    ) -> Result<RollbackReport> {
         rollback(
             &self.log,
             &self.blobs,
@@ -97,7 +111,10 @@ pub fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>, skip_s
         }
         let m = std::fs::symlink_metadata(&p).unwrap();
         if m.file_type().is_symlink() {
-            out.insert(rel, format!("-> {}", std::fs::read_link(&p).unwrap().display()).into_bytes());
+            out.insert(
+                rel,
+                format!("-> {}", std::fs::read_link(&p).unwrap().display()).into_bytes(),
+            );
         } else if m.is_dir() {
             out.insert(format!("{rel}/"), Vec::new());
             walk(root, &p, out, skip_store);
@@ -113,15 +130,29 @@ pub fn mode(p: &Path) -> u32 {
 }
 
 pub fn git_available() -> bool {
-    std::process::Command::new("git").arg("--version").output().is_ok_and(|o| o.status.success())
+    std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 pub fn git(dir: &Path, args: &[&str]) {
     let out = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"])
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
