@@ -1,16 +1,17 @@
 //! The content-addressed blob store: file contents, large diffs, prompts
 //! and replies, keyed by the blake3 of their bytes.
 //!
-//! ```no_run
+//! ```
 //! # fn main() -> cairn_engine::Result<()> {
 //! use std::sync::Arc;
 //! use cairn_engine::blob::{BlobOptions, BlobStore};
-//! use cairn_engine::RealVfs;
+//! use cairn_engine::vfs::SimVfs; // `RealVfs` for files on disk
 //!
-//! let store = BlobStore::open(Arc::new(RealVfs), ".cairn/blobs".as_ref(), BlobOptions::default())?;
+//! let store = BlobStore::open(Arc::new(SimVfs::new()), "/ws/.cairn/blobs".as_ref(), BlobOptions::default())?;
 //! let h = store.put(b"fn main() {}\n")?;
 //! store.sync()?; // durable: now a log record may refer to `h`
 //! assert_eq!(store.get(&h)?, b"fn main() {}\n");
+//! assert_eq!(store.put(b"fn main() {}\n")?, h); // stored once
 //! # Ok(()) }
 //! ```
 //!
@@ -180,8 +181,8 @@ impl BlobStore {
     }
 
     /// Stores every item and makes them all durable with one fsync before
-    /// returning (also when every item was already present but not yet
-    /// durable).
+    /// returning (one per pack appended to: one unless the batch fills a
+    /// pack), also when every item was already present but not yet durable.
     pub fn put_batch(&self, items: &[&[u8]]) -> Result<Vec<BlobHash>> {
         self.check_writable()?;
         let hashes = {
