@@ -410,3 +410,52 @@ fn streaming_put_and_get_of_a_large_file_never_hold_it_whole() {
     assert_eq!(w.1, len);
     assert_eq!(s.raw_len(&h), Some(len));
 }
+
+#[test]
+fn gets_keep_working_while_gc_moves_blobs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Arc::new(open(tmp.path()));
+    let live: Vec<Vec<u8>> = (0..30)
+        .map(|i| text(4000, 7000 + i))
+        .chain([noise(2 << 20, 9)])
+        .collect();
+    for b in &live {
+        s.put(b).unwrap();
+    }
+    let roots: HashSet<BlobHash> = live.iter().map(|b| BlobHash::of(b)).collect();
+    let live = Arc::new(live);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|t| {
+            let (s, live, stop) = (s.clone(), live.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 50 {
+                    let b = &live[(n as usize * 7 + t) % live.len()];
+                    assert_eq!(s.get(&BlobHash::of(b)).unwrap(), *b);
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    for round in 0..6u64 {
+        // Garbage to collect, then a gc that moves every live blob.
+        for i in 0..40 {
+            s.put(&text(4000, round * 1000 + i)).unwrap();
+        }
+        let r = s
+            .gc(
+                &roots,
+                GcOptions {
+                    rewrite_threshold: 0.0,
+                },
+            )
+            .unwrap();
+        assert!(r.packs_rewritten >= 1, "{r:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(s.verify().unwrap().is_ok());
+}
