@@ -136,6 +136,16 @@ fn push_sorted(v: &mut Vec<Lsn>, lsn: Lsn) {
     }
 }
 
+/// Adds `lsn` to `key`'s list, allocating the key only when it is new.
+fn add(m: &mut HashMap<String, Vec<Lsn>>, key: &str, lsn: Lsn) {
+    match m.get_mut(key) {
+        Some(v) => push_sorted(v, lsn),
+        None => {
+            m.insert(key.to_string(), vec![lsn]);
+        }
+    }
+}
+
 impl Index {
     /// An empty index (covers nothing).
     pub fn new() -> Index {
@@ -146,7 +156,25 @@ impl Index {
     pub fn build(src: &dyn RecordSource) -> Result<Index> {
         let mut ix = Index::new();
         ix.catch_up(src)?;
+        ix.shrink_to_fit();
         Ok(ix)
+    }
+
+    /// Releases the spare capacity of every list (after a build: growth by
+    /// doubling can leave up to half of each list unused).
+    pub fn shrink_to_fit(&mut self) {
+        for m in [
+            &mut self.by_session,
+            &mut self.by_run,
+            &mut self.by_path,
+            &mut self.checkpoints_by_session,
+        ] {
+            m.values_mut().for_each(Vec::shrink_to_fit);
+        }
+        self.by_kind.values_mut().for_each(Vec::shrink_to_fit);
+        self.by_time.shrink_to_fit();
+        self.ts_high.shrink_to_fit();
+        self.resets.shrink_to_fit();
     }
 
     /// The last LSN folded in.
@@ -176,18 +204,19 @@ impl Index {
         let e = &r.event;
         self.covered = lsn;
         self.chain = r.chain;
-        push_sorted(self.by_session.entry(e.session.clone()).or_default(), lsn);
+        add(&mut self.by_session, &e.session, lsn);
         if let Some(run) = &e.run {
-            push_sorted(self.by_run.entry(run.clone()).or_default(), lsn);
+            add(&mut self.by_run, run, lsn);
         }
         push_sorted(self.by_kind.entry(e.kind).or_default(), lsn);
-        for p in e.paths() {
-            match self.by_path.get_mut(p) {
-                Some(v) => push_sorted(v, lsn),
-                None => {
-                    self.by_path.insert(p.to_string(), vec![lsn]);
-                }
-            }
+        if let Some(p) = &e.path {
+            add(&mut self.by_path, p, lsn);
+        }
+        if let Some(p) = &e.to_path {
+            add(&mut self.by_path, p, lsn);
+        }
+        for p in &e.files {
+            add(&mut self.by_path, p, lsn);
         }
         let key = (e.ts, lsn);
         if self.by_time.last().is_none_or(|l| *l < key) {
