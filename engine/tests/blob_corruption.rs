@@ -193,3 +193,29 @@ fn a_torn_tail_is_truncated_on_open() {
     assert_eq!(s.get(&h).unwrap(), extra);
     assert!(s.verify().unwrap().is_ok());
 }
+
+#[test]
+fn a_pack_cut_short_at_creation_is_removed_and_a_bad_header_rewritten() {
+    let (d, vfs, pack, _) = setup();
+    let stub = dir().join("pack-00000002.pack");
+    let f = vfs.open(&stub, cairn_engine::OpenMode::CreateNew).unwrap();
+    f.write_all_at(b"CAIRNPK", 0).unwrap();
+    drop(f);
+    // Damage the first pack's header too.
+    d.corrupt(&pack, 3, b"X").unwrap();
+    let s = BlobStore::open(vfs.clone(), &dir(), BlobOptions::default()).unwrap();
+    assert!(
+        !vfs.exists(&stub),
+        "a pack shorter than its header is removed"
+    );
+    for b in blobs() {
+        assert_eq!(s.get(&BlobHash::of(&b)).unwrap(), b);
+    }
+    assert!(s.verify().unwrap().is_ok());
+    let h = s.put(b"after repair").unwrap();
+    drop(s);
+    // The repaired store opens from its index, with everything in it.
+    let s = BlobStore::open_read_only(vfs, &dir()).unwrap();
+    assert_eq!(s.get(&h).unwrap(), b"after repair");
+    assert_eq!(s.hashes().len(), blobs().len() + 1);
+}
