@@ -330,6 +330,9 @@ impl BlobStore {
     /// Creates a new pack and makes it the active one.
     fn roll(&self, w: &mut Writer) -> Result<()> {
         let id = PackId(w.next_id);
+        let next_id = w.next_id.checked_add(1).ok_or_else(|| EngineError::TooLarge {
+            what: format!("pack ids in {} are exhausted", self.dir.display()),
+        })?;
         let path = self.dir.join(id.file_name());
         let nonce = recovery::new_nonce(&path);
         let file = self
@@ -341,7 +344,7 @@ impl BlobStore {
             w.poisoned = Some(format!("writing the header of {}: {e}", path.display()));
             return Err(EngineError::io("write pack header", &path, e));
         }
-        w.next_id += 1;
+        w.next_id = next_id;
         let pack = Arc::new(PackFile {
             id,
             path,
