@@ -142,7 +142,13 @@ pub(super) fn open(
     for id in pack_ids {
         next_id = next_id.max(id.0.saturating_add(1));
         let path = dir.join(id.file_name());
-        let file = vfs.open(&path, mode).map_err(io_err("open pack", &path))?;
+        let file = match vfs.open(&path, mode) {
+            Ok(f) => f,
+            // A reader races the writer's gc, which may delete a pack
+            // between the listing and the open: its blobs are elsewhere.
+            Err(e) if read_only && e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(EngineError::io("open pack", &path, e)),
+        };
         let len = file.len().map_err(io_err("size pack", &path))?;
         if len < PACK_HEADER_LEN as u64 {
             // A pack whose creation a crash cut short: nothing in it was
