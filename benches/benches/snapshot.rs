@@ -59,15 +59,12 @@ fn main() -> Res<()> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(DEFAULT_FILES);
-    let mut rows: Vec<(String, String, String, String)> = Vec::new();
-    speed(n, &mut rows)?;
-    disk(n, &mut rows)?;
     println!("\nsnapshot bench: {n} files of ~{} KB\n", FILE_BYTES / 1024);
     println!("| measurement | cairn | git | git / cairn |");
     println!("|---|---|---|---|");
-    for (a, b, c, d) in rows {
-        println!("| {a} | {b} | {c} | {d} |");
-    }
+    let mut rows = Rows;
+    speed(n, &mut rows)?;
+    disk(n, &mut rows)?;
     Ok(())
 }
 
@@ -201,6 +198,15 @@ impl Bed {
     }
 }
 
+/// Prints each table row as soon as it is measured.
+struct Rows;
+
+impl Rows {
+    fn push(&mut self, (a, b, c, d): (String, String, String, String)) {
+        println!("| {a} | {b} | {c} | {d} |");
+    }
+}
+
 fn time<T>(f: impl FnOnce() -> Res<T>) -> Res<(Duration, T)> {
     let t = Instant::now();
     let v = f()?;
@@ -220,7 +226,7 @@ fn ratio(cairn: Duration, git: Duration) -> String {
     format!("{:.1}x", git.as_secs_f64() / cairn.as_secs_f64().max(1e-9))
 }
 
-fn speed(n: usize, rows: &mut Vec<(String, String, String, String)>) -> Res<()> {
+fn speed(n: usize, rows: &mut Rows) -> Res<()> {
     let mut b = bed(n, 7)?;
     // Age the tree a little so the first scans do not see every file as "racy".
     std::thread::sleep(Duration::from_millis(50));
@@ -339,7 +345,7 @@ fn mb(b: u64) -> String {
     format!("{:.1} MB", b as f64 / 1e6)
 }
 
-fn disk(n: usize, rows: &mut Vec<(String, String, String, String)>) -> Res<()> {
+fn disk(n: usize, rows: &mut Rows) -> Res<()> {
     let mut b = bed(n, 11)?;
     b.checkpoint(ScanMode::Full)?;
     b.git_commit("first")?;

@@ -8,7 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc as Rc;
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use serde::{Deserialize, Serialize};
@@ -326,8 +327,76 @@ fn walk(
             rules = push_rules(&rules, &abs, abs.join(GIT_DIR_NAME).exists());
         }
     }
-    let mut stack: Vec<(String, Option<Rc<Rules>>)> = vec![(start.to_string(), rules)];
+    let mut stack: Vec<Frame> = vec![(start.to_string(), rules)];
+    // The first directory on this thread: its subdirectories are then shared
+    // out between threads, each walking whole subtrees.
+    drain(ws, follow, tracked, &mut stack, out, true)?;
+    let want = match ws.options().hash_threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let threads = want
+        .clamp(1, crate::workspace::MAX_HASH_THREADS)
+        .min(stack.len());
+    if threads <= 1 {
+        return drain(ws, follow, tracked, &mut stack, out, false);
+    }
+    let items = std::mem::take(&mut stack);
+    let next = AtomicUsize::new(0);
+    let parts = std::thread::scope(|s| -> Result<Vec<ScanOut>> {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| -> Result<ScanOut> {
+                    let mut local = ScanOut::default();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        let mut st = vec![item.clone()];
+                        drain(ws, follow, tracked, &mut st, &mut local, false)?;
+                    }
+                    Ok(local)
+                })
+            })
+            .collect();
+        let mut parts = Vec::with_capacity(handles.len());
+        for h in handles {
+            parts.push(h.join().map_err(|_| {
+                crate::error::SnapshotError::Invalid("a scanning thread panicked".into())
+            })??);
+        }
+        Ok(parts)
+    })?;
+    for p in parts {
+        out.leaves.extend(p.leaves);
+        out.dirs.extend(p.dirs);
+        out.missing.extend(p.missing);
+        for (k, v) in p.skipped {
+            *out.skipped.entry(k).or_default() += v;
+        }
+    }
+    Ok(())
+}
+
+type Frame = (String, Option<Rc<Rules>>);
+
+/// Walks the directories on `stack` (and everything below them), or only
+/// the first one with `one`.
+fn drain(
+    ws: &Workspace,
+    follow: bool,
+    tracked: &BTreeSet<String>,
+    stack: &mut Vec<Frame>,
+    out: &mut ScanOut,
+    one: bool,
+) -> Result<()> {
+    let root = ws.root();
+    let mut first = true;
     while let Some((dir, parent_rules)) = stack.pop() {
+        if one && !first {
+            stack.push((dir, parent_rules));
+            break;
+        }
+        first = false;
         let abs_dir = if dir.is_empty() {
             root.to_path_buf()
         } else {
