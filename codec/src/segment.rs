@@ -98,6 +98,13 @@ impl SegmentHeader {
                 what: "log segment",
             });
         }
+        // Reserved bytes must be zero: a header from a future format that
+        // uses them is refused, not misread.
+        if b[12..16].iter().chain(&b[56..60]).any(|&x| x != 0) {
+            return Err(CodecError::Invalid {
+                what: "segment header has non-zero reserved bytes".into(),
+            });
+        }
         Ok(SegmentHeader {
             first_lsn: Lsn(u64_at(b, 16)),
             prev_chain: chain_at(b, 24),

@@ -396,7 +396,6 @@ fn the_allocation_probe_can_fail() {
 /// bytes would be misread silently. The frame decoder refuses its reserved
 /// bytes; the segment header should too.
 #[test]
-#[ignore = "known bug, reported: SegmentHeader::decode does not check its reserved bytes; remove this line with the fix"]
 fn segment_header_with_reserved_bytes_set_is_refused() {
     // The first 64 bytes of the fuzz artifact: a valid header for LSN 256
     // with byte 14 = 0x25 and byte 57 = 0x04, and a matching CRC.

@@ -1,8 +1,8 @@
 //! The store directory's own creation must be durable: a record
 //! acknowledged in a brand-new store survives a power loss right after.
 //!
-//! Run the ignored test with
-//! `cargo test -p cairn-engine --test crash_store_dir -- --include-ignored`.
+//! Run it alone with
+//! `cargo test -p cairn-engine --test crash_store_dir`.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -15,7 +15,6 @@ use cairn_engine::vfs::{SimVfs, Vfs};
 use cairn_engine::StoreDir;
 
 #[test]
-#[ignore = "known bug, reported: StoreDir::open never fsyncs `.cairn` after creating log/ and blobs/, so their entries are not durable; remove this line with the fix"]
 fn first_acknowledged_record_of_a_new_store_survives_a_crash() {
     let disk = SimVfs::seeded(3);
     let vfs: Arc<dyn Vfs> = Arc::new(disk.clone());
