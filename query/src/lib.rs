@@ -8,6 +8,12 @@
 //! a projection of records to JSONL ([`export`]); import reads the
 //! reference shapes back ([`import`]).
 //!
+//! Sources are small traits ([`RecordSource`], [`BlobSource`],
+//! [`ManifestSource`]) implemented for the engine's `Log`, a read-only
+//! `LogReader` in another process ([`source::ReaderSource`]), the engine's
+//! `BlobStore`, the snapshot crate's Merkle manifests
+//! ([`source::SnapshotManifests`]) and in-memory stand-ins for tests.
+//!
 //! ```
 //! use cairn_codec::{Event, EventKind, Lsn};
 //! use cairn_query::{Filter, Point, Query, index::Index};
