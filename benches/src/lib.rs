@@ -9,7 +9,11 @@ pub struct Rng(u64);
 impl Rng {
     /// A generator seeded with `seed` (0 is replaced by a fixed non-zero seed).
     pub fn new(seed: u64) -> Rng {
-        Rng(if seed == 0 { 0x9E37_79B9_7F4A_7C15 } else { seed })
+        Rng(if seed == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            seed
+        })
     }
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
@@ -27,9 +31,45 @@ impl Rng {
 }
 
 const WORDS: &[&str] = &[
-    "fn", "let", "mut", "self", "return", "match", "impl", "struct", "pub", "use", "config", "value", "error",
-    "result", "buffer", "index", "path", "file", "record", "session", "checkpoint", "write", "read", "len",
-    "Some", "None", "Ok", "Err", "vec", "map", "iter", "into", "from", "string", "u64", "&str", "=>", "{", "}",
+    "fn",
+    "let",
+    "mut",
+    "self",
+    "return",
+    "match",
+    "impl",
+    "struct",
+    "pub",
+    "use",
+    "config",
+    "value",
+    "error",
+    "result",
+    "buffer",
+    "index",
+    "path",
+    "file",
+    "record",
+    "session",
+    "checkpoint",
+    "write",
+    "read",
+    "len",
+    "Some",
+    "None",
+    "Ok",
+    "Err",
+    "vec",
+    "map",
+    "iter",
+    "into",
+    "from",
+    "string",
+    "u64",
+    "&str",
+    "=>",
+    "{",
+    "}",
 ];
 
 /// Source-like text of about `len` bytes: lines of identifiers and punctuation

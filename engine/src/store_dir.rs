@@ -46,7 +46,8 @@ impl StoreDir {
         // Make the subdirectories' entries in `.cairn` durable: without this,
         // a power loss right after the first acknowledged append could lose
         // the whole log directory of a new store.
-        vfs.sync_dir(root).map_err(|e| EngineError::io("sync directory", root, e))?;
+        vfs.sync_dir(root)
+            .map_err(|e| EngineError::io("sync directory", root, e))?;
         if let Some(parent) = root.parent() {
             // Make the creation of `.cairn` itself durable; a parent we cannot
             // open for syncing (e.g. "") is not an error.

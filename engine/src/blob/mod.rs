@@ -330,9 +330,12 @@ impl BlobStore {
     /// Creates a new pack and makes it the active one.
     fn roll(&self, w: &mut Writer) -> Result<()> {
         let id = PackId(w.next_id);
-        let next_id = w.next_id.checked_add(1).ok_or_else(|| EngineError::TooLarge {
-            what: format!("pack ids in {} are exhausted", self.dir.display()),
-        })?;
+        let next_id = w
+            .next_id
+            .checked_add(1)
+            .ok_or_else(|| EngineError::TooLarge {
+                what: format!("pack ids in {} are exhausted", self.dir.display()),
+            })?;
         let path = self.dir.join(id.file_name());
         let nonce = recovery::new_nonce(&path);
         let file = self
