@@ -22,7 +22,7 @@ pub(crate) enum LogHandle {
     /// This process writes.
     Writer(Arc<Log>),
     /// Another process writes; this one follows read-only.
-    Reader(Mutex<LogReader>),
+    Reader(Box<Mutex<LogReader>>),
 }
 
 /// How to open a [`Store`]. Every setting has a documented default.
@@ -143,7 +143,7 @@ impl StoreBuilder {
                 workspace_dir,
                 vfs,
                 _dir: None,
-                log: LogHandle::Reader(Mutex::new(reader)),
+                log: LogHandle::Reader(Box::new(Mutex::new(reader))),
                 blobs: Arc::new(blobs),
                 workspace: None,
                 index: Mutex::new(None),

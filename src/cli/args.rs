@@ -58,19 +58,26 @@ pub enum Command {
     )]
     Verify(VerifyArgs),
     /// Repair a damaged store: keep every intact record, set damaged files aside.
+    #[command(
+        after_help = "Example:\n  cairn verify || cairn repair\n\nDamaged files are moved to .cairn/log/damaged-<time>/, never deleted."
+    )]
     Repair {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Segments, records, bytes, blobs, durability.
+    #[command(after_help = "Example:\n  cairn stats --json | jq .blob_stored_bytes")]
     Stats {
         /// Print as JSON.
         #[arg(long)]
         json: bool,
     },
     /// The blob store: put files, get blobs.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Example:\n  cairn blob put notes.txt\n  cairn blob get 3f2a...   # 64 hex digits, as printed by put"
+    )]
     Blob(BlobCommand),
     /// Tell cairn a path is about to be written, so the next checkpoint captures it.
     #[command(after_help = "Example:\n  cairn track src/main.rs build/generated.rs")]
@@ -103,6 +110,9 @@ pub enum Command {
     #[command(after_help = "Example:\n  cairn gc --keep-per-session 50 --max-bytes 100000000")]
     Gc(GcArgs),
     /// A file's bytes at a point: `cairn show c12:src/main.rs`, `cairn show @40:README.md`.
+    #[command(
+        after_help = "Example:\n  cairn show c12:src/main.rs\n  cairn show 2026-11-22T10:00:00Z:README.md > old-readme.md"
+    )]
     Show {
         /// POINT:PATH, where POINT is @LSN, a checkpoint id, an ISO time or `head`.
         spec: String,
@@ -131,6 +141,7 @@ pub enum Command {
         json: bool,
     },
     /// Every record that touched a path.
+    #[command(after_help = "Example:\n  cairn history src/main.rs --json | jq -r .kind")]
     History {
         /// Workspace-relative path.
         path: String,
@@ -150,6 +161,7 @@ pub enum Command {
         json: bool,
     },
     /// What was tried from a checkpoint: its children.
+    #[command(after_help = "Example:\n  cairn branches c12")]
     Branches {
         /// A checkpoint id; all branch points if omitted.
         id: Option<String>,
@@ -181,6 +193,9 @@ pub enum Command {
     )]
     Demo(DemoArgs),
     /// Print shell completions.
+    #[command(
+        after_help = "Example:\n  cairn completions bash > ~/.local/share/bash-completion/completions/cairn"
+    )]
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: String,

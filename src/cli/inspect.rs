@@ -293,12 +293,24 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Splits `POINT:PATH` at the rightmost colon whose left side is a point,
+/// so ISO times (which contain colons) work: `2026-11-22T10:00:00Z:a.rs`.
+fn split_point_path(spec: &str) -> Result<(Point, &str)> {
+    for (i, _) in spec.rmatch_indices(':') {
+        if let Ok(p) = spec[..i].parse::<Point>() {
+            let path = &spec[i + 1..];
+            if path.is_empty() {
+                bail!("`{spec}` names no path after the point");
+            }
+            return Ok((p, path));
+        }
+    }
+    bail!("`{spec}` is not POINT:PATH (for example c12:src/main.rs, @40:README.md, head:Cargo.toml, 2026-11-22T10:00:00Z:README.md)")
+}
+
 /// `cairn show POINT:PATH`.
 pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
-    let Some((point, path)) = spec.split_once(':') else {
-        bail!("`{spec}` is not POINT:PATH (for example c12:src/main.rs, @40:README.md, head:Cargo.toml)");
-    };
-    let point = parse_point(point)?;
+    let (point, path) = split_point_path(spec)?;
     let store = settings.open_read()?;
     let bytes = store.query(|q| q.file_at(point, path))?;
     let mut out = std::io::stdout().lock();
@@ -455,4 +467,21 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
         print!("{}", t.render());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn point_path_split() {
+        let (p, path) = split_point_path("2026-11-22T10:00:00Z:src/a.rs").unwrap();
+        assert!(matches!(p, Point::Time(_)));
+        assert_eq!(path, "src/a.rs");
+        let (p, path) = split_point_path("c12:dir/with:colon").unwrap();
+        assert!(matches!(p, Point::Checkpoint(_)));
+        assert_eq!(path, "dir/with:colon");
+        assert!(split_point_path("nothing").is_err());
+        assert!(split_point_path("head:").is_err());
+    }
 }
