@@ -357,7 +357,7 @@ fn disk(n: usize, rows: &mut Rows) -> Res<()> {
     }
     let cairn = usage(&b.ws_root.join(".cairn"));
     let loose = usage(&b.git_dir);
-    git(&b.git_dir, &b.ws_root, &["gc", "-q"])?;
+    git(&b.git_dir, &b.ws_root, &["gc", "-q", "--force"])?;
     let packed = usage(&b.git_dir);
     let label = format!("bytes on disk after 1 + {DISK_CHECKPOINTS} one-file-edit checkpoints");
     rows.push((
