@@ -51,3 +51,8 @@ pub use cairn_snapshot::{
 pub use error::{Error, Result};
 pub use session::Session;
 pub use store::{Store, StoreBuilder};
+
+/// The README's code examples, compiled and run as doctests so they never rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
