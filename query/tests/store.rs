@@ -41,7 +41,7 @@ const CHILD_RECORDS: u64 = 5;
 /// Not a test on its own: the child process of
 /// `follow_sees_records_appended_by_another_process`.
 #[test]
-#[ignore]
+#[ignore = "the child process of follow_sees_records_appended_by_another_process, which runs it"]
 fn follow_child_appender() {
     let Ok(dir) = std::env::var(CHILD_ENV) else {
         return;
