@@ -17,6 +17,7 @@
 //! differs from every frame header's first bytes only by its CRC, so the
 //! footer is recognised by its position (the last 64 bytes) and its CRC.
 
+use crate::bytes::{crc32_seeded as crc, u64_le as u64_at};
 use crate::{ChainHash, CodecError, Lsn};
 
 /// Size of the segment header.
@@ -27,12 +28,6 @@ pub const SEGMENT_FOOTER_LEN: usize = 64;
 pub const SEGMENT_VERSION: u32 = 1;
 const HEADER_MAGIC: &[u8; 8] = b"CAIRNLOG";
 const FOOTER_MAGIC: &[u8; 8] = b"CAIRNEND";
-
-fn crc(bytes: &[u8]) -> u32 {
-    let mut c = crc32fast::Hasher::new_with_initial(crate::frame::CRC_SEED);
-    c.update(bytes);
-    c.finalize()
-}
 
 fn check_crc(what: &'static str, b: &[u8]) -> Result<(), CodecError> {
     let stored = u32::from_le_bytes([b[60], b[61], b[62], b[63]]);
@@ -45,12 +40,6 @@ fn check_crc(what: &'static str, b: &[u8]) -> Result<(), CodecError> {
         });
     }
     Ok(())
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
 }
 
 fn chain_at(b: &[u8], at: usize) -> ChainHash {

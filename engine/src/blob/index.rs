@@ -21,6 +21,7 @@
 //! A snapshot only ever covers pack bytes that were fsynced before it was
 //! written, so everything it names is on disk.
 
+use cairn_codec::bytes::{u32_le as u32_at, u64_le as u64_at};
 use cairn_codec::{BlobHash, CodecError};
 
 use super::pack::{EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
@@ -78,18 +79,6 @@ pub struct IndexSnapshot {
     pub packs: Vec<PackCover>,
     /// Every indexed blob.
     pub entries: Vec<(BlobHash, Loc)>,
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
 }
 
 fn invalid(what: impl Into<String>) -> CodecError {

@@ -28,9 +28,9 @@
 //! not depend on its position, so garbage collection copies entries byte
 //! for byte.
 
+use cairn_codec::bytes::{crc32_seeded_parts as crc_of, u32_le as u32_at, u64_le as u64_at};
 use std::cell::RefCell;
 
-use cairn_codec::frame::CRC_SEED;
 use cairn_codec::{BlobHash, CodecError};
 
 use super::options::MAX_ENTRY_RAW_BYTES;
@@ -79,26 +79,6 @@ pub struct PackHeader {
     pub id: PackId,
     /// Random per file.
     pub nonce: u64,
-}
-
-fn crc_of(parts: &[&[u8]]) -> u32 {
-    let mut c = crc32fast::Hasher::new_with_initial(CRC_SEED);
-    for p in parts {
-        c.update(p);
-    }
-    c.finalize()
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
 }
 
 impl PackHeader {

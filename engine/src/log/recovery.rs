@@ -3,10 +3,11 @@
 //! corruption followed by good records), and the `tail.state` file a clean
 //! close leaves so the next open can skip scanning the tail.
 
+use cairn_codec::bytes::{crc32_seeded as crc, u64_le as u64_at};
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn_codec::frame::{self, CRC_SEED};
+use cairn_codec::frame;
 use cairn_codec::segment::{SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{ChainHash, Lsn};
 
@@ -106,18 +107,6 @@ pub(crate) struct TailState {
     pub last_frame_off: u64,
     pub chain: ChainHash,
     pub index: SparseIndex,
-}
-
-fn crc(b: &[u8]) -> u32 {
-    let mut c = crc32fast::Hasher::new_with_initial(CRC_SEED);
-    c.update(b);
-    c.finalize()
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
 }
 
 impl TailState {

@@ -14,11 +14,12 @@
 //! renames, which are then done and the marker removed. An interrupted
 //! switch is finished by the next [`Log::open`](super::Log::open) or salvage.
 
+use cairn_codec::bytes::crc32_seeded as crc;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cairn_codec::event::Meta;
-use cairn_codec::frame::{self, RecordKind, CRC_SEED};
+use cairn_codec::frame::{self, RecordKind};
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{ChainHash, Event, EventKind, Lsn, Timestamp};
 
@@ -554,12 +555,6 @@ impl Plan {
         }
         (!p.damaged.is_empty()).then_some(p)
     }
-}
-
-fn crc(b: &[u8]) -> u32 {
-    let mut c = crc32fast::Hasher::new_with_initial(CRC_SEED);
-    c.update(b);
-    c.finalize()
 }
 
 /// Finishes an interrupted salvage, if `salvage.pending` says there is one:

@@ -16,7 +16,7 @@
 //!  .  4  CRC32 (seeded) of everything before
 //! ```
 
-use cairn_codec::frame::CRC_SEED;
+use cairn_codec::bytes::{crc32_seeded as crc, u32_le as u32_at, u64_le as u64_at};
 use cairn_codec::segment::SegmentFooter;
 use cairn_codec::{ChainHash, Lsn};
 
@@ -150,22 +150,6 @@ impl SparseIndex {
             .map_or(0, |&(_, off)| off + SPARSE_INDEX_INTERVAL_BYTES);
         Some(idx)
     }
-}
-
-fn crc(b: &[u8]) -> u32 {
-    let mut c = crc32fast::Hasher::new_with_initial(CRC_SEED);
-    c.update(b);
-    c.finalize()
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 #[cfg(test)]
