@@ -114,13 +114,13 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
             format!("iteration {i} seed {seed}\n"),
         )
         .unwrap();
-        if rng.next() % 4 == 0 {
+        if rng.next().is_multiple_of(4) {
             let victim = ws.join(format!("d{}/f{}.txt", n % 3, (n + 3) % 6));
             let _ = std::fs::remove_file(victim);
         }
         let delay = Duration::from_millis(rng.next() % 40);
         let expect = snapshot(ws);
-        if !acked.is_empty() && rng.next() % 3 == 0 {
+        if !acked.is_empty() && rng.next().is_multiple_of(3) {
             // Interrupt a rollback, then finish it and check the exact tree.
             let (id, files) = acked[(rng.next() as usize) % acked.len()].clone();
             match run_and_kill(ws, &["rollback", &id], delay) {
@@ -167,7 +167,7 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
                 ids.contains(id),
                 "seed {seed} iteration {i}: acknowledged {id} lost"
             );
-            if rng.next() % 4 == 0 {
+            if rng.next().is_multiple_of(4) {
                 for (path, text) in files {
                     assert_eq!(
                         &run_ok(ws, &["show", &format!("{id}:{path}")]),
