@@ -64,6 +64,13 @@ pub fn describe(e: &anyhow::Error) -> String {
     out
 }
 
+/// How long a write command waits for the store lock before reporting
+/// "locked": long enough to outlast a read command that holds it briefly,
+/// short enough that a real second writer is told promptly.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+/// How often a waiting write command retries the lock.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Validated global settings (stage two of argument parsing).
 pub struct Settings {
     /// `--store`.
@@ -116,8 +123,19 @@ impl Settings {
         if let Some(d) = durability {
             b = b.durability(d);
         }
-        b.open()
-            .with_context(|| format!("open store {}", found.store.display()))
+        // A read command may hold the lock for a moment (it opens for
+        // writing when it can, so recovery runs); wait for it rather than fail.
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match b.clone().open() {
+                Err(Error::Engine(EngineError::Locked { .. }))
+                    if std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(LOCK_RETRY);
+                }
+                r => return r.with_context(|| format!("open store {}", found.store.display())),
+            }
+        }
     }
 
     /// Opens the store to read: for writing if free (so recovery runs),
