@@ -115,10 +115,16 @@ impl<'s> Session<'s> {
     /// and records a `file.create` or `file.write` with `before`/`after`
     /// hashes and diff statistics.
     pub fn write_file(&self, path: &str, contents: &[u8]) -> Result<Lsn> {
-        let root = self.store.workspace_dir().ok_or(Error::NoWorkspace)?;
-        let rel = checked_relative(path)?;
-        self.track(path)?;
-        let full = root.join(rel);
+        let ws = self.store.workspace()?;
+        // The snapshot crate's check: no `..`, nothing outside the
+        // workspace, nothing under `.git` or `.cairn`.
+        let rel = ws.normalize(path).map_err(|e| {
+            Error::Other(format!(
+                "path `{path}` is not a workspace-relative path: {e}"
+            ))
+        })?;
+        self.track(&rel)?;
+        let full = ws.root().join(&rel);
         let before = match std::fs::read(&full) {
             Ok(b) => Some(b),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -201,24 +207,6 @@ impl<'s> Session<'s> {
             session: self.id.clone(),
         })
     }
-}
-
-/// Refuses absolute paths and `..` components: a session never writes outside its workspace.
-fn checked_relative(path: &str) -> Result<&Path> {
-    let p = Path::new(path);
-    let escapes = p.is_absolute()
-        || p.components().any(|c| {
-            !matches!(
-                c,
-                std::path::Component::Normal(_) | std::path::Component::CurDir
-            )
-        });
-    if path.is_empty() || escapes {
-        return Err(Error::Other(format!(
-            "path `{path}` is not a workspace-relative path (no `..`, not absolute)"
-        )));
-    }
-    Ok(p)
 }
 
 fn write_atomic(full: &Path, contents: &[u8]) -> Result<()> {
