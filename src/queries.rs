@@ -7,7 +7,7 @@
 use std::io::Write;
 
 use cairn_codec::{ChainHash, Lsn};
-use cairn_engine::log::{Head, LogIter, LogReader, LogStats, Record, VerifyReport};
+use cairn_engine::log::{Head, LogReader, LogStats, Record, VerifyReport};
 use cairn_engine::EngineError;
 use cairn_query::export::{ExportStats, Format};
 use cairn_query::index::Index;
@@ -47,12 +47,6 @@ impl LogHandle {
         match self {
             LogHandle::Writer(l) => l.head(),
             LogHandle::Reader(r) => r.lock().head(),
-        }
-    }
-    pub(crate) fn iter_from(&self, from: Lsn) -> LogIter {
-        match self {
-            LogHandle::Writer(l) => l.iter_from(from),
-            LogHandle::Reader(r) => r.lock().iter_from(from),
         }
     }
     /// Runs `f` with this log as a query record source.
@@ -142,14 +136,17 @@ impl Store {
         let pinned = match pinned {
             None => None,
             Some(h) => {
+                // Chain values are in the frame headers: no body is decoded.
                 let mut at = None;
-                for r in self.log.iter_from(Lsn::FIRST) {
-                    let r = r?;
-                    if r.chain == h {
-                        at = Some(r.lsn);
-                        break;
+                let mut find = |f: &cairn_codec::frame::Frame<'_>| {
+                    if at.is_none() && f.chain == h {
+                        at = Some(f.lsn);
                     }
-                }
+                };
+                match &self.log {
+                    LogHandle::Writer(l) => l.for_each_frame(Lsn::FIRST, &mut find)?,
+                    LogHandle::Reader(r) => r.lock().for_each_frame(Lsn::FIRST, &mut find)?,
+                };
                 Some((h, at))
             }
         };
