@@ -136,3 +136,21 @@ fn an_unwritable_workspace_names_the_in_memory_option() {
         .to_string();
     assert!(err.contains("/proc/cairn-cannot-live-here"), "{err}");
 }
+
+#[test]
+fn a_pinned_head_not_in_history_is_reported() {
+    let store = Store::in_memory().unwrap();
+    store.session("s").prompt("one").unwrap();
+    let pinned = store.head().chain;
+    store.session("s").prompt("two").unwrap();
+    let found = store.verify(Some(pinned)).unwrap();
+    assert_eq!(found.pinned, Some((pinned, Some(cairn::Lsn(1)))));
+    assert!(found.is_ok());
+    let foreign = cairn::ChainHash([7; 32]);
+    let report = store.verify(Some(foreign)).unwrap();
+    assert_eq!(report.pinned, Some((foreign, None)));
+    assert!(
+        !report.is_ok(),
+        "a head the history never reached means truncation or rewriting"
+    );
+}
