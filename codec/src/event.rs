@@ -336,15 +336,27 @@ impl Event {
     /// Encodes the MessagePack body (compact, positional). Fails if the body
     /// exceeds [`MAX_EVENT_BODY_BYTES`].
     pub fn encode_body(&self) -> Result<Vec<u8>, CodecError> {
-        let body = rmp_serde::to_vec(self).map_err(|e| CodecError::Body(e.to_string()))?;
-        if body.len() > MAX_EVENT_BODY_BYTES {
+        let mut body = Vec::new();
+        self.encode_body_into(&mut body)?;
+        Ok(body)
+    }
+
+    /// Appends the MessagePack body to `out` (which may already hold other
+    /// bytes: the limit applies to this body alone). On error `out` is left
+    /// as it was.
+    pub fn encode_body_into(&self, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let start = out.len();
+        crate::body::encode(self, out);
+        let len = out.len() - start;
+        if len > MAX_EVENT_BODY_BYTES {
+            out.truncate(start);
             return Err(CodecError::TooLarge {
                 what: "event body",
-                len: body.len() as u64,
+                len: len as u64,
                 max: MAX_EVENT_BODY_BYTES as u64,
             });
         }
-        Ok(body)
+        Ok(())
     }
 
     /// Decodes a MessagePack body written by [`Event::encode_body`].
@@ -356,7 +368,7 @@ impl Event {
                 max: MAX_EVENT_BODY_BYTES as u64,
             });
         }
-        rmp_serde::from_slice(body).map_err(|e| CodecError::Body(e.to_string()))
+        crate::body::decode(body)
     }
 
     /// Every workspace path this event names (`path`, `to_path`, `files`), deduplicated.

@@ -187,6 +187,19 @@ pub fn encode(
     Ok(chain)
 }
 
+/// Fills the position-independent header fields (length, kind, flags) of
+/// a frame whose body is already in place at `f[HEADER_LEN..]`, stored as
+/// is (uncompressed). The LSN, chain and CRC are left for the log writer to
+/// fill once the record's position is known. The caller keeps the body
+/// within [`MAX_STORED_BODY_BYTES`] (an encoded event body always is).
+pub fn prepare_header(f: &mut [u8], kind: RecordKind, flags: u8) {
+    let len = (f.len() - HEADER_LEN) as u32;
+    f[0..4].copy_from_slice(&len.to_le_bytes());
+    f[8] = kind as u8;
+    f[9] = flags & FLAG_BATCH_CONT;
+    f[10..12].fill(0);
+}
+
 /// Decodes the frame at the start of `buf`.
 ///
 /// [`CodecError::Truncated`] means `buf` ends inside the frame (a torn tail

@@ -20,6 +20,7 @@
 //! assert_eq!(Event::decode_body(&decoded.body().unwrap()).unwrap(), event);
 //! ```
 
+pub mod body;
 pub mod bytes;
 pub mod error;
 pub mod event;

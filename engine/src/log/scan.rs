@@ -116,6 +116,15 @@ mod tests {
             .unwrap();
             assert_eq!(finish_frame(&mut pre, Lsn(42), prev), chain);
             assert_eq!(pre, expected);
+            if body.len() < frame::COMPRESS_MIN_BYTES {
+                // The writer's fast path: header prepared around a body
+                // encoded in place, then finished under the lock.
+                let mut fast = vec![0xEE; frame::HEADER_LEN];
+                fast.extend_from_slice(&body);
+                frame::prepare_header(&mut fast, RecordKind::Event, flags);
+                assert_eq!(finish_frame(&mut fast, Lsn(42), prev), chain);
+                assert_eq!(fast, expected);
+            }
         }
     }
 

@@ -39,7 +39,13 @@ struct WriterState {
     last_frame_off: u64,
     index: SparseIndex,
     poisoned: Option<String>,
+    /// Scratch buffer that gathers a batch's frames into one write.
+    batch_buf: Vec<u8>,
 }
+
+/// A batch buffer that grew past this is dropped after use rather than
+/// kept, so one huge batch does not pin its memory for the writer's life.
+const BATCH_BUF_KEEP_BYTES: usize = 1 << 20;
 
 impl WriterState {
     fn records(&self) -> u64 {
@@ -57,40 +63,40 @@ impl WriterState {
     }
 }
 
-/// An event made ready for the log outside the writer lock: the costly
-/// MessagePack encoding (and zstd of large bodies) happens here; the LSN
-/// and chain are assigned under the lock.
-enum Prepared {
-    /// A body too small to be compressed: framed in one pass under the lock.
-    Small { body: Vec<u8>, flags: u8 },
-    /// A frame encoded with a placeholder LSN and chain, finished under the lock.
-    Framed(Vec<u8>),
-}
+/// An event made ready for the log outside the writer lock: one frame,
+/// encoded (and zstd'd when that helps) with a placeholder LSN, chain and
+/// CRC, which the writer fills in place under the lock. One allocation per
+/// event; the body is encoded straight behind the header.
+struct Prepared(Vec<u8>);
+
+/// Capacity reserved for a frame before its body is encoded: a typical agent
+/// event fits, so the buffer rarely grows.
+const PREPARED_CAPACITY: usize = 512;
 
 impl Prepared {
     fn new(e: &Event, flags: u8) -> Result<Prepared> {
-        let body = e.encode_body()?;
-        if body.len() < frame::COMPRESS_MIN_BYTES {
-            return Ok(Prepared::Small { body, flags });
+        let mut f = Vec::with_capacity(PREPARED_CAPACITY);
+        f.resize(frame::HEADER_LEN, 0);
+        e.encode_body_into(&mut f)?;
+        if f.len() - frame::HEADER_LEN < frame::COMPRESS_MIN_BYTES {
+            frame::prepare_header(&mut f, RecordKind::Event, flags);
+            return Ok(Prepared(f));
         }
-        let mut b = Vec::with_capacity(body.len() + frame::HEADER_LEN);
+        let mut b = Vec::with_capacity(f.len());
         frame::encode(
             &mut b,
             Lsn(0),
             RecordKind::Event,
             flags,
-            &body,
+            &f[frame::HEADER_LEN..],
             ChainHash::ZERO,
         )?;
-        Ok(Prepared::Framed(b))
+        Ok(Prepared(b))
     }
 
     /// Bytes of the finished frame.
     fn len(&self) -> usize {
-        match self {
-            Prepared::Small { body, .. } => frame::HEADER_LEN + body.len(),
-            Prepared::Framed(f) => f.len(),
-        }
+        self.0.len()
     }
 }
 
@@ -175,6 +181,7 @@ impl Log {
             last_frame_off: tail.last_frame_off,
             index: tail.index,
             poisoned: None,
+            batch_buf: Vec::new(),
         };
         let inner = Arc::new(Inner {
             vfs,
@@ -214,8 +221,8 @@ impl Log {
 
     /// Appends one event; returns its LSN once it is durable per the policy.
     pub fn append(&self, event: &Event) -> Result<Lsn> {
-        let item = Prepared::new(event, 0)?;
-        let (first, last) = self.inner.write(std::slice::from_ref(&item))?;
+        let mut item = Prepared::new(event, 0)?;
+        let (first, last) = self.inner.write(std::slice::from_mut(&mut item))?;
         self.inner.commit(last)?;
         Ok(first)
     }
@@ -226,7 +233,7 @@ impl Log {
         if events.is_empty() {
             return Ok(None);
         }
-        let items = events
+        let mut items = events
             .iter()
             .enumerate()
             .map(|(i, e)| {
@@ -238,7 +245,7 @@ impl Log {
                 Prepared::new(e, flags)
             })
             .collect::<Result<Vec<_>>>()?;
-        let (first, last) = self.inner.write(&items)?;
+        let (first, last) = self.inner.write(&mut items)?;
         self.inner.commit(last)?;
         Ok(Some((first, last)))
     }
@@ -390,7 +397,7 @@ impl Inner {
 
     /// Writes pre-encoded frames (`offs`: where each starts in `buf`) as one
     /// write, assigning LSNs and chain values. Returns (first, last) LSN.
-    fn write(&self, items: &[Prepared]) -> Result<(Lsn, Lsn)> {
+    fn write(&self, items: &mut [Prepared]) -> Result<(Lsn, Lsn)> {
         let mut st = self.w.lock();
         if let Some(c) = &st.poisoned {
             return Err(poisoned(c));
@@ -411,25 +418,28 @@ impl Inner {
         }
         let first = st.next_lsn;
         let mut chain = st.chain;
-        let mut buf = Vec::with_capacity(total as usize);
-        let mut offs = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            let lsn = Lsn(first.0 + i as u64);
-            offs.push(buf.len());
-            chain = match item {
-                Prepared::Small { body, flags } => {
-                    frame::encode(&mut buf, lsn, RecordKind::Event, *flags, body, chain)?
-                }
-                Prepared::Framed(f) => {
-                    let start = buf.len();
-                    buf.extend_from_slice(f);
-                    finish_frame(&mut buf[start..], lsn, chain)
-                }
-            };
+        for (i, item) in items.iter_mut().enumerate() {
+            chain = finish_frame(&mut item.0, Lsn(first.0 + i as u64), chain);
         }
-        debug_assert_eq!(buf.len() as u64, total);
         let at = st.end;
-        if let Err(e) = st.file.write_all_at(&buf, at) {
+        let written = if let [one] = &*items {
+            st.file.write_all_at(&one.0, at)
+        } else {
+            let mut buf = std::mem::take(&mut st.batch_buf);
+            buf.clear();
+            buf.reserve(total as usize);
+            for item in items.iter() {
+                buf.extend_from_slice(&item.0);
+            }
+            let r = st.file.write_all_at(&buf, at);
+            st.batch_buf = if buf.capacity() <= BATCH_BUF_KEEP_BYTES {
+                buf
+            } else {
+                Vec::new()
+            };
+            r
+        };
+        if let Err(e) = written {
             let err = EngineError::io("append to log segment", &st.path, e);
             let cause = err.to_string();
             st.poisoned = Some(cause.clone());
@@ -438,17 +448,21 @@ impl Inner {
             return Err(err);
         }
         let mut new_entries = Vec::new();
-        for (i, &o) in offs.iter().enumerate() {
+        let mut off = at;
+        let mut last_off = at;
+        for (i, item) in items.iter().enumerate() {
             let lsn = Lsn(first.0 + i as u64);
-            if st.index.note(lsn, at + o as u64) {
-                new_entries.push((lsn, at + o as u64));
+            if st.index.note(lsn, off) {
+                new_entries.push((lsn, off));
             }
+            last_off = off;
+            off += item.len() as u64;
         }
-        let last = Lsn(first.0 + offs.len() as u64 - 1);
+        let last = Lsn(first.0 + items.len() as u64 - 1);
         st.end = at + total;
         st.next_lsn = last.next();
         st.chain = chain;
-        st.last_frame_off = at + offs.last().copied().unwrap_or(0) as u64;
+        st.last_frame_off = last_off;
         let publish_now = !matches!(self.opts.durability, Durability::Always);
         if publish_now || !new_entries.is_empty() {
             let mut v = self.view.write();
