@@ -18,9 +18,11 @@
 //! that remain before anything is allocated, every string is checked to be
 //! UTF-8, and every error names the field and the byte offset.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use crate::event::{CheckpointCounts, DiffStats, Event, EventKind, Meta};
+use crate::event::{CheckpointCounts, DiffStats, Event, EventKind};
+use crate::event_ref::{EventRef, MetaRef};
 use crate::{BlobHash, CheckpointId, CodecError, Lsn, Timestamp};
 
 /// Fields of the positional [`Event`] array. A new field is appended at the
@@ -221,6 +223,11 @@ fn sint(out: &mut Vec<u8>, v: i64) {
 /// Decodes a body written by [`encode`] (or by rmp-serde's compact form).
 /// The whole of `b` must be one event: trailing bytes are damage.
 pub(crate) fn decode(b: &[u8]) -> Result<Event, CodecError> {
+    decode_ref(b)?.to_event()
+}
+
+/// Decodes a body into an [`EventRef`] borrowing its strings from `b`.
+pub(crate) fn decode_ref(b: &[u8]) -> Result<EventRef<'_>, CodecError> {
     let mut r = Reader { b, pos: 0 };
     let n = r.array_len("event")?;
     if n != EVENT_FIELDS {
@@ -230,9 +237,9 @@ pub(crate) fn decode(b: &[u8]) -> Result<Event, CodecError> {
         ));
     }
     let ts = Timestamp(r.sint("ts")?);
-    let session = r.string("session")?;
-    let run = r.opt_string("run")?;
-    let phase = r.opt_string("phase")?;
+    let session = r.str("session")?;
+    let run = r.opt_str("run")?;
+    let phase = r.opt_str("phase")?;
     let kind_at = r.pos;
     let kind_name = r.str("kind")?;
     let kind = kind_from_name(kind_name).ok_or_else(|| {
@@ -241,22 +248,22 @@ pub(crate) fn decode(b: &[u8]) -> Result<Event, CodecError> {
             kind_name.escape_debug()
         ))
     })?;
-    let agent = r.opt_string("agent")?;
-    let user = r.opt_string("user")?;
-    let tool = r.opt_string("tool")?;
-    let model = r.opt_string("model")?;
-    let latency_ms = r.opt("latency_ms", |r| r.uint("latency_ms"))?;
+    let agent = r.opt_str("agent")?;
+    let user = r.opt_str("user")?;
+    let tool = r.opt_str("tool")?;
+    let model = r.opt_str("model")?;
+    let latency_ms = r.opt(|r| r.uint("latency_ms"))?;
     let ok = r.bool("ok")?;
-    let error_kind = r.opt_string("error_kind")?;
-    let text = r.opt_string("text")?;
-    let path = r.opt_string("path")?;
-    let to_path = r.opt_string("to_path")?;
+    let error_kind = r.opt_str("error_kind")?;
+    let text = r.opt_str("text")?;
+    let path = r.opt_str("path")?;
+    let to_path = r.opt_str("to_path")?;
     let nfiles = r.array_len("files")?;
     let mut files = Vec::with_capacity(nfiles as usize);
     for _ in 0..nfiles {
-        files.push(r.string("files")?);
+        files.push(r.str("files")?);
     }
-    let diff_stats = r.opt("diff_stats", |r| {
+    let diff_stats = r.opt(|r| {
         let n = r.array_len("diff_stats")?;
         if n != DIFF_STATS_FIELDS {
             return Err(r.invalid("diff_stats", format!("an array of {n} fields, expected 3")));
@@ -267,18 +274,18 @@ pub(crate) fn decode(b: &[u8]) -> Result<Event, CodecError> {
             hunks: r.uint("diff_stats.hunks")?,
         })
     })?;
-    let diff = r.opt("diff", |r| r.hash("diff"))?;
-    let before = r.opt("before", |r| r.hash("before"))?;
-    let after = r.opt("after", |r| r.hash("after"))?;
+    let diff = r.opt(|r| r.hash("diff"))?;
+    let before = r.opt(|r| r.hash("before"))?;
+    let after = r.opt(|r| r.hash("after"))?;
     let nparents = r.array_len("parents")?;
     let mut parents = Vec::with_capacity(nparents as usize);
     for _ in 0..nparents {
         parents.push(Lsn(r.uint("parents")?));
     }
-    let label = r.opt_string("label")?;
-    let root = r.opt("root", |r| r.hash("root"))?;
-    let state = r.opt("state", |r| r.hash("state"))?;
-    let counts = r.opt("counts", |r| {
+    let label = r.opt_str("label")?;
+    let root = r.opt(|r| r.hash("root"))?;
+    let state = r.opt(|r| r.hash("state"))?;
+    let counts = r.opt(|r| {
         let n = r.array_len("counts")?;
         if !(2..=COUNTS_FIELDS).contains(&n) {
             return Err(r.invalid("counts", format!("an array of {n} fields, expected 3")));
@@ -289,27 +296,21 @@ pub(crate) fn decode(b: &[u8]) -> Result<Event, CodecError> {
         if n == COUNTS_FIELDS {
             let m = r.map_len("counts.skipped")?;
             for _ in 0..m {
-                let k = r.string("counts.skipped")?;
+                let k = r.str("counts.skipped")?.to_owned();
                 let v = r.uint("counts.skipped")?;
                 skipped.insert(k, v);
             }
         }
-        Ok(CheckpointCounts {
+        Ok(Cow::Owned(CheckpointCounts {
             files,
             changed,
             skipped,
-        })
+        }))
     })?;
-    let checkpoint = r.opt("checkpoint", |r| r.checkpoint("checkpoint"))?;
-    let source = r.opt("source", |r| r.checkpoint("source"))?;
-    let target = r.opt("target", |r| r.checkpoint("target"))?;
-    let meta = r.opt("meta", |r| {
-        let at = r.pos;
-        let text = r.str("meta")?;
-        serde_json::from_str(text)
-            .map(Meta)
-            .map_err(|e| CodecError::Body(format!("field `meta` at byte {at}: {e}")))
-    })?;
+    let checkpoint = r.opt(|r| r.checkpoint("checkpoint"))?;
+    let source = r.opt(|r| r.checkpoint("source"))?;
+    let target = r.opt(|r| r.checkpoint("target"))?;
+    let meta = r.opt(|r| r.str("meta").map(MetaRef::Text))?;
     if r.pos != b.len() {
         return Err(CodecError::Body(format!(
             "{} trailing bytes after the event at byte {}",
@@ -317,7 +318,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<Event, CodecError> {
             r.pos
         )));
     }
-    Ok(Event {
+    Ok(EventRef {
         ts,
         session,
         run,
@@ -338,7 +339,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<Event, CodecError> {
         diff,
         before,
         after,
-        parents,
+        parents: Cow::Owned(parents),
         label,
         root,
         state,
@@ -350,8 +351,30 @@ pub(crate) fn decode(b: &[u8]) -> Result<Event, CodecError> {
     })
 }
 
+/// The kind named `s` (a match, not a search: this runs once per record
+/// decoded). A test checks it agrees with [`EventKind::name`] for every kind.
 fn kind_from_name(s: &str) -> Option<EventKind> {
-    EventKind::ALL.iter().copied().find(|k| k.name() == s)
+    Some(match s {
+        "prompt" => EventKind::Prompt,
+        "reply" => EventKind::Reply,
+        "tool_call" => EventKind::ToolCall,
+        "diff_preview" => EventKind::DiffPreview,
+        "apply" => EventKind::Apply,
+        "undo" => EventKind::Undo,
+        "file.create" => EventKind::FileCreate,
+        "file.write" => EventKind::FileWrite,
+        "file.edit" => EventKind::FileEdit,
+        "file.delete" => EventKind::FileDelete,
+        "file.move" => EventKind::FileMove,
+        "file.patch" => EventKind::FilePatch,
+        "checkpoint.create" => EventKind::CheckpointCreate,
+        "checkpoint.discard" => EventKind::CheckpointDiscard,
+        "rollback" => EventKind::Rollback,
+        "git.stash" => EventKind::GitStash,
+        "git.stash_restore" => EventKind::GitStashRestore,
+        "custom" => EventKind::Custom,
+        _ => return None,
+    })
 }
 
 /// A cursor over a body being decoded.
@@ -408,7 +431,6 @@ impl<'a> Reader<'a> {
     /// Reads `None` if the next value is nil, else `f`'s value.
     fn opt<T>(
         &mut self,
-        _field: &str,
         f: impl FnOnce(&mut Self) -> Result<T, CodecError>,
     ) -> Result<Option<T>, CodecError> {
         if self.b.get(self.pos) == Some(&NIL) {
@@ -484,12 +506,8 @@ impl<'a> Reader<'a> {
             .map_err(|e| CodecError::Body(format!("field `{field}` at byte {at}: not UTF-8 ({e})")))
     }
 
-    fn string(&mut self, field: &str) -> Result<String, CodecError> {
-        self.str(field).map(str::to_owned)
-    }
-
-    fn opt_string(&mut self, field: &str) -> Result<Option<String>, CodecError> {
-        self.opt(field, |r| r.string(field))
+    fn opt_str(&mut self, field: &str) -> Result<Option<&'a str>, CodecError> {
+        self.opt(|r| r.str(field))
     }
 
     fn hash(&mut self, field: &str) -> Result<BlobHash, CodecError> {
@@ -554,6 +572,14 @@ mod tests {
         let mut v = Vec::new();
         encode(e, &mut v);
         v
+    }
+
+    #[test]
+    fn every_kind_name_decodes() {
+        for k in EventKind::ALL {
+            assert_eq!(kind_from_name(k.name()), Some(k));
+        }
+        assert_eq!(kind_from_name("file.nuke"), None);
     }
 
     #[test]

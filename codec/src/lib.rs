@@ -24,13 +24,16 @@ pub mod body;
 pub mod bytes;
 pub mod error;
 pub mod event;
+pub mod event_ref;
 pub mod frame;
 pub mod ids;
 pub mod json;
+pub mod json_line;
 pub mod segment;
 pub mod time;
 
 pub use error::CodecError;
 pub use event::{CheckpointCounts, DiffStats, Event, EventKind};
+pub use event_ref::{EventRef, MetaRef};
 pub use ids::{BlobHash, ChainHash, CheckpointId, Lsn};
 pub use time::Timestamp;

@@ -50,6 +50,14 @@ impl Timestamp {
 
     /// Writes the ISO-8601 UTC form with milliseconds into `out`.
     pub fn write_iso(self, out: &mut String) {
+        let buf = self.iso_bytes();
+        // The buffer holds only ASCII digits and separators.
+        out.push_str(std::str::from_utf8(&buf).unwrap_or("0000-00-00T00:00:00.000Z"));
+    }
+
+    /// The ISO-8601 UTC form with milliseconds as 24 ASCII bytes
+    /// (`2026-11-22T05:30:00.000Z`), written without allocating.
+    pub fn iso_bytes(self) -> [u8; 24] {
         let ms = self.0.clamp(MIN_MS, MAX_MS);
         let days = ms.div_euclid(86_400_000);
         let rem = ms.rem_euclid(86_400_000);
@@ -75,8 +83,7 @@ impl Timestamp {
         buf[19] = b'.';
         put(&mut buf[20..23], milli as u32);
         buf[23] = b'Z';
-        // The buffer holds only ASCII digits and separators.
-        out.push_str(std::str::from_utf8(&buf).unwrap_or("0000-00-00T00:00:00.000Z"));
+        buf
     }
 
     /// The ISO-8601 UTC form with milliseconds.

@@ -1,0 +1,290 @@
+//! The canonical JSON line of a record, written by hand.
+//!
+//! [`write_json_line`] writes exactly the bytes `serde_json` writes for
+//! [`JsonRecord`](crate::json::JsonRecord) (the same field order, the same
+//! omissions, the same string escaping), straight from an [`EventRef`], with
+//! no intermediate structure. Export is a projection of every record, so
+//! this is its hot loop; the property tests below hold it to serde_json's
+//! output byte for byte.
+
+use crate::event_ref::{EventRef, MetaRef};
+use crate::{BlobHash, ChainHash, CheckpointId, CodecError, Lsn};
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends the canonical JSON line (with its newline) of the record at
+/// `lsn` with chain value `hash` to `out`. Fails only if the event's stored
+/// `meta` is not a JSON object; `out` is then left as it was.
+pub fn write_json_line(
+    lsn: Lsn,
+    hash: ChainHash,
+    e: &EventRef<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), CodecError> {
+    let start = out.len();
+    out.extend_from_slice(b"{\"lsn\":");
+    uint(out, lsn.0);
+    out.extend_from_slice(b",\"ts\":\"");
+    out.extend_from_slice(&e.ts.iso_bytes());
+    out.extend_from_slice(b"\",\"session\":");
+    string(out, e.session);
+    opt_str(out, "run", e.run);
+    opt_str(out, "phase", e.phase);
+    out.extend_from_slice(b",\"kind\":\"");
+    // Kind names are plain ASCII with nothing to escape.
+    out.extend_from_slice(e.kind.name().as_bytes());
+    out.push(b'"');
+    opt_str(out, "agent", e.agent);
+    opt_str(out, "user", e.user);
+    opt_str(out, "tool", e.tool);
+    opt_str(out, "model", e.model);
+    if let Some(v) = e.latency_ms {
+        key(out, "latency_ms");
+        uint(out, v);
+    }
+    out.extend_from_slice(if e.ok {
+        b",\"ok\":true"
+    } else {
+        b",\"ok\":false"
+    });
+    opt_str(out, "error_kind", e.error_kind);
+    opt_str(out, "text", e.text);
+    opt_str(out, "path", e.path);
+    opt_str(out, "to_path", e.to_path);
+    if !e.files.is_empty() {
+        key(out, "files");
+        out.push(b'[');
+        for (i, f) in e.files.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(out, f);
+        }
+        out.push(b']');
+    }
+    if let Some(d) = e.diff_stats {
+        key(out, "diff_stats");
+        out.extend_from_slice(b"{\"lines_added\":");
+        uint(out, d.lines_added);
+        out.extend_from_slice(b",\"lines_removed\":");
+        uint(out, d.lines_removed);
+        out.extend_from_slice(b",\"hunks\":");
+        uint(out, d.hunks);
+        out.push(b'}');
+    }
+    opt_hash(out, "diff", e.diff);
+    opt_hash(out, "before", e.before);
+    opt_hash(out, "after", e.after);
+    if !e.parents.is_empty() {
+        key(out, "parents");
+        out.push(b'[');
+        for (i, p) in e.parents.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            uint(out, p.0);
+        }
+        out.push(b']');
+    }
+    opt_str(out, "label", e.label);
+    opt_hash(out, "root", e.root);
+    opt_hash(out, "state", e.state);
+    if let Some(c) = &e.counts {
+        key(out, "counts");
+        out.extend_from_slice(b"{\"files\":");
+        uint(out, c.files);
+        out.extend_from_slice(b",\"changed\":");
+        uint(out, c.changed);
+        out.extend_from_slice(b",\"skipped\":{");
+        for (i, (k, v)) in c.skipped.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(out, k);
+            out.push(b':');
+            uint(out, *v);
+        }
+        out.extend_from_slice(b"}}");
+    }
+    opt_checkpoint(out, "checkpoint", e.checkpoint);
+    opt_checkpoint(out, "source", e.source);
+    opt_checkpoint(out, "target", e.target);
+    if let Some(m) = e.meta {
+        key(out, "meta");
+        let written = match m {
+            MetaRef::Map(m) => serde_json::to_writer(&mut *out, &m.0),
+            // Parsed and re-serialized, so text that is not a JSON object
+            // is refused rather than passed through.
+            MetaRef::Text(t) => match serde_json::from_str::<serde_json::Map<_, _>>(t) {
+                Ok(map) => serde_json::to_writer(&mut *out, &map),
+                Err(err) => Err(err),
+            },
+        };
+        if let Err(err) = written {
+            out.truncate(start);
+            return Err(CodecError::Body(format!(
+                "field `meta` of LSN {lsn}: {err}"
+            )));
+        }
+    }
+    key(out, "hash");
+    hex(out, &hash.0);
+    out.extend_from_slice(b"}\n");
+    Ok(())
+}
+
+fn key(out: &mut Vec<u8>, k: &str) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(k.as_bytes());
+    out.extend_from_slice(b"\":");
+}
+
+fn opt_str(out: &mut Vec<u8>, k: &str, v: Option<&str>) {
+    if let Some(v) = v {
+        key(out, k);
+        string(out, v);
+    }
+}
+
+fn opt_hash(out: &mut Vec<u8>, k: &str, v: Option<BlobHash>) {
+    if let Some(h) = v {
+        key(out, k);
+        hex(out, &h.0);
+    }
+}
+
+fn opt_checkpoint(out: &mut Vec<u8>, k: &str, v: Option<CheckpointId>) {
+    if let Some(c) = v {
+        key(out, k);
+        out.extend_from_slice(b"\"c");
+        uint(out, c.0 .0);
+        out.push(b'"');
+    }
+}
+
+fn hex(out: &mut Vec<u8>, bytes: &[u8; 32]) {
+    out.push(b'"');
+    for b in bytes {
+        out.push(HEX[(b >> 4) as usize]);
+        out.push(HEX[(b & 15) as usize]);
+    }
+    out.push(b'"');
+}
+
+fn uint(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// A JSON string the way serde_json escapes it: `"` and `\` and the
+/// control characters below 0x20 (as `\b \t \n \f \r` or `\u00XX` with
+/// lowercase hex); everything else, non-ASCII included, as is.
+fn string(out: &mut Vec<u8>, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x09 => b"\\t",
+            0x0a => b"\\n",
+            0x0c => b"\\f",
+            0x0d => b"\\r",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[run..i]);
+        if esc.is_empty() {
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 15) as usize],
+            ]);
+        } else {
+            out.extend_from_slice(esc);
+        }
+        run = i + 1;
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::tests::arb_event;
+    use crate::event::Meta;
+    use crate::json::JsonRecord;
+    use crate::{Event, EventKind};
+    use proptest::prelude::*;
+
+    fn serde_line(lsn: Lsn, hash: ChainHash, e: &Event) -> Vec<u8> {
+        let mut v = serde_json::to_vec(&JsonRecord::new(lsn, hash, e)).unwrap();
+        v.push(b'\n');
+        v
+    }
+
+    fn ours(lsn: Lsn, hash: ChainHash, e: &EventRef<'_>) -> Vec<u8> {
+        let mut v = Vec::new();
+        write_json_line(lsn, hash, e, &mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn every_control_character_escapes_like_serde_json() {
+        let all: String = (0u8..0x80).map(char::from).chain("é€😀".chars()).collect();
+        let e = Event::new(EventKind::Reply, "s\"\\").with_text(all);
+        assert_eq!(
+            ours(Lsn(1), ChainHash([7; 32]), &EventRef::of(&e)),
+            serde_line(Lsn(1), ChainHash([7; 32]), &e)
+        );
+    }
+
+    #[test]
+    fn bad_meta_text_is_refused_and_leaves_out_alone() {
+        let e = Event::new(EventKind::Custom, "s");
+        let mut r = EventRef::of(&e);
+        r.meta = Some(MetaRef::Text("[1, 2]"));
+        let mut out = b"before".to_vec();
+        let err = write_json_line(Lsn(9), ChainHash::ZERO, &r, &mut out).unwrap_err();
+        assert!(err.to_string().contains("meta") && err.to_string().contains('9'));
+        assert_eq!(out, b"before");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn same_bytes_as_serde_json(e in arb_event(), text in ".{0,40}", lsn in any::<u64>(), h in any::<[u8; 32]>()) {
+            let mut e = e;
+            e.files.push(text.clone());
+            if e.meta.is_some() {
+                let mut m = serde_json::Map::new();
+                m.insert(text.clone(), serde_json::json!({"x": [text, 1.5, -2, null, true]}));
+                e.meta = Some(Meta(m));
+            }
+            let expected = serde_line(Lsn(lsn), ChainHash(h), &e);
+            prop_assert_eq!(&ours(Lsn(lsn), ChainHash(h), &EventRef::of(&e)), &expected);
+            // And from a decoded body, where `meta` is stored text.
+            let body = e.encode_body().unwrap();
+            let r = EventRef::decode(&body).unwrap();
+            prop_assert_eq!(&ours(Lsn(lsn), ChainHash(h), &r), &expected);
+            prop_assert_eq!(r.to_event().unwrap(), e);
+        }
+    }
+}
