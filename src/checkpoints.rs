@@ -3,7 +3,7 @@
 use cairn_codec::CheckpointId;
 use cairn_snapshot::{
     CheckpointInfo, CheckpointRequest, RetentionPolicy, RetentionReport, RollbackReport,
-    RollbackRequest,
+    RollbackRequest, WatchStats,
 };
 
 use crate::error::Result;
@@ -16,6 +16,48 @@ impl Store {
     pub fn track(&self, paths: &[&str]) -> Result<()> {
         self.writer("track paths")?;
         Ok(self.workspace()?.track(paths)?)
+    }
+
+    /// Starts the file watcher (inotify on Linux, through the `notify`
+    /// crate), for long-lived embedders: every later checkpoint
+    /// ([`Session::before_turn`](crate::Session::before_turn),
+    /// [`after_turn`](crate::Session::after_turn), [`Store::checkpoint`] and
+    /// the checkpoint a rollback takes first) re-reads only the paths that
+    /// changed instead of walking the workspace, in both scan modes. It
+    /// falls back to a full scan whenever it cannot show it saw every change
+    /// (the first checkpoint after starting, an event queue overflow, a
+    /// change to an ignore file, a barrier not seen in time) and for good
+    /// after a watcher error. Watched checkpoints give the same tree as a
+    /// full scan. Same as [`StoreBuilder::watch`](crate::StoreBuilder::watch).
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("main.rs"), "fn main() {}")?;
+    /// let store = cairn::Store::builder().workspace(dir.path()).watch(true).open()?;
+    /// let s = store.session("t1");
+    /// s.before_turn(1)?; // the first checkpoint scans in full
+    /// std::fs::write(dir.path().join("main.rs"), "fn main() { run() }")?;
+    /// let after = s.after_turn(1)?; // re-reads only main.rs
+    /// assert_eq!(after.counts.changed, 1);
+    /// let stats = store.watch_stats().unwrap();
+    /// assert_eq!(stats.full_captures, 1);
+    /// # assert_eq!(stats.watched_captures, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn watch(&self) -> Result<()> {
+        self.writer("watch the workspace")?;
+        Ok(self.workspace()?.watch()?)
+    }
+
+    /// Stops the file watcher: checkpoints walk the workspace again.
+    pub fn unwatch(&self) -> Result<()> {
+        self.workspace()?.unwatch();
+        Ok(())
+    }
+
+    /// How checkpoints have used the watcher; `None` when it is not running.
+    pub fn watch_stats(&self) -> Option<WatchStats> {
+        self.workspace.as_ref()?.watch_stats()
     }
 
     /// Checkpoints the workspace: blobs made durable, then a

@@ -46,7 +46,7 @@ pub use cairn_codec::{
 };
 pub use cairn_engine::log::{Durability, Head};
 pub use cairn_snapshot::{
-    CheckpointInfo, RetentionPolicy, RollbackReport, RollbackRequest, ScanMode,
+    CheckpointInfo, RetentionPolicy, RollbackReport, RollbackRequest, ScanMode, WatchStats,
 };
 pub use error::{Error, Result};
 pub use session::Session;

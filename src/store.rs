@@ -36,6 +36,7 @@ pub struct StoreBuilder {
     segment_size_bytes: u64,
     zstd_level: i32,
     snapshot: SnapshotOptions,
+    watch: bool,
 }
 
 impl Default for StoreBuilder {
@@ -50,6 +51,7 @@ impl Default for StoreBuilder {
             segment_size_bytes: log.segment_size_bytes,
             zstd_level: BlobOptions::default().zstd_level,
             snapshot: SnapshotOptions::default(),
+            watch: false,
         }
     }
 }
@@ -104,6 +106,14 @@ impl StoreBuilder {
     /// Scan limits and rules for checkpoints. Default: [`SnapshotOptions::default`].
     pub fn snapshot_options(mut self, opts: SnapshotOptions) -> Self {
         self.snapshot = opts;
+        self
+    }
+
+    /// Start the file watcher when the store opens (see [`Store::watch`]).
+    /// Default false: a checkpoint walks the workspace (skipping unchanged
+    /// files by their stat data). For long-lived embedders.
+    pub fn watch(mut self, on: bool) -> Self {
+        self.watch = on;
         self
     }
 
@@ -205,7 +215,11 @@ impl StoreBuilder {
                     Some(t) => t.path().to_path_buf(),
                     None => dir.snapshot_dir(),
                 };
-                Some(Workspace::open(w, &cache, self.snapshot.clone())?)
+                let ws = Workspace::open(w, &cache, self.snapshot.clone())?;
+                if self.watch {
+                    ws.watch()?;
+                }
+                Some(ws)
             }
             None => None,
         };

@@ -63,8 +63,16 @@ fn main() -> Res<()> {
     println!("| measurement | cairn | git | git / cairn |");
     println!("|---|---|---|---|");
     let mut rows = Rows;
-    speed(n, &mut rows)?;
-    disk(n, &mut rows)?;
+    let only = std::env::var("CAIRN_BENCH_ONLY").unwrap_or_default();
+    if only == "profile" {
+        return profile(n);
+    }
+    if only.is_empty() || only == "speed" {
+        speed(n, &mut rows)?;
+    }
+    if only.is_empty() || only == "disk" {
+        disk(n, &mut rows)?;
+    }
     Ok(())
 }
 
@@ -380,5 +388,39 @@ fn disk(n: usize, rows: &mut Rows) -> Res<()> {
             packed.1 as f64 / cairn.1 as f64
         ),
     ));
+    Ok(())
+}
+
+/// `CAIRN_BENCH_ONLY=profile`: one-file-change full-scan checkpoints and
+/// 5-file rollbacks in a loop, cairn only, for `perf record`.
+fn profile(n: usize) -> Res<()> {
+    let mut b = bed(n, 7)?;
+    std::thread::sleep(Duration::from_millis(50));
+    b.checkpoint(ScanMode::Full)?;
+    b.checkpoint(ScanMode::Full)?;
+    let mut cs = Vec::new();
+    for _ in 0..40 {
+        b.edit_one()?;
+        cs.push(time(|| b.checkpoint(ScanMode::Full))?.0);
+    }
+    println!(
+        "checkpoint after a one-file change, full scan: {}",
+        ms(median(cs))
+    );
+    let mut cr = Vec::new();
+    for _ in 0..20 {
+        let base = b.checkpoint(ScanMode::Full)?;
+        for _ in 0..5 {
+            b.edit_one()?;
+        }
+        let req = RollbackRequest {
+            target: base,
+            paths: vec![],
+            dry_run: false,
+            session: String::new(),
+        };
+        cr.push(time(|| Ok(rollback(&b.log, &b.blobs, &b.ws, req)?))?.0);
+    }
+    println!("rollback of 5 changed files: {}", ms(median(cr)));
     Ok(())
 }

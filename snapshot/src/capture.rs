@@ -392,22 +392,69 @@ pub(crate) fn capture_tracked<B: BlobAccess + ?Sized>(
     last: &LastCapture,
     dirty_now: &BTreeSet<String>,
 ) -> Result<Capture> {
-    // A dirty directory covers every dirty path below it.
+    let paths = top_most(dirty_now.iter());
+    let out = scan::scan_paths(ws, &paths)?;
+    patch(ws, blobs, last, &paths, out, dirty_now, None)
+}
+
+/// The paths of `all` that are not below another one of them (a changed
+/// directory covers everything under it).
+fn top_most<'a>(all: impl Iterator<Item = &'a String>) -> BTreeSet<String> {
     let mut paths: BTreeSet<String> = BTreeSet::new();
-    for p in dirty_now {
-        if !dirty_now
-            .iter()
-            .any(|q| q != p && relpath::in_scope(p, std::slice::from_ref(q)))
-        {
-            paths.insert(p.clone());
+    // Sorted order puts `a` before `a/b` (and `a-b`, `a.b` between them
+    // never start with `a/`), so each path only needs the last kept one.
+    let sorted: BTreeSet<&String> = all.collect();
+    let mut last: Option<&str> = None;
+    for p in sorted {
+        if let Some(l) = last {
+            if p.len() > l.len() && p.starts_with(l) && p.as_bytes()[l.len()] == b'/' {
+                continue;
+            }
         }
+        paths.insert(p.clone());
+        last = Some(p.as_str());
     }
+    paths
+}
+
+/// A watched capture: re-read the paths the file watcher reported (and the
+/// dirty tracked paths) the way a full scan would see them, and patch the
+/// previous tree along the paths from them to the root. Gives the same
+/// tree as a full scan (tested), without the walk.
+pub(crate) fn capture_watched<B: BlobAccess + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    last: &LastCapture,
+    changed: &BTreeSet<String>,
+    tracked: &BTreeSet<String>,
+    dirty_now: &BTreeSet<String>,
+) -> Result<Capture> {
+    let paths = top_most(changed.iter().chain(dirty_now.iter()));
+    let mut out = ScanOut::default();
+    for p in &paths {
+        scan::scan_subtree(ws, p, tracked, &mut out)?;
+    }
+    patch(ws, blobs, last, &paths, out, dirty_now, Some(tracked))
+}
+
+/// Patches the tree `last` with what was found at `paths`. With `tracked`
+/// (a watched capture), the missing-path list is updated for every tracked
+/// path at or below the re-read ones; otherwise for the re-read ones.
+fn patch<B: BlobAccess + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    last: &LastCapture,
+    paths: &BTreeSet<String>,
+    out: ScanOut,
+    dirty_now: &BTreeSet<String>,
+    tracked: Option<&BTreeSet<String>>,
+) -> Result<Capture> {
     let ScanOut {
         leaves,
         dirs,
         missing,
         mut skipped,
-    } = scan::scan_paths(ws, &paths)?;
+    } = out;
     let refs: Vec<&Found> = leaves.iter().collect();
     let hashed = hash_all(blobs, ws, &refs)?;
     let mut flat: BTreeMap<String, Entry> = BTreeMap::new();
@@ -424,10 +471,20 @@ pub(crate) fn capture_tracked<B: BlobAccess + ?Sized>(
         flat.insert(d.clone(), dir_entry(*m));
     }
 
+    // A directory created on the way to a re-read path (set_path) takes its
+    // mode from the scan, or else from the disk.
+    let root_dir = ws.root();
+    let dir_mode = |d: &str| {
+        dir_modes.get(d).copied().or_else(|| {
+            std::fs::symlink_metadata(root_dir.join(d))
+                .ok()
+                .map(|m| Stat::of(&m).perm())
+        })
+    };
     let mut root = last.root;
     let mut files = last.files as i64;
     let mut changed = 0u64;
-    for p in &paths {
+    for p in paths {
         let old = manifest::list_under(blobs, &root, p)?;
         let new: Option<Entry> = match flat.get(p) {
             None => None,
@@ -466,20 +523,33 @@ pub(crate) fn capture_tracked<B: BlobAccess + ?Sized>(
             .keys()
             .filter(|k| !new_files.contains_key(*k))
             .count() as u64;
-        root = set_path(blobs, root, p, new, &|d| dir_modes.get(d).copied())?;
+        root = set_path(blobs, root, p, new, &dir_mode)?;
     }
     // The root's list of tracked paths that do not exist.
     let mut node = manifest::read_node(blobs, &root)?;
     let mut miss: BTreeSet<String> = node.missing.iter().cloned().collect();
-    for p in &paths {
+    let concerned: Vec<&String> = match tracked {
+        None => paths.iter().collect(),
+        Some(t) => t
+            .iter()
+            .filter(|t| {
+                paths
+                    .iter()
+                    .any(|p| relpath::in_scope(t, std::slice::from_ref(p)))
+            })
+            .collect(),
+    };
+    for p in concerned {
         if missing.contains(p) {
             miss.insert(p.clone());
         } else {
             miss.remove(p);
         }
     }
-    node.missing = miss.into_iter().collect();
-    root = blobs.put(&node.encode())?;
+    if node.missing.iter().ne(miss.iter()) {
+        node.missing = miss.into_iter().collect();
+        root = blobs.put(&node.encode())?;
+    }
     Ok(Capture {
         root,
         manifest: None,

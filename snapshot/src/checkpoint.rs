@@ -218,6 +218,26 @@ fn capture_for<B: BlobAccess + ?Sized>(
     mode: ScanMode,
 ) -> Result<Capture> {
     let track = ws.load_track()?;
+    if let Some(w) = ws.watcher() {
+        // With a watcher, both scan modes use the watched change set (it
+        // covers tracked writes too, and edits by shell commands).
+        let last = ws.load_last();
+        if let Some(d) = w.drain(last.as_ref().map(|l| l.root)) {
+            if let Some(last) = last.filter(|l| l.root == d.base) {
+                if blobs.contains(&last.root)? {
+                    return capture::capture_watched(
+                        ws,
+                        blobs,
+                        &last,
+                        &d.paths,
+                        &track.tracked,
+                        &track.dirty,
+                    );
+                }
+            }
+        }
+        return capture::capture_full(ws, blobs, &track.tracked, &track.dirty);
+    }
     if mode == ScanMode::TrackedOnly {
         if let Some(last) = ws.load_last() {
             if blobs.contains(&last.root)? {
@@ -229,6 +249,24 @@ fn capture_for<B: BlobAccess + ?Sized>(
 }
 
 fn create_inner<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    req: CheckpointRequest,
+) -> Result<(CheckpointInfo, Capture)> {
+    let watcher = ws.watcher();
+    let res = create_record(log, blobs, ws, req);
+    if let Some(w) = &watcher {
+        match &res {
+            Ok((_, cap)) => w.captured(cap.root),
+            // The drained change set may not have made it into a checkpoint.
+            Err(_) => w.invalidate(),
+        }
+    }
+    res
+}
+
+fn create_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
     ws: &Workspace,
@@ -442,8 +480,8 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             ..CheckpointRequest::default()
         },
     )?;
-    let cur = cap.manifest.unwrap_or_default();
-    let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
+    // Only the parts of the two trees that differ are read.
+    let (cur, tgt, same) = restore::diff_trees(blobs, &cap.root, &target.root)?;
     let plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
     let done = restore::apply(ws, blobs, &plan).map_err(|e| SnapshotError::RollbackIncomplete {
         source_checkpoint: pre.id,

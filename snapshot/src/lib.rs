@@ -38,6 +38,7 @@ pub mod relpath;
 pub mod restore;
 pub mod retention;
 pub mod scan;
+pub mod watch;
 pub mod workspace;
 
 pub use blobs::{BlobAccess, BlobRead, GcSummary, MemBlobs};
@@ -49,4 +50,5 @@ pub use checkpoint::{
 pub use error::{Result, SnapshotError};
 pub use manifest::{Entry, EntryKind, Manifest};
 pub use retention::{choose, RetentionPolicy};
+pub use watch::WatchStats;
 pub use workspace::{SnapshotOptions, Workspace};

@@ -116,6 +116,78 @@ pub fn load_target<B: BlobRead + ?Sized>(
     Ok((out, same))
 }
 
+/// Reads the two trees side by side, descending only into directories
+/// whose nodes differ: returns the entries of each tree in the differing
+/// parts (with every directory on the way to them) and the directories
+/// whose subtrees are identical, ready for [`plan_pruned`]. A rollback of a
+/// few files reads a few nodes, whatever the size of the tree.
+pub fn diff_trees<B: BlobRead + ?Sized>(
+    blobs: &B,
+    current: &cairn_codec::BlobHash,
+    target: &cairn_codec::BlobHash,
+) -> Result<(Manifest, Manifest, HashSet<String>)> {
+    let (cn, tn) = (
+        manifest::read_node(blobs, current)?,
+        manifest::read_node(blobs, target)?,
+    );
+    let mut cur = Manifest {
+        missing: cn.missing.iter().cloned().collect(),
+        ..Manifest::default()
+    };
+    let mut tgt = Manifest {
+        missing: tn.missing.iter().cloned().collect(),
+        ..Manifest::default()
+    };
+    let mut same = HashSet::new();
+    if current == target {
+        return Ok((cur, tgt, same));
+    }
+    let mut stack = vec![(String::new(), Some(cn), Some(tn), 0usize)];
+    while let Some((dir, c, t, depth)) = stack.pop() {
+        let c = c.map(|n| n.entries).unwrap_or_default();
+        let t = t.map(|n| n.entries).unwrap_or_default();
+        let mut names: BTreeMap<String, (Option<Entry>, Option<Entry>)> = BTreeMap::new();
+        for (n, e) in c {
+            names.entry(n).or_default().0 = Some(e);
+        }
+        for (n, e) in t {
+            names.entry(n).or_default().1 = Some(e);
+        }
+        for (name, (ce, te)) in names {
+            let p = relpath::join(&dir, &name);
+            let cdir = ce.filter(|e| e.kind == EntryKind::Dir);
+            let tdir = te.filter(|e| e.kind == EntryKind::Dir);
+            if let (Some(a), Some(b)) = (cdir, tdir) {
+                if a.hash == b.hash {
+                    same.insert(p.clone());
+                }
+            }
+            if (cdir.is_some() || tdir.is_some()) && !same.contains(&p) {
+                if depth + 1 > manifest::MAX_TREE_DEPTH {
+                    return Err(SnapshotError::BadManifest {
+                        node: cdir.or(tdir).map_or(*target, |e| e.hash),
+                        detail: "tree too deep".into(),
+                    });
+                }
+                let cnode = cdir
+                    .map(|e| manifest::read_node(blobs, &e.hash))
+                    .transpose()?;
+                let tnode = tdir
+                    .map(|e| manifest::read_node(blobs, &e.hash))
+                    .transpose()?;
+                stack.push((p.clone(), cnode, tnode, depth + 1));
+            }
+            if let Some(e) = ce {
+                cur.entries.insert(p.clone(), e);
+            }
+            if let Some(e) = te {
+                tgt.entries.insert(p, e);
+            }
+        }
+    }
+    Ok((cur, tgt, same))
+}
+
 /// [`plan`], skipping everything under the directories in `same` (whose
 /// subtrees are identical in both manifests; see [`load_target`]).
 pub fn plan_pruned(

@@ -222,6 +222,107 @@ pub(crate) fn scan_paths(ws: &Workspace, paths: &BTreeSet<String>) -> Result<Sca
     Ok(out)
 }
 
+/// What a full scan would capture at and below `rel` (a path the file
+/// watcher reported), given the ignore rules of its ancestors and the
+/// tracked paths: nothing if an ancestor is missing, not a real directory,
+/// excluded or ignored, or if `rel` itself is; else `rel` (walked whole if
+/// it is a directory), plus any tracked paths at or below it the walk does
+/// not reach. `missing` only ever lists tracked paths.
+pub(crate) fn scan_subtree(
+    ws: &Workspace,
+    rel: &str,
+    tracked: &BTreeSet<String>,
+    out: &mut ScanOut,
+) -> Result<()> {
+    let follow = ws.options().follow_gitignore;
+    let under_tracked = tracked
+        .iter()
+        .any(|t| relpath::in_scope(rel, std::slice::from_ref(t)));
+    if under_tracked {
+        // Captured whole by the tracked-path rule, ignore rules or not.
+        scan_tracked(ws, rel, out)?;
+    } else if !ws.is_excluded(rel) {
+        scan_view(ws, rel, follow, tracked, out)?;
+    }
+    // Tracked paths below `rel` that the walk above did not reach.
+    let prefix = format!("{rel}/");
+    let have: BTreeSet<&str> = out
+        .leaves
+        .iter()
+        .map(|f| f.rel.as_str())
+        .chain(out.dirs.iter().map(|d| d.0.as_str()))
+        .collect();
+    let todo: Vec<String> = tracked
+        .range(prefix.clone()..)
+        .take_while(|t| t.starts_with(&prefix))
+        .filter(|t| !have.contains(t.as_str()))
+        .cloned()
+        .collect();
+    drop(have);
+    for t in todo {
+        scan_tracked(ws, &t, out)?;
+    }
+    out.missing.retain(|m| tracked.contains(m));
+    dedup_dirs(out);
+    Ok(())
+}
+
+/// The walk's view of `rel` (not under a tracked path).
+fn scan_view(
+    ws: &Workspace,
+    rel: &str,
+    follow: bool,
+    tracked: &BTreeSet<String>,
+    out: &mut ScanOut,
+) -> Result<()> {
+    let root = ws.root();
+    let comps: Vec<&str> = rel.split('/').collect();
+    if comps.iter().any(|c| !relpath::valid_name(c)) {
+        return Ok(());
+    }
+    let mut rules: Option<Rc<Rules>> = if follow {
+        push_rules(&None, root, true)
+    } else {
+        None
+    };
+    let mut abs = root.to_path_buf();
+    for (i, c) in comps.iter().enumerate() {
+        abs.push(c);
+        let last = i + 1 == comps.len();
+        let m = match std::fs::symlink_metadata(&abs) {
+            Ok(m) => m,
+            // Gone, or behind a file: the scan would not see it.
+            Err(_) => return Ok(()),
+        };
+        let is_dir = m.file_type().is_dir();
+        if !last && !is_dir {
+            return Ok(()); // a symlink or file where a directory would be
+        }
+        if follow && is_ignored(&rules, &abs, is_dir) {
+            if last {
+                out.skip(reason::IGNORED);
+            }
+            return Ok(());
+        }
+        if !last {
+            if follow {
+                rules = push_rules(&rules, &abs, abs.join(GIT_DIR_NAME).exists());
+            }
+            continue;
+        }
+        if is_dir {
+            if tracked.contains(rel) {
+                return scan_tracked(ws, rel, out);
+            }
+            out.dirs.push((rel.to_string(), Stat::of(&m).perm()));
+            walk(ws, rel, follow, tracked, out)?;
+        } else {
+            leaf(ws, rel, &m, out);
+        }
+    }
+    Ok(())
+}
+
 fn dedup_dirs(out: &mut ScanOut) {
     let mut seen = BTreeSet::new();
     out.dirs.retain(|(d, _)| seen.insert(d.clone()));
@@ -240,6 +341,10 @@ fn scan_tracked(ws: &Workspace, rel: &str, out: &mut ScanOut) -> Result<()> {
     let comps: Vec<&str> = rel.split('/').collect();
     let mut abs = ws.root().to_path_buf();
     let mut cur = String::new();
+    // Ancestors are captured only if the path exists: a tracked path not yet
+    // written leaves no empty directories in the tree (a watched capture,
+    // which patches the tree path by path, gives the same tree).
+    let mut ancestors: Vec<(String, u32)> = Vec::new();
     for (i, c) in comps.iter().enumerate() {
         abs.push(c);
         cur = relpath::join(&cur, c);
@@ -271,9 +376,10 @@ fn scan_tracked(ws: &Workspace, rel: &str, out: &mut ScanOut) -> Result<()> {
                 out.missing.insert(rel.to_string());
                 return Ok(());
             }
-            out.dirs.push((cur.clone(), Stat::of(&m).perm()));
+            ancestors.push((cur.clone(), Stat::of(&m).perm()));
             continue;
         }
+        out.dirs.append(&mut ancestors);
         if ft.is_dir() {
             out.dirs.push((cur.clone(), Stat::of(&m).perm()));
             walk(ws, &cur, false, &BTreeSet::new(), out)?;

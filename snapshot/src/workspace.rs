@@ -3,6 +3,9 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +13,7 @@ use cairn_codec::BlobHash;
 
 use crate::error::{Result, SnapshotError};
 use crate::relpath;
+use crate::watch::{WatchStats, Watcher};
 
 /// Files larger than this are skipped by default (and counted as
 /// `too_large`): 256 MiB keeps a stray disk image or model file from
@@ -88,6 +92,8 @@ pub struct Workspace {
     excluded: Vec<String>,
     /// The cache directory relative to the root, if it lies inside it.
     cache_rel: Option<String>,
+    /// The file watcher, once [`Workspace::watch`] started it.
+    watcher: Mutex<Option<Arc<Watcher>>>,
 }
 
 impl Workspace {
@@ -128,7 +134,37 @@ impl Workspace {
             opts,
             excluded,
             cache_rel,
+            watcher: Mutex::new(None),
         })
+    }
+
+    /// Starts the file watcher (see [`crate::watch`]): from the checkpoint
+    /// after next on, checkpoints re-read only the paths that changed
+    /// instead of walking the whole tree, falling back to a full scan
+    /// whenever the watcher cannot show it saw every change. The first
+    /// checkpoint after this call still scans in full. Calling it again
+    /// while a watcher runs does nothing.
+    pub fn watch(&self) -> Result<()> {
+        let mut w = self.watcher.lock();
+        if w.is_none() {
+            *w = Some(Arc::new(Watcher::start(&self.root, &self.cache_dir)?));
+        }
+        Ok(())
+    }
+
+    /// Stops the file watcher (checkpoints scan in full again).
+    pub fn unwatch(&self) {
+        self.watcher.lock().take();
+    }
+
+    /// The running watcher, if any.
+    pub fn watcher(&self) -> Option<Arc<Watcher>> {
+        self.watcher.lock().clone()
+    }
+
+    /// How checkpoints used the watcher; `None` if no watcher runs.
+    pub fn watch_stats(&self) -> Option<WatchStats> {
+        self.watcher.lock().as_ref().map(|w| w.stats())
     }
 
     /// The workspace root (canonical).
