@@ -26,7 +26,7 @@ pub(crate) enum LogHandle {
 }
 
 /// How to open a [`Store`]. Every setting has a documented default.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct StoreBuilder {
     workspace: Option<PathBuf>,
     store_dir: Option<PathBuf>,
@@ -37,6 +37,25 @@ pub struct StoreBuilder {
     zstd_level: i32,
     snapshot: SnapshotOptions,
     watch: bool,
+    vfs: Option<Arc<dyn Vfs>>,
+    snapshot_cache_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for StoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreBuilder")
+            .field("workspace", &self.workspace)
+            .field("store_dir", &self.store_dir)
+            .field("in_memory", &self.in_memory)
+            .field("read_only", &self.read_only)
+            .field("durability", &self.durability)
+            .field("segment_size_bytes", &self.segment_size_bytes)
+            .field("zstd_level", &self.zstd_level)
+            .field("snapshot", &self.snapshot)
+            .field("custom_vfs", &self.vfs.is_some())
+            .field("snapshot_cache_dir", &self.snapshot_cache_dir)
+            .finish()
+    }
 }
 
 impl Default for StoreBuilder {
@@ -52,6 +71,8 @@ impl Default for StoreBuilder {
             zstd_level: BlobOptions::default().zstd_level,
             snapshot: SnapshotOptions::default(),
             watch: false,
+            vfs: None,
+            snapshot_cache_dir: None,
         }
     }
 }
@@ -109,6 +130,29 @@ impl StoreBuilder {
         self
     }
 
+    /// The file system the store directory lives on. Default: the real one
+    /// ([`RealVfs`]). Handing in a simulated disk
+    /// ([`SimVfs::seeded`](cairn_engine::vfs::SimVfs::seeded)) lets a test
+    /// crash the store and inject faults; `store_dir` is then a path on that
+    /// disk. The workspace itself is always read and written through the
+    /// real file system, and so are the snapshot caches: with a custom file
+    /// system they go to [`snapshot_cache_dir`](Self::snapshot_cache_dir),
+    /// or to a private temporary directory if none is set.
+    pub fn vfs(mut self, vfs: Arc<dyn Vfs>) -> Self {
+        self.vfs = Some(vfs);
+        self
+    }
+
+    /// Where the snapshot caches (stat cache, tracked paths, checkpoint
+    /// list) are kept, on the real file system. Default:
+    /// `<store>/snapshot`, or a private temporary directory for an
+    /// in-memory store or one on a custom [`vfs`](Self::vfs). The caches are
+    /// rebuilt from the log when lost, except the tracked paths.
+    pub fn snapshot_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.snapshot_cache_dir = Some(dir.into());
+        self
+    }
+
     /// Start the file watcher when the store opens (see [`Store::watch`]).
     /// Default false: a checkpoint walks the workspace (skipping unchanged
     /// files by their stat data). For long-lived embedders.
@@ -138,9 +182,10 @@ impl StoreBuilder {
             .workspace
             .clone()
             .or_else(|| root.parent().map(Path::to_path_buf));
-        let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+        let custom_vfs = self.vfs.is_some();
+        let vfs: Arc<dyn Vfs> = self.vfs.clone().unwrap_or_else(|| Arc::new(RealVfs));
         if self.read_only {
-            if !root.join("log").is_dir() {
+            if !vfs.exists(&root.join("log")) {
                 return Err(Error::NoStore(format!(
                     "no cairn store at {}: run `cairn init`",
                     root.display()
@@ -161,7 +206,14 @@ impl StoreBuilder {
             });
         }
         let dir = StoreDir::open(vfs.clone(), &root)?;
-        self.finish(vfs, dir, workspace_dir, None)
+        // The snapshot crate keeps its caches through std::fs: on a custom
+        // file system `<store>/snapshot` is not a real directory.
+        let tmp = if custom_vfs && self.snapshot_cache_dir.is_none() && workspace_dir.is_some() {
+            Some(private_cache_dir()?)
+        } else {
+            None
+        };
+        self.finish(vfs, dir, workspace_dir, tmp)
     }
 
     fn open_in_memory(self) -> Result<Store> {
@@ -169,14 +221,9 @@ impl StoreBuilder {
         let root = PathBuf::from("/memory").join(STORE_DIR_NAME);
         let dir = StoreDir::open(vfs.clone(), &root)?;
         // The scan cache of an in-memory store lives in a private temp dir.
-        let tmp = match &self.workspace {
-            Some(_) => Some(
-                tempfile::Builder::new()
-                    .prefix("cairn-memory-")
-                    .tempdir()
-                    .map_err(|e| Error::Other(format!("create a temporary directory: {e}")))?,
-            ),
-            None => None,
+        let tmp = match (&self.workspace, &self.snapshot_cache_dir) {
+            (Some(_), None) => Some(private_cache_dir()?),
+            _ => None,
         };
         let ws = self.workspace.clone();
         self.finish(vfs, dir, ws, tmp)
@@ -206,14 +253,15 @@ impl StoreBuilder {
             },
         )?;
         let workspace = match &workspace_dir {
-            Some(w) if self.in_memory && tmp.is_none() => {
+            Some(w) if self.in_memory && tmp.is_none() && self.snapshot_cache_dir.is_none() => {
                 let _ = w;
                 None
             }
             Some(w) => {
-                let cache = match &tmp {
-                    Some(t) => t.path().to_path_buf(),
-                    None => dir.snapshot_dir(),
+                let cache = match (&self.snapshot_cache_dir, &tmp) {
+                    (Some(c), _) => c.clone(),
+                    (None, Some(t)) => t.path().to_path_buf(),
+                    (None, None) => dir.snapshot_dir(),
                 };
                 let ws = Workspace::open(w, &cache, self.snapshot.clone())?;
                 if self.watch {
@@ -235,6 +283,15 @@ impl StoreBuilder {
             _tmp: tmp,
         })
     }
+}
+
+/// A private temporary directory for the snapshot caches of a store whose
+/// directory is not on the real file system.
+fn private_cache_dir() -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix("cairn-memory-")
+        .tempdir()
+        .map_err(|e| Error::Other(format!("create a temporary directory: {e}")))
 }
 
 /// An open cairn store: the embedded engine behind one handle.
