@@ -1,9 +1,10 @@
 //! Checkpoints, tracked writes, rollback and retention through the [`Store`] handle.
 
-use cairn_codec::CheckpointId;
+use cairn_codec::{CheckpointId, Event, Lsn};
+use cairn_engine::log::{Head, Log, Record};
 use cairn_snapshot::{
-    CheckpointInfo, CheckpointRequest, RetentionPolicy, RetentionReport, RollbackReport,
-    RollbackRequest, WatchStats,
+    CheckpointInfo, CheckpointRequest, LogAccess, RetentionPolicy, RetentionReport,
+    RollbackReport, RollbackRequest, WatchStats,
 };
 
 use crate::error::Result;
@@ -106,13 +107,50 @@ impl Store {
 
     /// Applies a retention policy (recording each eviction as a
     /// `checkpoint.discard`), then collects blobs no longer referenced.
+    ///
+    /// The `checkpoint.discard` records are made durable before any blob is
+    /// collected, whatever the durability policy: otherwise a crash under
+    /// `never` or `interval` could lose the discards but not the collection,
+    /// leaving listed checkpoints whose manifests are gone (found by
+    /// `tests/crash_store.rs`).
     pub fn gc(&self, policy: &RetentionPolicy) -> Result<RetentionReport> {
         let log = self.writer("collect garbage")?;
         Ok(cairn_snapshot::apply_retention(
-            &**log,
+            &DurableAppends(log),
             &*self.blobs,
             self.workspace()?,
             policy,
         )?)
+    }
+}
+
+/// The log with every append made durable before it returns, whatever the
+/// store's policy: for flows that destroy data (blob collection) on the
+/// strength of a record.
+struct DurableAppends<'a>(&'a Log);
+
+impl LogAccess for DurableAppends<'_> {
+    fn append(&self, event: &Event) -> cairn_snapshot::Result<Lsn> {
+        let lsn = self.0.append(event)?;
+        self.0.sync()?;
+        Ok(lsn)
+    }
+    fn append_batch(&self, events: &[Event]) -> cairn_snapshot::Result<Option<(Lsn, Lsn)>> {
+        let r = self.0.append_batch(events)?;
+        self.0.sync()?;
+        Ok(r)
+    }
+    fn head(&self) -> Head {
+        self.0.head()
+    }
+    fn read(&self, lsn: Lsn) -> cairn_snapshot::Result<Record> {
+        LogAccess::read(self.0, lsn)
+    }
+    fn for_each_from(
+        &self,
+        from: Lsn,
+        f: &mut dyn FnMut(Record) -> cairn_snapshot::Result<()>,
+    ) -> cairn_snapshot::Result<()> {
+        LogAccess::for_each_from(self.0, from, f)
     }
 }
