@@ -3,8 +3,8 @@
 use cairn_codec::{CheckpointId, Event, Lsn};
 use cairn_engine::log::{Head, Log, Record};
 use cairn_snapshot::{
-    CheckpointInfo, CheckpointRequest, LogAccess, RetentionPolicy, RetentionReport,
-    RollbackReport, RollbackRequest, WatchStats,
+    CheckpointInfo, CheckpointRequest, LogAccess, RetentionPolicy, RetentionReport, RollbackReport,
+    RollbackRequest, WatchStats,
 };
 
 use crate::error::Result;
