@@ -16,6 +16,10 @@
 //! a real tree whose state changes, so it prints one table of medians.
 //! Run: `cargo bench -p cairn-benches --bench snapshot`.
 //! `CAIRN_BENCH_FILES=N` changes the number of files (default 10,000).
+//! `CAIRN_BENCH_ONLY=speed|disk` runs one part; `=memory` measures the peak
+//! memory of a checkpoint of N files in a child process (use with
+//! `CAIRN_BENCH_FILES=100000`); `=profile` loops cairn's one-file-change
+//! checkpoints and rollbacks alone, for `perf record`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,11 +63,17 @@ fn main() -> Res<()> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(DEFAULT_FILES);
+    if let Some(dir) = std::env::var_os("CAIRN_BENCH_CHILD") {
+        return memory_child(Path::new(&dir));
+    }
     println!("\nsnapshot bench: {n} files of ~{} KB\n", FILE_BYTES / 1024);
     println!("| measurement | cairn | git | git / cairn |");
     println!("|---|---|---|---|");
     let mut rows = Rows;
     let only = std::env::var("CAIRN_BENCH_ONLY").unwrap_or_default();
+    if only == "memory" {
+        return memory(n);
+    }
     if only == "profile" {
         return profile(n);
     }
@@ -323,6 +333,109 @@ fn speed(n: usize, rows: &mut Rows) -> Res<()> {
         ms(gr),
         ratio(cr, gr),
     ));
+
+    // The same with the file watcher: no walk.
+    b.ws.watch()?;
+    b.checkpoint(ScanMode::Full)?; // the first one after starting scans in full
+    let (mut ws_, mut wr) = (Vec::new(), Vec::new());
+    for _ in 0..REPS {
+        b.edit_one()?;
+        ws_.push(time(|| b.checkpoint(ScanMode::Full))?.0);
+    }
+    for _ in 0..REPS {
+        let base = b.checkpoint(ScanMode::Full)?;
+        let mut edited = std::collections::BTreeSet::new();
+        for _ in 0..5 {
+            edited.insert(b.edit_one()?);
+        }
+        let req = RollbackRequest {
+            target: base,
+            paths: vec![],
+            dry_run: false,
+            session: String::new(),
+        };
+        let (d, rep) = time(|| Ok(rollback(&b.log, &b.blobs, &b.ws, req)?))?;
+        if rep.written.len() != edited.len() {
+            return Err(format!("rollback wrote {:?}, edited {edited:?}", rep.written).into());
+        }
+        wr.push(d);
+    }
+    let stats = b.ws.watch_stats().ok_or("no watcher")?;
+    let (w1, wr) = (median(ws_), median(wr));
+    rows.push((
+        format!(
+            "checkpoint after a one-file change, watcher ({} watched / {} full captures)",
+            stats.watched_captures, stats.full_captures
+        ),
+        ms(w1),
+        ms(g1),
+        ratio(w1, g1),
+    ));
+    rows.push((
+        "rollback of 5 changed files, watcher".into(),
+        ms(wr),
+        ms(gr),
+        ratio(wr, gr),
+    ));
+    b.ws.unwatch();
+    Ok(())
+}
+
+/// `CAIRN_BENCH_ONLY=memory`: peak memory (VmHWM) of a child process that
+/// opens a store and checkpoints a generated workspace of `n` files (1 KB
+/// each: the scan's memory depends on the number of paths, not on their
+/// size), then checkpoints again after a one-file change.
+fn memory(n: usize) -> Res<()> {
+    let dir = tempfile::tempdir()?;
+    let ws_root = dir.path().join("ws");
+    let mut rng = Rng::new(3);
+    for i in 0..n {
+        let d = ws_root.join(format!("m{}/p{}/u{}", i % 15, (i / 15) % 10, (i / 150) % 9));
+        if i < 1350 {
+            std::fs::create_dir_all(&d)?;
+        }
+        std::fs::write(d.join(format!("f{i}.rs")), source_like(&mut rng, 1024))?;
+    }
+    let out = Command::new(std::env::current_exe()?)
+        .arg("--bench")
+        .env("CAIRN_BENCH_CHILD", &ws_root)
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("child: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    println!(
+        "| peak memory (VmHWM), checkpoint of {n} files + one after a one-file change | {} | | target 200 MiB |",
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
+    Ok(())
+}
+
+/// The child of [`memory`].
+fn memory_child(ws_root: &Path) -> Res<()> {
+    let store = ws_root.join(".cairn");
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    std::fs::create_dir_all(store.join("log"))?;
+    std::fs::create_dir_all(store.join("blobs"))?;
+    let log = Log::open(vfs.clone(), &store.join("log"), LogOptions::default())?;
+    let blobs = BlobStore::open(vfs, &store.join("blobs"), BlobOptions::default())?;
+    let ws = Workspace::open(ws_root, &store.join("snapshot"), SnapshotOptions::default())?;
+    let c = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default())?;
+    let f = ws_root.join("m0/p0/u0/f0.rs");
+    let mut bytes = std::fs::read(&f)?;
+    bytes.extend_from_slice(b"// edit\n");
+    std::fs::write(&f, bytes)?;
+    create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default())?;
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let hwm = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .ok_or("no VmHWM")?;
+    let kb: f64 = hwm
+        .split_whitespace()
+        .nth(1)
+        .ok_or("VmHWM")?
+        .parse()?;
+    println!("{:.1} MiB ({} files)", kb / 1024.0, c.counts.files);
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 use cairn_codec::{BlobHash, CheckpointCounts};
 
@@ -27,12 +27,14 @@ pub const STREAM_THRESHOLD_BYTES: u64 = 4 * 1024 * 1024;
 /// Below this many files to hash, threads cost more than they save.
 const PARALLEL_MIN_JOBS: usize = 16;
 
-/// The stat cache's format version; a cache of another version is ignored.
-const STAT_CACHE_VERSION: u32 = 1;
+/// The first bytes of a stat cache file (format 2: cairn's own layout,
+/// written and read without a serialisation framework; a file of another
+/// format is ignored and costs one full re-read).
+const STAT_CACHE_MAGIC: &[u8; 4] = b"CSC2";
 
 /// One cached path: its manifest entry and (for files and symlinks) the stat
 /// data it was read with.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Cached {
     pub entry: Entry,
     pub stat: Option<Stat>,
@@ -40,9 +42,15 @@ pub(crate) struct Cached {
 
 /// The persistent stat cache: what the last full scan saw, so the next one
 /// re-reads only files whose stat data changed (or that were "racy").
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+///
+/// File layout (little-endian): magic `CSC2` | clock_ns i64 | root flag u8
+/// [+ 32-byte hash] | entry count u32 | per entry: path length u32, path,
+/// kind u8, mode u32, size u64, hash 32, stat flag u8 [+ size u64, mtime
+/// i64, ctime i64, ino u64, dev u64, st_mode u32] | directory count u32 |
+/// per directory: path length u32, path, node hash 32, size u64 | the first
+/// 16 bytes of the blake3 hash of everything before.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct StatCache {
-    pub version: u32,
     /// The file system's clock when the scan that wrote this cache started.
     /// A file whose mtime is not older than this may have been modified in
     /// the same clock tick after it was read: it is "racy" and re-read.
@@ -52,22 +60,186 @@ pub(crate) struct StatCache {
     pub dirs: Vec<(String, BlobHash, u64)>,
 }
 
+/// Bytes of the checksum that ends a stat cache file.
+const STAT_CACHE_SUM_BYTES: usize = 16;
+
+struct Cur<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cur<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len())?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Some(s)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn hash(&mut self) -> Option<BlobHash> {
+        Some(BlobHash(self.take(32)?.try_into().ok()?))
+    }
+    fn text(&mut self) -> Option<String> {
+        let n = self.u32()? as usize;
+        String::from_utf8(self.take(n)?.to_vec()).ok()
+    }
+}
+
+fn kind_code(k: EntryKind) -> u8 {
+    match k {
+        EntryKind::File => 1,
+        EntryKind::Symlink => 2,
+        EntryKind::Dir => 3,
+    }
+}
+
 impl StatCache {
-    pub fn load(ws: &Workspace) -> StatCache {
-        let Ok(b) = std::fs::read(ws.cache_path(STAT_CACHE_FILE)) else {
-            return StatCache::default();
-        };
-        match rmp_serde::from_slice::<StatCache>(&b) {
-            Ok(c) if c.version == STAT_CACHE_VERSION => c,
-            // A damaged or old cache costs one full re-read, never a wrong checkpoint.
-            _ => StatCache::default(),
+    /// The cache: the copy this process last saved or loaded if the file is
+    /// still the one it saw, else read from the file (a missing, damaged or
+    /// old-format file gives an empty cache: one full re-read, never a
+    /// wrong checkpoint).
+    pub fn load(ws: &Workspace) -> Arc<StatCache> {
+        let path = ws.cache_path(STAT_CACHE_FILE);
+        let id = file_id(&path);
+        if let (Some(id), Some((mid, c))) = (id, ws.stat_cache_slot().lock().as_ref()) {
+            if id == *mid {
+                return c.clone();
+            }
         }
+        let Ok(b) = std::fs::read(&path) else {
+            return Arc::default();
+        };
+        let c = Arc::new(StatCache::decode(&b).unwrap_or_default());
+        if let Some(id) = id {
+            *ws.stat_cache_slot().lock() = Some((id, c.clone()));
+        }
+        c
     }
 
-    pub fn save(&self, ws: &Workspace, durable: bool) -> Result<()> {
-        let b = rmp_serde::to_vec(self)
-            .map_err(|e| SnapshotError::Invalid(format!("encode stat cache: {e}")))?;
-        write_atomic(&ws.cache_path(STAT_CACHE_FILE), &b, durable)
+    /// Writes the cache (atomically; with `durable`, fsync'd) and keeps it
+    /// in memory for the next load.
+    pub fn save(self: Arc<Self>, ws: &Workspace, durable: bool) -> Result<()> {
+        let path = ws.cache_path(STAT_CACHE_FILE);
+        *ws.stat_cache_slot().lock() = None;
+        write_atomic(&path, &self.encode(), durable)?;
+        if let Some(id) = file_id(&path) {
+            *ws.stat_cache_slot().lock() = Some((id, self));
+        }
+        Ok(())
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.entries.len() * 120 + self.dirs.len() * 80);
+        out.extend_from_slice(STAT_CACHE_MAGIC);
+        out.extend_from_slice(&self.clock_ns.to_le_bytes());
+        match &self.root {
+            Some(h) => {
+                out.push(1);
+                out.extend_from_slice(h.as_bytes());
+            }
+            None => out.push(0),
+        }
+        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        for (p, c) in &self.entries {
+            out.extend_from_slice(&(p.len() as u32).to_le_bytes());
+            out.extend_from_slice(p.as_bytes());
+            out.push(kind_code(c.entry.kind));
+            out.extend_from_slice(&c.entry.mode.to_le_bytes());
+            out.extend_from_slice(&c.entry.size.to_le_bytes());
+            out.extend_from_slice(c.entry.hash.as_bytes());
+            match &c.stat {
+                Some(st) => {
+                    out.push(1);
+                    out.extend_from_slice(&st.size.to_le_bytes());
+                    out.extend_from_slice(&st.mtime_ns.to_le_bytes());
+                    out.extend_from_slice(&st.ctime_ns.to_le_bytes());
+                    out.extend_from_slice(&st.ino.to_le_bytes());
+                    out.extend_from_slice(&st.dev.to_le_bytes());
+                    out.extend_from_slice(&st.mode.to_le_bytes());
+                }
+                None => out.push(0),
+            }
+        }
+        out.extend_from_slice(&(self.dirs.len() as u32).to_le_bytes());
+        for (d, h, size) in &self.dirs {
+            out.extend_from_slice(&(d.len() as u32).to_le_bytes());
+            out.extend_from_slice(d.as_bytes());
+            out.extend_from_slice(h.as_bytes());
+            out.extend_from_slice(&size.to_le_bytes());
+        }
+        let sum = blake3::hash(&out);
+        out.extend_from_slice(&sum.as_bytes()[..STAT_CACHE_SUM_BYTES]);
+        out
+    }
+
+    fn decode(b: &[u8]) -> Option<StatCache> {
+        let body_len = b.len().checked_sub(STAT_CACHE_SUM_BYTES)?;
+        let (body, sum) = b.split_at(body_len);
+        if blake3::hash(body).as_bytes()[..STAT_CACHE_SUM_BYTES] != *sum {
+            return None;
+        }
+        let mut r = Cur { b: body, pos: 0 };
+        if r.take(4)? != STAT_CACHE_MAGIC {
+            return None;
+        }
+        let clock_ns = r.i64()?;
+        let root = match r.u8()? {
+            0 => None,
+            1 => Some(r.hash()?),
+            _ => return None,
+        };
+        let n = r.u32()?;
+        let mut entries = BTreeMap::new();
+        for _ in 0..n {
+            let p = r.text()?;
+            let kind = match r.u8()? {
+                1 => EntryKind::File,
+                2 => EntryKind::Symlink,
+                3 => EntryKind::Dir,
+                _ => return None,
+            };
+            let entry = Entry {
+                kind,
+                mode: r.u32()?,
+                size: r.u64()?,
+                hash: r.hash()?,
+            };
+            let stat = match r.u8()? {
+                0 => None,
+                1 => Some(Stat {
+                    size: r.u64()?,
+                    mtime_ns: r.i64()?,
+                    ctime_ns: r.i64()?,
+                    ino: r.u64()?,
+                    dev: r.u64()?,
+                    mode: r.u32()?,
+                }),
+                _ => return None,
+            };
+            entries.insert(p, Cached { entry, stat });
+        }
+        let n = r.u32()?;
+        let mut dirs = Vec::new();
+        for _ in 0..n {
+            dirs.push((r.text()?, r.hash()?, r.u64()?));
+        }
+        (r.pos == body.len()).then_some(StatCache {
+            clock_ns,
+            root,
+            entries,
+            dirs,
+        })
     }
 
     pub fn dir_hashes(&self) -> DirHashes {
@@ -88,21 +260,44 @@ impl StatCache {
     }
 }
 
+/// What identifies one version of a cache file: if any of these differ,
+/// someone else wrote it and the in-memory copy is not used.
+pub(crate) type FileId = (u64, u64, u64, i64, i64);
+
+fn file_id(p: &Path) -> Option<FileId> {
+    let m = std::fs::metadata(p).ok()?;
+    let st = Stat::of(&m);
+    Some((st.dev, st.ino, st.size, st.mtime_ns, st.ctime_ns))
+}
+
 /// The result of a capture.
 #[derive(Debug)]
 pub struct Capture {
     /// The manifest root.
     pub root: BlobHash,
-    /// The whole flattened manifest (full scans only).
-    pub manifest: Option<Manifest>,
+    /// Tracked paths that did not exist (full scans only; see [`Capture::manifest`]).
+    pub(crate) missing: BTreeSet<String>,
     /// Counts for the checkpoint record.
     pub counts: CheckpointCounts,
-    pub(crate) new_cache: Option<StatCache>,
+    pub(crate) new_cache: Option<Arc<StatCache>>,
     /// The dirty tracked paths this capture read.
     pub(crate) captured_dirty: BTreeSet<String>,
 }
 
 impl Capture {
+    /// The whole flattened manifest (full scans only).
+    pub fn manifest(&self) -> Option<Manifest> {
+        let c = self.new_cache.as_ref()?;
+        Some(Manifest {
+            entries: c
+                .entries
+                .iter()
+                .map(|(p, c)| (p.clone(), c.entry))
+                .collect(),
+            missing: self.missing.clone(),
+        })
+    }
+
     pub(crate) fn last(&self) -> LastCapture {
         LastCapture {
             root: self.root,
@@ -278,10 +473,17 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         mut skipped,
     } = scan::scan_full(ws, tracked)?;
 
-    let mut flat: BTreeMap<String, Entry> = BTreeMap::new();
-    let mut stats: HashMap<String, Stat> = HashMap::with_capacity(leaves.len());
-    for (d, mode) in &dirs {
-        flat.insert(d.clone(), dir_entry(*mode));
+    // Every path -> (entry, stat); files whose stat matches the cache (and
+    // are not racy) take the cached entry, the others are read below.
+    let mut flat: BTreeMap<String, Cached> = BTreeMap::new();
+    for (d, mode) in dirs {
+        flat.insert(
+            d,
+            Cached {
+                entry: dir_entry(mode),
+                stat: None,
+            },
+        );
     }
     let mut jobs: Vec<&Found> = Vec::new();
     for f in &leaves {
@@ -291,8 +493,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
                     && c.entry.kind == f.kind
                     && f.stat.mtime_ns < cache.clock_ns =>
             {
-                flat.insert(f.rel.clone(), c.entry);
-                stats.insert(f.rel.clone(), f.stat);
+                flat.insert(f.rel.clone(), *c);
             }
             _ => jobs.push(f),
         }
@@ -301,19 +502,42 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
     for (f, h) in jobs.iter().zip(hashed) {
         match h {
             Hashed::Ok(e, st) => {
-                flat.insert(f.rel.clone(), e);
-                stats.insert(f.rel.clone(), st);
+                flat.insert(
+                    f.rel.clone(),
+                    Cached {
+                        entry: e,
+                        stat: Some(st),
+                    },
+                );
             }
             Hashed::Skip(why) => *skipped.entry(why.to_string()).or_default() += 1,
         }
     }
+    drop(jobs);
+    drop(leaves);
 
-    // What changed since the cached scan: counts, and which directories need new nodes.
+    // What changed since the cached scan: counts, and which directories
+    // need new nodes. Both maps are sorted by path: one merge pass.
     let mut changed = 0u64;
+    let mut files = 0u64;
     let mut dirty: HashSet<String> = HashSet::new();
-    for (p, e) in &flat {
-        let old = cache.entries.get(p).map(|c| c.entry);
-        let same = match old {
+    let mut old = cache.entries.iter().peekable();
+    for (p, c) in &flat {
+        let e = &c.entry;
+        if e.is_leaf() {
+            files += 1;
+        }
+        // Old paths before `p` are gone.
+        while let Some((op, oc)) = old.next_if(|(op, _)| op.as_str() < p.as_str()) {
+            if oc.entry.is_leaf() {
+                changed += 1;
+            }
+            mark_ancestors(op, &mut dirty);
+        }
+        let prev = old
+            .next_if(|(op, _)| op.as_str() == p.as_str())
+            .map(|(_, oc)| oc.entry);
+        let same = match prev {
             Some(o) if e.kind == EntryKind::Dir => o.kind == EntryKind::Dir && o.mode == e.mode,
             Some(o) => o == *e,
             None => false,
@@ -325,13 +549,11 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
             mark_ancestors(p, &mut dirty);
         }
     }
-    for (p, c) in &cache.entries {
-        if !flat.contains_key(p) {
-            if c.entry.is_leaf() {
-                changed += 1;
-            }
-            mark_ancestors(p, &mut dirty);
+    for (op, oc) in old {
+        if oc.entry.is_leaf() {
+            changed += 1;
         }
+        mark_ancestors(op, &mut dirty);
     }
     let reuse = cache.dir_hashes();
     let dirty_opt = if cache.root.is_some() {
@@ -339,47 +561,31 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
     } else {
         None
     };
-    let (root, dir_hashes) = manifest::build(blobs, &flat, &missing, &reuse, dirty_opt)?;
-    for (d, (h, s)) in &dir_hashes {
-        if let Some(e) = flat.get_mut(d) {
-            e.hash = *h;
-            e.size = *s;
+    let (root, dir_hashes) =
+        manifest::build_from(blobs, &flat, |c| c.entry, &missing, &reuse, dirty_opt)?;
+    let mut dirs_out: Vec<(String, BlobHash, u64)> = Vec::with_capacity(dir_hashes.len());
+    for (d, (h, s)) in dir_hashes {
+        if let Some(c) = flat.get_mut(&d) {
+            c.entry.hash = h;
+            c.entry.size = s;
         }
+        dirs_out.push((d, h, s));
     }
-    let files = flat.values().filter(|e| e.is_leaf()).count() as u64;
     let new_cache = StatCache {
-        version: STAT_CACHE_VERSION,
         clock_ns,
         root: Some(root),
-        entries: flat
-            .iter()
-            .map(|(p, e)| {
-                (
-                    p.clone(),
-                    Cached {
-                        entry: *e,
-                        stat: stats.get(p).copied(),
-                    },
-                )
-            })
-            .collect(),
-        dirs: dir_hashes
-            .into_iter()
-            .map(|(d, (h, s))| (d, h, s))
-            .collect(),
+        entries: flat,
+        dirs: dirs_out,
     };
     Ok(Capture {
         root,
-        manifest: Some(Manifest {
-            entries: flat,
-            missing,
-        }),
+        missing,
         counts: CheckpointCounts {
             files,
             changed,
             skipped,
         },
-        new_cache: Some(new_cache),
+        new_cache: Some(Arc::new(new_cache)),
         captured_dirty: dirty_now.clone(),
     })
 }
@@ -552,7 +758,7 @@ fn patch<B: BlobAccess + ?Sized>(
     }
     Ok(Capture {
         root,
-        manifest: None,
+        missing: BTreeSet::new(),
         counts: CheckpointCounts {
             files: files.max(0) as u64,
             changed,
@@ -637,4 +843,59 @@ pub(crate) fn set_path<B: BlobAccess + ?Sized>(
 /// Reads the whole manifest of a checkpoint (for rollback and queries).
 pub fn read_manifest<B: BlobRead + ?Sized>(blobs: &B, root: &BlobHash) -> Result<Manifest> {
     manifest::list(blobs, root)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn stat_cache_round_trip_and_damage() {
+        let mut c = StatCache {
+            clock_ns: 1_700_000_000_123_456_789,
+            root: Some(BlobHash::of(b"root")),
+            ..StatCache::default()
+        };
+        c.entries.insert(
+            "src".into(),
+            Cached {
+                entry: dir_entry(0o755),
+                stat: None,
+            },
+        );
+        c.entries.insert(
+            "src/a.rs".into(),
+            Cached {
+                entry: Entry {
+                    kind: EntryKind::File,
+                    mode: 0o644,
+                    size: 3,
+                    hash: BlobHash::of(b"abc"),
+                },
+                stat: Some(Stat {
+                    size: 3,
+                    mtime_ns: -5,
+                    ctime_ns: 7,
+                    ino: 42,
+                    dev: 9,
+                    mode: 0o100644,
+                }),
+            },
+        );
+        c.dirs.push(("src".into(), BlobHash::of(b"node"), 3));
+        let b = c.encode();
+        let d = StatCache::decode(&b).unwrap();
+        assert_eq!(d.encode(), b);
+        assert_eq!(d.entries, c.entries);
+        assert_eq!((d.clock_ns, d.root, &d.dirs), (c.clock_ns, c.root, &c.dirs));
+        for cut in 0..b.len() {
+            assert!(StatCache::decode(&b[..cut]).is_none(), "cut {cut}");
+        }
+        for i in 0..b.len() {
+            let mut bad = b.clone();
+            bad[i] ^= 0x10;
+            assert!(StatCache::decode(&bad).is_none(), "flip {i}");
+        }
+    }
 }

@@ -290,7 +290,7 @@ fn create_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let lsn = log.append(&ev)?;
     // Caches only after the record: they may name blobs only a durable checkpoint keeps.
     if let Some(c) = &cap.new_cache {
-        c.save(ws, false)?;
+        c.clone().save(ws, false)?;
     }
     ws.save_last(Some(&cap.last()))?;
     ws.clear_dirty(&cap.captured_dirty)?;
@@ -455,7 +455,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     if req.dry_run {
         let track = ws.load_track()?;
         let cap = capture::capture_full(ws, &HashOnly(blobs), &track.tracked, &BTreeSet::new())?;
-        let cur = cap.manifest.unwrap_or_default();
+        let cur = cap.manifest().unwrap_or_default();
         let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
         let plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
         return Ok(RollbackReport {
@@ -483,10 +483,31 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     // Only the parts of the two trees that differ are read.
     let (cur, tgt, same) = restore::diff_trees(blobs, &cap.root, &target.root)?;
     let plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
-    let done = restore::apply(ws, blobs, &plan).map_err(|e| SnapshotError::RollbackIncomplete {
+    // Every path the plan may touch is marked dirty (durably: a tracked-only
+    // checkpoint after a crash must re-read them) while the plan is carried
+    // out, so the two sets of fsyncs overlap. Marking more than was touched
+    // (if applying fails half-way) only costs a few re-reads.
+    let planned: Vec<String> = plan
+        .write
+        .iter()
+        .map(|w| w.path.clone())
+        .chain(plan.delete.iter().cloned())
+        .chain(plan.create_dirs.iter().map(|d| d.0.clone()))
+        .chain(plan.remove_dirs.iter().cloned())
+        .collect();
+    let (applied, marked) = std::thread::scope(|s| {
+        let marking = s.spawn(|| ws.mark_dirty(&planned));
+        let applied = restore::apply(ws, blobs, &plan);
+        let marked = marking
+            .join()
+            .unwrap_or_else(|_| Err(SnapshotError::Invalid("a thread panicked".into())));
+        (applied, marked)
+    });
+    let done = applied.map_err(|e| SnapshotError::RollbackIncomplete {
         source_checkpoint: pre.id,
         cause: Box::new(e),
     })?;
+    marked?;
     let touched: Vec<String> = done
         .written
         .iter()
@@ -495,7 +516,6 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         .chain(&done.removed_dirs)
         .cloned()
         .collect();
-    ws.mark_dirty(&touched)?;
     let mut ev = Event::new(EventKind::Rollback, session_or_default(&req.session));
     ev.source = Some(pre.id);
     ev.target = Some(target.id);
@@ -624,9 +644,9 @@ pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     })?;
     let gc = blobs.gc(&live, thorough)?;
     // Caches must never name a collected blob; durable, so a crash cannot bring one back.
-    let mut cache = StatCache::load(ws);
+    let mut cache = (*StatCache::load(ws)).clone();
     cache.retain_live(&live);
-    cache.save(ws, true)?;
+    std::sync::Arc::new(cache).save(ws, true)?;
     if ws.load_last().is_some_and(|l| !live.contains(&l.root)) {
         ws.save_last(None)?;
     }

@@ -428,16 +428,35 @@ pub fn build<B: BlobAccess + ?Sized>(
     reuse: &DirHashes,
     dirty: Option<&HashSet<String>>,
 ) -> Result<(BlobHash, DirHashes)> {
-    let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
+    build_from(blobs, flat, |e| *e, missing, reuse, dirty)
+}
+
+/// [`build`] over any map of path -> value holding an [`Entry`] (`entry`
+/// gets it out), so a capture need not copy its map into a second one.
+pub fn build_from<B: BlobAccess + ?Sized, V>(
+    blobs: &B,
+    flat: &BTreeMap<String, V>,
+    entry: impl Fn(&V) -> Entry,
+    missing: &BTreeSet<String>,
+    reuse: &DirHashes,
+    dirty: Option<&HashSet<String>>,
+) -> Result<(BlobHash, DirHashes)> {
+    // A directory needs a new node if it is dirty or has no reusable one.
+    let needs =
+        |d: &str| d.is_empty() || dirty.is_none_or(|s| s.contains(d)) || !reuse.contains_key(d);
+    let mut children: HashMap<&str, Vec<(&str, Entry)>> = HashMap::new();
     let mut dirs: Vec<&str> = vec![""];
-    for (p, e) in flat {
+    for (p, v) in flat {
+        let e = entry(v);
         let par = relpath::parent(p);
-        if !par.is_empty() && flat.get(par).map(|e| e.kind) != Some(EntryKind::Dir) {
-            return Err(SnapshotError::Invalid(format!(
-                "internal: manifest entry `{p}` has no parent directory entry"
-            )));
+        if needs(par) {
+            if !par.is_empty() && flat.get(par).map(|v| entry(v).kind) != Some(EntryKind::Dir) {
+                return Err(SnapshotError::Invalid(format!(
+                    "internal: manifest entry `{p}` has no parent directory entry"
+                )));
+            }
+            children.entry(par).or_default().push((p.as_str(), e));
         }
-        children.entry(par).or_default().push(p.as_str());
         if e.kind == EntryKind::Dir {
             dirs.push(p.as_str());
         }
@@ -452,8 +471,7 @@ pub fn build<B: BlobAccess + ?Sized>(
     });
     let mut out: DirHashes = HashMap::with_capacity(dirs.len());
     for d in dirs {
-        let is_dirty = d.is_empty() || dirty.is_none_or(|s| s.contains(d));
-        if !is_dirty {
+        if !needs(d) {
             if let Some(v) = reuse.get(d) {
                 out.insert(d.to_string(), *v);
                 continue;
@@ -461,14 +479,13 @@ pub fn build<B: BlobAccess + ?Sized>(
         }
         let mut node = Node::default();
         let mut total = 0u64;
-        let mut kids: Vec<&str> = children.get(d).cloned().unwrap_or_default();
+        let mut kids: Vec<(&str, Entry)> = children.remove(d).unwrap_or_default();
         kids.sort_by(|a, b| {
-            relpath::file_name(a)
+            relpath::file_name(a.0)
                 .as_bytes()
-                .cmp(relpath::file_name(b).as_bytes())
+                .cmp(relpath::file_name(b.0).as_bytes())
         });
-        for c in kids {
-            let mut e = flat[c];
+        for (c, mut e) in kids {
             if e.kind == EntryKind::Dir {
                 let (h, s) = out.get(c).copied().ok_or_else(|| {
                     SnapshotError::Invalid(format!("internal: directory `{c}` built out of order"))

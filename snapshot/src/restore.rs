@@ -402,24 +402,116 @@ pub fn apply<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) -> Re
             touched_dirs.insert(p.to_path_buf());
         }
     }
-    for (n, w) in plan.write.iter().enumerate() {
-        let abs = g.check(&w.path)?;
-        if w.mode_only {
-            set_mode(&abs, w.entry.mode)?;
-        } else {
-            write_entry(blobs, &abs, &w.entry, n, durable)?;
+    // Files are written in batches: each file of a batch to its temporary,
+    // then the batch's temporaries fsync'd together (the file system
+    // commits concurrent fsyncs in one journal transaction, so a batch costs
+    // about one fsync), then each renamed into place.
+    for (b, batch) in plan.write.chunks(RESTORE_BATCH_FILES).enumerate() {
+        let mut staged: Vec<Staged> = Vec::with_capacity(batch.len());
+        let res = (|| -> Result<()> {
+            for (i, w) in batch.iter().enumerate() {
+                let abs = g.check(&w.path)?;
+                let file = if w.mode_only {
+                    set_mode(&abs, w.entry.mode)?;
+                    None
+                } else {
+                    Some(stage_entry(
+                        blobs,
+                        &abs,
+                        &w.entry,
+                        b * RESTORE_BATCH_FILES + i,
+                    )?)
+                };
+                staged.push(Staged { abs, file });
+            }
+            if durable {
+                let files: Vec<&std::fs::File> = staged
+                    .iter()
+                    .filter_map(|s| s.file.as_ref().and_then(|f| f.1.as_ref()))
+                    .collect();
+                in_parallel(&files, |f| {
+                    f.sync_all()
+                        .map_err(|e| SnapshotError::io("fsync", "<restored file>", e))
+                })?;
+            }
+            for s in &staged {
+                if let Some((tmp, _)) = &s.file {
+                    std::fs::rename(tmp, &s.abs)
+                        .map_err(|e| SnapshotError::io("rename into place", &s.abs, e))?;
+                }
+            }
+            Ok(())
+        })();
+        if res.is_err() {
+            for s in &staged {
+                if let Some((tmp, _)) = &s.file {
+                    let _ = std::fs::remove_file(tmp);
+                }
+            }
         }
-        done.written.push(w.path.clone());
-        if let Some(p) = abs.parent() {
-            touched_dirs.insert(p.to_path_buf());
+        res?;
+        for (w, s) in batch.iter().zip(&staged) {
+            done.written.push(w.path.clone());
+            if let Some(p) = s.abs.parent() {
+                touched_dirs.insert(p.to_path_buf());
+            }
         }
     }
     if durable {
-        for d in &touched_dirs {
-            sync_dir(d)?;
-        }
+        let dirs: Vec<&PathBuf> = touched_dirs.iter().collect();
+        in_parallel(&dirs, |d| sync_dir(d))?;
     }
     Ok(done)
+}
+
+/// Files written, fsync'd and renamed together in one batch of a rollback:
+/// bounds the open temporaries (file descriptors) whatever the plan's size.
+const RESTORE_BATCH_FILES: usize = 64;
+
+/// The most threads fsyncing at once during a rollback.
+const SYNC_THREADS: usize = 16;
+
+/// One write of a batch: the target path, and (unless only the mode
+/// changes) the temporary holding the new contents, with its handle for
+/// the fsync (none for a symlink).
+struct Staged {
+    abs: PathBuf,
+    file: Option<(PathBuf, Option<std::fs::File>)>,
+}
+
+/// Runs `f` on every item, on up to [`SYNC_THREADS`] threads; the first error wins.
+fn in_parallel<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Result<()> {
+    if items.len() <= 1 {
+        return items.iter().try_for_each(&f);
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = items.len().min(SYNC_THREADS);
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(it) = items.get(i) else {
+                            return Ok(());
+                        };
+                        f(it)?;
+                    }
+                })
+            })
+            .collect();
+        let mut first = Ok(());
+        for h in handles {
+            let r = h
+                .join()
+                .map_err(|_| SnapshotError::Invalid("an fsync thread panicked".into()))
+                .and_then(|r| r);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    })
 }
 
 #[cfg(unix)]
@@ -434,19 +526,19 @@ fn set_mode(_abs: &Path, _mode: u32) -> Result<()> {
     Ok(())
 }
 
-/// Writes one file or symlink atomically: a temporary in the same
-/// directory, then a rename over the path (which replaces a file or a
-/// symlink itself, never what a symlink points to).
-fn write_entry<B: BlobRead + ?Sized>(
+/// Writes one file or symlink to a temporary in the same directory as
+/// `abs` (renamed over it later, which replaces a file or a symlink itself,
+/// never what a symlink points to). Returns the temporary's path and, for a
+/// file, its open handle for the fsync.
+fn stage_entry<B: BlobRead + ?Sized>(
     blobs: &B,
     abs: &Path,
     e: &Entry,
     n: usize,
-    durable: bool,
-) -> Result<()> {
+) -> Result<(PathBuf, Option<std::fs::File>)> {
     let dir = abs.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".cairn-restore-{}-{n}.tmp", std::process::id()));
-    let res = (|| -> Result<()> {
+    let res = (|| -> Result<Option<std::fs::File>> {
         match e.kind {
             EntryKind::File => {
                 let mut f = std::fs::OpenOptions::new()
@@ -461,27 +553,25 @@ fn write_entry<B: BlobRead + ?Sized>(
                     .map_err(|err| SnapshotError::io("write", &tmp, err))?;
                 drop(w);
                 set_mode(&tmp, e.mode)?;
-                if durable {
-                    f.sync_all()
-                        .map_err(|err| SnapshotError::io("fsync", &tmp, err))?;
-                }
+                Ok(Some(f))
             }
             EntryKind::Symlink => {
                 let target = blobs.get(&e.hash)?;
                 make_symlink(&target, &tmp)?;
+                Ok(None)
             }
-            EntryKind::Dir => {
-                return Err(SnapshotError::Invalid(
-                    "internal: writing a directory as a file".into(),
-                ))
-            }
+            EntryKind::Dir => Err(SnapshotError::Invalid(
+                "internal: writing a directory as a file".into(),
+            )),
         }
-        std::fs::rename(&tmp, abs).map_err(|err| SnapshotError::io("rename into place", abs, err))
     })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    match res {
+        Ok(f) => Ok((tmp, f)),
+        Err(err) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(err)
+        }
     }
-    res
 }
 
 #[cfg(unix)]

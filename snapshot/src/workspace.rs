@@ -94,7 +94,15 @@ pub struct Workspace {
     cache_rel: Option<String>,
     /// The file watcher, once [`Workspace::watch`] started it.
     watcher: Mutex<Option<Arc<Watcher>>>,
+    /// The stat cache as this process last saved or loaded it, with the
+    /// identity of the file it matches (so a long-lived embedder does not
+    /// re-read it for every checkpoint).
+    stat_cache: StatCacheSlot,
 }
+
+/// The in-memory copy of the stat cache and the file identity it matches.
+pub(crate) type StatCacheSlot =
+    Mutex<Option<(crate::capture::FileId, Arc<crate::capture::StatCache>)>>;
 
 impl Workspace {
     /// Opens the workspace at `root` (which must be a directory), keeping
@@ -135,6 +143,7 @@ impl Workspace {
             excluded,
             cache_rel,
             watcher: Mutex::new(None),
+            stat_cache: Mutex::new(None),
         })
     }
 
@@ -150,6 +159,10 @@ impl Workspace {
             *w = Some(Arc::new(Watcher::start(&self.root, &self.cache_dir)?));
         }
         Ok(())
+    }
+
+    pub(crate) fn stat_cache_slot(&self) -> &StatCacheSlot {
+        &self.stat_cache
     }
 
     /// Stops the file watcher (checkpoints scan in full again).
