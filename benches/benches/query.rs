@@ -32,7 +32,7 @@ use cairn_engine::log::{Durability, Log, LogOptions, Record};
 use cairn_engine::{RealVfs, Vfs};
 use cairn_query::index::Index;
 use cairn_query::replay::State;
-use cairn_query::source::{ManifestSource, SnapshotManifests};
+use cairn_query::source::{ManifestSource, RecordSource, SnapshotManifests};
 use cairn_query::{Filter, Format, Point, Query};
 use cairn_snapshot::manifest::{self, Entry, EntryKind as MEntryKind};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -444,6 +444,28 @@ fn summary(d: &Data) {
         "index memory: {:.1} MiB (approx. heap) for {} events",
         ix.heap_bytes() as f64 / (1 << 20) as f64,
         d.n
+    );
+
+    let t = Instant::now();
+    let mut seen = 0u64;
+    d.log
+        .for_each_ref(Lsn(1), &mut |_, _, e| {
+            seen += u64::from(e.ok);
+            Ok(true)
+        })
+        .expect("decode");
+    black_box(seen);
+    let decode_t = t.elapsed();
+    let t = Instant::now();
+    let mut frames = 0u64;
+    d.log
+        .for_each_frame(Lsn(1), |_| frames += 1)
+        .expect("frames");
+    let frames_t = t.elapsed();
+    println!(
+        "read + CRC only: {:.0} records/s; read + CRC + decode in place: {:.0} records/s",
+        frames as f64 / frames_t.as_secs_f64(),
+        d.n as f64 / decode_t.as_secs_f64()
     );
 
     let mut sink = std::io::sink();

@@ -228,12 +228,25 @@ pub(crate) fn decode(b: &[u8]) -> Result<Event, CodecError> {
 
 /// Decodes a body into an [`EventRef`] borrowing its strings from `b`.
 pub(crate) fn decode_ref(b: &[u8]) -> Result<EventRef<'_>, CodecError> {
-    let mut r = Reader { b, pos: 0 };
+    let mut r = Reader::new(b);
+    match fields(&mut r) {
+        Ok(e) => Ok(e),
+        Err(Bad) => Err(r
+            .err
+            .take()
+            .unwrap_or_else(|| CodecError::Body("undecodable event".into()))),
+    }
+}
+
+/// The fields of the event array, in order. Errors are recorded in the
+/// reader and surface as the zero-sized [`Bad`], which keeps every
+/// intermediate `Result` small (this loop runs once per record of a fold).
+fn fields<'a>(r: &mut Reader<'a>) -> Res<EventRef<'a>> {
     let n = r.array_len("event")?;
     if n != EVENT_FIELDS {
         return Err(r.invalid(
             "event",
-            format!("an array of {n} fields, expected {EVENT_FIELDS}"),
+            format_args!("an array of {n} fields, expected {EVENT_FIELDS}"),
         ));
     }
     let ts = Timestamp(r.sint("ts")?);
@@ -242,17 +255,22 @@ pub(crate) fn decode_ref(b: &[u8]) -> Result<EventRef<'_>, CodecError> {
     let phase = r.opt_str("phase")?;
     let kind_at = r.pos;
     let kind_name = r.str("kind")?;
-    let kind = kind_from_name(kind_name).ok_or_else(|| {
-        CodecError::Body(format!(
-            "field `kind` at byte {kind_at}: unknown event kind `{}`",
-            kind_name.escape_debug()
-        ))
-    })?;
+    let Some(kind) = kind_from_name(kind_name) else {
+        r.pos = kind_at;
+        return Err(r.invalid(
+            "kind",
+            format_args!("unknown event kind `{}`", kind_name.escape_debug()),
+        ));
+    };
     let agent = r.opt_str("agent")?;
     let user = r.opt_str("user")?;
     let tool = r.opt_str("tool")?;
     let model = r.opt_str("model")?;
-    let latency_ms = r.opt(|r| r.uint("latency_ms"))?;
+    let latency_ms = if r.nil() {
+        None
+    } else {
+        Some(r.uint("latency_ms")?)
+    };
     let ok = r.bool("ok")?;
     let error_kind = r.opt_str("error_kind")?;
     let text = r.opt_str("text")?;
@@ -263,32 +281,39 @@ pub(crate) fn decode_ref(b: &[u8]) -> Result<EventRef<'_>, CodecError> {
     for _ in 0..nfiles {
         files.push(r.str("files")?);
     }
-    let diff_stats = r.opt(|r| {
+    let diff_stats = if r.nil() {
+        None
+    } else {
         let n = r.array_len("diff_stats")?;
         if n != DIFF_STATS_FIELDS {
-            return Err(r.invalid("diff_stats", format!("an array of {n} fields, expected 3")));
+            return Err(r.invalid(
+                "diff_stats",
+                format_args!("an array of {n} fields, expected 3"),
+            ));
         }
-        Ok(DiffStats {
+        Some(DiffStats {
             lines_added: r.uint("diff_stats.lines_added")?,
             lines_removed: r.uint("diff_stats.lines_removed")?,
             hunks: r.uint("diff_stats.hunks")?,
         })
-    })?;
-    let diff = r.opt(|r| r.hash("diff"))?;
-    let before = r.opt(|r| r.hash("before"))?;
-    let after = r.opt(|r| r.hash("after"))?;
+    };
+    let diff = r.opt_hash("diff")?;
+    let before = r.opt_hash("before")?;
+    let after = r.opt_hash("after")?;
     let nparents = r.array_len("parents")?;
     let mut parents = Vec::with_capacity(nparents as usize);
     for _ in 0..nparents {
         parents.push(Lsn(r.uint("parents")?));
     }
     let label = r.opt_str("label")?;
-    let root = r.opt(|r| r.hash("root"))?;
-    let state = r.opt(|r| r.hash("state"))?;
-    let counts = r.opt(|r| {
+    let root = r.opt_hash("root")?;
+    let state = r.opt_hash("state")?;
+    let counts = if r.nil() {
+        None
+    } else {
         let n = r.array_len("counts")?;
         if !(2..=COUNTS_FIELDS).contains(&n) {
-            return Err(r.invalid("counts", format!("an array of {n} fields, expected 3")));
+            return Err(r.invalid("counts", format_args!("an array of {n} fields, expected 3")));
         }
         let files = r.uint("counts.files")?;
         let changed = r.uint("counts.changed")?;
@@ -301,22 +326,22 @@ pub(crate) fn decode_ref(b: &[u8]) -> Result<EventRef<'_>, CodecError> {
                 skipped.insert(k, v);
             }
         }
-        Ok(Cow::Owned(CheckpointCounts {
+        Some(Cow::Owned(CheckpointCounts {
             files,
             changed,
             skipped,
         }))
-    })?;
-    let checkpoint = r.opt(|r| r.checkpoint("checkpoint"))?;
-    let source = r.opt(|r| r.checkpoint("source"))?;
-    let target = r.opt(|r| r.checkpoint("target"))?;
-    let meta = r.opt(|r| r.str("meta").map(MetaRef::Text))?;
-    if r.pos != b.len() {
-        return Err(CodecError::Body(format!(
-            "{} trailing bytes after the event at byte {}",
-            b.len() - r.pos,
-            r.pos
-        )));
+    };
+    let checkpoint = r.opt_checkpoint("checkpoint")?;
+    let source = r.opt_checkpoint("source")?;
+    let target = r.opt_checkpoint("target")?;
+    let meta = r.opt_str("meta")?.map(MetaRef::Text);
+    if r.pos != r.b.len() {
+        let extra = r.b.len() - r.pos;
+        return Err(r.invalid(
+            "event",
+            format_args!("{extra} trailing bytes after the event"),
+        ));
     }
     Ok(EventRef {
         ts,
@@ -377,71 +402,98 @@ fn kind_from_name(s: &str) -> Option<EventKind> {
     })
 }
 
-/// A cursor over a body being decoded.
+/// A decoding failure whose description the [`Reader`] holds.
+struct Bad;
+
+type Res<T> = Result<T, Bad>;
+
+/// A cursor over a body being decoded; keeps the first error's description.
 struct Reader<'a> {
     b: &'a [u8],
     pos: usize,
+    err: Option<CodecError>,
 }
 
 impl<'a> Reader<'a> {
-    fn invalid(&self, field: &str, found: String) -> CodecError {
-        CodecError::Body(format!("field `{field}` at byte {}: {found}", self.pos))
+    fn new(b: &'a [u8]) -> Reader<'a> {
+        Reader {
+            b,
+            pos: 0,
+            err: None,
+        }
     }
 
-    fn marker(&mut self, field: &str) -> Result<u8, CodecError> {
+    /// Records that `field` at the current position is `what`.
+    #[cold]
+    #[inline(never)]
+    fn invalid(&mut self, field: &str, what: std::fmt::Arguments<'_>) -> Bad {
+        if self.err.is_none() {
+            self.err = Some(CodecError::Body(format!(
+                "field `{field}` at byte {}: {what}",
+                self.pos
+            )));
+        }
+        Bad
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unexpected(&mut self, field: &str, marker: u8, wanted: &str) -> Bad {
+        self.pos -= 1;
+        self.invalid(
+            field,
+            format_args!("expected {wanted}, found marker {marker:#04x}"),
+        )
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn short(&mut self, field: &str, n: usize) -> Bad {
+        let rest = self.b.len() - self.pos;
+        self.invalid(field, format_args!("needs {n} bytes, {rest} remain"))
+    }
+
+    #[inline]
+    fn marker(&mut self, field: &str) -> Res<u8> {
         match self.b.get(self.pos) {
             Some(&m) => {
                 self.pos += 1;
                 Ok(m)
             }
-            None => Err(CodecError::Body(format!(
-                "field `{field}`: the body ends at byte {}",
-                self.pos
-            ))),
+            None => Err(self.short(field, 1)),
         }
     }
 
-    fn take(&mut self, field: &str, n: usize) -> Result<&'a [u8], CodecError> {
-        let rest = self.b.len() - self.pos;
-        if n > rest {
-            return Err(CodecError::Body(format!(
-                "field `{field}` at byte {}: needs {n} bytes, {rest} remain",
-                self.pos
-            )));
+    #[inline]
+    fn take(&mut self, field: &str, n: usize) -> Res<&'a [u8]> {
+        if n > self.b.len() - self.pos {
+            return Err(self.short(field, n));
         }
         let s = &self.b[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
     }
 
-    fn be<const N: usize>(&mut self, field: &str) -> Result<[u8; N], CodecError> {
+    #[inline]
+    fn be<const N: usize>(&mut self, field: &str) -> Res<[u8; N]> {
         let s = self.take(field, N)?;
         let mut a = [0u8; N];
         a.copy_from_slice(s);
         Ok(a)
     }
 
-    fn unexpected(&self, field: &str, marker: u8, wanted: &str) -> CodecError {
-        CodecError::Body(format!(
-            "field `{field}` at byte {}: expected {wanted}, found marker {marker:#04x}",
-            self.pos - 1
-        ))
-    }
-
-    /// Reads `None` if the next value is nil, else `f`'s value.
-    fn opt<T>(
-        &mut self,
-        f: impl FnOnce(&mut Self) -> Result<T, CodecError>,
-    ) -> Result<Option<T>, CodecError> {
+    /// Consumes a nil if one is next.
+    #[inline]
+    fn nil(&mut self) -> bool {
         if self.b.get(self.pos) == Some(&NIL) {
             self.pos += 1;
-            Ok(None)
+            true
         } else {
-            f(self).map(Some)
+            false
         }
     }
 
-    fn bool(&mut self, field: &str) -> Result<bool, CodecError> {
+    fn bool(&mut self, field: &str) -> Res<bool> {
         match self.marker(field)? {
             TRUE => Ok(true),
             FALSE => Ok(false),
@@ -450,7 +502,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Any MessagePack integer, as i128 so every form fits.
-    fn int(&mut self, field: &str) -> Result<i128, CodecError> {
+    fn int(&mut self, field: &str) -> Res<i128> {
         let m = self.marker(field)?;
         Ok(match m {
             0x00..=0x7f => m as i128,
@@ -467,31 +519,32 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn uint(&mut self, field: &str) -> Result<u64, CodecError> {
+    fn uint(&mut self, field: &str) -> Res<u64> {
         let at = self.pos;
         let v = self.int(field)?;
         u64::try_from(v).map_err(|_| {
-            CodecError::Body(format!(
-                "field `{field}` at byte {at}: {v} is not an unsigned 64-bit integer"
-            ))
+            self.pos = at;
+            self.invalid(field, format_args!("{v} is not an unsigned 64-bit integer"))
         })
     }
 
-    fn sint(&mut self, field: &str) -> Result<i64, CodecError> {
+    fn sint(&mut self, field: &str) -> Res<i64> {
         let at = self.pos;
         let v = self.int(field)?;
         i64::try_from(v).map_err(|_| {
-            CodecError::Body(format!(
-                "field `{field}` at byte {at}: {v} is not a signed 64-bit integer"
-            ))
+            self.pos = at;
+            self.invalid(field, format_args!("{v} is not a signed 64-bit integer"))
         })
     }
 
-    fn checkpoint(&mut self, field: &str) -> Result<CheckpointId, CodecError> {
-        Ok(CheckpointId(Lsn(self.uint(field)?)))
+    fn opt_checkpoint(&mut self, field: &str) -> Res<Option<CheckpointId>> {
+        if self.nil() {
+            return Ok(None);
+        }
+        Ok(Some(CheckpointId(Lsn(self.uint(field)?))))
     }
 
-    fn str(&mut self, field: &str) -> Result<&'a str, CodecError> {
+    fn str(&mut self, field: &str) -> Res<&'a str> {
         let m = self.marker(field)?;
         let n = match m {
             0xa0..=0xbf => (m & 0x1f) as usize,
@@ -502,15 +555,27 @@ impl<'a> Reader<'a> {
         };
         let at = self.pos;
         let bytes = self.take(field, n)?;
-        std::str::from_utf8(bytes)
-            .map_err(|e| CodecError::Body(format!("field `{field}` at byte {at}: not UTF-8 ({e})")))
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Ok(s),
+            Err(e) => {
+                self.pos = at;
+                Err(self.invalid(field, format_args!("not UTF-8 ({e})")))
+            }
+        }
     }
 
-    fn opt_str(&mut self, field: &str) -> Result<Option<&'a str>, CodecError> {
-        self.opt(|r| r.str(field))
+    #[inline]
+    fn opt_str(&mut self, field: &str) -> Res<Option<&'a str>> {
+        if self.nil() {
+            return Ok(None);
+        }
+        self.str(field).map(Some)
     }
 
-    fn hash(&mut self, field: &str) -> Result<BlobHash, CodecError> {
+    fn opt_hash(&mut self, field: &str) -> Res<Option<BlobHash>> {
+        if self.nil() {
+            return Ok(None);
+        }
         let m = self.marker(field)?;
         let n = match m {
             BIN8 => u8::from_be_bytes(self.be(field)?) as usize,
@@ -519,15 +584,15 @@ impl<'a> Reader<'a> {
             m => return Err(self.unexpected(field, m, "a 32-byte blob hash")),
         };
         if n != 32 {
-            return Err(self.invalid(field, format!("a blob hash of {n} bytes, expected 32")));
+            return Err(self.invalid(field, format_args!("a blob hash of {n} bytes, expected 32")));
         }
-        Ok(BlobHash(self.be::<32>(field)?))
+        Ok(Some(BlobHash(self.be::<32>(field)?)))
     }
 
     /// An array header whose length is plausible: each element takes at
     /// least one byte, so a length past the remaining bytes is damage, and
     /// is refused before anything is allocated for it.
-    fn array_len(&mut self, field: &str) -> Result<u32, CodecError> {
+    fn array_len(&mut self, field: &str) -> Res<u32> {
         let m = self.marker(field)?;
         let n = match m {
             0x90..=0x9f => (m & 0x0f) as u32,
@@ -539,7 +604,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A map header; each entry takes at least two bytes.
-    fn map_len(&mut self, field: &str) -> Result<u32, CodecError> {
+    fn map_len(&mut self, field: &str) -> Res<u32> {
         let m = self.marker(field)?;
         let n = match m {
             0x80..=0x8f => (m & 0x0f) as u32,
@@ -550,12 +615,12 @@ impl<'a> Reader<'a> {
         self.plausible(field, n, 2)
     }
 
-    fn plausible(&self, field: &str, n: u32, min_each: usize) -> Result<u32, CodecError> {
+    fn plausible(&mut self, field: &str, n: u32, min_each: usize) -> Res<u32> {
         let rest = self.b.len() - self.pos;
         if (n as usize).saturating_mul(min_each) > rest {
             return Err(self.invalid(
                 field,
-                format!("{n} elements claimed, only {rest} bytes remain"),
+                format_args!("{n} elements claimed, only {rest} bytes remain"),
             ));
         }
         Ok(n)
@@ -610,8 +675,8 @@ mod tests {
             let mut a = Vec::new();
             sint(&mut a, v);
             assert_eq!(a, rmp_serde::to_vec(&v).unwrap(), "{v}");
-            let mut r = Reader { b: &a, pos: 0 };
-            assert_eq!(r.sint("x").unwrap(), v);
+            let mut r = Reader::new(&a);
+            assert_eq!(r.sint("x").ok(), Some(v));
         }
         for v in [
             0u64,

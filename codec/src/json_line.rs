@@ -163,12 +163,12 @@ fn opt_checkpoint(out: &mut Vec<u8>, k: &str, v: Option<CheckpointId>) {
 }
 
 fn hex(out: &mut Vec<u8>, bytes: &[u8; 32]) {
-    out.push(b'"');
-    for b in bytes {
-        out.push(HEX[(b >> 4) as usize]);
-        out.push(HEX[(b & 15) as usize]);
+    let mut buf = [b'"'; 66];
+    for (i, b) in bytes.iter().enumerate() {
+        buf[1 + 2 * i] = HEX[(b >> 4) as usize];
+        buf[2 + 2 * i] = HEX[(b & 15) as usize];
     }
-    out.push(b'"');
+    out.extend_from_slice(&buf);
 }
 
 fn uint(out: &mut Vec<u8>, mut v: u64) {
@@ -185,28 +185,39 @@ fn uint(out: &mut Vec<u8>, mut v: u64) {
     out.extend_from_slice(&buf[i..]);
 }
 
-/// A JSON string the way serde_json escapes it: `"` and `\` and the
-/// control characters below 0x20 (as `\b \t \n \f \r` or `\u00XX` with
-/// lowercase hex); everything else, non-ASCII included, as is.
+/// Per byte: 0 if it is written as is, else the letter of its escape
+/// (`u` for `\u00XX`). serde_json's table: `"`, `\` and the control
+/// characters below 0x20; everything else, non-ASCII included, as is.
+const ESCAPE: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = b'u';
+        i += 1;
+    }
+    t[0x08] = b'b';
+    t[0x09] = b't';
+    t[0x0a] = b'n';
+    t[0x0c] = b'f';
+    t[0x0d] = b'r';
+    t[b'"' as usize] = b'"';
+    t[b'\\' as usize] = b'\\';
+    t
+};
+
+/// A JSON string, escaped as serde_json escapes it (see [`ESCAPE`]).
 fn string(out: &mut Vec<u8>, s: &str) {
-    out.reserve(s.len() + 2);
-    out.push(b'"');
     let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
     let mut run = 0;
     for (i, &b) in bytes.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            0x08 => b"\\b",
-            0x09 => b"\\t",
-            0x0a => b"\\n",
-            0x0c => b"\\f",
-            0x0d => b"\\r",
-            0x00..=0x1f => b"",
-            _ => continue,
-        };
+        let esc = ESCAPE[b as usize];
+        if esc == 0 {
+            continue;
+        }
         out.extend_from_slice(&bytes[run..i]);
-        if esc.is_empty() {
+        if esc == b'u' {
             out.extend_from_slice(&[
                 b'\\',
                 b'u',
@@ -216,7 +227,7 @@ fn string(out: &mut Vec<u8>, s: &str) {
                 HEX[(b & 15) as usize],
             ]);
         } else {
-            out.extend_from_slice(esc);
+            out.extend_from_slice(&[b'\\', esc]);
         }
         run = i + 1;
     }

@@ -50,8 +50,8 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use cairn_codec::json::JsonRecord;
-use cairn_codec::{BlobHash, Event, EventKind, Lsn, Timestamp};
+use cairn_codec::json_line::write_json_line;
+use cairn_codec::{BlobHash, ChainHash, Event, EventKind, EventRef, Lsn, Timestamp};
 
 use crate::error::{QueryError, Result};
 use crate::filter::Filter;
@@ -410,7 +410,7 @@ impl<'a> Exporter<'a> {
         let before = self.buf.len();
         let value = match self.format {
             Format::Jsonl => {
-                JsonRecord::new(r.lsn, r.chain, &r.event).write_line(&mut self.buf);
+                write_json_line(r.lsn, r.chain, &EventRef::of(&r.event), &mut self.buf)?;
                 None
             }
             Format::Cortexide => Some(to_cortexide(&r.event)),
@@ -428,6 +428,26 @@ impl<'a> Exporter<'a> {
             }
             None => {}
         }
+        self.stats.written += 1;
+        self.stats.bytes += (self.buf.len() - before) as u64;
+        if self.buf.len() >= OUTPUT_CHUNK_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Projects one record given as a borrowed event (see
+    /// [`Exporter::write`]): canonical JSONL is written straight from it.
+    pub fn write_ref(&mut self, lsn: Lsn, chain: ChainHash, e: &EventRef<'_>) -> Result<()> {
+        if self.format != Format::Jsonl {
+            let event = e.to_event().map_err(|err| {
+                QueryError::Invalid(format!("the record at LSN {lsn} does not decode: {err}"))
+            })?;
+            return self.write(&Record { lsn, chain, event });
+        }
+        self.stats.last_lsn = lsn;
+        let before = self.buf.len();
+        write_json_line(lsn, chain, e, &mut self.buf)?;
         self.stats.written += 1;
         self.stats.bytes += (self.buf.len() - before) as u64;
         if self.buf.len() >= OUTPUT_CHUNK_BYTES {

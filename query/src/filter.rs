@@ -1,6 +1,6 @@
 //! Filters for listings and exports.
 
-use cairn_codec::{Event, EventKind, Timestamp};
+use cairn_codec::{Event, EventKind, EventRef, Timestamp};
 
 use crate::source::Record;
 
@@ -40,14 +40,20 @@ impl Filter {
 
     /// True if `event` passes every set condition (limit and order aside).
     pub fn matches_event(&self, e: &Event) -> bool {
+        self.matches_ref(&EventRef::of(e))
+    }
+
+    /// True if the borrowed event `e` passes every set condition (limit and
+    /// order aside).
+    pub fn matches_ref(&self, e: &EventRef<'_>) -> bool {
         fn eq(want: &Option<String>, have: Option<&str>) -> bool {
             want.as_deref().is_none_or(|w| have == Some(w))
         }
-        eq(&self.session, Some(&e.session))
-            && eq(&self.run, e.run.as_deref())
+        eq(&self.session, Some(e.session))
+            && eq(&self.run, e.run)
             && self.kind.is_none_or(|k| k == e.kind)
-            && eq(&self.agent, e.agent.as_deref())
-            && eq(&self.model, e.model.as_deref())
+            && eq(&self.agent, e.agent)
+            && eq(&self.model, e.model)
             && self.ok.is_none_or(|ok| ok == e.ok)
             && self.path.as_deref().is_none_or(|p| e.paths().contains(&p))
             && self.since.is_none_or(|t| e.ts >= t)

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use cairn_codec::{BlobHash, ChainHash, CheckpointId, Event, EventKind, Lsn, Timestamp};
+use cairn_codec::{BlobHash, ChainHash, CheckpointId, Event, EventKind, EventRef, Lsn, Timestamp};
 use cairn_engine::{OpenMode, Vfs};
 
 use crate::error::{QueryError, Result};
@@ -185,34 +185,49 @@ impl Index {
     /// Folds in the records of `src` after [`Index::covered`]; returns how many.
     pub fn catch_up(&mut self, src: &dyn RecordSource) -> Result<u64> {
         let mut n = 0;
-        for r in src.iter_from(self.covered.next()) {
-            self.observe(&r?)?;
+        src.for_each_ref(self.covered.next(), &mut |lsn, chain, e| {
+            self.observe_ref(lsn, chain, e)?;
             n += 1;
-        }
+            Ok(true)
+        })?;
         Ok(n)
     }
 
     /// Folds in one record, which must be the next one (`covered + 1`).
     pub fn observe(&mut self, r: &Record) -> Result<()> {
-        if r.lsn != self.covered.next() {
+        self.observe_ref(r.lsn, r.chain, &EventRef::of(&r.event))
+    }
+
+    /// Folds in one record given as a borrowed event (see [`Index::observe`]).
+    pub fn observe_ref(&mut self, lsn: Lsn, chain: ChainHash, e: &EventRef<'_>) -> Result<()> {
+        if lsn != self.covered.next() {
             return Err(QueryError::Invalid(format!(
                 "index covers up to LSN {}, cannot fold in LSN {} (records must come in order)",
-                self.covered, r.lsn
+                self.covered, lsn
             )));
         }
-        let lsn = r.lsn;
-        let e = &r.event;
+        // The rare records that shape the checkpoint graph are folded from
+        // the owned event (which also checks their `meta`), made before
+        // anything changes so that an error leaves the index as it was.
+        let structural = match e.kind {
+            EventKind::CheckpointDiscard | EventKind::CheckpointCreate | EventKind::Rollback => {
+                Some(e.to_event().map_err(|err| {
+                    QueryError::Invalid(format!("the record at LSN {lsn} does not decode: {err}"))
+                })?)
+            }
+            _ => None,
+        };
         self.covered = lsn;
-        self.chain = r.chain;
-        add(&mut self.by_session, &e.session, lsn);
-        if let Some(run) = &e.run {
+        self.chain = chain;
+        add(&mut self.by_session, e.session, lsn);
+        if let Some(run) = e.run {
             add(&mut self.by_run, run, lsn);
         }
         push_sorted(self.by_kind.entry(e.kind).or_default(), lsn);
-        if let Some(p) = &e.path {
+        if let Some(p) = e.path {
             add(&mut self.by_path, p, lsn);
         }
-        if let Some(p) = &e.to_path {
+        if let Some(p) = e.to_path {
             add(&mut self.by_path, p, lsn);
         }
         for p in &e.files {
@@ -227,7 +242,9 @@ impl Index {
         }
         let high = self.ts_high.last().map_or(e.ts, |h| (*h).max(e.ts));
         self.ts_high.push(high);
-        self.observe_structure(lsn, e);
+        if let Some(owned) = structural {
+            self.observe_structure(lsn, &owned);
+        }
         Ok(())
     }
 

@@ -243,6 +243,26 @@ impl<'a> Query<'a> {
     /// Exports the records `f` selects (see [`crate::export`]), using the indexes.
     pub fn export(&self, f: &Filter, format: Format, out: &mut dyn Write) -> Result<ExportStats> {
         let mut ex = Exporter::new(self.blobs, format, out);
+        if self.candidates(f).is_none() && !f.newest_first {
+            // A scan of the whole log: each body is decoded in place and
+            // projected without building an owned event.
+            let head = self.index.covered();
+            let limit = f.limit.unwrap_or(usize::MAX);
+            let mut n = 0;
+            if limit > 0 {
+                self.src.for_each_ref(Lsn::FIRST, &mut |lsn, chain, e| {
+                    if lsn > head {
+                        return Ok(false);
+                    }
+                    if f.matches_ref(e) {
+                        ex.write_ref(lsn, chain, e)?;
+                        n += 1;
+                    }
+                    Ok(n < limit)
+                })?;
+            }
+            return ex.finish();
+        }
         self.scan(f, &mut |r| {
             ex.write(&r)?;
             Ok(true)

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
-use cairn_codec::{frame, BlobHash, ChainHash, Event, Lsn};
+use cairn_codec::{frame, BlobHash, ChainHash, Event, EventRef, Lsn};
 use cairn_engine::blob::BlobStore;
 use cairn_engine::log::{Log, LogReader};
 use cairn_engine::EngineError;
@@ -30,6 +30,24 @@ pub trait RecordSource {
     fn iter_from(&self, from: Lsn) -> Box<dyn Iterator<Item = Result<Record>> + '_>;
     /// The record at `lsn`.
     fn read(&self, lsn: Lsn) -> Result<Record>;
+    /// Calls `f` with each record from `from` to the head (as of the call),
+    /// in order, as a borrowed event, until `f` returns `Ok(false)` or an
+    /// error (which is returned). Folds and projections use this: the log's
+    /// implementations decode each body in place without copying its
+    /// strings. The default goes through [`RecordSource::iter_from`].
+    fn for_each_ref(
+        &self,
+        from: Lsn,
+        f: &mut dyn FnMut(Lsn, ChainHash, &EventRef<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        for r in self.iter_from(from) {
+            let r = r?;
+            if !f(r.lsn, r.chain, &EventRef::of(&r.event))? {
+                break;
+            }
+        }
+        Ok(())
+    }
     /// Blocks until the head is past `after` or `timeout` passes; returns
     /// the head either way. The default polls [`RecordSource::head`].
     fn wait_for(&self, after: Lsn, timeout: Duration) -> Result<Head> {
@@ -111,6 +129,37 @@ impl RecordSource for Log {
     fn wait_for(&self, after: Lsn, timeout: Duration) -> Result<Head> {
         Ok(Log::wait_for(self, after, timeout))
     }
+    fn for_each_ref(
+        &self,
+        from: Lsn,
+        f: &mut dyn FnMut(Lsn, ChainHash, &EventRef<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        let mut failed = None;
+        Log::frames_while(self, from, |fr| visit_frame(fr, f, &mut failed))?;
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+/// Decodes one frame as an [`EventRef`] and hands it to `f`; on an error,
+/// stores it in `failed` and stops the scan.
+fn visit_frame(
+    fr: &frame::Frame<'_>,
+    f: &mut dyn FnMut(Lsn, ChainHash, &EventRef<'_>) -> Result<bool>,
+    failed: &mut Option<QueryError>,
+) -> bool {
+    let step = fr
+        .body()
+        .and_then(|body| EventRef::decode(&body).map(|e| f(fr.lsn, fr.chain, &e)))
+        .map_err(|e| {
+            QueryError::Invalid(format!("the record at LSN {} does not decode: {e}", fr.lsn))
+        });
+    match step {
+        Ok(Ok(go)) => go,
+        Ok(Err(e)) | Err(e) => {
+            *failed = Some(e);
+            false
+        }
+    }
 }
 
 /// A read-only [`LogReader`] (another process's log) as a record source:
@@ -146,6 +195,17 @@ impl RecordSource for ReaderSource {
             }
             r => Ok(r?),
         }
+    }
+    fn for_each_ref(
+        &self,
+        from: Lsn,
+        f: &mut dyn FnMut(Lsn, ChainHash, &EventRef<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        let mut failed = None;
+        self.0
+            .lock()
+            .frames_while(from, |fr| visit_frame(fr, f, &mut failed))?;
+        failed.map_or(Ok(()), Err)
     }
 }
 

@@ -206,6 +206,15 @@ impl LogReader {
         self.view.for_each_frame(from, f)
     }
 
+    /// See [`Log::frames_while`](super::Log::frames_while).
+    pub fn frames_while(
+        &self,
+        from: Lsn,
+        f: impl FnMut(&frame::Frame<'_>) -> bool,
+    ) -> Result<(u64, u64)> {
+        self.view.frames_while(from, f)
+    }
+
     /// See [`Log::verify`](super::Log::verify); covers what this reader sees.
     pub fn verify(&self) -> Result<VerifyReport> {
         self.view.verify()

@@ -116,20 +116,36 @@ impl View {
     /// Calls `f` with every committed frame from `from` (CRC checked, LSNs
     /// checked, bodies not decoded); returns (frames, bytes of frames).
     pub fn for_each_frame(&self, from: Lsn, mut f: impl FnMut(&Frame<'_>)) -> Result<(u64, u64)> {
+        self.frames_while(from, |fr| {
+            f(fr);
+            true
+        })
+    }
+
+    /// As [`View::for_each_frame`], stopping as soon as `f` returns false.
+    pub fn frames_while(
+        &self,
+        from: Lsn,
+        mut f: impl FnMut(&Frame<'_>) -> bool,
+    ) -> Result<(u64, u64)> {
         let from = from.max(Lsn::FIRST);
         let it = self.iter_range(from, self.head().last_lsn);
         let (mut frames, mut bytes) = (0u64, 0u64);
+        let mut go = true;
         for seg in it.segs {
             let mut c = Cursor::new(seg);
             while let Some(r) = c.next_frame(|fr| {
                 if fr.lsn >= from {
-                    f(&fr);
+                    go = f(&fr);
                     frames += 1;
                     bytes += fr.len() as u64;
                 }
                 Ok(())
             }) {
                 r?;
+                if !go {
+                    return Ok((frames, bytes));
+                }
             }
         }
         Ok((frames, bytes))

@@ -298,6 +298,18 @@ impl Log {
         snap.for_each_frame(from, f)
     }
 
+    /// As [`Log::for_each_frame`], stopping as soon as `f` returns false:
+    /// the fast path for folds and projections that decode each body as an
+    /// [`EventRef`](cairn_codec::EventRef) instead of an owned event.
+    pub fn frames_while(
+        &self,
+        from: Lsn,
+        f: impl FnMut(&cairn_codec::frame::Frame<'_>) -> bool,
+    ) -> Result<(u64, u64)> {
+        let snap = self.inner.view.read().snapshot();
+        snap.frames_while(from, f)
+    }
+
     /// Blocks until the head is past `after` or `timeout` passes; returns the head.
     pub fn wait_for(&self, after: Lsn, timeout: Duration) -> Head {
         let deadline = Instant::now() + timeout;
