@@ -209,16 +209,50 @@ impl<'s> Session<'s> {
     }
 }
 
+/// Writes `contents` to `full` atomically and durably: a temporary file in
+/// the same directory (created like any new file, so the umask applies),
+/// fsynced, renamed into place, then the directory fsynced. A file being
+/// replaced keeps its permissions; a new one gets the mode any program
+/// creating it would give it (not the 0600 of a private temp file).
 fn write_atomic(full: &Path, contents: &[u8]) -> Result<()> {
-    let io = |op: &str, e: std::io::Error| Error::Other(format!("{op} {}: {e}", full.display()));
+    use std::sync::atomic::{AtomicU64, Ordering};
+    /// Distinguishes temp files of concurrent writers in one process.
+    static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
+    let io = |op: &str, p: &Path, e: std::io::Error| {
+        Error::Other(format!("{op} {}: {e}", p.display()))
+    };
     let dir = full.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| io("create directory for", e))?;
-    let mut tmp =
-        tempfile::NamedTempFile::new_in(dir).map_err(|e| io("create temp file for", e))?;
-    std::io::Write::write_all(&mut tmp, contents).map_err(|e| io("write", e))?;
-    tmp.as_file().sync_data().map_err(|e| io("sync", e))?;
-    tmp.persist(full).map_err(|e| io("rename into", e.error))?;
-    Ok(())
+    std::fs::create_dir_all(dir).map_err(|e| io("create directory for", full, e))?;
+    let keep = std::fs::symlink_metadata(full)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.permissions());
+    let name = full.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(
+        ".{name}.cairn-tmp-{}-{}",
+        std::process::id(),
+        NEXT_TMP.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| io("create temp file", &tmp, e))?;
+        std::io::Write::write_all(&mut f, contents).map_err(|e| io("write", &tmp, e))?;
+        if let Some(p) = keep {
+            f.set_permissions(p).map_err(|e| io("set permissions of", &tmp, e))?;
+        }
+        f.sync_data().map_err(|e| io("sync", &tmp, e))?;
+        std::fs::rename(&tmp, full).map_err(|e| io("rename into", full, e))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io("sync directory", dir, e))
 }
 
 /// Line statistics between two versions (Myers diff via `similar`).

@@ -111,6 +111,42 @@ fn session_writes_are_tracked_recorded_and_confined_to_the_workspace() {
     assert!(!tmp.path().parent().unwrap().join("outside.txt").exists());
 }
 
+/// A file the agent creates gets the mode any program would give it (not a
+/// private temp file's 0600); a file it rewrites keeps its mode; no temp
+/// file is left behind.
+#[cfg(unix)]
+#[test]
+fn session_writes_keep_modes_and_leave_no_temp_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let s = store.session("t");
+    let mode = |p: &str| {
+        std::fs::metadata(tmp.path().join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    std::fs::write(tmp.path().join("plain.txt"), b"made by std\n").unwrap();
+    s.write_file("made.txt", b"made by cairn\n").unwrap();
+    assert_eq!(mode("made.txt"), mode("plain.txt"), "umask-derived mode");
+    std::fs::write(tmp.path().join("run.sh"), b"#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        tmp.path().join("run.sh"),
+        std::fs::Permissions::from_mode(0o750),
+    )
+    .unwrap();
+    s.write_file("run.sh", b"#!/bin/sh\necho hi\n").unwrap();
+    assert_eq!(mode("run.sh"), 0o750, "a rewritten file keeps its mode");
+    let mut names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".cairn", "made.txt", "plain.txt", "run.sh"]);
+}
+
 #[test]
 fn reopening_keeps_everything_and_continues_the_sequence() {
     let tmp = tempfile::tempdir().unwrap();
