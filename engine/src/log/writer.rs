@@ -5,6 +5,7 @@
 //! `view` -> `sync`; `head_mx` is only taken with nothing else held.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -114,7 +115,19 @@ struct SyncState {
     /// A leader is running an fdatasync right now.
     syncing: bool,
     poisoned: Option<String>,
+    /// Records the last fdatasync made durable: more than one means
+    /// appenders are running concurrently, and worth waiting for.
+    last_group: u64,
+    /// How long the last fdatasync took.
+    last_sync: Duration,
 }
+
+/// The longest a group-commit leader waits for concurrent appenders to
+/// write their records before it runs fdatasync. It waits at most half the
+/// last fdatasync's duration (so waiting never costs more than a sync is
+/// worth) and never past this bound, so a lone appender left after a burst
+/// pays at most this once.
+const MAX_GROUP_COMMIT_WAIT: Duration = Duration::from_micros(500);
 
 struct Inner {
     vfs: Arc<dyn Vfs>,
@@ -124,6 +137,8 @@ struct Inner {
     view: RwLock<View>,
     sync: Mutex<SyncState>,
     sync_cv: Condvar,
+    /// LSN of the last record written to the tail (durable or not).
+    written: AtomicU64,
     head_mx: Mutex<()>,
     head_cv: Condvar,
     stop: Mutex<bool>,
@@ -193,8 +208,11 @@ impl Log {
                 durable: head.last_lsn,
                 syncing: false,
                 poisoned: None,
+                last_group: 0,
+                last_sync: Duration::ZERO,
             }),
             sync_cv: Condvar::new(),
+            written: AtomicU64::new(head.last_lsn.0),
             head_mx: Mutex::new(()),
             head_cv: Condvar::new(),
             stop: Mutex::new(false),
@@ -472,6 +490,7 @@ impl Inner {
         }
         let last = Lsn(first.0 + items.len() as u64 - 1);
         st.end = at + total;
+        self.written.store(last.0, Ordering::Release);
         st.next_lsn = last.next();
         st.chain = chain;
         st.last_frame_off = last_off;
@@ -613,11 +632,31 @@ impl Inner {
                 continue;
             }
             s.syncing = true;
-            let r = MutexGuard::unlocked(&mut s, || self.sync_now());
+            let (durable, group) = (s.durable, s.last_group);
+            let budget = (s.last_sync / 2).min(MAX_GROUP_COMMIT_WAIT);
+            let (r, took) = MutexGuard::unlocked(&mut s, || {
+                if group > 1 {
+                    // Appenders ran concurrently last time: let the ones
+                    // woken by that sync write their next records, so this
+                    // sync covers them too (adaptive group commit).
+                    let deadline = Instant::now() + budget;
+                    while self.written.load(Ordering::Acquire) < durable.0 + group
+                        && Instant::now() < deadline
+                    {
+                        std::thread::yield_now();
+                    }
+                }
+                let t = Instant::now();
+                (self.sync_now(), t.elapsed())
+            });
             s.syncing = false;
             self.sync_cv.notify_all();
             match r {
-                Ok(l) if l > s.durable => s.durable = l,
+                Ok(l) if l > s.durable => {
+                    s.last_group = l.0 - s.durable.0;
+                    s.last_sync = took;
+                    s.durable = l;
+                }
                 Ok(_) => {}
                 Err(e) => return Err(e),
             }
