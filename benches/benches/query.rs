@@ -434,9 +434,12 @@ fn summary(d: &Data) {
     let index_fold = t.elapsed();
     let t = Instant::now();
     let mut st = State::new();
-    for r in d.log.iter_from(Lsn(1)) {
-        st.apply(&r.expect("r"), &m).expect("fold");
-    }
+    d.log
+        .for_each_ref(Lsn(1), &mut |lsn, _, e| {
+            st.apply_ref(lsn, e, &m)?;
+            Ok(true)
+        })
+        .expect("fold");
     let state_fold = t.elapsed();
     println!("replay fold (indexes): {:.0} records/s; full state fold (tree incl. {} checkpoint manifests): {:.0} records/s",
         d.n as f64 / index_fold.as_secs_f64(), d.n / CHECKPOINT_EVERY, d.n as f64 / state_fold.as_secs_f64());

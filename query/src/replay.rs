@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use cairn_codec::{BlobHash, CheckpointId, Event, EventKind, Lsn, Timestamp};
+use cairn_codec::{BlobHash, CheckpointId, Event, EventKind, EventRef, Lsn, Timestamp};
 
 use crate::error::{QueryError, Result};
 use crate::source::{
@@ -86,34 +86,39 @@ pub fn tree_change(e: &Event) -> TreeChange<'_> {
             },
             None => TreeChange::None,
         },
-        k if k.is_file_op() || matches!(k, EventKind::Apply | EventKind::Undo) => {
-            let Some(path) = e.path.as_deref() else {
-                return TreeChange::None;
-            };
-            let dest = e.to_path.as_deref().filter(|t| *t != path);
-            let mut out = Vec::new();
-            match (k, dest) {
-                (EventKind::FileDelete, _) => out.push((path, PathChange::Remove)),
-                (EventKind::FileMove | EventKind::FilePatch, Some(to)) => {
-                    out.push((
-                        to,
-                        PathChange::MoveIn {
-                            from: path,
-                            after: e.after,
-                        },
-                    ));
-                    out.push((path, PathChange::Remove));
-                }
-                _ => {
-                    if let Some(a) = e.after {
-                        out.push((path, PathChange::Set(a)));
-                    }
-                }
-            }
-            TreeChange::Paths(out)
-        }
-        _ => TreeChange::None,
+        k => file_changes(k, e.path.as_deref(), e.to_path.as_deref(), e.after),
     }
+}
+
+/// The per-path changes of a successful file event (or of `apply`/`undo`)
+/// of kind `k`; [`TreeChange::None`] for any other kind.
+pub fn file_changes<'a>(
+    k: EventKind,
+    path: Option<&'a str>,
+    to_path: Option<&'a str>,
+    after: Option<BlobHash>,
+) -> TreeChange<'a> {
+    if !(k.is_file_op() || matches!(k, EventKind::Apply | EventKind::Undo)) {
+        return TreeChange::None;
+    }
+    let Some(path) = path else {
+        return TreeChange::None;
+    };
+    let dest = to_path.filter(|t| *t != path);
+    let mut out = Vec::new();
+    match (k, dest) {
+        (EventKind::FileDelete, _) => out.push((path, PathChange::Remove)),
+        (EventKind::FileMove | EventKind::FilePatch, Some(to)) => {
+            out.push((to, PathChange::MoveIn { from: path, after }));
+            out.push((path, PathChange::Remove));
+        }
+        _ => {
+            if let Some(a) = after {
+                out.push((path, PathChange::Set(a)));
+            }
+        }
+    }
+    TreeChange::Paths(out)
 }
 
 /// Meta key of a `rollback` record whose `files` list was cut short (the
@@ -338,12 +343,7 @@ impl State {
 
     /// Folds one record in. Records must come in LSN order.
     pub fn apply(&mut self, r: &Record, manifests: &dyn ManifestSource) -> Result<()> {
-        if r.lsn <= self.lsn {
-            return Err(QueryError::Invalid(format!(
-                "replay out of order: LSN {} after {}",
-                r.lsn, self.lsn
-            )));
-        }
+        self.check_order(r.lsn)?;
         let e = &r.event;
         match tree_change(e) {
             TreeChange::None => {}
@@ -371,32 +371,84 @@ impl State {
             }
             TreeChange::Paths(v) => apply_paths(self, &v),
         }
+        self.finish(r.lsn, &EventRef::of(e));
+        Ok(())
+    }
+
+    /// Folds in one record given as a borrowed event (see [`State::apply`]):
+    /// the replay's fast path, used with
+    /// [`RecordSource::for_each_ref`]. Checkpoints and rollbacks, which are
+    /// rare, go through the owned event.
+    pub fn apply_ref(
+        &mut self,
+        lsn: Lsn,
+        e: &EventRef<'_>,
+        manifests: &dyn ManifestSource,
+    ) -> Result<()> {
+        if matches!(e.kind, EventKind::CheckpointCreate | EventKind::Rollback) && e.ok {
+            let event = e.to_event().map_err(|err| {
+                QueryError::Invalid(format!("the record at LSN {lsn} does not decode: {err}"))
+            })?;
+            return self.apply(
+                &Record {
+                    lsn,
+                    chain: cairn_codec::ChainHash::ZERO,
+                    event,
+                },
+                manifests,
+            );
+        }
+        self.check_order(lsn)?;
+        if e.ok {
+            if let TreeChange::Paths(v) = file_changes(e.kind, e.path, e.to_path, e.after) {
+                apply_paths(self, &v);
+            }
+        }
+        self.finish(lsn, e);
+        Ok(())
+    }
+
+    fn check_order(&self, lsn: Lsn) -> Result<()> {
+        if lsn <= self.lsn {
+            return Err(QueryError::Invalid(format!(
+                "replay out of order: LSN {} after {}",
+                lsn, self.lsn
+            )));
+        }
+        Ok(())
+    }
+
+    /// The part of a fold step after the tree: compaction of the overlay and
+    /// the session's state.
+    fn finish(&mut self, lsn: Lsn, e: &EventRef<'_>) {
         if self.overlay.len() > MAX_OVERLAY_PATHS {
             self.base = Arc::new(self.tree());
             self.overlay.clear();
         }
-        let s = self.sessions.entry(e.session.clone()).or_default();
+        let s = match self.sessions.get_mut(e.session) {
+            Some(s) => s,
+            None => self.sessions.entry(e.session.to_owned()).or_default(),
+        };
         if s.session.is_empty() {
-            s.session = e.session.clone();
+            s.session = e.session.to_owned();
         }
         s.records += 1;
-        s.last_lsn = r.lsn;
+        s.last_lsn = lsn;
         s.last_ts = e.ts;
-        if e.run.is_some() {
-            s.open_run = e.run.clone();
+        if e.run.is_some() && s.open_run.as_deref() != e.run {
+            s.open_run = e.run.map(str::to_owned);
         }
         if e.ok {
             match e.kind {
                 EventKind::CheckpointCreate => {
-                    s.last_checkpoint = Some(CheckpointId(r.lsn));
-                    s.base = Some(CheckpointId(r.lsn));
+                    s.last_checkpoint = Some(CheckpointId(lsn));
+                    s.base = Some(CheckpointId(lsn));
                 }
                 EventKind::Rollback if e.target.is_some() => s.base = e.target,
                 _ => {}
             }
         }
-        self.lsn = r.lsn;
-        Ok(())
+        self.lsn = lsn;
     }
 }
 
@@ -413,13 +465,13 @@ pub fn state_at(src: &dyn RecordSource, manifests: &dyn ManifestSource, n: Lsn) 
     if n.0 == 0 {
         return Ok(s);
     }
-    for r in src.iter_from(Lsn::FIRST) {
-        let r = r?;
-        if r.lsn > n {
-            break;
+    src.for_each_ref(Lsn::FIRST, &mut |lsn, _, e| {
+        if lsn > n {
+            return Ok(false);
         }
-        s.apply(&r, manifests)?;
-    }
+        s.apply_ref(lsn, e, manifests)?;
+        Ok(lsn < n)
+    })?;
     Ok(s)
 }
 

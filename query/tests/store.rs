@@ -266,6 +266,12 @@ fn in_place_fold_and_export_equal_the_owned_paths() {
     let tmp = tempfile::tempdir().unwrap();
     let s = common::script(5, 300);
     let store = BlobStore::open(vfs(), &tmp.path().join("blobs"), BlobOptions::default()).unwrap();
+    for h in s.blobs.hashes() {
+        store
+            .put(&cairn_snapshot::BlobRead::get(&s.blobs, &h).unwrap())
+            .unwrap();
+    }
+    store.sync().unwrap();
     let log = open_log(&tmp.path().join("log"));
     let head = s.log.head().unwrap().last_lsn.0;
     for n in 1..=head {
@@ -289,6 +295,19 @@ fn in_place_fold_and_export_equal_the_owned_paths() {
     assert_eq!(Index::build(&reader).unwrap(), owned);
 
     let manifests = SnapshotManifests(&store);
+    let mut replayed = State::new();
+    for r in log.iter_from(Lsn(1)) {
+        replayed.apply(&r.unwrap(), &manifests).unwrap();
+    }
+    for src in [&log as &dyn RecordSource, &reader] {
+        assert_eq!(state_at(src, &manifests, Lsn(head)).unwrap(), replayed);
+        let mid = Lsn(head / 2);
+        let mut half = State::new();
+        for r in log.iter_from(Lsn(1)).take(mid.0 as usize) {
+            half.apply(&r.unwrap(), &manifests).unwrap();
+        }
+        assert_eq!(state_at(src, &manifests, mid).unwrap(), half);
+    }
     let mut filters = vec![Filter::all()];
     let mut f = Filter::all();
     f.limit = Some(17);
