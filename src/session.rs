@@ -218,9 +218,8 @@ fn write_atomic(full: &Path, contents: &[u8]) -> Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering};
     /// Distinguishes temp files of concurrent writers in one process.
     static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
-    let io = |op: &str, p: &Path, e: std::io::Error| {
-        Error::Other(format!("{op} {}: {e}", p.display()))
-    };
+    let io =
+        |op: &str, p: &Path, e: std::io::Error| Error::Other(format!("{op} {}: {e}", p.display()));
     let dir = full.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io("create directory for", full, e))?;
     let keep = std::fs::symlink_metadata(full)
@@ -241,7 +240,8 @@ fn write_atomic(full: &Path, contents: &[u8]) -> Result<()> {
             .map_err(|e| io("create temp file", &tmp, e))?;
         std::io::Write::write_all(&mut f, contents).map_err(|e| io("write", &tmp, e))?;
         if let Some(p) = keep {
-            f.set_permissions(p).map_err(|e| io("set permissions of", &tmp, e))?;
+            f.set_permissions(p)
+                .map_err(|e| io("set permissions of", &tmp, e))?;
         }
         f.sync_data().map_err(|e| io("sync", &tmp, e))?;
         std::fs::rename(&tmp, full).map_err(|e| io("rename into", full, e))
