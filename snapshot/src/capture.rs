@@ -485,25 +485,27 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
             },
         );
     }
-    let mut jobs: Vec<&Found> = Vec::new();
-    for f in &leaves {
+    let mut jobs: Vec<Found> = Vec::new();
+    for f in leaves {
         match cache.entries.get(&f.rel) {
             Some(c)
                 if c.stat == Some(f.stat)
                     && c.entry.kind == f.kind
                     && f.stat.mtime_ns < cache.clock_ns =>
             {
-                flat.insert(f.rel.clone(), *c);
+                flat.insert(f.rel, *c);
             }
             _ => jobs.push(f),
         }
     }
-    let hashed = hash_all(blobs, ws, &jobs)?;
-    for (f, h) in jobs.iter().zip(hashed) {
+    let refs: Vec<&Found> = jobs.iter().collect();
+    let hashed = hash_all(blobs, ws, &refs)?;
+    drop(refs);
+    for (f, h) in jobs.into_iter().zip(hashed) {
         match h {
             Hashed::Ok(e, st) => {
                 flat.insert(
-                    f.rel.clone(),
+                    f.rel,
                     Cached {
                         entry: e,
                         stat: Some(st),
@@ -513,8 +515,6 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
             Hashed::Skip(why) => *skipped.entry(why.to_string()).or_default() += 1,
         }
     }
-    drop(jobs);
-    drop(leaves);
 
     // What changed since the cached scan: counts, and which directories
     // need new nodes. Both maps are sorted by path: one merge pass.

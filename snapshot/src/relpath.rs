@@ -149,7 +149,11 @@ pub fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() {
         name.to_string()
     } else {
-        format!("{dir}/{name}")
+        let mut s = String::with_capacity(dir.len() + 1 + name.len());
+        s.push_str(dir);
+        s.push('/');
+        s.push_str(name);
+        s
     }
 }
 

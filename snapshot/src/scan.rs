@@ -542,6 +542,9 @@ fn drain(
         } else {
             None
         };
+        // One buffer for every entry's absolute path (the ignore matcher
+        // wants one), instead of an allocation per entry.
+        let mut abs_buf = abs_dir.clone();
         for ent in ents {
             let name = ent.file_name();
             let Some(name) = name.to_str() else {
@@ -559,7 +562,11 @@ fn drain(
                 continue;
             }
             let rel = relpath::join(&dir, name);
-            if ws.is_excluded(&rel) {
+            // The directory itself is not excluded, so only this name can
+            // make `rel` so (`.cairn` at the root, or a configured exclude).
+            let maybe_excluded =
+                (dir.is_empty() && name == relpath::STORE_DIR_NAME) || ws.has_excludes();
+            if maybe_excluded && ws.is_excluded(&rel) {
                 // `.cairn` and the cache directory are cairn's, not the user's: not counted.
                 let ours =
                     (dir.is_empty() && name == relpath::STORE_DIR_NAME) || ws.is_cache_path(&rel);
@@ -586,9 +593,14 @@ fn drain(
                 // `scan_full` walks it after this walk.
                 continue;
             }
-            if follow && !tracked.contains(&rel) && is_ignored(&rules, &ent.path(), is_dir) {
-                out.skip(reason::IGNORED);
-                continue;
+            if follow && rules.is_some() && !tracked.contains(&rel) {
+                abs_buf.push(name);
+                let ignored = is_ignored(&rules, &abs_buf, is_dir);
+                abs_buf.pop();
+                if ignored {
+                    out.skip(reason::IGNORED);
+                    continue;
+                }
             }
             if is_dir {
                 out.dirs.push((rel.clone(), Stat::of(&m).perm()));

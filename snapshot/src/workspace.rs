@@ -208,6 +208,12 @@ impl Workspace {
         Ok(p)
     }
 
+    /// True if paths are excluded besides `.git` and `.cairn` (a walk then
+    /// checks every path; otherwise only names it cannot skip checking).
+    pub(crate) fn has_excludes(&self) -> bool {
+        !self.excluded.is_empty()
+    }
+
     /// True if `rel` is an excluded path or under one (`.git`/`.cairn` included).
     pub(crate) fn is_excluded(&self, rel: &str) -> bool {
         relpath::protected_reason(rel).is_some()
