@@ -19,6 +19,11 @@ use crate::{EngineError, Result};
 /// enough to amortise the system call, small enough to stay in cache.
 const TAIL_READ_CHUNK_BYTES: usize = 256 * 1024;
 
+/// The first read of a cursor over the tail: a point read scans at most
+/// about one sparse-index interval, so it should not pay for a whole chunk.
+/// Later reads double up to [`TAIL_READ_CHUNK_BYTES`].
+const FIRST_TAIL_READ_BYTES: usize = 2 * super::SPARSE_INDEX_INTERVAL_BYTES as usize;
+
 /// The open (unsealed) segment, as far as it is committed.
 #[derive(Debug)]
 pub(crate) struct Tail {
@@ -225,6 +230,8 @@ struct Cursor {
     expect: Lsn,
     buf: Vec<u8>,
     buf_at: u64,
+    /// Bytes the next read of the tail asks for.
+    chunk: usize,
 }
 
 impl Cursor {
@@ -236,6 +243,7 @@ impl Cursor {
             expect,
             buf: Vec::new(),
             buf_at: 0,
+            chunk: FIRST_TAIL_READ_BYTES,
         }
     }
 
@@ -248,7 +256,8 @@ impl Cursor {
                     off >= self.buf_at && off + len as u64 <= self.buf_at + self.buf.len() as u64;
                 if !have {
                     let room = (self.seg.limit - off) as usize;
-                    let want = len.max(TAIL_READ_CHUNK_BYTES).min(room).max(len);
+                    let want = len.max(self.chunk).min(room).max(len);
+                    self.chunk = (self.chunk * 2).min(TAIL_READ_CHUNK_BYTES);
                     self.buf.resize(want, 0);
                     file.read_exact_at(&mut self.buf, off)
                         .map_err(|e| EngineError::io("read log segment", &self.seg.path, e))?;
