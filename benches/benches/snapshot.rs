@@ -189,6 +189,11 @@ impl Bed {
         )?
         .id)
     }
+    /// Lets the stat cache cairn saves in the background finish (untimed),
+    /// so it never runs during git's timings.
+    fn settle(&self) {
+        self.ws.wait_for_caches();
+    }
     fn git_commit(&self, msg: &str) -> Res<()> {
         git(&self.git_dir, &self.ws_root, &["add", "-A"])?;
         git(
@@ -249,6 +254,7 @@ fn speed(n: usize, rows: &mut Rows) -> Res<()> {
     // Age the tree a little so the first scans do not see every file as "racy".
     std::thread::sleep(Duration::from_millis(50));
     let (c_first, _) = time(|| b.checkpoint(ScanMode::Full))?;
+    b.settle();
     let (g_first, _) = time(|| b.git_commit("first"))?;
     rows.push((
         "first checkpoint (cairn durable)".into(),
@@ -263,6 +269,7 @@ fn speed(n: usize, rows: &mut Rows) -> Res<()> {
     for i in 0..REPS {
         b.edit_one()?;
         cs.push(time(|| b.checkpoint(ScanMode::Full))?.0);
+        b.settle();
         b.edit_one()?;
         gs.push(time(|| b.git_commit(&format!("edit {i}")))?.0);
         let rel = b.edit_one()?;
@@ -321,6 +328,7 @@ fn speed(n: usize, rows: &mut Rows) -> Res<()> {
             return Err(format!("rollback wrote {:?}, edited {edited:?}", rep.written).into());
         }
         cr.push(d);
+        b.settle();
         for _ in 0..5 {
             b.edit_one()?;
         }

@@ -110,6 +110,7 @@ impl StatCache {
     /// old-format file gives an empty cache: one full re-read, never a
     /// wrong checkpoint).
     pub fn load(ws: &Workspace) -> Arc<StatCache> {
+        ws.finish_cache_save();
         let path = ws.cache_path(STAT_CACHE_FILE);
         let id = file_id(&path);
         if let (Some(id), Some((mid, c))) = (id, ws.stat_cache_slot().lock().as_ref()) {
@@ -130,6 +131,7 @@ impl StatCache {
     /// Writes the cache (atomically; with `durable`, fsync'd) and keeps it
     /// in memory for the next load.
     pub fn save(self: Arc<Self>, ws: &Workspace, durable: bool) -> Result<()> {
+        ws.finish_cache_save();
         let path = ws.cache_path(STAT_CACHE_FILE);
         *ws.stat_cache_slot().lock() = None;
         write_atomic(&path, &self.encode(), durable)?;
@@ -137,6 +139,23 @@ impl StatCache {
             *ws.stat_cache_slot().lock() = Some((id, self));
         }
         Ok(())
+    }
+
+    /// Saves the cache (not durably) on a background thread, so a
+    /// checkpoint returns without waiting for it: the next load or save
+    /// waits for it first, and so does dropping the workspace. A save that
+    /// fails or is lost in a crash leaves the previous file, which is still
+    /// correct (its stat data names the contents it was read with), only
+    /// older: the next scan re-reads more.
+    pub fn save_in_background(self: Arc<Self>, ws: &Workspace) {
+        ws.finish_cache_save();
+        let path = ws.cache_path(STAT_CACHE_FILE);
+        let cache = self.clone();
+        let handle = std::thread::spawn(move || {
+            write_atomic(&path, &cache.encode(), false).ok()?;
+            file_id(&path)
+        });
+        *ws.pending_cache_save().lock() = Some((handle, self));
     }
 
     fn encode(&self) -> Vec<u8> {

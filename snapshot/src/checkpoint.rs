@@ -290,7 +290,7 @@ fn create_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let lsn = log.append(&ev)?;
     // Caches only after the record: they may name blobs only a durable checkpoint keeps.
     if let Some(c) = &cap.new_cache {
-        c.clone().save(ws, false)?;
+        c.clone().save_in_background(ws);
     }
     ws.save_last(Some(&cap.last()))?;
     ws.clear_dirty(&cap.captured_dirty)?;

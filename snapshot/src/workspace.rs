@@ -98,6 +98,22 @@ pub struct Workspace {
     /// identity of the file it matches (so a long-lived embedder does not
     /// re-read it for every checkpoint).
     stat_cache: StatCacheSlot,
+    /// A stat cache being written on a background thread, with the cache
+    /// it writes (see `StatCache::save_in_background`).
+    pending_save: Mutex<Option<PendingSave>>,
+}
+
+/// A background stat-cache save: the thread (which returns the identity of
+/// the file it wrote) and the cache it writes.
+pub(crate) type PendingSave = (
+    std::thread::JoinHandle<Option<crate::capture::FileId>>,
+    Arc<crate::capture::StatCache>,
+);
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        self.finish_cache_save();
+    }
 }
 
 /// The in-memory copy of the stat cache and the file identity it matches.
@@ -144,6 +160,7 @@ impl Workspace {
             cache_rel,
             watcher: Mutex::new(None),
             stat_cache: Mutex::new(None),
+            pending_save: Mutex::new(None),
         })
     }
 
@@ -163,6 +180,27 @@ impl Workspace {
 
     pub(crate) fn stat_cache_slot(&self) -> &StatCacheSlot {
         &self.stat_cache
+    }
+
+    pub(crate) fn pending_cache_save(&self) -> &Mutex<Option<PendingSave>> {
+        &self.pending_save
+    }
+
+    /// Waits until the stat cache a checkpoint saves in the background is
+    /// written. Never needed for correctness (the next checkpoint, and
+    /// dropping the workspace, wait for it); useful to keep that work out
+    /// of a measurement that follows.
+    pub fn wait_for_caches(&self) {
+        self.finish_cache_save();
+    }
+
+    /// Waits for a background stat-cache save, then remembers the cache it
+    /// wrote as the in-memory copy of that file.
+    pub(crate) fn finish_cache_save(&self) {
+        let Some((handle, cache)) = self.pending_save.lock().take() else {
+            return;
+        };
+        *self.stat_cache.lock() = handle.join().ok().flatten().map(|id| (id, cache));
     }
 
     /// Stops the file watcher (checkpoints scan in full again).
