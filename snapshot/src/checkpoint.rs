@@ -266,6 +266,51 @@ fn create_inner<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     res
 }
 
+/// [`create_inner`], running `during` on another thread while the capture
+/// is made durable and recorded (a rollback plans and pre-stages its
+/// writes meanwhile). `during`'s result comes back even if the checkpoint
+/// fails, so it can be cleaned up.
+fn create_inner_with<L, B, T, F>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    req: CheckpointRequest,
+    during: F,
+) -> (Result<(CheckpointInfo, Capture)>, Option<T>)
+where
+    L: LogAccess + ?Sized,
+    B: BlobAccess + ?Sized,
+    T: Send,
+    F: FnOnce(&Capture) -> T + Send,
+{
+    let watcher = ws.watcher();
+    let (res, extra) = match capture_for(ws, blobs, req.scan) {
+        Err(e) => (Err(e), None),
+        Ok(cap) => {
+            let (committed, extra) = std::thread::scope(|s| {
+                let h = s.spawn(|| during(&cap));
+                let c = commit_record(log, blobs, ws, req, &cap);
+                (c, h.join().ok())
+            });
+            match (committed, &extra) {
+                (Ok(info), Some(_)) => (Ok((info, cap)), extra),
+                (Ok(_), None) => (
+                    Err(SnapshotError::Invalid("a planning thread panicked".into())),
+                    None,
+                ),
+                (Err(e), _) => (Err(e), extra),
+            }
+        }
+    };
+    if let Some(w) = &watcher {
+        match &res {
+            Ok((_, cap)) => w.captured(cap.root),
+            Err(_) => w.invalidate(),
+        }
+    }
+    (res, extra)
+}
+
 fn create_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
@@ -273,6 +318,19 @@ fn create_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     req: CheckpointRequest,
 ) -> Result<(CheckpointInfo, Capture)> {
     let cap = capture_for(ws, blobs, req.scan)?;
+    let info = commit_record(log, blobs, ws, req, &cap)?;
+    Ok((info, cap))
+}
+
+/// Makes a capture durable and records it: blobs synced, then the
+/// `checkpoint.create` record, then the caches.
+fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    req: CheckpointRequest,
+    cap: &Capture,
+) -> Result<CheckpointInfo> {
     let state = req.state.as_deref().map(|s| blobs.put(s)).transpose()?;
     // The commit protocol: every blob durable before the record that names it.
     blobs.sync()?;
@@ -294,9 +352,8 @@ fn create_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     }
     ws.save_last(Some(&cap.last()))?;
     ws.clear_dirty(&cap.captured_dirty)?;
-    let info = CheckpointInfo::from_record(lsn, &ev)
-        .ok_or_else(|| SnapshotError::Invalid("internal: checkpoint record without root".into()))?;
-    Ok((info, cap))
+    CheckpointInfo::from_record(lsn, &ev)
+        .ok_or_else(|| SnapshotError::Invalid("internal: checkpoint record without root".into()))
 }
 
 /// Takes a checkpoint: captures the workspace, makes its blobs durable,
@@ -469,7 +526,11 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             lsn: None,
         });
     }
-    let (pre, cap) = create_inner(
+    // While the undo point is made durable, the plan is computed from its
+    // tree (only the parts of the two trees that differ are read) and the
+    // first files are written to temporaries, so the fsyncs overlap.
+    // Nothing the user sees changes before the undo point is durable.
+    let (made, planned) = create_inner_with(
         log,
         blobs,
         ws,
@@ -479,10 +540,24 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             scan: ScanMode::Full,
             ..CheckpointRequest::default()
         },
-    )?;
-    // Only the parts of the two trees that differ are read.
-    let (cur, tgt, same) = restore::diff_trees(blobs, &cap.root, &target.root)?;
-    let plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
+        |cap: &Capture| -> Result<(restore::Plan, restore::Prestaged)> {
+            let (cur, tgt, same) = restore::diff_trees(blobs, &cap.root, &target.root)?;
+            let plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
+            let pre = restore::prestage(ws, blobs, &plan)?;
+            Ok((plan, pre))
+        },
+    );
+    let (pre, _cap) = match made {
+        Ok(x) => x,
+        Err(e) => {
+            if let Some(Ok((_, staged))) = planned {
+                staged.discard();
+            }
+            return Err(e);
+        }
+    };
+    let (plan, staged) =
+        planned.ok_or_else(|| SnapshotError::Invalid("internal: no plan".into()))??;
     // Every path the plan may touch is marked dirty (durably: a tracked-only
     // checkpoint after a crash must re-read them) while the plan is carried
     // out, so the two sets of fsyncs overlap. Marking more than was touched
@@ -497,7 +572,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         .collect();
     let (applied, marked) = std::thread::scope(|s| {
         let marking = s.spawn(|| ws.mark_dirty(&planned));
-        let applied = restore::apply(ws, blobs, &plan);
+        let applied = restore::apply_prestaged(ws, blobs, &plan, staged);
         let marked = marking
             .join()
             .unwrap_or_else(|_| Err(SnapshotError::Invalid("a thread panicked".into())));

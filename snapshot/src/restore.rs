@@ -9,7 +9,7 @@
 //! written through a symlinked directory; every file is written to a
 //! temporary file in its own directory and renamed into place.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::blobs::BlobRead;
@@ -334,8 +334,104 @@ impl Guard<'_> {
     }
 }
 
+/// Files of a plan already written to their temporaries (and fsync'd), by
+/// index in `Plan::write`: see [`prestage`].
+#[derive(Debug, Default)]
+pub struct Prestaged {
+    temps: HashMap<usize, PathBuf>,
+}
+
+impl Prestaged {
+    /// Removes the temporaries (the plan will not be applied).
+    pub fn discard(self) {
+        for t in self.temps.values() {
+            let _ = std::fs::remove_file(t);
+        }
+    }
+}
+
+/// Writes the files of the plan's first batch whose directories already
+/// exist to their temporaries and fsyncs them, changing nothing the user
+/// sees: a rollback does this while its pre-rollback checkpoint is being
+/// made durable, so the two sets of fsyncs overlap. [`apply_prestaged`]
+/// then renames them into place.
+pub fn prestage<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) -> Result<Prestaged> {
+    let mut g = Guard {
+        ws,
+        checked: HashSet::new(),
+    };
+    let mut out = Prestaged::default();
+    let mut files = Vec::new();
+    let res = (|| -> Result<()> {
+        for (i, w) in plan.write.iter().take(RESTORE_BATCH_FILES).enumerate() {
+            if w.mode_only {
+                continue;
+            }
+            // Only where the directory is there now and stays: not one the
+            // plan creates, removes or replaces.
+            let parent = relpath::parent(&w.path);
+            let parent_ok = parent.is_empty()
+                || std::fs::symlink_metadata(ws.root().join(parent)).is_ok_and(|m| m.is_dir());
+            let touched = |d: &str| {
+                plan.remove_dirs
+                    .iter()
+                    .any(|r| in_scope(parent, std::slice::from_ref(r)))
+                    || plan.delete.iter().any(|r| r == d)
+            };
+            if !parent_ok || touched(parent) {
+                continue;
+            }
+            let abs = g.check(&w.path)?;
+            let (tmp, f) = stage_entry(blobs, &abs, &w.entry, i)?;
+            out.temps.insert(i, tmp);
+            files.extend(f);
+        }
+        if ws.options().fsync_restored_files {
+            let refs: Vec<&std::fs::File> = files.iter().collect();
+            in_parallel(&refs, |f| {
+                f.sync_all()
+                    .map_err(|e| SnapshotError::io("fsync", "<restored file>", e))
+            })?;
+        }
+        Ok(())
+    })();
+    match res {
+        Ok(()) => Ok(out),
+        Err(e) => {
+            out.discard();
+            Err(e)
+        }
+    }
+}
+
 /// Carries out `plan` in the workspace, reading contents from `blobs`.
 pub fn apply<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) -> Result<Applied> {
+    apply_prestaged(ws, blobs, plan, Prestaged::default())
+}
+
+/// [`apply`], with some files already written to temporaries by [`prestage`].
+pub fn apply_prestaged<B: BlobRead + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    plan: &Plan,
+    pre: Prestaged,
+) -> Result<Applied> {
+    let temps: Vec<PathBuf> = pre.temps.values().cloned().collect();
+    let res = apply_inner(ws, blobs, plan, pre);
+    if res.is_err() {
+        for t in temps {
+            let _ = std::fs::remove_file(t); // gone already if renamed
+        }
+    }
+    res
+}
+
+fn apply_inner<B: BlobRead + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    plan: &Plan,
+    mut pre: Prestaged,
+) -> Result<Applied> {
     let mut g = Guard {
         ws,
         checked: HashSet::new(),
@@ -414,6 +510,8 @@ pub fn apply<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) -> Re
                 let file = if w.mode_only {
                     set_mode(&abs, w.entry.mode)?;
                     None
+                } else if let Some(tmp) = pre.temps.remove(&(b * RESTORE_BATCH_FILES + i)) {
+                    Some((tmp, None)) // written and fsync'd already
                 } else {
                     Some(stage_entry(
                         blobs,
