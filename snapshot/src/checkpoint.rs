@@ -225,6 +225,7 @@ fn capture_for<B: BlobAccess + ?Sized>(
         if let Some(d) = w.drain(last.as_ref().map(|l| l.root)) {
             if let Some(last) = last.filter(|l| l.root == d.base) {
                 if blobs.contains(&last.root)? {
+                    w.count(true);
                     return capture::capture_watched(
                         ws,
                         blobs,
@@ -236,6 +237,7 @@ fn capture_for<B: BlobAccess + ?Sized>(
                 }
             }
         }
+        w.count(false);
         return capture::capture_full(ws, blobs, &track.tracked, &track.dirty);
     }
     if mode == ScanMode::TrackedOnly {

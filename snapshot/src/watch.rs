@@ -228,15 +228,20 @@ impl Watcher {
         let overflow = std::mem::take(&mut st.overflow);
         let base = st.base.take();
         let usable = ok && !overflow && st.broken.is_none() && base.is_some() && base == last_root;
-        if usable {
-            st.watched_captures += 1;
-        } else {
-            st.full_captures += 1;
-        }
         Some(Drained {
             base: base.filter(|_| usable)?,
             paths,
         })
+    }
+
+    /// Counts a capture that used the change set (`watched`) or scanned in full.
+    pub(crate) fn count(&self, watched: bool) {
+        let mut st = self.shared.state.lock();
+        if watched {
+            st.watched_captures += 1;
+        } else {
+            st.full_captures += 1;
+        }
     }
 
     /// Records the tree a capture produced (after its record is durable):
