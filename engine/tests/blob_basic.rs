@@ -459,3 +459,44 @@ fn gets_keep_working_while_gc_moves_blobs() {
     }
     assert!(s.verify().unwrap().is_ok());
 }
+
+/// A dead chunk list must go with its dead chunks: gc rewriting the packs of
+/// the chunks but not the (mostly live) pack of the list would leave a blob
+/// that cannot be read and a `verify` that reports damage in a healthy
+/// store (found by the crash workload, seed 1459).
+#[test]
+fn gc_never_leaves_a_dead_chunk_list_without_its_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = BlobOptions {
+        pack_size_bytes: 64 * 1024,
+        chunking_threshold_bytes: 16 * 1024,
+        ..BlobOptions::default()
+    };
+    let s = BlobStore::open(Arc::new(RealVfs), tmp.path(), opts).unwrap();
+    // `first`'s chunks (about 1 MiB each) fill the first packs. `second`
+    // shares all but its last chunk, so its chunk list lands alone in a
+    // later pack, which the live blobs put next fill up.
+    let first = noise(3 << 20, 7);
+    s.put(&first).unwrap();
+    s.sync().unwrap();
+    let mut second = first.clone();
+    second.extend_from_slice(b"a small change at the end");
+    s.put(&second).unwrap();
+    let live: Vec<Vec<u8>> = (0..2).map(|i| noise(14_000, 100 + i)).collect();
+    for b in &live {
+        s.put(b).unwrap();
+    }
+    s.sync().unwrap();
+    let roots: HashSet<BlobHash> = live.iter().map(|b| BlobHash::of(b)).collect();
+    let report = s.gc(&roots, GcOptions::default()).unwrap();
+    assert!(report.packs_rewritten > 0, "{report:?}");
+    let v = s.verify().unwrap();
+    assert!(v.is_ok(), "{v:?}");
+    for b in &live {
+        assert_eq!(s.get(&BlobHash::of(b)).unwrap(), *b);
+    }
+    drop(s);
+    let s = BlobStore::open(Arc::new(RealVfs), tmp.path(), BlobOptions::default()).unwrap();
+    let v = s.verify().unwrap();
+    assert!(v.is_ok(), "after reopen: {v:?}");
+}

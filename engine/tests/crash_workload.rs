@@ -34,9 +34,9 @@ use cairn_engine::blob::{BlobOptions, BlobStore, GcOptions};
 use cairn_engine::log::{Durability, Log, LogOptions};
 use cairn_engine::vfs::{Fault, SimVfs, Vfs};
 
-/// Seeds run by `cargo test` (CI): enough to cover every step kind many
-/// times while keeping the file well under a minute in debug builds.
-const CI_SEEDS: u64 = 32;
+/// Seeds run by `cargo test` (CI): two thousand, split over the machine's
+/// cores (about 80 s on CI's two cores in a debug build).
+const CI_SEEDS: u64 = 2_000;
 /// Seeds run with `CAIRN_SOAK=1`.
 const SOAK_SEEDS: u64 = 5_000;
 /// Workload steps per seed.
@@ -669,11 +669,12 @@ fn run_seed(seed: u64) -> Result<Figures, String> {
     Ok(w.figures)
 }
 
-#[test]
-fn crash_workload_loses_nothing_acknowledged() {
+/// Runs `seeds`; returns the summed figures and the failures (stopping
+/// after a few).
+fn run_seeds(seeds: &[u64]) -> (Figures, Vec<String>) {
     let mut total = Figures::default();
     let mut failures = Vec::new();
-    for seed in seeds() {
+    for &seed in seeds {
         match catch_unwind(AssertUnwindSafe(|| run_seed(seed))) {
             Ok(Ok(f)) => total.add(&f),
             Ok(Err(e)) => failures.push(format!(
@@ -687,6 +688,33 @@ fn crash_workload_loses_nothing_acknowledged() {
             break;
         }
     }
+    (total, failures)
+}
+
+#[test]
+fn crash_workload_loses_nothing_acknowledged() {
+    // Seeds are independent (each has its own simulated disk), so they are
+    // dealt out round-robin to one worker per core.
+    let seeds = seeds();
+    let workers = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(seeds.len().max(1));
+    let shares: Vec<Vec<u64>> = (0..workers)
+        .map(|w| seeds.iter().copied().skip(w).step_by(workers).collect())
+        .collect();
+    let mut total = Figures::default();
+    let mut failures = Vec::new();
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = shares
+            .iter()
+            .map(|share| sc.spawn(move || run_seeds(share)))
+            .collect();
+        for h in handles {
+            let (f, fails) = h.join().expect("a worker thread died outside catch_unwind");
+            total.add(&f);
+            failures.extend(fails);
+        }
+    });
     eprintln!("crash_workload figures: {total:?}");
     assert!(
         failures.is_empty(),

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use cairn_codec::BlobHash;
 
 use super::chunking::decode_chunk_list;
+use super::index::Loc;
 use super::options::GcOptions;
 use super::pack::{decode_contents, EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
 use super::scan::{read_entry_at, scan_pack};
@@ -152,10 +153,11 @@ impl BlobStore {
         }
         let mut usage: Vec<PackUsage> = usage.into_values().collect();
         usage.sort_by_key(|u| u.id);
-        let chosen: Vec<PackId> = choose(&usage, opts.rewrite_threshold)
+        let mut chosen: Vec<PackId> = choose(&usage, opts.rewrite_threshold)
             .into_iter()
             .filter(|id| !damaged_list_packs.contains(id))
             .collect();
+        self.close_over_dead_lists(&mut chosen, &marked, &damaged_list_packs);
 
         // 4. Copy live entries out of the chosen packs.
         let mut retired = Vec::new();
@@ -197,6 +199,58 @@ impl BlobStore {
             .map_err(|e| EngineError::io("fsync directory", &self.dir, e))?;
         report.bytes_after = self.stats().stored_bytes;
         Ok(report)
+    }
+
+    /// A dead chunk list must not outlive its dead chunks: if it stayed in a
+    /// pack that is not rewritten while a chunk it names goes with a
+    /// rewritten pack, the store would hold a blob that can no longer be
+    /// read, and `verify` would report damage in a healthy store. So the
+    /// pack of such a list is rewritten too (dropping the list), repeated
+    /// until no more packs are added.
+    fn close_over_dead_lists(
+        &self,
+        chosen: &mut Vec<PackId>,
+        marked: &HashSet<BlobHash>,
+        damaged_list_packs: &HashSet<PackId>,
+    ) {
+        let dead_lists: Vec<(BlobHash, Loc)> = self
+            .index
+            .read()
+            .iter()
+            .filter(|(h, l)| l.kind == EntryKind::ChunkList && !marked.contains(*h))
+            .map(|(h, l)| (*h, *l))
+            .collect();
+        if dead_lists.is_empty() {
+            return;
+        }
+        // The chunks each dead list names (a list that cannot be read is
+        // left alone: its pack is not forced into the rewrite).
+        let named: Vec<(PackId, Vec<BlobHash>)> = dead_lists
+            .iter()
+            .filter_map(|(h, l)| {
+                let (_, refs) = self.read_list(h, l).ok()?;
+                Some((l.pack, refs.iter().map(|r| r.hash).collect()))
+            })
+            .collect();
+        loop {
+            let set: HashSet<PackId> = chosen.iter().copied().collect();
+            let index = self.index.read();
+            let more: HashSet<PackId> = named
+                .iter()
+                .filter(|(pack, _)| !set.contains(pack) && !damaged_list_packs.contains(pack))
+                .filter(|(_, chunks)| {
+                    chunks.iter().any(|c| {
+                        !marked.contains(c) && index.get(c).is_some_and(|l| set.contains(&l.pack))
+                    })
+                })
+                .map(|(pack, _)| *pack)
+                .collect();
+            if more.is_empty() {
+                return;
+            }
+            chosen.extend(more);
+            chosen.sort_unstable();
+        }
     }
 
     /// Copies the live entries of `pack` into the active pack, checking
