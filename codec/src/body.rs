@@ -157,25 +157,22 @@ fn str(out: &mut Vec<u8>, s: &str) {
 }
 
 fn array_len(out: &mut Vec<u8>, n: u32) {
-    if n < 16 {
-        out.push(0x90 | n as u8);
-    } else if n < 65536 {
-        out.push(ARRAY16);
-        out.extend_from_slice(&(n as u16).to_be_bytes());
-    } else {
-        out.push(ARRAY32);
-        out.extend_from_slice(&n.to_be_bytes());
-    }
+    container_len(out, n, 0x90, ARRAY16, ARRAY32);
 }
 
 fn map_len(out: &mut Vec<u8>, n: u32) {
+    container_len(out, n, 0x80, MAP16, MAP32);
+}
+
+/// An array or map header: the fix form below 16 elements, else 16 or 32 bits.
+fn container_len(out: &mut Vec<u8>, n: u32, fix: u8, m16: u8, m32: u8) {
     if n < 16 {
-        out.push(0x80 | n as u8);
+        out.push(fix | n as u8);
     } else if n < 65536 {
-        out.push(MAP16);
+        out.push(m16);
         out.extend_from_slice(&(n as u16).to_be_bytes());
     } else {
-        out.push(MAP32);
+        out.push(m32);
         out.extend_from_slice(&n.to_be_bytes());
     }
 }

@@ -35,6 +35,18 @@ fn open_log(dir: &Path) -> Log {
     .unwrap()
 }
 
+/// A blob store on disk holding every blob of the scripted session `s`.
+fn blob_store_with(dir: &Path, s: &common::Script) -> BlobStore {
+    let store = BlobStore::open(vfs(), dir, BlobOptions::default()).unwrap();
+    for h in s.blobs.hashes() {
+        store
+            .put(&cairn_snapshot::BlobRead::get(&s.blobs, &h).unwrap())
+            .unwrap();
+    }
+    store.sync().unwrap();
+    store
+}
+
 const CHILD_ENV: &str = "CAIRN_QUERY_FOLLOW_CHILD_DIR";
 const CHILD_RECORDS: u64 = 5;
 
@@ -153,13 +165,7 @@ fn follow_stops_when_asked() {
 fn live_store_state_equals_fold_from_start() {
     let tmp = tempfile::tempdir().unwrap();
     let s = common::script(77, 250);
-    let store = BlobStore::open(vfs(), &tmp.path().join("blobs"), BlobOptions::default()).unwrap();
-    for h in s.blobs.hashes() {
-        store
-            .put(&cairn_snapshot::BlobRead::get(&s.blobs, &h).unwrap())
-            .unwrap();
-    }
-    store.sync().unwrap();
+    let store = blob_store_with(&tmp.path().join("blobs"), &s);
     let log = open_log(&tmp.path().join("log"));
     let manifests = SnapshotManifests(&store);
     let mut live = State::new();
@@ -265,13 +271,7 @@ fn index_persists_catches_up_and_rebuilds_when_stale() {
 fn in_place_fold_and_export_equal_the_owned_paths() {
     let tmp = tempfile::tempdir().unwrap();
     let s = common::script(5, 300);
-    let store = BlobStore::open(vfs(), &tmp.path().join("blobs"), BlobOptions::default()).unwrap();
-    for h in s.blobs.hashes() {
-        store
-            .put(&cairn_snapshot::BlobRead::get(&s.blobs, &h).unwrap())
-            .unwrap();
-    }
-    store.sync().unwrap();
+    let store = blob_store_with(&tmp.path().join("blobs"), &s);
     let log = open_log(&tmp.path().join("log"));
     let head = s.log.head().unwrap().last_lsn.0;
     for n in 1..=head {
