@@ -283,9 +283,10 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
     t.step(
         "undo",
         &format!(
-            "{} to {} again: deleted {}",
+            "{} to {} again: wrote {}, deleted {}",
             st.yellow("rollback"),
             c3.id,
+            undo.written.len(),
             undo.deleted.len()
         ),
     );
