@@ -55,7 +55,10 @@ impl Filter {
             && eq(&self.agent, e.agent)
             && eq(&self.model, e.model)
             && self.ok.is_none_or(|ok| ok == e.ok)
-            && self.path.as_deref().is_none_or(|p| e.paths().contains(&p))
+            && self
+                .path
+                .as_deref()
+                .is_none_or(|p| e.path == Some(p) || e.to_path == Some(p) || e.files.contains(&p))
             && self.since.is_none_or(|t| e.ts >= t)
             && self.until.is_none_or(|t| e.ts <= t)
     }

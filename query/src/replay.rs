@@ -343,18 +343,22 @@ impl State {
 
     /// Folds one record in. Records must come in LSN order.
     pub fn apply(&mut self, r: &Record, manifests: &dyn ManifestSource) -> Result<()> {
-        self.check_order(r.lsn)?;
-        let e = &r.event;
+        self.apply_event(r.lsn, &r.event, manifests)
+    }
+
+    /// [`State::apply`] for an owned event at `lsn`.
+    fn apply_event(&mut self, lsn: Lsn, e: &Event, manifests: &dyn ManifestSource) -> Result<()> {
+        self.check_order(lsn)?;
         match tree_change(e) {
             TreeChange::None => {}
             TreeChange::Checkpoint { root } => {
-                self.base = self.load_cached(manifests, &root, r.lsn)?;
+                self.base = self.load_cached(manifests, &root, lsn)?;
                 self.overlay.clear();
-                self.roots.insert(r.lsn, root);
+                self.roots.insert(lsn, root);
             }
             TreeChange::Rollback { target, scope } => {
                 if let Some(root) = self.roots.get(&target.0).copied() {
-                    let t = self.load_cached(manifests, &root, r.lsn)?;
+                    let t = self.load_cached(manifests, &root, lsn)?;
                     if scope.is_none() {
                         self.base = t;
                         self.overlay.clear();
@@ -371,7 +375,7 @@ impl State {
             }
             TreeChange::Paths(v) => apply_paths(self, &v),
         }
-        self.finish(r.lsn, &EventRef::of(e));
+        self.finish(lsn, &EventRef::of(e));
         Ok(())
     }
 
@@ -389,14 +393,7 @@ impl State {
             let event = e.to_event().map_err(|err| {
                 QueryError::Invalid(format!("the record at LSN {lsn} does not decode: {err}"))
             })?;
-            return self.apply(
-                &Record {
-                    lsn,
-                    chain: cairn_codec::ChainHash::ZERO,
-                    event,
-                },
-                manifests,
-            );
+            return self.apply_event(lsn, &event, manifests);
         }
         self.check_order(lsn)?;
         if e.ok {

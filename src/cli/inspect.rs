@@ -5,7 +5,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use cairn::codec::json::JsonRecord;
+use cairn::codec::json_line::write_json_line;
+use cairn::codec::EventRef;
 use cairn::query::query::DiffStatus;
 use cairn::query::source::Record;
 use cairn::query::{Filter, Point};
@@ -90,7 +91,7 @@ fn print_records(records: &[Record], json: bool) -> Result<()> {
     if json {
         let mut buf = Vec::new();
         for r in records {
-            JsonRecord::new(r.lsn, r.chain, &r.event).write_line(&mut buf);
+            write_json_line(r.lsn, r.chain, &EventRef::of(&r.event), &mut buf)?;
         }
         out.write_all(&buf)?;
         return Ok(());
