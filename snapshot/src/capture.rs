@@ -415,7 +415,7 @@ fn hash_all<B: BlobAccess + ?Sized>(
     jobs: &[&Found],
 ) -> Result<Vec<Hashed>> {
     let want = match ws.options().hash_threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        0 => crate::workspace::parallelism(),
         n => n,
     };
     let threads = want.clamp(1, MAX_HASH_THREADS);
@@ -656,8 +656,9 @@ pub(crate) fn capture_watched<B: BlobAccess + ?Sized>(
 ) -> Result<Capture> {
     let paths = top_most(changed.iter().chain(dirty_now.iter()));
     let mut out = ScanOut::default();
+    let mut rules = scan::RulesMemo::default();
     for p in &paths {
-        scan::scan_subtree(ws, p, tracked, &mut out)?;
+        scan::scan_subtree(ws, p, tracked, &mut rules, &mut out)?;
     }
     patch(ws, blobs, last, &paths, out, dirty_now, Some(tracked))
 }

@@ -371,7 +371,7 @@ pub fn create_checkpoint<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 
 /// The persisted checkpoint list: a fold of the log up to `folded_to`.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct ListCache {
+pub(crate) struct ListCache {
     version: u32,
     folded_to: Lsn,
     chain_at: ChainHash,
@@ -379,6 +379,26 @@ struct ListCache {
 }
 
 const LIST_CACHE_VERSION: u32 = 1;
+
+/// Records folded into the in-memory checkpoint list before the file copy
+/// is rewritten: a process that starts from a file this far behind folds at
+/// most this many records (microseconds each) more.
+const LIST_CACHE_SAVE_RECORDS: u64 = 256;
+
+fn save_list(ws: &Workspace, cache: &ListCache) -> Result<()> {
+    let bytes = rmp_serde::to_vec(cache)
+        .map_err(|e| SnapshotError::Invalid(format!("encode checkpoint list: {e}")))?;
+    // A cache: rebuilt from the log when lost, so no fsync.
+    write_atomic(&ws.cache_path(CHECKPOINTS_FILE), &bytes, false)
+}
+
+/// Writes the checkpoint list file if the in-memory copy has folded
+/// records the file lacks (best effort: it is a cache).
+pub(crate) fn save_list_if_behind(ws: &Workspace) {
+    if let Some((cache, true)) = ws.checkpoint_list.lock().as_ref() {
+        let _ = save_list(ws, cache);
+    }
+}
 
 fn fold(cache: &mut ListCache, r: &Record) {
     match r.event.kind {
@@ -407,12 +427,18 @@ pub fn list_checkpoints<L: LogAccess + ?Sized>(
     ws: &Workspace,
     session: Option<&str>,
 ) -> Result<Vec<CheckpointInfo>> {
-    let path = ws.cache_path(CHECKPOINTS_FILE);
-    let mut cache: ListCache = std::fs::read(&path)
-        .ok()
-        .and_then(|b| rmp_serde::from_slice::<ListCache>(&b).ok())
-        .filter(|c| c.version == LIST_CACHE_VERSION)
-        .unwrap_or_default();
+    let mut slot = ws.checkpoint_list.lock();
+    let (mut cache, mut behind) = match slot.take() {
+        Some(c) => c,
+        None => (
+            std::fs::read(ws.cache_path(CHECKPOINTS_FILE))
+                .ok()
+                .and_then(|b| rmp_serde::from_slice::<ListCache>(&b).ok())
+                .filter(|c| c.version == LIST_CACHE_VERSION)
+                .unwrap_or_default(),
+            false,
+        ),
+    };
     let head = log.head();
     let stale = cache.folded_to > head.last_lsn
         || (cache.folded_to.0 > 0
@@ -430,13 +456,26 @@ pub fn list_checkpoints<L: LogAccess + ?Sized>(
             Ok(())
         })?;
         cache.version = LIST_CACHE_VERSION;
+        let folded = last.0 .0.saturating_sub(cache.folded_to.0);
         cache.folded_to = last.0;
         cache.chain_at = last.1;
-        let bytes = rmp_serde::to_vec(&cache)
-            .map_err(|e| SnapshotError::Invalid(format!("encode checkpoint list: {e}")))?;
-        // A cache: rebuilt from the log when lost, so no fsync.
-        write_atomic(&path, &bytes, false)?;
+        behind = true;
+        // The file saves the next process a fold of the whole log; a few
+        // records more to fold cost it less than writing the file costs
+        // every rollback, so a long-lived process writes it now and then
+        // (and when the workspace is dropped).
+        if folded >= LIST_CACHE_SAVE_RECORDS || stale {
+            save_list(ws, &cache)?;
+            behind = false;
+        }
     }
+    let list = cache.list.clone();
+    *slot = Some((cache, behind));
+    drop(slot);
+    let cache = ListCache {
+        list,
+        ..ListCache::default()
+    };
     let session = session.map(session_or_default);
     Ok(cache
         .list
@@ -529,8 +568,11 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         });
     }
     // While the undo point is made durable, the plan is computed from its
-    // tree (only the parts of the two trees that differ are read) and the
-    // first files are written to temporaries, so the fsyncs overlap.
+    // tree (only the parts of the two trees that differ are read), every
+    // path the plan may touch is marked dirty (durably: a tracked-only
+    // checkpoint after a crash must re-read them; marking more than ends up
+    // touched, if applying fails half-way, only costs a few re-reads), and
+    // the first files are written to temporaries, so the fsyncs overlap.
     // Nothing the user sees changes before the undo point is durable.
     let (made, planned) = create_inner_with(
         log,
@@ -542,49 +584,54 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             scan: ScanMode::Full,
             ..CheckpointRequest::default()
         },
-        |cap: &Capture| -> Result<(restore::Plan, restore::Prestaged)> {
+        |cap: &Capture| -> Result<(restore::Plan, restore::Prestaged, Vec<String>)> {
             let (cur, tgt, same) = restore::diff_trees(blobs, &cap.root, &target.root)?;
             let plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
-            let pre = restore::prestage(ws, blobs, &plan)?;
-            Ok((plan, pre))
+            let planned: Vec<String> = plan
+                .write
+                .iter()
+                .map(|w| w.path.clone())
+                .chain(plan.delete.iter().cloned())
+                .chain(plan.create_dirs.iter().map(|d| d.0.clone()))
+                .chain(plan.remove_dirs.iter().cloned())
+                .collect();
+            let (pre, marked) = std::thread::scope(|s| {
+                let marking = s.spawn(|| ws.mark_dirty_pinned(&planned));
+                let pre = restore::prestage(ws, blobs, &plan);
+                let marked = marking
+                    .join()
+                    .unwrap_or_else(|_| Err(SnapshotError::Invalid("a thread panicked".into())));
+                (pre, marked)
+            });
+            match (pre, marked) {
+                (Ok(pre), Ok(())) => Ok((plan, pre, planned)),
+                (Ok(pre), Err(e)) => {
+                    pre.discard();
+                    Err(e)
+                }
+                (Err(e), _) => Err(e),
+            }
         },
     );
     let (pre, _cap) = match made {
         Ok(x) => x,
         Err(e) => {
-            if let Some(Ok((_, staged))) = planned {
+            if let Some(Ok((_, staged, pinned))) = planned {
                 staged.discard();
+                ws.unpin_dirty(&pinned);
             }
             return Err(e);
         }
     };
-    let (plan, staged) =
+    let (plan, staged, pinned) =
         planned.ok_or_else(|| SnapshotError::Invalid("internal: no plan".into()))??;
-    // Every path the plan may touch is marked dirty (durably: a tracked-only
-    // checkpoint after a crash must re-read them) while the plan is carried
-    // out, so the two sets of fsyncs overlap. Marking more than was touched
-    // (if applying fails half-way) only costs a few re-reads.
-    let planned: Vec<String> = plan
-        .write
-        .iter()
-        .map(|w| w.path.clone())
-        .chain(plan.delete.iter().cloned())
-        .chain(plan.create_dirs.iter().map(|d| d.0.clone()))
-        .chain(plan.remove_dirs.iter().cloned())
-        .collect();
-    let (applied, marked) = std::thread::scope(|s| {
-        let marking = s.spawn(|| ws.mark_dirty(&planned));
-        let applied = restore::apply_prestaged(ws, blobs, &plan, staged);
-        let marked = marking
-            .join()
-            .unwrap_or_else(|_| Err(SnapshotError::Invalid("a thread panicked".into())));
-        (applied, marked)
-    });
-    let done = applied.map_err(|e| SnapshotError::RollbackIncomplete {
+    // The pre-rollback checkpoint is done: later ones may clear the marks.
+    ws.unpin_dirty(&pinned);
+    let incomplete = |e| SnapshotError::RollbackIncomplete {
         source_checkpoint: pre.id,
         cause: Box::new(e),
-    })?;
-    marked?;
+    };
+    let (done, dirs) = restore::apply_prestaged(ws, blobs, &plan, staged).map_err(incomplete)?;
     let touched: Vec<String> = done
         .written
         .iter()
@@ -611,7 +658,18 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     if !scope.is_empty() {
         ev.text = Some(format!("paths: {}", scope.join(", ")));
     }
-    let lsn = log.append(&ev)?;
+    // The directories are synced while the record is appended: both are
+    // durable before the rollback returns.
+    let (lsn, synced) = std::thread::scope(|s| {
+        let syncing = s.spawn(|| dirs.sync());
+        let lsn = log.append(&ev);
+        let synced = syncing
+            .join()
+            .unwrap_or_else(|_| Err(SnapshotError::Invalid("a thread panicked".into())));
+        (lsn, synced)
+    });
+    let lsn = lsn?;
+    synced.map_err(incomplete)?;
     Ok(RollbackReport {
         source: Some(pre.id),
         target: target.id,

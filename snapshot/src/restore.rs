@@ -406,16 +406,21 @@ pub fn prestage<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) ->
 
 /// Carries out `plan` in the workspace, reading contents from `blobs`.
 pub fn apply<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) -> Result<Applied> {
-    apply_prestaged(ws, blobs, plan, Prestaged::default())
+    let (done, dirs) = apply_prestaged(ws, blobs, plan, Prestaged::default())?;
+    dirs.sync()?;
+    Ok(done)
 }
 
-/// [`apply`], with some files already written to temporaries by [`prestage`].
+/// [`apply`], with some files already written to temporaries by
+/// [`prestage`], and without the last step: the directories the plan
+/// changed are returned to be fsync'd (see [`DirsToSync::sync`]), so the
+/// caller can overlap that with its own durable write.
 pub fn apply_prestaged<B: BlobRead + ?Sized>(
     ws: &Workspace,
     blobs: &B,
     plan: &Plan,
     pre: Prestaged,
-) -> Result<Applied> {
+) -> Result<(Applied, DirsToSync)> {
     let temps: Vec<PathBuf> = pre.temps.values().cloned().collect();
     let res = apply_inner(ws, blobs, plan, pre);
     if res.is_err() {
@@ -426,12 +431,26 @@ pub fn apply_prestaged<B: BlobRead + ?Sized>(
     res
 }
 
+/// Directories whose entries a restore changed, to fsync so the renames,
+/// deletions and creations in them are durable.
+#[derive(Debug, Default)]
+#[must_use = "the restore is not durable until the directories are synced"]
+pub struct DirsToSync(Vec<PathBuf>);
+
+impl DirsToSync {
+    /// fsyncs every directory, in parallel.
+    pub fn sync(self) -> Result<()> {
+        let dirs: Vec<&PathBuf> = self.0.iter().collect();
+        in_parallel(&dirs, |d| sync_dir(d))
+    }
+}
+
 fn apply_inner<B: BlobRead + ?Sized>(
     ws: &Workspace,
     blobs: &B,
     plan: &Plan,
     mut pre: Prestaged,
-) -> Result<Applied> {
+) -> Result<(Applied, DirsToSync)> {
     let mut g = Guard {
         ws,
         checked: HashSet::new(),
@@ -555,11 +574,12 @@ fn apply_inner<B: BlobRead + ?Sized>(
             }
         }
     }
-    if durable {
-        let dirs: Vec<&PathBuf> = touched_dirs.iter().collect();
-        in_parallel(&dirs, |d| sync_dir(d))?;
-    }
-    Ok(done)
+    let dirs = if durable {
+        DirsToSync(touched_dirs.into_iter().collect())
+    } else {
+        DirsToSync::default()
+    };
+    Ok((done, dirs))
 }
 
 /// Files written, fsync'd and renamed together in one batch of a rollback:

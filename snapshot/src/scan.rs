@@ -187,6 +187,28 @@ fn push_rules(parent: &Option<Rc<Rules>>, abs: &Path, repo_root: bool) -> Option
     }
 }
 
+/// The ignore rules in force in each directory already visited by a
+/// capture that re-reads several paths (a watched capture), so shared
+/// ancestors' ignore files are read once rather than once per path.
+#[derive(Default)]
+pub(crate) struct RulesMemo {
+    at: std::collections::HashMap<PathBuf, Option<Rc<Rules>>>,
+}
+
+impl RulesMemo {
+    /// The rules in force in `abs`, given its parent's: the workspace root
+    /// (`root`) is always a repository root; any other directory is one if
+    /// it holds a `.git`.
+    fn at(&mut self, parent: &Option<Rc<Rules>>, abs: &Path, root: bool) -> Option<Rc<Rules>> {
+        if let Some(r) = self.at.get(abs) {
+            return r.clone();
+        }
+        let r = push_rules(parent, abs, root || abs.join(GIT_DIR_NAME).exists());
+        self.at.insert(abs.to_path_buf(), r.clone());
+        r
+    }
+}
+
 /// Walks the whole workspace, honouring ignore rules (unless disabled),
 /// then adds the tracked paths the walk did not reach.
 pub(crate) fn scan_full(ws: &Workspace, tracked: &BTreeSet<String>) -> Result<ScanOut> {
@@ -232,6 +254,7 @@ pub(crate) fn scan_subtree(
     ws: &Workspace,
     rel: &str,
     tracked: &BTreeSet<String>,
+    rules: &mut RulesMemo,
     out: &mut ScanOut,
 ) -> Result<()> {
     let follow = ws.options().follow_gitignore;
@@ -242,7 +265,7 @@ pub(crate) fn scan_subtree(
         // Captured whole by the tracked-path rule, ignore rules or not.
         scan_tracked(ws, rel, out)?;
     } else if !ws.is_excluded(rel) {
-        scan_view(ws, rel, follow, tracked, out)?;
+        scan_view(ws, rel, follow, tracked, rules, out)?;
     }
     // Tracked paths below `rel` that the walk above did not reach.
     let prefix = format!("{rel}/");
@@ -273,6 +296,7 @@ fn scan_view(
     rel: &str,
     follow: bool,
     tracked: &BTreeSet<String>,
+    memo: &mut RulesMemo,
     out: &mut ScanOut,
 ) -> Result<()> {
     let root = ws.root();
@@ -281,7 +305,7 @@ fn scan_view(
         return Ok(());
     }
     let mut rules: Option<Rc<Rules>> = if follow {
-        push_rules(&None, root, true)
+        memo.at(&None, root, true)
     } else {
         None
     };
@@ -306,7 +330,7 @@ fn scan_view(
         }
         if !last {
             if follow {
-                rules = push_rules(&rules, &abs, abs.join(GIT_DIR_NAME).exists());
+                rules = memo.at(&rules, &abs, false);
             }
             continue;
         }
@@ -438,7 +462,7 @@ fn walk(
     // out between threads, each walking whole subtrees.
     drain(ws, follow, tracked, &mut stack, out, true)?;
     let want = match ws.options().hash_threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        0 => crate::workspace::parallelism(),
         n => n,
     };
     let threads = want

@@ -47,6 +47,14 @@ pub struct SnapshotOptions {
 /// is the bottleneck, and each thread holds a read buffer.
 pub const MAX_HASH_THREADS: usize = 8;
 
+/// The machine's parallelism, read once: `available_parallelism` reads
+/// cgroup files on every call, which a watched checkpoint of a few files
+/// would otherwise pay each time.
+pub(crate) fn parallelism() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 impl Default for SnapshotOptions {
     fn default() -> Self {
         SnapshotOptions {
@@ -101,6 +109,17 @@ pub struct Workspace {
     /// A stat cache being written on a background thread, with the cache
     /// it writes (see `StatCache::save_in_background`).
     pending_save: Mutex<Option<PendingSave>>,
+    /// The checkpoint list as this process last folded it, and whether the
+    /// file copy lags behind it (see `checkpoint::list_checkpoints`).
+    pub(crate) checkpoint_list: Mutex<Option<(crate::checkpoint::ListCache, bool)>>,
+    /// Held while the tracked-path file is read, changed and written back,
+    /// so concurrent updates (a rollback marks paths dirty while its
+    /// pre-rollback checkpoint clears others) do not lose each other's.
+    track_lock: Mutex<()>,
+    /// Paths a rollback in progress marked dirty: a checkpoint that
+    /// captured them earlier must not clear those marks (see
+    /// [`Workspace::mark_dirty_pinned`]).
+    pinned_dirty: Mutex<BTreeSet<String>>,
 }
 
 /// A background stat-cache save: the thread (which returns the identity of
@@ -113,6 +132,7 @@ pub(crate) type PendingSave = (
 impl Drop for Workspace {
     fn drop(&mut self) {
         self.finish_cache_save();
+        crate::checkpoint::save_list_if_behind(self);
     }
 }
 
@@ -161,6 +181,9 @@ impl Workspace {
             watcher: Mutex::new(None),
             stat_cache: Mutex::new(None),
             pending_save: Mutex::new(None),
+            checkpoint_list: Mutex::new(None),
+            track_lock: Mutex::new(()),
+            pinned_dirty: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -278,6 +301,7 @@ impl Workspace {
             }
             norm.push(n);
         }
+        let _g = self.track_lock.lock();
         let mut st = self.load_track()?;
         for n in norm {
             st.tracked.insert(n.clone());
@@ -321,22 +345,41 @@ impl Workspace {
         write_atomic(&self.cache_path(TRACKED_FILE), &bytes, true)
     }
 
-    /// Marks paths dirty (for the next tracked-only checkpoint) without adding them to `tracked`.
-    pub(crate) fn mark_dirty<'a>(&self, paths: impl IntoIterator<Item = &'a String>) -> Result<()> {
+    /// Marks paths dirty (for the next tracked-only checkpoint) without
+    /// adding them to `tracked`, and keeps the marks until
+    /// [`Workspace::unpin_dirty`]: a checkpoint running at the same time
+    /// (the pre-rollback checkpoint, which captured these paths in their
+    /// old state) does not clear them.
+    pub(crate) fn mark_dirty_pinned(&self, paths: &[String]) -> Result<()> {
+        let _g = self.track_lock.lock();
+        self.pinned_dirty.lock().extend(paths.iter().cloned());
         let mut st = self.load_track()?;
         let n = st.dirty.len();
-        st.dirty.extend(paths.into_iter().cloned());
+        st.dirty.extend(paths.iter().cloned());
         if st.dirty.len() != n {
             self.save_track(&st)?;
         }
         Ok(())
     }
 
-    /// Clears the given paths from the dirty set (after a checkpoint captured them).
+    /// Lets later checkpoints clear the marks of [`Workspace::mark_dirty_pinned`].
+    pub(crate) fn unpin_dirty(&self, paths: &[String]) {
+        let mut pinned = self.pinned_dirty.lock();
+        for p in paths {
+            pinned.remove(p);
+        }
+    }
+
+    /// Clears the given paths from the dirty set (after a checkpoint
+    /// captured them), except those a rollback in progress pinned.
     pub(crate) fn clear_dirty(&self, captured: &BTreeSet<String>) -> Result<()> {
+        let _g = self.track_lock.lock();
         let mut st = self.load_track()?;
         let n = st.dirty.len();
-        st.dirty.retain(|p| !captured.contains(p));
+        let pinned = self.pinned_dirty.lock();
+        st.dirty
+            .retain(|p| !captured.contains(p) || pinned.contains(p));
+        drop(pinned);
         if st.dirty.len() != n {
             // Not durable: a clear lost in a crash only makes the next
             // tracked-only checkpoint re-read a few paths.
@@ -397,4 +440,32 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     let d = std::fs::File::open(dir).map_err(|e| SnapshotError::io("open directory", dir, e))?;
     d.sync_all()
         .map_err(|e| SnapshotError::io("fsync directory", dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn pinned_dirty_marks_survive_a_concurrent_clear() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(
+            dir.path(),
+            &dir.path().join(".cairn/snapshot"),
+            SnapshotOptions::default(),
+        )
+        .unwrap();
+        let a = vec!["a.txt".to_string()];
+        let captured: BTreeSet<String> = a.iter().cloned().collect();
+        // A rollback marks a.txt while its pre-rollback checkpoint, which
+        // captured a.txt dirty from before, clears its captured marks.
+        ws.mark_dirty_pinned(&a).unwrap();
+        ws.clear_dirty(&captured).unwrap();
+        assert!(ws.load_track().unwrap().dirty.contains("a.txt"));
+        // Once the rollback unpins, a later checkpoint clears it.
+        ws.unpin_dirty(&a);
+        ws.clear_dirty(&captured).unwrap();
+        assert!(!ws.load_track().unwrap().dirty.contains("a.txt"));
+    }
 }

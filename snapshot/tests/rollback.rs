@@ -415,3 +415,68 @@ fn unknown_checkpoint_says_how_to_list() {
     let s = e.to_string();
     assert!(s.contains("c999") && s.contains("cairn checkpoints"), "{s}");
 }
+
+/// Two rollbacks in a row, the second restoring a path the first marked
+/// dirty: the second's pre-rollback checkpoint captures (and clears) that
+/// mark while the rollback marks it again; the new mark must survive, or a
+/// tracked-only checkpoint afterwards would record the file's old content.
+#[test]
+fn back_to_back_rollbacks_keep_restored_paths_dirty() {
+    for _ in 0..5 {
+        let f = fx();
+        f.write("a.txt", "one");
+        let c1 = f.checkpoint("c1");
+        f.write("a.txt", "two");
+        let c2 = f.checkpoint("c2");
+        f.rollback(c1.id);
+        assert_eq!(f.read("a.txt").as_deref(), Some("one"));
+        f.rollback(c2.id);
+        assert_eq!(f.read("a.txt").as_deref(), Some("two"));
+        let c3 = create_checkpoint(
+            &f.log,
+            &f.blobs,
+            &f.ws,
+            CheckpointRequest {
+                scan: ScanMode::TrackedOnly,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            c3.root, c2.root,
+            "the tracked-only checkpoint saw a.txt restored"
+        );
+    }
+}
+
+/// A checkpoint another process (here, another `Workspace` on the same
+/// store) records is found by a long-lived one that listed before.
+#[test]
+fn checkpoints_made_by_another_process_are_found() {
+    let f = fx();
+    f.write("a.txt", "one");
+    let c1 = f.checkpoint("c1");
+    let other = Workspace::open(
+        &f.root,
+        &f.root.join(".cairn/snapshot"),
+        SnapshotOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(find_checkpoint(&f.log, &other, c1.id).unwrap().id, c1.id);
+    f.write("a.txt", "two");
+    let c2 = f.checkpoint("c2");
+    assert_eq!(
+        find_checkpoint(&f.log, &other, c2.id).unwrap().root,
+        c2.root
+    );
+    assert_eq!(list_checkpoints(&f.log, &other, None).unwrap().len(), 2);
+    drop(other);
+    // The dropped workspace wrote the list it had folded; a new one reads it.
+    let third = Workspace::open(
+        &f.root,
+        &f.root.join(".cairn/snapshot"),
+        SnapshotOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(list_checkpoints(&f.log, &third, None).unwrap().len(), 2);
+}

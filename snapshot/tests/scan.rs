@@ -237,7 +237,18 @@ fn checkpoint_list_is_persisted_and_rebuilt() {
         list_checkpoints(&log, &ws, Some("s1")).unwrap(),
         vec![a.clone(), c.clone()]
     );
+    // A long-lived handle keeps the list in memory; the file is written
+    // when the handle is dropped (or after many records).
+    drop(ws);
+    let ws = mem_ws(dir.path());
+    assert!(dir.path().join(".cairn/snapshot/checkpoints.bin").exists());
+    assert_eq!(
+        list_checkpoints(&log, &ws, None).unwrap(),
+        vec![a.clone(), b.clone(), c.clone()]
+    );
+    drop(ws);
     std::fs::remove_file(dir.path().join(".cairn/snapshot/checkpoints.bin")).unwrap();
+    let ws = mem_ws(dir.path());
     assert_eq!(
         list_checkpoints(&log, &ws, None).unwrap(),
         vec![a.clone(), b.clone(), c.clone()]
