@@ -167,6 +167,58 @@ fn many_threads_always_dense_lsns_and_shared_fsyncs() {
     assert_eq!(log.head().last_lsn, Lsn(total));
 }
 
+/// Threads parked behind a sync that fails are all released with an error
+/// (none hangs, none is told its record is durable), and every record
+/// acknowledged before the failure survives a reopen.
+#[test]
+fn failed_fsync_releases_every_waiting_appender() {
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = Arc::new(Faulty::default());
+    faulty.slow_sync.store(true, Ordering::SeqCst);
+    let vfs: Arc<dyn Vfs> = Arc::new(FaultyVfs(faulty.clone()));
+    let log = Arc::new(Log::open(vfs, tmp.path(), opts(1 << 20, Durability::Always)).unwrap());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let handles: Vec<_> = (0..12u64)
+        .map(|t| {
+            let (log, done_tx) = (log.clone(), done_tx.clone());
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let err = loop {
+                    match log.append(&ev(t * 10_000 + acked.len() as u64)) {
+                        Ok(lsn) => acked.push(lsn),
+                        Err(e) => break e,
+                    }
+                };
+                done_tx.send(()).unwrap();
+                (acked, err)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    faulty.fail_sync.store(true, Ordering::SeqCst);
+    for _ in 0..12 {
+        done_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("every appender is released after the failed fsync");
+    }
+    let mut acked = Vec::new();
+    for h in handles {
+        let (mine, err) = h.join().unwrap();
+        assert!(
+            matches!(err, EngineError::Io { .. } | EngineError::Poisoned { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("injected fsync failure"), "{err}");
+        acked.extend(mine);
+    }
+    assert!(!acked.is_empty());
+    drop(log);
+    let log = Log::open(Arc::new(RealVfs), tmp.path(), LogOptions::default()).unwrap();
+    for lsn in acked {
+        assert!(log.read(lsn).is_ok(), "acknowledged {lsn:?} survives");
+    }
+}
+
 #[test]
 fn failed_fsync_poisons_the_writer() {
     let tmp = tempfile::tempdir().unwrap();

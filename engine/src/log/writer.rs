@@ -120,6 +120,8 @@ struct SyncState {
     last_group: u64,
     /// How long the last fdatasync took.
     last_sync: Duration,
+    /// Threads parked until the running sync ends.
+    waiters: Vec<std::thread::Thread>,
 }
 
 /// The longest a group-commit leader waits for concurrent appenders to
@@ -136,11 +138,23 @@ struct Inner {
     w: Mutex<WriterState>,
     view: RwLock<View>,
     sync: Mutex<SyncState>,
-    sync_cv: Condvar,
+    /// `SyncState::durable`, readable without the lock: a waiter released
+    /// by a sync checks it and returns without queueing on the mutex.
+    durable_at: AtomicU64,
+    /// Threads inside `wait_durable` right now.
+    inside: AtomicU64,
+    /// The most threads seen inside `wait_durable` at once since the last
+    /// fdatasync began: how many appenders run concurrently, so how many
+    /// records the next group can hope to hold.
+    peak: AtomicU64,
     /// LSN of the last record written to the tail (durable or not).
     written: AtomicU64,
     head_mx: Mutex<()>,
     head_cv: Condvar,
+    /// The LSN a group-commit leader is waiting to see written (0: none).
+    gather_target: AtomicU64,
+    gather_mx: Mutex<()>,
+    gather_cv: Condvar,
     stop: Mutex<bool>,
     stop_cv: Condvar,
 }
@@ -210,11 +224,17 @@ impl Log {
                 poisoned: None,
                 last_group: 0,
                 last_sync: Duration::ZERO,
+                waiters: Vec::new(),
             }),
-            sync_cv: Condvar::new(),
+            durable_at: AtomicU64::new(head.last_lsn.0),
+            inside: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
             written: AtomicU64::new(head.last_lsn.0),
             head_mx: Mutex::new(()),
             head_cv: Condvar::new(),
+            gather_target: AtomicU64::new(0),
+            gather_mx: Mutex::new(()),
+            gather_cv: Condvar::new(),
             stop: Mutex::new(false),
             stop_cv: Condvar::new(),
         });
@@ -421,8 +441,14 @@ impl Inner {
     }
 
     fn poison_sync(&self, cause: String) {
-        self.sync.lock().poisoned.get_or_insert(cause);
-        self.sync_cv.notify_all();
+        let waiters = {
+            let mut s = self.sync.lock();
+            s.poisoned.get_or_insert(cause);
+            std::mem::take(&mut s.waiters)
+        };
+        for t in waiters {
+            t.unpark();
+        }
     }
 
     /// Writes pre-encoded frames (`offs`: where each starts in `buf`) as one
@@ -490,7 +516,13 @@ impl Inner {
         }
         let last = Lsn(first.0 + items.len() as u64 - 1);
         st.end = at + total;
-        self.written.store(last.0, Ordering::Release);
+        self.written.store(last.0, Ordering::SeqCst);
+        // A group-commit leader waiting for this record: wake it.
+        let want = self.gather_target.load(Ordering::SeqCst);
+        if want != 0 && last.0 >= want {
+            let _g = self.gather_mx.lock();
+            self.gather_cv.notify_one();
+        }
         st.next_lsn = last.next();
         st.chain = chain;
         st.last_frame_off = last_off;
@@ -586,6 +618,7 @@ impl Inner {
             let mut s = self.sync.lock();
             if s.durable < head.last_lsn {
                 s.durable = head.last_lsn;
+                self.durable_at.store(head.last_lsn.0, Ordering::Release);
             }
         }
         self.notify_heads();
@@ -619,6 +652,14 @@ impl Inner {
     /// leader) runs fdatasync for everything written so far; the others wait
     /// and are released together when it covers their records.
     fn wait_durable(&self, lsn: Lsn) -> Result<()> {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        let r = self.wait_durable_inner(lsn);
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+
+    fn wait_durable_inner(&self, lsn: Lsn) -> Result<()> {
         let mut s = self.sync.lock();
         loop {
             if let Some(c) = &s.poisoned {
@@ -628,38 +669,79 @@ impl Inner {
                 return Ok(());
             }
             if s.syncing {
-                self.sync_cv.wait(&mut s);
+                // Parked rather than on a condition variable: the end of
+                // the sync wakes every waiter at once, and those it covered
+                // return without queueing for this mutex one by one.
+                s.waiters.push(std::thread::current());
+                drop(s);
+                loop {
+                    std::thread::park();
+                    if self.durable_at.load(Ordering::Acquire) >= lsn.0 {
+                        return Ok(());
+                    }
+                    let mut g = self.sync.lock();
+                    if g.syncing && g.poisoned.is_none() {
+                        // Woken early, or a new sync began that does not
+                        // cover this record yet: wait for that one.
+                        g.waiters.push(std::thread::current());
+                        continue;
+                    }
+                    s = g;
+                    break;
+                }
                 continue;
             }
             s.syncing = true;
-            let (durable, group) = (s.durable, s.last_group);
+            // Aim for a group as large as the most appenders seen waiting
+            // at once: the ones the last sync released are being scheduled
+            // again and are about to write their next records.
+            let group = s.last_group.max(self.peak.load(Ordering::Relaxed));
+            self.peak
+                .store(self.inside.load(Ordering::SeqCst), Ordering::Relaxed);
+            let durable = s.durable;
             let budget = (s.last_sync / 2).min(MAX_GROUP_COMMIT_WAIT);
             let (r, took) = MutexGuard::unlocked(&mut s, || {
+                let deadline = Instant::now() + budget;
                 if group > 1 {
-                    // Appenders ran concurrently last time: let the ones
-                    // woken by that sync write their next records, so this
-                    // sync covers them too (adaptive group commit).
-                    let deadline = Instant::now() + budget;
-                    while self.written.load(Ordering::Acquire) < durable.0 + group
-                        && Instant::now() < deadline
-                    {
-                        std::thread::yield_now();
+                    // Appenders ran concurrently last time: let them write
+                    // their next records, so this sync covers them too
+                    // (adaptive group commit). The leader sleeps (an
+                    // appender reaching the target wakes it), leaving the
+                    // cores to the appenders.
+                    let want = durable.0 + group;
+                    self.gather_target.store(want, Ordering::SeqCst);
+                    let mut g = self.gather_mx.lock();
+                    while self.written.load(Ordering::SeqCst) < want {
+                        if self.gather_cv.wait_until(&mut g, deadline).timed_out() {
+                            break;
+                        }
                     }
+                    drop(g);
+                    self.gather_target.store(0, Ordering::SeqCst);
                 }
                 let t = Instant::now();
                 (self.sync_now(), t.elapsed())
             });
             s.syncing = false;
-            self.sync_cv.notify_all();
-            match r {
-                Ok(l) if l > s.durable => {
+            if let Ok(l) = &r {
+                if *l > s.durable {
                     s.last_group = l.0 - s.durable.0;
                     s.last_sync = took;
-                    s.durable = l;
+                    s.durable = *l;
+                    self.durable_at.store(l.0, Ordering::Release);
                 }
-                Ok(_) => {}
-                Err(e) => return Err(e),
             }
+            let done = s.durable >= lsn;
+            let waiters = std::mem::take(&mut s.waiters);
+            drop(s);
+            for t in waiters {
+                t.unpark();
+            }
+            r?;
+            if done {
+                return Ok(());
+            }
+            s = self.sync.lock();
         }
     }
 
