@@ -458,9 +458,11 @@ fn apply_inner<B: BlobRead + ?Sized>(
     let mut done = Applied::default();
     let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
     let durable = ws.options().fsync_restored_files;
+    let mut replaced = Replaced::default();
 
     for p in &plan.delete {
         let abs = g.check(p)?;
+        replaced.hold(&abs);
         match std::fs::remove_file(&abs) {
             Ok(()) => done.deleted.push(p.clone()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -553,6 +555,7 @@ fn apply_inner<B: BlobRead + ?Sized>(
             }
             for s in &staged {
                 if let Some((tmp, _)) = &s.file {
+                    replaced.hold(&s.abs);
                     std::fs::rename(tmp, &s.abs)
                         .map_err(|e| SnapshotError::io("rename into place", &s.abs, e))?;
                 }
@@ -574,12 +577,61 @@ fn apply_inner<B: BlobRead + ?Sized>(
             }
         }
     }
+    replaced.release_in_background();
     let dirs = if durable {
         DirsToSync(touched_dirs.into_iter().collect())
     } else {
         DirsToSync::default()
     };
     Ok((done, dirs))
+}
+
+/// Files a restore replaces or deletes, held open across the rename or
+/// unlink and closed on a background thread afterwards. Freeing a file's
+/// last link frees the file itself (its pages and blocks, after waiting for
+/// any write-back of them in progress: tens of milliseconds for a file an
+/// agent has just written) inside the system call, unless the file is
+/// still open; holding it open moves that work to the final close, off the
+/// rollback's path. A file that cannot be opened is simply not held.
+#[derive(Default)]
+struct Replaced(Vec<std::fs::File>);
+
+impl Replaced {
+    /// The most files held open at once (bounds the descriptors a large
+    /// restore keeps); beyond it, files are freed inline as before.
+    const MAX_HELD: usize = 256;
+
+    fn hold(&mut self, abs: &Path) {
+        if self.0.len() >= Self::MAX_HELD {
+            return;
+        }
+        // O_NOFOLLOW: a symlink is replaced itself, never what it points to
+        // (opening one fails, and it is not held); O_NONBLOCK: a FIFO in its
+        // place does not block the open.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            if let Ok(f) = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(abs)
+            {
+                self.0.push(f);
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = abs;
+    }
+
+    fn release_in_background(self) {
+        if !self.0.is_empty() {
+            let files = self.0;
+            // If the thread cannot start, the files are closed here instead.
+            let _ = std::thread::Builder::new()
+                .name("cairn-restore-close".into())
+                .spawn(move || drop(files));
+        }
+    }
 }
 
 /// Files written, fsync'd and renamed together in one batch of a rollback:
