@@ -130,6 +130,10 @@ fn bed(n: usize, seed: u64) -> Res<Bed> {
         &ws_root,
         &["config", "core.worktree", ws_root.to_str().ok_or("path")?],
     )?;
+    // No automatic packing in the background: it would make the loose
+    // object figure depend on whether a detached `git gc --auto` had
+    // finished (the shadow repositories of agent IDEs vary on this too).
+    git(&git_dir, &ws_root, &["config", "gc.auto", "0"])?;
     std::fs::create_dir_all(git_dir.join("info"))?;
     std::fs::write(git_dir.join("info/exclude"), ".cairn/\n")?;
     let store = ws_root.join(".cairn");
@@ -466,6 +470,23 @@ fn usage(p: &Path) -> (u64, u64) {
     out
 }
 
+/// Files under `dir` larger than `min` bytes, with their sizes.
+fn files_over(dir: &Path, min: u64, out: &mut Vec<(PathBuf, u64)>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if m.is_dir() {
+            files_over(&e.path(), min, out);
+        } else if m.len() > min {
+            out.push((e.path(), m.len()));
+        }
+    }
+}
+
 fn mb(b: u64) -> String {
     format!("{:.1} MB", b as f64 / 1e6)
 }
@@ -481,6 +502,17 @@ fn disk(n: usize, rows: &mut Rows) -> Res<()> {
         b.git_commit(&format!("edit {i}"))?;
     }
     let cairn = usage(&b.ws_root.join(".cairn"));
+    // Where cairn's bytes are: every file over 1% of the total.
+    let mut parts = Vec::new();
+    files_over(&b.ws_root.join(".cairn"), cairn.0 / 100, &mut parts);
+    for (p, n) in parts {
+        let rel = p
+            .strip_prefix(&b.ws_root)
+            .unwrap_or(&p)
+            .display()
+            .to_string();
+        println!("<!-- {rel}: {} -->", mb(n));
+    }
     let loose = usage(&b.git_dir);
     git(&b.git_dir, &b.ws_root, &["gc", "-q", "--force"])?;
     let packed = usage(&b.git_dir);

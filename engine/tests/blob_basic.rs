@@ -500,3 +500,85 @@ fn gc_never_leaves_a_dead_chunk_list_without_its_chunks() {
     let v = s.verify().unwrap();
     assert!(v.is_ok(), "after reopen: {v:?}");
 }
+
+/// The store trains its zstd dictionary from the first small blobs, then
+/// compresses later ones with it: smaller packs, the same bytes back after
+/// a reopen, a clean verify, a gc that keeps them readable; and without the
+/// dictionary file, an error that names it rather than wrong bytes.
+#[test]
+fn dictionary_is_trained_used_and_needed() {
+    let first: Vec<Vec<u8>> = (0..120).map(|i| text(3000, i + 1)).collect();
+    let later: Vec<Vec<u8>> = (0..120).map(|i| text(3000, i + 1000)).collect();
+    let opts = BlobOptions {
+        dictionary_sample_bytes: 128 * 1024,
+        ..BlobOptions::default()
+    };
+    let stored_later = |dictionary_sample_bytes: u64| {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = BlobStore::open(
+            Arc::new(RealVfs),
+            tmp.path(),
+            BlobOptions {
+                dictionary_sample_bytes,
+                ..BlobOptions::default()
+            },
+        )
+        .unwrap();
+        for b in &first {
+            s.put(b).unwrap();
+        }
+        s.wait_for_dictionary();
+        let before = s.stats().stored_bytes;
+        for b in &later {
+            s.put(b).unwrap();
+        }
+        s.stats().stored_bytes - before
+    };
+    let (with, without) = (stored_later(128 * 1024), stored_later(0));
+    assert!(
+        with < without,
+        "with a dictionary {with} bytes, without {without}"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let s = BlobStore::open(Arc::new(RealVfs), tmp.path(), opts.clone()).unwrap();
+    for b in &first {
+        s.put(b).unwrap();
+    }
+    let id = s.wait_for_dictionary().expect("a dictionary was trained");
+    let name = format!("dict-{id:08x}.zstd");
+    assert_eq!(s.stats().dictionary.as_deref(), Some(name.as_str()));
+    let hashes: Vec<BlobHash> = later.iter().map(|b| s.put(b).unwrap()).collect();
+    s.sync().unwrap();
+    drop(s);
+
+    let s = BlobStore::open(Arc::new(RealVfs), tmp.path(), opts.clone()).unwrap();
+    for (h, b) in hashes.iter().zip(&later) {
+        assert_eq!(&s.get(h).unwrap(), b);
+    }
+    assert!(s.verify().unwrap().problems.is_empty());
+    // A read-only reader finds the dictionary too.
+    let ro = BlobStore::open_read_only(Arc::new(RealVfs), tmp.path()).unwrap();
+    assert_eq!(&ro.get(&hashes[0]).unwrap(), &later[0]);
+    drop(ro);
+    // gc copies entries byte for byte: they still need, and find, it.
+    let live: HashSet<BlobHash> = hashes[..60].iter().copied().collect();
+    s.gc(
+        &live,
+        GcOptions {
+            rewrite_threshold: 0.0,
+        },
+    )
+    .unwrap();
+    for (h, b) in hashes[..60].iter().zip(&later) {
+        assert_eq!(&s.get(h).unwrap(), b);
+    }
+    drop(s);
+
+    std::fs::remove_file(tmp.path().join(&name)).unwrap();
+    let s = BlobStore::open(Arc::new(RealVfs), tmp.path(), opts).unwrap();
+    let err = s.get(&hashes[0]).unwrap_err();
+    assert!(matches!(err, EngineError::BlobIntegrity { .. }), "{err}");
+    assert!(err.to_string().contains(&name), "{err}");
+    assert!(!s.verify().unwrap().problems.is_empty());
+}

@@ -180,6 +180,52 @@ fn crash_at_every_operation_of_a_batch_put() {
     }
 }
 
+/// Training the store's dictionary (writing its file durably) and the first
+/// puts compressed with it, crashed at every operation: durable blobs stay
+/// intact, the window's blobs are intact or absent, and a blob written
+/// with the dictionary is never left without it.
+#[test]
+fn crash_at_every_operation_of_a_dictionary_training() {
+    let samples: Vec<Vec<u8>> = (0..80)
+        .map(|i| text(1500 + i * 7, 90_000 + i as u64 * 40))
+        .collect();
+    let window = |s: &BlobStore| -> Result<(), EngineError> {
+        let refs: Vec<&[u8]> = samples.iter().map(|b| &b[..]).collect();
+        if !s.train_dictionary(&refs)? {
+            return Err(EngineError::Invalid("no dictionary".into()));
+        }
+        let w = window_set();
+        let refs: Vec<&[u8]> = w.iter().map(|b| &b[..]).collect();
+        s.put_batch(&refs).map(|_| ())
+    };
+    let (ok, s, _, _) = run(1, None, &window);
+    assert!(ok, "without a crash the window trains and stores");
+    assert!(s.stats().dictionary.is_some());
+    drop(s);
+    let total = ops_of(&window);
+    assert!(total > 10, "the window does real work: {total} ops");
+    for n in 0..=total {
+        let (ok, s, _, _) = run(n + 11, Some(n), &window);
+        let ctx = format!("stopped at op {n} of {total}");
+        if ok {
+            let mut all = durable_set();
+            all.extend(window_set());
+            check(&s, &all, &[], &ctx);
+            assert!(
+                s.stats().dictionary.is_some(),
+                "{ctx}: the dictionary survived"
+            );
+        } else {
+            check(&s, &durable_set(), &window_set(), &ctx);
+        }
+        // The store works after recovery, with or without a dictionary.
+        let w = window_set();
+        let refs: Vec<&[u8]> = w.iter().map(|b| &b[..]).collect();
+        s.put_batch(&refs).unwrap();
+        check(&s, &w, &[], &ctx);
+    }
+}
+
 #[test]
 fn crash_at_every_operation_of_a_gc() {
     // Half the durable set is live; the other half and a set of dead blobs

@@ -29,7 +29,7 @@ fn check_entry(data: &[u8]) {
     let entry = &data[..end];
     let _ = h.check_crc(entry);
     let payload = &entry[ENTRY_HEADER_LEN.min(entry.len())..];
-    if let Ok(raw) = decode_contents(&h, payload) {
+    if let Ok(raw) = decode_contents(&h, payload, &|_| None) {
         assert!(raw.len() as u64 <= h.raw_len.max(payload.len() as u64));
         let _ = decode_chunk_list(&raw, h.raw_len);
     }
@@ -126,7 +126,7 @@ fn real_files_decode() {
     let entry = &pack[PACK_HEADER_LEN..PACK_HEADER_LEN + h.entry_len() as usize];
     h.check_crc(entry).unwrap();
     assert_eq!(
-        decode_contents(&h, &entry[ENTRY_HEADER_LEN..]).unwrap(),
+        decode_contents(&h, &entry[ENTRY_HEADER_LEN..], &|_| None).unwrap(),
         b"small"
     );
     assert!(!IndexSnapshot::decode(&index).unwrap().entries.is_empty());

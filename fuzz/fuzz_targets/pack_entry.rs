@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let entry = &data[..end];
     let _ = h.check_crc(entry);
     let payload = &entry[ENTRY_HEADER_LEN.min(entry.len())..];
-    if let Ok(raw) = decode_contents(&h, payload) {
+    if let Ok(raw) = decode_contents(&h, payload, &|_| None) {
         assert!(raw.len() as u64 <= h.raw_len.max(payload.len() as u64));
         let _ = decode_chunk_list(&raw, h.raw_len);
     }

@@ -49,6 +49,18 @@ pub trait BlobAccess: BlobRead + Sync {
     /// store may leave some in place when reclaiming them costs more than it
     /// frees (the engine rewrites only packs that are mostly dead).
     fn gc(&self, live: &HashSet<BlobHash>, thorough: bool) -> Result<GcSummary>;
+    /// True if the store would compress better with a dictionary trained
+    /// from samples of what is about to be stored (see
+    /// [`BlobAccess::train_dictionary`]). Default: false.
+    fn wants_dictionary(&self) -> bool {
+        false
+    }
+    /// Trains the store's compression dictionary from samples (a first
+    /// checkpoint of a large tree does this before storing its files).
+    /// Default: nothing.
+    fn train_dictionary(&self, _samples: &[&[u8]]) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// An in-memory blob store, for tests and for in-memory embedders.
@@ -216,5 +228,12 @@ impl BlobAccess for cairn_engine::blob::BlobStore {
             removed_blobs: r.entries_dropped,
             freed_bytes: r.bytes_before.saturating_sub(r.bytes_after),
         })
+    }
+    fn wants_dictionary(&self) -> bool {
+        cairn_engine::blob::BlobStore::wants_dictionary(self)
+    }
+    fn train_dictionary(&self, samples: &[&[u8]]) -> Result<()> {
+        cairn_engine::blob::BlobStore::train_dictionary(self, samples)?;
+        Ok(())
     }
 }

@@ -243,6 +243,7 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
             "blob_stored_bytes": s.blobs.stored_bytes,
             "dedup_ratio": s.blobs.dedup_ratio,
             "compression_ratio": s.blobs.compression_ratio,
+            "blob_dictionary": s.blobs.dictionary,
         });
         println!("{v}");
     } else {
@@ -280,6 +281,13 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
                 "dedup {:.2}x, compression {:.2}x",
                 s.blobs.dedup_ratio, s.blobs.compression_ratio
             ),
+        ]);
+        t.row(vec![
+            "zstd dictionary".into(),
+            s.blobs
+                .dictionary
+                .clone()
+                .unwrap_or_else(|| "none yet".into()),
         ]);
         print!(
             "{}",

@@ -285,8 +285,9 @@ impl BlobStore {
                 .map_err(|err| EngineError::io("read pack", &pack.path, err))?
                 .and_then(|(hdr, entry)| {
                     if hdr.kind != EntryKind::ChunkList {
-                        let data = decode_contents(&hdr, &entry[ENTRY_HEADER_LEN..])
-                            .map_err(|err| err.to_string())?;
+                        let data =
+                            decode_contents(&hdr, &entry[ENTRY_HEADER_LEN..], &|id| self.dict(id))
+                                .map_err(|err| err.to_string())?;
                         if BlobHash::of(&data) != hdr.hash {
                             return Err("the contents do not hash to the entry's name".into());
                         }

@@ -45,6 +45,7 @@ use crate::vfs::{OpenMode, Vfs, VfsFile};
 use crate::{EngineError, Result};
 
 pub mod chunking;
+pub mod dict;
 mod gc;
 pub mod index;
 pub mod options;
@@ -125,6 +126,8 @@ pub struct BlobStore {
     gc_gate: RwLock<()>,
     /// Read-only stores: how far each pack has been scanned.
     scanned: Mutex<HashMap<PackId, u64>>,
+    /// The store's zstd dictionaries (see [`dict`]).
+    dicts: dict::Dicts,
 }
 
 fn integrity(hash: BlobHash, path: &Path, offset: u64, detail: impl Into<String>) -> EngineError {
@@ -304,7 +307,13 @@ impl BlobStore {
         if self.present_as(kind, &hash) {
             return Ok(());
         }
-        let entry = encode_contents(kind, self.opts.zstd_level, &hash, raw);
+        self.dicts.poll();
+        let dict = self.dicts.current();
+        if dict.is_none() {
+            self.dicts
+                .offer(raw, self.opts.dictionary_sample_bytes, &self.vfs, &self.dir);
+        }
+        let entry = encode_contents(kind, self.opts.zstd_level, &hash, raw, dict.as_deref());
         self.append(hash, entry, false)
     }
 
@@ -640,7 +649,7 @@ impl BlobStore {
     /// The verified contents of a whole-blob or chunk entry.
     fn read_contents(&self, h: &BlobHash, loc: &Loc) -> Result<Vec<u8>> {
         let (pack, header, entry) = self.read_entry(h, loc)?;
-        let data = decode_contents(&header, &entry[ENTRY_HEADER_LEN..])
+        let data = decode_contents(&header, &entry[ENTRY_HEADER_LEN..], &|id| self.dict(id))
             .map_err(|e| integrity(*h, &pack.path, loc.offset, e.to_string()))?;
         if BlobHash::of(&data) != *h {
             return Err(integrity(
@@ -778,10 +787,46 @@ impl BlobStore {
     }
 }
 
+impl BlobStore {
+    /// Dictionary `id`: loaded, or read from its file now (a read-only store
+    /// meets the writer's dictionary only once entries need it).
+    pub(crate) fn dict(&self, id: u32) -> Option<Arc<dict::Dict>> {
+        self.dicts.get_or_load(id, &*self.vfs, &self.dir)
+    }
+
+    /// True if the store has no zstd dictionary and is not training one:
+    /// a caller about to store many small blobs may then hand it samples
+    /// with [`train_dictionary`](Self::train_dictionary) first, so all of
+    /// them are compressed with it.
+    pub fn wants_dictionary(&self) -> bool {
+        !self.read_only && self.opts.dictionary_sample_bytes > 0 && self.dicts.wanted()
+    }
+
+    /// Trains the store's zstd dictionary from `samples` now (blobs between
+    /// 256 bytes and 128 KiB are used; at least 64 are needed), writes it
+    /// durably and compresses every later small blob with it. Does nothing
+    /// if the store has a dictionary already. Returns whether the store has
+    /// one now. Training takes about a tenth of a second per MiB of samples.
+    pub fn train_dictionary(&self, samples: &[&[u8]]) -> Result<bool> {
+        self.check_writable()?;
+        Ok(self.dicts.train_now(samples, &*self.vfs, &self.dir))
+    }
+
+    /// Waits for a dictionary being trained in the background, if any, and
+    /// starts compressing with it. Returns the id of the dictionary new
+    /// blobs are compressed with, if there is one.
+    pub fn wait_for_dictionary(&self) -> Option<u32> {
+        self.dicts.finish();
+        self.dicts.current().map(|d| d.id)
+    }
+}
+
 impl Drop for BlobStore {
     /// Best effort: a store closed cleanly leaves an index covering all of
-    /// its packs, so the next open scans nothing.
+    /// its packs, so the next open scans nothing. A dictionary being trained
+    /// is waited for, so no thread writes into the directory after close.
     fn drop(&mut self) {
+        self.dicts.finish();
         if self.read_only {
             return;
         }

@@ -16,7 +16,9 @@
 //!                   8..56, then the payload
 //!  8  4  stored_len u32 LE, payload bytes (at most MAX_ENTRY_RAW_BYTES)
 //! 12  1  kind       1 blob, 2 chunk (a piece of a chunked blob), 3 chunk list
-//! 13  1  flags      bit 0: payload is zstd (only for blob and chunk)
+//! 13  1  flags      bit 0: payload is zstd (only for blob and chunk);
+//!                   bit 1: that zstd frame needs the store dictionary its
+//!                   frame header names (only with bit 0), see [`super::dict`]
 //! 14  2  reserved   must be 0
 //! 16  8  raw_len    u64 LE: uncompressed size of the contents (for a chunk
 //!                   list: the size of the whole blob it describes)
@@ -30,9 +32,11 @@
 
 use cairn_codec::bytes::{crc32_seeded_parts as crc_of, u32_le as u32_at, u64_le as u64_at};
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use cairn_codec::{BlobHash, CodecError};
 
+use super::dict::Dict;
 use super::options::MAX_ENTRY_RAW_BYTES;
 
 /// Pack file magic, with the format version in its last byte.
@@ -46,6 +50,9 @@ pub const ENTRY_MAGIC: u32 = 0x3145_4243;
 pub const ENTRY_HEADER_LEN: usize = 56;
 /// Entry flag: the payload is a zstd frame.
 pub const FLAG_ZSTD: u8 = 1;
+/// Entry flag (with [`FLAG_ZSTD`]): the frame was compressed with the
+/// store dictionary whose id its frame header carries.
+pub const FLAG_ZSTD_DICT: u8 = 2;
 
 /// A pack file's number: `pack-00000042.pack` is `PackId(42)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -197,7 +204,10 @@ impl EntryHeader {
             what: format!("blob entry kind {} is unknown", b[12]),
         })?;
         let flags = b[13];
-        if flags & !FLAG_ZSTD != 0 || (kind == EntryKind::ChunkList && flags != 0) {
+        if flags & !(FLAG_ZSTD | FLAG_ZSTD_DICT) != 0
+            || (flags & FLAG_ZSTD_DICT != 0 && flags & FLAG_ZSTD == 0)
+            || (kind == EntryKind::ChunkList && flags != 0)
+        {
             return Err(CodecError::Invalid {
                 what: format!("blob entry flags {flags:#x} are not valid for {kind:?}"),
             });
@@ -294,28 +304,46 @@ pub fn encode_entry(
 }
 
 thread_local! {
-    static COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
-    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    /// A compressor per thread, keyed by level and dictionary id (0: none).
+    static COMPRESSOR: RefCell<Option<(i32, u32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
+    /// A decompressor per thread, keyed by dictionary id (0: none).
+    static DECOMPRESSOR: RefCell<Option<(u32, zstd::bulk::Decompressor<'static>)>> = const { RefCell::new(None) };
 }
 
-/// Encodes a blob or chunk entry: zstd at `level` when that makes the
-/// payload smaller, raw otherwise. Returns the whole entry.
-pub fn encode_contents(kind: EntryKind, level: i32, hash: &BlobHash, raw: &[u8]) -> Vec<u8> {
+/// Encodes a blob or chunk entry: zstd at `level` (with `dict` if given)
+/// when that makes the payload smaller, raw otherwise. Returns the whole
+/// entry.
+pub fn encode_contents(
+    kind: EntryKind,
+    level: i32,
+    hash: &BlobHash,
+    raw: &[u8],
+    dict: Option<&Dict>,
+) -> Vec<u8> {
+    let dict_id = dict.map_or(0, |d| d.id);
     let compressed = if raw.len() >= super::options::COMPRESS_MIN_BYTES {
         COMPRESSOR.with(|c| {
             let mut c = c.borrow_mut();
-            if c.as_ref().map(|(l, _)| *l) != Some(level) {
-                *c = zstd::bulk::Compressor::new(level).ok().map(|z| (level, z));
+            if c.as_ref().map(|(l, d, _)| (*l, *d)) != Some((level, dict_id)) {
+                let bytes = dict.map_or(&[][..], |d| &d.bytes);
+                *c = zstd::bulk::Compressor::with_dictionary(level, bytes)
+                    .ok()
+                    .map(|z| (level, dict_id, z));
             }
-            c.as_mut().and_then(|(_, z)| z.compress(raw).ok())
+            c.as_mut().and_then(|(_, _, z)| z.compress(raw).ok())
         })
     } else {
         None
     };
+    let flags = if dict_id != 0 {
+        FLAG_ZSTD | FLAG_ZSTD_DICT
+    } else {
+        FLAG_ZSTD
+    };
     let mut out = Vec::new();
     match compressed {
         Some(z) if z.len() < raw.len() => {
-            encode_entry(&mut out, kind, FLAG_ZSTD, raw.len() as u64, hash, &z)
+            encode_entry(&mut out, kind, flags, raw.len() as u64, hash, &z)
         }
         _ => encode_entry(&mut out, kind, 0, raw.len() as u64, hash, raw),
     }
@@ -326,7 +354,13 @@ pub fn encode_contents(kind: EntryKind, level: i32, hash: &BlobHash, raw: &[u8])
 /// is zstd. The output is bounded by the recorded raw length: a frame that
 /// claims more, or decompresses to more or less, is refused before the
 /// memory is allocated.
-pub fn decode_contents(h: &EntryHeader, payload: &[u8]) -> Result<Vec<u8>, CodecError> {
+///
+/// `dicts` finds a store dictionary by id, for an entry that needs one.
+pub fn decode_contents(
+    h: &EntryHeader,
+    payload: &[u8],
+    dicts: &dyn Fn(u32) -> Option<Arc<Dict>>,
+) -> Result<Vec<u8>, CodecError> {
     if h.flags & FLAG_ZSTD == 0 {
         return Ok(payload.to_vec());
     }
@@ -355,14 +389,38 @@ pub fn decode_contents(h: &EntryHeader, payload: &[u8]) -> Result<Vec<u8>, Codec
             })
         }
     }
+    let framed_id = zstd::zstd_safe::get_dict_id_from_frame(payload).map_or(0, |n| n.get());
+    let dict = if h.flags & FLAG_ZSTD_DICT != 0 {
+        if framed_id == 0 {
+            return Err(CodecError::Invalid {
+                what: "blob entry needs a dictionary but its zstd frame names none".into(),
+            });
+        }
+        Some(dicts(framed_id).ok_or_else(|| CodecError::Invalid {
+            what: format!(
+                "blob entry needs zstd dictionary {} of this store, which is missing or damaged",
+                super::dict::file_name(framed_id)
+            ),
+        })?)
+    } else if framed_id != 0 {
+        return Err(CodecError::Invalid {
+            what: "blob entry's zstd frame names a dictionary but the entry is not flagged as needing one".into(),
+        });
+    } else {
+        None
+    };
+    let dict_id = dict.as_ref().map_or(0, |d| d.id);
     let out = DECOMPRESSOR.with(|d| {
         let mut d = d.borrow_mut();
-        if d.is_none() {
-            *d = zstd::bulk::Decompressor::new().ok();
+        if d.as_ref().map(|(id, _)| *id) != Some(dict_id) {
+            let bytes = dict.as_ref().map_or(&[][..], |d| &d.bytes);
+            *d = zstd::bulk::Decompressor::with_dictionary(bytes)
+                .ok()
+                .map(|z| (dict_id, z));
         }
         match d.as_mut() {
-            Some(d) => d.decompress(payload, max),
-            None => zstd::bulk::decompress(payload, max),
+            Some((_, d)) => d.decompress(payload, max),
+            None => Err(std::io::Error::other("cannot create a zstd decompressor")),
         }
     });
     let out = out.map_err(|e| CodecError::Invalid {
@@ -385,7 +443,92 @@ mod tests {
     use super::*;
 
     fn entry(kind: EntryKind, raw: &[u8]) -> Vec<u8> {
-        encode_contents(kind, 3, &BlobHash::of(raw), raw)
+        encode_contents(kind, 3, &BlobHash::of(raw), raw, None)
+    }
+
+    /// A small dictionary trained on source-like text, and a text like it.
+    fn dict_and_text() -> (Arc<Dict>, Vec<u8>) {
+        let words = ["fn", "let", "mut", "self", "match", "impl", "pub", "value"];
+        let (mut data, mut sizes) = (Vec::new(), Vec::new());
+        let mut x: u64 = 3;
+        let mut text = |n: usize| {
+            let mut one = Vec::new();
+            while one.len() < n {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                one.extend_from_slice(words[(x >> 33) as usize % words.len()].as_bytes());
+                one.push(b' ');
+            }
+            one
+        };
+        for _ in 0..100 {
+            let one = text(1500);
+            sizes.push(one.len());
+            data.extend_from_slice(&one);
+        }
+        let bytes = zstd::dict::from_continuous(&data, &sizes, 8 * 1024).unwrap();
+        let id = zstd::zstd_safe::get_dict_id_from_dict(&bytes)
+            .unwrap()
+            .get();
+        (Arc::new(Dict { id, bytes }), text(3000))
+    }
+
+    #[test]
+    fn dictionary_entries_round_trip_and_need_their_dictionary() {
+        let (d, raw) = dict_and_text();
+        let hash = BlobHash::of(&raw);
+        let e = encode_contents(EntryKind::Blob, 3, &hash, &raw, Some(&d));
+        let h = EntryHeader::decode(&e).unwrap();
+        assert_eq!(h.flags, FLAG_ZSTD | FLAG_ZSTD_DICT);
+        let plain = encode_contents(EntryKind::Blob, 3, &hash, &raw, None);
+        assert!(
+            e.len() < plain.len(),
+            "the dictionary helps: {} vs {}",
+            e.len(),
+            plain.len()
+        );
+        let found = |id: u32| (id == d.id).then(|| d.clone());
+        assert_eq!(
+            decode_contents(&h, &e[ENTRY_HEADER_LEN..], &found).unwrap(),
+            raw
+        );
+        // Without the dictionary: an error naming it, never wrong bytes.
+        let err = decode_contents(&h, &e[ENTRY_HEADER_LEN..], &|_| None).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&super::super::dict::file_name(d.id)),
+            "{err}"
+        );
+        // The flag without its frame, or the frame without its flag, is refused.
+        let ph = EntryHeader::decode(&plain).unwrap();
+        let flagged = EntryHeader {
+            flags: FLAG_ZSTD | FLAG_ZSTD_DICT,
+            ..ph
+        };
+        assert!(decode_contents(&flagged, &plain[ENTRY_HEADER_LEN..], &found).is_err());
+        let unflagged = EntryHeader {
+            flags: FLAG_ZSTD,
+            ..h
+        };
+        assert!(decode_contents(&unflagged, &e[ENTRY_HEADER_LEN..], &found).is_err());
+        // The dictionary flag alone, or on a chunk list, is not a valid header.
+        for (kind, flags) in [
+            (EntryKind::Blob, FLAG_ZSTD_DICT),
+            (EntryKind::ChunkList, FLAG_ZSTD | FLAG_ZSTD_DICT),
+            (EntryKind::Blob, 4),
+        ] {
+            let mut bad = Vec::new();
+            encode_entry(
+                &mut bad,
+                kind,
+                flags,
+                raw.len() as u64,
+                &hash,
+                &e[ENTRY_HEADER_LEN..],
+            );
+            assert!(EntryHeader::decode(&bad).is_err(), "{kind:?} {flags:#x}");
+        }
     }
 
     #[test]
@@ -436,7 +579,10 @@ mod tests {
             assert_eq!(h.entry_len(), e.len() as u64);
             assert_eq!(h.hash, BlobHash::of(raw));
             h.check_crc(&e).unwrap();
-            assert_eq!(decode_contents(&h, &e[ENTRY_HEADER_LEN..]).unwrap(), raw);
+            assert_eq!(
+                decode_contents(&h, &e[ENTRY_HEADER_LEN..], &|_| None).unwrap(),
+                raw
+            );
         }
     }
 
@@ -450,7 +596,7 @@ mod tests {
                 d[i] ^= bit;
                 let ok = EntryHeader::decode(&d).and_then(|h| {
                     h.check_crc(&d)?;
-                    decode_contents(&h, &d[ENTRY_HEADER_LEN..])
+                    decode_contents(&h, &d[ENTRY_HEADER_LEN..], &|_| None)
                 });
                 if let Ok(bytes) = ok {
                     panic!(
@@ -507,7 +653,7 @@ mod tests {
         );
         let h = EntryHeader::decode(&e).unwrap();
         h.check_crc(&e).unwrap();
-        let err = decode_contents(&h, &e[ENTRY_HEADER_LEN..]).unwrap_err();
+        let err = decode_contents(&h, &e[ENTRY_HEADER_LEN..], &|_| None).unwrap_err();
         assert!(matches!(err, CodecError::TooLarge { .. }), "{err:?}");
         // And one that records more than it holds.
         let mut e = Vec::new();
@@ -520,7 +666,7 @@ mod tests {
             &z,
         );
         let h = EntryHeader::decode(&e).unwrap();
-        assert!(decode_contents(&h, &e[ENTRY_HEADER_LEN..]).is_err());
+        assert!(decode_contents(&h, &e[ENTRY_HEADER_LEN..], &|_| None).is_err());
     }
 
     #[test]

@@ -115,6 +115,9 @@ pub(super) fn open(
             .map_err(io_err("create blob directory", dir))?;
     }
     let names = vfs.list(dir).map_err(io_err("list blob directory", dir))?;
+    // A damaged dictionary is not fatal here: the entries that need it fail
+    // to read, naming it, and verify reports them; no new one is trained.
+    let (dicts, _damaged) = super::dict::Dicts::load(&*vfs, dir, &names, !read_only);
     let mut dir_changed = false;
     let mut pack_ids = Vec::new();
     for name in &names {
@@ -284,6 +287,7 @@ pub(super) fn open(
         sync_lock: Mutex::new(()),
         gc_gate: RwLock::new(()),
         scanned: Mutex::new(scanned),
+        dicts,
     };
     if !read_only && (rebuilt || recovered) {
         store.persist_index()?;

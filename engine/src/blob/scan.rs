@@ -161,6 +161,7 @@ mod tests {
                 3,
                 &BlobHash::of(&raw),
                 &raw,
+                None,
             ));
         }
         f.write_all_at(&bytes, 0).unwrap();

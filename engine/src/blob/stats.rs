@@ -29,6 +29,9 @@ pub struct BlobStats {
     /// `unique_bytes / stored_bytes`: how much smaller the pieces are on
     /// disk than in memory, overheads included (1.0 for an empty store).
     pub compression_ratio: f64,
+    /// The file of the zstd dictionary new small blobs are compressed
+    /// with (`dict-XXXXXXXX.zstd`), once the store has trained one.
+    pub dictionary: Option<String>,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -75,6 +78,7 @@ impl BlobStore {
         }
         s.dedup_ratio = ratio(s.raw_bytes, s.unique_bytes);
         s.compression_ratio = ratio(s.unique_bytes, s.stored_bytes);
+        s.dictionary = self.dicts.current().map(|d| super::dict::file_name(d.id));
         s
     }
 }

@@ -126,15 +126,17 @@ impl BlobStore {
                 let checked = match read_entry_at(p.file.as_ref(), e.offset, end)
                     .map_err(|err| EngineError::io("read pack", &p.path, err))?
                 {
-                    Ok((hdr, entry)) => decode_contents(&hdr, &entry[ENTRY_HEADER_LEN..])
-                        .map_err(|err| err.to_string())
-                        .and_then(|data| {
-                            if BlobHash::of(&data) == h.hash {
-                                Ok(())
-                            } else {
-                                Err("the contents do not hash to the entry's name".to_string())
-                            }
-                        }),
+                    Ok((hdr, entry)) => {
+                        decode_contents(&hdr, &entry[ENTRY_HEADER_LEN..], &|id| self.dict(id))
+                            .map_err(|err| err.to_string())
+                            .and_then(|data| {
+                                if BlobHash::of(&data) == h.hash {
+                                    Ok(())
+                                } else {
+                                    Err("the contents do not hash to the entry's name".to_string())
+                                }
+                            })
+                    }
                     Err(detail) => Err(detail),
                 };
                 match checked {
