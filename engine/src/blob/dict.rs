@@ -390,6 +390,31 @@ mod tests {
             .contains("over the limit"));
     }
 
+    proptest::proptest! {
+        /// Any bytes, with a valid header or not: an error or a checked
+        /// dictionary, never a panic or an allocation past the limit.
+        #[test]
+        fn decode_file_never_panics(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            id in proptest::prelude::any::<u32>(),
+            len in proptest::prelude::any::<u32>(),
+            with_header in proptest::prelude::any::<bool>(),
+        ) {
+            let mut b = Vec::new();
+            if with_header {
+                b.extend_from_slice(&DICT_MAGIC);
+                b.extend_from_slice(&id.to_le_bytes());
+                b.extend_from_slice(&len.to_le_bytes());
+                b.extend_from_slice(blake3::hash(&body).as_bytes());
+            }
+            b.extend_from_slice(&body);
+            if let Ok(d) = decode_file(&b, id) {
+                proptest::prop_assert_eq!(d.id, id);
+                proptest::prop_assert_eq!(d.bytes, body);
+            }
+        }
+    }
+
     #[test]
     fn names_parse_only_dictionary_files() {
         assert_eq!(parse_file_name("dict-0000002a.zstd"), Some(42));
