@@ -152,23 +152,27 @@ fn ops_of(window: &dyn Fn(&BlobStore) -> Result<(), EngineError>) -> u64 {
     used
 }
 
-#[test]
-fn crash_at_every_operation_of_a_batch_put() {
-    let window = |s: &BlobStore| -> Result<(), EngineError> {
-        let w = window_set();
-        let refs: Vec<&[u8]> = w.iter().map(|b| &b[..]).collect();
-        s.put_batch(&refs).map(|_| ())
-    };
-    let total = ops_of(&window);
+/// Crashes `window` (which puts the window set, and returns whether it
+/// completed) at each of its operations in turn, then checks the reopened
+/// store: durable blobs intact; the window's intact if it returned, intact
+/// or absent otherwise (`on_ok` checks more when it returned); and the
+/// store takes the window's blobs again.
+fn crash_at_every_operation(
+    window: &dyn Fn(&BlobStore) -> Result<(), EngineError>,
+    seed: u64,
+    on_ok: &dyn Fn(&BlobStore, &str),
+) {
+    let total = ops_of(window);
     assert!(total > 10, "the window does real work: {total} ops");
     for n in 0..=total {
-        let (ok, s, _, _) = run(n + 7, Some(n), &window);
+        let (ok, s, _, _) = run(n + seed, Some(n), window);
         let ctx = format!("stopped at op {n} of {total}");
         if ok {
-            // The batch returned: it is durable.
+            // The window returned: its blobs are durable.
             let mut all = durable_set();
             all.extend(window_set());
             check(&s, &all, &[], &ctx);
+            on_ok(&s, &ctx);
         } else {
             check(&s, &durable_set(), &window_set(), &ctx);
         }
@@ -178,6 +182,16 @@ fn crash_at_every_operation_of_a_batch_put() {
         s.put_batch(&refs).unwrap();
         check(&s, &w, &[], &ctx);
     }
+}
+
+#[test]
+fn crash_at_every_operation_of_a_batch_put() {
+    let window = |s: &BlobStore| -> Result<(), EngineError> {
+        let w = window_set();
+        let refs: Vec<&[u8]> = w.iter().map(|b| &b[..]).collect();
+        s.put_batch(&refs).map(|_| ())
+    };
+    crash_at_every_operation(&window, 7, &|_, _| {});
 }
 
 /// Training the store's dictionary (writing its file durably) and the first
@@ -202,28 +216,12 @@ fn crash_at_every_operation_of_a_dictionary_training() {
     assert!(ok, "without a crash the window trains and stores");
     assert!(s.stats().dictionary.is_some());
     drop(s);
-    let total = ops_of(&window);
-    assert!(total > 10, "the window does real work: {total} ops");
-    for n in 0..=total {
-        let (ok, s, _, _) = run(n + 11, Some(n), &window);
-        let ctx = format!("stopped at op {n} of {total}");
-        if ok {
-            let mut all = durable_set();
-            all.extend(window_set());
-            check(&s, &all, &[], &ctx);
-            assert!(
-                s.stats().dictionary.is_some(),
-                "{ctx}: the dictionary survived"
-            );
-        } else {
-            check(&s, &durable_set(), &window_set(), &ctx);
-        }
-        // The store works after recovery, with or without a dictionary.
-        let w = window_set();
-        let refs: Vec<&[u8]> = w.iter().map(|b| &b[..]).collect();
-        s.put_batch(&refs).unwrap();
-        check(&s, &w, &[], &ctx);
-    }
+    crash_at_every_operation(&window, 11, &|s, ctx| {
+        assert!(
+            s.stats().dictionary.is_some(),
+            "{ctx}: the dictionary survived"
+        );
+    });
 }
 
 #[test]
