@@ -120,8 +120,6 @@ struct SyncState {
     last_group: u64,
     /// How long the last fdatasync took.
     last_sync: Duration,
-    /// Threads parked until the running sync ends.
-    waiters: Vec<std::thread::Thread>,
 }
 
 /// The longest a group-commit leader waits for concurrent appenders to
@@ -141,6 +139,13 @@ struct Inner {
     /// `SyncState::durable`, readable without the lock: a waiter released
     /// by a sync checks it and returns without queueing on the mutex.
     durable_at: AtomicU64,
+    /// Incremented (under `gate`) each time a sync ends or the writer is
+    /// poisoned: what waiters on `gate_cv` wait for.
+    sync_epoch: AtomicU64,
+    /// Where appenders wait for the running sync to end. A `std` mutex and
+    /// condition variable, whose `notify_all` is a single futex wake.
+    gate: std::sync::Mutex<()>,
+    gate_cv: std::sync::Condvar,
     /// Threads inside `wait_durable` right now.
     inside: AtomicU64,
     /// The most threads seen inside `wait_durable` at once since the last
@@ -224,9 +229,11 @@ impl Log {
                 poisoned: None,
                 last_group: 0,
                 last_sync: Duration::ZERO,
-                waiters: Vec::new(),
             }),
             durable_at: AtomicU64::new(head.last_lsn.0),
+            sync_epoch: AtomicU64::new(0),
+            gate: std::sync::Mutex::new(()),
+            gate_cv: std::sync::Condvar::new(),
             inside: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             written: AtomicU64::new(head.last_lsn.0),
@@ -441,14 +448,20 @@ impl Inner {
     }
 
     fn poison_sync(&self, cause: String) {
-        let waiters = {
-            let mut s = self.sync.lock();
-            s.poisoned.get_or_insert(cause);
-            std::mem::take(&mut s.waiters)
-        };
-        for t in waiters {
-            t.unpark();
+        self.sync.lock().poisoned.get_or_insert(cause);
+        self.release_waiters();
+    }
+
+    /// Wakes every thread waiting for a sync to end (one system call for
+    /// all of them: `std`'s condition variable wakes its futex waiters at
+    /// once, where unparking them one by one let each woken thread preempt
+    /// the waker before it reached the next).
+    fn release_waiters(&self) {
+        {
+            let _g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+            self.sync_epoch.fetch_add(1, Ordering::SeqCst);
         }
+        self.gate_cv.notify_all();
     }
 
     /// Writes pre-encoded frames (`offs`: where each starts in `buf`) as one
@@ -669,26 +682,20 @@ impl Inner {
                 return Ok(());
             }
             if s.syncing {
-                // Parked rather than on a condition variable: the end of
-                // the sync wakes every waiter at once, and those it covered
-                // return without queueing for this mutex one by one.
-                s.waiters.push(std::thread::current());
+                // Wait for this sync to end; the ones it covered return
+                // without queueing for this mutex one by one.
+                let epoch = self.sync_epoch.load(Ordering::SeqCst);
                 drop(s);
-                loop {
-                    std::thread::park();
-                    if self.durable_at.load(Ordering::Acquire) >= lsn.0 {
-                        return Ok(());
+                {
+                    let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+                    while self.sync_epoch.load(Ordering::SeqCst) == epoch {
+                        g = self.gate_cv.wait(g).unwrap_or_else(|e| e.into_inner());
                     }
-                    let mut g = self.sync.lock();
-                    if g.syncing && g.poisoned.is_none() {
-                        // Woken early, or a new sync began that does not
-                        // cover this record yet: wait for that one.
-                        g.waiters.push(std::thread::current());
-                        continue;
-                    }
-                    s = g;
-                    break;
                 }
+                if self.durable_at.load(Ordering::Acquire) >= lsn.0 {
+                    return Ok(());
+                }
+                s = self.sync.lock();
                 continue;
             }
             s.syncing = true;
@@ -732,11 +739,8 @@ impl Inner {
                 }
             }
             let done = s.durable >= lsn;
-            let waiters = std::mem::take(&mut s.waiters);
             drop(s);
-            for t in waiters {
-                t.unpark();
-            }
+            self.release_waiters();
             r?;
             if done {
                 return Ok(());
