@@ -320,6 +320,11 @@ fn train_and_write(vfs: &dyn Vfs, dir: &Path, s: &Samples) -> Option<Dict> {
         return None;
     }
     let path = dir.join(file_name(id));
+    if vfs.exists(&path) {
+        // A dictionary file with this id that was not loaded (damaged):
+        // never replaced, so the entries that need it keep naming it.
+        return None;
+    }
     let tmp = dir.join(format!("dict-{id:08x}.tmp"));
     let file = vfs.open(&tmp, OpenMode::CreateNew).ok()?;
     let ok = file.write_all_at(&encode_file(id, &bytes), 0).is_ok()
