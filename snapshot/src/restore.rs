@@ -589,8 +589,8 @@ fn apply_inner<B: BlobRead + ?Sized>(
 /// Files a restore replaces or deletes, held open across the rename or
 /// unlink and closed on a background thread afterwards. Freeing a file's
 /// last link frees the file itself (its pages and blocks, after waiting for
-/// any write-back of them in progress: tens of milliseconds for a file an
-/// agent has just written) inside the system call, unless the file is
+/// any write-back of them in progress: milliseconds for a file an agent has
+/// just written) inside the system call, unless the file is
 /// still open; holding it open moves that work to the final close, off the
 /// rollback's path. A file that cannot be opened is simply not held.
 #[derive(Default)]
@@ -605,15 +605,21 @@ impl Replaced {
         if self.0.len() >= Self::MAX_HELD {
             return;
         }
-        // O_NOFOLLOW: a symlink is replaced itself, never what it points to
-        // (opening one fails, and it is not held); O_NONBLOCK: a FIFO in its
-        // place does not block the open.
+        // O_NOFOLLOW: a symlink is replaced itself, never what it points
+        // to. On Linux, O_PATH: a reference to the file that opens nothing
+        // (no device is opened, a FIFO does not block, no read permission
+        // is needed) yet keeps the file from being freed until it is
+        // closed. Elsewhere, a read-only open that does not block on a FIFO.
         #[cfg(unix)]
         {
             use std::os::unix::fs::OpenOptionsExt;
+            #[cfg(target_os = "linux")]
+            let flags = libc::O_PATH | libc::O_NOFOLLOW;
+            #[cfg(not(target_os = "linux"))]
+            let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK;
             if let Ok(f) = std::fs::OpenOptions::new()
                 .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .custom_flags(flags)
                 .open(abs)
             {
                 self.0.push(f);
