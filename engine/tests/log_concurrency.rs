@@ -178,14 +178,18 @@ fn failed_fsync_releases_every_waiting_appender() {
     let vfs: Arc<dyn Vfs> = Arc::new(FaultyVfs(faulty.clone()));
     let log = Arc::new(Log::open(vfs, tmp.path(), opts(1 << 20, Durability::Always)).unwrap());
     let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let acks = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..12u64)
         .map(|t| {
-            let (log, done_tx) = (log.clone(), done_tx.clone());
+            let (log, done_tx, acks) = (log.clone(), done_tx.clone(), acks.clone());
             std::thread::spawn(move || {
                 let mut acked = Vec::new();
                 let err = loop {
                     match log.append(&ev(t * 10_000 + acked.len() as u64)) {
-                        Ok(lsn) => acked.push(lsn),
+                        Ok(lsn) => {
+                            acked.push(lsn);
+                            acks.fetch_add(1, Ordering::SeqCst);
+                        }
                         Err(e) => break e,
                     }
                 };
@@ -194,7 +198,12 @@ fn failed_fsync_releases_every_waiting_appender() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(50));
+    // Fail the syncs once appends are flowing (some acknowledged, others
+    // waiting behind a sync).
+    let start = std::time::Instant::now();
+    while acks.load(Ordering::SeqCst) < 24 && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     faulty.fail_sync.store(true, Ordering::SeqCst);
     for _ in 0..12 {
         done_rx
