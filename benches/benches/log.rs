@@ -262,6 +262,15 @@ fn append(c: &mut Criterion) {
                 })
             })
         });
+        let gc = log.group_commit_stats();
+        if gc.syncs > 0 {
+            eprintln!(
+                "log bench: always 16 threads: {} fdatasyncs for {} records, {:.1} records per group",
+                gc.syncs,
+                gc.records,
+                gc.records as f64 / gc.syncs as f64
+            );
+        }
     }
     {
         let tmp = bench_dir();

@@ -375,3 +375,31 @@ fn reader_of_a_live_writer_with_concurrent_appends() {
     writer.join().unwrap();
     assert_eq!(seen, 400);
 }
+
+/// Group commit reports what it did: as many records made durable as were
+/// appended, in fewer fdatasyncs than records when threads append together.
+#[test]
+fn group_commit_stats_count_syncs_and_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = Arc::new(Faulty::default());
+    faulty.slow_sync.store(true, Ordering::SeqCst);
+    let vfs: Arc<dyn Vfs> = Arc::new(FaultyVfs(faulty));
+    let log = Arc::new(Log::open(vfs, tmp.path(), opts(1 << 20, Durability::Always)).unwrap());
+    assert_eq!(log.group_commit_stats(), Default::default());
+    let handles: Vec<_> = (0..8u64)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for i in 0..20 {
+                    log.append(&ev(t * 100 + i)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = log.group_commit_stats();
+    assert_eq!(s.records, 160);
+    assert!(s.syncs > 0 && s.syncs < 160, "{s:?}");
+}

@@ -38,7 +38,7 @@ pub use salvage::{salvage, DroppedRange, SalvageReport, SALVAGE_SESSION};
 pub use sparse_index::SPARSE_INDEX_INTERVAL_BYTES;
 pub use verify::{Problem, VerifyReport};
 pub use view::LogIter;
-pub use writer::Log;
+pub use writer::{GroupCommitStats, Log};
 
 use cairn_codec::{ChainHash, Event, Lsn};
 

@@ -122,6 +122,15 @@ struct SyncState {
     last_sync: Duration,
 }
 
+/// See [`Log::group_commit_stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupCommitStats {
+    /// fdatasyncs run by group-commit leaders (and `sync`) since open.
+    pub syncs: u64,
+    /// Records those fdatasyncs made durable.
+    pub records: u64,
+}
+
 /// The longest a group-commit leader waits for concurrent appenders to
 /// write their records before it runs fdatasync. It waits at most half the
 /// last fdatasync's duration (so waiting never costs more than a sync is
@@ -148,6 +157,9 @@ struct Inner {
     gate_cv: std::sync::Condvar,
     /// Threads inside `wait_durable` right now.
     inside: AtomicU64,
+    /// See [`Log::group_commit_stats`].
+    group_syncs: AtomicU64,
+    group_records: AtomicU64,
     /// The most threads seen inside `wait_durable` at once since the last
     /// fdatasync began: how many appenders run concurrently, so how many
     /// records the next group can hope to hold.
@@ -235,6 +247,8 @@ impl Log {
             gate: std::sync::Mutex::new(()),
             gate_cv: std::sync::Condvar::new(),
             inside: AtomicU64::new(0),
+            group_syncs: AtomicU64::new(0),
+            group_records: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             written: AtomicU64::new(head.last_lsn.0),
             head_mx: Mutex::new(()),
@@ -380,6 +394,16 @@ impl Log {
     /// Counts and sizes.
     pub fn stats(&self) -> LogStats {
         self.inner.view.read().stats(self.inner.opts.durability)
+    }
+
+    /// What group commit has done since the log was opened: how many
+    /// fdatasyncs it ran and how many records they made durable (their
+    /// ratio is the average group size).
+    pub fn group_commit_stats(&self) -> GroupCommitStats {
+        GroupCommitStats {
+            syncs: self.inner.group_syncs.load(Ordering::Relaxed),
+            records: self.inner.group_records.load(Ordering::Relaxed),
+        }
     }
 
     /// The options the log was opened with.
@@ -733,6 +757,9 @@ impl Inner {
             if let Ok(l) = &r {
                 if *l > s.durable {
                     s.last_group = l.0 - s.durable.0;
+                    self.group_syncs.fetch_add(1, Ordering::Relaxed);
+                    self.group_records
+                        .fetch_add(s.last_group, Ordering::Relaxed);
                     s.last_sync = took;
                     s.durable = *l;
                     self.durable_at.store(l.0, Ordering::Release);
