@@ -469,19 +469,15 @@ pub fn list_checkpoints<L: LogAccess + ?Sized>(
             behind = false;
         }
     }
-    let list = cache.list.clone();
-    *slot = Some((cache, behind));
-    drop(slot);
-    let cache = ListCache {
-        list,
-        ..ListCache::default()
-    };
     let session = session.map(session_or_default);
-    Ok(cache
+    let list = cache
         .list
-        .into_iter()
+        .iter()
         .filter(|c| session.as_ref().is_none_or(|s| &c.session == s))
-        .collect())
+        .cloned()
+        .collect();
+    *slot = Some((cache, behind));
+    Ok(list)
 }
 
 /// The checkpoint `id`; an unknown id is an error that says how to list them.
@@ -603,14 +599,16 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
                     .unwrap_or_else(|_| Err(SnapshotError::Invalid("a thread panicked".into())));
                 (pre, marked)
             });
-            match (pre, marked) {
-                (Ok(pre), Ok(())) => Ok((plan, pre, planned)),
+            let failed = match (pre, marked) {
+                (Ok(pre), Ok(())) => return Ok((plan, pre, planned)),
                 (Ok(pre), Err(e)) => {
                     pre.discard();
-                    Err(e)
+                    e
                 }
-                (Err(e), _) => Err(e),
-            }
+                (Err(e), _) => e,
+            };
+            ws.unpin_dirty(&planned);
+            Err(failed)
         },
     );
     let (pre, _cap) = match made {
