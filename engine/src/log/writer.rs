@@ -110,8 +110,6 @@ struct Mark {
 
 /// Group-commit state.
 struct SyncState {
-    /// Every record up to here is durable.
-    durable: Lsn,
     /// A leader is running an fdatasync right now.
     syncing: bool,
     poisoned: Option<String>,
@@ -145,8 +143,9 @@ struct Inner {
     w: Mutex<WriterState>,
     view: RwLock<View>,
     sync: Mutex<SyncState>,
-    /// `SyncState::durable`, readable without the lock: a waiter released
-    /// by a sync checks it and returns without queueing on the mutex.
+    /// Every record up to this LSN is durable. Written only under the `sync`
+    /// mutex; read without it too, so a waiter released by a sync checks it
+    /// and returns without queueing on the mutex.
     durable_at: AtomicU64,
     /// Incremented (under `gate`) each time a sync ends or the writer is
     /// poisoned: what waiters on `gate_cv` wait for.
@@ -236,7 +235,6 @@ impl Log {
             w: Mutex::new(state),
             view: RwLock::new(view),
             sync: Mutex::new(SyncState {
-                durable: head.last_lsn,
                 syncing: false,
                 poisoned: None,
                 last_group: 0,
@@ -652,9 +650,8 @@ impl Inner {
             });
         }
         {
-            let mut s = self.sync.lock();
-            if s.durable < head.last_lsn {
-                s.durable = head.last_lsn;
+            let _s = self.sync.lock();
+            if self.durable() < head.last_lsn {
                 self.durable_at.store(head.last_lsn.0, Ordering::Release);
             }
         }
@@ -696,13 +693,18 @@ impl Inner {
         r
     }
 
+    /// Every record up to this LSN is durable.
+    fn durable(&self) -> Lsn {
+        Lsn(self.durable_at.load(Ordering::Acquire))
+    }
+
     fn wait_durable_inner(&self, lsn: Lsn) -> Result<()> {
         let mut s = self.sync.lock();
         loop {
             if let Some(c) = &s.poisoned {
                 return Err(poisoned(c));
             }
-            if s.durable >= lsn {
+            if self.durable() >= lsn {
                 return Ok(());
             }
             if s.syncing {
@@ -716,7 +718,7 @@ impl Inner {
                         g = self.gate_cv.wait(g).unwrap_or_else(|e| e.into_inner());
                     }
                 }
-                if self.durable_at.load(Ordering::Acquire) >= lsn.0 {
+                if self.durable() >= lsn {
                     return Ok(());
                 }
                 s = self.sync.lock();
@@ -729,11 +731,11 @@ impl Inner {
             let group = s.last_group.max(self.peak.load(Ordering::Relaxed));
             self.peak
                 .store(self.inside.load(Ordering::SeqCst), Ordering::Relaxed);
-            let durable = s.durable;
+            let durable = self.durable();
             let budget = (s.last_sync / 2).min(MAX_GROUP_COMMIT_WAIT);
             let (r, took) = MutexGuard::unlocked(&mut s, || {
-                let deadline = Instant::now() + budget;
                 if group > 1 {
+                    let deadline = Instant::now() + budget;
                     // Appenders ran concurrently last time: let them write
                     // their next records, so this sync covers them too
                     // (adaptive group commit). The leader sleeps (an
@@ -755,17 +757,19 @@ impl Inner {
             });
             s.syncing = false;
             if let Ok(l) = &r {
-                if *l > s.durable {
-                    s.last_group = l.0 - s.durable.0;
+                // Compared with the durable LSN now: a segment roll may
+                // have advanced it while this sync ran.
+                let now = self.durable();
+                if *l > now {
+                    s.last_group = l.0 - now.0;
                     self.group_syncs.fetch_add(1, Ordering::Relaxed);
                     self.group_records
                         .fetch_add(s.last_group, Ordering::Relaxed);
                     s.last_sync = took;
-                    s.durable = *l;
                     self.durable_at.store(l.0, Ordering::Release);
                 }
             }
-            let done = s.durable >= lsn;
+            let done = self.durable() >= lsn;
             drop(s);
             self.release_waiters();
             r?;
