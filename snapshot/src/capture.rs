@@ -425,7 +425,9 @@ fn prime_dictionary<B: BlobAccess + ?Sized>(blobs: &B, ws: &Workspace, jobs: &[&
     }
     let small: Vec<&&Found> = jobs
         .iter()
-        .filter(|f| f.kind == EntryKind::File && (256..=128 * 1024).contains(&f.stat.size))
+        .filter(|f| {
+            f.kind == EntryKind::File && cairn_engine::blob::dict::is_sample_len(f.stat.size)
+        })
         .collect();
     // Spread over the whole list (not only the first directory walked).
     let mut samples: Vec<Vec<u8>> = Vec::new();

@@ -28,10 +28,12 @@
 //! [`FLAG_ZSTD_DICT`]: super::pack::FLAG_ZSTD_DICT
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+
+use cairn_codec::bytes::u32_le;
 
 use crate::vfs::{OpenMode, Vfs};
 
@@ -49,6 +51,11 @@ pub const MAX_DICT_BYTES: u32 = 1024 * 1024;
 pub const SAMPLE_MIN_BYTES: usize = 256;
 /// See [`SAMPLE_MIN_BYTES`].
 pub const SAMPLE_MAX_BYTES: usize = 128 * 1024;
+/// True for a blob length worth sampling (see [`SAMPLE_MIN_BYTES`]).
+pub fn is_sample_len(len: u64) -> bool {
+    (SAMPLE_MIN_BYTES as u64..=SAMPLE_MAX_BYTES as u64).contains(&len)
+}
+
 /// Training needs at least this many samples (zstd refuses too few).
 pub const MIN_SAMPLES: usize = 64;
 
@@ -63,7 +70,7 @@ pub struct Dict {
 
 /// Samples gathered for training.
 #[derive(Debug, Default)]
-pub(crate) struct Samples {
+struct Samples {
     data: Vec<u8>,
     sizes: Vec<usize>,
 }
@@ -114,8 +121,7 @@ pub fn decode_file(b: &[u8], id_in_name: u32) -> Result<Dict, String> {
     if b[0..8] != DICT_MAGIC {
         return Err("bad magic".into());
     }
-    let id = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-    let len = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
+    let (id, len) = (u32_le(b, 8), u32_le(b, 12));
     if len > MAX_DICT_BYTES {
         return Err(format!(
             "declares {len} bytes, over the limit of {MAX_DICT_BYTES}"
@@ -146,37 +152,32 @@ pub fn decode_file(b: &[u8], id_in_name: u32) -> Result<Dict, String> {
 
 impl Dicts {
     /// Loads every dictionary file in `dir` (`names`: the directory
-    /// listing). A damaged file is skipped and reported in the result: the
-    /// entries that need it will fail to read, naming it.
-    pub fn load(
-        vfs: &dyn Vfs,
-        dir: &Path,
-        names: &[String],
-        train: bool,
-    ) -> (Dicts, Vec<(PathBuf, String)>) {
+    /// listing). A damaged file is skipped (the entries that need it fail
+    /// to read, naming it) and stops the store from training another.
+    /// `train`: gather samples for a first dictionary if there is none.
+    pub fn load(vfs: &dyn Vfs, dir: &Path, names: &[String], train: bool) -> Dicts {
         let d = Dicts::default();
-        let mut damaged = Vec::new();
+        let mut damaged = false;
         for name in names {
             let Some(id) = parse_file_name(name) else {
                 continue;
             };
-            let path = dir.join(name);
-            match read_file(vfs, &path).and_then(|b| decode_file(&b, id)) {
-                Ok(dict) => {
-                    let dict = Arc::new(dict);
-                    d.by_id.write().insert(id, dict.clone());
-                    let mut cur = d.current.write();
-                    if cur.is_none() {
-                        *cur = Some(dict);
-                    }
-                }
-                Err(e) => damaged.push((path, e)),
+            match read_file(vfs, &dir.join(name)).and_then(|b| decode_file(&b, id)) {
+                Ok(dict) => d.publish(dict),
+                Err(_) => damaged = true,
             }
         }
-        if train && d.current.read().is_none() && damaged.is_empty() {
+        if train && d.current().is_none() && !damaged {
             *d.samples.lock() = Some(Samples::default());
         }
-        (d, damaged)
+        d
+    }
+
+    /// Adds a dictionary; the first one becomes the one new entries use.
+    fn publish(&self, d: Dict) {
+        let d = Arc::new(d);
+        self.by_id.write().insert(d.id, d.clone());
+        self.current.write().get_or_insert(d);
     }
 
     /// The dictionary new entries are compressed with, if any.
@@ -184,16 +185,11 @@ impl Dicts {
         self.current.read().clone()
     }
 
-    /// Dictionary `id`, if loaded.
-    pub fn get(&self, id: u32) -> Option<Arc<Dict>> {
-        self.by_id.read().get(&id).cloned()
-    }
-
     /// Dictionary `id`, loading it from its file in `dir` if it is not
     /// loaded yet (another process may have written it since).
     pub fn get_or_load(&self, id: u32, vfs: &dyn Vfs, dir: &Path) -> Option<Arc<Dict>> {
-        if let Some(d) = self.get(id) {
-            return Some(d);
+        if let Some(d) = self.by_id.read().get(&id) {
+            return Some(d.clone());
         }
         let dict = read_file(vfs, &dir.join(file_name(id)))
             .and_then(|b| decode_file(&b, id))
@@ -207,7 +203,7 @@ impl Dicts {
     /// are gathered, trains a dictionary on a background thread, writes it
     /// durably to `dir`, and makes it current.
     pub fn offer(&self, raw: &[u8], want_bytes: u64, vfs: &Arc<dyn Vfs>, dir: &Path) {
-        if want_bytes == 0 || !(SAMPLE_MIN_BYTES..=SAMPLE_MAX_BYTES).contains(&raw.len()) {
+        if want_bytes == 0 || !is_sample_len(raw.len() as u64) {
             return;
         }
         let mut slot = self.samples.lock();
@@ -234,9 +230,10 @@ impl Dicts {
         }
     }
 
-    /// True while the store has no dictionary and none is being trained.
+    /// True while the store has no dictionary and none is being trained
+    /// (samples are gathered only then).
     pub fn wanted(&self) -> bool {
-        self.samples.lock().is_some() && self.current.read().is_none()
+        self.samples.lock().is_some()
     }
 
     /// Trains a dictionary from `samples` now (on this thread), writes it
@@ -250,10 +247,7 @@ impl Dicts {
             return self.current.read().is_some();
         }
         let mut s = Samples::default();
-        for b in samples
-            .iter()
-            .filter(|b| (SAMPLE_MIN_BYTES..=SAMPLE_MAX_BYTES).contains(&b.len()))
-        {
+        for b in samples.iter().filter(|b| is_sample_len(b.len() as u64)) {
             s.data.extend_from_slice(b);
             s.sizes.push(b.len());
         }
@@ -264,9 +258,7 @@ impl Dicts {
         }
         match train_and_write(vfs, dir, &s) {
             Some(d) => {
-                let d = Arc::new(d);
-                self.by_id.write().insert(d.id, d.clone());
-                *self.current.write() = Some(d);
+                self.publish(d);
                 true
             }
             None => false,
@@ -290,9 +282,7 @@ impl Dicts {
     pub fn finish(&self) {
         let h = self.trainer.lock().take();
         if let Some(Ok(Some(d))) = h.map(|h| h.join()) {
-            let d = Arc::new(d);
-            self.by_id.write().insert(d.id, d.clone());
-            *self.current.write() = Some(d);
+            self.publish(d);
         }
     }
 }
@@ -325,17 +315,47 @@ fn train_and_write(vfs: &dyn Vfs, dir: &Path, s: &Samples) -> Option<Dict> {
         // never replaced, so the entries that need it keep naming it.
         return None;
     }
-    let tmp = dir.join(format!("dict-{id:08x}.tmp"));
-    let file = vfs.open(&tmp, OpenMode::CreateNew).ok()?;
-    let ok = file.write_all_at(&encode_file(id, &bytes), 0).is_ok()
-        && file.sync_data().is_ok()
-        && vfs.rename(&tmp, &path).is_ok()
-        && vfs.sync_dir(dir).is_ok();
-    if !ok {
-        let _ = vfs.remove_file(&tmp);
+    let tmp = format!("dict-{id:08x}.tmp");
+    if super::write_durably(vfs, dir, &tmp, &file_name(id), &encode_file(id, &bytes)).is_err() {
+        let _ = vfs.remove_file(&dir.join(&tmp));
         return None;
     }
     Some(Dict { id, bytes })
+}
+
+/// Source-like text of about `len` bytes (seeded): enough repeated
+/// vocabulary for zstd to train on. For tests here and in `pack`.
+#[cfg(test)]
+pub(crate) fn test_text(len: usize, seed: u64) -> Vec<u8> {
+    let words = [
+        "fn", "let", "mut", "self", "match", "impl", "pub", "value", "error",
+    ];
+    let mut x = seed.wrapping_mul(2).wrapping_add(7);
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        out.extend_from_slice(words[(x >> 33) as usize % words.len()].as_bytes());
+        out.extend_from_slice(if x.is_multiple_of(7) { b";\n" } else { b" " });
+    }
+    out
+}
+
+/// A dictionary trained on [`test_text`], for tests.
+#[cfg(test)]
+pub(crate) fn test_dict() -> Dict {
+    let (mut data, mut sizes) = (Vec::new(), Vec::new());
+    for i in 0..100 {
+        let one = test_text(1500, 1000 + i);
+        sizes.push(one.len());
+        data.extend_from_slice(&one);
+    }
+    let bytes = zstd::dict::from_continuous(&data, &sizes, 8 * 1024).expect("train");
+    let id = zstd::zstd_safe::get_dict_id_from_dict(&bytes)
+        .expect("a trained dictionary has an id")
+        .get();
+    Dict { id, bytes }
 }
 
 #[cfg(test)]
@@ -343,22 +363,10 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// Source-like samples: enough repeated vocabulary for zstd to train on.
     fn samples() -> Samples {
-        let words = [
-            "fn", "let", "mut", "self", "match", "impl", "pub", "value", "error",
-        ];
         let mut s = Samples::default();
-        let mut x: u64 = 7;
-        for _ in 0..200 {
-            let mut one = Vec::new();
-            while one.len() < 2000 {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                one.extend_from_slice(words[(x >> 33) as usize % words.len()].as_bytes());
-                one.extend_from_slice(if x.is_multiple_of(7) { b";\n" } else { b" " });
-            }
+        for i in 0..200 {
+            let one = test_text(2000, i);
             s.data.extend_from_slice(&one);
             s.sizes.push(one.len());
         }

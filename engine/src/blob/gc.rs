@@ -24,7 +24,7 @@ use cairn_codec::BlobHash;
 use super::chunking::decode_chunk_list;
 use super::index::Loc;
 use super::options::GcOptions;
-use super::pack::{decode_contents, EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
+use super::pack::{EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
 use super::scan::{read_entry_at, scan_pack};
 use super::{BlobStore, PackFile};
 use crate::{EngineError, Result};
@@ -285,12 +285,7 @@ impl BlobStore {
                 .map_err(|err| EngineError::io("read pack", &pack.path, err))?
                 .and_then(|(hdr, entry)| {
                     if hdr.kind != EntryKind::ChunkList {
-                        let data =
-                            decode_contents(&hdr, &entry[ENTRY_HEADER_LEN..], &|id| self.dict(id))
-                                .map_err(|err| err.to_string())?;
-                        if BlobHash::of(&data) != hdr.hash {
-                            return Err("the contents do not hash to the entry's name".into());
-                        }
+                        self.decode_verified(&hdr, &entry[ENTRY_HEADER_LEN..])?;
                     } else {
                         decode_chunk_list(&entry[ENTRY_HEADER_LEN..], hdr.raw_len)
                             .map_err(|err| err.to_string())?;

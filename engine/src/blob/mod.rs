@@ -130,6 +130,31 @@ pub struct BlobStore {
     dicts: dict::Dicts,
 }
 
+/// Writes `bytes` as `dir/name` durably and atomically: to `dir/tmp`,
+/// fsync'd, renamed over `name`, then the directory fsync'd. A crash leaves
+/// the old file or the new one (and perhaps `tmp`, which open removes).
+pub(crate) fn write_durably(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    tmp: &str,
+    name: &str,
+    bytes: &[u8],
+) -> Result<()> {
+    let (tmp, dst) = (dir.join(tmp), dir.join(name));
+    let f = vfs
+        .open(&tmp, OpenMode::CreateTruncate)
+        .map_err(|e| EngineError::io("create", &tmp, e))?;
+    f.write_all_at(bytes, 0)
+        .map_err(|e| EngineError::io("write", &tmp, e))?;
+    f.sync_data()
+        .map_err(|e| EngineError::io("fsync", &tmp, e))?;
+    drop(f);
+    vfs.rename(&tmp, &dst)
+        .map_err(|e| EngineError::io("rename into place", &dst, e))?;
+    vfs.sync_dir(dir)
+        .map_err(|e| EngineError::io("fsync directory", dir, e))
+}
+
 fn integrity(hash: BlobHash, path: &Path, offset: u64, detail: impl Into<String>) -> EngineError {
     EngineError::BlobIntegrity {
         hash,
@@ -566,24 +591,28 @@ impl BlobStore {
     }
 
     fn write_index_file(&self, snapshot: &IndexSnapshot) -> Result<()> {
-        let tmp = self.dir.join(INDEX_TMP_FILE);
-        let dst = self.dir.join(INDEX_FILE);
-        let bytes = snapshot.encode();
-        let f = self
-            .vfs
-            .open(&tmp, OpenMode::CreateTruncate)
-            .map_err(|e| EngineError::io("create index", &tmp, e))?;
-        f.write_all_at(&bytes, 0)
-            .map_err(|e| EngineError::io("write index", &tmp, e))?;
-        f.sync_data()
-            .map_err(|e| EngineError::io("fsync index", &tmp, e))?;
-        drop(f);
-        self.vfs
-            .rename(&tmp, &dst)
-            .map_err(|e| EngineError::io("rename index", &dst, e))?;
-        self.vfs
-            .sync_dir(&self.dir)
-            .map_err(|e| EngineError::io("fsync directory", &self.dir, e))
+        write_durably(
+            &*self.vfs,
+            &self.dir,
+            INDEX_TMP_FILE,
+            INDEX_FILE,
+            &snapshot.encode(),
+        )
+    }
+
+    /// The contents of a blob or chunk entry, decompressed (with the
+    /// store's dictionary if it needs one) and checked against the name in
+    /// its header; the error says what was wrong.
+    fn decode_verified(
+        &self,
+        hdr: &EntryHeader,
+        payload: &[u8],
+    ) -> std::result::Result<Vec<u8>, String> {
+        let data = decode_contents(hdr, payload, &|id| self.dict(id)).map_err(|e| e.to_string())?;
+        if BlobHash::of(&data) != hdr.hash {
+            return Err("the contents do not hash to the entry's name".into());
+        }
+        Ok(data)
     }
 
     fn lookup(&self, h: &BlobHash) -> Option<Loc> {
@@ -648,18 +677,10 @@ impl BlobStore {
 
     /// The verified contents of a whole-blob or chunk entry.
     fn read_contents(&self, h: &BlobHash, loc: &Loc) -> Result<Vec<u8>> {
+        // `read_entry` checked that the entry's header names `h`.
         let (pack, header, entry) = self.read_entry(h, loc)?;
-        let data = decode_contents(&header, &entry[ENTRY_HEADER_LEN..], &|id| self.dict(id))
-            .map_err(|e| integrity(*h, &pack.path, loc.offset, e.to_string()))?;
-        if BlobHash::of(&data) != *h {
-            return Err(integrity(
-                *h,
-                &pack.path,
-                loc.offset,
-                "the contents do not hash to the blob's name",
-            ));
-        }
-        Ok(data)
+        self.decode_verified(&header, &entry[ENTRY_HEADER_LEN..])
+            .map_err(|detail| integrity(*h, &pack.path, loc.offset, detail))
     }
 
     /// The checked chunk list of a chunk-list entry.

@@ -448,30 +448,10 @@ mod tests {
 
     /// A small dictionary trained on source-like text, and a text like it.
     fn dict_and_text() -> (Arc<Dict>, Vec<u8>) {
-        let words = ["fn", "let", "mut", "self", "match", "impl", "pub", "value"];
-        let (mut data, mut sizes) = (Vec::new(), Vec::new());
-        let mut x: u64 = 3;
-        let mut text = |n: usize| {
-            let mut one = Vec::new();
-            while one.len() < n {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                one.extend_from_slice(words[(x >> 33) as usize % words.len()].as_bytes());
-                one.push(b' ');
-            }
-            one
-        };
-        for _ in 0..100 {
-            let one = text(1500);
-            sizes.push(one.len());
-            data.extend_from_slice(&one);
-        }
-        let bytes = zstd::dict::from_continuous(&data, &sizes, 8 * 1024).unwrap();
-        let id = zstd::zstd_safe::get_dict_id_from_dict(&bytes)
-            .unwrap()
-            .get();
-        (Arc::new(Dict { id, bytes }), text(3000))
+        (
+            Arc::new(super::super::dict::test_dict()),
+            super::super::dict::test_text(3000, 1),
+        )
     }
 
     #[test]

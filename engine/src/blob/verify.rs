@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use cairn_codec::BlobHash;
 
 use super::chunking::decode_chunk_list;
-use super::pack::{decode_contents, EntryKind, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
+use super::pack::{EntryKind, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
 use super::scan::{read_entry_at, scan_pack};
 use super::BlobStore;
 use crate::{EngineError, Result};
@@ -126,17 +126,9 @@ impl BlobStore {
                 let checked = match read_entry_at(p.file.as_ref(), e.offset, end)
                     .map_err(|err| EngineError::io("read pack", &p.path, err))?
                 {
-                    Ok((hdr, entry)) => {
-                        decode_contents(&hdr, &entry[ENTRY_HEADER_LEN..], &|id| self.dict(id))
-                            .map_err(|err| err.to_string())
-                            .and_then(|data| {
-                                if BlobHash::of(&data) == h.hash {
-                                    Ok(())
-                                } else {
-                                    Err("the contents do not hash to the entry's name".to_string())
-                                }
-                            })
-                    }
+                    Ok((hdr, entry)) => self
+                        .decode_verified(&hdr, &entry[ENTRY_HEADER_LEN..])
+                        .map(|_| ()),
                     Err(detail) => Err(detail),
                 };
                 match checked {
