@@ -395,8 +395,10 @@ fn save_list(ws: &Workspace, cache: &ListCache) -> Result<()> {
 /// Writes the checkpoint list file if the in-memory copy has folded
 /// records the file lacks (best effort: it is a cache).
 pub(crate) fn save_list_if_behind(ws: &Workspace) {
-    if let Some((cache, true)) = ws.checkpoint_list.lock().as_ref() {
-        let _ = save_list(ws, cache);
+    if let Some((cache, saved_to)) = ws.checkpoint_list.lock().as_ref() {
+        if cache.folded_to != *saved_to {
+            let _ = save_list(ws, cache);
+        }
     }
 }
 
@@ -428,16 +430,17 @@ pub fn list_checkpoints<L: LogAccess + ?Sized>(
     session: Option<&str>,
 ) -> Result<Vec<CheckpointInfo>> {
     let mut slot = ws.checkpoint_list.lock();
-    let (mut cache, mut behind) = match slot.take() {
+    let (mut cache, mut saved_to) = match slot.take() {
         Some(c) => c,
-        None => (
-            std::fs::read(ws.cache_path(CHECKPOINTS_FILE))
+        None => {
+            let file = std::fs::read(ws.cache_path(CHECKPOINTS_FILE))
                 .ok()
                 .and_then(|b| rmp_serde::from_slice::<ListCache>(&b).ok())
                 .filter(|c| c.version == LIST_CACHE_VERSION)
-                .unwrap_or_default(),
-            false,
-        ),
+                .unwrap_or_default();
+            let saved_to = file.folded_to;
+            (file, saved_to)
+        }
     };
     let head = log.head();
     let stale = cache.folded_to > head.last_lsn
@@ -456,17 +459,15 @@ pub fn list_checkpoints<L: LogAccess + ?Sized>(
             Ok(())
         })?;
         cache.version = LIST_CACHE_VERSION;
-        let folded = last.0 .0.saturating_sub(cache.folded_to.0);
         cache.folded_to = last.0;
         cache.chain_at = last.1;
-        behind = true;
         // The file saves the next process a fold of the whole log; a few
         // records more to fold cost it less than writing the file costs
         // every rollback, so a long-lived process writes it now and then
         // (and when the workspace is dropped).
-        if folded >= LIST_CACHE_SAVE_RECORDS || stale {
+        if stale || cache.folded_to.0 >= saved_to.0 + LIST_CACHE_SAVE_RECORDS {
             save_list(ws, &cache)?;
-            behind = false;
+            saved_to = cache.folded_to;
         }
     }
     let session = session.map(session_or_default);
@@ -476,7 +477,7 @@ pub fn list_checkpoints<L: LogAccess + ?Sized>(
         .filter(|c| session.as_ref().is_none_or(|s| &c.session == s))
         .cloned()
         .collect();
-    *slot = Some((cache, behind));
+    *slot = Some((cache, saved_to));
     Ok(list)
 }
 

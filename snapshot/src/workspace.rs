@@ -109,17 +109,16 @@ pub struct Workspace {
     /// A stat cache being written on a background thread, with the cache
     /// it writes (see `StatCache::save_in_background`).
     pending_save: Mutex<Option<PendingSave>>,
-    /// The checkpoint list as this process last folded it, and whether the
-    /// file copy lags behind it (see `checkpoint::list_checkpoints`).
-    pub(crate) checkpoint_list: Mutex<Option<(crate::checkpoint::ListCache, bool)>>,
-    /// Held while the tracked-path file is read, changed and written back,
-    /// so concurrent updates (a rollback marks paths dirty while its
-    /// pre-rollback checkpoint clears others) do not lose each other's.
-    track_lock: Mutex<()>,
-    /// Paths a rollback in progress marked dirty: a checkpoint that
-    /// captured them earlier must not clear those marks (see
-    /// [`Workspace::mark_dirty_pinned`]).
-    pinned_dirty: Mutex<BTreeSet<String>>,
+    /// The checkpoint list as this process last folded it, and how far the
+    /// file copy is folded (see `checkpoint::list_checkpoints`).
+    pub(crate) checkpoint_list: Mutex<Option<(crate::checkpoint::ListCache, cairn_codec::Lsn)>>,
+    /// Held while the tracked-path file is read, changed and written back
+    /// (see [`Workspace::update_track`]), so concurrent updates (a rollback
+    /// marks paths dirty while its pre-rollback checkpoint clears others) do
+    /// not lose each other's. It holds the paths a rollback in progress
+    /// marked dirty: a checkpoint that captured them earlier must not clear
+    /// those marks (see [`Workspace::mark_dirty_pinned`]).
+    track_lock: Mutex<BTreeSet<String>>,
 }
 
 /// A background stat-cache save: the thread (which returns the identity of
@@ -182,8 +181,7 @@ impl Workspace {
             stat_cache: Mutex::new(None),
             pending_save: Mutex::new(None),
             checkpoint_list: Mutex::new(None),
-            track_lock: Mutex::new(()),
-            pinned_dirty: Mutex::new(BTreeSet::new()),
+            track_lock: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -301,13 +299,12 @@ impl Workspace {
             }
             norm.push(n);
         }
-        let _g = self.track_lock.lock();
-        let mut st = self.load_track()?;
-        for n in norm {
-            st.tracked.insert(n.clone());
-            st.dirty.insert(n);
-        }
-        self.save_track(&st)
+        self.update_track(true, |st, _| {
+            for n in norm {
+                st.tracked.insert(n.clone());
+                st.dirty.insert(n);
+            }
+        })
     }
 
     /// Every path tracked so far.
@@ -338,11 +335,25 @@ impl Workspace {
         }
     }
 
-    pub(crate) fn save_track(&self, st: &TrackState) -> Result<()> {
-        let bytes = serde_json::to_vec(st).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
-        // Durable: a tracked path forgotten after a crash would let an
-        // ignored file escape the next checkpoint.
-        write_atomic(&self.cache_path(TRACKED_FILE), &bytes, true)
+    /// Reads the tracked-path file, lets `change` edit it (with the pinned
+    /// paths at hand) and writes it back if it changed, all under
+    /// `track_lock`. `durable`: fsync it (a tracked path or a dirty mark
+    /// forgotten after a crash would let a change escape the next
+    /// checkpoint); a lost clear only costs a few re-reads.
+    fn update_track(
+        &self,
+        durable: bool,
+        change: impl FnOnce(&mut TrackState, &BTreeSet<String>),
+    ) -> Result<()> {
+        let pinned = self.track_lock.lock();
+        let mut st = self.load_track()?;
+        let before = st.clone();
+        change(&mut st, &pinned);
+        if st == before {
+            return Ok(());
+        }
+        let bytes = serde_json::to_vec(&st).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
+        write_atomic(&self.cache_path(TRACKED_FILE), &bytes, durable)
     }
 
     /// Marks paths dirty (for the next tracked-only checkpoint) without
@@ -351,20 +362,13 @@ impl Workspace {
     /// (the pre-rollback checkpoint, which captured these paths in their
     /// old state) does not clear them.
     pub(crate) fn mark_dirty_pinned(&self, paths: &[String]) -> Result<()> {
-        let _g = self.track_lock.lock();
-        self.pinned_dirty.lock().extend(paths.iter().cloned());
-        let mut st = self.load_track()?;
-        let n = st.dirty.len();
-        st.dirty.extend(paths.iter().cloned());
-        if st.dirty.len() != n {
-            self.save_track(&st)?;
-        }
-        Ok(())
+        self.track_lock.lock().extend(paths.iter().cloned());
+        self.update_track(true, |st, _| st.dirty.extend(paths.iter().cloned()))
     }
 
     /// Lets later checkpoints clear the marks of [`Workspace::mark_dirty_pinned`].
     pub(crate) fn unpin_dirty(&self, paths: &[String]) {
-        let mut pinned = self.pinned_dirty.lock();
+        let mut pinned = self.track_lock.lock();
         for p in paths {
             pinned.remove(p);
         }
@@ -373,21 +377,10 @@ impl Workspace {
     /// Clears the given paths from the dirty set (after a checkpoint
     /// captured them), except those a rollback in progress pinned.
     pub(crate) fn clear_dirty(&self, captured: &BTreeSet<String>) -> Result<()> {
-        let _g = self.track_lock.lock();
-        let mut st = self.load_track()?;
-        let n = st.dirty.len();
-        let pinned = self.pinned_dirty.lock();
-        st.dirty
-            .retain(|p| !captured.contains(p) || pinned.contains(p));
-        drop(pinned);
-        if st.dirty.len() != n {
-            // Not durable: a clear lost in a crash only makes the next
-            // tracked-only checkpoint re-read a few paths.
-            let bytes =
-                serde_json::to_vec(&st).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
-            write_atomic(&self.cache_path(TRACKED_FILE), &bytes, false)?;
-        }
-        Ok(())
+        self.update_track(false, |st, pinned| {
+            st.dirty
+                .retain(|p| !captured.contains(p) || pinned.contains(p))
+        })
     }
 
     pub(crate) fn load_last(&self) -> Option<LastCapture> {

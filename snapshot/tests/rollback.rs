@@ -456,12 +456,7 @@ fn checkpoints_made_by_another_process_are_found() {
     let f = fx();
     f.write("a.txt", "one");
     let c1 = f.checkpoint("c1");
-    let other = Workspace::open(
-        &f.root,
-        &f.root.join(".cairn/snapshot"),
-        SnapshotOptions::default(),
-    )
-    .unwrap();
+    let other = f.open_workspace();
     assert_eq!(find_checkpoint(&f.log, &other, c1.id).unwrap().id, c1.id);
     f.write("a.txt", "two");
     let c2 = f.checkpoint("c2");
@@ -472,12 +467,7 @@ fn checkpoints_made_by_another_process_are_found() {
     assert_eq!(list_checkpoints(&f.log, &other, None).unwrap().len(), 2);
     drop(other);
     // The dropped workspace wrote the list it had folded; a new one reads it.
-    let third = Workspace::open(
-        &f.root,
-        &f.root.join(".cairn/snapshot"),
-        SnapshotOptions::default(),
-    )
-    .unwrap();
+    let third = f.open_workspace();
     assert_eq!(list_checkpoints(&f.log, &third, None).unwrap().len(), 2);
 }
 

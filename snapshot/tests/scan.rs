@@ -253,6 +253,18 @@ fn checkpoint_list_is_persisted_and_rebuilt() {
         list_checkpoints(&log, &ws, None).unwrap(),
         vec![a.clone(), b.clone(), c.clone()]
     );
+    // A handle that lists after every record still rewrites the file now
+    // and then (every 256 records folded), not only when dropped.
+    assert!(!dir.path().join(".cairn/snapshot/checkpoints.bin").exists());
+    for _ in 0..300 {
+        log.append(&cairn_codec::Event::new(
+            cairn_codec::EventKind::Prompt,
+            "x",
+        ))
+        .unwrap();
+        list_checkpoints(&log, &ws, None).unwrap();
+    }
+    assert!(dir.path().join(".cairn/snapshot/checkpoints.bin").exists());
     // A cache from another log (same length, different history) is rebuilt.
     let other = MemLog::new();
     for _ in 0..3 {

@@ -45,6 +45,16 @@ pub fn fx_with(opts: SnapshotOptions) -> Fx {
 }
 
 impl Fx {
+    /// Another handle on the same workspace and caches, as another process
+    /// of the same embedder would open.
+    pub fn open_workspace(&self) -> Workspace {
+        Workspace::open(
+            &self.root,
+            &self.root.join(".cairn/snapshot"),
+            SnapshotOptions::default(),
+        )
+        .unwrap()
+    }
     pub fn p(&self, rel: &str) -> PathBuf {
         self.root.join(rel)
     }
