@@ -447,31 +447,8 @@ fn memory_child(ws_root: &Path) -> Res<()> {
     Ok(())
 }
 
-/// Apparent bytes and allocated bytes (st_blocks) of every file under `p`.
-fn usage(p: &Path) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    let mut out = (0, 0);
-    let Ok(rd) = std::fs::read_dir(p) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
-            continue;
-        };
-        if m.is_dir() {
-            let (a, b) = usage(&e.path());
-            out.0 += a;
-            out.1 += b;
-        } else {
-            out.0 += m.len();
-            out.1 += m.blocks() * 512;
-        }
-    }
-    out
-}
-
-/// Files under `dir` larger than `min` bytes, with their sizes.
-fn files_over(dir: &Path, min: u64, out: &mut Vec<(PathBuf, u64)>) {
+/// Calls `f` with every file under `dir` (not following symlinks) and its metadata.
+fn each_file(dir: &Path, f: &mut dyn FnMut(&Path, &std::fs::Metadata)) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
@@ -480,11 +457,22 @@ fn files_over(dir: &Path, min: u64, out: &mut Vec<(PathBuf, u64)>) {
             continue;
         };
         if m.is_dir() {
-            files_over(&e.path(), min, out);
-        } else if m.len() > min {
-            out.push((e.path(), m.len()));
+            each_file(&e.path(), f);
+        } else {
+            f(&e.path(), &m);
         }
     }
+}
+
+/// Apparent bytes and allocated bytes (st_blocks) of every file under `p`.
+fn usage(p: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = (0, 0);
+    each_file(p, &mut |_, m| {
+        out.0 += m.len();
+        out.1 += m.blocks() * 512;
+    });
+    out
 }
 
 fn mb(b: u64) -> String {
@@ -503,16 +491,16 @@ fn disk(n: usize, rows: &mut Rows) -> Res<()> {
     }
     let cairn = usage(&b.ws_root.join(".cairn"));
     // Where cairn's bytes are: every file over 1% of the total.
-    let mut parts = Vec::new();
-    files_over(&b.ws_root.join(".cairn"), cairn.0 / 100, &mut parts);
-    for (p, n) in parts {
-        let rel = p
-            .strip_prefix(&b.ws_root)
-            .unwrap_or(&p)
-            .display()
-            .to_string();
-        println!("<!-- {rel}: {} -->", mb(n));
-    }
+    each_file(&b.ws_root.join(".cairn"), &mut |p, m| {
+        if m.len() > cairn.0 / 100 {
+            let rel = p
+                .strip_prefix(&b.ws_root)
+                .unwrap_or(p)
+                .display()
+                .to_string();
+            println!("<!-- {rel}: {} -->", mb(m.len()));
+        }
+    });
     let loose = usage(&b.git_dir);
     git(&b.git_dir, &b.ws_root, &["gc", "-q", "--force"])?;
     let packed = usage(&b.git_dir);
