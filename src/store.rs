@@ -242,6 +242,7 @@ impl StoreBuilder {
             LogOptions {
                 segment_size_bytes: self.segment_size_bytes,
                 durability: self.durability,
+                ..LogOptions::default()
             },
         )?;
         let blobs = BlobStore::open(

@@ -175,6 +175,22 @@ fn append(c: &mut Criterion) {
         });
     }
     {
+        // The same, each append written with `pwrite` (no memory map).
+        let tmp = bench_dir();
+        let o = LogOptions {
+            mapped_tail: false,
+            ..opts(Durability::Never)
+        };
+        let log = Log::open(vfs(), tmp.path(), o).expect("open");
+        let mut i = 0usize;
+        g.bench_function("cairn_never_1thread_pwrite", |b| {
+            b.iter(|| {
+                log.append(&events[i % EVENT_POOL]).expect("append");
+                i += 1;
+            })
+        });
+    }
+    {
         let tmp = bench_dir();
         let log = Log::open(vfs(), tmp.path(), opts(Durability::Never)).expect("open");
         let batches: Vec<&[Event]> = events.chunks(BATCH).collect();

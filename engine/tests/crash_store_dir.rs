@@ -24,6 +24,7 @@ fn first_acknowledged_record_of_a_new_store_survives_a_crash() {
     let opts = LogOptions {
         segment_size_bytes: 1 << 20,
         durability: Durability::Always,
+        ..LogOptions::default()
     };
     let blobs = BlobStore::open(vfs.clone(), &store.blob_dir(), BlobOptions::default()).unwrap();
     let h = blobs.put(b"contents").unwrap();

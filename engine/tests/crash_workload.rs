@@ -189,6 +189,7 @@ impl World {
         let log_opts = LogOptions {
             segment_size_bytes: 256 + rng.below(4096),
             durability,
+            ..LogOptions::default()
         };
         let blob_opts = BlobOptions {
             pack_size_bytes: 0, // clamped up to the minimum: packs roll often

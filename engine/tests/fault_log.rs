@@ -30,6 +30,7 @@ fn opts() -> LogOptions {
     LogOptions {
         segment_size_bytes: 300,
         durability: Durability::Always,
+        ..LogOptions::default()
     }
 }
 

@@ -45,6 +45,7 @@ fn log_opts() -> LogOptions {
     LogOptions {
         segment_size_bytes: SEGMENT_SIZE_BYTES,
         durability: Durability::Always,
+        ..LogOptions::default()
     }
 }
 

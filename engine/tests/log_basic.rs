@@ -26,6 +26,7 @@ fn opts(seg: u64, d: Durability) -> LogOptions {
     LogOptions {
         segment_size_bytes: seg,
         durability: d,
+        ..LogOptions::default()
     }
 }
 

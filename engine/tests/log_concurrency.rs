@@ -104,6 +104,7 @@ fn opts(seg: u64, durability: Durability) -> LogOptions {
     LogOptions {
         segment_size_bytes: seg,
         durability,
+        ..LogOptions::default()
     }
 }
 

@@ -40,6 +40,7 @@ fn acknowledged_records_survive_crashes_at_any_point() {
         let o = LogOptions {
             segment_size_bytes: 700,
             durability: Durability::Always,
+            ..LogOptions::default()
         };
         let mut acked: Vec<Event> = Vec::new();
         let mut n = seed * 1000;

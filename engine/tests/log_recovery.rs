@@ -25,6 +25,7 @@ fn opts(seg: u64) -> LogOptions {
     LogOptions {
         segment_size_bytes: seg,
         durability: Durability::Never,
+        ..LogOptions::default()
     }
 }
 

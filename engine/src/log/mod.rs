@@ -19,6 +19,7 @@
 //! Readers only ever see committed records: fully written and, with
 //! [`Durability::Always`], durable. An atomic batch is seen whole or not at all.
 
+mod epoch;
 mod options;
 mod reader;
 mod recovery;

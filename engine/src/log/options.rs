@@ -81,6 +81,13 @@ pub struct LogOptions {
     pub segment_size_bytes: u64,
     /// When appends become durable.
     pub durability: Durability,
+    /// Copy appends into a shared memory map of the tail segment instead of
+    /// one `write` system call each, where the platform and file system
+    /// allow (Linux, with `fallocate`). Crash safety is the same either
+    /// way: the bytes are in the page cache when an append returns, and
+    /// the durability policy decides when they are synced. On by default;
+    /// off writes every append with `pwrite`.
+    pub mapped_tail: bool,
 }
 
 impl Default for LogOptions {
@@ -88,6 +95,7 @@ impl Default for LogOptions {
         LogOptions {
             segment_size_bytes: DEFAULT_SEGMENT_SIZE_BYTES,
             durability: Durability::Always,
+            mapped_tail: true,
         }
     }
 }

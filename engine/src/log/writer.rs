@@ -15,6 +15,7 @@ use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEG
 use cairn_codec::{ChainHash, Event, Lsn};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
+use super::epoch::Epoch;
 use super::options::MAX_SEGMENT_SIZE_BYTES;
 use super::recovery::{self, TailState, TAIL_STATE_FILE};
 use super::scan::finish_frame;
@@ -22,7 +23,7 @@ use super::segment::{self, Sealed};
 use super::sparse_index::SparseIndex;
 use super::view::{LogIter, Tail, View};
 use super::{Durability, Head, LogOptions, LogStats, Record, VerifyReport};
-use crate::vfs::{OpenMode, Vfs, VfsFile};
+use crate::vfs::{AppendMap, OpenMode, Vfs, VfsFile};
 use crate::{EngineError, Result};
 
 /// The writer's own state, under the writer lock.
@@ -42,6 +43,22 @@ struct WriterState {
     poisoned: Option<String>,
     /// Scratch buffer that gathers a batch's frames into one write.
     batch_buf: Vec<u8>,
+    /// How appends reach the tail segment.
+    out: TailOut,
+}
+
+/// How appends reach the tail segment's file.
+enum TailOut {
+    /// Not settled for this segment yet: the next append asks the file for
+    /// an [`AppendMap`].
+    Unsettled,
+    /// Copied into a shared memory map of the segment (the real file
+    /// system on Linux): no system call per append; the page cache holds
+    /// the bytes exactly as after a `write`.
+    Mapped(Box<dyn AppendMap>),
+    /// One positional `write` per append or batch (the simulated disk, and
+    /// file systems that cannot allocate space ahead).
+    Writes,
 }
 
 /// A batch buffer that grew past this is dropped after use rather than
@@ -147,13 +164,9 @@ struct Inner {
     /// mutex; read without it too, so a waiter released by a sync checks it
     /// and returns without queueing on the mutex.
     durable_at: AtomicU64,
-    /// Incremented (under `gate`) each time a sync ends or the writer is
-    /// poisoned: what waiters on `gate_cv` wait for.
-    sync_epoch: AtomicU64,
-    /// Where appenders wait for the running sync to end. A `std` mutex and
-    /// condition variable, whose `notify_all` is a single futex wake.
-    gate: std::sync::Mutex<()>,
-    gate_cv: std::sync::Condvar,
+    /// Moves each time a sync ends or the writer is poisoned: appenders
+    /// waiting for the running sync to end wait on it.
+    sync_epoch: Epoch,
     /// Threads inside `wait_durable` right now.
     inside: AtomicU64,
     /// See [`Log::group_commit_stats`].
@@ -227,6 +240,11 @@ impl Log {
             index: tail.index,
             poisoned: None,
             batch_buf: Vec::new(),
+            out: if opts.mapped_tail {
+                TailOut::Unsettled
+            } else {
+                TailOut::Writes
+            },
         };
         let inner = Arc::new(Inner {
             vfs,
@@ -241,9 +259,7 @@ impl Log {
                 last_sync: Duration::ZERO,
             }),
             durable_at: AtomicU64::new(head.last_lsn.0),
-            sync_epoch: AtomicU64::new(0),
-            gate: std::sync::Mutex::new(()),
-            gate_cv: std::sync::Condvar::new(),
+            sync_epoch: Epoch::default(),
             inside: AtomicU64::new(0),
             group_syncs: AtomicU64::new(0),
             group_records: AtomicU64::new(0),
@@ -431,7 +447,12 @@ impl Log {
             let _ = h.join();
         }
         self.sync()?;
-        let st = self.inner.w.lock();
+        let mut st = self.inner.w.lock();
+        if Inner::trim_tail(&mut st)? {
+            st.file
+                .sync_data()
+                .map_err(|e| EngineError::io("fsync log segment", &st.path, e))?;
+        }
         let state = TailState {
             first_lsn: st.header.first_lsn,
             valid_len: st.end,
@@ -474,16 +495,11 @@ impl Inner {
         self.release_waiters();
     }
 
-    /// Wakes every thread waiting for a sync to end (one system call for
-    /// all of them: `std`'s condition variable wakes its futex waiters at
-    /// once, where unparking them one by one let each woken thread preempt
-    /// the waker before it reached the next).
+    /// Wakes every thread waiting for a sync to end, with one system call
+    /// (unparking them one by one let each woken thread preempt the waker
+    /// before it reached the next).
     fn release_waiters(&self) {
-        {
-            let _g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-            self.sync_epoch.fetch_add(1, Ordering::SeqCst);
-        }
-        self.gate_cv.notify_all();
+        self.sync_epoch.advance();
     }
 
     /// Writes pre-encoded frames (`offs`: where each starts in `buf`) as one
@@ -513,23 +529,7 @@ impl Inner {
             chain = finish_frame(&mut item.0, Lsn(first.0 + i as u64), chain);
         }
         let at = st.end;
-        let written = if let [one] = &*items {
-            st.file.write_all_at(&one.0, at)
-        } else {
-            let mut buf = std::mem::take(&mut st.batch_buf);
-            buf.clear();
-            buf.reserve(total as usize);
-            for item in items.iter() {
-                buf.extend_from_slice(&item.0);
-            }
-            let r = st.file.write_all_at(&buf, at);
-            st.batch_buf = if buf.capacity() <= BATCH_BUF_KEEP_BYTES {
-                buf
-            } else {
-                Vec::new()
-            };
-            r
-        };
+        let written = self.put_frames(&mut st, items, at, total);
         if let Err(e) = written {
             let err = EngineError::io("append to log segment", &st.path, e);
             let cause = err.to_string();
@@ -582,6 +582,86 @@ impl Inner {
         Ok((first, last))
     }
 
+    /// Puts the frames of `items` (`total` bytes) into the tail segment at
+    /// `at`: copied into the segment's memory map where there is one, else
+    /// one positional write.
+    fn put_frames(
+        &self,
+        st: &mut WriterState,
+        items: &[Prepared],
+        at: u64,
+        total: u64,
+    ) -> std::io::Result<()> {
+        if let TailOut::Unsettled = st.out {
+            // Writes stay below the roll size (a larger batch alone in a
+            // segment goes past the map, through `write`).
+            let capacity = self.opts.segment_size_bytes;
+            // Prefault unless every append is synced: a sync writes the
+            // prefaulted zero pages too.
+            let prefault = !matches!(self.opts.durability, Durability::Always);
+            st.out = match st.file.append_map(capacity, prefault) {
+                Ok(Some(m)) => TailOut::Mapped(m),
+                _ => TailOut::Writes,
+            };
+        }
+        if let TailOut::Mapped(m) = &mut st.out {
+            if at + total <= m.capacity() {
+                match m.reserve(at + total) {
+                    Ok(()) => {
+                        let mut off = at;
+                        for item in items {
+                            m.write_at(&item.0, off)?;
+                            off += item.len() as u64;
+                        }
+                        return Ok(());
+                    }
+                    // Nothing changed: write this segment the plain way.
+                    Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                        st.out = TailOut::Writes;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if let [one] = items {
+            return st.file.write_all_at(&one.0, at);
+        }
+        let mut buf = std::mem::take(&mut st.batch_buf);
+        buf.clear();
+        buf.reserve(total as usize);
+        for item in items {
+            buf.extend_from_slice(&item.0);
+        }
+        let r = st.file.write_all_at(&buf, at);
+        st.batch_buf = if buf.capacity() <= BATCH_BUF_KEEP_BYTES {
+            buf
+        } else {
+            Vec::new()
+        };
+        r
+    }
+
+    /// Lets go of the tail's memory map, if any, and cuts the space it
+    /// allocated past the last record, so the file holds exactly its
+    /// records again (as a sealed segment and a clean close need). True if
+    /// it cut anything (the new length is not yet durable).
+    fn trim_tail(st: &mut WriterState) -> Result<bool> {
+        if !matches!(st.out, TailOut::Mapped(_)) {
+            return Ok(false);
+        }
+        let TailOut::Mapped(m) = std::mem::replace(&mut st.out, TailOut::Unsettled) else {
+            return Ok(false);
+        };
+        let padded = m.allocated() > st.end;
+        drop(m);
+        if padded {
+            st.file
+                .set_len(st.end)
+                .map_err(|e| EngineError::io("cut log segment to its records", &st.path, e))?;
+        }
+        Ok(padded)
+    }
+
     /// Seals the tail segment (fsync, footer, fsync) and starts a new one.
     fn roll(&self, st: &mut MutexGuard<'_, WriterState>) -> Result<()> {
         let footer = SegmentFooter {
@@ -596,6 +676,7 @@ impl Inner {
             st.file
                 .sync_data()
                 .map_err(|e| io("fsync log segment", e))?;
+            Self::trim_tail(&mut *st)?;
             st.file
                 .write_all_at(&footer.encode(), st.end)
                 .map_err(|e| io("write segment footer", e))?;
@@ -710,14 +791,9 @@ impl Inner {
             if s.syncing {
                 // Wait for this sync to end; the ones it covered return
                 // without queueing for this mutex one by one.
-                let epoch = self.sync_epoch.load(Ordering::SeqCst);
+                let epoch = self.sync_epoch.current();
                 drop(s);
-                {
-                    let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-                    while self.sync_epoch.load(Ordering::SeqCst) == epoch {
-                        g = self.gate_cv.wait(g).unwrap_or_else(|e| e.into_inner());
-                    }
-                }
+                self.sync_epoch.wait_past(epoch);
                 if self.durable() >= lsn {
                     return Ok(());
                 }

@@ -66,6 +66,45 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
     }
+
+    /// A writable shared memory map of the first `capacity` bytes of the
+    /// file, for appends that copy into the page cache instead of making a
+    /// `write` system call each (see [`AppendMap`]); `None` where the file
+    /// system or the platform does not offer one, and the caller writes
+    /// with [`VfsFile::write_all_at`] instead. The default is `None`: the
+    /// simulated disk models every write. With `prefault`, space is
+    /// faulted in as it is allocated (one system call per step instead of a
+    /// page fault per page), which suits appends that are not synced one by
+    /// one: a sync would write the prefaulted zero pages too.
+    fn append_map(&self, capacity: u64, prefault: bool) -> io::Result<Option<Box<dyn AppendMap>>> {
+        let _ = (capacity, prefault);
+        Ok(None)
+    }
+}
+
+/// The end of a file that appends are copied into through a shared memory
+/// map. Bytes copied in are in the page cache at once, exactly as after a
+/// `write`: another process reading the file sees them, a crash of this
+/// process does not lose them, and [`VfsFile::sync_data`] on the file makes
+/// them durable. The file is grown with allocated (not sparse) space before
+/// any byte is copied past its old end, so a full disk is an error from
+/// [`AppendMap::write_at`] rather than a fault on a page.
+///
+/// The file is longer than its data while a map is in use (zeros after the
+/// last append, up to the allocated length); whoever owns the map truncates
+/// it to its data when done with it.
+pub trait AppendMap: Send + fmt::Debug {
+    /// The end of the mapped range: no write may reach past it.
+    fn capacity(&self) -> u64;
+    /// The file's length now (allocated space included).
+    fn allocated(&self) -> u64;
+    /// Makes sure the file is allocated up to at least `end` (at most
+    /// [`AppendMap::capacity`]); grows in steps, so most calls do nothing.
+    /// `ErrorKind::Unsupported` if the file system cannot allocate space
+    /// (the caller goes back to `write_all_at`; nothing was changed).
+    fn reserve(&mut self, end: u64) -> io::Result<()>;
+    /// Copies `buf` into the file at `offset`, reserving space first.
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()>;
 }
 
 /// A read-only view of a whole file: a memory map on the real file system,
