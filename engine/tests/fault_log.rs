@@ -256,3 +256,137 @@ fn disk_filling_up_mid_workload_never_panics() {
     assert!(filled > 0, "the disk filled up");
     eprintln!("fault_log capacity: {runs} runs, the disk filled up in {filled}, 0 lost");
 }
+
+/// A file system wrapper whose first armed `sync_data` waits until a second
+/// `sync_data` has come and gone, then fails: two group-commit syncs in
+/// flight, the earlier one failing after the later one succeeded.
+mod gated {
+    use std::io;
+    use std::path::Path;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use cairn_engine::vfs::{LockGuard, Mapped, OpenMode, SimVfs, Vfs, VfsFile};
+
+    #[derive(Debug, Default)]
+    pub struct Gate {
+        /// 0: off; 1: armed; 2: first sync waiting; 3: second sync done.
+        pub state: AtomicU32,
+    }
+
+    #[derive(Debug)]
+    pub struct GatedVfs(pub SimVfs, pub Arc<Gate>);
+
+    #[derive(Debug)]
+    struct GatedFile(Arc<dyn VfsFile>, Arc<Gate>);
+
+    impl VfsFile for GatedFile {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            self.0.read_at(buf, offset)
+        }
+        fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.0.write_all_at(buf, offset)
+        }
+        fn len(&self) -> io::Result<u64> {
+            self.0.len()
+        }
+        fn set_len(&self, len: u64) -> io::Result<()> {
+            self.0.set_len(len)
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            let g = &self.1;
+            if g.state
+                .compare_exchange(1, 2, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                // The first sync: wait for a second one to finish, then fail
+                // as a write-back error would.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while g.state.load(Ordering::SeqCst) != 3 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                return Err(io::Error::from_raw_os_error(5));
+            }
+            let r = self.0.sync_data();
+            let _ = g
+                .state
+                .compare_exchange(2, 3, Ordering::SeqCst, Ordering::SeqCst);
+            r
+        }
+    }
+
+    impl Vfs for GatedVfs {
+        fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>> {
+            Ok(Arc::new(GatedFile(
+                self.0.open(path, mode)?,
+                self.1.clone(),
+            )))
+        }
+        fn map(&self, path: &Path) -> io::Result<Mapped> {
+            self.0.map(path)
+        }
+        fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+            self.0.list(dir)
+        }
+        fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+            self.0.create_dir_all(dir)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            self.0.rename(from, to)
+        }
+        fn remove_file(&self, path: &Path) -> io::Result<()> {
+            self.0.remove_file(path)
+        }
+        fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+            self.0.sync_dir(dir)
+        }
+        fn exists(&self, path: &Path) -> bool {
+            self.0.exists(path)
+        }
+        fn lock_exclusive(&self, path: &Path) -> io::Result<LockGuard> {
+            self.0.lock_exclusive(path)
+        }
+    }
+}
+
+/// Two group-commit syncs run at once. The earlier one fails after the
+/// later one succeeded: the later one's success proves nothing about the
+/// earlier records (the kernel reports a write-back error to one caller),
+/// so neither appender may be acknowledged, and the writer is poisoned.
+#[test]
+fn a_later_sync_never_acknowledges_past_an_earlier_failed_one() {
+    let gate = Arc::new(gated::Gate::default());
+    let vfs: Arc<dyn Vfs> = Arc::new(gated::GatedVfs(disk(1), gate.clone()));
+    let log = Arc::new(
+        Log::open(
+            vfs,
+            Path::new(DIR),
+            LogOptions {
+                segment_size_bytes: 1 << 20,
+                ..opts()
+            },
+        )
+        .unwrap(),
+    );
+    gate.state.store(1, std::sync::atomic::Ordering::SeqCst);
+    let first = {
+        let log = log.clone();
+        std::thread::spawn(move || log.append(&event(1)))
+    };
+    while gate.state.load(std::sync::atomic::Ordering::SeqCst) != 2 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // The first sync is running; this append starts a second one.
+    let second = log.append(&event(2));
+    let first = first.join().unwrap();
+    assert!(first.is_err(), "the failed sync's appender is told");
+    assert!(
+        matches!(
+            second,
+            Err(EngineError::Poisoned { .. }) | Err(EngineError::Io { .. })
+        ),
+        "the later appender must not be acknowledged: {second:?}"
+    );
+    assert!(log.append(&event(3)).is_err(), "the writer is poisoned");
+}

@@ -383,3 +383,69 @@ fn missing_or_damaged_sparse_index_is_rebuilt() {
         assert_eq!(log.read(Lsn(i)).unwrap().event, ev(i));
     }
 }
+
+/// With the tail written through its memory map, the segment is longer
+/// than its records while the log is open (allocated space, zeros). A
+/// roll and a clean close cut it to its records; after a crash, reopening
+/// cuts the zeros as a torn tail and the next append continues the
+/// sequence. With the map off, the file never holds more than its records.
+#[test]
+fn mapped_tail_padding_is_cut_by_roll_close_and_recovery() {
+    for mapped_tail in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let o = LogOptions {
+            segment_size_bytes: 64 * 1024,
+            mapped_tail,
+            ..opts(0)
+        };
+        let log = Log::open(vfs(), dir, o).unwrap();
+        for i in 1..=1000 {
+            log.append(&ev(i)).unwrap();
+        }
+        let segs = segments(dir);
+        assert!(segs.len() > 2, "the log rolled");
+        let records_bytes = log.stats().bytes;
+        let on_disk: u64 = segs.iter().map(|p| p.metadata().unwrap().len()).sum();
+        if cfg!(target_os = "linux") && mapped_tail {
+            assert!(on_disk > records_bytes, "tail padded while open");
+        } else {
+            assert_eq!(on_disk, records_bytes);
+        }
+        // Sealed segments hold exactly their records and footer.
+        for p in &segs[..segs.len() - 1] {
+            let b = std::fs::read(p).unwrap();
+            assert_eq!(
+                &b[b.len() - 64..b.len() - 56],
+                b"CAIRNEND",
+                "{}",
+                p.display()
+            );
+        }
+        // A crash: the process dies with the bytes in the page cache.
+        log.sync().unwrap();
+        std::mem::forget(log);
+        let log = Log::open(vfs(), dir, o).unwrap();
+        assert_eq!(log.head().last_lsn, Lsn(1000));
+        let tail_len = segments(dir).last().unwrap().metadata().unwrap().len();
+        assert_eq!(segments(dir).len(), segs.len());
+        let sealed: u64 = segs[..segs.len() - 1]
+            .iter()
+            .map(|p| p.metadata().unwrap().len())
+            .sum();
+        assert_eq!(sealed + tail_len, records_bytes, "recovery cut the zeros");
+        assert_eq!(log.append(&ev(1001)).unwrap(), Lsn(1001));
+        let expect: Vec<Event> = (1..=1001).map(ev).collect();
+        assert_eq!(events(&log), expect);
+        let bytes = log.stats().bytes;
+        log.close().unwrap();
+        let on_disk: u64 = segments(dir)
+            .iter()
+            .map(|p| p.metadata().unwrap().len())
+            .sum();
+        assert_eq!(on_disk, bytes, "a clean close leaves exactly the records");
+        let log = Log::open(vfs(), dir, o).unwrap();
+        assert!(log.verify().unwrap().problems.is_empty());
+        assert_eq!(events(&log), expect);
+    }
+}

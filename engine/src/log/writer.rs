@@ -127,8 +127,15 @@ struct Mark {
 
 /// Group-commit state.
 struct SyncState {
-    /// A leader is running an fdatasync right now.
-    syncing: bool,
+    /// A leader is gathering its group: its sync will cover every record
+    /// written before it takes its mark.
+    gathering: bool,
+    /// Syncs started since open (each numbered by the count before it).
+    started: u64,
+    /// Syncs ended, always in the order they started.
+    ended: u64,
+    /// The last LSN the running syncs will make durable.
+    covering: Lsn,
     poisoned: Option<String>,
     /// Records the last fdatasync made durable: more than one means
     /// appenders are running concurrently, and worth waiting for.
@@ -144,6 +151,10 @@ pub struct GroupCommitStats {
     pub syncs: u64,
     /// Records those fdatasyncs made durable.
     pub records: u64,
+    /// Time spent inside those fdatasyncs.
+    pub sync_time: Duration,
+    /// Time leaders spent gathering records before their fdatasync.
+    pub gather_time: Duration,
 }
 
 /// The longest a group-commit leader waits for concurrent appenders to
@@ -152,6 +163,14 @@ pub struct GroupCommitStats {
 /// worth) and never past this bound, so a lone appender left after a burst
 /// pays at most this once.
 const MAX_GROUP_COMMIT_WAIT: Duration = Duration::from_micros(500);
+
+/// fdatasyncs that may run at once. A sync started while another runs
+/// overlaps with it on the device (two threads syncing one file on the
+/// bench machine reach ~1.5x the syncs per second of one), so appenders
+/// that write while one sync runs need not wait for it to end before
+/// theirs starts. Syncs still end in the order they started (see
+/// `Inner::lead`).
+const MAX_SYNCS_IN_FLIGHT: u64 = 2;
 
 struct Inner {
     vfs: Arc<dyn Vfs>,
@@ -172,12 +191,17 @@ struct Inner {
     /// See [`Log::group_commit_stats`].
     group_syncs: AtomicU64,
     group_records: AtomicU64,
+    group_sync_nanos: AtomicU64,
+    group_gather_nanos: AtomicU64,
     /// The most threads seen inside `wait_durable` at once since the last
     /// fdatasync began: how many appenders run concurrently, so how many
     /// records the next group can hope to hold.
     peak: AtomicU64,
     /// LSN of the last record written to the tail (durable or not).
     written: AtomicU64,
+    /// The highest LSN a thread has waited for while a sync was gathering
+    /// or running: tells a leader whether anyone wrote after its mark.
+    wait_max: AtomicU64,
     head_mx: Mutex<()>,
     head_cv: Condvar,
     /// The LSN a group-commit leader is waiting to see written (0: none).
@@ -203,6 +227,10 @@ impl std::fmt::Debug for Log {
             .field("head", &self.head())
             .finish()
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn poisoned(cause: &str) -> EngineError {
@@ -253,7 +281,10 @@ impl Log {
             w: Mutex::new(state),
             view: RwLock::new(view),
             sync: Mutex::new(SyncState {
-                syncing: false,
+                gathering: false,
+                started: 0,
+                ended: 0,
+                covering: Lsn(0),
                 poisoned: None,
                 last_group: 0,
                 last_sync: Duration::ZERO,
@@ -263,8 +294,11 @@ impl Log {
             inside: AtomicU64::new(0),
             group_syncs: AtomicU64::new(0),
             group_records: AtomicU64::new(0),
+            group_sync_nanos: AtomicU64::new(0),
+            group_gather_nanos: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             written: AtomicU64::new(head.last_lsn.0),
+            wait_max: AtomicU64::new(0),
             head_mx: Mutex::new(()),
             head_cv: Condvar::new(),
             gather_target: AtomicU64::new(0),
@@ -417,6 +451,10 @@ impl Log {
         GroupCommitStats {
             syncs: self.inner.group_syncs.load(Ordering::Relaxed),
             records: self.inner.group_records.load(Ordering::Relaxed),
+            sync_time: Duration::from_nanos(self.inner.group_sync_nanos.load(Ordering::Relaxed)),
+            gather_time: Duration::from_nanos(
+                self.inner.group_gather_nanos.load(Ordering::Relaxed),
+            ),
         }
     }
 
@@ -788,9 +826,15 @@ impl Inner {
             if self.durable() >= lsn {
                 return Ok(());
             }
-            if s.syncing {
-                // Wait for this sync to end; the ones it covered return
-                // without queueing for this mutex one by one.
+            let running = s.started - s.ended;
+            let covered = running > 0 && s.covering >= lsn;
+            if s.gathering || covered || running >= MAX_SYNCS_IN_FLIGHT {
+                // A sync that will cover this record is gathering or
+                // running, or no other may start: wait for one to end (or,
+                // if this record was written just after a gathering leader
+                // took its mark, for that leader to say so). Those it
+                // covered return without queueing for this mutex.
+                self.wait_max.fetch_max(lsn.0, Ordering::SeqCst);
                 let epoch = self.sync_epoch.current();
                 drop(s);
                 self.sync_epoch.wait_past(epoch);
@@ -800,80 +844,116 @@ impl Inner {
                 s = self.sync.lock();
                 continue;
             }
-            s.syncing = true;
-            // Aim for a group as large as the most appenders seen waiting
-            // at once: the ones the last sync released are being scheduled
-            // again and are about to write their next records.
-            let group = s.last_group.max(self.peak.load(Ordering::Relaxed));
-            self.peak
-                .store(self.inside.load(Ordering::SeqCst), Ordering::Relaxed);
-            let durable = self.durable();
-            let budget = (s.last_sync / 2).min(MAX_GROUP_COMMIT_WAIT);
-            let (r, took) = MutexGuard::unlocked(&mut s, || {
-                if group > 1 {
-                    let deadline = Instant::now() + budget;
-                    // Appenders ran concurrently last time: let them write
-                    // their next records, so this sync covers them too
-                    // (adaptive group commit). The leader sleeps (an
-                    // appender reaching the target wakes it), leaving the
-                    // cores to the appenders.
-                    let want = durable.0 + group;
-                    self.gather_target.store(want, Ordering::SeqCst);
-                    let mut g = self.gather_mx.lock();
-                    while self.written.load(Ordering::SeqCst) < want {
-                        if self.gather_cv.wait_until(&mut g, deadline).timed_out() {
-                            break;
-                        }
-                    }
-                    drop(g);
-                    self.gather_target.store(0, Ordering::SeqCst);
-                }
-                let t = Instant::now();
-                (self.sync_now(), t.elapsed())
-            });
-            s.syncing = false;
-            if let Ok(l) = &r {
-                // Compared with the durable LSN now: a segment roll may
-                // have advanced it while this sync ran.
-                let now = self.durable();
-                if *l > now {
-                    s.last_group = l.0 - now.0;
-                    self.group_syncs.fetch_add(1, Ordering::Relaxed);
-                    self.group_records
-                        .fetch_add(s.last_group, Ordering::Relaxed);
-                    s.last_sync = took;
-                    self.durable_at.store(l.0, Ordering::Release);
-                }
-            }
-            let done = self.durable() >= lsn;
-            drop(s);
-            self.release_waiters();
-            r?;
-            if done {
-                return Ok(());
-            }
-            s = self.sync.lock();
+            self.lead(&mut s)?;
         }
     }
 
-    /// fdatasyncs the tail as written so far and publishes it; returns the
-    /// LSN now durable. A failure poisons the writer (never retried).
-    fn sync_now(&self) -> Result<Lsn> {
-        let (file, path, mark) = {
-            let st = self.w.lock();
-            if let Some(c) = &st.poisoned {
-                return Err(poisoned(c));
+    /// Leads one group commit: gathers the records of concurrent
+    /// appenders, fdatasyncs everything written by then, and publishes it
+    /// once every sync started before this one has ended.
+    fn lead(&self, s: &mut MutexGuard<'_, SyncState>) -> Result<()> {
+        s.gathering = true;
+        // Aim for a group as large as the most appenders seen waiting at
+        // once (the ones the last sync released are being scheduled again
+        // and are about to write their next records), shared between the
+        // syncs that may run at once.
+        let group = s.last_group.max(self.peak.load(Ordering::Relaxed));
+        self.peak
+            .store(self.inside.load(Ordering::SeqCst), Ordering::Relaxed);
+        let durable = self.durable();
+        let budget = (s.last_sync / 2).min(MAX_GROUP_COMMIT_WAIT);
+        let taken = MutexGuard::unlocked(s, || {
+            if group > 1 {
+                let t = Instant::now();
+                self.gather(Lsn(durable.0 + group), budget);
+                self.group_gather_nanos
+                    .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
             }
-            (st.file.clone(), st.path.clone(), st.mark())
+            self.take_mark()
+        });
+        s.gathering = false;
+        let (file, path, mark) = match taken {
+            Ok(x) => x,
+            Err(e) => {
+                MutexGuard::unlocked(s, || self.release_waiters());
+                return Err(e);
+            }
         };
-        if let Err(e) = file.sync_data() {
-            let err = EngineError::io("fsync log segment", &path, e);
-            self.poison(err.to_string());
+        let seq = s.started;
+        s.started += 1;
+        s.covering = s.covering.max(mark.head.last_lsn);
+        if self.wait_max.load(Ordering::SeqCst) > mark.head.last_lsn.0 {
+            // Someone wrote after the mark and waits on this gathering:
+            // let it lead the next sync.
+            MutexGuard::unlocked(s, || self.release_waiters());
+        }
+        let (r, took) = MutexGuard::unlocked(s, || {
+            let t = Instant::now();
+            (file.sync_data(), t.elapsed())
+        });
+        // Publish in start order: had an earlier sync failed, this one's
+        // success would not prove the earlier records durable (the kernel
+        // reports a write-back error to one caller only).
+        while s.ended != seq {
+            let epoch = self.sync_epoch.current();
+            MutexGuard::unlocked(s, || self.sync_epoch.wait_past(epoch));
+        }
+        s.ended += 1;
+        let failed = match r {
+            Err(e) => Some(EngineError::io("fsync log segment", &path, e)),
+            Ok(()) => s.poisoned.as_ref().map(|c| poisoned(c)),
+        };
+        if let Some(err) = failed {
+            let cause = err.to_string();
+            s.poisoned.get_or_insert(cause.clone());
+            MutexGuard::unlocked(s, || self.poison(cause));
             return Err(err);
         }
-        Self::apply_mark(&mut self.view.write(), &mark);
-        self.notify_heads();
-        Ok(mark.head.last_lsn)
+        // Compared with the durable LSN now: a segment roll or a later
+        // sync may have advanced it while this one ran.
+        let now = self.durable();
+        let last = mark.head.last_lsn;
+        if last > now {
+            s.last_group = last.0 - now.0;
+            self.group_syncs.fetch_add(1, Ordering::Relaxed);
+            self.group_records
+                .fetch_add(s.last_group, Ordering::Relaxed);
+            s.last_sync = took;
+            self.group_sync_nanos
+                .fetch_add(nanos(took), Ordering::Relaxed);
+            self.durable_at.store(last.0, Ordering::Release);
+        }
+        MutexGuard::unlocked(s, || {
+            Self::apply_mark(&mut self.view.write(), &mark);
+            self.notify_heads();
+            self.release_waiters();
+        });
+        Ok(())
+    }
+
+    /// Sleeps until the record `want` is written or `budget` passes (an
+    /// appender reaching `want` wakes it), leaving the cores to the
+    /// appenders it waits for.
+    fn gather(&self, want: Lsn, budget: Duration) {
+        let deadline = Instant::now() + budget;
+        self.gather_target.store(want.0, Ordering::SeqCst);
+        let mut g = self.gather_mx.lock();
+        while self.written.load(Ordering::SeqCst) < want.0 {
+            if self.gather_cv.wait_until(&mut g, deadline).timed_out() {
+                break;
+            }
+        }
+        drop(g);
+        self.gather_target.store(0, Ordering::SeqCst);
+    }
+
+    /// The tail's file and how far it is written, for a sync to cover.
+    fn take_mark(&self) -> Result<(Arc<dyn VfsFile>, PathBuf, Mark)> {
+        let st = self.w.lock();
+        if let Some(c) = &st.poisoned {
+            return Err(poisoned(c));
+        }
+        Ok((st.file.clone(), st.path.clone(), st.mark()))
     }
 
     /// The `Interval` policy's background thread.
