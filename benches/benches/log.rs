@@ -155,9 +155,77 @@ fn paired_always_vs_raw(events: &[Event]) {
     );
 }
 
+/// Opens the SQLite peer: WAL, synchronous=FULL, one table of bodies.
+fn sqlite_peer(dir: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(dir.join("events.sqlite")).expect("sqlite");
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .expect("wal");
+    conn.pragma_update(None, "synchronous", "FULL")
+        .expect("sync");
+    conn.execute_batch("CREATE TABLE events(lsn INTEGER PRIMARY KEY, body BLOB NOT NULL)")
+        .expect("table");
+    conn
+}
+
+/// Group commit measured in alternating rounds, like
+/// [`paired_always_vs_raw`]: in each round, cairn `always` with 1 thread,
+/// then with 16 threads, then SQLite (WAL, synchronous=FULL, one
+/// transaction per event) with 16 threads, each for a fixed number of
+/// events; prints the median rate of each and the two ratios the issue
+/// sets (16 threads ÷ 1 thread, cairn ÷ SQLite).
+fn paired_group_commit(events: &[Event]) {
+    const ROUNDS: usize = 30;
+    const ONE_THREAD_EVENTS: u64 = 100;
+    const CAIRN_16_EVENTS: u64 = 1600;
+    const SQLITE_16_EVENTS: u64 = 400;
+    let tmp = bench_dir();
+    let log = Log::open(vfs(), &tmp.path().join("log"), opts(Durability::Always)).expect("open");
+    let bodies: Vec<Vec<u8>> = events
+        .iter()
+        .map(|e| e.encode_body().expect("body"))
+        .collect();
+    let conn = Mutex::new(sqlite_peer(tmp.path()));
+    let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64();
+    let (mut one, mut sixteen, mut sqlite) = (Vec::new(), Vec::new(), Vec::new());
+    let mut k = 0usize;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        for _ in 0..ONE_THREAD_EVENTS {
+            log.append(&events[k % EVENT_POOL]).expect("append");
+            k += 1;
+        }
+        one.push(rate(ONE_THREAD_EVENTS, t.elapsed()));
+        let d = threaded(CAIRN_16_EVENTS, |i| {
+            log.append(&events[i as usize % EVENT_POOL])
+                .expect("append");
+        });
+        sixteen.push(rate(CAIRN_16_EVENTS, d));
+        let d = threaded(SQLITE_16_EVENTS, |i| {
+            let c = conn.lock().expect("lock");
+            c.execute(
+                "INSERT INTO events(body) VALUES (?1)",
+                [&bodies[i as usize % EVENT_POOL]],
+            )
+            .expect("insert");
+        });
+        sqlite.push(rate(SQLITE_16_EVENTS, d));
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (o, s16, q) = (med(&mut one), med(&mut sixteen), med(&mut sqlite));
+    eprintln!(
+        "log bench: paired {ROUNDS} rounds, medians: cairn always 1 thread {o:.0}/s, 16 threads {s16:.0}/s ({:.1}x), SQLite 16 threads {q:.0}/s (cairn {:.1}x SQLite)",
+        s16 / o,
+        s16 / q
+    );
+}
+
 fn append(c: &mut Criterion) {
     let events = pool();
     paired_always_vs_raw(&events);
+    paired_group_commit(&events);
     let avg = events.iter().map(|e| frame_of(e).len()).sum::<usize>() / events.len();
     eprintln!("log bench: average frame size {avg} bytes");
     let mut g = c.benchmark_group("log_append_200B");
@@ -295,13 +363,7 @@ fn append(c: &mut Criterion) {
     }
     {
         let tmp = bench_dir();
-        let conn = rusqlite::Connection::open(tmp.path().join("events.sqlite")).expect("sqlite");
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .expect("wal");
-        conn.pragma_update(None, "synchronous", "FULL")
-            .expect("sync");
-        conn.execute_batch("CREATE TABLE events(lsn INTEGER PRIMARY KEY, body BLOB NOT NULL)")
-            .expect("table");
+        let conn = sqlite_peer(tmp.path());
         let bodies: Vec<Vec<u8>> = events
             .iter()
             .map(|e| e.encode_body().expect("body"))

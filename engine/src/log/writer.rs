@@ -634,10 +634,8 @@ impl Inner {
             // Writes stay below the roll size (a larger batch alone in a
             // segment goes past the map, through `write`).
             let capacity = self.opts.segment_size_bytes;
-            // Prefault unless every append is synced: a sync writes the
-            // prefaulted zero pages too.
-            let prefault = !matches!(self.opts.durability, Durability::Always);
-            st.out = match st.file.append_map(capacity, prefault) {
+            let synced = matches!(self.opts.durability, Durability::Always);
+            st.out = match st.file.append_map(capacity, synced) {
                 Ok(Some(m)) => TailOut::Mapped(m),
                 _ => TailOut::Writes,
             };

@@ -72,12 +72,14 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// `write` system call each (see [`AppendMap`]); `None` where the file
     /// system or the platform does not offer one, and the caller writes
     /// with [`VfsFile::write_all_at`] instead. The default is `None`: the
-    /// simulated disk models every write. With `prefault`, space is
-    /// faulted in as it is allocated (one system call per step instead of a
-    /// page fault per page), which suits appends that are not synced one by
-    /// one: a sync would write the prefaulted zero pages too.
-    fn append_map(&self, capacity: u64, prefault: bool) -> io::Result<Option<Box<dyn AppendMap>>> {
-        let _ = (capacity, prefault);
+    /// simulated disk models every write. `synced` says every append will
+    /// be fdatasynced (the `always` policy): space is then written with
+    /// zeros ahead of the appends, so those syncs need not write extent
+    /// metadata; otherwise it is allocated (`fallocate`) and its pages
+    /// faulted in as it is allocated, one system call per step instead of a
+    /// page fault per page.
+    fn append_map(&self, capacity: u64, synced: bool) -> io::Result<Option<Box<dyn AppendMap>>> {
+        let _ = (capacity, synced);
         Ok(None)
     }
 }
@@ -86,9 +88,9 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
 /// map. Bytes copied in are in the page cache at once, exactly as after a
 /// `write`: another process reading the file sees them, a crash of this
 /// process does not lose them, and [`VfsFile::sync_data`] on the file makes
-/// them durable. The file is grown with allocated (not sparse) space before
-/// any byte is copied past its old end, so a full disk is an error from
-/// [`AppendMap::write_at`] rather than a fault on a page.
+/// them durable. The file is grown with allocated (not sparse) space, or
+/// written zeros, before any byte is copied past its old end, so a full disk
+/// is an error from [`AppendMap::write_at`] rather than a fault on a page.
 ///
 /// The file is longer than its data while a map is in use (zeros after the
 /// last append, up to the allocated length); whoever owns the map truncates
