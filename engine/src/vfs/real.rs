@@ -51,6 +51,11 @@ mod linux {
     /// cut after a crash.
     pub(super) const APPEND_ALLOC_STEP_BYTES: u64 = 1 << 20;
 
+    /// Without a sync per append, the pages of the tail more than this far
+    /// behind its end are written back and dropped from the page cache as
+    /// the tail grows, so new appends reuse them (see `recycle`).
+    const CACHE_WINDOW_BYTES: u64 = 4 << 20;
+
     /// Space is allocated in whole pages.
     const PAGE_BYTES: u64 = 4096;
 
@@ -62,6 +67,10 @@ mod linux {
         allocated: u64,
         /// Every append will be fdatasynced (see `AppendMap::reserve`).
         synced: bool,
+        /// Write-back has been started for the bytes below this.
+        flushed: u64,
+        /// Bytes below this have been dropped from the page cache.
+        dropped: u64,
     }
 
     impl std::fmt::Debug for RealAppendMap {
@@ -99,7 +108,79 @@ mod linux {
             map,
             allocated,
             synced,
+            flushed: allocated - allocated % PAGE_BYTES,
+            dropped: 0,
         })))
+    }
+
+    impl RealAppendMap {
+        /// Starts write-back of the bytes appended since the last step, and
+        /// drops from the page cache what lies more than
+        /// [`CACHE_WINDOW_BYTES`] behind (written back first), so the
+        /// pages of new appends are recycled ones. A log written faster
+        /// than the kernel's own write-back would otherwise take a fresh
+        /// page per 4 KiB, and on a virtual machine that returns free
+        /// memory to its host a fresh page costs ~10 µs (0.8 µs for a
+        /// recycled one): half the cost of an append without a sync.
+        ///
+        /// A write-back error is returned, never ignored: waiting on the
+        /// range consumes the error the next fdatasync would report.
+        fn recycle(&mut self) -> io::Result<()> {
+            let fd = self.file.as_raw_fd();
+            let done = self.allocated - self.allocated % PAGE_BYTES;
+            let range = |from: u64, to: u64| -> io::Result<(libc::off64_t, libc::off64_t)> {
+                match (
+                    libc::off64_t::try_from(from),
+                    libc::off64_t::try_from(to - from),
+                ) {
+                    (Ok(a), Ok(n)) => Ok((a, n)),
+                    _ => Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "offset too large",
+                    )),
+                }
+            };
+            let check = |r: libc::c_int| {
+                if r == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::last_os_error())
+                }
+            };
+            if done > self.flushed {
+                let (a, n) = range(self.flushed, done)?;
+                // SAFETY: a plain system call on a file descriptor we own.
+                check(unsafe { libc::sync_file_range(fd, a, n, libc::SYNC_FILE_RANGE_WRITE) })?;
+                self.flushed = done;
+            }
+            let keep = done.saturating_sub(CACHE_WINDOW_BYTES);
+            if keep > self.dropped {
+                let (a, n) = range(self.dropped, keep)?;
+                let wait = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                    | libc::SYNC_FILE_RANGE_WRITE
+                    | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+                // SAFETY: a plain system call on a file descriptor we own.
+                check(unsafe { libc::sync_file_range(fd, a, n, wait) })?;
+                if let (Ok(from), Ok(len)) = (usize::try_from(a), usize::try_from(n)) {
+                    // SAFETY: the range lies inside the map (below
+                    // `allocated`); on a shared file mapping MADV_DONTNEED
+                    // only unmaps the pages: their bytes stay in the file
+                    // and the page cache, and a later access maps them
+                    // again.
+                    let _ = unsafe {
+                        self.map.unchecked_advise_range(
+                            memmap2::UncheckedAdvice::DontNeed,
+                            from,
+                            len,
+                        )
+                    };
+                }
+                // SAFETY: a plain system call; it drops clean pages only.
+                unsafe { libc::posix_fadvise(fd, a, n, libc::POSIX_FADV_DONTNEED) };
+                self.dropped = keep;
+            }
+            Ok(())
+        }
     }
 
     impl AppendMap for RealAppendMap {
@@ -145,6 +226,7 @@ mod linux {
                 let zeros = vec![0u8; (want - self.allocated) as usize];
                 std::os::unix::fs::FileExt::write_all_at(&self.file, &zeros, self.allocated)?;
             } else {
+                self.recycle()?;
                 // SAFETY: a plain system call on a file descriptor we own.
                 let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, n) };
                 if r != 0 {
