@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use cairn_benches::{source_like, Rng};
 use cairn_codec::frame::{self, RecordKind};
 use cairn_codec::{ChainHash, Event, EventKind, Lsn, Timestamp};
-use cairn_engine::log::{Durability, Log, LogOptions};
+use cairn_engine::log::{Durability, GroupCommitStats, Log, LogOptions};
 use cairn_engine::{RealVfs, Vfs};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -187,19 +187,29 @@ fn paired_group_commit(events: &[Event]) {
     let conn = Mutex::new(sqlite_peer(tmp.path()));
     let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64();
     let (mut one, mut sixteen, mut sqlite) = (Vec::new(), Vec::new(), Vec::new());
+    // (fdatasyncs, time in them) in the 1-thread and the 16-thread rounds.
+    let (mut sync1, mut sync16) = ((0u64, Duration::ZERO), (0u64, Duration::ZERO));
+    let add = |acc: &mut (u64, Duration), before: GroupCommitStats, after: GroupCommitStats| {
+        acc.0 += after.syncs - before.syncs;
+        acc.1 += after.sync_time - before.sync_time;
+    };
     let mut k = 0usize;
     for _ in 0..ROUNDS {
+        let before = log.group_commit_stats();
         let t = Instant::now();
         for _ in 0..ONE_THREAD_EVENTS {
             log.append(&events[k % EVENT_POOL]).expect("append");
             k += 1;
         }
         one.push(rate(ONE_THREAD_EVENTS, t.elapsed()));
+        let mid = log.group_commit_stats();
+        add(&mut sync1, before, mid);
         let d = threaded(CAIRN_16_EVENTS, |i| {
             log.append(&events[i as usize % EVENT_POOL])
                 .expect("append");
         });
         sixteen.push(rate(CAIRN_16_EVENTS, d));
+        add(&mut sync16, mid, log.group_commit_stats());
         let d = threaded(SQLITE_16_EVENTS, |i| {
             let c = conn.lock().expect("lock");
             c.execute(
@@ -219,6 +229,13 @@ fn paired_group_commit(events: &[Event]) {
         "log bench: paired {ROUNDS} rounds, medians: cairn always 1 thread {o:.0}/s, 16 threads {s16:.0}/s ({:.1}x), SQLite 16 threads {q:.0}/s (cairn {:.1}x SQLite)",
         s16 / o,
         s16 / q
+    );
+    let per = |(n, t): (u64, Duration)| t.as_secs_f64() * 1e6 / n.max(1) as f64;
+    eprintln!(
+        "log bench: paired rounds: mean fdatasync {:.0} µs with 1 thread, {:.0} µs with 16 threads ({:.1} records per sync)",
+        per(sync1),
+        per(sync16),
+        (ROUNDS as u64 * CAIRN_16_EVENTS) as f64 / sync16.0.max(1) as f64
     );
 }
 
