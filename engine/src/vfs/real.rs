@@ -51,9 +51,10 @@ mod linux {
     /// cut after a crash.
     pub(super) const APPEND_ALLOC_STEP_BYTES: u64 = 1 << 20;
 
-    /// Without a sync per append, the pages of the tail more than this far
-    /// behind its end are written back and dropped from the page cache as
-    /// the tail grows, so new appends reuse them (see `recycle`).
+    /// The pages of the tail more than this far behind its end are written
+    /// back (if they are not yet) and dropped from the page cache as the
+    /// tail grows, so new appends reuse them (see `recycle`). Readers of
+    /// the most recent records still find them cached.
     const CACHE_WINDOW_BYTES: u64 = 4 << 20;
 
     /// Space is allocated in whole pages.
@@ -216,6 +217,7 @@ mod linux {
                     "offset too large",
                 ));
             };
+            self.recycle()?;
             if self.synced {
                 // Every append will be fdatasynced: give the space real
                 // zeros (written, not just allocated), so those syncs write
@@ -226,7 +228,6 @@ mod linux {
                 let zeros = vec![0u8; (want - self.allocated) as usize];
                 std::os::unix::fs::FileExt::write_all_at(&self.file, &zeros, self.allocated)?;
             } else {
-                self.recycle()?;
                 // SAFETY: a plain system call on a file descriptor we own.
                 let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, n) };
                 if r != 0 {
