@@ -206,6 +206,16 @@ struct Inner {
     head_cv: Condvar,
     /// The LSN a group-commit leader is waiting to see written (0: none).
     gather_target: AtomicU64,
+    /// Who runs the gathering group's sync: the generation of the
+    /// gathering (shifted left by one) with bit 0 set once the leader (at
+    /// its deadline) or the appender whose record completes the group has
+    /// claimed it. The appender runs it at once, so the leader, asleep,
+    /// need not be woken and scheduled first.
+    gather_claim: AtomicU64,
+    /// When the current gathering began, in nanoseconds since `opened`.
+    gather_began: AtomicU64,
+    /// When the log was opened (a base for `gather_began`).
+    opened: Instant,
     gather_mx: Mutex<()>,
     gather_cv: Condvar,
     stop: Mutex<bool>,
@@ -302,6 +312,9 @@ impl Log {
             head_mx: Mutex::new(()),
             head_cv: Condvar::new(),
             gather_target: AtomicU64::new(0),
+            gather_claim: AtomicU64::new(0),
+            gather_began: AtomicU64::new(0),
+            opened: Instant::now(),
             gather_mx: Mutex::new(()),
             gather_cv: Condvar::new(),
             stop: Mutex::new(false),
@@ -329,8 +342,8 @@ impl Log {
     /// Appends one event; returns its LSN once it is durable per the policy.
     pub fn append(&self, event: &Event) -> Result<Lsn> {
         let mut item = Prepared::new(event, 0)?;
-        let (first, last) = self.inner.write(std::slice::from_mut(&mut item))?;
-        self.inner.commit(last)?;
+        let (first, last, claimed) = self.inner.write(std::slice::from_mut(&mut item))?;
+        self.inner.commit(last, claimed)?;
         Ok(first)
     }
 
@@ -352,8 +365,8 @@ impl Log {
                 Prepared::new(e, flags)
             })
             .collect::<Result<Vec<_>>>()?;
-        let (first, last) = self.inner.write(&mut items)?;
-        self.inner.commit(last)?;
+        let (first, last, claimed) = self.inner.write(&mut items)?;
+        self.inner.commit(last, claimed)?;
         Ok(Some((first, last)))
     }
 
@@ -542,7 +555,7 @@ impl Inner {
 
     /// Writes pre-encoded frames (`offs`: where each starts in `buf`) as one
     /// write, assigning LSNs and chain values. Returns (first, last) LSN.
-    fn write(&self, items: &mut [Prepared]) -> Result<(Lsn, Lsn)> {
+    fn write(&self, items: &mut [Prepared]) -> Result<(Lsn, Lsn, bool)> {
         let mut st = self.w.lock();
         if let Some(c) = &st.poisoned {
             return Err(poisoned(c));
@@ -590,12 +603,10 @@ impl Inner {
         let last = Lsn(first.0 + items.len() as u64 - 1);
         st.end = at + total;
         self.written.store(last.0, Ordering::SeqCst);
-        // A group-commit leader waiting for this record: wake it.
+        // This record completes the group a leader is gathering: claim its
+        // sync, which the caller runs at once.
         let want = self.gather_target.load(Ordering::SeqCst);
-        if want != 0 && last.0 >= want {
-            let _g = self.gather_mx.lock();
-            self.gather_cv.notify_one();
-        }
+        let claimed = want != 0 && last.0 >= want && self.claim_gathering();
         st.next_lsn = last.next();
         st.chain = chain;
         st.last_frame_off = last_off;
@@ -617,7 +628,7 @@ impl Inner {
         if publish_now {
             self.notify_heads();
         }
-        Ok((first, last))
+        Ok((first, last, claimed))
     }
 
     /// Puts the frames of `items` (`total` bytes) into the tail segment at
@@ -791,12 +802,51 @@ impl Inner {
         self.head_cv.notify_all();
     }
 
-    /// After a write: with `Always`, wait until `last` is durable.
-    fn commit(&self, last: Lsn) -> Result<()> {
+    /// After a write: run the gathering group's sync if this write claimed
+    /// it; with `Always`, wait until `last` is durable.
+    fn commit(&self, last: Lsn, claimed: bool) -> Result<()> {
+        if claimed {
+            // The leader sleeps until its deadline otherwise, and its next
+            // record would miss the next group.
+            {
+                let _g = self.gather_mx.lock();
+                self.gather_cv.notify_all();
+            }
+            // Counted among the appenders waiting for a sync, as it will be
+            // once this sync ends: the next group should expect its record.
+            let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(now, Ordering::Relaxed);
+            let mut s = self.sync.lock();
+            self.note_gather_time();
+            let taken = MutexGuard::unlocked(&mut s, || self.take_mark());
+            let r = self.sync_group(&mut s, taken);
+            drop(s);
+            self.inside.fetch_sub(1, Ordering::SeqCst);
+            r?;
+        }
         match self.opts.durability {
             Durability::Always => self.wait_durable(last),
             _ => Ok(()),
         }
+    }
+
+    /// Claims the sync of the group being gathered, if nobody has; true if
+    /// this call did.
+    fn claim_gathering(&self) -> bool {
+        let c = self.gather_claim.load(Ordering::SeqCst);
+        c & 1 == 0
+            && self
+                .gather_claim
+                .compare_exchange(c, c | 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+    }
+
+    /// Adds the time since the current gathering began to the stats.
+    fn note_gather_time(&self) {
+        let now = nanos(self.opened.elapsed());
+        let began = self.gather_began.load(Ordering::SeqCst);
+        self.group_gather_nanos
+            .fetch_add(now.saturating_sub(began), Ordering::Relaxed);
     }
 
     /// Group commit: returns once `lsn` is durable. One thread at a time (the
@@ -860,15 +910,23 @@ impl Inner {
             .store(self.inside.load(Ordering::SeqCst), Ordering::Relaxed);
         let durable = self.durable();
         let budget = (s.last_sync / 2).min(MAX_GROUP_COMMIT_WAIT);
-        let taken = MutexGuard::unlocked(s, || {
-            if group > 1 {
-                let t = Instant::now();
-                self.gather(Lsn(durable.0 + group), budget);
-                self.group_gather_nanos
-                    .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
-            }
-            self.take_mark()
-        });
+        if group > 1 && !MutexGuard::unlocked(s, || self.gather(Lsn(durable.0 + group), budget)) {
+            // The appender that completed the group runs its sync; this
+            // thread waits for it like any other.
+            return Ok(());
+        }
+        let taken = MutexGuard::unlocked(s, || self.take_mark());
+        self.sync_group(s, taken)
+    }
+
+    /// Runs the sync of the group gathered so far (the caller took `taken`,
+    /// the mark, after gathering) and publishes it once every sync started
+    /// before it has ended.
+    fn sync_group(
+        &self,
+        s: &mut MutexGuard<'_, SyncState>,
+        taken: Result<(Arc<dyn VfsFile>, PathBuf, Mark)>,
+    ) -> Result<()> {
         s.gathering = false;
         let (file, path, mark) = match taken {
             Ok(x) => x,
@@ -929,20 +987,38 @@ impl Inner {
         Ok(())
     }
 
-    /// Sleeps until the record `want` is written or `budget` passes (an
-    /// appender reaching `want` wakes it), leaving the cores to the
-    /// appenders it waits for.
-    fn gather(&self, want: Lsn, budget: Duration) {
+    /// Gathers a group: waits until the record `want` is written or
+    /// `budget` passes, leaving the cores to the appenders it waits for.
+    /// The appender whose record completes the group claims its sync and
+    /// runs it (see `write`): then this returns false and the caller does
+    /// not sync. True if the caller is to run the sync.
+    fn gather(&self, want: Lsn, budget: Duration) -> bool {
         let deadline = Instant::now() + budget;
+        let open = (self.gather_claim.load(Ordering::SeqCst) >> 1).wrapping_add(1) << 1;
+        self.gather_began
+            .store(nanos(self.opened.elapsed()), Ordering::SeqCst);
+        self.gather_claim.store(open, Ordering::SeqCst);
         self.gather_target.store(want.0, Ordering::SeqCst);
         let mut g = self.gather_mx.lock();
-        while self.written.load(Ordering::SeqCst) < want.0 {
+        while self.gather_claim.load(Ordering::SeqCst) == open
+            && self.written.load(Ordering::SeqCst) < want.0
+        {
             if self.gather_cv.wait_until(&mut g, deadline).timed_out() {
                 break;
             }
         }
         drop(g);
-        self.gather_target.store(0, Ordering::SeqCst);
+        let _ = self
+            .gather_target
+            .compare_exchange(want.0, 0, Ordering::SeqCst, Ordering::SeqCst);
+        let mine = self
+            .gather_claim
+            .compare_exchange(open, open | 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        if mine {
+            self.note_gather_time();
+        }
+        mine
     }
 
     /// The tail's file and how far it is written, for a sync to cover.
