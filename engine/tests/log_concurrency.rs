@@ -21,6 +21,8 @@ struct Faulty {
     fail_write: AtomicBool,
     slow_sync: AtomicBool,
     syncs: AtomicU64,
+    /// Syncs made by threads other than the `interval` flusher.
+    syncs_off_flusher: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -47,6 +49,9 @@ impl VfsFile for FaultyFile {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.f.syncs.fetch_add(1, Ordering::SeqCst);
+        if std::thread::current().name() != Some("cairn-log-flush") {
+            self.f.syncs_off_flusher.fetch_add(1, Ordering::SeqCst);
+        }
         if self.f.fail_sync.load(Ordering::SeqCst) {
             return Err(io::Error::other("injected fsync failure"));
         }
@@ -403,4 +408,43 @@ fn group_commit_stats_count_syncs_and_records() {
     let s = log.group_commit_stats();
     assert_eq!(s.records, 160);
     assert!(s.syncs > 0 && s.syncs < 160, "{s:?}");
+}
+
+/// With the `interval` policy appenders never wait for a sync, so none is
+/// ever drafted into running one (as the appender completing a group is
+/// with `always`): every fdatasync while they append is the flusher's.
+#[test]
+fn interval_appenders_never_run_a_sync() {
+    for durability in [Durability::Interval { ms: 1 }, Durability::Always] {
+        let tmp = tempfile::tempdir().unwrap();
+        let faulty = Arc::new(Faulty::default());
+        let vfs: Arc<dyn Vfs> = Arc::new(FaultyVfs(faulty.clone()));
+        let log = Arc::new(Log::open(vfs, tmp.path(), opts(64 << 20, durability)).unwrap());
+        let before = faulty.syncs_off_flusher.load(Ordering::SeqCst);
+        let handles: Vec<_> = (0..8u64)
+            .map(|t| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    for i in 0..2000 {
+                        log.append(&ev(t * 10_000 + i)).unwrap();
+                        if i % 200 == 0 {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let off = faulty.syncs_off_flusher.load(Ordering::SeqCst) - before;
+        let syncs = log.group_commit_stats().syncs;
+        match durability {
+            Durability::Always => assert!(off > 0, "appenders sync with always"),
+            _ => {
+                assert!(syncs > 0, "the flusher ran");
+                assert_eq!(off, 0, "an interval appender ran a sync");
+            }
+        }
+    }
 }

@@ -910,7 +910,12 @@ impl Inner {
             .store(self.inside.load(Ordering::SeqCst), Ordering::Relaxed);
         let durable = self.durable();
         let budget = (s.last_sync / 2).min(MAX_GROUP_COMMIT_WAIT);
-        if group > 1 && !MutexGuard::unlocked(s, || self.gather(Lsn(durable.0 + group), budget)) {
+        // Only appenders that wait for their own records are gathered: the
+        // `interval` flusher and an explicit `sync` sync what is written
+        // (an appender that completed a gathering would run its sync, a
+        // stall the other policies never make an appender pay).
+        let gathers = group > 1 && matches!(self.opts.durability, Durability::Always);
+        if gathers && !MutexGuard::unlocked(s, || self.gather(Lsn(durable.0 + group), budget)) {
             // The appender that completed the group runs its sync; this
             // thread waits for it like any other.
             return Ok(());
