@@ -169,7 +169,7 @@ const MAX_GROUP_COMMIT_WAIT: Duration = Duration::from_micros(500);
 /// bench machine reach ~1.5x the syncs per second of one), so appenders
 /// that write while one sync runs need not wait for it to end before
 /// theirs starts. Syncs still end in the order they started (see
-/// `Inner::lead`).
+/// `Inner::sync_group`).
 const MAX_SYNCS_IN_FLIGHT: u64 = 2;
 
 struct Inner {
@@ -209,8 +209,9 @@ struct Inner {
     /// Who runs the gathering group's sync: the generation of the
     /// gathering (shifted left by one) with bit 0 set once the leader (at
     /// its deadline) or the appender whose record completes the group has
-    /// claimed it. The appender runs it at once, so the leader, asleep,
-    /// need not be woken and scheduled first.
+    /// claimed it. The appender runs it at once, so the sync does not wait
+    /// for the sleeping leader to be woken and scheduled (the leader is
+    /// woken too, and then waits like any other appender).
     gather_claim: AtomicU64,
     /// When the current gathering began, in nanoseconds since `opened`.
     gather_began: AtomicU64,
@@ -903,8 +904,7 @@ impl Inner {
         s.gathering = true;
         // Aim for a group as large as the most appenders seen waiting at
         // once (the ones the last sync released are being scheduled again
-        // and are about to write their next records), shared between the
-        // syncs that may run at once.
+        // and are about to write their next records).
         let group = s.last_group.max(self.peak.load(Ordering::Relaxed));
         self.peak
             .store(self.inside.load(Ordering::SeqCst), Ordering::Relaxed);
