@@ -61,6 +61,17 @@ enum TailOut {
     Writes,
 }
 
+impl TailOut {
+    /// How a new or reopened tail segment starts out.
+    fn initial(opts: &LogOptions) -> TailOut {
+        if opts.mapped_tail {
+            TailOut::Unsettled
+        } else {
+            TailOut::Writes
+        }
+    }
+}
+
 /// A batch buffer that grew past this is dropped after use rather than
 /// kept, so one huge batch does not pin its memory for the writer's life.
 const BATCH_BUF_KEEP_BYTES: usize = 1 << 20;
@@ -279,11 +290,7 @@ impl Log {
             index: tail.index,
             poisoned: None,
             batch_buf: Vec::new(),
-            out: if opts.mapped_tail {
-                TailOut::Unsettled
-            } else {
-                TailOut::Writes
-            },
+            out: TailOut::initial(&opts),
         };
         let inner = Arc::new(Inner {
             vfs,
@@ -500,7 +507,7 @@ impl Log {
         }
         self.sync()?;
         let mut st = self.inner.w.lock();
-        if Inner::trim_tail(&mut st)? {
+        if self.inner.trim_tail(&mut st)? {
             st.file
                 .sync_data()
                 .map_err(|e| EngineError::io("fsync log segment", &st.path, e))?;
@@ -554,8 +561,10 @@ impl Inner {
         self.sync_epoch.advance();
     }
 
-    /// Writes pre-encoded frames (`offs`: where each starts in `buf`) as one
-    /// write, assigning LSNs and chain values. Returns (first, last) LSN.
+    /// Puts pre-encoded frames at the end of the tail, assigning LSNs and
+    /// chain values. Returns the first and last LSN, and whether this write
+    /// completed a gathering group and claimed its sync (which the caller
+    /// then runs: see [`Inner::commit`]).
     fn write(&self, items: &mut [Prepared]) -> Result<(Lsn, Lsn, bool)> {
         let mut st = self.w.lock();
         if let Some(c) = &st.poisoned {
@@ -691,13 +700,12 @@ impl Inner {
 
     /// Lets go of the tail's memory map, if any, and cuts the space it
     /// allocated past the last record, so the file holds exactly its
-    /// records again (as a sealed segment and a clean close need). True if
-    /// it cut anything (the new length is not yet durable).
-    fn trim_tail(st: &mut WriterState) -> Result<bool> {
-        if !matches!(st.out, TailOut::Mapped(_)) {
-            return Ok(false);
-        }
-        let TailOut::Mapped(m) = std::mem::replace(&mut st.out, TailOut::Unsettled) else {
+    /// records again (as a sealed segment and a clean close need); the next
+    /// segment settles how it is written afresh. True if it cut anything
+    /// (the new length is not yet durable).
+    fn trim_tail(&self, st: &mut WriterState) -> Result<bool> {
+        let TailOut::Mapped(m) = std::mem::replace(&mut st.out, TailOut::initial(&self.opts))
+        else {
             return Ok(false);
         };
         let padded = m.allocated() > st.end;
@@ -724,7 +732,7 @@ impl Inner {
             st.file
                 .sync_data()
                 .map_err(|e| io("fsync log segment", e))?;
-            Self::trim_tail(&mut *st)?;
+            self.trim_tail(&mut *st)?;
             st.file
                 .write_all_at(&footer.encode(), st.end)
                 .map_err(|e| io("write segment footer", e))?;
@@ -815,15 +823,11 @@ impl Inner {
             }
             // Counted among the appenders waiting for a sync, as it will be
             // once this sync ends: the next group should expect its record.
-            let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
-            self.peak.fetch_max(now, Ordering::Relaxed);
-            let mut s = self.sync.lock();
-            self.note_gather_time();
-            let taken = MutexGuard::unlocked(&mut s, || self.take_mark());
-            let r = self.sync_group(&mut s, taken);
-            drop(s);
-            self.inside.fetch_sub(1, Ordering::SeqCst);
-            r?;
+            self.as_waiter(|| {
+                let mut s = self.sync.lock();
+                self.note_gather_time();
+                self.sync_group(&mut s)
+            })?;
         }
         match self.opts.durability {
             Durability::Always => self.wait_durable(last),
@@ -854,9 +858,15 @@ impl Inner {
     /// leader) runs fdatasync for everything written so far; the others wait
     /// and are released together when it covers their records.
     fn wait_durable(&self, lsn: Lsn) -> Result<()> {
+        self.as_waiter(|| self.wait_durable_inner(lsn))
+    }
+
+    /// Runs `f` counted among the threads waiting for a sync (`inside`,
+    /// `peak`): how many records the next group can expect.
+    fn as_waiter<T>(&self, f: impl FnOnce() -> T) -> T {
         let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
         self.peak.fetch_max(now, Ordering::Relaxed);
-        let r = self.wait_durable_inner(lsn);
+        let r = f();
         self.inside.fetch_sub(1, Ordering::SeqCst);
         r
     }
@@ -920,18 +930,14 @@ impl Inner {
             // thread waits for it like any other.
             return Ok(());
         }
-        let taken = MutexGuard::unlocked(s, || self.take_mark());
-        self.sync_group(s, taken)
+        self.sync_group(s)
     }
 
-    /// Runs the sync of the group gathered so far (the caller took `taken`,
-    /// the mark, after gathering) and publishes it once every sync started
-    /// before it has ended.
-    fn sync_group(
-        &self,
-        s: &mut MutexGuard<'_, SyncState>,
-        taken: Result<(Arc<dyn VfsFile>, PathBuf, Mark)>,
-    ) -> Result<()> {
+    /// Runs the sync of the group gathered so far: takes the mark (how far
+    /// the tail is written), fdatasyncs, and publishes once every sync
+    /// started before it has ended.
+    fn sync_group(&self, s: &mut MutexGuard<'_, SyncState>) -> Result<()> {
+        let taken = MutexGuard::unlocked(s, || self.take_mark());
         s.gathering = false;
         let (file, path, mark) = match taken {
             Ok(x) => x,
