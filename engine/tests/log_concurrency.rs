@@ -4,7 +4,7 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,10 @@ struct Faulty {
     syncs: AtomicU64,
     /// Syncs made by threads other than the `interval` flusher.
     syncs_off_flusher: AtomicU64,
+    /// Two syncs in flight, the earlier failing after the later succeeded:
+    /// 0 off; 1 armed (the next sync waits); 2 the first sync waits for a
+    /// second to finish; 3 a second finished (the first then fails).
+    gate: AtomicU32,
 }
 
 #[derive(Debug)]
@@ -48,6 +52,25 @@ impl VfsFile for FaultyFile {
         self.inner.set_len(len)
     }
     fn sync_data(&self) -> io::Result<()> {
+        let gate = &self.f.gate;
+        if gate
+            .compare_exchange(1, 2, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while gate.load(Ordering::SeqCst) != 3 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            return Err(io::Error::other("injected write-back failure"));
+        }
+        let r = self.sync_inner();
+        let _ = gate.compare_exchange(2, 3, Ordering::SeqCst, Ordering::SeqCst);
+        r
+    }
+}
+
+impl FaultyFile {
+    fn sync_inner(&self) -> io::Result<()> {
         self.f.syncs.fetch_add(1, Ordering::SeqCst);
         if std::thread::current().name() != Some("cairn-log-flush") {
             self.f.syncs_off_flusher.fetch_add(1, Ordering::SeqCst);
@@ -447,4 +470,36 @@ fn interval_appenders_never_run_a_sync() {
             }
         }
     }
+}
+
+/// Two group-commit syncs run at once. The earlier one fails after the
+/// later one succeeded: the later one's success proves nothing about the
+/// earlier records (the kernel reports a write-back error to one caller),
+/// so neither appender may be acknowledged, and the writer is poisoned.
+#[test]
+fn a_later_sync_never_acknowledges_past_an_earlier_failed_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = Arc::new(Faulty::default());
+    let vfs: Arc<dyn Vfs> = Arc::new(FaultyVfs(faulty.clone()));
+    let log = Arc::new(Log::open(vfs, tmp.path(), opts(1 << 20, Durability::Always)).unwrap());
+    faulty.gate.store(1, Ordering::SeqCst);
+    let first = {
+        let log = log.clone();
+        std::thread::spawn(move || log.append(&ev(1)))
+    };
+    while faulty.gate.load(Ordering::SeqCst) != 2 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The first sync is running; this append starts a second one.
+    let second = log.append(&ev(2));
+    let first = first.join().unwrap();
+    assert!(first.is_err(), "the failed sync's appender is told");
+    assert!(
+        matches!(
+            second,
+            Err(EngineError::Poisoned { .. }) | Err(EngineError::Io { .. })
+        ),
+        "the later appender must not be acknowledged: {second:?}"
+    );
+    assert!(log.append(&ev(3)).is_err(), "the writer is poisoned");
 }
