@@ -177,7 +177,8 @@ const MAX_GROUP_COMMIT_WAIT: Duration = Duration::from_micros(500);
 
 /// fdatasyncs that may run at once. A sync started while another runs
 /// overlaps with it on the device (two threads syncing one file on the
-/// bench machine reach ~1.5x the syncs per second of one), so appenders
+/// bench machine reach ~1.45x the syncs per second of one:
+/// `benches/scripts/fsync_concurrency.py`), so appenders
 /// that write while one sync runs need not wait for it to end before
 /// theirs starts. Syncs still end in the order they started (see
 /// `Inner::sync_group`).

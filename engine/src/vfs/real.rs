@@ -122,7 +122,8 @@ mod linux {
         /// than the kernel's own write-back would otherwise take a fresh
         /// page per 4 KiB, and on a virtual machine that returns free
         /// memory to its host a fresh page costs ~10 µs (0.8 µs for a
-        /// recycled one): half the cost of an append without a sync.
+        /// recycled one: `benches/scripts/vm_page_cost.py`), half the cost
+        /// of an append without a sync.
         ///
         /// A write-back error is returned, never ignored: waiting on the
         /// range consumes the error the next fdatasync would report.
