@@ -86,7 +86,7 @@ fn frame_of(e: &Event) -> Vec<u8> {
 fn opts(durability: Durability) -> LogOptions {
     LogOptions {
         durability,
-        mapped_tail: std::env::var_os("CAIRN_BENCH_PWRITE").is_none(),
+        reserved_tail: std::env::var_os("CAIRN_BENCH_PWRITE").is_none(),
         ..LogOptions::default()
     }
 }
@@ -266,7 +266,7 @@ fn append(c: &mut Criterion) {
         // The same, each append written with `pwrite` (no memory map).
         let tmp = bench_dir();
         let o = LogOptions {
-            mapped_tail: false,
+            reserved_tail: false,
             ..opts(Durability::Never)
         };
         let log = Log::open(vfs(), tmp.path(), o).expect("open");

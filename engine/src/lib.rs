@@ -14,4 +14,4 @@ pub mod vfs;
 
 pub use error::{EngineError, Result};
 pub use store_dir::StoreDir;
-pub use vfs::{AppendMap, OpenMode, RealVfs, Vfs, VfsFile};
+pub use vfs::{AppendSpace, OpenMode, RealVfs, Vfs, VfsFile};

@@ -61,11 +61,11 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..40),
         seg in prop_oneof![Just(400u64), Just(1500), Just(64 * 1024)],
         durability in prop_oneof![Just(Durability::Never), Just(Durability::Always)],
-        mapped_tail in any::<bool>(),
+        reserved_tail in any::<bool>(),
     ) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let o = LogOptions { segment_size_bytes: seg, durability, mapped_tail };
+        let o = LogOptions { segment_size_bytes: seg, durability, reserved_tail };
         let mut log = Some(Log::open(Arc::new(RealVfs), dir, o).unwrap());
         let mut model: Vec<Event> = Vec::new();
         for op in ops {

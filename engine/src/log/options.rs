@@ -81,13 +81,16 @@ pub struct LogOptions {
     pub segment_size_bytes: u64,
     /// When appends become durable.
     pub durability: Durability,
-    /// Copy appends into a shared memory map of the tail segment instead of
-    /// one `write` system call each, where the platform and file system
-    /// allow (Linux, with `fallocate`). Crash safety is the same either
-    /// way: the bytes are in the page cache when an append returns, and
-    /// the durability policy decides when they are synced. On by default;
-    /// off writes every append with `pwrite`.
-    pub mapped_tail: bool,
+    /// Reserve space at the end of the tail segment ahead of the appends,
+    /// where the platform and file system allow (Linux). With `Always`
+    /// the space is written with zeros and appends are `pwrite`s into it,
+    /// so each fdatasync writes data only; otherwise it is `fallocate`d
+    /// and appends are copied into a shared memory map of it, with no
+    /// system call each. Crash safety is the same either way: the bytes
+    /// are in the page cache when an append returns, and the durability
+    /// policy decides when they are synced. On by default; off writes
+    /// every append with `pwrite` at the end of the file.
+    pub reserved_tail: bool,
 }
 
 impl Default for LogOptions {
@@ -95,7 +98,7 @@ impl Default for LogOptions {
         LogOptions {
             segment_size_bytes: DEFAULT_SEGMENT_SIZE_BYTES,
             durability: Durability::Always,
-            mapped_tail: true,
+            reserved_tail: true,
         }
     }
 }

@@ -23,7 +23,7 @@ use super::segment::{self, Sealed};
 use super::sparse_index::SparseIndex;
 use super::view::{LogIter, Tail, View};
 use super::{Durability, Head, LogOptions, LogStats, Record, VerifyReport};
-use crate::vfs::{AppendMap, OpenMode, Vfs, VfsFile};
+use crate::vfs::{AppendSpace, OpenMode, Vfs, VfsFile};
 use crate::{EngineError, Result};
 
 /// The writer's own state, under the writer lock.
@@ -50,12 +50,14 @@ struct WriterState {
 /// How appends reach the tail segment's file.
 enum TailOut {
     /// Not settled for this segment yet: the next append asks the file for
-    /// an [`AppendMap`].
+    /// an [`AppendSpace`].
     Unsettled,
-    /// Copied into a shared memory map of the segment (the real file
-    /// system on Linux): no system call per append; the page cache holds
-    /// the bytes exactly as after a `write`.
-    Mapped(Box<dyn AppendMap>),
+    /// Put into space reserved ahead (the real file system on Linux):
+    /// copied into a shared memory map, no system call per append, or with
+    /// `always` written into space already written with zeros, so each
+    /// sync writes data only. The page cache holds the bytes exactly as
+    /// after a `write` either way.
+    Reserved(Box<dyn AppendSpace>),
     /// One positional `write` per append or batch (the simulated disk, and
     /// file systems that cannot allocate space ahead).
     Writes,
@@ -64,7 +66,7 @@ enum TailOut {
 impl TailOut {
     /// How a new or reopened tail segment starts out.
     fn initial(opts: &LogOptions) -> TailOut {
-        if opts.mapped_tail {
+        if opts.reserved_tail {
             TailOut::Unsettled
         } else {
             TailOut::Writes
@@ -643,7 +645,7 @@ impl Inner {
     }
 
     /// Puts the frames of `items` (`total` bytes) into the tail segment at
-    /// `at`: copied into the segment's memory map where there is one, else
+    /// `at`: into the space reserved ahead where there is some, else
     /// one positional write.
     fn put_frames(
         &self,
@@ -654,15 +656,15 @@ impl Inner {
     ) -> std::io::Result<()> {
         if let TailOut::Unsettled = st.out {
             // Writes stay below the roll size (a larger batch alone in a
-            // segment goes past the map, through `write`).
+            // segment goes past the reserved space, through `write`).
             let capacity = self.opts.segment_size_bytes;
             let synced = matches!(self.opts.durability, Durability::Always);
-            st.out = match st.file.append_map(capacity, synced) {
-                Ok(Some(m)) => TailOut::Mapped(m),
+            st.out = match st.file.append_space(capacity, synced) {
+                Ok(Some(m)) => TailOut::Reserved(m),
                 _ => TailOut::Writes,
             };
         }
-        if let TailOut::Mapped(m) = &mut st.out {
+        if let TailOut::Reserved(m) = &mut st.out {
             if at + total <= m.capacity() {
                 match m.reserve(at + total) {
                     Ok(()) => {
@@ -699,13 +701,13 @@ impl Inner {
         r
     }
 
-    /// Lets go of the tail's memory map, if any, and cuts the space it
-    /// allocated past the last record, so the file holds exactly its
-    /// records again (as a sealed segment and a clean close need); the next
+    /// Lets go of the tail's reserved space (and memory map), if any, and
+    /// cuts the space it allocated past the last record, so the file holds
+    /// exactly its records again (as a sealed segment and a clean close need); the next
     /// segment settles how it is written afresh. True if it cut anything
     /// (the new length is not yet durable).
     fn trim_tail(&self, st: &mut WriterState) -> Result<bool> {
-        let TailOut::Mapped(m) = std::mem::replace(&mut st.out, TailOut::initial(&self.opts))
+        let TailOut::Reserved(m) = std::mem::replace(&mut st.out, TailOut::initial(&self.opts))
         else {
             return Ok(false);
         };

@@ -67,45 +67,57 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
         Ok(self.len()? == 0)
     }
 
-    /// A writable shared memory map of the first `capacity` bytes of the
-    /// file, for appends that copy into the page cache instead of making a
-    /// `write` system call each (see [`AppendMap`]); `None` where the file
-    /// system or the platform does not offer one, and the caller writes
-    /// with [`VfsFile::write_all_at`] instead. The default is `None`: the
-    /// simulated disk models every write. `synced` says every append will
-    /// be fdatasynced (the `always` policy): space is then written with
-    /// zeros ahead of the appends, so those syncs need not write extent
-    /// metadata; otherwise it is allocated (`fallocate`) and its pages
-    /// faulted in as it is allocated, one system call per step instead of a
-    /// page fault per page.
-    fn append_map(&self, capacity: u64, synced: bool) -> io::Result<Option<Box<dyn AppendMap>>> {
+    /// Space reserved ahead at the end of the file, up to `capacity`
+    /// bytes, for appends that need no system call each, or whose syncs
+    /// need not write the file's metadata (see [`AppendSpace`]); `None`
+    /// where the file system or the platform does not offer it, and the
+    /// caller writes with [`VfsFile::write_all_at`] instead. The default is
+    /// `None`: the simulated disk models every write.
+    ///
+    /// `synced` says every append will be fdatasynced (the `always`
+    /// policy): the space is then written with zeros ahead of the appends,
+    /// and appends are positional writes into it, so their syncs write
+    /// data only (no extent or size change) and no memory-mapped page has
+    /// to be write-protected and faulted again around each sync.
+    /// Otherwise the space is allocated (`fallocate`) and appends are
+    /// copied into a shared memory map of it, its pages faulted in as it
+    /// is allocated, one system call per step instead of a page fault per
+    /// page.
+    fn append_space(
+        &self,
+        capacity: u64,
+        synced: bool,
+    ) -> io::Result<Option<Box<dyn AppendSpace>>> {
         let _ = (capacity, synced);
         Ok(None)
     }
 }
 
-/// The end of a file that appends are copied into through a shared memory
-/// map. Bytes copied in are in the page cache at once, exactly as after a
-/// `write`: another process reading the file sees them, a crash of this
-/// process does not lose them, and [`VfsFile::sync_data`] on the file makes
-/// them durable. The file is grown with allocated (not sparse) space, or
-/// written zeros, before any byte is copied past its old end, so a full disk
-/// is an error from [`AppendMap::write_at`] rather than a fault on a page.
+/// Space reserved at the end of a file for appends, and the way appends
+/// reach it: copied into a shared memory map, or (when every append is
+/// fdatasynced) positional writes into space already written with zeros.
+/// Either way the bytes are in the page cache when
+/// [`AppendSpace::write_at`] returns, exactly as after a `write`: another
+/// process reading the file sees them, a crash of this process does not
+/// lose them, and [`VfsFile::sync_data`] on the file makes them durable.
+/// The file is grown with allocated (not sparse) space, or written zeros,
+/// before any byte is put past its old end, so a full disk is an error
+/// from [`AppendSpace::write_at`] rather than a fault on a page.
 ///
-/// The file is longer than its data while a map is in use (zeros after the
-/// last append, up to the allocated length); whoever owns the map truncates
-/// it to its data when done with it.
-pub trait AppendMap: Send + fmt::Debug {
-    /// The end of the mapped range: no write may reach past it.
+/// The file is longer than its data while the space is in use (zeros
+/// after the last append, up to the allocated length); whoever owns it
+/// truncates the file to its data when done with it.
+pub trait AppendSpace: Send + fmt::Debug {
+    /// The end of the reservable range: no write may reach past it.
     fn capacity(&self) -> u64;
     /// The file's length now (allocated space included).
     fn allocated(&self) -> u64;
     /// Makes sure the file is allocated up to at least `end` (at most
-    /// [`AppendMap::capacity`]); grows in steps, so most calls do nothing.
+    /// [`AppendSpace::capacity`]); grows in steps, so most calls do nothing.
     /// `ErrorKind::Unsupported` if the file system cannot allocate space
     /// (the caller goes back to `write_all_at`; nothing was changed).
     fn reserve(&mut self, end: u64) -> io::Result<()>;
-    /// Copies `buf` into the file at `offset`, reserving space first.
+    /// Puts `buf` into the file at `offset`, reserving space first.
     fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()>;
 }
 
