@@ -43,6 +43,12 @@ struct WriterState {
     poisoned: Option<String>,
     /// Scratch buffer that gathers a batch's frames into one write.
     batch_buf: Vec<u8>,
+    /// With `always`: frames written since the last sync took its mark,
+    /// not yet in the file. The sync that covers them writes them all in
+    /// one `pwrite` before its fdatasync (see [`Inner::defers`]).
+    pending: Vec<u8>,
+    /// The file offset of `pending[0]` (the tail's end when it was empty).
+    pending_at: u64,
     /// How appends reach the tail segment.
     out: TailOut,
 }
@@ -77,6 +83,12 @@ impl TailOut {
 /// A batch buffer that grew past this is dropped after use rather than
 /// kept, so one huge batch does not pin its memory for the writer's life.
 const BATCH_BUF_KEEP_BYTES: usize = 1 << 20;
+
+/// The most bytes of frames held back for the next sync to write (see
+/// [`Inner::defers`]): a group of 16 typical records is ~4 KiB. A write
+/// that would pass this writes what is held back, then itself, at once;
+/// so a large batch is not copied twice or held in memory.
+const PENDING_MAX_BYTES: usize = 256 << 10;
 
 impl WriterState {
     fn records(&self) -> u64 {
@@ -293,6 +305,8 @@ impl Log {
             index: tail.index,
             poisoned: None,
             batch_buf: Vec::new(),
+            pending: Vec::new(),
+            pending_at: 0,
             out: TailOut::initial(&opts),
         };
         let inner = Arc::new(Inner {
@@ -510,6 +524,8 @@ impl Log {
         }
         self.sync()?;
         let mut st = self.inner.w.lock();
+        // `sync` wrote every held-back frame; nothing can append since.
+        debug_assert!(st.pending.is_empty());
         if self.inner.trim_tail(&mut st)? {
             st.file
                 .sync_data()
@@ -593,14 +609,8 @@ impl Inner {
             chain = finish_frame(&mut item.0, Lsn(first.0 + i as u64), chain);
         }
         let at = st.end;
-        let written = self.put_frames(&mut st, items, at, total);
-        if let Err(e) = written {
-            let err = EngineError::io("append to log segment", &st.path, e);
-            let cause = err.to_string();
-            st.poisoned = Some(cause.clone());
-            drop(st);
-            self.poison_sync(cause);
-            return Err(err);
+        if let Err(e) = self.put_frames(&mut st, items, at, total) {
+            return Err(self.fail_write(st, e));
         }
         let mut new_entries = Vec::new();
         let mut off = at;
@@ -644,9 +654,49 @@ impl Inner {
         Ok((first, last, claimed))
     }
 
+    /// A failed write to the tail: the writer is poisoned (the file may
+    /// hold part of what was written) and every waiter released with it.
+    fn fail_write(&self, mut st: MutexGuard<'_, WriterState>, e: std::io::Error) -> EngineError {
+        let err = EngineError::io("append to log segment", &st.path, e);
+        let cause = err.to_string();
+        st.poisoned = Some(cause.clone());
+        drop(st);
+        self.poison_sync(cause);
+        err
+    }
+
+    /// With `always`, an append's frames are held back in memory
+    /// (`WriterState::pending`) and the sync that covers them writes the
+    /// whole group in one `pwrite` just before its fdatasync, rather than
+    /// each appender making a system call under the writer lock while
+    /// the others queue for it. Nothing is lost by the wait: a record is
+    /// acknowledged only after that sync, and readers see records only
+    /// once they are durable. Other policies acknowledge a record when it
+    /// is written, so it must reach the page cache (survive a crash of
+    /// the process) at once.
+    fn defers(&self) -> bool {
+        matches!(self.opts.durability, Durability::Always)
+    }
+
+    /// Writes the frames held back for the next sync (see
+    /// [`Inner::defers`]) to the file.
+    fn flush_pending(st: &mut WriterState) -> std::io::Result<()> {
+        if st.pending.is_empty() {
+            return Ok(());
+        }
+        let at = st.pending_at;
+        let r = match &mut st.out {
+            TailOut::Reserved(m) => m.write_at(&st.pending, at),
+            _ => st.file.write_all_at(&st.pending, at),
+        };
+        st.pending.clear();
+        r
+    }
+
     /// Puts the frames of `items` (`total` bytes) into the tail segment at
-    /// `at`: into the space reserved ahead where there is some, else
-    /// one positional write.
+    /// `at`: held back for the next sync with `always` (see
+    /// [`Inner::defers`]), else into the space reserved ahead where there
+    /// is some, else one positional write.
     fn put_frames(
         &self,
         st: &mut WriterState,
@@ -664,6 +714,32 @@ impl Inner {
                 _ => TailOut::Writes,
             };
         }
+        if self.defers() && st.pending.len() + total as usize <= PENDING_MAX_BYTES {
+            let mut reserved = true;
+            if let TailOut::Reserved(m) = &mut st.out {
+                reserved = at + total <= m.capacity();
+                if reserved {
+                    match m.reserve(at + total) {
+                        Ok(()) => {}
+                        // Nothing changed: write this segment the plain way.
+                        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                            st.out = TailOut::Writes;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            if reserved {
+                if st.pending.is_empty() {
+                    st.pending_at = at;
+                }
+                for item in items {
+                    st.pending.extend_from_slice(&item.0);
+                }
+                return Ok(());
+            }
+        }
+        Self::flush_pending(st)?;
         if let TailOut::Reserved(m) = &mut st.out {
             if at + total <= m.capacity() {
                 match m.reserve(at + total) {
@@ -732,6 +808,7 @@ impl Inner {
         let path = st.path.clone();
         let sealed = (|| -> Result<Sealed> {
             let io = |op, e| EngineError::io(op, &path, e);
+            Self::flush_pending(st).map_err(|e| io("append to log segment", e))?;
             st.file
                 .sync_data()
                 .map_err(|e| io("fsync log segment", e))?;
@@ -1037,9 +1114,12 @@ impl Inner {
 
     /// The tail's file and how far it is written, for a sync to cover.
     fn take_mark(&self) -> Result<(Arc<dyn VfsFile>, PathBuf, Mark)> {
-        let st = self.w.lock();
+        let mut st = self.w.lock();
         if let Some(c) = &st.poisoned {
             return Err(poisoned(c));
+        }
+        if let Err(e) = Self::flush_pending(&mut st) {
+            return Err(self.fail_write(st, e));
         }
         Ok((st.file.clone(), st.path.clone(), st.mark()))
     }
