@@ -2,7 +2,8 @@
 //! (default 16) append ~230-byte events with the `always` policy for
 //! `SECONDS` (default 3), then it prints the rate and where each group's
 //! time went (records per fdatasync, time in fdatasync, time gathering the
-//! group, whole cycle). Unlike the criterion bench it runs one workload
+//! group, whole cycle). `DURABILITY=never` runs the same appends with no
+//! sync at all (to profile the write path alone). Unlike the criterion bench it runs one workload
 //! for a fixed time, so `perf record` or `perf stat` can wrap it:
 //!
 //! ```text
@@ -40,8 +41,13 @@ fn main() {
         .prefix("cairn-group-commit")
         .tempdir_in(base)
         .expect("temp dir");
+    let durability = match std::env::var("DURABILITY").as_deref() {
+        Ok("never") => Durability::Never,
+        Ok("always") | Err(_) => Durability::Always,
+        Ok(other) => panic!("DURABILITY={other:?}: always or never"),
+    };
     let opts = LogOptions {
-        durability: Durability::Always,
+        durability,
         ..LogOptions::default()
     };
     let log = Log::open(std::sync::Arc::new(RealVfs), tmp.path(), opts).expect("open");
@@ -75,7 +81,7 @@ fn main() {
     let syncs = (after.syncs - before.syncs).max(1) as f64;
     let micros = |d: Duration| d.as_secs_f64() * 1e6 / syncs;
     println!(
-        "{threads} threads, always: {:.0} events/s; {:.1} records per fdatasync; per group: {:.1} µs in fdatasync, {:.1} µs gathering, {:.1} µs in all",
+        "{threads} threads, {durability}: {:.0} events/s; {:.1} records per fdatasync; per group: {:.1} µs in fdatasync, {:.1} µs gathering, {:.1} µs in all",
         appended as f64 / elapsed.as_secs_f64(),
         (after.records - before.records) as f64 / syncs,
         micros(after.sync_time - before.sync_time),
