@@ -391,7 +391,7 @@ fn missing_or_damaged_sparse_index_is_rebuilt() {
 /// sequence. With the map off, the file never holds more than its records.
 #[test]
 fn reserved_tail_padding_is_cut_by_roll_close_and_recovery() {
-    // `Never` copies into a memory map of `fallocate`d space; `Always`
+    // `Never` copies into a memory map of zero-filled space; `Always`
     // writes into space written with zeros ahead.
     let cases = [
         (true, Durability::Never),

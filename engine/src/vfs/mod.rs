@@ -74,15 +74,14 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// caller writes with [`VfsFile::write_all_at`] instead. The default is
     /// `None`: the simulated disk models every write.
     ///
-    /// `synced` says every append will be fdatasynced (the `always`
-    /// policy): the space is then written with zeros ahead of the appends,
-    /// and appends are positional writes into it, so their syncs write
-    /// data only (no extent or size change) and no memory-mapped page has
-    /// to be write-protected and faulted again around each sync.
-    /// Otherwise the space is allocated (`fallocate`) and appends are
-    /// copied into a shared memory map of it, its pages faulted in as it
-    /// is allocated, one system call per step instead of a page fault per
-    /// page.
+    /// The space is written with zeros ahead of the appends, so it is in
+    /// the page cache with its blocks reserved before any append reaches
+    /// it, and a sync of the appends changes no extent or size. `synced`
+    /// says every append will be fdatasynced (the `always` policy):
+    /// appends are then positional writes into the space, so no
+    /// memory-mapped page has to be write-protected and faulted again
+    /// around each sync. Otherwise appends are copied into a shared memory
+    /// map of it.
     fn append_space(
         &self,
         capacity: u64,

@@ -50,7 +50,7 @@ mod linux {
     use super::AppendSpace;
 
     /// The file grows by at least this much each time an append needs
-    /// space past its end: one `fallocate` (or write of zeros) per ~4,500
+    /// space past its end: one write of zeros per ~4,500
     /// typical records, and at most this much zero padding for recovery to
     /// cut after a crash.
     const APPEND_ALLOC_STEP_BYTES: u64 = 1 << 20;
@@ -70,17 +70,16 @@ mod linux {
         file: File,
         /// A shared, writable map of the first `capacity` bytes, which
         /// appends are copied into; `None` when every append is synced
-        /// (`synced`): appends are then positional writes into space
-        /// written with zeros. Writing back a mapped page write-protects
+        /// (the `always` policy): appends are then positional writes into
+        /// the zero-filled space. Writing back a mapped page write-protects
         /// it (a TLB shootdown across cores) and the next append into it
         /// faults again, once per sync: with `always` that made each
-        /// fdatasync ~30% slower on the bench machine (`gc16`-style runs:
-        /// 125–130 µs mapped against 99–104 µs written, one appender).
+        /// fdatasync ~25% slower on the bench machine (one appender, as
+        /// the `group_commit` example runs with `THREADS=1`: 125–130 µs
+        /// mapped against 99–104 µs written).
         map: Option<memmap2::MmapMut>,
         capacity: u64,
         allocated: u64,
-        /// Every append will be fdatasynced (see `AppendSpace::reserve`).
-        synced: bool,
         /// Write-back has been started for the bytes below this.
         flushed: u64,
         /// Bytes below this have been dropped from the page cache.
@@ -116,7 +115,6 @@ mod linux {
                 map: None,
                 capacity,
                 allocated,
-                synced,
                 flushed: allocated - allocated % PAGE_BYTES,
                 dropped: 0,
             })));
@@ -124,9 +122,9 @@ mod linux {
         // SAFETY: the map covers a log segment that only this writer
         // changes (it holds the store lock). The writer touches bytes of
         // the map only below `allocated`, which `reserve` has made part of
-        // the file with real blocks (`fallocate`d, or written with zeros),
-        // so no access faults for lack of space or for being past the end. A process outside cairn
-        // truncating the segment could still cause SIGBUS; that is outside
+        // the file with written zeros (their blocks reserved or allocated),
+        // so no access faults for lack of space or for being past the end.
+        // A process outside cairn truncating the segment could still cause SIGBUS; that is outside
         // the store's contract, as for every mmap-based storage engine.
         let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file)? };
         Ok(Some(Box::new(RealAppendSpace {
@@ -134,7 +132,6 @@ mod linux {
             map: Some(map),
             capacity,
             allocated,
-            synced,
             flushed: allocated - allocated % PAGE_BYTES,
             dropped: 0,
         })))
@@ -233,53 +230,26 @@ mod linux {
                 .max(self.allocated + APPEND_ALLOC_STEP_BYTES)
                 .next_multiple_of(PAGE_BYTES)
                 .min(cap);
-            let (Ok(off), Ok(n)) = (
-                libc::off_t::try_from(self.allocated),
-                libc::off_t::try_from(want - self.allocated),
-            ) else {
-                return Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "offset too large",
-                ));
-            };
             self.recycle()?;
-            if self.synced {
-                // Every append will be fdatasynced: give the space real
-                // zeros (written, not just allocated), so those syncs write
-                // data only. A sync over allocated-but-unwritten space must
-                // also write the file's extent metadata: a 16-record group's
-                // fdatasync took 190 µs there against 165 µs over zeros on
-                // the bench machine. The zeros reach the disk with the next
-                // sync.
-                let zeros = vec![0u8; (want - self.allocated) as usize];
-                std::os::unix::fs::FileExt::write_all_at(&self.file, &zeros, self.allocated)?;
-            } else {
-                // SAFETY: a plain system call on a file descriptor we own.
-                let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, n) };
-                if r != 0 {
-                    let e = io::Error::last_os_error();
-                    return Err(match e.raw_os_error() {
-                        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {
-                            io::Error::new(io::ErrorKind::Unsupported, e)
-                        }
-                        _ => e,
-                    });
-                }
-                // Fault the new pages in now, in one call, rather than one
-                // page fault per page while appending (on a virtual machine
-                // a fault on a fresh file page costs ~10 µs, as much as 5
-                // appends). Not done when every append is synced: a sync
-                // would write every prefaulted page. A kernel without
-                // MADV_POPULATE_WRITE (before 5.14) just faults.
-                let from = self.allocated - self.allocated % PAGE_BYTES;
-                if let (Some(map), Ok(from), Ok(len)) = (
-                    &self.map,
-                    usize::try_from(from),
-                    usize::try_from(want - from),
-                ) {
-                    let _ = map.advise_range(memmap2::Advice::PopulateWrite, from, len);
-                }
-            }
+            // Written zeros, not `fallocate`d space, under every policy.
+            // With a sync per append, a sync over allocated-but-unwritten
+            // space must also write the file's extent metadata: a
+            // 16-record group's fdatasync took 190 µs there against 165 µs
+            // over zeros on the bench machine. Without one, the first touch
+            // of an unwritten page through the map reads it in (readahead)
+            // and maps its blocks (`page_mkwrite`): with `fallocate` and
+            // `MADV_POPULATE_WRITE` that was a quarter of the time of a
+            // `never` append; over written zeros the pages are already in
+            // the page cache with their space reserved, and `never` went
+            // from 0.80–0.83M to 1.09–1.11M appends/s (the `group_commit`
+            // example, `DURABILITY=never THREADS=1`). The zeros are
+            // overwritten in the page cache long before write-back, so they
+            // cost a copy, not a second write to the disk; with a sync per
+            // append they reach the disk with the next sync. A full disk
+            // fails this write (delayed allocation reserves the space), so
+            // no later store through the map can fault for lack of space.
+            let zeros = vec![0u8; (want - self.allocated) as usize];
+            std::os::unix::fs::FileExt::write_all_at(&self.file, &zeros, self.allocated)?;
             self.allocated = want;
             Ok(())
         }
