@@ -13,6 +13,8 @@ use cairn_engine::log::{Durability, Log, LogOptions, LogReader};
 use cairn_engine::vfs::{LockGuard, Mapped, OpenMode};
 use cairn_engine::{EngineError, RealVfs, Vfs, VfsFile};
 
+mod support;
+
 /// A real file system that counts fsyncs, can slow them down, and can be
 /// told to fail them or writes.
 #[derive(Debug, Default)]
@@ -521,18 +523,7 @@ fn held_back_frames_reach_the_file_in_order_through_rolls_and_large_batches() {
     // ~3 KiB each (hex digits: zstd cannot shrink them below half), so a
     // batch is ~360 KiB: past what the writer holds back, and past the
     // segment size (alone in its segment).
-    let big = |i: u64| {
-        let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let text: String = (0..6000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                char::from(b"0123456789abcdef"[(x >> 60) as usize])
-            })
-            .collect();
-        Event::new(EventKind::Reply, "big").with_text(text)
-    };
+    let big = |i: u64| Event::new(EventKind::Reply, "big").with_text(support::hex_text(i, 6000));
     let acked: Vec<(u64, Lsn)> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..THREADS)
             .map(|t| {

@@ -10,6 +10,8 @@ use cairn_codec::{frame, Event, EventKind, Lsn, Timestamp};
 use cairn_engine::log::{salvage, Durability, Log, LogOptions};
 use cairn_engine::{EngineError, RealVfs, Vfs};
 
+mod support;
+
 fn vfs() -> Arc<dyn Vfs> {
     Arc::new(RealVfs)
 }
@@ -483,16 +485,7 @@ fn records_in_dropped_pages_read_back(durability: Durability, n: u64, text_len: 
     let log = Log::open(vfs(), dir, o).unwrap();
     let big = |i: u64| {
         let mut e = ev(i);
-        let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let text: String = (0..text_len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                char::from(b"0123456789abcdef"[(x >> 60) as usize])
-            })
-            .collect();
-        e.text = Some(format!("{i:08} {text}"));
+        e.text = Some(format!("{i:08} {}", support::hex_text(i, text_len)));
         e
     };
     for i in 1..=n {
