@@ -13,6 +13,8 @@ use cairn_engine::blob::{BlobOptions, BlobStore, GcOptions};
 use cairn_engine::vfs::{Fault, SimVfs, Vfs};
 use cairn_engine::EngineError;
 
+mod support;
+
 fn dir() -> PathBuf {
     PathBuf::from("/ws/.cairn/blobs")
 }
@@ -35,14 +37,9 @@ fn disk(seed: u64) -> SimVfs {
 }
 
 fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
+    support::xorshift(seed)
+        .take(len)
+        .map(|x| (x >> 24) as u8)
         .collect()
 }
 
