@@ -6,7 +6,9 @@
 //!   commit) vs SQLite (bundled, WAL, synchronous=FULL, one transaction per
 //!   event) with the same 16 threads;
 //! - `log_scan`: a full scan with CRC checks (bytes/s), full decode and verify;
-//! - `log_open_1M`: opening a store of 1,000,000 events vs a full scan of it.
+//! - `log_open_1M`: opening a store of 1,000,000 events vs a full scan of it;
+//! - first, the bytes a store of realistic agent sessions takes against the
+//!   same records as canonical JSONL (printed, not timed).
 //!
 //! Run: `cargo bench -p cairn-benches --bench log`. The data lives under
 //! `$CAIRN_BENCH_DIR` (default: the system temp dir); it must be a real disk
@@ -498,5 +500,21 @@ fn open(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, append, scan, open);
+/// Bytes on disk for realistic agent sessions (prompts and replies of a few
+/// KB, tool calls, file events, checkpoints) against the same records as
+/// canonical JSONL. Nothing is timed; criterion's filter does not apply.
+fn size(_c: &mut Criterion) {
+    let events: Vec<Event> = (1..=20)
+        .flat_map(|s| cairn_benches::agent::agent_session(s, 60))
+        .collect();
+    let tmp = bench_dir();
+    let (store, jsonl) = cairn_benches::agent::store_and_jsonl_bytes(tmp.path(), &events);
+    eprintln!(
+        "log bench: {} realistic agent events: store {store} bytes, canonical JSONL {jsonl} bytes: {:.3}x",
+        events.len(),
+        store as f64 / jsonl as f64
+    );
+}
+
+criterion_group!(benches, size, append, scan, open);
 criterion_main!(benches);

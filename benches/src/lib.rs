@@ -2,6 +2,8 @@
 //! agent events and source-like files, so every benchmark measures cairn and
 //! its peer on exactly the same data.
 
+pub mod agent;
+
 /// A small deterministic PRNG (xorshift64*), so generated data is identical on every run.
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
