@@ -8,7 +8,8 @@
 //! - `log_scan`: a full scan with CRC checks (bytes/s), full decode and verify;
 //! - `log_open_1M`: opening a store of 1,000,000 events vs a full scan of it;
 //! - first, the bytes a store of realistic agent sessions takes against the
-//!   same records as canonical JSONL (printed, not timed).
+//!   same records as canonical JSONL (printed, not timed);
+//! - `log_realistic_events`: appending and reading those sessions' events.
 //!
 //! Run: `cargo bench -p cairn-benches --bench log`. The data lives under
 //! `$CAIRN_BENCH_DIR` (default: the system temp dir); it must be a real disk
@@ -516,5 +517,42 @@ fn size(_c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, size, append, scan, open);
+/// Appends and reads of realistic agent events (see [`size`]): most bytes
+/// are in prompts and replies of a few KB, compressed per record.
+fn realistic(c: &mut Criterion) {
+    let events: Vec<Event> = (1..=20)
+        .flat_map(|s| cairn_benches::agent::agent_session(s, 60))
+        .collect();
+    let mut g = c.benchmark_group("log_realistic_events");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
+        .throughput(Throughput::Elements(1));
+    let tmp = bench_dir();
+    let log = Log::open(vfs(), tmp.path(), opts(Durability::Never)).expect("open");
+    let mut i = 0usize;
+    g.bench_function("append_never_1thread", |b| {
+        b.iter(|| {
+            log.append(&events[i % events.len()]).expect("append");
+            i += 1;
+        })
+    });
+    g.throughput(Throughput::Elements(events.len() as u64));
+    let first = log
+        .head()
+        .last_lsn
+        .0
+        .saturating_sub(events.len() as u64 - 1);
+    g.bench_function("iter_decode", |b| {
+        b.iter(|| {
+            log.iter_from(Lsn(first))
+                .take(events.len())
+                .map(|r| r.expect("record").event.text.map_or(0, |t| t.len()))
+                .sum::<usize>()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, size, append, realistic, scan, open);
 criterion_main!(benches);

@@ -107,6 +107,10 @@ impl<'a> Frame<'a> {
 /// Decompresses a zstd frame, refusing output larger than `max` bytes
 /// (a "decompression bomb") without allocating it.
 pub fn decompress_bounded(stored: &[u8], max: usize) -> Result<Vec<u8>, CodecError> {
+    // The output buffer is the size the frame claims when it says (as
+    // cairn's frames do), so a read does not reserve `max` bytes; a frame
+    // whose data outgrows its claim fails to decompress.
+    let mut capacity = max;
     if let Ok(Some(claimed)) = zstd::zstd_safe::get_frame_content_size(stored) {
         if claimed > max as u64 {
             return Err(CodecError::TooLarge {
@@ -115,9 +119,51 @@ pub fn decompress_bounded(stored: &[u8], max: usize) -> Result<Vec<u8>, CodecErr
                 max: max as u64,
             });
         }
+        capacity = claimed as usize;
     }
-    zstd::bulk::decompress(stored, max).map_err(|e| CodecError::Invalid {
+    let out = DECOMPRESSOR.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = zstd::bulk::Decompressor::new().ok();
+        }
+        match d.as_mut() {
+            Some(d) => d.decompress(stored, capacity),
+            None => Err(std::io::Error::other("cannot create a zstd decompressor")),
+        }
+    });
+    out.map_err(|e| CodecError::Invalid {
         what: format!("zstd body does not decompress within {max} bytes: {e}"),
+    })
+}
+
+thread_local! {
+    /// A zstd compressor per thread at [`BODY_ZSTD_LEVEL`], made once:
+    /// making a context per record was a fifth of the time of appending
+    /// realistic agent events (prompts and replies of a few KB).
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    /// A zstd decompressor per thread, made once, for the same reason.
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `body` compressed with zstd at [`BODY_ZSTD_LEVEL`], by this thread's
+/// compressor.
+fn compress_body(body: &[u8]) -> Result<Vec<u8>, CodecError> {
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(
+                zstd::bulk::Compressor::new(BODY_ZSTD_LEVEL)
+                    .map_err(|e| CodecError::Body(e.to_string()))?,
+            );
+        }
+        match c.as_mut() {
+            Some(z) => z
+                .compress(body)
+                .map_err(|e| CodecError::Body(e.to_string())),
+            None => Err(CodecError::Body("no zstd compressor".into())),
+        }
     })
 }
 
@@ -160,8 +206,7 @@ pub fn encode(
     let mut flags = flags & FLAG_BATCH_CONT;
     let compressed;
     let stored: &[u8] = if body.len() >= COMPRESS_MIN_BYTES {
-        compressed = zstd::bulk::compress(body, BODY_ZSTD_LEVEL)
-            .map_err(|e| CodecError::Body(e.to_string()))?;
+        compressed = compress_body(body)?;
         if compressed.len() + 16 < body.len() {
             flags |= FLAG_COMPRESSED;
             &compressed
