@@ -401,6 +401,29 @@ mod tests {
         assert!(decompress_bounded(&unsized_bomb, 1024).is_err());
     }
 
+    #[test]
+    fn output_is_exactly_what_the_frame_claims() {
+        let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let z = compress_body(&data).unwrap();
+        // Decompressed into the claimed size, whatever the bound above it.
+        assert_eq!(decompress_bounded(&z, 1 << 20).unwrap(), data);
+        assert_eq!(decompress_bounded(&z, data.len()).unwrap(), data);
+        assert!(decompress_bounded(&z, data.len() - 1).is_err());
+        // A body is one zstd frame: output past what its header claims (a
+        // second frame behind it) is refused, not returned.
+        let two = [z.clone(), z.clone()].concat();
+        assert!(decompress_bounded(&two, 1 << 20).is_err());
+        // Each thread's compressor and decompressor give the same results.
+        let again = std::thread::spawn(move || {
+            let z2 = compress_body(&data).unwrap();
+            (decompress_bounded(&z2, 1 << 20).unwrap() == data, z2)
+        })
+        .join()
+        .unwrap();
+        assert!(again.0);
+        assert_eq!(again.1, z);
+    }
+
     proptest! {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {

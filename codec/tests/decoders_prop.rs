@@ -359,6 +359,28 @@ proptest! {
             prop_assert!(out.len() <= max);
         }
     }
+
+    /// Real zstd frames (not just random bytes), then one byte changed:
+    /// the original decompresses to itself; a damaged one errs or stays
+    /// within the bound, never panics.
+    #[test]
+    fn damaged_zstd_bodies_stay_within_the_bound(
+        data in proptest::collection::vec(0u8..8, 0..3000),
+        at in any::<proptest::sample::Index>(),
+        xor in 1u8..=255,
+        max in 0usize..4096,
+    ) {
+        let z = zstd::bulk::compress(&data, frame::BODY_ZSTD_LEVEL).unwrap();
+        if data.len() <= max {
+            prop_assert_eq!(frame::decompress_bounded(&z, max).unwrap(), data.clone());
+        }
+        let mut bad = z.clone();
+        let i = at.index(bad.len());
+        bad[i] ^= xor;
+        if let Ok(out) = frame::decompress_bounded(&bad, max) {
+            prop_assert!(out.len() <= max);
+        }
+    }
 }
 
 #[test]
