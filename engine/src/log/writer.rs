@@ -740,16 +740,23 @@ impl Inner {
             }
         }
         Self::flush_pending(st)?;
+        let mut reserved = false;
         if let TailOut::Reserved(m) = &mut st.out {
             if at + total <= m.capacity() {
                 match m.reserve(at + total) {
                     Ok(()) => {
-                        let mut off = at;
-                        for item in items {
-                            m.write_at(&item.0, off)?;
-                            off += item.len() as u64;
+                        reserved = true;
+                        // Copied into the map, no system call each; but
+                        // with `always` the space is written with `pwrite`
+                        // (no map), so a batch goes in one call, below.
+                        if !self.defers() || items.len() == 1 {
+                            let mut off = at;
+                            for item in items {
+                                m.write_at(&item.0, off)?;
+                                off += item.len() as u64;
+                            }
+                            return Ok(());
                         }
-                        return Ok(());
                     }
                     // Nothing changed: write this segment the plain way.
                     Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
@@ -768,7 +775,10 @@ impl Inner {
         for item in items {
             buf.extend_from_slice(&item.0);
         }
-        let r = st.file.write_all_at(&buf, at);
+        let r = match &mut st.out {
+            TailOut::Reserved(m) if reserved => m.write_at(&buf, at),
+            _ => st.file.write_all_at(&buf, at),
+        };
         st.batch_buf = if buf.capacity() <= BATCH_BUF_KEEP_BYTES {
             buf
         } else {
@@ -779,9 +789,9 @@ impl Inner {
 
     /// Lets go of the tail's reserved space (and memory map), if any, and
     /// cuts the space it allocated past the last record, so the file holds
-    /// exactly its records again (as a sealed segment and a clean close need); the next
-    /// segment settles how it is written afresh. True if it cut anything
-    /// (the new length is not yet durable).
+    /// exactly its records again (as a sealed segment and a clean close
+    /// need); the next segment settles how it is written afresh. True if
+    /// it cut anything (the new length is not yet durable).
     fn trim_tail(&self, st: &mut WriterState) -> Result<bool> {
         let TailOut::Reserved(m) = std::mem::replace(&mut st.out, TailOut::initial(&self.opts))
         else {
