@@ -26,7 +26,8 @@ use cairn_codec::frame::{self, RecordKind};
 use cairn_codec::{ChainHash, Event, EventKind, Lsn, Timestamp};
 use cairn_engine::log::{Durability, GroupCommitStats, Log, LogOptions};
 use cairn_engine::{RealVfs, Vfs};
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 
 /// Threads for the concurrent benchmarks (the figure).
 const THREADS: u64 = 16;
@@ -51,6 +52,37 @@ fn bench_dir() -> tempfile::TempDir {
         .prefix("cairn-bench-log")
         .tempdir_in(base)
         .expect("bench temp dir")
+}
+
+/// A benchmark group with this file's settings (few samples: each append
+/// bench writes a store, and the fsync ones are slow).
+fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut g = c.benchmark_group(name);
+    g.sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    g
+}
+
+/// Benchmarks one `append` per iteration, cycling through `events`, on a
+/// new log opened with `o`; returns the log (and its directory) for
+/// benchmarks that read what was appended.
+fn bench_appends(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    o: LogOptions,
+    events: &[Event],
+) -> (tempfile::TempDir, Log) {
+    let tmp = bench_dir();
+    let log = Log::open(vfs(), tmp.path(), o).expect("open");
+    let mut i = 0usize;
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            log.append(&events[i % events.len()]).expect("append");
+            i += 1;
+        })
+    });
+    (tmp, log)
 }
 
 /// A tool-call event whose encoded frame is about 200 bytes.
@@ -248,39 +280,20 @@ fn append(c: &mut Criterion) {
     paired_group_commit(&events);
     let avg = events.iter().map(|e| frame_of(e).len()).sum::<usize>() / events.len();
     eprintln!("log bench: average frame size {avg} bytes");
-    let mut g = c.benchmark_group("log_append_200B");
-    g.sample_size(10)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
-        .throughput(Throughput::Elements(1));
-
-    {
-        let tmp = bench_dir();
-        let log = Log::open(vfs(), tmp.path(), opts(Durability::Never)).expect("open");
-        let mut i = 0usize;
-        g.bench_function("cairn_never_1thread", |b| {
-            b.iter(|| {
-                log.append(&events[i % EVENT_POOL]).expect("append");
-                i += 1;
-            })
-        });
-    }
-    {
-        // The same, each append written with `pwrite` (no memory map).
-        let tmp = bench_dir();
-        let o = LogOptions {
-            reserved_tail: false,
-            ..opts(Durability::Never)
-        };
-        let log = Log::open(vfs(), tmp.path(), o).expect("open");
-        let mut i = 0usize;
-        g.bench_function("cairn_never_1thread_pwrite", |b| {
-            b.iter(|| {
-                log.append(&events[i % EVENT_POOL]).expect("append");
-                i += 1;
-            })
-        });
-    }
+    let mut g = group(c, "log_append_200B");
+    g.throughput(Throughput::Elements(1));
+    bench_appends(
+        &mut g,
+        "cairn_never_1thread",
+        opts(Durability::Never),
+        &events,
+    );
+    // The same, each append written with `pwrite` (no memory map).
+    let o = LogOptions {
+        reserved_tail: false,
+        ..opts(Durability::Never)
+    };
+    bench_appends(&mut g, "cairn_never_1thread_pwrite", o, &events);
     {
         let tmp = bench_dir();
         let log = Log::open(vfs(), tmp.path(), opts(Durability::Never)).expect("open");
@@ -339,17 +352,12 @@ fn append(c: &mut Criterion) {
             })
         });
     }
-    {
-        let tmp = bench_dir();
-        let log = Log::open(vfs(), tmp.path(), opts(Durability::Always)).expect("open");
-        let mut i = 0usize;
-        g.bench_function("cairn_always_1thread", |b| {
-            b.iter(|| {
-                log.append(&events[i % EVENT_POOL]).expect("append");
-                i += 1;
-            })
-        });
-    }
+    bench_appends(
+        &mut g,
+        "cairn_always_1thread",
+        opts(Durability::Always),
+        &events,
+    );
     {
         let tmp = bench_dir();
         let frames: Vec<Vec<u8>> = events.iter().map(frame_of).collect();
@@ -441,10 +449,7 @@ fn scan(c: &mut Criterion) {
     let tmp = bench_dir();
     let bytes = fill(tmp.path(), SCAN_EVENTS);
     let log = Log::open(vfs(), tmp.path(), opts(Durability::Never)).expect("open");
-    let mut g = c.benchmark_group("log_scan");
-    g.sample_size(10)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4));
+    let mut g = group(c, "log_scan");
     g.throughput(Throughput::Bytes(bytes));
     g.bench_function("frames_crc_400k", |b| {
         b.iter(|| {
@@ -474,10 +479,7 @@ fn scan(c: &mut Criterion) {
 fn open(c: &mut Criterion) {
     let tmp = bench_dir();
     fill(tmp.path(), OPEN_EVENTS);
-    let mut g = c.benchmark_group("log_open_1M");
-    g.sample_size(10)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4));
+    let mut g = group(c, "log_open_1M");
     g.bench_function("open_1M_events", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -505,9 +507,7 @@ fn open(c: &mut Criterion) {
 /// KB, tool calls, file events, checkpoints) against the same records as
 /// canonical JSONL. Nothing is timed; criterion's filter does not apply.
 fn size(_c: &mut Criterion) {
-    let events: Vec<Event> = (1..=20)
-        .flat_map(|s| cairn_benches::agent::agent_session(s, 60))
-        .collect();
+    let events = cairn_benches::agent::corpus();
     let tmp = bench_dir();
     let (store, jsonl) = cairn_benches::agent::store_and_jsonl_bytes(tmp.path(), &events);
     eprintln!(
@@ -520,23 +520,15 @@ fn size(_c: &mut Criterion) {
 /// Appends and reads of realistic agent events (see [`size`]): most bytes
 /// are in prompts and replies of a few KB, compressed per record.
 fn realistic(c: &mut Criterion) {
-    let events: Vec<Event> = (1..=20)
-        .flat_map(|s| cairn_benches::agent::agent_session(s, 60))
-        .collect();
-    let mut g = c.benchmark_group("log_realistic_events");
-    g.sample_size(10)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
-        .throughput(Throughput::Elements(1));
-    let tmp = bench_dir();
-    let log = Log::open(vfs(), tmp.path(), opts(Durability::Never)).expect("open");
-    let mut i = 0usize;
-    g.bench_function("append_never_1thread", |b| {
-        b.iter(|| {
-            log.append(&events[i % events.len()]).expect("append");
-            i += 1;
-        })
-    });
+    let events = cairn_benches::agent::corpus();
+    let mut g = group(c, "log_realistic_events");
+    g.throughput(Throughput::Elements(1));
+    let (_tmp, log) = bench_appends(
+        &mut g,
+        "append_never_1thread",
+        opts(Durability::Never),
+        &events,
+    );
     g.throughput(Throughput::Elements(events.len() as u64));
     let first = log
         .head()
