@@ -50,9 +50,9 @@ mod linux {
     use super::AppendSpace;
 
     /// The file grows by at least this much each time an append needs
-    /// space past its end: one write of zeros per ~4,500
-    /// typical records, and at most this much zero padding for recovery to
-    /// cut after a crash.
+    /// space past its end: one write of zeros per ~4,500 typical records,
+    /// and at most this much zero padding for recovery to cut after a
+    /// crash.
     const APPEND_ALLOC_STEP_BYTES: u64 = 1 << 20;
 
     /// The pages of the tail more than this far behind its end are written
@@ -109,27 +109,24 @@ mod linux {
             return Ok(None);
         }
         let file = file.try_clone()?;
-        if synced {
-            return Ok(Some(Box::new(RealAppendSpace {
-                file,
-                map: None,
-                capacity,
-                allocated,
-                flushed: allocated - allocated % PAGE_BYTES,
-                dropped: 0,
-            })));
-        }
-        // SAFETY: the map covers a log segment that only this writer
-        // changes (it holds the store lock). The writer touches bytes of
-        // the map only below `allocated`, which `reserve` has made part of
-        // the file with written zeros (their blocks reserved or allocated),
-        // so no access faults for lack of space or for being past the end.
-        // A process outside cairn truncating the segment could still cause SIGBUS; that is outside
-        // the store's contract, as for every mmap-based storage engine.
-        let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file)? };
+        // With a sync per append the space is written with `pwrite`, not
+        // mapped (see `RealAppendSpace::map`).
+        let map = if synced {
+            None
+        } else {
+            // SAFETY: the map covers a log segment that only this writer
+            // changes (it holds the store lock). The writer touches bytes
+            // of the map only below `allocated`, which `reserve` has made
+            // part of the file with written zeros (their blocks reserved
+            // or allocated), so no access faults for lack of space or for
+            // being past the end. A process outside cairn truncating the
+            // segment could still cause SIGBUS; that is outside the
+            // store's contract, as for every mmap-based storage engine.
+            Some(unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file)? })
+        };
         Ok(Some(Box::new(RealAppendSpace {
             file,
-            map: Some(map),
+            map,
             capacity,
             allocated,
             flushed: allocated - allocated % PAGE_BYTES,
