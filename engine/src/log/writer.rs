@@ -684,19 +684,37 @@ impl Inner {
         if st.pending.is_empty() {
             return Ok(());
         }
-        let at = st.pending_at;
-        let r = match &mut st.out {
-            TailOut::Reserved(m) => m.write_at(&st.pending, at),
-            _ => st.file.write_all_at(&st.pending, at),
-        };
-        st.pending.clear();
+        let mut buf = std::mem::take(&mut st.pending);
+        let r = Self::write_out(st, &buf, st.pending_at);
+        buf.clear();
+        st.pending = buf;
         r
+    }
+
+    /// Puts `buf` into the tail segment at `at`: into the space reserved
+    /// ahead when it fits below that space's end, else with one positional
+    /// write (the simulated disk, a file system that cannot reserve space,
+    /// a batch larger than the segment size).
+    fn write_out(st: &mut WriterState, buf: &[u8], at: u64) -> std::io::Result<()> {
+        let end = at + buf.len() as u64;
+        if let TailOut::Reserved(m) = &mut st.out {
+            if end <= m.capacity() {
+                match m.reserve(end) {
+                    Ok(()) => return m.write_at(buf, at),
+                    // Nothing changed: write this segment the plain way.
+                    Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                        st.out = TailOut::Writes;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        st.file.write_all_at(buf, at)
     }
 
     /// Puts the frames of `items` (`total` bytes) into the tail segment at
     /// `at`: held back for the next sync with `always` (see
-    /// [`Inner::defers`]), else into the space reserved ahead where there
-    /// is some, else one positional write.
+    /// [`Inner::defers`]), else written out (see [`Inner::write_out`]).
     fn put_frames(
         &self,
         st: &mut WriterState,
@@ -708,66 +726,33 @@ impl Inner {
             // Writes stay below the roll size (a larger batch alone in a
             // segment goes past the reserved space, through `write`).
             let capacity = self.opts.segment_size_bytes;
-            let synced = matches!(self.opts.durability, Durability::Always);
+            let synced = self.defers();
             st.out = match st.file.append_space(capacity, synced) {
                 Ok(Some(m)) => TailOut::Reserved(m),
                 _ => TailOut::Writes,
             };
         }
         if self.defers() && st.pending.len() + total as usize <= PENDING_MAX_BYTES {
-            let mut reserved = true;
-            if let TailOut::Reserved(m) = &mut st.out {
-                reserved = at + total <= m.capacity();
-                if reserved {
-                    match m.reserve(at + total) {
-                        Ok(()) => {}
-                        // Nothing changed: write this segment the plain way.
-                        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-                            st.out = TailOut::Writes;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
+            if st.pending.is_empty() {
+                st.pending_at = at;
             }
-            if reserved {
-                if st.pending.is_empty() {
-                    st.pending_at = at;
-                }
-                for item in items {
-                    st.pending.extend_from_slice(&item.0);
-                }
-                return Ok(());
+            for item in items {
+                st.pending.extend_from_slice(&item.0);
             }
+            return Ok(());
         }
         Self::flush_pending(st)?;
-        let mut reserved = false;
-        if let TailOut::Reserved(m) = &mut st.out {
-            if at + total <= m.capacity() {
-                match m.reserve(at + total) {
-                    Ok(()) => {
-                        reserved = true;
-                        // Copied into the map, no system call each; but
-                        // with `always` the space is written with `pwrite`
-                        // (no map), so a batch goes in one call, below.
-                        if !self.defers() || items.len() == 1 {
-                            let mut off = at;
-                            for item in items {
-                                m.write_at(&item.0, off)?;
-                                off += item.len() as u64;
-                            }
-                            return Ok(());
-                        }
-                    }
-                    // Nothing changed: write this segment the plain way.
-                    Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-                        st.out = TailOut::Writes;
-                    }
-                    Err(e) => return Err(e),
-                }
+        // Without a sync per append the reserved space is a memory map:
+        // each frame is one copy into it. Otherwise a batch is gathered
+        // into one system call.
+        let mapped = matches!(st.out, TailOut::Reserved(_)) && !self.defers();
+        if mapped || items.len() == 1 {
+            let mut off = at;
+            for item in items {
+                Self::write_out(st, &item.0, off)?;
+                off += item.len() as u64;
             }
-        }
-        if let [one] = items {
-            return st.file.write_all_at(&one.0, at);
+            return Ok(());
         }
         let mut buf = std::mem::take(&mut st.batch_buf);
         buf.clear();
@@ -775,10 +760,7 @@ impl Inner {
         for item in items {
             buf.extend_from_slice(&item.0);
         }
-        let r = match &mut st.out {
-            TailOut::Reserved(m) if reserved => m.write_at(&buf, at),
-            _ => st.file.write_all_at(&buf, at),
-        };
+        let r = Self::write_out(st, &buf, at);
         st.batch_buf = if buf.capacity() <= BATCH_BUF_KEEP_BYTES {
             buf
         } else {
