@@ -85,6 +85,14 @@ fn bench_appends(
     (tmp, log)
 }
 
+/// The MessagePack bodies of `events`.
+fn bodies(events: &[Event]) -> Vec<Vec<u8>> {
+    events
+        .iter()
+        .map(|e| e.encode_body().expect("body"))
+        .collect()
+}
+
 /// A tool-call event whose encoded frame is about 200 bytes.
 fn event(rng: &mut Rng, i: u64) -> Event {
     let mut e = Event::new(EventKind::ToolCall, format!("session-{}", i % 8));
@@ -215,10 +223,7 @@ fn paired_group_commit(events: &[Event]) {
     const SQLITE_16_EVENTS: u64 = 400;
     let tmp = bench_dir();
     let log = Log::open(vfs(), &tmp.path().join("log"), opts(Durability::Always)).expect("open");
-    let bodies: Vec<Vec<u8>> = events
-        .iter()
-        .map(|e| e.encode_body().expect("body"))
-        .collect();
+    let bodies = bodies(events);
     let conn = Mutex::new(sqlite_peer(tmp.path()));
     let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64();
     let (mut one, mut sixteen, mut sqlite) = (Vec::new(), Vec::new(), Vec::new());
@@ -339,10 +344,7 @@ fn append(c: &mut Criterion) {
         });
         // The hash chain's share of an append: blake3 over the previous
         // chain value, LSN, kind, flags and the stored body of each frame.
-        let bodies: Vec<Vec<u8>> = events
-            .iter()
-            .map(|e| e.encode_body().expect("body"))
-            .collect();
+        let bodies = bodies(&events);
         let mut i = 0usize;
         let mut chain = ChainHash::ZERO;
         g.bench_function("chain_hash_only", |b| {
@@ -406,10 +408,7 @@ fn append(c: &mut Criterion) {
     {
         let tmp = bench_dir();
         let conn = sqlite_peer(tmp.path());
-        let bodies: Vec<Vec<u8>> = events
-            .iter()
-            .map(|e| e.encode_body().expect("body"))
-            .collect();
+        let bodies = bodies(&events);
         // One connection shared under a mutex: SQLite's best case with many
         // threads (separate connections would add busy-wait sleeps).
         let conn = Mutex::new(conn);

@@ -46,7 +46,9 @@ cache index query queries scan scans read-only writer reader lock locked";
 /// in 2 KB and 0.39 in 35 KB, where the GPL's text gives 0.46 and 0.36):
 /// size figures built on it err against cairn, not for it.
 pub fn prose(rng: &mut Rng, len: usize) -> String {
-    let words: Vec<&str> = PROSE.split_whitespace().collect();
+    static WORDS: std::sync::LazyLock<Vec<&str>> =
+        std::sync::LazyLock::new(|| PROSE.split_whitespace().collect());
+    let words = &*WORDS;
     let mut out = String::with_capacity(len + 64);
     while out.len() < len {
         let n = 6 + rng.below(16);
@@ -85,6 +87,11 @@ pub fn prose(rng: &mut Rng, len: usize) -> String {
     }
     out.truncate(len);
     out
+}
+
+/// A path in the session's workspace (480 distinct ones).
+fn source_path(rng: &mut Rng) -> String {
+    format!("src/module_{}/file_{}.rs", rng.below(12), rng.below(40))
 }
 
 /// A hash that looks like a blob's (random bytes).
@@ -131,11 +138,7 @@ pub fn agent_session(seed: u64, turns: u64) -> Vec<Event> {
             }
             let len = 40 + rng.below(400) as usize;
             e.text = Some(prose(&mut rng, len));
-            e.path = Some(format!(
-                "src/module_{}/file_{}.rs",
-                rng.below(12),
-                rng.below(40)
-            ));
+            e.path = Some(source_path(&mut rng));
             out.push(e);
         }
         let mut e = Event::new(EventKind::Reply, session.clone());
@@ -167,11 +170,7 @@ pub fn agent_session(seed: u64, turns: u64) -> Vec<Event> {
             e.ts = tick(&mut rng);
             e.agent = Some("coder".into());
             e.tool = Some("edit_file".into());
-            e.path = Some(format!(
-                "src/module_{}/file_{}.rs",
-                rng.below(12),
-                rng.below(40)
-            ));
+            e.path = Some(source_path(&mut rng));
             e.before = Some(blob(&mut rng));
             e.after = Some(blob(&mut rng));
             e.diff_stats = Some(DiffStats {
@@ -198,8 +197,8 @@ pub fn corpus() -> Vec<Event> {
     (1..=20).flat_map(|s| agent_session(s, 60)).collect()
 }
 
-/// The bytes a store takes for `events` (its log segments, after a clean
-/// close) and the bytes of the same records as canonical JSONL (with their
+/// The bytes a store takes for `events` (every file of its log, after a
+/// clean close) and the bytes of the same records as canonical JSONL (with their
 /// LSNs and chain hashes, as `cairn export` writes them).
 pub fn store_and_jsonl_bytes(dir: &Path, events: &[Event]) -> (u64, u64) {
     let opts = LogOptions {
@@ -219,12 +218,11 @@ pub fn store_and_jsonl_bytes(dir: &Path, events: &[Event]) -> (u64, u64) {
         json_bytes += jsonl.len() as u64;
     }
     log.close().expect("close");
+    // Every file the log keeps: segments, and the sparse indexes and tail
+    // state that spare a scan on open.
     let mut store_bytes = 0u64;
     for entry in std::fs::read_dir(dir).expect("log dir") {
-        let entry = entry.expect("entry");
-        if entry.path().extension().is_some_and(|x| x == "seg") {
-            store_bytes += entry.metadata().expect("metadata").len();
-        }
+        store_bytes += entry.expect("entry").metadata().expect("metadata").len();
     }
     (store_bytes, json_bytes)
 }
