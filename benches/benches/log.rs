@@ -45,13 +45,7 @@ fn vfs() -> Arc<dyn Vfs> {
 }
 
 fn bench_dir() -> tempfile::TempDir {
-    let base = std::env::var_os("CAIRN_BENCH_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    tempfile::Builder::new()
-        .prefix("cairn-bench-log")
-        .tempdir_in(base)
-        .expect("bench temp dir")
+    cairn_benches::bench_dir("cairn-bench-log")
 }
 
 /// A benchmark group with this file's settings (few samples: each append

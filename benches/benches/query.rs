@@ -78,13 +78,7 @@ fn vfs() -> Arc<dyn Vfs> {
 
 fn generate() -> Data {
     let n = events_wanted();
-    let base = std::env::var_os("CAIRN_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    let dir = tempfile::Builder::new()
-        .prefix("cairn-bench-query")
-        .tempdir_in(base)
-        .expect("bench dir");
+    let dir = cairn_benches::bench_dir("cairn-bench-query");
     let root = dir.path().to_path_buf();
     let t = Instant::now();
     let mut rng = Rng::new(5);

@@ -34,13 +34,7 @@ fn setting(name: &str, default: u64) -> u64 {
 fn main() {
     let threads = setting("THREADS", 16);
     let seconds = setting("SECONDS", 3);
-    let base = std::env::var_os("CAIRN_BENCH_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    let tmp = tempfile::Builder::new()
-        .prefix("cairn-group-commit")
-        .tempdir_in(base)
-        .expect("temp dir");
+    let tmp = cairn_benches::bench_dir("cairn-group-commit");
     let durability = match std::env::var("DURABILITY").as_deref() {
         Ok("never") => Durability::Never,
         Ok("always") | Err(_) => Durability::Always,

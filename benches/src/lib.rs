@@ -4,6 +4,19 @@
 
 pub mod agent;
 
+/// A new temporary directory for a benchmark's data, under
+/// `$CAIRN_BENCH_DIR` (default: the system temp dir), which must be a real
+/// disk for sync figures to mean anything; removed when dropped.
+pub fn bench_dir(prefix: &str) -> tempfile::TempDir {
+    let base = std::env::var_os("CAIRN_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(base)
+        .expect("bench temp dir")
+}
+
 /// A small deterministic PRNG (xorshift64*), so generated data is identical on every run.
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
