@@ -579,7 +579,8 @@ fn held_back_frames_reach_the_file_in_order_through_rolls_and_large_batches() {
         assert!(v.problems.is_empty(), "{:?}", v.problems);
     };
     check(&log);
-    // A crash: every acknowledged record was synced, so all survive.
+    // The process's crash (the writer dropped without closing): every
+    // acknowledged record is in the file and recovery keeps it.
     std::mem::forget(log);
     let log = Log::open(Arc::new(RealVfs), dir, o).unwrap();
     check(&log);

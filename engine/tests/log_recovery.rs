@@ -469,7 +469,7 @@ fn reserved_tail_padding_is_cut_by_roll_close_and_recovery() {
 fn records_in_pages_dropped_from_the_cache_read_back_intact() {
     // About 12 MiB of records either way: several 1 MiB steps past the
     // 4 MiB window. With a sync per append, fewer and larger records
-    // (hex digits from a counter's hash: zstd halves them, no more).
+    // (hex digits from a seeded generator: zstd halves them, no more).
     records_in_dropped_pages_read_back(Durability::Never, 100_000, 100);
     records_in_dropped_pages_read_back(Durability::Always, 3_200, 8_000);
 }

@@ -85,9 +85,10 @@ pub struct LogOptions {
     /// where the platform allows (Linux): the space is written with zeros
     /// in 1 MiB steps. With `Always` appends are `pwrite`s into it, so
     /// each fdatasync writes data only; otherwise they are copied into a
-    /// shared memory map of it, with no system call each. Crash safety is the same either way: the bytes
-    /// are in the page cache when an append returns, and the durability
-    /// policy decides when they are synced. On by default; off writes
+    /// shared memory map of it, with no system call each. Crash safety is
+    /// the same either way: the bytes are in the page cache when an append
+    /// is acknowledged, and the durability policy decides when they are
+    /// synced. On by default; off writes
     /// every append with `pwrite` at the end of the file.
     pub reserved_tail: bool,
 }

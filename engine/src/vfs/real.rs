@@ -74,9 +74,9 @@ mod linux {
         /// the zero-filled space. Writing back a mapped page write-protects
         /// it (a TLB shootdown across cores) and the next append into it
         /// faults again, once per sync: with `always` that made each
-        /// fdatasync ~25% slower on the bench machine (one appender, as
-        /// the `group_commit` example runs with `THREADS=1`: 125–130 µs
-        /// mapped against 99–104 µs written).
+        /// fdatasync ~25% slower on the bench machine (one appender:
+        /// 125–130 µs mapped against 99–104 µs written; docs/BENCHMARKS.md,
+        /// session 5).
         map: Option<memmap2::MmapMut>,
         capacity: u64,
         allocated: u64,
