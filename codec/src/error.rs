@@ -46,6 +46,13 @@ pub enum CodecError {
     Body(String),
     /// A JSON input line was not a valid event.
     Json(String),
+    /// A zstd frame needs a dictionary that is missing or damaged: the
+    /// data is intact but cannot be read until the dictionary file
+    /// ([`zdict::file_name`](crate::zdict::file_name)) is restored.
+    MissingDictionary {
+        /// The dictionary's id.
+        id: u32,
+    },
 }
 
 impl fmt::Display for CodecError {
@@ -69,6 +76,11 @@ impl fmt::Display for CodecError {
             CodecError::Invalid { what } => write!(f, "invalid data: {what}"),
             CodecError::Body(e) => write!(f, "record body: {e}"),
             CodecError::Json(e) => write!(f, "{e}"),
+            CodecError::MissingDictionary { id } => write!(
+                f,
+                "needs zstd dictionary {}, which is missing or damaged",
+                crate::zdict::file_name(*id)
+            ),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! # cairn-codec
 //!
 //! The pure (no I/O) vocabulary of cairn: typed ids, the agent event model,
-//! the on-disk record frame, segment header and footer, and the canonical
+//! the on-disk record frame, segment header and footer, zstd dictionary
+//! files, and the canonical
 //! JSON projection of events.
 //!
 //! Everything that is written to disk is encoded and decoded here, so every
@@ -31,6 +32,7 @@ pub mod json;
 pub mod json_line;
 pub mod segment;
 pub mod time;
+pub mod zdict;
 
 pub use error::CodecError;
 pub use event::{CheckpointCounts, DiffStats, Event, EventKind};

@@ -7,6 +7,7 @@
 //! disk that drops unsynced writes on a simulated crash.
 
 pub mod blob;
+pub mod dicts;
 pub mod error;
 pub mod log;
 pub mod store_dir;

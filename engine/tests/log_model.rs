@@ -1,8 +1,9 @@
 //! Model test: any sequence of appends, batches and reopens (with small
 //! segments, so segments roll) leaves the log equal to a `Vec<Event>` model,
 //! with dense LSNs and a chain that verify recomputes, for appends written
-//! through the tail's memory map and through `pwrite`; a read-only reader
-//! opened at any point sees exactly the model. `CAIRN_SOAK=1` runs
+//! through the tail's memory map and through `pwrite`, with and without a
+//! zstd dictionary trained along the way; a read-only reader opened at any
+//! point sees exactly the model. `CAIRN_SOAK=1` runs
 //! many more cases.
 #![allow(clippy::unwrap_used)]
 
@@ -62,12 +63,24 @@ proptest! {
         seg in prop_oneof![Just(400u64), Just(1500), Just(64 * 1024)],
         durability in prop_oneof![Just(Durability::Never), Just(Durability::Always)],
         reserved_tail in any::<bool>(),
+        dictionary_sample_bytes in prop_oneof![Just(0u64), Just(8 * 1024)],
     ) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let o = LogOptions { segment_size_bytes: seg, durability, reserved_tail };
+        let o = LogOptions { segment_size_bytes: seg, durability, reserved_tail, dictionary_sample_bytes };
         let mut log = Some(Log::open(Arc::new(RealVfs), dir, o).unwrap());
         let mut model: Vec<Event> = Vec::new();
+        if dictionary_sample_bytes > 0 {
+            // Enough large bodies for the log to train its dictionary
+            // before the operations: they then run with it.
+            let l = log.as_ref().unwrap();
+            for s in 0..80u16 {
+                let e = event(s.wrapping_mul(331), 700);
+                l.append(&e).unwrap();
+                model.push(e);
+            }
+            prop_assert!(l.dictionary().is_some());
+        }
         for op in ops {
             let l = log.as_ref().unwrap();
             match op {

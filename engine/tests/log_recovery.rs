@@ -407,6 +407,7 @@ fn reserved_tail_padding_is_cut_by_roll_close_and_recovery() {
             segment_size_bytes: 64 * 1024,
             reserved_tail,
             durability,
+            ..LogOptions::default()
         };
         let log = Log::open(vfs(), dir, o).unwrap();
         for i in 1..=1000 {

@@ -57,6 +57,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         save("frame_decode", &format!("seed{i}"), &one)?;
         all.extend_from_slice(&one);
     }
+    // Frames compressed with a dictionary (the one the target decodes with).
+    let d = cairn_fuzz::frame_dict();
+    for i in 0..3u64 {
+        let body = cairn_fuzz::dict_event(1000 + i)
+            .encode_body()
+            .expect("body");
+        let mut one = Vec::new();
+        frame::encode_with(
+            &mut one,
+            Lsn(10 + i),
+            RecordKind::Event,
+            0,
+            &body,
+            ChainHash::ZERO,
+            Some(d),
+        )?;
+        assert!(frame::decode(&one).expect("frame").flags & frame::FLAG_DICT != 0);
+        save("frame_decode", &format!("dict{i}"), &one)?;
+    }
     // Segment header, and a sealed segment file.
     let h = SegmentHeader {
         first_lsn: Lsn(1),
@@ -87,6 +106,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         LogOptions {
             segment_size_bytes: 600,
             durability: Durability::Never,
+            ..LogOptions::default()
         },
     )?;
     for e in events().iter().cycle().take(6) {

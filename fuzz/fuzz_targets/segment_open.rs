@@ -23,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
     let opts = LogOptions {
         segment_size_bytes: 4096,
         durability: Durability::Always,
+        ..LogOptions::default()
     };
     let vfs: Arc<dyn Vfs> = Arc::new(disk);
     let Ok(log) = Log::open(vfs, dir, opts) else {
@@ -40,5 +41,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = report.is_ok();
     }
     // A recovered log accepts appends.
-    let _ = log.append(&cairn_codec::Event::new(cairn_codec::EventKind::Prompt, "f"));
+    let _ = log.append(&cairn_codec::Event::new(
+        cairn_codec::EventKind::Prompt,
+        "f",
+    ));
 });

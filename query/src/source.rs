@@ -2,6 +2,7 @@
 //! each behind a small trait so the same code runs over the live log, a
 //! read-only reader in another process, or plain vectors in tests.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -135,24 +136,30 @@ impl RecordSource for Log {
         f: &mut dyn FnMut(Lsn, ChainHash, &EventRef<'_>) -> Result<bool>,
     ) -> Result<()> {
         let mut failed = None;
-        Log::frames_while(self, from, |fr| visit_frame(fr, f, &mut failed))?;
+        Log::frames_while(self, from, |fr| {
+            visit_frame(fr, &|fr| self.body(fr), f, &mut failed)
+        })?;
         failed.map_or(Ok(()), Err)
     }
 }
 
 /// Decodes one frame as an [`EventRef`] and hands it to `f`; on an error,
 /// stores it in `failed` and stops the scan.
-fn visit_frame(
-    fr: &frame::Frame<'_>,
+fn visit_frame<'a>(
+    fr: &frame::Frame<'a>,
+    body: &dyn Fn(&frame::Frame<'a>) -> cairn_engine::Result<Cow<'a, [u8]>>,
     f: &mut dyn FnMut(Lsn, ChainHash, &EventRef<'_>) -> Result<bool>,
     failed: &mut Option<QueryError>,
 ) -> bool {
-    let step = fr
-        .body()
-        .and_then(|body| EventRef::decode(&body).map(|e| f(fr.lsn, fr.chain, &e)))
-        .map_err(|e| {
-            QueryError::Invalid(format!("the record at LSN {} does not decode: {e}", fr.lsn))
-        });
+    let bad = |e: &dyn std::fmt::Display| {
+        QueryError::Invalid(format!("the record at LSN {} does not decode: {e}", fr.lsn))
+    };
+    let step = match body(fr) {
+        Ok(b) => EventRef::decode(&b)
+            .map(|e| f(fr.lsn, fr.chain, &e))
+            .map_err(|e| bad(&e)),
+        Err(e) => Err(bad(&e)),
+    };
     match step {
         Ok(Ok(go)) => go,
         Ok(Err(e)) | Err(e) => {
@@ -202,9 +209,10 @@ impl RecordSource for ReaderSource {
         f: &mut dyn FnMut(Lsn, ChainHash, &EventRef<'_>) -> Result<bool>,
     ) -> Result<()> {
         let mut failed = None;
-        self.0
-            .lock()
-            .frames_while(from, |fr| visit_frame(fr, f, &mut failed))?;
+        let reader = self.0.lock();
+        reader.frames_while(from, |fr| {
+            visit_frame(fr, &|fr| reader.body(fr), f, &mut failed)
+        })?;
         failed.map_or(Ok(()), Err)
     }
 }

@@ -234,6 +234,7 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
             "records": s.log.records,
             "log_bytes": s.log.bytes,
             "durability": s.log.durability.to_string(),
+            "log_dictionary": s.log.dictionary.map(cairn_codec::zdict::file_name),
             "head_lsn": s.head.last_lsn.0,
             "head_hash": s.head.chain.to_hex(),
             "blobs": s.blobs.blobs,
@@ -256,6 +257,12 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
         ]);
         t.row(vec!["log bytes".into(), bytes(s.log.bytes)]);
         t.row(vec!["durability".into(), s.log.durability.to_string()]);
+        t.row(vec![
+            "log dictionary".into(),
+            s.log
+                .dictionary
+                .map_or_else(|| "none yet".into(), cairn_codec::zdict::file_name),
+        ]);
         t.row(vec![
             "head".into(),
             format!("LSN {} hash {}", s.head.last_lsn, s.head.chain.to_hex()),
@@ -283,7 +290,7 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
             ),
         ]);
         t.row(vec![
-            "zstd dictionary".into(),
+            "blob dictionary".into(),
             s.blobs
                 .dictionary
                 .clone()

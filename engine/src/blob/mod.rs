@@ -41,6 +41,7 @@ use parking_lot::{Mutex, RwLock};
 
 use cairn_codec::BlobHash;
 
+use crate::dicts::write_durably;
 use crate::vfs::{OpenMode, Vfs, VfsFile};
 use crate::{EngineError, Result};
 
@@ -127,32 +128,7 @@ pub struct BlobStore {
     /// Read-only stores: how far each pack has been scanned.
     scanned: Mutex<HashMap<PackId, u64>>,
     /// The store's zstd dictionaries (see [`dict`]).
-    dicts: dict::Dicts,
-}
-
-/// Writes `bytes` as `dir/name` durably and atomically: to `dir/tmp`,
-/// fsync'd, renamed over `name`, then the directory fsync'd. A crash leaves
-/// the old file or the new one (and perhaps `tmp`, which open removes).
-pub(crate) fn write_durably(
-    vfs: &dyn Vfs,
-    dir: &Path,
-    tmp: &str,
-    name: &str,
-    bytes: &[u8],
-) -> Result<()> {
-    let (tmp, dst) = (dir.join(tmp), dir.join(name));
-    let f = vfs
-        .open(&tmp, OpenMode::CreateTruncate)
-        .map_err(|e| EngineError::io("create", &tmp, e))?;
-    f.write_all_at(bytes, 0)
-        .map_err(|e| EngineError::io("write", &tmp, e))?;
-    f.sync_data()
-        .map_err(|e| EngineError::io("fsync", &tmp, e))?;
-    drop(f);
-    vfs.rename(&tmp, &dst)
-        .map_err(|e| EngineError::io("rename into place", &dst, e))?;
-    vfs.sync_dir(dir)
-        .map_err(|e| EngineError::io("fsync directory", dir, e))
+    dicts: crate::dicts::Dicts,
 }
 
 fn integrity(hash: BlobHash, path: &Path, offset: u64, detail: impl Into<String>) -> EngineError {
@@ -338,7 +314,7 @@ impl BlobStore {
             self.dicts
                 .offer(raw, self.opts.dictionary_sample_bytes, &self.vfs, &self.dir);
         }
-        let entry = encode_contents(kind, self.opts.zstd_level, &hash, raw, dict.as_deref());
+        let entry = encode_contents(kind, self.opts.zstd_level, &hash, raw, dict.map(|d| &**d));
         self.append(hash, entry, false)
     }
 
@@ -830,7 +806,7 @@ impl BlobStore {
     /// one now. Training takes about a tenth of a second per MiB of samples.
     pub fn train_dictionary(&self, samples: &[&[u8]]) -> Result<bool> {
         self.check_writable()?;
-        Ok(self.dicts.train_now(samples, &*self.vfs, &self.dir))
+        self.dicts.train_now(samples, &*self.vfs, &self.dir)
     }
 
     /// Waits for a dictionary being trained in the background, if any, and

@@ -31,13 +31,11 @@
 //! for byte.
 
 use cairn_codec::bytes::{crc32_seeded_parts as crc_of, u32_le as u32_at, u64_le as u64_at};
-use std::cell::RefCell;
-use std::sync::Arc;
 
 use cairn_codec::{BlobHash, CodecError};
 
-use super::dict::Dict;
 use super::options::MAX_ENTRY_RAW_BYTES;
+use cairn_codec::zdict::{self, Dict, DictLookup};
 
 /// Pack file magic, with the format version in its last byte.
 pub const PACK_MAGIC: [u8; 8] = *b"CAIRNPK1";
@@ -303,13 +301,6 @@ pub fn encode_entry(
     debug_assert_eq!(out.len() - start, ENTRY_HEADER_LEN + payload.len());
 }
 
-thread_local! {
-    /// A compressor per thread, keyed by level and dictionary id (0: none).
-    static COMPRESSOR: RefCell<Option<(i32, u32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
-    /// A decompressor per thread, keyed by dictionary id (0: none).
-    static DECOMPRESSOR: RefCell<Option<(u32, zstd::bulk::Decompressor<'static>)>> = const { RefCell::new(None) };
-}
-
 /// Encodes a blob or chunk entry: zstd at `level` (with `dict` if given)
 /// when that makes the payload smaller, raw otherwise. Returns the whole
 /// entry.
@@ -320,22 +311,12 @@ pub fn encode_contents(
     raw: &[u8],
     dict: Option<&Dict>,
 ) -> Vec<u8> {
-    let dict_id = dict.map_or(0, |d| d.id);
     let compressed = if raw.len() >= super::options::COMPRESS_MIN_BYTES {
-        COMPRESSOR.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.as_ref().map(|(l, d, _)| (*l, *d)) != Some((level, dict_id)) {
-                let bytes = dict.map_or(&[][..], |d| &d.bytes);
-                *c = zstd::bulk::Compressor::with_dictionary(level, bytes)
-                    .ok()
-                    .map(|z| (level, dict_id, z));
-            }
-            c.as_mut().and_then(|(_, _, z)| z.compress(raw).ok())
-        })
+        zdict::compress(level, raw, dict).ok()
     } else {
         None
     };
-    let flags = if dict_id != 0 {
+    let flags = if dict.is_some() {
         FLAG_ZSTD | FLAG_ZSTD_DICT
     } else {
         FLAG_ZSTD
@@ -359,7 +340,7 @@ pub fn encode_contents(
 pub fn decode_contents(
     h: &EntryHeader,
     payload: &[u8],
-    dicts: &dyn Fn(u32) -> Option<Arc<Dict>>,
+    dicts: DictLookup<'_>,
 ) -> Result<Vec<u8>, CodecError> {
     if h.flags & FLAG_ZSTD == 0 {
         return Ok(payload.to_vec());
@@ -389,43 +370,11 @@ pub fn decode_contents(
             })
         }
     }
-    let framed_id = zstd::zstd_safe::get_dict_id_from_frame(payload).map_or(0, |n| n.get());
-    let dict = if h.flags & FLAG_ZSTD_DICT != 0 {
-        if framed_id == 0 {
-            return Err(CodecError::Invalid {
-                what: "blob entry needs a dictionary but its zstd frame names none".into(),
-            });
-        }
-        Some(dicts(framed_id).ok_or_else(|| CodecError::Invalid {
-            what: format!(
-                "blob entry needs zstd dictionary {} of this store, which is missing or damaged",
-                super::dict::file_name(framed_id)
-            ),
-        })?)
-    } else if framed_id != 0 {
-        return Err(CodecError::Invalid {
-            what: "blob entry's zstd frame names a dictionary but the entry is not flagged as needing one".into(),
-        });
-    } else {
-        None
-    };
-    let dict_id = dict.as_ref().map_or(0, |d| d.id);
-    let out = DECOMPRESSOR.with(|d| {
-        let mut d = d.borrow_mut();
-        if d.as_ref().map(|(id, _)| *id) != Some(dict_id) {
-            let bytes = dict.as_ref().map_or(&[][..], |d| &d.bytes);
-            *d = zstd::bulk::Decompressor::with_dictionary(bytes)
-                .ok()
-                .map(|z| (dict_id, z));
-        }
-        match d.as_mut() {
-            Some((_, d)) => d.decompress(payload, max),
-            None => Err(std::io::Error::other("cannot create a zstd decompressor")),
-        }
-    });
-    let out = out.map_err(|e| CodecError::Invalid {
-        what: format!("blob payload does not decompress within {max} bytes: {e}"),
-    })?;
+    let dict = zdict::frame_dict(payload, h.flags & FLAG_ZSTD_DICT != 0, "blob entry", dicts)?;
+    let out =
+        zdict::decompress(payload, max, dict.as_deref()).map_err(|e| CodecError::Invalid {
+            what: format!("blob payload does not decompress within {max} bytes: {e}"),
+        })?;
     if out.len() != max {
         return Err(CodecError::Invalid {
             what: format!(
@@ -441,6 +390,7 @@ pub fn decode_contents(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use std::sync::Arc;
 
     fn entry(kind: EntryKind, raw: &[u8]) -> Vec<u8> {
         encode_contents(kind, 3, &BlobHash::of(raw), raw, None)

@@ -117,7 +117,7 @@ pub(super) fn open(
     let names = vfs.list(dir).map_err(io_err("list blob directory", dir))?;
     // A damaged dictionary is not fatal here: the entries that need it fail
     // to read, naming it, and verify reports them; no new one is trained.
-    let dicts = super::dict::Dicts::load(&*vfs, dir, &names, !read_only);
+    let dicts = crate::dicts::Dicts::load(&*vfs, dir, &names, !read_only, super::dict::SAMPLING);
     let mut dir_changed = false;
     let mut pack_ids = Vec::new();
     for name in &names {

@@ -6,6 +6,7 @@
 //!   00000000000000000001.idx   its sparse index (LSN -> offset every 64 KiB; CRC; rebuilt if missing or stale)
 //!   00000000000000052817.seg   the tail segment: header | frames (appended to)
 //!   tail.state                 written by a clean close: lets the next open skip scanning the tail
+//!   dict-XXXXXXXX.zstd         the zstd dictionary record bodies are compressed with (see `dict`)
 //! ```
 //!
 //! Frames, segment headers and footers are defined in
@@ -19,6 +20,7 @@
 //! Readers only ever see committed records: fully written and, with
 //! [`Durability::Always`], durable. An atomic batch is seen whole or not at all.
 
+mod dict;
 mod epoch;
 mod options;
 mod reader;
@@ -31,6 +33,7 @@ mod verify;
 mod view;
 mod writer;
 
+pub use dict::{DEFAULT_DICTIONARY_SAMPLE_BYTES, SAMPLING as DICTIONARY_SAMPLING};
 pub use options::{
     Durability, LogOptions, DEFAULT_INTERVAL_MS, DEFAULT_SEGMENT_SIZE_BYTES, MAX_SEGMENT_SIZE_BYTES,
 };
@@ -86,4 +89,7 @@ pub struct LogStats {
     /// The durability policy the log was opened with. A [`LogReader`] cannot
     /// know the writer's policy and reports the default.
     pub durability: Durability,
+    /// The id of the zstd dictionary new records are compressed with (its
+    /// file is `dict-<id as 8 hex digits>.zstd`), if the log has one.
+    pub dictionary: Option<u32>,
 }

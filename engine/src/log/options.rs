@@ -91,6 +91,13 @@ pub struct LogOptions {
     /// synced. On by default; off writes
     /// every append with `pwrite` at the end of the file.
     pub reserved_tail: bool,
+    /// Train the log's zstd dictionary once this many bytes of record
+    /// bodies have been appended (default
+    /// [`DEFAULT_DICTIONARY_SAMPLE_BYTES`](super::DEFAULT_DICTIONARY_SAMPLE_BYTES);
+    /// 0: never). The append whose record completes the samples trains it
+    /// (about 0.1 s per MiB) before its record is compressed. A log that
+    /// has a dictionary keeps using it whatever this says.
+    pub dictionary_sample_bytes: u64,
 }
 
 impl Default for LogOptions {
@@ -99,6 +106,7 @@ impl Default for LogOptions {
             segment_size_bytes: DEFAULT_SEGMENT_SIZE_BYTES,
             durability: Durability::Always,
             reserved_tail: true,
+            dictionary_sample_bytes: super::DEFAULT_DICTIONARY_SAMPLE_BYTES,
         }
     }
 }

@@ -10,6 +10,7 @@ use cairn_codec::frame;
 use cairn_codec::segment::{SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{ChainHash, Lsn};
 
+use super::dict::LogDicts;
 use super::recovery::looks_sealed;
 use super::segment::{check_header, corrupt, list_segments, open_sealed};
 use super::sparse_index::SparseIndex;
@@ -37,10 +38,15 @@ impl std::fmt::Debug for LogReader {
 impl LogReader {
     /// Opens the log in `dir` read-only and reads what is committed so far.
     pub fn open(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<LogReader> {
+        let dicts = LogDicts::load(vfs.clone(), dir, false)?;
         let mut r = LogReader {
             vfs,
             dir: dir.to_path_buf(),
-            view: View::default(),
+            view: View {
+                sealed: Vec::new(),
+                tail: None,
+                dicts,
+            },
         };
         r.refresh()?;
         Ok(r)
@@ -213,6 +219,11 @@ impl LogReader {
         f: impl FnMut(&frame::Frame<'_>) -> bool,
     ) -> Result<(u64, u64)> {
         self.view.frames_while(from, f)
+    }
+
+    /// See [`Log::body`](super::Log::body).
+    pub fn body<'a>(&self, fr: &frame::Frame<'a>) -> Result<std::borrow::Cow<'a, [u8]>> {
+        Ok(self.view.dicts.body(fr)?)
     }
 
     /// See [`Log::verify`](super::Log::verify); covers what this reader sees.

@@ -405,10 +405,15 @@ pub(crate) fn tail_view(t: &OpenTail) -> Tail {
 }
 
 /// The view a writer starts from.
-pub(crate) fn initial_view(sealed: Vec<Arc<Sealed>>, t: &OpenTail) -> View {
+pub(crate) fn initial_view(
+    sealed: Vec<Arc<Sealed>>,
+    t: &OpenTail,
+    dicts: Arc<super::dict::LogDicts>,
+) -> View {
     View {
         sealed,
         tail: Some(tail_view(t)),
+        dicts,
     }
 }
 

@@ -9,6 +9,11 @@
 //! the very end are simply dropped. The replaced files are moved (never
 //! deleted) into `dir/damaged-<unix ms>/`.
 //!
+//! Records compressed with the log's zstd dictionary are checked with it.
+//! While a dictionary that records need is missing or damaged, salvage
+//! refuses to run (naming the file), since it would otherwise drop those
+//! intact records.
+//!
 //! The switch is crash-safe: new segments are written as `*.seg.new` and
 //! fsynced, then a `salvage.pending` file (with a CRC) lists the moves and
 //! renames, which are then done and the marker removed. An interrupted
@@ -21,8 +26,9 @@ use std::sync::Arc;
 use cairn_codec::event::Meta;
 use cairn_codec::frame::{self, RecordKind};
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
-use cairn_codec::{ChainHash, Event, EventKind, Lsn, Timestamp};
+use cairn_codec::{zdict, ChainHash, Event, EventKind, Lsn, Timestamp};
 
+use super::dict::LogDicts;
 use super::options::DEFAULT_SEGMENT_SIZE_BYTES;
 use super::recovery::{read_small, scan_tail, TAIL_STATE_FILE};
 use super::scan::{finish_frame, walk, Step};
@@ -80,9 +86,11 @@ fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> En
 /// docs). A log without damage is left as it is (a torn tail is left for
 /// [`Log::open`](super::Log::open) to truncate). The caller holds the store lock.
 pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
+    let dicts = LogDicts::load(vfs.clone(), dir, false)?;
     let vfs = &*vfs;
     finish_pending(vfs, dir)?;
     let segs = list_segments(vfs, dir)?;
+    check_dictionaries(vfs, &segs, &dicts)?;
     // Find the first damaged segment.
     let mut expect = Lsn::FIRST;
     let mut chain = ChainHash::ZERO;
@@ -90,7 +98,9 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
     for (i, (name_lsn, path)) in segs.iter().enumerate() {
         let buf = read_all(vfs, path)?;
         let is_last = i + 1 == segs.len();
-        match (*name_lsn == expect).then(|| segment_intact(path, &buf, is_last, expect, chain)) {
+        let intact = (*name_lsn == expect)
+            .then(|| segment_intact(path, &buf, is_last, expect, chain, &dicts));
+        match intact {
             Some(Some((e, c))) => (expect, chain) = (e, c),
             _ => {
                 first_bad = Some(i);
@@ -113,7 +123,7 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
         });
     };
     let kept_before = expect.0 - 1;
-    let mut out = Rewriter::new(vfs, dir, expect, chain)?;
+    let mut out = Rewriter::new(vfs, dir, expect, chain, &dicts)?;
     let mut old_files = Vec::new();
     for (_, path) in &segs[k..] {
         let buf = read_all(vfs, path)?;
@@ -156,6 +166,35 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
     Ok(report)
 }
 
+/// Fails, naming the file, if a record with a valid CRC needs a zstd
+/// dictionary that is missing or damaged.
+fn check_dictionaries(vfs: &dyn Vfs, segs: &[(Lsn, PathBuf)], dicts: &LogDicts) -> Result<()> {
+    for (_, path) in segs {
+        let buf = read_all(vfs, path)?;
+        let mut missing = None;
+        walk(&buf, SEGMENT_HEADER_LEN.min(buf.len()), |st| {
+            if let Step::Frame(off, fr) = st {
+                if fr.flags & frame::FLAG_DICT != 0 {
+                    let id = zdict::frame_dict_id(fr.stored);
+                    if id != 0 && dicts.lookup(id).is_none() {
+                        missing = Some((off, fr.lsn, id));
+                    }
+                }
+            }
+            missing.is_none()
+        });
+        if let Some((off, lsn, id)) = missing {
+            return Err(EngineError::Invalid(format!(
+                "{} byte {off}: record LSN {lsn} needs a zstd dictionary, and {}; \
+                 restore that file before salvaging (salvage would drop every record that needs it)",
+                path.display(),
+                dicts.diagnose(id)
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Vec<u8>> {
     let f = vfs
         .open(path, OpenMode::Read)
@@ -175,6 +214,7 @@ fn segment_intact(
     is_last: bool,
     first: Lsn,
     prev: ChainHash,
+    dicts: &LogDicts,
 ) -> Option<(Lsn, ChainHash)> {
     let h = SegmentHeader::decode(buf).ok()?;
     if h.first_lsn != first || h.prev_chain != prev {
@@ -189,7 +229,7 @@ fn segment_intact(
         // Bodies must decode too.
         let mut ok = true;
         walk(&buf[..s.valid_len as usize], SEGMENT_HEADER_LEN, |st| {
-            ok &= matches!(st, Step::Frame(_, fr) if fr.body().and_then(|b| Event::decode_body(&b)).is_ok());
+            ok &= matches!(st, Step::Frame(_, fr) if decodes(dicts, &fr));
             ok
         });
         return ok.then_some((s.head.last_lsn.next(), s.head.chain));
@@ -199,9 +239,7 @@ fn segment_intact(
     walk(&buf[..end], SEGMENT_HEADER_LEN, |st| {
         match st {
             Step::Frame(_, fr)
-                if fr.lsn == expect
-                    && fr.chain_follows(chain)
-                    && fr.body().and_then(|b| Event::decode_body(&b)).is_ok() =>
+                if fr.lsn == expect && fr.chain_follows(chain) && decodes(dicts, &fr) =>
             {
                 expect = expect.next();
                 chain = fr.chain;
@@ -216,6 +254,11 @@ fn segment_intact(
         && f.last_chain == chain
         && f.record_count == expect.0 - first.0)
         .then_some((expect, chain))
+}
+
+/// True if a frame's body decompresses (with its dictionary) and decodes.
+fn decodes(dicts: &LogDicts, fr: &frame::Frame<'_>) -> bool {
+    dicts.body(fr).and_then(|b| Event::decode_body(&b)).is_ok()
 }
 
 /// A frame held back until its batch is complete.
@@ -237,6 +280,7 @@ struct NewSeg {
 struct Rewriter<'a> {
     vfs: &'a dyn Vfs,
     dir: &'a Path,
+    dicts: &'a LogDicts,
     /// The open new segment: (final name, file, header, end offset, index).
     seg: Option<NewSeg>,
     new_files: Vec<String>,
@@ -248,7 +292,13 @@ struct Rewriter<'a> {
 }
 
 impl<'a> Rewriter<'a> {
-    fn new(vfs: &'a dyn Vfs, dir: &'a Path, next: Lsn, chain: ChainHash) -> Result<Rewriter<'a>> {
+    fn new(
+        vfs: &'a dyn Vfs,
+        dir: &'a Path,
+        next: Lsn,
+        chain: ChainHash,
+        dicts: &'a LogDicts,
+    ) -> Result<Rewriter<'a>> {
         // Leftovers of a salvage that never reached its marker: the old
         // files are intact, so these partial outputs are discarded.
         for name in vfs.list(dir).map_err(io("list log directory", dir))? {
@@ -261,6 +311,7 @@ impl<'a> Rewriter<'a> {
         Ok(Rewriter {
             vfs,
             dir,
+            dicts,
             seg: None,
             new_files: Vec::new(),
             next,
@@ -299,10 +350,12 @@ impl<'a> Rewriter<'a> {
         let mut dropped_bytes = 0u64;
         walk(&buf[..end], SEGMENT_HEADER_LEN.min(end), |st| {
             match st {
-                Step::Frame(off, fr) => match fr.body().and_then(|b| Event::decode_body(&b)) {
-                    Ok(ev) => frames.push((fr.lsn, fr.batch_continues(), off, fr.len(), ev.ts)),
-                    Err(_) => dropped_bytes += fr.len() as u64,
-                },
+                Step::Frame(off, fr) => {
+                    match self.dicts.body(&fr).and_then(|b| Event::decode_body(&b)) {
+                        Ok(ev) => frames.push((fr.lsn, fr.batch_continues(), off, fr.len(), ev.ts)),
+                        Err(_) => dropped_bytes += fr.len() as u64,
+                    }
+                }
                 Step::Bad { off, next, .. } => {
                     dropped_bytes += (next.unwrap_or(end) - off) as u64;
                 }

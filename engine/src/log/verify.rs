@@ -6,8 +6,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
-use cairn_codec::{ChainHash, Event, Lsn};
+use cairn_codec::{ChainHash, CodecError, Event, Lsn};
 
+use super::dict::LogDicts;
 use super::scan::{walk, Step};
 use super::view::View;
 use super::Head;
@@ -70,14 +71,15 @@ impl From<Problem> for EngineError {
 }
 
 /// Running state of a verify pass.
-struct Checker {
+struct Checker<'a> {
+    dicts: &'a LogDicts,
     expect: Lsn,
     chain: ChainHash,
     records: u64,
     problems: Vec<Problem>,
 }
 
-impl Checker {
+impl Checker<'_> {
     fn problem(&mut self, path: &Path, offset: u64, lsn: Option<Lsn>, detail: String) {
         self.problems.push(Problem {
             path: path.to_path_buf(),
@@ -129,8 +131,16 @@ impl Checker {
                             .to_string();
                         self.problem(path, off, Some(f.lsn), d);
                     }
-                    if let Err(e) = f.body().and_then(|b| Event::decode_body(&b)) {
-                        self.problem(path, off, Some(f.lsn), format!("record body: {e}"));
+                    match self.dicts.body(&f).and_then(|b| Event::decode_body(&b)) {
+                        Ok(_) => {}
+                        Err(CodecError::MissingDictionary { id }) => {
+                            let d = format!(
+                                "record body needs a zstd dictionary, and {}",
+                                self.dicts.diagnose(id)
+                            );
+                            self.problem(path, off, Some(f.lsn), d);
+                        }
+                        Err(e) => self.problem(path, off, Some(f.lsn), format!("record body: {e}")),
                     }
                     open_batch = f.batch_continues().then_some(off);
                     self.expect = f.lsn.next();
@@ -164,6 +174,7 @@ impl View {
     /// See [`Log::verify`](super::Log::verify).
     pub fn verify(&self) -> Result<VerifyReport> {
         let mut c = Checker {
+            dicts: &self.dicts,
             expect: Lsn::FIRST,
             chain: ChainHash::ZERO,
             records: 0,

@@ -9,6 +9,7 @@ use cairn_codec::frame::{self, Frame, HEADER_LEN, MAX_STORED_BODY_BYTES};
 use cairn_codec::segment::{SegmentHeader, SEGMENT_HEADER_LEN};
 use cairn_codec::{Event, Lsn};
 
+use super::dict::LogDicts;
 use super::segment::{corrupt, Sealed};
 use super::sparse_index::SparseIndex;
 use super::{Durability, Head, LogStats, Record};
@@ -42,12 +43,14 @@ pub(crate) struct Tail {
 }
 
 /// Sealed segments and the committed part of the tail.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct View {
     /// Sealed segments in LSN order.
     pub sealed: Vec<Arc<Sealed>>,
     /// The tail segment, if there is one.
     pub tail: Option<Tail>,
+    /// The log's dictionaries, for bodies that need one.
+    pub dicts: Arc<LogDicts>,
 }
 
 impl View {
@@ -111,6 +114,7 @@ impl View {
         }
         LogIter {
             segs: segs.into_iter(),
+            dicts: self.dicts.clone(),
             cur: None,
             next: from,
             end,
@@ -189,6 +193,7 @@ impl View {
                 head: t.head,
                 index: t.index.clone(),
             }),
+            dicts: self.dicts.clone(),
         }
     }
 
@@ -201,6 +206,7 @@ impl View {
             records: self.head().last_lsn.0,
             bytes: self.sealed.iter().map(|s| s.file_len()).sum::<u64>() + tail_len,
             durability,
+            dictionary: self.dicts.dicts.current().map(|d| d.id),
         }
     }
 }
@@ -334,6 +340,7 @@ impl Cursor {
 /// as it was when the iterator was made; stops after the first error.
 pub struct LogIter {
     segs: std::vec::IntoIter<SegRef>,
+    dicts: Arc<LogDicts>,
     cur: Option<Cursor>,
     next: Lsn,
     end: Lsn,
@@ -375,11 +382,12 @@ impl Iterator for LogIter {
                 },
             };
             let wanted = self.next;
+            let dicts = &self.dicts;
             let step = cur.next_frame(|fr| {
                 if fr.lsn < wanted {
                     return Ok(None);
                 }
-                let body = fr.body()?;
+                let body = dicts.body(&fr)?;
                 let event = Event::decode_body(&body)?;
                 Ok(Some(Record {
                     lsn: fr.lsn,

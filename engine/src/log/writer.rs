@@ -4,6 +4,7 @@
 //! Lock order (never taken the other way round): `w` (writer state) ->
 //! `view` -> `sync`; `head_mx` is only taken with nothing else held.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEG
 use cairn_codec::{ChainHash, Event, Lsn};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
+use super::dict::LogDicts;
 use super::epoch::Epoch;
 use super::options::MAX_SEGMENT_SIZE_BYTES;
 use super::recovery::{self, TailState, TAIL_STATE_FILE};
@@ -117,22 +119,36 @@ struct Prepared(Vec<u8>);
 const PREPARED_CAPACITY: usize = 512;
 
 impl Prepared {
-    fn new(e: &Event, flags: u8) -> Result<Prepared> {
+    /// `e` framed for `log`: compressed with the log's dictionary when it
+    /// has one, and offered as a training sample while it has none.
+    fn new(e: &Event, flags: u8, log: &Inner) -> Result<Prepared> {
         let mut f = Vec::with_capacity(PREPARED_CAPACITY);
         f.resize(frame::HEADER_LEN, 0);
         e.encode_body_into(&mut f)?;
-        if f.len() - frame::HEADER_LEN < frame::COMPRESS_MIN_BYTES {
+        let dicts = &log.dicts.dicts;
+        if dicts.wanted() {
+            // May train and publish the dictionary (see `log/dict.rs`).
+            dicts.offer(
+                &f[frame::HEADER_LEN..],
+                log.opts.dictionary_sample_bytes,
+                &log.vfs,
+                &log.dir,
+            );
+        }
+        let dict = dicts.current();
+        if f.len() - frame::HEADER_LEN < frame::compress_min_bytes(dict.is_some()) {
             frame::prepare_header(&mut f, RecordKind::Event, flags);
             return Ok(Prepared(f));
         }
         let mut b = Vec::with_capacity(f.len());
-        frame::encode(
+        frame::encode_with(
             &mut b,
             Lsn(0),
             RecordKind::Event,
             flags,
             &f[frame::HEADER_LEN..],
             ChainHash::ZERO,
+            dict.map(|d| &**d),
         )?;
         Ok(Prepared(b))
     }
@@ -202,6 +218,8 @@ struct Inner {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     opts: LogOptions,
+    /// The log's zstd dictionaries (shared with every view).
+    dicts: Arc<LogDicts>,
     w: Mutex<WriterState>,
     view: RwLock<View>,
     sync: Mutex<SyncState>,
@@ -292,7 +310,8 @@ impl Log {
             ));
         }
         let (sealed, tail) = recovery::open_for_write(&*vfs, dir)?;
-        let view = recovery::initial_view(sealed, &tail);
+        let dicts = LogDicts::load(vfs.clone(), dir, true)?;
+        let view = recovery::initial_view(sealed, &tail, dicts.clone());
         let head = tail.head;
         let state = WriterState {
             path: tail.path,
@@ -313,6 +332,7 @@ impl Log {
             vfs,
             dir: dir.to_path_buf(),
             opts,
+            dicts,
             w: Mutex::new(state),
             view: RwLock::new(view),
             sync: Mutex::new(SyncState {
@@ -366,7 +386,7 @@ impl Log {
 
     /// Appends one event; returns its LSN once it is durable per the policy.
     pub fn append(&self, event: &Event) -> Result<Lsn> {
-        let mut item = Prepared::new(event, 0)?;
+        let mut item = Prepared::new(event, 0, &self.inner)?;
         let (first, last, claimed) = self.inner.write(std::slice::from_mut(&mut item))?;
         self.inner.commit(last, claimed)?;
         Ok(first)
@@ -387,7 +407,7 @@ impl Log {
                 } else {
                     0
                 };
-                Prepared::new(e, flags)
+                Prepared::new(e, flags, &self.inner)
             })
             .collect::<Result<Vec<_>>>()?;
         let (first, last, claimed) = self.inner.write(&mut items)?;
@@ -432,7 +452,7 @@ impl Log {
 
     /// Calls `f` with every committed frame from `from` in LSN order, after
     /// checking its CRC and LSN, without decoding bodies (the fast path for
-    /// scans that filter before decoding: `frame.body()` then
+    /// scans that filter before decoding: [`Log::body`] then
     /// `Event::decode_body`). Returns (frames, bytes of frames).
     pub fn for_each_frame(
         &self,
@@ -453,6 +473,20 @@ impl Log {
     ) -> Result<(u64, u64)> {
         let snap = self.inner.view.read().snapshot();
         snap.frames_while(from, f)
+    }
+
+    /// The body of a frame from [`Log::for_each_frame`] or
+    /// [`Log::frames_while`], decompressed (with the log's dictionary when
+    /// it needs it). Use this rather than `Frame::body`, which knows no
+    /// dictionary.
+    pub fn body<'a>(&self, fr: &cairn_codec::frame::Frame<'a>) -> Result<Cow<'a, [u8]>> {
+        Ok(self.inner.dicts.body(fr)?)
+    }
+
+    /// The id of the zstd dictionary new records are compressed with, if
+    /// the log has one (see [`LogOptions::dictionary_sample_bytes`]).
+    pub fn dictionary(&self) -> Option<u32> {
+        self.inner.dicts.dicts.current().map(|d| d.id)
     }
 
     /// Blocks until the head is past `after` or `timeout` passes; returns the head.

@@ -1,0 +1,332 @@
+//! The zstd dictionaries of one directory (the log's or the blob store's):
+//! loading them, gathering samples, and training the first one.
+//!
+//! The dictionary file format and the zstd contexts that use a dictionary
+//! are in [`cairn_codec::zdict`]. A dictionary file is written (temporary,
+//! fsync, rename, directory fsync) before the first record or entry that
+//! needs it, is never rewritten, and is never removed: records and entries
+//! keep needing it for as long as the store lives. A missing or damaged
+//! dictionary makes the data that needs it unreadable with an error that
+//! names it ([`CodecError::MissingDictionary`](cairn_codec::CodecError));
+//! nothing else is affected, and no other dictionary is trained in its
+//! place.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+
+use cairn_codec::zdict::{self, decode_file, encode_file, file_name, Dict, DICT_HEADER_LEN};
+
+use crate::error::{EngineError, Result};
+use crate::vfs::{OpenMode, Vfs};
+
+/// Which data a directory samples for training, and how large a
+/// dictionary it trains.
+#[derive(Clone, Copy, Debug)]
+pub struct Sampling {
+    /// Samples are at least this long: shorter ones say little.
+    pub min_bytes: usize,
+    /// Samples are at most this long: longer ones already compress well on
+    /// their own.
+    pub max_bytes: usize,
+    /// The largest dictionary trained.
+    pub dict_bytes: usize,
+    /// Training needs at least this many samples (zstd refuses too few).
+    pub min_samples: usize,
+    /// Train on a thread of this name; `None`: on the thread whose sample
+    /// completes the set, before its data is compressed (so everything
+    /// after the samples uses the dictionary, however fast data arrives).
+    pub thread: Option<&'static str>,
+}
+
+impl Sampling {
+    /// True for a length worth sampling.
+    pub fn takes(&self, len: usize) -> bool {
+        (self.min_bytes..=self.max_bytes).contains(&len)
+    }
+}
+
+/// Samples gathered for training.
+#[derive(Debug, Default)]
+struct Samples {
+    data: Vec<u8>,
+    sizes: Vec<usize>,
+}
+
+/// The dictionaries of one directory, and the training of its first one.
+#[derive(Debug)]
+pub struct Dicts {
+    sampling: Sampling,
+    by_id: RwLock<HashMap<u32, Arc<Dict>>>,
+    /// The one new data is compressed with: the first loaded or trained.
+    current: OnceLock<Arc<Dict>>,
+    /// True while samples are gathered (no dictionary, none training).
+    wanted: AtomicBool,
+    /// `None` once training started (or is not wanted).
+    samples: Mutex<Option<Samples>>,
+    /// True while a background training has not been published.
+    training: AtomicBool,
+    /// The background training, which returns the dictionary it wrote.
+    trainer: Mutex<Option<std::thread::JoinHandle<Option<Dict>>>>,
+}
+
+impl Dicts {
+    /// Loads every dictionary file in `dir` (`names`: the directory
+    /// listing). A damaged file is skipped (the data that needs it fails to
+    /// read, naming it) and stops another from being trained. `train`:
+    /// gather samples for a first dictionary if there is none.
+    pub fn load(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        names: &[String],
+        train: bool,
+        sampling: Sampling,
+    ) -> Dicts {
+        let d = Dicts {
+            sampling,
+            by_id: RwLock::default(),
+            current: OnceLock::new(),
+            wanted: AtomicBool::new(false),
+            samples: Mutex::new(None),
+            training: AtomicBool::new(false),
+            trainer: Mutex::new(None),
+        };
+        let mut damaged = false;
+        for name in names {
+            let Some(id) = zdict::parse_file_name(name) else {
+                continue;
+            };
+            match read_file(vfs, &dir.join(name)).and_then(|b| decode_file(&b, id)) {
+                Ok(dict) => d.publish(dict),
+                Err(_) => damaged = true,
+            }
+        }
+        if train && d.current().is_none() && !damaged {
+            *d.samples.lock() = Some(Samples::default());
+            d.wanted.store(true, Ordering::Release);
+        }
+        d
+    }
+
+    /// Adds a dictionary; the first one becomes the one new data uses.
+    fn publish(&self, d: Dict) {
+        let d = Arc::new(d);
+        self.by_id.write().insert(d.id, d.clone());
+        let _ = self.current.set(d);
+    }
+
+    /// The dictionary new data is compressed with, if any.
+    pub fn current(&self) -> Option<&Arc<Dict>> {
+        self.current.get()
+    }
+
+    /// Dictionary `id` if it is loaded.
+    pub fn get(&self, id: u32) -> Option<Arc<Dict>> {
+        self.by_id.read().get(&id).cloned()
+    }
+
+    /// Dictionary `id`, loading it from its file in `dir` if it is not
+    /// loaded yet (another process may have written it since).
+    pub fn get_or_load(&self, id: u32, vfs: &dyn Vfs, dir: &Path) -> Option<Arc<Dict>> {
+        if let Some(d) = self.get(id) {
+            return Some(d);
+        }
+        let dict = read_file(vfs, &dir.join(file_name(id)))
+            .and_then(|b| decode_file(&b, id))
+            .ok()?;
+        let dict = Arc::new(dict);
+        self.by_id.write().insert(id, dict.clone());
+        Some(dict)
+    }
+
+    /// Why dictionary `id` cannot be used: missing, or what is wrong with
+    /// its file. For error reports.
+    pub fn diagnose(vfs: &dyn Vfs, dir: &Path, id: u32) -> String {
+        let path = dir.join(file_name(id));
+        if !vfs.exists(&path) {
+            return format!("{} is missing", path.display());
+        }
+        match read_file(vfs, &path).and_then(|b| decode_file(&b, id)) {
+            Ok(_) => format!("{} is intact", path.display()),
+            Err(e) => format!("{} is damaged: {e}", path.display()),
+        }
+    }
+
+    /// True while the directory has no dictionary and none is being
+    /// trained (samples are gathered only then). One atomic load.
+    pub fn wanted(&self) -> bool {
+        self.wanted.load(Ordering::Acquire)
+    }
+
+    /// Offers `raw` as a training sample. Once `want_bytes` of samples are
+    /// gathered, trains a dictionary, writes it durably to `dir` and
+    /// publishes it: on a background thread (published at the next
+    /// [`poll`](Self::poll)) or, without [`Sampling::thread`], here and now.
+    pub fn offer(&self, raw: &[u8], want_bytes: u64, vfs: &Arc<dyn Vfs>, dir: &Path) {
+        if want_bytes == 0 || !self.wanted() || !self.sampling.takes(raw.len()) {
+            return;
+        }
+        let mut slot = self.samples.lock();
+        let Some(s) = slot.as_mut() else {
+            return;
+        };
+        s.data.extend_from_slice(raw);
+        s.sizes.push(raw.len());
+        if (s.data.len() as u64) < want_bytes || s.sizes.len() < self.sampling.min_samples {
+            return;
+        }
+        let Some(s) = slot.take() else {
+            return;
+        };
+        self.wanted.store(false, Ordering::Release);
+        drop(slot);
+        // Training or writing can fail (samples too uniform, a full disk):
+        // the directory then goes on without a dictionary.
+        let Some(thread) = self.sampling.thread else {
+            if let Ok(d) = train_and_write(&**vfs, dir, &s, self.sampling) {
+                self.publish(d);
+            }
+            return;
+        };
+        self.training.store(true, Ordering::Release);
+        let (vfs, dir, sampling) = (vfs.clone(), dir.to_path_buf(), self.sampling);
+        let handle = std::thread::Builder::new()
+            .name(thread.into())
+            .spawn(move || train_and_write(&*vfs, &dir, &s, sampling).ok());
+        match handle {
+            Ok(h) => *self.trainer.lock() = Some(h),
+            Err(_) => self.training.store(false, Ordering::Release),
+        }
+    }
+
+    /// Trains a dictionary from `samples` now (on this thread), writes it
+    /// durably and makes it current, unless the directory already has one
+    /// or is training one. Returns whether a dictionary is current after.
+    pub fn train_now(&self, samples: &[&[u8]], vfs: &dyn Vfs, dir: &Path) -> Result<bool> {
+        // Taking the sample slot stops background training from starting.
+        let taken = self.samples.lock().take();
+        if taken.is_none() {
+            self.finish();
+            return Ok(self.current().is_some());
+        }
+        let mut s = Samples::default();
+        for b in samples.iter().filter(|b| self.sampling.takes(b.len())) {
+            s.data.extend_from_slice(b);
+            s.sizes.push(b.len());
+        }
+        if s.sizes.len() < self.sampling.min_samples {
+            // Too few to train on: sampling goes on.
+            *self.samples.lock() = taken;
+            return Ok(false);
+        }
+        self.wanted.store(false, Ordering::Release);
+        match train_and_write(vfs, dir, &s, self.sampling) {
+            Ok(d) => {
+                self.publish(d);
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Publishes a dictionary the background training finished, if any.
+    /// Called before each compression: one atomic load when nothing is
+    /// being trained.
+    pub fn poll(&self) {
+        if !self.training.load(Ordering::Acquire) {
+            return;
+        }
+        let done = self
+            .trainer
+            .lock()
+            .as_ref()
+            .is_some_and(|h| h.is_finished());
+        if done {
+            self.finish();
+        }
+    }
+
+    /// Waits for a training in progress and publishes its dictionary.
+    pub fn finish(&self) {
+        let h = self.trainer.lock().take();
+        if let Some(h) = h {
+            if let Ok(Some(d)) = h.join() {
+                self.publish(d);
+            }
+            self.training.store(false, Ordering::Release);
+        }
+    }
+}
+
+fn read_file(vfs: &dyn Vfs, path: &Path) -> std::result::Result<Vec<u8>, String> {
+    let f = vfs
+        .open(path, OpenMode::Read)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let len = f.len().map_err(|e| format!("cannot stat: {e}"))?;
+    if len > DICT_HEADER_LEN as u64 + u64::from(zdict::MAX_DICT_BYTES) {
+        return Err(format!("{len} bytes, over the limit"));
+    }
+    let mut b = vec![0u8; len as usize];
+    f.read_exact_at(&mut b, 0)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    Ok(b)
+}
+
+/// Trains a dictionary from the samples and writes its file durably:
+/// temporary, fsync, rename, directory fsync.
+fn train_and_write(vfs: &dyn Vfs, dir: &Path, s: &Samples, sampling: Sampling) -> Result<Dict> {
+    let dict = zdict::train(&s.data, &s.sizes, sampling.dict_bytes).ok_or_else(|| {
+        EngineError::Invalid(format!(
+            "zstd could not train a dictionary from {} samples",
+            s.sizes.len()
+        ))
+    })?;
+    let path = dir.join(file_name(dict.id));
+    if vfs.exists(&path) {
+        // A dictionary file with this id that was not loaded (damaged):
+        // never replaced, so the data that needs it keeps naming it.
+        return Err(EngineError::Invalid(format!(
+            "{} exists but was not loaded",
+            path.display()
+        )));
+    }
+    let tmp = format!("dict-{:08x}{TMP_SUFFIX}", dict.id);
+    let name = file_name(dict.id);
+    if let Err(e) = write_durably(vfs, dir, &tmp, &name, &encode_file(dict.id, &dict.bytes)) {
+        let _ = vfs.remove_file(&dir.join(&tmp));
+        return Err(e);
+    }
+    Ok(dict)
+}
+
+/// The suffix of a dictionary file being written; one left by a crash is
+/// removed on open.
+pub const TMP_SUFFIX: &str = ".tmp";
+
+/// Writes `bytes` as `dir/name` durably and atomically: to `dir/tmp`,
+/// fsync'd, renamed over `name`, then the directory fsync'd. A crash leaves
+/// the old file or the new one (and perhaps `tmp`, which open removes).
+pub(crate) fn write_durably(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    tmp: &str,
+    name: &str,
+    bytes: &[u8],
+) -> Result<()> {
+    let (tmp, dst) = (dir.join(tmp), dir.join(name));
+    let f = vfs
+        .open(&tmp, OpenMode::CreateTruncate)
+        .map_err(|e| EngineError::io("create", &tmp, e))?;
+    f.write_all_at(bytes, 0)
+        .map_err(|e| EngineError::io("write", &tmp, e))?;
+    f.sync_data()
+        .map_err(|e| EngineError::io("fsync", &tmp, e))?;
+    drop(f);
+    vfs.rename(&tmp, &dst)
+        .map_err(|e| EngineError::io("rename into place", &dst, e))?;
+    vfs.sync_dir(dir)
+        .map_err(|e| EngineError::io("fsync directory", dir, e))
+}
