@@ -803,7 +803,10 @@ impl BlobStore {
     /// 256 bytes and 128 KiB are used; at least 64 are needed), writes it
     /// durably and compresses every later small blob with it. Does nothing
     /// if the store has a dictionary already. Returns whether the store has
-    /// one now. Training takes about a tenth of a second per MiB of samples.
+    /// one now (false: too few samples, and sampling goes on); an error if
+    /// zstd cannot train on them or the file cannot be written (the store
+    /// then goes on without one). Training takes about a tenth of a second
+    /// per MiB of samples.
     pub fn train_dictionary(&self, samples: &[&[u8]]) -> Result<bool> {
         self.check_writable()?;
         self.dicts.train_now(samples, &*self.vfs, &self.dir)
