@@ -223,13 +223,9 @@ impl Dicts {
             return Ok(false);
         }
         self.wanted.store(false, Ordering::Release);
-        match train_and_write(vfs, dir, &s, self.sampling) {
-            Ok(d) => {
-                self.publish(d);
-                Ok(true)
-            }
-            Err(e) => Err(e),
-        }
+        let d = train_and_write(vfs, dir, &s, self.sampling)?;
+        self.publish(d);
+        Ok(true)
     }
 
     /// Publishes a dictionary the background training finished, if any.

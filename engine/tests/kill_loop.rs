@@ -12,7 +12,9 @@
 //!
 //! `cargo test -p cairn-engine --test kill_loop` runs [`CI_ITERATIONS`];
 //! `CAIRN_SOAK=1` (or `CAIRN_KILLS=N`) runs more; `CAIRN_SEED=n` picks the
-//! seed of the kill moments.
+//! seed of the kill moments. A second test kills children around the
+//! moment the log trains its zstd dictionary, each on a fresh log
+//! ([`DICTIONARY_KILLS`]; `CAIRN_DICT_KILLS=N` runs more).
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -30,6 +32,12 @@ use cairn_engine::vfs::{RealVfs, Vfs};
 const CI_ITERATIONS: u64 = 200;
 /// Kill iterations with `CAIRN_SOAK=1`.
 const SOAK_ITERATIONS: u64 = 5_000;
+/// Kills around the training of the log's dictionary (each on a fresh log).
+const DICTIONARY_KILLS: u64 = 40;
+/// The record whose append trains the dictionary: the 64th long (even)
+/// record completes the samples ([`DICTIONARY_SAMPLE_BYTES`] is reached
+/// before the 64 samples zstd needs).
+const TRAINED_AT: u64 = 128;
 /// The most acknowledgements the parent waits for before killing.
 const MAX_ACKS_BEFORE_KILL: u64 = 8;
 /// A child stops by itself after this many appends, so a parent that died
@@ -41,10 +49,16 @@ const SEGMENT_SIZE_BYTES: u64 = 8 * 1024;
 /// The environment variable that puts the test binary in child mode.
 const CHILD_ENV: &str = "CAIRN_KILL_CHILD_DIR";
 
+/// Bodies sampled before the log trains its zstd dictionary: reached at
+/// about the 130th record (the 64th long one), so the first iterations run
+/// without a dictionary, one trains it, and the rest use it.
+const DICTIONARY_SAMPLE_BYTES: u64 = 16 * 1024;
+
 fn log_opts() -> LogOptions {
     LogOptions {
         segment_size_bytes: SEGMENT_SIZE_BYTES,
         durability: Durability::Always,
+        dictionary_sample_bytes: DICTIONARY_SAMPLE_BYTES,
         ..LogOptions::default()
     }
 }
@@ -55,7 +69,15 @@ fn expected_event(lsn: u64) -> Event {
     let mut e =
         Event::new(EventKind::FileWrite, "kill-loop").with_path(format!("src/f{}.rs", lsn % 7));
     e.ts = Timestamp::from_millis(1_700_000_000_000 + lsn as i64).unwrap();
-    e.text = Some(format!("record {lsn} {}", "y".repeat((lsn % 50) as usize)));
+    e.text = Some(if lsn.is_multiple_of(2) {
+        // Long enough to be sampled for, and compressed with, the dictionary.
+        format!(
+            "record {lsn}: {}",
+            "wrote the file and ran the tests; ".repeat(8 + (lsn % 5) as usize)
+        )
+    } else {
+        format!("record {lsn} {}", "y".repeat((lsn % 50) as usize))
+    });
     if let Some(b) = expected_blob(lsn) {
         e.after = Some(BlobHash::of(&b));
     }
@@ -148,6 +170,71 @@ fn check(dir: &Path, max_acked: u64, iteration: u64, seed: u64) -> u64 {
         report.problems
     );
     head
+}
+
+/// SIGKILLs landing around the moment the log trains its dictionary: each
+/// iteration starts a fresh log, lets the child append past the samples
+/// (at LSN 128) and kills it at a random moment around it.
+#[test]
+fn kills_around_dictionary_training_lose_no_acknowledged_record() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let seed = env_u64("CAIRN_SEED").unwrap_or(11);
+    let mut rng = Rng(seed);
+    let exe = std::env::current_exe().unwrap();
+    let (mut trained, mut untrained, mut mid_write) = (0, 0, 0);
+    let kills = env_u64("CAIRN_DICT_KILLS").unwrap_or(DICTIONARY_KILLS);
+    for it in 0..kills {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        std::fs::create_dir_all(dir.join("log")).unwrap();
+        std::fs::create_dir_all(dir.join("blobs")).unwrap();
+        // The append of LSN 128 trains the dictionary (the 64th long
+        // record completes the samples): kill after the acknowledgement of
+        // LSN 127 plus up to 30 ms (training takes ~15 ms here), during the training, the write of the
+        // dictionary file, or the appends after it.
+        let delay = Duration::from_micros(rng.below(30_000));
+        let mut child = Command::new(&exe)
+            .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, &dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut max_acked = 0u64;
+        for line in BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(l) = line.strip_prefix("ACK ") {
+                max_acked = l.trim().parse().unwrap();
+                if max_acked == TRAINED_AT - 1 {
+                    std::thread::sleep(delay);
+                    child.kill().unwrap();
+                }
+            }
+        }
+        let _ = child.kill();
+        assert!(
+            !child.wait().unwrap().success(),
+            "iteration {it}: the child ended by itself"
+        );
+        let tmp_left = std::fs::read_dir(dir.join("log"))
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".tmp"));
+        mid_write += u64::from(tmp_left);
+        check(&dir, max_acked, it, seed);
+        let dict = Log::open(Arc::new(RealVfs), &dir.join("log"), log_opts())
+            .unwrap()
+            .dictionary();
+        if dict.is_some() {
+            trained += 1;
+        } else {
+            untrained += 1;
+        }
+    }
+    eprintln!("kill_loop: {kills} kills around training: {trained} logs had their dictionary, {untrained} not yet, {mid_write} killed while writing it");
 }
 
 #[test]

@@ -44,8 +44,8 @@ pub const DEFAULT_DICTIONARY_SAMPLE_BYTES: u64 = 1024 * 1024;
 pub const SAMPLING: Sampling = Sampling {
     // Smaller bodies are never compressed (`DICT_COMPRESS_MIN_BYTES`).
     min_bytes: cairn_codec::frame::DICT_COMPRESS_MIN_BYTES,
-    // A sample's first 16 KiB say what a long reply's do; longer ones
-    // would crowd out the many short records.
+    // Longer bodies are not sampled: they compress well on their own, and
+    // a few of them would crowd out the many short records.
     max_bytes: 16 * 1024,
     // 64 KiB: the realistic corpus gains nothing from a larger one, and
     // each thread's compressor holds a digested copy.
