@@ -256,19 +256,24 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// Source-like text of `len` bytes from a small vocabulary (seeded).
+    /// Log-like text of `len` bytes: numbered lines that repeat a few
+    /// shapes with varying values (seeded).
     fn text(len: usize, seed: u64) -> Vec<u8> {
-        let words = [
-            "fn", "let", "mut", "self", "match", "impl", "value", "error",
+        let shapes = [
+            "ran cargo test: {} passed, 0 failed\n",
+            "edit src/module_{}.rs: +{} -2 lines\n",
+            "error[E0{}]: mismatched types in fn parse\n",
         ];
-        let mut x = seed.wrapping_mul(2).wrapping_add(7);
-        let mut out = Vec::with_capacity(len + 8);
+        let mut out = Vec::with_capacity(len + 64);
+        let mut i = seed;
         while out.len() < len {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            out.extend_from_slice(words[(x >> 33) as usize % words.len()].as_bytes());
-            out.extend_from_slice(if x.is_multiple_of(7) { b";\n" } else { b" " });
+            i = i.wrapping_mul(2862933555777941757).wrapping_add(3037000493);
+            let shape = shapes[(i >> 40) as usize % shapes.len()];
+            out.extend_from_slice(
+                shape
+                    .replace("{}", &((i >> 20) % 977).to_string())
+                    .as_bytes(),
+            );
         }
         out.truncate(len);
         out

@@ -19,7 +19,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -136,6 +136,17 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
 
+/// Starts this test binary in child mode on the store in `dir`.
+fn spawn_child(exe: &Path, dir: &Path) -> Child {
+    Command::new(exe)
+        .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// Reopens the store and checks every acknowledged LSN; returns the head.
 fn check(dir: &Path, max_acked: u64, iteration: u64, seed: u64) -> u64 {
     let ctx = format!("iteration {iteration} (CAIRN_SEED={seed})");
@@ -195,13 +206,7 @@ fn kills_around_dictionary_training_lose_no_acknowledged_record() {
         // LSN 127 plus up to 30 ms (training takes ~15 ms here), during the training, the write of the
         // dictionary file, or the appends after it.
         let delay = Duration::from_micros(rng.below(30_000));
-        let mut child = Command::new(&exe)
-            .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_child(&exe, &dir);
         let mut max_acked = 0u64;
         for line in BufReader::new(child.stdout.take().unwrap())
             .lines()
@@ -261,13 +266,7 @@ fn kill_loop_loses_no_acknowledged_record() {
     for it in 0..iterations {
         let wait_acks = rng.below(MAX_ACKS_BEFORE_KILL + 1);
         let delay_us = rng.below(4) * rng.below(700);
-        let mut child = Command::new(&exe)
-            .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_child(&exe, &dir);
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut acks_seen = 0;
         let mut record = |line: &str, max: &mut u64| -> bool {
