@@ -374,3 +374,27 @@ fn crashes_while_the_dictionary_is_written_lose_nothing_acknowledged() {
         );
     }
 }
+
+/// A reader opened before the dictionary existed loads it when the first
+/// record that needs it comes into view.
+#[test]
+fn a_reader_opened_before_training_loads_the_dictionary_when_it_needs_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let log = Log::open(Arc::new(RealVfs), dir, opts(32 * 1024)).unwrap();
+    let mut model: Vec<Event> = (0..20).map(event).collect();
+    log.append_batch(&model).unwrap();
+    let mut r = LogReader::open(Arc::new(RealVfs), dir).unwrap();
+    assert_eq!(r.stats().dictionary, None);
+    let more: Vec<Event> = (20..600).map(event).collect();
+    for e in &more {
+        log.append(e).unwrap();
+    }
+    model.extend(more);
+    assert!(log.dictionary().is_some());
+    log.sync().unwrap();
+    r.refresh().unwrap();
+    let got: Vec<Event> = r.iter_from(Lsn(1)).map(|r| r.unwrap().event).collect();
+    assert_eq!(got, model);
+    assert!(r.verify().unwrap().is_ok());
+}
