@@ -388,4 +388,22 @@ fn a_long_session_is_recorded_with_the_logs_dictionary() {
         "log {log_bytes} bytes, its JSONL {}",
         out.len()
     );
+
+    // Without its dictionary: verify says which file and what to do,
+    // repair refuses (it would drop intact records), nothing is changed;
+    // the file restored, all is well again.
+    let file = ws.join(".cairn/log").join(dict);
+    let saved = std::fs::read(&file).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    let v = cairn(ws, &["verify"]);
+    assert_eq!(v.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&v.stdout);
+    assert!(text.contains(dict) && text.contains("is missing"), "{text}");
+    assert!(text.contains("restore it"), "{text}");
+    let r = cairn(ws, &["repair"]);
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains(dict));
+    std::fs::write(&file, saved).unwrap();
+    ok(&cairn(ws, &["verify"]));
+    assert_eq!(json_lines(&ok(&cairn(ws, &["log", "--json"]))), got);
 }

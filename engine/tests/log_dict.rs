@@ -216,7 +216,18 @@ fn a_missing_or_damaged_dictionary_is_named_and_nothing_wrong_is_returned() {
         );
         let v = r.verify().unwrap();
         assert!(!v.is_ok());
+        // One problem per segment, counting the records that need it.
+        assert!(
+            v.problems.len() as u64 <= r.stats().segments,
+            "{:?}",
+            v.problems
+        );
+        assert!(v
+            .problems
+            .iter()
+            .any(|p| p.detail.contains(" record bodies (LSN ")));
         for p in &v.problems {
+            assert_eq!(p.missing_dictionary.as_ref(), Some(&dict_path), "{p}");
             assert!(p.detail.contains(&dict_path.display().to_string()), "{p}");
             assert!(p.detail.contains(what), "{p}");
         }

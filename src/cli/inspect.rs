@@ -196,6 +196,13 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
             "{}",
             if ok {
                 st.green("ok: no damage found")
+            } else if report
+                .log
+                .problems
+                .iter()
+                .any(|p| p.missing_dictionary.is_some())
+            {
+                st.red("records need a dictionary file that is missing or damaged (named above): restore it from a backup; `cairn repair` refuses to run until then, as it would drop those intact records")
             } else {
                 st.red("damage found: see above; `cairn repair` keeps every intact record")
             }

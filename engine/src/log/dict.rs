@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cairn_codec::frame::Frame;
-use cairn_codec::zdict::Dict;
+use cairn_codec::zdict::{self, Dict};
 use cairn_codec::CodecError;
 
 use crate::dicts::{Dicts, Sampling, TMP_SUFFIX};
@@ -101,6 +101,11 @@ impl LogDicts {
     /// A frame's body, decompressed with its dictionary if it needs one.
     pub fn body<'a>(&self, fr: &Frame<'a>) -> std::result::Result<Cow<'a, [u8]>, CodecError> {
         fr.body_with(&|id| self.lookup(id))
+    }
+
+    /// The file of dictionary `id`.
+    pub fn path_of(&self, id: u32) -> PathBuf {
+        self.dir.join(zdict::file_name(id))
     }
 
     /// Why dictionary `id` cannot be used (for reports).

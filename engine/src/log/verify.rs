@@ -47,6 +47,11 @@ pub struct Problem {
     pub lsn: Option<Lsn>,
     /// What is wrong.
     pub detail: String,
+    /// When the problem is records that need a zstd dictionary that is
+    /// missing or damaged: that dictionary's file. The records themselves
+    /// are intact; restoring the file repairs them (and `salvage` refuses
+    /// to run until then, as it would drop them).
+    pub missing_dictionary: Option<PathBuf>,
 }
 
 impl fmt::Display for Problem {
@@ -70,6 +75,33 @@ impl From<Problem> for EngineError {
     }
 }
 
+/// Records of one segment whose dictionary is missing or damaged, reported
+/// as one problem.
+struct MissingDict {
+    /// Index of the problem in the report.
+    at: usize,
+    id: u32,
+    first: Lsn,
+    last: Lsn,
+    count: u64,
+    /// What is wrong with the dictionary file.
+    diagnosis: String,
+}
+
+impl MissingDict {
+    fn detail(&self) -> String {
+        let which = if self.count == 1 {
+            "record body needs".to_string()
+        } else {
+            format!(
+                "{} record bodies (LSN {} to {}) need",
+                self.count, self.first, self.last
+            )
+        };
+        format!("{which} a zstd dictionary, and {}", self.diagnosis)
+    }
+}
+
 /// Running state of a verify pass.
 struct Checker<'a> {
     dicts: &'a LogDicts,
@@ -86,6 +118,7 @@ impl Checker<'_> {
             offset,
             lsn,
             detail,
+            missing_dictionary: None,
         });
     }
 
@@ -115,6 +148,7 @@ impl Checker<'_> {
     fn frames(&mut self, path: &Path, data: &[u8], end: usize) -> u64 {
         let mut seen = 0;
         let mut open_batch: Option<u64> = None;
+        let mut missing: Option<MissingDict> = None;
         walk(&data[..end], SEGMENT_HEADER_LEN, |step| {
             match step {
                 Step::Frame(off, f) => {
@@ -134,11 +168,33 @@ impl Checker<'_> {
                     match self.dicts.body(&f).and_then(|b| Event::decode_body(&b)) {
                         Ok(_) => {}
                         Err(CodecError::MissingDictionary { id }) => {
-                            let d = format!(
-                                "record body needs a zstd dictionary, and {}",
-                                self.dicts.diagnose(id)
-                            );
-                            self.problem(path, off, Some(f.lsn), d);
+                            // One problem per segment and dictionary, not
+                            // one per record: it names the first record
+                            // and counts the rest.
+                            match &mut missing {
+                                Some(m) if m.id == id => {
+                                    m.count += 1;
+                                    m.last = f.lsn;
+                                }
+                                _ => {
+                                    let diagnosis = self.dicts.diagnose(id);
+                                    self.problem(path, off, Some(f.lsn), String::new());
+                                    if let Some(p) = self.problems.last_mut() {
+                                        p.missing_dictionary = Some(self.dicts.path_of(id));
+                                    }
+                                    missing = Some(MissingDict {
+                                        at: self.problems.len() - 1,
+                                        id,
+                                        first: f.lsn,
+                                        last: f.lsn,
+                                        count: 1,
+                                        diagnosis,
+                                    });
+                                }
+                            }
+                            if let Some(m) = &missing {
+                                self.problems[m.at].detail = m.detail();
+                            }
                         }
                         Err(e) => self.problem(path, off, Some(f.lsn), format!("record body: {e}")),
                     }
@@ -245,6 +301,7 @@ mod tests {
             offset: 4242,
             lsn: Some(Lsn(17)),
             detail: "record frame checksum mismatch".into(),
+            missing_dictionary: None,
         };
         assert_eq!(
             p.to_string(),
