@@ -167,7 +167,8 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
 }
 
 /// Fails, naming the file, if a record with a valid CRC needs a zstd
-/// dictionary that is missing or damaged.
+/// dictionary that is missing or damaged. A pass of its own, before any
+/// other, so that salvage refuses before it writes anything.
 fn check_dictionaries(vfs: &dyn Vfs, segs: &[(Lsn, PathBuf)], dicts: &LogDicts) -> Result<()> {
     for (_, path) in segs {
         let buf = read_all(vfs, path)?;

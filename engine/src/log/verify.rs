@@ -177,6 +177,9 @@ impl Checker<'_> {
                                     m.last = f.lsn;
                                 }
                                 _ => {
+                                    if let Some(m) = &missing {
+                                        self.problems[m.at].detail = m.detail();
+                                    }
                                     let diagnosis = self.dicts.diagnose(id);
                                     self.problem(path, off, Some(f.lsn), String::new());
                                     if let Some(p) = self.problems.last_mut() {
@@ -191,9 +194,6 @@ impl Checker<'_> {
                                         diagnosis,
                                     });
                                 }
-                            }
-                            if let Some(m) = &missing {
-                                self.problems[m.at].detail = m.detail();
                             }
                         }
                         Err(e) => self.problem(path, off, Some(f.lsn), format!("record body: {e}")),
@@ -217,6 +217,9 @@ impl Checker<'_> {
             }
             true
         });
+        if let Some(m) = &missing {
+            self.problems[m.at].detail = m.detail();
+        }
         if let Some(off) = open_batch {
             let d = "the segment ends inside an atomic batch".to_string();
             self.problem(path, off, Some(Lsn(self.expect.0.saturating_sub(1))), d);
