@@ -4,12 +4,13 @@
 //! `CAIRN_SOAK=1` runs many more seeds.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 
 use cairn_codec::{Event, EventKind, Lsn, Timestamp};
 use cairn_engine::log::{Durability, Log, LogOptions};
-use cairn_engine::vfs::SimVfs;
 use cairn_engine::Vfs;
 
 fn ev(i: u64) -> Event {
@@ -29,13 +30,9 @@ fn seeds() -> u64 {
 
 #[test]
 fn acknowledged_records_survive_crashes_at_any_point() {
-    let dir = Path::new("/store/.cairn/log");
+    let dir = Path::new(support::SIM_LOG_DIR);
     for seed in 0..seeds() {
-        let disk = SimVfs::seeded(seed);
-        disk.create_dir_all(dir).unwrap();
-        for d in ["/", "/store", "/store/.cairn"] {
-            disk.sync_dir(Path::new(d)).unwrap();
-        }
+        let disk = support::sim_disk_with_log_dir(seed);
         let vfs: Arc<dyn Vfs> = Arc::new(disk.clone());
         let o = LogOptions {
             segment_size_bytes: 700,

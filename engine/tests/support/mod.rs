@@ -22,3 +22,20 @@ pub fn hex_text(seed: u64, len: usize) -> String {
         .map(|x| char::from(b"0123456789abcdef"[(x >> 60) as usize]))
         .collect()
 }
+
+/// The log directory of a store on the simulated disk.
+pub const SIM_LOG_DIR: &str = "/store/.cairn/log";
+
+/// A seeded simulated disk holding an empty [`SIM_LOG_DIR`] whose
+/// directory entries (and their parents') are durable, as `cairn init`
+/// leaves them.
+pub fn sim_disk_with_log_dir(seed: u64) -> cairn_engine::vfs::SimVfs {
+    use cairn_engine::Vfs;
+    let disk = cairn_engine::vfs::SimVfs::seeded(seed);
+    disk.create_dir_all(std::path::Path::new(SIM_LOG_DIR))
+        .unwrap();
+    for d in ["/", "/store", "/store/.cairn"] {
+        disk.sync_dir(std::path::Path::new(d)).unwrap();
+    }
+    disk
+}
