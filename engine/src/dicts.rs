@@ -60,7 +60,12 @@ struct Samples {
 #[derive(Debug)]
 pub struct Dicts {
     sampling: Sampling,
-    by_id: RwLock<HashMap<u32, Arc<Dict>>>,
+    /// Every dictionary looked up, by id: `None` for one whose file was
+    /// missing or damaged when first needed. Data names a dictionary only
+    /// once its file is durable, so a file that fails then stays failed
+    /// until someone restores it (and reopens): it is not read again for
+    /// every record or entry that needs it.
+    by_id: RwLock<HashMap<u32, Option<Arc<Dict>>>>,
     /// The one new data is compressed with: the first loaded or trained.
     current: OnceLock<Arc<Dict>>,
     /// True while samples are gathered (no dictionary, none training).
@@ -101,7 +106,10 @@ impl Dicts {
             };
             match read_file(vfs, &dir.join(name)).and_then(|b| decode_file(&b, id)) {
                 Ok(dict) => d.publish(dict),
-                Err(_) => damaged = true,
+                Err(_) => {
+                    d.by_id.write().insert(id, None);
+                    damaged = true;
+                }
             }
         }
         if train && d.current().is_none() && !damaged {
@@ -114,7 +122,7 @@ impl Dicts {
     /// Adds a dictionary; the first one becomes the one new data uses.
     fn publish(&self, d: Dict) {
         let d = Arc::new(d);
-        self.by_id.write().insert(d.id, d.clone());
+        self.by_id.write().insert(d.id, Some(d.clone()));
         let _ = self.current.set(d);
     }
 
@@ -123,23 +131,17 @@ impl Dicts {
         self.current.get()
     }
 
-    /// Dictionary `id` if it is loaded.
-    pub fn get(&self, id: u32) -> Option<Arc<Dict>> {
-        self.by_id.read().get(&id).cloned()
-    }
-
-    /// Dictionary `id`, loading it from its file in `dir` if it is not
-    /// loaded yet (another process may have written it since).
+    /// Dictionary `id`, loading it from its file in `dir` the first time
+    /// it is looked up (another process may have written it since open).
     pub fn get_or_load(&self, id: u32, vfs: &dyn Vfs, dir: &Path) -> Option<Arc<Dict>> {
-        if let Some(d) = self.get(id) {
-            return Some(d);
+        if let Some(known) = self.by_id.read().get(&id) {
+            return known.clone();
         }
         let dict = read_file(vfs, &dir.join(file_name(id)))
             .and_then(|b| decode_file(&b, id))
-            .ok()?;
-        let dict = Arc::new(dict);
-        self.by_id.write().insert(id, dict.clone());
-        Some(dict)
+            .ok()
+            .map(Arc::new);
+        self.by_id.write().entry(id).or_insert(dict).clone()
     }
 
     /// Why dictionary `id` cannot be used: missing, or what is wrong with

@@ -17,7 +17,7 @@ use cairn_codec::zdict::file_name;
 use cairn_codec::{Event, EventKind, Lsn, Timestamp};
 use cairn_engine::log::{salvage, Durability, Log, LogOptions, LogReader};
 use cairn_engine::vfs::sim::SimOp;
-use cairn_engine::vfs::{Fault, SimVfs};
+use cairn_engine::vfs::Fault;
 use cairn_engine::{RealVfs, Vfs};
 
 const WORDS: &[&str] = &[
@@ -268,13 +268,9 @@ fn a_missing_or_damaged_dictionary_is_named_and_nothing_wrong_is_returned() {
 /// clean, and a dictionary file present is whole.
 #[test]
 fn crashes_while_the_dictionary_is_written_lose_nothing_acknowledged() {
-    let dir = Path::new("/store/.cairn/log");
+    let dir = Path::new(support::SIM_LOG_DIR);
     for k in 0..12u64 {
-        let disk = SimVfs::seeded(k);
-        disk.create_dir_all(dir).unwrap();
-        for d in ["/", "/store", "/store/.cairn"] {
-            disk.sync_dir(Path::new(d)).unwrap();
-        }
+        let disk = support::sim_disk_with_log_dir(k);
         let vfs: Arc<dyn Vfs> = Arc::new(disk.clone());
         let o = LogOptions {
             segment_size_bytes: 64 * 1024,
@@ -408,4 +404,41 @@ fn a_reader_opened_before_training_loads_the_dictionary_when_it_needs_it() {
     let got: Vec<Event> = r.iter_from(Lsn(1)).map(|r| r.unwrap().event).collect();
     assert_eq!(got, model);
     assert!(r.verify().unwrap().is_ok());
+}
+
+/// A damaged dictionary is read once, not again for every record that
+/// needs it: verify over many such records opens its file once at open
+/// and once per segment to say what is wrong.
+#[test]
+fn a_damaged_dictionary_is_not_read_again_for_every_record() {
+    let dir = Path::new(support::SIM_LOG_DIR);
+    let disk = support::sim_disk_with_log_dir(1);
+    let vfs: Arc<dyn Vfs> = Arc::new(disk.clone());
+    let log = Log::open(vfs.clone(), dir, opts(32 * 1024)).unwrap();
+    for i in 0..600 {
+        log.append(&event(i)).unwrap();
+    }
+    let id = log.dictionary().unwrap();
+    log.close().unwrap();
+    let file = dir.join(file_name(id));
+    disk.corrupt(&file, 60, b"\xff\xff").unwrap();
+    let opens = Arc::new(AtomicU64::new(0));
+    {
+        let (opens, file) = (opens.clone(), file.clone());
+        disk.set_fault_hook(move |op| {
+            if matches!(op, SimOp::Open { path, .. } if *path == file) {
+                opens.fetch_add(1, Ordering::SeqCst);
+            }
+            None
+        });
+    }
+    let r = LogReader::open(vfs, dir).unwrap();
+    let v = r.verify().unwrap();
+    let segments = r.stats().segments;
+    assert!(!v.is_ok() && v.problems.iter().all(|p| p.detail.contains("is damaged")));
+    let n = opens.load(Ordering::SeqCst);
+    assert!(
+        n <= 1 + segments,
+        "{n} opens of the dictionary for {segments} segments"
+    );
 }
