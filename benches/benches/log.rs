@@ -21,9 +21,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cairn_benches::{source_like, Rng};
 use cairn_codec::frame::{self, RecordKind};
-use cairn_codec::{ChainHash, Event, EventKind, Lsn, Timestamp};
+use cairn_codec::{ChainHash, Event, Lsn};
 use cairn_engine::log::{Durability, GroupCommitStats, Log, LogOptions};
 use cairn_engine::{RealVfs, Vfs};
 use criterion::measurement::WallTime;
@@ -87,21 +86,8 @@ fn bodies(events: &[Event]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// A tool-call event whose encoded frame is about 200 bytes.
-fn event(rng: &mut Rng, i: u64) -> Event {
-    let mut e = Event::new(EventKind::ToolCall, format!("session-{}", i % 8));
-    e.ts = Timestamp(1_700_000_000_000 + i as i64);
-    e.tool = Some("bash".into());
-    e.path = Some(format!("src/module_{}/file_{}.rs", i % 17, i % 101));
-    e.latency_ms = Some(i % 900);
-    let text = source_like(rng, 90);
-    e.text = Some(String::from_utf8_lossy(&text).into_owned());
-    e
-}
-
 fn pool() -> Vec<Event> {
-    let mut rng = Rng::new(42);
-    (0..EVENT_POOL as u64).map(|i| event(&mut rng, i)).collect()
+    cairn_benches::tool_calls_200b(EVENT_POOL)
 }
 
 fn frame_of(e: &Event) -> Vec<u8> {

@@ -4,6 +4,8 @@
 
 pub mod agent;
 
+use cairn_codec::{Event, EventKind, Timestamp};
+
 /// A new temporary directory for a benchmark's data, under
 /// `$CAIRN_BENCH_DIR` (default: the system temp dir), which must be a real
 /// disk for sync figures to mean anything; removed when dropped.
@@ -108,6 +110,24 @@ pub fn source_like(rng: &mut Rng, len: usize) -> Vec<u8> {
     }
     out.truncate(len);
     out
+}
+
+/// `n` tool-call events whose encoded frames are about 200 bytes (229 on
+/// average): the events of the log's append benchmarks.
+pub fn tool_calls_200b(n: usize) -> Vec<Event> {
+    let mut rng = Rng::new(42);
+    (0..n as u64)
+        .map(|i| {
+            let mut e = Event::new(EventKind::ToolCall, format!("session-{}", i % 8));
+            e.ts = Timestamp(1_700_000_000_000 + i as i64);
+            e.tool = Some("bash".into());
+            e.path = Some(format!("src/module_{}/file_{}.rs", i % 17, i % 101));
+            e.latency_ms = Some(i % 900);
+            let text = source_like(&mut rng, 90);
+            e.text = Some(String::from_utf8_lossy(&text).into_owned());
+            e
+        })
+        .collect()
 }
 
 #[cfg(test)]
