@@ -12,13 +12,10 @@
 //! cargo run --release -p cairn-benches --example log_dictionary
 //! ```
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use cairn_codec::json::JsonRecord;
-use cairn_codec::{zdict, Lsn};
-use cairn_engine::log::{Durability, Log, LogOptions, DICTIONARY_SAMPLING};
-use cairn_engine::RealVfs;
+use cairn_codec::zdict;
+use cairn_engine::log::{Durability, LogOptions, DICTIONARY_SAMPLING};
 
 const VIM_DOCS: &str =
     "/usr/share/vim/vim90/doc/options.txt:/usr/share/vim/vim90/doc/version8.txt:\
@@ -35,30 +32,13 @@ fn corpus() {
             dictionary_sample_bytes: sample,
             ..LogOptions::default()
         };
-        let log = Log::open(Arc::new(RealVfs), tmp.path(), opts).expect("open");
-        let (start, mut slowest) = (Instant::now(), Duration::ZERO);
-        for e in &events {
-            let t = Instant::now();
-            log.append(e).expect("append");
-            slowest = slowest.max(t.elapsed());
-        }
-        let took = start.elapsed();
-        let (mut json, mut line) = (0u64, Vec::new());
-        for r in log.iter_from(Lsn(1)) {
-            let r = r.expect("read");
-            line.clear();
-            JsonRecord::new(r.lsn, r.chain, &r.event).write_line(&mut line);
-            json += line.len() as u64;
-        }
-        log.close().expect("close");
-        let store: u64 = std::fs::read_dir(tmp.path())
-            .expect("dir")
-            .map(|e| e.expect("entry").metadata().expect("metadata").len())
-            .sum();
+        let run = cairn_benches::agent::store_run(tmp.path(), &events, opts);
         println!(
-            "corpus, dictionary_sample_bytes {sample:>7}: {:.3}x of its JSONL; {} events appended in {took:.1?}, slowest append {slowest:.1?}",
-            store as f64 / json as f64,
-            events.len()
+            "corpus, dictionary_sample_bytes {sample:>7}: {:.3}x of its JSONL; {} events appended in {:.1?}, slowest append {:.1?}",
+            run.store_bytes as f64 / run.jsonl_bytes as f64,
+            events.len(),
+            run.appends,
+            run.slowest_append
         );
     }
 }

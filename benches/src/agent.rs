@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cairn_codec::json::JsonRecord;
 use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Lsn, Timestamp};
@@ -205,26 +206,55 @@ pub fn store_and_jsonl_bytes(dir: &Path, events: &[Event]) -> (u64, u64) {
         durability: Durability::Never,
         ..LogOptions::default()
     };
+    let run = store_run(dir, events, opts);
+    (run.store_bytes, run.jsonl_bytes)
+}
+
+/// What [`store_run`] measured.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreRun {
+    /// Every file of the log after a clean close.
+    pub store_bytes: u64,
+    /// The same records as canonical JSONL.
+    pub jsonl_bytes: u64,
+    /// Time to append all the events.
+    pub appends: Duration,
+    /// The slowest single append (with a dictionary, the one that trains it).
+    pub slowest_append: Duration,
+}
+
+/// Appends `events` to a new log in `dir` opened with `opts`, one at a
+/// time, and measures it (see [`StoreRun`]).
+pub fn store_run(dir: &Path, events: &[Event], opts: LogOptions) -> StoreRun {
     let log = Log::open(Arc::new(RealVfs), dir, opts).expect("open log");
+    let (start, mut slowest_append) = (Instant::now(), Duration::ZERO);
     for e in events {
+        let t = Instant::now();
         log.append(e).expect("append");
+        slowest_append = slowest_append.max(t.elapsed());
     }
+    let appends = start.elapsed();
     let mut jsonl = Vec::new();
-    let mut json_bytes = 0u64;
+    let mut jsonl_bytes = 0u64;
     for r in log.iter_from(Lsn(1)) {
         let r = r.expect("read back");
         jsonl.clear();
         JsonRecord::new(r.lsn, r.chain, &r.event).write_line(&mut jsonl);
-        json_bytes += jsonl.len() as u64;
+        jsonl_bytes += jsonl.len() as u64;
     }
     log.close().expect("close");
-    // Every file the log keeps: segments, and the sparse indexes and tail
-    // state that spare a scan on open.
+    // Every file the log keeps: segments, and the sparse indexes, tail
+    // state and dictionary that spare a scan on open or shrink records.
     let mut store_bytes = 0u64;
     for entry in std::fs::read_dir(dir).expect("log dir") {
         store_bytes += entry.expect("entry").metadata().expect("metadata").len();
     }
-    (store_bytes, json_bytes)
+    StoreRun {
+        store_bytes,
+        jsonl_bytes,
+        appends,
+        slowest_append,
+    }
 }
 
 #[cfg(test)]
