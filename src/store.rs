@@ -394,7 +394,10 @@ impl Store {
         Ok(self.blobs.get(hash)?)
     }
 
-    fn check_blob_refs(&self, event: &Event) -> Result<()> {
+    /// Checks an event before it is appended: its paths are workspace-relative
+    /// (and a file event has one), and every blob it refers to is stored.
+    fn check_event(&self, event: &Event) -> Result<()> {
+        cairn_codec::json::check_paths(event)?;
         for h in [
             event.before,
             event.after,
@@ -420,7 +423,7 @@ impl Store {
     /// durable before the record is written.
     pub fn append(&self, event: &Event) -> Result<Lsn> {
         let log = self.writer("append")?;
-        self.check_blob_refs(event)?;
+        self.check_event(event)?;
         if self.blobs.has_unsynced() {
             self.blobs.sync()?;
         }
@@ -432,7 +435,7 @@ impl Store {
     pub fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>> {
         let log = self.writer("append")?;
         for e in events {
-            self.check_blob_refs(e)?;
+            self.check_event(e)?;
         }
         if self.blobs.has_unsynced() {
             self.blobs.sync()?;

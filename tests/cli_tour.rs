@@ -407,3 +407,40 @@ fn a_long_session_is_recorded_with_the_logs_dictionary() {
     ok(&cairn(ws, &["verify"]));
     assert_eq!(json_lines(&ok(&cairn(ws, &["log", "--json"]))), got);
 }
+
+#[test]
+fn record_names_each_rejected_line_and_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let input = concat!(
+        "[]\n",
+        r#"{"kind":"file.write","session":"s"}"#,
+        "\n",
+        r#"{"kind":"file.edit","path":"/etc/passwd"}"#,
+        "\n",
+        r#"{"kind":"file.move","path":"a.rs","to_path":"../out.rs"}"#,
+        "\n",
+        r#"{"kind":"file.write","path":"src/main.rs"}"#,
+        "\n",
+        r#"{"kind":"tool_call","tool":"read","path":"/usr/include/stdio.h"}"#,
+        "\n",
+    );
+    let o = cairn_stdin(ws, &["record", "--json"], Some(input));
+    assert_eq!(o.status.code(), Some(4), "rejected lines: exit 4");
+    let summary = json_lines(&String::from_utf8(o.stdout).unwrap());
+    assert_eq!(summary[0]["count"], 2);
+    assert_eq!(summary[0]["rejected"], 4);
+    let err = String::from_utf8_lossy(&o.stderr);
+    for want in [
+        "stdin:1: rejected: an event is a JSON object",
+        "stdin:2: rejected: missing field `path`: a `file.write` event names the file it touched",
+        "stdin:3: rejected: field `path`: `/etc/passwd` is absolute",
+        "stdin:4: rejected: field `to_path`: `../out.rs` leaves the workspace",
+    ] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+    let log = json_lines(&ok(&cairn(ws, &["log", "--json"])));
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[0]["path"], "src/main.rs");
+}

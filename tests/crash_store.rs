@@ -522,6 +522,10 @@ impl World {
         if self.rng.chance(40) {
             e.path = Some(self.rng.pick(&PATHS).to_string());
         }
+        if kind.is_file_op() {
+            // A file event names its file (the store refuses one that does not).
+            e.path.get_or_insert_with(|| PATHS[0].to_string());
+        }
         e
     }
 

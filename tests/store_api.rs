@@ -69,6 +69,7 @@ fn in_memory_store_can_checkpoint_a_real_workspace_without_writing_into_it() {
 fn a_record_naming_a_missing_blob_is_refused() {
     let store = Store::in_memory().unwrap();
     let mut e = store.session("s").event(EventKind::FileWrite);
+    e.path = Some("a.txt".into());
     e.after = Some(BlobHash::of(b"never stored"));
     let err = store.append(&e).unwrap_err().to_string();
     assert!(
@@ -76,6 +77,32 @@ fn a_record_naming_a_missing_blob_is_refused() {
         "{err}"
     );
     assert_eq!(store.head().last_lsn.0, 0, "nothing was appended");
+}
+
+#[test]
+fn a_file_event_must_name_a_workspace_relative_path() {
+    let store = Store::in_memory().unwrap();
+    let s = store.session("s");
+    let nameless = s.event(EventKind::FileDelete);
+    let err = store.append(&nameless).unwrap_err().to_string();
+    assert!(
+        err.contains("missing field `path`") && err.contains("file.delete"),
+        "{err}"
+    );
+    let mut outside = s.event(EventKind::FileWrite).with_path("../elsewhere/x.rs");
+    let err = store
+        .append_batch(&[outside.clone()])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("leaves the workspace"), "{err}");
+    outside.path = Some("/home/u/x.rs".into());
+    let err = s.record(&outside).unwrap_err().to_string();
+    assert!(err.contains("is absolute"), "{err}");
+    assert_eq!(store.head().last_lsn.0, 0, "nothing was appended");
+    store
+        .append(&s.event(EventKind::FileDelete).with_path("src/x.rs"))
+        .unwrap();
+    assert_eq!(store.head().last_lsn.0, 1);
 }
 
 #[test]

@@ -396,6 +396,8 @@ pub(crate) mod tests {
     pub fn arb_event() -> impl Strategy<Value = Event> {
         let s = || proptest::option::of("[a-z0-9_./-]{0,12}");
         let h = || proptest::option::of(any::<[u8; 32]>().prop_map(BlobHash));
+        // Workspace-relative paths, as JSON input requires (`json::check_paths`).
+        let path = || "[a-z0-9_-]{1,6}(/[a-z0-9_-]{1,5}(\\.[a-z]{1,3})?){0,2}";
         (
             (
                 0i64..4_000_000_000_000,
@@ -413,11 +415,11 @@ pub(crate) mod tests {
                 any::<bool>(),
                 s(),
                 proptest::option::of(".{0,40}"),
-                s(),
-                s(),
+                proptest::option::of(path()),
+                proptest::option::of(path()),
             ),
             (
-                proptest::collection::vec("[a-z./]{1,8}", 0..3),
+                proptest::collection::vec(path(), 0..3),
                 proptest::option::of((any::<u64>(), any::<u64>(), any::<u64>())),
                 h(),
                 h(),
@@ -470,6 +472,14 @@ pub(crate) mod tests {
                         changed: 1,
                         skipped: BTreeMap::from([("ignored".into(), 2)]),
                     });
+                }
+                // File events name their files (a move its destination).
+                let patch = e.kind == EventKind::FilePatch;
+                if e.kind.is_file_op() && (!patch || e.files.is_empty()) {
+                    e.path.get_or_insert_with(|| "src/lib.rs".into());
+                }
+                if e.kind == EventKind::FileMove {
+                    e.to_path.get_or_insert_with(|| "src/new.rs".into());
                 }
                 e
             })

@@ -200,6 +200,11 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
             max: MAX_JSON_LINE_BYTES as u64,
         });
     }
+    if let Some(what) = not_an_object(line) {
+        return Err(CodecError::Json(format!(
+            "an event is a JSON object ({{\"kind\": ...}}), not {what}"
+        )));
+    }
     let input: EventInput =
         serde_json::from_str(line).map_err(|e| CodecError::Json(e.to_string()))?;
     let _ = (input.lsn, input.hash);
@@ -249,7 +254,89 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
         target: input.target,
         meta: input.meta.map(Meta),
     };
+    check_paths(&e)?;
     Ok(e)
+}
+
+/// What the line holds, if it is valid JSON but clearly not an object (so
+/// the error says so, rather than serde's "invalid length" for an array).
+fn not_an_object(line: &str) -> Option<&'static str> {
+    match line.trim_start().bytes().next()? {
+        b'[' => Some("an array"),
+        b'"' => Some("a string"),
+        b'-' | b'0'..=b'9' => Some("a number"),
+        b't' | b'f' if line.trim() == "true" || line.trim() == "false" => Some("a boolean"),
+        b'n' if line.trim() == "null" => Some("null"),
+        _ => None,
+    }
+}
+
+/// Checks the paths of an event: a file event names the file it touched
+/// (`path`; a patch may name them in `files` instead), no path is empty,
+/// and the paths of events about the workspace (every kind but `prompt`,
+/// `reply`, `tool_call` and `custom`, whose paths may lie anywhere, such as
+/// a file a tool read) are relative to it, as the audit shapes cairn
+/// exports require (an empty or absolute `path` would be exported as a line
+/// those tools reject).
+pub fn check_paths(e: &Event) -> Result<(), CodecError> {
+    use EventKind::*;
+    let needs_path = matches!(
+        e.kind,
+        FileCreate | FileWrite | FileEdit | FileDelete | FileMove
+    );
+    if needs_path && e.path.is_none() {
+        return Err(CodecError::Json(format!(
+            "missing field `path`: a `{}` event names the file it touched",
+            e.kind.name()
+        )));
+    }
+    if e.kind == FilePatch && e.path.is_none() && e.files.is_empty() {
+        return Err(CodecError::Json(
+            "a `file.patch` event names the files it touched: `path` or `files`".into(),
+        ));
+    }
+    let in_workspace = !matches!(e.kind, Prompt | Reply | ToolCall | Custom);
+    let named = [
+        ("path", e.path.as_deref()),
+        ("to_path", e.to_path.as_deref()),
+    ];
+    let files = e.files.iter().map(|f| ("files", Some(f.as_str())));
+    for (field, p) in named.into_iter().chain(files) {
+        let Some(p) = p else { continue };
+        let why = if p.is_empty() {
+            Some("is empty")
+        } else if in_workspace {
+            not_workspace_relative(p)
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(CodecError::Json(format!(
+                "field `{field}`: `{p}` {why}; a `{}` event's paths are relative to the workspace, like `src/main.rs`",
+                e.kind.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Why `p` is not a workspace-relative path, if it is not.
+fn not_workspace_relative(p: &str) -> Option<&'static str> {
+    let b = p.as_bytes();
+    if b.is_empty() {
+        Some("is empty")
+    } else if b[0] == b'/'
+        || b[0] == b'\\'
+        || (b.len() >= 2 && b[1] == b':' && b[0].is_ascii_alphabetic())
+    {
+        Some("is absolute")
+    } else if p.split(['/', '\\']).any(|c| c == "..") {
+        Some("leaves the workspace (`..`)")
+    } else if p.contains('\0') {
+        Some("holds a NUL byte")
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -288,10 +375,52 @@ mod tests {
             (r#"{"kind":"prompt","after":"abc"}"#, "64 hex digits"),
             (r#"{"kind":"prompt","session":""}"#, "session"),
             (r#"{"kind":"prompt","meta":[1]}"#, "invalid type"),
+            ("[]", "an event is a JSON object"),
+            ("[1, 2]", "not an array"),
+            (r#""prompt""#, "not a string"),
+            ("42", "not a number"),
+            ("null", "not null"),
+            (r#"{"kind":"file.write"}"#, "missing field `path`"),
+            (r#"{"kind":"file.write","path":""}"#, "`path`: `` is empty"),
+            (r#"{"kind":"file.patch"}"#, "`path` or `files`"),
+            (
+                r#"{"kind":"file.edit","path":"/etc/passwd"}"#,
+                "is absolute",
+            ),
+            (r#"{"kind":"file.edit","path":"C:\\x"}"#, "is absolute"),
+            (
+                r#"{"kind":"file.edit","path":"src/../../x"}"#,
+                "leaves the workspace",
+            ),
+            (
+                r#"{"kind":"apply","files":["ok.rs","/abs"]}"#,
+                "field `files`: `/abs`",
+            ),
+            (r#"{"kind":"tool_call","path":""}"#, "`path`: `` is empty"),
+            (
+                r#"{"kind":"file.move","path":"a","to_path":"../b"}"#,
+                "field `to_path`",
+            ),
         ];
         for (line, want) in cases {
             let e = parse_event(line).unwrap_err().to_string();
             assert!(e.contains(want), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn file_events_with_relative_paths_are_accepted() {
+        for line in [
+            r#"{"kind":"file.write","path":"src/main.rs"}"#,
+            r#"{"kind":"file.move","path":"a.rs","to_path":"b/a.rs"}"#,
+            r#"{"kind":"file.patch","files":["a.rs","b.rs"]}"#,
+            r#"{"kind":"file.delete","path":".github/ci..yml","ok":false}"#,
+            r#"{"kind":"tool_call","tool":"bash"}"#,
+            // A tool may read a file outside the workspace.
+            r#"{"kind":"tool_call","tool":"read","path":"/usr/include/stdio.h"}"#,
+            r#"{"kind":"custom","files":["../sibling/x"]}"#,
+        ] {
+            parse_event(line).unwrap();
         }
     }
 

@@ -94,12 +94,12 @@ fn arb_event() -> impl Strategy<Value = Event> {
         0usize..EventKind::ALL.len(),
         (
             arb_opt_text(),
-            arb_opt_text(),
+            proptest::option::of(REL_PATH),
             arb_opt_text(),
             arb_opt_text(),
         ),
         (any::<bool>(), proptest::option::of(any::<u64>())),
-        proptest::collection::vec("[a-z./]{1,8}", 0..3),
+        proptest::collection::vec(REL_PATH, 0..3),
         (arb_hash(), arb_hash(), arb_hash()),
         proptest::collection::vec(any::<u64>().prop_map(Lsn), 0..3),
     )
@@ -127,10 +127,21 @@ fn arb_event() -> impl Strategy<Value = Event> {
                 e.after = after;
                 e.diff = diff;
                 e.parents = parents;
+                // File events name their files, as JSON input requires.
+                let patch = e.kind == EventKind::FilePatch;
+                if e.kind.is_file_op() && (!patch || e.files.is_empty()) {
+                    e.path.get_or_insert_with(|| "src/lib.rs".into());
+                }
+                if e.kind == EventKind::FileMove {
+                    e.to_path = Some("src/new.rs".into());
+                }
                 e
             },
         )
 }
+
+/// Workspace-relative paths, as JSON input requires.
+const REL_PATH: &str = "[a-z0-9_-]{1,6}(/[a-z0-9_.-]{0,5}[a-z]){0,2}";
 
 /// A damage to apply to a valid encoding.
 #[derive(Clone, Debug)]

@@ -343,7 +343,10 @@ pub fn to_comma(e: &Event, blobs: &dyn BlobSource) -> Result<Option<Value>> {
     };
     o.insert("toolName".into(), json!(tool));
     o.insert("operation".into(), json!(op));
-    o.insert("path".into(), json!(e.path.as_deref().unwrap_or("")));
+    // A patch may name its files only in `files`: comma's `path` is then
+    // the first of them (cairn's input requires one or the other).
+    let path = e.path.as_deref().or(e.files.first().map(String::as_str));
+    o.insert("path".into(), json!(path.unwrap_or("")));
     if let Some(t) = &e.to_path {
         o.insert("toPath".into(), json!(t));
     }

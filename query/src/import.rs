@@ -14,7 +14,7 @@ use std::io::BufRead;
 use serde_json::{Map, Value};
 
 use cairn_codec::event::Meta;
-use cairn_codec::json::{parse_event, MAX_JSON_LINE_BYTES};
+use cairn_codec::json::{check_paths, parse_event, MAX_JSON_LINE_BYTES};
 use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
 
 use crate::export::{
@@ -93,9 +93,17 @@ pub fn parse_line(format: Format, line: &str) -> Result<Imported, String> {
                 blobs: Vec::new(),
             })
             .map_err(|e| e.to_string()),
-        Format::Cortexide => parse_cortexide(&object(line)?),
-        Format::Comma => parse_comma(&object(line)?),
+        Format::Cortexide => checked(parse_cortexide(&object(line)?)),
+        Format::Comma => checked(parse_comma(&object(line)?)),
     }
+}
+
+/// A foreign line's event, if its paths are as cairn's own input requires
+/// (workspace-relative; a file event names its file).
+fn checked(imported: Result<Imported, String>) -> Result<Imported, String> {
+    let imported = imported?;
+    check_paths(&imported.event).map_err(|e| e.to_string())?;
+    Ok(imported)
 }
 
 fn object(line: &str) -> Result<Map<String, Value>, String> {
@@ -475,6 +483,14 @@ mod tests {
             (
                 format!("{{{ok},\"ok\":true,\"meta\":{{}}}}"),
                 "unknown field `meta`",
+            ),
+            (
+                format!("{{{},\"ok\":true}}", ok.replace("\"p\"", "\"/abs/p\"")),
+                "`/abs/p` is absolute",
+            ),
+            (
+                format!("{{{ok},\"ok\":true,\"toPath\":\"../q\"}}"),
+                "field `to_path`: `../q` leaves the workspace",
             ),
             (
                 ok.replace("write_file", "nuke_file")

@@ -41,6 +41,11 @@ fn arb_event() -> impl Strategy<Value = Event> {
                 e.tool = tool;
                 e.ok = ok;
                 e.files = files;
+                // File events name their files, as cairn's input requires.
+                let patch = e.kind == EventKind::FilePatch;
+                if e.kind.is_file_op() && (!patch || e.files.is_empty()) {
+                    e.path.get_or_insert_with(|| "src/lib.rs".into());
+                }
                 match e.kind {
                     EventKind::CheckpointCreate => e.root = root.map(BlobHash),
                     EventKind::Rollback => e.target = target.map(|t| CheckpointId(Lsn(t))),

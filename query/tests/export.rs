@@ -163,7 +163,14 @@ fn every_kind_exports_as_canonical_jsonl_that_fits_the_schema() {
     let blobs = MemBlobs::new();
     for k in EventKind::ALL {
         log.append(full(k, &blobs)).unwrap();
-        log.append(Event::new(k, "default")).unwrap();
+        // The least each kind needs: a file event names its file.
+        let bare = Event::new(k, "default");
+        log.append(if k.is_file_op() {
+            bare.with_path("p")
+        } else {
+            bare
+        })
+        .unwrap();
     }
     let mut out = Vec::new();
     let st = export::export(&log, &blobs, &Filter::all(), Format::Jsonl, &mut out).unwrap();
