@@ -212,6 +212,16 @@ impl Store {
             for b in &item.blobs {
                 self.blobs.put(b)?;
             }
+            // Checked here too (append_batch checks again) to name the line.
+            let at = |why: String| Error::Other(format!("{file_name}:{}: {why}", item.line));
+            if let Some(h) = self.missing_blob(&item.event) {
+                return Err(at(format!(
+                    "the {} event refers to blob {h}, which is not in this store (canonical JSONL carries blob hashes, not contents: import an export into the store it came from)",
+                    item.event.kind
+                )));
+            }
+            self.check_event(&item.event)
+                .map_err(|e| at(e.to_string()))?;
             events.push(item.event);
         }
         self.append_batch(&events)

@@ -396,9 +396,20 @@ impl Store {
 
     /// Checks an event before it is appended: its paths are workspace-relative
     /// (and a file event has one), and every blob it refers to is stored.
-    fn check_event(&self, event: &Event) -> Result<()> {
+    pub(crate) fn check_event(&self, event: &Event) -> Result<()> {
         cairn_codec::json::check_paths(event)?;
-        for h in [
+        match self.missing_blob(event) {
+            Some(h) => Err(Error::Other(format!(
+                "the {} event refers to blob {h}, which is not in the store: put the blob first (Store::put_blob)",
+                event.kind
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The first blob `event` refers to that the store does not hold.
+    pub(crate) fn missing_blob(&self, event: &Event) -> Option<BlobHash> {
+        [
             event.before,
             event.after,
             event.diff,
@@ -407,15 +418,7 @@ impl Store {
         ]
         .into_iter()
         .flatten()
-        {
-            if !self.blobs.contains(&h) {
-                return Err(Error::Other(format!(
-                    "the {} event refers to blob {h}, which is not in the store: put the blob first (Store::put_blob)",
-                    event.kind
-                )));
-            }
-        }
-        Ok(())
+        .find(|h| !self.blobs.contains(h))
     }
 
     /// Appends one event. The commit protocol is built in: every blob the

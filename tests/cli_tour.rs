@@ -444,3 +444,70 @@ fn record_names_each_rejected_line_and_why() {
     assert_eq!(log.len(), 2);
     assert_eq!(log[0]["path"], "src/main.rs");
 }
+
+#[test]
+fn import_refuses_a_bad_file_whole_and_names_the_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir_all(a.join("src")).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    ok(&cairn(&a, &["init"]));
+    ok(&cairn(&b, &["init"]));
+    std::fs::write(a.join("src/main.rs"), "fn main() {}\n").unwrap();
+    ok(&cairn(&a, &["checkpoint", "--label", "start"]));
+    let export = tmp.path().join("a.jsonl");
+    ok(&cairn(
+        &a,
+        &["export", "--output", export.to_str().unwrap()],
+    ));
+
+    // A store's export names blobs (the checkpoint's manifest) that another
+    // store does not hold: refused, naming the line, nothing recorded.
+    let o = cairn(
+        &b,
+        &["import", "--format", "jsonl", export.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("a.jsonl:1: the checkpoint.create event refers to blob")
+            && err.contains("not in this store"),
+        "{err}"
+    );
+
+    let line = |path: &str| {
+        format!(
+            r#"{{"timestamp":"2026-11-22T02:05:00.000Z","sessionId":"s","agentName":"a","toolName":"write_file","operation":"write","path":"{path}","ok":true}}"#
+        )
+    };
+    let good = tmp.path().join("good.jsonl");
+    std::fs::write(&good, format!("{}\n{}\n", line("src/a.rs"), line("b.rs"))).unwrap();
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        format!("{}\n\n{}\n", line("c.rs"), line("/etc/hosts")),
+    )
+    .unwrap();
+    let o = cairn(
+        &b,
+        &[
+            "import",
+            "--format",
+            "comma",
+            good.to_str().unwrap(),
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for want in [
+        "nothing imported from",
+        "the 2 records of the files before it were imported",
+        "bad.jsonl:3: field `path`: `/etc/hosts` is absolute",
+    ] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+    let log = json_lines(&ok(&cairn(&b, &["log", "--json"])));
+    let paths: Vec<&str> = log.iter().map(|r| r["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["src/a.rs", "b.rs"], "the good file only");
+}

@@ -49,6 +49,9 @@ pub struct Imported {
     pub event: Event,
     /// Blob contents the event references (by `BlobHash::of`).
     pub blobs: Vec<Vec<u8>>,
+    /// The line of the input it came from, counted from 1 ([`import_lines`]
+    /// sets it; 0 from [`parse_line`], which sees one line alone).
+    pub line: u64,
 }
 
 /// Reads every line of `reader` in `format`. Blank lines are skipped. The
@@ -79,7 +82,9 @@ pub fn import_lines(
         if text.trim().is_empty() {
             continue;
         }
-        out.push(parse_line(format, text).map_err(err)?);
+        let mut imported = parse_line(format, text).map_err(err)?;
+        imported.line = i as u64 + 1;
+        out.push(imported);
     }
     Ok(out)
 }
@@ -91,6 +96,7 @@ pub fn parse_line(format: Format, line: &str) -> Result<Imported, String> {
             .map(|event| Imported {
                 event,
                 blobs: Vec::new(),
+                line: 0,
             })
             .map_err(|e| e.to_string()),
         Format::Cortexide => checked(parse_cortexide(&object(line)?)),
@@ -324,6 +330,7 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     Ok(Imported {
         event: e,
         blobs: Vec::new(),
+        line: 0,
     })
 }
 
@@ -410,7 +417,11 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
     if !meta.is_empty() {
         e.meta = Some(Meta(meta));
     }
-    Ok(Imported { event: e, blobs })
+    Ok(Imported {
+        event: e,
+        blobs,
+        line: 0,
+    })
 }
 
 #[cfg(test)]

@@ -99,7 +99,16 @@ pub fn import(
         let mut reader = BufReader::new(file);
         let spin =
             super::progress::Spinner::start(settings.quiet, &format!("importing {}", f.display()));
-        let got = store.import(format, &mut reader, &f.display().to_string())?;
+        let got = store
+            .import(format, &mut reader, &f.display().to_string())
+            .with_context(|| {
+                let before = if total > 0 {
+                    format!("; the {total} records of the files before it were imported")
+                } else {
+                    String::new()
+                };
+                format!("nothing imported from {}{before}", f.display())
+            })?;
         drop(spin);
         if let Some((first, last)) = got {
             total += last.0 - first.0 + 1;

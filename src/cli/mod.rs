@@ -198,6 +198,9 @@ fn init(settings: &Settings, dir: Option<&Path>) -> Result<ExitCode> {
     };
     std::fs::create_dir_all(&workspace)
         .with_context(|| format!("create {}", workspace.display()))?;
+    // `cairn init .` names the store `/w/.cairn`, not `/w/./.cairn`.
+    let workspace = std::fs::canonicalize(&workspace)
+        .with_context(|| format!("resolve {}", workspace.display()))?;
     let store_dir = settings
         .store
         .clone()
@@ -212,7 +215,9 @@ fn init(settings: &Settings, dir: Option<&Path>) -> Result<ExitCode> {
         println!("cairn store already exists at {}", store_dir.display());
     } else {
         println!("created cairn store at {}", store_dir.display());
-        println!("next: `cairn checkpoint --label start`, or pipe events into `cairn record`");
+        if !settings.quiet {
+            println!("next: `cairn checkpoint --label start`, or pipe events into `cairn record`");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
