@@ -63,7 +63,11 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
     drop(spin);
     if let Some(p) = &a.output {
         if !settings.quiet {
-            eprintln!("exported {} records to {}", stats.written, p.display());
+            eprintln!(
+                "exported {} to {}",
+                super::output::count(stats.written, "record"),
+                p.display()
+            );
         }
     }
     let skipped: u64 = stats.skipped.values().sum();
@@ -73,8 +77,14 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
             .iter()
             .map(|(k, n)| format!("{k}: {n}"))
             .collect();
+        let (have, were) = if skipped == 1 {
+            ("has", "was")
+        } else {
+            ("have", "were")
+        };
         eprintln!(
-            "{skipped} records have no {} projection and were left out ({}); the canonical `jsonl` format has every record",
+            "{} {have} no {} projection and {were} left out ({}); the canonical `jsonl` format has every record",
+            super::output::count(skipped, "record"),
             format.name(),
             kinds.join(", ")
         );
@@ -123,7 +133,11 @@ pub fn import(
         });
         println!("{v}");
     } else if !settings.quiet {
-        eprintln!("imported {total} records from {} file(s)", files.len());
+        eprintln!(
+            "imported {} from {}",
+            super::output::count(total, "record"),
+            super::output::count(files.len() as u64, "file")
+        );
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)

@@ -121,6 +121,15 @@ impl Table {
     }
 }
 
+/// `n` and the noun, plural unless `n` is 1: "1 record", "2 records".
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// "3s ago", "5m ago", "2h ago", "4d ago" (or "in 3s" for the future).
 pub fn relative(ts: Timestamp, now: Timestamp) -> String {
     let d = now.0 - ts.0;
@@ -181,6 +190,13 @@ mod tests {
         t.row(vec!["\x1b[31mlong\x1b[0m".into(), "x".into()]);
         let r = t.render();
         assert_eq!(r, "a     b\n\x1b[31mlong\x1b[0m  x\n");
+    }
+
+    #[test]
+    fn counts_are_plural_unless_one() {
+        assert_eq!(count(1, "record"), "1 record");
+        assert_eq!(count(0, "record"), "0 records");
+        assert_eq!(count(2, "file"), "2 files");
     }
 
     #[test]

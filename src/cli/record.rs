@@ -152,9 +152,10 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
         writeln!(stdout, "{v}")?;
     } else if !settings.quiet {
         match (first, last) {
-            (Some(f), Some(l)) => {
-                eprintln!("recorded {count} records (LSN {f}..={l}), rejected {rejected}")
-            }
+            (Some(f), Some(l)) => eprintln!(
+                "recorded {} (LSN {f}..={l}), rejected {rejected}",
+                super::output::count(count, "record")
+            ),
             _ => eprintln!("recorded 0 records, rejected {rejected}"),
         }
     }
