@@ -20,7 +20,10 @@ pub struct Filter {
     pub model: Option<String>,
     /// Only successes (`true`) or failures (`false`).
     pub ok: Option<bool>,
-    /// Only records naming this exact workspace path (`path`, `to_path` or `files`).
+    /// Only records naming this workspace path, or a path under it when it
+    /// is a directory, as git reads a pathspec: `src` (or `src/`) selects
+    /// `src/main.rs` and `src/a/b.rs`, not `srcfoo.rs`. Matched against
+    /// `path`, `to_path` and `files`.
     pub path: Option<String>,
     /// Only records at or after this time.
     pub since: Option<Timestamp>,
@@ -55,10 +58,12 @@ impl Filter {
             && eq(&self.agent, e.agent)
             && eq(&self.model, e.model)
             && self.ok.is_none_or(|ok| ok == e.ok)
-            && self
-                .path
-                .as_deref()
-                .is_none_or(|p| e.path == Some(p) || e.to_path == Some(p) || e.files.contains(&p))
+            && self.path.as_deref().is_none_or(|p| {
+                let under = |have: &str| path_covers(p, have);
+                e.path.is_some_and(under)
+                    || e.to_path.is_some_and(under)
+                    || e.files.iter().any(|f| under(f))
+            })
             && self.since.is_none_or(|t| e.ts >= t)
             && self.until.is_none_or(|t| e.ts <= t)
     }
@@ -95,10 +100,49 @@ impl Filter {
     }
 }
 
+/// True if `have` is the path `want` or lies under it (`want` read as a
+/// directory; a trailing `/` on it changes nothing).
+pub fn path_covers(want: &str, have: &str) -> bool {
+    let want = match want.trim_end_matches('/') {
+        "" => return !want.is_empty(), // `/`: everything
+        w => w,
+    };
+    have.strip_prefix(want)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_covers_itself_and_what_lies_under_it() {
+        for (want, have, yes) in [
+            ("src/main.rs", "src/main.rs", true),
+            ("src", "src/main.rs", true),
+            ("src/", "src/a/b.rs", true),
+            ("src//", "src/a/b.rs", true),
+            ("src", "src", true),
+            ("src", "srcfoo.rs", false),
+            ("src/main.rs", "src/main.rs.bak", false),
+            ("src/a", "src/ab/c.rs", false),
+            ("src/main.rs", "src", false),
+            ("/", "anything/at/all", true),
+            ("", "x", false),
+        ] {
+            assert_eq!(path_covers(want, have), yes, "{want:?} covers {have:?}");
+        }
+        let mut e = Event::new(EventKind::Apply, "s");
+        e.files = vec!["docs/a.md".into(), "src/x/y.rs".into()];
+        let under = |p: &str| Filter {
+            path: Some(p.into()),
+            ..Filter::all()
+        };
+        assert!(under("src/x").matches_event(&e));
+        assert!(under("docs").matches_event(&e));
+        assert!(!under("src/y").matches_event(&e));
+    }
 
     fn ev() -> Event {
         let mut e = Event::new(EventKind::FileMove, "s1").with_path("a.rs");

@@ -351,6 +351,31 @@ impl Index {
         self.by_path.get(p).map_or(&[], Vec::as_slice)
     }
 
+    /// LSNs of the records naming a path `p` covers (`p` itself or a path
+    /// under it: [`path_covers`](crate::filter::path_covers)), sorted by LSN.
+    /// Looks at every distinct path once.
+    pub fn paths_under(&self, p: &str) -> Vec<Lsn> {
+        let mut lists = self
+            .by_path
+            .iter()
+            .filter(|(have, _)| crate::filter::path_covers(p, have))
+            .map(|(_, l)| l.as_slice());
+        let Some(first) = lists.next() else {
+            return Vec::new();
+        };
+        let mut out = first.to_vec();
+        let mut merged = false;
+        for l in lists {
+            out.extend_from_slice(l);
+            merged = true;
+        }
+        if merged {
+            out.sort_unstable();
+            out.dedup();
+        }
+        out
+    }
+
     /// The session ids, unsorted.
     pub fn sessions(&self) -> impl Iterator<Item = &str> {
         self.by_session.keys().map(String::as_str)

@@ -151,24 +151,17 @@ impl<'a> Query<'a> {
     }
 
     fn candidates(&self, f: &Filter) -> Option<Vec<Lsn>> {
-        let mut best: Option<&[Lsn]> = None;
-        let mut consider = |l: &'a [Lsn]| {
-            if best.is_none_or(|b| l.len() < b.len()) {
-                best = Some(l);
-            }
-        };
-        if let Some(s) = &f.session {
-            consider(self.index.session(s));
-        }
-        if let Some(r) = &f.run {
-            consider(self.index.run(r));
-        }
-        if let Some(k) = f.kind {
-            consider(self.index.kind(k));
-        }
-        if let Some(p) = &f.path {
-            consider(self.index.path(p));
-        }
+        let under = f.path.as_deref().map(|p| self.index.paths_under(p));
+        // The shortest list of the indexed conditions that are set.
+        let best = [
+            f.session.as_deref().map(|s| self.index.session(s)),
+            f.run.as_deref().map(|r| self.index.run(r)),
+            f.kind.map(|k| self.index.kind(k)),
+            under.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|l| l.len());
         match best {
             Some(b) => Some(b.to_vec()),
             None if f.since.is_some() || f.until.is_some() => {

@@ -401,3 +401,50 @@ fn session_state_at_points() {
         q.session_state(at(10)).unwrap()
     );
 }
+
+#[test]
+fn a_path_filter_selects_what_lies_under_a_directory() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let m = SnapshotManifests(&blobs);
+    log.append(ev(EventKind::FileWrite, "s", "m", "src/main.rs"))
+        .unwrap(); // 1
+    log.append(ev(EventKind::FileWrite, "s", "m", "srcfoo.rs"))
+        .unwrap(); // 2
+    let mut mv = ev(EventKind::FileMove, "s", "m", "docs/a.md");
+    mv.to_path = Some("src/docs/a.md".into());
+    log.append(mv).unwrap(); // 3
+    let mut apply = Event::new(EventKind::Apply, "s");
+    apply.files = vec!["lib/x.rs".into(), "src/y/z.rs".into()];
+    log.append(apply).unwrap(); // 4
+    log.append(Event::new(EventKind::Prompt, "s")).unwrap(); // 5
+                                                             // The index picks the candidates and the filter checks each of them,
+                                                             // so both must agree for a record to be listed.
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+    let under = |p: &str| {
+        lsns(
+            &q.list(&Filter {
+                path: Some(p.into()),
+                ..Filter::all()
+            })
+            .unwrap(),
+        )
+    };
+    assert_eq!(under("src"), [1, 3, 4]);
+    assert_eq!(under("src/"), [1, 3, 4]);
+    assert_eq!(under("src/y"), [4]);
+    assert_eq!(under("docs"), [3]);
+    assert_eq!(under("src/main.rs"), [1]);
+    assert_eq!(under("srcfoo.rs"), [2]);
+    assert!(under("sr").is_empty(), "a prefix that is not a directory");
+    let listed = q
+        .list(&Filter {
+            path: Some("src".into()),
+            newest_first: true,
+            limit: Some(2),
+            ..Filter::all()
+        })
+        .unwrap();
+    assert_eq!(lsns(&listed), [4, 3]);
+}

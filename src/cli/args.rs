@@ -237,7 +237,7 @@ pub struct FilterArgs {
     /// Only records that succeeded (`true`) or failed (`false`).
     #[arg(long)]
     pub ok: Option<bool>,
-    /// Only records that touch this path.
+    /// Only records that touch this path, or a path under it (`--path src` selects src/main.rs).
     #[arg(long)]
     pub path: Option<String>,
     /// From this time (ISO-8601 or epoch ms), inclusive.
