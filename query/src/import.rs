@@ -9,7 +9,7 @@
 //! reason; nothing from it is returned.
 
 use std::fmt;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 
 use serde_json::{Map, Value};
 
@@ -54,39 +54,132 @@ pub struct Imported {
     pub line: u64,
 }
 
-/// Reads every line of `reader` in `format`. Blank lines are skipped. The
-/// first bad line stops the import with an error naming `file_name`, the
-/// line number and the reason; nothing is returned in that case.
+/// Reads one line of at most `max` bytes (without the newline). Returns
+/// `Ok(None)` at end of input, `Ok(Some(Err(len)))` for an over-long line
+/// (which is consumed up to its newline).
+pub fn read_bounded_line<R: BufRead>(
+    r: &mut R,
+    max: usize,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<Result<(), usize>>> {
+    buf.clear();
+    let n = r.by_ref().take(max as u64 + 1).read_until(b'\n', buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+        return Ok(Some(Ok(())));
+    }
+    if buf.len() <= max {
+        return Ok(Some(Ok(()))); // last line without a newline
+    }
+    // Too long: skip the rest of this line.
+    let mut skipped = buf.len();
+    loop {
+        let chunk = r.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                skipped += i;
+                r.consume(i + 1);
+                break;
+            }
+            None => {
+                let l = chunk.len();
+                skipped += l;
+                r.consume(l);
+            }
+        }
+    }
+    Ok(Some(Err(skipped)))
+}
+
+/// The lines of a reader in one format, parsed one at a time (see
+/// [`lines`]): memory stays bounded by the longest line
+/// ([`MAX_JSON_LINE_BYTES`]), whatever the input's size.
+pub struct Lines<R> {
+    format: Format,
+    reader: R,
+    file: String,
+    line: u64,
+    bytes: u64,
+    buf: Vec<u8>,
+}
+
+impl<R> Lines<R> {
+    /// Bytes read so far (newlines included).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl<R: BufRead> Iterator for Lines<R> {
+    type Item = Result<Imported, ImportError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let got = read_bounded_line(&mut self.reader, MAX_JSON_LINE_BYTES, &mut self.buf);
+            self.line += 1;
+            let err = |reason: String| ImportError {
+                file: self.file.clone(),
+                line: self.line,
+                reason,
+            };
+            let outcome = match got {
+                Err(e) => Err(err(format!("cannot read: {e}"))),
+                Ok(None) => return None,
+                Ok(Some(Err(len))) => {
+                    self.bytes += len as u64 + 1;
+                    Err(err(format!(
+                        "line is {len} bytes, more than the {MAX_JSON_LINE_BYTES} allowed"
+                    )))
+                }
+                Ok(Some(Ok(()))) => {
+                    self.bytes += self.buf.len() as u64 + 1;
+                    match std::str::from_utf8(&self.buf) {
+                        Err(e) => Err(err(format!("not UTF-8: {e}"))),
+                        Ok(text) if text.trim().is_empty() => continue,
+                        Ok(text) => parse_line(self.format, text).map_err(err).map(|mut i| {
+                            i.line = self.line;
+                            i
+                        }),
+                    }
+                }
+            };
+            return Some(outcome);
+        }
+    }
+}
+
+/// The lines of `reader` in `format`, parsed as they are read. Blank lines
+/// are skipped; a bad line is an error naming `file_name`, the line number
+/// and the reason (iteration may go on past it).
+pub fn lines<R: BufRead>(format: Format, reader: R, file_name: &str) -> Lines<R> {
+    Lines {
+        format,
+        reader,
+        file: file_name.to_string(),
+        line: 0,
+        bytes: 0,
+        buf: Vec::new(),
+    }
+}
+
+/// Reads every line of `reader` in `format` into memory (see [`lines`]).
+/// The first bad line stops the import with an error naming `file_name`,
+/// the line number and the reason; nothing is returned in that case.
 pub fn import_lines(
     format: Format,
     reader: impl BufRead,
     file_name: &str,
 ) -> Result<Vec<Imported>, ImportError> {
-    let mut out = Vec::new();
-    for (i, line) in reader.split(b'\n').enumerate() {
-        let err = |reason: String| ImportError {
-            file: file_name.to_string(),
-            line: i as u64 + 1,
-            reason,
-        };
-        let bytes = line.map_err(|e| err(format!("cannot read: {e}")))?;
-        if bytes.len() > MAX_JSON_LINE_BYTES {
-            return Err(err(format!(
-                "line is {} bytes, more than the {MAX_JSON_LINE_BYTES} allowed",
-                bytes.len()
-            )));
-        }
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|e| err(format!("not UTF-8: {e}")))?
-            .trim_end_matches('\r');
-        if text.trim().is_empty() {
-            continue;
-        }
-        let mut imported = parse_line(format, text).map_err(err)?;
-        imported.line = i as u64 + 1;
-        out.push(imported);
-    }
-    Ok(out)
+    lines(format, reader, file_name).collect()
 }
 
 /// Parses one line in `format`; the error is the reason.
@@ -428,6 +521,26 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_lines() {
+        let data = b"short\nthis line is too long\nok\r\nlast";
+        let mut r = std::io::BufReader::with_capacity(4, &data[..]);
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        while let Some(l) = read_bounded_line(&mut r, 8, &mut buf).unwrap() {
+            out.push(l.map(|()| String::from_utf8(buf.clone()).unwrap()));
+        }
+        assert_eq!(
+            out,
+            vec![
+                Ok("short".into()),
+                Err(21),
+                Ok("ok".into()),
+                Ok("last".into())
+            ]
+        );
+    }
 
     #[test]
     fn bad_lines_name_file_line_and_reason() {

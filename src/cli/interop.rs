@@ -1,7 +1,7 @@
 //! `cairn export` and `cairn import`.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -105,20 +105,20 @@ pub fn import(
     let mut total = 0u64;
     let mut range: Option<(Lsn, Lsn)> = None;
     for f in files {
-        let file = File::open(f).with_context(|| format!("open {}", f.display()))?;
-        let mut reader = BufReader::new(file);
         let spin =
             super::progress::Spinner::start(settings.quiet, &format!("importing {}", f.display()));
-        let got = store
-            .import(format, &mut reader, &f.display().to_string())
-            .with_context(|| {
-                let before = if total > 0 {
-                    format!("; the {total} records of the files before it were imported")
-                } else {
-                    String::new()
-                };
-                format!("nothing imported from {}{before}", f.display())
-            })?;
+        let got = store.import_file(format, f).with_context(|| {
+            let before = if total > 0 {
+                format!(
+                    "; the {} of the files before it {} recorded",
+                    super::output::count(total, "record"),
+                    if total == 1 { "was" } else { "were" }
+                )
+            } else {
+                String::new()
+            };
+            format!("import stopped in {}{before}", f.display())
+        })?;
         drop(spin);
         if let Some((first, last)) = got {
             total += last.0 - first.0 + 1;

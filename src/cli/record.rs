@@ -8,62 +8,17 @@
 //! a single stream; under a slow one, every line is durable on its own.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use cairn::codec::json::{parse_event, MAX_JSON_LINE_BYTES};
 use cairn::engine::log::Durability;
+use cairn::query::import::read_bounded_line;
 use cairn::Lsn;
 
 use super::args::RecordArgs;
 use super::{Settings, EXIT_REJECTED};
-
-/// Reads one line of at most `max` bytes (without the newline). Returns
-/// `Ok(None)` at end of input, `Ok(Some(Err(len)))` for an over-long line
-/// (which is consumed up to its newline).
-fn read_bounded_line<R: BufRead>(
-    r: &mut R,
-    max: usize,
-    buf: &mut Vec<u8>,
-) -> std::io::Result<Option<Result<(), usize>>> {
-    buf.clear();
-    let n = r.by_ref().take(max as u64 + 1).read_until(b'\n', buf)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if buf.last() == Some(&b'\n') {
-        buf.pop();
-        if buf.last() == Some(&b'\r') {
-            buf.pop();
-        }
-        return Ok(Some(Ok(())));
-    }
-    if buf.len() <= max {
-        return Ok(Some(Ok(()))); // last line without a newline
-    }
-    // Too long: skip the rest of this line.
-    let mut skipped = buf.len();
-    loop {
-        let chunk = r.fill_buf()?;
-        if chunk.is_empty() {
-            break;
-        }
-        match chunk.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                skipped += i;
-                r.consume(i + 1);
-                break;
-            }
-            None => {
-                let l = chunk.len();
-                skipped += l;
-                r.consume(l);
-            }
-        }
-    }
-    Ok(Some(Err(skipped)))
-}
 
 /// Runs `cairn record`.
 pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
@@ -165,29 +120,4 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bounded_lines() {
-        let data = b"short\nthis line is too long\nok\r\nlast";
-        let mut r = BufReader::with_capacity(4, &data[..]);
-        let mut buf = Vec::new();
-        let mut out = Vec::new();
-        while let Some(l) = read_bounded_line(&mut r, 8, &mut buf).unwrap() {
-            out.push(l.map(|()| String::from_utf8(buf.clone()).unwrap()));
-        }
-        assert_eq!(
-            out,
-            vec![
-                Ok("short".into()),
-                Err(21),
-                Ok("ok".into()),
-                Ok("last".into())
-            ]
-        );
-    }
 }
