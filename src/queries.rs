@@ -293,7 +293,10 @@ impl Store {
         let mut events = Vec::with_capacity(batch.len());
         for item in batch.drain(..) {
             for b in &item.blobs {
-                self.blobs.put(b)?;
+                self.blobs.put(b).map_err(|e| {
+                    let why = format!("{file_name}:{}: store its blob: {e}", item.line);
+                    done.error(why, file_name)
+                })?;
             }
             self.check_imported(&item, file_name)
                 .map_err(|e| done.error(e, file_name))?;
