@@ -3,7 +3,7 @@
 //! with filters and a follow mode (like `tail -f`).
 //!
 //! # Canonical (`jsonl`)
-//! One [`JsonRecord`] per record; every kind has a projection. The schema is
+//! One [`JsonRecord`](cairn_codec::json::JsonRecord) per record; every kind has a projection. The schema is
 //! `docs/schema/cairn-event.schema.json`.
 //!
 //! # `cortexide`

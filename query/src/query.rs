@@ -468,10 +468,11 @@ impl<'a> Query<'a> {
     }
 
     /// Every record naming `path` (as `path`, `to_path` or in `files`), in
-    /// LSN order: writes, deletes, and moves to and from it.
+    /// LSN order: writes, deletes, and moves to and from it. A directory's
+    /// history is that of every path under it (as [`Filter::path`] reads it).
     pub fn history(&self, path: &str) -> Result<Vec<Record>> {
         self.index
-            .path(path)
+            .paths_under(path)
             .iter()
             .map(|l| self.src.read(*l))
             .collect()

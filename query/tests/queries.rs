@@ -438,6 +438,12 @@ fn a_path_filter_selects_what_lies_under_a_directory() {
     assert_eq!(under("src/main.rs"), [1]);
     assert_eq!(under("srcfoo.rs"), [2]);
     assert!(under("sr").is_empty(), "a prefix that is not a directory");
+    assert_eq!(
+        lsns(&q.history("src/").unwrap()),
+        [1, 3, 4],
+        "a directory's history"
+    );
+    assert_eq!(lsns(&q.history("docs/a.md").unwrap()), [3]);
     let listed = q
         .list(&Filter {
             path: Some("src".into()),
