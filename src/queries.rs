@@ -1,4 +1,4 @@
-//! Queries, verification, export and import through the [`Store`](crate::Store) handle.
+//! Queries, verification, export and import through the [`Store`] handle.
 //!
 //! The query indexes are folds over the log kept in memory, caught up from
 //! the log before every query (so they are never stale), persisted under
