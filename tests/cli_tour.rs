@@ -512,3 +512,42 @@ fn import_refuses_a_bad_file_whole_and_names_the_line() {
     let paths: Vec<&str> = log.iter().map(|r| r["path"].as_str().unwrap()).collect();
     assert_eq!(paths, ["src/a.rs", "b.rs"], "the good file only");
 }
+
+#[test]
+fn following_into_a_pipe_ends_when_its_reader_does() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    ok(&cairn_stdin(
+        ws,
+        &["record"],
+        Some("{\"kind\":\"prompt\",\"text\":\"hi\"}\n"),
+    ));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["export", "--follow"])
+        .current_dir(ws)
+        .env_remove("CAIRN_STORE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap(); // the reader is dropped here: the pipe's read end closes
+    assert!(first.contains("\"text\":\"hi\""), "{first}");
+    // A hang guard, not a timing check: it ends within one poll (~0.2 s).
+    let guard = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > guard {
+            child.kill().unwrap();
+            panic!("`cairn export --follow` ran on after its reader closed the pipe");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+}

@@ -55,7 +55,10 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
         _ => super::progress::Spinner::start(true, ""),
     };
     let stats = if a.follow {
-        store.follow(&filter, format, Lsn::FIRST, &mut sink, &|| false)?
+        // Following into a pipe ends when its reader does, like `tail -f`.
+        let to_stdout = a.output.is_none();
+        let stop = || to_stdout && super::output::stdout_reader_gone();
+        store.follow(&filter, format, Lsn::FIRST, &mut sink, &stop)?
     } else {
         store.export(&filter, format, &mut sink)?
     };

@@ -121,6 +121,27 @@ impl Table {
     }
 }
 
+/// True if standard output is a pipe whose reader has gone (`cairn export
+/// --follow | head -1`): a follower that writes nothing new would otherwise
+/// never learn of it and run on forever.
+pub fn stdout_reader_gone() -> bool {
+    #[cfg(unix)]
+    {
+        let mut p = libc::pollfd {
+            fd: libc::STDOUT_FILENO,
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no timeout: poll only reads and writes it.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 1 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0
+    }
+    #[cfg(not(unix))]
+    {
+        false
+    }
+}
+
 /// `n` and the noun, plural unless `n` is 1: "1 record", "2 records".
 pub fn count(n: u64, noun: &str) -> String {
     if n == 1 {
