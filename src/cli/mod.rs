@@ -87,11 +87,11 @@ impl Settings {
     fn from_cli(cli: &Cli) -> Result<Settings> {
         let durability = match &cli.durability {
             None => None,
-            Some(s) => Some(s.parse::<Durability>().map_err(|e| {
-                anyhow::anyhow!(
-                    "--durability {s}: {e} (use always, interval, interval:MS or never)"
-                )
-            })?),
+            // The parse error already lists the policies.
+            Some(s) => Some(
+                s.parse::<Durability>()
+                    .map_err(|e| anyhow::anyhow!("--durability: {e}"))?,
+            ),
         };
         Ok(Settings {
             store: cli.store.clone(),
