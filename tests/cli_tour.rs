@@ -551,3 +551,28 @@ fn following_into_a_pipe_ends_when_its_reader_does() {
     };
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn diff_reads_paths_as_rollback_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/a.rs"), "one\n").unwrap();
+    let c = json_lines(&ok(&cairn(ws, &["checkpoint", "--label", "one", "--json"])));
+    let id = c[0]["id"].as_str().unwrap().to_string();
+    std::fs::write(ws.join("src/a.rs"), "two\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "--label", "two"]));
+    let abs = ws.join("src").display().to_string();
+    for scope in ["./src/", "src", abs.as_str()] {
+        let out = ok(&cairn(ws, &["diff", &id, "head", "--", scope]));
+        assert!(out.contains("+two"), "{scope}: {out}");
+    }
+    let o = cairn(ws, &["diff", &id, "head", "--", "/etc"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a path outside is refused, not an empty diff"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("refusing path `/etc`"));
+}

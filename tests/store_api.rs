@@ -217,3 +217,30 @@ fn a_pinned_head_not_in_history_is_reported() {
         "a head the history never reached means truncation or rewriting"
     );
 }
+
+#[test]
+fn a_point_whose_checkpoint_retention_discarded_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let s = store.session("s");
+    std::fs::write(tmp.path().join("a.txt"), "one\n").unwrap();
+    let old = s.checkpoint("one").unwrap();
+    std::fs::write(tmp.path().join("a.txt"), "two\n").unwrap();
+    s.checkpoint("two").unwrap();
+    let report = store
+        .gc(&cairn::RetentionPolicy {
+            keep_per_session: Some(1),
+            max_bytes: None,
+        })
+        .unwrap();
+    assert!(!report.discarded.is_empty(), "{report:?}");
+    let at_old: cairn::query::Point = format!("{}", old.id).parse().unwrap();
+    let err = store
+        .query(|q| q.file_at(at_old, "a.txt"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("checkpoint {} was discarded by retention", old.id)),
+        "{err}"
+    );
+}

@@ -101,14 +101,10 @@ impl Filter {
 }
 
 /// True if `have` is the path `want` or lies under it (`want` read as a
-/// directory; a trailing `/` on it changes nothing).
+/// directory; a trailing `/` on it changes nothing, and an empty one is the
+/// whole workspace).
 pub fn path_covers(want: &str, have: &str) -> bool {
-    let want = match want.trim_end_matches('/') {
-        "" => return !want.is_empty(), // `/`: everything
-        w => w,
-    };
-    have.strip_prefix(want)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    cairn_snapshot::relpath::covers(want.trim_end_matches('/'), have)
 }
 
 #[cfg(test)]
@@ -129,7 +125,7 @@ mod tests {
             ("src/a", "src/ab/c.rs", false),
             ("src/main.rs", "src", false),
             ("/", "anything/at/all", true),
-            ("", "x", false),
+            ("", "x", true),
         ] {
             assert_eq!(path_covers(want, have), yes, "{want:?} covers {have:?}");
         }

@@ -266,17 +266,30 @@ impl<'a> Query<'a> {
     fn manifest_entry(&self, root: &BlobHash, path: &str, lsn: Lsn) -> Result<Option<TreeEntry>> {
         self.manifests
             .entry(root, path)
-            .map_err(|e| QueryError::Manifest {
-                lsn,
-                detail: e.to_string(),
-            })
+            .map_err(|e| self.manifest_error(lsn, e.to_string()))
     }
 
     fn manifest_tree(&self, root: &BlobHash, lsn: Lsn) -> Result<Tree> {
-        self.manifests.tree(root).map_err(|e| QueryError::Manifest {
-            lsn,
-            detail: e.to_string(),
-        })
+        self.manifests
+            .tree(root)
+            .map_err(|e| self.manifest_error(lsn, e.to_string()))
+    }
+
+    /// The manifest of the record at `lsn` could not be read: says why
+    /// when retention discarded that checkpoint (and gc its manifest).
+    fn manifest_error(&self, lsn: Lsn, detail: String) -> QueryError {
+        let discarded = self
+            .index
+            .checkpoint(CheckpointId(lsn))
+            .and_then(|c| c.discarded_at);
+        let detail = match discarded {
+            Some(d) => format!(
+                "checkpoint c{} was discarded by retention at LSN {d} and gc removed its manifest, so the state there and until the next checkpoint is no longer kept ({detail})",
+                lsn.0
+            ),
+            None => detail,
+        };
+        QueryError::Manifest { lsn, detail }
     }
 
     /// `path`'s entry just after LSN `at`, from the indexes: the last change

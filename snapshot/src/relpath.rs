@@ -124,14 +124,14 @@ pub fn check_manifest_path(rel: &str) -> Result<()> {
 /// True if `path` equals one of `prefixes` or lies under one. An empty
 /// prefix list, or the empty prefix, means everything.
 pub fn in_scope(path: &str, prefixes: &[String]) -> bool {
-    prefixes.is_empty()
-        || prefixes.iter().any(|q| {
-            q.is_empty()
-                || path == q
-                || (path.len() > q.len()
-                    && path.starts_with(q.as_str())
-                    && path.as_bytes()[q.len()] == b'/')
-        })
+    prefixes.is_empty() || prefixes.iter().any(|q| covers(q, path))
+}
+
+/// True if `path` is `q` or lies under it (`q` empty: the whole workspace).
+pub fn covers(q: &str, path: &str) -> bool {
+    q.is_empty()
+        || path == q
+        || (path.len() > q.len() && path.starts_with(q) && path.as_bytes()[q.len()] == b'/')
 }
 
 /// The parent of a relative path (`""` for a top-level name).

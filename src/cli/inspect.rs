@@ -377,7 +377,16 @@ pub fn diff(
 ) -> Result<ExitCode> {
     let (pa, pb) = (parse_point(a)?, parse_point(b)?);
     let store = settings.open_read()?;
-    let diffs = store.query(|q| q.diff(pa, pb, paths))?;
+    // Paths as `rollback --path` reads them: relative (`./src/`) or absolute
+    // inside the workspace; one outside it is refused, not an empty diff.
+    let paths = match store.workspace_dir() {
+        Some(root) => paths
+            .iter()
+            .map(|p| cairn::snapshot::relpath::normalize(root, p))
+            .collect::<std::result::Result<Vec<_>, _>>()?,
+        None => paths.to_vec(),
+    };
+    let diffs = store.query(|q| q.diff(pa, pb, &paths))?;
     let st = Style::stdout();
     let mut out = std::io::stdout().lock();
     for d in &diffs {
