@@ -244,3 +244,25 @@ fn a_point_whose_checkpoint_retention_discarded_says_so() {
         "{err}"
     );
 }
+
+#[test]
+fn the_head_stays_readable_after_retention_evicts_a_rollbacks_target() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let s = store.session("s");
+    std::fs::write(tmp.path().join("a.txt"), "old\n").unwrap();
+    let old = s.checkpoint("old").unwrap();
+    std::fs::write(tmp.path().join("a.txt"), "new\n").unwrap();
+    s.checkpoint("new").unwrap();
+    s.rollback_paths(old.id, &["a.txt"]).unwrap();
+    let report = store
+        .gc(&cairn::RetentionPolicy {
+            keep_per_session: Some(1),
+            max_bytes: None,
+        })
+        .unwrap();
+    assert!(report.discarded.contains(&old.id), "{report:?}");
+    let head: cairn::query::Point = "head".parse().unwrap();
+    let bytes = store.query(|q| q.file_at(head, "a.txt")).unwrap();
+    assert_eq!(bytes, b"old\n");
+}

@@ -2,7 +2,7 @@
 //! the record), listing and finding them, rolling back, and retention.
 //! Everything else in the crate is pure or file-system only.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -696,9 +696,11 @@ pub struct RetentionReport {
 
 /// Applies a retention policy: chooses the checkpoints to evict (see
 /// [`retention::choose`]), appends one `checkpoint.discard` per eviction,
-/// then collects every blob not reachable from a retained checkpoint or
-/// named by a record (`before`, `after`, `diff`, `state`). Without a policy
-/// nothing is evicted; unreferenced blobs are still collected.
+/// then collects every blob not reachable from a retained checkpoint, from
+/// the target of a rollback after the oldest retained one (the tree from
+/// that rollback on, the head's included), or named by a record (`before`,
+/// `after`, `diff`, `state`). Without a policy nothing is evicted;
+/// unreferenced blobs are still collected.
 pub fn apply_retention<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
@@ -761,11 +763,20 @@ pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     for c in &retained {
         manifest::reachable(blobs, &c.root, &mut live, &mut seen)?;
     }
-    let dead: HashSet<Lsn> = list_checkpoints(log, ws, None)?
-        .into_iter()
+    let every = list_checkpoints(log, ws, None)?;
+    let dead: HashSet<Lsn> = every
+        .iter()
         .filter(|c| c.discarded)
         .map(|c| c.lsn)
         .collect();
+    // The tree after a rollback is its target's manifest: the states from
+    // the rollback on (the head's among them) need it even when the target
+    // is evicted. Rollbacks before the oldest retained checkpoint serve only
+    // states retention gives up (every later state starts from a retained
+    // checkpoint or a later rollback).
+    let root_of: HashMap<CheckpointId, BlobHash> = every.iter().map(|c| (c.id, c.root)).collect();
+    let oldest_retained = retained.iter().map(|c| c.lsn).min();
+    let mut restored: Vec<BlobHash> = Vec::new();
     log.for_each_from(Lsn::FIRST, &mut |r| {
         if !(r.event.kind == EventKind::CheckpointCreate && dead.contains(&r.lsn)) {
             live.extend(
@@ -774,8 +785,17 @@ pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
                     .flatten(),
             );
         }
+        if r.event.kind == EventKind::Rollback
+            && r.event.ok
+            && oldest_retained.is_none_or(|o| r.lsn > o)
+        {
+            restored.extend(r.event.target.and_then(|t| root_of.get(&t)).copied());
+        }
         Ok(())
     })?;
+    for root in &restored {
+        manifest::reachable(blobs, root, &mut live, &mut seen)?;
+    }
     let gc = blobs.gc(&live, thorough)?;
     // Caches must never name a collected blob; durable, so a crash cannot bring one back.
     let mut cache = (*StatCache::load(ws)).clone();

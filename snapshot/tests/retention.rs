@@ -88,3 +88,44 @@ fn max_bytes_evicts_until_under_budget() {
     assert_eq!(r.discarded, vec![cps[0].id, cps[1].id]);
     assert_eq!(r.retained, 2);
 }
+
+#[test]
+fn the_tree_a_rollback_restored_outlives_the_eviction_of_its_target() {
+    let f = fx();
+    f.write("a.txt", "old a");
+    f.write("b.txt", "old b");
+    let old = f.checkpoint("old");
+    f.write("a.txt", "new a");
+    f.write("b.txt", "new b");
+    f.checkpoint("new");
+    // A whole and a scoped rollback to `old`: the head's tree is now
+    // `old`'s manifest (a.txt) over the checkpoint taken before the second.
+    f.rollback(old.id);
+    f.write("b.txt", "newer b");
+    f.try_rollback(old.id, &["a.txt"], false).unwrap();
+    let r = apply_retention_with(
+        &f.log,
+        &f.blobs,
+        &f.ws,
+        &RetentionPolicy {
+            keep_per_session: Some(1),
+            max_bytes: None,
+        },
+        true,
+    )
+    .unwrap();
+    assert!(r.discarded.contains(&old.id), "{r:?}");
+    // The rollbacks after the retained checkpoint keep `old`'s manifest and
+    // its files: the current state can still be read back.
+    let list = list_checkpoints(&f.log, &f.ws, None).unwrap();
+    let old_root = list.iter().find(|c| c.id == old.id).unwrap().root;
+    let mut live = std::collections::HashSet::new();
+    let mut seen = std::collections::HashSet::new();
+    manifest::reachable(&f.blobs, &old_root, &mut live, &mut seen).unwrap();
+    assert!(live.contains(&BlobHash::of(b"old a")));
+    for h in &live {
+        assert!(f.blobs.contains(h), "{h} was collected");
+    }
+    assert_eq!(f.read("a.txt").as_deref(), Some("old a"));
+    assert_eq!(f.read("b.txt").as_deref(), Some("newer b"));
+}
