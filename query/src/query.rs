@@ -275,6 +275,23 @@ impl<'a> Query<'a> {
             .map_err(|e| self.manifest_error(lsn, e.to_string()))
     }
 
+    /// True if `e` is a manifest retention gave up: that of a discarded
+    /// checkpoint, or of one a rollback restored, read at that record.
+    fn beyond_retention(&self, e: &QueryError) -> bool {
+        let QueryError::Manifest { lsn, .. } = e else {
+            return false;
+        };
+        let discarded = |id: CheckpointId| {
+            self.index
+                .checkpoint(id)
+                .is_some_and(|c| c.discarded_at.is_some())
+        };
+        discarded(CheckpointId(*lsn))
+            || self.src.read(*lsn).is_ok_and(|r| {
+                r.event.kind == EventKind::Rollback && r.event.target.is_some_and(discarded)
+            })
+    }
+
     /// The manifest of the record at `lsn` could not be read: says why
     /// when retention discarded that checkpoint (and gc its manifest).
     fn manifest_error(&self, lsn: Lsn, detail: String) -> QueryError {
@@ -282,12 +299,26 @@ impl<'a> Query<'a> {
             .index
             .checkpoint(CheckpointId(lsn))
             .and_then(|c| c.discarded_at);
+        let restored = || {
+            let r = self.src.read(lsn).ok()?;
+            let t = r
+                .event
+                .target
+                .filter(|_| r.event.kind == EventKind::Rollback)?;
+            let at = self.index.checkpoint(t)?.discarded_at?;
+            Some((t, at))
+        };
         let detail = match discarded {
             Some(d) => format!(
                 "checkpoint c{} was discarded by retention at LSN {d} and gc removed its manifest, so the state there and until the next checkpoint is no longer kept ({detail})",
                 lsn.0
             ),
-            None => detail,
+            None => match restored() {
+                Some((t, d)) => format!(
+                    "it restored checkpoint {t}, which retention discarded at LSN {d} and gc removed, so the state there and until the next checkpoint is no longer kept ({detail})"
+                ),
+                None => detail,
+            },
         };
         QueryError::Manifest { lsn, detail }
     }
@@ -335,7 +366,12 @@ impl<'a> Query<'a> {
             let base = match reset {
                 None => None,
                 Some(r) if rollback_touches(&path, r.scope.as_deref()) => {
-                    self.manifest_entry(&r.root, &path, r.lsn)?
+                    match self.manifest_entry(&r.root, &path, r.lsn) {
+                        Ok(e) => e,
+                        // Written since: only the mode was looked for there.
+                        Err(e) if blob.is_some() && self.beyond_retention(&e) => None,
+                        Err(e) => return Err(e),
+                    }
                 }
                 Some(r) => {
                     at = Lsn(r.lsn.0 - 1);
@@ -555,7 +591,18 @@ impl<'a> Query<'a> {
         let mut text = String::new();
         let mut attr: Vec<Lsn> = Vec::new();
         for l in points {
-            let blob = self.entry_at(l, path)?.map(|e| e.blob);
+            let blob = match self.entry_at(l, path) {
+                Ok(e) => e.map(|e| e.blob),
+                Err(e) if self.beyond_retention(&e) => {
+                    // History before this point is gone: the next version
+                    // readable is where the file's known history starts.
+                    cur_blob = None;
+                    text.clear();
+                    attr.clear();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if blob == cur_blob {
                 continue;
             }

@@ -454,3 +454,39 @@ fn a_path_filter_selects_what_lies_under_a_directory() {
         .unwrap();
     assert_eq!(lsns(&listed), [4, 3]);
 }
+
+#[test]
+fn blame_starts_where_retention_left_history() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let m = SnapshotManifests(&blobs);
+    let put = |b: &[u8]| blobs.put(b).unwrap();
+    // c1's manifest was collected after retention discarded it.
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s");
+    cp.root = Some(cairn_codec::BlobHash::of(b"a manifest gc removed"));
+    log.append(cp).unwrap(); // 1
+    let mut w = ev(EventKind::FileWrite, "s", "m1", "a.txt");
+    w.after = Some(put(b"one\ntwo\n"));
+    log.append(w).unwrap(); // 2
+    let mut d = Event::new(EventKind::CheckpointDiscard, "s");
+    d.checkpoint = Some(CheckpointId(Lsn(1)));
+    log.append(d).unwrap(); // 3
+    let mut e = ev(EventKind::FileEdit, "s", "m2", "a.txt");
+    e.after = Some(put(b"one\ntwo\nthree\n"));
+    log.append(e).unwrap(); // 4
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+    let blame = q.blame(Point::Head, "a.txt").unwrap();
+    let by: Vec<(u64, &str)> = blame.iter().map(|b| (b.lsn.0, b.text.as_str())).collect();
+    assert_eq!(by, [(2, "one"), (2, "two"), (4, "three")]);
+    assert_eq!(
+        q.file_at(Point::Head, "a.txt").unwrap(),
+        b"one\ntwo\nthree\n"
+    );
+    // The state at the discarded checkpoint itself is gone, and says so.
+    let err = q.tree_at(at(1)).unwrap_err().to_string();
+    assert!(
+        err.contains("checkpoint c1 was discarded by retention at LSN 3"),
+        "{err}"
+    );
+}
