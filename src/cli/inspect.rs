@@ -478,7 +478,12 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
             println!("{v}");
         }
     } else if nodes.is_empty() {
-        println!("no checkpoints or rollbacks yet");
+        match id {
+            Some(c) => println!(
+                "nothing continues from {c} yet: no checkpoint or rollback has it as parent"
+            ),
+            None => println!("no checkpoints or rollbacks yet"),
+        }
     } else {
         let mut t = Table::new(&["NODE", "KIND", "SESSION", "FROM", "CHILDREN", "LABEL"]);
         for n in &nodes {
