@@ -1152,6 +1152,8 @@ impl World {
                             .collect::<Vec<_>>(),
                     );
                 }
+                // Whatever retention discarded, the head's tree stays readable.
+                q.tree_at(cairn::query::Point::Head)?;
                 Ok((cps, h, q.index().clone()))
             })
             .map_err(|e| format!("query: {e}"))?;
