@@ -7,7 +7,7 @@ use cairn::snapshot::{CheckpointRequest, RetentionPolicy, RollbackRequest, ScanM
 use cairn::{CheckpointId, CheckpointInfo, Timestamp};
 
 use super::args::{CheckpointArgs, GcArgs, RollbackArgs};
-use super::output::{relative, Style, Table};
+use super::output::{cell, relative, Style, Table};
 use super::Settings;
 
 /// Parses a checkpoint id, with a hint on how to list them.
@@ -83,7 +83,7 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
             skipped,
             info.label
                 .as_deref()
-                .map(|l| format!("  \"{l}\""))
+                .map(|l| format!("  \"{}\"", cell(l)))
                 .unwrap_or_default()
         );
         if skipped > 0 {
@@ -127,10 +127,10 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
                     c.ts.to_iso(),
                     st.dim(&format!("({})", relative(c.ts, now)))
                 ),
-                c.session.clone(),
+                cell(&c.session),
                 c.counts.files.to_string(),
                 c.counts.changed.to_string(),
-                c.label.clone().unwrap_or_default(),
+                cell(c.label.as_deref().unwrap_or_default()),
             ]);
         }
         print!("{}", t.render());

@@ -13,7 +13,7 @@ use cairn::query::{Filter, Point};
 use cairn::{ChainHash, EventKind, Timestamp};
 
 use super::args::{FilterArgs, LogArgs, VerifyArgs};
-use super::output::{bytes, one_line, relative, Style, Table};
+use super::output::{bytes, cell, one_line, relative, Style, Table};
 use super::{Settings, EXIT_CORRUPT};
 
 /// Turns the filter flags into a validated [`Filter`].
@@ -54,16 +54,16 @@ pub fn summary(r: &Record) -> String {
     let e = &r.event;
     let mut parts = Vec::new();
     if let Some(t) = &e.tool {
-        parts.push(t.clone());
+        parts.push(cell(t));
     }
     if let Some(p) = &e.path {
         match &e.to_path {
-            Some(to) => parts.push(format!("{p} -> {to}")),
-            None => parts.push(p.clone()),
+            Some(to) => parts.push(format!("{} -> {}", cell(p), cell(to))),
+            None => parts.push(cell(p)),
         }
     }
     if let Some(l) = &e.label {
-        parts.push(format!("\"{l}\""));
+        parts.push(format!("\"{}\"", cell(l)));
     }
     if let Some(t) = e.target {
         parts.push(format!("to {t}"));
@@ -115,7 +115,7 @@ fn print_records(records: &[Record], json: bool) -> Result<()> {
             r.lsn.to_string(),
             e.ts.to_iso(),
             st.dim(&relative(e.ts, now)),
-            e.session.clone(),
+            cell(&e.session),
             kind,
             if e.ok { "ok".into() } else { st.red("FAIL") },
             summary(r),
@@ -495,10 +495,10 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
             t.row(vec![
                 node,
                 n.kind.name().into(),
-                n.session.clone(),
+                cell(&n.session),
                 n.parent.map(|p| format!("@{p}")).unwrap_or_default(),
                 n.children.to_string(),
-                n.label.clone().unwrap_or_default(),
+                cell(n.label.as_deref().unwrap_or_default()),
             ]);
         }
         print!("{}", t.render());

@@ -169,6 +169,15 @@ pub fn relative(ts: Timestamp, now: Timestamp) -> String {
 }
 
 /// Cuts `s` to at most `max` characters on one line, marking the cut with `…`.
+/// The most characters of a label, session or path a table shows (control
+/// characters flattened); `--json` prints them whole.
+pub const CELL_MAX_CHARS: usize = 60;
+
+/// `s` fit for a table cell: one line, at most [`CELL_MAX_CHARS`].
+pub fn cell(s: &str) -> String {
+    one_line(s, CELL_MAX_CHARS)
+}
+
 pub fn one_line(s: &str, max: usize) -> String {
     let flat: String = s
         .chars()
