@@ -223,6 +223,14 @@ mod tests {
     }
 
     #[test]
+    fn cells_are_one_bounded_line() {
+        assert_eq!(cell("two\nlines"), "two lines");
+        let long = cell(&"x".repeat(100_000));
+        assert_eq!(long.chars().count(), CELL_MAX_CHARS);
+        assert!(long.ends_with('…'));
+    }
+
+    #[test]
     fn counts_are_plural_unless_one() {
         assert_eq!(count(1, "record"), "1 record");
         assert_eq!(count(0, "record"), "0 records");
