@@ -60,7 +60,7 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
             .unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
         run: a.run,
         phase: a.phase,
-        label: a.label,
+        label: a.label.filter(|l| !l.trim().is_empty()),
         state: None,
         scan: if a.tracked_only {
             ScanMode::TrackedOnly
