@@ -335,9 +335,18 @@ fn split_point_path(spec: &str) -> Result<(Point, &str)> {
 pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
     let (point, path) = split_point_path(spec)?;
     let store = settings.open_read()?;
-    let bytes = store.query(|q| q.file_at(point, path))?;
+    let entry = store.query(|q| {
+        let at = q.resolve(point)?;
+        q.entry_at(at, path)?
+            .ok_or_else(|| cairn::query::QueryError::NoSuchPath {
+                path: path.to_string(),
+                at,
+            })
+    })?;
+    // Streamed chunk by chunk (each verified): a large file is never held
+    // whole in memory.
     let mut out = std::io::stdout().lock();
-    out.write_all(&bytes)?;
+    store.blobs().get_to(&entry.blob, &mut out)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
