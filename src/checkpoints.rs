@@ -113,13 +113,21 @@ impl Store {
     /// `never` or `interval` could lose the discards but not the collection,
     /// leaving listed checkpoints whose manifests are gone (found by
     /// `tests/crash_store.rs`).
+    ///
+    /// Blobs put through [`Store::put_blob`] that no record appended through
+    /// this handle names yet are kept (another thread may be about to append
+    /// the record); puts wait while gc runs.
     pub fn gc(&self, policy: &RetentionPolicy) -> Result<RetentionReport> {
         let log = self.writer("collect garbage")?;
-        Ok(cairn_snapshot::apply_retention(
+        let _gate = self.gc_gate.write();
+        let keep = self.unreferenced.lock().clone();
+        Ok(cairn_snapshot::apply_retention_keeping(
             &DurableAppends(log),
             &*self.blobs,
             self.workspace()?,
             policy,
+            false,
+            &keep,
         )?)
     }
 }

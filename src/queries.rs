@@ -293,7 +293,7 @@ impl Store {
         let mut events = Vec::with_capacity(batch.len());
         for item in batch.drain(..) {
             for b in &item.blobs {
-                self.blobs.put(b).map_err(|e| {
+                self.put_unreferenced(b).map_err(|e| {
                     let why = format!("{file_name}:{}: store its blob: {e}", item.line);
                     done.error(why, file_name)
                 })?;

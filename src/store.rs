@@ -1,6 +1,7 @@
 //! The [`Store`] handle: one object over the log, the blob store, the
 //! workspace snapshots and the query layer, with the commit protocol built in.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use cairn_engine::store_dir::STORE_DIR_NAME;
 use cairn_engine::vfs::sim::SimVfs;
 use cairn_engine::{RealVfs, StoreDir, Vfs};
 use cairn_snapshot::{SnapshotOptions, Workspace};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
 use crate::session::Session;
@@ -202,6 +203,8 @@ impl StoreBuilder {
                 blobs: Arc::new(blobs),
                 workspace: None,
                 index: Mutex::new(None),
+                unreferenced: Mutex::new(HashSet::new()),
+                gc_gate: RwLock::new(()),
                 _tmp: None,
             });
         }
@@ -281,6 +284,8 @@ impl StoreBuilder {
             blobs: Arc::new(blobs),
             workspace,
             index: Mutex::new(None),
+            unreferenced: Mutex::new(HashSet::new()),
+            gc_gate: RwLock::new(()),
             _tmp: tmp,
         })
     }
@@ -312,6 +317,14 @@ pub struct Store {
     pub(crate) blobs: Arc<BlobStore>,
     pub(crate) workspace: Option<Workspace>,
     pub(crate) index: Mutex<Option<cairn_query::index::Index>>,
+    /// Blobs put through [`Store::put_blob`] (or an import) that no record
+    /// appended through this handle names yet: gc keeps them, so a thread
+    /// between its put and its append never loses the blob to a gc running
+    /// on another thread. Bounded by the blobs put and never referenced.
+    pub(crate) unreferenced: Mutex<HashSet<BlobHash>>,
+    /// Held shared by each put and exclusively by gc: no blob is put while
+    /// gc decides what is live.
+    pub(crate) gc_gate: RwLock<()>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -386,7 +399,33 @@ impl Store {
     /// append (the commit protocol) or [`Store::sync`].
     pub fn put_blob(&self, bytes: &[u8]) -> Result<BlobHash> {
         self.writer("store a blob")?;
-        Ok(self.blobs.put(bytes)?)
+        self.put_unreferenced(bytes)
+    }
+
+    /// Puts a blob that a record is about to name: gc keeps it until one
+    /// appended through this handle does (see `unreferenced`).
+    pub(crate) fn put_unreferenced(&self, bytes: &[u8]) -> Result<BlobHash> {
+        let _gate = self.gc_gate.read();
+        let h = self.blobs.put(bytes)?;
+        self.unreferenced.lock().insert(h);
+        Ok(h)
+    }
+
+    /// The blobs of appended `events` are named by records now: gc finds
+    /// them through the log.
+    fn now_referenced(&self, events: &[Event]) {
+        let mut u = self.unreferenced.lock();
+        if u.is_empty() {
+            return;
+        }
+        for e in events {
+            for h in [e.before, e.after, e.diff, e.root, e.state]
+                .into_iter()
+                .flatten()
+            {
+                u.remove(&h);
+            }
+        }
     }
 
     /// A blob's bytes, verified against its hash.
@@ -430,7 +469,9 @@ impl Store {
         if self.blobs.has_unsynced() {
             self.blobs.sync()?;
         }
-        Ok(log.append(event)?)
+        let lsn = log.append(event)?;
+        self.now_referenced(std::slice::from_ref(event));
+        Ok(lsn)
     }
 
     /// Appends events atomically: after a crash, all of them or none.
@@ -443,7 +484,9 @@ impl Store {
         if self.blobs.has_unsynced() {
             self.blobs.sync()?;
         }
-        Ok(log.append_batch(events)?)
+        let range = log.append_batch(events)?;
+        self.now_referenced(events);
+        Ok(range)
     }
 
     /// Makes everything written so far durable (blobs, then the log).

@@ -266,3 +266,93 @@ fn the_head_stays_readable_after_retention_evicts_a_rollbacks_target() {
     let bytes = store.query(|q| q.file_at(head, "a.txt")).unwrap();
     assert_eq!(bytes, b"old\n");
 }
+
+#[test]
+fn a_blob_put_for_a_record_not_yet_appended_survives_gc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let none = cairn::RetentionPolicy::default();
+    let (kept, orphan) = {
+        let store = Store::open(tmp.path()).unwrap();
+        let kept = store.put_blob(b"the new contents\n").unwrap();
+        let orphan = store.put_blob(b"never named by a record\n").unwrap();
+        // Another thread's gc runs between this thread's put and its append.
+        store.gc(&none).unwrap();
+        let mut e = store.session("s").event(EventKind::FileWrite);
+        e.path = Some("a.txt".into());
+        e.after = Some(kept);
+        store.append(&e).unwrap();
+        store.gc(&none).unwrap();
+        assert_eq!(store.blob(&kept).unwrap(), b"the new contents\n");
+        assert!(
+            store.blob(&orphan).is_ok(),
+            "kept while this handle may still name it"
+        );
+        (kept, orphan)
+    };
+    // A new handle knows only what records name.
+    let store = Store::open(tmp.path()).unwrap();
+    store.gc(&none).unwrap();
+    assert!(store.blob(&kept).is_ok());
+    assert!(
+        store.blob(&orphan).is_err(),
+        "an orphan is collected in the end"
+    );
+}
+
+#[test]
+fn threads_checkpointing_and_collecting_at_once_all_succeed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let errors = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|sc| {
+        let workers: Vec<_> = (0..4)
+            .map(|t| {
+                let (store, errors) = (&store, &errors);
+                sc.spawn(move || {
+                    let s = store.session(format!("t{t}"));
+                    for i in 0..25 {
+                        let r = s
+                            .write_file(
+                                &format!("t{t}/f{}.txt", i % 3),
+                                format!("{t} {i}\n").as_bytes(),
+                            )
+                            .and_then(|_| s.checkpoint(&format!("{t}.{i}")).map(|_| ()));
+                        if let Err(e) = r {
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("thread {t} step {i}: {e}"));
+                        }
+                    }
+                })
+            })
+            .collect();
+        let (store, errors, done) = (&store, &errors, &done);
+        sc.spawn(move || {
+            let policy = cairn::RetentionPolicy {
+                keep_per_session: Some(2),
+                max_bytes: None,
+            };
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Err(e) = store.gc(&policy) {
+                    errors.lock().unwrap().push(format!("gc: {e}"));
+                }
+            }
+        });
+        for w in workers {
+            w.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let errors = errors.into_inner().unwrap();
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert!(store.verify(None).unwrap().is_ok());
+    let head: cairn::query::Point = "head".parse().unwrap();
+    for t in 0..4 {
+        let bytes = store
+            .query(|q| q.file_at(head, &format!("t{t}/f0.txt")))
+            .unwrap();
+        assert_eq!(bytes, format!("{t} 24\n").as_bytes());
+    }
+}

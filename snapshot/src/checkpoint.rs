@@ -366,6 +366,7 @@ pub fn create_checkpoint<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     ws: &Workspace,
     req: CheckpointRequest,
 ) -> Result<CheckpointInfo> {
+    let _flow = ws.flow();
     Ok(create_inner(log, blobs, ws, req)?.0)
 }
 
@@ -538,6 +539,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     ws: &Workspace,
     req: RollbackRequest,
 ) -> Result<RollbackReport> {
+    let _flow = ws.flow();
     let target = find_checkpoint(log, ws, req.target)?;
     if target.discarded {
         return Err(SnapshotError::Discarded { id: target.id });
@@ -720,6 +722,20 @@ pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     policy: &RetentionPolicy,
     thorough: bool,
 ) -> Result<RetentionReport> {
+    apply_retention_keeping(log, blobs, ws, policy, thorough, &HashSet::new())
+}
+
+/// [`apply_retention_with`], also keeping `keep`: blobs put for records not
+/// appended yet (the caller makes sure no blob is put meanwhile).
+pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    policy: &RetentionPolicy,
+    thorough: bool,
+    keep: &HashSet<BlobHash>,
+) -> Result<RetentionReport> {
+    let _flow = ws.flow();
     let all: Vec<CheckpointInfo> = list_checkpoints(log, ws, None)?
         .into_iter()
         .filter(|c| !c.discarded)
@@ -758,7 +774,7 @@ pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     }
     let evicted: HashSet<CheckpointId> = evict.iter().copied().collect();
     let retained: Vec<&CheckpointInfo> = all.iter().filter(|c| !evicted.contains(&c.id)).collect();
-    let mut live: HashSet<BlobHash> = HashSet::new();
+    let mut live: HashSet<BlobHash> = keep.clone();
     let mut seen = HashSet::new();
     for c in &retained {
         manifest::reachable(blobs, &c.root, &mut live, &mut seen)?;

@@ -43,9 +43,9 @@ pub mod workspace;
 
 pub use blobs::{BlobAccess, BlobRead, GcSummary, MemBlobs};
 pub use checkpoint::{
-    apply_retention, apply_retention_with, create_checkpoint, find_checkpoint, list_checkpoints,
-    rollback, CheckpointInfo, CheckpointRequest, LogAccess, MemLog, RetentionReport,
-    RollbackReport, RollbackRequest, ScanMode,
+    apply_retention, apply_retention_keeping, apply_retention_with, create_checkpoint,
+    find_checkpoint, list_checkpoints, rollback, CheckpointInfo, CheckpointRequest, LogAccess,
+    MemLog, RetentionReport, RollbackReport, RollbackRequest, ScanMode,
 };
 pub use error::{Result, SnapshotError};
 pub use manifest::{Entry, EntryKind, Manifest};

@@ -119,6 +119,9 @@ pub struct Workspace {
     /// marked dirty: a checkpoint that captured them earlier must not clear
     /// those marks (see [`Workspace::mark_dirty_pinned`]).
     track_lock: Mutex<BTreeSet<String>>,
+    /// Held through each checkpoint, rollback and retention run (see
+    /// [`Workspace::flow`]).
+    flow: Mutex<()>,
 }
 
 /// A background stat-cache save: the thread (which returns the identity of
@@ -182,7 +185,17 @@ impl Workspace {
             pending_save: Mutex::new(None),
             checkpoint_list: Mutex::new(None),
             track_lock: Mutex::new(BTreeSet::new()),
+            flow: Mutex::new(()),
         })
+    }
+
+    /// Runs checkpoints, rollbacks and retention on this workspace one at a
+    /// time, whichever threads call them: each reads and rewrites the
+    /// workspace's caches (the last capture, the stat cache, the checkpoint
+    /// list), and a checkpoint's base must be the tree the one before it
+    /// captured. (Other processes are kept out by the store lock.)
+    pub(crate) fn flow(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.flow.lock()
     }
 
     /// Starts the file watcher (see [`crate::watch`]): from the checkpoint
@@ -412,7 +425,11 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<(
     use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    // Unique per call: two threads may write the same file at once (a
+    // checkpoint's background stat-cache save and a gc's, say).
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
     let mut f = std::fs::File::create(&tmp).map_err(|e| SnapshotError::io("create", &tmp, e))?;
     f.write_all(bytes)
         .map_err(|e| SnapshotError::io("write", &tmp, e))?;
