@@ -465,6 +465,8 @@ impl Store {
     /// durable before the record is written.
     pub fn append(&self, event: &Event) -> Result<Lsn> {
         let log = self.writer("append")?;
+        // No gc between the check that its blobs are stored and the append.
+        let _gate = self.gc_gate.read();
         self.check_event(event)?;
         if self.blobs.has_unsynced() {
             self.blobs.sync()?;
@@ -478,6 +480,7 @@ impl Store {
     /// Returns the first and last LSN (None for an empty batch).
     pub fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>> {
         let log = self.writer("append")?;
+        let _gate = self.gc_gate.read();
         for e in events {
             self.check_event(e)?;
         }

@@ -810,7 +810,10 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         Ok(())
     })?;
     for root in &restored {
-        manifest::reachable(blobs, root, &mut live, &mut seen)?;
+        // A manifest an older gc already collected has nothing left to keep.
+        if blobs.contains(root)? {
+            manifest::reachable(blobs, root, &mut live, &mut seen)?;
+        }
     }
     let gc = blobs.gc(&live, thorough)?;
     // Caches must never name a collected blob; durable, so a crash cannot bring one back.
