@@ -575,4 +575,16 @@ fn diff_reads_paths_as_rollback_does() {
         "a path outside is refused, not an empty diff"
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("refusing path `/etc`"));
+    // log --path and history read paths the same way.
+    ok(&cairn_stdin(
+        ws,
+        &["record"],
+        Some("{\"kind\":\"file.edit\",\"path\":\"src/a.rs\"}\n"),
+    ));
+    for scope in ["./src/", "src", abs.as_str()] {
+        let lines = json_lines(&ok(&cairn(ws, &["log", "--path", scope, "--json"])));
+        assert_eq!(lines.len(), 1, "log --path {scope}");
+        let lines = json_lines(&ok(&cairn(ws, &["history", scope, "--json"])));
+        assert_eq!(lines.len(), 1, "history {scope}");
+    }
 }

@@ -45,6 +45,24 @@ pub fn filter_from(a: &FilterArgs) -> Result<Filter> {
     })
 }
 
+/// A path to match records by, as the user typed it: `./src` is `src`,
+/// and an absolute path inside the workspace is made relative to it. Any
+/// other absolute path is kept as given (a tool may have named one).
+pub fn record_path(p: &str, workspace: Option<&std::path::Path>) -> String {
+    let abs = std::path::Path::new(p);
+    if let Some(rel) = workspace.and_then(|w| abs.strip_prefix(w).ok()) {
+        return rel.to_string_lossy().into_owned();
+    }
+    let mut p = p;
+    while let Some(rest) = p.strip_prefix("./") {
+        p = rest.trim_start_matches('/');
+    }
+    if p == "." {
+        return String::new();
+    }
+    p.to_string()
+}
+
 fn parse_point(s: &str) -> Result<Point> {
     s.parse::<Point>().map_err(|e| anyhow::anyhow!("{e}"))
 }
@@ -127,8 +145,9 @@ fn print_records(records: &[Record], json: bool) -> Result<()> {
 
 /// `cairn log`.
 pub fn log(settings: &Settings, a: LogArgs) -> Result<ExitCode> {
-    let filter = filter_from(&a.filter)?;
+    let mut filter = filter_from(&a.filter)?;
     let store = settings.open_read()?;
+    filter.path = filter.path.map(|p| record_path(&p, store.workspace_dir()));
     let records = store.query(|q| q.list(&filter))?;
     print_records(&records, a.json)?;
     store.close()?;
@@ -439,7 +458,8 @@ pub fn diff(
 /// `cairn history PATH`.
 pub fn history(settings: &Settings, path: &str, json: bool) -> Result<ExitCode> {
     let store = settings.open_read()?;
-    let records = store.query(|q| q.history(path))?;
+    let path = record_path(path, store.workspace_dir());
+    let records = store.query(|q| q.history(&path))?;
     print_records(&records, json)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -529,5 +549,20 @@ mod tests {
         assert_eq!(path, "dir/with:colon");
         assert!(split_point_path("nothing").is_err());
         assert!(split_point_path("head:").is_err());
+    }
+
+    #[test]
+    fn record_paths_as_typed() {
+        let ws = std::path::Path::new("/w/proj");
+        assert_eq!(record_path("./src/", Some(ws)), "src/");
+        assert_eq!(record_path(".//src", Some(ws)), "src");
+        assert_eq!(record_path("/w/proj/src/a.rs", Some(ws)), "src/a.rs");
+        assert_eq!(record_path("/w/proj", Some(ws)), "");
+        assert_eq!(record_path(".", Some(ws)), "");
+        assert_eq!(
+            record_path("/usr/include/stdio.h", Some(ws)),
+            "/usr/include/stdio.h"
+        );
+        assert_eq!(record_path("src/a.rs", None), "src/a.rs");
     }
 }

@@ -39,8 +39,11 @@ pub fn export_to_file(store: &Store, path: &Path) -> Result<u64> {
 /// `cairn export`.
 pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
     let format = parse_format(&a.format)?;
-    let filter = filter_from(&a.filter)?;
+    let mut filter = filter_from(&a.filter)?;
     let store = settings.open_read()?;
+    filter.path = filter
+        .path
+        .map(|p| super::inspect::record_path(&p, store.workspace_dir()));
     let mut sink: Box<dyn Write> = match &a.output {
         Some(p) => Box::new(BufWriter::new(
             File::create(p).with_context(|| format!("create {}", p.display()))?,
