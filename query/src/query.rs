@@ -275,50 +275,41 @@ impl<'a> Query<'a> {
             .map_err(|e| self.manifest_error(lsn, e.to_string()))
     }
 
-    /// True if `e` is a manifest retention gave up: that of a discarded
-    /// checkpoint, or of one a rollback restored, read at that record.
-    fn beyond_retention(&self, e: &QueryError) -> bool {
-        let QueryError::Manifest { lsn, .. } = e else {
-            return false;
-        };
+    /// Why the manifest read at the record `lsn` may be gone: retention
+    /// discarded that checkpoint, or the one that rollback restored. Gives
+    /// the checkpoint and the LSN of its `checkpoint.discard`.
+    fn retention_loss(&self, lsn: Lsn) -> Option<(CheckpointId, Lsn)> {
         let discarded = |id: CheckpointId| {
-            self.index
-                .checkpoint(id)
-                .is_some_and(|c| c.discarded_at.is_some())
+            let at = self.index.checkpoint(id)?.discarded_at?;
+            Some((id, at))
         };
-        discarded(CheckpointId(*lsn))
-            || self.src.read(*lsn).is_ok_and(|r| {
-                r.event.kind == EventKind::Rollback && r.event.target.is_some_and(discarded)
-            })
-    }
-
-    /// The manifest of the record at `lsn` could not be read: says why
-    /// when retention discarded that checkpoint (and gc its manifest).
-    fn manifest_error(&self, lsn: Lsn, detail: String) -> QueryError {
-        let discarded = self
-            .index
-            .checkpoint(CheckpointId(lsn))
-            .and_then(|c| c.discarded_at);
-        let restored = || {
+        discarded(CheckpointId(lsn)).or_else(|| {
             let r = self.src.read(lsn).ok()?;
             let t = r
                 .event
                 .target
                 .filter(|_| r.event.kind == EventKind::Rollback)?;
-            let at = self.index.checkpoint(t)?.discarded_at?;
-            Some((t, at))
-        };
-        let detail = match discarded {
-            Some(d) => format!(
-                "checkpoint c{} was discarded by retention at LSN {d} and gc removed its manifest, so the state there and until the next checkpoint is no longer kept ({detail})",
-                lsn.0
+            discarded(t)
+        })
+    }
+
+    /// True if `e` is a manifest retention gave up (see `retention_loss`).
+    fn beyond_retention(&self, e: &QueryError) -> bool {
+        matches!(e, QueryError::Manifest { lsn, .. } if self.retention_loss(*lsn).is_some())
+    }
+
+    /// The manifest of the record at `lsn` could not be read: says why
+    /// when retention discarded the checkpoint it is (or restored) and gc
+    /// removed its manifest.
+    fn manifest_error(&self, lsn: Lsn, detail: String) -> QueryError {
+        let detail = match self.retention_loss(lsn) {
+            Some((c, at)) if c.0 == lsn => format!(
+                "checkpoint {c} was discarded by retention at LSN {at} and gc removed its manifest, so the state there and until the next checkpoint is no longer kept ({detail})"
             ),
-            None => match restored() {
-                Some((t, d)) => format!(
-                    "it restored checkpoint {t}, which retention discarded at LSN {d} and gc removed, so the state there and until the next checkpoint is no longer kept ({detail})"
-                ),
-                None => detail,
-            },
+            Some((c, at)) => format!(
+                "it restored checkpoint {c}, which retention discarded at LSN {at} and gc removed, so the state there and until the next checkpoint is no longer kept ({detail})"
+            ),
+            None => detail,
         };
         QueryError::Manifest { lsn, detail }
     }
