@@ -24,6 +24,25 @@ use crate::source::{BlobSource, EntryKind, ManifestSource, Record, RecordSource,
 /// many bytes (git's heuristic) or when it is not UTF-8.
 pub const BINARY_SNIFF_BYTES: usize = 8000;
 
+/// The largest file `diff` reads to compare line by line: past this, on
+/// either side, the file is reported as changed without being read (two
+/// versions of a large model or dataset would otherwise be held in memory
+/// whole, for a line diff nobody reads).
+pub const MAX_LINE_DIFF_BYTES: u64 = 16 << 20;
+
+/// The longest a line diff (of `diff` or `blame`) searches for the
+/// smallest edit: past it the diff is finished by approximation, still a
+/// correct diff, only not minimal. Two wholly different files of a few
+/// megabytes otherwise take minutes (the search is O(N·D)).
+pub const LINE_DIFF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The line diff of `old` and `new`, bounded by [`LINE_DIFF_TIMEOUT`].
+fn line_diff<'a>(old: &'a str, new: &'a str) -> TextDiff<'a, 'a, 'a, str> {
+    TextDiff::configure()
+        .timeout(LINE_DIFF_TIMEOUT)
+        .diff_lines(old, new)
+}
+
 /// How many moves blame follows back through, so a path moved back and
 /// forth thousands of times cannot exhaust the stack.
 pub const MAX_BLAME_MOVES: usize = 64;
@@ -53,6 +72,9 @@ pub struct FileDiff {
     pub unified: Option<String>,
     /// True if either side is binary (reported, not dumped).
     pub binary: bool,
+    /// True if either side is larger than [`MAX_LINE_DIFF_BYTES`]: reported
+    /// as changed, neither read nor compared line by line.
+    pub too_large: bool,
     /// The entry at the first point.
     pub old: Option<TreeEntry>,
     /// The entry at the second point.
@@ -462,7 +484,12 @@ impl<'a> Query<'a> {
                 _ => DiffStatus::Modified,
             };
             let (mut unified, mut binary) = (None, false);
-            if old.map(|e| e.blob) != new.map(|e| e.blob) {
+            let too_large = [old, new].iter().flatten().any(|e| {
+                self.blobs
+                    .len(&e.blob)
+                    .is_some_and(|n| n > MAX_LINE_DIFF_BYTES)
+            });
+            if old.map(|e| e.blob) != new.map(|e| e.blob) && !too_large {
                 let ob = old
                     .map(|e| self.blobs.get(&e.blob))
                     .transpose()?
@@ -487,7 +514,7 @@ impl<'a> Query<'a> {
                         },
                     );
                     unified = Some(
-                        TextDiff::from_lines(os.as_ref(), ns.as_ref())
+                        line_diff(os.as_ref(), ns.as_ref())
                             .unified_diff()
                             .context_radius(DIFF_CONTEXT_LINES)
                             .header(&ha, &hb)
@@ -500,6 +527,7 @@ impl<'a> Query<'a> {
                 status,
                 unified,
                 binary,
+                too_large,
                 old,
                 new,
             });
@@ -618,7 +646,7 @@ impl<'a> Query<'a> {
                     attr = a;
                 }
             }
-            let diff = TextDiff::from_lines(text.as_str(), new_text.as_str());
+            let diff = line_diff(text.as_str(), new_text.as_str());
             let mut new_attr = vec![l; diff.new_slices().len()];
             for op in diff.ops() {
                 if let DiffOp::Equal {

@@ -67,6 +67,12 @@ pub trait RecordSource {
 pub trait BlobSource {
     /// The bytes of blob `hash` (verified by the store).
     fn get(&self, hash: &BlobHash) -> Result<Vec<u8>>;
+
+    /// The size of blob `hash` without reading it, where the source knows
+    /// it cheaply (`None` otherwise).
+    fn len(&self, _hash: &BlobHash) -> Option<u64> {
+        None
+    }
 }
 
 /// One entry of a tree: a file or a symlink.
@@ -221,11 +227,19 @@ impl BlobSource for BlobStore {
     fn get(&self, hash: &BlobHash) -> Result<Vec<u8>> {
         Ok(BlobStore::get(self, hash)?)
     }
+
+    fn len(&self, hash: &BlobHash) -> Option<u64> {
+        self.raw_len(hash)
+    }
 }
 
 impl BlobSource for cairn_snapshot::MemBlobs {
     fn get(&self, hash: &BlobHash) -> Result<Vec<u8>> {
         Ok(cairn_snapshot::BlobRead::get(self, hash)?)
+    }
+
+    fn len(&self, hash: &BlobHash) -> Option<u64> {
+        self.raw_len(hash)
     }
 }
 
@@ -350,6 +364,10 @@ impl MemBlobs {
 }
 
 impl BlobSource for MemBlobs {
+    fn len(&self, hash: &BlobHash) -> Option<u64> {
+        self.blobs.read().get(hash).map(|b| b.len() as u64)
+    }
+
     fn get(&self, hash: &BlobHash) -> Result<Vec<u8>> {
         self.blobs
             .read()

@@ -490,3 +490,82 @@ fn blame_starts_where_retention_left_history() {
         "{err}"
     );
 }
+
+#[test]
+fn a_diff_of_a_file_too_large_to_compare_reports_it_unread() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let m = SnapshotManifests(&blobs);
+    let big = cairn_query::query::MAX_LINE_DIFF_BYTES as usize + 1;
+    let mut w = ev(EventKind::FileWrite, "s", "m", "data.csv");
+    w.after = Some(blobs.put(&b"a,b\n".repeat(big / 4 + 1)).unwrap());
+    log.append(w).unwrap(); // 1
+    let mut w = ev(EventKind::FileWrite, "s", "m", "small.txt");
+    w.after = Some(blobs.put(b"one\n").unwrap());
+    log.append(w).unwrap(); // 2
+    let mut w = ev(EventKind::FileWrite, "s", "m", "data.csv");
+    w.after = Some(blobs.put(&b"c,d\n".repeat(big / 4 + 1)).unwrap());
+    log.append(w).unwrap(); // 3
+    let mut w = ev(EventKind::FileWrite, "s", "m", "small.txt");
+    w.after = Some(blobs.put(b"two\n").unwrap());
+    log.append(w).unwrap(); // 4
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+    let diffs = q.diff(at(2), at(4), &[]).unwrap();
+    assert_eq!(diffs.len(), 2);
+    let large = diffs.iter().find(|d| d.path == "data.csv").unwrap();
+    assert!(
+        large.too_large && !large.binary && large.unified.is_none(),
+        "{large:?}"
+    );
+    assert_eq!(large.status, DiffStatus::Modified);
+    let small = diffs.iter().find(|d| d.path == "small.txt").unwrap();
+    assert!(!small.too_large);
+    assert!(small.unified.as_deref().unwrap().contains("+two"));
+}
+
+#[test]
+fn a_diff_of_two_wholly_different_files_ends_promptly() {
+    // 200,000 distinct lines on each side, none shared: a minimal line
+    // diff searches O(N·D) ≈ 10^11 steps (many minutes); with the line
+    // diff's timeout it ends within seconds, still a correct diff. The
+    // generous bound below only tells a hang from progress.
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let text = |tag: &str| {
+        (0..200_000)
+            .map(|i| format!("{tag} line {i}\n"))
+            .collect::<String>()
+    };
+    let mut w = ev(EventKind::FileWrite, "s", "m", "gen.txt");
+    w.after = Some(blobs.put(text("old").as_bytes()).unwrap());
+    log.append(w).unwrap(); // 1
+    let mut w = ev(EventKind::FileWrite, "s", "m", "gen.txt");
+    w.after = Some(blobs.put(text("new").as_bytes()).unwrap());
+    log.append(w).unwrap(); // 2
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let ix = Index::build(&log).unwrap();
+        let m = SnapshotManifests(&blobs);
+        let q = Query::new(&log, &blobs, &m, &ix);
+        let diffs = q.diff(at(1), at(2), &[]).unwrap();
+        tx.send(diffs).unwrap();
+    });
+    let diffs = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the diff of two different files did not end");
+    let u = diffs[0].unified.as_deref().unwrap();
+    assert!(u.contains("-old line 0\n") && u.contains("+new line 199999\n"));
+    assert_eq!(
+        u.lines()
+            .filter(|l| l.starts_with('-') && !l.starts_with("---"))
+            .count(),
+        200_000
+    );
+    assert_eq!(
+        u.lines()
+            .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
+            .count(),
+        200_000
+    );
+}

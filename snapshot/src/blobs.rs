@@ -93,6 +93,10 @@ impl MemBlobs {
     pub fn put_calls(&self) -> u64 {
         *self.put_calls.lock()
     }
+    /// The size of blob `hash`, if held.
+    pub fn raw_len(&self, hash: &BlobHash) -> Option<u64> {
+        self.map.lock().get(hash).map(|b| b.len() as u64)
+    }
     /// Every stored hash.
     pub fn hashes(&self) -> HashSet<BlobHash> {
         self.map.lock().keys().copied().collect()

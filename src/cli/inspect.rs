@@ -424,11 +424,19 @@ pub fn diff(
             DiffStatus::Modified => "modified",
         };
         if json {
-            let v = serde_json::json!({"path": d.path, "status": status, "binary": d.binary, "unified": d.unified});
+            let v = serde_json::json!({"path": d.path, "status": status, "binary": d.binary, "too_large": d.too_large, "unified": d.unified});
             writeln!(out, "{v}")?;
             continue;
         }
-        if d.binary {
+        if d.too_large {
+            writeln!(
+                out,
+                "{} {} ({status}; over {} MiB, not compared line by line)",
+                st.bold("Large file"),
+                d.path,
+                cairn::query::query::MAX_LINE_DIFF_BYTES >> 20
+            )?;
+        } else if d.binary {
             writeln!(out, "{} {} ({status})", st.bold("Binary file"), d.path)?;
         } else if let Some(u) = &d.unified {
             for line in u.lines() {
