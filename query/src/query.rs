@@ -609,8 +609,31 @@ impl<'a> Query<'a> {
         let mut cur_blob: Option<BlobHash> = None;
         let mut text = String::new();
         let mut attr: Vec<Lsn> = Vec::new();
+        let events = self.index.path(path);
         for l in points {
-            let blob = match self.entry_at(l, path) {
+            // The record at `l`, if it is one of the path's own.
+            let rec = match events.binary_search(&l) {
+                Ok(_) => Some(self.src.read(l)?),
+                Err(_) => None,
+            };
+            let reset_here = self.index.last_reset(l).is_some_and(|r| r.lsn == l);
+            // A record that sets the path's contents says what they are:
+            // only its mode would need the walk back through the path's
+            // history that `entry_at` makes (once per version, that walk
+            // made blame quadratic: 2,000 versions read 2 million records).
+            let set_here = match rec.as_ref().map(|r| path_change(&r.event, path)) {
+                Some(Some(PathChange::Set(b))) if !reset_here => Some(Some(b)),
+                Some(Some(PathChange::Remove)) if !reset_here => Some(None),
+                Some(Some(PathChange::MoveIn { after: Some(b), .. })) if !reset_here => {
+                    Some(Some(b))
+                }
+                _ => None,
+            };
+            let found = match set_here {
+                Some(b) => Ok(b.map(TreeEntry::file)),
+                None => self.entry_at(l, path),
+            };
+            let blob = match found {
                 Ok(e) => e.map(|e| e.blob),
                 Err(e) if self.beyond_retention(&e) => {
                     // History before this point is gone: the next version
@@ -638,8 +661,7 @@ impl<'a> Query<'a> {
                 }
             };
             // A move brings the source's lines, with their history.
-            if depth < MAX_BLAME_MOVES && self.index.path(path).binary_search(&l).is_ok() {
-                let rec = self.src.read(l)?;
+            if let (true, Some(rec)) = (depth < MAX_BLAME_MOVES, &rec) {
                 if let Some(PathChange::MoveIn { from, .. }) = path_change(&rec.event, path) {
                     let (t, a) = self.blame_attr(Lsn(l.0 - 1), from, depth + 1)?;
                     text = t;
