@@ -7,7 +7,7 @@ use cairn::snapshot::{CheckpointRequest, RetentionPolicy, RollbackRequest, ScanM
 use cairn::{CheckpointId, CheckpointInfo, Timestamp};
 
 use super::args::{CheckpointArgs, GcArgs, RollbackArgs};
-use super::output::{cell, relative, Style, Table};
+use super::output::{cell, count, relative, Style, Table};
 use super::Settings;
 
 /// Parses a checkpoint id, with a hint on how to list them.
@@ -233,16 +233,16 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
             println!("no checkpoint evicted");
         } else {
             println!(
-                "evicted {} checkpoint(s): {}",
-                discarded.len(),
-                discarded.join(" ")
+                "evicted {}: {}",
+                count(discarded.len() as u64, "checkpoint"),
+                super::output::short_list(&discarded)
             );
         }
         println!(
-            "{} checkpoint(s) retained; {} live blobs; removed {} unreferenced blobs, freed {}",
-            report.retained,
-            report.live_blobs,
-            report.gc.removed_blobs,
+            "{} retained; {}; removed {}, freed {}",
+            count(report.retained as u64, "checkpoint"),
+            count(report.live_blobs as u64, "live blob"),
+            count(report.gc.removed_blobs, "unreferenced blob"),
             super::output::bytes(report.gc.freed_bytes)
         );
     }

@@ -151,6 +151,26 @@ pub fn count(n: u64, noun: &str) -> String {
     }
 }
 
+/// How many items a one-line list shows before it elides the middle: a
+/// gc that evicts thousands of checkpoints prints one readable line
+/// (`--json` keeps them all).
+pub const LIST_MAX_ITEMS: usize = 10;
+
+/// `items` joined by spaces, with at most [`LIST_MAX_ITEMS`] shown: the
+/// first and last few, and how many were left out between them.
+pub fn short_list(items: &[String]) -> String {
+    if items.len() <= LIST_MAX_ITEMS {
+        return items.join(" ");
+    }
+    let half = LIST_MAX_ITEMS / 2;
+    format!(
+        "{} … ({} more) … {}",
+        items[..half].join(" "),
+        items.len() - 2 * half,
+        items[items.len() - half..].join(" ")
+    )
+}
+
 /// "3s ago", "5m ago", "2h ago", "4d ago" (or "in 3s" for the future).
 pub fn relative(ts: Timestamp, now: Timestamp) -> String {
     let d = now.0 - ts.0;
@@ -235,6 +255,17 @@ mod tests {
         assert_eq!(count(1, "record"), "1 record");
         assert_eq!(count(0, "record"), "0 records");
         assert_eq!(count(2, "file"), "2 files");
+    }
+
+    #[test]
+    fn long_lists_are_elided_in_the_middle() {
+        let few: Vec<String> = (1..=3).map(|i| format!("c{i}")).collect();
+        assert_eq!(short_list(&few), "c1 c2 c3");
+        let many: Vec<String> = (1..=295).map(|i| format!("c{i}")).collect();
+        assert_eq!(
+            short_list(&many),
+            "c1 c2 c3 c4 c5 … (285 more) … c291 c292 c293 c294 c295"
+        );
     }
 
     #[test]
