@@ -267,7 +267,8 @@ impl StoreBuilder {
                     (None, Some(t)) => t.path().to_path_buf(),
                     (None, None) => dir.snapshot_dir(),
                 };
-                let ws = Workspace::open(w, &cache, self.snapshot.clone())?;
+                let ws =
+                    Workspace::open(w, &cache, self.snapshot.clone())?.with_store_dir(dir.root());
                 if self.watch {
                     ws.watch()?;
                 }

@@ -356,3 +356,64 @@ fn threads_checkpointing_and_collecting_at_once_all_succeed() {
         assert_eq!(bytes, format!("{t} 24\n").as_bytes());
     }
 }
+
+/// The paths of the tree at head.
+fn head_paths(store: &Store) -> Vec<String> {
+    let head: cairn::query::Point = "head".parse().unwrap();
+    store
+        .query(|q| q.tree_at(head))
+        .unwrap()
+        .into_keys()
+        .collect()
+}
+
+#[test]
+fn a_store_inside_its_workspace_is_never_captured_or_rolled_back() {
+    // Three ways a store lies inside the tree it checkpoints: in a
+    // subdirectory (`sub/.cairn`), under another name, and a nested
+    // workspace's own `.cairn`. A rollback used to restore the store's
+    // files from the checkpoint, wiping every record made since.
+    for store_rel in ["sub/.cairn", "state/history", ".cairn"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path();
+        std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+        let nested = Store::open(ws.join("inner")).unwrap();
+        nested.session("n").prompt("inner before").unwrap();
+        let store = Store::builder()
+            .workspace(ws)
+            .store_dir(ws.join(store_rel))
+            .open()
+            .unwrap();
+        let s = store.session("s");
+        let c = s.checkpoint("one").unwrap();
+        assert_eq!(
+            c.counts.skipped.get("nested_store"),
+            Some(&1),
+            "{store_rel}: {c:?}"
+        );
+        assert_eq!(c.counts.skipped.get("excluded"), None, "{store_rel}: {c:?}");
+        assert_eq!(head_paths(&store), ["a.txt"], "{store_rel}");
+        s.prompt("important").unwrap();
+        nested.session("n").prompt("inner after").unwrap();
+        std::fs::write(ws.join("a.txt"), "two\n").unwrap();
+        s.rollback(c.id).unwrap();
+        assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "one\n");
+        let texts = |st: &Store| {
+            st.query(|q| q.list(&Filter::default()))
+                .unwrap()
+                .into_iter()
+                .filter_map(|r| r.event.text)
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            texts(&store).contains(&"important".to_string()),
+            "{store_rel}"
+        );
+        assert_eq!(
+            texts(&nested),
+            ["inner before", "inner after"],
+            "{store_rel}"
+        );
+        assert!(store.verify(None).unwrap().is_ok());
+    }
+}

@@ -32,14 +32,21 @@ pub fn valid_name(name: &str) -> bool {
 
 /// Why a relative path must never be captured or touched, if it must not.
 pub fn protected_reason(rel: &str) -> Option<&'static str> {
-    let mut comps = rel.split('/');
-    if comps.clone().next() == Some(STORE_DIR_NAME) {
-        return Some("cairn never captures or restores its own store directory `.cairn`");
+    if under_store_dir(rel) {
+        // Its own, or a nested workspace's: a store is never workspace
+        // content (restoring one would replace its log with an old copy).
+        return Some("cairn never captures or restores a store directory `.cairn`");
     }
-    if comps.any(|c| c == GIT_DIR_NAME) {
+    if rel.split('/').any(|c| c == GIT_DIR_NAME) {
         return Some("cairn never captures or restores anything under a `.git` directory");
     }
     None
+}
+
+/// True if `rel` is a store directory (`.cairn`, at any depth) or lies
+/// under one.
+pub fn under_store_dir(rel: &str) -> bool {
+    rel.split('/').any(|c| c == STORE_DIR_NAME)
 }
 
 /// Normalises a caller-given path to a workspace-relative path.
@@ -176,6 +183,7 @@ mod tests {
             ".git/config",
             "sub/.git/HEAD",
             ".cairn/log",
+            "sub/.cairn/log/1.seg",
             "a\0b",
         ] {
             let e = normalize(root, bad).unwrap_err().to_string();

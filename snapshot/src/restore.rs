@@ -203,8 +203,10 @@ pub fn plan_pruned(
     let mut create_dirs: BTreeMap<String, u32> = BTreeMap::new();
     let mut write = Vec::new();
 
+    // A manifest written before nested stores were skipped may list one
+    // (`sub/.cairn/...`): it is left as it is, never deleted or replaced.
     for (p, e) in cur {
-        if !in_scope(p, scope) || under_same(p, same) {
+        if !in_scope(p, scope) || under_same(p, same) || relpath::under_store_dir(p) {
             continue;
         }
         let t = tgt.get(p);
@@ -221,7 +223,7 @@ pub fn plan_pruned(
         }
     }
     for (p, t) in tgt {
-        if !in_scope(p, scope) || under_same(p, same) {
+        if !in_scope(p, scope) || under_same(p, same) || relpath::under_store_dir(p) {
             continue;
         }
         check_manifest_path(p)?;

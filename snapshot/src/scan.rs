@@ -31,6 +31,9 @@ pub mod reason {
     pub const TOO_LARGE: &str = "too_large";
     /// The `.git` of a nested repository (its working files are captured).
     pub const NESTED_GIT: &str = "nested_git";
+    /// The `.cairn` store of a nested workspace (its working files are
+    /// captured; the store itself never is).
+    pub const NESTED_STORE: &str = "nested_store";
     /// Could not be read (permissions, I/O error).
     pub const UNREADABLE: &str = "unreadable";
     /// Disappeared between the directory listing and reading it.
@@ -586,15 +589,19 @@ fn drain(
                 continue;
             }
             let rel = relpath::join(&dir, name);
+            if name == relpath::STORE_DIR_NAME {
+                // The workspace's own store is not counted; a nested one is.
+                if !dir.is_empty() && !ws.is_own_path(&rel) {
+                    out.skip(reason::NESTED_STORE);
+                }
+                continue;
+            }
             // The directory itself is not excluded, so only this name can
-            // make `rel` so (`.cairn` at the root, or a configured exclude).
-            let maybe_excluded =
-                (dir.is_empty() && name == relpath::STORE_DIR_NAME) || ws.has_excludes();
-            if maybe_excluded && ws.is_excluded(&rel) {
-                // `.cairn` and the cache directory are cairn's, not the user's: not counted.
-                let ours =
-                    (dir.is_empty() && name == relpath::STORE_DIR_NAME) || ws.is_cache_path(&rel);
-                if !ours {
+            // make `rel` so (a configured exclude, the cache directory, a
+            // store directory not named `.cairn`).
+            if ws.has_excludes() && ws.is_excluded(&rel) {
+                // The cache and store directories are cairn's, not the user's: not counted.
+                if !ws.is_own_path(&rel) {
                     out.skip(reason::EXCLUDED);
                 }
                 continue;

@@ -144,7 +144,8 @@ fn classify(rel: &str) -> PathClass {
         return PathClass::Drop; // the root itself: not an entry
     }
     let comps: Vec<&str> = rel.split('/').collect();
-    if comps[0] == STORE_DIR_NAME {
+    if comps.contains(&STORE_DIR_NAME) {
+        // The store, or a nested workspace's: never captured.
         return PathClass::Drop;
     }
     if let Some(i) = comps.iter().position(|c| *c == GIT_DIR_NAME) {

@@ -99,7 +99,10 @@ pub struct Workspace {
     /// Normalised `opts.exclude`, plus the cache directory if it lies inside the root.
     excluded: Vec<String>,
     /// The cache directory relative to the root, if it lies inside it.
-    cache_rel: Option<String>,
+    /// Directories inside the workspace that are cairn's own (the cache
+    /// directory, the store directory): excluded, and not counted as
+    /// skipped.
+    own: Vec<String>,
     /// The file watcher, once [`Workspace::watch`] started it.
     watcher: Mutex<Option<Arc<Watcher>>>,
     /// The stat cache as this process last saved or loaded it, with the
@@ -165,21 +168,17 @@ impl Workspace {
         for x in &opts.exclude {
             excluded.push(relpath::normalize(&root, x)?);
         }
-        let mut cache_rel = None;
-        if let Ok(rel) = cache_dir.strip_prefix(&root) {
-            if let Some(s) = rel.to_str() {
-                if !s.is_empty() && relpath::protected_reason(s).is_none() {
-                    excluded.push(s.to_string());
-                    cache_rel = Some(s.to_string());
-                }
-            }
+        let mut own = Vec::new();
+        if let Some(rel) = own_rel(&root, &cache_dir) {
+            excluded.push(rel.clone());
+            own.push(rel);
         }
         Ok(Workspace {
             root,
             cache_dir,
             opts,
             excluded,
-            cache_rel,
+            own,
             watcher: Mutex::new(None),
             stat_cache: Mutex::new(None),
             pending_save: Mutex::new(None),
@@ -325,9 +324,28 @@ impl Workspace {
         Ok(self.load_track()?.tracked.into_iter().collect())
     }
 
-    /// True if `rel` is the cache directory itself.
-    pub(crate) fn is_cache_path(&self, rel: &str) -> bool {
-        self.cache_rel.as_deref() == Some(rel)
+    /// Tells the workspace where its store lives: a store directory inside
+    /// the workspace is never captured or restored, whatever its name (one
+    /// named `.cairn` never is anyway).
+    pub fn with_store_dir(mut self, store: &Path) -> Workspace {
+        let store = store.canonicalize().unwrap_or_else(|_| store.to_path_buf());
+        let Some(rel) = store.strip_prefix(&self.root).ok().and_then(Path::to_str) else {
+            return self;
+        };
+        if rel.is_empty() {
+            return self;
+        }
+        if relpath::protected_reason(rel).is_none() {
+            self.excluded.push(rel.to_string());
+        }
+        self.own.push(rel.to_string());
+        self
+    }
+
+    /// True if `rel` is one of cairn's own directories (the cache or the
+    /// store directory) itself.
+    pub(crate) fn is_own_path(&self, rel: &str) -> bool {
+        self.own.iter().any(|o| o == rel)
     }
 
     pub(crate) fn cache_path(&self, name: &str) -> PathBuf {
@@ -450,6 +468,13 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     let d = std::fs::File::open(dir).map_err(|e| SnapshotError::io("open directory", dir, e))?;
     d.sync_all()
         .map_err(|e| SnapshotError::io("fsync directory", dir, e))
+}
+
+/// `dir` relative to the workspace `root`, if it lies inside it and is not
+/// already protected (`.git`, `.cairn`).
+fn own_rel(root: &Path, dir: &Path) -> Option<String> {
+    let rel = dir.strip_prefix(root).ok()?.to_str()?;
+    (!rel.is_empty() && relpath::protected_reason(rel).is_none()).then(|| rel.to_string())
 }
 
 #[cfg(test)]

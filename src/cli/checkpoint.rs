@@ -42,8 +42,8 @@ pub fn track(settings: &Settings, paths: &[String]) -> Result<ExitCode> {
     store.track(&refs)?;
     if !settings.quiet {
         eprintln!(
-            "tracking {} path(s); the next checkpoint captures them",
-            paths.len()
+            "tracking {}; the next checkpoint captures them",
+            count(paths.len() as u64, "path")
         );
     }
     store.close()?;
@@ -75,10 +75,10 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
         let skipped: u64 = info.counts.skipped.values().sum();
         let st = Style::stdout();
         println!(
-            "{} {}  {} files, {} changed, {} skipped{}",
+            "{} {}  {}, {} changed, {} skipped{}",
             st.green("checkpoint"),
             st.bold(&info.id.to_string()),
-            info.counts.files,
+            count(info.counts.files, "file"),
             info.counts.changed,
             skipped,
             info.label
@@ -188,7 +188,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             );
         }
         println!(
-            "{} {verb} write {}, delete {}, create {} dir(s)",
+            "{} {verb} write {}, delete {}, create {}",
             if a.dry_run {
                 "dry run:"
             } else {
@@ -196,7 +196,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             },
             report.written.len(),
             report.deleted.len(),
-            report.created_dirs.len()
+            count(report.created_dirs.len() as u64, "dir")
         );
         if let Some(src) = report.source {
             println!("the state before the rollback is checkpoint {src}: `cairn rollback {src}` undoes it");

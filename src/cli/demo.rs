@@ -94,11 +94,11 @@ impl Timeline {
         self.step(
             turn,
             &format!(
-                "{} {} \"{}\" ({} files, {} changed)",
+                "{} {} \"{}\" ({}, {} changed)",
                 self.st.green("checkpoint"),
                 self.st.bold(&c.id.to_string()),
                 c.label.as_deref().unwrap_or(""),
-                c.counts.files,
+                super::output::count(c.counts.files, "file"),
                 c.counts.changed
             ),
         );

@@ -13,7 +13,7 @@ use cairn::query::{Filter, Point};
 use cairn::{ChainHash, EventKind, Timestamp};
 
 use super::args::{FilterArgs, LogArgs, VerifyArgs};
-use super::output::{bytes, cell, one_line, relative, Style, Table};
+use super::output::{bytes, cell, count, one_line, relative, Style, Table};
 use super::{Settings, EXIT_CORRUPT};
 
 /// Turns the filter flags into a validated [`Filter`].
@@ -99,7 +99,7 @@ pub fn summary(r: &Record) -> String {
         parts.push(format!("error: {err}"));
     }
     if e.files.len() > 1 || (e.files.len() == 1 && e.path.is_none()) {
-        parts.push(format!("{} file(s)", e.files.len()));
+        parts.push(count(e.files.len() as u64, "file"));
     }
     parts.join("  ")
 }
