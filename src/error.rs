@@ -24,6 +24,9 @@ pub enum Error {
     NoStore(String),
     /// This store has no workspace (an in-memory store without one), so it cannot checkpoint.
     NoWorkspace,
+    /// An input line was refused (an import): the message names the file,
+    /// the line and why, and what was recorded before it.
+    Rejected(String),
     /// Anything else, with a message that says what and where.
     Other(String),
 }
@@ -53,7 +56,7 @@ impl fmt::Display for Error {
             Error::NoWorkspace => {
                 f.write_str("this store has no workspace to checkpoint; open it with `StoreBuilder::workspace`")
             }
-            Error::Other(s) => f.write_str(s),
+            Error::Rejected(s) | Error::Other(s) => f.write_str(s),
         }
     }
 }

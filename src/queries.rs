@@ -117,11 +117,15 @@ impl Store {
 
     /// Saves the query indexes so the next open does not rebuild them.
     pub(crate) fn save_index(&self) -> Result<()> {
-        if self.is_read_only() {
+        let guard = self.index().lock();
+        let Some(ix) = guard.as_ref() else {
             return Ok(());
-        }
-        if let Some(ix) = self.index().lock().as_ref() {
+        };
+        if !self.is_read_only() {
             ix.save(self.vfs(), &self.root().join("index"))?;
+        } else if self.saves_index_read_only() {
+            // A cache: a store this process may not write is no error.
+            let _ = ix.save(self.vfs(), &self.root().join("index"));
         }
         Ok(())
     }
@@ -230,7 +234,7 @@ impl Store {
         loop {
             match lines.next() {
                 Some(Ok(item)) => batch.push(item),
-                Some(Err(e)) => return Err(done.error(e.to_string(), file_name)),
+                Some(Err(e)) => return Err(done.rejected(e.to_string(), file_name)),
                 None => break,
             }
             if lines.bytes_read() - batch_from >= batch_bytes {
@@ -271,9 +275,9 @@ impl Store {
         if regular {
             let nothing = ImportDone::default();
             for item in cairn_query::import::lines(format, open()?, &name) {
-                let item = item.map_err(|e| nothing.error(e.to_string(), &name))?;
+                let item = item.map_err(|e| nothing.rejected(e.to_string(), &name))?;
                 self.check_imported(&item, &name)
-                    .map_err(|e| nothing.error(e, &name))?;
+                    .map_err(|e| nothing.rejected(e, &name))?;
             }
         }
         self.import_in_batches(format, &mut open()?, &name, batch_bytes)
@@ -299,7 +303,7 @@ impl Store {
                 })?;
             }
             self.check_imported(&item, file_name)
-                .map_err(|e| done.error(e, file_name))?;
+                .map_err(|e| done.rejected(e, file_name))?;
             events.push(item.event);
         }
         let got = self
@@ -361,13 +365,22 @@ struct ImportDone {
 impl ImportDone {
     /// An import error: `reason`, and what of `file` was recorded before it.
     fn error(&self, reason: String, file: &str) -> Error {
-        Error::Other(match self.range {
+        Error::Other(self.say(reason, file))
+    }
+
+    /// A line of `file` refused ([`Error::Rejected`]): `reason` names it.
+    fn rejected(&self, reason: String, file: &str) -> Error {
+        Error::Rejected(self.say(reason, file))
+    }
+
+    fn say(&self, reason: String, file: &str) -> String {
+        match self.range {
             None => format!("{reason} (nothing from {file} was recorded)"),
             Some((a, b)) => format!(
                 "{reason} (lines 1 to {} of {file} were recorded before it, as LSN {a} to {b})",
                 self.lines
             ),
-        })
+        }
     }
 }
 

@@ -33,6 +33,7 @@ pub struct StoreBuilder {
     store_dir: Option<PathBuf>,
     in_memory: bool,
     read_only: bool,
+    save_index_read_only: bool,
     durability: Durability,
     segment_size_bytes: u64,
     zstd_level: i32,
@@ -67,6 +68,7 @@ impl Default for StoreBuilder {
             store_dir: None,
             in_memory: false,
             read_only: false,
+            save_index_read_only: false,
             durability: log.durability,
             segment_size_bytes: log.segment_size_bytes,
             zstd_level: BlobOptions::default().zstd_level,
@@ -103,6 +105,17 @@ impl StoreBuilder {
     /// Open without taking the lock, for reading while another process writes.
     pub fn read_only(mut self) -> Self {
         self.read_only = true;
+        self
+    }
+
+    /// With [`read_only`](Self::read_only): [`Store::close`] saves the query
+    /// index, best-effort (an unwritable store directory is not an error),
+    /// so that the next open need not rebuild what this one indexed. The
+    /// index is a cache, written under a unique temporary name and renamed
+    /// into place, so this is safe beside the writing process. Without it
+    /// a read-only store writes nothing.
+    pub fn save_index_read_only(mut self, on: bool) -> Self {
+        self.save_index_read_only = on;
         self
     }
 
@@ -206,6 +219,7 @@ impl StoreBuilder {
                 unreferenced: Mutex::new(HashSet::new()),
                 gc_gate: RwLock::new(()),
                 _tmp: None,
+                save_index_read_only: self.save_index_read_only,
             });
         }
         let dir = StoreDir::open(vfs.clone(), &root)?;
@@ -288,6 +302,7 @@ impl StoreBuilder {
             unreferenced: Mutex::new(HashSet::new()),
             gc_gate: RwLock::new(()),
             _tmp: tmp,
+            save_index_read_only: false,
         })
     }
 }
@@ -327,6 +342,8 @@ pub struct Store {
     /// gc decides what is live.
     pub(crate) gc_gate: RwLock<()>,
     _tmp: Option<tempfile::TempDir>,
+    /// See [`StoreBuilder::save_index_read_only`].
+    save_index_read_only: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -373,6 +390,11 @@ impl Store {
     /// True if this handle cannot write (opened read-only).
     pub fn is_read_only(&self) -> bool {
         matches!(self.log, LogHandle::Reader(_))
+    }
+
+    /// See [`StoreBuilder::save_index_read_only`].
+    pub(crate) fn saves_index_read_only(&self) -> bool {
+        self.save_index_read_only
     }
 
     pub(crate) fn writer(&self, what: &str) -> Result<&Arc<Log>> {

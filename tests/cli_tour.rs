@@ -191,7 +191,20 @@ fn readme_tour_end_to_end() {
     assert_eq!(recs[0]["lsn"], 2);
     assert_eq!(recs[0]["hash"].as_str().unwrap().len(), 64);
     let bad = cairn(ws, &["log", "--kind", "file.nuke"]);
-    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(bad.status.code(), Some(2));
+    for usage in [
+        &["log", "--since", "yesterday"][..],
+        &["export", "--format", "xml"],
+        &["export", "--follow", "--newest-first"],
+        &["--durability", "sometimes", "log"],
+    ] {
+        let o = cairn(ws, usage);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{usage:?}: a bad option value is bad usage"
+        );
+    }
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown event kind"));
 
     // Time travel.
@@ -286,6 +299,15 @@ fn damage_in_the_log_exits_with_the_corruption_code() {
         text.contains(".seg") && text.contains("at byte") && text.contains("LSN"),
         "{text}"
     );
+    // A script asking for JSON gets a report even when the log cannot be
+    // read through: not ok, and why.
+    let o = cairn(ws, &["verify", "--json"]);
+    assert_eq!(o.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert!(v["error"].as_str().unwrap().contains("LSN"), "{v}");
+    // Reading the log stops at the damage rather than ending early.
+    assert_eq!(cairn(ws, &["log"]).status.code(), Some(3));
     // Repair keeps every intact record and says what it dropped.
     let r = ok(&cairn(ws, &["repair"]));
     assert!(r.contains("kept"), "{r}");
@@ -467,7 +489,7 @@ fn import_refuses_a_bad_file_whole_and_names_the_line() {
         &b,
         &["import", "--format", "jsonl", export.to_str().unwrap()],
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(4), "a refused line exits with 4");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("a.jsonl:1: the checkpoint.create event refers to blob")
@@ -498,7 +520,7 @@ fn import_refuses_a_bad_file_whole_and_names_the_line() {
             bad.to_str().unwrap(),
         ],
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(4));
     let err = String::from_utf8_lossy(&o.stderr);
     for want in [
         "import stopped in",
@@ -587,4 +609,68 @@ fn diff_reads_paths_as_rollback_does() {
         let lines = json_lines(&ok(&cairn(ws, &["history", scope, "--json"])));
         assert_eq!(lines.len(), 1, "history {scope}");
     }
+}
+
+#[test]
+fn a_follower_never_keeps_a_recorder_from_writing() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    ok(&cairn_stdin(
+        ws,
+        &["record"],
+        Some("{\"kind\":\"prompt\",\"text\":\"first\"}\n"),
+    ));
+    // `export --follow` runs for as long as its reader reads: it used to
+    // hold the store's lock, so every `record` meanwhile failed.
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["export", "--follow"])
+        .current_dir(ws)
+        .env_remove("CAIRN_STORE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(follower.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().contains("\"first\""));
+    // The follower has the store open now.
+    for i in 0..3 {
+        let out = ok(&cairn_stdin(
+            ws,
+            &["record", "--ack"],
+            Some(&format!(
+                "{{\"kind\":\"reply\",\"text\":\"while followed {i}\"}}\n"
+            )),
+        ));
+        assert_eq!(out.trim(), (i + 2).to_string());
+        let line = lines.next().unwrap().unwrap();
+        assert!(line.contains(&format!("while followed {i}")), "{line}");
+    }
+    // So can a checkpoint, beside it.
+    ok(&cairn(ws, &["checkpoint"]));
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+}
+
+#[test]
+fn a_store_this_user_may_only_read_can_be_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    ok(&cairn_stdin(
+        ws,
+        &["record"],
+        Some("{\"kind\":\"prompt\",\"text\":\"kept\"}\n"),
+    ));
+    // Readers take no lock and write nothing they need: a store whose lock
+    // file cannot be opened for writing (here: replaced by a directory,
+    // which fails for root as for anyone) is still read.
+    let lock = ws.join(".cairn/LOCK");
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::create_dir(&lock).unwrap();
+    assert!(ok(&cairn(ws, &["log", "--json"])).contains("\"kept\""));
+    ok(&cairn(ws, &["verify"]));
+    let o = cairn_stdin(ws, &["record"], Some("{\"kind\":\"prompt\"}\n"));
+    assert_eq!(o.status.code(), Some(1), "a writer still needs the lock");
 }

@@ -417,3 +417,37 @@ fn a_store_inside_its_workspace_is_never_captured_or_rolled_back() {
         assert!(store.verify(None).unwrap().is_ok());
     }
 }
+
+#[test]
+fn a_rollback_across_a_file_and_directory_swap_lists_each_path_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::write(ws.join("f2d"), "a file\n").unwrap();
+    std::fs::create_dir(ws.join("d2f")).unwrap();
+    std::fs::write(ws.join("d2f/inner"), "x\n").unwrap();
+    let store = Store::open(ws).unwrap();
+    let s = store.session("s");
+    let c = s.checkpoint("before").unwrap();
+    std::fs::remove_file(ws.join("f2d")).unwrap();
+    std::fs::create_dir(ws.join("f2d")).unwrap();
+    std::fs::write(ws.join("f2d/new"), "y\n").unwrap();
+    std::fs::remove_dir_all(ws.join("d2f")).unwrap();
+    std::fs::write(ws.join("d2f"), "now a file\n").unwrap();
+    s.rollback(c.id).unwrap();
+    assert_eq!(std::fs::read_to_string(ws.join("f2d")).unwrap(), "a file\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("d2f/inner")).unwrap(),
+        "x\n"
+    );
+    let rb = store
+        .query(|q| q.list(&Filter::default()))
+        .unwrap()
+        .into_iter()
+        .rfind(|r| r.event.kind == EventKind::Rollback)
+        .unwrap();
+    let mut files = rb.event.files.clone();
+    files.sort();
+    files.dedup();
+    assert_eq!(files.len(), rb.event.files.len(), "{:?}", rb.event.files);
+    assert!(files.contains(&"f2d".to_string()) && files.contains(&"d2f".to_string()));
+}

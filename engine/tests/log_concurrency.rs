@@ -373,6 +373,39 @@ fn reader_never_sees_part_of_a_batch() {
 }
 
 #[test]
+fn reader_names_damage_that_intact_records_follow() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    {
+        let log = Log::open(Arc::new(RealVfs), &dir, opts(1 << 20, Durability::Never)).unwrap();
+        for i in 1..=10 {
+            log.append(&ev(i)).unwrap();
+        }
+        log.close().unwrap();
+    }
+    let name = dir.join("00000000000000000001.seg");
+    let mut bytes = std::fs::read(&name).unwrap();
+    // The fifth frame's body.
+    let mut off = 64;
+    for _ in 0..4 {
+        off += frame::decode(&bytes[off..]).unwrap().len();
+    }
+    bytes[off + 30] ^= 0x40;
+    std::fs::write(&name, &bytes).unwrap();
+    // A reader used to stop there, as at a record being written, and show
+    // a log of four records as if whole.
+    let err = LogReader::open(Arc::new(RealVfs), &dir).unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("00000000000000000001.seg")
+            && text.contains(&format!("byte offset {off}"))
+            && text.contains("LSN 5"),
+        "{text}"
+    );
+}
+
+#[test]
 fn reader_of_a_live_writer_with_concurrent_appends() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();

@@ -531,7 +531,12 @@ impl Index {
         };
         vfs.create_dir_all(dir)
             .map_err(|e| io("create index dir", dir, e))?;
-        let tmp = dir.join(format!("{INDEX_FILE}.tmp"));
+        // Unique per save: a read-only process may save beside the writer
+        // (see `StoreBuilder::save_index_read_only`), and two saves must not
+        // write one temporary file.
+        static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!("{INDEX_FILE}.{}-{n}.tmp", std::process::id()));
         let fin = dir.join(INDEX_FILE);
         let bytes = self.encode()?;
         let f = vfs

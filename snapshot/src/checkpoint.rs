@@ -633,6 +633,8 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         cause: Box::new(e),
     };
     let (done, dirs) = restore::apply_prestaged(ws, blobs, &plan, staged).map_err(incomplete)?;
+    // Each path once, in order: a file replaced by a directory (or the
+    // other way round) is both deleted and written.
     let touched: Vec<String> = done
         .written
         .iter()
@@ -640,6 +642,8 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         .chain(&done.created_dirs)
         .chain(&done.removed_dirs)
         .cloned()
+        .collect::<std::collections::BTreeSet<String>>()
+        .into_iter()
         .collect();
     let mut ev = Event::new(EventKind::Rollback, session_or_default(&req.session));
     ev.source = Some(pre.id);

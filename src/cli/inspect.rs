@@ -20,14 +20,14 @@ use super::{Settings, EXIT_CORRUPT};
 pub fn filter_from(a: &FilterArgs) -> Result<Filter> {
     let time = |flag: &str, v: &Option<String>| -> Result<Option<Timestamp>> {
         v.as_deref()
-            .map(|s| Timestamp::parse(s).map_err(|e| anyhow::anyhow!("--{flag}: {e}")))
+            .map(|s| Timestamp::parse(s).map_err(|e| super::usage(format!("--{flag}: {e}"))))
             .transpose()
     };
     let kind = match &a.kind {
         None => None,
         Some(k) => Some(
             k.parse::<EventKind>()
-                .map_err(|e| anyhow::anyhow!("--kind: {e}"))?,
+                .map_err(|e| super::usage(format!("--kind: {e}")))?,
         ),
     };
     Ok(Filter {
@@ -158,12 +158,26 @@ pub fn log(settings: &Settings, a: LogArgs) -> Result<ExitCode> {
 pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
     let pinned = match &a.head {
         None => None,
-        Some(h) => Some(ChainHash::from_hex(h.trim()).map_err(|e| anyhow::anyhow!("--head: {e}"))?),
+        Some(h) => {
+            Some(ChainHash::from_hex(h.trim()).map_err(|e| super::usage(format!("--head: {e}")))?)
+        }
     };
-    let store = settings.open_read()?;
     let spin = super::progress::Spinner::start(settings.quiet, "verifying every record and blob");
-    let report = store.verify(pinned)?;
+    let opened = settings
+        .open_read()
+        .and_then(|store| Ok((store.verify(pinned)?, store)));
     drop(spin);
+    let (report, store) = match opened {
+        Ok(x) => x,
+        Err(e) if a.json => {
+            // Damage that stops the log from being read at all is still a
+            // report to a script: not-ok, with the reason.
+            let v = serde_json::json!({"ok": false, "error": super::describe(&e)});
+            println!("{v}");
+            return Ok(ExitCode::from(super::exit_status_for(&e)));
+        }
+        Err(e) => return Err(e),
+    };
     let ok = report.is_ok();
     if a.json {
         let v = serde_json::json!({
@@ -184,11 +198,11 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
     } else {
         let st = Style::stdout();
         println!(
-            "{} segments, {} records ({}), {} blobs checked",
-            report.log.segments,
-            report.log.records,
+            "{}, {} ({}), {} checked",
+            count(report.log.segments, "segment"),
+            count(report.log.records, "record"),
             bytes(report.log.bytes),
-            report.blobs.blobs
+            count(report.blobs.blobs, "blob")
         );
         println!(
             "head: LSN {} hash {}",
@@ -222,6 +236,10 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
                 .any(|p| p.missing_dictionary.is_some())
             {
                 st.red("records need a dictionary file that is missing or damaged (named above): restore it from a backup; `cairn repair` refuses to run until then, as it would drop those intact records")
+            } else if report.log.problems.is_empty() && report.blobs.problems.is_empty() {
+                st.red("the log does not contain the pinned head: records were removed or rewritten since it was pinned (nothing in the store can restore them)")
+            } else if report.log.problems.is_empty() {
+                st.red("damaged blobs (named above) cannot be rebuilt from the store: restore .cairn/blobs from a backup; the records and every other file stay readable")
             } else {
                 st.red("damage found: see above; `cairn repair` keeps every intact record")
             }
@@ -311,8 +329,10 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
         t.row(vec![
             "ratios".into(),
             format!(
-                "dedup {:.2}x, compression {:.2}x",
-                s.blobs.dedup_ratio, s.blobs.compression_ratio
+                "dedup {:.2}x, compression {:.2}x (raw ÷ stored: stored is {:.0}% of raw)",
+                s.blobs.dedup_ratio,
+                s.blobs.compression_ratio,
+                100.0 * s.blobs.stored_bytes as f64 / s.blobs.raw_bytes.max(1) as f64
             ),
         ]);
         t.row(vec![

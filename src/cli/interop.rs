@@ -16,7 +16,7 @@ use super::Settings;
 
 fn parse_format(s: &str) -> Result<Format> {
     s.parse::<Format>()
-        .map_err(|e| anyhow::anyhow!("--format {s}: {e}"))
+        .map_err(|e| super::usage(format!("--format {s}: {e}")))
 }
 
 /// Exports the whole log as canonical JSONL to `path` (atomically: temp file, then rename).
@@ -40,6 +40,11 @@ pub fn export_to_file(store: &Store, path: &Path) -> Result<u64> {
 pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
     let format = parse_format(&a.format)?;
     let mut filter = filter_from(&a.filter)?;
+    if a.follow && filter.newest_first {
+        return Err(super::usage(
+            "--follow prints records in the order they are committed; it cannot be combined with --newest-first",
+        ));
+    }
     let store = settings.open_read()?;
     filter.path = filter
         .path

@@ -24,20 +24,57 @@ use args::{Cli, Command};
 
 /// Exit code: an error.
 pub const EXIT_ERROR: u8 = 1;
-// Exit code 2 (bad usage) is clap's own.
+/// Exit code: bad usage (clap's own, and a bad value for an option).
+pub const EXIT_USAGE: u8 = 2;
 /// Exit code: corruption found (verify, or a read that hit damage).
 pub const EXIT_CORRUPT: u8 = 3;
 /// Exit code: some input lines were rejected (record, import).
 pub const EXIT_REJECTED: u8 = 4;
 
-/// The exit code for an error: corruption gets its own.
+/// A bad value for an option (`--kind bogus`, `--since yesterday`): the
+/// command exits with [`EXIT_USAGE`], as for clap's own usage errors.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A [`UsageError`] saying `msg`.
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
+/// The exit code for an error: corruption, refused input lines and bad
+/// usage get their own.
 pub fn exit_code_for(e: &anyhow::Error) -> ExitCode {
+    ExitCode::from(exit_status_for(e))
+}
+
+/// The exit status [`exit_code_for`] gives `e`.
+pub fn exit_status_for(e: &anyhow::Error) -> u8 {
     let corrupt = e.chain().any(|c| {
         c.downcast_ref::<Error>().is_some_and(Error::is_corruption)
             || c.downcast_ref::<EngineError>()
                 .is_some_and(EngineError::is_corruption)
     });
-    ExitCode::from(if corrupt { EXIT_CORRUPT } else { EXIT_ERROR })
+    let rejected = e
+        .chain()
+        .any(|c| matches!(c.downcast_ref::<Error>(), Some(Error::Rejected(_))));
+    let bad_usage = e.chain().any(|c| c.is::<UsageError>());
+    if corrupt {
+        EXIT_CORRUPT
+    } else if rejected {
+        EXIT_REJECTED
+    } else if bad_usage {
+        EXIT_USAGE
+    } else {
+        EXIT_ERROR
+    }
 }
 
 /// True when the error is a closed pipe (`cairn log | head`): not a failure.
@@ -90,7 +127,7 @@ impl Settings {
             // The parse error already lists the policies.
             Some(s) => Some(
                 s.parse::<Durability>()
-                    .map_err(|e| anyhow::anyhow!("--durability: {e}"))?,
+                    .map_err(|e| usage(format!("--durability: {e}")))?,
             ),
         };
         Ok(Settings {
@@ -138,19 +175,19 @@ impl Settings {
         }
     }
 
-    /// Opens the store to read: for writing if free (so recovery runs),
-    /// else read-only beside the process that holds the lock.
+    /// Opens the store to read: read-only, without the lock, so a reader
+    /// (a paged `cairn log`, an `export --follow`) never keeps a recording
+    /// process from writing, and a store this user may only read can be
+    /// read. A torn tail a crash left is "not yet written" to a reader;
+    /// the next writer cuts it. The query index it extends is saved for the
+    /// next command where the store can be written.
     pub fn open_read(&self) -> Result<Store> {
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
-        match self.builder(&found).open() {
-            Ok(s) => Ok(s),
-            Err(Error::Engine(EngineError::Locked { .. })) => self
-                .builder(&found)
-                .read_only()
-                .open()
-                .with_context(|| format!("open store {} read-only", found.store.display())),
-            Err(e) => Err(e).with_context(|| format!("open store {}", found.store.display())),
-        }
+        self.builder(&found)
+            .read_only()
+            .save_index_read_only(true)
+            .open()
+            .with_context(|| format!("open store {} read-only", found.store.display()))
     }
 }
 

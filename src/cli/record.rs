@@ -31,6 +31,11 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
     } else {
         policy
     }))?;
+    if !burst_sync && !settings.quiet {
+        eprintln!(
+            "note: durability {policy}: a record is acknowledged once written, before it is on disk; a crash of the machine may lose the last ones (the default, always, loses none)"
+        );
+    }
     let (input, name): (Box<dyn Read>, String) = match &args.file {
         Some(p) => (
             Box::new(File::open(p).with_context(|| format!("open {}", p.display()))?),

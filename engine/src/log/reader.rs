@@ -12,12 +12,22 @@ use cairn_codec::{ChainHash, Lsn};
 
 use super::dict::LogDicts;
 use super::recovery::looks_sealed;
+use super::scan::find_next_valid;
 use super::segment::{check_header, corrupt, list_segments, open_sealed};
 use super::sparse_index::SparseIndex;
 use super::view::{LogIter, Tail, View};
 use super::{Durability, Head, LogStats, Record, VerifyReport};
 use crate::vfs::{OpenMode, Vfs};
 use crate::{EngineError, Result};
+
+/// How many times a reader reads bytes that look damaged (intact records
+/// follow a frame that is not) before it calls them damage: a writer may be
+/// copying a group into the file at that moment, in any byte order.
+const DAMAGE_CONFIRM_READS: u32 = 3;
+
+/// The pause between those reads: far longer than copying a group of
+/// records into the page cache takes.
+const DAMAGE_CONFIRM_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// A read-only view of a log, refreshed on demand with [`LogReader::refresh`].
 pub struct LogReader {
@@ -136,16 +146,41 @@ impl LogReader {
 
     /// Reads whole records (and whole batches) appended to the tail since
     /// the last look; turns the tail into a sealed segment once its footer is there.
+    /// Reads the records the writer appended to the tail since the last
+    /// refresh. Stops at the first frame that is not intact: the writer's
+    /// next record, not yet written whole. If intact records follow it,
+    /// the bytes are read again (a writer may be copying a group into the
+    /// file at that moment) and, still so, they are damage: an error names
+    /// the file, the byte offset and the LSN, as opening the log for
+    /// writing does, never a log that silently ends early.
     fn extend_tail(&mut self) -> Result<()> {
+        let mut reads = 0;
+        loop {
+            match self.extend_tail_once()? {
+                None => return Ok(()),
+                Some(damage) => {
+                    reads += 1;
+                    if reads >= DAMAGE_CONFIRM_READS {
+                        return Err(damage);
+                    }
+                    std::thread::sleep(DAMAGE_CONFIRM_PAUSE);
+                }
+            }
+        }
+    }
+
+    /// One pass of [`LogReader::extend_tail`]: `Some` error if intact
+    /// records follow the first frame that is not.
+    fn extend_tail_once(&mut self) -> Result<Option<EngineError>> {
         let Some(t) = &mut self.view.tail else {
-            return Ok(());
+            return Ok(None);
         };
         let len = t
             .file
             .len()
             .map_err(|e| EngineError::io("stat log segment", &t.path, e))?;
         if len <= t.committed_len {
-            return Ok(());
+            return Ok(None);
         }
         let base = t.committed_len;
         let mut buf = vec![0u8; (len - base) as usize];
@@ -184,8 +219,27 @@ impl LogReader {
             let s = open_sealed(&*self.vfs, &path, first, prev, false)?;
             self.view.tail = None;
             self.view.sealed.push(Arc::new(s));
+            return Ok(None);
         }
-        Ok(())
+        // From the first frame that is not intact (past the intact frames
+        // of a batch still being written). The space the writer reserved
+        // ahead is zeros: nothing to look through (most refreshes end here).
+        let bad = &buf[off..];
+        if bad.iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        let at = base + off as u64;
+        Ok(find_next_valid(bad, 1, expect).map(|next| {
+            corrupt(
+                &t.path,
+                at,
+                Some(expect),
+                format!(
+                    "record frame is not intact, but intact records follow at byte {}, so this is damage, not a record being written (`cairn repair` keeps every intact record)",
+                    at + next as u64
+                ),
+            )
+        }))
     }
 
     /// The last committed record seen by the last refresh.

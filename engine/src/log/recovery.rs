@@ -85,7 +85,7 @@ pub(crate) fn scan_tail(path: &Path, buf: &[u8], header: &SegmentHeader) -> Resu
                 path,
                 off as u64,
                 Some(expect),
-                format!("{problem}; intact records follow at byte {next}, so this is damage, not a torn write (run salvage to keep every intact record)"),
+                format!("{problem}; intact records follow at byte {next}, so this is damage, not a torn write (`cairn repair` keeps every intact record)"),
             ));
         }
         break;
