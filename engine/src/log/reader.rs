@@ -13,7 +13,7 @@ use cairn_codec::{ChainHash, Lsn};
 use super::dict::LogDicts;
 use super::recovery::looks_sealed;
 use super::scan::find_next_valid;
-use super::segment::{check_header, corrupt, list_segments, open_sealed};
+use super::segment::{check_header, corrupt, list_segments, open_sealed, sequence_gap};
 use super::sparse_index::SparseIndex;
 use super::view::{LogIter, Tail, View};
 use super::{Durability, Head, LogStats, Record, VerifyReport};
@@ -91,12 +91,7 @@ impl LogReader {
             let head = self.view.head();
             let expect = Lsn(head.last_lsn.0 + 1);
             if first != expect {
-                return Err(corrupt(
-                    &path,
-                    0,
-                    Some(expect),
-                    format!("segment file name says it starts at LSN {first} but the log continues at LSN {expect}"),
-                ));
+                return Err(corrupt(&path, 0, Some(expect), sequence_gap(first, expect)));
             }
             if i + 1 < n || looks_sealed(&*self.vfs, &path)? {
                 let s = open_sealed(&*self.vfs, &path, expect, head.chain, false)?;

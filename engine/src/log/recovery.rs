@@ -236,7 +236,7 @@ pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Seale
                 &path,
                 0,
                 Some(expect),
-                format!("segment file name says it starts at LSN {name_lsn} but the log continues at LSN {expect}"),
+                segment::sequence_gap(name_lsn, expect),
             ));
         }
         if i + 1 < n || looks_sealed(vfs, &path)? {

@@ -127,6 +127,16 @@ impl Sealed {
     }
 }
 
+/// Why a segment whose file name says it starts at `named` cannot follow a
+/// log that continues at `expect`.
+pub(crate) fn sequence_gap(named: Lsn, expect: Lsn) -> String {
+    if named > expect {
+        format!("segment file name says it starts at LSN {named} but the log continues at LSN {expect}: records {expect} to {} are missing (a segment file was deleted or renamed)", named.0 - 1)
+    } else {
+        format!("segment file name says it starts at LSN {named} but the log continues at LSN {expect}: it overlaps the segment before it (a segment file was copied or renamed)")
+    }
+}
+
 /// Opens a sealed segment, checking only its header and footer against the
 /// expected first LSN and previous chain value; the frames are not rescanned.
 /// The sparse index is loaded from its `.idx` file, or rebuilt (and, with
@@ -150,7 +160,7 @@ pub(crate) fn open_sealed(
                 path,
                 footer_at,
                 None,
-                "segment is not sealed (no footer) but a later segment exists",
+                format!("segment is not sealed (no footer: the file was cut short) but a later segment exists; it starts at LSN {first}, and `cairn repair` keeps its intact records"),
             ))
         }
         Err(e) => {
