@@ -19,8 +19,10 @@
 //! `tool_call` and `custom` have no counterpart at all and are **skipped**,
 //! counted in [`ExportStats::skipped`]. cairn fields the shape has no place
 //! for (session when not `default`, run, phase, agent, tool, text,
-//! error_kind, path, to_path, and the kind when the action is lossy) go into
-//! `meta.cairn`, only when there is at least one. `files` is the event's
+//! error_kind, label, the checkpoint ids `checkpoint`, `source` and
+//! `target`, path, to_path, and the kind when the action is lossy) go into
+//! `meta.cairn`, only when there is at least one; an import of such a line
+//! reads them back (see [`crate::import`]). `files` is the event's
 //! `files`, or its `path`/`to_path` when `files` is empty.
 //!
 //! # `comma`
@@ -271,9 +273,19 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
         ("tool", &e.tool),
         ("text", &e.text),
         ("error_kind", &e.error_kind),
+        ("label", &e.label),
     ] {
         if let Some(v) = v {
             extra.insert(k.into(), json!(v));
+        }
+    }
+    for (k, v) in [
+        ("checkpoint", e.checkpoint),
+        ("source", e.source),
+        ("target", e.target),
+    ] {
+        if let Some(id) = v {
+            extra.insert(k.into(), json!(id.to_string()));
         }
     }
     if !e.files.is_empty() {

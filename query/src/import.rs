@@ -15,11 +15,11 @@ use serde_json::{Map, Value};
 
 use cairn_codec::event::Meta;
 use cairn_codec::json::{check_paths, parse_event, MAX_JSON_LINE_BYTES};
-use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
+use cairn_codec::{BlobHash, CheckpointId, DiffStats, Event, EventKind, Timestamp};
 
 use crate::export::{
-    Format, COMMA_TOOLS, META_AFTER_SHA256, META_BEFORE_SHA256, META_COMMA_TIMESTAMP,
-    META_CORTEXIDE_ACTION, META_CORTEXIDE_HINTS,
+    to_cortexide, Format, COMMA_TOOLS, META_AFTER_SHA256, META_BEFORE_SHA256, META_CAIRN,
+    META_COMMA_TIMESTAMP, META_CORTEXIDE_ACTION, META_CORTEXIDE_HINTS,
 };
 
 /// A line that could not be imported: where and why.
@@ -420,11 +420,79 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
             .insert(META_CORTEXIDE_HINTS.into(), Value::Object(hints));
     }
     e.meta = meta.map(Meta);
+    restore_cairn_fields(&mut e);
     Ok(Imported {
         event: e,
         blobs: Vec::new(),
         line: 0,
     })
+}
+
+/// cairn's own cortexide export keeps what the shape has no place for
+/// under `meta.cairn` (see [`crate::export`]): an import reads it back into
+/// the event's fields, so a store exported to cortexide and imported
+/// elsewhere keeps its sessions, kinds, texts and labels. Only when every
+/// key is one the export writes, with a value of the right type, and the
+/// event read back exports to exactly the same line; otherwise
+/// `meta.cairn` stays as it is (another producer's data).
+fn restore_cairn_fields(e: &mut Event) {
+    let Some(Value::Object(c)) = e.meta.as_ref().and_then(|m| m.0.get(META_CAIRN)) else {
+        return;
+    };
+    let mut r = e.clone();
+    for (k, v) in c {
+        let Value::String(s) = v else { return };
+        let text = Some(s.clone());
+        let id = || s.parse::<CheckpointId>().ok();
+        match k.as_str() {
+            "session" if !s.is_empty() => r.session = s.clone(),
+            "run" => r.run = text,
+            "phase" => r.phase = text,
+            "agent" => r.agent = text,
+            "tool" => r.tool = text,
+            "text" => r.text = text,
+            "error_kind" => r.error_kind = text,
+            "path" => r.path = text,
+            "to_path" => r.to_path = text,
+            "label" => r.label = text,
+            "checkpoint" => match id() {
+                Some(c) => r.checkpoint = Some(c),
+                None => return,
+            },
+            "source" => match id() {
+                Some(c) => r.source = Some(c),
+                None => return,
+            },
+            "target" => match id() {
+                Some(c) => r.target = Some(c),
+                None => return,
+            },
+            "kind" => match s.parse::<EventKind>() {
+                Ok(k) if k.is_file_op() && r.kind == EventKind::Apply => r.kind = k,
+                _ => return,
+            },
+            _ => return,
+        }
+    }
+    // The export lists a file event's path (and destination) as its files
+    // when it had none.
+    if r.kind.is_file_op() && r.path.is_none() && r.to_path.is_none() {
+        match r.files.as_slice() {
+            [p] => r.path = Some(p.clone()),
+            [p, t] => (r.path, r.to_path) = (Some(p.clone()), Some(t.clone())),
+            _ => return,
+        }
+        r.files.clear();
+    }
+    if let Some(m) = &mut r.meta {
+        m.0.remove(META_CAIRN);
+        if m.0.is_empty() {
+            r.meta = None;
+        }
+    }
+    if check_paths(&r).is_ok() && to_cortexide(&r) == to_cortexide(e) {
+        *e = r;
+    }
 }
 
 const COMMA_FIELDS: [&str; 12] = [

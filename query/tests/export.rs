@@ -437,3 +437,62 @@ fn bad_import_lines_are_rejected_with_file_and_line() {
     let e = import_lines(Format::Comma, &b"\xff\xfe\n"[..], "bin").unwrap_err();
     assert!(e.reason.contains("UTF-8"), "{e}");
 }
+
+#[test]
+fn cortexide_import_reads_back_what_cairns_export_kept_in_meta() {
+    let blobs = MemBlobs::new();
+    let log = MemLog::new();
+    let mut mv = Event::new(EventKind::FileMove, "t1").with_path("a.rs");
+    mv.to_path = Some("b.rs".into());
+    mv.agent = Some("coder".into());
+    log.append(mv.clone()).unwrap();
+    let mut cp = Event::new(EventKind::CheckpointCreate, "t1");
+    cp.label = Some("Before turn 2".into());
+    log.append(cp.clone()).unwrap();
+    let mut rb = Event::new(EventKind::Rollback, "t1");
+    rb.target = Some(CheckpointId(Lsn(2)));
+    rb.source = Some(CheckpointId(Lsn(1)));
+    log.append(rb.clone()).unwrap();
+    let mut out = Vec::new();
+    export::export(&log, &blobs, &Filter::all(), Format::Cortexide, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let back = import_lines(Format::Cortexide, text.as_bytes(), "f").unwrap();
+    let got: Vec<&Event> = back.iter().map(|i| &i.event).collect();
+    // Session, kind, paths, agent, label and checkpoint ids come back, and
+    // meta.cairn is not kept twice.
+    assert_eq!(
+        (
+            got[0].kind,
+            got[0].session.as_str(),
+            got[0].path.as_deref(),
+            got[0].to_path.as_deref()
+        ),
+        (EventKind::FileMove, "t1", Some("a.rs"), Some("b.rs"))
+    );
+    assert!(
+        got[0].files.is_empty() && got[0].meta.is_none(),
+        "{:?}",
+        got[0]
+    );
+    assert_eq!(got[0].agent.as_deref(), Some("coder"));
+    assert_eq!(got[1].label.as_deref(), Some("Before turn 2"));
+    assert_eq!((got[2].target, got[2].source), (rb.target, rb.source));
+    // Exported again, line for line the same.
+    round_trip(Format::Cortexide, &text);
+
+    // Another producer's `meta.cairn` that cairn would not have written
+    // (an unknown key, a kind its action cannot hold) is kept as it is.
+    for foreign in [
+        r#"{"action":"prompt","meta":{"cairn":{"session":"t1","colour":"red"}},"ok":true,"ts":1}"#,
+        r#"{"action":"prompt","meta":{"cairn":{"kind":"file.write"}},"ok":true,"ts":1}"#,
+        r#"{"action":"apply","meta":{"cairn":{"session":7}},"ok":true,"ts":1}"#,
+    ] {
+        let e = parse_line(Format::Cortexide, foreign).unwrap().event;
+        assert_eq!(e.session, "default", "{foreign}");
+        assert!(
+            e.meta.as_ref().unwrap().0.contains_key("cairn"),
+            "{foreign}"
+        );
+        round_trip(Format::Cortexide, &format!("{foreign}\n"));
+    }
+}
