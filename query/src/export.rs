@@ -316,11 +316,16 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
         meta.get_or_insert_with(Map::new)
             .insert(META_CAIRN.into(), Value::Object(extra));
     }
-    let no_meta = hints.and_then(|h| h.get("meta")) == Some(&Value::Bool(false));
-    if let Some(m) = meta {
-        if !(no_meta && m.is_empty()) {
+    // The import's hint for a line that had no meta (`false`) or `null`.
+    let meta_hint = hints.and_then(|h| h.get("meta"));
+    match meta {
+        Some(m) if !(meta_hint.is_some() && m.is_empty()) => {
             o.insert("meta".into(), Value::Object(m));
         }
+        _ if meta_hint == Some(&Value::Null) => {
+            o.insert("meta".into(), Value::Null);
+        }
+        _ => {}
     }
     if let Some(h) = hints {
         for (k, v) in h {

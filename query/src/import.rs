@@ -266,6 +266,9 @@ fn boolean(o: &Map<String, Value>, k: &str) -> Result<bool, String> {
     }
 }
 
+/// The cortexide fields that may be absent (or `null`).
+const CORTEXIDE_OPTIONAL: [&str; 6] = ["user", "files", "diffStats", "model", "latencyMs", "meta"];
+
 const CORTEXIDE_FIELDS: [&str; 9] = [
     "ts",
     "user",
@@ -296,6 +299,17 @@ fn cortexide_kind(action: &str) -> Option<EventKind> {
 
 fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     check_fields(o, &CORTEXIDE_FIELDS)?;
+    // An optional field given as `null` is absent; a hint writes the
+    // `null` back on export.
+    let mut hints = Map::new();
+    let mut present = o.clone();
+    for k in CORTEXIDE_OPTIONAL {
+        if present.get(k) == Some(&Value::Null) {
+            present.remove(k);
+            hints.insert(k.to_string(), Value::Null);
+        }
+    }
+    let o = &present;
     let ts = match req(o, "ts")? {
         Value::Number(n) => match n.as_i64() {
             Some(ms) => Timestamp::from_millis(ms).map_err(|e| format!("field `ts`: {e}"))?,
@@ -316,7 +330,6 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     e.ok = boolean(o, "ok")?;
     e.user = string(o, "user")?;
     e.model = string(o, "model")?;
-    let mut hints = Map::new();
     match o.get("files") {
         None => {}
         Some(Value::Array(a)) => {
@@ -407,14 +420,14 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     }
     if action == "snapshot:restore" {
         if meta.is_none() {
-            hints.insert("meta".into(), Value::Bool(false));
+            hints.entry("meta").or_insert(Value::Bool(false));
         }
         meta.get_or_insert_with(Map::new)
             .insert(META_CORTEXIDE_ACTION.into(), Value::String(action.clone()));
     }
     if !hints.is_empty() {
         if meta.is_none() {
-            hints.insert("meta".into(), Value::Bool(false));
+            hints.entry("meta").or_insert(Value::Bool(false));
         }
         meta.get_or_insert_with(Map::new)
             .insert(META_CORTEXIDE_HINTS.into(), Value::Object(hints));

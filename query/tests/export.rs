@@ -496,3 +496,20 @@ fn cortexide_import_reads_back_what_cairns_export_kept_in_meta() {
         round_trip(Format::Cortexide, &format!("{foreign}\n"));
     }
 }
+
+#[test]
+fn cortexide_optional_fields_may_be_null() {
+    for line in [
+        r#"{"action":"prompt","meta":null,"model":null,"ok":true,"ts":1,"user":null}"#,
+        r#"{"action":"apply","diffStats":null,"files":null,"latencyMs":null,"ok":true,"ts":2}"#,
+        r#"{"action":"snapshot:restore","meta":null,"ok":true,"ts":3}"#,
+    ] {
+        let e = parse_line(Format::Cortexide, line).unwrap().event;
+        assert!(
+            e.user.is_none() && e.model.is_none() && e.files.is_empty(),
+            "{line}"
+        );
+        // Exported again, the nulls are where they were.
+        round_trip(Format::Cortexide, &format!("{line}\n"));
+    }
+}
