@@ -22,7 +22,7 @@
 //! error_kind, label, the checkpoint ids `checkpoint`, `source` and
 //! `target`, path, to_path, and the kind when the action is lossy) go into
 //! `meta.cairn`, only when there is at least one; an import of such a line
-//! reads them back (see [`crate::import`]). `files` is the event's
+//! reads them back, checkpoint ids aside (see [`crate::import`]). `files` is the event's
 //! `files`, or its `path`/`to_path` when `files` is empty.
 //!
 //! # `comma`

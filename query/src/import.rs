@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use cairn_codec::event::Meta;
 use cairn_codec::json::{check_paths, parse_event, MAX_JSON_LINE_BYTES};
-use cairn_codec::{BlobHash, CheckpointId, DiffStats, Event, EventKind, Timestamp};
+use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
 
 use crate::export::{
     to_cortexide, Format, COMMA_TOOLS, META_AFTER_SHA256, META_BEFORE_SHA256, META_CAIRN,
@@ -447,7 +447,10 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
 /// elsewhere keeps its sessions, kinds, texts and labels. Only when every
 /// key is one the export writes, with a value of the right type, and the
 /// event read back exports to exactly the same line; otherwise
-/// `meta.cairn` stays as it is (another producer's data).
+/// `meta.cairn` stays as it is (another producer's data). Checkpoint ids
+/// (`checkpoint`, `source`, `target`) are never read back: they are LSNs
+/// of the exporting store, and would name other records in this one; a
+/// line that has them keeps its `meta.cairn` whole.
 fn restore_cairn_fields(e: &mut Event) {
     let Some(Value::Object(c)) = e.meta.as_ref().and_then(|m| m.0.get(META_CAIRN)) else {
         return;
@@ -456,7 +459,6 @@ fn restore_cairn_fields(e: &mut Event) {
     for (k, v) in c {
         let Value::String(s) = v else { return };
         let text = Some(s.clone());
-        let id = || s.parse::<CheckpointId>().ok();
         match k.as_str() {
             "session" if !s.is_empty() => r.session = s.clone(),
             "run" => r.run = text,
@@ -468,18 +470,6 @@ fn restore_cairn_fields(e: &mut Event) {
             "path" => r.path = text,
             "to_path" => r.to_path = text,
             "label" => r.label = text,
-            "checkpoint" => match id() {
-                Some(c) => r.checkpoint = Some(c),
-                None => return,
-            },
-            "source" => match id() {
-                Some(c) => r.source = Some(c),
-                None => return,
-            },
-            "target" => match id() {
-                Some(c) => r.target = Some(c),
-                None => return,
-            },
             "kind" => match s.parse::<EventKind>() {
                 Ok(k) if k.is_file_op() && r.kind == EventKind::Apply => r.kind = k,
                 _ => return,
