@@ -142,20 +142,15 @@ impl<'a> JsonRecord<'a> {
 }
 
 #[derive(Deserialize)]
-#[serde(untagged)]
-enum TsInput {
-    Millis(i64),
-    Text(String),
-}
-
-#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EventInput {
     #[serde(default)]
     lsn: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     hash: Option<serde::de::IgnoredAny>,
-    ts: Option<TsInput>,
+    /// ISO-8601 text or epoch milliseconds, checked by [`parse_ts`] (so a
+    /// bad one is named as such, not as an "untagged enum" mismatch).
+    ts: Option<serde_json::Value>,
     session: Option<String>,
     run: Option<String>,
     phase: Option<String>,
@@ -200,6 +195,8 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
             max: MAX_JSON_LINE_BYTES as u64,
         });
     }
+    // A byte-order mark, as some Windows tools write before the first line.
+    let line = line.strip_prefix('\u{feff}').unwrap_or(line);
     if let Some(what) = not_an_object(line) {
         return Err(CodecError::Json(format!(
             "an event is a JSON object ({{\"kind\": ...}}), not {what}"
@@ -213,8 +210,7 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
         .ok_or_else(|| CodecError::Json("missing field `kind`".into()))?;
     let ts = match input.ts {
         None => Timestamp::now(),
-        Some(TsInput::Millis(ms)) => Timestamp::from_millis(ms)?,
-        Some(TsInput::Text(s)) => Timestamp::parse(&s)?,
+        Some(v) => parse_ts(&v)?,
     };
     let session = match input.session {
         Some(s) if s.is_empty() => {
@@ -260,6 +256,27 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
 
 /// What the line holds, if it is valid JSON but clearly not an object (so
 /// the error says so, rather than serde's "invalid length" for an array).
+/// A `ts` value: ISO-8601 text, or whole epoch milliseconds.
+fn parse_ts(v: &serde_json::Value) -> Result<Timestamp, CodecError> {
+    match v {
+        serde_json::Value::String(s) => Timestamp::parse(s),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(ms) => Timestamp::from_millis(ms),
+            None => Err(CodecError::Json(format!(
+                "field `ts`: {n} is not whole epoch milliseconds within the range of a 64-bit integer"
+            ))),
+        },
+        other => Err(CodecError::Json(format!(
+            "field `ts` must be ISO-8601 text or epoch milliseconds, not {}",
+            match other {
+                    serde_json::Value::Bool(_) => "a boolean",
+                serde_json::Value::Array(_) => "an array",
+                _ => "an object",
+            }
+        ))),
+    }
+}
+
 fn not_an_object(line: &str) -> Option<&'static str> {
     match line.trim_start().bytes().next()? {
         b'[' => Some("an array"),
@@ -358,6 +375,26 @@ mod tests {
         let a = parse_event(r#"{"kind":"reply","ts":1700000000123}"#).unwrap();
         let b = parse_event(r#"{"kind":"reply","ts":"2023-11-14T22:13:20.123Z"}"#).unwrap();
         assert_eq!(a.ts, b.ts);
+        for (bad, says) in [
+            (
+                r#"{"kind":"reply","ts":1e20}"#,
+                "not whole epoch milliseconds",
+            ),
+            (
+                r#"{"kind":"reply","ts":1.5}"#,
+                "not whole epoch milliseconds",
+            ),
+            (r#"{"kind":"reply","ts":true}"#, "not a boolean"),
+        ] {
+            let e = parse_event(bad).unwrap_err().to_string();
+            assert!(e.contains("field `ts`") && e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_a_line_is_ignored() {
+        let e = parse_event("\u{feff}{\"kind\":\"prompt\",\"text\":\"hi\"}").unwrap();
+        assert_eq!(e.text.as_deref(), Some("hi"));
     }
 
     #[test]
