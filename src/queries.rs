@@ -304,6 +304,9 @@ impl Store {
             }
             self.check_imported(&item, file_name)
                 .map_err(|e| done.rejected(e, file_name))?;
+            self.check_refs(&item.event, &events).map_err(|why| {
+                done.rejected(format!("{file_name}:{}: {why}", item.line), file_name)
+            })?;
             events.push(item.event);
         }
         let got = self

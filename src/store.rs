@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_codec::{BlobHash, Event, Lsn};
+use cairn_codec::{BlobHash, Event, EventKind, Lsn};
 use cairn_engine::blob::{BlobOptions, BlobStore};
 use cairn_engine::log::{Durability, Head, Log, LogOptions, LogReader};
 use cairn_engine::store_dir::STORE_DIR_NAME;
@@ -469,6 +469,62 @@ impl Store {
         }
     }
 
+    /// Checks the records `event` names: each checkpoint id (`checkpoint`,
+    /// `source`, `target`) must be a `checkpoint.create` record, and each
+    /// causal parent an existing record, in the log or among `before` (the
+    /// events of the same batch ahead of it). A hand-written `rollback` to
+    /// `c999`, or a `checkpoint.discard` of a prompt, would otherwise be
+    /// recorded, and rollbacks would then say a live checkpoint was
+    /// discarded.
+    pub(crate) fn check_refs(
+        &self,
+        event: &Event,
+        before: &[Event],
+    ) -> std::result::Result<(), String> {
+        let head = self.head().last_lsn;
+        let kind_at = |lsn: Lsn| -> Option<EventKind> {
+            if lsn.0 == 0 {
+                None
+            } else if lsn <= head {
+                match &self.log {
+                    LogHandle::Writer(l) => l.read(lsn).ok().map(|r| r.event.kind),
+                    LogHandle::Reader(r) => r.lock().read(lsn).ok().map(|r| r.event.kind),
+                }
+            } else {
+                let i = usize::try_from(lsn.0 - head.0 - 1).ok()?;
+                before.get(i).map(|e| e.kind)
+            }
+        };
+        for (field, id) in [
+            ("checkpoint", event.checkpoint),
+            ("source", event.source),
+            ("target", event.target),
+        ] {
+            let Some(id) = id else { continue };
+            match kind_at(id.0) {
+                Some(EventKind::CheckpointCreate) => {}
+                Some(k) => {
+                    return Err(format!(
+                        "field `{field}` names {id}, which is a {k} record, not a checkpoint"
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "field `{field}` names {id}, which is not a record of this store (its last is LSN {head})"
+                    ))
+                }
+            }
+        }
+        for p in &event.parents {
+            if kind_at(*p).is_none() {
+                return Err(format!(
+                    "field `parents` names LSN {p}, which is not an earlier record of this store"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The first blob `event` refers to that the store does not hold.
     pub(crate) fn missing_blob(&self, event: &Event) -> Option<BlobHash> {
         [
@@ -491,6 +547,7 @@ impl Store {
         // No gc between the check that its blobs are stored and the append.
         let _gate = self.gc_gate.read();
         self.check_event(event)?;
+        self.check_refs(event, &[]).map_err(Error::Rejected)?;
         if self.blobs.has_unsynced() {
             self.blobs.sync()?;
         }
@@ -504,8 +561,10 @@ impl Store {
     pub fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>> {
         let log = self.writer("append")?;
         let _gate = self.gc_gate.read();
-        for e in events {
+        for (i, e) in events.iter().enumerate() {
             self.check_event(e)?;
+            self.check_refs(e, &events[..i])
+                .map_err(|why| Error::Rejected(format!("event {} of the batch: {why}", i + 1)))?;
         }
         if self.blobs.has_unsynced() {
             self.blobs.sync()?;

@@ -674,3 +674,25 @@ fn a_store_this_user_may_only_read_can_be_read() {
     let o = cairn_stdin(ws, &["record"], Some("{\"kind\":\"prompt\"}\n"));
     assert_eq!(o.status.code(), Some(1), "a writer still needs the lock");
 }
+
+#[test]
+fn import_refuses_a_line_naming_a_checkpoint_that_is_not_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let f = ws.join("in.jsonl");
+    std::fs::write(
+        &f,
+        "{\"kind\":\"prompt\",\"text\":\"p\"}\n{\"kind\":\"checkpoint.discard\",\"checkpoint\":\"c1\"}\n",
+    )
+    .unwrap();
+    let o = cairn(ws, &["import", "--format", "jsonl", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("in.jsonl:2: field `checkpoint` names c1, which is a prompt record")
+            && err.contains("nothing from"),
+        "{err}"
+    );
+    assert!(ok(&cairn(ws, &["log", "--json"])).is_empty());
+}

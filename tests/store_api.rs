@@ -451,3 +451,63 @@ fn a_rollback_across_a_file_and_directory_swap_lists_each_path_once() {
     assert_eq!(files.len(), rb.event.files.len(), "{:?}", rb.event.files);
     assert!(files.contains(&"f2d".to_string()) && files.contains(&"d2f".to_string()));
 }
+
+#[test]
+fn records_must_name_checkpoints_and_parents_that_exist() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let s = store.session("s");
+    let c = s.checkpoint("one").unwrap();
+    let prompt = s.prompt("hi").unwrap();
+    let with = |kind: EventKind, f: &dyn Fn(&mut cairn::Event)| {
+        let mut e = cairn::Event::new(kind, "s");
+        f(&mut e);
+        e
+    };
+    let id = |l: u64| cairn::CheckpointId(cairn::Lsn(l));
+    for (e, says) in [
+        (
+            with(EventKind::CheckpointDiscard, &|e| {
+                e.checkpoint = Some(id(999))
+            }),
+            "not a record of this store",
+        ),
+        (
+            with(EventKind::CheckpointDiscard, &|e| {
+                e.checkpoint = Some(id(prompt.0))
+            }),
+            "a prompt record, not a checkpoint",
+        ),
+        (
+            with(EventKind::Rollback, &|e| {
+                e.target = Some(c.id);
+                e.source = Some(id(0));
+            }),
+            "field `source`",
+        ),
+        (
+            with(EventKind::Reply, &|e| e.parents = vec![cairn::Lsn(77)]),
+            "field `parents` names LSN 77",
+        ),
+    ] {
+        let err = store.append(&e).unwrap_err().to_string();
+        assert!(err.contains(says), "{err}");
+    }
+    // Earlier events of the same batch count.
+    let head = store.head().last_lsn.0;
+    let batch = [
+        cairn::Event::new(EventKind::CheckpointCreate, "s"),
+        with(EventKind::CheckpointDiscard, &|e| {
+            e.checkpoint = Some(id(head + 1))
+        }),
+        with(EventKind::Reply, &|e| {
+            e.parents = vec![cairn::Lsn(head + 2), c.lsn]
+        }),
+    ];
+    store.append_batch(&batch).unwrap();
+    let bad = [with(EventKind::Reply, &|e| {
+        e.parents = vec![cairn::Lsn(store.head().last_lsn.0 + 1)]
+    })];
+    let err = store.append_batch(&bad).unwrap_err().to_string();
+    assert!(err.contains("event 1 of the batch"), "{err}");
+}
