@@ -696,3 +696,47 @@ fn import_refuses_a_line_naming_a_checkpoint_that_is_not_one() {
     );
     assert!(ok(&cairn(ws, &["log", "--json"])).is_empty());
 }
+
+#[test]
+fn paths_are_read_from_the_current_directory_inside_the_workspace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    std::fs::create_dir(ws.join("src")).unwrap();
+    std::fs::write(ws.join("top.txt"), "top\n").unwrap();
+    std::fs::write(ws.join("src/y.rs"), "one\n").unwrap();
+    ok(&cairn(ws, &["checkpoint"]));
+    std::fs::write(ws.join("top.txt"), "top 2\n").unwrap();
+    std::fs::write(ws.join("src/y.rs"), "two\n").unwrap();
+    let src = ws.join("src");
+    assert_eq!(ok(&cairn(&src, &["show", "c1:./y.rs"])), "one\n");
+    assert_eq!(ok(&cairn(&src, &["show", "c1:src/y.rs"])), "one\n");
+    let d = ok(&cairn(
+        &src,
+        &["rollback", "c1", "--path", "y.rs", "--dry-run"],
+    ));
+    assert!(d.contains("src/y.rs") && !d.contains("top.txt"), "{d}");
+    let d = ok(&cairn(
+        &src,
+        &["rollback", "c1", "--path", "../top.txt", "--dry-run"],
+    ));
+    assert!(d.contains("top.txt") && !d.contains("y.rs"), "{d}");
+    ok(&cairn(&src, &["rollback", "c1", "--path", "y.rs"]));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/y.rs")).unwrap(),
+        "one\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("top.txt")).unwrap(),
+        "top 2\n"
+    );
+    let o = cairn(
+        &src,
+        &["rollback", "c1", "--path", "../../elsewhere", "--dry-run"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a path above the workspace is refused"
+    );
+}

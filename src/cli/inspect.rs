@@ -370,9 +370,16 @@ fn split_point_path(spec: &str) -> Result<(Point, &str)> {
     bail!("`{spec}` is not POINT:PATH (for example c12:src/main.rs, @40:README.md, head:Cargo.toml, 2026-11-22T10:00:00Z:README.md)")
 }
 
-/// `cairn show POINT:PATH`.
+/// `cairn show POINT:PATH`. As git reads `HEAD:path`, the path is from
+/// the workspace root unless it starts with `./` or `../` (then from the
+/// current directory).
 pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
-    let (point, path) = split_point_path(spec)?;
+    let (point, typed) = split_point_path(spec)?;
+    let from_here = (typed.starts_with("./") || typed.starts_with("../"))
+        .then(|| settings.workspace_and_cwd())
+        .flatten()
+        .map(|(root, cwd)| super::paths::from_cwd(typed, &root, &cwd));
+    let path = from_here.as_deref().unwrap_or(typed);
     let store = settings.open_read()?;
     let entry = store.query(|q| {
         let at = q.resolve(point)?;

@@ -9,6 +9,7 @@ pub mod discover;
 pub mod inspect;
 pub mod interop;
 pub mod output;
+pub mod paths;
 pub mod progress;
 pub mod record;
 
@@ -121,6 +122,35 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// `command` with the paths it names read from the current directory
+    /// (see [`paths`]); `show` reads its own (see [`inspect::show`]).
+    fn paths_from_cwd(&self, mut command: Command) -> Command {
+        let Some((root, cwd)) = self.workspace_and_cwd() else {
+            return command;
+        };
+        let fix = |p: &mut String| *p = paths::from_cwd(p, &root, &cwd);
+        match &mut command {
+            Command::Track { paths } | Command::Diff { paths, .. } => {
+                paths.iter_mut().for_each(fix)
+            }
+            Command::Rollback(a) => a.paths.iter_mut().for_each(fix),
+            Command::History { path, .. } | Command::Blame { path, .. } => fix(path),
+            Command::Log(a) => a.filter.path.iter_mut().for_each(fix),
+            Command::Export(a) => a.filter.path.iter_mut().for_each(fix),
+            _ => {}
+        }
+        command
+    }
+
+    /// The workspace root and the current directory, both canonical, if a
+    /// store is found.
+    pub(crate) fn workspace_and_cwd(&self) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        let found = discover::find(self.store.as_deref(), self.workspace.as_deref()).ok()?;
+        let root = found.workspace.canonicalize().ok()?;
+        let cwd = std::env::current_dir().ok()?.canonicalize().ok()?;
+        Some((root, cwd))
+    }
+
     fn from_cli(cli: &Cli) -> Result<Settings> {
         let durability = match &cli.durability {
             None => None,
@@ -194,7 +224,8 @@ impl Settings {
 /// Runs one command.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let settings = Settings::from_cli(&cli)?;
-    match cli.command {
+    let command = settings.paths_from_cwd(cli.command);
+    match command {
         Command::Init { dir } => init(&settings, dir.as_deref()),
         Command::Record(a) => record::run(&settings, a),
         Command::Log(a) => inspect::log(&settings, a),

@@ -1,0 +1,75 @@
+//! Paths typed on the command line, read as git reads a pathspec: relative
+//! to the current directory when that lies inside the workspace, so
+//! `cairn history main.rs` in `src/` means `src/main.rs` and `../README.md`
+//! climbs back to the root. From outside the workspace (`--store` from
+//! elsewhere) a relative path is relative to the workspace root, as before.
+
+use std::path::{Component, Path};
+
+/// `typed` relative to the workspace root `root`, for a command run in
+/// `cwd` (both canonical). Absolute paths, and any path when `cwd` is not
+/// below `root`, are returned as typed (the library makes an absolute path
+/// inside the workspace relative, and refuses one outside). A path that
+/// climbs out of the workspace is returned absolute, so that it is refused
+/// as lying outside. A trailing `/` (a directory) is kept; the root itself
+/// is `.`.
+pub fn from_cwd(typed: &str, root: &Path, cwd: &Path) -> String {
+    let p = Path::new(typed);
+    if typed.is_empty() || p.is_absolute() {
+        return typed.to_string();
+    }
+    let Ok(below) = cwd.strip_prefix(root) else {
+        return typed.to_string();
+    };
+    let mut parts: Vec<String> = Vec::new();
+    for c in below.components().chain(p.components()) {
+        match c {
+            Component::Normal(n) => parts.push(n.to_string_lossy().into_owned()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if parts.pop().is_none() {
+                    // Above the root: outside the workspace.
+                    return cwd.join(p).to_string_lossy().into_owned();
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return typed.to_string(),
+        }
+    }
+    let mut out = parts.join("/");
+    if out.is_empty() {
+        out.push('.');
+    } else if typed.ends_with('/') {
+        out.push('/');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_read_from_the_current_directory_inside_the_workspace() {
+        let root = Path::new("/w");
+        let src = Path::new("/w/src");
+        assert_eq!(from_cwd("main.rs", root, src), "src/main.rs");
+        assert_eq!(from_cwd("./lib/", root, src), "src/lib/");
+        assert_eq!(from_cwd("../README.md", root, src), "README.md");
+        assert_eq!(from_cwd("..", root, src), ".");
+        assert_eq!(from_cwd(".", root, src), "src");
+        assert_eq!(
+            from_cwd("../../etc/passwd", root, src),
+            "/w/src/../../etc/passwd"
+        );
+        // At the root, `./` and `..` are resolved too.
+        assert_eq!(from_cwd("src/main.rs", root, root), "src/main.rs");
+        assert_eq!(from_cwd("./src//main.rs", root, root), "src/main.rs");
+        assert_eq!(from_cwd("../x", root, root), "/w/../x");
+        // Outside the workspace, or absolute: as typed.
+        assert_eq!(
+            from_cwd("src/main.rs", root, Path::new("/elsewhere")),
+            "src/main.rs"
+        );
+        assert_eq!(from_cwd("/w/src/a.rs", root, src), "/w/src/a.rs");
+    }
+}
