@@ -41,6 +41,25 @@ fn ok(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
 
+/// A store in `ws` holding one prompt saying `text`, and a running
+/// `cairn export --follow` of it, its output piped.
+fn store_with_a_follower(ws: &Path, text: &str) -> std::process::Child {
+    ok(&cairn(ws, &["init"]));
+    ok(&cairn_stdin(
+        ws,
+        &["record"],
+        Some(&format!("{{\"kind\":\"prompt\",\"text\":\"{text}\"}}\n")),
+    ));
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["export", "--follow"])
+        .current_dir(ws)
+        .env_remove("CAIRN_STORE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn json_lines(s: &str) -> Vec<serde_json::Value> {
     s.lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -539,21 +558,7 @@ fn import_refuses_a_bad_file_whole_and_names_the_line() {
 fn following_into_a_pipe_ends_when_its_reader_does() {
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
-    let ws = tmp.path();
-    ok(&cairn(ws, &["init"]));
-    ok(&cairn_stdin(
-        ws,
-        &["record"],
-        Some("{\"kind\":\"prompt\",\"text\":\"hi\"}\n"),
-    ));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["export", "--follow"])
-        .current_dir(ws)
-        .env_remove("CAIRN_STORE")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = store_with_a_follower(tmp.path(), "hi");
     let mut first = String::new();
     std::io::BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut first)
@@ -616,22 +621,9 @@ fn a_follower_never_keeps_a_recorder_from_writing() {
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();
-    ok(&cairn(ws, &["init"]));
-    ok(&cairn_stdin(
-        ws,
-        &["record"],
-        Some("{\"kind\":\"prompt\",\"text\":\"first\"}\n"),
-    ));
     // `export --follow` runs for as long as its reader reads: it used to
     // hold the store's lock, so every `record` meanwhile failed.
-    let mut follower = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["export", "--follow"])
-        .current_dir(ws)
-        .env_remove("CAIRN_STORE")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut follower = store_with_a_follower(ws, "first");
     let mut lines = std::io::BufReader::new(follower.stdout.take().unwrap()).lines();
     assert!(lines.next().unwrap().unwrap().contains("\"first\""));
     // The follower has the store open now.
