@@ -722,6 +722,20 @@ fn paths_are_read_from_the_current_directory_inside_the_workspace() {
         std::fs::read_to_string(ws.join("top.txt")).unwrap(),
         "top 2\n"
     );
+    // No record names src/y.rs but the rollback that restored it; the
+    // checkpoints that captured it ("one", then the shell edit "two", in
+    // the checkpoint before the rollback) changed it too.
+    let kinds = |args: &[&str]| -> Vec<String> {
+        json_lines(&ok(&cairn(&src, args)))
+            .iter()
+            .map(|r| r["kind"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(kinds(&["history", "y.rs", "--json"]), ["rollback"]);
+    assert_eq!(
+        kinds(&["history", "y.rs", "--checkpoints", "--json"]),
+        ["checkpoint.create", "checkpoint.create", "rollback"]
+    );
     let o = cairn(
         &src,
         &["rollback", "c1", "--path", "../../elsewhere", "--dry-run"],

@@ -429,6 +429,11 @@ impl Index {
         self.rollbacks_by_session.get(s).map_or(&[], Vec::as_slice)
     }
 
+    /// Every tree reset (checkpoints and rollbacks), in LSN order.
+    pub fn resets(&self) -> &[Reset] {
+        &self.resets
+    }
+
     /// The last tree reset at or before `at`.
     pub fn last_reset(&self, at: Lsn) -> Option<&Reset> {
         let i = self.resets.partition_point(|r| r.lsn <= at);

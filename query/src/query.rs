@@ -546,6 +546,56 @@ impl<'a> Query<'a> {
             .collect()
     }
 
+    /// [`Query::history`] and the checkpoints and rollbacks at which the
+    /// file `path` changed without a record naming it: a checkpoint that
+    /// captured a shell command's edit, a rollback that restored the file.
+    /// `blame` credits these with the lines they brought. It costs a
+    /// manifest lookup per checkpoint and rollback, where `history` reads
+    /// only the path's own records.
+    pub fn history_with_resets(&self, path: &str) -> Result<Vec<Record>> {
+        let mut lsns = self.index.paths_under(path);
+        lsns.extend(self.resets_changing(path)?);
+        lsns.sort_unstable();
+        lsns.dedup();
+        lsns.iter().map(|l| self.src.read(*l)).collect()
+    }
+
+    /// The checkpoints and rollbacks at which the file `path` changed: a
+    /// checkpoint that captured an edit no file event reported (a shell
+    /// command's), or a rollback that restored it. `blame` credits these
+    /// with the lines they brought, so `history` lists them too. One
+    /// manifest lookup per reset; a reset whose manifest retention
+    /// discarded is passed over.
+    fn resets_changing(&self, path: &str) -> Result<Vec<Lsn>> {
+        let events = self.index.path(path);
+        let mut out = Vec::new();
+        // The file's contents just after the previous reset, if known.
+        let mut after_prev: Option<Option<BlobHash>> = None;
+        let mut prev_lsn = Lsn(0);
+        for r in self.index.resets() {
+            let events_between =
+                events.partition_point(|l| *l < r.lsn) > events.partition_point(|l| *l <= prev_lsn);
+            prev_lsn = r.lsn;
+            let blob_at = |at: Lsn| match self.entry_at(at, path) {
+                Ok(e) => Ok(Some(e.map(|e| e.blob))),
+                Err(e) if self.beyond_retention(&e) => Ok(None),
+                Err(e) => Err(e),
+            };
+            let before = match after_prev {
+                Some(b) if !events_between => Some(b),
+                _ => blob_at(Lsn(r.lsn.0 - 1))?,
+            };
+            let after = blob_at(r.lsn)?;
+            if let (Some(b), Some(a)) = (before, after) {
+                if a != b {
+                    out.push(r.lsn);
+                }
+            }
+            after_prev = after;
+        }
+        Ok(out)
+    }
+
     /// For each line of `path` at a point, the record that last changed it.
     ///
     /// The versions of the file are taken at each record naming the path

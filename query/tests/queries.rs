@@ -153,6 +153,14 @@ fn history_includes_moves_both_ways() {
     let ix = Index::build(&f.log).unwrap();
     let q = Query::new(&f.log, &f.blobs, &m, &ix);
     assert_eq!(lsns(&q.history("a.txt").unwrap()), [2, 3, 6, 10]);
+    // With the resets that changed it: 5 is the checkpoint that captured an
+    // edit no file event reported (blame credits it with the line "four").
+    assert_eq!(
+        lsns(&q.history_with_resets("a.txt").unwrap()),
+        [2, 3, 5, 6, 10]
+    );
+    assert_eq!(lsns(&q.history_with_resets("b.txt").unwrap()), [6, 7, 10]);
+    assert_eq!(lsns(&q.history_with_resets("bin.dat").unwrap()), [4, 8]);
     assert_eq!(lsns(&q.history("b.txt").unwrap()), [6, 7, 10]);
     assert_eq!(lsns(&q.history("bin.dat").unwrap()), [4, 8]);
     assert!(q.history("nope").unwrap().is_empty());

@@ -145,6 +145,11 @@ pub enum Command {
     History {
         /// Workspace-relative path.
         path: String,
+        /// Also the checkpoints and rollbacks that changed the file without
+        /// a record naming it (a checkpoint that captured a shell edit);
+        /// reads one manifest per checkpoint.
+        #[arg(long)]
+        checkpoints: bool,
         /// Canonical JSONL.
         #[arg(long)]
         json: bool,

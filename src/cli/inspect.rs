@@ -491,10 +491,16 @@ pub fn diff(
 }
 
 /// `cairn history PATH`.
-pub fn history(settings: &Settings, path: &str, json: bool) -> Result<ExitCode> {
+pub fn history(settings: &Settings, path: &str, checkpoints: bool, json: bool) -> Result<ExitCode> {
     let store = settings.open_read()?;
     let path = record_path(path, store.workspace_dir());
-    let records = store.query(|q| q.history(&path))?;
+    let records = store.query(|q| {
+        if checkpoints {
+            q.history_with_resets(&path)
+        } else {
+            q.history(&path)
+        }
+    })?;
     print_records(&records, json)?;
     Ok(ExitCode::SUCCESS)
 }

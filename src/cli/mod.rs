@@ -243,7 +243,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Show { spec } => inspect::show(&settings, &spec),
         Command::Tree { point, json } => inspect::tree(&settings, &point, json),
         Command::Diff { a, b, paths, json } => inspect::diff(&settings, &a, &b, &paths, json),
-        Command::History { path, json } => inspect::history(&settings, &path, json),
+        Command::History {
+            path,
+            checkpoints,
+            json,
+        } => inspect::history(&settings, &path, checkpoints, json),
         Command::Blame { point, path, json } => inspect::blame(&settings, &point, &path, json),
         Command::Branches { id, json } => inspect::branches(&settings, id.as_deref(), json),
         Command::Export(a) => interop::export(&settings, a),
