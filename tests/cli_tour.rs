@@ -254,6 +254,14 @@ fn readme_tour_end_to_end() {
     let s: serde_json::Value = serde_json::from_str(&ok(&cairn(ws, &["stats", "--json"]))).unwrap();
     assert!(s["records"].as_u64().unwrap() >= 8);
     assert!(s["blobs"].as_u64().unwrap() >= 3);
+    assert_eq!(s["durability"], "always");
+    // The policy is each writer's, not the files': the one these options give.
+    let s: serde_json::Value = serde_json::from_str(&ok(&cairn(
+        ws,
+        &["--durability", "never", "stats", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(s["durability"], "never");
 
     // blob put/get round trip; bad hashes are clear errors.
     let put = ok(&cairn(ws, &["blob", "put", "src/main.rs"]));

@@ -271,13 +271,16 @@ pub fn repair(settings: &Settings, json: bool) -> Result<ExitCode> {
 pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
     let store = settings.open_read()?;
     let s = store.stats();
+    // Not a property of the files: each writing process chooses it when it
+    // opens the store. What a cairn command given these options would use.
+    let durability = settings.durability.unwrap_or_default();
     if json {
         let v = serde_json::json!({
             "segments": s.log.segments,
             "sealed_segments": s.log.sealed_segments,
             "records": s.log.records,
             "log_bytes": s.log.bytes,
-            "durability": s.log.durability.to_string(),
+            "durability": durability.to_string(),
             "log_dictionary": s.log.dictionary.map(cairn_codec::zdict::file_name),
             "head_lsn": s.head.last_lsn.0,
             "head_hash": s.head.chain.to_hex(),
@@ -300,7 +303,10 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
             format!("{} ({} sealed)", s.log.segments, s.log.sealed_segments),
         ]);
         t.row(vec!["log bytes".into(), bytes(s.log.bytes)]);
-        t.row(vec!["durability".into(), s.log.durability.to_string()]);
+        t.row(vec![
+            "durability".into(),
+            format!("{durability} (for writes by cairn with these options; each writer chooses at open)"),
+        ]);
         t.row(vec![
             "log dictionary".into(),
             s.log
