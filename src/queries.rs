@@ -123,7 +123,7 @@ impl Store {
         };
         if !self.is_read_only() {
             ix.save(self.vfs(), &self.root().join("index"))?;
-        } else if self.saves_index_read_only() {
+        } else if self.save_index_read_only {
             // A cache: a store this process may not write is no error.
             let _ = ix.save(self.vfs(), &self.root().join("index"));
         }

@@ -343,7 +343,7 @@ pub struct Store {
     pub(crate) gc_gate: RwLock<()>,
     _tmp: Option<tempfile::TempDir>,
     /// See [`StoreBuilder::save_index_read_only`].
-    save_index_read_only: bool,
+    pub(crate) save_index_read_only: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -390,11 +390,6 @@ impl Store {
     /// True if this handle cannot write (opened read-only).
     pub fn is_read_only(&self) -> bool {
         matches!(self.log, LogHandle::Reader(_))
-    }
-
-    /// See [`StoreBuilder::save_index_read_only`].
-    pub(crate) fn saves_index_read_only(&self) -> bool {
-        self.save_index_read_only
     }
 
     pub(crate) fn writer(&self, what: &str) -> Result<&Arc<Log>> {
@@ -481,6 +476,14 @@ impl Store {
         event: &Event,
         before: &[Event],
     ) -> std::result::Result<(), String> {
+        let names_none = event.checkpoint.is_none()
+            && event.source.is_none()
+            && event.target.is_none()
+            && event.parents.is_empty();
+        if names_none {
+            // Most events: nothing to look up on the append path.
+            return Ok(());
+        }
         let head = self.head().last_lsn;
         let kind_at = |lsn: Lsn| -> Option<EventKind> {
             if lsn.0 == 0 {

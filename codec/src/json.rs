@@ -254,8 +254,6 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
     Ok(e)
 }
 
-/// What the line holds, if it is valid JSON but clearly not an object (so
-/// the error says so, rather than serde's "invalid length" for an array).
 /// A `ts` value: ISO-8601 text, or whole epoch milliseconds.
 fn parse_ts(v: &serde_json::Value) -> Result<Timestamp, CodecError> {
     match v {
@@ -266,17 +264,22 @@ fn parse_ts(v: &serde_json::Value) -> Result<Timestamp, CodecError> {
                 "field `ts`: {n} is not whole epoch milliseconds within the range of a 64-bit integer"
             ))),
         },
-        other => Err(CodecError::Json(format!(
-            "field `ts` must be ISO-8601 text or epoch milliseconds, not {}",
-            match other {
-                    serde_json::Value::Bool(_) => "a boolean",
+        // `null` never gets here: it reads as an absent `ts`.
+        other => {
+            let what = match other {
+                serde_json::Value::Bool(_) => "a boolean",
                 serde_json::Value::Array(_) => "an array",
                 _ => "an object",
-            }
-        ))),
+            };
+            Err(CodecError::Json(format!(
+                "field `ts` must be ISO-8601 text or epoch milliseconds, not {what}"
+            )))
+        }
     }
 }
 
+/// What the line holds, if it is valid JSON but clearly not an object (so
+/// the error says so, rather than serde's "invalid length" for an array).
 fn not_an_object(line: &str) -> Option<&'static str> {
     match line.trim_start().bytes().next()? {
         b'[' => Some("an array"),

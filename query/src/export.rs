@@ -22,8 +22,8 @@
 //! error_kind, label, the checkpoint ids `checkpoint`, `source` and
 //! `target`, path, to_path, and the kind when the action is lossy) go into
 //! `meta.cairn`, only when there is at least one; an import of such a line
-//! reads them back, checkpoint ids aside (see [`crate::import`]). `files` is the event's
-//! `files`, or its `path`/`to_path` when `files` is empty.
+//! reads them back, checkpoint ids aside (see [`crate::import`]). `files`
+//! is the event's `files`, or its `path`/`to_path` when `files` is empty.
 //!
 //! # `comma`
 //! Only the `file.*` kinds exist in that shape; every other kind is

@@ -300,16 +300,24 @@ fn cortexide_kind(action: &str) -> Option<EventKind> {
 fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     check_fields(o, &CORTEXIDE_FIELDS)?;
     // An optional field given as `null` is absent; a hint writes the
-    // `null` back on export.
+    // `null` back on export. (The line is copied only when it has one.)
     let mut hints = Map::new();
-    let mut present = o.clone();
-    for k in CORTEXIDE_OPTIONAL {
-        if present.get(k) == Some(&Value::Null) {
-            present.remove(k);
+    let nulls: Vec<&str> = CORTEXIDE_OPTIONAL
+        .into_iter()
+        .filter(|k| o.get(*k) == Some(&Value::Null))
+        .collect();
+    let without_nulls;
+    let o = if nulls.is_empty() {
+        o
+    } else {
+        let mut m = o.clone();
+        for k in nulls {
+            m.remove(k);
             hints.insert(k.to_string(), Value::Null);
         }
-    }
-    let o = &present;
+        without_nulls = m;
+        &without_nulls
+    };
     let ts = match req(o, "ts")? {
         Value::Number(n) => match n.as_i64() {
             Some(ms) => Timestamp::from_millis(ms).map_err(|e| format!("field `ts`: {e}"))?,

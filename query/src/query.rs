@@ -560,14 +560,18 @@ impl<'a> Query<'a> {
         lsns.iter().map(|l| self.src.read(*l)).collect()
     }
 
-    /// The checkpoints and rollbacks at which the file `path` changed: a
-    /// checkpoint that captured an edit no file event reported (a shell
-    /// command's), or a rollback that restored it. `blame` credits these
-    /// with the lines they brought, so `history` lists them too. One
-    /// manifest lookup per reset; a reset whose manifest retention
-    /// discarded is passed over.
+    /// The checkpoints and rollbacks at which the file `path` changed (see
+    /// [`Query::history_with_resets`]). One manifest lookup per reset, and
+    /// a walk back only where the path's own records lie between two; a
+    /// reset whose manifest retention discarded is passed over.
     fn resets_changing(&self, path: &str) -> Result<Vec<Lsn>> {
         let events = self.index.path(path);
+        // The file's contents at `at` (`None` past retention's horizon).
+        let blob_at = |at: Lsn| match self.entry_at(at, path) {
+            Ok(e) => Ok(Some(e.map(|e| e.blob))),
+            Err(e) if self.beyond_retention(&e) => Ok(None),
+            Err(e) => Err(e),
+        };
         let mut out = Vec::new();
         // The file's contents just after the previous reset, if known.
         let mut after_prev: Option<Option<BlobHash>> = None;
@@ -576,11 +580,6 @@ impl<'a> Query<'a> {
             let events_between =
                 events.partition_point(|l| *l < r.lsn) > events.partition_point(|l| *l <= prev_lsn);
             prev_lsn = r.lsn;
-            let blob_at = |at: Lsn| match self.entry_at(at, path) {
-                Ok(e) => Ok(Some(e.map(|e| e.blob))),
-                Err(e) if self.beyond_retention(&e) => Ok(None),
-                Err(e) => Err(e),
-            };
             let before = match after_prev {
                 Some(b) if !events_between => Some(b),
                 _ => blob_at(Lsn(r.lsn.0 - 1))?,
@@ -671,12 +670,13 @@ impl<'a> Query<'a> {
             // only its mode would need the walk back through the path's
             // history that `entry_at` makes (once per version, that walk
             // made blame quadratic: 2,000 versions read 2 million records).
-            let set_here = match rec.as_ref().map(|r| path_change(&r.event, path)) {
-                Some(Some(PathChange::Set(b))) if !reset_here => Some(Some(b)),
-                Some(Some(PathChange::Remove)) if !reset_here => Some(None),
-                Some(Some(PathChange::MoveIn { after: Some(b), .. })) if !reset_here => {
+            // At a reset, the manifest decides.
+            let change = rec.as_ref().filter(|_| !reset_here);
+            let set_here = match change.and_then(|r| path_change(&r.event, path)) {
+                Some(PathChange::Set(b) | PathChange::MoveIn { after: Some(b), .. }) => {
                     Some(Some(b))
                 }
+                Some(PathChange::Remove) => Some(None),
                 _ => None,
             };
             let found = match set_here {

@@ -458,8 +458,8 @@ fn cortexide_import_reads_back_what_cairns_export_kept_in_meta() {
     let text = String::from_utf8(out).unwrap();
     let back = import_lines(Format::Cortexide, text.as_bytes(), "f").unwrap();
     let got: Vec<&Event> = back.iter().map(|i| &i.event).collect();
-    // Session, kind, paths, agent, label and checkpoint ids come back, and
-    // meta.cairn is not kept twice.
+    // Session, kind, paths, agent and label come back, and meta.cairn is
+    // not kept twice.
     assert_eq!(
         (
             got[0].kind,

@@ -96,7 +96,7 @@ pub struct Workspace {
     root: PathBuf,
     cache_dir: PathBuf,
     opts: SnapshotOptions,
-    /// Normalised `opts.exclude`, plus the cache directory if it lies inside the root.
+    /// Normalised `opts.exclude`, plus cairn's own directories (`own`).
     excluded: Vec<String>,
     /// The cache directory relative to the root, if it lies inside it.
     /// Directories inside the workspace that are cairn's own (the cache
@@ -168,24 +168,21 @@ impl Workspace {
         for x in &opts.exclude {
             excluded.push(relpath::normalize(&root, x)?);
         }
-        let mut own = Vec::new();
-        if let Some(rel) = own_rel(&root, &cache_dir) {
-            excluded.push(rel.clone());
-            own.push(rel);
-        }
-        Ok(Workspace {
+        let mut ws = Workspace {
             root,
-            cache_dir,
+            cache_dir: cache_dir.clone(),
             opts,
             excluded,
-            own,
+            own: Vec::new(),
             watcher: Mutex::new(None),
             stat_cache: Mutex::new(None),
             pending_save: Mutex::new(None),
             checkpoint_list: Mutex::new(None),
             track_lock: Mutex::new(BTreeSet::new()),
             flow: Mutex::new(()),
-        })
+        };
+        ws.own_dir(&cache_dir);
+        Ok(ws)
     }
 
     /// Runs checkpoints, rollbacks and retention on this workspace one at a
@@ -329,17 +326,24 @@ impl Workspace {
     /// named `.cairn` never is anyway).
     pub fn with_store_dir(mut self, store: &Path) -> Workspace {
         let store = store.canonicalize().unwrap_or_else(|_| store.to_path_buf());
-        let Some(rel) = store.strip_prefix(&self.root).ok().and_then(Path::to_str) else {
-            return self;
+        self.own_dir(&store);
+        self
+    }
+
+    /// Marks `dir` (canonical), if it lies inside the workspace, as one of
+    /// cairn's own: excluded (unless `.git`/`.cairn` protect it already)
+    /// and not counted as skipped.
+    fn own_dir(&mut self, dir: &Path) {
+        let Some(rel) = dir.strip_prefix(&self.root).ok().and_then(Path::to_str) else {
+            return;
         };
         if rel.is_empty() {
-            return self;
+            return;
         }
         if relpath::protected_reason(rel).is_none() {
             self.excluded.push(rel.to_string());
         }
         self.own.push(rel.to_string());
-        self
     }
 
     /// True if `rel` is one of cairn's own directories (the cache or the
@@ -468,13 +472,6 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     let d = std::fs::File::open(dir).map_err(|e| SnapshotError::io("open directory", dir, e))?;
     d.sync_all()
         .map_err(|e| SnapshotError::io("fsync directory", dir, e))
-}
-
-/// `dir` relative to the workspace `root`, if it lies inside it and is not
-/// already protected (`.git`, `.cairn`).
-fn own_rel(root: &Path, dir: &Path) -> Option<String> {
-    let rel = dir.strip_prefix(root).ok()?.to_str()?;
-    (!rel.is_empty() && relpath::protected_reason(rel).is_none()).then(|| rel.to_string())
 }
 
 #[cfg(test)]

@@ -123,21 +123,24 @@ pub struct Settings {
 
 impl Settings {
     /// `command` with the paths it names read from the current directory
-    /// (see [`paths`]); `show` reads its own (see [`inspect::show`]).
+    /// (see [`paths`]); `show` reads its own (see [`inspect::show`]). The
+    /// store is looked for only when the command names a path.
     fn paths_from_cwd(&self, mut command: Command) -> Command {
-        let Some((root, cwd)) = self.workspace_and_cwd() else {
-            return command;
+        let typed: Vec<&mut String> = match &mut command {
+            Command::Track { paths } | Command::Diff { paths, .. } => paths.iter_mut().collect(),
+            Command::Rollback(a) => a.paths.iter_mut().collect(),
+            Command::History { path, .. } | Command::Blame { path, .. } => vec![path],
+            Command::Log(a) => a.filter.path.iter_mut().collect(),
+            Command::Export(a) => a.filter.path.iter_mut().collect(),
+            _ => Vec::new(),
         };
-        let fix = |p: &mut String| *p = paths::from_cwd(p, &root, &cwd);
-        match &mut command {
-            Command::Track { paths } | Command::Diff { paths, .. } => {
-                paths.iter_mut().for_each(fix)
+        if typed.is_empty() {
+            return command;
+        }
+        if let Some((root, cwd)) = self.workspace_and_cwd() {
+            for p in typed {
+                *p = paths::from_cwd(p, &root, &cwd);
             }
-            Command::Rollback(a) => a.paths.iter_mut().for_each(fix),
-            Command::History { path, .. } | Command::Blame { path, .. } => fix(path),
-            Command::Log(a) => a.filter.path.iter_mut().for_each(fix),
-            Command::Export(a) => a.filter.path.iter_mut().for_each(fix),
-            _ => {}
         }
         command
     }

@@ -140,9 +140,8 @@ impl LogReader {
     }
 
     /// Reads whole records (and whole batches) appended to the tail since
-    /// the last look; turns the tail into a sealed segment once its footer is there.
-    /// Reads the records the writer appended to the tail since the last
-    /// refresh. Stops at the first frame that is not intact: the writer's
+    /// the last look; turns the tail into a sealed segment once its footer
+    /// is there. Stops at the first frame that is not intact: the writer's
     /// next record, not yet written whole. If intact records follow it,
     /// the bytes are read again (a writer may be copying a group into the
     /// file at that moment) and, still so, they are damage: an error names
