@@ -130,6 +130,15 @@ fn ev(i: u64) -> Event {
     e
 }
 
+/// The byte offset of frame `n` (from 0) in a segment file's `bytes`.
+fn frame_offset(bytes: &[u8], n: usize) -> usize {
+    let mut off = cairn_codec::segment::SEGMENT_HEADER_LEN;
+    for _ in 0..n {
+        off += frame::decode(&bytes[off..]).unwrap().len();
+    }
+    off
+}
+
 fn opts(seg: u64, durability: Durability) -> LogOptions {
     LogOptions {
         segment_size_bytes: seg,
@@ -353,10 +362,7 @@ fn reader_never_sees_part_of_a_batch() {
     let name = "00000000000000000001.seg";
     let full = std::fs::read(src.join(name)).unwrap();
     // Where the batch starts: after the third frame.
-    let mut off = 64;
-    for _ in 0..3 {
-        off += frame::decode(&full[off..]).unwrap().len();
-    }
+    let off = frame_offset(&full, 3);
     let dst = tmp.path().join("dst");
     std::fs::create_dir_all(&dst).unwrap();
     std::fs::write(dst.join(name), &full[..off]).unwrap();
@@ -386,10 +392,7 @@ fn reader_names_damage_that_intact_records_follow() {
     let name = dir.join("00000000000000000001.seg");
     let mut bytes = std::fs::read(&name).unwrap();
     // The fifth frame's body.
-    let mut off = 64;
-    for _ in 0..4 {
-        off += frame::decode(&bytes[off..]).unwrap().len();
-    }
+    let off = frame_offset(&bytes, 4);
     bytes[off + 30] ^= 0x40;
     std::fs::write(&name, &bytes).unwrap();
     // A reader used to stop there, as at a record being written, and show

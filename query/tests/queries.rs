@@ -499,24 +499,23 @@ fn blame_starts_where_retention_left_history() {
     );
 }
 
+/// Appends a `file.write` of `path` with contents `bytes` (stored).
+fn write(log: &MemLog, blobs: &MemBlobs, path: &str, bytes: &[u8]) {
+    let mut w = ev(EventKind::FileWrite, "s", "m", path);
+    w.after = Some(blobs.put(bytes).unwrap());
+    log.append(w).unwrap();
+}
+
 #[test]
 fn a_diff_of_a_file_too_large_to_compare_reports_it_unread() {
     let log = MemLog::new();
     let blobs = MemBlobs::new();
     let m = SnapshotManifests(&blobs);
     let big = cairn_query::query::MAX_LINE_DIFF_BYTES as usize + 1;
-    let mut w = ev(EventKind::FileWrite, "s", "m", "data.csv");
-    w.after = Some(blobs.put(&b"a,b\n".repeat(big / 4 + 1)).unwrap());
-    log.append(w).unwrap(); // 1
-    let mut w = ev(EventKind::FileWrite, "s", "m", "small.txt");
-    w.after = Some(blobs.put(b"one\n").unwrap());
-    log.append(w).unwrap(); // 2
-    let mut w = ev(EventKind::FileWrite, "s", "m", "data.csv");
-    w.after = Some(blobs.put(&b"c,d\n".repeat(big / 4 + 1)).unwrap());
-    log.append(w).unwrap(); // 3
-    let mut w = ev(EventKind::FileWrite, "s", "m", "small.txt");
-    w.after = Some(blobs.put(b"two\n").unwrap());
-    log.append(w).unwrap(); // 4
+    write(&log, &blobs, "data.csv", &b"a,b\n".repeat(big / 4 + 1)); // 1
+    write(&log, &blobs, "small.txt", b"one\n"); // 2
+    write(&log, &blobs, "data.csv", &b"c,d\n".repeat(big / 4 + 1)); // 3
+    write(&log, &blobs, "small.txt", b"two\n"); // 4
     let ix = Index::build(&log).unwrap();
     let q = Query::new(&log, &blobs, &m, &ix);
     let diffs = q.diff(at(2), at(4), &[]).unwrap();
@@ -545,12 +544,8 @@ fn a_diff_of_two_wholly_different_files_ends_promptly() {
             .map(|i| format!("{tag} line {i}\n"))
             .collect::<String>()
     };
-    let mut w = ev(EventKind::FileWrite, "s", "m", "gen.txt");
-    w.after = Some(blobs.put(text("old").as_bytes()).unwrap());
-    log.append(w).unwrap(); // 1
-    let mut w = ev(EventKind::FileWrite, "s", "m", "gen.txt");
-    w.after = Some(blobs.put(text("new").as_bytes()).unwrap());
-    log.append(w).unwrap(); // 2
+    write(&log, &blobs, "gen.txt", text("old").as_bytes()); // 1
+    write(&log, &blobs, "gen.txt", text("new").as_bytes()); // 2
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let ix = Index::build(&log).unwrap();
