@@ -21,19 +21,9 @@ use cairn_codec::{Event, EventKind};
 use cairn_engine::log::{Durability, Log, LogOptions};
 use cairn_engine::RealVfs;
 
-/// A setting from the environment, or its default.
-fn setting(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
-        Err(_) => default,
-    }
-}
-
 fn main() {
-    let threads = setting("THREADS", 16);
-    let seconds = setting("SECONDS", 3);
+    let threads = cairn_benches::setting("THREADS", 16);
+    let seconds = cairn_benches::setting("SECONDS", 3);
     let tmp = cairn_benches::bench_dir("cairn-group-commit");
     let durability = match std::env::var("DURABILITY").as_deref() {
         Ok("never") => Durability::Never,

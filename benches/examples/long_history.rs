@@ -28,16 +28,6 @@ use cairn_query::index::Index;
 use cairn_query::source::{RecordSource, SnapshotManifests};
 use cairn_query::{Point, Query};
 
-/// A setting from the environment, or its default.
-fn setting(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
-        Err(_) => default,
-    }
-}
-
 /// The log, counting the records queries read from it.
 struct Counted<'a> {
     log: &'a Log,
@@ -58,7 +48,7 @@ impl RecordSource for Counted<'_> {
 }
 
 fn main() {
-    let versions = setting("VERSIONS", 2_000);
+    let versions = cairn_benches::setting("VERSIONS", 2_000);
     let tmp = cairn_benches::bench_dir("cairn-long-history");
     let blobs = BlobStore::open(
         Arc::new(RealVfs),

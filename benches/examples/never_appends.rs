@@ -11,16 +11,9 @@ use std::time::Instant;
 use cairn_engine::log::{Durability, Log, LogOptions};
 use cairn_engine::RealVfs;
 
-fn setting(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
-    let rounds = setting("ROUNDS", 5);
-    let appends = setting("APPENDS", 1_000_000);
+    let rounds = cairn_benches::setting("ROUNDS", 5);
+    let appends = cairn_benches::setting("APPENDS", 1_000_000) as usize;
     let events = cairn_benches::tool_calls_200b(1000);
     let tmp = cairn_benches::bench_dir("cairn-never-appends");
     let opts = LogOptions {

@@ -19,6 +19,17 @@ pub fn bench_dir(prefix: &str) -> tempfile::TempDir {
         .expect("bench temp dir")
 }
 
+/// A whole-number setting of an example from the environment variable
+/// `name`, or `default` when it is not set.
+pub fn setting(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
+        Err(_) => default,
+    }
+}
+
 /// A small deterministic PRNG (xorshift64*), so generated data is identical on every run.
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
