@@ -754,3 +754,30 @@ fn paths_are_read_from_the_current_directory_inside_the_workspace() {
         "a path above the workspace is refused"
     );
 }
+
+#[test]
+fn import_reads_stdin_as_dash_and_branches_explains_an_imported_rollback() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let line = "{\"ts\":1732400000000,\"action\":\"rollback\",\"ok\":true}\n";
+    let out = ok(&cairn_stdin(
+        ws,
+        &["import", "--format", "cortexide", "--json", "-"],
+        Some(line),
+    ));
+    assert_eq!(json_lines(&out)[0]["count"], 1, "{out}");
+    let branches = ok(&cairn(ws, &["branches"]));
+    assert!(
+        branches.contains("1 rollback record names no checkpoint of this store"),
+        "{branches}"
+    );
+    let o = cairn_stdin(
+        ws,
+        &["import", "--format", "cortexide", "-"],
+        Some("{\"ts\":1,\"action\":\"bogus\",\"ok\":true}\n"),
+    );
+    assert_eq!(o.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("stdin:1: unknown action `bogus`"), "{err}");
+}

@@ -185,7 +185,7 @@ pub enum Command {
         /// cortexide | comma | jsonl.
         #[arg(long)]
         format: String,
-        /// Files to read.
+        /// Files to read; `-` reads stdin.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Print the summary as JSON.

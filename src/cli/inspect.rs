@@ -543,7 +543,8 @@ pub fn blame(settings: &Settings, point: &str, path: &str, json: bool) -> Result
 pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<ExitCode> {
     let id = id.map(super::checkpoint::parse_id).transpose()?;
     let store = settings.open_read()?;
-    let nodes = store.query(|q| q.branches(id))?;
+    let (nodes, rollbacks) =
+        store.query(|q| Ok((q.branches(id)?, q.index().kind(EventKind::Rollback).len())))?;
     if json {
         for n in &nodes {
             let v = serde_json::json!({
@@ -558,7 +559,12 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
             Some(c) => println!(
                 "nothing continues from {c} yet: no checkpoint or rollback has it as parent"
             ),
-            None => println!("no checkpoints or rollbacks yet"),
+            None if rollbacks == 0 => println!("no checkpoints or rollbacks yet"),
+            None => println!(
+                "no checkpoints yet; the log's {} names no checkpoint of this store \
+                 (an imported one, say), so it is not a branch point",
+                count(rollbacks as u64, "rollback record")
+            ),
         }
     } else {
         let mut t = Table::new(&["NODE", "KIND", "SESSION", "FROM", "CHILDREN", "LABEL"]);

@@ -116,9 +116,19 @@ pub fn import(
     let mut total = 0u64;
     let mut range: Option<(Lsn, Lsn)> = None;
     for f in files {
-        let spin =
-            super::progress::Spinner::start(settings.quiet, &format!("importing {}", f.display()));
-        let got = store.import_file(format, f).with_context(|| {
+        let stdin = f.as_os_str() == "-";
+        let name = if stdin {
+            "stdin".to_string()
+        } else {
+            f.display().to_string()
+        };
+        let spin = super::progress::Spinner::start(settings.quiet, &format!("importing {name}"));
+        let got = if stdin {
+            store.import(format, &mut std::io::stdin().lock(), "stdin")
+        } else {
+            store.import_file(format, f)
+        };
+        let got = got.with_context(|| {
             let before = if total > 0 {
                 format!(
                     "; the {} of the files before it {} recorded",
@@ -128,7 +138,7 @@ pub fn import(
             } else {
                 String::new()
             };
-            format!("import stopped in {}{before}", f.display())
+            format!("import stopped in {name}{before}")
         })?;
         drop(spin);
         if let Some((first, last)) = got {
