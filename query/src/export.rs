@@ -37,7 +37,8 @@
 //! respectively; `diff` is the text of the `diff` blob truncated at
 //! [`MAX_INLINE_DIFF_BYTES`] with [`TRUNCATION_MARKER`]; `agentName` is
 //! `unknown` when the event names no agent; `errorKind` only when `ok` is
-//! false.
+//! false. A `file.patch` of several files is one line per file, as the
+//! shape has one `path` a line (see [`to_comma_lines`]).
 //!
 //! Import (see [`crate::import`]) keeps whatever the event model has no field
 //! for in meta under the keys above (and `_cortexide` hints), so that import
@@ -135,8 +136,11 @@ impl FromStr for Format {
 /// What an export wrote.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExportStats {
-    /// Lines written.
+    /// Lines written (a record is more than one line only in the `comma`
+    /// shape: a patch of several files).
     pub written: u64,
+    /// Records written (each as one or more lines).
+    pub records: u64,
     /// Bytes written.
     pub bytes: u64,
     /// Records that matched the filter but have no projection in the
@@ -337,8 +341,124 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
     Some(Value::Object(o))
 }
 
+/// The comma lines of `e`: none for kinds other than `file.*`, one per file
+/// for a `file.patch` naming several, else one (see [`to_comma`]).
+///
+/// The shape has one `path` per line, so a patch of several files is one
+/// line per file, as that product's `apply_patch` writes them. The first
+/// line is [`to_comma`]'s (the event's `path`, its hashes and `toPath`);
+/// each other file of `files` gets a line with the same time, session,
+/// agent, tool and outcome. When the unified diff splits cleanly into one
+/// section per file, each line carries its own file's section; otherwise
+/// the first line carries the whole diff.
+pub fn to_comma_lines(e: &Event, blobs: &dyn BlobSource) -> Result<Vec<Value>> {
+    let Some(mut first) = to_comma(e, blobs)? else {
+        return Ok(Vec::new());
+    };
+    let primary = e.path.as_deref().or(e.files.first().map(String::as_str));
+    let mut others: Vec<&str> = Vec::new();
+    for f in &e.files {
+        if Some(f.as_str()) != primary && !others.contains(&f.as_str()) {
+            others.push(f);
+        }
+    }
+    if e.kind != EventKind::FilePatch || others.is_empty() {
+        return Ok(vec![first]);
+    }
+    let sections = match e.diff {
+        Some(d) => split_diff(&String::from_utf8_lossy(&blobs.get(&d)?)),
+        None => Vec::new(),
+    };
+    let section = |path: &str| {
+        sections
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, text)| json!(truncate_diff(text)))
+    };
+    let all_split = std::iter::once(primary.unwrap_or(""))
+        .chain(others.iter().copied())
+        .all(|p| section(p).is_some());
+    let Value::Object(o) = &mut first else {
+        return Ok(vec![first]);
+    };
+    if all_split {
+        o.insert(
+            "diff".into(),
+            section(primary.unwrap_or("")).unwrap_or(Value::Null),
+        );
+    }
+    let mut lines = Vec::with_capacity(others.len() + 1);
+    for path in others {
+        let mut line = Map::new();
+        for (k, v) in o.iter() {
+            match k.as_str() {
+                "path" => line.insert(k.clone(), json!(path)),
+                "toPath" | "beforeSha256" | "afterSha256" => None,
+                "diff" if all_split => line.insert(k.clone(), section(path).unwrap_or(Value::Null)),
+                "diff" => None,
+                _ => line.insert(k.clone(), v.clone()),
+            };
+        }
+        lines.push(Value::Object(line));
+    }
+    lines.insert(0, first);
+    Ok(lines)
+}
+
+/// A unified diff cut into one `(path, text)` section per file, each file
+/// named by its `+++` line (its `---` line when the file was deleted), with
+/// git's `a/` and `b/` prefixes removed. Empty when the text is not such a
+/// diff (some lines before the first file header).
+fn split_diff(text: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let file_name = |header: &str, prefix: &str| -> Option<String> {
+        let name = header.strip_prefix(prefix)?.trim_end_matches(['\n', '\r']);
+        let name = name.split('\t').next().unwrap_or(name);
+        (name != "/dev/null").then(|| {
+            name.strip_prefix("a/")
+                .or_else(|| name.strip_prefix("b/"))
+                .unwrap_or(name)
+                .to_string()
+        })
+    };
+    // Where each file's section starts, and the file's name.
+    let mut starts: Vec<(usize, String)> = Vec::new();
+    let mut i = 0;
+    while i + 1 < lines.len() {
+        if lines[i].starts_with("--- ") && lines[i + 1].starts_with("+++ ") {
+            let Some(name) =
+                file_name(lines[i + 1], "+++ ").or_else(|| file_name(lines[i], "--- "))
+            else {
+                return Vec::new();
+            };
+            // A git header (`diff --git`, `index`, mode lines) belongs to
+            // the section it introduces.
+            let mut start = i;
+            while start > starts.last().map_or(0, |s| s.0 + 1)
+                && !lines[start - 1].starts_with([' ', '+', '-', '@', '\\'])
+            {
+                start -= 1;
+            }
+            starts.push((start, name));
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    if starts.first().is_none_or(|s| s.0 != 0) {
+        return Vec::new();
+    }
+    let ends = starts.iter().skip(1).map(|s| s.0).chain([lines.len()]);
+    starts
+        .iter()
+        .zip(ends)
+        .map(|((start, name), end)| (name.clone(), lines[*start..end].concat()))
+        .collect()
+}
+
 /// The comma projection of `e`, or `None` for kinds other than `file.*`.
 /// Reads the `before`, `after` and `diff` blobs it needs from `blobs`.
+/// A `file.patch` of several files has more lines: see [`to_comma_lines`].
 pub fn to_comma(e: &Event, blobs: &dyn BlobSource) -> Result<Option<Value>> {
     let Some((default_tool, op)) = comma_tool(e.kind) else {
         return Ok(None);
@@ -433,22 +553,24 @@ impl<'a> Exporter<'a> {
                 write_json_line(r.lsn, r.chain, &EventRef::of(&r.event), &mut self.buf)?;
                 None
             }
-            Format::Cortexide => Some(to_cortexide(&r.event)),
-            Format::Comma => Some(to_comma(&r.event, self.blobs)?),
+            Format::Cortexide => Some(to_cortexide(&r.event).into_iter().collect()),
+            Format::Comma => Some(to_comma_lines(&r.event, self.blobs)?),
         };
-        match value {
-            Some(None) => {
+        let mut lines = 1;
+        if let Some(values) = value {
+            if values.is_empty() {
                 *self.stats.skipped.entry(r.event.kind).or_default() += 1;
                 return Ok(());
             }
-            Some(Some(v)) => {
+            lines = values.len() as u64;
+            for v in values {
                 serde_json::to_writer(&mut self.buf, &v)
                     .map_err(|e| QueryError::Output(std::io::Error::other(e)))?;
                 self.buf.push(b'\n');
             }
-            None => {}
         }
-        self.stats.written += 1;
+        self.stats.records += 1;
+        self.stats.written += lines;
         self.stats.bytes += (self.buf.len() - before) as u64;
         if self.buf.len() >= OUTPUT_CHUNK_BYTES {
             self.flush()?;
@@ -468,6 +590,7 @@ impl<'a> Exporter<'a> {
         self.stats.last_lsn = lsn;
         let before = self.buf.len();
         write_json_line(lsn, chain, e, &mut self.buf)?;
+        self.stats.records += 1;
         self.stats.written += 1;
         self.stats.bytes += (self.buf.len() - before) as u64;
         if self.buf.len() >= OUTPUT_CHUNK_BYTES {
@@ -483,9 +606,9 @@ impl<'a> Exporter<'a> {
         self.out.flush().map_err(QueryError::Output)
     }
 
-    /// Lines written so far (including buffered ones).
-    pub fn written(&self) -> u64 {
-        self.stats.written
+    /// Records written so far (including buffered ones).
+    pub fn records(&self) -> u64 {
+        self.stats.records
     }
 
     /// Flushes and returns the statistics.
@@ -515,14 +638,14 @@ pub fn export(
             }
         }
         for r in picked.iter().rev() {
-            if ex.written() >= limit {
+            if ex.records() >= limit {
                 break;
             }
             ex.write(r)?;
         }
     } else {
         for r in src.iter_from(Lsn::FIRST) {
-            if ex.written() >= limit {
+            if ex.records() >= limit {
                 break;
             }
             let r = r?;
@@ -588,7 +711,7 @@ pub fn follow(
         if filter.matches(r) {
             ex.write(r)?;
         }
-        let more = ex.written() < limit;
+        let more = ex.records() < limit;
         if last || !more {
             ex.flush()?;
         }
@@ -663,6 +786,72 @@ mod tests {
         assert!(to_comma(&Event::new(EventKind::Prompt, "s"), &blobs)
             .unwrap()
             .is_none());
+    }
+
+    #[test]
+    fn a_patch_of_several_files_is_a_comma_line_per_file() {
+        let blobs = MemBlobs::new();
+        let diff = "diff --git a/src/a.rs b/src/a.rs\nindex 1..2 100644\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1 +1 @@\n-a\n+A\n\
+                    --- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n\
+                    diff --git a/new.txt b/new.txt\nnew file mode 100644\n--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+n\n";
+        let mut e = Event::new(EventKind::FilePatch, "s");
+        e.files = vec![
+            "src/a.rs".into(),
+            "gone.txt".into(),
+            "new.txt".into(),
+            "src/a.rs".into(),
+        ];
+        e.diff = Some(blobs.put(diff.as_bytes()));
+        e.agent = Some("bot".into());
+        let lines = to_comma_lines(&e, &blobs).unwrap();
+        let paths: Vec<&str> = lines.iter().map(|l| l["path"].as_str().unwrap()).collect();
+        assert_eq!(paths, ["src/a.rs", "gone.txt", "new.txt"]);
+        assert_eq!(
+            lines[0]["diff"],
+            "diff --git a/src/a.rs b/src/a.rs\nindex 1..2 100644\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1 +1 @@\n-a\n+A\n"
+        );
+        assert_eq!(
+            lines[1]["diff"],
+            "--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n"
+        );
+        assert!(lines[2]["diff"]
+            .as_str()
+            .unwrap()
+            .starts_with("diff --git a/new.txt"));
+        let joined: String = lines.iter().map(|l| l["diff"].as_str().unwrap()).collect();
+        assert_eq!(joined, diff);
+        for l in &lines {
+            assert_eq!(l["agentName"], "bot");
+            assert_eq!(l["operation"], "patch");
+        }
+
+        // A diff that does not split by file stays whole on the first line.
+        e.diff = Some(blobs.put(b"@@ -1 +1 @@\n-a\n+A\n"));
+        let lines = to_comma_lines(&e, &blobs).unwrap();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["diff"], "@@ -1 +1 @@\n-a\n+A\n");
+        assert!(lines[1].get("diff").is_none() && lines[2].get("diff").is_none());
+
+        // The export counts the record once and writes its three lines.
+        let log = MemLog::new();
+        log.append(e.clone()).unwrap();
+        log.append(Event::new(EventKind::FileWrite, "s").with_path("p"))
+            .unwrap();
+        let mut out = Vec::new();
+        let f = Filter {
+            limit: Some(1),
+            ..Filter::all()
+        };
+        let st = export(&log, &blobs, &f, Format::Comma, &mut out).unwrap();
+        assert_eq!((st.records, st.written), (1, 3));
+        assert_eq!(String::from_utf8(out).unwrap().lines().count(), 3);
+
+        // One file, or a kind other than a patch: one line, as before.
+        e.files.truncate(1);
+        assert_eq!(to_comma_lines(&e, &blobs).unwrap().len(), 1);
+        assert!(to_comma_lines(&Event::new(EventKind::Reply, "s"), &blobs)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub fn export_to_file(store: &Store, path: &Path) -> Result<u64> {
     tmp.as_file().sync_data()?;
     tmp.persist(path)
         .with_context(|| format!("write {}", path.display()))?;
-    Ok(stats.written)
+    Ok(stats.records)
 }
 
 /// `cairn export`.
@@ -76,7 +76,7 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
         if !settings.quiet {
             eprintln!(
                 "exported {} to {}",
-                super::output::count(stats.written, "record"),
+                super::output::count(stats.records, "record"),
                 p.display()
             );
         }
