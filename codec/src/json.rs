@@ -9,6 +9,8 @@
 //! `meta`, and `hash` (the chain value). Empty fields are omitted; `ok` is
 //! always present.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::event::{Meta, DEFAULT_SESSION};
@@ -219,7 +221,7 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
         Some(s) => s,
         None => DEFAULT_SESSION.to_string(),
     };
-    let e = Event {
+    let mut e = Event {
         ts,
         session,
         run: input.run,
@@ -250,6 +252,7 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
         target: input.target,
         meta: input.meta.map(Meta),
     };
+    normalize_paths(&mut e);
     check_paths(&e)?;
     Ok(e)
 }
@@ -315,7 +318,7 @@ pub fn check_paths(e: &Event) -> Result<(), CodecError> {
             "a `file.patch` event names the files it touched: `path` or `files`".into(),
         ));
     }
-    let in_workspace = !matches!(e.kind, Prompt | Reply | ToolCall | Custom);
+    let in_workspace = about_workspace(e.kind);
     let named = [
         ("path", e.path.as_deref()),
         ("to_path", e.to_path.as_deref()),
@@ -336,8 +339,61 @@ pub fn check_paths(e: &Event) -> Result<(), CodecError> {
                 e.kind.name()
             )));
         }
+        if in_workspace && normal_path(p) != p {
+            return Err(CodecError::Json(format!(
+                "field `{field}`: `{p}` is not in normal form: write `{}` (no empty or `.` component; cairn's JSON input puts paths so itself)",
+                normal_path(p)
+            )));
+        }
     }
     Ok(())
+}
+
+/// Whether an event of `kind` is about the workspace: its paths are then
+/// workspace-relative. Every kind is but `prompt`, `reply`, `tool_call` and
+/// `custom`, whose paths may lie anywhere (a file a tool read, say).
+fn about_workspace(kind: EventKind) -> bool {
+    use EventKind::*;
+    !matches!(kind, Prompt | Reply | ToolCall | Custom)
+}
+
+/// `p` in the normal form cairn stores workspace paths in: `/` between
+/// components, no empty or `.` component (`./src//a.rs/` is `src/a.rs`),
+/// as git spells a path. Borrowed when `p` is already normal.
+pub fn normal_path(p: &str) -> Cow<'_, str> {
+    let odd = |c: &str| c.is_empty() || c == ".";
+    if !p.split('/').any(odd) {
+        return Cow::Borrowed(p);
+    }
+    Cow::Owned(
+        p.split('/')
+            .filter(|c| !odd(c))
+            .collect::<Vec<_>>()
+            .join("/"),
+    )
+}
+
+/// Puts the paths of an event about the workspace in normal form (see
+/// [`normal_path`]), as input from JSON is: an agent's `./src/a.rs` and
+/// `src//a.rs` are the file `src/a.rs`, and queries find them as such. A
+/// path that is not workspace-relative (absolute, `..`, the workspace
+/// itself) is left as written, for [`check_paths`] to refuse by name.
+pub fn normalize_paths(e: &mut Event) {
+    if !about_workspace(e.kind) {
+        return;
+    }
+    let fix = |p: &mut String| {
+        if not_workspace_relative(p).is_none() {
+            if let Cow::Owned(n) = normal_path(p) {
+                *p = n;
+            }
+        }
+    };
+    e.path
+        .iter_mut()
+        .chain(e.to_path.iter_mut())
+        .chain(e.files.iter_mut())
+        .for_each(fix);
 }
 
 /// Why `p` is not a workspace-relative path, if it is not.
@@ -354,6 +410,8 @@ fn not_workspace_relative(p: &str) -> Option<&'static str> {
         Some("leaves the workspace (`..`)")
     } else if p.contains('\0') {
         Some("holds a NUL byte")
+    } else if normal_path(p).is_empty() {
+        Some("names the workspace itself, not a file in it")
     } else {
         None
     }
@@ -392,6 +450,34 @@ mod tests {
             let e = parse_event(bad).unwrap_err().to_string();
             assert!(e.contains("field `ts`") && e.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn workspace_paths_are_put_in_normal_form() {
+        let e = parse_event(
+            r#"{"kind":"file.move","path":"./src//a.rs","to_path":"src/./b/","files":["x/.//y","z"]}"#,
+        )
+        .unwrap();
+        assert_eq!(e.path.as_deref(), Some("src/a.rs"));
+        assert_eq!(e.to_path.as_deref(), Some("src/b"));
+        assert_eq!(e.files, ["x/y", "z"]);
+        // A prompt's paths may lie anywhere and are kept as written.
+        let e = parse_event(r#"{"kind":"prompt","path":"./notes//a.md"}"#).unwrap();
+        assert_eq!(e.path.as_deref(), Some("./notes//a.md"));
+        for p in [".", "./", ".//."] {
+            let line = format!(r#"{{"kind":"file.write","path":"{p}"}}"#);
+            let err = parse_event(&line).unwrap_err().to_string();
+            assert!(err.contains("names the workspace itself"), "{p}: {err}");
+        }
+        // An event built in code must already be normal: it is not rewritten.
+        let mut e = Event::new(EventKind::FileWrite, "s");
+        e.path = Some("src//a.rs".into());
+        let err = check_paths(&e).unwrap_err().to_string();
+        assert!(
+            err.contains("`src//a.rs` is not in normal form: write `src/a.rs`"),
+            "{err}"
+        );
+        assert_eq!(normal_path("src/a.rs"), Cow::Borrowed("src/a.rs"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::io::{BufRead, Read};
 use serde_json::{Map, Value};
 
 use cairn_codec::event::Meta;
-use cairn_codec::json::{check_paths, parse_event, MAX_JSON_LINE_BYTES};
+use cairn_codec::json::{check_paths, normalize_paths, parse_event, MAX_JSON_LINE_BYTES};
 use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
 
 use crate::export::{
@@ -200,7 +200,8 @@ pub fn parse_line(format: Format, line: &str) -> Result<Imported, String> {
 /// A foreign line's event, if its paths are as cairn's own input requires
 /// (workspace-relative; a file event names its file).
 fn checked(imported: Result<Imported, String>) -> Result<Imported, String> {
-    let imported = imported?;
+    let mut imported = imported?;
+    normalize_paths(&mut imported.event);
     check_paths(&imported.event).map_err(|e| e.to_string())?;
     Ok(imported)
 }

@@ -254,7 +254,8 @@ fn reference_shapes_project_or_skip_every_kind() {
 
     let mut out = Vec::new();
     let st = export::export(&log, &blobs, &Filter::all(), Format::Comma, &mut out).unwrap();
-    assert_eq!(st.written, 6);
+    // The patch names two files: a line each.
+    assert_eq!((st.records, st.written), (6, 7));
     assert_eq!(st.skipped.values().sum::<u64>(), 12);
     let v = lines(&out);
     let ops: Vec<(&str, &str)> = v
@@ -274,8 +275,17 @@ fn reference_shapes_project_or_skip_every_kind() {
             ("edit_file", "edit"),
             ("delete_file", "delete"),
             ("move_file", "move"),
+            ("apply_patch", "patch"),
             ("apply_patch", "patch")
         ]
+    );
+    assert_eq!(
+        (&v[5]["path"], &v[6]["path"]),
+        (&json!("src/a.rs"), &json!("src/b.rs"))
+    );
+    assert!(
+        v[6].get("toPath").is_none(),
+        "toPath belongs to the event's own path"
     );
     assert!(
         v[0].get("beforeSha256").is_none() && v[0].get("afterSha256").is_some(),
