@@ -781,3 +781,24 @@ fn import_reads_stdin_as_dash_and_branches_explains_an_imported_rollback() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("stdin:1: unknown action `bogus`"), "{err}");
 }
+
+#[test]
+fn rollback_keeps_a_file_its_undo_point_cannot_hold_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::write(ws.join(".gitignore"), "*.log\n").unwrap();
+    std::fs::write(ws.join("gen.txt"), "v1").unwrap();
+    ok(&cairn(ws, &["init"]));
+    ok(&cairn(ws, &["checkpoint"]));
+    std::fs::write(ws.join(".gitignore"), "*.log\ngen.txt\n").unwrap();
+    std::fs::write(ws.join("gen.txt"), "the user's v2").unwrap();
+    let dry = ok(&cairn(ws, &["rollback", "c1", "--dry-run"]));
+    assert!(dry.contains("keep   gen.txt (ignored"), "{dry}");
+    let out = json_lines(&ok(&cairn(ws, &["rollback", "c1", "--json"])));
+    assert_eq!(out[0]["kept"][0]["path"], "gen.txt", "{out:?}");
+    assert_eq!(out[0]["written"], serde_json::json!([".gitignore"]));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("gen.txt")).unwrap(),
+        "the user's v2"
+    );
+}

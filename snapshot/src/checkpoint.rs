@@ -522,11 +522,19 @@ pub struct RollbackReport {
     pub created_dirs: Vec<String>,
     /// Directories removed (or, for a dry run, to remove if they end up empty).
     pub removed_dirs: Vec<String>,
+    /// Paths left as they are, each with the reason: the undo point could
+    /// not capture what is there now, so changing it could not be undone
+    /// (see [`restore::keep_uncaptured`]).
+    pub kept: Vec<restore::Kept>,
     /// The target's application-state blob, for the embedder to rewind its memory.
     pub state: Option<Vec<u8>>,
     /// The `rollback` record; `None` for a dry run.
     pub lsn: Option<Lsn>,
 }
+
+/// The `error_kind` of a `rollback` record whose rollback stopped part way
+/// (the workspace is partly rolled back; its `source` undoes it).
+pub const ROLLBACK_INCOMPLETE: &str = "rollback_incomplete";
 
 /// The most paths a `rollback` record lists in `files`: keeps one record
 /// far below the event body limit even for a whole-tree rollback.
@@ -554,7 +562,8 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         let cap = capture::capture_full(ws, &HashOnly(blobs), &track.tracked, &BTreeSet::new())?;
         let cur = cap.manifest().unwrap_or_default();
         let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
-        let plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
+        let mut plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
+        let kept = restore::keep_uncaptured(ws, &cur, &mut plan);
         return Ok(RollbackReport {
             source: None,
             target: target.id,
@@ -562,6 +571,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             deleted: plan.delete.clone(),
             created_dirs: plan.create_dirs.iter().map(|d| d.0.clone()).collect(),
             removed_dirs: plan.remove_dirs.clone(),
+            kept,
             state,
             lsn: None,
         });
@@ -583,9 +593,15 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             scan: ScanMode::Full,
             ..CheckpointRequest::default()
         },
-        |cap: &Capture| -> Result<(restore::Plan, restore::Prestaged, Vec<String>)> {
+        |cap: &Capture| -> Result<(
+            restore::Plan,
+            restore::Prestaged,
+            Vec<String>,
+            Vec<restore::Kept>,
+        )> {
             let (cur, tgt, same) = restore::diff_trees(blobs, &cap.root, &target.root)?;
-            let plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
+            let mut plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
+            let kept = restore::keep_uncaptured(ws, &cur, &mut plan);
             let planned: Vec<String> = plan
                 .write
                 .iter()
@@ -603,7 +619,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
                 (pre, marked)
             });
             let failed = match (pre, marked) {
-                (Ok(pre), Ok(())) => return Ok((plan, pre, planned)),
+                (Ok(pre), Ok(())) => return Ok((plan, pre, planned, kept)),
                 (Ok(pre), Err(e)) => {
                     pre.discard();
                     e
@@ -617,14 +633,14 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let (pre, _cap) = match made {
         Ok(x) => x,
         Err(e) => {
-            if let Some(Ok((_, staged, pinned))) = planned {
+            if let Some(Ok((_, staged, pinned, _))) = planned {
                 staged.discard();
                 ws.unpin_dirty(&pinned);
             }
             return Err(e);
         }
     };
-    let (plan, staged, pinned) =
+    let (plan, staged, pinned, kept) =
         planned.ok_or_else(|| SnapshotError::Invalid("internal: no plan".into()))??;
     // The pre-rollback checkpoint is done: later ones may clear the marks.
     ws.unpin_dirty(&pinned);
@@ -632,7 +648,42 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         source_checkpoint: pre.id,
         cause: Box::new(e),
     };
-    let (done, dirs) = restore::apply_prestaged(ws, blobs, &plan, staged).map_err(incomplete)?;
+    let mut ev = Event::new(EventKind::Rollback, session_or_default(&req.session));
+    ev.source = Some(pre.id);
+    ev.target = Some(target.id);
+    ev.parents = vec![pre.lsn, target.lsn];
+    ev.label = Some(format!("Rollback to {}", target.id));
+    let mut meta = serde_json::Map::new();
+    if !kept.is_empty() {
+        let listed: Vec<serde_json::Value> = kept
+            .iter()
+            .take(MAX_ROLLBACK_FILES_LISTED)
+            .map(|k| serde_json::json!({"path": k.path, "why": k.why}))
+            .collect();
+        meta.insert("kept".into(), serde_json::Value::Array(listed));
+    }
+    if !scope.is_empty() {
+        ev.text = Some(format!("paths: {}", scope.join(", ")));
+    }
+    let (done, dirs) = match restore::apply_prestaged(ws, blobs, &plan, staged) {
+        Ok(x) => x,
+        Err(e) => {
+            // The log says the rollback failed part way (best effort: the
+            // error returned names the undo point either way).
+            ev.ok = false;
+            ev.error_kind = Some(ROLLBACK_INCOMPLETE.into());
+            let why = format!("stopped part way: {e}");
+            ev.text = Some(match ev.text.take() {
+                Some(t) => format!("{t}; {why}"),
+                None => why,
+            });
+            if !meta.is_empty() {
+                ev.meta = Some(cairn_codec::event::Meta(meta));
+            }
+            let _ = log.append(&ev);
+            return Err(incomplete(e));
+        }
+    };
     // Each path once, in order: a file replaced by a directory (or the
     // other way round) is both deleted and written.
     let touched: Vec<String> = done
@@ -645,23 +696,16 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         .collect::<std::collections::BTreeSet<String>>()
         .into_iter()
         .collect();
-    let mut ev = Event::new(EventKind::Rollback, session_or_default(&req.session));
-    ev.source = Some(pre.id);
-    ev.target = Some(target.id);
-    ev.parents = vec![pre.lsn, target.lsn];
-    ev.label = Some(format!("Rollback to {}", target.id));
     ev.files = touched
         .iter()
         .take(MAX_ROLLBACK_FILES_LISTED)
         .cloned()
         .collect();
     if touched.len() > MAX_ROLLBACK_FILES_LISTED {
-        let mut m = serde_json::Map::new();
-        m.insert("files_total".into(), serde_json::json!(touched.len()));
-        ev.meta = Some(cairn_codec::event::Meta(m));
+        meta.insert("files_total".into(), serde_json::json!(touched.len()));
     }
-    if !scope.is_empty() {
-        ev.text = Some(format!("paths: {}", scope.join(", ")));
+    if !meta.is_empty() {
+        ev.meta = Some(cairn_codec::event::Meta(meta));
     }
     // The directories are synced while the record is appended: both are
     // durable before the rollback returns.
@@ -682,6 +726,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         deleted: done.deleted,
         created_dirs: done.created_dirs,
         removed_dirs: done.removed_dirs,
+        kept,
         state,
         lsn: Some(lsn),
     })

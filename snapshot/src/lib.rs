@@ -45,10 +45,11 @@ pub use blobs::{BlobAccess, BlobRead, GcSummary, MemBlobs};
 pub use checkpoint::{
     apply_retention, apply_retention_keeping, apply_retention_with, create_checkpoint,
     find_checkpoint, list_checkpoints, rollback, CheckpointInfo, CheckpointRequest, LogAccess,
-    MemLog, RetentionReport, RollbackReport, RollbackRequest, ScanMode,
+    MemLog, RetentionReport, RollbackReport, RollbackRequest, ScanMode, ROLLBACK_INCOMPLETE,
 };
 pub use error::{Result, SnapshotError};
 pub use manifest::{Entry, EntryKind, Manifest};
+pub use restore::Kept;
 pub use retention::{choose, RetentionPolicy};
 pub use watch::WatchStats;
 pub use workspace::{SnapshotOptions, Workspace};

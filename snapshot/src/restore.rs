@@ -274,6 +274,128 @@ pub fn plan_pruned(
     })
 }
 
+/// A path a rollback leaves as it is, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Why changing it could not be undone.
+    pub why: String,
+}
+
+/// Takes out of `plan` every change that would destroy something on disk
+/// that `current` (the tree the undo point captured) does not hold, and
+/// returns those paths: a rollback must never change what its undo point
+/// cannot bring back.
+///
+/// Two cases, both checked against the disk:
+/// - a file or symlink to write (or a directory to create) where the
+///   current tree has nothing, but the disk has a file, symlink or
+///   directory: one the checkpoint skipped (ignored, too large,
+///   unreadable) or could not see (a FIFO, socket or device node holds no
+///   data, and is replaced);
+/// - a directory of the current tree to replace by a file or symlink that
+///   holds something the current tree does not (an ignored build output,
+///   say): the directory could not be removed, and the rollback would stop
+///   part way.
+///
+/// A kept path keeps everything under it as it is, too.
+pub fn keep_uncaptured(ws: &Workspace, current: &Manifest, plan: &mut Plan) -> Vec<Kept> {
+    let cur = &current.entries;
+    let mut kept: Vec<Kept> = Vec::new();
+    let candidates = plan
+        .write
+        .iter()
+        .map(|w| w.path.as_str())
+        .chain(plan.create_dirs.iter().map(|d| d.0.as_str()));
+    for p in candidates {
+        if kept
+            .iter()
+            .any(|k| in_scope(p, std::slice::from_ref(&k.path)))
+        {
+            continue;
+        }
+        let abs = ws.root().join(p);
+        let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+            continue; // nothing there to lose
+        };
+        let ft = meta.file_type();
+        if !(ft.is_file() || ft.is_dir() || ft.is_symlink()) {
+            continue; // a FIFO, socket or device holds no data to lose
+        }
+        let is_dir_now = ft.is_dir();
+        let why = match cur.get(p).map(|e| e.kind) {
+            // A directory to create over a directory is no change.
+            None if is_dir_now && plan.create_dirs.iter().any(|d| d.0 == p) => None,
+            None => Some(uncaptured_reason(ws, &abs, &meta)),
+            Some(EntryKind::Dir) if is_dir_now && !plan.create_dirs.iter().any(|d| d.0 == p) => {
+                untracked_inside(ws, p, cur).map(|inner| {
+                    format!("the directory holds `{inner}`, which the undo point does not (ignored or skipped), so it cannot become a file")
+                })
+            }
+            Some(_) => None,
+        };
+        if let Some(why) = why {
+            kept.push(Kept {
+                path: p.to_string(),
+                why,
+            });
+        }
+    }
+    if kept.is_empty() {
+        return kept;
+    }
+    let under_kept = |p: &str| {
+        kept.iter()
+            .any(|k| in_scope(p, std::slice::from_ref(&k.path)))
+    };
+    plan.write.retain(|w| !under_kept(&w.path));
+    plan.create_dirs.retain(|d| !under_kept(&d.0));
+    plan.delete.retain(|d| !under_kept(d));
+    plan.remove_dirs.retain(|d| !under_kept(d));
+    kept
+}
+
+/// Why the checkpoint did not capture `abs`, which is on disk.
+fn uncaptured_reason(ws: &Workspace, abs: &Path, meta: &std::fs::Metadata) -> String {
+    let ft = meta.file_type();
+    let what = if ft.is_file() && meta.len() > ws.options().max_file_bytes {
+        "too large for a checkpoint"
+    } else if ft.is_file() && std::fs::File::open(abs).is_err() {
+        "unreadable"
+    } else if ft.is_dir() {
+        "a directory the checkpoint did not capture (ignored or excluded)"
+    } else {
+        "ignored or excluded"
+    };
+    format!("{what}: the undo point does not hold it, so overwriting it could not be undone")
+}
+
+/// Some path under the directory `dir` on disk that `cur` does not hold.
+fn untracked_inside(ws: &Workspace, dir: &str, cur: &BTreeMap<String, Entry>) -> Option<String> {
+    let mut stack = vec![dir.to_string()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(ws.root().join(&d)) else {
+            return Some(d); // cannot look inside: assume the worst
+        };
+        for entry in rd.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                return Some(format!("{d}/{}", name.to_string_lossy()));
+            };
+            let rel = format!("{d}/{name}");
+            match cur.get(&rel).map(|e| e.kind) {
+                None => return Some(rel),
+                Some(EntryKind::Dir) if entry.file_type().is_ok_and(|t| t.is_dir()) => {
+                    stack.push(rel)
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    None
+}
+
 /// What [`apply`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {

@@ -164,6 +164,8 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             "written": report.written,
             "deleted": report.deleted,
             "created_dirs": report.created_dirs,
+            "removed_dirs": report.removed_dirs,
+            "kept": report.kept.iter().map(|k| serde_json::json!({"path": k.path, "why": k.why})).collect::<Vec<_>>(),
         });
         println!("{v}");
     } else {
@@ -185,6 +187,27 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             println!(
                 "  {} {p}/",
                 st.cyan(if a.dry_run { "mkdir " } else { "created" })
+            );
+        }
+        for k in &report.kept {
+            println!(
+                "  {} {} ({})",
+                st.yellow(if a.dry_run { "keep  " } else { "kept  " }),
+                k.path,
+                k.why
+            );
+        }
+        if !report.kept.is_empty() {
+            println!(
+                "{} left as {} on disk: move {} aside to roll {} back",
+                count(report.kept.len() as u64, "path"),
+                if report.kept.len() == 1 {
+                    "it is"
+                } else {
+                    "they are"
+                },
+                if report.kept.len() == 1 { "it" } else { "them" },
+                if report.kept.len() == 1 { "it" } else { "them" },
             );
         }
         println!(
