@@ -54,7 +54,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use cairn_codec::json_line::write_json_line;
-use cairn_codec::{BlobHash, ChainHash, Event, EventKind, EventRef, Lsn, Timestamp};
+use cairn_codec::{BlobHash, ChainHash, CheckpointId, Event, EventKind, EventRef, Lsn, Timestamp};
 
 use crate::error::{QueryError, Result};
 use crate::filter::Filter;
@@ -223,6 +223,29 @@ fn meta_str<'a>(e: &'a Event, key: &str) -> Option<&'a str> {
         .as_ref()
         .and_then(|m| m.0.get(key))
         .and_then(Value::as_str)
+}
+
+/// The cortexide line of a record: [`to_cortexide`], and for a checkpoint
+/// of this store its own id (`meta.cairn.id`, like `c12`), which the
+/// `target` of a later `rollback` line names.
+pub fn to_cortexide_record(lsn: Lsn, e: &Event) -> Option<Value> {
+    let mut v = to_cortexide(e)?;
+    // An imported checkpoint record (no manifest) is no checkpoint of
+    // this store: its line stays as it was imported.
+    if e.kind != EventKind::CheckpointCreate || e.root.is_none() {
+        return Some(v);
+    }
+    let id = json!(CheckpointId(lsn).to_string());
+    let o = v.as_object_mut()?;
+    match o.entry("meta").or_insert_with(|| json!({})) {
+        Value::Object(meta) => {
+            if let Value::Object(c) = meta.entry(META_CAIRN).or_insert_with(|| json!({})) {
+                c.insert("id".into(), id);
+            }
+        }
+        _ => {} // an imported line's `"meta": null` stays as it was
+    }
+    Some(v)
 }
 
 /// The cortexide projection of `e`, or `None` for kinds it has no action for.
@@ -553,7 +576,7 @@ impl<'a> Exporter<'a> {
                 write_json_line(r.lsn, r.chain, &EventRef::of(&r.event), &mut self.buf)?;
                 None
             }
-            Format::Cortexide => Some(to_cortexide(&r.event).into_iter().collect()),
+            Format::Cortexide => Some(to_cortexide_record(r.lsn, &r.event).into_iter().collect()),
             Format::Comma => Some(to_comma_lines(&r.event, self.blobs)?),
         };
         let mut lines = 1;

@@ -457,7 +457,8 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
 /// key is one the export writes, with a value of the right type, and the
 /// event read back exports to exactly the same line; otherwise
 /// `meta.cairn` stays as it is (another producer's data). Checkpoint ids
-/// (`checkpoint`, `source`, `target`) are never read back: they are LSNs
+/// (`checkpoint`, `source`, `target`, and a checkpoint's own `id`) are
+/// never read back: they are LSNs
 /// of the exporting store, and would name other records in this one; a
 /// line that has them keeps its `meta.cairn` whole.
 fn restore_cairn_fields(e: &mut Event) {

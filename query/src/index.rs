@@ -31,9 +31,10 @@ use crate::source::{Record, RecordSource};
 /// The index file's name inside `.cairn/index/`.
 pub const INDEX_FILE: &str = "query.idx";
 const MAGIC: &[u8; 8] = b"CAIRNQIX";
-/// Bumped whenever the body's layout changes; an index of another version
-/// is simply rebuilt from the log.
-pub const INDEX_VERSION: u32 = 1;
+/// Bumped whenever the body's layout or what it holds changes; an index of
+/// another version is simply rebuilt from the log. 2: checkpoint records
+/// without a manifest are no longer indexed as checkpoints.
+pub const INDEX_VERSION: u32 = 2;
 const HEADER_LEN: usize = 8 + 4 + 8 + 32;
 /// The largest index body cairn will load. The index of 1,000,000 events is
 /// tens of MB; this bounds the allocation a damaged length could cause.
@@ -256,7 +257,11 @@ impl Index {
                 }
                 return;
             }
-            EventKind::CheckpointCreate | EventKind::Rollback if e.ok => {}
+            // A checkpoint record without a manifest (one imported from
+            // another tool's audit log) is no checkpoint of this store:
+            // no tree to show or restore, no branch point.
+            EventKind::CheckpointCreate if e.ok && e.root.is_some() => {}
+            EventKind::Rollback if e.ok => {}
             _ => return,
         }
         let parent = if e.kind == EventKind::CheckpointCreate {

@@ -166,6 +166,19 @@ impl<'a> Query<'a> {
             }),
             Point::Checkpoint(c) => match self.index.checkpoint(c) {
                 Some(_) => Ok(c.0),
+                None if c.0 <= head
+                    && self.src.read(c.0).is_ok_and(|r| {
+                        r.event.kind == EventKind::CheckpointCreate && r.event.root.is_none()
+                    }) =>
+                {
+                    Err(QueryError::BadPoint {
+                        point: p.to_string(),
+                        reason: format!(
+                            "the record at LSN {} is a checkpoint record without a manifest (imported from another tool's audit log): it holds no tree; use @{} for the tree by the records up to it",
+                            c.0, c.0
+                        ),
+                    })
+                }
                 None => Err(QueryError::NoSuchCheckpoint { id: c.to_string() }),
             },
             Point::Time(t) => Ok(self.index.lsn_at_time(t)),

@@ -251,6 +251,10 @@ fn reference_shapes_project_or_skip_every_kind() {
     assert_eq!(v[0]["meta"]["k"], json!([1, "x"]));
     assert_eq!(v[0]["meta"]["cairn"]["session"], json!("sess"));
     assert_eq!(v[5]["meta"]["cairn"]["kind"], json!("file.create"));
+    // A checkpoint's own id, which later rollback lines name as target.
+    assert_eq!(v[11]["action"], json!("snapshot:create"));
+    assert_eq!(v[11]["meta"]["cairn"]["id"], json!("c13"));
+    assert!(v[5]["meta"]["cairn"].get("id").is_none());
 
     let mut out = Vec::new();
     let st = export::export(&log, &blobs, &Filter::all(), Format::Comma, &mut out).unwrap();

@@ -640,3 +640,28 @@ fn blame_reads_each_version_once() {
         "blame read {reads} records for {VERSIONS} versions"
     );
 }
+
+/// A checkpoint record without a manifest (imported from another tool's
+/// audit log) is no checkpoint: no tree, no branch point, and asking for
+/// one says what it is.
+#[test]
+fn an_imported_checkpoint_record_is_no_checkpoint() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    log.append(Event::new(EventKind::CheckpointCreate, "s"))
+        .unwrap();
+    let mut rb = Event::new(EventKind::Rollback, "s");
+    rb.target = Some(CheckpointId(Lsn(1)));
+    log.append(rb).unwrap();
+    let m = SnapshotManifests(&blobs);
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+    assert!(q.branches(None).unwrap().is_empty());
+    assert!(q.checkpoints(None).is_empty());
+    let e = q
+        .tree_at(Point::Checkpoint(CheckpointId(Lsn(1))))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("without a manifest") && e.contains("@1"), "{e}");
+    assert!(q.tree_at(Point::Lsn(Lsn(2))).unwrap().is_empty());
+}
