@@ -237,13 +237,11 @@ pub fn to_cortexide_record(lsn: Lsn, e: &Event) -> Option<Value> {
     }
     let id = json!(CheckpointId(lsn).to_string());
     let o = v.as_object_mut()?;
-    match o.entry("meta").or_insert_with(|| json!({})) {
-        Value::Object(meta) => {
-            if let Value::Object(c) = meta.entry(META_CAIRN).or_insert_with(|| json!({})) {
-                c.insert("id".into(), id);
-            }
+    // (An imported line's `"meta": null` stays as it was.)
+    if let Value::Object(meta) = o.entry("meta").or_insert_with(|| json!({})) {
+        if let Value::Object(c) = meta.entry(META_CAIRN).or_insert_with(|| json!({})) {
+            c.insert("id".into(), id);
         }
-        _ => {} // an imported line's `"meta": null` stays as it was
     }
     Some(v)
 }
