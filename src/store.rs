@@ -457,7 +457,7 @@ impl Store {
         cairn_codec::json::check_paths(event)?;
         match self.missing_blob(event) {
             Some(h) => Err(Error::Other(format!(
-                "the {} event refers to blob {h}, which is not in the store: put the blob first (Store::put_blob)",
+                "the {} event refers to blob {h}, which is not in the store: put the blob first (`cairn blob put`, or Store::put_blob)",
                 event.kind
             ))),
             None => Ok(()),

@@ -284,7 +284,9 @@ pub struct VerifyArgs {
 /// `cairn blob`.
 #[derive(Debug, Subcommand)]
 pub enum BlobCommand {
-    /// Store files; print each one's hash.
+    /// Store files; print each one's hash. Record the event that names a
+    /// blob (`before`, `after`, `diff`) before the next `cairn gc`, which
+    /// collects every blob no record or checkpoint names.
     Put {
         /// Files to store.
         #[arg(required = true)]
@@ -342,10 +344,14 @@ pub struct RollbackArgs {
 /// `cairn gc`.
 #[derive(Debug, Args)]
 pub struct GcArgs {
-    /// Keep at most N checkpoints per session.
+    /// Keep at most N checkpoints per session, the newest; never fewer than
+    /// one: the newest checkpoint of each session is always kept, so every
+    /// session can be rolled back to its last state.
     #[arg(long)]
     pub keep_per_session: Option<usize>,
-    /// Keep at most B bytes of checkpoint data in total.
+    /// Keep at most B bytes of checkpoint contents (uncompressed) in total,
+    /// evicting the oldest checkpoints first; the newest checkpoint of each
+    /// session is kept even when it alone is over the budget.
     #[arg(long)]
     pub max_bytes: Option<u64>,
     /// Print as JSON.
