@@ -69,10 +69,10 @@ impl FromStr for Point {
                 "a bare number is ambiguous: write `@{t}` for an LSN or an ISO-8601 time such as 2026-11-22T10:00:00Z"
             )));
         }
-        Timestamp::parse(t).map(Point::Time).map_err(|e| {
-            bad(format!(
-                "not `@LSN`, a checkpoint id (`c42`), `head`, nor a time: {e}"
-            ))
+        // (Timestamp::parse's own error offers epoch milliseconds, which a
+        // point does not take: see the bare-number case above.)
+        Timestamp::parse(t).map(Point::Time).map_err(|_| {
+            bad("not `@LSN`, a checkpoint id (`c42`), `head`, nor an ISO-8601 time such as 2026-11-22T10:00:00Z".into())
         })
     }
 }

@@ -452,10 +452,24 @@ impl<'a> Query<'a> {
         let at = self.resolve(p)?;
         match self.entry_at(at, path)? {
             Some(e) => self.blobs.get(&e.blob),
-            None => Err(QueryError::NoSuchPath {
-                path: path.to_string(),
-                at,
-            }),
+            None => {
+                let dir = format!("{}/", path.trim_end_matches('/'));
+                let is_dir = !path.is_empty()
+                    && self
+                        .tree_at_lsn(at)?
+                        .range(dir.clone()..)
+                        .next()
+                        .is_some_and(|(p, _)| p.starts_with(&dir));
+                if is_dir {
+                    return Err(QueryError::Invalid(format!(
+                        "`{path}` is a directory at LSN {at}, not a file: `cairn tree` lists its files"
+                    )));
+                }
+                Err(QueryError::NoSuchPath {
+                    path: path.to_string(),
+                    at,
+                })
+            }
         }
     }
 

@@ -665,3 +665,23 @@ fn an_imported_checkpoint_record_is_no_checkpoint() {
     assert!(e.contains("without a manifest") && e.contains("@1"), "{e}");
     assert!(q.tree_at(Point::Lsn(Lsn(2))).unwrap().is_empty());
 }
+
+/// Asking for a directory's bytes says it is a directory, not that it does
+/// not exist.
+#[test]
+fn a_directory_is_not_a_missing_file() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let mut e = Event::new(EventKind::FileCreate, "s").with_path("src/main.rs");
+    e.after = Some(blobs.put(b"fn main() {}\n").unwrap());
+    log.append(e).unwrap();
+    let m = SnapshotManifests(&blobs);
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+    for p in ["src", "src/"] {
+        let e = q.file_at(Point::Head, p).unwrap_err().to_string();
+        assert!(e.contains("is a directory"), "{p}: {e}");
+    }
+    let e = q.file_at(Point::Head, "sr").unwrap_err().to_string();
+    assert!(e.contains("does not exist"), "{e}");
+}
