@@ -306,6 +306,18 @@ impl Workspace {
                     "track files or directories inside the workspace, not the workspace itself",
                 ));
             }
+            // A checkpoint never follows a symlink, so a path under one
+            // would be skipped (`under_symlink`) every time: say so now.
+            let mut a = crate::relpath::parent(&n);
+            while !a.is_empty() {
+                if std::fs::symlink_metadata(self.root.join(a)).is_ok_and(|m| m.is_symlink()) {
+                    return Err(SnapshotError::bad_path(
+                        *p,
+                        format!("`{a}` is a symlink, which checkpoints never follow (it may lead out of the workspace): track the path it leads to instead"),
+                    ));
+                }
+                a = crate::relpath::parent(a);
+            }
             norm.push(n);
         }
         self.update_track(true, |st, _| {

@@ -323,3 +323,16 @@ fn a_tracked_directory_is_captured_whole_in_both_modes() {
     let m = manifest::list(&blobs, &full.root).unwrap();
     assert!(m.entries.contains_key("build/obj/a.o") && !m.entries.contains_key("b.o"));
 }
+
+/// A path under a symlink is refused at `track`, naming the link, since
+/// every checkpoint would skip it (`under_symlink`).
+#[test]
+fn tracking_a_path_under_a_symlink_is_refused() {
+    let f = fx();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), f.p("d")).unwrap();
+    let e = f.ws.track(&["d/f.txt"]).unwrap_err().to_string();
+    assert!(e.contains("`d` is a symlink"), "{e}");
+    assert!(f.ws.tracked().unwrap().is_empty());
+    f.ws.track(&["d"]).unwrap();
+}
