@@ -802,3 +802,19 @@ fn rollback_keeps_a_file_its_undo_point_cannot_hold_and_says_so() {
         "the user's v2"
     );
 }
+
+#[test]
+fn show_of_a_directory_says_it_is_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/main.rs"), "fn main() {}\n").unwrap();
+    ok(&cairn(ws, &["init"]));
+    ok(&cairn(ws, &["checkpoint"]));
+    let o = cairn(ws, &["show", "c1:src"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("`src` is a directory"), "{err}");
+    let o = cairn(ws, &["show", "c1:nope"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not exist"));
+}

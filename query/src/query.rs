@@ -452,23 +452,28 @@ impl<'a> Query<'a> {
         let at = self.resolve(p)?;
         match self.entry_at(at, path)? {
             Some(e) => self.blobs.get(&e.blob),
-            None => {
-                let dir = format!("{}/", path.trim_end_matches('/'));
-                let is_dir = !path.is_empty()
-                    && self
-                        .tree_at_lsn(at)?
-                        .range(dir.clone()..)
-                        .next()
-                        .is_some_and(|(p, _)| p.starts_with(&dir));
-                if is_dir {
-                    return Err(QueryError::Invalid(format!(
-                        "`{path}` is a directory at LSN {at}, not a file: `cairn tree` lists its files"
-                    )));
-                }
-                Err(QueryError::NoSuchPath {
-                    path: path.to_string(),
-                    at,
-                })
+            None => Err(self.not_a_file(at, path)),
+        }
+    }
+
+    /// The error for `path`, which is no file at `at`: it is a directory
+    /// (some file lies under it), or it does not exist.
+    pub fn not_a_file(&self, at: Lsn, path: &str) -> QueryError {
+        let dir = format!("{}/", path.trim_end_matches('/'));
+        let is_dir = !path.is_empty()
+            && self.tree_at_lsn(at).is_ok_and(|t| {
+                t.range(dir.clone()..)
+                    .next()
+                    .is_some_and(|(p, _)| p.starts_with(&dir))
+            });
+        if is_dir {
+            QueryError::Invalid(format!(
+                "`{path}` is a directory at LSN {at}, not a file: `cairn tree` lists its files"
+            ))
+        } else {
+            QueryError::NoSuchPath {
+                path: path.to_string(),
+                at,
             }
         }
     }

@@ -389,11 +389,7 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
     let store = settings.open_read()?;
     let entry = store.query(|q| {
         let at = q.resolve(point)?;
-        q.entry_at(at, path)?
-            .ok_or_else(|| cairn::query::QueryError::NoSuchPath {
-                path: path.to_string(),
-                at,
-            })
+        q.entry_at(at, path)?.ok_or_else(|| q.not_a_file(at, path))
     })?;
     // Streamed chunk by chunk (each verified): a large file is never held
     // whole in memory.
