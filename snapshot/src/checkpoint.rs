@@ -655,12 +655,8 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     ev.label = Some(format!("Rollback to {}", target.id));
     let mut meta = serde_json::Map::new();
     if !kept.is_empty() {
-        let listed: Vec<serde_json::Value> = kept
-            .iter()
-            .take(MAX_ROLLBACK_FILES_LISTED)
-            .map(|k| serde_json::json!({"path": k.path, "why": k.why}))
-            .collect();
-        meta.insert("kept".into(), serde_json::Value::Array(listed));
+        let listed = &kept[..kept.len().min(MAX_ROLLBACK_FILES_LISTED)];
+        meta.insert("kept".into(), serde_json::json!(listed));
     }
     if !scope.is_empty() {
         ev.text = Some(format!("paths: {}", scope.join(", ")));

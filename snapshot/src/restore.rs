@@ -274,8 +274,10 @@ pub fn plan_pruned(
     })
 }
 
-/// A path a rollback leaves as it is, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A path a rollback leaves as it is, and why (serialised as
+/// `{"path", "why"}` in the `rollback` record's `meta.kept` and the CLI's
+/// JSON).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Kept {
     /// Workspace-relative path.
     pub path: String,
@@ -303,15 +305,21 @@ pub struct Kept {
 pub fn keep_uncaptured(ws: &Workspace, current: &Manifest, plan: &mut Plan) -> Vec<Kept> {
     let cur = &current.entries;
     let mut kept: Vec<Kept> = Vec::new();
+    // Each path the plan writes (false) or creates as a directory (true).
     let candidates = plan
         .write
         .iter()
-        .map(|w| w.path.as_str())
-        .chain(plan.create_dirs.iter().map(|d| d.0.as_str()));
-    for p in candidates {
-        if kept
-            .iter()
-            .any(|k| in_scope(p, std::slice::from_ref(&k.path)))
+        .map(|w| (w.path.as_str(), false))
+        .chain(plan.create_dirs.iter().map(|d| (d.0.as_str(), true)));
+    for (p, creates_dir) in candidates {
+        // Only a path the current tree lacks, or holds as a directory, can
+        // hide something uncaptured: no disk access for the rest (most of
+        // a rollback's writes are files the current tree holds).
+        let now = cur.get(p).map(|e| e.kind);
+        if !matches!(now, None | Some(EntryKind::Dir))
+            || kept
+                .iter()
+                .any(|k| in_scope(p, std::slice::from_ref(&k.path)))
         {
             continue;
         }
@@ -323,16 +331,13 @@ pub fn keep_uncaptured(ws: &Workspace, current: &Manifest, plan: &mut Plan) -> V
         if !(ft.is_file() || ft.is_dir() || ft.is_symlink()) {
             continue; // a FIFO, socket or device holds no data to lose
         }
-        let is_dir_now = ft.is_dir();
-        let why = match cur.get(p).map(|e| e.kind) {
+        let why = match now {
             // A directory to create over a directory is no change.
-            None if is_dir_now && plan.create_dirs.iter().any(|d| d.0 == p) => None,
+            None if ft.is_dir() && creates_dir => None,
             None => Some(uncaptured_reason(ws, &abs, &meta)),
-            Some(EntryKind::Dir) if is_dir_now && !plan.create_dirs.iter().any(|d| d.0 == p) => {
-                untracked_inside(ws, p, cur).map(|inner| {
-                    format!("the directory holds `{inner}`, which the undo point does not (ignored or skipped), so it cannot become a file")
-                })
-            }
+            Some(_) if ft.is_dir() && !creates_dir => untracked_inside(ws, p, cur).map(|inner| {
+                format!("the directory holds `{inner}`, which the undo point does not (ignored or skipped), so it cannot become a file")
+            }),
             Some(_) => None,
         };
         if let Some(why) = why {

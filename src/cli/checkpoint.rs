@@ -165,7 +165,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             "deleted": report.deleted,
             "created_dirs": report.created_dirs,
             "removed_dirs": report.removed_dirs,
-            "kept": report.kept.iter().map(|k| serde_json::json!({"path": k.path, "why": k.why})).collect::<Vec<_>>(),
+            "kept": report.kept,
         });
         println!("{v}");
     } else {
@@ -198,16 +198,13 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             );
         }
         if !report.kept.is_empty() {
+            let (are, them) = match report.kept.len() {
+                1 => ("it is", "it"),
+                _ => ("they are", "them"),
+            };
             println!(
-                "{} left as {} on disk: move {} aside to roll {} back",
+                "{} left as {are} on disk: move {them} aside to roll {them} back",
                 count(report.kept.len() as u64, "path"),
-                if report.kept.len() == 1 {
-                    "it is"
-                } else {
-                    "they are"
-                },
-                if report.kept.len() == 1 { "it" } else { "them" },
-                if report.kept.len() == 1 { "it" } else { "them" },
             );
         }
         println!(
