@@ -44,7 +44,7 @@
 //! for in meta under the keys above (and `_cortexide` hints), so that import
 //! then export in the same shape gives the same JSON values, line for line.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::Write;
 use std::str::FromStr;
@@ -386,27 +386,28 @@ pub fn to_comma_lines(e: &Event, blobs: &dyn BlobSource) -> Result<Vec<Value>> {
     if e.kind != EventKind::FilePatch || others.is_empty() {
         return Ok(vec![first]);
     }
-    let sections = match e.diff {
-        Some(d) => split_diff(&String::from_utf8_lossy(&blobs.get(&d)?)),
-        None => Vec::new(),
+    let primary = primary.unwrap_or_default();
+    // Each file's own section of the diff, truncated once; `None` unless
+    // the diff splits into a section for every file.
+    let sections: Option<HashMap<String, Value>> = match e.diff {
+        Some(d) => {
+            let by_path: HashMap<String, Value> =
+                split_diff(&String::from_utf8_lossy(&blobs.get(&d)?))
+                    .into_iter()
+                    .map(|(p, text)| (p, json!(truncate_diff(&text))))
+                    .collect();
+            let all = std::iter::once(primary)
+                .chain(others.iter().copied())
+                .all(|p| by_path.contains_key(p));
+            all.then_some(by_path)
+        }
+        None => None,
     };
-    let section = |path: &str| {
-        sections
-            .iter()
-            .find(|(p, _)| p == path)
-            .map(|(_, text)| json!(truncate_diff(text)))
-    };
-    let all_split = std::iter::once(primary.unwrap_or(""))
-        .chain(others.iter().copied())
-        .all(|p| section(p).is_some());
     let Value::Object(o) = &mut first else {
         return Ok(vec![first]);
     };
-    if all_split {
-        o.insert(
-            "diff".into(),
-            section(primary.unwrap_or("")).unwrap_or(Value::Null),
-        );
+    if let Some(s) = &sections {
+        o.insert("diff".into(), s[primary].clone());
     }
     let mut lines = Vec::with_capacity(others.len() + 1);
     for path in others {
@@ -415,8 +416,10 @@ pub fn to_comma_lines(e: &Event, blobs: &dyn BlobSource) -> Result<Vec<Value>> {
             match k.as_str() {
                 "path" => line.insert(k.clone(), json!(path)),
                 "toPath" | "beforeSha256" | "afterSha256" => None,
-                "diff" if all_split => line.insert(k.clone(), section(path).unwrap_or(Value::Null)),
-                "diff" => None,
+                "diff" => match &sections {
+                    Some(s) => line.insert(k.clone(), s[path].clone()),
+                    None => None,
+                },
                 _ => line.insert(k.clone(), v.clone()),
             };
         }
