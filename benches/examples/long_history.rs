@@ -80,18 +80,12 @@ fn main() {
         }
         write("src/f.txt", lines.concat().as_bytes());
     }
-    let csv = |tag: &str| {
-        (0..2_000_000)
-            .map(|i| format!("{i},{tag}\n"))
-            .collect::<String>()
-    };
+    // A file of `n` generated lines.
+    let text = |n: usize, line: &dyn Fn(usize) -> String| (0..n).map(line).collect::<String>();
+    let csv = |tag: &str| text(2_000_000, &|i| format!("{i},{tag}\n"));
     let csv_a = write("data.csv", csv("a").as_bytes());
     let csv_b = write("data.csv", csv("b").as_bytes());
-    let gen = |tag: &str| {
-        (0..200_000)
-            .map(|i| format!("{tag} line {i}\n"))
-            .collect::<String>()
-    };
+    let gen = |tag: &str| text(200_000, &|i| format!("{tag} line {i}\n"));
     let gen_a = write("gen.txt", gen("old").as_bytes());
     let gen_b = write("gen.txt", gen("new").as_bytes());
     log.sync().expect("sync");
