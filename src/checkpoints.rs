@@ -1,13 +1,15 @@
 //! Checkpoints, tracked writes, rollback and retention through the [`Store`] handle.
 
 use cairn_codec::{CheckpointId, Event, Lsn};
-use cairn_engine::log::{Head, Log, Record};
+use cairn_engine::log::{Head, Log, LogReader, Record};
 use cairn_snapshot::{
     CheckpointInfo, CheckpointRequest, LogAccess, RetentionPolicy, RetentionReport, RollbackReport,
-    RollbackRequest, WatchStats,
+    RollbackRequest, SnapshotError, WatchStats,
 };
+use parking_lot::Mutex;
 
 use crate::error::Result;
+use crate::store::LogHandle;
 use crate::Store;
 
 impl Store {
@@ -73,36 +75,46 @@ impl Store {
         )?)
     }
 
-    /// Every checkpoint (of one session, if given), oldest first, discarded ones included and marked.
+    /// Every checkpoint (of one session, if given), oldest first,
+    /// discarded ones included and marked. Works on a read-only handle too,
+    /// as of the last record the writer committed.
     pub fn checkpoints(&self, session: Option<&str>) -> Result<Vec<CheckpointInfo>> {
-        let log = self.writer("list checkpoints")?;
-        Ok(cairn_snapshot::list_checkpoints(
-            &**log,
-            self.workspace()?,
-            session,
-        )?)
+        let ws = self.workspace()?;
+        Ok(self.with_log_access(|log| cairn_snapshot::list_checkpoints(log, ws, session))?)
     }
 
-    /// One checkpoint by id; an unknown id is an error that says how to list them.
+    /// One checkpoint by id; an unknown id is an error that says how to
+    /// list them. Works on a read-only handle too.
     pub fn find_checkpoint(&self, id: CheckpointId) -> Result<CheckpointInfo> {
-        let log = self.writer("find a checkpoint")?;
-        Ok(cairn_snapshot::find_checkpoint(
-            &**log,
-            self.workspace()?,
-            id,
-        )?)
+        let ws = self.workspace()?;
+        Ok(self.with_log_access(|log| cairn_snapshot::find_checkpoint(log, ws, id))?)
     }
 
     /// Rolls the workspace back (or forward: redo) to a checkpoint. The
     /// current state is checkpointed first, so the rollback can be undone.
+    /// A dry run (which changes nothing and appends nothing) works on a
+    /// read-only handle too.
     pub fn rollback(&self, req: RollbackRequest) -> Result<RollbackReport> {
-        let log = self.writer("roll back")?;
-        Ok(cairn_snapshot::rollback(
-            &**log,
-            &*self.blobs,
-            self.workspace()?,
-            req,
-        )?)
+        if !req.dry_run {
+            self.writer("roll back")?;
+        }
+        let ws = self.workspace()?;
+        Ok(self.with_log_access(|log| cairn_snapshot::rollback(log, &*self.blobs, ws, req))?)
+    }
+
+    /// Runs `f` with the log as a [`LogAccess`]: the writer, or the reader
+    /// of a read-only handle (refreshed first, and refusing appends).
+    fn with_log_access<T>(
+        &self,
+        f: impl FnOnce(&dyn LogAccess) -> cairn_snapshot::Result<T>,
+    ) -> cairn_snapshot::Result<T> {
+        match &self.log {
+            LogHandle::Writer(l) => f(&**l),
+            LogHandle::Reader(r) => {
+                r.lock().refresh()?;
+                f(&ReaderLog(r))
+            }
+        }
     }
 
     /// Applies a retention policy (recording each eviction as a
@@ -129,6 +141,37 @@ impl Store {
             false,
             &keep,
         )?)
+    }
+}
+
+/// A read-only handle's log as a [`LogAccess`]: reads what the writer has
+/// committed; appends are refused (no flow that reaches them runs on a
+/// read-only workspace).
+struct ReaderLog<'a>(&'a Mutex<LogReader>);
+
+impl LogAccess for ReaderLog<'_> {
+    fn append(&self, _: &Event) -> cairn_snapshot::Result<Lsn> {
+        Err(SnapshotError::ReadOnly { what: "append" })
+    }
+    fn append_batch(&self, _: &[Event]) -> cairn_snapshot::Result<Option<(Lsn, Lsn)>> {
+        Err(SnapshotError::ReadOnly { what: "append" })
+    }
+    fn head(&self) -> Head {
+        self.0.lock().head()
+    }
+    fn read(&self, lsn: Lsn) -> cairn_snapshot::Result<Record> {
+        Ok(self.0.lock().read(lsn)?)
+    }
+    fn for_each_from(
+        &self,
+        from: Lsn,
+        f: &mut dyn FnMut(Record) -> cairn_snapshot::Result<()>,
+    ) -> cairn_snapshot::Result<()> {
+        let iter = self.0.lock().iter_from(from);
+        for r in iter {
+            f(r?)?;
+        }
+        Ok(())
     }
 }
 

@@ -207,6 +207,22 @@ impl StoreBuilder {
             }
             let reader = LogReader::open(vfs.clone(), &root.join("log"))?;
             let blobs = BlobStore::open_read_only(vfs.clone(), &root.join("blobs"))?;
+            // To list checkpoints and plan rollbacks: the workspace's caches
+            // are read, never written. A workspace that cannot be opened
+            // (gone, or on another file system than the store's) leaves the
+            // queries working; only those two then fail, with NoWorkspace.
+            let workspace = match &workspace_dir {
+                Some(w) if !custom_vfs => {
+                    let cache = self
+                        .snapshot_cache_dir
+                        .clone()
+                        .unwrap_or_else(|| root.join("snapshot"));
+                    Workspace::open_read_only(w, &cache, self.snapshot.clone())
+                        .ok()
+                        .map(|ws| ws.with_store_dir(&root))
+                }
+                _ => None,
+            };
             return Ok(Store {
                 root,
                 workspace_dir,
@@ -214,7 +230,7 @@ impl StoreBuilder {
                 _dir: None,
                 log: LogHandle::Reader(Box::new(Mutex::new(reader))),
                 blobs: Arc::new(blobs),
-                workspace: None,
+                workspace,
                 index: Mutex::new(None),
                 unreferenced: Mutex::new(HashSet::new()),
                 gc_gate: RwLock::new(()),

@@ -341,20 +341,18 @@ fn damage_in_the_log_exits_with_the_corruption_code() {
     ok(&cairn(ws, &["verify"]));
 }
 
-#[test]
-fn a_second_writer_is_told_the_store_is_locked() {
-    let tmp = tempfile::tempdir().unwrap();
-    let ws = tmp.path();
-    ok(&cairn(ws, &["init"]));
+/// Starts a `cairn record` that holds the store's lock, and returns once
+/// its first record is visible to readers.
+fn hold_the_lock(ws: &Path) -> std::process::Child {
     let mut holder = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["record"])
         .current_dir(ws)
+        .env_remove("CAIRN_STORE")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Wait until the holder has the lock (its first record is visible).
     let stdin = holder.stdin.as_mut().unwrap();
     stdin
         .write_all(b"{\"kind\":\"prompt\",\"text\":\"hold\"}\n")
@@ -374,12 +372,87 @@ fn a_second_writer_is_told_the_store_is_locked() {
         seen,
         "a reader sees the writer's record while it holds the lock"
     );
+    holder
+}
+
+#[test]
+fn a_second_writer_is_told_the_store_is_locked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let mut holder = hold_the_lock(ws);
     let o = cairn(ws, &["checkpoint"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("locked") && err.contains("LOCK"), "{err}");
     drop(holder.stdin.take());
     assert!(holder.wait().unwrap().success());
+}
+
+/// Listing checkpoints and planning a rollback only read: they work while
+/// another process records (holding the lock), and write nothing, not even
+/// the workspace's caches.
+#[test]
+fn checkpoints_and_a_dry_run_read_beside_a_recording_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    let made = json_lines(&ok(&cairn(
+        ws,
+        &["checkpoint", "--label", "first", "--json"],
+    )));
+    let id = made[0]["id"].as_str().unwrap().to_string();
+    std::fs::write(ws.join("a.txt"), "two\n").unwrap();
+    std::fs::write(ws.join("b.txt"), "new\n").unwrap();
+    let caches = |ws: &Path| -> Vec<(String, std::time::SystemTime, u64)> {
+        let mut v: Vec<_> = std::fs::read_dir(ws.join(".cairn/snapshot"))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let m = e.metadata().unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    m.modified().unwrap(),
+                    m.len(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = caches(ws);
+    let mut holder = hold_the_lock(ws);
+
+    let list = json_lines(&ok(&cairn(ws, &["checkpoints", "--json"])));
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0]["id"], id.as_str());
+    assert_eq!(list[0]["label"], "first");
+
+    let plan = json_lines(&ok(&cairn(ws, &["rollback", "--dry-run", "--json", &id])));
+    assert_eq!(plan[0]["dry_run"], true);
+    assert_eq!(plan[0]["written"], serde_json::json!(["a.txt"]));
+    assert_eq!(plan[0]["deleted"], serde_json::json!(["b.txt"]));
+    let text = ok(&cairn(ws, &["rollback", "--dry-run", &id]));
+    assert!(text.contains("would write 1, delete 1"), "{text}");
+
+    // Nothing changed: the files, the caches.
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "two\n");
+    assert!(ws.join("b.txt").exists());
+    assert_eq!(caches(ws), before, "a read-only command wrote a cache");
+
+    // The real rollback needs the lock.
+    let o = cairn(ws, &["rollback", &id]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("locked"), "{err}");
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    // Once it is free, the same plan is carried out.
+    let done = json_lines(&ok(&cairn(ws, &["rollback", "--json", &id])));
+    assert_eq!(done[0]["written"], plan[0]["written"]);
+    assert_eq!(done[0]["deleted"], plan[0]["deleted"]);
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "one\n");
 }
 
 /// A session long enough for the log to train its zstd dictionary: `stats`

@@ -511,3 +511,63 @@ fn records_must_name_checkpoints_and_parents_that_exist() {
     let err = store.append_batch(&bad).unwrap_err().to_string();
     assert!(err.contains("event 1 of the batch"), "{err}");
 }
+
+/// A read-only handle, opened while the writer holds the lock, lists
+/// checkpoints as of the writer's last commit and plans a rollback the
+/// writer would carry out; everything that would write is refused by name.
+#[test]
+fn a_read_only_handle_lists_checkpoints_and_plans_rollbacks_only() {
+    use cairn::snapshot::{CheckpointRequest, RollbackRequest};
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("a.txt"), "one").unwrap();
+    let writer = Store::open(tmp.path()).unwrap();
+    let c1 = writer.checkpoint(CheckpointRequest::default()).unwrap();
+    std::fs::write(tmp.path().join("a.txt"), "two").unwrap();
+
+    let reader = Store::builder()
+        .workspace(tmp.path())
+        .read_only()
+        .open()
+        .unwrap();
+    assert!(reader.is_read_only());
+    let listed = reader.checkpoints(None).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, c1.id);
+    assert_eq!(reader.find_checkpoint(c1.id).unwrap().root, c1.root);
+
+    // A checkpoint the writer takes later is seen without reopening.
+    let c2 = writer.checkpoint(CheckpointRequest::default()).unwrap();
+    assert_eq!(reader.checkpoints(None).unwrap().len(), 2);
+
+    let dry = |s: &Store| {
+        s.rollback(RollbackRequest {
+            target: c1.id,
+            paths: vec![],
+            dry_run: true,
+            session: "s".into(),
+        })
+        .unwrap()
+    };
+    let planned = dry(&reader);
+    assert_eq!(planned.written, vec!["a.txt".to_string()]);
+    assert_eq!(planned, dry(&writer));
+
+    let refused = reader
+        .rollback(RollbackRequest {
+            target: c1.id,
+            paths: vec![],
+            dry_run: false,
+            session: "s".into(),
+        })
+        .unwrap_err();
+    assert!(matches!(refused, Error::ReadOnly(_)), "{refused}");
+    let refused = reader.track(&["a.txt"]).unwrap_err();
+    assert!(matches!(refused, Error::ReadOnly(_)), "{refused}");
+    let refused = reader.checkpoint(CheckpointRequest::default()).unwrap_err();
+    assert!(matches!(refused, Error::ReadOnly(_)), "{refused}");
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("a.txt")).unwrap(),
+        "two"
+    );
+    assert_eq!(writer.checkpoints(None).unwrap().last().unwrap().id, c2.id);
+}

@@ -131,6 +131,7 @@ impl StatCache {
     /// Writes the cache (atomically; with `durable`, fsync'd) and keeps it
     /// in memory for the next load.
     pub fn save(self: Arc<Self>, ws: &Workspace, durable: bool) -> Result<()> {
+        ws.check_writable("save the stat cache")?;
         ws.finish_cache_save();
         let path = ws.cache_path(STAT_CACHE_FILE);
         *ws.stat_cache_slot().lock() = None;
@@ -148,6 +149,9 @@ impl StatCache {
     /// correct (its stat data names the contents it was read with), only
     /// older: the next scan re-reads more.
     pub fn save_in_background(self: Arc<Self>, ws: &Workspace) {
+        if ws.is_read_only() {
+            return;
+        }
         ws.finish_cache_save();
         let path = ws.cache_path(STAT_CACHE_FILE);
         let cache = self.clone();
@@ -326,7 +330,16 @@ impl Capture {
 }
 
 /// Reads the file system's clock by touching a file in the cache directory.
+/// A read-only workspace takes the system clock instead: its scans are
+/// never saved, and the clock only marks which of the entries a scan reads
+/// a later scan could trust.
 fn fs_clock(ws: &Workspace) -> Result<i64> {
+    if ws.is_read_only() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        return Ok(i64::try_from(now).unwrap_or(i64::MAX));
+    }
     let p = ws.cache_path(CLOCK_FILE);
     std::fs::write(&p, b"c").map_err(|e| SnapshotError::io("touch scan clock", &p, e))?;
     let m = std::fs::metadata(&p).map_err(|e| SnapshotError::io("stat scan clock", &p, e))?;

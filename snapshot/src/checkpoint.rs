@@ -366,6 +366,7 @@ pub fn create_checkpoint<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     ws: &Workspace,
     req: CheckpointRequest,
 ) -> Result<CheckpointInfo> {
+    ws.check_writable("checkpoint")?;
     let _flow = ws.flow();
     Ok(create_inner(log, blobs, ws, req)?.0)
 }
@@ -387,6 +388,9 @@ const LIST_CACHE_VERSION: u32 = 1;
 const LIST_CACHE_SAVE_RECORDS: u64 = 256;
 
 fn save_list(ws: &Workspace, cache: &ListCache) -> Result<()> {
+    if ws.is_read_only() {
+        return Ok(());
+    }
     let bytes = rmp_serde::to_vec(cache)
         .map_err(|e| SnapshotError::Invalid(format!("encode checkpoint list: {e}")))?;
     // A cache: rebuilt from the log when lost, so no fsync.
@@ -576,6 +580,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             lsn: None,
         });
     }
+    ws.check_writable("roll back")?;
     // While the undo point is made durable, the plan is computed from its
     // tree (only the parts of the two trees that differ are read), every
     // path the plan may touch is marked dirty (durably: a tracked-only
@@ -780,6 +785,7 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     thorough: bool,
     keep: &HashSet<BlobHash>,
 ) -> Result<RetentionReport> {
+    ws.check_writable("apply a retention policy")?;
     let _flow = ws.flow();
     let all: Vec<CheckpointInfo> = list_checkpoints(log, ws, None)?
         .into_iter()

@@ -58,6 +58,12 @@ pub enum SnapshotError {
         /// The error that stopped it.
         cause: Box<SnapshotError>,
     },
+    /// The workspace was opened read-only ([`crate::Workspace::open_read_only`])
+    /// and this would change it or its caches.
+    ReadOnly {
+        /// What was asked for ("checkpoint", "change the tracked paths", ...).
+        what: &'static str,
+    },
     /// A caller error that fits no other variant.
     Invalid(String),
 }
@@ -111,6 +117,10 @@ impl fmt::Display for SnapshotError {
                 f,
                 "rollback stopped part way ({cause}); the workspace is partly rolled back: \
                  undo with `cairn rollback {source_checkpoint}`"
+            ),
+            SnapshotError::ReadOnly { what } => write!(
+                f,
+                "cannot {what}: the workspace was opened read-only (to list checkpoints or plan a rollback)"
             ),
             SnapshotError::Invalid(s) => f.write_str(s),
         }

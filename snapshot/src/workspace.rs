@@ -125,6 +125,10 @@ pub struct Workspace {
     /// Held through each checkpoint, rollback and retention run (see
     /// [`Workspace::flow`]).
     flow: Mutex<()>,
+    /// Opened with [`Workspace::open_read_only`]: the caches are read,
+    /// never written, and anything that would change the workspace or
+    /// the tracked paths is refused.
+    read_only: bool,
 }
 
 /// A background stat-cache save: the thread (which returns the identity of
@@ -150,6 +154,32 @@ impl Workspace {
     /// cairn's caches for it in `cache_dir` (normally `.cairn/snapshot`),
     /// created if needed.
     pub fn open(root: &Path, cache_dir: &Path, opts: SnapshotOptions) -> Result<Workspace> {
+        std::fs::create_dir_all(cache_dir)
+            .map_err(|e| SnapshotError::io("create snapshot cache directory", cache_dir, e))?;
+        Self::open_with(root, cache_dir, opts, false)
+    }
+
+    /// Opens the workspace at `root` to look, not to change: for listing
+    /// checkpoints and planning a rollback (`--dry-run`) beside a process
+    /// that holds the store's lock, or on a store this user may only read.
+    /// The caches in `cache_dir` are read when present and never written
+    /// (a scan keeps what it learns in memory), the cache directory is not
+    /// created, and [`Workspace::track`] (like every flow that would write
+    /// the workspace) is refused with [`SnapshotError::ReadOnly`].
+    pub fn open_read_only(
+        root: &Path,
+        cache_dir: &Path,
+        opts: SnapshotOptions,
+    ) -> Result<Workspace> {
+        Self::open_with(root, cache_dir, opts, true)
+    }
+
+    fn open_with(
+        root: &Path,
+        cache_dir: &Path,
+        opts: SnapshotOptions,
+        read_only: bool,
+    ) -> Result<Workspace> {
         let root = root
             .canonicalize()
             .map_err(|e| SnapshotError::io("open workspace root", root, e))?;
@@ -159,11 +189,22 @@ impl Workspace {
                 root.display()
             )));
         }
-        std::fs::create_dir_all(cache_dir)
-            .map_err(|e| SnapshotError::io("create snapshot cache directory", cache_dir, e))?;
-        let cache_dir = cache_dir
-            .canonicalize()
-            .map_err(|e| SnapshotError::io("open snapshot cache directory", cache_dir, e))?;
+        let cache_dir = match cache_dir.canonicalize() {
+            Ok(c) => c,
+            // Read-only, a store that never checkpointed has no cache
+            // directory: every cache is then empty.
+            Err(e) if read_only && e.kind() == std::io::ErrorKind::NotFound => {
+                std::path::absolute(cache_dir)
+                    .map_err(|e| SnapshotError::io("open snapshot cache directory", cache_dir, e))?
+            }
+            Err(e) => {
+                return Err(SnapshotError::io(
+                    "open snapshot cache directory",
+                    cache_dir,
+                    e,
+                ))
+            }
+        };
         let mut excluded = Vec::new();
         for x in &opts.exclude {
             excluded.push(relpath::normalize(&root, x)?);
@@ -180,6 +221,7 @@ impl Workspace {
             checkpoint_list: Mutex::new(None),
             track_lock: Mutex::new(BTreeSet::new()),
             flow: Mutex::new(()),
+            read_only,
         };
         ws.own_dir(&cache_dir);
         Ok(ws)
@@ -201,6 +243,7 @@ impl Workspace {
     /// checkpoint after this call still scans in full. Calling it again
     /// while a watcher runs does nothing.
     pub fn watch(&self) -> Result<()> {
+        self.check_writable("watch the workspace")?;
         let mut w = self.watcher.lock();
         if w.is_none() {
             *w = Some(Arc::new(Watcher::start(&self.root, &self.cache_dir)?));
@@ -246,6 +289,19 @@ impl Workspace {
     /// How checkpoints used the watcher; `None` if no watcher runs.
     pub fn watch_stats(&self) -> Option<WatchStats> {
         self.watcher.lock().as_ref().map(|w| w.stats())
+    }
+
+    /// True if opened with [`Workspace::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Refuses `what` on a read-only workspace.
+    pub(crate) fn check_writable(&self, what: &'static str) -> Result<()> {
+        if self.read_only {
+            return Err(SnapshotError::ReadOnly { what });
+        }
+        Ok(())
     }
 
     /// The workspace root (canonical).
@@ -392,6 +448,7 @@ impl Workspace {
         durable: bool,
         change: impl FnOnce(&mut TrackState, &BTreeSet<String>),
     ) -> Result<()> {
+        self.check_writable("change the tracked paths")?;
         let pinned = self.track_lock.lock();
         let mut st = self.load_track()?;
         let before = st.clone();
@@ -436,6 +493,7 @@ impl Workspace {
     }
 
     pub(crate) fn save_last(&self, last: Option<&LastCapture>) -> Result<()> {
+        self.check_writable("checkpoint")?;
         let p = self.cache_path(LAST_FILE);
         match last {
             Some(l) => {
@@ -511,5 +569,21 @@ mod tests {
         ws.unpin_dirty(&a);
         ws.clear_dirty(&captured).unwrap();
         assert!(!ws.load_track().unwrap().dirty.contains("a.txt"));
+    }
+
+    #[test]
+    fn a_read_only_workspace_creates_and_writes_no_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join(".cairn/snapshot");
+        let ws = Workspace::open_read_only(dir.path(), &cache, SnapshotOptions::default()).unwrap();
+        assert!(ws.is_read_only());
+        assert!(!cache.exists(), "the cache directory was created");
+        assert!(ws.tracked().unwrap().is_empty());
+        let e = ws.track(&["a.txt"]).unwrap_err();
+        assert!(matches!(e, SnapshotError::ReadOnly { .. }), "{e}");
+        assert!(e.to_string().contains("read-only"), "{e}");
+        assert!(ws.save_last(None).is_err());
+        drop(ws);
+        assert!(!cache.exists(), "dropping it wrote a cache");
     }
 }

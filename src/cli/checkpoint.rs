@@ -102,7 +102,8 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
 
 /// `cairn checkpoints`.
 pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<ExitCode> {
-    let store = settings.open_write()?;
+    // Read-only: listing never waits for (or blocks) a recording process.
+    let store = settings.open_read()?;
     let all = store.checkpoints(session)?;
     if json {
         for c in &all {
@@ -142,7 +143,12 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
 /// `cairn rollback`.
 pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     let target = parse_id(&a.id)?;
-    let store = settings.open_write()?;
+    // A dry run changes nothing, so it reads beside a recording process.
+    let store = if a.dry_run {
+        settings.open_read()?
+    } else {
+        settings.open_write()?
+    };
     let spin = super::progress::Spinner::start(settings.quiet, "rolling back");
     let report = store
         .rollback(RollbackRequest {
