@@ -24,6 +24,9 @@ pub enum Error {
     NoStore(String),
     /// This store has no workspace (an in-memory store without one), so it cannot checkpoint.
     NoWorkspace,
+    /// The store was opened with a workspace it is not bound to (see
+    /// [`crate::binding`]): checkpoints, rollbacks and tracking are refused.
+    WorkspaceMismatch(Box<crate::binding::WorkspaceMismatch>),
     /// An input line was refused (an import): the message names the file,
     /// the line and why, and what was recorded before it.
     Rejected(String),
@@ -56,6 +59,7 @@ impl fmt::Display for Error {
             Error::NoWorkspace => {
                 f.write_str("this store has no workspace to checkpoint; open it with `StoreBuilder::workspace`")
             }
+            Error::WorkspaceMismatch(m) => write!(f, "{m}"),
             Error::Rejected(s) | Error::Other(s) => f.write_str(s),
         }
     }

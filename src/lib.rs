@@ -28,6 +28,7 @@
 //! [`snapshot`] (workspace scanning, checkpoints, rollback) and [`query`]
 //! (replay, indexes, time-travel queries, export and import).
 
+pub mod binding;
 pub mod checkpoints;
 pub mod error;
 pub mod queries;

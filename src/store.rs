@@ -14,6 +14,7 @@ use cairn_engine::{RealVfs, StoreDir, Vfs};
 use cairn_snapshot::{SnapshotOptions, Workspace};
 use parking_lot::{Mutex, RwLock};
 
+use crate::binding::WorkspaceMismatch;
 use crate::error::{Error, Result};
 use crate::session::Session;
 
@@ -41,6 +42,7 @@ pub struct StoreBuilder {
     watch: bool,
     vfs: Option<Arc<dyn Vfs>>,
     snapshot_cache_dir: Option<PathBuf>,
+    rebind_workspace: bool,
 }
 
 impl std::fmt::Debug for StoreBuilder {
@@ -56,6 +58,7 @@ impl std::fmt::Debug for StoreBuilder {
             .field("snapshot", &self.snapshot)
             .field("custom_vfs", &self.vfs.is_some())
             .field("snapshot_cache_dir", &self.snapshot_cache_dir)
+            .field("rebind_workspace", &self.rebind_workspace)
             .finish()
     }
 }
@@ -76,6 +79,7 @@ impl Default for StoreBuilder {
             watch: false,
             vfs: None,
             snapshot_cache_dir: None,
+            rebind_workspace: false,
         }
     }
 }
@@ -184,6 +188,17 @@ impl StoreBuilder {
         }
     }
 
+    /// Binds the store to the workspace given with
+    /// [`StoreBuilder::workspace`] even if it was bound to another (see
+    /// [`crate::binding`]): for a workspace that really moved away from a
+    /// store kept outside it. Default false: such an open leaves the store
+    /// usable for queries and refuses checkpoints, rollbacks and tracking
+    /// with [`Error::WorkspaceMismatch`].
+    pub fn rebind_workspace(mut self, on: bool) -> Self {
+        self.rebind_workspace = on;
+        self
+    }
+
     /// Opens the store, creating it if needed.
     pub fn open(self) -> Result<Store> {
         if self.in_memory {
@@ -192,11 +207,18 @@ impl StoreBuilder {
         let root = self.resolved_store_dir().ok_or_else(|| {
             Error::Other("StoreBuilder needs a workspace or a store directory".into())
         })?;
+        let custom_vfs = self.vfs.is_some();
+        // Without a workspace, the one the store is bound to; else the
+        // directory that holds the store.
+        let bound = match (&self.workspace, custom_vfs) {
+            (None, false) => crate::binding::bound_workspace(&root).ok().flatten(),
+            _ => None,
+        };
         let workspace_dir = self
             .workspace
             .clone()
+            .or(bound)
             .or_else(|| root.parent().map(Path::to_path_buf));
-        let custom_vfs = self.vfs.is_some();
         let vfs: Arc<dyn Vfs> = self.vfs.clone().unwrap_or_else(|| Arc::new(RealVfs));
         if self.read_only {
             if !vfs.exists(&root.join("log")) {
@@ -211,18 +233,28 @@ impl StoreBuilder {
             // are read, never written. A workspace that cannot be opened
             // (gone, or on another file system than the store's) leaves the
             // queries working; only those two then fail, with NoWorkspace.
-            let workspace = match &workspace_dir {
-                Some(w) if !custom_vfs => {
-                    let cache = self
-                        .snapshot_cache_dir
-                        .clone()
-                        .unwrap_or_else(|| root.join("snapshot"));
-                    Workspace::open_read_only(w, &cache, self.snapshot.clone())
-                        .ok()
-                        .map(|ws| ws.with_store_dir(&root))
+            // A workspace that cannot be opened (gone, its binding
+            // damaged) leaves the queries working; listing checkpoints and
+            // planning rollbacks then fail with the reason.
+            let mut unavailable = None;
+            let mut mismatch = None;
+            let mut workspace = None;
+            if let (Some(w), false) = (&workspace_dir, custom_vfs) {
+                let cache = self
+                    .snapshot_cache_dir
+                    .clone()
+                    .unwrap_or_else(|| root.join("snapshot"));
+                match crate::binding::check(&root, w, false, false) {
+                    Ok(m) => mismatch = m.map(Box::new),
+                    Err(e) => unavailable = Some(e.to_string()),
                 }
-                _ => None,
-            };
+                match Workspace::open_read_only(w, &cache, self.snapshot.clone()) {
+                    Ok(ws) => workspace = Some(ws.with_store_dir(&root)),
+                    Err(e) => {
+                        unavailable.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
             return Ok(Store {
                 root,
                 workspace_dir,
@@ -231,6 +263,8 @@ impl StoreBuilder {
                 log: LogHandle::Reader(Box::new(Mutex::new(reader))),
                 blobs: Arc::new(blobs),
                 workspace,
+                mismatch,
+                unavailable,
                 index: Mutex::new(None),
                 unreferenced: Mutex::new(HashSet::new()),
                 gc_gate: RwLock::new(()),
@@ -239,6 +273,12 @@ impl StoreBuilder {
             });
         }
         let dir = StoreDir::open(vfs.clone(), &root)?;
+        let mismatch = match &workspace_dir {
+            Some(w) if !custom_vfs => {
+                crate::binding::check(&root, w, true, self.rebind_workspace)?.map(Box::new)
+            }
+            _ => None,
+        };
         // The snapshot crate keeps its caches through std::fs: on a custom
         // file system `<store>/snapshot` is not a real directory.
         let tmp = if custom_vfs && self.snapshot_cache_dir.is_none() && workspace_dir.is_some() {
@@ -246,7 +286,9 @@ impl StoreBuilder {
         } else {
             None
         };
-        self.finish(vfs, dir, workspace_dir, tmp)
+        let mut store = self.finish(vfs, dir, workspace_dir, tmp)?;
+        store.mismatch = mismatch;
+        Ok(store)
     }
 
     fn open_in_memory(self) -> Result<Store> {
@@ -314,6 +356,8 @@ impl StoreBuilder {
             log: LogHandle::Writer(Arc::new(log)),
             blobs: Arc::new(blobs),
             workspace,
+            mismatch: None,
+            unavailable: None,
             index: Mutex::new(None),
             unreferenced: Mutex::new(HashSet::new()),
             gc_gate: RwLock::new(()),
@@ -348,6 +392,11 @@ pub struct Store {
     pub(crate) log: LogHandle,
     pub(crate) blobs: Arc<BlobStore>,
     pub(crate) workspace: Option<Workspace>,
+    /// Set when the store was opened with a workspace it is not bound to:
+    /// every flow that reads or writes the workspace is refused.
+    mismatch: Option<Box<WorkspaceMismatch>>,
+    /// Why a read-only handle has no workspace, when it was given one.
+    unavailable: Option<String>,
     pub(crate) index: Mutex<Option<cairn_query::index::Index>>,
     /// Blobs put through [`Store::put_blob`] (or an import) that no record
     /// appended through this handle names yet: gc keeps them, so a thread
@@ -398,6 +447,13 @@ impl Store {
         self.workspace_dir.as_deref()
     }
 
+    /// Set when the store was opened with a workspace it is not bound to
+    /// (see [`crate::binding`]); checkpoints, rollbacks and tracking are
+    /// then refused.
+    pub fn workspace_mismatch(&self) -> Option<&WorkspaceMismatch> {
+        self.mismatch.as_deref()
+    }
+
     /// The file system the store lives on.
     pub fn vfs(&self) -> &Arc<dyn Vfs> {
         &self.vfs
@@ -416,6 +472,12 @@ impl Store {
     }
 
     pub(crate) fn workspace(&self) -> Result<&Workspace> {
+        if let Some(m) = &self.mismatch {
+            return Err(Error::WorkspaceMismatch(m.clone()));
+        }
+        if let (None, Some(why)) = (&self.workspace, &self.unavailable) {
+            return Err(Error::Other(why.clone()));
+        }
         self.workspace.as_ref().ok_or(Error::NoWorkspace)
     }
 

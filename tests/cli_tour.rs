@@ -891,3 +891,83 @@ fn show_of_a_directory_says_it_is_one() {
     let o = cairn(ws, &["show", "c1:nope"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("does not exist"));
 }
+
+/// A store remembers its workspace: another directory given with
+/// `--workspace` is refused before anything is captured or rewritten; a
+/// store kept outside its workspace finds it without `--workspace`; a
+/// project moved with its `.cairn` keeps working; `init --rebind` moves
+/// an outside store to a moved workspace.
+#[test]
+fn a_store_remembers_its_workspace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let top = tmp.path();
+    for d in ["a", "b", "w"] {
+        std::fs::create_dir(top.join(d)).unwrap();
+    }
+    std::fs::write(top.join("a/f.txt"), "a\n").unwrap();
+    std::fs::write(top.join("b/f.txt"), "b\n").unwrap();
+    ok(&cairn(top, &["init", "a"]));
+    ok(&cairn(top, &["--store", "a/.cairn", "checkpoint"]));
+    for args in [
+        &["--store", "a/.cairn", "--workspace", "b", "rollback", "c1"][..],
+        &["--store", "a/.cairn", "--workspace", "b", "checkpoint"][..],
+        &[
+            "--store",
+            "a/.cairn",
+            "--workspace",
+            "b",
+            "rollback",
+            "--dry-run",
+            "c1",
+        ][..],
+    ] {
+        let o = cairn(top, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("belongs to the workspace") && err.contains("--rebind"),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(top.join("b/f.txt")).unwrap(), "b\n");
+    // Queries do not need the workspace.
+    ok(&cairn(
+        top,
+        &["--store", "a/.cairn", "--workspace", "b", "log"],
+    ));
+
+    // Moved with its store: still its workspace.
+    std::fs::rename(top.join("a"), top.join("a2")).unwrap();
+    std::fs::write(top.join("a2/f.txt"), "a changed\n").unwrap();
+    let made = json_lines(&ok(&cairn(&top.join("a2"), &["checkpoint", "--json"])));
+    assert_eq!(made[0]["changed"], 1);
+
+    // A store outside its workspace finds it from anywhere.
+    std::fs::write(top.join("w/g.txt"), "g\n").unwrap();
+    ok(&cairn(top, &["--store", "s", "init", "w"]));
+    let made = json_lines(&ok(&cairn(
+        &top.join("b"),
+        &["--store", "../s", "checkpoint", "--json"],
+    )));
+    assert_eq!(made[0]["files"], 1, "the bound workspace w was captured");
+    std::fs::rename(top.join("w"), top.join("w2")).unwrap();
+    let o = cairn(top, &["--store", "s", "checkpoint"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("does not exist") && err.contains("--rebind"),
+        "{err}"
+    );
+    let o = cairn(top, &["--store", "s", "init", "w2"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "init does not rebind without --rebind"
+    );
+    ok(&cairn(top, &["--store", "s", "init", "w2", "--rebind"]));
+    let list = json_lines(&ok(&cairn(
+        top,
+        &["--store", "s", "rollback", "--dry-run", "--json", "c1"],
+    )));
+    assert_eq!(list[0]["written"], serde_json::json!([]));
+}

@@ -37,10 +37,17 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a store: DIR/.cairn (DIR defaults to the current directory).
-    #[command(after_help = "Example:\n  cairn init ~/src/myproject")]
+    #[command(
+        after_help = "Example:\n  cairn init ~/src/myproject\n  cairn --store /var/cairn/myproject init ~/src/myproject\n\nA store remembers its workspace: later commands find it, and refuse to\ncheckpoint or roll back another directory given with --workspace.\nA store inside its workspace (DIR/.cairn) moves with it."
+    )]
     Init {
-        /// The workspace to create the store in.
+        /// The workspace to create the store in (or, with --store, for).
         dir: Option<PathBuf>,
+        /// The store exists and belongs to another workspace: make DIR its
+        /// workspace from now on (for a workspace that moved away from a
+        /// store kept outside it).
+        #[arg(long)]
+        rebind: bool,
     },
     /// Record canonical JSONL events from stdin (or --file), each as it arrives.
     #[command(

@@ -46,12 +46,17 @@ pub fn find(store_flag: Option<&Path>, workspace_flag: Option<&Path>) -> Result<
             store.display()
         );
     }
+    // The workspace the store is bound to (see `cairn::binding`), else the
+    // directory that holds it.
     let workspace = match workspace_flag {
         Some(w) => absolute(&cwd, w),
-        None => store
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| cwd.clone()),
+        None => match cairn::binding::bound_workspace(&store) {
+            Ok(Some(w)) => w,
+            _ => store
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| cwd.clone()),
+        },
     };
     Ok(Found { store, workspace })
 }

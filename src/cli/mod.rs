@@ -229,7 +229,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     let settings = Settings::from_cli(&cli)?;
     let command = settings.paths_from_cwd(cli.command);
     match command {
-        Command::Init { dir } => init(&settings, dir.as_deref()),
+        Command::Init { dir, rebind } => init(&settings, dir.as_deref(), rebind),
         Command::Record(a) => record::run(&settings, a),
         Command::Log(a) => inspect::log(&settings, a),
         Command::Verify(a) => inspect::verify(&settings, a),
@@ -264,9 +264,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn init(settings: &Settings, dir: Option<&Path>) -> Result<ExitCode> {
+fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCode> {
     let cwd = std::env::current_dir()?;
-    let workspace = match dir {
+    let workspace = match dir.or(settings.workspace.as_deref()) {
         Some(d) if d.is_absolute() => d.to_path_buf(),
         Some(d) => cwd.join(d),
         None => cwd,
@@ -284,9 +284,19 @@ fn init(settings: &Settings, dir: Option<&Path>) -> Result<ExitCode> {
     let store = Store::builder()
         .store_dir(&store_dir)
         .workspace(&workspace)
+        .rebind_workspace(rebind)
         .open()?;
+    if let Some(m) = store.workspace_mismatch() {
+        anyhow::bail!("{m}");
+    }
     store.close()?;
-    if existed {
+    if existed && rebind {
+        println!(
+            "cairn store at {} now belongs to the workspace {}",
+            store_dir.display(),
+            workspace.display()
+        );
+    } else if existed {
         println!("cairn store already exists at {}", store_dir.display());
     } else {
         println!("created cairn store at {}", store_dir.display());

@@ -1,0 +1,264 @@
+//! Which workspace a store belongs to.
+//!
+//! The first time a store is opened for writing with a workspace, the
+//! binding is written to `<store>/workspace`. A later open with another
+//! workspace (a mistyped `--workspace`, a `--store` whose parent directory
+//! is not its workspace) can then be refused before anything is captured
+//! or rolled back: checkpoints of the wrong tree would record every file
+//! of the right one as deleted, and a rollback would rewrite the wrong
+//! tree to the right one's checkpoint.
+//!
+//! A store inside its workspace (the usual `<workspace>/.cairn`) is bound
+//! by its place in the tree, not by absolute path, so a project moved or
+//! copied with its store keeps working. A store elsewhere is bound to the
+//! workspace's canonical path.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The binding's file name inside the store directory.
+pub const BINDING_FILE: &str = "workspace";
+
+/// Version of the binding file's shape.
+const BINDING_VERSION: u32 = 1;
+
+/// The binding file's contents (JSON).
+#[derive(Debug, Serialize, Deserialize)]
+struct BindingFile {
+    version: u32,
+    /// The store's path relative to its workspace (`.cairn`), when the
+    /// store lies inside the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    store_in_workspace: Option<String>,
+    /// The workspace's canonical path, when the store lies outside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    workspace: Option<String>,
+}
+
+/// A store opened with a workspace it is not bound to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkspaceMismatch {
+    /// The store directory.
+    pub store: PathBuf,
+    /// The workspace the store is bound to.
+    pub bound: PathBuf,
+    /// The workspace it was opened with.
+    pub given: PathBuf,
+}
+
+impl std::fmt::Display for WorkspaceMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the store {} belongs to the workspace {}, not {}: check --workspace and --store \
+             (or CAIRN_STORE); if the workspace really moved, bind the store to it with \
+             `cairn --store {} init {} --rebind` (StoreBuilder::rebind_workspace)",
+            self.store.display(),
+            self.bound.display(),
+            self.given.display(),
+            self.store.display(),
+            self.given.display(),
+        )
+    }
+}
+
+/// The workspace `store` is bound to, if its binding file says so: a
+/// canonical path. `None` for a store that has none yet (created before
+/// bindings, or never opened for writing with a workspace).
+pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
+    let path = store.join(BINDING_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::Other(format!("read {}: {e}", path.display()))),
+    };
+    let damaged = |why: &str| {
+        Error::Other(format!(
+            "{} is damaged ({why}); delete it and open the store with its workspace to bind it again",
+            path.display()
+        ))
+    };
+    let file: BindingFile = serde_json::from_slice(&bytes).map_err(|e| damaged(&e.to_string()))?;
+    if file.version != BINDING_VERSION {
+        return Err(damaged(&format!(
+            "version {}, this cairn reads {BINDING_VERSION}",
+            file.version
+        )));
+    }
+    match (file.store_in_workspace, file.workspace) {
+        (Some(rel), None) => {
+            let depth = Path::new(&rel).components().count();
+            let store = canonical(store)?;
+            let mut ws = store.as_path();
+            for _ in 0..depth {
+                ws = ws
+                    .parent()
+                    .ok_or_else(|| damaged("the store is not that deep in the tree"))?;
+            }
+            Ok(Some(ws.to_path_buf()))
+        }
+        (None, Some(abs)) => Ok(Some(PathBuf::from(abs))),
+        _ => Err(damaged("it names no workspace")),
+    }
+}
+
+/// Checks that `store` belongs to `workspace`: `Ok(None)` if it does, or
+/// if the store has no binding yet and `record` is set (the binding is
+/// then written); with `rebind`, a different binding is replaced. A store
+/// with no binding and `record` unset stays unbound.
+pub(crate) fn check(
+    store: &Path,
+    workspace: &Path,
+    record: bool,
+    rebind: bool,
+) -> Result<Option<WorkspaceMismatch>> {
+    let bound = bound_workspace(store)?;
+    let given = match workspace.canonicalize() {
+        Ok(g) => g,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let hint = match &bound {
+                Some(b) if b == workspace => format!(
+                    "the store {} belongs to the workspace {}, which does not exist: if it moved, \
+                     bind the store to its new place with `cairn --store {} init NEWDIR --rebind`",
+                    store.display(),
+                    b.display(),
+                    store.display()
+                ),
+                _ => format!("the workspace {} does not exist", workspace.display()),
+            };
+            return Err(Error::Other(hint));
+        }
+        Err(e) => {
+            return Err(Error::Other(format!(
+                "resolve the workspace {}: {e}",
+                workspace.display()
+            )))
+        }
+    };
+    match bound {
+        Some(bound) if bound == given => Ok(None),
+        Some(bound) if !rebind => Ok(Some(WorkspaceMismatch {
+            store: store.to_path_buf(),
+            bound,
+            given,
+        })),
+        _ if record || rebind => {
+            write(store, &given)?;
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Writes the binding of `store` to the canonical `workspace` (a temporary
+/// file renamed into place, so a crash leaves the old binding or the new).
+fn write(store: &Path, workspace: &Path) -> Result<()> {
+    let store_c = canonical(store)?;
+    let file = match store_c.strip_prefix(workspace) {
+        Ok(rel) if !rel.as_os_str().is_empty() => BindingFile {
+            version: BINDING_VERSION,
+            store_in_workspace: Some(utf8(rel)?.to_string()),
+            workspace: None,
+        },
+        _ => BindingFile {
+            version: BINDING_VERSION,
+            store_in_workspace: None,
+            workspace: Some(utf8(workspace)?.to_string()),
+        },
+    };
+    let bytes = serde_json::to_vec(&file).map_err(|e| Error::Other(e.to_string()))?;
+    let path = store.join(BINDING_FILE);
+    let tmp = store.join(format!(".{BINDING_FILE}.tmp-{}", std::process::id()));
+    let io = |what: &str, p: &Path, e: std::io::Error| {
+        Error::Other(format!("{what} {}: {e}", p.display()))
+    };
+    std::fs::write(&tmp, &bytes).map_err(|e| io("write", &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io("rename into place", &path, e))
+}
+
+fn canonical(p: &Path) -> Result<PathBuf> {
+    p.canonicalize()
+        .map_err(|e| Error::Other(format!("resolve {}: {e}", p.display())))
+}
+
+fn utf8(p: &Path) -> Result<&str> {
+    p.to_str().ok_or_else(|| {
+        Error::Other(format!(
+            "{} is not valid UTF-8: cairn cannot record it as the store's workspace",
+            p.display()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_store_inside_its_workspace_follows_it_when_moved() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        std::fs::create_dir_all(a.join(".cairn")).unwrap();
+        assert_eq!(check(&a.join(".cairn"), &a, true, false).unwrap(), None);
+        let b = tmp.path().join("b");
+        std::fs::rename(&a, &b).unwrap();
+        let b = b.canonicalize().unwrap();
+        assert_eq!(bound_workspace(&b.join(".cairn")).unwrap(), Some(b.clone()));
+        assert_eq!(check(&b.join(".cairn"), &b, true, false).unwrap(), None);
+        // A subdirectory is another workspace.
+        std::fs::create_dir(b.join("sub")).unwrap();
+        let m = check(&b.join(".cairn"), &b.join("sub"), true, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.bound, b);
+        assert!(m.to_string().contains("--rebind"), "{m}");
+    }
+
+    #[test]
+    fn a_store_outside_its_workspace_is_bound_by_path_and_can_be_rebound() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, w1, w2) = (
+            tmp.path().join("s"),
+            tmp.path().join("w1"),
+            tmp.path().join("w2"),
+        );
+        for d in [&store, &w1, &w2] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        // Not recorded unless asked.
+        assert_eq!(check(&store, &w1, false, false).unwrap(), None);
+        assert_eq!(bound_workspace(&store).unwrap(), None);
+        assert_eq!(check(&store, &w1, true, false).unwrap(), None);
+        let w1c = w1.canonicalize().unwrap();
+        assert_eq!(bound_workspace(&store).unwrap(), Some(w1c.clone()));
+        let m = check(&store, &w2, true, false).unwrap().unwrap();
+        assert_eq!((m.bound, m.given), (w1c, w2.canonicalize().unwrap()));
+        assert_eq!(check(&store, &w2, false, true).unwrap(), None);
+        let w2c = w2.canonicalize().unwrap();
+        assert_eq!(bound_workspace(&store).unwrap(), Some(w2c.clone()));
+        // The bound workspace gone: the error says how to rebind.
+        std::fs::remove_dir(&w2).unwrap();
+        let e = check(&store, &w2c, true, false).unwrap_err().to_string();
+        assert!(
+            e.contains("does not exist") && e.contains("--rebind"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_damaged_binding_says_how_to_mend_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join(BINDING_FILE), "{\"version\":1}").unwrap();
+        let e = bound_workspace(tmp.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("damaged") && e.contains("names no workspace"),
+            "{e}"
+        );
+        std::fs::write(tmp.path().join(BINDING_FILE), "not json").unwrap();
+        assert!(bound_workspace(tmp.path()).is_err());
+    }
+}
