@@ -526,6 +526,8 @@ pub struct RollbackReport {
     pub created_dirs: Vec<String>,
     /// Directories removed (or, for a dry run, to remove if they end up empty).
     pub removed_dirs: Vec<String>,
+    /// Directories kept whose permission bits were set back.
+    pub dir_modes: Vec<String>,
     /// Paths left as they are, each with the reason: the undo point could
     /// not capture what is there now, so changing it could not be undone
     /// (see [`restore::keep_uncaptured`]).
@@ -575,6 +577,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             deleted: plan.delete.clone(),
             created_dirs: plan.create_dirs.iter().map(|d| d.0.clone()).collect(),
             removed_dirs: plan.remove_dirs.clone(),
+            dir_modes: plan.dir_modes.iter().map(|d| d.0.clone()).collect(),
             kept,
             state,
             lsn: None,
@@ -614,6 +617,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
                 .chain(plan.delete.iter().cloned())
                 .chain(plan.create_dirs.iter().map(|d| d.0.clone()))
                 .chain(plan.remove_dirs.iter().cloned())
+                .chain(plan.dir_modes.iter().map(|d| d.0.clone()))
                 .collect();
             let (pre, marked) = std::thread::scope(|s| {
                 let marking = s.spawn(|| ws.mark_dirty_pinned(&planned));
@@ -693,6 +697,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         .chain(&done.deleted)
         .chain(&done.created_dirs)
         .chain(&done.removed_dirs)
+        .chain(&done.dir_modes)
         .cloned()
         .collect::<std::collections::BTreeSet<String>>()
         .into_iter()
@@ -727,6 +732,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         deleted: done.deleted,
         created_dirs: done.created_dirs,
         removed_dirs: done.removed_dirs,
+        dir_modes: done.dir_modes,
         kept,
         state,
         lsn: Some(lsn),

@@ -41,6 +41,9 @@ pub struct Plan {
     pub create_dirs: Vec<(String, u32)>,
     /// Files and symlinks to write.
     pub write: Vec<Write>,
+    /// Directories in both trees whose permission bits differ, with the
+    /// target's (set once everything under them is written).
+    pub dir_modes: Vec<(String, u32)>,
 }
 
 impl Plan {
@@ -50,6 +53,7 @@ impl Plan {
             && self.remove_dirs.is_empty()
             && self.create_dirs.is_empty()
             && self.write.is_empty()
+            && self.dir_modes.is_empty()
     }
 }
 
@@ -202,6 +206,7 @@ pub fn plan_pruned(
     let mut remove_dirs = BTreeSet::new();
     let mut create_dirs: BTreeMap<String, u32> = BTreeMap::new();
     let mut write = Vec::new();
+    let mut dir_modes = Vec::new();
 
     // A manifest written before nested stores were skipped may list one
     // (`sub/.cairn/...`): it is left as it is, never deleted or replaced.
@@ -229,11 +234,16 @@ pub fn plan_pruned(
         check_manifest_path(p)?;
         let c = cur.get(p);
         match t.kind {
-            EntryKind::Dir => {
-                if c.map(|c| c.kind) != Some(EntryKind::Dir) {
+            EntryKind::Dir => match c {
+                Some(c) if c.kind == EntryKind::Dir => {
+                    if c.mode != t.mode {
+                        dir_modes.push((p.clone(), t.mode));
+                    }
+                }
+                _ => {
                     create_dirs.insert(p.clone(), t.mode);
                 }
-            }
+            },
             _ => {
                 let same_contents = c.is_some_and(|c| c.kind == t.kind && c.hash == t.hash);
                 if same_contents && c.is_some_and(|c| c.mode == t.mode) {
@@ -271,6 +281,7 @@ pub fn plan_pruned(
         // BTreeMap order puts every parent before its children.
         create_dirs: create_dirs.into_iter().collect(),
         write,
+        dir_modes,
     })
 }
 
@@ -412,6 +423,9 @@ pub struct Applied {
     pub created_dirs: Vec<String>,
     /// Directories removed (they were empty and the target did not have them).
     pub removed_dirs: Vec<String>,
+    /// Directories that were there before and stay, whose permission bits
+    /// were restored.
+    pub dir_modes: Vec<String>,
 }
 
 struct Guard<'a> {
@@ -588,6 +602,8 @@ fn apply_inner<B: BlobRead + ?Sized>(
     let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
     let durable = ws.options().fsync_restored_files;
     let mut replaced = Replaced::default();
+    // Directory modes to set at the end: (absolute path, mode).
+    let mut modes: Vec<(PathBuf, u32)> = Vec::new();
 
     for p in &plan.delete {
         let abs = g.check(p)?;
@@ -642,7 +658,9 @@ fn apply_inner<B: BlobRead + ?Sized>(
             Err(_) => {}
         }
         std::fs::create_dir(&abs).map_err(|e| SnapshotError::io("create directory", &abs, e))?;
-        set_mode(&abs, *mode)?;
+        // Its mode is set once the files under it are written (a
+        // read-only directory could not be written into).
+        modes.push((abs.clone(), *mode));
         done.created_dirs.push(d.clone());
         if let Some(p) = abs.parent() {
             touched_dirs.insert(p.to_path_buf());
@@ -707,6 +725,22 @@ fn apply_inner<B: BlobRead + ?Sized>(
         }
     }
     replaced.release_in_background();
+    for (d, mode) in &plan.dir_modes {
+        let abs = g.check(d)?;
+        match std::fs::symlink_metadata(&abs) {
+            Ok(m) if m.is_dir() => {}
+            _ => continue, // not there (it was checked when planned): nothing to set
+        }
+        modes.push((abs, *mode));
+        done.dir_modes.push(d.clone());
+    }
+    // Deepest first, so a directory made read-only is set after its children.
+    modes.sort_by_key(|(abs, _)| std::cmp::Reverse(abs.components().count()));
+    for (abs, mode) in &modes {
+        set_mode(abs, *mode)?;
+        // The mode is the directory's own metadata: its fsync makes it durable.
+        touched_dirs.insert(abs.clone());
+    }
     let dirs = if durable {
         DirsToSync(touched_dirs.into_iter().collect())
     } else {

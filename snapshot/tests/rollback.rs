@@ -76,6 +76,59 @@ fn deleted_dirs_come_back_and_modes_are_restored() {
     assert_eq!(mode(&f.p("lib/x/y.rs")) & 0o111, 0o111);
 }
 
+/// A directory that stays but whose mode changed gets its mode back, after
+/// the files under it are written (a directory the target has read-only
+/// is made so last), and the dry run and the record say so.
+#[test]
+fn a_directory_that_stays_gets_its_mode_back() {
+    let f = fx();
+    f.write("secret/key.txt", "k");
+    f.write("docs/a.md", "a");
+    std::fs::set_permissions(f.p("secret"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(f.p("docs"), std::fs::Permissions::from_mode(0o555)).unwrap();
+    let c1 = f.checkpoint("c1");
+    std::fs::set_permissions(f.p("secret"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(f.p("docs"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    f.write("docs/a.md", "edited");
+    let c2 = f.checkpoint("c2");
+    assert!(c2.counts.changed >= 1);
+
+    let dry = f.try_rollback(c1.id, &[], true).unwrap();
+    assert_eq!(
+        dry.dir_modes,
+        vec!["docs".to_string(), "secret".to_string()]
+    );
+    assert_eq!(mode(&f.p("secret")), 0o755, "a dry run changes nothing");
+
+    let r = f.rollback(c1.id);
+    assert_eq!(r.dir_modes, vec!["docs".to_string(), "secret".to_string()]);
+    assert_eq!(mode(&f.p("secret")), 0o700);
+    assert_eq!(mode(&f.p("docs")), 0o555);
+    assert_eq!(
+        f.read("docs/a.md").as_deref(),
+        Some("a"),
+        "written before docs/ went read-only"
+    );
+    let rec = cairn_snapshot::LogAccess::read(&f.log, r.lsn.unwrap()).unwrap();
+    assert!(
+        rec.event.files.contains(&"secret".to_string()),
+        "{:?}",
+        rec.event.files
+    );
+
+    // And back: the undo point has the modes of before the rollback.
+    let undo = f.rollback(r.source.unwrap());
+    assert_eq!(undo.dir_modes.len(), 2);
+    assert_eq!(mode(&f.p("secret")), 0o755);
+    assert_eq!(mode(&f.p("docs")), 0o755);
+    // Nothing left to change: the next rollback to the same point is empty.
+    let again = f.rollback(c2.id);
+    assert!(
+        again.dir_modes.is_empty() && again.written.is_empty(),
+        "{again:?}"
+    );
+}
+
 #[test]
 fn file_to_symlink_and_back() {
     let f = fx();

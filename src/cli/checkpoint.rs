@@ -171,6 +171,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             "deleted": report.deleted,
             "created_dirs": report.created_dirs,
             "removed_dirs": report.removed_dirs,
+            "dir_modes": report.dir_modes,
             "kept": report.kept,
         });
         println!("{v}");
@@ -180,7 +181,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
         for p in &report.written {
             println!(
                 "  {} {p}",
-                st.green(if a.dry_run { "write " } else { "wrote " })
+                st.green(if a.dry_run { "write " } else { "wrote  " })
             );
         }
         for p in &report.deleted {
@@ -195,10 +196,22 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
                 st.cyan(if a.dry_run { "mkdir " } else { "created" })
             );
         }
+        for p in &report.removed_dirs {
+            println!(
+                "  {} {p}/",
+                st.red(if a.dry_run { "rmdir " } else { "removed" })
+            );
+        }
+        for p in &report.dir_modes {
+            println!(
+                "  {} {p}/",
+                st.cyan(if a.dry_run { "chmod " } else { "chmod'd" })
+            );
+        }
         for k in &report.kept {
             println!(
                 "  {} {} ({})",
-                st.yellow(if a.dry_run { "keep  " } else { "kept  " }),
+                st.yellow(if a.dry_run { "keep  " } else { "kept   " }),
                 k.path,
                 k.why
             );
@@ -213,8 +226,21 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
                 count(report.kept.len() as u64, "path"),
             );
         }
+        let mut dirs = String::new();
+        if !report.removed_dirs.is_empty() {
+            dirs += &format!(
+                ", remove {}",
+                count(report.removed_dirs.len() as u64, "dir")
+            );
+        }
+        if !report.dir_modes.is_empty() {
+            dirs += &format!(
+                ", set the mode of {}",
+                count(report.dir_modes.len() as u64, "dir")
+            );
+        }
         println!(
-            "{} {verb} write {}, delete {}, create {}",
+            "{} {verb} write {}, delete {}, create {}{dirs}",
             if a.dry_run {
                 "dry run:"
             } else {
