@@ -183,7 +183,9 @@ pub struct DiffStats {
 pub struct CheckpointCounts {
     /// Files in the checkpoint's manifest.
     pub files: u64,
-    /// Files whose contents differ from the previous checkpoint.
+    /// Files and symlinks that differ (added, removed, other contents or
+    /// mode) from the previous checkpoint of the workspace (a rollback's
+    /// undo point included).
     pub changed: u64,
     /// Files skipped, by reason (`ignored`, `too_large`, `nested_git`, `unreadable`, ...).
     #[serde(default)]

@@ -302,6 +302,9 @@ pub struct Capture {
     pub(crate) missing: BTreeSet<String>,
     /// Counts for the checkpoint record.
     pub counts: CheckpointCounts,
+    /// The tree `counts.changed` was counted against: the last full scan's
+    /// (its stat cache), or the last capture's for the other kinds.
+    pub(crate) base: Option<BlobHash>,
     pub(crate) new_cache: Option<Arc<StatCache>>,
     /// The dirty tracked paths this capture read.
     pub(crate) captured_dirty: BTreeSet<String>,
@@ -642,6 +645,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         }
         dirs_out.push((d, h, s));
     }
+    let base = cache.root;
     let new_cache = StatCache {
         clock_ns,
         root: Some(root),
@@ -656,6 +660,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
             changed,
             skipped,
         },
+        base,
         new_cache: Some(Arc::new(new_cache)),
         captured_dirty: dirty_now.clone(),
     })
@@ -836,6 +841,7 @@ fn patch<B: BlobAccess + ?Sized>(
             changed,
             skipped,
         },
+        base: Some(last.root),
         new_cache: None,
         captured_dirty: dirty_now.clone(),
     })

@@ -217,6 +217,50 @@ fn capture_for<B: BlobAccess + ?Sized>(
     blobs: &B,
     mode: ScanMode,
 ) -> Result<Capture> {
+    let mut cap = capture_any(ws, blobs, mode)?;
+    // `changed` counts against the previous checkpoint's tree. A full
+    // scan counts against the last full scan's, which is another one after
+    // a tracked-only checkpoint (or when the stat cache was lost): count
+    // again from the two trees, reading only the parts that differ.
+    if let Some(last) = ws.load_last() {
+        if cap.base != Some(last.root) {
+            if let Ok(n) = count_changed(blobs, &last.root, &cap.root) {
+                cap.counts.changed = n;
+            }
+        }
+    }
+    Ok(cap)
+}
+
+/// Files and symlinks that differ (added, removed, other contents, mode or
+/// kind) between two trees.
+fn count_changed<B: crate::BlobRead + ?Sized>(
+    blobs: &B,
+    old: &BlobHash,
+    new: &BlobHash,
+) -> Result<u64> {
+    if old == new {
+        return Ok(0);
+    }
+    // Only the differing parts of the trees are read; the rest is equal.
+    let (a, b, _) = restore::diff_trees(blobs, old, new)?;
+    let leaf =
+        |m: &crate::manifest::Manifest, p: &str| m.entries.get(p).filter(|e| e.is_leaf()).copied();
+    let mut n = 0;
+    let paths: BTreeSet<&String> = a.entries.keys().chain(b.entries.keys()).collect();
+    for p in paths {
+        if leaf(&a, p) != leaf(&b, p) {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+fn capture_any<B: BlobAccess + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    mode: ScanMode,
+) -> Result<Capture> {
     let track = ws.load_track()?;
     if let Some(w) = ws.watcher() {
         // With a watcher, both scan modes use the watched change set (it

@@ -109,6 +109,9 @@ fn run(ops: Vec<Op>) {
     let (log, blobs) = (MemLog::new(), MemBlobs::new());
     let mut model = Model::new();
     let mut snaps: Vec<(cairn_codec::CheckpointId, Model)> = Vec::new();
+    // The tree of the previous checkpoint (a rollback's undo point included):
+    // what `counts.changed` counts against.
+    let mut previous: Option<Model> = None;
     for op in ops {
         match op {
             Op::Write(i, _) | Op::Link(i) => {
@@ -172,6 +175,22 @@ fn run(ops: Vec<Op>) {
                     "checkpoint {} ({scan:?}) differs from the model",
                     c.id
                 );
+                let expected = match &previous {
+                    None => model.len(),
+                    Some(prev) => prev
+                        .keys()
+                        .chain(model.keys())
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .filter(|k| prev.get(*k) != model.get(*k))
+                        .count(),
+                };
+                assert_eq!(
+                    c.counts.changed as usize, expected,
+                    "checkpoint {} ({scan:?}): files changed since the previous one",
+                    c.id
+                );
+                previous = Some(model.clone());
                 snaps.push((c.id, model.clone()));
             }
             Op::Rollback(k) => {
@@ -196,6 +215,7 @@ fn run(ops: Vec<Op>) {
                 let pm = manifest::list(&blobs, &pre.root).unwrap();
                 assert_eq!(from_manifest(&blobs, &pm), model, "pre-rollback checkpoint");
                 snaps.push((pre.id, model.clone()));
+                previous = Some(model.clone());
                 model = m;
             }
         }
