@@ -971,3 +971,29 @@ fn a_store_remembers_its_workspace() {
     )));
     assert_eq!(list[0]["written"], serde_json::json!([]));
 }
+
+/// `-q rollback` prints the summary and how to undo, not each path; a
+/// `--path` that names nothing is refused like a mistyped git pathspec.
+#[test]
+fn quiet_rollback_prints_its_summary_and_a_path_naming_nothing_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    ok(&cairn(ws, &["checkpoint"]));
+    std::fs::write(ws.join("b.txt"), "two\n").unwrap();
+    let o = cairn(ws, &["rollback", "c1", "--path", "a.tx"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("`a.tx`") && err.contains("matches nothing"),
+        "{err}"
+    );
+    let out = ok(&cairn(ws, &["-q", "rollback", "c1"]));
+    assert!(!out.contains("b.txt"), "{out}");
+    assert!(
+        out.contains("delete 1") && out.contains("undoes it"),
+        "{out}"
+    );
+    assert!(!ws.join("b.txt").exists());
+}

@@ -604,7 +604,22 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     }
     let mut scope = Vec::with_capacity(req.paths.len());
     for p in &req.paths {
-        scope.push(ws.normalize(p)?);
+        let n = ws.normalize(p)?;
+        // A path in neither tree is a typo (as git's "pathspec did not
+        // match"): refused, rather than a rollback that changes nothing.
+        if !n.is_empty()
+            && std::fs::symlink_metadata(ws.root().join(&n)).is_err()
+            && crate::manifest::lookup(blobs, &target.root, &n)?.is_none()
+        {
+            return Err(SnapshotError::bad_path(
+                p.as_str(),
+                format!(
+                    "it matches nothing in the workspace or in checkpoint {}",
+                    target.id
+                ),
+            ));
+        }
+        scope.push(n);
     }
     let state = target.state.map(|h| blobs.get(&h)).transpose()?;
     if req.dry_run {

@@ -345,6 +345,34 @@ fn path_scoped_rollback_restores_only_those_paths() {
 }
 
 #[test]
+fn a_path_in_neither_tree_is_refused() {
+    let f = fx();
+    f.write("a.txt", "one");
+    let c1 = f.checkpoint("c1");
+    f.write("b.txt", "new");
+    for dry in [true, false] {
+        let e = f.try_rollback(c1.id, &["a.tx"], dry).unwrap_err();
+        assert!(
+            matches!(&e, SnapshotError::BadPath { path, .. } if path == "a.tx"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("matches nothing"), "{e}");
+    }
+    // On disk only, or in the checkpoint only: both fine.
+    assert_eq!(
+        f.try_rollback(c1.id, &["b.txt"], false).unwrap().deleted,
+        ["b.txt"]
+    );
+    std::fs::remove_file(f.p("a.txt")).unwrap();
+    assert_eq!(
+        f.try_rollback(c1.id, &["a.txt"], false).unwrap().written,
+        ["a.txt"]
+    );
+    let all = list_checkpoints(&f.log, &f.ws, None).unwrap();
+    assert_eq!(all.len(), 3, "a refused rollback took no undo point");
+}
+
+#[test]
 fn dry_run_lists_and_changes_nothing() {
     let f = fx();
     f.write("a.txt", "a1");

@@ -18,14 +18,17 @@ pub struct Cli {
     /// nearest `.cairn` in this directory or above.
     #[arg(long, global = true, value_name = "DIR")]
     pub store: Option<PathBuf>,
-    /// The workspace whose files are checkpointed. Default: the directory that holds the store.
+    /// The workspace whose files are checkpointed. Default: the one the
+    /// store was created for (the directory that holds `.cairn`, or the
+    /// DIR of `cairn --store S init DIR`).
     #[arg(long, global = true, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
     /// Durability of appends: always (fsync before acknowledging, with group commit),
     /// interval[:MS], never.
     #[arg(long, global = true, value_name = "POLICY")]
     pub durability: Option<String>,
-    /// No progress output.
+    /// No progress output, no hints, and from `rollback` no per-path listing
+    /// (its summary and any kept paths are still printed).
     #[arg(long, short, global = true)]
     pub quiet: bool,
     /// The command.

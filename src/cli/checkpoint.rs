@@ -178,35 +178,25 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     } else {
         let st = Style::stdout();
         let verb = if a.dry_run { "would" } else { "did" };
-        for p in &report.written {
-            println!(
-                "  {} {p}",
-                st.green(if a.dry_run { "write " } else { "wrote  " })
-            );
-        }
-        for p in &report.deleted {
-            println!(
-                "  {} {p}",
-                st.red(if a.dry_run { "delete" } else { "deleted" })
-            );
-        }
-        for p in &report.created_dirs {
-            println!(
-                "  {} {p}/",
-                st.cyan(if a.dry_run { "mkdir " } else { "created" })
-            );
-        }
-        for p in &report.removed_dirs {
-            println!(
-                "  {} {p}/",
-                st.red(if a.dry_run { "rmdir " } else { "removed" })
-            );
-        }
-        for p in &report.dir_modes {
-            println!(
-                "  {} {p}/",
-                st.cyan(if a.dry_run { "chmod " } else { "chmod'd" })
-            );
+        // Each group: the dry run's word, the real run's, the paths, a
+        // suffix (directories), the colour. `-q` leaves only the summary
+        // (and the kept paths, which need the user's attention).
+        type Paint = fn(&Style, &str) -> String;
+        let groups: [(&str, &str, &[String], &str, Paint); 5] = [
+            ("write ", "wrote  ", &report.written, "", Style::green),
+            ("delete", "deleted", &report.deleted, "", Style::red),
+            ("mkdir ", "created", &report.created_dirs, "/", Style::cyan),
+            ("rmdir ", "removed", &report.removed_dirs, "/", Style::red),
+            ("chmod ", "chmod'd", &report.dir_modes, "/", Style::cyan),
+        ];
+        for (would, did, paths, suffix, paint) in groups {
+            if settings.quiet {
+                break;
+            }
+            for p in paths {
+                let word = if a.dry_run { would } else { did };
+                println!("  {} {p}{suffix}", paint(&st, word));
+            }
         }
         for k in &report.kept {
             println!(
