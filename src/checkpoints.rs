@@ -102,6 +102,21 @@ impl Store {
         Ok(self.with_log_access(|log| cairn_snapshot::rollback(log, &*self.blobs, ws, req))?)
     }
 
+    /// The paths of a path-scoped rollback to `target` that match nothing,
+    /// on disk or in the checkpoint (see
+    /// [`cairn_snapshot::paths_matching_nothing`]): likely typos, worth
+    /// refusing before [`Store::rollback`] takes them as "nothing to do".
+    pub fn paths_matching_nothing(
+        &self,
+        target: CheckpointId,
+        paths: &[String],
+    ) -> Result<Vec<String>> {
+        let ws = self.workspace()?;
+        Ok(self.with_log_access(|log| {
+            cairn_snapshot::paths_matching_nothing(log, &*self.blobs, ws, target, paths)
+        })?)
+    }
+
     /// Runs `f` with the log as a [`LogAccess`]: the writer, or the reader
     /// of a read-only handle (refreshed first, and refusing appends).
     fn with_log_access<T>(

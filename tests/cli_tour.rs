@@ -986,7 +986,7 @@ fn quiet_rollback_prints_its_summary_and_a_path_naming_nothing_is_refused() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("`a.tx`") && err.contains("matches nothing"),
+        err.contains("`--path a.tx`") && err.contains("matches nothing"),
         "{err}"
     );
     let out = ok(&cairn(ws, &["-q", "rollback", "c1"]));

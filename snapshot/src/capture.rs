@@ -305,6 +305,9 @@ pub struct Capture {
     /// The tree `counts.changed` was counted against: the last full scan's
     /// (its stat cache), or the last capture's for the other kinds.
     pub(crate) base: Option<BlobHash>,
+    /// Paths skipped as too large or unreadable (at most
+    /// [`scan::MAX_NOT_CAPTURED_NAMED`]), with the reason.
+    pub(crate) not_captured: Vec<(String, &'static str)>,
     pub(crate) new_cache: Option<Arc<StatCache>>,
     /// The dirty tracked paths this capture read.
     pub(crate) captured_dirty: BTreeSet<String>,
@@ -544,6 +547,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         dirs,
         missing,
         mut skipped,
+        mut not_captured,
     } = scan::scan_full(ws, tracked)?;
 
     // Every path -> (entry, stat); files whose stat matches the cache (and
@@ -586,7 +590,10 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
                     },
                 );
             }
-            Hashed::Skip(why) => *skipped.entry(why.to_string()).or_default() += 1,
+            Hashed::Skip(why) => {
+                *skipped.entry(why.to_string()).or_default() += 1;
+                scan::note_not_captured(&mut not_captured, &f.rel, why);
+            }
         }
     }
 
@@ -661,6 +668,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
             skipped,
         },
         base,
+        not_captured,
         new_cache: Some(Arc::new(new_cache)),
         captured_dirty: dirty_now.clone(),
     })
@@ -737,6 +745,7 @@ fn patch<B: BlobAccess + ?Sized>(
         dirs,
         missing,
         mut skipped,
+        mut not_captured,
     } = out;
     let refs: Vec<&Found> = leaves.iter().collect();
     let hashed = hash_all(blobs, ws, &refs)?;
@@ -746,7 +755,10 @@ fn patch<B: BlobAccess + ?Sized>(
             Hashed::Ok(e, _) => {
                 flat.insert(f.rel.clone(), e);
             }
-            Hashed::Skip(why) => *skipped.entry(why.to_string()).or_default() += 1,
+            Hashed::Skip(why) => {
+                *skipped.entry(why.to_string()).or_default() += 1;
+                scan::note_not_captured(&mut not_captured, &f.rel, why);
+            }
         }
     }
     let dir_modes: HashMap<&str, u32> = dirs.iter().map(|(d, m)| (d.as_str(), *m)).collect();
@@ -842,6 +854,7 @@ fn patch<B: BlobAccess + ?Sized>(
             skipped,
         },
         base: Some(last.root),
+        not_captured,
         new_cache: None,
         captured_dirty: dirty_now.clone(),
     })

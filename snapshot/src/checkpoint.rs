@@ -181,6 +181,21 @@ pub struct CheckpointInfo {
     pub counts: CheckpointCounts,
     /// True once a `checkpoint.discard` evicted it.
     pub discarded: bool,
+    /// Files the scan skipped as too large or unreadable, each with the
+    /// reason (the first [`crate::scan::MAX_NOT_CAPTURED_NAMED`]; the
+    /// counts are in `counts.skipped`): what a rollback to this checkpoint
+    /// cannot bring back. From the record's `meta.not_captured`.
+    #[serde(default)]
+    pub not_captured: Vec<NotCaptured>,
+}
+
+/// A file a checkpoint did not capture, and why (`too_large`, `unreadable`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotCaptured {
+    /// Workspace-relative path.
+    pub path: String,
+    /// The skip reason.
+    pub why: String,
 }
 
 impl CheckpointInfo {
@@ -200,6 +215,12 @@ impl CheckpointInfo {
             state: e.state,
             counts: e.counts.clone().unwrap_or_default(),
             discarded: false,
+            not_captured: e
+                .meta
+                .as_ref()
+                .and_then(|m| m.0.get(NOT_CAPTURED_KEY))
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default(),
         })
     }
 }
@@ -391,6 +412,19 @@ fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     ev.root = Some(cap.root);
     ev.state = state;
     ev.counts = Some(cap.counts.clone());
+    if !cap.not_captured.is_empty() {
+        let named: Vec<NotCaptured> = cap
+            .not_captured
+            .iter()
+            .map(|(path, why)| NotCaptured {
+                path: path.clone(),
+                why: why.to_string(),
+            })
+            .collect();
+        let mut meta = serde_json::Map::new();
+        meta.insert(NOT_CAPTURED_KEY.into(), serde_json::json!(named));
+        ev.meta = Some(cairn_codec::event::Meta(meta));
+    }
     let lsn = log.append(&ev)?;
     // Caches only after the record: they may name blobs only a durable checkpoint keeps.
     if let Some(c) = &cap.new_cache {
@@ -424,7 +458,12 @@ pub(crate) struct ListCache {
     list: Vec<CheckpointInfo>,
 }
 
-const LIST_CACHE_VERSION: u32 = 1;
+/// Version 2: [`CheckpointInfo::not_captured`].
+const LIST_CACHE_VERSION: u32 = 2;
+
+/// The `meta` key of a `checkpoint.create` record naming the files it did
+/// not capture (see [`CheckpointInfo::not_captured`]).
+pub const NOT_CAPTURED_KEY: &str = "not_captured";
 
 /// Records folded into the in-memory checkpoint list before the file copy
 /// is rewritten: a process that starts from a file this far behind folds at
@@ -590,6 +629,32 @@ pub const ROLLBACK_INCOMPLETE: &str = "rollback_incomplete";
 /// far below the event body limit even for a whole-tree rollback.
 pub const MAX_ROLLBACK_FILES_LISTED: usize = 10_000;
 
+/// The paths of `paths` (as a path-scoped rollback takes them) that match
+/// nothing, neither on disk nor in checkpoint `target`'s tree: most likely
+/// typos, which a rollback would take as "nothing to change" (the CLI
+/// refuses them, as git refuses a pathspec that matches no file). A path
+/// that cannot be taken at all is an error, as in [`rollback`].
+pub fn paths_matching_nothing<L: LogAccess + ?Sized, B: crate::BlobRead + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    target: CheckpointId,
+    paths: &[String],
+) -> Result<Vec<String>> {
+    let target = find_checkpoint(log, ws, target)?;
+    let mut out = Vec::new();
+    for p in paths {
+        let n = ws.normalize(p)?;
+        if !n.is_empty()
+            && std::fs::symlink_metadata(ws.root().join(&n)).is_err()
+            && crate::manifest::lookup(blobs, &target.root, &n)?.is_none()
+        {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
 /// Rolls the workspace back to a checkpoint (see the crate docs for the rules).
 pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
@@ -604,22 +669,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     }
     let mut scope = Vec::with_capacity(req.paths.len());
     for p in &req.paths {
-        let n = ws.normalize(p)?;
-        // A path in neither tree is a typo (as git's "pathspec did not
-        // match"): refused, rather than a rollback that changes nothing.
-        if !n.is_empty()
-            && std::fs::symlink_metadata(ws.root().join(&n)).is_err()
-            && crate::manifest::lookup(blobs, &target.root, &n)?.is_none()
-        {
-            return Err(SnapshotError::bad_path(
-                p.as_str(),
-                format!(
-                    "it matches nothing in the workspace or in checkpoint {}",
-                    target.id
-                ),
-            ));
-        }
-        scope.push(n);
+        scope.push(ws.normalize(p)?);
     }
     let state = target.state.map(|h| blobs.get(&h)).transpose()?;
     if req.dry_run {

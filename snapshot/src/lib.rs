@@ -44,8 +44,9 @@ pub mod workspace;
 pub use blobs::{BlobAccess, BlobRead, GcSummary, MemBlobs};
 pub use checkpoint::{
     apply_retention, apply_retention_keeping, apply_retention_with, create_checkpoint,
-    find_checkpoint, list_checkpoints, rollback, CheckpointInfo, CheckpointRequest, LogAccess,
-    MemLog, RetentionReport, RollbackReport, RollbackRequest, ScanMode, ROLLBACK_INCOMPLETE,
+    find_checkpoint, list_checkpoints, paths_matching_nothing, rollback, CheckpointInfo,
+    CheckpointRequest, LogAccess, MemLog, NotCaptured, RetentionReport, RollbackReport,
+    RollbackRequest, ScanMode, NOT_CAPTURED_KEY, ROLLBACK_INCOMPLETE,
 };
 pub use error::{Result, SnapshotError};
 pub use manifest::{Entry, EntryKind, Manifest};

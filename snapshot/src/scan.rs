@@ -131,11 +131,44 @@ pub(crate) struct ScanOut {
     /// Tracked paths that do not exist.
     pub missing: BTreeSet<String>,
     pub skipped: BTreeMap<String, u64>,
+    /// Paths skipped for a reason the user may not expect (see
+    /// [`names_the_path`]), at most [`MAX_NOT_CAPTURED_NAMED`].
+    pub not_captured: Vec<(String, &'static str)>,
+}
+
+/// The most skipped paths a checkpoint names (in its record's
+/// `meta.not_captured`): enough to point at the files a user would want
+/// to know about, while a tree with thousands of unreadable files still
+/// gives a small record (the counts are exact either way).
+pub const MAX_NOT_CAPTURED_NAMED: usize = 100;
+
+/// True for the skip reasons a checkpoint names the path of: files the
+/// user has and would expect to be captured (too large, unreadable), not
+/// the ones left out by design (ignored, excluded, nested `.git`).
+pub(crate) fn names_the_path(why: &str) -> bool {
+    why == reason::TOO_LARGE || why == reason::UNREADABLE
 }
 
 impl ScanOut {
     pub fn skip(&mut self, why: &str) {
         *self.skipped.entry(why.to_string()).or_default() += 1;
+    }
+
+    /// [`ScanOut::skip`], remembering the path if the reason is one to name.
+    pub fn skip_path(&mut self, rel: &str, why: &'static str) {
+        self.skip(why);
+        note_not_captured(&mut self.not_captured, rel, why);
+    }
+}
+
+/// Adds `rel` to `list` if `why` is a reason to name and the list has room.
+pub(crate) fn note_not_captured(
+    list: &mut Vec<(String, &'static str)>,
+    rel: &str,
+    why: &'static str,
+) {
+    if names_the_path(why) && list.len() < MAX_NOT_CAPTURED_NAMED {
+        list.push((rel.to_string(), why));
     }
 }
 
@@ -388,7 +421,7 @@ fn scan_tracked(ws: &Workspace, rel: &str, out: &mut ScanOut) -> Result<()> {
                 return Ok(());
             }
             Err(_) => {
-                out.skip(reason::UNREADABLE);
+                out.skip_path(&cur, reason::UNREADABLE);
                 return Ok(());
             }
         };
@@ -427,7 +460,7 @@ fn leaf(ws: &Workspace, rel: &str, m: &Metadata, out: &mut ScanOut) {
         });
     } else if ft.is_file() {
         if m.len() > ws.options().max_file_bytes {
-            out.skip(reason::TOO_LARGE);
+            out.skip_path(rel, reason::TOO_LARGE);
         } else {
             out.leaves.push(Found {
                 rel: rel.to_string(),
@@ -542,7 +575,7 @@ fn drain(
                 continue;
             }
             Err(_) => {
-                out.skip(reason::UNREADABLE);
+                out.skip_path(if dir.is_empty() { "." } else { &dir }, reason::UNREADABLE);
                 continue;
             }
         };
@@ -614,7 +647,7 @@ fn drain(
                     continue;
                 }
                 Err(_) => {
-                    out.skip(reason::UNREADABLE);
+                    out.skip_path(&rel, reason::UNREADABLE);
                     continue;
                 }
             };

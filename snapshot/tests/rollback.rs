@@ -345,31 +345,24 @@ fn path_scoped_rollback_restores_only_those_paths() {
 }
 
 #[test]
-fn a_path_in_neither_tree_is_refused() {
+fn a_path_in_neither_tree_is_found_before_a_rollback() {
     let f = fx();
     f.write("a.txt", "one");
     let c1 = f.checkpoint("c1");
     f.write("b.txt", "new");
-    for dry in [true, false] {
-        let e = f.try_rollback(c1.id, &["a.tx"], dry).unwrap_err();
-        assert!(
-            matches!(&e, SnapshotError::BadPath { path, .. } if path == "a.tx"),
-            "{e}"
-        );
-        assert!(e.to_string().contains("matches nothing"), "{e}");
-    }
-    // On disk only, or in the checkpoint only: both fine.
-    assert_eq!(
-        f.try_rollback(c1.id, &["b.txt"], false).unwrap().deleted,
-        ["b.txt"]
-    );
+    let paths = |ps: &[&str]| ps.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+    let unmatched =
+        |ps: &[&str]| paths_matching_nothing(&f.log, &f.blobs, &f.ws, c1.id, &paths(ps)).unwrap();
+    // On disk only (b.txt) or in the checkpoint (a.txt, also once deleted)
+    // match; a.tx matches nothing.
+    assert_eq!(unmatched(&["a.tx", "b.txt", "a.txt"]), ["a.tx"]);
     std::fs::remove_file(f.p("a.txt")).unwrap();
-    assert_eq!(
-        f.try_rollback(c1.id, &["a.txt"], false).unwrap().written,
-        ["a.txt"]
-    );
-    let all = list_checkpoints(&f.log, &f.ws, None).unwrap();
-    assert_eq!(all.len(), 3, "a refused rollback took no undo point");
+    assert!(unmatched(&["a.txt", "./b.txt"]).is_empty());
+    // Taken as the rollback takes it: a path outside is an error.
+    assert!(paths_matching_nothing(&f.log, &f.blobs, &f.ws, c1.id, &paths(&["../x"])).is_err());
+    // The rollback itself takes such a path as "nothing to change".
+    let r = f.try_rollback(c1.id, &["a.tx"], false).unwrap();
+    assert!(r.written.is_empty() && r.deleted.is_empty(), "{r:?}");
 }
 
 #[test]
@@ -661,6 +654,20 @@ fn a_file_the_undo_point_cannot_hold_is_kept_as_it_is() {
     assert_eq!(f.read("data.bin").as_deref(), Some(big.as_str()));
     assert_eq!(f.read("other.txt").as_deref(), Some("two"));
     assert!(undo.deleted.is_empty(), "{:?}", undo.deleted);
+    // The undo point names what it did not capture (its record's meta too,
+    // so the list survives a reopen); c1 captured everything.
+    let pre = find_checkpoint(&f.log, &f.ws, r.source.unwrap()).unwrap();
+    let named = NotCaptured {
+        path: "data.bin".into(),
+        why: "too_large".into(),
+    };
+    assert_eq!(pre.not_captured, vec![named.clone()]);
+    let rec = cairn_snapshot::LogAccess::read(&f.log, pre.lsn).unwrap();
+    assert_eq!(
+        rec.event.meta.unwrap().0[NOT_CAPTURED_KEY][0]["path"],
+        "data.bin"
+    );
+    assert!(c1.not_captured.is_empty());
 }
 
 /// A file that became ignored after the checkpoint is not captured by the

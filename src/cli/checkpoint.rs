@@ -32,6 +32,7 @@ fn info_json(c: &CheckpointInfo) -> serde_json::Value {
         "skipped": c.counts.skipped.values().sum::<u64>(),
         "skipped_by_reason": c.counts.skipped,
         "discarded": c.discarded,
+        "not_captured": c.not_captured,
     })
 }
 
@@ -95,6 +96,31 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
                 .collect();
             println!("  skipped: {}", reasons.join(", "));
         }
+        if !info.not_captured.is_empty() {
+            // The first few by name; the record's meta keeps them all (up to
+            // its own bound), and `checkpoints --json` gives them.
+            const SHOWN: usize = 5;
+            let st = Style::stdout();
+            let mut named: Vec<String> = info
+                .not_captured
+                .iter()
+                .take(SHOWN)
+                .map(|n| format!("{} ({})", n.path, n.why.replace('_', " ")))
+                .collect();
+            if info.not_captured.len() > SHOWN {
+                named.push(format!("{} more", info.not_captured.len() - SHOWN));
+            }
+            println!(
+                "  {} {}: a rollback cannot bring {} back",
+                st.yellow("not captured:"),
+                named.join(", "),
+                if info.not_captured.len() == 1 {
+                    "it"
+                } else {
+                    "them"
+                }
+            );
+        }
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
@@ -149,6 +175,17 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     } else {
         settings.open_write()?
     };
+    // A path in neither tree is most likely a typo: refused, as git
+    // refuses a pathspec that matches no file, rather than a rollback
+    // (with its undo point and record) that changes nothing.
+    let unmatched = store
+        .paths_matching_nothing(target, &a.paths)
+        .with_context(|| format!("roll back to {target}"))?;
+    if let Some(p) = unmatched.first() {
+        anyhow::bail!(
+            "roll back to {target}: `--path {p}` matches nothing in the workspace or in checkpoint {target}"
+        );
+    }
     let spin = super::progress::Spinner::start(settings.quiet, "rolling back");
     let report = store
         .rollback(RollbackRequest {
