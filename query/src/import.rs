@@ -144,7 +144,7 @@ impl<R: BufRead> Iterator for Lines<R> {
                     self.bytes += self.buf.len() as u64 + 1;
                     match std::str::from_utf8(&self.buf) {
                         Err(e) => Err(err(format!("not UTF-8: {e}"))),
-                        Ok(text) if text.trim().is_empty() => continue,
+                        Ok(text) if without_bom(text).trim().is_empty() => continue,
                         Ok(text) => parse_line(self.format, text).map_err(err).map(|mut i| {
                             i.line = self.line;
                             i
@@ -182,8 +182,11 @@ pub fn import_lines(
     lines(format, reader, file_name).collect()
 }
 
-/// Parses one line in `format`; the error is the reason.
+/// Parses one line in `format`; the error is the reason. A byte-order mark
+/// before the line (as some Windows tools write at the start of a file) is
+/// ignored, as `cairn record` ignores it.
 pub fn parse_line(format: Format, line: &str) -> Result<Imported, String> {
+    let line = without_bom(line);
     match format {
         Format::Jsonl => parse_event(line)
             .map(|event| Imported {
@@ -195,6 +198,11 @@ pub fn parse_line(format: Format, line: &str) -> Result<Imported, String> {
         Format::Cortexide => checked(parse_cortexide(&object(line)?)),
         Format::Comma => checked(parse_comma(&object(line)?)),
     }
+}
+
+/// `line` without the UTF-8 byte-order mark it may begin with.
+fn without_bom(line: &str) -> &str {
+    line.strip_prefix('\u{feff}').unwrap_or(line)
 }
 
 /// A foreign line's event, if its paths are as cairn's own input requires
@@ -714,6 +722,24 @@ mod tests {
             assert!(e.contains(want), "{line}: {e}");
         }
         assert!(parse_line(Format::Comma, &format!("{{{ok},\"ok\":true}}")).is_ok());
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_first_line_is_ignored() {
+        let comma = r#"{"timestamp":"2026-01-01T00:00:00Z","sessionId":"s","agentName":"a","toolName":"write_file","operation":"write","path":"p","ok":true}"#;
+        for (format, line) in [
+            (Format::Cortexide, r#"{"ts":1,"action":"prompt","ok":true}"#),
+            (Format::Comma, comma),
+            (Format::Jsonl, r#"{"kind":"prompt","ts":1}"#),
+        ] {
+            let input = format!("\u{feff}{line}\n{line}\n");
+            let got = import_lines(format, input.as_bytes(), "bom.jsonl").unwrap();
+            assert_eq!(got.len(), 2, "{format:?}");
+            assert_eq!(got[0].event, got[1].event, "{format:?}");
+        }
+        // A file that holds only a byte-order mark holds no line.
+        let got = import_lines(Format::Comma, "\u{feff}\n".as_bytes(), "bom.jsonl").unwrap();
+        assert!(got.is_empty());
     }
 
     #[test]
