@@ -14,7 +14,9 @@ use std::io::{BufRead, Read};
 use serde_json::{Map, Value};
 
 use cairn_codec::event::Meta;
-use cairn_codec::json::{check_paths, normalize_paths, parse_event, MAX_JSON_LINE_BYTES};
+use cairn_codec::json::{
+    check_paths, normalize_paths, parse_event, UniqueKeys, MAX_JSON_LINE_BYTES,
+};
 use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
 
 use crate::export::{
@@ -214,10 +216,15 @@ fn checked(imported: Result<Imported, String>) -> Result<Imported, String> {
     Ok(imported)
 }
 
+/// The line as a JSON object. A key named twice in any object of it is
+/// refused, naming the key: serde_json would keep the last value silently,
+/// and which one the producer meant is anyone's guess.
 fn object(line: &str) -> Result<Map<String, Value>, String> {
-    match serde_json::from_str::<Value>(line) {
-        Ok(Value::Object(o)) => Ok(o),
-        Ok(other) => Err(format!("expected a JSON object, got {}", type_name(&other))),
+    match serde_json::from_str::<UniqueKeys>(line) {
+        Ok(UniqueKeys(Value::Object(o))) => Ok(o),
+        Ok(UniqueKeys(other)) => Err(format!("expected a JSON object, got {}", type_name(&other))),
+        // Well-formed JSON that `UniqueKeys` refused: a duplicate key.
+        Err(e) if e.is_data() => Err(e.to_string()),
         Err(e) => Err(format!("invalid JSON: {e}")),
     }
 }
@@ -740,6 +747,55 @@ mod tests {
         // A file that holds only a byte-order mark holds no line.
         let got = import_lines(Format::Comma, "\u{feff}\n".as_bytes(), "bom.jsonl").unwrap();
         assert!(got.is_empty());
+    }
+
+    #[test]
+    fn a_duplicate_key_is_refused_naming_it() {
+        let comma = r#""timestamp":"2026-01-01T00:00:00Z","sessionId":"s","agentName":"a","toolName":"write_file","operation":"write","path":"p""#;
+        let cases = [
+            (
+                Format::Cortexide,
+                r#"{"ts":1,"action":"prompt","ok":true,"action":"reply"}"#.to_string(),
+                "duplicate key `action`",
+            ),
+            (
+                Format::Cortexide,
+                r#"{"ts":1,"action":"prompt","ok":true,"meta":{"m":{"k":1,"k":2}}}"#.to_string(),
+                "duplicate key `k`",
+            ),
+            (
+                Format::Cortexide,
+                r#"{"ts":1,"action":"apply","ok":true,"diffStats":{"hunks":1,"hunks":2}}"#
+                    .to_string(),
+                "duplicate key `hunks`",
+            ),
+            (
+                Format::Comma,
+                format!(r#"{{{comma},"ok":true,"path":"q"}}"#),
+                "duplicate key `path`",
+            ),
+            (
+                Format::Jsonl,
+                r#"{"kind":"prompt","ok":true,"ok":false}"#.to_string(),
+                "duplicate field `ok`",
+            ),
+            (
+                Format::Jsonl,
+                r#"{"kind":"prompt","meta":{"a":1,"a":2}}"#.to_string(),
+                "duplicate key `a`",
+            ),
+        ];
+        for (format, line, want) in cases {
+            let input = format!("{line}\n");
+            let e = import_lines(format, input.as_bytes(), "dup.jsonl").unwrap_err();
+            assert!(
+                e.to_string().starts_with(&format!("dup.jsonl:1: {want}")),
+                "{format:?} {line}: {e}"
+            );
+        }
+        // The same key in two different objects is no duplicate.
+        let line = format!(r#"{{{comma},"ok":true,"toPath":"p2"}}"#);
+        assert!(parse_line(Format::Comma, &line).is_ok());
     }
 
     #[test]
