@@ -518,8 +518,11 @@ pub fn normalize_paths(e: &mut Event) {
         .for_each(fix);
 }
 
-/// Why `p` is not a workspace-relative path, if it is not.
-fn not_workspace_relative(p: &str) -> Option<&'static str> {
+/// Why `p` is not a workspace-relative path, if it is not: empty,
+/// absolute (`/x`, `\\x`, `C:x`), leaving the workspace (a `..`
+/// component), holding a NUL byte, or naming the workspace itself (`.`).
+/// The phrase completes "`p` ...", as in "`/etc/passwd` is absolute".
+pub fn not_workspace_relative(p: &str) -> Option<&'static str> {
     let b = p.as_bytes();
     if b.is_empty() {
         Some("is empty")

@@ -15,7 +15,8 @@ use serde_json::{Map, Value};
 
 use cairn_codec::event::Meta;
 use cairn_codec::json::{
-    check_paths, normalize_paths, parse_event, UniqueKeys, MAX_JSON_LINE_BYTES,
+    check_paths, normalize_paths, not_workspace_relative, parse_event, UniqueKeys,
+    MAX_JSON_LINE_BYTES,
 };
 use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
 
@@ -359,7 +360,15 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
         Some(Value::Array(a)) => {
             for f in a {
                 match f {
-                    Value::String(s) => e.files.push(s.clone()),
+                    // The shape's files are workspace-relative whatever the
+                    // action (cairn lets a prompt's paths lie anywhere, so
+                    // its own check would pass `/etc/passwd` on a prompt).
+                    Value::String(s) => match not_workspace_relative(s) {
+                        None => e.files.push(s.clone()),
+                        Some(why) => return Err(format!(
+                            "field `files`: `{s}` {why}; the cortexide shape's files are relative to the workspace, like `src/main.rs`"
+                        )),
+                    },
                     v => {
                         return Err(format!(
                             "field `files` must hold strings, got {}",
@@ -671,6 +680,27 @@ mod tests {
             (
                 r#"{"ts":1,"action":"prompt","ok":true,"meta":[]}"#,
                 "`meta` must be an object",
+            ),
+            // Workspace-relative whatever the action (a prompt's too).
+            (
+                r#"{"ts":1,"action":"prompt","ok":true,"files":["a.rs","/etc/passwd"]}"#,
+                "field `files`: `/etc/passwd` is absolute",
+            ),
+            (
+                r#"{"ts":1,"action":"reply","ok":true,"files":["src/../../x"]}"#,
+                "field `files`: `src/../../x` leaves the workspace",
+            ),
+            (
+                r#"{"ts":1,"action":"prompt","ok":true,"files":["C:\\x"]}"#,
+                "is absolute",
+            ),
+            (
+                r#"{"ts":1,"action":"undo","ok":true,"files":[""]}"#,
+                "field `files`: `` is empty",
+            ),
+            (
+                r#"{"ts":1,"action":"apply","ok":true,"files":["/abs"]}"#,
+                "field `files`: `/abs` is absolute",
             ),
             (
                 r#"{"ts":1,"action":"prompt","ok":true,"meta":{"_cortexide":1}}"#,
