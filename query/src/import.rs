@@ -283,6 +283,11 @@ fn boolean(o: &Map<String, Value>, k: &str) -> Result<bool, String> {
     }
 }
 
+/// Whether a JSON number is below zero.
+fn negative(n: &serde_json::Number) -> bool {
+    n.as_f64().is_some_and(|f| f < 0.0)
+}
+
 /// The cortexide fields that may be absent (or `null`).
 const CORTEXIDE_OPTIONAL: [&str; 6] = ["user", "files", "diffStats", "model", "latencyMs", "meta"];
 
@@ -337,6 +342,13 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     };
     let ts = match req(o, "ts")? {
         Value::Number(n) => match n.as_i64() {
+            // Unix epoch milliseconds of an IDE's events: a negative one is
+            // a producer's bug (a sentinel, an underflow), not 1969.
+            Some(ms) if ms < 0 => {
+                return Err(format!(
+                    "field `ts` must be Unix epoch milliseconds, not negative: got {ms}"
+                ))
+            }
             Some(ms) => Timestamp::from_millis(ms).map_err(|e| format!("field `ts`: {e}"))?,
             None => {
                 return Err(format!(
@@ -391,6 +403,23 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     match o.get("diffStats") {
         None => {}
         Some(v @ Value::Object(d)) => {
+            for k in ["linesAdded", "linesRemoved", "hunks"] {
+                match d.get(k) {
+                    None => {}
+                    Some(Value::Number(n)) if !negative(n) => {}
+                    Some(Value::Number(n)) => {
+                        return Err(format!(
+                            "field `diffStats.{k}` is a count, not negative: got {n}"
+                        ))
+                    }
+                    Some(v) => {
+                        return Err(format!(
+                            "field `diffStats.{k}` must be a number, got {}",
+                            type_name(v)
+                        ))
+                    }
+                }
+            }
             let n = |k: &str| d.get(k).and_then(Value::as_u64);
             match (n("linesAdded"), n("linesRemoved"), n("hunks")) {
                 (Some(a), Some(r), Some(h)) if d.len() == 3 => {
@@ -416,8 +445,16 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     }
     match o.get("latencyMs") {
         None => {}
+        // Refused as `cairn record` refuses a negative `latency_ms`.
+        Some(Value::Number(n)) if negative(n) => {
+            return Err(format!(
+                "field `latencyMs` is a duration, not negative: got {n}"
+            ))
+        }
         Some(v @ Value::Number(n)) => match n.as_u64() {
             Some(ms) => e.latency_ms = Some(ms),
+            // A fraction of a millisecond (JavaScript's performance.now()
+            // gives them) is a number the shape allows: kept verbatim.
             None => {
                 hints.insert("latencyMs".into(), v.clone());
             }
@@ -681,6 +718,30 @@ mod tests {
                 r#"{"ts":1,"action":"prompt","ok":true,"meta":[]}"#,
                 "`meta` must be an object",
             ),
+            (
+                r#"{"ts":-5,"action":"prompt","ok":true}"#,
+                "field `ts` must be Unix epoch milliseconds, not negative: got -5",
+            ),
+            (
+                r#"{"ts":1,"action":"reply","ok":true,"latencyMs":-3}"#,
+                "field `latencyMs` is a duration, not negative: got -3",
+            ),
+            (
+                r#"{"ts":1,"action":"reply","ok":true,"latencyMs":-0.5}"#,
+                "field `latencyMs` is a duration, not negative: got -0.5",
+            ),
+            (
+                r#"{"ts":1,"action":"reply","ok":true,"latencyMs":"3"}"#,
+                "field `latencyMs` must be a number, got a string",
+            ),
+            (
+                r#"{"ts":1,"action":"apply","ok":true,"diffStats":{"linesAdded":-1,"linesRemoved":0,"hunks":1}}"#,
+                "field `diffStats.linesAdded` is a count, not negative: got -1",
+            ),
+            (
+                r#"{"ts":1,"action":"apply","ok":true,"diffStats":{"linesAdded":1,"linesRemoved":0,"hunks":"1"}}"#,
+                "field `diffStats.hunks` must be a number, got a string",
+            ),
             // Workspace-relative whatever the action (a prompt's too).
             (
                 r#"{"ts":1,"action":"prompt","ok":true,"files":["a.rs","/etc/passwd"]}"#,
@@ -715,6 +776,34 @@ mod tests {
             let e = parse_line(Format::Cortexide, line).unwrap_err();
             assert!(e.contains(want), "{line}: {e}");
         }
+    }
+
+    #[test]
+    fn cortexide_numbers_the_event_model_cannot_hold_are_kept_verbatim() {
+        // A fractional latency or count, or a diffStats with a key more or
+        // less, is a number the shape allows: kept in the hints, not refused.
+        for line in [
+            r#"{"ts":1,"action":"reply","ok":true,"latencyMs":12.5}"#,
+            r#"{"ts":1,"action":"apply","ok":true,"diffStats":{"linesAdded":1.5,"linesRemoved":0,"hunks":1}}"#,
+            r#"{"ts":1,"action":"apply","ok":true,"diffStats":{"linesAdded":1,"hunks":1}}"#,
+        ] {
+            let e = parse_line(Format::Cortexide, line).unwrap().event;
+            let hints = &e.meta.unwrap().0[META_CORTEXIDE_HINTS];
+            let v: Value = serde_json::from_str(line).unwrap();
+            let field = if line.contains("latencyMs") {
+                "latencyMs"
+            } else {
+                "diffStats"
+            };
+            assert_eq!(hints[field], v[field], "{line}");
+        }
+        let e = parse_line(
+            Format::Cortexide,
+            r#"{"ts":0,"action":"reply","ok":true,"latencyMs":0}"#,
+        )
+        .unwrap()
+        .event;
+        assert_eq!((e.ts.millis(), e.latency_ms), (0, Some(0)));
     }
 
     #[test]
