@@ -624,6 +624,12 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
     e.tool = Some(tool);
     e.path = Some(req_string(o, "path")?);
     e.to_path = string(o, "toPath")?;
+    if kind == EventKind::FileMove && e.to_path.is_none() {
+        return Err(
+            "missing field `toPath`: a `move` operation names its destination (the shape's `path` is the source)"
+                .into(),
+        );
+    }
     e.ok = boolean(o, "ok")?;
     e.error_kind = string(o, "errorKind")?;
     if e.ok && e.error_kind.is_some() {
@@ -809,11 +815,18 @@ mod tests {
     #[test]
     fn comma_reasons() {
         let ok = r#""timestamp":"2026-01-01T00:00:00Z","sessionId":"s","agentName":"a","toolName":"write_file","operation":"write","path":"p""#;
+        let mv = ok
+            .replace("write_file", "move_file")
+            .replace("\"write\"", "\"move\"");
         let cases = [
             (format!("{{{ok}}}"), "missing field `ok`"),
             (
                 format!("{{{ok},\"ok\":true,\"errorKind\":\"E\"}}"),
                 "only allowed when `ok` is false",
+            ),
+            (
+                format!("{mv},\"ok\":false,\"errorKind\":\"ENOENT\""),
+                "missing field `toPath`: a `move` operation names its destination",
             ),
             (
                 format!("{{{ok},\"ok\":true,\"afterSha256\":\"xyz\"}}"),
@@ -848,6 +861,11 @@ mod tests {
             assert!(e.contains(want), "{line}: {e}");
         }
         assert!(parse_line(Format::Comma, &format!("{{{ok},\"ok\":true}}")).is_ok());
+        let moved = parse_line(
+            Format::Comma,
+            &format!("{{{mv},\"toPath\":\"q\",\"ok\":true}}"),
+        );
+        assert_eq!(moved.unwrap().event.to_path.as_deref(), Some("q"));
     }
 
     #[test]
