@@ -503,6 +503,10 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
             .insert(META_CORTEXIDE_HINTS.into(), Value::Object(hints));
     }
     e.meta = meta.map(Meta);
+    // In normal form before `meta.cairn` is read back, whose check wants
+    // it: `src//a.rs` kept a line's cairn fields from being read back,
+    // until its re-export (with `src/a.rs`) imported differently.
+    normalize_paths(&mut e);
     restore_cairn_fields(&mut e);
     Ok(Imported {
         event: e,
@@ -810,6 +814,17 @@ mod tests {
         .unwrap()
         .event;
         assert_eq!((e.ts.millis(), e.latency_ms), (0, Some(0)));
+    }
+
+    #[test]
+    fn cairn_fields_are_read_back_from_a_line_whose_files_are_not_in_normal_form() {
+        let line = r#"{"ts":1,"action":"snapshot:create","ok":true,"files":["src//a.rs"],"meta":{"cairn":{"session":"s1"}}}"#;
+        let e = parse_line(Format::Cortexide, line).unwrap().event;
+        assert_eq!(
+            (e.session.as_str(), e.files.as_slice()),
+            ("s1", &["src/a.rs".to_string()][..])
+        );
+        assert_eq!(e.meta, None);
     }
 
     #[test]
