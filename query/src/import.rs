@@ -21,8 +21,9 @@ use cairn_codec::json::{
 use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
 
 use crate::export::{
-    to_cortexide, Format, COMMA_TOOLS, META_AFTER_SHA256, META_BEFORE_SHA256, META_CAIRN,
-    META_COMMA_TIMESTAMP, META_CORTEXIDE_ACTION, META_CORTEXIDE_HINTS,
+    to_cortexide, Format, COMMA_FIELDS, COMMA_TOOLS, META_AFTER_SHA256, META_BEFORE_SHA256,
+    META_CAIRN, META_COMMA_EXTRA, META_COMMA_TIMESTAMP, META_CORTEXIDE_ACTION,
+    META_CORTEXIDE_HINTS,
 };
 
 /// A line that could not be imported: where and why.
@@ -241,18 +242,6 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-fn check_fields(o: &Map<String, Value>, allowed: &[&str]) -> Result<(), String> {
-    for k in o.keys() {
-        if !allowed.contains(&k.as_str()) {
-            return Err(format!(
-                "unknown field `{k}` (this shape has: {})",
-                allowed.join(", ")
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn req<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, String> {
     o.get(k).ok_or_else(|| format!("missing field `{k}`"))
 }
@@ -320,10 +309,17 @@ fn cortexide_kind(action: &str) -> Option<EventKind> {
 }
 
 fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
-    check_fields(o, &CORTEXIDE_FIELDS)?;
+    // A field the shape does not define (a newer version of the product
+    // may write more) is kept verbatim in the hints, which the export
+    // writes back: refusing it would refuse the whole file, dropping it
+    // would lose what the producer wrote.
+    let mut hints: Map<String, Value> = o
+        .iter()
+        .filter(|(k, _)| !CORTEXIDE_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     // An optional field given as `null` is absent; a hint writes the
     // `null` back on export. (The line is copied only when it has one.)
-    let mut hints = Map::new();
     let nulls: Vec<&str> = CORTEXIDE_OPTIONAL
         .into_iter()
         .filter(|k| o.get(*k) == Some(&Value::Null))
@@ -573,21 +569,6 @@ fn restore_cairn_fields(e: &mut Event) {
     }
 }
 
-const COMMA_FIELDS: [&str; 12] = [
-    "timestamp",
-    "sessionId",
-    "agentName",
-    "toolName",
-    "operation",
-    "path",
-    "toPath",
-    "beforeSha256",
-    "afterSha256",
-    "diff",
-    "ok",
-    "errorKind",
-];
-
 fn comma_kind(op: &str) -> Option<EventKind> {
     Some(match op {
         "create" => EventKind::FileCreate,
@@ -601,7 +582,14 @@ fn comma_kind(op: &str) -> Option<EventKind> {
 }
 
 fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
-    check_fields(o, &COMMA_FIELDS)?;
+    // A field the shape does not define is kept verbatim in meta (the
+    // shape has no meta of its own), and the export writes it back: see
+    // the note on the cortexide hints.
+    let extra: Map<String, Value> = o
+        .iter()
+        .filter(|(k, _)| !COMMA_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let ts_text = req_string(o, "timestamp")?;
     let ts = Timestamp::parse(&ts_text).map_err(|e| format!("field `timestamp`: {e}"))?;
     let session = req_string(o, "sessionId")?;
@@ -640,6 +628,9 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
         return Err("field `errorKind` is only allowed when `ok` is false".into());
     }
     let mut meta = Map::new();
+    if !extra.is_empty() {
+        meta.insert(META_COMMA_EXTRA.into(), Value::Object(extra));
+    }
     if ts.to_iso() != ts_text {
         meta.insert(META_COMMA_TIMESTAMP.into(), Value::String(ts_text));
     }
@@ -716,10 +707,6 @@ mod tests {
             (r#"{"ts":1.5,"action":"prompt","ok":true}"#, "whole epoch"),
             (r#"{"ts":1,"action":"prompt"}"#, "missing field `ok`"),
             (r#"{"ts":1,"action":"prompt","ok":1}"#, "must be a boolean"),
-            (
-                r#"{"ts":1,"action":"prompt","ok":true,"x":1}"#,
-                "unknown field `x`",
-            ),
             (
                 r#"{"ts":1,"action":"prompt","ok":true,"files":[1]}"#,
                 "must hold strings",
@@ -846,10 +833,6 @@ mod tests {
             (
                 format!("{{{ok},\"ok\":true,\"afterSha256\":\"xyz\"}}"),
                 "64 hex digits",
-            ),
-            (
-                format!("{{{ok},\"ok\":true,\"meta\":{{}}}}"),
-                "unknown field `meta`",
             ),
             (
                 format!("{{{},\"ok\":true}}", ok.replace("\"p\"", "\"/abs/p\"")),
