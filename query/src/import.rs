@@ -603,6 +603,11 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
     let kind = comma_kind(&op).ok_or_else(|| {
         format!("unknown operation `{op}` (known: create, write, edit, delete, move, patch)")
     })?;
+    // The tool is not tied to the operation: FORMATS.md lists the two
+    // independently (the shape would not need both if it were), a
+    // `write_file` of a new file is a create, an `apply_patch` may move a
+    // file, and cairn's own export keeps an event's tool whatever its
+    // kind. So any of the six tools goes with any operation.
     let tool = req_string(o, "toolName")?;
     if !COMMA_TOOLS.contains(&tool.as_str()) {
         return Err(format!(
@@ -859,6 +864,15 @@ mod tests {
             assert!(e.contains(want), "{line}: {e}");
         }
         assert!(parse_line(Format::Comma, &format!("{{{ok},\"ok\":true}}")).is_ok());
+        // A tool with another tool's operation: kept as it is (see parse_comma).
+        let created = ok.replace("\"write\"", "\"create\"") + ",\"ok\":true";
+        let e = parse_line(Format::Comma, &format!("{{{created}}}"))
+            .unwrap()
+            .event;
+        assert_eq!(
+            (e.kind, e.tool.as_deref()),
+            (EventKind::FileCreate, Some("write_file"))
+        );
         let moved = parse_line(
             Format::Comma,
             &format!("{{{mv},\"toPath\":\"q\",\"ok\":true}}"),
