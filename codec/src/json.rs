@@ -326,7 +326,7 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
         )));
     }
     let input: EventInput =
-        serde_json::from_str(line).map_err(|e| CodecError::Json(e.to_string()))?;
+        serde_json::from_str(line).map_err(|e| CodecError::Json(line_error(&e)))?;
     let _ = (input.lsn, input.hash);
     let kind = input
         .kind
@@ -376,6 +376,19 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
     normalize_paths(&mut e);
     check_paths(&e)?;
     Ok(e)
+}
+
+/// serde_json's message for an error in one line of input, its place
+/// given as the column only: serde_json says "at line 1 column 34", which
+/// next to a file's own line number (`audit.jsonl:7: ...`) reads as a
+/// contradiction.
+pub fn line_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let place = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&place) {
+        Some(what) if e.line() == 1 => format!("{what} at column {}", e.column()),
+        _ => text,
+    }
 }
 
 /// A `ts` value: ISO-8601 text, or whole epoch milliseconds.
@@ -630,6 +643,14 @@ mod tests {
             v.0,
             serde_json::json!([null, true, -1, 2, 1.5, "s", {"k": []}])
         );
+    }
+
+    #[test]
+    fn errors_give_the_column_not_line_1() {
+        let e = parse_event(r#"{"kind":"prompt","text":"a","text":"b"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with("duplicate field `text` at column 34"), "{e}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use cairn_codec::event::Meta;
 use cairn_codec::json::{
-    check_paths, normalize_paths, not_workspace_relative, parse_event, UniqueKeys,
+    check_paths, line_error, normalize_paths, not_workspace_relative, parse_event, UniqueKeys,
     MAX_JSON_LINE_BYTES,
 };
 use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
@@ -226,8 +226,8 @@ fn object(line: &str) -> Result<Map<String, Value>, String> {
         Ok(UniqueKeys(Value::Object(o))) => Ok(o),
         Ok(UniqueKeys(other)) => Err(format!("expected a JSON object, got {}", type_name(&other))),
         // Well-formed JSON that `UniqueKeys` refused: a duplicate key.
-        Err(e) if e.is_data() => Err(e.to_string()),
-        Err(e) => Err(format!("invalid JSON: {e}")),
+        Err(e) if e.is_data() => Err(line_error(&e)),
+        Err(e) => Err(format!("invalid JSON: {}", line_error(&e))),
     }
 }
 
@@ -905,7 +905,7 @@ mod tests {
             (
                 Format::Cortexide,
                 r#"{"ts":1,"action":"prompt","ok":true,"action":"reply"}"#.to_string(),
-                "duplicate key `action`",
+                "duplicate key `action` at column 44",
             ),
             (
                 Format::Cortexide,
