@@ -10,8 +10,12 @@
 //! always present.
 
 use std::borrow::Cow;
+use std::fmt;
 
-use serde::{Deserialize, Serialize, Serializer};
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::map::Entry;
+use serde_json::{Map, Number, Value};
 
 use crate::event::{Meta, DEFAULT_SESSION};
 use crate::{
@@ -182,7 +186,124 @@ struct EventInput {
     checkpoint: Option<CheckpointId>,
     source: Option<CheckpointId>,
     target: Option<CheckpointId>,
-    meta: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Parsed by [`unique_object`], so a duplicate key in it is refused.
+    #[serde(default, deserialize_with = "unique_object")]
+    meta: Option<Map<String, Value>>,
+}
+
+/// A JSON value whose objects, at every depth, name each key once:
+/// deserializing one refuses a duplicate key, naming it. (serde_json keeps
+/// the last value of a duplicate key without a word, so
+/// `{"ok":true,"ok":false}` would read as a failure that a reader of the
+/// line may take for a success.) It costs what parsing a [`Value`] costs:
+/// the check is the insertion into the object's map.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UniqueKeys(pub Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
+    }
+}
+
+/// Builds a [`Value`] as serde_json's own visitor does, but refuses a
+/// duplicate key. Depth is bounded by serde_json's recursion limit.
+struct UniqueKeysVisitor;
+
+impl<'de> Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        // JSON text has no NaN or infinity, so this is always a number.
+        Ok(Number::from_f64(n).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(UniqueKeys(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match object.entry(key) {
+                Entry::Vacant(slot) => {
+                    let UniqueKeys(v) = map.next_value()?;
+                    slot.insert(v);
+                }
+                Entry::Occupied(seen) => {
+                    return Err(de::Error::custom(format_args!(
+                        "duplicate key `{}`",
+                        seen.key()
+                    )))
+                }
+            }
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// An optional JSON object read as [`UniqueKeys`] (`null` is absent).
+fn unique_object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Map<String, Value>>, D::Error> {
+    match Option::<UniqueKeys>::deserialize(d)? {
+        None => Ok(None),
+        Some(UniqueKeys(Value::Object(m))) => Ok(Some(m)),
+        Some(UniqueKeys(other)) => Err(de::Error::invalid_type(
+            unexpected(&other),
+            &"a JSON object",
+        )),
+    }
+}
+
+/// What a non-object value is, for [`de::Error::invalid_type`].
+fn unexpected(v: &Value) -> de::Unexpected<'_> {
+    match v {
+        Value::Null => de::Unexpected::Unit,
+        Value::Bool(b) => de::Unexpected::Bool(*b),
+        Value::Number(_) => de::Unexpected::Other("a number"),
+        Value::String(s) => de::Unexpected::Str(s),
+        Value::Array(_) => de::Unexpected::Seq,
+        Value::Object(_) => de::Unexpected::Map,
+    }
 }
 
 /// Parses one canonical JSON line into an event. `kind` is required; `ts`
@@ -205,7 +326,7 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
         )));
     }
     let input: EventInput =
-        serde_json::from_str(line).map_err(|e| CodecError::Json(e.to_string()))?;
+        serde_json::from_str(line).map_err(|e| CodecError::Json(line_error(&e)))?;
     let _ = (input.lsn, input.hash);
     let kind = input
         .kind
@@ -255,6 +376,19 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
     normalize_paths(&mut e);
     check_paths(&e)?;
     Ok(e)
+}
+
+/// serde_json's message for an error in one line of input, its place
+/// given as the column only: serde_json says "at line 1 column 34", which
+/// next to a file's own line number (`audit.jsonl:7: ...`) reads as a
+/// contradiction.
+pub fn line_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let place = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&place) {
+        Some(what) if e.line() == 1 => format!("{what} at column {}", e.column()),
+        _ => text,
+    }
 }
 
 /// A `ts` value: ISO-8601 text, or whole epoch milliseconds.
@@ -397,8 +531,11 @@ pub fn normalize_paths(e: &mut Event) {
         .for_each(fix);
 }
 
-/// Why `p` is not a workspace-relative path, if it is not.
-fn not_workspace_relative(p: &str) -> Option<&'static str> {
+/// Why `p` is not a workspace-relative path, if it is not: empty,
+/// absolute (`/x`, `\\x`, `C:x`), leaving the workspace (a `..`
+/// component), holding a NUL byte, or naming the workspace itself (`.`).
+/// The phrase completes "`p` ...", as in "`/etc/passwd` is absolute".
+pub fn not_workspace_relative(p: &str) -> Option<&'static str> {
     let b = p.as_bytes();
     if b.is_empty() {
         Some("is empty")
@@ -479,6 +616,41 @@ mod tests {
             "{err}"
         );
         assert_eq!(normal_path("src/a.rs"), Cow::Borrowed("src/a.rs"));
+    }
+
+    #[test]
+    fn a_duplicate_key_is_refused_naming_it() {
+        // At the top level serde's derive refuses it; in `meta`, at any
+        // depth, `unique_object` does (serde_json kept the last value).
+        for (line, key) in [
+            (r#"{"kind":"prompt","text":"a","text":"b"}"#, "field `text`"),
+            (r#"{"kind":"prompt","meta":{"a":1,"a":2}}"#, "key `a`"),
+            (
+                r#"{"kind":"prompt","meta":{"x":[{"b":1,"c":2,"b":3}]}}"#,
+                "key `b`",
+            ),
+        ] {
+            let e = parse_event(line).unwrap_err().to_string();
+            assert!(e.contains(&format!("duplicate {key}")), "{line}: {e}");
+        }
+        let e = parse_event(r#"{"kind":"prompt","meta":{"a":{"a":1},"b":{"a":2}}}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&e.meta.unwrap().0).unwrap(),
+            r#"{"a":{"a":1},"b":{"a":2}}"#
+        );
+        let v: UniqueKeys = serde_json::from_str(r#"[null,true,-1,2,1.5,"s",{"k":[]}]"#).unwrap();
+        assert_eq!(
+            v.0,
+            serde_json::json!([null, true, -1, 2, 1.5, "s", {"k": []}])
+        );
+    }
+
+    #[test]
+    fn errors_give_the_column_not_line_1() {
+        let e = parse_event(r#"{"kind":"prompt","text":"a","text":"b"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with("duplicate field `text` at column 34"), "{e}");
     }
 
     #[test]

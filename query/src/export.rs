@@ -38,7 +38,9 @@
 //! [`MAX_INLINE_DIFF_BYTES`] with [`TRUNCATION_MARKER`]; `agentName` is
 //! `unknown` when the event names no agent; `errorKind` only when `ok` is
 //! false. A `file.patch` of several files is one line per file, as the
-//! shape has one `path` a line (see [`to_comma_lines`]).
+//! shape has one `path` a line (see [`to_comma_lines`]). Fields an import
+//! kept under [`META_COMMA_EXTRA`] (a line's fields the shape does not
+//! define) are written back.
 //!
 //! Import (see [`crate::import`]) keeps whatever the event model has no field
 //! for in meta under the keys above (and `_cortexide` hints), so that import
@@ -90,6 +92,10 @@ pub const META_BEFORE_SHA256: &str = "beforeSha256";
 pub const META_AFTER_SHA256: &str = "afterSha256";
 /// See [`META_BEFORE_SHA256`].
 pub const META_COMMA_TIMESTAMP: &str = "commaTimestamp";
+/// Meta key holding the fields of an imported comma line that the shape
+/// does not define (an object, verbatim); the comma export writes them
+/// back.
+pub const META_COMMA_EXTRA: &str = "commaExtra";
 
 /// An export format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -180,6 +186,22 @@ pub fn comma_tool(kind: EventKind) -> Option<(&'static str, &'static str)> {
         _ => return None,
     })
 }
+
+/// The fields of the comma shape (FORMATS.md).
+pub const COMMA_FIELDS: [&str; 12] = [
+    "timestamp",
+    "sessionId",
+    "agentName",
+    "toolName",
+    "operation",
+    "path",
+    "toPath",
+    "beforeSha256",
+    "afterSha256",
+    "diff",
+    "ok",
+    "errorKind",
+];
 
 /// The six comma tool names.
 pub const COMMA_TOOLS: [&str; 6] = [
@@ -541,6 +563,15 @@ pub fn to_comma(e: &Event, blobs: &dyn BlobSource) -> Result<Option<Value>> {
     if !e.ok {
         if let Some(k) = &e.error_kind {
             o.insert("errorKind".into(), json!(k));
+        }
+    }
+    // The fields an import kept that the shape does not define; never one
+    // of the shape's own, which come from the event.
+    if let Some(Value::Object(extra)) = e.meta.as_ref().and_then(|m| m.0.get(META_COMMA_EXTRA)) {
+        for (k, v) in extra {
+            if !COMMA_FIELDS.contains(&k.as_str()) {
+                o.insert(k.clone(), v.clone());
+            }
         }
     }
     Ok(Some(Value::Object(o)))

@@ -14,12 +14,16 @@ use std::io::{BufRead, Read};
 use serde_json::{Map, Value};
 
 use cairn_codec::event::Meta;
-use cairn_codec::json::{check_paths, normalize_paths, parse_event, MAX_JSON_LINE_BYTES};
+use cairn_codec::json::{
+    check_paths, line_error, normalize_paths, not_workspace_relative, parse_event, UniqueKeys,
+    MAX_JSON_LINE_BYTES,
+};
 use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
 
 use crate::export::{
-    to_cortexide, Format, COMMA_TOOLS, META_AFTER_SHA256, META_BEFORE_SHA256, META_CAIRN,
-    META_COMMA_TIMESTAMP, META_CORTEXIDE_ACTION, META_CORTEXIDE_HINTS,
+    to_cortexide, Format, COMMA_FIELDS, COMMA_TOOLS, META_AFTER_SHA256, META_BEFORE_SHA256,
+    META_CAIRN, META_COMMA_EXTRA, META_COMMA_TIMESTAMP, META_CORTEXIDE_ACTION,
+    META_CORTEXIDE_HINTS,
 };
 
 /// A line that could not be imported: where and why.
@@ -144,7 +148,7 @@ impl<R: BufRead> Iterator for Lines<R> {
                     self.bytes += self.buf.len() as u64 + 1;
                     match std::str::from_utf8(&self.buf) {
                         Err(e) => Err(err(format!("not UTF-8: {e}"))),
-                        Ok(text) if text.trim().is_empty() => continue,
+                        Ok(text) if without_bom(text).trim().is_empty() => continue,
                         Ok(text) => parse_line(self.format, text).map_err(err).map(|mut i| {
                             i.line = self.line;
                             i
@@ -182,8 +186,11 @@ pub fn import_lines(
     lines(format, reader, file_name).collect()
 }
 
-/// Parses one line in `format`; the error is the reason.
+/// Parses one line in `format`; the error is the reason. A byte-order mark
+/// before the line (as some Windows tools write at the start of a file) is
+/// ignored, as `cairn record` ignores it.
 pub fn parse_line(format: Format, line: &str) -> Result<Imported, String> {
+    let line = without_bom(line);
     match format {
         Format::Jsonl => parse_event(line)
             .map(|event| Imported {
@@ -197,6 +204,11 @@ pub fn parse_line(format: Format, line: &str) -> Result<Imported, String> {
     }
 }
 
+/// `line` without the UTF-8 byte-order mark it may begin with.
+fn without_bom(line: &str) -> &str {
+    line.strip_prefix('\u{feff}').unwrap_or(line)
+}
+
 /// A foreign line's event, if its paths are as cairn's own input requires
 /// (workspace-relative; a file event names its file).
 fn checked(imported: Result<Imported, String>) -> Result<Imported, String> {
@@ -206,11 +218,16 @@ fn checked(imported: Result<Imported, String>) -> Result<Imported, String> {
     Ok(imported)
 }
 
+/// The line as a JSON object. A key named twice in any object of it is
+/// refused, naming the key: serde_json would keep the last value silently,
+/// and which one the producer meant is anyone's guess.
 fn object(line: &str) -> Result<Map<String, Value>, String> {
-    match serde_json::from_str::<Value>(line) {
-        Ok(Value::Object(o)) => Ok(o),
-        Ok(other) => Err(format!("expected a JSON object, got {}", type_name(&other))),
-        Err(e) => Err(format!("invalid JSON: {e}")),
+    match serde_json::from_str::<UniqueKeys>(line) {
+        Ok(UniqueKeys(Value::Object(o))) => Ok(o),
+        Ok(UniqueKeys(other)) => Err(format!("expected a JSON object, got {}", type_name(&other))),
+        // Well-formed JSON that `UniqueKeys` refused: a duplicate key.
+        Err(e) if e.is_data() => Err(line_error(&e)),
+        Err(e) => Err(format!("invalid JSON: {}", line_error(&e))),
     }
 }
 
@@ -223,18 +240,6 @@ fn type_name(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
-}
-
-fn check_fields(o: &Map<String, Value>, allowed: &[&str]) -> Result<(), String> {
-    for k in o.keys() {
-        if !allowed.contains(&k.as_str()) {
-            return Err(format!(
-                "unknown field `{k}` (this shape has: {})",
-                allowed.join(", ")
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn req<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, String> {
@@ -265,6 +270,11 @@ fn boolean(o: &Map<String, Value>, k: &str) -> Result<bool, String> {
             type_name(v)
         )),
     }
+}
+
+/// Whether a JSON number is below zero.
+fn negative(n: &serde_json::Number) -> bool {
+    n.as_f64().is_some_and(|f| f < 0.0)
 }
 
 /// The cortexide fields that may be absent (or `null`).
@@ -299,10 +309,17 @@ fn cortexide_kind(action: &str) -> Option<EventKind> {
 }
 
 fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
-    check_fields(o, &CORTEXIDE_FIELDS)?;
+    // A field the shape does not define (a newer version of the product
+    // may write more) is kept verbatim in the hints, which the export
+    // writes back: refusing it would refuse the whole file, dropping it
+    // would lose what the producer wrote.
+    let mut hints: Map<String, Value> = o
+        .iter()
+        .filter(|(k, _)| !CORTEXIDE_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     // An optional field given as `null` is absent; a hint writes the
     // `null` back on export. (The line is copied only when it has one.)
-    let mut hints = Map::new();
     let nulls: Vec<&str> = CORTEXIDE_OPTIONAL
         .into_iter()
         .filter(|k| o.get(*k) == Some(&Value::Null))
@@ -321,6 +338,13 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     };
     let ts = match req(o, "ts")? {
         Value::Number(n) => match n.as_i64() {
+            // Unix epoch milliseconds of an IDE's events: a negative one is
+            // a producer's bug (a sentinel, an underflow), not 1969.
+            Some(ms) if ms < 0 => {
+                return Err(format!(
+                    "field `ts` must be Unix epoch milliseconds, not negative: got {ms}"
+                ))
+            }
             Some(ms) => Timestamp::from_millis(ms).map_err(|e| format!("field `ts`: {e}"))?,
             None => {
                 return Err(format!(
@@ -344,7 +368,15 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
         Some(Value::Array(a)) => {
             for f in a {
                 match f {
-                    Value::String(s) => e.files.push(s.clone()),
+                    // The shape's files are workspace-relative whatever the
+                    // action (cairn lets a prompt's paths lie anywhere, so
+                    // its own check would pass `/etc/passwd` on a prompt).
+                    Value::String(s) => match not_workspace_relative(s) {
+                        None => e.files.push(s.clone()),
+                        Some(why) => return Err(format!(
+                            "field `files`: `{s}` {why}; the cortexide shape's files are relative to the workspace, like `src/main.rs`"
+                        )),
+                    },
                     v => {
                         return Err(format!(
                             "field `files` must hold strings, got {}",
@@ -367,6 +399,23 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     match o.get("diffStats") {
         None => {}
         Some(v @ Value::Object(d)) => {
+            for k in ["linesAdded", "linesRemoved", "hunks"] {
+                match d.get(k) {
+                    None => {}
+                    Some(Value::Number(n)) if !negative(n) => {}
+                    Some(Value::Number(n)) => {
+                        return Err(format!(
+                            "field `diffStats.{k}` is a count, not negative: got {n}"
+                        ))
+                    }
+                    Some(v) => {
+                        return Err(format!(
+                            "field `diffStats.{k}` must be a number, got {}",
+                            type_name(v)
+                        ))
+                    }
+                }
+            }
             let n = |k: &str| d.get(k).and_then(Value::as_u64);
             match (n("linesAdded"), n("linesRemoved"), n("hunks")) {
                 (Some(a), Some(r), Some(h)) if d.len() == 3 => {
@@ -392,8 +441,16 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     }
     match o.get("latencyMs") {
         None => {}
+        // Refused as `cairn record` refuses a negative `latency_ms`.
+        Some(Value::Number(n)) if negative(n) => {
+            return Err(format!(
+                "field `latencyMs` is a duration, not negative: got {n}"
+            ))
+        }
         Some(v @ Value::Number(n)) => match n.as_u64() {
             Some(ms) => e.latency_ms = Some(ms),
+            // A fraction of a millisecond (JavaScript's performance.now()
+            // gives them) is a number the shape allows: kept verbatim.
             None => {
                 hints.insert("latencyMs".into(), v.clone());
             }
@@ -442,6 +499,10 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
             .insert(META_CORTEXIDE_HINTS.into(), Value::Object(hints));
     }
     e.meta = meta.map(Meta);
+    // In normal form before `meta.cairn` is read back, whose check wants
+    // it: `src//a.rs` kept a line's cairn fields from being read back,
+    // until its re-export (with `src/a.rs`) imported differently.
+    normalize_paths(&mut e);
     restore_cairn_fields(&mut e);
     Ok(Imported {
         event: e,
@@ -508,21 +569,6 @@ fn restore_cairn_fields(e: &mut Event) {
     }
 }
 
-const COMMA_FIELDS: [&str; 12] = [
-    "timestamp",
-    "sessionId",
-    "agentName",
-    "toolName",
-    "operation",
-    "path",
-    "toPath",
-    "beforeSha256",
-    "afterSha256",
-    "diff",
-    "ok",
-    "errorKind",
-];
-
 fn comma_kind(op: &str) -> Option<EventKind> {
     Some(match op {
         "create" => EventKind::FileCreate,
@@ -536,7 +582,14 @@ fn comma_kind(op: &str) -> Option<EventKind> {
 }
 
 fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
-    check_fields(o, &COMMA_FIELDS)?;
+    // A field the shape does not define is kept verbatim in meta (the
+    // shape has no meta of its own), and the export writes it back: see
+    // the note on the cortexide hints.
+    let extra: Map<String, Value> = o
+        .iter()
+        .filter(|(k, _)| !COMMA_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let ts_text = req_string(o, "timestamp")?;
     let ts = Timestamp::parse(&ts_text).map_err(|e| format!("field `timestamp`: {e}"))?;
     let session = req_string(o, "sessionId")?;
@@ -550,6 +603,11 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
     let kind = comma_kind(&op).ok_or_else(|| {
         format!("unknown operation `{op}` (known: create, write, edit, delete, move, patch)")
     })?;
+    // The tool is not tied to the operation: FORMATS.md lists the two
+    // independently (the shape would not need both if it were), a
+    // `write_file` of a new file is a create, an `apply_patch` may move a
+    // file, and cairn's own export keeps an event's tool whatever its
+    // kind. So any of the six tools goes with any operation.
     let tool = req_string(o, "toolName")?;
     if !COMMA_TOOLS.contains(&tool.as_str()) {
         return Err(format!(
@@ -563,12 +621,21 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
     e.tool = Some(tool);
     e.path = Some(req_string(o, "path")?);
     e.to_path = string(o, "toPath")?;
+    if kind == EventKind::FileMove && e.to_path.is_none() {
+        return Err(
+            "missing field `toPath`: a `move` operation names its destination (the shape's `path` is the source)"
+                .into(),
+        );
+    }
     e.ok = boolean(o, "ok")?;
     e.error_kind = string(o, "errorKind")?;
     if e.ok && e.error_kind.is_some() {
         return Err("field `errorKind` is only allowed when `ok` is false".into());
     }
     let mut meta = Map::new();
+    if !extra.is_empty() {
+        meta.insert(META_COMMA_EXTRA.into(), Value::Object(extra));
+    }
     if ts.to_iso() != ts_text {
         meta.insert(META_COMMA_TIMESTAMP.into(), Value::String(ts_text));
     }
@@ -646,16 +713,57 @@ mod tests {
             (r#"{"ts":1,"action":"prompt"}"#, "missing field `ok`"),
             (r#"{"ts":1,"action":"prompt","ok":1}"#, "must be a boolean"),
             (
-                r#"{"ts":1,"action":"prompt","ok":true,"x":1}"#,
-                "unknown field `x`",
-            ),
-            (
                 r#"{"ts":1,"action":"prompt","ok":true,"files":[1]}"#,
                 "must hold strings",
             ),
             (
                 r#"{"ts":1,"action":"prompt","ok":true,"meta":[]}"#,
                 "`meta` must be an object",
+            ),
+            (
+                r#"{"ts":-5,"action":"prompt","ok":true}"#,
+                "field `ts` must be Unix epoch milliseconds, not negative: got -5",
+            ),
+            (
+                r#"{"ts":1,"action":"reply","ok":true,"latencyMs":-3}"#,
+                "field `latencyMs` is a duration, not negative: got -3",
+            ),
+            (
+                r#"{"ts":1,"action":"reply","ok":true,"latencyMs":-0.5}"#,
+                "field `latencyMs` is a duration, not negative: got -0.5",
+            ),
+            (
+                r#"{"ts":1,"action":"reply","ok":true,"latencyMs":"3"}"#,
+                "field `latencyMs` must be a number, got a string",
+            ),
+            (
+                r#"{"ts":1,"action":"apply","ok":true,"diffStats":{"linesAdded":-1,"linesRemoved":0,"hunks":1}}"#,
+                "field `diffStats.linesAdded` is a count, not negative: got -1",
+            ),
+            (
+                r#"{"ts":1,"action":"apply","ok":true,"diffStats":{"linesAdded":1,"linesRemoved":0,"hunks":"1"}}"#,
+                "field `diffStats.hunks` must be a number, got a string",
+            ),
+            // Workspace-relative whatever the action (a prompt's too).
+            (
+                r#"{"ts":1,"action":"prompt","ok":true,"files":["a.rs","/etc/passwd"]}"#,
+                "field `files`: `/etc/passwd` is absolute",
+            ),
+            (
+                r#"{"ts":1,"action":"reply","ok":true,"files":["src/../../x"]}"#,
+                "field `files`: `src/../../x` leaves the workspace",
+            ),
+            (
+                r#"{"ts":1,"action":"prompt","ok":true,"files":["C:\\x"]}"#,
+                "is absolute",
+            ),
+            (
+                r#"{"ts":1,"action":"undo","ok":true,"files":[""]}"#,
+                "field `files`: `` is empty",
+            ),
+            (
+                r#"{"ts":1,"action":"apply","ok":true,"files":["/abs"]}"#,
+                "field `files`: `/abs` is absolute",
             ),
             (
                 r#"{"ts":1,"action":"prompt","ok":true,"meta":{"_cortexide":1}}"#,
@@ -673,8 +781,50 @@ mod tests {
     }
 
     #[test]
+    fn cortexide_numbers_the_event_model_cannot_hold_are_kept_verbatim() {
+        // A fractional latency or count, or a diffStats with a key more or
+        // less, is a number the shape allows: kept in the hints, not refused.
+        for line in [
+            r#"{"ts":1,"action":"reply","ok":true,"latencyMs":12.5}"#,
+            r#"{"ts":1,"action":"apply","ok":true,"diffStats":{"linesAdded":1.5,"linesRemoved":0,"hunks":1}}"#,
+            r#"{"ts":1,"action":"apply","ok":true,"diffStats":{"linesAdded":1,"hunks":1}}"#,
+        ] {
+            let e = parse_line(Format::Cortexide, line).unwrap().event;
+            let hints = &e.meta.unwrap().0[META_CORTEXIDE_HINTS];
+            let v: Value = serde_json::from_str(line).unwrap();
+            let field = if line.contains("latencyMs") {
+                "latencyMs"
+            } else {
+                "diffStats"
+            };
+            assert_eq!(hints[field], v[field], "{line}");
+        }
+        let e = parse_line(
+            Format::Cortexide,
+            r#"{"ts":0,"action":"reply","ok":true,"latencyMs":0}"#,
+        )
+        .unwrap()
+        .event;
+        assert_eq!((e.ts.millis(), e.latency_ms), (0, Some(0)));
+    }
+
+    #[test]
+    fn cairn_fields_are_read_back_from_a_line_whose_files_are_not_in_normal_form() {
+        let line = r#"{"ts":1,"action":"snapshot:create","ok":true,"files":["src//a.rs"],"meta":{"cairn":{"session":"s1"}}}"#;
+        let e = parse_line(Format::Cortexide, line).unwrap().event;
+        assert_eq!(
+            (e.session.as_str(), e.files.as_slice()),
+            ("s1", &["src/a.rs".to_string()][..])
+        );
+        assert_eq!(e.meta, None);
+    }
+
+    #[test]
     fn comma_reasons() {
         let ok = r#""timestamp":"2026-01-01T00:00:00Z","sessionId":"s","agentName":"a","toolName":"write_file","operation":"write","path":"p""#;
+        let mv = ok
+            .replace("write_file", "move_file")
+            .replace("\"write\"", "\"move\"");
         let cases = [
             (format!("{{{ok}}}"), "missing field `ok`"),
             (
@@ -682,12 +832,12 @@ mod tests {
                 "only allowed when `ok` is false",
             ),
             (
-                format!("{{{ok},\"ok\":true,\"afterSha256\":\"xyz\"}}"),
-                "64 hex digits",
+                format!("{mv},\"ok\":false,\"errorKind\":\"ENOENT\""),
+                "missing field `toPath`: a `move` operation names its destination",
             ),
             (
-                format!("{{{ok},\"ok\":true,\"meta\":{{}}}}"),
-                "unknown field `meta`",
+                format!("{{{ok},\"ok\":true,\"afterSha256\":\"xyz\"}}"),
+                "64 hex digits",
             ),
             (
                 format!("{{{},\"ok\":true}}", ok.replace("\"p\"", "\"/abs/p\"")),
@@ -714,6 +864,87 @@ mod tests {
             assert!(e.contains(want), "{line}: {e}");
         }
         assert!(parse_line(Format::Comma, &format!("{{{ok},\"ok\":true}}")).is_ok());
+        // A tool with another tool's operation: kept as it is (see parse_comma).
+        let created = ok.replace("\"write\"", "\"create\"") + ",\"ok\":true";
+        let e = parse_line(Format::Comma, &format!("{{{created}}}"))
+            .unwrap()
+            .event;
+        assert_eq!(
+            (e.kind, e.tool.as_deref()),
+            (EventKind::FileCreate, Some("write_file"))
+        );
+        let moved = parse_line(
+            Format::Comma,
+            &format!("{{{mv},\"toPath\":\"q\",\"ok\":true}}"),
+        );
+        assert_eq!(moved.unwrap().event.to_path.as_deref(), Some("q"));
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_first_line_is_ignored() {
+        let comma = r#"{"timestamp":"2026-01-01T00:00:00Z","sessionId":"s","agentName":"a","toolName":"write_file","operation":"write","path":"p","ok":true}"#;
+        for (format, line) in [
+            (Format::Cortexide, r#"{"ts":1,"action":"prompt","ok":true}"#),
+            (Format::Comma, comma),
+            (Format::Jsonl, r#"{"kind":"prompt","ts":1}"#),
+        ] {
+            let input = format!("\u{feff}{line}\n{line}\n");
+            let got = import_lines(format, input.as_bytes(), "bom.jsonl").unwrap();
+            assert_eq!(got.len(), 2, "{format:?}");
+            assert_eq!(got[0].event, got[1].event, "{format:?}");
+        }
+        // A file that holds only a byte-order mark holds no line.
+        let got = import_lines(Format::Comma, "\u{feff}\n".as_bytes(), "bom.jsonl").unwrap();
+        assert!(got.is_empty());
+    }
+
+    #[test]
+    fn a_duplicate_key_is_refused_naming_it() {
+        let comma = r#""timestamp":"2026-01-01T00:00:00Z","sessionId":"s","agentName":"a","toolName":"write_file","operation":"write","path":"p""#;
+        let cases = [
+            (
+                Format::Cortexide,
+                r#"{"ts":1,"action":"prompt","ok":true,"action":"reply"}"#.to_string(),
+                "duplicate key `action` at column 44",
+            ),
+            (
+                Format::Cortexide,
+                r#"{"ts":1,"action":"prompt","ok":true,"meta":{"m":{"k":1,"k":2}}}"#.to_string(),
+                "duplicate key `k`",
+            ),
+            (
+                Format::Cortexide,
+                r#"{"ts":1,"action":"apply","ok":true,"diffStats":{"hunks":1,"hunks":2}}"#
+                    .to_string(),
+                "duplicate key `hunks`",
+            ),
+            (
+                Format::Comma,
+                format!(r#"{{{comma},"ok":true,"path":"q"}}"#),
+                "duplicate key `path`",
+            ),
+            (
+                Format::Jsonl,
+                r#"{"kind":"prompt","ok":true,"ok":false}"#.to_string(),
+                "duplicate field `ok`",
+            ),
+            (
+                Format::Jsonl,
+                r#"{"kind":"prompt","meta":{"a":1,"a":2}}"#.to_string(),
+                "duplicate key `a`",
+            ),
+        ];
+        for (format, line, want) in cases {
+            let input = format!("{line}\n");
+            let e = import_lines(format, input.as_bytes(), "dup.jsonl").unwrap_err();
+            assert!(
+                e.to_string().starts_with(&format!("dup.jsonl:1: {want}")),
+                "{format:?} {line}: {e}"
+            );
+        }
+        // The same key in two different objects is no duplicate.
+        let line = format!(r#"{{{comma},"ok":true,"toPath":"p2"}}"#);
+        assert!(parse_line(Format::Comma, &line).is_ok());
     }
 
     #[test]

@@ -41,10 +41,14 @@ fn arb_event() -> impl Strategy<Value = Event> {
                 e.tool = tool;
                 e.ok = ok;
                 e.files = files;
-                // File events name their files, as cairn's input requires.
+                // File events name their files, as cairn's input requires,
+                // and a move its destination, as the comma import requires.
                 let patch = e.kind == EventKind::FilePatch;
                 if e.kind.is_file_op() && (!patch || e.files.is_empty()) {
                     e.path.get_or_insert_with(|| "src/lib.rs".into());
+                }
+                if e.kind == EventKind::FileMove {
+                    e.to_path = Some("src/new.rs".into());
                 }
                 match e.kind {
                     EventKind::CheckpointCreate => e.root = root.map(BlobHash),

@@ -381,6 +381,39 @@ fn comma_import_then_export_is_identity_including_failures_and_moves() {
 }
 
 #[test]
+fn fields_a_shape_does_not_define_are_kept_and_exported_back() {
+    // A newer producer may write more fields: one of them used to refuse
+    // the whole file. They are kept verbatim and written back.
+    let cortexide = r#"{"ts":1700000000000,"action":"prompt","ok":true,"workspaceId":7,"tags":["a",{"b":null}]}
+{"ts":1700000000001,"action":"apply","ok":true,"files":["a.rs"],"user":null,"_cortexide":1}
+"#;
+    round_trip(Format::Cortexide, cortexide);
+    let e = &import_lines(Format::Cortexide, cortexide.as_bytes(), "f").unwrap()[0].event;
+    let hints = &e.meta.as_ref().unwrap().0[export::META_CORTEXIDE_HINTS];
+    assert_eq!(hints["workspaceId"], json!(7));
+    assert_eq!(hints["tags"], json!(["a", {"b": null}]));
+    let lines = [
+        json!({"timestamp":"2026-11-22T02:04:58Z","sessionId":"t1","agentName":"coder","toolName":"write_file","operation":"write","path":"a.txt","ok":true,"durationMs":12,"meta":{"reason":"fmt"}}),
+        json!({"timestamp":"2026-11-22T02:04:59.000Z","sessionId":"t1","agentName":"coder","toolName":"move_file","operation":"move","path":"a.txt","toPath":"b.txt","ok":true,"commaTimestamp":"x"}),
+    ];
+    let comma: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    round_trip(Format::Comma, &comma);
+    let ev = import_lines(Format::Comma, comma.as_bytes(), "f").unwrap();
+    let meta = &ev[0].event.meta.as_ref().unwrap().0;
+    assert_eq!(
+        meta[export::META_COMMA_EXTRA],
+        json!({"durationMs": 12, "meta": {"reason": "fmt"}})
+    );
+    // Kept apart from the keys the import writes itself.
+    let meta = &ev[1].event.meta.as_ref().unwrap().0;
+    assert_eq!(
+        meta[export::META_COMMA_EXTRA],
+        json!({"commaTimestamp": "x"})
+    );
+    assert!(!meta.contains_key(export::META_COMMA_TIMESTAMP));
+}
+
+#[test]
 fn native_events_survive_cortexide_and_back() {
     let blobs = MemBlobs::new();
     let log = MemLog::new();

@@ -1,0 +1,101 @@
+//! `cairn import` of the two reference shapes as a user runs it: each bad
+//! line is refused naming the file, the line, the field and why, and
+//! nothing from that file is recorded; what a shape allows is imported.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn cairn(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+/// Imports `text` as a file named `name` in `format` into the store in
+/// `dir`: the exit code, stderr, and how many records the store then holds.
+fn import(dir: &Path, format: &str, name: &str, text: &[u8]) -> (Option<i32>, String, usize) {
+    std::fs::write(dir.join(name), text).unwrap();
+    let o = cairn(dir, &["import", "--format", format, name]);
+    let log = cairn(dir, &["log", "--json"]);
+    assert!(log.status.success());
+    let records = String::from_utf8(log.stdout).unwrap().lines().count();
+    (
+        o.status.code(),
+        String::from_utf8(o.stderr).unwrap(),
+        records,
+    )
+}
+
+const COMMA: &str =
+    r#""timestamp":"2026-01-01T00:00:00Z","sessionId":"s","agentName":"a","path":"a.rs","ok":true"#;
+
+#[test]
+fn each_bad_line_is_refused_by_file_line_and_field_and_nothing_is_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    assert!(cairn(ws, &["init"]).status.success());
+    let good = r#"{"ts":1,"action":"prompt","ok":true}"#;
+    let cases = [
+        (
+            "cortexide",
+            r#"{"ts":1,"action":"prompt","ok":true,"files":["/etc/passwd"]}"#.to_string(),
+            "x.jsonl:2: field `files`: `/etc/passwd` is absolute",
+        ),
+        (
+            "cortexide",
+            r#"{"ts":-5,"action":"prompt","ok":true}"#.to_string(),
+            "x.jsonl:2: field `ts` must be Unix epoch milliseconds, not negative",
+        ),
+        (
+            "cortexide",
+            r#"{"ts":1,"action":"reply","ok":true,"latencyMs":-3}"#.to_string(),
+            "x.jsonl:2: field `latencyMs` is a duration, not negative",
+        ),
+        (
+            "cortexide",
+            r#"{"ts":1,"action":"prompt","ok":true,"ok":false}"#.to_string(),
+            "x.jsonl:2: duplicate key `ok`",
+        ),
+        (
+            "comma",
+            format!(r#"{{{COMMA},"toolName":"move_file","operation":"move"}}"#),
+            "x.jsonl:2: missing field `toPath`",
+        ),
+    ];
+    for (format, bad, want) in cases {
+        let first = if format == "comma" {
+            format!(r#"{{{COMMA},"toolName":"write_file","operation":"write"}}"#)
+        } else {
+            good.to_string()
+        };
+        let text = format!("{first}\n{bad}\n");
+        let (code, err, records) = import(ws, format, "x.jsonl", text.as_bytes());
+        assert_eq!(code, Some(4), "{bad}: {err}");
+        assert!(err.contains(want), "{bad}: {err}");
+        assert!(err.contains("nothing from x.jsonl was recorded"), "{err}");
+        assert_eq!(records, 0, "{bad}");
+    }
+}
+
+#[test]
+fn a_byte_order_mark_and_fields_the_shape_does_not_define_are_imported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    assert!(cairn(ws, &["init"]).status.success());
+    let text = "\u{feff}{\"ts\":1,\"action\":\"prompt\",\"ok\":true}\n";
+    let (code, err, records) = import(ws, "cortexide", "bom.jsonl", text.as_bytes());
+    assert_eq!((code, records), (Some(0), 1), "{err}");
+    let text = format!(
+        "{{{COMMA},\"toolName\":\"write_file\",\"operation\":\"write\",\"durationMs\":12}}\n"
+    );
+    let (code, err, records) = import(ws, "comma", "extra.jsonl", text.as_bytes());
+    assert_eq!((code, records), (Some(0), 2), "{err}");
+    let o = cairn(ws, &["export", "--format", "comma"]);
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.contains("\"durationMs\":12"), "{out}");
+}
