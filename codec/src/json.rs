@@ -429,7 +429,8 @@ fn not_an_object(line: &str) -> Option<&'static str> {
 }
 
 /// Checks the paths of an event: a file event names the file it touched
-/// (`path`; a patch may name them in `files` instead), no path is empty,
+/// (`path`; a patch may name them in `files` instead), a move names its
+/// destination (`to_path`), no path is empty,
 /// and the paths of events about the workspace (every kind but `prompt`,
 /// `reply`, `tool_call` and `custom`, whose paths may lie anywhere, such as
 /// a file a tool read) are relative to it, as the audit shapes cairn
@@ -446,6 +447,11 @@ pub fn check_paths(e: &Event) -> Result<(), CodecError> {
             "missing field `path`: a `{}` event names the file it touched",
             e.kind.name()
         )));
+    }
+    if e.kind == FileMove && e.to_path.is_none() {
+        return Err(CodecError::Json(
+            "missing field `to_path`: a `file.move` event names where the file went (`path` is where it was)".into(),
+        ));
     }
     if e.kind == FilePatch && e.path.is_none() && e.files.is_empty() {
         return Err(CodecError::Json(
@@ -588,6 +594,19 @@ mod tests {
             let e = parse_event(bad).unwrap_err().to_string();
             assert!(e.contains("field `ts`") && e.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_move_names_its_destination() {
+        for line in [
+            r#"{"kind":"file.move","path":"a.rs"}"#,
+            r#"{"kind":"file.move","path":"a.rs","ok":false}"#,
+        ] {
+            let err = parse_event(line).unwrap_err().to_string();
+            assert!(err.contains("missing field `to_path`"), "{err}");
+        }
+        let e = parse_event(r#"{"kind":"file.move","path":"a.rs","to_path":"b.rs"}"#).unwrap();
+        assert_eq!(e.to_path.as_deref(), Some("b.rs"));
     }
 
     #[test]

@@ -163,14 +163,16 @@ fn every_kind_exports_as_canonical_jsonl_that_fits_the_schema() {
     let blobs = MemBlobs::new();
     for k in EventKind::ALL {
         log.append(full(k, &blobs)).unwrap();
-        // The least each kind needs: a file event names its file.
-        let bare = Event::new(k, "default");
-        log.append(if k.is_file_op() {
-            bare.with_path("p")
-        } else {
-            bare
-        })
-        .unwrap();
+        // The least each kind needs: a file event names its file, a move
+        // its destination too.
+        let mut bare = Event::new(k, "default");
+        if k.is_file_op() {
+            bare = bare.with_path("p");
+        }
+        if k == EventKind::FileMove {
+            bare.to_path = Some("q".into());
+        }
+        log.append(bare).unwrap();
     }
     let mut out = Vec::new();
     let st = export::export(&log, &blobs, &Filter::all(), Format::Jsonl, &mut out).unwrap();
