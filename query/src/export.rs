@@ -291,7 +291,13 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
     } else {
         e.files.iter().map(String::as_str).collect()
     };
-    if !files.is_empty() {
+    // The shape's files are workspace-relative; a prompt's or a tool
+    // call's paths may lie anywhere (a file a tool read), and then go to
+    // `meta.cairn` instead, which an import reads back.
+    let off_workspace = files
+        .iter()
+        .any(|p| cairn_codec::json::not_workspace_relative(p).is_some());
+    if !files.is_empty() && !off_workspace {
         o.insert("files".into(), json!(files));
     }
     if let Some(d) = e.diff_stats {
@@ -335,12 +341,15 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
             extra.insert(k.into(), json!(id.to_string()));
         }
     }
-    if !e.files.is_empty() {
+    if !e.files.is_empty() || off_workspace {
         for (k, v) in [("path", &e.path), ("to_path", &e.to_path)] {
             if let Some(v) = v {
                 extra.insert(k.into(), json!(v));
             }
         }
+    }
+    if off_workspace && !e.files.is_empty() {
+        extra.insert("files".into(), json!(e.files));
     }
     if e.kind.is_file_op() {
         extra.insert("kind".into(), json!(e.kind.name()));

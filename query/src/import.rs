@@ -528,6 +528,16 @@ fn restore_cairn_fields(e: &mut Event) {
     };
     let mut r = e.clone();
     for (k, v) in c {
+        // Paths that lie outside the workspace (a prompt's, a tool call's)
+        // are written here instead of the shape's `files`.
+        if k == "files" {
+            let Value::Array(a) = v else { return };
+            let Some(files) = a.iter().map(|f| f.as_str().map(String::from)).collect() else {
+                return;
+            };
+            r.files = files;
+            continue;
+        }
         let Value::String(s) = v else { return };
         let text = Some(s.clone());
         match k.as_str() {
