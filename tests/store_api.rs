@@ -571,3 +571,70 @@ fn a_read_only_handle_lists_checkpoints_and_plans_rollbacks_only() {
     );
     assert_eq!(writer.checkpoints(None).unwrap().last().unwrap().id, c2.id);
 }
+
+/// A rollback of more files than its record lists (10,000) records its
+/// scope and the paths it kept instead: time travel then shows a path-scoped
+/// rollback's other files, and a kept file, as they were on disk, not at
+/// the target.
+#[test]
+fn a_rollback_of_more_files_than_its_record_lists_replays_exactly() {
+    use cairn::snapshot::{CheckpointRequest, RollbackRequest, SnapshotOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    let w = tmp.path();
+    let many = cairn::snapshot::MAX_ROLLBACK_FILES_LISTED + 20;
+    std::fs::create_dir(w.join("many")).unwrap();
+    let write_many = |v: &str| {
+        for i in 0..many {
+            std::fs::write(w.join(format!("many/{i}.txt")), v).unwrap();
+        }
+    };
+    write_many("v1");
+    std::fs::write(w.join("other.txt"), "o1").unwrap();
+    std::fs::write(w.join("data.bin"), "small").unwrap();
+    let mut opts = SnapshotOptions::default();
+    opts.max_file_bytes = 64;
+    let store = Store::builder()
+        .workspace(w)
+        .snapshot_options(opts)
+        .open()
+        .unwrap();
+    let c1 = store.checkpoint(CheckpointRequest::default()).unwrap();
+    write_many("v2");
+    std::fs::write(w.join("other.txt"), "o2").unwrap();
+    std::fs::write(w.join("data.bin"), "x".repeat(100)).unwrap(); // too large now
+    let file_at_head = |p: &str| {
+        let head: cairn::query::Point = "head".parse().unwrap();
+        store.query(|q| q.file_at(head, p)).ok()
+    };
+    let rollback = |paths: Vec<String>| {
+        store
+            .rollback(RollbackRequest {
+                target: c1.id,
+                paths,
+                dry_run: false,
+                session: "s".into(),
+            })
+            .unwrap()
+    };
+
+    // Scoped to many/: other.txt is not rolled back, on disk or in replay.
+    let r = rollback(vec!["many".into()]);
+    assert_eq!(r.written.len(), many);
+    assert_eq!(file_at_head("other.txt").as_deref(), Some(&b"o2"[..]));
+    assert_eq!(file_at_head("many/7.txt").as_deref(), Some(&b"v1"[..]));
+
+    // Whole tree: data.bin is kept (its undo point could not hold it), so
+    // replay must not show c1's "small" at head.
+    write_many("v3");
+    let r = rollback(vec![]);
+    assert_eq!(r.kept.len(), 1, "{:?}", r.kept);
+    assert_eq!(std::fs::read(w.join("data.bin")).unwrap().len(), 100);
+    assert_eq!(file_at_head("data.bin"), None);
+    assert_eq!(file_at_head("other.txt").as_deref(), Some(&b"o1"[..]));
+    assert_eq!(file_at_head("many/7.txt").as_deref(), Some(&b"v1"[..]));
+    // A reopened store (its index saved and read back) agrees.
+    store.close().unwrap();
+    let store = Store::open(w).unwrap();
+    let head: cairn::query::Point = "head".parse().unwrap();
+    assert!(store.query(|q| q.file_at(head, "data.bin")).is_err());
+}

@@ -33,8 +33,10 @@ pub const INDEX_FILE: &str = "query.idx";
 const MAGIC: &[u8; 8] = b"CAIRNQIX";
 /// Bumped whenever the body's layout or what it holds changes; an index of
 /// another version is simply rebuilt from the log. 2: checkpoint records
-/// without a manifest are no longer indexed as checkpoints.
-pub const INDEX_VERSION: u32 = 2;
+/// without a manifest are no longer indexed as checkpoints. 3: a reset's
+/// scope is a `RollbackScope` (a rollback whose list of paths was cut
+/// keeps its own scope and its kept paths).
+pub const INDEX_VERSION: u32 = 3;
 const HEADER_LEN: usize = 8 + 4 + 8 + 32;
 /// The largest index body cairn will load. The index of 1,000,000 events is
 /// tens of MB; this bounds the allocation a damaged length could cause.
@@ -67,9 +69,10 @@ pub struct Reset {
     pub lsn: Lsn,
     /// The manifest root the tree takes.
     pub root: BlobHash,
-    /// For a rollback, the paths it sets (see
-    /// [`rollback_scope`](crate::replay::rollback_scope)); `None`: every path.
-    pub scope: Option<Vec<String>>,
+    /// The paths it sets (see
+    /// [`rollback_scope`](crate::replay::rollback_scope)); every path for a
+    /// checkpoint.
+    pub scope: crate::replay::RollbackScope,
 }
 
 /// A node of the branch graph: a checkpoint or a rollback.
@@ -302,7 +305,7 @@ impl Index {
                 self.resets.push(Reset {
                     lsn,
                     root,
-                    scope: None,
+                    scope: crate::replay::RollbackScope::all(),
                 });
             }
         } else if let Some(target) = e.target {
@@ -314,7 +317,7 @@ impl Index {
                 self.resets.push(Reset {
                     lsn,
                     root,
-                    scope: crate::replay::rollback_scope(e).map(<[String]>::to_vec),
+                    scope: crate::replay::rollback_scope(e),
                 });
             }
         }

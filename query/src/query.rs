@@ -15,8 +15,7 @@ use crate::filter::Filter;
 use crate::index::Index;
 use crate::point::Point;
 use crate::replay::{
-    apply_paths, in_scope, path_change, rollback_touches, tree_change, PathChange, SessionState,
-    TreeChange,
+    apply_paths, in_scope, path_change, tree_change, PathChange, SessionState, TreeChange,
 };
 use crate::source::{BlobSource, EntryKind, ManifestSource, Record, RecordSource, Tree, TreeEntry};
 
@@ -391,7 +390,7 @@ impl<'a> Query<'a> {
             }
             let base = match reset {
                 None => None,
-                Some(r) if rollback_touches(&path, r.scope.as_deref()) => {
+                Some(r) if r.scope.touches(&path) => {
                     match self.manifest_entry(&r.root, &path, r.lsn) {
                         Ok(e) => e,
                         // Written since: only the mode was looked for there.
@@ -415,15 +414,13 @@ impl<'a> Query<'a> {
             None => (Tree::new(), Lsn::FIRST),
             Some(r) => {
                 let t = self.manifest_tree(&r.root, r.lsn)?;
-                let t = match &r.scope {
-                    None => t,
-                    Some(scope) => {
-                        let scope = Some(scope.as_slice());
-                        let mut before = self.tree_at_lsn(Lsn(r.lsn.0 - 1))?;
-                        before.retain(|p, _| !rollback_touches(p, scope));
-                        before.extend(t.into_iter().filter(|(p, _)| rollback_touches(p, scope)));
-                        before
-                    }
+                let t = if r.scope.is_all() {
+                    t
+                } else {
+                    let mut before = self.tree_at_lsn(Lsn(r.lsn.0 - 1))?;
+                    before.retain(|p, _| !r.scope.touches(p));
+                    before.extend(t.into_iter().filter(|(p, _)| r.scope.touches(p)));
+                    before
                 };
                 (t, r.lsn.next())
             }

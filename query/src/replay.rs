@@ -8,7 +8,10 @@
 //!   crate lists the paths it wrote and deleted and the directories it
 //!   created or removed; paths under a listed directory count too), which
 //!   is exact for path-scoped rollbacks as well; an empty list means nothing
-//!   differed; a list cut short (meta `files_total`) means every path;
+//!   differed; when the list was cut short (meta `files_total`), the
+//!   paths in the rollback's scope (meta `scope`; every path when absent
+//!   or empty) except those it kept (meta `kept`; if more were kept than
+//!   that list holds, the rest are taken as set);
 //! - ok file events (`file.*`, and `apply`/`undo` that carry a `path`) move
 //!   it between checkpoints: an `after` hash sets the path (keeping its
 //!   mode, kind file; a new path gets [`DEFAULT_FILE_MODE`]);
@@ -23,6 +26,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
 
 use cairn_codec::{BlobHash, CheckpointId, Event, EventKind, EventRef, Lsn, Timestamp};
 
@@ -62,8 +67,8 @@ pub enum TreeChange<'a> {
     Rollback {
         /// The checkpoint restored.
         target: CheckpointId,
-        /// The paths that take the target's entries (`None`: every path).
-        scope: Option<&'a [String]>,
+        /// The paths that take the target's entries.
+        scope: RollbackScope,
     },
     /// Per-path changes, applied in order.
     Paths(Vec<(&'a str, PathChange<'a>)>),
@@ -125,26 +130,84 @@ pub fn file_changes<'a>(
 /// snapshot crate lists at most 10,000 touched paths and records the total).
 pub const META_FILES_TOTAL: &str = "files_total";
 
-/// The paths a rollback record changed (its `files`: written, deleted,
-/// created and removed directories; empty when nothing differed), or
-/// `None` (every path) when that list was cut short.
-pub fn rollback_scope(e: &Event) -> Option<&[String]> {
-    let cut = e
-        .meta
-        .as_ref()
-        .is_some_and(|m| m.0.contains_key(META_FILES_TOTAL));
-    if cut {
-        None
-    } else {
-        Some(&e.files)
+/// Meta key of a `rollback` record whose `files` list was cut short: the
+/// paths the rollback was limited to (empty: the whole tree).
+pub const META_SCOPE: &str = "scope";
+
+/// Meta key of a `rollback` record listing the paths it left as they were
+/// (`[{"path", "why"}]`; see `cairn_snapshot::restore::keep_uncaptured`).
+pub const META_KEPT: &str = "kept";
+
+/// Which paths a rollback record set to its target's entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RollbackScope {
+    /// Only these paths and what is under them; `None`: every path.
+    pub only: Option<Vec<String>>,
+    /// Except these and what is under them (the paths it kept).
+    pub except: Vec<String>,
+}
+
+impl RollbackScope {
+    /// Every path.
+    pub fn all() -> RollbackScope {
+        RollbackScope::default()
+    }
+
+    /// True if the rollback set every path.
+    pub fn is_all(&self) -> bool {
+        self.only.is_none() && self.except.is_empty()
+    }
+
+    /// True if the rollback set `path`.
+    pub fn touches(&self, path: &str) -> bool {
+        let inside = match &self.only {
+            None => true,
+            Some(s) => !s.is_empty() && in_scope(path, s),
+        };
+        // (`in_scope` takes an empty list as every path.)
+        let kept = !self.except.is_empty() && in_scope(path, &self.except);
+        inside && !kept
     }
 }
 
-/// True if a rollback with this scope sets `path` (see [`rollback_scope`]).
-pub fn rollback_touches(path: &str, scope: Option<&[String]>) -> bool {
-    match scope {
-        None => true,
-        Some(s) => !s.is_empty() && in_scope(path, s),
+/// The paths a rollback record set: its `files` (written, deleted, created
+/// and removed directories; empty when nothing differed). When that list
+/// was cut short, the rollback's own scope (`meta.scope`; the whole tree
+/// when absent or empty) except the paths it kept (`meta.kept`).
+pub fn rollback_scope(e: &Event) -> RollbackScope {
+    let cut = e
+        .meta
+        .as_ref()
+        .map(|m| &m.0)
+        .filter(|m| m.contains_key(META_FILES_TOTAL));
+    let Some(m) = cut else {
+        return RollbackScope {
+            only: Some(e.files.clone()),
+            except: Vec::new(),
+        };
+    };
+    let strings = |v: &serde_json::Value, key: Option<&str>| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| match key {
+                        None => x.as_str(),
+                        Some(k) => x.get(k).and_then(|p| p.as_str()),
+                    })
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    RollbackScope {
+        only: m
+            .get(META_SCOPE)
+            .map(|v| strings(v, None))
+            .filter(|v| !v.is_empty()),
+        except: m
+            .get(META_KEPT)
+            .map(|v| strings(v, Some("path")))
+            .unwrap_or_default(),
     }
 }
 
@@ -359,15 +422,15 @@ impl State {
             TreeChange::Rollback { target, scope } => {
                 if let Some(root) = self.roots.get(&target.0).copied() {
                     let t = self.load_cached(manifests, &root, lsn)?;
-                    if scope.is_none() {
+                    if scope.is_all() {
                         self.base = t;
                         self.overlay.clear();
                     } else {
                         let cur = self.tree();
-                        for p in cur.keys().filter(|p| rollback_touches(p, scope)) {
+                        for p in cur.keys().filter(|p| scope.touches(p)) {
                             self.overlay.insert(p.clone(), None);
                         }
-                        for (p, e) in t.iter().filter(|(p, _)| rollback_touches(p, scope)) {
+                        for (p, e) in t.iter().filter(|(p, _)| scope.touches(p)) {
                             self.overlay.insert(p.clone(), Some(*e));
                         }
                     }

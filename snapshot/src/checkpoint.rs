@@ -817,7 +817,10 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         .cloned()
         .collect();
     if touched.len() > MAX_ROLLBACK_FILES_LISTED {
+        // Replay then takes the rollback's scope, except the paths it kept
+        // (`cairn_query::replay::rollback_scope`), as the paths it set.
         meta.insert("files_total".into(), serde_json::json!(touched.len()));
+        meta.insert("scope".into(), serde_json::json!(scope));
     }
     if !meta.is_empty() {
         ev.meta = Some(cairn_codec::event::Meta(meta));

@@ -46,7 +46,7 @@ pub use checkpoint::{
     apply_retention, apply_retention_keeping, apply_retention_with, create_checkpoint,
     find_checkpoint, list_checkpoints, paths_matching_nothing, rollback, CheckpointInfo,
     CheckpointRequest, LogAccess, MemLog, NotCaptured, RetentionReport, RollbackReport,
-    RollbackRequest, ScanMode, NOT_CAPTURED_KEY, ROLLBACK_INCOMPLETE,
+    RollbackRequest, ScanMode, MAX_ROLLBACK_FILES_LISTED, NOT_CAPTURED_KEY, ROLLBACK_INCOMPLETE,
 };
 pub use error::{Result, SnapshotError};
 pub use manifest::{Entry, EntryKind, Manifest};

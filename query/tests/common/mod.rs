@@ -301,22 +301,29 @@ impl Script {
             e.text = Some("paths: src".into());
         }
         if rng.below(10) == 0 {
-            e.meta = Some(Meta(serde_json::Map::from_iter([(
+            // A list cut short, as the snapshot crate writes past 10,000
+            // paths: the record gives its scope and the paths it kept
+            // (left as they were on disk) instead.
+            let mut meta = serde_json::Map::from_iter([(
                 "files_total".to_string(),
-                serde_json::json!(1),
-            )])));
-            e.files.truncate(0);
+                serde_json::json!(e.files.len()),
+            )]);
             if !scope.is_empty() {
-                // A cut list means "everything" to the query side; keep the model honest.
-                e.meta = None;
-                e.files = self
-                    .disk
-                    .keys()
-                    .chain(new.keys())
-                    .filter(|k| new.get(*k) != self.disk.get(*k))
-                    .cloned()
-                    .collect();
+                meta.insert("scope".into(), serde_json::json!(["src"]));
             }
+            if !e.files.is_empty() && rng.below(2) == 0 {
+                let kept = e.files[rng.below(e.files.len() as u64) as usize].clone();
+                match self.disk.get(&kept) {
+                    Some(v) => new.insert(kept.clone(), *v),
+                    None => new.remove(&kept),
+                };
+                meta.insert(
+                    "kept".into(),
+                    serde_json::json!([{"path": kept, "why": "too large"}]),
+                );
+            }
+            e.meta = Some(Meta(meta));
+            e.files.truncate(0);
         }
         self.disk = new.clone();
         self.known = new;
