@@ -638,3 +638,41 @@ fn a_rollback_of_more_files_than_its_record_lists_replays_exactly() {
     let head: cairn::query::Point = "head".parse().unwrap();
     assert!(store.query(|q| q.file_at(head, "data.bin")).is_err());
 }
+
+/// `history --checkpoints` of a directory lists the checkpoints and
+/// rollbacks at which anything under it changed, and no other.
+#[test]
+fn history_with_checkpoints_of_a_directory() {
+    use cairn::snapshot::{CheckpointRequest, RollbackRequest};
+    let tmp = tempfile::tempdir().unwrap();
+    let w = tmp.path();
+    std::fs::create_dir(w.join("src")).unwrap();
+    std::fs::write(w.join("src/a"), "1").unwrap();
+    std::fs::write(w.join("top"), "x").unwrap();
+    let store = Store::open(w).unwrap();
+    let cp = || store.checkpoint(CheckpointRequest::default()).unwrap().lsn;
+    let c1 = cp();
+    std::fs::write(w.join("src/b"), "new").unwrap();
+    let c2 = cp();
+    std::fs::write(w.join("top"), "y").unwrap();
+    let _c3 = cp(); // nothing under src changed
+    let r = store
+        .rollback(RollbackRequest {
+            target: cairn::CheckpointId(c1),
+            paths: vec![],
+            dry_run: false,
+            session: "s".into(),
+        })
+        .unwrap();
+    let lsns = |p: &str| -> Vec<u64> {
+        store
+            .query(|q| q.history_with_resets(p))
+            .unwrap()
+            .iter()
+            .map(|r| r.lsn.0)
+            .collect()
+    };
+    assert_eq!(lsns("src"), [c1.0, c2.0, r.lsn.unwrap().0]);
+    assert_eq!(lsns("src/b"), [c2.0, r.lsn.unwrap().0]);
+    assert!(lsns("nothing/here").is_empty());
+}

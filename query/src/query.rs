@@ -583,7 +583,16 @@ impl<'a> Query<'a> {
     /// only the path's own records.
     pub fn history_with_resets(&self, path: &str) -> Result<Vec<Record>> {
         let mut lsns = self.index.paths_under(path);
-        lsns.extend(self.resets_changing(path)?);
+        // A path no record names as a file, and that is no file at the
+        // head, is taken as a directory (or a file only checkpoints saw).
+        let head = self.index.covered();
+        let a_file = !self.index.path(path).is_empty()
+            || self.entry_at(head, path).is_ok_and(|e| e.is_some());
+        if a_file {
+            lsns.extend(self.resets_changing(path)?);
+        } else {
+            lsns.extend(self.resets_changing_under(path)?);
+        }
         lsns.sort_unstable();
         lsns.dedup();
         lsns.iter().map(|l| self.src.read(*l)).collect()
@@ -620,6 +629,33 @@ impl<'a> Query<'a> {
                 }
             }
             after_prev = after;
+        }
+        Ok(out)
+    }
+
+    /// The checkpoints and rollbacks at which anything at or under `dir`
+    /// changed: the part of the tree under it compared just before and at
+    /// each (two trees per checkpoint and rollback, so slower than a
+    /// file's). A reset whose manifest retention discarded is passed over.
+    fn resets_changing_under(&self, dir: &str) -> Result<Vec<Lsn>> {
+        let scope = [dir.to_string()];
+        let under = |at: Lsn| -> Result<Option<Tree>> {
+            match self.tree_at_lsn(at) {
+                Ok(mut t) => {
+                    t.retain(|p, _| in_scope(p, &scope));
+                    Ok(Some(t))
+                }
+                Err(e) if self.beyond_retention(&e) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        let mut out = Vec::new();
+        for r in self.index.resets() {
+            if let (Some(b), Some(a)) = (under(Lsn(r.lsn.0 - 1))?, under(r.lsn)?) {
+                if a != b {
+                    out.push(r.lsn);
+                }
+            }
         }
         Ok(out)
     }

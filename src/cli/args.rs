@@ -153,11 +153,12 @@ pub enum Command {
     /// Every record that touched a path.
     #[command(after_help = "Example:\n  cairn history src/main.rs --json | jq -r .kind")]
     History {
-        /// Workspace-relative path.
+        /// Workspace-relative path: a file, or a directory (everything under it).
         path: String,
-        /// Also the checkpoints and rollbacks that changed the file without
-        /// a record naming it (a checkpoint that captured a shell edit);
-        /// reads one manifest per checkpoint.
+        /// Also the checkpoints and rollbacks that changed the file (or
+        /// anything under the directory) without a record naming it (a
+        /// checkpoint that captured a shell edit); reads one manifest per
+        /// checkpoint for a file, two trees per checkpoint for a directory.
         #[arg(long)]
         checkpoints: bool,
         /// Canonical JSONL.
