@@ -60,6 +60,22 @@ impl LogHandle {
     }
 }
 
+/// How [`Store::import_with`] imports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ImportOptions {
+    /// Import even if the input's first event is recorded already (by
+    /// default such input is refused as imported before).
+    pub again: bool,
+}
+
+impl ImportOptions {
+    /// Options that import input recorded already, again.
+    pub fn again() -> ImportOptions {
+        ImportOptions { again: true }
+    }
+}
+
 /// What [`Store::verify`] found, over the log and the blobs.
 #[derive(Debug)]
 pub struct StoreVerifyReport {
@@ -209,13 +225,28 @@ impl Store {
     /// a bad line then stops the import and the error says which lines the
     /// earlier batches recorded. [`Store::import_file`] checks a whole file
     /// before it records any of it.
+    ///
+    /// Input whose first event is recorded already (the same time, kind,
+    /// session and contents) is refused as imported before; see
+    /// [`Store::import_with`] to import it again.
     pub fn import(
         &self,
         format: Format,
         reader: &mut dyn std::io::BufRead,
         file_name: &str,
     ) -> Result<Option<(Lsn, Lsn)>> {
-        self.import_in_batches(format, reader, file_name, IMPORT_BATCH_INPUT_BYTES)
+        self.import_with(format, reader, file_name, ImportOptions::default())
+    }
+
+    /// [`Store::import`] with options.
+    pub fn import_with(
+        &self,
+        format: Format,
+        reader: &mut dyn std::io::BufRead,
+        file_name: &str,
+        opts: ImportOptions,
+    ) -> Result<Option<(Lsn, Lsn)>> {
+        self.import_in_batches(format, reader, file_name, IMPORT_BATCH_INPUT_BYTES, opts)
     }
 
     /// [`Store::import`] with batches of `batch_bytes` of input.
@@ -225,15 +256,30 @@ impl Store {
         reader: &mut dyn std::io::BufRead,
         file_name: &str,
         batch_bytes: u64,
+        opts: ImportOptions,
     ) -> Result<Option<(Lsn, Lsn)>> {
         self.writer("import")?;
         let mut lines = cairn_query::import::lines(format, reader, file_name);
         let mut batch: Vec<Imported> = Vec::new();
         let mut batch_from = 0u64;
         let mut done = ImportDone::default();
+        let mut first = true;
         loop {
             match lines.next() {
-                Some(Ok(item)) => batch.push(item),
+                Some(Ok(item)) => {
+                    if std::mem::take(&mut first) && !opts.again {
+                        if let Some(at) = self.recorded_as(&item.event)? {
+                            return Err(done.rejected(
+                                format!(
+                                    "{file_name}:{}: this event is recorded already, as LSN {at}: the input looks imported before (import it again with --again)",
+                                    item.line
+                                ),
+                                file_name,
+                            ));
+                        }
+                    }
+                    batch.push(item)
+                }
                 Some(Err(e)) => return Err(done.rejected(e.to_string(), file_name)),
                 None => break,
             }
@@ -252,7 +298,34 @@ impl Store {
     /// batches recorded). A pipe or other non-regular file, which cannot be
     /// read twice, is imported in one pass.
     pub fn import_file(&self, format: Format, path: &Path) -> Result<Option<(Lsn, Lsn)>> {
-        self.import_file_in_batches(format, path, IMPORT_BATCH_INPUT_BYTES)
+        self.import_file_with(format, path, ImportOptions::default())
+    }
+
+    /// [`Store::import_file`] with options.
+    pub fn import_file_with(
+        &self,
+        format: Format,
+        path: &Path,
+        opts: ImportOptions,
+    ) -> Result<Option<(Lsn, Lsn)>> {
+        self.import_file_in_batches(format, path, IMPORT_BATCH_INPUT_BYTES, opts)
+    }
+
+    /// An existing record whose event equals `e`: the first line of an
+    /// input imported before. Looked up by time in the index, so it reads
+    /// only the records of that millisecond.
+    fn recorded_as(&self, e: &cairn_codec::Event) -> Result<Option<Lsn>> {
+        self.query(|q| {
+            let filter = Filter {
+                since: Some(e.ts),
+                until: Some(e.ts),
+                ..Filter::all()
+            };
+            Ok(q.list(&filter)?
+                .into_iter()
+                .find(|r| r.event == *e)
+                .map(|r| r.lsn))
+        })
     }
 
     /// [`Store::import_file`] with batches of `batch_bytes` of input.
@@ -261,6 +334,7 @@ impl Store {
         format: Format,
         path: &Path,
         batch_bytes: u64,
+        opts: ImportOptions,
     ) -> Result<Option<(Lsn, Lsn)>> {
         self.writer("import")?;
         let name = path.display().to_string();
@@ -280,7 +354,7 @@ impl Store {
                     .map_err(|e| nothing.rejected(e, &name))?;
             }
         }
-        self.import_in_batches(format, &mut open()?, &name, batch_bytes)
+        self.import_in_batches(format, &mut open()?, &name, batch_bytes, opts)
     }
 
     /// Stores the blobs of `batch`, checks its events and appends them as
@@ -409,7 +483,13 @@ mod tests {
         let store = Store::in_memory().unwrap();
         let input = comma_lines(50, None);
         let got = store
-            .import_in_batches(Format::Comma, &mut input.as_bytes(), "a.jsonl", 1024)
+            .import_in_batches(
+                Format::Comma,
+                &mut input.as_bytes(),
+                "a.jsonl",
+                1024,
+                ImportOptions::default(),
+            )
             .unwrap();
         assert_eq!(got, Some((Lsn(1), Lsn(50))));
         let listed = store.query(|q| q.list(&Filter::all())).unwrap();
@@ -422,7 +502,13 @@ mod tests {
         let store = Store::in_memory().unwrap();
         let input = comma_lines(50, Some(40));
         let err = store
-            .import_in_batches(Format::Comma, &mut input.as_bytes(), "b.jsonl", 1024)
+            .import_in_batches(
+                Format::Comma,
+                &mut input.as_bytes(),
+                "b.jsonl",
+                1024,
+                ImportOptions::default(),
+            )
             .unwrap_err()
             .to_string();
         let recorded = store.head().last_lsn.0;
@@ -446,13 +532,43 @@ mod tests {
     }
 
     #[test]
+    fn input_imported_before_is_refused_unless_again() {
+        let store = Store::in_memory().unwrap();
+        let input = comma_lines(3, None);
+        let import =
+            |opts| store.import_with(Format::Comma, &mut input.as_bytes(), "e.jsonl", opts);
+        assert_eq!(
+            import(ImportOptions::default()).unwrap(),
+            Some((Lsn(1), Lsn(3)))
+        );
+        let err = import(ImportOptions::default()).unwrap_err().to_string();
+        assert!(
+            err.contains("e.jsonl:1: this event is recorded already, as LSN 1")
+                && err.contains("--again")
+                && err.ends_with("(nothing from e.jsonl was recorded)"),
+            "{err}"
+        );
+        assert_eq!(store.head().last_lsn.0, 3);
+        assert_eq!(
+            import(ImportOptions::again()).unwrap(),
+            Some((Lsn(4), Lsn(6)))
+        );
+        // Other input of the same millisecond is no re-import.
+        let other = comma_lines(4, None).replace("src/f", "lib/f");
+        let got = store
+            .import(Format::Comma, &mut other.as_bytes(), "f.jsonl")
+            .unwrap();
+        assert_eq!(got, Some((Lsn(7), Lsn(10))));
+    }
+
+    #[test]
     fn a_file_is_checked_whole_before_any_batch_is_recorded() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::in_memory().unwrap();
         let path = tmp.path().join("d.jsonl");
         std::fs::write(&path, comma_lines(50, Some(40))).unwrap();
         let err = store
-            .import_file_in_batches(Format::Comma, &path, 1024)
+            .import_file_in_batches(Format::Comma, &path, 1024, ImportOptions::default())
             .unwrap_err()
             .to_string();
         assert!(
@@ -462,7 +578,7 @@ mod tests {
         assert_eq!(store.head().last_lsn.0, 0, "nothing recorded");
         std::fs::write(&path, comma_lines(50, None)).unwrap();
         let got = store
-            .import_file_in_batches(Format::Comma, &path, 1024)
+            .import_file_in_batches(Format::Comma, &path, 1024, ImportOptions::default())
             .unwrap();
         assert_eq!(got, Some((Lsn(1), Lsn(50))));
     }

@@ -202,6 +202,10 @@ pub enum Command {
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
+        /// Import a file even if its first event is recorded already (by
+        /// default it is refused as imported before).
+        #[arg(long)]
+        again: bool,
     },
     /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
     #[command(

@@ -110,8 +110,14 @@ pub fn import(
     format: &str,
     files: &[PathBuf],
     json: bool,
+    again: bool,
 ) -> Result<ExitCode> {
     let format = parse_format(format)?;
+    let opts = if again {
+        cairn::queries::ImportOptions::again()
+    } else {
+        cairn::queries::ImportOptions::default()
+    };
     let store = settings.open_write()?;
     let mut total = 0u64;
     let mut range: Option<(Lsn, Lsn)> = None;
@@ -124,9 +130,9 @@ pub fn import(
         };
         let spin = super::progress::Spinner::start(settings.quiet, &format!("importing {name}"));
         let got = if stdin {
-            store.import(format, &mut std::io::stdin().lock(), "stdin")
+            store.import_with(format, &mut std::io::stdin().lock(), "stdin", opts)
         } else {
-            store.import_file(format, f)
+            store.import_file_with(format, f, opts)
         };
         let got = got.with_context(|| {
             let before = if total > 0 {

@@ -258,7 +258,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             format,
             files,
             json,
-        } => interop::import(&settings, &format, &files, json),
+            again,
+        } => interop::import(&settings, &format, &files, json, again),
         Command::Demo(a) => demo::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
     }
