@@ -51,11 +51,22 @@ pub struct WorkspaceMismatch {
 
 impl std::fmt::Display for WorkspaceMismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.store.starts_with(&self.bound) {
+            // A store inside its workspace moves with it: the other
+            // directory is a mistake, not a move.
+            return write!(
+                f,
+                "the store {} belongs to the workspace {} that holds it, not {}: check --workspace",
+                self.store.display(),
+                self.bound.display(),
+                self.given.display(),
+            );
+        }
         write!(
             f,
             "the store {} belongs to the workspace {}, not {}: check --workspace and --store \
              (or CAIRN_STORE); if the workspace really moved, bind the store to it with \
-             `cairn --store {} init {} --rebind` (StoreBuilder::rebind_workspace)",
+             `cairn --store {} init {} --rebind`",
             self.store.display(),
             self.bound.display(),
             self.given.display(),
@@ -90,6 +101,16 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
     }
     match (file.store_in_workspace, file.workspace) {
         (Some(rel), None) => {
+            // Plain names only: `..` or an absolute path would bind the
+            // store to some other tree.
+            let plain = Path::new(&rel)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !plain || rel.is_empty() {
+                return Err(damaged(&format!(
+                    "store_in_workspace `{rel}` is not a relative path of plain names"
+                )));
+            }
             let depth = Path::new(&rel).components().count();
             let store = canonical(store)?;
             let mut ws = store.as_path();
@@ -141,7 +162,7 @@ pub(crate) fn check(
     match bound {
         Some(bound) if bound == given => Ok(None),
         Some(bound) if !rebind => Ok(Some(WorkspaceMismatch {
-            store: store.to_path_buf(),
+            store: canonical(store).unwrap_or_else(|_| store.to_path_buf()),
             bound,
             given,
         })),
@@ -215,7 +236,10 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(m.bound, b);
-        assert!(m.to_string().contains("--rebind"), "{m}");
+        assert!(
+            m.to_string().contains("that holds it") && !m.to_string().contains("--rebind"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -247,6 +271,17 @@ mod tests {
             e.contains("does not exist") && e.contains("--rebind"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_binding_that_leads_out_of_the_tree_is_damaged() {
+        let tmp = tempfile::tempdir().unwrap();
+        for rel in ["../../etc", "/etc", "a/../..", ""] {
+            let body = format!("{{\"version\":1,\"store_in_workspace\":\"{rel}\"}}");
+            std::fs::write(tmp.path().join(BINDING_FILE), body).unwrap();
+            let e = bound_workspace(tmp.path()).unwrap_err().to_string();
+            assert!(e.contains("plain names"), "{rel}: {e}");
+        }
     }
 
     #[test]

@@ -208,6 +208,9 @@ impl StoreBuilder {
             Error::Other("StoreBuilder needs a workspace or a store directory".into())
         })?;
         let custom_vfs = self.vfs.is_some();
+        if let (Some(w), false) = (&self.workspace, custom_vfs) {
+            refuse_workspace_in_store(w, &root)?;
+        }
         // Without a workspace, the one the store is bound to; else the
         // directory that holds the store.
         let bound = match (&self.workspace, custom_vfs) {
@@ -365,6 +368,26 @@ impl StoreBuilder {
             save_index_read_only: false,
         })
     }
+}
+
+/// Refuses a workspace that is the store directory or lies inside it: its
+/// checkpoints would capture the store's own files, and a rollback would
+/// overwrite the log and delete the blob packs.
+fn refuse_workspace_in_store(workspace: &Path, store: &Path) -> Result<()> {
+    let resolve = |p: &Path| p.canonicalize().or_else(|_| std::path::absolute(p));
+    let (Ok(w), Ok(s)) = (resolve(workspace), resolve(store)) else {
+        return Ok(()); // the open that follows names what cannot be read
+    };
+    if w.starts_with(&s) {
+        return Err(Error::Other(format!(
+            "the workspace {} is the store directory {} or lies inside it: its checkpoints \
+             would capture the store itself; give the directory whose files the store keeps \
+             (the store is usually `<workspace>/.cairn`)",
+            workspace.display(),
+            store.display()
+        )));
+    }
+    Ok(())
 }
 
 /// A private temporary directory for the snapshot caches of a store whose

@@ -925,7 +925,7 @@ fn a_store_remembers_its_workspace() {
         assert_eq!(o.status.code(), Some(1), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
-            err.contains("belongs to the workspace") && err.contains("--rebind"),
+            err.contains("belongs to the workspace") && err.contains("check --workspace"),
             "{err}"
         );
     }

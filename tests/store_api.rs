@@ -676,3 +676,21 @@ fn history_with_checkpoints_of_a_directory() {
     assert_eq!(lsns("src/b"), [c2.0, r.lsn.unwrap().0]);
     assert!(lsns("nothing/here").is_empty());
 }
+
+/// A workspace that is the store directory, or inside it, is refused: its
+/// checkpoints would capture the store, and a rollback would overwrite it.
+#[test]
+fn a_workspace_inside_its_store_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = tmp.path().join("st");
+    for w in [st.clone(), st.join("sub")] {
+        std::fs::create_dir_all(&w).unwrap();
+        let e = Store::builder()
+            .store_dir(&st)
+            .workspace(&w)
+            .open()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("would capture the store itself"), "{e}");
+    }
+}
