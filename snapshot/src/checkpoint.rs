@@ -413,8 +413,9 @@ fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     ev.state = state;
     ev.counts = Some(cap.counts.clone());
     if !cap.not_captured.is_empty() {
-        let named: Vec<NotCaptured> = cap
-            .not_captured
+        let mut sorted = cap.not_captured.clone();
+        sorted.sort_unstable();
+        let named: Vec<NotCaptured> = sorted
             .iter()
             .map(|(path, why)| NotCaptured {
                 path: path.clone(),

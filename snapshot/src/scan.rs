@@ -583,16 +583,33 @@ fn drain(
         // names, without a stat per candidate.
         let mut ents = Vec::new();
         let (mut has_git, mut has_ignore_file) = (false, false);
+        // A cairn store under another name than `.cairn` (`LOCK`, `log/`
+        // and `blobs/` in one directory): never captured, so no rollback
+        // ever rewrites or deletes it.
+        let mut store_marks = 0u8;
         for ent in rd {
             match ent {
                 Ok(e) => {
                     let n = e.file_name();
                     has_git |= n == GIT_DIR_NAME;
                     has_ignore_file |= n == ".gitignore" || n == CAIRNIGNORE;
+                    store_marks |= match n.to_str() {
+                        Some("LOCK") => 1,
+                        Some("log") => 2,
+                        Some("blobs") => 4,
+                        _ => 0,
+                    };
                     ents.push(e);
                 }
                 Err(_) => out.skip(reason::UNREADABLE),
             }
+        }
+        if store_marks == 7 && !dir.is_empty() {
+            out.dirs.retain(|d| d.0 != dir);
+            if !ws.is_own_path(&dir) {
+                out.skip(reason::NESTED_STORE);
+            }
+            continue;
         }
         let repo_root = dir.is_empty() || has_git;
         let rules = if follow && (has_ignore_file || (repo_root && has_git)) {

@@ -129,6 +129,45 @@ fn a_directory_that_stays_gets_its_mode_back() {
     );
 }
 
+/// A cairn store kept in the workspace under another name than `.cairn`
+/// (found by its `LOCK`, `log/` and `blobs/`) is never captured, so a
+/// rollback neither rewrites nor deletes it.
+#[test]
+fn a_store_under_another_name_is_never_captured_or_rolled_back() {
+    let f = fx();
+    f.write("a.txt", "one");
+    f.write("other/store/LOCK", "");
+    f.write("other/store/log/00000000000000000001.seg", "records v1");
+    f.write("other/store/blobs/pack-1", "blobs");
+    f.write("other/notes.md", "kept in the tree");
+    let c1 = f.checkpoint("c1");
+    assert_eq!(
+        c1.counts.skipped.get("nested_store"),
+        Some(&1),
+        "{:?}",
+        c1.counts
+    );
+    let m = manifest::list(&f.blobs, &c1.root).unwrap();
+    assert!(m.entries.contains_key("other/notes.md"));
+    assert!(
+        !m.entries.keys().any(|p| p.starts_with("other/store")),
+        "{:?}",
+        m.entries.keys()
+    );
+    f.write("other/store/log/00000000000000000001.seg", "records v2");
+    f.write("other/store/log/00000000000000000002.seg", "more");
+    f.write("a.txt", "two");
+    let r = f.rollback(c1.id);
+    assert_eq!(r.written, ["a.txt"]);
+    assert!(r.deleted.is_empty(), "{:?}", r.deleted);
+    assert_eq!(
+        f.read("other/store/log/00000000000000000001.seg")
+            .as_deref(),
+        Some("records v2")
+    );
+    assert!(f.p("other/store/log/00000000000000000002.seg").exists());
+}
+
 #[test]
 fn file_to_symlink_and_back() {
     let f = fx();

@@ -107,8 +107,14 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
                 .take(SHOWN)
                 .map(|n| format!("{} ({})", n.path, n.why.replace('_', " ")))
                 .collect();
-            if info.not_captured.len() > SHOWN {
-                named.push(format!("{} more", info.not_captured.len() - SHOWN));
+            // The record names at most 100; the counts have them all.
+            let total = ["too_large", "unreadable"]
+                .iter()
+                .filter_map(|r| info.counts.skipped.get(*r))
+                .sum::<u64>()
+                .max(info.not_captured.len() as u64);
+            if total > SHOWN as u64 {
+                named.push(format!("{} more", total - SHOWN as u64));
             }
             println!(
                 "  {} {}: a rollback cannot bring {} back",
