@@ -334,6 +334,18 @@ pub fn keep_uncaptured(ws: &Workspace, current: &Manifest, plan: &mut Plan) -> V
         {
             continue;
         }
+        // Under a path the current tree holds as a symlink or a file (which
+        // the plan replaces by a directory), the disk path leads out of the
+        // workspace or nowhere: nothing of the workspace is there to lose.
+        let mut a = relpath::parent(p);
+        let mut through_leaf = false;
+        while !a.is_empty() && !through_leaf {
+            through_leaf = cur.get(a).is_some_and(|e| e.kind != EntryKind::Dir);
+            a = relpath::parent(a);
+        }
+        if through_leaf {
+            continue;
+        }
         let abs = ws.root().join(p);
         let Ok(meta) = std::fs::symlink_metadata(&abs) else {
             continue; // nothing there to lose

@@ -168,6 +168,27 @@ fn a_store_under_another_name_is_never_captured_or_rolled_back() {
     assert!(f.p("other/store/log/00000000000000000002.seg").exists());
 }
 
+/// A directory replaced by a symlink to a directory outside: the rollback
+/// restores the directory and its files in one go (it used to look at the
+/// files through the old symlink, find the outside ones, and keep them),
+/// and writes nothing outside.
+#[test]
+fn a_directory_that_became_a_symlink_comes_back_whole() {
+    let f = fx();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("f"), "outside").unwrap();
+    f.write("d/f", "inside");
+    let c1 = f.checkpoint("c1");
+    std::fs::remove_dir_all(f.p("d")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), f.p("d")).unwrap();
+    f.checkpoint("c2");
+    let r = f.rollback(c1.id);
+    assert!(r.kept.is_empty(), "{:?}", r.kept);
+    assert_eq!(f.read("d/f").as_deref(), Some("inside"));
+    assert!(!std::fs::symlink_metadata(f.p("d")).unwrap().is_symlink());
+    assert_eq!(std::fs::read_to_string(outside.path().join("f")).unwrap(), "outside");
+}
+
 #[test]
 fn file_to_symlink_and_back() {
     let f = fx();
