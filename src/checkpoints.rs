@@ -79,14 +79,14 @@ impl Store {
     /// discarded ones included and marked. Works on a read-only handle too,
     /// as of the last record the writer committed.
     pub fn checkpoints(&self, session: Option<&str>) -> Result<Vec<CheckpointInfo>> {
-        let ws = self.workspace()?;
+        let ws = self.workspace_caches()?;
         Ok(self.with_log_access(|log| cairn_snapshot::list_checkpoints(log, ws, session))?)
     }
 
     /// One checkpoint by id; an unknown id is an error that says how to
     /// list them. Works on a read-only handle too.
     pub fn find_checkpoint(&self, id: CheckpointId) -> Result<CheckpointInfo> {
-        let ws = self.workspace()?;
+        let ws = self.workspace_caches()?;
         Ok(self.with_log_access(|log| cairn_snapshot::find_checkpoint(log, ws, id))?)
     }
 

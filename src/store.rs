@@ -494,6 +494,16 @@ impl Store {
         }
     }
 
+    /// The workspace for flows that only read the store's own caches of it
+    /// (listing checkpoints): open even with a workspace the store is not
+    /// bound to.
+    pub(crate) fn workspace_caches(&self) -> Result<&Workspace> {
+        if let (None, Some(why)) = (&self.workspace, &self.unavailable) {
+            return Err(Error::Other(why.clone()));
+        }
+        self.workspace.as_ref().ok_or(Error::NoWorkspace)
+    }
+
     pub(crate) fn workspace(&self) -> Result<&Workspace> {
         if let Some(m) = &self.mismatch {
             return Err(Error::WorkspaceMismatch(m.clone()));

@@ -930,11 +930,16 @@ fn a_store_remembers_its_workspace() {
         );
     }
     assert_eq!(std::fs::read_to_string(top.join("b/f.txt")).unwrap(), "b\n");
-    // Queries do not need the workspace.
+    // Queries, the checkpoint list included, do not need the workspace.
     ok(&cairn(
         top,
         &["--store", "a/.cairn", "--workspace", "b", "log"],
     ));
+    let listed = ok(&cairn(
+        top,
+        &["--store", "a/.cairn", "--workspace", "b", "checkpoints"],
+    ));
+    assert!(listed.contains("c1"), "{listed}");
 
     // Moved with its store: still its workspace.
     std::fs::rename(top.join("a"), top.join("a2")).unwrap();

@@ -19,9 +19,10 @@ pub struct Timestamp(pub i64);
 /// The earliest timestamp cairn accepts: year 0000 is outside ISO-8601's
 /// common profile, so accept from 1970 minus a safety margin only.
 const MIN_MS: i64 = -62_135_596_800_000; // 0001-01-01T00:00:00Z
-/// The latest timestamp cairn accepts (9999-12-31T23:59:59.999Z), so the
-/// four-digit year of the output format never overflows.
-const MAX_MS: i64 = 253_402_300_799_999;
+/// The latest timestamp cairn accepts (9999-12-30T22:00:00.999Z): the
+/// four-digit year of the output format never overflows, and it is the
+/// last time the ISO parser (jiff, whose range ends there) reads back.
+const MAX_MS: i64 = 253_402_207_200_999;
 
 impl Timestamp {
     /// The current time.
@@ -38,7 +39,9 @@ impl Timestamp {
             Ok(Timestamp(ms))
         } else {
             Err(CodecError::Invalid {
-                what: format!("timestamp {ms} ms is outside years 0001..=9999"),
+                what: format!(
+                    "timestamp {ms} ms is outside 0001-01-01 ..= 9999-12-30T22:00:00.999Z"
+                ),
             })
         }
     }
@@ -123,8 +126,16 @@ impl Timestamp {
 }
 
 fn bad_ts(s: &str, e: impl fmt::Display) -> CodecError {
+    // The parser's own detail helps ("invalid month 13") unless it talks
+    // about its own types (a time past its range).
+    let detail = e.to_string();
+    let detail = if detail.contains("jiff") {
+        String::new()
+    } else {
+        format!(": {detail}")
+    };
     CodecError::Invalid {
-        what: format!("timestamp `{s}` is neither ISO-8601 (e.g. 2026-11-22T10:00:00Z) nor epoch milliseconds: {e}"),
+        what: format!("timestamp `{s}` is neither ISO-8601 between 0001-01-01 and 9999-12-30T22:00Z (e.g. 2026-11-22T10:00:00Z) nor epoch milliseconds{detail}"),
     }
 }
 
@@ -208,7 +219,27 @@ mod tests {
         ] {
             let e = Timestamp::parse(bad).unwrap_err().to_string();
             assert!(e.contains("timestamp"), "{bad}: {e}");
+            assert!(!e.contains("jiff"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_last_accepted_time_parses() {
+        for t in ["9999-12-30T22:00:00.999Z", "0001-01-01T00:00:00.000Z"] {
+            let ts = Timestamp::parse(t).unwrap_or_else(|e| panic!("{t}: {e}"));
+            assert_eq!(ts.to_iso(), t);
+        }
+        assert_eq!(
+            Timestamp::parse("9999-12-30T22:00:00.999Z").unwrap().0,
+            MAX_MS
+        );
+        let e = Timestamp::parse("9999-12-31T23:59:59Z")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("9999-12-30T22:00Z") && !e.contains("jiff"),
+            "{e}"
+        );
     }
 
     proptest! {

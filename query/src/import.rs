@@ -338,13 +338,9 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     };
     let ts = match req(o, "ts")? {
         Value::Number(n) => match n.as_i64() {
-            // Unix epoch milliseconds of an IDE's events: a negative one is
-            // a producer's bug (a sentinel, an underflow), not 1969.
-            Some(ms) if ms < 0 => {
-                return Err(format!(
-                    "field `ts` must be Unix epoch milliseconds, not negative: got {ms}"
-                ))
-            }
+            // A negative one is before 1970: odd for an agent's event, but
+            // a time cairn holds (years 0001..=9999) and exports as such,
+            // so its own export of it imports.
             Some(ms) => Timestamp::from_millis(ms).map_err(|e| format!("field `ts`: {e}"))?,
             None => {
                 return Err(format!(
@@ -731,8 +727,8 @@ mod tests {
                 "`meta` must be an object",
             ),
             (
-                r#"{"ts":-5,"action":"prompt","ok":true}"#,
-                "field `ts` must be Unix epoch milliseconds, not negative: got -5",
+                r#"{"ts":-62135596800001,"action":"prompt","ok":true}"#,
+                "field `ts`: invalid data: timestamp -62135596800001 ms is outside 0001-01-01",
             ),
             (
                 r#"{"ts":1,"action":"reply","ok":true,"latencyMs":-3}"#,

@@ -548,6 +548,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         missing,
         mut skipped,
         mut not_captured,
+        ..
     } = scan::scan_full(ws, tracked)?;
 
     // Every path -> (entry, stat); files whose stat matches the cache (and
@@ -746,6 +747,7 @@ fn patch<B: BlobAccess + ?Sized>(
         missing,
         mut skipped,
         mut not_captured,
+        ..
     } = out;
     let refs: Vec<&Found> = leaves.iter().collect();
     let hashed = hash_all(blobs, ws, &refs)?;

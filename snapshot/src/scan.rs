@@ -134,6 +134,9 @@ pub(crate) struct ScanOut {
     /// Paths skipped for a reason the user may not expect (see
     /// [`names_the_path`]), at most [`MAX_NOT_CAPTURED_NAMED`].
     pub not_captured: Vec<(String, &'static str)>,
+    /// Every path skipped by [`ScanOut::skip_path`]: a tracked path the
+    /// walk skipped is not scanned (and counted) a second time.
+    pub skipped_paths: BTreeSet<String>,
 }
 
 /// The most skipped paths a checkpoint names (in its record's
@@ -156,6 +159,9 @@ impl ScanOut {
 
     /// [`ScanOut::skip`], remembering the path if the reason is one to name.
     pub fn skip_path(&mut self, rel: &str, why: &'static str) {
+        if !self.skipped_paths.insert(rel.to_string()) {
+            return; // counted already
+        }
         self.skip(why);
         note_not_captured(&mut self.not_captured, rel, why);
     }
@@ -256,6 +262,7 @@ pub(crate) fn scan_full(ws: &Workspace, tracked: &BTreeSet<String>) -> Result<Sc
         .iter()
         .map(|f| f.rel.as_str())
         .chain(out.dirs.iter().map(|d| d.0.as_str()))
+        .chain(out.skipped_paths.iter().map(String::as_str))
         .collect();
     let todo: Vec<String> = tracked
         .iter()
@@ -310,6 +317,7 @@ pub(crate) fn scan_subtree(
         .iter()
         .map(|f| f.rel.as_str())
         .chain(out.dirs.iter().map(|d| d.0.as_str()))
+        .chain(out.skipped_paths.iter().map(String::as_str))
         .collect();
     let todo: Vec<String> = tracked
         .range(prefix.clone()..)

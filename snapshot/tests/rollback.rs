@@ -186,7 +186,10 @@ fn a_directory_that_became_a_symlink_comes_back_whole() {
     assert!(r.kept.is_empty(), "{:?}", r.kept);
     assert_eq!(f.read("d/f").as_deref(), Some("inside"));
     assert!(!std::fs::symlink_metadata(f.p("d")).unwrap().is_symlink());
-    assert_eq!(std::fs::read_to_string(outside.path().join("f")).unwrap(), "outside");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("f")).unwrap(),
+        "outside"
+    );
 }
 
 #[test]

@@ -131,6 +131,13 @@ fn ignore_files_and_skip_counts() {
     );
     assert_eq!(c.counts.skipped.get("too_large"), Some(&1));
     assert_eq!(c.counts.files, 7);
+    assert_eq!(c.not_captured.len(), 1, "{:?}", c.not_captured);
+    // Tracked, the too-large file is still skipped once, not by the walk
+    // and again as a tracked path.
+    ws.track(&["big.bin"]).unwrap();
+    let c = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    assert_eq!(c.counts.skipped.get("too_large"), Some(&1));
+    assert_eq!(c.not_captured.len(), 1, "{:?}", c.not_captured);
 
     // With ignore rules off, everything but .git/.cairn is captured.
     let mut opts = SnapshotOptions::default();

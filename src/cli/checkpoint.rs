@@ -236,6 +236,13 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             if settings.quiet {
                 break;
             }
+            // A dry run cannot know whether a directory holds files no
+            // checkpoint tracks (ignored ones), which keep it.
+            let suffix = if a.dry_run && would == "rmdir " {
+                "/ (if it ends up empty)"
+            } else {
+                suffix
+            };
             for p in paths {
                 let word = if a.dry_run { would } else { did };
                 println!("  {} {p}{suffix}", paint(&st, word));
