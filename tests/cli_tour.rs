@@ -1002,3 +1002,72 @@ fn quiet_rollback_prints_its_summary_and_a_path_naming_nothing_is_refused() {
     );
     assert!(!ws.join("b.txt").exists());
 }
+
+/// Rollbacks by a user who may not write a read-only (555) directory:
+/// cairn opens it up for the rollback and sets its mode back at the end,
+/// so rolling back, and undoing that, work as they do for root. Run as
+/// `nobody` through `setpriv` when the tests run as root (as in CI): root
+/// may write anywhere, which would hide the failure.
+#[test]
+fn rollbacks_work_for_a_user_who_cannot_write_read_only_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    // A copy every user can run, wherever the build directory is.
+    let bin = dir.join("cairn");
+    std::fs::copy(env!("CARGO_BIN_EXE_cairn"), &bin).unwrap();
+    let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    if root && setpriv.is_none() {
+        eprintln!("skipping: running as root and setpriv is not installed");
+        return;
+    }
+    let script = r#"set -e
+mkdir w && cd w
+mkdir -p ro/q; echo orig > ro/f; echo q > ro/q/f; chmod 555 ro
+../cairn init -q > /dev/null
+../cairn checkpoint -q > /dev/null
+chmod 755 ro; echo changed > ro/f; echo g > ro/g; ../cairn checkpoint -q > /dev/null
+../cairn rollback -q c1 > /dev/null
+stat -c %a ro; cat ro/f; ls ro
+../cairn rollback -q c3 > /dev/null
+stat -c %a ro; cat ro/f; ls ro
+chmod 755 ro; rm -rf ro; ../cairn checkpoint -q > /dev/null
+../cairn rollback -q c1 > /dev/null
+stat -c %a ro; cat ro/q/f
+"#;
+    let mut cmd = match (root, setpriv) {
+        (true, Some(sp)) => {
+            let mut c = Command::new(sp);
+            c.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "bash",
+                "-c",
+                script,
+            ]);
+            c
+        }
+        _ => {
+            let mut c = Command::new("bash");
+            c.args(["-c", script]);
+            c
+        }
+    };
+    let o = cmd
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    assert_eq!(
+        out,
+        "555\norig\nf\nq\n755\nchanged\nf\ng\nq\n555\nq\n",
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

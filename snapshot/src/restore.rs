@@ -424,6 +424,38 @@ fn untracked_inside(ws: &Workspace, dir: &str, cur: &BTreeMap<String, Entry>) ->
     None
 }
 
+/// The directories whose entries a plan changes (the parents of what it
+/// writes, deletes, creates and removes), parents of created directories
+/// included; the root is `""`.
+fn dirs_changed(plan: &Plan) -> BTreeSet<&str> {
+    plan.write
+        .iter()
+        .map(|w| w.path.as_str())
+        .chain(plan.delete.iter().map(String::as_str))
+        .chain(plan.create_dirs.iter().map(|d| d.0.as_str()))
+        .chain(plan.remove_dirs.iter().map(String::as_str))
+        .map(relpath::parent)
+        .collect()
+}
+
+/// True if this process may create and remove entries in the directory
+/// `abs` (write and search permission, as `access(2)` decides: always for
+/// root).
+#[cfg(unix)]
+fn may_write_into(abs: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(abs.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
+#[cfg(not(unix))]
+fn may_write_into(_abs: &Path) -> bool {
+    true
+}
+
 /// What [`apply`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -525,8 +557,11 @@ pub fn prestage<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) ->
             // Only where the directory is there now and stays: not one the
             // plan creates, removes or replaces.
             let parent = relpath::parent(&w.path);
-            let parent_ok = parent.is_empty()
-                || std::fs::symlink_metadata(ws.root().join(parent)).is_ok_and(|m| m.is_dir());
+            let parent_ok = (parent.is_empty()
+                || std::fs::symlink_metadata(ws.root().join(parent)).is_ok_and(|m| m.is_dir()))
+                // A directory this user cannot write now (555) is opened up
+                // by the rollback itself, once its undo point is durable.
+                && may_write_into(&ws.root().join(parent));
             let touched = |d: &str| {
                 plan.remove_dirs
                     .iter()
@@ -614,8 +649,32 @@ fn apply_inner<B: BlobRead + ?Sized>(
     let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
     let durable = ws.options().fsync_restored_files;
     let mut replaced = Replaced::default();
-    // Directory modes to set at the end: (absolute path, mode).
-    let mut modes: Vec<(PathBuf, u32)> = Vec::new();
+    // Directory modes to set at the end, by absolute path.
+    let mut modes: BTreeMap<PathBuf, u32> = BTreeMap::new();
+    // Directories whose entries change but that this user may not write
+    // (555, say) are opened up for the rollback, and get their mode back
+    // (or the target's) at the end with the others.
+    for d in dirs_changed(plan) {
+        // Only a real directory there now (one the plan creates is
+        // writable); the guard then checks the way to it.
+        let Ok(m) = std::fs::symlink_metadata(ws.root().join(d)) else {
+            continue;
+        };
+        if !m.is_dir() {
+            continue;
+        }
+        let abs = if d.is_empty() {
+            ws.root().to_path_buf()
+        } else {
+            g.check(d)?
+        };
+        if !may_write_into(&abs) {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = m.permissions().mode() & 0o7777;
+            set_mode(&abs, mode | 0o700)?;
+            modes.entry(abs).or_insert(mode);
+        }
+    }
 
     for p in &plan.delete {
         let abs = g.check(p)?;
@@ -639,6 +698,7 @@ fn apply_inner<B: BlobRead + ?Sized>(
         match std::fs::remove_dir(&abs) {
             Ok(()) => {
                 g.checked.remove(d.as_str());
+                modes.remove(&abs); // opened up for the rollback, now gone
                 done.removed_dirs.push(d.clone());
                 // The directory is gone: sync its parent instead of it.
                 touched_dirs.remove(&abs);
@@ -672,7 +732,7 @@ fn apply_inner<B: BlobRead + ?Sized>(
         std::fs::create_dir(&abs).map_err(|e| SnapshotError::io("create directory", &abs, e))?;
         // Its mode is set once the files under it are written (a
         // read-only directory could not be written into).
-        modes.push((abs.clone(), *mode));
+        modes.insert(abs.clone(), *mode);
         done.created_dirs.push(d.clone());
         if let Some(p) = abs.parent() {
             touched_dirs.insert(p.to_path_buf());
@@ -743,10 +803,11 @@ fn apply_inner<B: BlobRead + ?Sized>(
             Ok(m) if m.is_dir() => {}
             _ => continue, // not there (it was checked when planned): nothing to set
         }
-        modes.push((abs, *mode));
+        modes.insert(abs, *mode);
         done.dir_modes.push(d.clone());
     }
     // Deepest first, so a directory made read-only is set after its children.
+    let mut modes: Vec<(PathBuf, u32)> = modes.into_iter().collect();
     modes.sort_by_key(|(abs, _)| std::cmp::Reverse(abs.components().count()));
     for (abs, mode) in &modes {
         set_mode(abs, *mode)?;
