@@ -1005,7 +1005,8 @@ fn quiet_rollback_prints_its_summary_and_a_path_naming_nothing_is_refused() {
 
 /// Rollbacks by a user who may not write a read-only (555) directory:
 /// cairn opens it up for the rollback and sets its mode back at the end,
-/// so rolling back, and undoing that, work as they do for root. Run as
+/// so rolling back, and undoing that, work as they do for root; a file
+/// under a directory the user may not search (000) is kept, not overwritten. Run as
 /// `nobody` through `setpriv` when the tests run as root (as in CI): root
 /// may write anywhere, which would hide the failure.
 #[test]
@@ -1037,6 +1038,11 @@ stat -c %a ro; cat ro/f; ls ro
 chmod 755 ro; rm -rf ro; ../cairn checkpoint -q > /dev/null
 ../cairn rollback -q c1 > /dev/null
 stat -c %a ro; cat ro/q/f
+cd .. && mkdir z && cd z
+mkdir sd; echo in1 > sd/in; ../cairn init -q > /dev/null; ../cairn checkpoint -q > /dev/null
+echo precious > sd/in; chmod 000 sd; ../cairn checkpoint -q > /dev/null
+../cairn rollback -q c1 > /dev/null
+chmod 755 sd; cat sd/in
 "#;
     let mut cmd = match (root, setpriv) {
         (true, Some(sp)) => {
@@ -1066,7 +1072,9 @@ stat -c %a ro; cat ro/q/f
     let out = ok(&o);
     assert_eq!(
         out,
-        "555\norig\nf\nq\n755\nchanged\nf\ng\nq\n555\nq\n",
+        // The last: a file under a directory the user may not search (000)
+        // is kept, as the undo point could not hold it.
+        "555\norig\nf\nq\n755\nchanged\nf\ng\nq\n555\nq\nprecious\n",
         "stderr: {}",
         String::from_utf8_lossy(&o.stderr)
     );

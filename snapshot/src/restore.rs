@@ -347,8 +347,18 @@ pub fn keep_uncaptured(ws: &Workspace, current: &Manifest, plan: &mut Plan) -> V
             continue;
         }
         let abs = ws.root().join(p);
-        let Ok(meta) = std::fs::symlink_metadata(&abs) else {
-            continue; // nothing there to lose
+        let meta = match std::fs::symlink_metadata(&abs) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue, // nothing to lose
+            Err(e) => {
+                // Under a directory this user may not search (mode 000): what
+                // is there cannot be seen, so the undo point does not hold it.
+                kept.push(Kept {
+                    path: p.to_string(),
+                    why: format!("cannot be looked at ({e}): the undo point does not hold what is there, so overwriting it could not be undone"),
+                });
+                continue;
+            }
         };
         let ft = meta.file_type();
         if !(ft.is_file() || ft.is_dir() || ft.is_symlink()) {
