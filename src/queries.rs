@@ -6,13 +6,14 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 use cairn_codec::{BlobHash, ChainHash, Lsn};
 use cairn_engine::log::{Head, LogReader, LogStats, Record, VerifyReport};
 use cairn_engine::EngineError;
 use cairn_query::export::{ExportStats, Format};
 use cairn_query::import::Imported;
-use cairn_query::index::Index;
+use cairn_query::index::{Index, OpenOutcome};
 use cairn_query::source::{RecordSource, SnapshotManifests};
 use cairn_query::{Filter, Query};
 use parking_lot::Mutex;
@@ -122,7 +123,11 @@ impl Store {
                     ix
                 }
                 None => {
-                    let (ix, _) = Index::open(self.vfs(), &self.root().join("index"), src)?;
+                    let (ix, how) = Index::open(self.vfs(), &self.root().join("index"), src)?;
+                    if how == (OpenOutcome::Loaded { caught_up: 0 }) {
+                        // The file holds all of it: nothing to save at close.
+                        self.index_saved.store(ix.covered().0, Ordering::Relaxed);
+                    }
                     guard.insert(ix)
                 }
             };
@@ -137,11 +142,23 @@ impl Store {
         let Some(ix) = guard.as_ref() else {
             return Ok(());
         };
-        if !self.is_read_only() {
+        // Saved (or loaded) as it is already: a read command that folded
+        // nothing new rewrites (and fsyncs) nothing.
+        let covered = ix.covered().0;
+        if covered == self.index_saved.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let saved = if !self.is_read_only() {
             ix.save(self.vfs(), &self.root().join("index"))?;
+            true
         } else if self.save_index_read_only {
             // A cache: a store this process may not write is no error.
-            let _ = ix.save(self.vfs(), &self.root().join("index"));
+            ix.save(self.vfs(), &self.root().join("index")).is_ok()
+        } else {
+            false
+        };
+        if saved {
+            self.index_saved.store(covered, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -269,6 +269,7 @@ impl StoreBuilder {
                 mismatch,
                 unavailable,
                 index: Mutex::new(None),
+                index_saved: std::sync::atomic::AtomicU64::new(0),
                 unreferenced: Mutex::new(HashSet::new()),
                 gc_gate: RwLock::new(()),
                 _tmp: None,
@@ -362,6 +363,7 @@ impl StoreBuilder {
             mismatch: None,
             unavailable: None,
             index: Mutex::new(None),
+            index_saved: std::sync::atomic::AtomicU64::new(0),
             unreferenced: Mutex::new(HashSet::new()),
             gc_gate: RwLock::new(()),
             _tmp: tmp,
@@ -421,6 +423,9 @@ pub struct Store {
     /// Why a read-only handle has no workspace, when it was given one.
     unavailable: Option<String>,
     pub(crate) index: Mutex<Option<cairn_query::index::Index>>,
+    /// How far the index file on disk covers the log, as this handle
+    /// loaded or last saved it (0: not known): a close saves only past it.
+    pub(crate) index_saved: std::sync::atomic::AtomicU64,
     /// Blobs put through [`Store::put_blob`] (or an import) that no record
     /// appended through this handle names yet: gc keeps them, so a thread
     /// between its put and its append never loses the blob to a gc running

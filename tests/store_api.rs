@@ -694,3 +694,27 @@ fn a_workspace_inside_its_store_is_refused() {
         assert!(e.contains("would capture the store itself"), "{e}");
     }
 }
+
+/// A handle that folded nothing new into the query index does not rewrite
+/// (and fsync) the index file when it closes; one that did, does.
+#[test]
+fn the_query_index_is_saved_only_when_it_grew() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join(".cairn/index/query.idx");
+    let use_store = |append: bool| {
+        let store = Store::open(tmp.path()).unwrap();
+        if append {
+            store.session("s").prompt("hi").unwrap();
+        }
+        store
+            .query(|q| q.list(&cairn::query::Filter::all()))
+            .unwrap();
+        store.close().unwrap();
+        std::fs::metadata(&index).unwrap().modified().unwrap()
+    };
+    let first = use_store(true);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(use_store(false), first, "rewritten with nothing new");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_ne!(use_store(true), first, "not saved after growing");
+}
