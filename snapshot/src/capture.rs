@@ -625,7 +625,9 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
             None => false,
         };
         if !same {
-            if e.is_leaf() {
+            // A file that became a directory is a file gone (what is
+            // under the directory counts on its own).
+            if e.is_leaf() || prev.is_some_and(|o| o.is_leaf()) {
                 changed += 1;
             }
             mark_ancestors(p, &mut dirty);

@@ -172,6 +172,24 @@ fn unreadable_and_special_files_are_counted() {
 }
 
 #[test]
+fn a_file_that_becomes_a_directory_counts_as_two_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("x"), "file").unwrap();
+    let ws = mem_ws(dir.path());
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    std::fs::remove_file(dir.path().join("x")).unwrap();
+    std::fs::create_dir(dir.path().join("x")).unwrap();
+    std::fs::write(dir.path().join("x/f"), "inside").unwrap();
+    let c = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    assert_eq!(c.counts.changed, 2, "x gone as a file, x/f new");
+    std::fs::remove_dir_all(dir.path().join("x")).unwrap();
+    std::fs::write(dir.path().join("x"), "file again").unwrap();
+    let c = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    assert_eq!(c.counts.changed, 2, "x/f gone, x new as a file");
+}
+
+#[test]
 fn tracked_only_checkpoints_patch_the_previous_tree() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("src/deep")).unwrap();

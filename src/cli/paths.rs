@@ -19,6 +19,17 @@ pub fn from_cwd(typed: &str, root: &Path, cwd: &Path) -> String {
         return typed.to_string();
     }
     let Ok(below) = cwd.strip_prefix(root) else {
+        // From outside, a path that climbs (`../proj/src`) can only mean
+        // the current directory's: taken so if it leads into the workspace.
+        if matches!(p.components().next(), Some(Component::ParentDir)) {
+            if let Some(inside) = lexical(&cwd.join(p))
+                .as_deref()
+                .and_then(|abs| abs.strip_prefix(root).ok())
+            {
+                let rel = inside.to_string_lossy().into_owned();
+                return if rel.is_empty() { ".".into() } else { rel };
+            }
+        }
         return typed.to_string();
     };
     let mut parts: Vec<String> = Vec::new();
@@ -42,6 +53,24 @@ pub fn from_cwd(typed: &str, root: &Path, cwd: &Path) -> String {
         out.push('/');
     }
     out
+}
+
+/// `abs` with `.` and `..` resolved by name (no file system access);
+/// `None` if it climbs above `/`.
+fn lexical(abs: &Path) -> Option<std::path::PathBuf> {
+    let mut out = std::path::PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -69,6 +98,13 @@ mod tests {
         assert_eq!(
             from_cwd("src/main.rs", root, Path::new("/elsewhere")),
             "src/main.rs"
+        );
+        // ... unless it climbs from there into the workspace.
+        assert_eq!(from_cwd("../w/src", root, Path::new("/elsewhere")), "src");
+        assert_eq!(from_cwd("../w", root, Path::new("/elsewhere")), ".");
+        assert_eq!(
+            from_cwd("../x/src", root, Path::new("/elsewhere")),
+            "../x/src"
         );
         assert_eq!(from_cwd("/w/src/a.rs", root, src), "/w/src/a.rs");
     }
