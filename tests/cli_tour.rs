@@ -1079,3 +1079,42 @@ chmod 755 sd; cat sd/in
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A user who may not write a store is told what still works. Needs a
+/// store owned by another user: runs where the tests run as root with
+/// `setpriv` (as in CI), as `nobody`.
+#[test]
+fn a_user_who_may_not_write_the_store_is_told_what_still_works() {
+    let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    let Some(setpriv) = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .filter(|_| root)
+    else {
+        eprintln!("skipping: needs root and setpriv to act as another user");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let bin = dir.join("cairn");
+    std::fs::copy(env!("CARGO_BIN_EXE_cairn"), &bin).unwrap();
+    std::fs::create_dir(dir.join("w")).unwrap();
+    ok(&cairn(&dir.join("w"), &["init"]));
+    for d in [dir.to_path_buf(), dir.join("w"), dir.join("w/.cairn")] {
+        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let o = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["--store", "w/.cairn", "checkpoint"])
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("Permission denied") && err.contains("may not write the store"),
+        "{err}"
+    );
+}

@@ -203,7 +203,11 @@ impl Settings {
                 {
                     std::thread::sleep(LOCK_RETRY);
                 }
-                r => return r.with_context(|| format!("open store {}", found.store.display())),
+                r => {
+                    return r
+                        .map_err(with_write_hint)
+                        .with_context(|| format!("open store {}", found.store.display()))
+                }
             }
         }
     }
@@ -221,6 +225,32 @@ impl Settings {
             .save_index_read_only(true)
             .open()
             .with_context(|| format!("open store {} read-only", found.store.display()))
+    }
+}
+
+/// Adds to an error that says this process may not write the store (a
+/// permission or a read-only file system somewhere in its causes) what can
+/// still be done.
+fn with_write_hint(e: Error) -> anyhow::Error {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    let mut denied = false;
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            denied |= matches!(
+                io.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            );
+        }
+        cause = c.source();
+    }
+    if denied {
+        anyhow::anyhow!(
+            "{e}\nthis user may not write the store here; commands that only read it \
+             (log, show, tree, diff, checkpoints, rollback --dry-run, export) still work \
+             where it can be read"
+        )
+    } else {
+        anyhow::Error::new(e)
     }
 }
 
