@@ -777,7 +777,7 @@ fn patch<B: BlobAccess + ?Sized>(
         dir_modes.get(d).copied().or_else(|| {
             std::fs::symlink_metadata(root_dir.join(d))
                 .ok()
-                .map(|m| Stat::of(&m).perm())
+                .map(|m| Stat::of(&m).dir_perm())
         })
     };
     let mut root = last.root;

@@ -680,7 +680,7 @@ fn apply_inner<B: BlobRead + ?Sized>(
         };
         if !may_write_into(&abs) {
             use std::os::unix::fs::PermissionsExt;
-            let mode = m.permissions().mode() & 0o7777;
+            let mode = m.permissions().mode() & 0o3777;
             set_mode(&abs, mode | 0o700)?;
             modes.entry(abs).or_insert(mode);
         }
@@ -939,7 +939,7 @@ fn in_parallel<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<()> + Sync) -> Res
 #[cfg(unix)]
 fn set_mode(abs: &Path, mode: u32) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(abs, std::fs::Permissions::from_mode(mode & 0o777))
+    std::fs::set_permissions(abs, std::fs::Permissions::from_mode(mode & 0o7777))
         .map_err(|e| SnapshotError::io("set permissions", abs, e))
 }
 

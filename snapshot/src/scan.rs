@@ -108,9 +108,18 @@ impl Stat {
         }
     }
 
-    /// The permission bits cairn stores and restores (no setuid/setgid/sticky).
+    /// The permission bits cairn stores and restores for a file or
+    /// symlink (no setuid, setgid or sticky bit: a restored file never
+    /// gains privileges).
     pub fn perm(&self) -> u32 {
         self.mode & 0o777
+    }
+
+    /// The mode bits cairn stores and restores for a directory: the
+    /// permissions, and the setgid and sticky bits a shared directory
+    /// relies on (new files take its group; only owners delete theirs).
+    pub fn dir_perm(&self) -> u32 {
+        self.mode & 0o3777
     }
 }
 
@@ -382,7 +391,7 @@ fn scan_view(
             if tracked.contains(rel) {
                 return scan_tracked(ws, rel, out);
             }
-            out.dirs.push((rel.to_string(), Stat::of(&m).perm()));
+            out.dirs.push((rel.to_string(), Stat::of(&m).dir_perm()));
             walk(ws, rel, follow, tracked, out)?;
         } else {
             leaf(ws, rel, &m, out);
@@ -444,12 +453,12 @@ fn scan_tracked(ws: &Workspace, rel: &str, out: &mut ScanOut) -> Result<()> {
                 out.missing.insert(rel.to_string());
                 return Ok(());
             }
-            ancestors.push((cur.clone(), Stat::of(&m).perm()));
+            ancestors.push((cur.clone(), Stat::of(&m).dir_perm()));
             continue;
         }
         out.dirs.append(&mut ancestors);
         if ft.is_dir() {
-            out.dirs.push((cur.clone(), Stat::of(&m).perm()));
+            out.dirs.push((cur.clone(), Stat::of(&m).dir_perm()));
             walk(ws, &cur, false, &BTreeSet::new(), out)?;
         } else {
             leaf(ws, &cur, &m, out);
@@ -692,7 +701,7 @@ fn drain(
                 }
             }
             if is_dir {
-                out.dirs.push((rel.clone(), Stat::of(&m).perm()));
+                out.dirs.push((rel.clone(), Stat::of(&m).dir_perm()));
                 stack.push((rel, rules.clone()));
             } else {
                 leaf(ws, &rel, &m, out);

@@ -192,6 +192,29 @@ fn a_directory_that_became_a_symlink_comes_back_whole() {
     );
 }
 
+/// A shared directory's setgid and sticky bits come back with its mode; a
+/// file's setuid bit is never captured, so no rollback grants it.
+#[test]
+fn setgid_and_sticky_directories_keep_their_bits() {
+    let f = fx();
+    f.write("shared/a.txt", "a");
+    f.write("tmp/b.txt", "b");
+    f.write("bin/tool", "#!/bin/sh\n");
+    std::fs::set_permissions(f.p("shared"), std::fs::Permissions::from_mode(0o2775)).unwrap();
+    std::fs::set_permissions(f.p("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(f.p("bin/tool"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let c1 = f.checkpoint("c1");
+    std::fs::set_permissions(f.p("shared"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(f.p("tmp"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(f.p("bin/tool"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = f.rollback(c1.id);
+    assert_eq!(r.dir_modes, ["shared", "tmp"]);
+    let m = |p: &str| std::fs::metadata(f.p(p)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(m("shared"), 0o2775);
+    assert_eq!(m("tmp"), 0o1777);
+    assert_eq!(m("bin/tool"), 0o755, "no setuid from a rollback");
+}
+
 #[test]
 fn file_to_symlink_and_back() {
     let f = fx();
