@@ -175,7 +175,8 @@ pub(crate) fn check(
 }
 
 /// Writes the binding of `store` to the canonical `workspace` (a temporary
-/// file renamed into place, so a crash leaves the old binding or the new).
+/// file synced and renamed into place, so a crash leaves the old binding or
+/// the new).
 fn write(store: &Path, workspace: &Path) -> Result<()> {
     let store_c = canonical(store)?;
     let file = match store_c.strip_prefix(workspace) {
@@ -196,8 +197,19 @@ fn write(store: &Path, workspace: &Path) -> Result<()> {
     let io = |what: &str, p: &Path, e: std::io::Error| {
         Error::Other(format!("{what} {}: {e}", p.display()))
     };
-    std::fs::write(&tmp, &bytes).map_err(|e| io("write", &tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| io("rename into place", &path, e))
+    {
+        use std::io::Write;
+        // Synced before the rename: a crash never leaves an empty binding,
+        // which would read as damaged.
+        let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
+        f.write_all(&bytes).map_err(|e| io("write", &tmp, e))?;
+        f.sync_all().map_err(|e| io("fsync", &tmp, e))?;
+    }
+    std::fs::rename(&tmp, &path).map_err(|e| io("rename into place", &path, e))?;
+    // The rename itself, durable with the store directory's entry.
+    std::fs::File::open(store)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io("fsync", store, e))
 }
 
 fn canonical(p: &Path) -> Result<PathBuf> {
