@@ -305,9 +305,9 @@ pub struct Capture {
     /// The tree `counts.changed` was counted against: the last full scan's
     /// (its stat cache), or the last capture's for the other kinds.
     pub(crate) base: Option<BlobHash>,
-    /// Paths skipped as too large or unreadable (at most
-    /// [`scan::MAX_NOT_CAPTURED_NAMED`]), with the reason.
-    pub(crate) not_captured: Vec<(String, &'static str)>,
+    /// Paths skipped as too large or unreadable, with the reason, in path
+    /// order.
+    pub(crate) not_captured: BTreeMap<String, &'static str>,
     pub(crate) new_cache: Option<Arc<StatCache>>,
     /// The dirty tracked paths this capture read.
     pub(crate) captured_dirty: BTreeSet<String>,
@@ -593,7 +593,9 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
             }
             Hashed::Skip(why) => {
                 *skipped.entry(why.to_string()).or_default() += 1;
-                scan::note_not_captured(&mut not_captured, &f.rel, why);
+                if scan::names_the_path(why) {
+                    not_captured.insert(f.rel.clone(), why);
+                }
             }
         }
     }
@@ -761,7 +763,9 @@ fn patch<B: BlobAccess + ?Sized>(
             }
             Hashed::Skip(why) => {
                 *skipped.entry(why.to_string()).or_default() += 1;
-                scan::note_not_captured(&mut not_captured, &f.rel, why);
+                if scan::names_the_path(why) {
+                    not_captured.insert(f.rel.clone(), why);
+                }
             }
         }
     }

@@ -413,10 +413,10 @@ fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     ev.state = state;
     ev.counts = Some(cap.counts.clone());
     if !cap.not_captured.is_empty() {
-        let mut sorted = cap.not_captured.clone();
-        sorted.sort_unstable();
-        let named: Vec<NotCaptured> = sorted
+        let named: Vec<NotCaptured> = cap
+            .not_captured
             .iter()
+            .take(crate::scan::MAX_NOT_CAPTURED_NAMED)
             .map(|(path, why)| NotCaptured {
                 path: path.clone(),
                 why: why.to_string(),

@@ -140,12 +140,11 @@ pub(crate) struct ScanOut {
     /// Tracked paths that do not exist.
     pub missing: BTreeSet<String>,
     pub skipped: BTreeMap<String, u64>,
-    /// Paths skipped for a reason the user may not expect (see
-    /// [`names_the_path`]), at most [`MAX_NOT_CAPTURED_NAMED`].
-    pub not_captured: Vec<(String, &'static str)>,
-    /// Every path skipped by [`ScanOut::skip_path`]: a tracked path the
-    /// walk skipped is not scanned (and counted) a second time.
-    pub skipped_paths: BTreeSet<String>,
+    /// Every path skipped for a reason the user may not expect (see
+    /// [`names_the_path`]), with the reason, in path order: what the
+    /// checkpoint names (the first [`MAX_NOT_CAPTURED_NAMED`]), and a
+    /// tracked path the walk skipped, not scanned (and counted) again.
+    pub not_captured: BTreeMap<String, &'static str>,
 }
 
 /// The most skipped paths a checkpoint names (in its record's
@@ -166,24 +165,13 @@ impl ScanOut {
         *self.skipped.entry(why.to_string()).or_default() += 1;
     }
 
-    /// [`ScanOut::skip`], remembering the path if the reason is one to name.
+    /// [`ScanOut::skip`] of a path to name (see [`names_the_path`]),
+    /// counted once however often the scan meets it.
     pub fn skip_path(&mut self, rel: &str, why: &'static str) {
-        if !self.skipped_paths.insert(rel.to_string()) {
-            return; // counted already
+        debug_assert!(names_the_path(why), "{why}");
+        if self.not_captured.insert(rel.to_string(), why).is_none() {
+            self.skip(why);
         }
-        self.skip(why);
-        note_not_captured(&mut self.not_captured, rel, why);
-    }
-}
-
-/// Adds `rel` to `list` if `why` is a reason to name and the list has room.
-pub(crate) fn note_not_captured(
-    list: &mut Vec<(String, &'static str)>,
-    rel: &str,
-    why: &'static str,
-) {
-    if names_the_path(why) && list.len() < MAX_NOT_CAPTURED_NAMED {
-        list.push((rel.to_string(), why));
     }
 }
 
@@ -271,7 +259,7 @@ pub(crate) fn scan_full(ws: &Workspace, tracked: &BTreeSet<String>) -> Result<Sc
         .iter()
         .map(|f| f.rel.as_str())
         .chain(out.dirs.iter().map(|d| d.0.as_str()))
-        .chain(out.skipped_paths.iter().map(String::as_str))
+        .chain(out.not_captured.keys().map(String::as_str))
         .collect();
     let todo: Vec<String> = tracked
         .iter()
@@ -326,7 +314,7 @@ pub(crate) fn scan_subtree(
         .iter()
         .map(|f| f.rel.as_str())
         .chain(out.dirs.iter().map(|d| d.0.as_str()))
-        .chain(out.skipped_paths.iter().map(String::as_str))
+        .chain(out.not_captured.keys().map(String::as_str))
         .collect();
     let todo: Vec<String> = tracked
         .range(prefix.clone()..)
