@@ -126,17 +126,12 @@ pub fn file_changes<'a>(
     TreeChange::Paths(out)
 }
 
-/// Meta key of a `rollback` record whose `files` list was cut short (the
-/// snapshot crate lists at most 10,000 touched paths and records the total).
-pub const META_FILES_TOTAL: &str = "files_total";
-
-/// Meta key of a `rollback` record whose `files` list was cut short: the
-/// paths the rollback was limited to (empty: the whole tree).
-pub const META_SCOPE: &str = "scope";
-
-/// Meta key of a `rollback` record listing the paths it left as they were
-/// (`[{"path", "why"}]`; see `cairn_snapshot::restore::keep_uncaptured`).
-pub const META_KEPT: &str = "kept";
+/// The `rollback` record's meta keys replay reads, as the snapshot crate
+/// writes them (see [`cairn_snapshot::ROLLBACK_META_FILES_TOTAL`]).
+pub use cairn_snapshot::{
+    ROLLBACK_META_FILES_TOTAL as META_FILES_TOTAL, ROLLBACK_META_KEPT as META_KEPT,
+    ROLLBACK_META_SCOPE as META_SCOPE,
+};
 
 /// Which paths a rollback record set to its target's entries.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

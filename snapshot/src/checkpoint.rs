@@ -622,6 +622,18 @@ pub struct RollbackReport {
     pub lsn: Option<Lsn>,
 }
 
+/// Meta key of a `rollback` record whose `files` list was cut at
+/// [`MAX_ROLLBACK_FILES_LISTED`]: how many paths it touched.
+pub const ROLLBACK_META_FILES_TOTAL: &str = "files_total";
+
+/// Meta key of a `rollback` record whose `files` list was cut: the paths
+/// the rollback was limited to (empty: the whole tree).
+pub const ROLLBACK_META_SCOPE: &str = "scope";
+
+/// Meta key of a `rollback` record listing the paths it left as they were
+/// (`[{"path", "why"}]`; see [`restore::keep_uncaptured`]).
+pub const ROLLBACK_META_KEPT: &str = "kept";
+
 /// The `error_kind` of a `rollback` record whose rollback stopped part way
 /// (the workspace is partly rolled back; its `source` undoes it).
 pub const ROLLBACK_INCOMPLETE: &str = "rollback_incomplete";
@@ -775,7 +787,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let mut meta = serde_json::Map::new();
     if !kept.is_empty() {
         let listed = &kept[..kept.len().min(MAX_ROLLBACK_FILES_LISTED)];
-        meta.insert("kept".into(), serde_json::json!(listed));
+        meta.insert(ROLLBACK_META_KEPT.into(), serde_json::json!(listed));
     }
     if !scope.is_empty() {
         ev.text = Some(format!("paths: {}", scope.join(", ")));
@@ -820,8 +832,11 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     if touched.len() > MAX_ROLLBACK_FILES_LISTED {
         // Replay then takes the rollback's scope, except the paths it kept
         // (`cairn_query::replay::rollback_scope`), as the paths it set.
-        meta.insert("files_total".into(), serde_json::json!(touched.len()));
-        meta.insert("scope".into(), serde_json::json!(scope));
+        meta.insert(
+            ROLLBACK_META_FILES_TOTAL.into(),
+            serde_json::json!(touched.len()),
+        );
+        meta.insert(ROLLBACK_META_SCOPE.into(), serde_json::json!(scope));
     }
     if !meta.is_empty() {
         ev.meta = Some(cairn_codec::event::Meta(meta));

@@ -47,6 +47,7 @@ pub use checkpoint::{
     find_checkpoint, list_checkpoints, paths_matching_nothing, rollback, CheckpointInfo,
     CheckpointRequest, LogAccess, MemLog, NotCaptured, RetentionReport, RollbackReport,
     RollbackRequest, ScanMode, MAX_ROLLBACK_FILES_LISTED, NOT_CAPTURED_KEY, ROLLBACK_INCOMPLETE,
+    ROLLBACK_META_FILES_TOTAL, ROLLBACK_META_KEPT, ROLLBACK_META_SCOPE,
 };
 pub use error::{Result, SnapshotError};
 pub use manifest::{Entry, EntryKind, Manifest};
