@@ -232,11 +232,8 @@ impl StoreBuilder {
             }
             let reader = LogReader::open(vfs.clone(), &root.join("log"))?;
             let blobs = BlobStore::open_read_only(vfs.clone(), &root.join("blobs"))?;
-            // To list checkpoints and plan rollbacks: the workspace's caches
-            // are read, never written. A workspace that cannot be opened
-            // (gone, or on another file system than the store's) leaves the
-            // queries working; only those two then fail, with NoWorkspace.
-            // A workspace that cannot be opened (gone, its binding
+            // To list checkpoints and plan rollbacks, the workspace's caches
+            // are read, never written. A workspace that cannot be opened (gone, its binding
             // damaged) leaves the queries working; listing checkpoints and
             // planning rollbacks then fail with the reason.
             let mut unavailable = None;
@@ -513,10 +510,7 @@ impl Store {
         if let Some(m) = &self.mismatch {
             return Err(Error::WorkspaceMismatch(m.clone()));
         }
-        if let (None, Some(why)) = (&self.workspace, &self.unavailable) {
-            return Err(Error::Other(why.clone()));
-        }
-        self.workspace.as_ref().ok_or(Error::NoWorkspace)
+        self.workspace_caches()
     }
 
     /// The blob store.

@@ -100,7 +100,6 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
             // The first few by name; the record's meta keeps them all (up to
             // its own bound), and `checkpoints --json` gives them.
             const SHOWN: usize = 5;
-            let st = Style::stdout();
             let mut named: Vec<String> = info
                 .not_captured
                 .iter()
@@ -108,7 +107,8 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
                 .map(|n| format!("{} ({})", n.path, n.why.replace('_', " ")))
                 .collect();
             // The record names at most 100; the counts have them all.
-            let total = ["too_large", "unreadable"]
+            use cairn::snapshot::scan::reason;
+            let total = [reason::TOO_LARGE, reason::UNREADABLE]
                 .iter()
                 .filter_map(|r| info.counts.skipped.get(*r))
                 .sum::<u64>()
@@ -120,11 +120,7 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
                 "  {} {}: a rollback cannot bring {} back",
                 st.yellow("not captured:"),
                 named.join(", "),
-                if info.not_captured.len() == 1 {
-                    "it"
-                } else {
-                    "them"
-                }
+                if total == 1 { "it" } else { "them" }
             );
         }
     }
