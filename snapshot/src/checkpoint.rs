@@ -795,19 +795,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let (done, dirs) = match restore::apply_prestaged(ws, blobs, &plan, staged) {
         Ok(x) => x,
         Err(e) => {
-            // The log says the rollback failed part way (best effort: the
-            // error returned names the undo point either way).
-            ev.ok = false;
-            ev.error_kind = Some(ROLLBACK_INCOMPLETE.into());
-            let why = format!("stopped part way: {e}");
-            ev.text = Some(match ev.text.take() {
-                Some(t) => format!("{t}; {why}"),
-                None => why,
-            });
-            if !meta.is_empty() {
-                ev.meta = Some(cairn_codec::event::Meta(meta));
-            }
-            let _ = log.append(&ev);
+            record_incomplete(log, ev, meta, format!("stopped part way: {e}"));
             return Err(incomplete(e));
         }
     };
@@ -838,21 +826,19 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         );
         meta.insert(ROLLBACK_META_SCOPE.into(), serde_json::json!(scope));
     }
+    // The changed directories are synced before the record is appended, so
+    // a record that says ok is never followed by a sync that failed (on
+    // ext4 a directory's fsync takes a fraction of a millisecond, small
+    // beside the undo point's).
+    if let Err(e) = dirs.sync() {
+        let why = format!("applied, but not made durable: {e}");
+        record_incomplete(log, ev, meta, why);
+        return Err(incomplete(e));
+    }
     if !meta.is_empty() {
         ev.meta = Some(cairn_codec::event::Meta(meta));
     }
-    // The directories are synced while the record is appended: both are
-    // durable before the rollback returns.
-    let (lsn, synced) = std::thread::scope(|s| {
-        let syncing = s.spawn(|| dirs.sync());
-        let lsn = log.append(&ev);
-        let synced = syncing
-            .join()
-            .unwrap_or_else(|_| Err(SnapshotError::Invalid("a thread panicked".into())));
-        (lsn, synced)
-    });
-    let lsn = lsn?;
-    synced.map_err(incomplete)?;
+    let lsn = log.append(&ev)?;
     Ok(RollbackReport {
         source: Some(pre.id),
         target: target.id,
@@ -865,6 +851,28 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         state,
         lsn: Some(lsn),
     })
+}
+
+/// Appends `ev` as a rollback that did not complete (`ok` false,
+/// [`ROLLBACK_INCOMPLETE`], `why` after the paths it was limited to).
+/// Best effort: the error the caller returns names the undo point whether
+/// or not this record could be appended.
+fn record_incomplete<L: LogAccess + ?Sized>(
+    log: &L,
+    mut ev: Event,
+    meta: serde_json::Map<String, serde_json::Value>,
+    why: String,
+) {
+    ev.ok = false;
+    ev.error_kind = Some(ROLLBACK_INCOMPLETE.into());
+    ev.text = Some(match ev.text.take() {
+        Some(t) => format!("{t}; {why}"),
+        None => why,
+    });
+    if !meta.is_empty() {
+        ev.meta = Some(cairn_codec::event::Meta(meta));
+    }
+    let _ = log.append(&ev);
 }
 
 /// What retention did.
@@ -1014,4 +1022,77 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         live_blobs: live.len(),
         gc,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::workspace::FAIL_DIR_SYNC_UNDER;
+    use crate::SnapshotOptions;
+    use cairn_engine::blob::{BlobOptions, BlobStore};
+    use cairn_engine::log::{Log, LogOptions};
+    use cairn_engine::{RealVfs, Vfs};
+    use std::sync::Arc;
+
+    /// A directory fsync that fails once the rollback's files are in place
+    /// (a failing disk) is recorded as an incomplete rollback, never as
+    /// one that succeeded, and the error names the undo point.
+    #[test]
+    fn a_directory_sync_that_fails_is_never_recorded_as_ok() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        let store = root.join(".cairn");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(store.join("blobs")).unwrap();
+        let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+        let log = Log::open(vfs.clone(), &store.join("log"), LogOptions::default()).unwrap();
+        let blobs = BlobStore::open(vfs, &store.join("blobs"), BlobOptions::default()).unwrap();
+        let ws =
+            Workspace::open(&root, &store.join("snapshot"), SnapshotOptions::default()).unwrap();
+        std::fs::write(root.join("sub/a.txt"), "one").unwrap();
+        let c1 = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+        std::fs::write(root.join("sub/a.txt"), "two").unwrap();
+        std::fs::write(root.join("sub/new.txt"), "new").unwrap();
+        let sub = ws.root().join("sub");
+        *FAIL_DIR_SYNC_UNDER.lock().unwrap() = Some(sub.clone());
+        let got = rollback(
+            &log,
+            &blobs,
+            &ws,
+            RollbackRequest {
+                target: c1.id,
+                paths: Vec::new(),
+                dry_run: false,
+                session: String::new(),
+            },
+        );
+        *FAIL_DIR_SYNC_UNDER.lock().unwrap() = None;
+        let err = got.unwrap_err();
+        let SnapshotError::RollbackIncomplete {
+            source_checkpoint, ..
+        } = &err
+        else {
+            panic!("not an incomplete rollback: {err}");
+        };
+        assert!(err.to_string().contains("injected I/O error"), "{err}");
+        let head = LogAccess::head(&log);
+        let rec = LogAccess::read(&log, head.last_lsn).unwrap().event;
+        assert_eq!(rec.kind, EventKind::Rollback);
+        assert!(!rec.ok, "the record says the rollback failed");
+        assert_eq!(rec.error_kind.as_deref(), Some(ROLLBACK_INCOMPLETE));
+        assert_eq!(rec.source, Some(*source_checkpoint));
+        assert_eq!(rec.target, Some(c1.id));
+        assert!(rec.text.unwrap().contains("not made durable"));
+        assert_eq!(rec.files, vec!["sub/a.txt", "sub/new.txt"]);
+        // No other rollback record: the failed sync was not preceded by
+        // one that said ok.
+        let mut rollbacks = 0;
+        LogAccess::for_each_from(&log, Lsn(1), &mut |r| {
+            rollbacks += usize::from(r.event.kind == EventKind::Rollback);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(rollbacks, 1);
+    }
 }

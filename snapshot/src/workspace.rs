@@ -537,8 +537,24 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<(
     Ok(())
 }
 
+/// Test hook: an fsync of a directory under this path fails, as on a
+/// failing disk.
+#[cfg(test)]
+pub(crate) static FAIL_DIR_SYNC_UNDER: std::sync::Mutex<Option<PathBuf>> =
+    std::sync::Mutex::new(None);
+
 /// fsyncs a directory (after a rename or delete in it).
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(test)]
+    if FAIL_DIR_SYNC_UNDER
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_deref()
+        .is_some_and(|p| dir.starts_with(p))
+    {
+        let e = std::io::Error::other("injected I/O error");
+        return Err(SnapshotError::io("fsync directory", dir, e));
+    }
     let d = match std::fs::File::open(dir) {
         Ok(d) => d,
         // A directory this user may not read (mode 300, restored so by a
