@@ -185,7 +185,8 @@ pub struct CheckpointCounts {
     pub files: u64,
     /// Files and symlinks that differ (added, removed, other contents or
     /// mode) from the previous checkpoint of the workspace (a rollback's
-    /// undo point included).
+    /// undo point included) or, after a rollback, from the tree the
+    /// rollback left.
     pub changed: u64,
     /// Files skipped, by reason (`ignored`, `too_large`, `nested_git`, `unreadable`, ...).
     #[serde(default)]

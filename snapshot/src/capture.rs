@@ -331,6 +331,7 @@ impl Capture {
         LastCapture {
             root: self.root,
             files: self.counts.files,
+            rolled_back: None,
         }
     }
 }

@@ -239,12 +239,17 @@ fn capture_for<B: BlobAccess + ?Sized>(
     mode: ScanMode,
 ) -> Result<Capture> {
     let mut cap = capture_any(ws, blobs, mode)?;
-    // `changed` counts against the previous checkpoint's tree. A full
-    // scan counts against the last full scan's, which is another one after
-    // a tracked-only checkpoint (or when the stat cache was lost): count
-    // again from the two trees, reading only the parts that differ.
+    // `changed` counts against the previous checkpoint's tree, or the tree
+    // a rollback since left. A full scan counts against the last full
+    // scan's, which is another one after a tracked-only checkpoint (or
+    // when the stat cache was lost): count again from the trees, reading
+    // only the parts that differ.
     if let Some(last) = ws.load_last() {
-        if cap.base != Some(last.root) {
+        if let Some(rb) = &last.rolled_back {
+            if let Ok(n) = count_changed_since_rollback(blobs, &last.root, rb, &cap.root) {
+                cap.counts.changed = n;
+            }
+        } else if cap.base != Some(last.root) {
             if let Ok(n) = count_changed(blobs, &last.root, &cap.root) {
                 cap.counts.changed = n;
             }
@@ -275,6 +280,43 @@ fn count_changed<B: crate::BlobRead + ?Sized>(
         }
     }
     Ok(n)
+}
+
+/// Files and symlinks that differ between `new` and the tree a rollback
+/// left: `undo` (its undo point's tree) with `rb.target`'s entries at the
+/// paths the rollback set. Only the parts of the trees that differ from
+/// `undo` are read.
+fn count_changed_since_rollback<B: crate::BlobRead + ?Sized>(
+    blobs: &B,
+    undo: &BlobHash,
+    rb: &crate::workspace::RolledBack,
+    new: &BlobHash,
+) -> Result<u64> {
+    // Within each pair's differing parts both sides are read exactly;
+    // outside them a path's entry is the undo point's in both.
+    let (u_n, n, _) = restore::diff_trees(blobs, undo, new)?;
+    let (u_t, t, _) = restore::diff_trees(blobs, undo, &rb.target)?;
+    let leaf =
+        |m: &crate::manifest::Manifest, p: &str| m.entries.get(p).filter(|e| e.is_leaf()).copied();
+    let paths: BTreeSet<&String> = [&u_n, &n, &u_t, &t]
+        .iter()
+        .flat_map(|m| m.entries.keys())
+        .collect();
+    let mut count = 0;
+    for p in paths {
+        let in_n = u_n.entries.contains_key(p) || n.entries.contains_key(p);
+        let in_t = u_t.entries.contains_key(p) || t.entries.contains_key(p);
+        let now = if in_n { leaf(&n, p) } else { leaf(&u_t, p) };
+        let left = match (rb.set(p), in_t) {
+            (true, true) => leaf(&t, p),
+            (_, false) => leaf(&u_n, p),
+            (false, true) => leaf(&u_t, p),
+        };
+        if now != left {
+            count += 1;
+        }
+    }
+    Ok(count)
 }
 
 fn capture_any<B: BlobAccess + ?Sized>(
@@ -761,7 +803,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             Err(failed)
         },
     );
-    let (pre, _cap) = match made {
+    let (pre, undo_cap) = match made {
         Ok(x) => x,
         Err(e) => {
             if let Some(Ok((_, staged, pinned, _))) = planned {
@@ -839,6 +881,16 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         ev.meta = Some(cairn_codec::event::Meta(meta));
     }
     let lsn = log.append(&ev)?;
+    // The next checkpoint counts what changed since the tree this rollback
+    // left. A cache: if it cannot be saved, that count is against the
+    // undo point's tree instead.
+    let mut last = undo_cap.last();
+    last.rolled_back = Some(crate::workspace::RolledBack {
+        target: target.root,
+        scope,
+        kept: kept.iter().map(|k| k.path.clone()).collect(),
+    });
+    let _ = ws.save_last(Some(&last));
     Ok(RollbackReport {
         source: Some(pre.id),
         target: target.id,

@@ -88,6 +88,32 @@ pub(crate) struct TrackState {
 pub(crate) struct LastCapture {
     pub root: BlobHash,
     pub files: u64,
+    /// Set when a rollback has changed the workspace since this capture
+    /// (which was its undo point): the next checkpoint counts its
+    /// `changed` against the tree the rollback left, not this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<RolledBack>,
+}
+
+/// The tree a rollback left, as its undo point's tree with the target's
+/// entries at the paths it set: those in `scope` (every path when empty)
+/// except the `kept` ones.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct RolledBack {
+    pub target: BlobHash,
+    pub scope: Vec<String>,
+    pub kept: Vec<String>,
+}
+
+impl RolledBack {
+    /// Whether the rollback set `path` to the target's entry.
+    pub(crate) fn set(&self, path: &str) -> bool {
+        let under = |p: &String| {
+            path == p
+                || (path.starts_with(p.as_str()) && path.as_bytes().get(p.len()) == Some(&b'/'))
+        };
+        (self.scope.is_empty() || self.scope.iter().any(under)) && !self.kept.iter().any(under)
+    }
 }
 
 /// A workspace: the directory tree cairn checkpoints and rolls back.
@@ -571,6 +597,22 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_rollback_sets_the_paths_in_its_scope_except_the_kept_ones() {
+        let rb = |scope: &[&str], kept: &[&str]| RolledBack {
+            target: BlobHash([0; 32]),
+            scope: scope.iter().map(|s| s.to_string()).collect(),
+            kept: kept.iter().map(|s| s.to_string()).collect(),
+        };
+        let whole = rb(&[], &["locked", "x/y.txt"]);
+        assert!(whole.set("a.txt") && whole.set("x/z.txt") && whole.set("lockedout"));
+        assert!(!whole.set("locked") && !whole.set("locked/f") && !whole.set("x/y.txt"));
+        let scoped = rb(&["src", "README.md"], &["src/gen"]);
+        assert!(scoped.set("src/main.rs") && scoped.set("src") && scoped.set("README.md"));
+        assert!(!scoped.set("srcs/a") && !scoped.set("README.md.bak") && !scoped.set("docs/x"));
+        assert!(!scoped.set("src/gen/a.rs") && scoped.set("src/generate.rs"));
+    }
 
     #[test]
     fn pinned_dirty_marks_survive_a_concurrent_clear() {

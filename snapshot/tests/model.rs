@@ -27,7 +27,17 @@ enum Op {
     Chmod(usize),
     Link(usize),
     Checkpoint(bool),
-    Rollback(usize),
+    /// Roll back to one of the checkpoints so far, the whole tree or only
+    /// under one of [`SCOPES`].
+    Rollback(usize, Option<usize>),
+}
+
+/// The paths a rollback may be limited to.
+const SCOPES: &[&str] = &["a.txt", "b", "b/d", "f"];
+
+/// Whether `p` is `scope` or under it.
+fn under(p: &str, scope: &str) -> bool {
+    p == scope || p.starts_with(&format!("{scope}/"))
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -37,7 +47,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..PATHS.len()).prop_map(Op::Chmod),
         1 => (0..PATHS.len()).prop_map(Op::Link),
         3 => any::<bool>().prop_map(Op::Checkpoint),
-        2 => (0usize..8).prop_map(Op::Rollback),
+        2 => (0usize..8, proptest::option::of(0..SCOPES.len()))
+            .prop_map(|(k, s)| Op::Rollback(k, s)),
     ]
 }
 
@@ -109,8 +120,8 @@ fn run(ops: Vec<Op>) {
     let (log, blobs) = (MemLog::new(), MemBlobs::new());
     let mut model = Model::new();
     let mut snaps: Vec<(cairn_codec::CheckpointId, Model)> = Vec::new();
-    // The tree of the previous checkpoint (a rollback's undo point included):
-    // what `counts.changed` counts against.
+    // The tree of the previous checkpoint, or the tree a rollback since
+    // left: what `counts.changed` counts against.
     let mut previous: Option<Model> = None;
     for op in ops {
         match op {
@@ -193,18 +204,19 @@ fn run(ops: Vec<Op>) {
                 previous = Some(model.clone());
                 snaps.push((c.id, model.clone()));
             }
-            Op::Rollback(k) => {
+            Op::Rollback(k, scope) => {
                 if snaps.is_empty() {
                     continue;
                 }
-                let (id, m) = snaps[k % snaps.len()].clone();
+                let (id, target) = snaps[k % snaps.len()].clone();
+                let scope = scope.map(|i| SCOPES[i]);
                 let r = rollback(
                     &log,
                     &blobs,
                     &ws,
                     RollbackRequest {
                         target: id,
-                        paths: vec![],
+                        paths: scope.iter().map(|s| s.to_string()).collect(),
                         dry_run: false,
                         session: String::new(),
                     },
@@ -215,8 +227,15 @@ fn run(ops: Vec<Op>) {
                 let pm = manifest::list(&blobs, &pre.root).unwrap();
                 assert_eq!(from_manifest(&blobs, &pm), model, "pre-rollback checkpoint");
                 snaps.push((pre.id, model.clone()));
+                model = match scope {
+                    None => target,
+                    Some(s) => model
+                        .into_iter()
+                        .filter(|(p, _)| !under(p, s))
+                        .chain(target.into_iter().filter(|(p, _)| under(p, s)))
+                        .collect(),
+                };
                 previous = Some(model.clone());
-                model = m;
             }
         }
         let mut d = Model::new();
