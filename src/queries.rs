@@ -136,6 +136,12 @@ impl Store {
         })
     }
 
+    /// The record at `lsn` (its event and chain hash), read back from the
+    /// log and checked as every read is: what `cairn log --json` prints.
+    pub fn record(&self, lsn: Lsn) -> Result<Record> {
+        Ok(self.log.with_source(|src| src.read(lsn))?)
+    }
+
     /// Saves the query indexes so the next open does not rebuild them.
     pub(crate) fn save_index(&self) -> Result<()> {
         let guard = self.index().lock();

@@ -117,8 +117,10 @@ impl fmt::Display for EngineError {
             EngineError::ReadOnly { path, source } => write!(
                 f,
                 "cannot create the store at {} ({source}); the workspace may be read-only: \
-                 use an in-memory store (`Store::in_memory()` in the library, which can still be \
-                 queried and exported) or point `--store`/`CAIRN_STORE` at a writable directory",
+                 use an in-memory store, which can still be queried and exported \
+                 (`cairn --in-memory COMMAND` on the command line, `Store::in_memory()` in the \
+                 library), or put the store in a writable directory elsewhere \
+                 (`cairn --store DIR`, `CAIRN_STORE`, `StoreBuilder::store_dir`)",
                 path.display()
             ),
             EngineError::Poisoned { cause } => write!(

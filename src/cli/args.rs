@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
     name = "cairn",
     version,
     about = "Durable, tamper-evident history for AI coding agents: an event log, checkpoints, rollback and time-travel queries.",
-    after_help = "Examples:\n  cairn demo                      run a scripted agent session and explore it\n  cairn init && cairn checkpoint --label 'Before turn 1'\n  echo '{\"kind\":\"prompt\",\"text\":\"fix the build\"}' | cairn record --ack\n  cairn log --session thread-1 --json | jq .\n  cairn rollback c12 --dry-run\n\nExit codes: 0 ok, 1 error, 2 usage, 3 corruption found, 4 some input lines rejected."
+    after_help = "Examples:\n  cairn demo                      run a scripted agent session and explore it\n  cairn init && cairn checkpoint --label 'Before turn 1'\n  echo '{\"kind\":\"prompt\",\"text\":\"fix the build\"}' | cairn record --ack\n  cairn log --session thread-1 --json | jq .\n  cairn rollback c12 --dry-run\n  cairn --in-memory --load audit.jsonl log --session s1   # no store on disk\n\nExit codes: 0 ok, 1 error, 2 usage, 3 corruption found, 4 some input lines rejected (record, import, --load)."
 )]
 pub struct Cli {
     /// The store directory (a `.cairn` directory). Default: $CAIRN_STORE, else the
@@ -20,13 +20,37 @@ pub struct Cli {
     pub store: Option<PathBuf>,
     /// The workspace whose files are checkpointed. Default: the one the
     /// store was created for (the directory that holds `.cairn`, or the
-    /// DIR of `cairn --store S init DIR`).
+    /// DIR of `cairn --store S init DIR`); with --in-memory, the current
+    /// directory.
     #[arg(long, global = true, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
     /// Durability of appends: always (fsync before acknowledging, with group commit),
     /// interval[:MS], never.
-    #[arg(long, global = true, value_name = "POLICY")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "POLICY",
+        conflicts_with = "in_memory"
+    )]
     pub durability: Option<String>,
+    /// Run the command on a store held in memory: no store is created on
+    /// disk (the workspace is only read, except by `rollback`; checkpoint
+    /// caches go to a temporary directory removed on exit) and the store
+    /// is gone when the command exits. For a read-only workspace, or
+    /// to inspect and export a log file (--load) without a store. No store
+    /// on disk is looked for: $CAIRN_STORE is ignored, --store refused.
+    #[arg(long, global = true, conflicts_with = "store")]
+    pub in_memory: bool,
+    /// With --in-memory: before the command runs, import FILE into the
+    /// memory store (`-` reads stdin); repeatable, loaded in order. A bad
+    /// line fails the command, naming the file and line.
+    #[arg(long, global = true, value_name = "FILE", requires = "in_memory")]
+    pub load: Vec<PathBuf>,
+    /// The shape of the --load files: jsonl (cairn's canonical JSONL, as
+    /// `cairn record` takes it and `cairn log --json` prints it), cortexide
+    /// or comma.
+    #[arg(long, global = true, value_name = "FORMAT", requires = "load")]
+    pub load_format: Option<String>,
     /// No progress output, no hints, and from `rollback` no per-path listing
     /// (its summary and any kept paths are still printed).
     #[arg(long, short, global = true)]
@@ -54,7 +78,7 @@ pub enum Command {
     },
     /// Record canonical JSONL events from stdin (or --file), each as it arrives.
     #[command(
-        after_help = "Example:\n  my-agent --audit-jsonl | cairn record --ack\n  cairn record --file events.jsonl --json\n\nEach line is one JSON object with at least \"kind\" (prompt, reply, tool_call, file.write, ...)."
+        after_help = "Example:\n  my-agent --audit-jsonl | cairn record --ack\n  cairn record --file events.jsonl --json\n  my-agent --audit-jsonl | cairn --in-memory record --echo > audit.jsonl\n\nEach line is one JSON object with at least \"kind\" (prompt, reply, tool_call, file.write, ...)."
     )]
     Record(RecordArgs),
     /// List records: a table, or canonical JSONL with --json.
@@ -233,6 +257,12 @@ pub struct RecordArgs {
     /// Print each record's LSN on its own line as soon as it is durable.
     #[arg(long)]
     pub ack: bool,
+    /// Print each record, as soon as it is durable, on stdout as canonical
+    /// JSONL (as `cairn log --json` prints it: with lsn, ts and hash); with
+    /// --in-memory, the only copy of what was recorded. Not with --ack or
+    /// --json, which print other lines on stdout.
+    #[arg(long, conflicts_with_all = ["ack", "json"])]
+    pub echo: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,

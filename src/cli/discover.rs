@@ -35,7 +35,7 @@ pub fn find(store_flag: Option<&Path>, workspace_flag: Option<&Path>) -> Result<
         match found {
             Some(f) => f,
             None => bail!(
-                "no cairn store found in {} or any parent directory: run `cairn init` here, or pass --store DIR / set CAIRN_STORE",
+                "no cairn store found in {} or any parent directory: run `cairn init` here, or pass --store DIR / set CAIRN_STORE (or --in-memory, for a store that lasts one command)",
                 cwd.display()
             ),
         }

@@ -281,6 +281,7 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
             "records": s.log.records,
             "log_bytes": s.log.bytes,
             "durability": durability.to_string(),
+            "in_memory": settings.in_memory,
             "log_dictionary": s.log.dictionary.map(cairn_codec::zdict::file_name),
             "head_lsn": s.head.last_lsn.0,
             "head_hash": s.head.chain.to_hex(),
@@ -296,17 +297,24 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
         println!("{v}");
     } else {
         let mut t = Table::new(&["", ""]);
-        t.row(vec!["store".into(), store.root().display().to_string()]);
+        let place = if settings.in_memory {
+            "in memory (--in-memory: gone when this command exits)".to_string()
+        } else {
+            store.root().display().to_string()
+        };
+        t.row(vec!["store".into(), place]);
         t.row(vec!["records".into(), s.log.records.to_string()]);
         t.row(vec![
             "segments".into(),
             format!("{} ({} sealed)", s.log.segments, s.log.sealed_segments),
         ]);
         t.row(vec!["log bytes".into(), bytes(s.log.bytes)]);
-        t.row(vec![
-            "durability".into(),
-            format!("{durability} (for writes by cairn with these options; each writer chooses at open)"),
-        ]);
+        let durability = if settings.in_memory {
+            "none: the store is in memory".to_string()
+        } else {
+            format!("{durability} (for writes by cairn with these options; each writer chooses at open)")
+        };
+        t.row(vec!["durability".into(), durability]);
         t.row(vec![
             "log dictionary".into(),
             s.log

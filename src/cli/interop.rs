@@ -15,8 +15,13 @@ use super::inspect::filter_from;
 use super::Settings;
 
 fn parse_format(s: &str) -> Result<Format> {
+    parse_format_flag("--format", s)
+}
+
+/// `s` as an export/import shape; a bad one is a usage error naming `flag`.
+pub fn parse_format_flag(flag: &str, s: &str) -> Result<Format> {
     s.parse::<Format>()
-        .map_err(|e| super::usage(format!("--format {s}: {e}")))
+        .map_err(|e| super::usage(format!("{flag} {s}: {e}")))
 }
 
 /// Exports the whole log as canonical JSONL to `path` (atomically: temp file, then rename).
@@ -119,39 +124,7 @@ pub fn import(
         cairn::queries::ImportOptions::default()
     };
     let store = settings.open_write()?;
-    let mut total = 0u64;
-    let mut range: Option<(Lsn, Lsn)> = None;
-    for f in files {
-        let stdin = f.as_os_str() == "-";
-        let name = if stdin {
-            "stdin".to_string()
-        } else {
-            f.display().to_string()
-        };
-        let spin = super::progress::Spinner::start(settings.quiet, &format!("importing {name}"));
-        let got = if stdin {
-            store.import_with(format, &mut std::io::stdin().lock(), "stdin", opts)
-        } else {
-            store.import_file_with(format, f, opts)
-        };
-        let got = got.with_context(|| {
-            let before = if total > 0 {
-                format!(
-                    "; the {} of the files before it {} recorded",
-                    super::output::count(total, "record"),
-                    if total == 1 { "was" } else { "were" }
-                )
-            } else {
-                String::new()
-            };
-            format!("import stopped in {name}{before}")
-        })?;
-        drop(spin);
-        if let Some((first, last)) = got {
-            total += last.0 - first.0 + 1;
-            range = Some((range.map_or(first, |r| r.0), last));
-        }
-    }
+    let (total, range) = import_files(settings, &store, format, files, opts, Purpose::Import)?;
     if json {
         let v = serde_json::json!({
             "count": total,
@@ -168,4 +141,65 @@ pub fn import(
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Why files are imported: it changes what an error says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// `cairn import`: what was recorded before a bad file stays recorded.
+    Import,
+    /// `--load` into an in-memory store, which a bad file leaves unused.
+    Load,
+}
+
+/// Imports `files` in `format` into `store`, in order (`-` reads stdin):
+/// the number of records and their LSN range. The first bad line stops it
+/// with an error naming the file and line. Shared by `cairn import` and
+/// `--load`.
+pub fn import_files(
+    settings: &Settings,
+    store: &Store,
+    format: Format,
+    files: &[PathBuf],
+    opts: cairn::queries::ImportOptions,
+    purpose: Purpose,
+) -> Result<(u64, Option<(Lsn, Lsn)>)> {
+    let what = match purpose {
+        Purpose::Import => "import",
+        Purpose::Load => "load",
+    };
+    let mut total = 0u64;
+    let mut range: Option<(Lsn, Lsn)> = None;
+    for f in files {
+        let stdin = f.as_os_str() == "-";
+        let name = if stdin {
+            "stdin".to_string()
+        } else {
+            f.display().to_string()
+        };
+        let spin = super::progress::Spinner::start(settings.quiet, &format!("{what}ing {name}"));
+        let got = if stdin {
+            store.import_with(format, &mut std::io::stdin().lock(), "stdin", opts)
+        } else {
+            store.import_file_with(format, f, opts)
+        };
+        let got = got.with_context(|| {
+            let before = if total > 0 && purpose == Purpose::Import {
+                format!(
+                    "; the {} of the files before it {} recorded",
+                    super::output::count(total, "record"),
+                    if total == 1 { "was" } else { "were" }
+                )
+            } else {
+                String::new()
+            };
+            format!("{what} stopped in {name}{before}")
+        })?;
+        drop(spin);
+        if let Some((first, last)) = got {
+            total += last.0 - first.0 + 1;
+            range = Some((range.map_or(first, |r| r.0), last));
+        }
+    }
+    Ok((total, range))
 }

@@ -8,6 +8,7 @@ pub mod demo;
 pub mod discover;
 pub mod inspect;
 pub mod interop;
+pub mod memory;
 pub mod output;
 pub mod paths;
 pub mod progress;
@@ -119,6 +120,16 @@ pub struct Settings {
     pub durability: Option<Durability>,
     /// `--quiet`.
     pub quiet: bool,
+    /// `--in-memory`: the command runs on [`Settings::memory`], not on a
+    /// store on disk.
+    pub in_memory: bool,
+    /// `--load` files, to import into the in-memory store.
+    pub loads: Vec<std::path::PathBuf>,
+    /// `--load-format`, parsed (default: canonical JSONL).
+    pub load_format: cairn::query::export::Format,
+    /// With `--in-memory`: the store, opened and loaded before the command
+    /// runs (see [`memory::open`]); the command's open takes it.
+    memory: std::cell::RefCell<Option<Store>>,
 }
 
 impl Settings {
@@ -148,6 +159,11 @@ impl Settings {
     /// The workspace root and the current directory, both canonical, if a
     /// store is found.
     pub(crate) fn workspace_and_cwd(&self) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        if self.in_memory {
+            let root = memory::workspace(self.workspace.as_deref()).ok()?;
+            let cwd = std::env::current_dir().ok()?.canonicalize().ok()?;
+            return Some((root, cwd));
+        }
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref()).ok()?;
         let root = found.workspace.canonicalize().ok()?;
         let cwd = std::env::current_dir().ok()?.canonicalize().ok()?;
@@ -163,11 +179,19 @@ impl Settings {
                     .map_err(|e| usage(format!("--durability: {e}")))?,
             ),
         };
+        let load_format = match &cli.load_format {
+            None => cairn::query::export::Format::Jsonl,
+            Some(s) => interop::parse_format_flag("--load-format", s)?,
+        };
         Ok(Settings {
             store: cli.store.clone(),
             workspace: cli.workspace.clone(),
             durability,
             quiet: cli.quiet,
+            in_memory: cli.in_memory,
+            loads: cli.load.clone(),
+            load_format,
+            memory: std::cell::RefCell::new(None),
         })
     }
 
@@ -186,8 +210,19 @@ impl Settings {
         self.open_write_with(None)
     }
 
-    /// Opens the store for writing with a durability override.
+    /// The in-memory store, for the command's one open of its store.
+    fn take_memory(&self) -> Result<Store> {
+        self.memory.borrow_mut().take().ok_or_else(|| {
+            anyhow::anyhow!("internal error: the in-memory store was opened twice by one command")
+        })
+    }
+
+    /// Opens the store for writing with a durability override (none for
+    /// an in-memory store, which is never on disk).
     pub fn open_write_with(&self, durability: Option<Durability>) -> Result<Store> {
+        if self.in_memory {
+            return self.take_memory();
+        }
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
         let mut b = self.builder(&found);
         if let Some(d) = durability {
@@ -219,6 +254,9 @@ impl Settings {
     /// the next writer cuts it. The query index it extends is saved for the
     /// next command where the store can be written.
     pub fn open_read(&self) -> Result<Store> {
+        if self.in_memory {
+            return self.take_memory();
+        }
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
         self.builder(&found)
             .read_only()
@@ -254,10 +292,34 @@ fn with_write_hint(e: Error) -> anyhow::Error {
     }
 }
 
+/// Adds to an error that says the store cannot be created here (the
+/// workspace is read-only) how to run commands on it anyway: examples of
+/// `--in-memory`, which the error names.
+fn with_in_memory_example(e: Error) -> anyhow::Error {
+    let read_only = matches!(&e, Error::Engine(EngineError::ReadOnly { .. }));
+    if read_only {
+        anyhow::anyhow!(
+            "{e}\nfor example: `cairn --in-memory checkpoint --label start` checkpoints this \
+             workspace into memory; `cairn --in-memory --load audit.jsonl log` reads a log file \
+             without a store on disk; `cairn --in-memory record --echo < events.jsonl` records \
+             and prints the records"
+        )
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
 /// Runs one command.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let settings = Settings::from_cli(&cli)?;
+    if settings.in_memory {
+        memory::check(&cli.command, &settings.loads)?;
+    }
     let command = settings.paths_from_cwd(cli.command);
+    if settings.in_memory {
+        let store = memory::open(&settings, &settings.loads, settings.load_format)?;
+        *settings.memory.borrow_mut() = Some(store);
+    }
     match command {
         Command::Init { dir, rebind } => init(&settings, dir.as_deref(), rebind),
         Command::Record(a) => record::run(&settings, a),
@@ -316,7 +378,8 @@ fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCod
         .store_dir(&store_dir)
         .workspace(&workspace)
         .rebind_workspace(rebind)
-        .open()?;
+        .open()
+        .map_err(with_in_memory_example)?;
     if let Some(m) = store.workspace_mismatch() {
         anyhow::bail!("{m}");
     }

@@ -4,7 +4,7 @@
 //! agent is recorded as it happens. Durability is per burst: when no further
 //! complete line is already waiting in the input buffer, everything appended
 //! so far is made durable with one fsync and only then acknowledged
-//! (`--ack` prints the LSNs). Under a fast producer this is group commit for
+//! (`--ack` prints the LSNs, `--echo` the records). Under a fast producer this is group commit for
 //! a single stream; under a slow one, every line is durable on its own.
 
 use std::fs::File;
@@ -13,9 +13,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use cairn::codec::json::{parse_event, MAX_JSON_LINE_BYTES};
+use cairn::codec::json_line::write_json_line;
+use cairn::codec::EventRef;
 use cairn::engine::log::Durability;
 use cairn::query::import::read_bounded_line;
-use cairn::Lsn;
+use cairn::{Lsn, Store};
 
 use super::args::RecordArgs;
 use super::{Settings, EXIT_REJECTED};
@@ -31,6 +33,11 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
     } else {
         policy
     }))?;
+    if settings.in_memory && !args.echo && !settings.quiet {
+        eprintln!(
+            "note: --in-memory: what is recorded is gone when cairn exits; `record --echo` prints each record as canonical JSONL as it is recorded"
+        );
+    }
     if !burst_sync && !settings.quiet {
         eprintln!(
             "note: durability {policy}: a record is acknowledged once written, before it is on disk; a crash of the machine may lose the last ones (the default, always, loses none)"
@@ -87,21 +94,11 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
             if burst_sync {
                 store.sync().context("make records durable")?;
             }
-            if args.ack {
-                for lsn in pending.drain(..) {
-                    writeln!(stdout, "{lsn}")?;
-                }
-                stdout.flush()?;
-            }
-            pending.clear();
+            acknowledge(&store, &args, &mut pending, &mut stdout)?;
         }
     }
     store.sync().context("make records durable")?;
-    if args.ack {
-        for lsn in pending.drain(..) {
-            writeln!(stdout, "{lsn}")?;
-        }
-    }
+    acknowledge(&store, &args, &mut pending, &mut stdout)?;
     if args.json {
         let v = serde_json::json!({
             "first_lsn": first.map(|l| l.0),
@@ -125,4 +122,33 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Tells the caller about the `pending` records, now durable: their LSNs
+/// with `--ack`, the records themselves with `--echo` (read back from the
+/// log, so exactly what `cairn log --json` prints); then forgets them.
+fn acknowledge(
+    store: &Store,
+    args: &RecordArgs,
+    pending: &mut Vec<Lsn>,
+    out: &mut impl Write,
+) -> Result<()> {
+    if args.ack {
+        for lsn in pending.iter() {
+            writeln!(out, "{lsn}")?;
+        }
+        out.flush()?;
+    } else if args.echo && !pending.is_empty() {
+        let mut buf = Vec::new();
+        for lsn in pending.iter() {
+            let r = store
+                .record(*lsn)
+                .with_context(|| format!("read back record {lsn}"))?;
+            write_json_line(r.lsn, r.chain, &EventRef::of(&r.event), &mut buf)?;
+        }
+        out.write_all(&buf)?;
+        out.flush()?;
+    }
+    pending.clear();
+    Ok(())
 }

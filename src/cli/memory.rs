@@ -1,0 +1,90 @@
+//! `--in-memory` and `--load`: a command run on a store held in memory,
+//! for a workspace that cannot hold a store (read-only) or to inspect and
+//! export a log file without creating one. The store is opened, and the
+//! `--load` files imported into it, before the command runs; the command
+//! takes it where it would open a store on disk, and it is gone when the
+//! command exits.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use cairn::queries::ImportOptions;
+use cairn::query::export::Format;
+use cairn::Store;
+
+use super::args::Command;
+use super::{usage, Settings};
+
+/// Refuses, before anything is opened, a command that has no meaning on a
+/// store that lasts one command, and a `--load -` whose stdin the command
+/// itself reads.
+pub fn check(command: &Command, loads: &[PathBuf]) -> Result<()> {
+    let refused = match command {
+        Command::Init { .. } => Some(
+            "cairn init --in-memory: an in-memory store lasts one command, so there is nothing to \
+             create; give --in-memory to the command you want to run instead (e.g. \
+             `cairn --in-memory checkpoint --label start`, `cairn --in-memory --load audit.jsonl log`)",
+        ),
+        Command::Repair { .. } => Some(
+            "cairn repair --in-memory: repair mends a store on disk; an in-memory store has nothing \
+             to repair (give `cairn verify` --in-memory to check what --load read)",
+        ),
+        Command::Demo(_) => Some(
+            "cairn demo --in-memory: the demo creates its own store, in a workspace it generates \
+             (a temporary directory); run it without --in-memory",
+        ),
+        _ => None,
+    };
+    if let Some(why) = refused {
+        return Err(usage(why));
+    }
+    let load_stdin = loads.iter().any(|f| f.as_os_str() == "-");
+    let command_stdin = match command {
+        Command::Record(a) => a.file.is_none(),
+        Command::Import { files, .. } => files.iter().any(|f| f.as_os_str() == "-"),
+        _ => false,
+    };
+    if load_stdin && command_stdin {
+        return Err(usage(
+            "--load - reads stdin, and so does the command: give one of them a file",
+        ));
+    }
+    if loads.iter().filter(|f| f.as_os_str() == "-").count() > 1 {
+        return Err(usage("--load - is given twice: stdin can be read once"));
+    }
+    Ok(())
+}
+
+/// The workspace of an in-memory store: `--workspace DIR`, else the
+/// current directory; it must exist.
+pub fn workspace(flag: Option<&Path>) -> Result<PathBuf> {
+    let cwd = std::env::current_dir().context("read the current directory")?;
+    let dir = match flag {
+        Some(w) if w.is_absolute() => w.to_path_buf(),
+        Some(w) => cwd.join(w),
+        None => cwd,
+    };
+    dir.canonicalize()
+        .with_context(|| format!("open the workspace {}", dir.display()))
+}
+
+/// Opens the in-memory store over the workspace and imports the `--load`
+/// files into it, in order. Each file is loaded as given: one loaded twice
+/// is recorded twice (there is no earlier store to have imported it).
+pub fn open(settings: &Settings, loads: &[PathBuf], format: Format) -> Result<Store> {
+    let ws = workspace(settings.workspace.as_deref())?;
+    let store = Store::builder()
+        .in_memory()
+        .workspace(&ws)
+        .open()
+        .with_context(|| format!("open an in-memory store for the workspace {}", ws.display()))?;
+    super::interop::import_files(
+        settings,
+        &store,
+        format,
+        loads,
+        ImportOptions::again(),
+        super::interop::Purpose::Load,
+    )?;
+    Ok(store)
+}
