@@ -510,3 +510,105 @@ fn records_in_dropped_pages_read_back(durability: Durability, n: u64, text_len: 
     let log = Log::open(vfs(), dir, o).unwrap();
     check(events(&log));
 }
+
+/// The records a clean close left in the tail (named by its `tail.state`)
+/// were durable and acknowledged: a tail whose last of them is damaged, or
+/// that is cut short, has lost them to damage, not to a torn write. Open
+/// refuses it (naming where), a read-only verify reports it, and salvage
+/// keeps their LSNs with placeholders so they are never given to other
+/// events.
+#[test]
+fn records_a_clean_close_certified_are_never_cut_as_a_torn_tail() {
+    for cut in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        build(dir, &[1; 20]);
+        let seg = segments(dir).pop().unwrap();
+        let mut bytes = std::fs::read(&seg).unwrap();
+        let frames = frame_offsets(&bytes, bytes.len());
+        // Damage the last record, or cut the file inside record 15.
+        let (from, lost_first) = if cut {
+            let (off, len, _) = frames[14];
+            bytes.truncate(off + len / 2);
+            (off, Lsn(15))
+        } else {
+            let (off, len, _) = frames[19];
+            bytes[off + len - 3] ^= 0xFF;
+            (off, Lsn(20))
+        };
+        std::fs::write(&seg, &bytes).unwrap();
+
+        match Log::open(vfs(), dir, opts(1 << 20)).unwrap_err() {
+            EngineError::Corrupt {
+                path,
+                offset,
+                lsn,
+                detail,
+            } => {
+                assert_eq!(path, seg);
+                assert_eq!(offset, from as u64);
+                assert_eq!(lsn, Some(lost_first));
+                assert!(detail.contains("closed cleanly with LSN 20"), "{detail}");
+            }
+            e => panic!("{e}"),
+        }
+        assert_eq!(std::fs::read(&seg).unwrap(), bytes, "nothing was truncated");
+        let reader = cairn_engine::log::LogReader::open(vfs(), dir).unwrap();
+        let report = reader.verify().unwrap();
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert_eq!(report.problems[0].offset, from as u64);
+        assert_eq!(report.problems[0].lsn, Some(lost_first));
+
+        let rep = salvage(vfs(), dir).unwrap();
+        assert_eq!(rep.kept_records, lost_first.0 - 1);
+        assert_eq!(rep.placeholders, 20 - lost_first.0 + 1);
+        assert_eq!(
+            rep.dropped
+                .iter()
+                .map(|d| (d.first, d.last))
+                .collect::<Vec<_>>(),
+            vec![(lost_first, Lsn(20))]
+        );
+        let log = Log::open(vfs(), dir, opts(1 << 20)).unwrap();
+        assert_eq!(log.head().last_lsn, Lsn(20));
+        assert!(log.verify().unwrap().problems.is_empty());
+        assert_eq!(log.append(&ev(21)).unwrap(), Lsn(21), "no LSN is reused");
+    }
+}
+
+/// A clean close certifies only what it left: records appended after it
+/// and torn by a crash are cut as usual, and the certified ones stay.
+#[test]
+fn a_torn_tail_after_a_clean_close_is_still_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    build(dir, &[1; 10]);
+    {
+        let log = Log::open(vfs(), dir, opts(1 << 20)).unwrap();
+        for i in 11..=15 {
+            log.append(&ev(i)).unwrap();
+        }
+        log.sync().unwrap();
+        std::mem::forget(log); // crash: the old tail.state stays
+    }
+    let seg = segments(dir).pop().unwrap();
+    let bytes = std::fs::read(&seg).unwrap();
+    let frames = frame_offsets(&bytes, frame_end(&bytes));
+    let (off, len, lsn) = frames[13];
+    assert_eq!(lsn, Lsn(14));
+    std::fs::write(&seg, &bytes[..off + len / 2]).unwrap();
+    let log = Log::open(vfs(), dir, opts(1 << 20)).unwrap();
+    assert_eq!(log.head().last_lsn, Lsn(13));
+    assert!(log.verify().unwrap().problems.is_empty());
+    assert_eq!(log.append(&ev(14)).unwrap(), Lsn(14));
+}
+
+/// Where the frames of a segment end (the rest is zero-filled space
+/// reserved ahead of the writer).
+fn frame_end(bytes: &[u8]) -> usize {
+    let mut off = 64;
+    while let Ok(f) = frame::decode(&bytes[off..]) {
+        off += f.len();
+    }
+    off
+}

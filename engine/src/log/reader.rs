@@ -276,7 +276,8 @@ impl LogReader {
 
     /// See [`Log::verify`](super::Log::verify); covers what this reader sees.
     pub fn verify(&self) -> Result<VerifyReport> {
-        self.view.verify()
+        let closed = super::recovery::TailState::load(&*self.vfs, &self.dir);
+        self.view.verify(closed.as_ref())
     }
 
     /// Counts and sizes; `durability` is the default (the writer's policy is not on disk).

@@ -196,6 +196,38 @@ impl TailState {
     }
 }
 
+impl TailState {
+    /// Reads the `tail.state` of the log in `dir`, if there is an intact one.
+    pub(crate) fn load(vfs: &dyn Vfs, dir: &Path) -> Option<TailState> {
+        read_small(vfs, &dir.join(TAIL_STATE_FILE)).and_then(|b| TailState::decode(&b))
+    }
+
+    /// If this state describes the tail segment that starts at `first` and
+    /// its intact records now end before the last one the clean close
+    /// certified (`head`, at byte `valid_len`), the records in between were
+    /// durable and acknowledged, so their loss is damage (a flipped bit, a
+    /// cut file), not a torn write: a description of it. A state left by an
+    /// earlier close of an older segment says nothing about this one; one
+    /// of this segment left before later appends certifies a prefix of it,
+    /// which a crash never takes.
+    pub(crate) fn unmet(&self, first: Lsn, head: Head, valid_len: u64) -> Option<String> {
+        if self.first_lsn != first || head.last_lsn >= self.last_lsn {
+            return None;
+        }
+        let lost = if head.last_lsn.next() == self.last_lsn {
+            format!("LSN {} is", self.last_lsn)
+        } else {
+            format!("LSN {} to {} are", head.last_lsn.next(), self.last_lsn)
+        };
+        Some(format!(
+            "the log was closed cleanly with LSN {} as its last record ({} bytes in this \
+             segment), but its intact records end at LSN {} (byte {valid_len}): {lost} damaged \
+             or cut off, which a crash cannot do (`cairn repair` keeps every intact record)",
+            self.last_lsn, self.valid_len, head.last_lsn,
+        ))
+    }
+}
+
 /// The writer's view of the tail after recovery.
 pub(crate) struct OpenTail {
     pub path: std::path::PathBuf,
@@ -228,8 +260,7 @@ pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Seale
     let mut expect = Lsn::FIRST;
     let mut prev = ChainHash::ZERO;
     let n = segs.len();
-    let state_path = dir.join(TAIL_STATE_FILE);
-    let state = read_small(vfs, &state_path).and_then(|b| TailState::decode(&b));
+    let state = TailState::load(vfs, dir);
     for (i, (name_lsn, path)) in segs.into_iter().enumerate() {
         if name_lsn != expect {
             return Err(corrupt(
@@ -356,6 +387,15 @@ fn recover_tail(
     file.read_exact_at(&mut buf, 0)
         .map_err(|e| EngineError::io("read log segment", path, e))?;
     let scan = scan_tail(path, &buf, &header)?;
+    if let Some(detail) = state.and_then(|st| st.unmet(header.first_lsn, scan.head, scan.valid_len))
+    {
+        return Err(corrupt(
+            path,
+            scan.valid_len,
+            Some(scan.head.last_lsn.next()),
+            detail,
+        ));
+    }
     if scan.valid_len < len {
         file.set_len(scan.valid_len)
             .map_err(|e| EngineError::io("truncate torn log tail", path, e))?;

@@ -30,7 +30,7 @@ use cairn_codec::{zdict, ChainHash, Event, EventKind, Lsn, Timestamp};
 
 use super::dict::LogDicts;
 use super::options::DEFAULT_SEGMENT_SIZE_BYTES;
-use super::recovery::{read_small, scan_tail, TAIL_STATE_FILE};
+use super::recovery::{read_small, scan_tail, TailState, TAIL_STATE_FILE};
 use super::scan::{finish_frame, walk, Step};
 use super::segment::{index_path, list_segments, segment_name};
 use super::Head;
@@ -91,6 +91,7 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
     finish_pending(vfs, dir)?;
     let segs = list_segments(vfs, dir)?;
     check_dictionaries(vfs, &segs, &dicts)?;
+    let closed = TailState::load(vfs, dir);
     // Find the first damaged segment.
     let mut expect = Lsn::FIRST;
     let mut chain = ChainHash::ZERO;
@@ -99,7 +100,7 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
         let buf = read_all(vfs, path)?;
         let is_last = i + 1 == segs.len();
         let intact = (*name_lsn == expect)
-            .then(|| segment_intact(path, &buf, is_last, expect, chain, &dicts));
+            .then(|| segment_intact(path, &buf, is_last, expect, chain, &dicts, closed.as_ref()));
         match intact {
             Some(Some((e, c))) => (expect, chain) = (e, c),
             _ => {
@@ -133,6 +134,16 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
         if vfs.exists(&idx) {
             old_files.push(idx);
         }
+    }
+    // Records at the end that the log's clean close had certified were
+    // durable and acknowledged: placeholders keep their LSNs from being
+    // given to other events (a torn tail, never acknowledged, is dropped).
+    let tail_first = segs.last().map(|(lsn, _)| *lsn);
+    if let Some(st) = closed
+        .as_ref()
+        .filter(|st| Some(st.first_lsn) == tail_first)
+    {
+        out.fill_to(st.last_lsn)?;
     }
     let (new_files, mut report) = out.finish()?;
     report.kept_records += kept_before;
@@ -216,6 +227,7 @@ fn segment_intact(
     first: Lsn,
     prev: ChainHash,
     dicts: &LogDicts,
+    closed: Option<&TailState>,
 ) -> Option<(Lsn, ChainHash)> {
     let h = SegmentHeader::decode(buf).ok()?;
     if h.first_lsn != first || h.prev_chain != prev {
@@ -227,6 +239,9 @@ fn segment_intact(
             return None;
         }
         let s = scan_tail(path, buf, &h).ok()?;
+        if closed.is_some_and(|st| st.unmet(first, s.head, s.valid_len).is_some()) {
+            return None;
+        }
         // Bodies must decode too.
         let mut ok = true;
         walk(&buf[..s.valid_len as usize], SEGMENT_HEADER_LEN, |st| {
@@ -395,6 +410,29 @@ impl<'a> Rewriter<'a> {
                     self.report.kept_records += 1;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Puts placeholders at every LSN up to `last` not yet written (an
+    /// incomplete batch at the end included): records the log's clean
+    /// close certified, lost since.
+    fn fill_to(&mut self, last: Lsn) -> Result<()> {
+        let pending_last = self.pending.last().map(|p| p.lsn);
+        if pending_last.is_some_and(|l| l <= last) {
+            self.abandon_batch("its atomic batch was damaged")?;
+        }
+        if self.next <= last {
+            let a = self.next;
+            for l in a.0..=last.0 {
+                self.placeholder(Lsn(l))?;
+            }
+            self.drop_range(
+                a,
+                last,
+                "damaged or cut off at the end of the log, which its clean close had left \
+                 holding them; placeholder records stand in their place",
+            );
         }
         Ok(())
     }

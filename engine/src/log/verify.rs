@@ -9,6 +9,7 @@ use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEG
 use cairn_codec::{ChainHash, CodecError, Event, Lsn};
 
 use super::dict::LogDicts;
+use super::recovery::TailState;
 use super::scan::{walk, Step};
 use super::view::View;
 use super::Head;
@@ -230,8 +231,10 @@ impl Checker<'_> {
 }
 
 impl View {
-    /// See [`Log::verify`](super::Log::verify).
-    pub fn verify(&self) -> Result<VerifyReport> {
+    /// See [`Log::verify`](super::Log::verify). `closed` is the log's
+    /// `tail.state`, if any: a tail whose records end before the last one
+    /// it certified has lost acknowledged records.
+    pub fn verify(&self, closed: Option<&TailState>) -> Result<VerifyReport> {
         let mut c = Checker {
             dicts: &self.dicts,
             expect: Lsn::FIRST,
@@ -278,6 +281,11 @@ impl View {
             bytes += data.len() as u64;
             c.header(&t.path, &data);
             c.frames(&t.path, &data, data.len());
+            if let Some(d) =
+                closed.and_then(|st| st.unmet(t.header.first_lsn, t.head, t.committed_len))
+            {
+                c.problem(&t.path, t.committed_len, Some(t.head.last_lsn.next()), d);
+            }
         }
         Ok(VerifyReport {
             segments,

@@ -508,7 +508,7 @@ impl Log {
     /// the hash chain; lists every problem found.
     pub fn verify(&self) -> Result<VerifyReport> {
         let snap = self.inner.view.read().snapshot();
-        snap.verify()
+        snap.verify(TailState::load(&*self.inner.vfs, &self.inner.dir).as_ref())
     }
 
     /// Counts and sizes.
