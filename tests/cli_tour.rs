@@ -341,38 +341,70 @@ fn damage_in_the_log_exits_with_the_corruption_code() {
     ok(&cairn(ws, &["verify"]));
 }
 
-/// Starts a `cairn record` that holds the store's lock, and returns once
-/// its first record is visible to readers.
-fn hold_the_lock(ws: &Path) -> std::process::Child {
-    let mut holder = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["record"])
+/// Opens the store in this process, as an embedding agent platform
+/// would, holding its writer lock, and appends one record that readers in
+/// other processes then see.
+fn hold_the_lock(ws: &Path) -> cairn::Store {
+    let store = cairn::Store::open(ws).unwrap();
+    let mut e = cairn::Event::new(cairn::EventKind::Prompt, "default");
+    e.text = Some("hold".into());
+    store.append(&e).unwrap();
+    let o = cairn(ws, &["log", "--json"]);
+    assert!(
+        ok(&o).contains("hold"),
+        "a reader sees the writer's record while it holds the lock"
+    );
+    store
+}
+
+/// A live `cairn record` pipe (as long as the agent that feeds it) lets
+/// other writers in while its input is idle: a checkpoint between two
+/// events gets the lock, and the pipe's next event is recorded after it.
+#[test]
+fn a_live_record_pipe_lets_a_checkpoint_in_while_it_is_idle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let mut rec = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["record", "--ack"])
         .current_dir(ws)
         .env_remove("CAIRN_STORE")
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stdin = holder.stdin.as_mut().unwrap();
-    stdin
-        .write_all(b"{\"kind\":\"prompt\",\"text\":\"hold\"}\n")
-        .unwrap();
-    stdin.flush().unwrap();
-    let mut seen = false;
-    // A bound on waiting, not a timing assertion: generous for a loaded CI machine.
-    for _ in 0..800 {
-        let o = cairn(ws, &["log", "--json"]);
-        if o.status.success() && String::from_utf8_lossy(&o.stdout).contains("hold") {
-            seen = true;
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    assert!(
-        seen,
-        "a reader sees the writer's record while it holds the lock"
+    let mut input = rec.stdin.take().unwrap();
+    let mut acks = std::io::BufReader::new(rec.stdout.take().unwrap());
+    let mut ack = |input: &mut std::process::ChildStdin, line: &str| -> String {
+        input.write_all(line.as_bytes()).unwrap();
+        input.flush().unwrap();
+        let mut got = String::new();
+        std::io::BufRead::read_line(&mut acks, &mut got).unwrap();
+        got.trim().to_string()
+    };
+    assert_eq!(
+        ack(&mut input, "{\"kind\":\"prompt\",\"text\":\"turn 1\"}\n"),
+        "1"
     );
-    holder
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    // The pipe stays open: the checkpoint waits (up to 3 s) for the lock
+    // that `record` releases once its input is idle.
+    let made = json_lines(&ok(&cairn(ws, &["checkpoint", "--json"])));
+    assert_eq!(made[0]["lsn"], 2, "{made:?}");
+    ok(&cairn(ws, &["track", "a.txt"]));
+    assert_eq!(
+        ack(&mut input, "{\"kind\":\"reply\",\"text\":\"turn 2\"}\n"),
+        "3"
+    );
+    drop(input);
+    let out = rec.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("recorded 2 records"), "{err}");
+    let log = json_lines(&ok(&cairn(ws, &["log", "--json"])));
+    let kinds: Vec<&str> = log.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["prompt", "checkpoint.create", "reply"]);
 }
 
 #[test]
@@ -380,13 +412,12 @@ fn a_second_writer_is_told_the_store_is_locked() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();
     ok(&cairn(ws, &["init"]));
-    let mut holder = hold_the_lock(ws);
+    let holder = hold_the_lock(ws);
     let o = cairn(ws, &["checkpoint"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("locked") && err.contains("LOCK"), "{err}");
-    drop(holder.stdin.take());
-    assert!(holder.wait().unwrap().success());
+    holder.close().unwrap();
 }
 
 /// Listing checkpoints and planning a rollback only read: they work while
@@ -422,7 +453,7 @@ fn checkpoints_and_a_dry_run_read_beside_a_recording_process() {
         v
     };
     let before = caches(ws);
-    let mut holder = hold_the_lock(ws);
+    let holder = hold_the_lock(ws);
 
     let list = json_lines(&ok(&cairn(ws, &["checkpoints", "--json"])));
     assert_eq!(list.len(), 1, "{list:?}");
@@ -446,8 +477,7 @@ fn checkpoints_and_a_dry_run_read_beside_a_recording_process() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("locked"), "{err}");
-    drop(holder.stdin.take());
-    assert!(holder.wait().unwrap().success());
+    holder.close().unwrap();
     // Once it is free, the same plan is carried out.
     let done = json_lines(&ok(&cairn(ws, &["rollback", "--json", &id])));
     assert_eq!(done[0]["written"], plan[0]["written"]);

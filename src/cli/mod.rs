@@ -220,6 +220,18 @@ impl Settings {
     /// Opens the store for writing with a durability override (none for
     /// an in-memory store, which is never on disk).
     pub fn open_write_with(&self, durability: Option<Durability>) -> Result<Store> {
+        self.open_write_waiting(durability, false)
+    }
+
+    /// [`Settings::open_write_with`]; with `patient`, waits for the store
+    /// lock as long as another process holds it (saying so once, after
+    /// [`LOCK_WAIT`]) instead of reporting "locked": for `record`, which
+    /// must not drop the events it was given.
+    pub fn open_write_waiting(
+        &self,
+        durability: Option<Durability>,
+        patient: bool,
+    ) -> Result<Store> {
         if self.in_memory {
             return self.take_memory();
         }
@@ -231,11 +243,19 @@ impl Settings {
         // A read command may hold the lock for a moment (it opens for
         // writing when it can, so recovery runs); wait for it rather than fail.
         let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let mut told = false;
         loop {
             match b.clone().open() {
-                Err(Error::Engine(EngineError::Locked { .. }))
-                    if std::time::Instant::now() < deadline =>
+                Err(Error::Engine(EngineError::Locked { lock_file }))
+                    if patient || std::time::Instant::now() < deadline =>
                 {
+                    if patient && !told && !self.quiet && std::time::Instant::now() >= deadline {
+                        eprintln!(
+                            "note: waiting for the store lock ({}), held by another cairn process that writes",
+                            lock_file.display()
+                        );
+                        told = true;
+                    }
                     std::thread::sleep(LOCK_RETRY);
                 }
                 r => {

@@ -6,6 +6,13 @@
 //! so far is made durable with one fsync and only then acknowledged
 //! (`--ack` prints the LSNs, `--echo` the records). Under a fast producer this is group commit for
 //! a single stream; under a slow one, every line is durable on its own.
+//!
+//! A live pipe can last as long as the agent, and other commands need the
+//! store's writer lock meanwhile (`checkpoint` and `track` between turns,
+//! a second `record`). So once its input has been idle for
+//! [`RELEASE_LOCK_AFTER_IDLE`] with everything acknowledged, `record`
+//! closes the store, releasing the lock, and opens it again for the next
+//! line, waiting for the lock as long as another writer holds it.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
@@ -22,17 +29,29 @@ use cairn::{Lsn, Store};
 use super::args::RecordArgs;
 use super::{Settings, EXIT_REJECTED};
 
+/// How long the input of `record` must stay idle, with every record
+/// acknowledged, before it releases the store's writer lock: long enough
+/// that a steady stream (or a file) never pays for reopening the store,
+/// short enough that a `cairn checkpoint` between an agent's turns does
+/// not wait for the lock (it waits up to 3 s).
+pub const RELEASE_LOCK_AFTER_IDLE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Runs `cairn record`.
 pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
     // With `always`, the log is opened without its own per-append fsync and
     // this loop syncs once per burst before acknowledging.
     let policy = settings.durability.unwrap_or(Durability::Always);
     let burst_sync = matches!(policy, Durability::Always);
-    let store = settings.open_write_with(Some(if burst_sync {
+    let open_policy = Some(if burst_sync {
         Durability::Never
     } else {
         policy
-    }))?;
+    });
+    // Opened here, so a store that cannot be opened is reported before any
+    // input is read; closed while the input is idle (see the module docs).
+    let mut store = Some(settings.open_write_waiting(open_policy, true)?);
+    // Only a pipe goes idle; an in-memory store would be lost if closed.
+    let idle_fd = (args.file.is_none() && !settings.in_memory).then_some(0);
     if settings.in_memory && !args.echo && !settings.quiet {
         eprintln!(
             "note: --in-memory: what is recorded is gone when cairn exits; `record --echo` prints each record as canonical JSONL as it is recorded"
@@ -57,6 +76,14 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
     let mut line_no = 0u64;
     let mut buf = Vec::new();
     loop {
+        if let Some(fd) = idle_fd {
+            if store.is_some() && !reader.buffer().contains(&b'\n') && !readable_within(fd) {
+                if let Some(s) = store.take() {
+                    s.close()
+                        .context("close the store while the input is idle")?;
+                }
+            }
+        }
         let got = read_bounded_line(&mut reader, MAX_JSON_LINE_BYTES, &mut buf)
             .with_context(|| format!("read {name}"))?;
         let Some(got) = got else { break };
@@ -76,7 +103,7 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
                 rejected += 1;
                 eprintln!("{name}:{line_no}: rejected: {reason}");
             }
-            Ok(event) => match store.append(&event) {
+            Ok(event) => match reopened(&mut store, settings, open_policy)?.append(&event) {
                 Ok(lsn) => {
                     first.get_or_insert(lsn);
                     last = Some(lsn);
@@ -91,14 +118,18 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
         }
         let more_waiting = reader.buffer().contains(&b'\n');
         if !more_waiting && !pending.is_empty() {
+            let store = reopened(&mut store, settings, open_policy)?;
             if burst_sync {
                 store.sync().context("make records durable")?;
             }
-            acknowledge(&store, &args, &mut pending, &mut stdout)?;
+            acknowledge(store, &args, &mut pending, &mut stdout)?;
         }
     }
-    store.sync().context("make records durable")?;
-    acknowledge(&store, &args, &mut pending, &mut stdout)?;
+    if let Some(store) = store {
+        store.sync().context("make records durable")?;
+        acknowledge(&store, &args, &mut pending, &mut stdout)?;
+        store.close().context("close the store")?;
+    }
     if args.json {
         let v = serde_json::json!({
             "first_lsn": first.map(|l| l.0),
@@ -109,19 +140,58 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
         writeln!(stdout, "{v}")?;
     } else if !settings.quiet {
         match (first, last) {
-            (Some(f), Some(l)) => eprintln!(
+            (Some(f), Some(l)) if l.0 - f.0 + 1 == count => eprintln!(
                 "recorded {} (LSN {f}..={l}), rejected {rejected}",
+                super::output::count(count, "record")
+            ),
+            (Some(f), Some(l)) => eprintln!(
+                "recorded {} (LSN {f} to {l}, between records of other writers), rejected {rejected}",
                 super::output::count(count, "record")
             ),
             _ => eprintln!("recorded 0 records, rejected {rejected}"),
         }
     }
-    store.close()?;
     Ok(if rejected > 0 {
         ExitCode::from(EXIT_REJECTED)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The open store, opened again (waiting for the lock) if `record`
+/// released it while its input was idle.
+fn reopened<'s>(
+    store: &'s mut Option<Store>,
+    settings: &Settings,
+    policy: Option<Durability>,
+) -> Result<&'s Store> {
+    if store.is_none() {
+        *store = Some(settings.open_write_waiting(policy, true)?);
+    }
+    store
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("internal error: the store is not open"))
+}
+
+/// Whether input is ready on `fd` within [`RELEASE_LOCK_AFTER_IDLE`] (or
+/// the descriptor is closed or in error, which the next read reports).
+#[cfg(unix)]
+fn readable_within(fd: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = RELEASE_LOCK_AFTER_IDLE.as_millis() as i32;
+    // SAFETY: poll on one valid, initialised pollfd; it writes only `revents`.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n != 0
+}
+
+/// Without `poll`, the input is never taken to be idle.
+#[cfg(not(unix))]
+fn readable_within(_fd: i32) -> bool {
+    true
 }
 
 /// Tells the caller about the `pending` records, now durable: their LSNs
