@@ -326,14 +326,23 @@ fn damage_in_the_log_exits_with_the_corruption_code() {
         text.contains(".seg") && text.contains("at byte") && text.contains("LSN"),
         "{text}"
     );
-    // A script asking for JSON gets a report even when the log cannot be
-    // read through: not ok, and why.
+    // A script asking for JSON gets the full report: not ok, and each
+    // problem with its file, offset and LSN (damage in the segment being
+    // written reads like damage in a sealed one).
     let o = cairn(ws, &["verify", "--json"]);
     assert_eq!(o.status.code(), Some(3));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["ok"], false);
-    assert!(v["error"].as_str().unwrap().contains("LSN"), "{v}");
-    // Reading the log stops at the damage rather than ending early.
+    let p = &v["problems"][0];
+    assert!(p["file"].as_str().unwrap().ends_with(".seg"), "{v}");
+    assert!(
+        p["offset"].as_u64().is_some() && p["lsn"].as_u64().is_some(),
+        "{v}"
+    );
+    // The records before the damage can be read; reading the log to its
+    // end stops at the damage rather than ending early.
+    let first = json_lines(&ok(&cairn(ws, &["log", "--json", "--limit", "2"])));
+    assert_eq!(first.len(), 2);
     assert_eq!(cairn(ws, &["log"]).status.code(), Some(3));
     // Repair keeps every intact record and says what it dropped.
     let r = ok(&cairn(ws, &["repair"]));

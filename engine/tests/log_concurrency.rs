@@ -396,8 +396,13 @@ fn reader_names_damage_that_intact_records_follow() {
     bytes[off + 30] ^= 0x40;
     std::fs::write(&name, &bytes).unwrap();
     // A reader used to stop there, as at a record being written, and show
-    // a log of four records as if whole.
-    let err = LogReader::open(Arc::new(RealVfs), &dir).unwrap_err();
+    // a log of four records as if whole. It reads the four, and reading to
+    // its head then fails naming the damage.
+    let r = LogReader::open(Arc::new(RealVfs), &dir).unwrap();
+    assert_eq!(r.head().last_lsn, Lsn(4));
+    let got: Vec<_> = r.iter_from(Lsn(1)).collect();
+    assert_eq!(got.len(), 5);
+    let err = got.into_iter().last().unwrap().unwrap_err();
     assert!(err.is_corruption(), "{err}");
     let text = err.to_string();
     assert!(

@@ -612,3 +612,47 @@ fn frame_end(bytes: &[u8]) -> usize {
     }
     off
 }
+
+/// Damage in the segment being written, with intact records after it, is
+/// found by a reader without failing its open: it reads the records before
+/// the damage, reading to the head then fails naming it, and verify lists
+/// it as a problem with its file, offset and LSN.
+#[test]
+fn a_reader_reads_up_to_damage_in_the_tail_and_verify_names_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    build(dir, &[1; 20]);
+    std::fs::remove_file(dir.join("tail.state")).unwrap();
+    let seg = segments(dir).pop().unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let frames = frame_offsets(&bytes, bytes.len());
+    let (off, len, _) = frames[9];
+    bytes[off + len - 3] ^= 0xFF;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let reader = cairn_engine::log::LogReader::open(vfs(), dir).unwrap();
+    assert_eq!(reader.head().last_lsn, Lsn(9));
+    assert_eq!(reader.read(Lsn(3)).unwrap().lsn, Lsn(3));
+    let all: Vec<_> = reader.iter_from(Lsn(1)).collect();
+    assert_eq!(all.len(), 10, "nine records, then the damage");
+    assert!(all[..9].iter().all(|r| r.is_ok()));
+    match all[9].as_ref().unwrap_err() {
+        EngineError::Corrupt {
+            path, offset, lsn, ..
+        } => {
+            assert_eq!(path, &seg);
+            assert_eq!(*offset, off as u64);
+            assert_eq!(*lsn, Some(Lsn(10)));
+        }
+        e => panic!("{e}"),
+    }
+    assert!(reader.for_each_frame(Lsn(1), |_| {}).is_err());
+    let report = reader.verify().unwrap();
+    assert_eq!(report.records, 9);
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    let p = &report.problems[0];
+    assert_eq!((p.offset, p.lsn), (off as u64, Some(Lsn(10))));
+    assert!(p.detail.contains("intact records follow"), "{}", p.detail);
+    // The writer still refuses to open until repair.
+    assert!(Log::open(vfs(), dir, opts(1 << 20)).is_err());
+}

@@ -187,14 +187,27 @@ impl Index {
     }
 
     /// Folds in the records of `src` after [`Index::covered`]; returns how many.
+    ///
+    /// Damage that a reader found at the end of the log (intact records
+    /// after a frame that is not, in the segment being written) ends the
+    /// fold there: the records before it are folded, so queries about them
+    /// still work, and reading past them reports the damage. Damage before
+    /// the head is an error.
     pub fn catch_up(&mut self, src: &dyn RecordSource) -> Result<u64> {
         let mut n = 0;
-        src.for_each_ref(self.covered.next(), &mut |lsn, chain, e| {
+        let r = src.for_each_ref(self.covered.next(), &mut |lsn, chain, e| {
             self.observe_ref(lsn, chain, e)?;
             n += 1;
             Ok(true)
-        })?;
-        Ok(n)
+        });
+        match r {
+            Err(QueryError::Engine(e))
+                if e.is_corruption() && src.head().is_ok_and(|h| h.last_lsn == self.covered) =>
+            {
+                Ok(n)
+            }
+            r => r.map(|()| n),
+        }
     }
 
     /// Folds in one record, which must be the next one (`covered + 1`).

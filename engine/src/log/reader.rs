@@ -15,7 +15,7 @@ use super::recovery::looks_sealed;
 use super::scan::find_next_valid;
 use super::segment::{check_header, corrupt, list_segments, open_sealed, sequence_gap};
 use super::sparse_index::SparseIndex;
-use super::view::{LogIter, Tail, View};
+use super::view::{LogIter, Tail, TailDamage, View};
 use super::{Durability, Head, LogStats, Record, VerifyReport};
 use crate::vfs::{OpenMode, Vfs};
 use crate::{EngineError, Result};
@@ -135,6 +135,7 @@ impl LogReader {
                 chain: prev,
             },
             index: SparseIndex::default(),
+            damage: None,
         });
         Ok(true)
     }
@@ -148,6 +149,10 @@ impl LogReader {
     /// the file, the byte offset and the LSN, as opening the log for
     /// writing does, never a log that silently ends early.
     fn extend_tail(&mut self) -> Result<()> {
+        if self.view.tail.as_ref().is_some_and(|t| t.damage.is_some()) {
+            // Nothing is read past damage (the writer cannot open either).
+            return Ok(());
+        }
         let mut reads = 0;
         loop {
             match self.extend_tail_once()? {
@@ -155,7 +160,10 @@ impl LogReader {
                 Some(damage) => {
                     reads += 1;
                     if reads >= DAMAGE_CONFIRM_READS {
-                        return Err(damage);
+                        if let Some(t) = &mut self.view.tail {
+                            t.damage = Some(damage);
+                        }
+                        return Ok(());
                     }
                     std::thread::sleep(DAMAGE_CONFIRM_PAUSE);
                 }
@@ -165,7 +173,7 @@ impl LogReader {
 
     /// One pass of [`LogReader::extend_tail`]: `Some` error if intact
     /// records follow the first frame that is not.
-    fn extend_tail_once(&mut self) -> Result<Option<EngineError>> {
+    fn extend_tail_once(&mut self) -> Result<Option<TailDamage>> {
         let Some(t) = &mut self.view.tail else {
             return Ok(None);
         };
@@ -223,16 +231,13 @@ impl LogReader {
             return Ok(None);
         }
         let at = base + off as u64;
-        Ok(find_next_valid(bad, 1, expect).map(|next| {
-            corrupt(
-                &t.path,
-                at,
-                Some(expect),
-                format!(
-                    "record frame is not intact, but intact records follow at byte {}, so this is damage, not a record being written (`cairn repair` keeps every intact record)",
-                    at + next as u64
-                ),
-            )
+        Ok(find_next_valid(bad, 1, expect).map(|next| TailDamage {
+            offset: at,
+            lsn: expect,
+            detail: format!(
+                "record frame is not intact, but intact records follow at byte {}, so this is damage, not a record being written (`cairn repair` keeps every intact record)",
+                at + next as u64
+            ),
         }))
     }
 

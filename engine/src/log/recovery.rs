@@ -441,6 +441,7 @@ pub(crate) fn tail_view(t: &OpenTail) -> Tail {
         committed_len: t.len,
         head: t.head,
         index: t.index.clone(),
+        damage: None,
     }
 }
 

@@ -281,7 +281,9 @@ impl View {
             bytes += data.len() as u64;
             c.header(&t.path, &data);
             c.frames(&t.path, &data, data.len());
-            if let Some(d) =
+            if let Some(d) = &t.damage {
+                c.problem(&t.path, d.offset, Some(d.lsn), d.detail.clone());
+            } else if let Some(d) =
                 closed.and_then(|st| st.unmet(t.header.first_lsn, t.head, t.committed_len))
             {
                 c.problem(&t.path, t.committed_len, Some(t.head.last_lsn.next()), d);

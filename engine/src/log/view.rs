@@ -40,6 +40,30 @@ pub(crate) struct Tail {
     pub head: Head,
     /// Sparse index of the committed records.
     pub index: SparseIndex,
+    /// Damage a reader found after the committed records (intact records
+    /// follow a frame that is not): readers see the records before it,
+    /// and reading to the head then fails naming it.
+    pub damage: Option<TailDamage>,
+}
+
+/// Where and how the tail is damaged (see [`Tail::damage`]).
+#[derive(Clone, Debug)]
+pub(crate) struct TailDamage {
+    /// Byte offset of the first frame that is not intact.
+    pub offset: u64,
+    /// The LSN expected there.
+    pub lsn: Lsn,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl Tail {
+    /// The error reading past [`Tail::damage`] gives.
+    pub fn damage_error(&self) -> Option<EngineError> {
+        self.damage
+            .as_ref()
+            .map(|d| super::segment::corrupt(&self.path, d.offset, Some(d.lsn), d.detail.clone()))
+    }
 }
 
 /// Sealed segments and the committed part of the tail.
@@ -73,6 +97,12 @@ impl View {
     /// Records from `from` (clamped to 1) to `end` inclusive (at most the head).
     pub fn iter_range(&self, from: Lsn, end: Lsn) -> LogIter {
         let from = from.max(Lsn::FIRST);
+        // Reading to the head of a damaged tail ends with the damage.
+        let then_fail = self
+            .tail
+            .as_ref()
+            .filter(|_| end >= self.head().last_lsn)
+            .and_then(Tail::damage_error);
         let end = end.min(self.head().last_lsn);
         let mut segs = Vec::new();
         if from <= end {
@@ -119,6 +149,7 @@ impl View {
             next: from,
             end,
             failed: false,
+            then_fail,
         }
     }
 
@@ -138,7 +169,8 @@ impl View {
         mut f: impl FnMut(&Frame<'_>) -> bool,
     ) -> Result<(u64, u64)> {
         let from = from.max(Lsn::FIRST);
-        let it = self.iter_range(from, self.head().last_lsn);
+        let mut it = self.iter_range(from, self.head().last_lsn);
+        let damage = it.then_fail.take();
         let (mut frames, mut bytes) = (0u64, 0u64);
         let mut go = true;
         for seg in it.segs {
@@ -157,7 +189,10 @@ impl View {
                 }
             }
         }
-        Ok((frames, bytes))
+        match damage {
+            Some(e) => Err(e),
+            None => Ok((frames, bytes)),
+        }
     }
 
     /// The record `lsn`.
@@ -192,6 +227,7 @@ impl View {
                 committed_len: t.committed_len,
                 head: t.head,
                 index: t.index.clone(),
+                damage: t.damage.clone(),
             }),
             dicts: self.dicts.clone(),
         }
@@ -345,6 +381,8 @@ pub struct LogIter {
     next: Lsn,
     end: Lsn,
     failed: bool,
+    /// Returned after the last record (see [`Tail::damage`]).
+    then_fail: Option<EngineError>,
 }
 
 impl LogIter {
@@ -365,8 +403,11 @@ impl Iterator for LogIter {
 
     fn next(&mut self) -> Option<Result<Record>> {
         loop {
-            if self.failed || self.next > self.end {
+            if self.failed {
                 return None;
+            }
+            if self.next > self.end {
+                return self.then_fail.take().and_then(|e| self.fail(e));
             }
             let cur = match &mut self.cur {
                 Some(c) => c,

@@ -890,6 +890,7 @@ impl Inner {
                 committed_len: SEGMENT_HEADER_LEN as u64,
                 head,
                 index: SparseIndex::default(),
+                damage: None,
             });
         }
         {
