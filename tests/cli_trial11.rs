@@ -58,6 +58,13 @@ fn lsns(ws: &Path, args: &[&str]) -> Vec<u64> {
         .collect()
 }
 
+/// Puts `bytes` as a blob, returning its hash.
+fn blob(ws: &Path, name: &str, bytes: &str) -> String {
+    std::fs::write(ws.join(name), bytes).unwrap();
+    let out = ok(&cairn(ws, &["blob", "put", name]));
+    out.split_whitespace().next().unwrap().to_string()
+}
+
 /// P12: a year, a month and a date are dates (a date-only, month-only or
 /// year-only `--until` covering the whole of it); a bare number too small
 /// to be meant as epoch milliseconds is refused; ISO instants and epoch ms
@@ -109,4 +116,75 @@ fn time_filters_read_years_months_and_whole_days() {
     }
     let help = ok(&cairn(ws, &["log", "--help"]));
     assert!(help.contains("whole day"), "{help}");
+}
+
+/// A store in `ws` holding one `file.edit` naming `before`, `after` and
+/// `diff` blobs; returns their hashes.
+fn store_with_a_file_edit(ws: &Path) -> [String; 3] {
+    ok(&cairn(ws, &["init", "-q"]));
+    let b = blob(ws, "x.old", "old\n");
+    let a = blob(ws, "x.new", "new\n");
+    let d = blob(ws, "d.diff", "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n");
+    let line = format!(
+        "{{\"kind\":\"file.edit\",\"path\":\"x\",\"before\":\"{b}\",\"after\":\"{a}\",\"diff\":\"{d}\",\"tool\":\"edit_file\",\"session\":\"s1\"}}\n"
+    );
+    ok(&cairn_stdin(ws, &["record", "-q"], Some(&line)));
+    [b, a, d]
+}
+
+/// P7: `export --format cortexide` keeps a file event's blob hashes under
+/// `meta.cairn`, and `import --format cortexide` reads them back into a
+/// store that holds those blobs, field by field; a store without them
+/// imports the line all the same and exports it back unchanged.
+#[test]
+fn cortexide_keeps_blob_hashes_and_reads_them_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dst, bare) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("c"),
+    );
+    for d in [&src, &dst, &bare] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let [b, a, d] = store_with_a_file_edit(&src);
+    let out = ok(&cairn(&src, &["export", "--format", "cortexide"]));
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "{out}");
+    let c = &lines[0]["meta"]["cairn"];
+    assert_eq!(c["before"], b.as_str(), "{out}");
+    assert_eq!(c["after"], a.as_str(), "{out}");
+    assert_eq!(c["diff"], d.as_str(), "{out}");
+    std::fs::write(tmp.path().join("cx.jsonl"), &out).unwrap();
+    let cx = tmp.path().join("cx.jsonl");
+    let cx = cx.to_str().unwrap();
+
+    // Into a store holding the same blobs: the fields come back.
+    ok(&cairn(&dst, &["init", "-q"]));
+    for (name, text) in [
+        ("x.old", "old\n"),
+        ("x.new", "new\n"),
+        ("d.diff", "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n"),
+    ] {
+        blob(&dst, name, text);
+    }
+    ok(&cairn(&dst, &["import", "--format", "cortexide", cx]));
+    let orig = &json_lines(&ok(&cairn(&src, &["export"])))[0];
+    let back = &json_lines(&ok(&cairn(&dst, &["export"])))[0];
+    for field in [
+        "kind", "session", "path", "tool", "before", "after", "diff", "ok", "ts",
+    ] {
+        assert_eq!(back[field], orig[field], "field `{field}`:\n{orig}\n{back}");
+    }
+    assert!(back.get("meta").is_none(), "{back}");
+    assert_eq!(ok(&cairn(&dst, &["export", "--format", "cortexide"])), out);
+
+    // Into a store without them: imported all the same, the hashes kept
+    // in meta.cairn, and exported back to the same line.
+    ok(&cairn(&bare, &["init", "-q"]));
+    ok(&cairn(&bare, &["import", "--format", "cortexide", cx]));
+    let kept = &json_lines(&ok(&cairn(&bare, &["export"])))[0];
+    assert!(kept.get("before").is_none(), "{kept}");
+    assert_eq!(kept["meta"]["cairn"]["before"], b.as_str(), "{kept}");
+    assert_eq!(ok(&cairn(&bare, &["export", "--format", "cortexide"])), out);
 }
