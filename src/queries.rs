@@ -442,7 +442,7 @@ impl Store {
                 "the {} event refers to blob {h}, which is not in this store (canonical JSONL carries blob hashes, not contents: import an export into the store it came from)",
                 e.kind
             ))),
-            None => Ok(()),
+            None => self.bad_root(&item.event).map_or(Ok(()), |why| Err(at(why))),
         }
     }
 }

@@ -188,3 +188,47 @@ fn cortexide_keeps_blob_hashes_and_reads_them_back() {
     assert_eq!(kept["meta"]["cairn"]["before"], b.as_str(), "{kept}");
     assert_eq!(ok(&cairn(&bare, &["export", "--format", "cortexide"])), out);
 }
+
+/// P13: a `checkpoint.create` whose `root` is a blob that is no manifest
+/// node is refused by `record` and by `import`, naming the line, the
+/// field and why; nothing is recorded, and gc and verify stay clean.
+#[test]
+fn a_checkpoint_root_that_is_no_manifest_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let b = blob(ws, "f", "hello\n");
+    let line = format!(
+        "{{\"kind\":\"checkpoint.create\",\"root\":\"{b}\",\"label\":\"bad\",\"session\":\"x\"}}\n"
+    );
+    let o = cairn_stdin(
+        ws,
+        &["record"],
+        Some(&format!("{{\"kind\":\"prompt\"}}\n{line}")),
+    );
+    assert_eq!(o.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("stdin:2: rejected: field `root`"), "{err}");
+    assert!(err.contains("not a checkpoint tree"), "{err}");
+    assert!(err.contains(&b), "{err}");
+
+    std::fs::write(
+        ws.join("in.jsonl"),
+        format!("{{\"kind\":\"prompt\"}}\n{line}"),
+    )
+    .unwrap();
+    let o = cairn(ws, &["import", "--format", "jsonl", "in.jsonl"]);
+    assert_ne!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("in.jsonl:2") && err.contains("field `root`"),
+        "{err}"
+    );
+    assert!(err.contains("not a checkpoint tree"), "{err}");
+
+    assert_eq!(lsns(ws, &[]), vec![1], "only the first record line");
+    let cps = ok(&cairn(ws, &["checkpoints", "--json"]));
+    assert!(cps.trim().is_empty() || cps.trim() == "[]", "{cps}");
+    ok(&cairn(ws, &["gc", "--keep-per-session", "5"]));
+    ok(&cairn(ws, &["verify"]));
+}
