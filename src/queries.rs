@@ -289,7 +289,8 @@ impl Store {
         let mut first = true;
         loop {
             match lines.next() {
-                Some(Ok(item)) => {
+                Some(Ok(mut item)) => {
+                    item.settle_blobs(|h| self.blobs.contains(h));
                     if std::mem::take(&mut first) && !opts.again {
                         if let Some(at) = self.recorded_as(&item.event)? {
                             return Err(done.rejected(
@@ -372,7 +373,8 @@ impl Store {
         if regular {
             let nothing = ImportDone::default();
             for item in cairn_query::import::lines(format, open()?, &name) {
-                let item = item.map_err(|e| nothing.rejected(e.to_string(), &name))?;
+                let mut item = item.map_err(|e| nothing.rejected(e.to_string(), &name))?;
+                item.settle_blobs(|h| self.blobs.contains(h));
                 self.check_imported(&item, &name)
                     .map_err(|e| nothing.rejected(e, &name))?;
             }
@@ -440,7 +442,7 @@ impl Store {
                 "the {} event refers to blob {h}, which is not in this store (canonical JSONL carries blob hashes, not contents: import an export into the store it came from)",
                 e.kind
             ))),
-            None => Ok(()),
+            None => self.bad_root(&item.event).map_or(Ok(()), |why| Err(at(why))),
         }
     }
 }

@@ -570,8 +570,28 @@ impl Store {
                 "the {} event refers to blob {h}, which is not in the store: put the blob first (`cairn blob put`, or Store::put_blob)",
                 event.kind
             ))),
-            None => Ok(()),
+            None => match self.bad_root(event) {
+                Some(why) => Err(Error::Rejected(why)),
+                None => Ok(()),
+            },
         }
+    }
+
+    /// Why `event`'s `root` (a checkpoint's tree) is not one, or `None`
+    /// when it is, or names no blob, or a blob the store lacks (which
+    /// [`Store::missing_blob`] reports). Only the root node is decoded
+    /// (one blob read, whatever the tree's size): a root that is any other
+    /// blob (a file's contents) would make every later read of that
+    /// checkpoint, and gc, fail on it.
+    pub(crate) fn bad_root(&self, event: &Event) -> Option<String> {
+        let root = event.root?;
+        if !self.blobs.contains(&root) {
+            return None;
+        }
+        let e = cairn_snapshot::manifest::read_node(&*self.blobs, &root).err()?;
+        Some(format!(
+            "field `root`: blob {root} is not a checkpoint tree (a manifest node as cairn writes them) but something else: {e}"
+        ))
     }
 
     /// Checks the records `event` names: each checkpoint id (`checkpoint`,

@@ -25,6 +25,11 @@ const MIN_MS: i64 = -62_135_596_800_000; // 0001-01-01T00:00:00Z
 const MAX_MS: i64 = 253_402_207_200_999;
 
 impl Timestamp {
+    /// The earliest timestamp cairn holds (0001-01-01T00:00:00.000Z).
+    pub const MIN: Timestamp = Timestamp(MIN_MS);
+    /// The latest timestamp cairn holds (9999-12-30T22:00:00.999Z).
+    pub const MAX: Timestamp = Timestamp(MAX_MS);
+
     /// The current time.
     pub fn now() -> Timestamp {
         let d = std::time::SystemTime::now()

@@ -20,9 +20,11 @@
 //! counted in [`ExportStats::skipped`]. cairn fields the shape has no place
 //! for (session when not `default`, run, phase, agent, tool, text,
 //! error_kind, label, the checkpoint ids `checkpoint`, `source` and
-//! `target`, path, to_path, and the kind when the action is lossy) go into
+//! `target`, the blob hashes `before`, `after` and `diff` in hex, path,
+//! to_path, and the kind when the action is lossy) go into
 //! `meta.cairn`, only when there is at least one; an import of such a line
-//! reads them back, checkpoint ids aside (see [`crate::import`]). `files`
+//! reads them back, checkpoint ids aside, and blob hashes only into a store
+//! that holds those blobs (see [`crate::import`]). `files`
 //! is the event's `files`, or its `path`/`to_path` when `files` is empty.
 //!
 //! # `comma`
@@ -339,6 +341,13 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
     ] {
         if let Some(id) = v {
             extra.insert(k.into(), json!(id.to_string()));
+        }
+    }
+    // Blob hashes (hex, as the canonical JSONL writes them): they name
+    // contents in the exporting store (and any store holding those blobs).
+    for (k, v) in [("before", e.before), ("after", e.after), ("diff", e.diff)] {
+        if let Some(h) = v {
+            extra.insert(k.into(), json!(h.to_hex()));
         }
     }
     if !e.files.is_empty() || off_workspace {

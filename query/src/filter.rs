@@ -3,6 +3,110 @@
 use cairn_codec::{Event, EventKind, EventRef, Timestamp};
 
 use crate::source::Record;
+use crate::QueryError;
+
+/// Which end of a time range a `--since`/`--until` value gives: it decides
+/// what a date that is not a single instant (`2023`, `2023-11`,
+/// `2023-11-14`) stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeBound {
+    /// The start of a range: a date means its first millisecond.
+    Since,
+    /// The (inclusive) end of a range: a date means its last millisecond,
+    /// so `--until 2023-11-14` covers that whole day.
+    Until,
+}
+
+/// A bare number below this many epoch milliseconds (1980-01-01T00:00:00Z),
+/// other than 0, is refused as a time bound: it is far more likely a date
+/// typed without dashes (`20231114`) or a year than a time in the 1970s,
+/// and reading it silently as epoch milliseconds selects nearly everything
+/// (`--since`) or nothing (`--until`).
+pub const MIN_PLAUSIBLE_EPOCH_MS: i64 = 315_532_800_000;
+
+/// One UTC day in milliseconds (epoch time has no leap seconds).
+const DAY_MS: i64 = 86_400_000;
+
+/// Reads a `--since`/`--until` value.
+///
+/// Accepted forms:
+/// - a year `YYYY` or a month `YYYY-MM` or a date `YYYY-MM-DD` (UTC): as
+///   [`TimeBound::Since`] its first millisecond, as [`TimeBound::Until`]
+///   its last, so the whole year, month or day is in the range;
+/// - any other ISO-8601 / RFC 3339 time (`2023-11-14T22:13:20Z`, any
+///   offset): that instant;
+/// - a bare number of epoch milliseconds (`1699999999999`), which must be 0
+///   or at least [`MIN_PLAUSIBLE_EPOCH_MS`] from the epoch either way.
+pub fn parse_time_bound(text: &str, bound: TimeBound) -> Result<Timestamp, QueryError> {
+    let t = text.trim();
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let bad = |why: String| QueryError::Invalid(format!("`{text}`: {why}"));
+    let parse = |s: &str| Timestamp::parse(s).map_err(|e| bad(e.to_string()));
+    // The last millisecond before the start of the next period, or the last
+    // time cairn holds when that period ends past it (year 9999).
+    let end_before = |next: Result<Timestamp, QueryError>| {
+        next.map_or(Timestamp::MAX, |n| Timestamp(n.0 - 1).min(Timestamp::MAX))
+    };
+    let b = t.as_bytes();
+    if b.len() == 4 && digits(t) {
+        let year: i64 = t.parse().map_err(|_| bad("not a year".into()))?;
+        let start = parse(&format!("{t}-01-01"))?;
+        return Ok(match bound {
+            TimeBound::Since => start,
+            TimeBound::Until => end_before(parse(&format!("{:04}-01-01", year + 1))),
+        });
+    }
+    if b.len() == 7 && b[4] == b'-' && digits(&t[..4]) && digits(&t[5..]) {
+        let (year, month): (i64, u32) = (
+            t[..4].parse().map_err(|_| bad("not a year".into()))?,
+            t[5..].parse().map_err(|_| bad("not a month".into()))?,
+        );
+        if !(1..=12).contains(&month) {
+            return Err(bad(format!("month {month} is not 01 to 12")));
+        }
+        let start = parse(&format!("{t}-01"))?;
+        let (ny, nm) = if month == 12 {
+            (year + 1, 1)
+        } else {
+            (year, month + 1)
+        };
+        return Ok(match bound {
+            TimeBound::Since => start,
+            TimeBound::Until => end_before(parse(&format!("{ny:04}-{nm:02}-01"))),
+        });
+    }
+    if b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && digits(&t[..4])
+        && digits(&t[5..7])
+        && digits(&t[8..])
+    {
+        let start = parse(t)?;
+        return Ok(match bound {
+            TimeBound::Since => start,
+            TimeBound::Until => Timestamp(start.0.saturating_add(DAY_MS - 1)).min(Timestamp::MAX),
+        });
+    }
+    let unsigned = t.strip_prefix('-').unwrap_or(t);
+    if digits(unsigned) {
+        let ms: i64 = t
+            .parse()
+            .map_err(|_| bad("not a number of epoch milliseconds".into()))?;
+        if ms != 0 && ms.unsigned_abs() < MIN_PLAUSIBLE_EPOCH_MS.unsigned_abs() {
+            let when = Timestamp::from_millis(ms)
+                .map(Timestamp::to_iso)
+                .unwrap_or_default();
+            return Err(bad(format!(
+                "a bare number is epoch milliseconds, and {ms} ms is {when}, too close to 1970 to be meant; \
+                 write a date or time in ISO-8601 (2023, 2023-11, 2023-11-14, 2023-11-14T22:13:20Z) \
+                 or a full number of epoch milliseconds (1699999999999)"
+            )));
+        }
+        return Timestamp::from_millis(ms).map_err(|e| bad(e.to_string()));
+    }
+    parse(t)
+}
 
 /// Which records a listing or export selects. Every field left `None`
 /// selects everything; set fields must all match.
@@ -211,5 +315,83 @@ mod tests {
         for f in nos {
             assert!(!f.matches_event(&e), "{f:?}");
         }
+    }
+
+    fn bound(s: &str, b: TimeBound) -> Timestamp {
+        parse_time_bound(s, b).unwrap()
+    }
+
+    fn iso(s: &str) -> Timestamp {
+        Timestamp::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_year_or_month_is_a_date_not_epoch_ms() {
+        use TimeBound::{Since, Until};
+        assert_eq!(bound("2024", Since), iso("2024-01-01T00:00:00Z"));
+        assert_eq!(bound("2024", Until), iso("2024-12-31T23:59:59.999Z"));
+        assert_eq!(bound("2023-11", Since), iso("2023-11-01T00:00:00Z"));
+        assert_eq!(bound("2023-11", Until), iso("2023-11-30T23:59:59.999Z"));
+        assert_eq!(bound("2023-12", Until), iso("2023-12-31T23:59:59.999Z"));
+        assert_eq!(bound("2024-02", Until), iso("2024-02-29T23:59:59.999Z"));
+        assert_eq!(bound(" 2023-11 ", Since), iso("2023-11-01T00:00:00Z"));
+        // The last year cairn holds ends at the last time it holds.
+        assert_eq!(bound("9999", Until), Timestamp::MAX);
+        assert_eq!(bound("9999-12", Until), Timestamp::MAX);
+        assert!(parse_time_bound("2023-13", Since).is_err());
+        assert!(parse_time_bound("2023-00", Until).is_err());
+    }
+
+    #[test]
+    fn a_date_only_until_covers_the_whole_day() {
+        use TimeBound::{Since, Until};
+        assert_eq!(bound("2023-11-14", Since), iso("2023-11-14T00:00:00Z"));
+        assert_eq!(bound("2023-11-14", Until), iso("2023-11-14T23:59:59.999Z"));
+        assert_eq!(bound("9999-12-30", Until), Timestamp::MAX);
+        // A record of that evening is inside `--until` that day.
+        let f = Filter {
+            until: Some(bound("2023-11-14", Until)),
+            ..Filter::all()
+        };
+        let mut e = ev();
+        e.ts = iso("2023-11-14T22:13:20Z");
+        assert!(f.matches_event(&e));
+        e.ts = iso("2023-11-15T00:00:00Z");
+        assert!(!f.matches_event(&e));
+    }
+
+    #[test]
+    fn instants_and_epoch_ms_are_unchanged() {
+        for b in [TimeBound::Since, TimeBound::Until] {
+            assert_eq!(
+                bound("2023-11-14T22:13:20Z", b),
+                Timestamp(1_700_000_000_000)
+            );
+            assert_eq!(
+                bound("2023-11-14T23:13:20.5+01:00", b),
+                Timestamp(1_700_000_000_500)
+            );
+            assert_eq!(bound("1700000000000", b), Timestamp(1_700_000_000_000));
+            assert_eq!(bound("0", b), Timestamp(0));
+            assert_eq!(bound("-1000000000000", b), Timestamp(-1_000_000_000_000));
+        }
+    }
+
+    #[test]
+    fn an_implausibly_small_bare_number_is_refused_naming_both_forms() {
+        for s in ["1", "2024x", "20231114", "315532799999", "-5000", "99999"] {
+            let e = parse_time_bound(s, TimeBound::Since)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("`{s}`")), "{e}");
+            if s != "2024x" {
+                assert!(e.contains("epoch milliseconds"), "{e}");
+                assert!(e.contains("ISO-8601"), "{e}");
+            }
+        }
+        assert_eq!(
+            bound("315532800000", TimeBound::Since),
+            iso("1980-01-01T00:00:00Z")
+        );
     }
 }

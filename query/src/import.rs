@@ -56,6 +56,30 @@ pub struct Imported {
     /// The line of the input it came from, counted from 1 ([`import_lines`]
     /// sets it; 0 from [`parse_line`], which sees one line alone).
     pub line: u64,
+    /// For a cortexide line whose `meta.cairn` names blobs (`before`,
+    /// `after`, `diff`, read back into `event`): the event with that
+    /// `meta.cairn` kept whole instead and no blob named, for a store that
+    /// does not hold those blobs. The shape refers to no blob, so its lines
+    /// import into any store; only one holding the blobs (the exporting
+    /// store, or a copy) gets them back as the event's fields.
+    pub without_blobs: Option<Box<Event>>,
+}
+
+impl Imported {
+    /// Settles [`Imported::without_blobs`]: when `has_blob` lacks any blob
+    /// the event names, the event becomes the one without blobs.
+    pub fn settle_blobs(&mut self, has_blob: impl Fn(&BlobHash) -> bool) {
+        if let Some(plain) = self.without_blobs.take() {
+            let e = &self.event;
+            if [e.before, e.after, e.diff]
+                .into_iter()
+                .flatten()
+                .any(|h| !has_blob(&h))
+            {
+                self.event = *plain;
+            }
+        }
+    }
 }
 
 /// Reads one line of at most `max` bytes (without the newline). Returns
@@ -197,6 +221,7 @@ pub fn parse_line(format: Format, line: &str) -> Result<Imported, String> {
                 event,
                 blobs: Vec::new(),
                 line: 0,
+                without_blobs: None,
             })
             .map_err(|e| e.to_string()),
         Format::Cortexide => checked(parse_cortexide(&object(line)?)),
@@ -499,11 +524,14 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     // it: `src//a.rs` kept a line's cairn fields from being read back,
     // until its re-export (with `src/a.rs`) imported differently.
     normalize_paths(&mut e);
+    let plain = e.clone();
     restore_cairn_fields(&mut e);
+    let names_blobs = e.before.is_some() || e.after.is_some() || e.diff.is_some();
     Ok(Imported {
         event: e,
         blobs: Vec::new(),
         line: 0,
+        without_blobs: names_blobs.then(|| Box::new(plain)),
     })
 }
 
@@ -514,6 +542,9 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
 /// key is one the export writes, with a value of the right type, and the
 /// event read back exports to exactly the same line; otherwise
 /// `meta.cairn` stays as it is (another producer's data). Checkpoint ids
+/// Blob hashes (`before`, `after`, `diff`) are read back, and
+/// [`Imported::without_blobs`] keeps the line as it was for a store that
+/// lacks those blobs. Checkpoint ids
 /// (`checkpoint`, `source`, `target`, and a checkpoint's own `id`) are
 /// never read back: they are LSNs
 /// of the exporting store, and would name other records in this one; a
@@ -547,6 +578,16 @@ fn restore_cairn_fields(e: &mut Event) {
             "path" => r.path = text,
             "to_path" => r.to_path = text,
             "label" => r.label = text,
+            // Blob hashes in hex; one in another spelling (upper case)
+            // would not export back to the same line, and stays.
+            "before" | "after" | "diff" => {
+                let Ok(h) = BlobHash::from_hex(s) else { return };
+                match k.as_str() {
+                    "before" => r.before = Some(h),
+                    "after" => r.after = Some(h),
+                    _ => r.diff = Some(h),
+                }
+            }
             "kind" => match s.parse::<EventKind>() {
                 Ok(k) if k.is_file_op() && r.kind == EventKind::Apply => r.kind = k,
                 _ => return,
@@ -668,6 +709,7 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
         event: e,
         blobs,
         line: 0,
+        without_blobs: None,
     })
 }
 

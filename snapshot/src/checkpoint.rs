@@ -938,6 +938,15 @@ pub struct RetentionReport {
     pub live_blobs: usize,
     /// What the blob collection removed.
     pub gc: GcSummary,
+    /// Retained checkpoints (or rollback targets) whose tree could not be
+    /// read whole, each with why. A tree whose root (or a node) is no
+    /// manifest node at all names no other blob, so blobs are still
+    /// collected; for any other failure what the tree names is unknown,
+    /// and no blob is collected this time (see [`RetentionReport::collected`]).
+    pub damaged: Vec<(CheckpointId, String)>,
+    /// False when blob collection was skipped, because a tree it must keep
+    /// could not be read (listed in [`RetentionReport::damaged`]).
+    pub collected: bool,
 }
 
 /// Applies a retention policy: chooses the checkpoints to evict (see
@@ -991,8 +1000,12 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         for c in &all {
             let mut bl = Vec::new();
             if policy.max_bytes.is_some() {
-                let m = manifest::list(blobs, &c.root)?;
-                bl = m.files().map(|(_, e)| (e.hash, e.size)).collect();
+                // A tree that cannot be listed counts as holding nothing:
+                // the sizes only choose what to evict, never what to
+                // collect (it is reported below if it is kept).
+                if let Ok(m) = manifest::list(blobs, &c.root) {
+                    bl = m.files().map(|(_, e)| (e.hash, e.size)).collect();
+                }
             }
             cands.push(Candidate {
                 id: c.id,
@@ -1021,8 +1034,27 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let retained: Vec<&CheckpointInfo> = all.iter().filter(|c| !evicted.contains(&c.id)).collect();
     let mut live: HashSet<BlobHash> = keep.clone();
     let mut seen = HashSet::new();
+    // One damaged tree must not stop retention for good (the newest
+    // checkpoint of a session is always retained): it is reported, and
+    // when what it names cannot be known, nothing is collected.
+    let mut damaged: Vec<(CheckpointId, String)> = Vec::new();
+    let mut collect = true;
+    let mut keep_tree = |id: CheckpointId, root: &BlobHash, live: &mut HashSet<BlobHash>| {
+        let mut not_nodes = Vec::new();
+        match manifest::reachable_past_non_nodes(blobs, root, live, &mut seen, &mut not_nodes) {
+            Ok(()) => {
+                for n in not_nodes {
+                    damaged.push((id, format!("blob {n} in its tree is not a manifest node")));
+                }
+            }
+            Err(e) => {
+                collect = false;
+                damaged.push((id, e.to_string()));
+            }
+        }
+    };
     for c in &retained {
-        manifest::reachable(blobs, &c.root, &mut live, &mut seen)?;
+        keep_tree(c.id, &c.root, &mut live);
     }
     let every = list_checkpoints(log, ws, None)?;
     let dead: HashSet<Lsn> = every
@@ -1037,7 +1069,7 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     // checkpoint or a later rollback).
     let root_of: HashMap<CheckpointId, BlobHash> = every.iter().map(|c| (c.id, c.root)).collect();
     let oldest_retained = retained.iter().map(|c| c.lsn).min();
-    let mut restored: Vec<BlobHash> = Vec::new();
+    let mut restored: Vec<(CheckpointId, BlobHash)> = Vec::new();
     log.for_each_from(Lsn::FIRST, &mut |r| {
         if !(r.event.kind == EventKind::CheckpointCreate && dead.contains(&r.lsn)) {
             live.extend(
@@ -1050,15 +1082,32 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             && r.event.ok
             && oldest_retained.is_none_or(|o| r.lsn > o)
         {
-            restored.extend(r.event.target.and_then(|t| root_of.get(&t)).copied());
+            restored.extend(
+                r.event
+                    .target
+                    .and_then(|t| root_of.get(&t).map(|root| (t, *root))),
+            );
         }
         Ok(())
     })?;
-    for root in &restored {
+    for (id, root) in &restored {
         // A manifest an older gc already collected has nothing left to keep.
         if blobs.contains(root)? {
-            manifest::reachable(blobs, root, &mut live, &mut seen)?;
+            keep_tree(*id, root, &mut live);
         }
+    }
+    damaged.sort();
+    damaged.dedup();
+    if !collect {
+        // Nothing collected, so no cache can name a collected blob.
+        return Ok(RetentionReport {
+            discarded: evict,
+            retained: retained.len(),
+            live_blobs: live.len(),
+            gc: GcSummary::default(),
+            damaged,
+            collected: false,
+        });
     }
     let gc = blobs.gc(&live, thorough)?;
     // Caches must never name a collected blob; durable, so a crash cannot bring one back.
@@ -1073,6 +1122,8 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         retained: retained.len(),
         live_blobs: live.len(),
         gc,
+        damaged,
+        collected: true,
     })
 }
 

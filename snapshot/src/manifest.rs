@@ -541,6 +541,50 @@ pub fn reachable<B: BlobRead + ?Sized>(
     Ok(())
 }
 
+/// [`reachable`], going on past a blob in the tree that is no manifest
+/// node at all (its bytes, verified against their hash, do not even start
+/// with `CMN`, the first three bytes of [`NODE_MAGIC`], which a node of any
+/// version is taken to share: a file's contents recorded as a
+/// checkpoint's `root`).
+/// Such a blob is kept in `out` and listed in `not_nodes`; it names no
+/// other blob, so nothing the tree reaches is missed. Every other failure
+/// (a blob that cannot be read, a node that does not decode) is an error,
+/// as then what the node names is unknown.
+pub fn reachable_past_non_nodes<B: BlobRead + ?Sized>(
+    blobs: &B,
+    root: &BlobHash,
+    out: &mut HashSet<BlobHash>,
+    seen_nodes: &mut HashSet<BlobHash>,
+    not_nodes: &mut Vec<BlobHash>,
+) -> Result<()> {
+    let mut stack = vec![(*root, 0usize)];
+    while let Some((h, depth)) = stack.pop() {
+        if !seen_nodes.insert(h) {
+            continue;
+        }
+        out.insert(h);
+        let bytes = blobs.get(&h)?;
+        if !bytes.starts_with(&NODE_MAGIC[..3]) {
+            not_nodes.push(h);
+            continue;
+        }
+        for (_, e) in Node::decode(h, &bytes)?.entries {
+            if e.kind == EntryKind::Dir {
+                if depth + 1 > MAX_TREE_DEPTH {
+                    return Err(SnapshotError::BadManifest {
+                        node: h,
+                        detail: "tree too deep".into(),
+                    });
+                }
+                stack.push((e.hash, depth + 1));
+            } else {
+                out.insert(e.hash);
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

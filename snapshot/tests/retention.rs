@@ -129,3 +129,74 @@ fn the_tree_a_rollback_restored_outlives_the_eviction_of_its_target() {
     assert_eq!(f.read("a.txt").as_deref(), Some("old a"));
     assert_eq!(f.read("b.txt").as_deref(), Some("newer b"));
 }
+
+fn put(f: &Fx, bytes: &[u8]) -> BlobHash {
+    let h = cairn_engine::blob::BlobStore::put(&f.blobs, bytes).unwrap();
+    cairn_engine::blob::BlobStore::sync(&f.blobs).unwrap();
+    h
+}
+
+/// A `checkpoint.create` whose `root` names `root`, in a session of its
+/// own (so retention always keeps it: the newest of its session).
+fn checkpoint_with_root(f: &Fx, root: BlobHash) -> cairn_codec::CheckpointId {
+    let mut e = Event::new(EventKind::CheckpointCreate, "hand-written");
+    e.root = Some(root);
+    e.label = Some("bad".into());
+    cairn_codec::CheckpointId(LogAccess::append(&f.log, &e).unwrap())
+}
+
+const KEEP_5: RetentionPolicy = RetentionPolicy {
+    keep_per_session: Some(5),
+    max_bytes: None,
+};
+
+/// Session-11 trial P13: a checkpoint whose `root` is a file's contents
+/// (no manifest node) made every gc fail for good. It names no other
+/// blob, so gc goes on, keeps that blob and reports the checkpoint.
+#[test]
+fn a_root_that_is_no_manifest_node_is_reported_and_gc_goes_on() {
+    let f = fx();
+    f.write("v.txt", "version 0");
+    f.checkpoint("good");
+    let file = put(&f, b"hello\n");
+    let bad = checkpoint_with_root(&f, file);
+    let orphan = put(&f, b"orphan");
+    for policy in [
+        KEEP_5,
+        RetentionPolicy {
+            keep_per_session: None,
+            max_bytes: Some(1),
+        },
+    ] {
+        let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &policy, true).unwrap();
+        assert!(r.collected);
+        assert_eq!(r.damaged.len(), 1, "{r:?}");
+        assert_eq!(r.damaged[0].0, bad);
+        assert!(r.damaged[0].1.contains("not a manifest node"), "{r:?}");
+    }
+    assert!(
+        f.blobs.contains(&file),
+        "a blob a retained record names is kept"
+    );
+    assert!(f.blobs.contains(&BlobHash::of(b"version 0")));
+    assert!(!f.blobs.contains(&orphan), "collection went on");
+}
+
+/// A tree that cannot be read whole (a node that starts like one but does
+/// not decode): what it names is unknown, so no blob is collected, and
+/// the checkpoint is reported rather than failing gc.
+#[test]
+fn a_tree_that_cannot_be_read_keeps_every_blob() {
+    let f = fx();
+    f.write("v.txt", "version 0");
+    f.checkpoint("good");
+    let broken = put(&f, b"CMN1\xff not really a node");
+    let bad = checkpoint_with_root(&f, broken);
+    let orphan = put(&f, b"orphan");
+    let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &KEEP_5, true).unwrap();
+    assert!(!r.collected);
+    assert_eq!(r.damaged.len(), 1, "{r:?}");
+    assert_eq!(r.damaged[0].0, bad);
+    assert_eq!(r.gc, GcSummary::default());
+    assert!(f.blobs.contains(&orphan) && f.blobs.contains(&broken));
+}

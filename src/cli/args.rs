@@ -292,10 +292,15 @@ pub struct FilterArgs {
     /// Only records that touch this path, or a path under it (`--path src` selects src/main.rs).
     #[arg(long)]
     pub path: Option<String>,
-    /// From this time (ISO-8601 or epoch ms), inclusive.
+    /// From this time, inclusive: ISO-8601 (2023-11-14T22:13:20Z; a date
+    /// 2023-11-14, month 2023-11 or year 2023 means its start, UTC) or
+    /// epoch milliseconds (1699999999999; a bare number before 1980 other
+    /// than 0 is refused as a likely mistake).
     #[arg(long)]
     pub since: Option<String>,
-    /// Up to this time (ISO-8601 or epoch ms), inclusive.
+    /// Up to this time, inclusive: ISO-8601 (a date 2023-11-14, month
+    /// 2023-11 or year 2023 covers the whole day, month or year, UTC) or
+    /// epoch milliseconds, as for --since.
     #[arg(long)]
     pub until: Option<String>,
     /// At most this many records.

@@ -312,6 +312,8 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
             "live_blobs": report.live_blobs,
             "removed_blobs": report.gc.removed_blobs,
             "freed_bytes": report.gc.freed_bytes,
+            "damaged": report.damaged.iter().map(|(c, why)| serde_json::json!({"checkpoint": c.to_string(), "reason": why})).collect::<Vec<_>>(),
+            "collected": report.collected,
         });
         println!("{v}");
     } else {
@@ -334,6 +336,15 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
             super::output::bytes(report.gc.freed_bytes)
         );
     }
+    for (c, why) in &report.damaged {
+        eprintln!("warning: checkpoint {c}: its tree cannot be read whole: {why}");
+    }
     store.close()?;
+    if !report.collected {
+        eprintln!(
+            "no blob was collected, as what a damaged tree names is unknown (see `cairn verify`)"
+        );
+        return Ok(ExitCode::from(super::EXIT_CORRUPT));
+    }
     Ok(ExitCode::SUCCESS)
 }

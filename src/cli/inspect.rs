@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use cairn::codec::json_line::write_json_line;
 use cairn::codec::EventRef;
+use cairn::query::filter::{parse_time_bound, TimeBound};
 use cairn::query::query::DiffStatus;
 use cairn::query::source::Record;
 use cairn::query::{Filter, Point};
@@ -18,9 +19,9 @@ use super::{Settings, EXIT_CORRUPT};
 
 /// Turns the filter flags into a validated [`Filter`].
 pub fn filter_from(a: &FilterArgs) -> Result<Filter> {
-    let time = |flag: &str, v: &Option<String>| -> Result<Option<Timestamp>> {
+    let time = |flag: &str, v: &Option<String>, b: TimeBound| -> Result<Option<Timestamp>> {
         v.as_deref()
-            .map(|s| Timestamp::parse(s).map_err(|e| super::usage(format!("--{flag}: {e}"))))
+            .map(|s| parse_time_bound(s, b).map_err(|e| super::usage(format!("--{flag}: {e}"))))
             .transpose()
     };
     let kind = match &a.kind {
@@ -38,8 +39,8 @@ pub fn filter_from(a: &FilterArgs) -> Result<Filter> {
         model: a.model.clone(),
         ok: a.ok,
         path: a.path.clone(),
-        since: time("since", &a.since)?,
-        until: time("until", &a.until)?,
+        since: time("since", &a.since, TimeBound::Since)?,
+        until: time("until", &a.until, TimeBound::Until)?,
         limit: a.limit,
         newest_first: a.newest_first,
     })

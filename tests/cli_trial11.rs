@@ -1,0 +1,234 @@
+//! Regression tests for the session-11 user trial's P7, P12 and P13:
+//! time filters read as the user meant them, a cortexide export that keeps
+//! the blob hashes of file events, and a checkpoint `root` that names no
+//! manifest refused at record and import (and survived by gc).
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn cairn(dir: &Path, args: &[&str]) -> Output {
+    cairn_stdin(dir, args, None)
+}
+
+fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut i = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            i.write_all(s.as_bytes()).unwrap();
+        }
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn json_lines(s: &str) -> Vec<serde_json::Value> {
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn lsns(ws: &Path, args: &[&str]) -> Vec<u64> {
+    let mut a = vec!["log", "--json"];
+    a.extend_from_slice(args);
+    json_lines(&ok(&cairn(ws, &a)))
+        .iter()
+        .map(|r| r["lsn"].as_u64().unwrap())
+        .collect()
+}
+
+/// Puts `bytes` as a blob, returning its hash.
+fn blob(ws: &Path, name: &str, bytes: &str) -> String {
+    std::fs::write(ws.join(name), bytes).unwrap();
+    let out = ok(&cairn(ws, &["blob", "put", name]));
+    out.split_whitespace().next().unwrap().to_string()
+}
+
+/// P12: a year, a month and a date are dates (a date-only, month-only or
+/// year-only `--until` covering the whole of it); a bare number too small
+/// to be meant as epoch milliseconds is refused; ISO instants and epoch ms
+/// work as before.
+#[test]
+fn time_filters_read_years_months_and_whole_days() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    ok(&cairn_stdin(
+        ws,
+        &["record", "-q"],
+        Some(concat!(
+            r#"{"kind":"prompt","ts":"2023-11-14T22:13:20Z"}"#,
+            "\n",
+            r#"{"kind":"prompt","ts":"2024-06-01T00:00:00Z"}"#,
+            "\n",
+        )),
+    ));
+    assert_eq!(lsns(ws, &["--since", "2024"]), vec![2]);
+    assert_eq!(lsns(ws, &["--until", "2024"]), vec![1, 2]);
+    assert_eq!(lsns(ws, &["--until", "2023"]), vec![1]);
+    assert_eq!(lsns(ws, &["--since", "2024", "--until", "2025"]), vec![2]);
+    assert_eq!(
+        lsns(ws, &["--since", "2023-11", "--until", "2023-11"]),
+        vec![1]
+    );
+    assert_eq!(lsns(ws, &["--until", "2023-11-14"]), vec![1]);
+    assert_eq!(lsns(ws, &["--until", "2023-11-13"]), Vec::<u64>::new());
+    assert_eq!(lsns(ws, &["--since", "2023-11-15"]), vec![2]);
+    // Instants and epoch milliseconds as before.
+    assert_eq!(lsns(ws, &["--until", "2023-11-14T22:13:20Z"]), vec![1]);
+    assert_eq!(
+        lsns(ws, &["--until", "2023-11-14T22:13:19.999Z"]),
+        Vec::<u64>::new()
+    );
+    assert_eq!(lsns(ws, &["--since", "1700000000001"]), vec![2]);
+    assert_eq!(lsns(ws, &["--until", "1700000000000"]), vec![1]);
+    // A number that is surely no epoch-ms time is refused, naming both forms.
+    for bad in ["20231114", "99999", "1"] {
+        let o = cairn(ws, &["export", "--since", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("--since") && err.contains(bad), "{err}");
+        assert!(
+            err.contains("ISO-8601") && err.contains("epoch milliseconds"),
+            "{err}"
+        );
+    }
+    let help = ok(&cairn(ws, &["log", "--help"]));
+    assert!(help.contains("whole day"), "{help}");
+}
+
+/// A store in `ws` holding one `file.edit` naming `before`, `after` and
+/// `diff` blobs; returns their hashes.
+fn store_with_a_file_edit(ws: &Path) -> [String; 3] {
+    ok(&cairn(ws, &["init", "-q"]));
+    let b = blob(ws, "x.old", "old\n");
+    let a = blob(ws, "x.new", "new\n");
+    let d = blob(ws, "d.diff", "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n");
+    let line = format!(
+        "{{\"kind\":\"file.edit\",\"path\":\"x\",\"before\":\"{b}\",\"after\":\"{a}\",\"diff\":\"{d}\",\"tool\":\"edit_file\",\"session\":\"s1\"}}\n"
+    );
+    ok(&cairn_stdin(ws, &["record", "-q"], Some(&line)));
+    [b, a, d]
+}
+
+/// P7: `export --format cortexide` keeps a file event's blob hashes under
+/// `meta.cairn`, and `import --format cortexide` reads them back into a
+/// store that holds those blobs, field by field; a store without them
+/// imports the line all the same and exports it back unchanged.
+#[test]
+fn cortexide_keeps_blob_hashes_and_reads_them_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dst, bare) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("c"),
+    );
+    for d in [&src, &dst, &bare] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let [b, a, d] = store_with_a_file_edit(&src);
+    let out = ok(&cairn(&src, &["export", "--format", "cortexide"]));
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "{out}");
+    let c = &lines[0]["meta"]["cairn"];
+    assert_eq!(c["before"], b.as_str(), "{out}");
+    assert_eq!(c["after"], a.as_str(), "{out}");
+    assert_eq!(c["diff"], d.as_str(), "{out}");
+    std::fs::write(tmp.path().join("cx.jsonl"), &out).unwrap();
+    let cx = tmp.path().join("cx.jsonl");
+    let cx = cx.to_str().unwrap();
+
+    // Into a store holding the same blobs: the fields come back.
+    ok(&cairn(&dst, &["init", "-q"]));
+    for (name, text) in [
+        ("x.old", "old\n"),
+        ("x.new", "new\n"),
+        ("d.diff", "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n"),
+    ] {
+        blob(&dst, name, text);
+    }
+    ok(&cairn(&dst, &["import", "--format", "cortexide", cx]));
+    let orig = &json_lines(&ok(&cairn(&src, &["export"])))[0];
+    let back = &json_lines(&ok(&cairn(&dst, &["export"])))[0];
+    for field in [
+        "kind", "session", "path", "tool", "before", "after", "diff", "ok", "ts",
+    ] {
+        assert_eq!(back[field], orig[field], "field `{field}`:\n{orig}\n{back}");
+    }
+    assert!(back.get("meta").is_none(), "{back}");
+    assert_eq!(ok(&cairn(&dst, &["export", "--format", "cortexide"])), out);
+
+    // Into a store without them: imported all the same, the hashes kept
+    // in meta.cairn, and exported back to the same line.
+    ok(&cairn(&bare, &["init", "-q"]));
+    ok(&cairn(&bare, &["import", "--format", "cortexide", cx]));
+    let kept = &json_lines(&ok(&cairn(&bare, &["export"])))[0];
+    assert!(kept.get("before").is_none(), "{kept}");
+    assert_eq!(kept["meta"]["cairn"]["before"], b.as_str(), "{kept}");
+    assert_eq!(ok(&cairn(&bare, &["export", "--format", "cortexide"])), out);
+}
+
+/// P13: a `checkpoint.create` whose `root` is a blob that is no manifest
+/// node is refused by `record` and by `import`, naming the line, the
+/// field and why; nothing is recorded, and gc and verify stay clean.
+#[test]
+fn a_checkpoint_root_that_is_no_manifest_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let b = blob(ws, "f", "hello\n");
+    let line = format!(
+        "{{\"kind\":\"checkpoint.create\",\"root\":\"{b}\",\"label\":\"bad\",\"session\":\"x\"}}\n"
+    );
+    let o = cairn_stdin(
+        ws,
+        &["record"],
+        Some(&format!("{{\"kind\":\"prompt\"}}\n{line}")),
+    );
+    assert_eq!(o.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("stdin:2: rejected: field `root`"), "{err}");
+    assert!(err.contains("not a checkpoint tree"), "{err}");
+    assert!(err.contains(&b), "{err}");
+
+    std::fs::write(
+        ws.join("in.jsonl"),
+        format!("{{\"kind\":\"prompt\"}}\n{line}"),
+    )
+    .unwrap();
+    let o = cairn(ws, &["import", "--format", "jsonl", "in.jsonl"]);
+    assert_ne!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("in.jsonl:2") && err.contains("field `root`"),
+        "{err}"
+    );
+    assert!(err.contains("not a checkpoint tree"), "{err}");
+
+    assert_eq!(lsns(ws, &[]), vec![1], "only the first record line");
+    let cps = ok(&cairn(ws, &["checkpoints", "--json"]));
+    assert!(cps.trim().is_empty() || cps.trim() == "[]", "{cps}");
+    ok(&cairn(ws, &["gc", "--keep-per-session", "5"]));
+    ok(&cairn(ws, &["verify"]));
+}
