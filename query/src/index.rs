@@ -397,6 +397,17 @@ impl Index {
         out
     }
 
+    /// True if a record names a path strictly under `dir` (`dir/...`): then
+    /// `dir` is, or was, a directory, whatever a record naming `dir` itself
+    /// (a rollback listing a directory it created) suggests. Looks at every
+    /// distinct path once.
+    pub fn names_below(&self, dir: &str) -> bool {
+        let dir = dir.trim_end_matches('/');
+        self.by_path
+            .keys()
+            .any(|have| have != dir && crate::filter::path_covers(dir, have))
+    }
+
     /// The session ids, unsorted.
     pub fn sessions(&self) -> impl Iterator<Item = &str> {
         self.by_session.keys().map(String::as_str)

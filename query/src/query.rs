@@ -456,14 +456,7 @@ impl<'a> Query<'a> {
     /// The error for `path`, which is no file at `at`: it is a directory
     /// (some file lies under it), or it does not exist.
     pub fn not_a_file(&self, at: Lsn, path: &str) -> QueryError {
-        let dir = format!("{}/", path.trim_end_matches('/'));
-        let is_dir = !path.is_empty()
-            && self.tree_at_lsn(at).is_ok_and(|t| {
-                t.range(dir.clone()..)
-                    .next()
-                    .is_some_and(|(p, _)| p.starts_with(&dir))
-            });
-        if is_dir {
+        if self.is_dir_at(at, path) {
             QueryError::Invalid(format!(
                 "`{path}` is a directory at LSN {at}, not a file: `cairn tree` lists its files"
             ))
@@ -473,6 +466,18 @@ impl<'a> Query<'a> {
                 at,
             }
         }
+    }
+
+    /// True if some file lies under `path` at `at` (so it is a directory
+    /// there). Reads the whole tree at `at`; false if it cannot be read.
+    fn is_dir_at(&self, at: Lsn, path: &str) -> bool {
+        let dir = format!("{}/", path.trim_end_matches('/'));
+        dir != "/"
+            && self.tree_at_lsn(at).is_ok_and(|t| {
+                t.range(dir.clone()..)
+                    .next()
+                    .is_some_and(|(p, _)| p.starts_with(&dir))
+            })
     }
 
     /// The differences between points `a` and `b`: the whole tree, or only
@@ -583,11 +588,17 @@ impl<'a> Query<'a> {
     /// only the path's own records.
     pub fn history_with_resets(&self, path: &str) -> Result<Vec<Record>> {
         let mut lsns = self.index.paths_under(path);
-        // A path no record names as a file, and that is no file at the
-        // head, is taken as a directory (or a file only checkpoints saw).
+        // Only a path that is certainly a file takes the file's quick way:
+        // a file at the head, or one records name that is no directory at
+        // the head, and in either case with no record naming a path under
+        // it. A record may name a directory itself (a rollback lists the
+        // directories it created), so being named proves nothing. Anything
+        // else is read as a directory, whose way also covers a file of that
+        // name (a path that was both, at different times).
         let head = self.index.covered();
-        let a_file = !self.index.path(path).is_empty()
-            || self.entry_at(head, path).is_ok_and(|e| e.is_some());
+        let a_file = !self.index.names_below(path)
+            && (self.entry_at(head, path).is_ok_and(|e| e.is_some())
+                || (!self.index.path(path).is_empty() && !self.is_dir_at(head, path)));
         if a_file {
             lsns.extend(self.resets_changing(path)?);
         } else {

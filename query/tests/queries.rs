@@ -166,6 +166,44 @@ fn history_includes_moves_both_ways() {
     assert!(q.history("nope").unwrap().is_empty());
 }
 
+/// A rollback that recreates a directory names the directory itself in its
+/// `files`: `history d --checkpoints` then still reads `d` as the directory
+/// it is, as `d/` does (found by the session-11 user trial: it took `d` for
+/// a file and lost every checkpoint but the rollback).
+#[test]
+fn history_of_a_directory_a_rollback_named_is_still_a_directorys() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let mut with_d = Tree::new();
+    with_d.insert("d/f".into(), TreeEntry::file(blobs.put(b"x\n").unwrap()));
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s");
+    cp.root = Some(store_tree(&blobs, &with_d));
+    log.append(cp).unwrap(); // 1: d/f
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s");
+    cp.root = Some(store_tree(&blobs, &Tree::new()));
+    log.append(cp).unwrap(); // 2: d removed
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s");
+    cp.root = Some(store_tree(&blobs, &Tree::new()));
+    log.append(cp).unwrap(); // 3: the undo point
+    let mut rb = Event::new(EventKind::Rollback, "s");
+    rb.source = Some(CheckpointId(Lsn(3)));
+    rb.target = Some(CheckpointId(Lsn(1)));
+    rb.files = vec!["d".into(), "d/f".into()];
+    log.append(rb).unwrap(); // 4: recreates d/ and d/f
+    let m = SnapshotManifests(&blobs);
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+    for dir in ["d", "d/", "d//"] {
+        assert_eq!(
+            lsns(&q.history_with_resets(dir).unwrap()),
+            [1, 2, 4],
+            "history {dir:?} --checkpoints"
+        );
+        assert_eq!(lsns(&q.history(dir).unwrap()), [4], "history {dir:?}");
+    }
+    assert_eq!(lsns(&q.history_with_resets("d/f").unwrap()), [1, 2, 4]);
+}
+
 #[test]
 fn blame_follows_edits_checkpoints_and_moves() {
     let f = fixture();

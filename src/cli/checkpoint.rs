@@ -7,7 +7,7 @@ use cairn::snapshot::{CheckpointRequest, RetentionPolicy, RollbackRequest, ScanM
 use cairn::{CheckpointId, CheckpointInfo, Timestamp};
 
 use super::args::{CheckpointArgs, GcArgs, RollbackArgs};
-use super::output::{cell, count, relative, Style, Table};
+use super::output::{cell, count, quote_path, relative, Style, Table};
 use super::Settings;
 
 /// Parses a checkpoint id, with a hint on how to list them.
@@ -104,7 +104,7 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
                 .not_captured
                 .iter()
                 .take(SHOWN)
-                .map(|n| format!("{} ({})", n.path, n.why.replace('_', " ")))
+                .map(|n| format!("{} ({})", quote_path(&n.path), n.why.replace('_', " ")))
                 .collect();
             // The record names at most 100; the counts have them all.
             use cairn::snapshot::scan::reason;
@@ -185,7 +185,8 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
         .with_context(|| format!("roll back to {target}"))?;
     if let Some(p) = unmatched.first() {
         anyhow::bail!(
-            "roll back to {target}: `--path {p}` matches nothing in the workspace or in checkpoint {target}"
+            "roll back to {target}: `--path {}` matches nothing in the workspace or in checkpoint {target}",
+            quote_path(p)
         );
     }
     let spin = super::progress::Spinner::start(settings.quiet, "rolling back");
@@ -241,14 +242,14 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             };
             for p in paths {
                 let word = if a.dry_run { would } else { did };
-                println!("  {} {p}{suffix}", paint(&st, word));
+                println!("  {} {}{suffix}", paint(&st, word), quote_path(p));
             }
         }
         for k in &report.kept {
             println!(
                 "  {} {} ({})",
                 st.yellow(if a.dry_run { "keep  " } else { "kept   " }),
-                k.path,
+                quote_path(&k.path),
                 k.why
             );
         }

@@ -14,7 +14,7 @@ use cairn::query::{Filter, Point};
 use cairn::{ChainHash, EventKind, Timestamp};
 
 use super::args::{FilterArgs, LogArgs, VerifyArgs};
-use super::output::{bytes, cell, count, one_line, relative, Style, Table};
+use super::output::{bytes, cell, count, one_line, quote_path, relative, Style, Table};
 use super::{Settings, EXIT_CORRUPT};
 
 /// Turns the filter flags into a validated [`Filter`].
@@ -77,8 +77,12 @@ pub fn summary(r: &Record) -> String {
     }
     if let Some(p) = &e.path {
         match &e.to_path {
-            Some(to) => parts.push(format!("{} -> {}", cell(p), cell(to))),
-            None => parts.push(cell(p)),
+            Some(to) => parts.push(format!(
+                "{} -> {}",
+                cell(&quote_path(p)),
+                cell(&quote_path(to))
+            )),
+            None => parts.push(cell(&quote_path(p))),
         }
     }
     if let Some(l) = &e.label {
@@ -424,9 +428,10 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
         } else {
             writeln!(
                 out,
-                "{:o}  {}  {path}",
+                "{:o}  {}  {}",
                 entry.mode,
-                &entry.blob.to_hex()[..12]
+                &entry.blob.to_hex()[..12],
+                quote_path(path)
             )?;
         }
     }
@@ -466,21 +471,34 @@ pub fn diff(
             writeln!(out, "{v}")?;
             continue;
         }
+        let shown = quote_path(&d.path);
         if d.too_large {
             writeln!(
                 out,
-                "{} {} ({status}; over {} MiB, not compared line by line)",
+                "{} {shown} ({status}; over {} MiB, not compared line by line)",
                 st.bold("Large file"),
-                d.path,
                 cairn::query::query::MAX_LINE_DIFF_BYTES >> 20
             )?;
         } else if d.binary {
-            writeln!(out, "{} {} ({status})", st.bold("Binary file"), d.path)?;
+            writeln!(out, "{} {shown} ({status})", st.bold("Binary file"))?;
         } else if let Some(u) = &d.unified {
-            for line in u.lines() {
-                let styled = if line.starts_with("+++") || line.starts_with("---") {
-                    st.bold(line)
-                } else if line.starts_with('+') {
+            let (header, hunks) = split_unified(d, u);
+            if hunks.is_empty() {
+                // No line to show (an empty file added or removed, or
+                // contents that differ only in bytes that are not UTF-8),
+                // yet the path changed: one line says so, as for a mode.
+                let why = match d.status {
+                    DiffStatus::Added | DiffStatus::Removed => "empty",
+                    DiffStatus::Modified => "contents differ, no line-by-line difference to show",
+                };
+                writeln!(out, "{shown} {status} ({why})")?;
+                continue;
+            }
+            for line in header {
+                writeln!(out, "{}", st.bold(&line))?;
+            }
+            for line in hunks.lines() {
+                let styled = if line.starts_with('+') {
                     st.green(line)
                 } else if line.starts_with('-') {
                     st.red(line)
@@ -492,13 +510,35 @@ pub fn diff(
                 writeln!(out, "{styled}")?;
             }
         } else {
-            writeln!(out, "{} {status} (mode or kind changed)", d.path)?;
+            writeln!(out, "{shown} {status} (mode or kind changed)")?;
         }
     }
     if diffs.is_empty() && !json {
         writeln!(out, "no differences")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A text diff's `---`/`+++` header lines, with the path quoted as every
+/// listing quotes it (git's `--- "a/nl\nname"`), and its hunks. The header
+/// is the one the query wrote (`a/PATH` or `/dev/null`, then `b/PATH`), cut
+/// off by its known text rather than by lines, which a newline in the path
+/// would split. Without hunks (no line differs) there is no header either.
+fn split_unified<'a>(d: &cairn::query::query::FileDiff, u: &'a str) -> ([String; 2], &'a str) {
+    let side = |present: bool, prefix: &str| {
+        if present {
+            format!("{prefix}{}", d.path)
+        } else {
+            "/dev/null".to_string()
+        }
+    };
+    let (a, b) = (side(d.old.is_some(), "a/"), side(d.new.is_some(), "b/"));
+    let hunks = u.strip_prefix(&format!("--- {a}\n+++ {b}\n")).unwrap_or(u);
+    let header = [
+        format!("--- {}", quote_path(&a)),
+        format!("+++ {}", quote_path(&b)),
+    ];
+    (header, hunks)
 }
 
 /// `cairn history PATH`.
@@ -522,7 +562,7 @@ pub fn blame(settings: &Settings, point: &str, path: &str, json: bool) -> Result
     let store = settings.open_read()?;
     let lines = store
         .query(|q| q.blame(p, path))
-        .with_context(|| format!("blame {path} at {point}"))?;
+        .with_context(|| format!("blame {} at {point}", quote_path(path)))?;
     let st = Style::stdout();
     let mut out = std::io::stdout().lock();
     for l in &lines {

@@ -1,6 +1,7 @@
 //! Human output: aligned tables, colours only on a terminal (and never
 //! with `NO_COLOR`), relative times.
 
+use std::borrow::Cow;
 use std::io::IsTerminal;
 
 use cairn_codec::Timestamp;
@@ -188,7 +189,6 @@ pub fn relative(ts: Timestamp, now: Timestamp) -> String {
     }
 }
 
-/// Cuts `s` to at most `max` characters on one line, marking the cut with `…`.
 /// The most characters of a label, session or path a table shows (control
 /// characters flattened); `--json` prints them whole.
 pub const CELL_MAX_CHARS: usize = 60;
@@ -198,6 +198,8 @@ pub fn cell(s: &str) -> String {
     one_line(s, CELL_MAX_CHARS)
 }
 
+/// Cuts `s` to at most `max` characters on one line, marking the cut with
+/// `…` (control characters become spaces).
 pub fn one_line(s: &str, max: usize) -> String {
     let flat: String = s
         .chars()
@@ -210,6 +212,60 @@ pub fn one_line(s: &str, max: usize) -> String {
         t.push('…');
         t
     }
+}
+
+/// A workspace path as every human-readable listing prints it (`tree`,
+/// `diff`, `rollback`, `history`, `log`, a checkpoint's not-captured note):
+/// as it is, unless it holds a character a terminal could act on or that
+/// would make it ambiguous. Then it is quoted as git quotes a path: in
+/// double quotes, with C escapes (`\n`, `\t`, `\a`, `\"`, `\\`, ...) and
+/// every other such character as the octal of its UTF-8 bytes (`\033`).
+/// A name chosen by an agent (or by whatever it downloaded) can then
+/// neither move the cursor, erase a line, retitle the terminal, nor pass for
+/// two paths. `--json` prints paths exactly (JSON escapes them).
+pub fn quote_path(p: &str) -> Cow<'_, str> {
+    if !p.chars().any(needs_quoting) {
+        return Cow::Borrowed(p);
+    }
+    let mut out = String::with_capacity(p.len() + 8);
+    out.push('"');
+    for c in p.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{07}' => out.push_str("\\a"),
+            '\u{08}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{0b}' => out.push_str("\\v"),
+            '\u{0c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if needs_quoting(c) => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push('\\');
+                    for digit in [b >> 6, (b >> 3) & 7, b & 7] {
+                        out.push(char::from(b'0' + digit));
+                    }
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    Cow::Owned(out)
+}
+
+/// True for the characters [`quote_path`] escapes: control characters (C0,
+/// DEL, C1: escape sequences, newlines, the bell), the quote and backslash
+/// it escapes with, and the bidirectional formatting characters that make
+/// a terminal show a name's text in another order than it has.
+fn needs_quoting(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '"' | '\\' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
 }
 
 /// Bytes in human units.
@@ -273,6 +329,25 @@ mod tests {
         assert_eq!(relative(Timestamp(0), Timestamp(5_000)), "5s ago");
         assert_eq!(relative(Timestamp(0), Timestamp(7_200_000)), "2h ago");
         assert_eq!(relative(Timestamp(60_000), Timestamp(0)), "in 1m");
+    }
+
+    #[test]
+    fn paths_are_quoted_as_git_quotes_them() {
+        assert!(matches!(quote_path("src/main.rs"), Cow::Borrowed(_)));
+        assert_eq!(quote_path("naïve ünïcode/ok.rs"), "naïve ünïcode/ok.rs");
+        assert_eq!(quote_path("nl\nname"), "\"nl\\nname\"");
+        assert_eq!(quote_path("zz\x1b[1A\x1b[2K"), "\"zz\\033[1A\\033[2K\"");
+        assert_eq!(
+            quote_path("evil\x1b]0;pwned\x07name"),
+            "\"evil\\033]0;pwned\\aname\""
+        );
+        assert_eq!(quote_path("a\"b\\c\t"), "\"a\\\"b\\\\c\\t\"");
+        // C1 controls (U+009B is a one-character CSI) and a bidi override.
+        assert_eq!(quote_path("x\u{9b}2K"), "\"x\\302\\2332K\"");
+        assert_eq!(quote_path("a\u{202e}b"), "\"a\\342\\200\\256b\"");
+        for p in ["a\u{7f}", "\r", "\u{0}"] {
+            assert!(!quote_path(p).chars().any(char::is_control), "{p:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,242 @@
+//! What the human-readable output of `diff`, `history`, `tree` and
+//! `rollback` shows: every changed path (an empty one too), a directory's
+//! whole history however it is typed, and workspace file names that cannot
+//! drive the terminal (found by the session-11 user trial, P2, P3 and P8).
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn cairn(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn cairn_stdin(dir: &Path, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Stdout of a command that must succeed, as bytes (a raw escape in it is
+/// what some tests look for).
+fn ok(o: &Output) -> Vec<u8> {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout.clone()
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8(ok(o)).unwrap()
+}
+
+fn json_lines(s: &str) -> Vec<serde_json::Value> {
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn diff_names_an_empty_file_added_or_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    std::fs::write(ws.join("empty.txt"), "").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c2
+    let c: Vec<String> = json_lines(&text(&cairn(ws, &["checkpoints", "--json"])))
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect();
+    let (c1, c2) = (c[0].as_str(), c[1].as_str());
+
+    assert_eq!(
+        text(&cairn(ws, &["diff", c1, c2])),
+        "empty.txt added (empty)\n"
+    );
+    assert_eq!(
+        text(&cairn(ws, &["diff", c1, c2, "--", "empty.txt"])),
+        "empty.txt added (empty)\n"
+    );
+    assert_eq!(
+        text(&cairn(ws, &["diff", c2, c1])),
+        "empty.txt removed (empty)\n"
+    );
+    // `--json` is unchanged: the same path, an empty unified diff.
+    let j = json_lines(&text(&cairn(ws, &["diff", c1, c2, "--json"])));
+    assert_eq!(j.len(), 1);
+    assert_eq!(
+        (&j[0]["path"], &j[0]["status"], &j[0]["unified"]),
+        (
+            &serde_json::json!("empty.txt"),
+            &serde_json::json!("added"),
+            &serde_json::json!("")
+        )
+    );
+
+    // An empty file replaced by a directory: both paths are named.
+    std::fs::remove_file(ws.join("empty.txt")).unwrap();
+    std::fs::create_dir(ws.join("empty.txt")).unwrap();
+    std::fs::write(ws.join("empty.txt/inner"), "in\n").unwrap();
+    let c3 = json_lines(&text(&cairn(ws, &["checkpoint", "--json"])))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let d = text(&cairn(ws, &["diff", c2, &c3]));
+    assert!(d.starts_with("empty.txt removed (empty)\n"), "{d}");
+    assert!(d.contains("+++ b/empty.txt/inner\n"), "{d}");
+}
+
+#[test]
+fn history_of_a_directory_is_the_same_with_or_without_its_slash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::create_dir(ws.join("d")).unwrap();
+    std::fs::write(ws.join("d/f"), "x\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    std::fs::remove_dir_all(ws.join("d")).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c2
+    let kinds = |path: &str| -> Vec<(u64, String)> {
+        json_lines(&text(&cairn(
+            ws,
+            &["history", path, "--checkpoints", "--json"],
+        )))
+        .iter()
+        .map(|r| {
+            (
+                r["lsn"].as_u64().unwrap(),
+                r["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+    };
+    let before = kinds("d");
+    assert_eq!(before.len(), 2, "{before:?}");
+    // The rollback recreates d/, and its record names `d` itself.
+    ok(&cairn(ws, &["rollback", "-q", "c1"]));
+    let rb = json_lines(&text(&cairn(ws, &["log", "--kind", "rollback", "--json"])));
+    assert!(
+        rb[0]["files"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("d")),
+        "{rb:?}"
+    );
+    let with_slash = kinds("d/");
+    assert_eq!(with_slash.len(), 3, "{with_slash:?}");
+    assert_eq!(with_slash[..2], before[..]);
+    assert_eq!(with_slash[2].1, "rollback");
+    assert_eq!(kinds("d"), with_slash);
+    assert_eq!(kinds("./d"), with_slash);
+}
+
+/// The names' bytes that must never reach the terminal raw.
+const NASTY: [&str; 3] = ["zz\x1b[1A\x1b[2K", "nl\nname", "bell\x07name"];
+/// How each is shown: quoted, with C escapes, as git quotes it (`diff`
+/// quotes its headers whole: `+++ "b/nl\nname"`).
+const SHOWN: [&str; 3] = ["zz\\033[1A\\033[2K\"", "nl\\nname\"", "bell\\aname\""];
+
+/// No control byte but the line ends, and each of `shown` in `out`.
+fn assert_safe_naming(what: &str, out: &[u8], shown: &[&str]) {
+    let s = String::from_utf8_lossy(out);
+    assert!(
+        !out.iter().any(|b| b.is_ascii_control() && *b != b'\n'),
+        "{what}: a raw control byte in {s:?}"
+    );
+    for shown in shown {
+        assert!(s.contains(shown), "{what}: {shown} not in {s:?}");
+    }
+    // The name with a newline is never split into a line of its own.
+    assert!(
+        !s.lines().any(|l| l.trim_end_matches('"') == "name"),
+        "{what}: {s:?}"
+    );
+}
+
+/// No control byte but the line ends, and each nasty name shown quoted.
+fn assert_safe(what: &str, out: &[u8]) {
+    assert_safe_naming(what, out, &SHOWN);
+}
+
+#[test]
+fn file_names_cannot_drive_the_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("a"), "a\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    for name in NASTY {
+        std::fs::write(ws.join(name), "line\n").unwrap();
+    }
+    let c2 = json_lines(&text(&cairn(ws, &["checkpoint", "--json"])))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    assert_safe("tree", &ok(&cairn(ws, &["tree", &c2])));
+    assert_safe("diff", &ok(&cairn(ws, &["diff", "c1", &c2])));
+    assert_safe_naming(
+        "diff -- PATH",
+        &ok(&cairn(ws, &["diff", "c1", &c2, "--", NASTY[1]])),
+        &[SHOWN[1]],
+    );
+    assert_safe(
+        "rollback --dry-run",
+        &ok(&cairn(ws, &["rollback", "c1", "--dry-run"])),
+    );
+    assert_safe("rollback", &ok(&cairn(ws, &["rollback", "c1"])));
+    // Records naming them: `log` and `history` show them quoted too.
+    let lines: String = NASTY
+        .iter()
+        .map(|n| {
+            format!(
+                "{}\n",
+                serde_json::json!({"kind": "file.delete", "path": n})
+            )
+        })
+        .collect();
+    ok(&cairn_stdin(ws, &["record"], &lines));
+    assert_safe("log", &ok(&cairn(ws, &["log", "--kind", "file.delete"])));
+    assert_safe_naming(
+        "history",
+        &ok(&cairn(ws, &["history", NASTY[1]])),
+        &[SHOWN[1]],
+    );
+
+    // `--json` keeps each name exact.
+    let tree = json_lines(&text(&cairn(ws, &["tree", &c2, "--json"])));
+    for name in NASTY {
+        assert!(tree.iter().any(|e| e["path"] == name), "{name:?}: {tree:?}");
+    }
+    let d = json_lines(&text(&cairn(ws, &["diff", "c1", &c2, "--json"])));
+    for name in NASTY {
+        assert!(d.iter().any(|e| e["path"] == name), "{name:?}: {d:?}");
+    }
+}
