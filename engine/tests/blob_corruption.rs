@@ -219,3 +219,66 @@ fn a_pack_cut_short_at_creation_is_removed_and_a_bad_header_rewritten() {
     assert_eq!(s.get(&h).unwrap(), b"after repair");
     assert_eq!(s.hashes().len(), blobs().len() + 1);
 }
+
+/// Bit rot in a stored blob is healed by the next put of the same
+/// contents (a checkpoint of the intact workspace file): the put does not
+/// dedup against the damaged entry but writes a fresh copy that the index
+/// then names, so the blob reads back. Without this,
+/// every later checkpoint of those contents named a blob that cannot be
+/// read.
+#[test]
+fn a_put_of_contents_whose_stored_copy_is_damaged_heals_it() {
+    let d = SimVfs::new();
+    let vfs: Arc<dyn Vfs> = Arc::new(d.clone());
+    let opts = BlobOptions {
+        chunking_threshold_bytes: 64 * 1024,
+        ..BlobOptions::default()
+    };
+    // A whole blob, and a chunked one (cut into content-defined chunks).
+    let small = b"fn main() { println!(\"hello\"); }\n".repeat(40);
+    let mut big = Vec::new();
+    let mut x = 7u64;
+    while big.len() < 600 * 1024 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        big.extend_from_slice(format!("line {x:x}\n").as_bytes());
+    }
+    for contents in [&small, &big] {
+        let s = BlobStore::open(vfs.clone(), &dir(), opts.clone()).unwrap();
+        let h = s.put(contents).unwrap();
+        s.sync().unwrap();
+        drop(s);
+        // Flip a byte in the middle of the pack's last written entries.
+        let pack = dir().join("pack-00000001.pack");
+        let bytes = d.written_bytes(&pack).unwrap();
+        let at = bytes.len() as u64 - 100;
+        d.corrupt(&pack, at, &[!bytes[at as usize]]).unwrap();
+        let s = BlobStore::open(vfs.clone(), &dir(), opts.clone()).unwrap();
+        assert!(
+            matches!(s.get(&h), Err(EngineError::BlobIntegrity { .. })),
+            "the damage is seen"
+        );
+        assert_eq!(s.put(contents).unwrap(), h);
+        s.sync().unwrap();
+        assert_eq!(&s.get(&h).unwrap(), contents, "healed");
+        drop(s);
+        let s = BlobStore::open(vfs.clone(), &dir(), opts.clone()).unwrap();
+        assert_eq!(&s.get(&h).unwrap(), contents, "healed for good");
+        // Verify still names the damaged bytes left in the pack (the disk
+        // did rot), but no blob the index names is damaged.
+        let report = s.verify().unwrap();
+        assert!(
+            report
+                .problems
+                .iter()
+                .all(|p| p.hash.is_none() && p.offset < at),
+            "{report:?}"
+        );
+        // A put of intact contents still stores nothing new.
+        let before = d.written_bytes(&pack).unwrap().len();
+        s.put(contents).unwrap();
+        s.sync().unwrap();
+        assert_eq!(d.written_bytes(&pack).unwrap().len(), before);
+    }
+}

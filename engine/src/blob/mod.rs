@@ -273,7 +273,7 @@ impl BlobStore {
 
     fn put_inner(&self, bytes: &[u8]) -> Result<BlobHash> {
         let hash = BlobHash::of(bytes);
-        if self.present_as(EntryKind::Blob, &hash) {
+        if self.present_as(EntryKind::Blob, &hash) && self.stored_intact(&hash)? {
             return Ok(hash);
         }
         let cuts: Vec<(usize, usize)> = if bytes.len() as u64 > self.opts.chunking_threshold_bytes {
@@ -304,8 +304,44 @@ impl BlobStore {
             .is_some_and(|l| kind == EntryKind::Chunk || l.kind.is_top_level())
     }
 
+    /// Whether the entries that hold `hash` (a chunked blob's list and
+    /// every chunk) are intact: header, CRC and name, read back without
+    /// decompressing. A put of contents already stored checks this before
+    /// it dedups: bytes in hand (a workspace file) then replace a copy
+    /// damaged by bit rot, instead of a new checkpoint naming a blob that
+    /// cannot be read back.
+    fn stored_intact(&self, hash: &BlobHash) -> Result<bool> {
+        let Some(loc) = self.index.read().get(hash).copied() else {
+            return Ok(false);
+        };
+        let damaged = |r: Result<()>| match r {
+            Ok(()) => Ok(false),
+            Err(EngineError::BlobIntegrity { .. }) => Ok(true),
+            Err(e) => Err(e),
+        };
+        if loc.kind != EntryKind::ChunkList {
+            return Ok(!damaged(self.read_entry(hash, &loc).map(|_| ()))?);
+        }
+        let refs = match self.read_list(hash, &loc) {
+            Ok((_, refs)) => refs,
+            Err(EngineError::BlobIntegrity { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        for r in refs {
+            let Some(cl) = self.index.read().get(&r.hash).copied() else {
+                return Ok(false);
+            };
+            if damaged(self.read_entry(&r.hash, &cl).map(|_| ()))? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     fn store_contents(&self, kind: EntryKind, hash: BlobHash, raw: &[u8]) -> Result<()> {
-        if self.present_as(kind, &hash) {
+        // A damaged copy is replaced (see `stored_intact`).
+        let replace = self.present_as(kind, &hash);
+        if replace && self.stored_intact(&hash)? {
             return Ok(());
         }
         self.dicts.poll();
@@ -315,12 +351,23 @@ impl BlobStore {
                 .offer(raw, self.opts.dictionary_sample_bytes, &self.vfs, &self.dir);
         }
         let entry = encode_contents(kind, self.opts.zstd_level, &hash, raw, dict.map(|d| &**d));
-        self.append(hash, entry, false)
+        self.append(hash, entry, replace)
     }
 
     fn store_list(&self, hash: BlobHash, total: u64, refs: &[ChunkRef]) -> Result<()> {
-        if self.present_as(EntryKind::ChunkList, &hash) {
-            return Ok(());
+        // The chunks were stored (or found intact) just before: a list that
+        // is present then needs only its own entry intact.
+        let replace = self.present_as(EntryKind::ChunkList, &hash);
+        if replace {
+            let loc = self.index.read().get(&hash).copied();
+            let intact = match loc.map(|l| self.read_entry(&hash, &l)) {
+                Some(Ok(_)) => true,
+                Some(Err(EngineError::BlobIntegrity { .. })) | None => false,
+                Some(Err(e)) => return Err(e),
+            };
+            if intact {
+                return Ok(());
+            }
         }
         let payload = encode_chunk_list(refs);
         if payload.len() as u64 > options::MAX_ENTRY_RAW_BYTES {
@@ -334,7 +381,7 @@ impl BlobStore {
         }
         let mut entry = Vec::new();
         encode_entry(&mut entry, EntryKind::ChunkList, 0, total, &hash, &payload);
-        self.append(hash, entry, false)
+        self.append(hash, entry, replace)
     }
 
     /// Creates a new pack and makes it the active one.
