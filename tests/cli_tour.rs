@@ -1157,3 +1157,48 @@ fn a_user_who_may_not_write_the_store_is_told_what_still_works() {
         "{err}"
     );
 }
+
+/// `log` streams its output in parts (a table of 1,000 rows at a time):
+/// across parts the header is printed once, every record once and in
+/// order, and `--json` is the canonical export.
+#[test]
+fn a_long_log_prints_whole_across_table_parts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let mut input = String::new();
+    for i in 0..2_500 {
+        let s = if i < 1_200 {
+            "s"
+        } else {
+            "a-much-longer-session-name"
+        };
+        input.push_str(&format!(
+            "{{\"kind\":\"prompt\",\"session\":\"{s}\",\"text\":\"turn {i}\",\"ts\":{}}}\n",
+            1_700_000_000_000u64 + i
+        ));
+    }
+    ok(&cairn_stdin(
+        ws,
+        &["record", "--durability", "never"],
+        Some(&input),
+    ));
+    let table = ok(&cairn(ws, &["log"]));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2_501);
+    assert!(lines[0].starts_with("LSN"));
+    assert_eq!(table.matches("SUMMARY").count(), 1);
+    for (i, l) in lines[1..].iter().enumerate() {
+        assert!(l.starts_with(&format!("{} ", i + 1)), "{l}");
+        assert!(l.contains(&format!("\"turn {i}\"")), "{l}");
+    }
+    let json = ok(&cairn(ws, &["log", "--json"]));
+    assert_eq!(json, ok(&cairn(ws, &["export"])));
+    assert_eq!(json.lines().count(), 2_500);
+    let newest = ok(&cairn(ws, &["log", "--newest-first", "--json"]));
+    let lsns: Vec<u64> = json_lines(&newest)
+        .iter()
+        .map(|r| r["lsn"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lsns, (1..=2_500).rev().collect::<Vec<_>>());
+}

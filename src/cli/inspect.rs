@@ -125,36 +125,124 @@ fn print_records(records: &[Record], json: bool) -> Result<()> {
     }
     let st = Style::stdout();
     let now = Timestamp::now();
-    let mut t = Table::new(&["LSN", "TIME", "", "SESSION", "KIND", "OK", "SUMMARY"]);
+    let mut t = Table::new(&RECORD_COLUMNS);
     for r in records {
-        let e = &r.event;
-        let kind = match e.kind {
-            EventKind::CheckpointCreate | EventKind::CheckpointDiscard => st.green(e.kind.name()),
-            EventKind::Rollback | EventKind::Undo => st.yellow(e.kind.name()),
-            k if k.is_file_op() => st.cyan(k.name()),
-            k => k.name().to_string(),
-        };
-        t.row(vec![
-            r.lsn.to_string(),
-            e.ts.to_iso(),
-            st.dim(&relative(e.ts, now)),
-            cell(&e.session),
-            kind,
-            if e.ok { "ok".into() } else { st.red("FAIL") },
-            summary(r),
-        ]);
+        t.row(record_row(r, &st, now));
     }
     out.write_all(t.render().as_bytes())?;
     Ok(())
 }
 
-/// `cairn log`.
+/// The columns of a table of records.
+const RECORD_COLUMNS: [&str; 7] = ["LSN", "TIME", "", "SESSION", "KIND", "OK", "SUMMARY"];
+
+/// One record as a row of [`RECORD_COLUMNS`].
+fn record_row(r: &Record, st: &Style, now: Timestamp) -> Vec<String> {
+    let e = &r.event;
+    let kind = match e.kind {
+        EventKind::CheckpointCreate | EventKind::CheckpointDiscard => st.green(e.kind.name()),
+        EventKind::Rollback | EventKind::Undo => st.yellow(e.kind.name()),
+        k if k.is_file_op() => st.cyan(k.name()),
+        k => k.name().to_string(),
+    };
+    vec![
+        r.lsn.to_string(),
+        e.ts.to_iso(),
+        st.dim(&relative(e.ts, now)),
+        cell(&e.session),
+        kind,
+        if e.ok { "ok".into() } else { st.red("FAIL") },
+        summary(r),
+    ]
+}
+
+/// Rows of the `log` table laid out and printed together: the table is
+/// streamed, so memory holds this many records, not the whole log (a
+/// column only ever widens from one part to the next).
+const LOG_TABLE_PART_ROWS: usize = 1000;
+
+/// Prints records as they come (see [`LOG_TABLE_PART_ROWS`]): a table, or
+/// canonical JSONL; as [`print_records`] prints a list.
+struct RecordPrinter {
+    json: bool,
+    out: std::io::BufWriter<std::io::StdoutLock<'static>>,
+    table: Table,
+    widths: Vec<usize>,
+    rows: usize,
+    st: Style,
+    now: Timestamp,
+    buf: Vec<u8>,
+}
+
+impl RecordPrinter {
+    fn new(json: bool) -> RecordPrinter {
+        RecordPrinter {
+            json,
+            out: std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock()),
+            table: Table::new(&RECORD_COLUMNS),
+            widths: Vec::new(),
+            rows: 0,
+            st: Style::stdout(),
+            now: Timestamp::now(),
+            buf: Vec::new(),
+        }
+    }
+
+    fn print(&mut self, r: &Record) -> std::io::Result<()> {
+        self.rows += 1;
+        if self.json {
+            self.buf.clear();
+            write_json_line(r.lsn, r.chain, &EventRef::of(&r.event), &mut self.buf)
+                .map_err(std::io::Error::other)?;
+            return self.out.write_all(&self.buf);
+        }
+        self.table.row(record_row(r, &self.st, self.now));
+        if self.table.len() >= LOG_TABLE_PART_ROWS {
+            self.flush_part()?;
+        }
+        Ok(())
+    }
+
+    fn flush_part(&mut self) -> std::io::Result<()> {
+        let part = std::mem::replace(&mut self.table, Table::headless());
+        self.out
+            .write_all(part.render_part(&mut self.widths).as_bytes())
+    }
+
+    fn finish(mut self) -> std::io::Result<()> {
+        if !self.json {
+            if self.rows == 0 {
+                writeln!(self.out, "no records match")?;
+            } else if !self.table.is_empty() {
+                self.flush_part()?;
+            }
+        }
+        self.out.flush()
+    }
+}
+
+/// `cairn log`: streamed, so a log of any length prints in bounded memory.
 pub fn log(settings: &Settings, a: LogArgs) -> Result<ExitCode> {
     let mut filter = filter_from(&a.filter)?;
     let store = settings.open_read()?;
     filter.path = filter.path.map(|p| record_path(&p, store.workspace_dir()));
-    let records = store.query(|q| q.list(&filter))?;
-    print_records(&records, a.json)?;
+    let mut printer = RecordPrinter::new(a.json);
+    let mut failed: Option<std::io::Error> = None;
+    let scanned = store.query(|q| {
+        q.scan(&filter, &mut |r| match printer.print(&r) {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                failed = Some(e);
+                Ok(false)
+            }
+        })
+    });
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    // What was read before an error (damage) is printed, then the error.
+    printer.finish()?;
+    scanned?;
     store.close()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -97,10 +97,31 @@ impl Table {
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
+    /// A table without a header row: a later part of a streamed table
+    /// (see [`Table::render_part`]).
+    pub fn headless() -> Table {
+        Table { rows: Vec::new() }
+    }
+    /// The number of rows (the header included).
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+    /// True if the table has no row at all.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
     /// Renders with two spaces between columns; the last column is not padded.
     pub fn render(&self) -> String {
+        self.render_part(&mut Vec::new())
+    }
+    /// Renders one part of a table printed in parts as its rows arrive:
+    /// each column is as wide as its widest cell in this part or any part
+    /// before (`widths` carries them), so memory holds one part at a time.
+    pub fn render_part(&self, widths: &mut Vec<usize>) -> String {
         let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let mut widths = vec![0; cols];
+        if widths.len() < cols {
+            widths.resize(cols, 0);
+        }
         for r in &self.rows {
             for (i, c) in r.iter().enumerate() {
                 widths[i] = widths[i].max(visible_len(c));
