@@ -727,13 +727,23 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         scope.push(ws.normalize(p)?);
     }
     let state = target.state.map(|h| blobs.get(&h)).transpose()?;
+    let target_skipped: Vec<(String, String)> = target
+        .not_captured
+        .iter()
+        .map(|n| (n.path.clone(), n.why.clone()))
+        .collect();
     if req.dry_run {
         let track = ws.load_track()?;
         let cap = capture::capture_full(ws, &HashOnly(blobs), &track.tracked, &BTreeSet::new())?;
         let cur = cap.manifest().unwrap_or_default();
         let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
         let mut plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
-        let kept = restore::keep_uncaptured(ws, &cur, &mut plan);
+        let mut kept = restore::keep_uncaptured(ws, &cur, &mut plan);
+        kept.extend(restore::keep_not_captured_at_target(
+            &mut plan,
+            &target_skipped,
+            &target.id.to_string(),
+        ));
         return Ok(RollbackReport {
             source: None,
             target: target.id,
@@ -773,7 +783,12 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         )> {
             let (cur, tgt, same) = restore::diff_trees(blobs, &cap.root, &target.root)?;
             let mut plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
-            let kept = restore::keep_uncaptured(ws, &cur, &mut plan);
+            let mut kept = restore::keep_uncaptured(ws, &cur, &mut plan);
+            kept.extend(restore::keep_not_captured_at_target(
+                &mut plan,
+                &target_skipped,
+                &target.id.to_string(),
+            ));
             let planned: Vec<String> = plan
                 .write
                 .iter()

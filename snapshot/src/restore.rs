@@ -296,6 +296,41 @@ pub struct Kept {
     pub why: String,
 }
 
+/// Takes out of `plan` the deletion of every file the target checkpoint
+/// did not capture (`not_captured`: too large or unreadable then, so
+/// absent from its tree although it existed): the rollback cannot know
+/// what it held then, and leaves it as it is (listed with the reason).
+pub fn keep_not_captured_at_target(
+    plan: &mut Plan,
+    not_captured: &[(String, String)],
+    target: &str,
+) -> Vec<Kept> {
+    let mut kept = Vec::new();
+    plan.delete
+        .retain(|p| match not_captured.iter().find(|(n, _)| n == p) {
+            Some((_, why)) => {
+                kept.push(Kept {
+                    path: p.clone(),
+                    why: format!(
+                        "{target} did not capture it ({}): what it held then is unknown",
+                        why.replace('_', " ")
+                    ),
+                });
+                false
+            }
+            None => true,
+        });
+    if !kept.is_empty() {
+        // A directory holding a kept file is not empty: it stays.
+        plan.remove_dirs.retain(|d| {
+            !kept.iter().any(|k| {
+                k.path.starts_with(d.as_str()) && k.path.as_bytes().get(d.len()) == Some(&b'/')
+            })
+        });
+    }
+    kept
+}
+
 /// Takes out of `plan` every change that would destroy something on disk
 /// that `current` (the tree the undo point captured) does not hold, and
 /// returns those paths: a rollback must never change what its undo point

@@ -854,3 +854,31 @@ fn a_rollback_that_stops_part_way_is_recorded_as_failed() {
     assert_eq!(rec.event.target, Some(c1.id));
     assert!(rec.event.text.unwrap().contains("z.txt"));
 }
+
+/// A file the target checkpoint did not capture (too large then) is not in
+/// its tree, but it existed: a rollback to that checkpoint leaves it as it
+/// is and says why, instead of deleting it as a file created later (dry
+/// run too).
+#[test]
+fn a_file_the_target_did_not_capture_is_kept_not_deleted() {
+    let mut opts = SnapshotOptions::default();
+    opts.max_file_bytes = 100;
+    let f = fx_with(opts);
+    f.write("big.bin", "small");
+    f.write("other.txt", "one");
+    f.checkpoint("c1");
+    f.write("big.bin", &"x".repeat(500));
+    let c2 = f.checkpoint("c2");
+    assert_eq!(c2.not_captured.len(), 1, "{:?}", c2.not_captured);
+    f.write("big.bin", "small again");
+    f.write("other.txt", "two");
+    f.checkpoint("c3");
+    for dry_run in [true, false] {
+        let r = f.try_rollback(c2.id, &[], dry_run).unwrap();
+        assert!(!r.deleted.contains(&"big.bin".to_string()), "{r:?}");
+        let k = r.kept.iter().find(|k| k.path == "big.bin").expect("kept");
+        assert!(k.why.contains("did not capture"), "{}", k.why);
+    }
+    assert_eq!(f.read("big.bin").as_deref(), Some("small again"));
+    assert_eq!(f.read("other.txt").as_deref(), Some("one"));
+}
