@@ -230,8 +230,12 @@ pub enum Command {
         json: bool,
         /// Import a file even if its first event is recorded already (by
         /// default it is refused as imported before).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "resume")]
         again: bool,
+        /// Skip a file's leading lines that are recorded already (an import
+        /// cut short, an append-only file that grew since) and import the rest.
+        #[arg(long)]
+        resume: bool,
     },
     /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
     #[command(

@@ -371,7 +371,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             files,
             json,
             again,
-        } => interop::import(&settings, &format, &files, json, again),
+            resume,
+        } => interop::import(&settings, &format, &files, json, again, resume),
         Command::Demo(a) => demo::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
     }
