@@ -440,7 +440,7 @@ pub struct DemoArgs {
     /// Where to put the demo workspace (default: a new directory under the system temp dir).
     #[arg(long)]
     pub into: Option<PathBuf>,
-    /// Work on DIR itself, not on a copy (it will be checkpointed and rolled back).
+    /// Work on DIR itself, not on a copy: it is checkpointed, and at the end rolled back to its first checkpoint (your files as before the demo).
     #[arg(long)]
     pub in_place: bool,
 }
