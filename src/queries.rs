@@ -300,6 +300,7 @@ impl Store {
         opts: ImportOptions,
     ) -> Result<Option<(Lsn, Lsn)>> {
         self.writer("import")?;
+        refuse_gzip(reader, file_name, format)?;
         let mut lines = cairn_query::import::lines(format, reader, file_name);
         let mut batch: Vec<Imported> = Vec::new();
         let mut batch_from = 0u64;
@@ -400,10 +401,15 @@ impl Store {
                 .map(std::io::BufReader::new)
                 .map_err(|e| Error::Other(format!("open {name}: {e}")))
         };
-        let regular = std::fs::metadata(path)
-            .map_err(|e| Error::Other(format!("open {name}: {e}")))?
-            .is_file();
-        if regular {
+        let meta =
+            std::fs::metadata(path).map_err(|e| Error::Other(format!("open {name}: {e}")))?;
+        if meta.is_dir() {
+            return Err(Error::Other(format!(
+                "{name} is a directory: import reads files (name the files in it)"
+            )));
+        }
+        refuse_gzip(&mut open()?, &name, format)?;
+        if meta.is_file() {
             let nothing = ImportDone::default();
             for item in cairn_query::import::lines(format, open()?, &name) {
                 let mut item = item.map_err(|e| nothing.rejected(e.to_string(), &name))?;
@@ -487,6 +493,26 @@ impl Store {
 /// file imported in 16 MiB batches peaks at 190 MB resident, against
 /// 750 MB held whole) and no batch outgrows a segment (64 MiB by default).
 pub const IMPORT_BATCH_INPUT_BYTES: u64 = 16 << 20;
+
+/// The two bytes every gzip stream starts with (RFC 1952).
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Refuses gzip-compressed input (a rotated audit log) with a way to
+/// import it, rather than failing on its first line as not UTF-8. Looks
+/// at the buffered start of `reader` without consuming it.
+fn refuse_gzip(reader: &mut dyn std::io::BufRead, name: &str, format: Format) -> Result<()> {
+    let head = reader
+        .fill_buf()
+        .map_err(|e| Error::Other(format!("read {name}: {e}")))?;
+    if head.starts_with(&GZIP_MAGIC) {
+        let src = if name == "stdin" { "FILE" } else { name };
+        return Err(Error::Other(format!(
+            "{name} is gzip-compressed: use `zcat {src} | cairn import --format {} -`",
+            format.name()
+        )));
+    }
+    Ok(())
+}
 
 /// Why an input is refused as imported before: its first event (at
 /// `line`) and the `n` lines from it are recorded as LSN `a` to `b`, and

@@ -425,7 +425,9 @@ fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCod
 fn completions(shell: &str) -> Result<ExitCode> {
     use clap::CommandFactory;
     let sh: clap_complete::Shell = shell.parse().map_err(|_| {
-        anyhow::anyhow!("unknown shell `{shell}`: use bash, zsh, fish, elvish or powershell")
+        usage(format!(
+            "unknown shell `{shell}`: use bash, zsh, fish, elvish or powershell"
+        ))
     })?;
     clap_complete::generate(sh, &mut Cli::command(), "cairn", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
