@@ -68,12 +68,30 @@ pub struct ImportOptions {
     /// Import even if the input's first event is recorded already (by
     /// default such input is refused as imported before).
     pub again: bool,
+    /// Skip the leading lines of the input that are recorded already (each
+    /// line's event equal to a record after the previous line's, in
+    /// order, as the first line is matched) and import the rest: an
+    /// import that was interrupted, or an append-only file that grew
+    /// since it was imported, goes on where the store stops.
+    pub resume: bool,
 }
 
 impl ImportOptions {
     /// Options that import input recorded already, again.
     pub fn again() -> ImportOptions {
-        ImportOptions { again: true }
+        ImportOptions {
+            again: true,
+            resume: false,
+        }
+    }
+
+    /// Options that skip the leading lines recorded already and import
+    /// the rest (see [`ImportOptions::resume`]).
+    pub fn resume() -> ImportOptions {
+        ImportOptions {
+            again: false,
+            resume: true,
+        }
     }
 }
 
@@ -282,25 +300,38 @@ impl Store {
         opts: ImportOptions,
     ) -> Result<Option<(Lsn, Lsn)>> {
         self.writer("import")?;
+        refuse_gzip(reader, file_name, format)?;
         let mut lines = cairn_query::import::lines(format, reader, file_name);
         let mut batch: Vec<Imported> = Vec::new();
         let mut batch_from = 0u64;
         let mut done = ImportDone::default();
         let mut first = true;
+        // The leading lines recorded already: how many, the LSNs of the
+        // first and the last; `None` once a line is not (or never was).
+        let mut recorded: Option<(u64, Lsn, Lsn)> = None;
+        let mut first_line = 0;
         loop {
             match lines.next() {
                 Some(Ok(mut item)) => {
                     item.settle_blobs(|h| self.blobs.contains(h));
                     if std::mem::take(&mut first) && !opts.again {
-                        if let Some(at) = self.recorded_as(&item.event)? {
+                        if let Some(at) = self.recorded_after(&item.event, None)? {
+                            recorded = Some((1, at, at));
+                            first_line = item.line;
+                            continue;
+                        }
+                    } else if let Some((n, a, b)) = recorded {
+                        if let Some(at) = self.recorded_after(&item.event, Some(b))? {
+                            recorded = Some((n + 1, a, at));
+                            continue;
+                        }
+                        if !opts.resume {
                             return Err(done.rejected(
-                                format!(
-                                    "{file_name}:{}: this event is recorded already, as LSN {at}: the input looks imported before (import it again with --again)",
-                                    item.line
-                                ),
+                                imported_before(file_name, first_line, (n, a, b), Some(item.line)),
                                 file_name,
                             ));
                         }
+                        recorded = None;
                     }
                     batch.push(item)
                 }
@@ -311,6 +342,9 @@ impl Store {
                 self.import_batch(&mut batch, file_name, &mut done)?;
                 batch_from = lines.bytes_read();
             }
+        }
+        if let (Some(r), false) = (recorded, opts.resume) {
+            return Err(done.rejected(imported_before(file_name, first_line, r, None), file_name));
         }
         self.import_batch(&mut batch, file_name, &mut done)?;
         Ok(done.range)
@@ -335,10 +369,10 @@ impl Store {
         self.import_file_in_batches(format, path, IMPORT_BATCH_INPUT_BYTES, opts)
     }
 
-    /// An existing record whose event equals `e`: the first line of an
-    /// input imported before. Looked up by time in the index, so it reads
-    /// only the records of that millisecond.
-    fn recorded_as(&self, e: &cairn_codec::Event) -> Result<Option<Lsn>> {
+    /// The first existing record after `after` (any, if `None`) whose event
+    /// equals `e`: a line of an input imported before. Looked up by time in
+    /// the index, so it reads only the records of that millisecond.
+    fn recorded_after(&self, e: &cairn_codec::Event, after: Option<Lsn>) -> Result<Option<Lsn>> {
         self.query(|q| {
             let filter = Filter {
                 since: Some(e.ts),
@@ -347,7 +381,7 @@ impl Store {
             };
             Ok(q.list(&filter)?
                 .into_iter()
-                .find(|r| r.event == *e)
+                .find(|r| after.is_none_or(|a| r.lsn > a) && r.event == *e)
                 .map(|r| r.lsn))
         })
     }
@@ -367,10 +401,15 @@ impl Store {
                 .map(std::io::BufReader::new)
                 .map_err(|e| Error::Other(format!("open {name}: {e}")))
         };
-        let regular = std::fs::metadata(path)
-            .map_err(|e| Error::Other(format!("open {name}: {e}")))?
-            .is_file();
-        if regular {
+        let meta =
+            std::fs::metadata(path).map_err(|e| Error::Other(format!("open {name}: {e}")))?;
+        if meta.is_dir() {
+            return Err(Error::Other(format!(
+                "{name} is a directory: import reads files (name the files in it)"
+            )));
+        }
+        refuse_gzip(&mut open()?, &name, format)?;
+        if meta.is_file() {
             let nothing = ImportDone::default();
             for item in cairn_query::import::lines(format, open()?, &name) {
                 let mut item = item.map_err(|e| nothing.rejected(e.to_string(), &name))?;
@@ -454,6 +493,48 @@ impl Store {
 /// file imported in 16 MiB batches peaks at 190 MB resident, against
 /// 750 MB held whole) and no batch outgrows a segment (64 MiB by default).
 pub const IMPORT_BATCH_INPUT_BYTES: u64 = 16 << 20;
+
+/// The two bytes every gzip stream starts with (RFC 1952).
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Refuses gzip-compressed input (a rotated audit log) with a way to
+/// import it, rather than failing on its first line as not UTF-8. Looks
+/// at the buffered start of `reader` without consuming it.
+fn refuse_gzip(reader: &mut dyn std::io::BufRead, name: &str, format: Format) -> Result<()> {
+    let head = reader
+        .fill_buf()
+        .map_err(|e| Error::Other(format!("read {name}: {e}")))?;
+    if head.starts_with(&GZIP_MAGIC) {
+        let src = if name == "stdin" { "FILE" } else { name };
+        return Err(Error::Other(format!(
+            "{name} is gzip-compressed: use `zcat {src} | cairn import --format {} -`",
+            format.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Why an input is refused as imported before: its first event (at
+/// `line`) and the `n` lines from it are recorded as LSN `a` to `b`, and
+/// line `rest` is the first that is not (`None`: every line is).
+fn imported_before(file: &str, line: u64, (n, a, b): (u64, Lsn, Lsn), rest: Option<u64>) -> String {
+    let head = format!("{file}:{line}: this event is recorded already, as LSN {a}: the input looks imported before");
+    let lsns = if n == 1 {
+        format!("LSN {a}")
+    } else {
+        format!("LSN {a} to {b}")
+    };
+    match rest {
+        None if n == 1 => format!("{head} (import it again with --again)"),
+        None => format!(
+            "{head}: all its {n} lines are recorded, as {lsns} (import it again with --again)"
+        ),
+        Some(rest) => format!(
+            "{head}: its first {} recorded, as {lsns}, and the rest (from line {rest}) is not (import only the rest with --resume, or all of it again with --again)",
+            if n == 1 { "line is".to_string() } else { format!("{n} lines are") },
+        ),
+    }
+}
 
 /// What an import has recorded so far, for its error messages.
 #[derive(Default)]
@@ -578,12 +659,80 @@ mod tests {
             import(ImportOptions::again()).unwrap(),
             Some((Lsn(4), Lsn(6)))
         );
+        assert!(
+            err.contains("all its 3 lines are recorded, as LSN 1 to 3"),
+            "{err}"
+        );
         // Other input of the same millisecond is no re-import.
         let other = comma_lines(4, None).replace("src/f", "lib/f");
         let got = store
             .import(Format::Comma, &mut other.as_bytes(), "f.jsonl")
             .unwrap();
         assert_eq!(got, Some((Lsn(7), Lsn(10))));
+    }
+
+    /// Trial 11 P6: an input whose leading lines are recorded (an import
+    /// cut short, an append-only file that grew) is refused saying how many
+    /// are; `resume` imports only the rest, and again after it grows more.
+    #[test]
+    fn a_grown_or_interrupted_input_resumes_after_its_recorded_lines() {
+        let store = Store::in_memory().unwrap();
+        let import = |n, opts| {
+            let input = comma_lines(n, None);
+            store.import_with(Format::Comma, &mut input.as_bytes(), "g.jsonl", opts)
+        };
+        assert_eq!(
+            import(3, ImportOptions::default()).unwrap(),
+            Some((Lsn(1), Lsn(3)))
+        );
+        // Something else is recorded in between.
+        let other = comma_lines(1, None).replace("src/f", "lib/f");
+        store
+            .import(Format::Comma, &mut other.as_bytes(), "o.jsonl")
+            .unwrap();
+        let err = import(5, ImportOptions::default()).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "its first 3 lines are recorded, as LSN 1 to 3, and the rest (from line 4) is not"
+            ) && err.contains("--resume")
+                && err.ends_with("(nothing from g.jsonl was recorded)"),
+            "{err}"
+        );
+        assert_eq!(store.head().last_lsn.0, 4);
+        assert_eq!(
+            import(5, ImportOptions::resume()).unwrap(),
+            Some((Lsn(5), Lsn(6)))
+        );
+        // Grown again: its lines are recorded in two runs, with a gap.
+        store
+            .import_with(
+                Format::Comma,
+                &mut other.as_bytes(),
+                "o.jsonl",
+                ImportOptions::again(),
+            )
+            .unwrap();
+        assert_eq!(
+            import(8, ImportOptions::resume()).unwrap(),
+            Some((Lsn(8), Lsn(10)))
+        );
+        // Nothing new: nothing to do.
+        assert_eq!(import(8, ImportOptions::resume()).unwrap(), None);
+        let paths: Vec<String> = store
+            .query(|q| q.list(&Filter::all()))
+            .unwrap()
+            .into_iter()
+            .filter_map(|r| r.event.path)
+            .collect();
+        let want: Vec<String> = [1, 2, 3]
+            .iter()
+            .map(|i| format!("src/f{i}.rs"))
+            .chain(["lib/f1.rs".to_string()])
+            .chain([4, 5].iter().map(|i| format!("src/f{i}.rs")))
+            .chain(["lib/f1.rs".to_string()])
+            .chain([6, 7, 8].iter().map(|i| format!("src/f{i}.rs")))
+            .collect();
+        assert_eq!(paths, want);
     }
 
     #[test]

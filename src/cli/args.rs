@@ -230,8 +230,12 @@ pub enum Command {
         json: bool,
         /// Import a file even if its first event is recorded already (by
         /// default it is refused as imported before).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "resume")]
         again: bool,
+        /// Skip a file's leading lines that are recorded already (an import
+        /// cut short, an append-only file that grew since) and import the rest.
+        #[arg(long)]
+        resume: bool,
     },
     /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
     #[command(
@@ -436,7 +440,7 @@ pub struct DemoArgs {
     /// Where to put the demo workspace (default: a new directory under the system temp dir).
     #[arg(long)]
     pub into: Option<PathBuf>,
-    /// Work on DIR itself, not on a copy (it will be checkpointed and rolled back).
+    /// Work on DIR itself, not on a copy: it is checkpointed, and at the end rolled back to its first checkpoint (your files as before the demo).
     #[arg(long)]
     pub in_place: bool,
 }

@@ -51,8 +51,20 @@ pub fn track(settings: &Settings, paths: &[String]) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// An empty `--session` is refused as `record` refuses an empty `session`
+/// field, rather than recorded as the default session.
+fn refuse_empty_session(session: Option<&str>) -> Result<()> {
+    match session {
+        Some("") => Err(super::usage(
+            "--session must not be empty (leave it out for the default session)",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `cairn checkpoint`.
 pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
+    refuse_empty_session(a.session.as_deref())?;
     let store = settings.open_write()?;
     let spin = super::progress::Spinner::start(settings.quiet, "checkpointing the workspace");
     let info = store.checkpoint(CheckpointRequest {
@@ -171,6 +183,7 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
 /// `cairn rollback`.
 pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     let target = parse_id(&a.id)?;
+    refuse_empty_session(a.session.as_deref())?;
     // A dry run changes nothing, so it reads beside a recording process.
     let store = if a.dry_run {
         settings.open_read()?

@@ -301,6 +301,25 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
         ),
     );
 
+    // On the user's own directory, end where it began: their files as they
+    // were before the demo (c1), the demo's history still explorable.
+    let restored = if a.in_place && a.dir.is_some() {
+        let back = s.rollback(c1.id)?;
+        t.step(
+            "restore",
+            &format!(
+                "{} to {} (your files as before the demo): wrote {}, deleted {}",
+                st.yellow("rollback"),
+                c1.id,
+                back.written.len(),
+                back.deleted.len()
+            ),
+        );
+        true
+    } else {
+        false
+    };
+
     let export_path = workspace.join(".cairn").join("demo-export.jsonl");
     let n = crate::cli::interop::export_to_file(&store, &export_path)?;
     t.step(
@@ -311,12 +330,21 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
         ),
     );
     let head = store.head();
+    // The whole hash, so it can be handed to `cairn verify --head` as is: a
+    // prefix would pin the log to far fewer bits than the check is for.
     println!(
         "\n{} {} records, head hash {}",
         st.bold("done:"),
         head.last_lsn,
-        &head.chain.to_hex()[..16]
+        head.chain.to_hex()
     );
+    if restored {
+        println!(
+            "Your files are back as they were before the demo ({}, rolled back to at the end); the demo's checkpoints and records stay in {}.",
+            c1.id,
+            workspace.join(".cairn").display()
+        );
+    }
     store.close()?;
     let cd = shell_quote(&workspace);
     println!("\nExplore it:");

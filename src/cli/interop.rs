@@ -116,22 +116,52 @@ pub fn import(
     files: &[PathBuf],
     json: bool,
     again: bool,
+    resume: bool,
 ) -> Result<ExitCode> {
     let format = parse_format(format)?;
     let opts = if again {
         cairn::queries::ImportOptions::again()
+    } else if resume {
+        cairn::queries::ImportOptions::resume()
     } else {
         cairn::queries::ImportOptions::default()
     };
-    let store = settings.open_write()?;
-    let (total, range) = import_files(settings, &store, format, files, opts, Purpose::Import)?;
-    if json {
-        let v = serde_json::json!({
+    let mut done = (0, None);
+    let got = settings.open_write().and_then(|store| {
+        import_files_counting(
+            settings,
+            &store,
+            format,
+            files,
+            opts,
+            Purpose::Import,
+            &mut done,
+        )?;
+        Ok(store)
+    });
+    let (total, range) = done;
+    let summary = || {
+        serde_json::json!({
             "count": total,
-            "first_lsn": range.map(|r| r.0 .0),
-            "last_lsn": range.map(|r| r.1 .0),
-        });
-        println!("{v}");
+            "first_lsn": range.map(|r: (Lsn, Lsn)| r.0 .0),
+            "last_lsn": range.map(|r: (Lsn, Lsn)| r.1 .0),
+        })
+    };
+    let store = match got {
+        Ok(store) => store,
+        Err(e) => {
+            // A script reading the summary gets an object even when the
+            // import is refused as a whole.
+            if json {
+                let mut v = summary();
+                v["error"] = super::describe(&e).into();
+                println!("{v}");
+            }
+            return Err(e);
+        }
+    };
+    if json {
+        println!("{}", summary());
     } else if !settings.quiet {
         eprintln!(
             "imported {} from {}",
@@ -164,12 +194,27 @@ pub fn import_files(
     opts: cairn::queries::ImportOptions,
     purpose: Purpose,
 ) -> Result<(u64, Option<(Lsn, Lsn)>)> {
+    let mut done = (0, None);
+    import_files_counting(settings, store, format, files, opts, purpose, &mut done)?;
+    Ok(done)
+}
+
+/// [`import_files`], adding to `done` as each file is recorded, so a
+/// caller knows what the files before a failing one recorded.
+fn import_files_counting(
+    settings: &Settings,
+    store: &Store,
+    format: Format,
+    files: &[PathBuf],
+    opts: cairn::queries::ImportOptions,
+    purpose: Purpose,
+    done: &mut (u64, Option<(Lsn, Lsn)>),
+) -> Result<()> {
     let what = match purpose {
         Purpose::Import => "import",
         Purpose::Load => "load",
     };
-    let mut total = 0u64;
-    let mut range: Option<(Lsn, Lsn)> = None;
+    let (total, range) = done;
     for f in files {
         let stdin = f.as_os_str() == "-";
         let name = if stdin {
@@ -184,11 +229,11 @@ pub fn import_files(
             store.import_file_with(format, f, opts)
         };
         let got = got.with_context(|| {
-            let before = if total > 0 && purpose == Purpose::Import {
+            let before = if *total > 0 && purpose == Purpose::Import {
                 format!(
                     "; the {} of the files before it {} recorded",
-                    super::output::count(total, "record"),
-                    if total == 1 { "was" } else { "were" }
+                    super::output::count(*total, "record"),
+                    if *total == 1 { "was" } else { "were" }
                 )
             } else {
                 String::new()
@@ -197,9 +242,9 @@ pub fn import_files(
         })?;
         drop(spin);
         if let Some((first, last)) = got {
-            total += last.0 - first.0 + 1;
-            range = Some((range.map_or(first, |r| r.0), last));
+            *total += last.0 - first.0 + 1;
+            *range = Some((range.map_or(first, |r| r.0), last));
         }
     }
-    Ok((total, range))
+    Ok(())
 }

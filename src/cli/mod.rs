@@ -371,7 +371,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             files,
             json,
             again,
-        } => interop::import(&settings, &format, &files, json, again),
+            resume,
+        } => interop::import(&settings, &format, &files, json, again, resume),
         Command::Demo(a) => demo::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
     }
@@ -424,7 +425,9 @@ fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCod
 fn completions(shell: &str) -> Result<ExitCode> {
     use clap::CommandFactory;
     let sh: clap_complete::Shell = shell.parse().map_err(|_| {
-        anyhow::anyhow!("unknown shell `{shell}`: use bash, zsh, fish, elvish or powershell")
+        usage(format!(
+            "unknown shell `{shell}`: use bash, zsh, fish, elvish or powershell"
+        ))
     })?;
     clap_complete::generate(sh, &mut Cli::command(), "cairn", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)

@@ -36,8 +36,42 @@ use super::{Settings, EXIT_REJECTED};
 /// not wait for the lock (it waits up to 3 s).
 pub const RELEASE_LOCK_AFTER_IDLE: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// Runs `cairn record`.
+/// What `record` has done so far, for its `--json` summary.
+#[derive(Default)]
+struct Tally {
+    first: Option<Lsn>,
+    last: Option<Lsn>,
+    count: u64,
+    rejected: u64,
+}
+
+impl Tally {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "first_lsn": self.first.map(|l| l.0),
+            "last_lsn": self.last.map(|l| l.0),
+            "count": self.count,
+            "rejected": self.rejected,
+        })
+    }
+}
+
+/// Runs `cairn record`. With `--json`, a failure that stops it (a store
+/// that cannot be opened, an input that cannot be read) still prints the
+/// summary object, with an `error` field, so a script always gets one.
 pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
+    let json = args.json;
+    let mut tally = Tally::default();
+    let got = run_counting(settings, args, &mut tally);
+    if let (Err(e), true) = (&got, json) {
+        let mut v = tally.json();
+        v["error"] = super::describe(e).into();
+        println!("{v}");
+    }
+    got
+}
+
+fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Result<ExitCode> {
     // With `always`, the log is opened without its own per-append fsync and
     // this loop syncs once per burst before acknowledging.
     let policy = settings.durability.unwrap_or(Durability::Always);
@@ -71,7 +105,12 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
     };
     let mut reader = BufReader::with_capacity(1 << 16, input);
     let mut stdout = std::io::stdout().lock();
-    let (mut first, mut last, mut count, mut rejected) = (None::<Lsn>, None::<Lsn>, 0u64, 0u64);
+    let Tally {
+        first,
+        last,
+        count,
+        rejected,
+    } = tally;
     let mut pending: Vec<Lsn> = Vec::new();
     let mut line_no = 0u64;
     let mut buf = Vec::new();
@@ -100,18 +139,18 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
         };
         match outcome {
             Err(reason) => {
-                rejected += 1;
+                *rejected += 1;
                 eprintln!("{name}:{line_no}: rejected: {reason}");
             }
             Ok(event) => match reopened(&mut store, settings, open_policy)?.append(&event) {
                 Ok(lsn) => {
                     first.get_or_insert(lsn);
-                    last = Some(lsn);
-                    count += 1;
+                    *last = Some(lsn);
+                    *count += 1;
                     pending.push(lsn);
                 }
                 Err(e) => {
-                    rejected += 1;
+                    *rejected += 1;
                     eprintln!("{name}:{line_no}: rejected: {e}");
                 }
             },
@@ -131,27 +170,28 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
         store.close().context("close the store")?;
     }
     if args.json {
-        let v = serde_json::json!({
-            "first_lsn": first.map(|l| l.0),
-            "last_lsn": last.map(|l| l.0),
-            "count": count,
-            "rejected": rejected,
-        });
+        let v = Tally {
+            first: *first,
+            last: *last,
+            count: *count,
+            rejected: *rejected,
+        }
+        .json();
         writeln!(stdout, "{v}")?;
     } else if !settings.quiet {
-        match (first, last) {
-            (Some(f), Some(l)) if l.0 - f.0 + 1 == count => eprintln!(
+        match (*first, *last) {
+            (Some(f), Some(l)) if l.0 - f.0 + 1 == *count => eprintln!(
                 "recorded {} (LSN {f}..={l}), rejected {rejected}",
-                super::output::count(count, "record")
+                super::output::count(*count, "record")
             ),
             (Some(f), Some(l)) => eprintln!(
                 "recorded {} (LSN {f} to {l}, between records of other writers), rejected {rejected}",
-                super::output::count(count, "record")
+                super::output::count(*count, "record")
             ),
             _ => eprintln!("recorded 0 records, rejected {rejected}"),
         }
     }
-    Ok(if rejected > 0 {
+    Ok(if *rejected > 0 {
         ExitCode::from(EXIT_REJECTED)
     } else {
         ExitCode::SUCCESS

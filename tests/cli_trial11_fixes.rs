@@ -1,0 +1,172 @@
+//! Regression tests for the session-11 user trial's P18 (`demo --in-place`
+//! leaves the user's files as they were), P6 (an import cut short or a
+//! grown audit file goes on with `--resume`) and the smaller P14 items 7,
+//! 11, 12, 20 and 22, from the CLI.
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn cairn(dir: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().flush().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// P18: the user's project is as it was after `demo --in-place`, and the
+/// demo says so; P14.7: the head hash it prints is one `verify --head` takes.
+#[test]
+fn demo_in_place_leaves_the_users_files_as_they_were() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let cargo = "[package]\nname = \"mine\"\nversion = \"0.1.0\"\nedition = \"2021\"\n";
+    std::fs::write(ws.join("Cargo.toml"), cargo).unwrap();
+    std::fs::create_dir(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/main.rs"), "fn main() {}\n").unwrap();
+    let out = ok(&cairn(ws, &["demo", "--in-place", "."]));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("Cargo.toml")).unwrap(),
+        cargo
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/main.rs")).unwrap(),
+        "fn main() {}\n"
+    );
+    assert!(!ws.join("src/lib.rs").exists(), "{out}");
+    assert!(!ws.join("notes").exists(), "{out}");
+    assert!(out.contains("as they were before the demo"), "{out}");
+    // The demo's history stays.
+    assert!(ok(&cairn(ws, &["checkpoints"])).lines().count() > 5);
+    let hash = out
+        .lines()
+        .find_map(|l| l.split("head hash ").nth(1))
+        .unwrap()
+        .trim();
+    assert_eq!(hash.len(), 64, "{out}");
+    ok(&cairn(ws, &["verify", "--head", hash]));
+}
+
+fn prompts(from: u64, to: u64) -> String {
+    (from..=to)
+        .map(|i| {
+            format!(
+                "{{\"ts\":{},\"action\":\"prompt\",\"ok\":true,\"meta\":{{\"i\":{i}}}}}\n",
+                1_732_300_000_000u64 + i
+            )
+        })
+        .collect()
+}
+
+/// P6: a grown audit file is refused saying how much of it is recorded,
+/// and `--resume` imports only the rest; P14.20: `--json` prints an
+/// object with the error when the import is refused.
+#[test]
+fn a_grown_audit_file_resumes_where_the_store_stops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("audit.jsonl"), prompts(1, 5)).unwrap();
+    ok(&cairn(
+        ws,
+        &["import", "--format", "cortexide", "audit.jsonl"],
+    ));
+    std::fs::write(ws.join("audit.jsonl"), prompts(1, 10)).unwrap();
+    let o = cairn(
+        ws,
+        &["import", "--format", "cortexide", "--json", "audit.jsonl"],
+    );
+    assert_eq!(o.status.code(), Some(4));
+    assert!(
+        err(&o).contains(
+            "its first 5 lines are recorded, as LSN 1 to 5, and the rest (from line 6) is not"
+        ),
+        "{}",
+        err(&o)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["count"], 0);
+    assert!(v["error"].as_str().unwrap().contains("--resume"), "{v}");
+    let o = ok(&cairn(
+        ws,
+        &[
+            "import",
+            "--format",
+            "cortexide",
+            "--resume",
+            "--json",
+            "audit.jsonl",
+        ],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&o).unwrap();
+    assert_eq!(
+        (v["first_lsn"].as_u64(), v["last_lsn"].as_u64()),
+        (Some(6), Some(10))
+    );
+    let log = ok(&cairn(ws, &["log", "--json"]));
+    assert_eq!(log.lines().count(), 10, "no duplicates");
+    // record --json too prints an object when it cannot start.
+    let o = cairn(ws, &["--store", "nowhere", "record", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["error"].is_string(), "{v}");
+}
+
+/// P14.22, P14.11, P14.12: gzip input is recognised with a way to import
+/// it; a directory is an error (1) like a missing file, an unknown shell a
+/// usage error (2); an empty `--session` is refused, not made `default`.
+#[test]
+fn gzip_directories_shells_and_empty_sessions_are_refused_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(
+        ws.join("a.jsonl.1.gz"),
+        [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3],
+    )
+    .unwrap();
+    let o = cairn(ws, &["import", "--format", "cortexide", "a.jsonl.1.gz"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("a.jsonl.1.gz is gzip-compressed: use `zcat a.jsonl.1.gz | cairn import --format cortexide -`"),
+        "{}",
+        err(&o)
+    );
+    std::fs::create_dir(ws.join("d")).unwrap();
+    let o = cairn(ws, &["import", "--format", "cortexide", "d"]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(err(&o).contains("is a directory"), "{}", err(&o));
+    assert_eq!(cairn(ws, &["completions", "foo"]).status.code(), Some(2));
+    let o = cairn(ws, &["checkpoint", "--session", ""]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("--session must not be empty"),
+        "{}",
+        err(&o)
+    );
+    assert!(ok(&cairn(ws, &["checkpoints", "--json"])).trim().is_empty());
+}
