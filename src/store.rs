@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_codec::{BlobHash, Event, EventKind, Lsn};
+use cairn_codec::{BlobHash, CheckpointId, Event, EventKind, Lsn};
 use cairn_engine::blob::{BlobOptions, BlobStore};
 use cairn_engine::log::{Durability, Head, Log, LogOptions, LogReader};
 use cairn_engine::store_dir::STORE_DIR_NAME;
@@ -654,6 +654,89 @@ impl Store {
                     "field `parents` names LSN {p}, which is not an earlier record of this store"
                 ));
             }
+        }
+        if event.kind == EventKind::CheckpointDiscard {
+            if let Some(id) = event.checkpoint {
+                self.check_discard(id, head, before)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a recorded `checkpoint.discard` of checkpoint `id` (the events
+    /// of `before` follow LSN `head`). A platform may record its own
+    /// discards (they are part of its audit trail), and gc then collects the
+    /// contents of the discarded checkpoint. So a discard is refused when
+    /// it would lose more than the platform can mean: of a checkpoint
+    /// already discarded (the second record would say nothing true), and of
+    /// the newest checkpoint of its session not yet discarded, which cairn
+    /// always keeps restorable (as retention does: `gc --help`).
+    /// Checkpoints without a tree (imported from another tool) have nothing
+    /// to lose and are not checked.
+    fn check_discard(
+        &self,
+        id: CheckpointId,
+        head: Lsn,
+        before: &[Event],
+    ) -> std::result::Result<(), String> {
+        let batch_lsn = |i: usize| Lsn(head.0 + 1 + i as u64);
+        // This checkpoint's session and every checkpoint of it (id, discarded at).
+        let (session, mut of_session) = if id.0 <= head {
+            let found = self
+                .query(|q| {
+                    let ix = q.index();
+                    Ok(ix.checkpoint(id).map(|c| {
+                        let all: Vec<(CheckpointId, Option<Lsn>)> = ix
+                            .checkpoints(Some(&c.session))
+                            .into_iter()
+                            .map(|o| (o.id, o.discarded_at))
+                            .collect();
+                        (c.session.clone(), all)
+                    }))
+                })
+                .map_err(|e| format!("field `checkpoint` names {id}: {e}"))?;
+            match found {
+                Some(f) => f,
+                None => return Ok(()),
+            }
+        } else {
+            let i = usize::try_from(id.0 .0 - head.0 - 1).unwrap_or(usize::MAX);
+            match before.get(i) {
+                Some(e) if e.ok && e.root.is_some() => (e.session.clone(), Vec::new()),
+                _ => return Ok(()),
+            }
+        };
+        for (i, e) in before.iter().enumerate() {
+            let lsn = batch_lsn(i);
+            if e.kind == EventKind::CheckpointCreate
+                && e.ok
+                && e.root.is_some()
+                && e.session == session
+            {
+                of_session.push((CheckpointId(lsn), None));
+            }
+        }
+        for (i, e) in before.iter().enumerate() {
+            if e.kind == EventKind::CheckpointDiscard {
+                if let Some(c) = e.checkpoint {
+                    if let Some(entry) = of_session.iter_mut().find(|(o, _)| *o == c) {
+                        entry.1.get_or_insert(batch_lsn(i));
+                    }
+                }
+            }
+        }
+        if let Some(at) = of_session.iter().find(|(o, _)| *o == id).and_then(|o| o.1) {
+            return Err(format!(
+                "field `checkpoint` names {id}, which was already discarded at LSN {at}"
+            ));
+        }
+        let newer_kept = of_session
+            .iter()
+            .any(|(o, discarded)| *o > id && discarded.is_none());
+        if !newer_kept {
+            return Err(format!(
+                "field `checkpoint` names {id}, the newest checkpoint of session `{session}` that is not discarded: cairn keeps it restorable, so that the session can always be rolled back to its last state (gc would delete its contents); take a newer checkpoint of that session first, or record the event without `checkpoint`"
+            ));
         }
         Ok(())
     }

@@ -240,7 +240,8 @@ fn a_point_whose_checkpoint_retention_discarded_says_so() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains(&format!("checkpoint {} was discarded by retention", old.id)),
+        err.contains(&format!("checkpoint {} was discarded at LSN", old.id))
+            && err.contains("(by retention)"),
         "{err}"
     );
 }

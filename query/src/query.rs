@@ -338,14 +338,32 @@ impl<'a> Query<'a> {
     fn manifest_error(&self, lsn: Lsn, detail: String) -> QueryError {
         let detail = match self.retention_loss(lsn) {
             Some((c, at)) if c.0 == lsn => format!(
-                "checkpoint {c} was discarded by retention at LSN {at} and gc removed its manifest, so the state there and until the next checkpoint is no longer kept ({detail})"
+                "checkpoint {c} was discarded at LSN {at} ({}) and gc removed its manifest, so the state there and until the next checkpoint is no longer kept ({detail})",
+                self.discarded_by(at)
             ),
             Some((c, at)) => format!(
-                "it restored checkpoint {c}, which retention discarded at LSN {at} and gc removed, so the state there and until the next checkpoint is no longer kept ({detail})"
+                "it restored checkpoint {c}, which was discarded at LSN {at} ({}) and gc removed, so the state there and until the next checkpoint is no longer kept ({detail})",
+                self.discarded_by(at)
             ),
             None => detail,
         };
         QueryError::Manifest { lsn, detail }
+    }
+
+    /// Who wrote the `checkpoint.discard` record at `at`: retention (gc)
+    /// starts its text with "retention: "; anything else was recorded.
+    fn discarded_by(&self, at: Lsn) -> &'static str {
+        let by_retention = self.src.read(at).ok().is_some_and(|r| {
+            r.event
+                .text
+                .as_deref()
+                .is_some_and(|t| t.starts_with(cairn_snapshot::RETENTION_TEXT_PREFIX))
+        });
+        if by_retention {
+            "by retention"
+        } else {
+            "by a recorded checkpoint.discard event"
+        }
     }
 
     /// `path`'s entry just after LSN `at`, from the indexes: the last change

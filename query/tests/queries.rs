@@ -532,7 +532,9 @@ fn blame_starts_where_retention_left_history() {
     // The state at the discarded checkpoint itself is gone, and says so.
     let err = q.tree_at(at(1)).unwrap_err().to_string();
     assert!(
-        err.contains("checkpoint c1 was discarded by retention at LSN 3"),
+        err.contains(
+            "checkpoint c1 was discarded at LSN 3 (by a recorded checkpoint.discard event)"
+        ),
         "{err}"
     );
 }

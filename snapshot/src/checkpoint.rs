@@ -17,7 +17,7 @@ use crate::capture::{self, Capture, StatCache};
 use crate::error::{Result, SnapshotError};
 use crate::manifest;
 use crate::restore;
-use crate::retention::{self, Candidate, RetentionPolicy};
+use crate::retention::{self, BudgetOutcome, Candidate, RetentionPolicy};
 use crate::workspace::{write_atomic, Workspace, CHECKPOINTS_FILE};
 
 /// What the snapshot code needs from the log.
@@ -181,6 +181,13 @@ pub struct CheckpointInfo {
     pub counts: CheckpointCounts,
     /// True once a `checkpoint.discard` evicted it.
     pub discarded: bool,
+    /// The LSN of the (first) `checkpoint.discard` record that evicted it.
+    #[serde(default)]
+    pub discarded_at: Option<Lsn>,
+    /// True if that record was written by retention (gc), false if it was
+    /// recorded by the platform (`cairn record`, an import).
+    #[serde(default)]
+    pub discarded_by_retention: bool,
     /// Files the scan skipped as too large or unreadable, each with the
     /// reason (the first [`crate::scan::MAX_NOT_CAPTURED_NAMED`]; the
     /// counts are in `counts.skipped`): what a rollback to this checkpoint
@@ -215,6 +222,8 @@ impl CheckpointInfo {
             state: e.state,
             counts: e.counts.clone().unwrap_or_default(),
             discarded: false,
+            discarded_at: None,
+            discarded_by_retention: false,
             not_captured: e
                 .meta
                 .as_ref()
@@ -501,8 +510,10 @@ pub(crate) struct ListCache {
     list: Vec<CheckpointInfo>,
 }
 
-/// Version 2: [`CheckpointInfo::not_captured`].
-const LIST_CACHE_VERSION: u32 = 2;
+/// Version 2: [`CheckpointInfo::not_captured`]; version 3:
+/// [`CheckpointInfo::discarded_at`] and
+/// [`CheckpointInfo::discarded_by_retention`].
+const LIST_CACHE_VERSION: u32 = 3;
 
 /// The `meta` key of a `checkpoint.create` record naming the files it did
 /// not capture (see [`CheckpointInfo::not_captured`]).
@@ -543,7 +554,16 @@ fn fold(cache: &mut ListCache, r: &Record) {
         EventKind::CheckpointDiscard => {
             if let Some(id) = r.event.checkpoint {
                 if let Ok(i) = cache.list.binary_search_by_key(&id, |c| c.id) {
-                    cache.list[i].discarded = true;
+                    let c = &mut cache.list[i];
+                    if !c.discarded {
+                        c.discarded = true;
+                        c.discarded_at = Some(r.lsn);
+                        c.discarded_by_retention = r
+                            .event
+                            .text
+                            .as_deref()
+                            .is_some_and(|t| t.starts_with(retention::RETENTION_TEXT_PREFIX));
+                    }
                 }
             }
         }
@@ -710,7 +730,31 @@ pub fn paths_matching_nothing<L: LogAccess + ?Sized, B: crate::BlobRead + ?Sized
     Ok(out)
 }
 
-/// Rolls the workspace back to a checkpoint (see the crate docs for the rules).
+/// True if every blob `c` needs to be restored is still in the store: its
+/// manifest, every file it names, and its application state. A discarded
+/// checkpoint is restorable exactly then: gc keeps the tree a later
+/// rollback restored (the state from that rollback on is that tree), and
+/// keeps it whole, so `tree`, `show` and `rollback` all work on it until
+/// gc collects it.
+fn tree_whole<B: BlobAccess + ?Sized>(blobs: &B, c: &CheckpointInfo) -> Result<bool> {
+    if !blobs.contains(&c.root)? || c.state.map(|s| blobs.contains(&s)).transpose()? == Some(false)
+    {
+        return Ok(false);
+    }
+    let Ok(m) = manifest::list(blobs, &c.root) else {
+        return Ok(false);
+    };
+    for (_, e) in m.files() {
+        if !blobs.contains(&e.hash)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Rolls the workspace back to a checkpoint (see the crate docs for the
+/// rules). A discarded checkpoint can be the target while its whole tree
+/// is still in the store (see `tree_whole`).
 pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
@@ -719,8 +763,12 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 ) -> Result<RollbackReport> {
     let _flow = ws.flow();
     let target = find_checkpoint(log, ws, req.target)?;
-    if target.discarded {
-        return Err(SnapshotError::Discarded { id: target.id });
+    if target.discarded && !tree_whole(blobs, &target)? {
+        return Err(SnapshotError::Discarded {
+            id: target.id,
+            at: target.discarded_at.unwrap_or(target.lsn),
+            by_retention: target.discarded_by_retention,
+        });
     }
     let mut scope = Vec::with_capacity(req.paths.len());
     for p in &req.paths {
@@ -962,6 +1010,24 @@ pub struct RetentionReport {
     /// False when blob collection was skipped, because a tree it must keep
     /// could not be read (listed in [`RetentionReport::damaged`]).
     pub collected: bool,
+    /// How the size budget stands after the evictions (with `max_bytes`
+    /// only): see [`BudgetOutcome::met`].
+    pub budget: Option<BudgetOutcome>,
+    /// Checkpoints discarded before this run (by a recorded
+    /// `checkpoint.discard`, or by a gc that stopped before collecting)
+    /// whose tree this run collected.
+    pub collected_discarded: Vec<CollectedDiscard>,
+}
+
+/// A checkpoint discarded earlier whose contents a gc collected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollectedDiscard {
+    /// The checkpoint.
+    pub id: CheckpointId,
+    /// The LSN of the `checkpoint.discard` record.
+    pub discarded_at: Lsn,
+    /// True if retention wrote that record, false if it was recorded.
+    pub by_retention: bool,
 }
 
 /// Applies a retention policy: chooses the checkpoints to evict (see
@@ -1005,11 +1071,10 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 ) -> Result<RetentionReport> {
     ws.check_writable("apply a retention policy")?;
     let _flow = ws.flow();
-    let all: Vec<CheckpointInfo> = list_checkpoints(log, ws, None)?
-        .into_iter()
-        .filter(|c| !c.discarded)
-        .collect();
+    let listed = list_checkpoints(log, ws, None)?;
+    let all: Vec<CheckpointInfo> = listed.iter().filter(|c| !c.discarded).cloned().collect();
     let mut evict: Vec<CheckpointId> = Vec::new();
+    let mut budget = None;
     if !policy.is_empty() {
         let mut cands = Vec::with_capacity(all.len());
         for c in &all {
@@ -1028,7 +1093,14 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
                 blobs: bl,
             });
         }
-        evict = retention::choose(&cands, policy);
+        let pinned = if policy.max_bytes.is_some() {
+            pinned_blobs(log, blobs, &listed, keep)?
+        } else {
+            HashSet::new()
+        };
+        let choice = retention::decide(&cands, &pinned, policy);
+        evict = choice.evict;
+        budget = choice.budget;
         let events: Vec<Event> = evict
             .iter()
             .filter_map(|id| all.iter().find(|c| c.id == *id))
@@ -1036,10 +1108,7 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
                 let mut e = Event::new(EventKind::CheckpointDiscard, c.session.clone());
                 e.checkpoint = Some(c.id);
                 e.parents = vec![c.lsn];
-                e.text = Some(format!(
-                    "retention: keep_per_session={:?} max_bytes={:?}",
-                    policy.keep_per_session, policy.max_bytes
-                ));
+                e.text = Some(policy.describe());
                 e
             })
             .collect();
@@ -1122,9 +1191,33 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             gc: GcSummary::default(),
             damaged,
             collected: false,
+            budget,
+            collected_discarded: Vec::new(),
         });
     }
+    // Checkpoints discarded before this gc (by a recorded event, or by a gc
+    // that stopped before collecting) whose tree is still here: if this gc
+    // collects it, the report names them.
+    let mut earlier: Vec<&CheckpointInfo> = Vec::new();
+    for c in every
+        .iter()
+        .filter(|c| c.discarded && !evicted.contains(&c.id))
+    {
+        if !live.contains(&c.root) && blobs.contains(&c.root)? {
+            earlier.push(c);
+        }
+    }
     let gc = blobs.gc(&live, thorough)?;
+    let mut collected_discarded = Vec::new();
+    for c in earlier {
+        if !blobs.contains(&c.root)? {
+            collected_discarded.push(CollectedDiscard {
+                id: c.id,
+                discarded_at: c.discarded_at.unwrap_or(c.lsn),
+                by_retention: c.discarded_by_retention,
+            });
+        }
+    }
     // Caches must never name a collected blob; durable, so a crash cannot bring one back.
     let mut cache = (*StatCache::load(ws)).clone();
     cache.retain_live(&live);
@@ -1139,7 +1232,48 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         gc,
         damaged,
         collected: true,
+        budget,
+        collected_discarded,
     })
+}
+
+/// The blobs gc keeps whatever retention evicts, as far as the choice of
+/// evictions needs them: those records name (`before`, `after`, `diff`,
+/// and `state` outside checkpoint records), `keep`, and the trees of
+/// rollbacks after the oldest checkpoint not discarded (the tree from such
+/// a rollback on is its target's, so gc keeps it). Evicting a checkpoint
+/// frees none of them.
+fn pinned_blobs<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    listed: &[CheckpointInfo],
+    keep: &HashSet<BlobHash>,
+) -> Result<HashSet<BlobHash>> {
+    let mut pinned = keep.clone();
+    let oldest = listed.iter().filter(|c| !c.discarded).map(|c| c.lsn).min();
+    let mut targets: HashSet<CheckpointId> = HashSet::new();
+    log.for_each_from(Lsn::FIRST, &mut |r| {
+        if r.event.kind != EventKind::CheckpointCreate {
+            pinned.extend(
+                [r.event.before, r.event.after, r.event.diff, r.event.state]
+                    .into_iter()
+                    .flatten(),
+            );
+        }
+        if r.event.kind == EventKind::Rollback && r.event.ok && oldest.is_none_or(|o| r.lsn > o) {
+            targets.extend(r.event.target);
+        }
+        Ok(())
+    })?;
+    if targets.is_empty() {
+        return Ok(pinned);
+    }
+    for c in listed.iter().filter(|c| targets.contains(&c.id)) {
+        if let Ok(m) = manifest::list(blobs, &c.root) {
+            pinned.extend(m.files().map(|(_, e)| e.hash));
+        }
+    }
+    Ok(pinned)
 }
 
 #[cfg(test)]

@@ -46,10 +46,15 @@ pub enum SnapshotError {
         /// The id asked for.
         id: CheckpointId,
     },
-    /// The checkpoint was discarded by retention; its files may be gone.
+    /// The checkpoint was discarded (by retention or by a recorded
+    /// `checkpoint.discard`) and its files are no longer all in the store.
     Discarded {
         /// The id asked for.
         id: CheckpointId,
+        /// The LSN of the `checkpoint.discard` record.
+        at: cairn_codec::Lsn,
+        /// True if retention (gc) discarded it, false if a recorded event did.
+        by_retention: bool,
     },
     /// The rollback stopped part way; the pre-rollback checkpoint can undo it.
     RollbackIncomplete {
@@ -105,10 +110,20 @@ impl fmt::Display for SnapshotError {
                 f,
                 "no checkpoint {id} in this store; list the checkpoints with `cairn checkpoints`"
             ),
-            SnapshotError::Discarded { id } => write!(
+            SnapshotError::Discarded {
+                id,
+                at,
+                by_retention,
+            } => write!(
                 f,
-                "checkpoint {id} was discarded by retention and can no longer be restored; \
-                 list the remaining ones with `cairn checkpoints`"
+                "checkpoint {id} was discarded at LSN {at} ({}) and its files are no longer all \
+                 in the store, so it can no longer be restored; list the remaining ones with \
+                 `cairn checkpoints`",
+                if *by_retention {
+                    "by retention"
+                } else {
+                    "by a recorded checkpoint.discard event"
+                }
             ),
             SnapshotError::RollbackIncomplete {
                 source_checkpoint,

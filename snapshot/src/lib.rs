@@ -52,6 +52,8 @@ pub use checkpoint::{
 pub use error::{Result, SnapshotError};
 pub use manifest::{Entry, EntryKind, Manifest};
 pub use restore::Kept;
-pub use retention::{choose, RetentionPolicy};
+pub use retention::{
+    choose, decide, BudgetOutcome, Choice, RetentionPolicy, RETENTION_TEXT_PREFIX,
+};
 pub use watch::WatchStats;
 pub use workspace::{SnapshotOptions, Workspace};

@@ -1,8 +1,9 @@
-//! Retention as an explicit policy: a pure [`choose`] that decides which
-//! checkpoints to evict, carried out by `apply_retention` (which records
-//! each eviction and then collects unreferenced blobs).
+//! Retention as an explicit policy: a pure [`decide`] (and its short form
+//! [`choose`]) that decides which checkpoints to evict, carried out by
+//! `apply_retention` (which records each eviction and then collects
+//! unreferenced blobs).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use cairn_codec::{BlobHash, CheckpointId};
 
@@ -13,7 +14,8 @@ pub struct RetentionPolicy {
     pub keep_per_session: Option<usize>,
     /// Keep the distinct file contents the retained checkpoints reference
     /// under this many bytes (uncompressed; the store holds them
-    /// compressed, so the disk use is lower), evicting the oldest first.
+    /// compressed, so the disk use is lower), evicting the oldest first,
+    /// and only while evicting frees bytes toward the budget.
     pub max_bytes: Option<u64>,
 }
 
@@ -22,7 +24,30 @@ impl RetentionPolicy {
     pub fn is_empty(&self) -> bool {
         self.keep_per_session.is_none() && self.max_bytes.is_none()
     }
+
+    /// The policy in words, as `checkpoint.discard` records carry it (they
+    /// stay in the log for good, so never Rust `Debug` text):
+    /// "retention: keep 2 per session", "retention: budget 100000 bytes",
+    /// or both joined by "; ". Starts with [`RETENTION_TEXT_PREFIX`].
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(n) = self.keep_per_session {
+            parts.push(format!("keep {} per session", n.max(1)));
+        }
+        if let Some(b) = self.max_bytes {
+            parts.push(format!("budget {b} bytes"));
+        }
+        if parts.is_empty() {
+            parts.push("no policy".to_string());
+        }
+        format!("{RETENTION_TEXT_PREFIX}{}", parts.join("; "))
+    }
 }
+
+/// How the `text` of every `checkpoint.discard` that retention appends
+/// starts: what tells a discard by retention from one recorded by the
+/// platform (`cairn record`, an import).
+pub const RETENTION_TEXT_PREFIX: &str = "retention: ";
 
 /// A checkpoint as the policy sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,10 +60,57 @@ pub struct Candidate {
     pub blobs: Vec<(BlobHash, u64)>,
 }
 
+/// How the size budget stands after the evictions chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BudgetOutcome {
+    /// The budget (`RetentionPolicy::max_bytes`).
+    pub max_bytes: u64,
+    /// Distinct bytes of checkpoint contents the store keeps after the
+    /// evictions: those of the retained checkpoints, and those of evicted
+    /// ones that stay because something else still names them.
+    pub kept_bytes: u64,
+    /// What no eviction can free: the newest checkpoint of each session
+    /// (always kept) and contents something else still names.
+    pub floor_bytes: u64,
+}
+
+impl BudgetOutcome {
+    /// True if the kept contents fit in the budget.
+    pub fn met(&self) -> bool {
+        self.kept_bytes <= self.max_bytes
+    }
+}
+
+/// What the policy decided.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Choice {
+    /// The checkpoints to evict, oldest first.
+    pub evict: Vec<CheckpointId>,
+    /// How the budget stands (with `max_bytes` only).
+    pub budget: Option<BudgetOutcome>,
+}
+
+/// Chooses the checkpoints to evict, oldest first: [`decide`] with no
+/// blob kept by anything but checkpoints. Pure.
+pub fn choose(candidates: &[Candidate], policy: &RetentionPolicy) -> Vec<CheckpointId> {
+    decide(candidates, &HashSet::new(), policy).evict
+}
+
 /// Chooses the checkpoints to evict, oldest first. Never evicts the newest
 /// checkpoint of a session (so every session can still be rolled back to
-/// its last state). Pure.
-pub fn choose(candidates: &[Candidate], policy: &RetentionPolicy) -> Vec<CheckpointId> {
+/// its last state). `pinned` holds the blobs the store keeps whatever is
+/// evicted (named by records, or by the tree a rollback restored):
+/// evicting a checkpoint frees only its blobs that no retained checkpoint
+/// and nothing pinned holds. Under `max_bytes`, checkpoints are evicted
+/// oldest first only while that frees bytes: evictions after the last one
+/// that freed anything are not made (a checkpoint whose contents are all
+/// in a newer one is kept, since evicting it gains nothing), and
+/// [`Choice::budget`] says whether the budget is met. Pure.
+pub fn decide(
+    candidates: &[Candidate],
+    pinned: &HashSet<BlobHash>,
+    policy: &RetentionPolicy,
+) -> Choice {
     let mut sorted: Vec<&Candidate> = candidates.iter().collect();
     sorted.sort_by_key(|c| c.id);
     let mut newest: HashMap<&str, CheckpointId> = HashMap::new();
@@ -61,14 +133,34 @@ pub fn choose(candidates: &[Candidate], policy: &RetentionPolicy) -> Vec<Checkpo
             }
         }
     }
+    let mut budget = None;
     if let Some(max) = policy.max_bytes {
+        // Pinned contents any checkpoint holds stay whatever is evicted.
+        let mut pinned_sizes: HashMap<BlobHash, u64> = HashMap::new();
+        for c in &sorted {
+            for (h, s) in c.blobs.iter().filter(|(h, _)| pinned.contains(h)) {
+                pinned_sizes.insert(*h, *s);
+            }
+        }
+        let pinned_bytes = pinned_sizes
+            .values()
+            .fold(0, |a: u64, s| a.saturating_add(*s));
         let mut refs: HashMap<BlobHash, (u64, u64)> = HashMap::new();
         for c in sorted.iter().filter(|c| !evict.contains_key(&c.id)) {
-            for (h, s) in &c.blobs {
+            for (h, s) in c.blobs.iter().filter(|(h, _)| !pinned.contains(h)) {
                 refs.entry(*h).or_insert((0, *s)).0 += 1;
             }
         }
-        let mut total: u64 = refs.values().map(|v| v.1).fold(0, u64::saturating_add);
+        let mut total: u64 = refs
+            .values()
+            .map(|v| v.1)
+            .fold(pinned_bytes, u64::saturating_add);
+        // Evictions that freed nothing yet: made only once a later one
+        // frees a blob they hold too (two checkpoints sharing a blob free
+        // it together), dropped at the end otherwise. Their counts stay
+        // lowered: they freed nothing, so `total` is what the store keeps
+        // with them retained.
+        let mut pending: Vec<&Candidate> = Vec::new();
         for c in &sorted {
             if total <= max {
                 break;
@@ -76,19 +168,47 @@ pub fn choose(candidates: &[Candidate], policy: &RetentionPolicy) -> Vec<Checkpo
             if protected(c) || evict.contains_key(&c.id) {
                 continue;
             }
-            evict.insert(c.id, ());
+            let mut freed: HashSet<BlobHash> = HashSet::new();
             for (h, _) in &c.blobs {
                 if let Some(v) = refs.get_mut(h) {
                     v.0 -= 1;
                     if v.0 == 0 {
                         total = total.saturating_sub(v.1);
                         refs.remove(h);
+                        freed.insert(*h);
                     }
                 }
             }
+            pending.push(c);
+            if !freed.is_empty() {
+                pending.retain(|p| {
+                    let holds = p.blobs.iter().any(|(h, _)| freed.contains(h));
+                    if holds {
+                        evict.insert(p.id, ());
+                    }
+                    !holds
+                });
+            }
         }
+        let mut floor: HashSet<BlobHash> = HashSet::new();
+        let mut floor_bytes = pinned_bytes;
+        for c in sorted.iter().filter(|c| protected(c)) {
+            for (h, s) in &c.blobs {
+                if !pinned.contains(h) && floor.insert(*h) {
+                    floor_bytes = floor_bytes.saturating_add(*s);
+                }
+            }
+        }
+        budget = Some(BudgetOutcome {
+            max_bytes: max,
+            kept_bytes: total,
+            floor_bytes,
+        });
     }
-    evict.into_keys().collect()
+    Choice {
+        evict: evict.into_keys().collect(),
+        budget,
+    }
 }
 
 #[cfg(test)]
@@ -167,6 +287,85 @@ mod tests {
             choose(&cs, &p),
             ids(&[1, 2]),
             "the newest stays even over budget"
+        );
+    }
+
+    /// Trial P16: files only accumulate, so every older checkpoint's
+    /// contents are all in the newest: evicting them frees nothing, so
+    /// none is evicted, and the budget is reported as not met.
+    #[test]
+    fn max_bytes_never_evicts_what_frees_nothing() {
+        let cs = vec![
+            c(1, "a", &[(9, 100)]),
+            c(2, "a", &[(9, 100), (1, 10)]),
+            c(3, "a", &[(9, 100), (1, 10), (2, 10)]),
+        ];
+        let p = RetentionPolicy {
+            keep_per_session: None,
+            max_bytes: Some(50),
+        };
+        let got = decide(&cs, &HashSet::new(), &p);
+        assert!(got.evict.is_empty(), "{got:?}");
+        let b = got.budget.unwrap();
+        assert!(!b.met());
+        assert_eq!((b.kept_bytes, b.floor_bytes), (120, 120));
+    }
+
+    /// Only the evictions up to the last one that freed bytes are made; a
+    /// checkpoint that frees a blob only together with an older one is
+    /// evicted with it; one that frees nothing between them is kept.
+    #[test]
+    fn max_bytes_evicts_only_what_frees_bytes() {
+        let cs = vec![
+            c(1, "a", &[(5, 100)]),
+            c(2, "a", &[(9, 10)]),
+            c(3, "a", &[(5, 100), (7, 30)]),
+            c(4, "a", &[(7, 30)]),
+            c(5, "a", &[(9, 10)]),
+        ];
+        let p = RetentionPolicy {
+            keep_per_session: None,
+            max_bytes: Some(0),
+        };
+        let got = decide(&cs, &HashSet::new(), &p);
+        // 1 alone frees nothing (3 holds 5); 2 frees nothing (5 holds 9);
+        // 3 frees 5 with 1; 4 frees 7 with 3. Blob 9 stays with 5.
+        assert_eq!(got.evict, ids(&[1, 3, 4]));
+        let b = got.budget.unwrap();
+        assert_eq!((b.kept_bytes, b.floor_bytes, b.met()), (10, 10, false));
+    }
+
+    /// A blob something else keeps (a record names it) is never freed by an
+    /// eviction, so evicting its only checkpoint gains nothing.
+    #[test]
+    fn pinned_blobs_are_never_counted_as_freed() {
+        let cs = vec![c(1, "a", &[(5, 100)]), c(2, "a", &[(6, 10)])];
+        let p = RetentionPolicy {
+            keep_per_session: None,
+            max_bytes: Some(50),
+        };
+        let pinned: HashSet<BlobHash> = [BlobHash([5; 32])].into_iter().collect();
+        let got = decide(&cs, &pinned, &p);
+        assert!(got.evict.is_empty(), "{got:?}");
+        assert_eq!(got.budget.unwrap().kept_bytes, 110);
+        assert_eq!(decide(&cs, &HashSet::new(), &p).evict, ids(&[1]));
+    }
+
+    /// Trial P14.2: the policy in words, never Rust `Debug` text.
+    #[test]
+    fn the_policy_is_described_in_words() {
+        let p = RetentionPolicy {
+            keep_per_session: Some(2),
+            max_bytes: None,
+        };
+        assert_eq!(p.describe(), "retention: keep 2 per session");
+        let p = RetentionPolicy {
+            keep_per_session: Some(5),
+            max_bytes: Some(100_000_000),
+        };
+        assert_eq!(
+            p.describe(),
+            "retention: keep 5 per session; budget 100000000 bytes"
         );
     }
 }

@@ -200,3 +200,49 @@ fn a_tree_that_cannot_be_read_keeps_every_blob() {
     assert_eq!(r.gc, GcSummary::default());
     assert!(f.blobs.contains(&orphan) && f.blobs.contains(&broken));
 }
+
+/// Trial P14.19: after a gc killed between writing the new pack (and
+/// index) and deleting the old ones, the next gc drops those old packs;
+/// it reports only the blobs really removed, not their stale copies of
+/// live blobs.
+#[test]
+fn gc_after_a_killed_gc_counts_only_blobs_really_removed() {
+    let f = fx();
+    for i in 0..20 {
+        f.write(&format!("live{i}.txt"), &format!("live contents {i}"));
+    }
+    f.checkpoint("live");
+    let orphan = put(&f, b"orphan");
+    let dir = f.root.join(".cairn/blobs");
+    let saved = tempfile::tempdir().unwrap();
+    let packs = |d: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "pack"))
+            .collect()
+    };
+    let old = packs(&dir);
+    assert!(!old.is_empty(), "{dir:?} holds no .pack");
+    for p in &old {
+        std::fs::copy(p, saved.path().join(p.file_name().unwrap())).unwrap();
+    }
+    let r =
+        apply_retention_with(&f.log, &f.blobs, &f.ws, &RetentionPolicy::default(), true).unwrap();
+    assert_eq!(r.gc.removed_blobs, 1, "{r:?}");
+    assert!(!f.blobs.contains(&orphan));
+    // The kill: the old packs are back, as if never deleted.
+    for p in &old {
+        std::fs::copy(saved.path().join(p.file_name().unwrap()), p).unwrap();
+    }
+    let vfs: std::sync::Arc<dyn cairn_engine::Vfs> = std::sync::Arc::new(cairn_engine::RealVfs);
+    let blobs =
+        cairn_engine::blob::BlobStore::open(vfs, &dir, cairn_engine::blob::BlobOptions::default())
+            .unwrap();
+    let r = apply_retention_with(&f.log, &blobs, &f.ws, &RetentionPolicy::default(), true).unwrap();
+    // The reopened store finds the orphan again in the restored pack and
+    // removes it: that one blob, not the stale copies of the live ones.
+    assert_eq!(r.gc.removed_blobs, 1, "{r:?}");
+    assert!(!blobs.contains(&orphan));
+    assert!(blobs.contains(&BlobHash::of(b"live contents 7")));
+}

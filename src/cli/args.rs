@@ -141,7 +141,9 @@ pub enum Command {
     )]
     Rollback(RollbackArgs),
     /// Apply retention (evict old checkpoints) and collect unreferenced blobs.
-    #[command(after_help = "Example:\n  cairn gc --keep-per-session 50 --max-bytes 100000000")]
+    #[command(
+        after_help = "Checkpoints discarded by a recorded `checkpoint.discard` event (the platform's own, fed to `cairn record` or `import`) are collected too, and the summary names them. Such an event is refused for a checkpoint already discarded and for the newest checkpoint of its session not yet discarded: that one always stays restorable.\nA discarded checkpoint whose whole tree is still in the store (a later rollback restored it) can still be shown and rolled back to.\n\nExample:\n  cairn gc --keep-per-session 50 --max-bytes 100000000"
+    )]
     Gc(GcArgs),
     /// A file's bytes at a point: `cairn show c12:src/main.rs`, `cairn show @40:README.md`.
     #[command(
@@ -406,8 +408,10 @@ pub struct GcArgs {
     #[arg(long)]
     pub keep_per_session: Option<usize>,
     /// Keep at most B bytes of checkpoint contents (uncompressed) in total,
-    /// evicting the oldest checkpoints first; the newest checkpoint of each
-    /// session is kept even when it alone is over the budget.
+    /// evicting the oldest checkpoints first, and only while that frees
+    /// bytes (a checkpoint whose contents are all in a newer one is kept);
+    /// the newest checkpoint of each session is kept even when it alone is
+    /// over the budget, and the summary then says "budget not met".
     #[arg(long)]
     pub max_bytes: Option<u64>,
     /// Print as JSON.

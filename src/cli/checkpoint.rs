@@ -328,6 +328,18 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
             "freed_bytes": report.gc.freed_bytes,
             "damaged": report.damaged.iter().map(|(c, why)| serde_json::json!({"checkpoint": c.to_string(), "reason": why})).collect::<Vec<_>>(),
             "collected": report.collected,
+            "budget": report.budget.as_ref().map(|b| serde_json::json!({
+                "max_bytes": b.max_bytes,
+                "kept_bytes": b.kept_bytes,
+                "floor_bytes": b.floor_bytes,
+                "met": b.met(),
+            })),
+            "budget_met": report.budget.as_ref().map(|b| b.met()),
+            "collected_discarded": report.collected_discarded.iter().map(|c| serde_json::json!({
+                "checkpoint": c.id.to_string(),
+                "discarded_at": c.discarded_at.0,
+                "by_retention": c.by_retention,
+            })).collect::<Vec<_>>(),
         });
         println!("{v}");
     } else {
@@ -349,6 +361,37 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
             count(report.gc.removed_blobs, "unreferenced blob"),
             super::output::bytes(report.gc.freed_bytes)
         );
+        if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
+            println!(
+                "budget not met: the retained checkpoints hold {} of contents, over the budget of {}; {} of it no eviction can free (the newest checkpoint of each session is always kept, and contents records or a rollback still name stay)",
+                super::output::bytes(b.kept_bytes),
+                super::output::bytes(b.max_bytes),
+                super::output::bytes(b.floor_bytes)
+            );
+        }
+        if !report.collected_discarded.is_empty() {
+            let named: Vec<String> = report
+                .collected_discarded
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} (discarded at LSN {} {})",
+                        c.id,
+                        c.discarded_at,
+                        if c.by_retention {
+                            "by an earlier gc"
+                        } else {
+                            "by a recorded checkpoint.discard event"
+                        }
+                    )
+                })
+                .collect();
+            println!(
+                "collected the contents of {} discarded before this gc: {}",
+                count(named.len() as u64, "checkpoint"),
+                named.join(", ")
+            );
+        }
     }
     for (c, why) in &report.damaged {
         eprintln!("warning: checkpoint {c}: its tree cannot be read whole: {why}");

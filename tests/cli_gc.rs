@@ -1,0 +1,174 @@
+//! Regression tests for the session-11 user trial's retention findings:
+//! P15 (a recorded `checkpoint.discard` of the newest checkpoint), P16
+//! (`gc --max-bytes` evicting what frees nothing), P14.1 (rollback to a
+//! discarded checkpoint whose tree a later rollback kept) and P14.2 (no
+//! Rust `Debug` text in gc's discard records).
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn cairn(dir: &Path, args: &[&str]) -> Output {
+    cairn_stdin(dir, args, None)
+}
+
+fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut i = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            i.write_all(s.as_bytes()).unwrap();
+        }
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn err(o: &Output) -> String {
+    assert!(!o.status.success(), "expected a failure");
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+fn init() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    ok(&cairn(d.path(), &["init", "-q"]));
+    d
+}
+
+fn discard(ws: &Path, id: &str) -> Output {
+    let line = format!("{{\"kind\":\"checkpoint.discard\",\"checkpoint\":\"{id}\"}}\n");
+    cairn_stdin(ws, &["record", "--ack"], Some(&line))
+}
+
+/// P15: a recorded discard of the only (newest) checkpoint of a session is
+/// refused, so the next gc cannot delete its contents; a discard of an
+/// older one is accepted, a second discard of it refused, the gc that
+/// collects its contents names it, and errors say who discarded it.
+#[test]
+fn a_recorded_discard_never_loses_the_newest_checkpoint() {
+    let d = init();
+    let ws = d.path();
+    std::fs::write(ws.join("f"), "only\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    let e = err(&discard(ws, "c1"));
+    assert!(e.contains("newest checkpoint of session `default`"), "{e}");
+    ok(&cairn(ws, &["gc"]));
+    assert_eq!(ok(&cairn(ws, &["show", "c1:f"])), "only\n");
+
+    std::fs::write(ws.join("f"), "two\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    ok(&discard(ws, "c1"));
+    let e = err(&discard(ws, "c1"));
+    assert!(e.contains("already discarded at LSN"), "{e}");
+    let e = err(&discard(ws, "c2"));
+    assert!(e.contains("newest checkpoint"), "{e}");
+    let out = ok(&cairn(ws, &["gc", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let c = &v["collected_discarded"];
+    assert_eq!(c[0]["checkpoint"], "c1", "{v}");
+    assert_eq!(c[0]["by_retention"], false, "{v}");
+    let e = err(&cairn(ws, &["rollback", "c1"]));
+    assert!(
+        e.contains("discarded at LSN") && e.contains("by a recorded checkpoint.discard"),
+        "{e}"
+    );
+    assert!(!e.contains("by retention"), "{e}");
+    let e = err(&cairn(ws, &["tree", "c1"]));
+    assert!(
+        e.contains("discarded at LSN") && !e.contains("by retention"),
+        "{e}"
+    );
+    assert_eq!(ok(&cairn(ws, &["show", "c2:f"])), "two\n");
+}
+
+/// P15: the text summary names the checkpoints whose contents it collects.
+#[test]
+fn gc_names_what_it_collects_of_recorded_discards() {
+    let d = init();
+    let ws = d.path();
+    std::fs::write(ws.join("f"), "one\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    std::fs::write(ws.join("f"), "two\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    ok(&discard(ws, "c1"));
+    let out = ok(&cairn(ws, &["gc"]));
+    assert!(
+        out.contains("collected the contents of 1 checkpoint discarded before this gc: c1 (discarded at LSN 3 by a recorded checkpoint.discard event)"),
+        "{out}"
+    );
+}
+
+/// P16: files only accumulate, so every older checkpoint's contents are in
+/// the newest: `--max-bytes` evicts none of them and says the budget is
+/// not met.
+#[test]
+fn max_bytes_keeps_checkpoints_whose_eviction_frees_nothing() {
+    let d = init();
+    let ws = d.path();
+    std::fs::write(ws.join("shared"), "s".repeat(50_000)).unwrap();
+    for i in 0..4 {
+        std::fs::write(ws.join(format!("u{i}")), format!("{i}").repeat(10_000)).unwrap();
+        ok(&cairn(ws, &["checkpoint", "-q"]));
+    }
+    let out = ok(&cairn(ws, &["gc", "--max-bytes", "60000", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["discarded"], serde_json::json!([]), "{v}");
+    assert_eq!(v["retained"], 4, "{v}");
+    assert_eq!(v["budget_met"], false, "{v}");
+    assert_eq!(v["budget"]["kept_bytes"], 90_000, "{v}");
+    let out = ok(&cairn(ws, &["gc", "--max-bytes", "60000"]));
+    assert!(out.contains("budget not met:"), "{out}");
+    let out = ok(&cairn(ws, &["gc", "--max-bytes", "100000", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["budget_met"], true, "{v}");
+}
+
+/// P14.1: a discarded checkpoint that a later rollback restored keeps its
+/// whole tree, so `rollback` to it works as `tree` and `show` do.
+/// P14.2: gc's discard records carry the policy in words.
+#[test]
+fn a_discarded_checkpoint_whose_tree_is_kept_can_be_rolled_back_to() {
+    let d = init();
+    let ws = d.path();
+    std::fs::write(ws.join("f"), "one\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    std::fs::write(ws.join("f"), "two\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    ok(&cairn(ws, &["rollback", "c1"]));
+    let out = ok(&cairn(ws, &["gc", "--keep-per-session", "1", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["discarded"].as_array().unwrap().contains(&"c1".into()),
+        "{v}"
+    );
+    let log = ok(&cairn(
+        ws,
+        &["log", "--json", "--kind", "checkpoint.discard"],
+    ));
+    assert!(log.contains("\"retention: keep 1 per session\""), "{log}");
+    assert!(!log.contains("Some("), "{log}");
+    std::fs::write(ws.join("f"), "three\n").unwrap();
+    ok(&cairn(ws, &["tree", "c1"]));
+    ok(&cairn(ws, &["rollback", "c1"]));
+    assert_eq!(std::fs::read_to_string(ws.join("f")).unwrap(), "one\n");
+}
