@@ -4,39 +4,8 @@
 //! 11, 12, 20 and 22, from the CLI.
 #![allow(clippy::unwrap_used)]
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
-fn cairn(dir: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CAIRN_STORE")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().flush().unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::*;
 
 /// P18: the user's project is as it was after `demo --in-place`, and the
 /// demo says so; P14.7: the head hash it prints is one `verify --head` takes.

@@ -5,49 +5,11 @@
 //! Rust `Debug` text in gc's discard records).
 #![allow(clippy::unwrap_used)]
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-fn cairn(dir: &Path, args: &[&str]) -> Output {
-    cairn_stdin(dir, args, None)
-}
-
-fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CAIRN_STORE")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut i = child.stdin.take().unwrap();
-        if let Some(s) = stdin {
-            i.write_all(s.as_bytes()).unwrap();
-        }
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn err(o: &Output) -> String {
-    assert!(!o.status.success(), "expected a failure");
-    String::from_utf8(o.stderr.clone()).unwrap()
-}
+mod common;
+use common::*;
 
 fn init() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
@@ -70,7 +32,7 @@ fn a_recorded_discard_never_loses_the_newest_checkpoint() {
     let ws = d.path();
     std::fs::write(ws.join("f"), "only\n").unwrap();
     ok(&cairn(ws, &["checkpoint", "-q"]));
-    let e = err(&discard(ws, "c1"));
+    let e = failed(&discard(ws, "c1"));
     assert!(e.contains("newest checkpoint of session `default`"), "{e}");
     ok(&cairn(ws, &["gc"]));
     assert_eq!(ok(&cairn(ws, &["show", "c1:f"])), "only\n");
@@ -78,22 +40,22 @@ fn a_recorded_discard_never_loses_the_newest_checkpoint() {
     std::fs::write(ws.join("f"), "two\n").unwrap();
     ok(&cairn(ws, &["checkpoint", "-q"]));
     ok(&discard(ws, "c1"));
-    let e = err(&discard(ws, "c1"));
+    let e = failed(&discard(ws, "c1"));
     assert!(e.contains("already discarded at LSN"), "{e}");
-    let e = err(&discard(ws, "c2"));
+    let e = failed(&discard(ws, "c2"));
     assert!(e.contains("newest checkpoint"), "{e}");
     let out = ok(&cairn(ws, &["gc", "--json"]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let c = &v["collected_discarded"];
     assert_eq!(c[0]["checkpoint"], "c1", "{v}");
     assert_eq!(c[0]["by_retention"], false, "{v}");
-    let e = err(&cairn(ws, &["rollback", "c1"]));
+    let e = failed(&cairn(ws, &["rollback", "c1"]));
     assert!(
         e.contains("discarded at LSN") && e.contains("by a recorded checkpoint.discard"),
         "{e}"
     );
     assert!(!e.contains("by retention"), "{e}");
-    let e = err(&cairn(ws, &["tree", "c1"]));
+    let e = failed(&cairn(ws, &["tree", "c1"]));
     assert!(
         e.contains("discarded at LSN") && !e.contains("by retention"),
         "{e}"

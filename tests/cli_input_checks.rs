@@ -4,50 +4,10 @@
 //! manifest refused at record and import (and survived by gc).
 #![allow(clippy::unwrap_used)]
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 
-fn cairn(dir: &Path, args: &[&str]) -> Output {
-    cairn_stdin(dir, args, None)
-}
-
-fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CAIRN_STORE")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut i = child.stdin.take().unwrap();
-        if let Some(s) = stdin {
-            i.write_all(s.as_bytes()).unwrap();
-        }
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn json_lines(s: &str) -> Vec<serde_json::Value> {
-    s.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+mod common;
+use common::*;
 
 fn lsns(ws: &Path, args: &[&str]) -> Vec<u64> {
     let mut a = vec!["log", "--json"];

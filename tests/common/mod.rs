@@ -1,0 +1,63 @@
+//! What the CLI tests share: running the built `cairn` binary in a
+//! directory, checking that it succeeded, and reading JSONL output.
+#![allow(clippy::unwrap_used, dead_code)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// Runs `cairn ARGS` in `dir` (no `CAIRN_STORE`, no colour), stdin empty.
+pub fn cairn(dir: &Path, args: &[&str]) -> Output {
+    cairn_stdin(dir, args, None)
+}
+
+/// Runs `cairn ARGS` in `dir` with `stdin` as its input.
+pub fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut i = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            i.write_all(s.as_bytes()).unwrap();
+        }
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The command's stdout, after checking it exited 0 (else its output).
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+/// The command's stderr.
+pub fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Each line of `s` as JSON.
+pub fn json_lines(s: &str) -> Vec<serde_json::Value> {
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The command's stderr, after checking it failed.
+pub fn failed(o: &Output) -> String {
+    assert!(!o.status.success(), "expected a failure");
+    err(o)
+}
