@@ -1164,3 +1164,37 @@ fn a_long_log_prints_whole_across_table_parts() {
         .collect();
     assert_eq!(lsns, (1..=2_500).rev().collect::<Vec<_>>());
 }
+
+/// Small things a reader of the tables relies on: a symlink's mode is
+/// shown as git shows it, a checkpoint parent is named by its id, blame's
+/// columns line up whatever the width of an LSN.
+#[test]
+fn tables_name_symlinks_parents_and_align_blame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    std::fs::write(ws.join("f"), "a\nb\n").unwrap();
+    std::os::unix::fs::symlink("f", ws.join("lnk")).unwrap();
+    ok(&cairn(ws, &["checkpoint"]));
+    let filler = "{\"kind\":\"prompt\"}\n".repeat(12);
+    ok(&cairn_stdin(ws, &["record"], Some(&filler)));
+    std::fs::write(ws.join("f"), "a\nB\n").unwrap();
+    ok(&cairn(ws, &["checkpoint"]));
+    let tree = ok(&cairn(ws, &["tree", "head"]));
+    assert!(
+        tree.lines()
+            .any(|l| l.starts_with("120000 ") && l.ends_with(" lnk")),
+        "{tree}"
+    );
+    assert!(
+        tree.lines()
+            .any(|l| l.starts_with("   644 ") && l.ends_with(" f")),
+        "{tree}"
+    );
+    let branches = ok(&cairn(ws, &["branches"]));
+    let c14 = branches.lines().find(|l| l.starts_with("c14")).unwrap();
+    assert!(c14.contains(" c1 "), "{branches}");
+    let blame = ok(&cairn(ws, &["blame", "head", "f"]));
+    let cols: Vec<usize> = blame.lines().map(|l| l.find("default").unwrap()).collect();
+    assert_eq!(cols, [8, 8], "{blame}");
+}

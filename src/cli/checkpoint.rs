@@ -43,8 +43,9 @@ pub fn track(settings: &Settings, paths: &[String]) -> Result<ExitCode> {
     store.track(&refs)?;
     if !settings.quiet {
         eprintln!(
-            "tracking {}; the next checkpoint captures them",
-            count(paths.len() as u64, "path")
+            "tracking {}; the next checkpoint captures {}",
+            count(paths.len() as u64, "path"),
+            if paths.len() == 1 { "it" } else { "them" }
         );
     }
     store.close()?;

@@ -439,7 +439,11 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
                 "dedup {:.2}x, compression {:.2}x (raw ÷ stored: stored is {:.0}% of raw)",
                 s.blobs.dedup_ratio,
                 s.blobs.compression_ratio,
-                100.0 * s.blobs.stored_bytes as f64 / s.blobs.raw_bytes.max(1) as f64
+                if s.blobs.raw_bytes == 0 {
+                    100.0
+                } else {
+                    100.0 * s.blobs.stored_bytes as f64 / s.blobs.raw_bytes as f64
+                }
             ),
         ]);
         t.row(vec![
@@ -514,10 +518,14 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
             });
             writeln!(out, "{v}")?;
         } else {
+            // A symlink has no permission bits: shown as git shows it.
+            let mode = match entry.kind {
+                cairn::query::source::EntryKind::Symlink => "120000".to_string(),
+                cairn::query::source::EntryKind::File => format!("{:o}", entry.mode),
+            };
             writeln!(
                 out,
-                "{:o}  {}  {}",
-                entry.mode,
+                "{mode:>6}  {}  {}",
                 &entry.blob.to_hex()[..12],
                 quote_path(path)
             )?;
@@ -661,8 +669,8 @@ pub fn blame(settings: &Settings, point: &str, path: &str, json: bool) -> Result
             writeln!(out, "{v}")?;
         } else {
             let who = format!(
-                "@{:<6} {:<12} {:<14}",
-                l.lsn,
+                "{:<7} {:<12} {:<14}",
+                format!("@{}", l.lsn),
                 one_line(&l.session, 12),
                 one_line(l.model.as_deref().unwrap_or("-"), 14)
             );
@@ -694,9 +702,10 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
             ),
             None if rollbacks == 0 => println!("no checkpoints or rollbacks yet"),
             None => println!(
-                "no checkpoints yet; the log's {} names no checkpoint of this store \
+                "no checkpoints yet; the log's {} {} no checkpoint of this store \
                  (an imported one, say), so it is not a branch point",
-                count(rollbacks as u64, "rollback record")
+                count(rollbacks as u64, "rollback record"),
+                if rollbacks == 1 { "names" } else { "name" }
             ),
         }
     } else {
@@ -711,7 +720,19 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
                 node,
                 n.kind.name().into(),
                 cell(&n.session),
-                n.parent.map(|p| format!("@{p}")).unwrap_or_default(),
+                // A checkpoint parent by its id, as NODE names it.
+                n.parent
+                    .map(|p| {
+                        let checkpoint = nodes
+                            .iter()
+                            .any(|m| m.lsn == p && m.kind == EventKind::CheckpointCreate);
+                        if checkpoint {
+                            format!("c{p}")
+                        } else {
+                            format!("@{p}")
+                        }
+                    })
+                    .unwrap_or_default(),
                 n.children.to_string(),
                 cell(n.label.as_deref().unwrap_or_default()),
             ]);
