@@ -41,6 +41,15 @@ pub fn find(store_flag: Option<&Path>, workspace_flag: Option<&Path>) -> Result<
         }
     };
     if !store.join("log").is_dir() {
+        // A workspace given where its store was meant.
+        let inner = store.join(STORE_DIR_NAME);
+        if inner.join("log").is_dir() {
+            bail!(
+                "{} is not a cairn store (no log/ inside), but it holds one: did you mean --store {}?",
+                store.display(),
+                inner.display()
+            );
+        }
         bail!(
             "{} is not a cairn store (no log/ inside): run `cairn init` to create one",
             store.display()
@@ -79,6 +88,17 @@ mod tests {
         let e = find(Some(tmp.path()), None).unwrap_err().to_string();
         assert!(
             e.contains("is not a cairn store") && e.contains("cairn init"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_workspace_given_as_the_store_is_pointed_at_its_store() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join(".cairn/log")).unwrap();
+        let e = find(Some(tmp.path()), None).unwrap_err().to_string();
+        assert!(
+            e.contains("did you mean --store") && e.contains(".cairn"),
             "{e}"
         );
     }
