@@ -382,11 +382,19 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
 /// given as the column only: serde_json says "at line 1 column 34", which
 /// next to a file's own line number (`audit.jsonl:7: ...`) reads as a
 /// contradiction.
+///
+/// A line that is not JSON at all (or is cut short) says so first: serde's
+/// own words ("expected ident") name a token, not the problem.
 pub fn line_error(e: &serde_json::Error) -> String {
     let text = e.to_string();
     let place = format!(" at line {} column {}", e.line(), e.column());
-    match text.strip_suffix(&place) {
+    let text = match text.strip_suffix(&place) {
         Some(what) if e.line() == 1 => format!("{what} at column {}", e.column()),
+        _ => text,
+    };
+    match e.classify() {
+        serde_json::error::Category::Syntax => format!("not valid JSON: {text}"),
+        serde_json::error::Category::Eof => format!("not valid JSON (cut short): {text}"),
         _ => text,
     }
 }
@@ -662,6 +670,22 @@ mod tests {
             v.0,
             serde_json::json!([null, true, -1, 2, 1.5, "s", {"k": []}])
         );
+    }
+
+    #[test]
+    fn a_line_that_is_not_json_says_so() {
+        let e = parse_event("not json").unwrap_err().to_string();
+        assert!(
+            e.contains("not valid JSON: ") && e.contains("column 2"),
+            "{e}"
+        );
+        let e = parse_event(r#"{"kind":"prompt""#).unwrap_err().to_string();
+        assert!(e.contains("not valid JSON (cut short)"), "{e}");
+        // A well-formed line with a wrong field is not called "not JSON".
+        let e = parse_event(r#"{"kind":"prompt","ok":3}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("not valid JSON"), "{e}");
     }
 
     #[test]
