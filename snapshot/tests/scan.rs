@@ -410,3 +410,21 @@ fn damaged_tracked_file_does_not_stop_checkpoints() {
     let m = manifest::list(&f.blobs, &c3.root).unwrap();
     assert!(m.entries.contains_key("b.txt"), "{m:?}");
 }
+
+/// Trial 11 P14.23: a regular file named `.cairn` in a subdirectory was
+/// skipped as a nested store; only a directory of that name is one.
+#[test]
+fn a_file_named_cairn_is_captured_a_nested_store_is_not() {
+    let f = fx();
+    f.write("sub/.cairn", "data");
+    f.write("other/.cairn/log/1.seg", "a nested store");
+    let c1 = f.checkpoint("c1");
+    let m = manifest::list(&f.blobs, &c1.root).unwrap();
+    assert!(m.entries.contains_key("sub/.cairn"), "{m:?}");
+    assert!(
+        !m.entries.keys().any(|p| p.starts_with("other/.cairn")),
+        "{m:?}"
+    );
+    assert!(!m.entries.keys().any(|p| p.starts_with(".cairn")), "{m:?}");
+    assert_eq!(c1.counts.skipped.get("nested_store"), Some(&1));
+}
