@@ -232,3 +232,23 @@ fn a_checkpoint_root_that_is_no_manifest_is_refused() {
     ok(&cairn(ws, &["gc", "--keep-per-session", "5"]));
     ok(&cairn(ws, &["verify"]));
 }
+
+/// Trial 11 P14.10: `show c1:../x` looked `ws/../x` up in the checkpoint
+/// instead of refusing a path outside the workspace.
+#[test]
+fn show_refuses_a_path_outside_the_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    assert_eq!(ok(&cairn(ws, &["show", "head:./a.txt"])), "a\n");
+    let o = cairn(ws, &["show", "head:../x"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("refusing path `../x`") && err.contains("leave the workspace"),
+        "{err}"
+    );
+    assert!(!err.contains("does not exist"), "{err}");
+}
