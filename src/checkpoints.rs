@@ -4,7 +4,7 @@ use cairn_codec::{CheckpointId, Event, Lsn};
 use cairn_engine::log::{Head, Log, LogReader, Record};
 use cairn_snapshot::{
     CheckpointInfo, CheckpointRequest, LogAccess, RetentionPolicy, RetentionReport, RollbackReport,
-    RollbackRequest, SnapshotError, WatchStats,
+    RollbackRequest, SnapshotError, WatchStats, Workspace,
 };
 use parking_lot::Mutex;
 
@@ -73,6 +73,15 @@ impl Store {
             self.workspace()?,
             req,
         )?)
+    }
+
+    /// Problems the checkpoints since the last call worked around (a
+    /// damaged tracked-path file, read as empty and set aside), oldest
+    /// first; empty without a workspace.
+    pub fn take_checkpoint_warnings(&self) -> Vec<String> {
+        self.workspace_caches()
+            .map(Workspace::take_warnings)
+            .unwrap_or_default()
     }
 
     /// Every checkpoint (of one session, if given), oldest first,

@@ -192,3 +192,50 @@ fn a_checkpoint_root_that_is_no_manifest_is_refused() {
     ok(&cairn(ws, &["gc", "--keep-per-session", "5"]));
     ok(&cairn(ws, &["verify"]));
 }
+
+/// Trial 11 P14.10: `show c1:../x` looked `ws/../x` up in the checkpoint
+/// instead of refusing a path outside the workspace.
+#[test]
+fn show_refuses_a_path_outside_the_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    assert_eq!(ok(&cairn(ws, &["show", "head:./a.txt"])), "a\n");
+    let o = cairn(ws, &["show", "head:../x"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("refusing path `../x`") && err.contains("leave the workspace"),
+        "{err}"
+    );
+    assert!(!err.contains("does not exist"), "{err}");
+}
+
+/// Trial 11 P14.8: `blob put -` read no stdin, and errors called the
+/// input "store".
+#[test]
+fn blob_put_reads_stdin_and_names_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let out = ok(&cairn_stdin(
+        ws,
+        &["blob", "put", "-"],
+        Some("from stdin\n"),
+    ));
+    let hash = out.split_whitespace().next().unwrap().to_string();
+    assert_eq!(ok(&cairn(ws, &["blob", "get", &hash])), "from stdin\n");
+
+    std::fs::create_dir(ws.join("d")).unwrap();
+    for (arg, what) in [("d", "is a directory"), ("missing", "input file")] {
+        let o = cairn(ws, &["blob", "put", arg]);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(what) && !err.contains("store "),
+            "{arg}: {err}"
+        );
+    }
+}

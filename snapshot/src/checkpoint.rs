@@ -333,7 +333,19 @@ fn capture_any<B: BlobAccess + ?Sized>(
     blobs: &B,
     mode: ScanMode,
 ) -> Result<Capture> {
-    let track = ws.load_track()?;
+    let track = match ws.load_track_for_capture()? {
+        Some(t) => t,
+        None => {
+            ws.warn(format!(
+                "{} is damaged: the tracked paths are unknown, so this checkpoint {}scanned the whole workspace; track the paths again",
+                ws.cache_path(crate::workspace::TRACKED_FILE).display(),
+                if mode == ScanMode::TrackedOnly { "is not tracked-only: it " } else { "" },
+            ));
+            // Without the dirty set a tracked-only capture could miss a
+            // change: scan everything.
+            return capture::capture_full(ws, blobs, &BTreeSet::new(), &BTreeSet::new());
+        }
+    };
     if let Some(w) = ws.watcher() {
         // With a watcher, both scan modes use the watched change set (it
         // covers tracked writes too, and edits by shell commands).
@@ -483,6 +495,11 @@ fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         c.clone().save_in_background(ws);
     }
     ws.save_last(Some(&cap.last()))?;
+    // A damaged tracked-path file was read as empty by the capture; the
+    // checkpoint is recorded, so set it aside for `track` to start afresh.
+    if let Some(to) = ws.set_aside_damaged_track()? {
+        ws.warn(format!("the damaged file was moved to {}", to.display()));
+    }
     ws.clear_dirty(&cap.captured_dirty)?;
     CheckpointInfo::from_record(lsn, &ev)
         .ok_or_else(|| SnapshotError::Invalid("internal: checkpoint record without root".into()))

@@ -43,10 +43,28 @@ pub fn protected_reason(rel: &str) -> Option<&'static str> {
     None
 }
 
-/// True if `rel` is a store directory (`.cairn`, at any depth) or lies
-/// under one.
+/// True if `rel` is the workspace's own store directory (`.cairn` at the
+/// root) or lies under a directory named `.cairn` at any depth.
+///
+/// A path whose *last* component is `.cairn` below the root is not
+/// protected by its name alone: it may be an ordinary file (`sub/.cairn`),
+/// which is workspace content. Whether it is a directory (a nested store,
+/// never captured) only the file system can say: see
+/// [`is_store_dir_name`].
 pub fn under_store_dir(rel: &str) -> bool {
-    rel.split('/').any(|c| c == STORE_DIR_NAME)
+    if rel == STORE_DIR_NAME {
+        return true;
+    }
+    let mut comps = rel.split('/');
+    comps.next_back();
+    comps.any(|c| c == STORE_DIR_NAME)
+}
+
+/// True if the last component of `rel` is `.cairn`: a directory there is a
+/// store (the workspace's own or a nested one) and is never captured or
+/// replaced; a file there is ordinary content.
+pub fn is_store_dir_name(rel: &str) -> bool {
+    rel.rsplit('/').next() == Some(STORE_DIR_NAME)
 }
 
 /// Normalises a caller-given path to a workspace-relative path.
@@ -189,6 +207,10 @@ mod tests {
             let e = normalize(root, bad).unwrap_err().to_string();
             assert!(e.contains("refusing path"), "{bad}: {e}");
         }
+        // A path named `.cairn` below the root may be a plain file.
+        assert_eq!(normalize(root, "sub/.cairn").unwrap(), "sub/.cairn");
+        assert!(under_store_dir(".cairn") && under_store_dir("sub/.cairn/log"));
+        assert!(!under_store_dir("sub/.cairn"));
     }
 
     #[test]

@@ -210,8 +210,18 @@ pub fn plan_pruned(
 
     // A manifest written before nested stores were skipped may list one
     // (`sub/.cairn/...`): it is left as it is, never deleted or replaced.
+    // A directory named `.cairn` on either side is a store: left alone
+    // (a file of that name is content).
+    let store_dir = |p: &str| {
+        relpath::under_store_dir(p)
+            || (relpath::is_store_dir_name(p)
+                && [cur.get(p), tgt.get(p)]
+                    .iter()
+                    .flatten()
+                    .any(|e| e.kind == EntryKind::Dir))
+    };
     for (p, e) in cur {
-        if !in_scope(p, scope) || under_same(p, same) || relpath::under_store_dir(p) {
+        if !in_scope(p, scope) || under_same(p, same) || store_dir(p) {
             continue;
         }
         let t = tgt.get(p);
@@ -228,7 +238,7 @@ pub fn plan_pruned(
         }
     }
     for (p, t) in tgt {
-        if !in_scope(p, scope) || under_same(p, same) || relpath::under_store_dir(p) {
+        if !in_scope(p, scope) || under_same(p, same) || store_dir(p) {
             continue;
         }
         check_manifest_path(p)?;

@@ -644,7 +644,12 @@ fn drain(
                 continue;
             }
             let rel = relpath::join(&dir, name);
-            if name == relpath::STORE_DIR_NAME {
+            // A directory named `.cairn` is a store (the workspace's own
+            // at the root, or a nested workspace's): never content. A
+            // file of that name below the root is ordinary content.
+            if name == relpath::STORE_DIR_NAME
+                && (dir.is_empty() || ent.file_type().map_or(true, |t| t.is_dir()))
+            {
                 // The workspace's own store is not counted; a nested one is.
                 if !dir.is_empty() && !ws.is_own_path(&rel) {
                     out.skip(reason::NESTED_STORE);

@@ -43,7 +43,7 @@ use parking_lot::{Condvar, Mutex};
 use cairn_codec::BlobHash;
 
 use crate::error::{Result, SnapshotError};
-use crate::relpath::{GIT_DIR_NAME, STORE_DIR_NAME};
+use crate::relpath::GIT_DIR_NAME;
 use crate::scan::CAIRNIGNORE;
 
 /// How long a checkpoint waits for the watcher to report its barrier file
@@ -144,8 +144,10 @@ fn classify(rel: &str) -> PathClass {
         return PathClass::Drop; // the root itself: not an entry
     }
     let comps: Vec<&str> = rel.split('/').collect();
-    if comps.contains(&STORE_DIR_NAME) {
-        // The store, or a nested workspace's: never captured.
+    if crate::relpath::under_store_dir(rel) {
+        // The store, or inside a nested workspace's: never captured. A
+        // path named `.cairn` below the root may be a file (content) or a
+        // nested store (which the scan skips): re-read it.
         return PathClass::Drop;
     }
     if let Some(i) = comps.iter().position(|c| *c == GIT_DIR_NAME) {
@@ -369,6 +371,11 @@ mod tests {
     fn classify_paths() {
         assert!(matches!(classify("src/a.rs"), PathClass::Keep));
         assert!(matches!(classify(".cairn/log/x"), PathClass::Drop));
+        assert!(matches!(classify(".cairn"), PathClass::Drop));
+        assert!(matches!(classify("sub/.cairn/LOCK"), PathClass::Drop));
+        // A file named `.cairn` below the root is content (a nested store
+        // directory there is skipped by the scan).
+        assert!(matches!(classify("sub/.cairn"), PathClass::Keep));
         assert!(matches!(classify(".git/index"), PathClass::Drop));
         assert!(matches!(classify("sub/.git/HEAD"), PathClass::Drop));
         assert!(matches!(classify(".git/info/exclude"), PathClass::Full));

@@ -148,6 +148,9 @@ pub struct Workspace {
     /// marked dirty: a checkpoint that captured them earlier must not clear
     /// those marks (see [`Workspace::mark_dirty_pinned`]).
     track_lock: Mutex<BTreeSet<String>>,
+    /// Problems a checkpoint worked around (a damaged tracked-path file),
+    /// for the caller to show (see [`Workspace::take_warnings`]).
+    warnings: Mutex<Vec<String>>,
     /// Held through each checkpoint, rollback and retention run (see
     /// [`Workspace::flow`]).
     flow: Mutex<()>,
@@ -246,6 +249,7 @@ impl Workspace {
             pending_save: Mutex::new(None),
             checkpoint_list: Mutex::new(None),
             track_lock: Mutex::new(BTreeSet::new()),
+            warnings: Mutex::new(Vec::new()),
             flow: Mutex::new(()),
             read_only,
         };
@@ -462,6 +466,44 @@ impl Workspace {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TrackState::default()),
             Err(e) => Err(SnapshotError::io("read tracked paths", p, e)),
         }
+    }
+
+    /// [`Workspace::load_track`] for a capture: a damaged tracked-path file
+    /// is read as empty (a full scan re-reads every changed file anyway;
+    /// the tracked set only adds paths to re-read) and `Ok(None)` says so.
+    pub(crate) fn load_track_for_capture(&self) -> Result<Option<TrackState>> {
+        match self.load_track() {
+            Ok(t) => Ok(Some(t)),
+            Err(SnapshotError::Invalid(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Moves a damaged tracked-path file aside (to `tracked.json.damaged`,
+    /// replacing an older one) so later checkpoints and `track` work again;
+    /// returns where it went, or `None` if the file is not damaged.
+    pub(crate) fn set_aside_damaged_track(&self) -> Result<Option<PathBuf>> {
+        let _pinned = self.track_lock.lock();
+        if !matches!(self.load_track(), Err(SnapshotError::Invalid(_))) {
+            return Ok(None);
+        }
+        let from = self.cache_path(TRACKED_FILE);
+        let to = self.cache_path(&format!("{TRACKED_FILE}.damaged"));
+        std::fs::rename(&from, &to).map_err(|e| SnapshotError::io("set aside", &from, e))?;
+        Ok(Some(to))
+    }
+
+    /// Records a problem a checkpoint worked around, for
+    /// [`Workspace::take_warnings`].
+    pub(crate) fn warn(&self, text: String) {
+        self.warnings.lock().push(text);
+    }
+
+    /// The problems the checkpoints since the last call worked around (a
+    /// damaged tracked-path file read as empty, and where it was set
+    /// aside), oldest first; a CLI prints them after the checkpoint.
+    pub fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut *self.warnings.lock())
     }
 
     /// Reads the tracked-path file, lets `change` edit it (with the pinned

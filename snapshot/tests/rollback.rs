@@ -882,3 +882,27 @@ fn a_file_the_target_did_not_capture_is_kept_not_deleted() {
     assert_eq!(f.read("big.bin").as_deref(), Some("small again"));
     assert_eq!(f.read("other.txt").as_deref(), Some("one"));
 }
+
+/// Trial 11 P14.23: a regular file named `.cairn` below the root is
+/// content: captured and restored, while a nested store directory of that
+/// name is left alone.
+#[test]
+fn a_file_named_cairn_is_rolled_back() {
+    let f = fx();
+    f.write("sub/.cairn", "v1");
+    f.write("nested/.cairn/log/1.seg", "a nested store's log");
+    let c1 = f.checkpoint("c1");
+    f.write("sub/.cairn", "v2");
+    f.write("nested/.cairn/log/1.seg", "the nested store moved on");
+    f.checkpoint("c2");
+    f.rollback(c1.id);
+    assert_eq!(f.read("sub/.cairn").as_deref(), Some("v1"));
+    assert_eq!(
+        f.read("nested/.cairn/log/1.seg").as_deref(),
+        Some("the nested store moved on")
+    );
+    // Deleted, then brought back by a scoped rollback.
+    std::fs::remove_file(f.p("sub/.cairn")).unwrap();
+    f.try_rollback(c1.id, &["sub/.cairn"], false).unwrap();
+    assert_eq!(f.read("sub/.cairn").as_deref(), Some("v1"));
+}

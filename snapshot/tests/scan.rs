@@ -361,3 +361,70 @@ fn tracking_a_path_under_a_symlink_is_refused() {
     assert!(f.ws.tracked().unwrap().is_empty());
     f.ws.track(&["d"]).unwrap();
 }
+
+/// Trial 11 P14.21: a damaged `tracked.json` made every checkpoint fail,
+/// even a full scan that does not need it.
+#[test]
+fn damaged_tracked_file_does_not_stop_checkpoints() {
+    let f = fx();
+    f.write("a.txt", "one");
+    f.ws.track(&["a.txt"]).unwrap();
+    f.checkpoint("c1");
+    let tracked = f.p(".cairn/snapshot/tracked.json");
+    std::fs::write(&tracked, b"{garbled").unwrap();
+    f.write("a.txt", "two");
+
+    // A full scan goes on, says so, and sets the damaged file aside.
+    let c2 = f.checkpoint("c2");
+    assert_eq!(c2.counts.changed, 1);
+    let w = f.ws.take_warnings();
+    assert!(w.iter().any(|w| w.contains("is damaged")), "{w:?}");
+    assert!(
+        w.iter().any(|w| w.contains("tracked.json.damaged")),
+        "{w:?}"
+    );
+    assert!(!tracked.exists());
+    assert!(f.p(".cairn/snapshot/tracked.json.damaged").exists());
+    assert!(f.ws.take_warnings().is_empty());
+    // `track` works again.
+    f.ws.track(&["a.txt"]).unwrap();
+    assert_eq!(f.ws.tracked().unwrap(), vec!["a.txt".to_string()]);
+
+    // A tracked-only checkpoint falls back to a full scan: an untracked
+    // change is captured.
+    std::fs::write(&tracked, b"not json").unwrap();
+    f.write("b.txt", "new");
+    let c3 = create_checkpoint(
+        &f.log,
+        &f.blobs,
+        &f.ws,
+        CheckpointRequest {
+            scan: ScanMode::TrackedOnly,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(c3.counts.changed, 1);
+    let w = f.ws.take_warnings();
+    assert!(w.iter().any(|w| w.contains("not tracked-only")), "{w:?}");
+    let m = manifest::list(&f.blobs, &c3.root).unwrap();
+    assert!(m.entries.contains_key("b.txt"), "{m:?}");
+}
+
+/// Trial 11 P14.23: a regular file named `.cairn` in a subdirectory was
+/// skipped as a nested store; only a directory of that name is one.
+#[test]
+fn a_file_named_cairn_is_captured_a_nested_store_is_not() {
+    let f = fx();
+    f.write("sub/.cairn", "data");
+    f.write("other/.cairn/log/1.seg", "a nested store");
+    let c1 = f.checkpoint("c1");
+    let m = manifest::list(&f.blobs, &c1.root).unwrap();
+    assert!(m.entries.contains_key("sub/.cairn"), "{m:?}");
+    assert!(
+        !m.entries.keys().any(|p| p.starts_with("other/.cairn")),
+        "{m:?}"
+    );
+    assert!(!m.entries.keys().any(|p| p.starts_with(".cairn")), "{m:?}");
+    assert_eq!(c1.counts.skipped.get("nested_store"), Some(&1));
+}

@@ -110,7 +110,7 @@ pub enum Command {
     /// The blob store: put files, get blobs.
     #[command(
         subcommand,
-        after_help = "Example:\n  cairn blob put notes.txt\n  cairn blob get 3f2a...   # 64 hex digits, as printed by put"
+        after_help = "Example:\n  cairn blob put notes.txt\n  git diff | cairn blob put -\n  cairn blob get 3f2a...   # 64 hex digits, as printed by put"
     )]
     Blob(BlobCommand),
     /// Tell cairn a path is about to be written, so the next checkpoint captures it.
@@ -346,7 +346,7 @@ pub enum BlobCommand {
     /// blob (`before`, `after`, `diff`) before the next `cairn gc`, which
     /// collects every blob no record or checkpoint names.
     Put {
-        /// Files to store.
+        /// Files to store (`-` reads stdin).
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },

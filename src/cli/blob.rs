@@ -22,11 +22,29 @@ pub fn run(settings: &Settings, cmd: BlobCommand) -> Result<ExitCode> {
         BlobCommand::Put { files } => {
             let store = settings.open_write()?;
             let mut out = Vec::new();
+            let mut stdin_read = false;
             for f in &files {
-                let (hash, len) = store
-                    .blobs()
-                    .put_file(f)
-                    .with_context(|| format!("store {}", f.display()))?;
+                let (hash, len) = if f.as_os_str() == "-" {
+                    // Read once: a second `-` would store an empty blob.
+                    if std::mem::replace(&mut stdin_read, true) {
+                        anyhow::bail!("`-` (stdin) is given more than once");
+                    }
+                    let mut r = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
+                    store
+                        .blobs()
+                        .put_reader(&mut r)
+                        .context("blob put: read stdin")?
+                } else if f.is_dir() {
+                    anyhow::bail!(
+                        "blob put: `{}` is a directory; give files (or `-` for stdin)",
+                        f.display()
+                    );
+                } else {
+                    store
+                        .blobs()
+                        .put_file(f)
+                        .with_context(|| format!("blob put: input file {}", f.display()))?
+                };
                 out.push((hash, len, f));
             }
             store.blobs().sync().context("make blobs durable")?;

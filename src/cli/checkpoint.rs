@@ -83,6 +83,9 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
         },
     })?;
     drop(spin);
+    for w in store.take_checkpoint_warnings() {
+        eprintln!("warning: {w}");
+    }
     if a.json {
         println!("{}", info_json(&info));
     } else {

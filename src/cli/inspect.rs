@@ -492,6 +492,19 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
         .map(|(root, cwd)| super::paths::from_cwd(typed, &root, &cwd));
     let path = from_here.as_deref().unwrap_or(typed);
     let store = settings.open_read()?;
+    // Normalised as `rollback --path` and `diff --` do: a path outside the
+    // workspace (`../x` from the root) is refused as such, not looked up.
+    let path = match store.workspace_dir() {
+        Some(root) => cairn::snapshot::relpath::normalize(root, path).map_err(|e| match e {
+            // Named as typed, not as resolved from the current directory.
+            cairn::snapshot::SnapshotError::BadPath { reason, .. } => {
+                cairn::snapshot::SnapshotError::bad_path(typed, reason)
+            }
+            e => e,
+        })?,
+        None => path.to_string(),
+    };
+    let path = path.as_str();
     let entry = store.query(|q| {
         let at = q.resolve(point)?;
         q.entry_at(at, path)?.ok_or_else(|| q.not_a_file(at, path))
