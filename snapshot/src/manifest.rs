@@ -517,28 +517,7 @@ pub fn reachable<B: BlobRead + ?Sized>(
     out: &mut HashSet<BlobHash>,
     seen_nodes: &mut HashSet<BlobHash>,
 ) -> Result<()> {
-    let mut stack = vec![(*root, 0usize)];
-    while let Some((h, depth)) = stack.pop() {
-        if !seen_nodes.insert(h) {
-            continue; // a shared subtree already walked
-        }
-        out.insert(h);
-        let node = read_node(blobs, &h)?;
-        for (_, e) in node.entries {
-            if e.kind == EntryKind::Dir {
-                if depth + 1 > MAX_TREE_DEPTH {
-                    return Err(SnapshotError::BadManifest {
-                        node: h,
-                        detail: "tree too deep".into(),
-                    });
-                }
-                stack.push((e.hash, depth + 1));
-            } else {
-                out.insert(e.hash);
-            }
-        }
-    }
-    Ok(())
+    walk_reachable(blobs, root, out, seen_nodes, None)
 }
 
 /// [`reachable`], going on past a blob in the tree that is no manifest
@@ -557,16 +536,30 @@ pub fn reachable_past_non_nodes<B: BlobRead + ?Sized>(
     seen_nodes: &mut HashSet<BlobHash>,
     not_nodes: &mut Vec<BlobHash>,
 ) -> Result<()> {
+    walk_reachable(blobs, root, out, seen_nodes, Some(not_nodes))
+}
+
+/// The walk of [`reachable`]; with `not_nodes`, as
+/// [`reachable_past_non_nodes`].
+fn walk_reachable<B: BlobRead + ?Sized>(
+    blobs: &B,
+    root: &BlobHash,
+    out: &mut HashSet<BlobHash>,
+    seen_nodes: &mut HashSet<BlobHash>,
+    mut not_nodes: Option<&mut Vec<BlobHash>>,
+) -> Result<()> {
     let mut stack = vec![(*root, 0usize)];
     while let Some((h, depth)) = stack.pop() {
         if !seen_nodes.insert(h) {
-            continue;
+            continue; // a shared subtree already walked
         }
         out.insert(h);
         let bytes = blobs.get(&h)?;
-        if !bytes.starts_with(&NODE_MAGIC[..3]) {
-            not_nodes.push(h);
-            continue;
+        if let Some(list) = not_nodes.as_deref_mut() {
+            if !bytes.starts_with(&NODE_MAGIC[..3]) {
+                list.push(h);
+                continue;
+            }
         }
         for (_, e) in Node::decode(h, &bytes)?.entries {
             if e.kind == EntryKind::Dir {
