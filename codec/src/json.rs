@@ -395,6 +395,11 @@ pub fn line_error(e: &serde_json::Error) -> String {
     match e.classify() {
         serde_json::error::Category::Syntax => format!("not valid JSON: {text}"),
         serde_json::error::Category::Eof => format!("not valid JSON (cut short): {text}"),
+        // serde reads a number past u64 (or with a fraction) as a float
+        // and names that type, not the problem.
+        _ if text.starts_with("invalid type: floating point") && text.contains("expected u64") => {
+            format!("{text} (a whole number from 0 to {} is expected)", u64::MAX)
+        }
         _ => text,
     }
 }
@@ -681,6 +686,13 @@ mod tests {
         );
         let e = parse_event(r#"{"kind":"prompt""#).unwrap_err().to_string();
         assert!(e.contains("not valid JSON (cut short)"), "{e}");
+        let e = parse_event(r#"{"kind":"prompt","latency_ms":18446744073709551616}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a whole number from 0 to 18446744073709551615"),
+            "{e}"
+        );
         // A well-formed line with a wrong field is not called "not JSON".
         let e = parse_event(r#"{"kind":"prompt","ok":3}"#)
             .unwrap_err()
