@@ -227,16 +227,11 @@ impl BlobAccess for cairn_engine::blob::BlobStore {
         if thorough {
             opts.rewrite_threshold = 0.0;
         }
-        // Entries the index holds before and after: a pack a killed gc
-        // left behind also holds stale copies of live blobs (the index
-        // already points at their new pack), which the engine counts as
-        // dropped; only entries that left the index were really removed.
-        let entries = |s: cairn_engine::blob::BlobStats| s.blobs + s.chunks;
-        let before = entries(cairn_engine::blob::BlobStore::stats(self));
         let r = cairn_engine::blob::BlobStore::gc(self, live, opts)?;
-        let after = entries(cairn_engine::blob::BlobStore::stats(self));
         Ok(GcSummary {
-            removed_blobs: before.saturating_sub(after),
+            // Not `entries_dropped`: a pack a killed gc left behind also
+            // holds stale copies of live blobs, which are not removed blobs.
+            removed_blobs: r.blobs_removed,
             freed_bytes: r.bytes_before.saturating_sub(r.bytes_after),
         })
     }

@@ -43,8 +43,13 @@ pub struct GcReport {
     pub packs_rewritten: u64,
     /// Live entries copied to a new pack.
     pub entries_copied: u64,
-    /// Dead entries dropped with the rewritten packs.
+    /// Dead entries dropped with the rewritten packs (stale copies of live
+    /// blobs that a gc killed part way left behind included).
     pub entries_dropped: u64,
+    /// Blobs and chunks that left the store: index entries of the rewritten
+    /// packs not copied elsewhere (a stale copy is not one: the index names
+    /// the blob's live copy in another pack).
+    pub blobs_removed: u64,
     /// Pack bytes before.
     pub bytes_before: u64,
     /// Pack bytes after.
@@ -179,7 +184,9 @@ impl BlobStore {
         {
             let ids: HashSet<PackId> = retired.iter().map(|p| p.id).collect();
             let mut index = self.index.write();
+            let before = index.len();
             index.retain(|_, l| !ids.contains(&l.pack));
+            report.blobs_removed = (before - index.len()) as u64;
             let mut packs = self.packs.write();
             for id in &ids {
                 packs.remove(id);
