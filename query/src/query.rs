@@ -353,17 +353,11 @@ impl<'a> Query<'a> {
     /// Who wrote the `checkpoint.discard` record at `at`: retention (gc)
     /// starts its text with "retention: "; anything else was recorded.
     fn discarded_by(&self, at: Lsn) -> &'static str {
-        let by_retention = self.src.read(at).ok().is_some_and(|r| {
-            r.event
-                .text
-                .as_deref()
-                .is_some_and(|t| t.starts_with(cairn_snapshot::RETENTION_TEXT_PREFIX))
-        });
-        if by_retention {
-            "by retention"
-        } else {
-            "by a recorded checkpoint.discard event"
-        }
+        cairn_snapshot::discarded_by_words(
+            self.src
+                .read(at)
+                .is_ok_and(|r| cairn_snapshot::discarded_by_retention(&r.event)),
+        )
     }
 
     /// `path`'s entry just after LSN `at`, from the indexes: the last change

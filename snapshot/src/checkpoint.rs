@@ -575,11 +575,7 @@ fn fold(cache: &mut ListCache, r: &Record) {
                     if !c.discarded {
                         c.discarded = true;
                         c.discarded_at = Some(r.lsn);
-                        c.discarded_by_retention = r
-                            .event
-                            .text
-                            .as_deref()
-                            .is_some_and(|t| t.starts_with(retention::RETENTION_TEXT_PREFIX));
+                        c.discarded_by_retention = retention::discarded_by_retention(&r.event);
                     }
                 }
             }
@@ -1173,11 +1169,7 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let mut restored: Vec<(CheckpointId, BlobHash)> = Vec::new();
     log.for_each_from(Lsn::FIRST, &mut |r| {
         if !(r.event.kind == EventKind::CheckpointCreate && dead.contains(&r.lsn)) {
-            live.extend(
-                [r.event.before, r.event.after, r.event.diff, r.event.state]
-                    .into_iter()
-                    .flatten(),
-            );
+            live.extend(blobs_named(&r.event));
         }
         if r.event.kind == EventKind::Rollback
             && r.event.ok
@@ -1254,6 +1246,12 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     })
 }
 
+/// The blobs a record names besides a checkpoint's tree (`before`,
+/// `after`, `diff`, `state`): gc keeps them while the record is kept.
+fn blobs_named(e: &Event) -> impl Iterator<Item = BlobHash> {
+    [e.before, e.after, e.diff, e.state].into_iter().flatten()
+}
+
 /// The blobs gc keeps whatever retention evicts, as far as the choice of
 /// evictions needs them: those records name (`before`, `after`, `diff`,
 /// and `state` outside checkpoint records), `keep`, and the trees of
@@ -1271,11 +1269,7 @@ fn pinned_blobs<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let mut targets: HashSet<CheckpointId> = HashSet::new();
     log.for_each_from(Lsn::FIRST, &mut |r| {
         if r.event.kind != EventKind::CheckpointCreate {
-            pinned.extend(
-                [r.event.before, r.event.after, r.event.diff, r.event.state]
-                    .into_iter()
-                    .flatten(),
-            );
+            pinned.extend(blobs_named(&r.event));
         }
         if r.event.kind == EventKind::Rollback && r.event.ok && oldest.is_none_or(|o| r.lsn > o) {
             targets.extend(r.event.target);

@@ -119,11 +119,7 @@ impl fmt::Display for SnapshotError {
                 "checkpoint {id} was discarded at LSN {at} ({}) and its files are no longer all \
                  in the store, so it can no longer be restored; list the remaining ones with \
                  `cairn checkpoints`",
-                if *by_retention {
-                    "by retention"
-                } else {
-                    "by a recorded checkpoint.discard event"
-                }
+                crate::retention::discarded_by_words(*by_retention)
             ),
             SnapshotError::RollbackIncomplete {
                 source_checkpoint,

@@ -53,7 +53,8 @@ pub use error::{Result, SnapshotError};
 pub use manifest::{Entry, EntryKind, Manifest};
 pub use restore::Kept;
 pub use retention::{
-    choose, decide, BudgetOutcome, Choice, RetentionPolicy, RETENTION_TEXT_PREFIX,
+    choose, decide, discarded_by_retention, discarded_by_words, BudgetOutcome, Choice,
+    RetentionPolicy, RETENTION_TEXT_PREFIX,
 };
 pub use watch::WatchStats;
 pub use workspace::{SnapshotOptions, Workspace};

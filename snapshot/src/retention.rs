@@ -49,6 +49,24 @@ impl RetentionPolicy {
 /// platform (`cairn record`, an import).
 pub const RETENTION_TEXT_PREFIX: &str = "retention: ";
 
+/// Who discarded a checkpoint, in the words errors use: "by retention",
+/// or "by a recorded checkpoint.discard event".
+pub fn discarded_by_words(by_retention: bool) -> &'static str {
+    if by_retention {
+        "by retention"
+    } else {
+        "by a recorded checkpoint.discard event"
+    }
+}
+
+/// True if the `checkpoint.discard` event `e` was written by retention (its
+/// text starts with [`RETENTION_TEXT_PREFIX`]), not recorded by the platform.
+pub fn discarded_by_retention(e: &cairn_codec::Event) -> bool {
+    e.text
+        .as_deref()
+        .is_some_and(|t| t.starts_with(RETENTION_TEXT_PREFIX))
+}
+
 /// A checkpoint as the policy sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Candidate {
