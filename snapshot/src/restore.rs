@@ -332,11 +332,8 @@ pub fn keep_not_captured_at_target(
         });
     if !kept.is_empty() {
         // A directory holding a kept file is not empty: it stays.
-        plan.remove_dirs.retain(|d| {
-            !kept.iter().any(|k| {
-                k.path.starts_with(d.as_str()) && k.path.as_bytes().get(d.len()) == Some(&b'/')
-            })
-        });
+        plan.remove_dirs
+            .retain(|d| !kept.iter().any(|k| relpath::covers(d, &k.path)));
     }
     kept
 }

@@ -108,11 +108,7 @@ pub(crate) struct RolledBack {
 impl RolledBack {
     /// Whether the rollback set `path` to the target's entry.
     pub(crate) fn set(&self, path: &str) -> bool {
-        let under = |p: &String| {
-            path == p
-                || (path.starts_with(p.as_str()) && path.as_bytes().get(p.len()) == Some(&b'/'))
-        };
-        (self.scope.is_empty() || self.scope.iter().any(under)) && !self.kept.iter().any(under)
+        relpath::in_scope(path, &self.scope) && !self.kept.iter().any(|k| relpath::covers(k, path))
     }
 }
 
