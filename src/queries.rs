@@ -408,10 +408,13 @@ impl Store {
                 "{name} is a directory: import reads files (name the files in it)"
             )));
         }
-        refuse_gzip(&mut open()?, &name, format)?;
         if meta.is_file() {
+            // (A pipe is read once, by the import below, which refuses
+            // gzip too: sniffing it here would lose its first bytes.)
+            let mut input = open()?;
+            refuse_gzip(&mut input, &name, format)?;
             let nothing = ImportDone::default();
-            for item in cairn_query::import::lines(format, open()?, &name) {
+            for item in cairn_query::import::lines(format, input, &name) {
                 let mut item = item.map_err(|e| nothing.rejected(e.to_string(), &name))?;
                 item.settle_blobs(|h| self.blobs.contains(h));
                 self.check_imported(&item, &name)

@@ -139,3 +139,35 @@ fn gzip_directories_shells_and_empty_sessions_are_refused_clearly() {
     );
     assert!(ok(&cairn(ws, &["checkpoints", "--json"])).trim().is_empty());
 }
+
+/// A named pipe (`cairn import --format F <(zcat audit.gz)` reads one) is
+/// read once, from its first byte: the gzip check must not consume its
+/// start before the import reads it.
+#[test]
+fn an_import_from_a_named_pipe_keeps_its_first_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let fifo = ws.join("in.pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
+        eprintln!("mkfifo unavailable here; skipping");
+        return;
+    }
+    let lines = prompts(1, 3000);
+    let writer = {
+        let (fifo, lines) = (fifo.clone(), lines.clone());
+        std::thread::spawn(move || std::fs::write(fifo, lines).unwrap())
+    };
+    ok(&cairn(
+        ws,
+        &["import", "--format", "cortexide", fifo.to_str().unwrap()],
+    ));
+    writer.join().unwrap();
+    let log = json_lines(&ok(&cairn(ws, &["log", "--json"])));
+    assert_eq!(log.len(), 3000);
+    assert_eq!(log[0]["meta"]["i"], 1, "{}", log[0]);
+}

@@ -393,8 +393,8 @@ pub fn line_error(e: &serde_json::Error) -> String {
         _ => text,
     };
     match e.classify() {
-        serde_json::error::Category::Syntax => format!("not valid JSON: {text}"),
-        serde_json::error::Category::Eof => format!("not valid JSON (cut short): {text}"),
+        serde_json::error::Category::Syntax => format!("invalid JSON: {text}"),
+        serde_json::error::Category::Eof => format!("invalid JSON (cut short): {text}"),
         // serde reads a number past u64 (or with a fraction) as a float
         // and names that type, not the problem.
         _ if text.starts_with("invalid type: floating point") && text.contains("expected u64") => {
@@ -681,11 +681,11 @@ mod tests {
     fn a_line_that_is_not_json_says_so() {
         let e = parse_event("not json").unwrap_err().to_string();
         assert!(
-            e.contains("not valid JSON: ") && e.contains("column 2"),
+            e.contains("invalid JSON: ") && e.contains("column 2"),
             "{e}"
         );
         let e = parse_event(r#"{"kind":"prompt""#).unwrap_err().to_string();
-        assert!(e.contains("not valid JSON (cut short)"), "{e}");
+        assert!(e.contains("invalid JSON (cut short)"), "{e}");
         let e = parse_event(r#"{"kind":"prompt","latency_ms":18446744073709551616}"#)
             .unwrap_err()
             .to_string();
@@ -697,7 +697,7 @@ mod tests {
         let e = parse_event(r#"{"kind":"prompt","ok":3}"#)
             .unwrap_err()
             .to_string();
-        assert!(!e.contains("not valid JSON"), "{e}");
+        assert!(!e.contains("invalid JSON"), "{e}");
     }
 
     #[test]

@@ -250,9 +250,9 @@ fn object(line: &str) -> Result<Map<String, Value>, String> {
     match serde_json::from_str::<UniqueKeys>(line) {
         Ok(UniqueKeys(Value::Object(o))) => Ok(o),
         Ok(UniqueKeys(other)) => Err(format!("expected a JSON object, got {}", type_name(&other))),
-        // Well-formed JSON that `UniqueKeys` refused: a duplicate key.
-        Err(e) if e.is_data() => Err(line_error(&e)),
-        Err(e) => Err(format!("invalid JSON: {}", line_error(&e))),
+        // A duplicate key (well-formed JSON that `UniqueKeys` refused), or
+        // a line that is not JSON, which `line_error` calls invalid JSON.
+        Err(e) => Err(line_error(&e)),
     }
 }
 
