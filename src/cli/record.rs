@@ -105,12 +105,6 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
     };
     let mut reader = BufReader::with_capacity(1 << 16, input);
     let mut stdout = std::io::stdout().lock();
-    let Tally {
-        first,
-        last,
-        count,
-        rejected,
-    } = tally;
     let mut pending: Vec<Lsn> = Vec::new();
     let mut line_no = 0u64;
     let mut buf = Vec::new();
@@ -139,18 +133,18 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
         };
         match outcome {
             Err(reason) => {
-                *rejected += 1;
+                tally.rejected += 1;
                 eprintln!("{name}:{line_no}: rejected: {reason}");
             }
             Ok(event) => match reopened(&mut store, settings, open_policy)?.append(&event) {
                 Ok(lsn) => {
-                    first.get_or_insert(lsn);
-                    *last = Some(lsn);
-                    *count += 1;
+                    tally.first.get_or_insert(lsn);
+                    tally.last = Some(lsn);
+                    tally.count += 1;
                     pending.push(lsn);
                 }
                 Err(e) => {
-                    *rejected += 1;
+                    tally.rejected += 1;
                     eprintln!("{name}:{line_no}: rejected: {e}");
                 }
             },
@@ -170,28 +164,22 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
         store.close().context("close the store")?;
     }
     if args.json {
-        let v = Tally {
-            first: *first,
-            last: *last,
-            count: *count,
-            rejected: *rejected,
-        }
-        .json();
-        writeln!(stdout, "{v}")?;
+        writeln!(stdout, "{}", tally.json())?;
     } else if !settings.quiet {
-        match (*first, *last) {
-            (Some(f), Some(l)) if l.0 - f.0 + 1 == *count => eprintln!(
+        let (count, rejected) = (tally.count, tally.rejected);
+        match (tally.first, tally.last) {
+            (Some(f), Some(l)) if l.0 - f.0 + 1 == count => eprintln!(
                 "recorded {} (LSN {f}..={l}), rejected {rejected}",
-                super::output::count(*count, "record")
+                super::output::count(count, "record")
             ),
             (Some(f), Some(l)) => eprintln!(
                 "recorded {} (LSN {f} to {l}, between records of other writers), rejected {rejected}",
-                super::output::count(*count, "record")
+                super::output::count(count, "record")
             ),
             _ => eprintln!("recorded 0 records, rejected {rejected}"),
         }
     }
-    Ok(if *rejected > 0 {
+    Ok(if tally.rejected > 0 {
         ExitCode::from(EXIT_REJECTED)
     } else {
         ExitCode::SUCCESS
