@@ -18,41 +18,30 @@ pub fn from_cwd(typed: &str, root: &Path, cwd: &Path) -> String {
     if typed.is_empty() || p.is_absolute() {
         return typed.to_string();
     }
-    let Ok(below) = cwd.strip_prefix(root) else {
-        // From outside, a path that climbs (`../proj/src`) can only mean
-        // the current directory's: taken so if it leads into the workspace.
-        if matches!(p.components().next(), Some(Component::ParentDir)) {
-            if let Some(inside) = lexical(&cwd.join(p))
-                .as_deref()
-                .and_then(|abs| abs.strip_prefix(root).ok())
-            {
-                let rel = inside.to_string_lossy().into_owned();
-                return if rel.is_empty() { ".".into() } else { rel };
-            }
-        }
+    let in_workspace = cwd.starts_with(root);
+    // From outside, only a path that climbs (`../proj/src`) can mean the
+    // current directory's: taken so if it leads into the workspace.
+    if !in_workspace && !matches!(p.components().next(), Some(Component::ParentDir)) {
         return typed.to_string();
-    };
-    let mut parts: Vec<String> = Vec::new();
-    for c in below.components().chain(p.components()) {
-        match c {
-            Component::Normal(n) => parts.push(n.to_string_lossy().into_owned()),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if parts.pop().is_none() {
-                    // Above the root: outside the workspace.
-                    return cwd.join(p).to_string_lossy().into_owned();
-                }
+    }
+    let rel = lexical(&cwd.join(p)).and_then(|abs| {
+        abs.strip_prefix(root)
+            .ok()
+            .map(|r| r.to_string_lossy().into_owned())
+    });
+    match rel {
+        Some(r) if r.is_empty() => ".".into(),
+        Some(mut r) => {
+            if typed.ends_with('/') {
+                r.push('/');
             }
-            Component::RootDir | Component::Prefix(_) => return typed.to_string(),
+            r
         }
+        // Climbs out of the workspace: absolute, so that it is refused as
+        // lying outside.
+        None if in_workspace => cwd.join(p).to_string_lossy().into_owned(),
+        None => typed.to_string(),
     }
-    let mut out = parts.join("/");
-    if out.is_empty() {
-        out.push('.');
-    } else if typed.ends_with('/') {
-        out.push('/');
-    }
-    out
 }
 
 /// `abs` with `.` and `..` resolved by name (no file system access);
