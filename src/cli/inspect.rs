@@ -110,27 +110,11 @@ pub fn summary(r: &Record) -> String {
 }
 
 fn print_records(records: &[Record], json: bool) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    if json {
-        let mut buf = Vec::new();
-        for r in records {
-            write_json_line(r.lsn, r.chain, &EventRef::of(&r.event), &mut buf)?;
-        }
-        out.write_all(&buf)?;
-        return Ok(());
-    }
-    if records.is_empty() {
-        writeln!(out, "no records match")?;
-        return Ok(());
-    }
-    let st = Style::stdout();
-    let now = Timestamp::now();
-    let mut t = Table::new(&RECORD_COLUMNS);
+    let mut printer = RecordPrinter::new(json);
     for r in records {
-        t.row(record_row(r, &st, now));
+        printer.print(r)?;
     }
-    out.write_all(t.render().as_bytes())?;
-    Ok(())
+    Ok(printer.finish()?)
 }
 
 /// The columns of a table of records.
@@ -722,6 +706,11 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
             ),
         }
     } else {
+        let checkpoints: std::collections::HashSet<_> = nodes
+            .iter()
+            .filter(|n| n.kind == EventKind::CheckpointCreate)
+            .map(|n| n.lsn)
+            .collect();
         let mut t = Table::new(&["NODE", "KIND", "SESSION", "FROM", "CHILDREN", "LABEL"]);
         for n in &nodes {
             let node = if n.kind == EventKind::CheckpointCreate {
@@ -736,10 +725,7 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
                 // A checkpoint parent by its id, as NODE names it.
                 n.parent
                     .map(|p| {
-                        let checkpoint = nodes
-                            .iter()
-                            .any(|m| m.lsn == p && m.kind == EventKind::CheckpointCreate);
-                        if checkpoint {
+                        if checkpoints.contains(&p) {
                             format!("c{p}")
                         } else {
                             format!("@{p}")
