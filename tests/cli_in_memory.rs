@@ -412,8 +412,9 @@ fn checkpoint_of_a_read_only_workspace_works_in_memory_and_leaves_nothing() {
     let c: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(c["id"], "c1");
     assert_eq!(c["label"], "start");
-    assert_eq!(c["files"], 2); // audit.jsonl and src/a.rs
-                               // After a load, the checkpoint follows the loaded records.
+    // audit.jsonl and src/a.rs
+    assert_eq!(c["files"], 2);
+    // After a load, the checkpoint follows the loaded records.
     let o = as_user(&[
         "--in-memory",
         "--load",

@@ -541,14 +541,13 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
 /// elsewhere keeps its sessions, kinds, texts and labels. Only when every
 /// key is one the export writes, with a value of the right type, and the
 /// event read back exports to exactly the same line; otherwise
-/// `meta.cairn` stays as it is (another producer's data). Checkpoint ids
-/// Blob hashes (`before`, `after`, `diff`) are read back, and
+/// `meta.cairn` stays as it is (another producer's data). Blob hashes
+/// (`before`, `after`, `diff`) are read back, and
 /// [`Imported::without_blobs`] keeps the line as it was for a store that
-/// lacks those blobs. Checkpoint ids
-/// (`checkpoint`, `source`, `target`, and a checkpoint's own `id`) are
-/// never read back: they are LSNs
-/// of the exporting store, and would name other records in this one; a
-/// line that has them keeps its `meta.cairn` whole.
+/// lacks those blobs. Checkpoint ids (`checkpoint`, `source`, `target`,
+/// and a checkpoint's own `id`) are never read back: they are LSNs of the
+/// exporting store, and would name other records in this one; a line that
+/// has them keeps its `meta.cairn` whole.
 fn restore_cairn_fields(e: &mut Event) {
     let Some(Value::Object(c)) = e.meta.as_ref().and_then(|m| m.0.get(META_CAIRN)) else {
         return;
