@@ -314,13 +314,8 @@ impl BlobStore {
         let Some(loc) = self.index.read().get(hash).copied() else {
             return Ok(false);
         };
-        let damaged = |r: Result<()>| match r {
-            Ok(()) => Ok(false),
-            Err(EngineError::BlobIntegrity { .. }) => Ok(true),
-            Err(e) => Err(e),
-        };
         if loc.kind != EntryKind::ChunkList {
-            return Ok(!damaged(self.read_entry(hash, &loc).map(|_| ()))?);
+            return self.entry_intact(hash, &loc);
         }
         let refs = match self.read_list(hash, &loc) {
             Ok((_, refs)) => refs,
@@ -328,14 +323,23 @@ impl BlobStore {
             Err(e) => return Err(e),
         };
         for r in refs {
-            let Some(cl) = self.index.read().get(&r.hash).copied() else {
-                return Ok(false);
-            };
-            if damaged(self.read_entry(&r.hash, &cl).map(|_| ()))? {
-                return Ok(false);
+            let chunk = self.index.read().get(&r.hash).copied();
+            match chunk {
+                Some(cl) if self.entry_intact(&r.hash, &cl)? => {}
+                _ => return Ok(false),
             }
         }
         Ok(true)
+    }
+
+    /// Whether the entry of `hash` at `loc` reads back intact (header, CRC,
+    /// name); damage is `false`, an I/O failure an error.
+    fn entry_intact(&self, hash: &BlobHash, loc: &Loc) -> Result<bool> {
+        match self.read_entry(hash, loc) {
+            Ok(_) => Ok(true),
+            Err(EngineError::BlobIntegrity { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     fn store_contents(&self, kind: EntryKind, hash: BlobHash, raw: &[u8]) -> Result<()> {
@@ -360,13 +364,10 @@ impl BlobStore {
         let replace = self.present_as(EntryKind::ChunkList, &hash);
         if replace {
             let loc = self.index.read().get(&hash).copied();
-            let intact = match loc.map(|l| self.read_entry(&hash, &l)) {
-                Some(Ok(_)) => true,
-                Some(Err(EngineError::BlobIntegrity { .. })) | None => false,
-                Some(Err(e)) => return Err(e),
-            };
-            if intact {
-                return Ok(());
+            if let Some(l) = loc {
+                if self.entry_intact(&hash, &l)? {
+                    return Ok(());
+                }
             }
         }
         let payload = encode_chunk_list(refs);
