@@ -1198,3 +1198,67 @@ fn tables_name_symlinks_parents_and_align_blame() {
     let cols: Vec<usize> = blame.lines().map(|l| l.find("default").unwrap()).collect();
     assert_eq!(cols, [8, 8], "{blame}");
 }
+
+#[test]
+fn a_blob_healed_by_a_checkpoint_leaves_verify_clean_with_a_note() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    // Contents zstd cannot shrink: stored verbatim, so the test finds them.
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let noise: Vec<u8> = (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    std::fs::write(ws.join("data.bin"), &noise).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    let pack = ws.join(".cairn/blobs/pack-00000001.pack");
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let at = bytes
+        .windows(64)
+        .position(|w| w == &noise[2000..2064])
+        .expect("the contents are stored verbatim")
+        + 10;
+    bytes[at] ^= 0xff;
+    std::fs::write(&pack, &bytes).unwrap();
+    let o = cairn(ws, &["verify"]);
+    assert_eq!(o.status.code(), Some(3), "{}", ok_or_err(&o));
+    // A checkpoint of the intact workspace file stores a good copy.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options()
+        .write(true)
+        .open(ws.join("data.bin"))
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    let out = ok(&cairn(ws, &["verify"]));
+    assert!(out.contains("ok: no damage found"), "{out}");
+    assert!(
+        out.contains("note: 1 damaged entry left in the packs, each replaced by an intact copy"),
+        "{out}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(ws, &["verify", "--json"]))).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(
+        v["superseded_blob_entries"].as_array().unwrap().len(),
+        1,
+        "{v}"
+    );
+    // Every checkpoint of the file reads back intact.
+    let shown = cairn(ws, &["show", "c1:data.bin"]);
+    assert_eq!(shown.stdout, noise, "{}", err(&shown));
+}
+
+fn ok_or_err(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}

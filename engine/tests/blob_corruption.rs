@@ -244,15 +244,16 @@ fn a_put_of_contents_whose_stored_copy_is_damaged_heals_it() {
         x ^= x << 17;
         big.extend_from_slice(format!("line {x:x}\n").as_bytes());
     }
-    for contents in [&small, &big] {
+    for (round, contents) in [&small, &big].into_iter().enumerate() {
         let s = BlobStore::open(vfs.clone(), &dir(), opts.clone()).unwrap();
         let h = s.put(contents).unwrap();
         s.sync().unwrap();
         drop(s);
-        // Flip a byte in the middle of the pack's last written entries.
+        // Flip a byte near the end of the pack's last written entry's
+        // payload (not its header, which holds its length and name).
         let pack = dir().join("pack-00000001.pack");
         let bytes = d.written_bytes(&pack).unwrap();
-        let at = bytes.len() as u64 - 100;
+        let at = bytes.len() as u64 - 10;
         d.corrupt(&pack, at, &[!bytes[at as usize]]).unwrap();
         let s = BlobStore::open(vfs.clone(), &dir(), opts.clone()).unwrap();
         assert!(
@@ -265,14 +266,17 @@ fn a_put_of_contents_whose_stored_copy_is_damaged_heals_it() {
         drop(s);
         let s = BlobStore::open(vfs.clone(), &dir(), opts.clone()).unwrap();
         assert_eq!(&s.get(&h).unwrap(), contents, "healed for good");
-        // Verify still names the damaged bytes left in the pack (the disk
-        // did rot), but no blob the index names is damaged.
+        // The damaged bytes left in the pack are no problem any more: each
+        // holds one entry whose blob the index finds intact elsewhere. Verify
+        // lists them apart (the disk did rot; gc drops them with their pack).
         let report = s.verify().unwrap();
+        assert!(report.is_ok(), "{report:?}");
+        assert_eq!(report.superseded.len(), round + 1, "{report:?}");
         assert!(
             report
-                .problems
+                .superseded
                 .iter()
-                .all(|p| p.hash.is_none() && p.offset < at),
+                .all(|p| p.hash.is_some() && p.offset < at),
             "{report:?}"
         );
         // A put of intact contents still stores nothing new.
@@ -281,4 +285,67 @@ fn a_put_of_contents_whose_stored_copy_is_damaged_heals_it() {
         s.sync().unwrap();
         assert_eq!(d.written_bytes(&pack).unwrap().len(), before);
     }
+}
+
+#[test]
+fn damage_over_two_entries_stays_a_problem_when_one_of_them_is_healed() {
+    let (d, vfs, pack, orig) = setup();
+    let ents = entries(&orig);
+    let b = blobs();
+    // Entry 2's payload and entry 3's magic: one damaged span over both,
+    // from entry 2 to entry 4 (the scan finds no valid entry between).
+    let (off2, end2, h2) = ents[2];
+    let (off3, _, h3) = ents[3];
+    // The payload's last byte (the header holds the blob's name).
+    let mid = end2 - 1;
+    d.corrupt(&pack, mid, &[!orig[mid as usize]]).unwrap();
+    d.corrupt(&pack, off3, &[!orig[off3 as usize]]).unwrap();
+    let s = BlobStore::open(vfs.clone(), &dir(), BlobOptions::default()).unwrap();
+    // Heal entry 2 only: its blob is intact elsewhere, entry 3's is not.
+    assert_eq!(s.put(&b[2]).unwrap(), h2);
+    s.sync().unwrap();
+    assert_eq!(s.get(&h2).unwrap(), b[2]);
+    assert!(s.get(&h3).is_err());
+    let report = s.verify().unwrap();
+    assert!(!report.is_ok(), "{report:?}");
+    assert!(report.superseded.is_empty(), "{report:?}");
+    // Heal entry 3 as well: still one span over two entries, which verify
+    // cannot vouch for entry by entry, so it stays named.
+    assert_eq!(s.put(&b[3]).unwrap(), h3);
+    s.sync().unwrap();
+    let report = s.verify().unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.offset == off2 && p.hash.is_none()),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_healed_entry_with_a_damaged_payload_is_superseded_not_a_problem() {
+    let (d, vfs, pack, orig) = setup();
+    let ents = entries(&orig);
+    let b = blobs();
+    let (off2, end2, h2) = ents[2];
+    let mid = end2 - 1;
+    d.corrupt(&pack, mid, &[!orig[mid as usize]]).unwrap();
+    let s = BlobStore::open(vfs.clone(), &dir(), BlobOptions::default()).unwrap();
+    let report = s.verify().unwrap();
+    assert!(
+        !report.is_ok() && report.superseded.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(s.put(&b[2]).unwrap(), h2);
+    s.sync().unwrap();
+    drop(s);
+    let s = BlobStore::open_read_only(vfs, &dir()).unwrap();
+    let report = s.verify().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.superseded.len(), 1, "{report:?}");
+    assert_eq!(
+        (report.superseded[0].hash, report.superseded[0].offset),
+        (Some(h2), off2)
+    );
 }

@@ -269,6 +269,7 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
             })).collect::<Vec<_>>(),
             "blobs": report.blobs.blobs,
             "blob_problems": report.blobs.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            "superseded_blob_entries": report.blobs.superseded.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
             "pinned_head": report.pinned.map(|(h, at)| serde_json::json!({"hash": h.to_hex(), "found_at_lsn": at.map(|l| l.0)})),
         });
         println!("{v}");
@@ -291,6 +292,18 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
         }
         for p in &report.blobs.problems {
             println!("{} {p}", st.red("CORRUPT"));
+        }
+        if !report.blobs.superseded.is_empty() && !settings.quiet {
+            println!(
+                "note: {} left in the packs, each replaced by an intact copy of its blob (nothing reads {}; a gc that rewrites {} drops {}):",
+                count(report.blobs.superseded.len() as u64, "damaged entry"),
+                if report.blobs.superseded.len() == 1 { "it" } else { "them" },
+                if report.blobs.superseded.len() == 1 { "its pack" } else { "their packs" },
+                if report.blobs.superseded.len() == 1 { "it" } else { "them" },
+            );
+            for p in &report.blobs.superseded {
+                println!("  {p}");
+            }
         }
         if let Some((h, at)) = report.pinned {
             match at {

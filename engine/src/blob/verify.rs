@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use cairn_codec::BlobHash;
 
 use super::chunking::decode_chunk_list;
-use super::pack::{EntryKind, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
+use super::pack::{EntryHeader, EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
 use super::scan::{read_entry_at, scan_pack};
 use super::BlobStore;
 use crate::{EngineError, Result};
@@ -56,6 +56,11 @@ pub struct BlobVerifyReport {
     pub bytes: u64,
     /// Everything found wrong; empty when the store is sound.
     pub problems: Vec<BlobProblem>,
+    /// Damaged entries that no longer matter: each holds exactly one entry
+    /// whose blob the index finds intact elsewhere (a put of the same
+    /// contents replaced the damaged copy, `BlobStore::put`'s heal). Nothing
+    /// reads them; they are dead bytes that a gc rewriting their pack drops.
+    pub superseded: Vec<BlobProblem>,
 }
 
 impl BlobVerifyReport {
@@ -65,12 +70,34 @@ impl BlobVerifyReport {
     }
 }
 
+/// The blob a damaged span from `off` to `span_end` claims to hold, when
+/// the span is exactly one entry: its header decodes (magic, kind, flags,
+/// lengths; not its CRC) and its length ends the span. A span whose header
+/// is damaged too, or that runs over more than one entry, claims nothing:
+/// it may hold blobs the index no longer knows.
+fn sole_entry_claim(
+    file: &dyn crate::vfs::VfsFile,
+    off: u64,
+    span_end: u64,
+) -> std::io::Result<Option<BlobHash>> {
+    if span_end.saturating_sub(off) < ENTRY_HEADER_LEN as u64 {
+        return Ok(None);
+    }
+    let mut head = [0u8; ENTRY_HEADER_LEN];
+    file.read_exact_at(&mut head, off)?;
+    Ok(EntryHeader::decode(&head)
+        .ok()
+        .filter(|h| off + h.entry_len() == span_end)
+        .map(|h| h.hash))
+}
+
 impl BlobStore {
     /// Reads and checks every entry of every pack: its CRC, that it
     /// decompresses within its recorded size, that its contents hash to its
     /// name, that every chunk list is complete; and that every index entry
     /// points at a good entry. Damage is reported, not returned as an error;
-    /// the error is for I/O failures only.
+    /// the error is for I/O failures only. A damaged entry whose blob has an
+    /// intact copy the index points at is reported apart, as superseded.
     pub fn verify(&self) -> Result<BlobVerifyReport> {
         let mut report = BlobVerifyReport::default();
         let packs: Vec<_> = self.packs.read().values().cloned().collect();
@@ -82,6 +109,9 @@ impl BlobStore {
             .map(|a| (a.pack.id, a.len));
         let mut good = HashSet::new();
         let mut lists = Vec::new();
+        // Damaged entries whose blob may have an intact copy: decided once
+        // every pack's good entries are known.
+        let mut suspects: Vec<(BlobHash, PackId, BlobProblem)> = Vec::new();
         for p in &packs {
             report.packs += 1;
             let end = match active {
@@ -101,9 +131,21 @@ impl BlobStore {
                 detail,
             };
             for (off, detail) in scan.damaged {
-                report
-                    .problems
-                    .push(problem(None, off, format!("damaged entry: {detail}")));
+                let found = problem(None, off, format!("damaged entry: {detail}"));
+                // The span up to the next good entry (or the torn tail).
+                let span_end = scan
+                    .entries
+                    .iter()
+                    .map(|e| e.offset)
+                    .find(|&o| o > off)
+                    .or(scan.torn_at)
+                    .unwrap_or(end);
+                match sole_entry_claim(p.file.as_ref(), off, span_end)
+                    .map_err(|e| EngineError::io("read pack", &p.path, e))?
+                {
+                    Some(claimed) => suspects.push((claimed, p.id, found)),
+                    None => report.problems.push(found),
+                }
             }
             if let Some(off) = scan.torn_at {
                 report.problems.push(problem(
@@ -135,13 +177,26 @@ impl BlobStore {
                     Ok(()) => {
                         good.insert((p.id, e.offset));
                     }
-                    Err(detail) => report
-                        .problems
-                        .push(problem(Some(h.hash), e.offset, detail)),
+                    Err(detail) => {
+                        suspects.push((h.hash, p.id, problem(Some(h.hash), e.offset, detail)));
+                    }
                 }
             }
         }
         let index = self.index.read();
+        for (claimed, pack, found) in suspects {
+            let intact_elsewhere = index.get(&claimed).is_some_and(|l| {
+                (l.pack, l.offset) != (pack, found.offset) && good.contains(&(l.pack, l.offset))
+            });
+            if intact_elsewhere {
+                report.superseded.push(BlobProblem {
+                    hash: Some(claimed),
+                    ..found
+                });
+            } else {
+                report.problems.push(found);
+            }
+        }
         for (hash, path, offset, raw_len, payload) in lists {
             report.chunk_lists += 1;
             match decode_chunk_list(&payload, raw_len) {
