@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use cairn_codec::{BlobHash, ChainHash, Lsn};
+use cairn_codec::{BlobHash, ChainHash, CheckpointId, Lsn};
 use cairn_engine::log::{Head, LogReader, LogStats, Record, VerifyReport};
 use cairn_engine::EngineError;
 use cairn_query::export::{ExportStats, Format};
@@ -480,12 +480,33 @@ impl Store {
             }
         }
         match self.missing_blob(&e) {
-            Some(h) => Err(at(format!(
-                "the {} event refers to blob {h}, which is not in this store (canonical JSONL carries blob hashes, not contents: import an export into the store it came from)",
-                e.kind
-            ))),
+            Some(h) => Err(at(match self.collected_tree_of(h) {
+                Some((id, discarded)) => format!(
+                    "the {} event's `root` {h} is the tree of checkpoint {id} of this store, discarded at LSN {discarded}, whose contents gc has since deleted: a checkpoint whose tree is gone cannot be imported (it could never be restored); import the lines after it, or into a store that still holds that tree",
+                    e.kind
+                ),
+                None => format!(
+                    "the {} event refers to blob {h}, which is not in this store (canonical JSONL carries blob hashes, not contents: import an export into the store it came from, or a store holding its blobs)",
+                    e.kind
+                ),
+            })),
             None => self.bad_root(&item.event).map_or(Ok(()), |why| Err(at(why))),
         }
+    }
+
+    /// The discarded checkpoint of this store whose tree `root` was, and
+    /// where it was discarded: when an import names a tree gc collected,
+    /// the error says so instead of suggesting another store.
+    fn collected_tree_of(&self, root: BlobHash) -> Option<(CheckpointId, Lsn)> {
+        self.query(|q| {
+            Ok(q.index()
+                .checkpoints(None)
+                .into_iter()
+                .find(|c| c.root == Some(root) && c.discarded_at.is_some())
+                .and_then(|c| Some((c.id, c.discarded_at?))))
+        })
+        .ok()
+        .flatten()
     }
 }
 

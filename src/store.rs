@@ -595,7 +595,8 @@ impl Store {
     }
 
     /// Checks the records `event` names: each checkpoint id (`checkpoint`,
-    /// `source`, `target`) must be a `checkpoint.create` record, and each
+    /// `source`, `target`) must be a `checkpoint.create` record (or the
+    /// placeholder `repair` put where one was lost), and each
     /// causal parent an existing record, in the log or among `before` (the
     /// events of the same batch ahead of it). A hand-written `rollback` to
     /// `c999`, or a `checkpoint.discard` of a prompt, would otherwise be
@@ -615,17 +616,20 @@ impl Store {
             return Ok(());
         }
         let head = self.head().last_lsn;
-        let kind_at = |lsn: Lsn| -> Option<EventKind> {
+        // The kind of the record at `lsn`, and whether it is a placeholder
+        // salvage put where a record was lost.
+        let kind_at = |lsn: Lsn| -> Option<(EventKind, bool)> {
+            let of = |e: &Event| (e.kind, cairn_engine::log::is_placeholder(e));
             if lsn.0 == 0 {
                 None
             } else if lsn <= head {
                 match &self.log {
-                    LogHandle::Writer(l) => l.read(lsn).ok().map(|r| r.event.kind),
-                    LogHandle::Reader(r) => r.lock().read(lsn).ok().map(|r| r.event.kind),
+                    LogHandle::Writer(l) => l.read(lsn).ok().map(|r| of(&r.event)),
+                    LogHandle::Reader(r) => r.lock().read(lsn).ok().map(|r| of(&r.event)),
                 }
             } else {
                 let i = usize::try_from(lsn.0 - head.0 - 1).ok()?;
-                before.get(i).map(|e| e.kind)
+                before.get(i).map(of)
             }
         };
         for (field, id) in [
@@ -635,8 +639,12 @@ impl Store {
         ] {
             let Some(id) = id else { continue };
             match kind_at(id.0) {
-                Some(EventKind::CheckpointCreate) => {}
-                Some(k) => {
+                Some((EventKind::CheckpointCreate, _)) => {}
+                // A checkpoint lost to damage: `repair` put a placeholder
+                // in its place, and the records that named it still do (a
+                // store's export imports back after a repair).
+                Some((_, true)) => {}
+                Some((k, false)) => {
                     return Err(format!(
                         "field `{field}` names {id}, which is a {k} record, not a checkpoint"
                     ))

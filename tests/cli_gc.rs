@@ -134,3 +134,28 @@ fn a_discarded_checkpoint_whose_tree_is_kept_can_be_rolled_back_to() {
     ok(&cairn(ws, &["rollback", "c1"]));
     assert_eq!(std::fs::read_to_string(ws.join("f")).unwrap(), "one\n");
 }
+
+#[test]
+fn importing_a_checkpoint_whose_tree_gc_collected_says_so() {
+    let tmp = init();
+    let ws = tmp.path();
+    for i in 1..=3 {
+        std::fs::write(ws.join("f"), format!("{i}\n")).unwrap();
+        ok(&cairn(ws, &["checkpoint", "-q"]));
+    }
+    ok(&cairn(ws, &["gc", "--keep-per-session", "1"]));
+    std::fs::write(ws.join("ex.jsonl"), ok(&cairn(ws, &["export"]))).unwrap();
+    let o = cairn(ws, &["import", "--again", "--format", "jsonl", "ex.jsonl"]);
+    let e = failed(&o);
+    assert_eq!(o.status.code(), Some(4), "{e}");
+    assert!(
+        e.contains("ex.jsonl:1:")
+            && e.contains("is the tree of checkpoint c1 of this store, discarded at LSN 4")
+            && e.contains("gc has since deleted"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("import an export into the store it came from"),
+        "{e}"
+    );
+}

@@ -1262,3 +1262,76 @@ fn ok_or_err(o: &std::process::Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+#[test]
+fn after_a_repair_lost_checkpoints_are_named_and_the_export_imports_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("f"), "one\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    std::fs::write(ws.join("f"), "two\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c2
+    ok(&cairn(ws, &["rollback", "c1", "-q"])); // undo point c3, rollback @4
+                                               // Damage the body of c1's record, the segment's first frame (its
+                                               // header: 4 bytes length, then kind, LSN, CRC, chain: 52 bytes).
+    let seg = ws.join(".cairn/log/00000000000000000001.seg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let first_frame = 64;
+    assert_eq!(bytes[first_frame + 12], 1, "LSN 1 comes first");
+    bytes[first_frame + 55] ^= 0xff;
+    std::fs::write(&seg, &bytes).unwrap();
+    assert_eq!(cairn(ws, &["verify"]).status.code(), Some(3));
+    ok(&cairn(ws, &["repair", "-q"]));
+    ok(&cairn(ws, &["verify"]));
+    // The rollback to the lost checkpoint is still in the branch graph.
+    let b = ok(&cairn(ws, &["branches"]));
+    assert!(
+        b.lines()
+            .any(|l| l.starts_with("@4 ") && l.contains("c1 (lost to damage)")),
+        "{b}"
+    );
+    let lines = json_lines(&ok(&cairn(ws, &["branches", "--json"])));
+    let rb = lines.iter().find(|v| v["lsn"] == 4).expect("@4 listed");
+    assert_eq!(rb["lost_target"], "c1");
+    assert!(rb["parent"].is_null());
+    // The repaired store's export imports back into a store holding its
+    // blobs: the placeholder at LSN 1 is what the rollback names now.
+    let export = ok(&cairn(ws, &["export"]));
+    std::fs::write(ws.join("ex.jsonl"), &export).unwrap();
+    let copy = tmp.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    ok(&cairn(&copy, &["init", "-q"]));
+    std::fs::remove_dir_all(copy.join(".cairn/blobs")).unwrap();
+    let status = Command::new("cp")
+        .args(["-a"])
+        .arg(ws.join(".cairn/blobs"))
+        .arg(copy.join(".cairn/blobs"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let ex = ws.join("ex.jsonl");
+    ok(&cairn(
+        &copy,
+        &["import", "--format", "jsonl", ex.to_str().unwrap()],
+    ));
+    let again = ok(&cairn(&copy, &["export"]));
+    let strip = |s: &str| -> Vec<serde_json::Value> {
+        json_lines(s)
+            .into_iter()
+            .map(|mut v| {
+                v.as_object_mut().unwrap().remove("hash");
+                v
+            })
+            .collect()
+    };
+    assert_eq!(strip(&again), strip(&export));
+    // A hand-written record may still not name a record that is no
+    // checkpoint and no placeholder.
+    let o = cairn_stdin(
+        ws,
+        &["record"],
+        Some("{\"kind\":\"rollback\",\"target\":\"c4\"}\n"),
+    );
+    assert!(failed(&o).contains("not a checkpoint"), "{}", err(&o));
+}

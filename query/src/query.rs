@@ -854,6 +854,41 @@ impl<'a> Query<'a> {
         }
     }
 
+    /// The rollbacks the branch graph leaves out because their target was
+    /// lost to damage: `repair` put a placeholder where the checkpoint's
+    /// record was (see `cairn_engine::log::is_placeholder`). Each with the
+    /// id it names; `parent` is `None`, as the checkpoint is gone.
+    pub fn rollbacks_to_lost_checkpoints(&self) -> Result<Vec<(Branch, CheckpointId)>> {
+        let mut out = Vec::new();
+        for &lsn in self.index.kind(EventKind::Rollback) {
+            if self.index.node(lsn).is_some() {
+                continue;
+            }
+            let r = self.src.read(lsn)?;
+            let Some(target) = r.event.target.filter(|_| r.event.ok) else {
+                continue;
+            };
+            let lost = target.0 .0 > 0
+                && target.0 < lsn
+                && cairn_engine::log::is_placeholder(&self.src.read(target.0)?.event);
+            if lost {
+                out.push((
+                    Branch {
+                        lsn,
+                        kind: EventKind::Rollback,
+                        session: r.event.session.clone(),
+                        parent: None,
+                        label: r.event.label.clone(),
+                        ts: r.event.ts,
+                        children: 0,
+                    },
+                    target,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     /// Each session's state at a point (sessions with no record by then are
     /// left out), sorted by session id.
     pub fn session_state(&self, p: Point) -> Result<Vec<SessionState>> {

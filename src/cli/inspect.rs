@@ -694,15 +694,33 @@ pub fn blame(settings: &Settings, point: &str, path: &str, json: bool) -> Result
 pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<ExitCode> {
     let id = id.map(super::checkpoint::parse_id).transpose()?;
     let store = settings.open_read()?;
-    let (nodes, rollbacks) =
-        store.query(|q| Ok((q.branches(id)?, q.index().kind(EventKind::Rollback).len())))?;
+    let (mut nodes, rollbacks, lost) = store.query(|q| {
+        // Rollbacks whose checkpoint was lost to damage are listed too
+        // (with the whole graph), naming the id they restored.
+        let lost = match id {
+            None => q.rollbacks_to_lost_checkpoints()?,
+            Some(_) => Vec::new(),
+        };
+        Ok((
+            q.branches(id)?,
+            q.index().kind(EventKind::Rollback).len(),
+            lost,
+        ))
+    })?;
+    let lost_target: std::collections::HashMap<_, _> =
+        lost.iter().map(|(b, t)| (b.lsn, *t)).collect();
+    nodes.extend(lost.into_iter().map(|(b, _)| b));
+    nodes.sort_by_key(|n| n.lsn);
     if json {
         for n in &nodes {
-            let v = serde_json::json!({
+            let mut v = serde_json::json!({
                 "lsn": n.lsn.0, "id": (n.kind == EventKind::CheckpointCreate).then(|| format!("c{}", n.lsn.0)),
                 "kind": n.kind.name(), "session": n.session, "parent": n.parent.map(|p| p.0),
                 "label": n.label, "ts": n.ts.to_iso(), "children": n.children,
             });
+            if let Some(t) = lost_target.get(&n.lsn) {
+                v["lost_target"] = serde_json::json!(t.to_string());
+            }
             println!("{v}");
         }
     } else if nodes.is_empty() {
@@ -736,15 +754,12 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
                 n.kind.name().into(),
                 cell(&n.session),
                 // A checkpoint parent by its id, as NODE names it.
-                n.parent
-                    .map(|p| {
-                        if checkpoints.contains(&p) {
-                            format!("c{p}")
-                        } else {
-                            format!("@{p}")
-                        }
-                    })
-                    .unwrap_or_default(),
+                match (n.parent, lost_target.get(&n.lsn)) {
+                    (Some(p), _) if checkpoints.contains(&p) => format!("c{p}"),
+                    (Some(p), _) => format!("@{p}"),
+                    (None, Some(t)) => format!("{t} (lost to damage)"),
+                    (None, None) => String::new(),
+                },
                 n.children.to_string(),
                 cell(n.label.as_deref().unwrap_or_default()),
             ]);

@@ -38,7 +38,7 @@ pub use options::{
     Durability, LogOptions, DEFAULT_INTERVAL_MS, DEFAULT_SEGMENT_SIZE_BYTES, MAX_SEGMENT_SIZE_BYTES,
 };
 pub use reader::LogReader;
-pub use salvage::{salvage, DroppedRange, SalvageReport, SALVAGE_SESSION};
+pub use salvage::{is_placeholder, salvage, DroppedRange, SalvageReport, SALVAGE_SESSION};
 pub use sparse_index::SPARSE_INDEX_INTERVAL_BYTES;
 pub use verify::{Problem, VerifyReport};
 pub use view::LogIter;

@@ -47,6 +47,24 @@ const NEW_SUFFIX: &str = ".new";
 const MAX_PLACEHOLDER_GAP: u64 = 1_000_000;
 /// Session of the placeholder events salvage writes for lost records.
 pub const SALVAGE_SESSION: &str = "cairn";
+/// `error_kind` of a salvage placeholder.
+const SALVAGED: &str = "salvaged";
+/// The `meta` key of a salvage placeholder, holding the LSN it stands for.
+const META_SALVAGE: &str = "cairn_salvage";
+
+/// True when `e` is a placeholder salvage wrote where a record was lost:
+/// a failed `custom` event of session [`SALVAGE_SESSION`] with `error_kind`
+/// `salvaged` and `meta.cairn_salvage`. A record that named the lost one (a
+/// rollback's `target`, a checkpoint id) now names the placeholder.
+pub fn is_placeholder(e: &Event) -> bool {
+    e.kind == EventKind::Custom
+        && !e.ok
+        && e.session == SALVAGE_SESSION
+        && e.error_kind.as_deref() == Some(SALVAGED)
+        && e.meta
+            .as_ref()
+            .is_some_and(|m| m.0.contains_key(META_SALVAGE))
+}
 
 /// A range of LSNs that salvage could not keep.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -461,10 +479,10 @@ impl<'a> Rewriter<'a> {
         ));
         e.ts = self.last_ts;
         e.ok = false;
-        e.error_kind = Some("salvaged".into());
+        e.error_kind = Some(SALVAGED.into());
         let mut m = serde_json::Map::new();
         m.insert(
-            "cairn_salvage".into(),
+            META_SALVAGE.into(),
             serde_json::json!({ "lost_lsn": lsn.0 }),
         );
         e.meta = Some(Meta(m));
