@@ -346,6 +346,11 @@ fn capture_any<B: BlobAccess + ?Sized>(
             return capture::capture_full(ws, blobs, &BTreeSet::new(), &BTreeSet::new());
         }
     };
+    if track.rescan {
+        // `track` found the file damaged and started afresh: what was
+        // tracked or dirty before is unknown.
+        return capture::capture_full(ws, blobs, &track.tracked, &track.dirty);
+    }
     if let Some(w) = ws.watcher() {
         // With a watcher, both scan modes use the watched change set (it
         // covers tracked writes too, and edits by shell commands).
@@ -500,7 +505,7 @@ fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     if let Some(to) = ws.set_aside_damaged_track()? {
         ws.warn(format!("the damaged file was moved to {}", to.display()));
     }
-    ws.clear_dirty(&cap.captured_dirty)?;
+    ws.clear_dirty(&cap.captured_dirty, cap.new_cache.is_some())?;
     CheckpointInfo::from_record(lsn, &ev)
         .ok_or_else(|| SnapshotError::Invalid("internal: checkpoint record without root".into()))
 }
@@ -794,8 +799,20 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         .map(|n| (n.path.clone(), n.why.clone()))
         .collect();
     if req.dry_run {
-        let track = ws.load_track()?;
-        let cap = capture::capture_full(ws, &HashOnly(blobs), &track.tracked, &BTreeSet::new())?;
+        // A damaged tracked-path file is read as empty (with a warning):
+        // only tracked paths that are ignored would be missed, and a dry
+        // run changes nothing.
+        let tracked = match ws.load_track_for_capture()? {
+            Some(t) => t.tracked,
+            None => {
+                ws.warn(format!(
+                    "{} is damaged: the tracked paths are unknown, so this dry run leaves out any that .gitignore ignores; the next checkpoint or `track` sets the file aside",
+                    ws.cache_path(crate::workspace::TRACKED_FILE).display()
+                ));
+                BTreeSet::new()
+            }
+        };
+        let cap = capture::capture_full(ws, &HashOnly(blobs), &tracked, &BTreeSet::new())?;
         let cur = cap.manifest().unwrap_or_default();
         let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
         let mut plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;

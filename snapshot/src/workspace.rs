@@ -81,6 +81,11 @@ pub(crate) struct TrackState {
     /// Paths tracked (or touched by a rollback) since the last checkpoint:
     /// what a tracked-only checkpoint re-reads.
     pub dirty: BTreeSet<String>,
+    /// Set when the file was found damaged and started afresh: the paths
+    /// tracked and dirty before are unknown, so the next checkpoint scans
+    /// the whole workspace, tracked-only or not, and clears it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rescan: bool,
 }
 
 /// What the last capture produced: the base of a tracked-only checkpoint.
@@ -453,12 +458,8 @@ impl Workspace {
     pub(crate) fn load_track(&self) -> Result<TrackState> {
         let p = self.cache_path(TRACKED_FILE);
         match std::fs::read(&p) {
-            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-                SnapshotError::Invalid(format!(
-                    "{} is damaged ({e}); delete it and track again",
-                    p.display()
-                ))
-            }),
+            Ok(b) => serde_json::from_slice(&b)
+                .map_err(|e| SnapshotError::Invalid(format!("{} is damaged ({e})", p.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TrackState::default()),
             Err(e) => Err(SnapshotError::io("read tracked paths", p, e)),
         }
@@ -514,7 +515,26 @@ impl Workspace {
     ) -> Result<()> {
         self.check_writable("change the tracked paths")?;
         let pinned = self.track_lock.lock();
-        let mut st = self.load_track()?;
+        let mut st = match self.load_track() {
+            Ok(st) => st,
+            Err(SnapshotError::Invalid(why)) => {
+                // Damaged: set it aside and start afresh, with the next
+                // checkpoint a full scan (what it said is unknown).
+                let from = self.cache_path(TRACKED_FILE);
+                let to = self.cache_path(&format!("{TRACKED_FILE}.damaged"));
+                std::fs::rename(&from, &to)
+                    .map_err(|e| SnapshotError::io("set aside", &from, e))?;
+                self.warn(format!(
+                    "{why}: it was moved to {}; the paths tracked before are unknown, so the next checkpoint scans the whole workspace",
+                    to.display()
+                ));
+                TrackState {
+                    rescan: true,
+                    ..TrackState::default()
+                }
+            }
+            Err(e) => return Err(e),
+        };
         let before = st.clone();
         change(&mut st, &pinned);
         if st == before {
@@ -544,10 +564,14 @@ impl Workspace {
 
     /// Clears the given paths from the dirty set (after a checkpoint
     /// captured them), except those a rollback in progress pinned.
-    pub(crate) fn clear_dirty(&self, captured: &BTreeSet<String>) -> Result<()> {
+    /// A `full` scan also ends the rescan a damaged file asked for.
+    pub(crate) fn clear_dirty(&self, captured: &BTreeSet<String>, full: bool) -> Result<()> {
         self.update_track(false, |st, pinned| {
             st.dirty
-                .retain(|p| !captured.contains(p) || pinned.contains(p))
+                .retain(|p| !captured.contains(p) || pinned.contains(p));
+            if full {
+                st.rescan = false;
+            }
         })
     }
 
@@ -666,11 +690,11 @@ mod tests {
         // A rollback marks a.txt while its pre-rollback checkpoint, which
         // captured a.txt dirty from before, clears its captured marks.
         ws.mark_dirty_pinned(&a).unwrap();
-        ws.clear_dirty(&captured).unwrap();
+        ws.clear_dirty(&captured, false).unwrap();
         assert!(ws.load_track().unwrap().dirty.contains("a.txt"));
         // Once the rollback unpins, a later checkpoint clears it.
         ws.unpin_dirty(&a);
-        ws.clear_dirty(&captured).unwrap();
+        ws.clear_dirty(&captured, false).unwrap();
         assert!(!ws.load_track().unwrap().dirty.contains("a.txt"));
     }
 

@@ -411,6 +411,67 @@ fn damaged_tracked_file_does_not_stop_checkpoints() {
     assert!(m.entries.contains_key("b.txt"), "{m:?}");
 }
 
+/// A damaged `tracked.json` no longer stops `track` (which sets it aside
+/// and starts afresh, with the next checkpoint a full scan, even a
+/// tracked-only one, as what was dirty is unknown) or a rollback's dry run
+/// (which reads it as empty and warns).
+#[test]
+fn damaged_tracked_file_does_not_stop_track_or_a_dry_run() {
+    let f = fx();
+    f.write("a.txt", "one");
+    f.write("b.txt", "one");
+    f.ws.track(&["a.txt"]).unwrap();
+    let c1 = f.checkpoint("c1");
+    let tracked = f.p(".cairn/snapshot/tracked.json");
+    std::fs::write(&tracked, b"{garbled").unwrap();
+    f.write("a.txt", "two");
+
+    let dry = f.try_rollback(c1.id, &[], true).unwrap();
+    assert_eq!(dry.written, vec!["a.txt".to_string()]);
+    let w = f.ws.take_warnings();
+    assert!(w.iter().any(|w| w.contains("this dry run")), "{w:?}");
+    assert!(tracked.exists(), "a dry run changes nothing");
+
+    f.ws.track(&["a.txt"]).unwrap();
+    let w = f.ws.take_warnings();
+    assert!(
+        w.iter()
+            .any(|w| w.contains("tracked.json.damaged") && w.contains("scans the whole workspace")),
+        "{w:?}"
+    );
+    assert_eq!(f.ws.tracked().unwrap(), vec!["a.txt".to_string()]);
+    // A change `track` never heard of, made before the damage was found:
+    // the tracked-only checkpoint after it still captures it.
+    f.write("b.txt", "changed");
+    let c2 = create_checkpoint(
+        &f.log,
+        &f.blobs,
+        &f.ws,
+        CheckpointRequest {
+            scan: ScanMode::TrackedOnly,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let m = manifest::list(&f.blobs, &c2.root).unwrap();
+    let b = m.entries.get("b.txt").unwrap().hash;
+    assert_eq!(f.blobs.get(&b).unwrap(), b"changed");
+    // That full scan ended the rescan: the next tracked-only checkpoint
+    // reads only what is tracked or dirty again.
+    f.write("b.txt", "unseen by a tracked-only checkpoint");
+    let c3 = create_checkpoint(
+        &f.log,
+        &f.blobs,
+        &f.ws,
+        CheckpointRequest {
+            scan: ScanMode::TrackedOnly,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(c3.root, c2.root);
+}
+
 /// Trial 11 P14.23: a regular file named `.cairn` in a subdirectory was
 /// skipped as a nested store; only a directory of that name is one.
 #[test]

@@ -41,6 +41,9 @@ pub fn track(settings: &Settings, paths: &[String]) -> Result<ExitCode> {
     let store = settings.open_write()?;
     let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
     store.track(&refs)?;
+    for w in store.take_checkpoint_warnings() {
+        eprintln!("warning: {w}");
+    }
     if !settings.quiet {
         eprintln!(
             "tracking {}; the next checkpoint captures {}",
@@ -218,6 +221,9 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
         })
         .with_context(|| format!("roll back to {target}"))?;
     drop(spin);
+    for w in store.take_checkpoint_warnings() {
+        eprintln!("warning: {w}");
+    }
     if a.json {
         let v = serde_json::json!({
             "target": report.target.to_string(),
