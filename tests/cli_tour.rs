@@ -1335,3 +1335,40 @@ fn after_a_repair_lost_checkpoints_are_named_and_the_export_imports_back() {
     );
     assert!(failed(&o).contains("not a checkpoint"), "{}", err(&o));
 }
+
+#[test]
+fn tree_and_diff_name_a_file_a_checkpoint_did_not_capture() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("small.txt"), "kept\n").unwrap();
+    // Over the 256 MiB a checkpoint stores, sparse: nothing is written.
+    let big = std::fs::File::create(ws.join("big.bin")).unwrap();
+    big.set_len(cairn::snapshot::workspace::DEFAULT_MAX_FILE_BYTES + 1)
+        .unwrap();
+    drop(big);
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    std::fs::write(ws.join("big.bin"), "now small\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c2
+    let t = ok(&cairn(ws, &["tree", "c1"]));
+    assert!(t.contains("small.txt"), "{t}");
+    assert!(t.contains("not captured at c1"), "{t}");
+    assert!(
+        t.lines()
+            .any(|l| l.contains("too large") && l.ends_with("big.bin")),
+        "{t}"
+    );
+    let d = ok(&cairn(ws, &["diff", "c1", "c2"]));
+    assert!(
+        d.contains("big.bin not captured at c1 (too large)") && !d.contains("+now small"),
+        "{d}"
+    );
+    let j = json_lines(&ok(&cairn(ws, &["diff", "c1", "c2", "--json"])));
+    assert_eq!(j.len(), 1);
+    assert_eq!(j[0]["status"], "added");
+    assert_eq!(j[0]["not_captured_at"], "c1");
+    assert_eq!(j[0]["not_captured_why"], "too_large");
+    // The other way round: "removed" is not what happened either.
+    let d = ok(&cairn(ws, &["diff", "c2", "c1"]));
+    assert!(d.contains("big.bin not captured at c1 (too large)"), "{d}");
+}

@@ -519,6 +519,7 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
     let p = parse_point(point)?;
     let store = settings.open_read()?;
     let tree = store.query(|q| q.tree_at(p))?;
+    let uncaptured = not_captured_at(&store, &p)?;
     let mut out = std::io::stdout().lock();
     for (path, entry) in tree.iter() {
         if json {
@@ -541,7 +542,35 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
             )?;
         }
     }
+    if !json && !uncaptured.is_empty() {
+        writeln!(
+            out,
+            "not captured at {point} (in the workspace then, contents not stored; a rollback to it keeps them as they are):"
+        )?;
+        for n in &uncaptured {
+            writeln!(
+                out,
+                "     -  {:<12}  {}",
+                n.why.replace('_', " "),
+                quote_path(&n.path)
+            )?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The files checkpoint `p` names as not captured (too large or
+/// unreadable then: absent from its tree, though they were in the
+/// workspace); empty for a point that is no checkpoint id. A record names
+/// at most [`cairn::snapshot::scan::MAX_NOT_CAPTURED_NAMED`].
+fn not_captured_at(
+    store: &cairn::Store,
+    p: &Point,
+) -> Result<Vec<cairn::snapshot::checkpoint::NotCaptured>> {
+    Ok(match p {
+        Point::Checkpoint(id) => store.find_checkpoint(*id)?.not_captured,
+        _ => Vec::new(),
+    })
 }
 
 /// `cairn diff A B [-- PATH...]`.
@@ -564,6 +593,19 @@ pub fn diff(
         None => paths.to_vec(),
     };
     let diffs = store.query(|q| q.diff(pa, pb, &paths))?;
+    // A file a checkpoint did not capture is absent from its tree, but was
+    // in the workspace: not "added" or "removed" there.
+    let (una, unb) = (not_captured_at(&store, &pa)?, not_captured_at(&store, &pb)?);
+    let uncaptured = |d: &cairn::query::query::FileDiff| {
+        let (side, list) = match d.status {
+            DiffStatus::Added => (a, &una),
+            DiffStatus::Removed => (b, &unb),
+            DiffStatus::Modified => return None,
+        };
+        list.iter()
+            .find(|n| n.path == d.path)
+            .map(|n| (side, n.why.as_str()))
+    };
     let st = Style::stdout();
     let mut out = std::io::stdout().lock();
     for d in &diffs {
@@ -572,12 +614,25 @@ pub fn diff(
             DiffStatus::Removed => "removed",
             DiffStatus::Modified => "modified",
         };
+        let missing = uncaptured(d);
         if json {
-            let v = serde_json::json!({"path": d.path, "status": status, "binary": d.binary, "too_large": d.too_large, "unified": d.unified});
+            let mut v = serde_json::json!({"path": d.path, "status": status, "binary": d.binary, "too_large": d.too_large, "unified": d.unified});
+            if let Some((side, why)) = missing {
+                v["not_captured_at"] = serde_json::json!(side);
+                v["not_captured_why"] = serde_json::json!(why);
+            }
             writeln!(out, "{v}")?;
             continue;
         }
         let shown = quote_path(&d.path);
+        if let Some((side, why)) = missing {
+            writeln!(
+                out,
+                "{shown} not captured at {side} ({}): it was in the workspace, its contents were not stored, so it cannot be compared",
+                why.replace('_', " ")
+            )?;
+            continue;
+        }
         if d.too_large {
             writeln!(
                 out,
