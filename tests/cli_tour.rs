@@ -1239,7 +1239,7 @@ fn a_blob_healed_by_a_checkpoint_leaves_verify_clean_with_a_note() {
     let out = ok(&cairn(ws, &["verify"]));
     assert!(out.contains("ok: no damage found"), "{out}");
     assert!(
-        out.contains("note: 1 damaged entry left in the packs, each replaced by an intact copy"),
+        out.contains("note: 1 damaged entry left in the packs, replaced by an intact copy"),
         "{out}"
     );
     let v: serde_json::Value =

@@ -294,12 +294,18 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
             println!("{} {p}", st.red("CORRUPT"));
         }
         if !report.blobs.superseded.is_empty() && !settings.quiet {
+            let n = report.blobs.superseded.len();
             println!(
-                "note: {} left in the packs, each replaced by an intact copy of its blob (nothing reads {}; a gc that rewrites {} drops {}):",
-                count(report.blobs.superseded.len() as u64, "damaged entry"),
-                if report.blobs.superseded.len() == 1 { "it" } else { "them" },
-                if report.blobs.superseded.len() == 1 { "its pack" } else { "their packs" },
-                if report.blobs.superseded.len() == 1 { "it" } else { "them" },
+                "note: {} left in the packs, {}; nothing reads {}, and a gc that rewrites {} drops {}:",
+                count(n as u64, "damaged entry"),
+                if n == 1 {
+                    "replaced by an intact copy of its blob"
+                } else {
+                    "each replaced by an intact copy of its blob"
+                },
+                if n == 1 { "it" } else { "them" },
+                if n == 1 { "its pack" } else { "their packs" },
+                if n == 1 { "it" } else { "them" },
             );
             for p in &report.blobs.superseded {
                 println!("  {p}");

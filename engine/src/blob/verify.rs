@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use cairn_codec::BlobHash;
 
 use super::chunking::decode_chunk_list;
-use super::pack::{EntryHeader, EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
+use super::pack::{
+    decode_contents, EntryHeader, EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN,
+};
 use super::scan::{read_entry_at, scan_pack};
 use super::BlobStore;
 use crate::{EngineError, Result};
@@ -70,28 +72,43 @@ impl BlobVerifyReport {
     }
 }
 
-/// The blob a damaged span from `off` to `span_end` claims to hold, when
-/// the span is exactly one entry: its header decodes (magic, kind, flags,
-/// lengths; not its CRC) and its length ends the span. A span whose header
-/// is damaged too, or that runs over more than one entry, claims nothing:
-/// it may hold blobs the index no longer knows.
-fn sole_entry_claim(
-    file: &dyn crate::vfs::VfsFile,
-    off: u64,
-    span_end: u64,
-) -> std::io::Result<Option<BlobHash>> {
-    if span_end.saturating_sub(off) < ENTRY_HEADER_LEN as u64 {
-        return Ok(None);
-    }
-    let mut head = [0u8; ENTRY_HEADER_LEN];
-    file.read_exact_at(&mut head, off)?;
-    Ok(EntryHeader::decode(&head)
-        .ok()
-        .filter(|h| off + h.entry_len() == span_end)
-        .map(|h| h.hash))
-}
-
 impl BlobStore {
+    /// The blobs a damaged span from `off` to `span_end` may be a copy of,
+    /// when the span is exactly one entry (its header decodes, bar the CRC,
+    /// and its length ends the span): the name in its header, and the hash
+    /// of its contents if they still decode (the damage may be in the
+    /// header's name or CRC). Empty for a span whose header is damaged
+    /// beyond that, or that runs over more than one entry: it may hold
+    /// blobs the index no longer knows.
+    fn sole_entry_claims(
+        &self,
+        file: &dyn crate::vfs::VfsFile,
+        off: u64,
+        span_end: u64,
+    ) -> std::io::Result<Vec<BlobHash>> {
+        if span_end.saturating_sub(off) < ENTRY_HEADER_LEN as u64 {
+            return Ok(Vec::new());
+        }
+        let mut head = [0u8; ENTRY_HEADER_LEN];
+        file.read_exact_at(&mut head, off)?;
+        let Some(hdr) = EntryHeader::decode(&head)
+            .ok()
+            .filter(|h| off + h.entry_len() == span_end)
+        else {
+            return Ok(Vec::new());
+        };
+        let mut claims = vec![hdr.hash];
+        if hdr.kind != EntryKind::ChunkList {
+            // Bounded: decode checked the lengths against the entry limit.
+            let mut payload = vec![0u8; hdr.stored_len as usize];
+            file.read_exact_at(&mut payload, off + ENTRY_HEADER_LEN as u64)?;
+            if let Ok(data) = decode_contents(&hdr, &payload, &|id| self.dict(id)) {
+                claims.push(BlobHash::of(&data));
+            }
+        }
+        Ok(claims)
+    }
+
     /// Reads and checks every entry of every pack: its CRC, that it
     /// decompresses within its recorded size, that its contents hash to its
     /// name, that every chunk list is complete; and that every index entry
@@ -111,7 +128,7 @@ impl BlobStore {
         let mut lists = Vec::new();
         // Damaged entries whose blob may have an intact copy: decided once
         // every pack's good entries are known.
-        let mut suspects: Vec<(BlobHash, PackId, BlobProblem)> = Vec::new();
+        let mut suspects: Vec<(Vec<BlobHash>, PackId, BlobProblem)> = Vec::new();
         for p in &packs {
             report.packs += 1;
             let end = match active {
@@ -140,11 +157,13 @@ impl BlobStore {
                     .find(|&o| o > off)
                     .or(scan.torn_at)
                     .unwrap_or(end);
-                match sole_entry_claim(p.file.as_ref(), off, span_end)
-                    .map_err(|e| EngineError::io("read pack", &p.path, e))?
-                {
-                    Some(claimed) => suspects.push((claimed, p.id, found)),
-                    None => report.problems.push(found),
+                let claims = self
+                    .sole_entry_claims(p.file.as_ref(), off, span_end)
+                    .map_err(|e| EngineError::io("read pack", &p.path, e))?;
+                if claims.is_empty() {
+                    report.problems.push(found);
+                } else {
+                    suspects.push((claims, p.id, found));
                 }
             }
             if let Some(off) = scan.torn_at {
@@ -178,23 +197,28 @@ impl BlobStore {
                         good.insert((p.id, e.offset));
                     }
                     Err(detail) => {
-                        suspects.push((h.hash, p.id, problem(Some(h.hash), e.offset, detail)));
+                        suspects.push((
+                            vec![h.hash],
+                            p.id,
+                            problem(Some(h.hash), e.offset, detail),
+                        ));
                     }
                 }
             }
         }
         let index = self.index.read();
-        for (claimed, pack, found) in suspects {
-            let intact_elsewhere = index.get(&claimed).is_some_and(|l| {
-                (l.pack, l.offset) != (pack, found.offset) && good.contains(&(l.pack, l.offset))
+        for (claims, pack, found) in suspects {
+            let intact_elsewhere = claims.into_iter().find(|h| {
+                index.get(h).is_some_and(|l| {
+                    (l.pack, l.offset) != (pack, found.offset) && good.contains(&(l.pack, l.offset))
+                })
             });
-            if intact_elsewhere {
-                report.superseded.push(BlobProblem {
-                    hash: Some(claimed),
+            match intact_elsewhere {
+                Some(h) => report.superseded.push(BlobProblem {
+                    hash: Some(h),
                     ..found
-                });
-            } else {
-                report.problems.push(found);
+                }),
+                None => report.problems.push(found),
             }
         }
         for (hash, path, offset, raw_len, payload) in lists {
