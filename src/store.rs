@@ -386,7 +386,29 @@ fn refuse_workspace_in_store(workspace: &Path, store: &Path) -> Result<()> {
             store.display()
         )));
     }
+    // Inside another store (`cairn init` run in `.cairn` to look at it):
+    // a checkpoint would capture that store's log and packs, and a rollback
+    // overwrite them with old copies.
+    if let Some(other) = w.ancestors().find(|a| looks_like_store_dir(a)) {
+        return Err(Error::Other(format!(
+            "the workspace {} is the cairn store {} or lies inside it: its checkpoints would \
+             capture that store's own files and a rollback would overwrite them; use the \
+             workspace that store belongs to{}",
+            workspace.display(),
+            other.display(),
+            other
+                .parent()
+                .map(|p| format!(" ({})", p.display()))
+                .unwrap_or_default()
+        )));
+    }
     Ok(())
+}
+
+/// True if `dir` holds what every cairn store holds: a `log` and a `blobs`
+/// directory and a `LOCK` file (see `cairn_engine::store_dir`).
+fn looks_like_store_dir(dir: &Path) -> bool {
+    dir.join("log").is_dir() && dir.join("blobs").is_dir() && dir.join("LOCK").is_file()
 }
 
 /// A private temporary directory for the snapshot caches of a store whose

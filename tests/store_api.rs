@@ -696,6 +696,28 @@ fn a_workspace_inside_its_store_is_refused() {
     }
 }
 
+/// A workspace inside another store (`cairn init` run in `.cairn`, or
+/// `Store::open` of a store directory) is refused: its checkpoints would
+/// capture that store's log and packs, and a rollback overwrite them. The
+/// outer store is untouched and nothing is created in it.
+#[test]
+fn a_workspace_inside_another_store_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let outer = Store::open(tmp.path()).unwrap();
+    outer.session("s").prompt("kept").unwrap();
+    outer.close().unwrap();
+    let store_dir = tmp.path().join(".cairn");
+    for w in [store_dir.clone(), store_dir.join("log")] {
+        let e = Store::open(&w).unwrap_err().to_string();
+        assert!(e.contains("is the cairn store"), "{e}");
+        assert!(e.contains(&format!("({})", tmp.path().display())), "{e}");
+        assert!(!w.join(".cairn").exists(), "nothing created in {w:?}");
+    }
+    let outer = Store::open(tmp.path()).unwrap();
+    assert_eq!(outer.head().last_lsn.0, 1);
+    outer.close().unwrap();
+}
+
 /// A handle that folded nothing new into the query index does not rewrite
 /// (and fsync) the index file when it closes; one that did, does.
 #[test]
