@@ -474,6 +474,12 @@ impl Store {
     }
 
     /// Opens (creating if needed) the store of `workspace` at `<workspace>/.cairn`.
+    ///
+    /// The handle holds the store's exclusive writer lock until it is closed
+    /// or dropped: another writing handle, in this process or another, gets
+    /// [`cairn_engine::EngineError::Locked`] naming the holder's process id.
+    /// Readers ([`StoreBuilder::read_only`], the CLI's read commands) need
+    /// no lock.
     pub fn open(workspace: impl Into<PathBuf>) -> Result<Store> {
         Store::builder().workspace(workspace).open()
     }

@@ -388,6 +388,11 @@ fn a_second_writer_is_told_the_store_is_locked() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("locked") && err.contains("LOCK"), "{err}");
+    // The holder is named by its process id (this test process).
+    assert!(
+        err.contains(&format!("another process, pid {}", std::process::id())),
+        "{err}"
+    );
     holder.close().unwrap();
 }
 

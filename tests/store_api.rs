@@ -718,6 +718,24 @@ fn a_workspace_inside_another_store_is_refused() {
     outer.close().unwrap();
 }
 
+/// A second writing handle in the same process is told that this process
+/// holds the lock, not "another process".
+#[test]
+fn a_second_handle_in_this_process_is_told_who_holds_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = Store::open(tmp.path()).unwrap();
+    let e = Store::open(tmp.path()).unwrap_err();
+    assert!(
+        matches!(&e, cairn::Error::Engine(cairn::engine::EngineError::Locked { holder: Some(p), .. }) if *p == std::process::id()),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("another handle in this process"),
+        "{e}"
+    );
+    first.close().unwrap();
+}
+
 /// A handle that folded nothing new into the query index does not rewrite
 /// (and fsync) the index file when it closes; one that did, does.
 #[test]

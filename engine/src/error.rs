@@ -21,10 +21,12 @@ pub enum EngineError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// Another process holds the store's lock.
+    /// Another process (or another handle in this one) holds the store's lock.
     Locked {
         /// The lock file.
         lock_file: PathBuf,
+        /// The process id the holder wrote into the lock file, if readable.
+        holder: Option<u32>,
     },
     /// The store directory cannot be created or written (read-only workspace).
     ReadOnly {
@@ -109,11 +111,23 @@ impl fmt::Display for EngineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EngineError::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
-            EngineError::Locked { lock_file } => write!(
-                f,
-                "the store is locked by another process (lock file {}); only one process may write at a time",
-                lock_file.display()
-            ),
+            EngineError::Locked { lock_file, holder } => match holder {
+                Some(pid) if *pid == std::process::id() => write!(
+                    f,
+                    "the store is locked by another handle in this process (lock file {}): one handle may write at a time; share it, or close it first",
+                    lock_file.display()
+                ),
+                Some(pid) => write!(
+                    f,
+                    "the store is locked by another process, pid {pid} (lock file {}); only one process may write at a time",
+                    lock_file.display()
+                ),
+                None => write!(
+                    f,
+                    "the store is locked by another process (lock file {}); only one process may write at a time",
+                    lock_file.display()
+                ),
+            },
             EngineError::ReadOnly { path, source } => write!(
                 f,
                 "cannot create the store at {} ({source}); the workspace may be read-only: \

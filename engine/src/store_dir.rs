@@ -18,6 +18,22 @@ use crate::{EngineError, Result};
 /// The name of the store directory inside a workspace.
 pub const STORE_DIR_NAME: &str = ".cairn";
 
+/// The process id a lock holder wrote into `lock_file` (`pid N`), if it
+/// can be read.
+fn lock_holder(vfs: &dyn Vfs, lock_file: &Path) -> Option<u32> {
+    /// "pid " and a u32 in decimal, with a newline.
+    const MAX_LOCK_TEXT_BYTES: usize = 16;
+    let f = vfs.open(lock_file, crate::vfs::OpenMode::Read).ok()?;
+    let mut text = [0u8; MAX_LOCK_TEXT_BYTES];
+    let n = f.read_at(&mut text, 0).ok()?;
+    std::str::from_utf8(&text[..n])
+        .ok()?
+        .trim()
+        .strip_prefix("pid ")?
+        .parse()
+        .ok()
+}
+
 /// An open store directory, holding the exclusive lock for its lifetime.
 #[derive(Debug)]
 pub struct StoreDir {
@@ -60,6 +76,7 @@ impl StoreDir {
         let lock_file = root.join("LOCK");
         let lock = vfs.lock_exclusive(&lock_file).map_err(|e| match e.kind() {
             std::io::ErrorKind::WouldBlock => EngineError::Locked {
+                holder: lock_holder(vfs.as_ref(), &lock_file),
                 lock_file: lock_file.clone(),
             },
             _ => EngineError::io("lock", &lock_file, e),

@@ -246,7 +246,7 @@ impl Settings {
         let mut told = false;
         loop {
             match b.clone().open() {
-                Err(Error::Engine(EngineError::Locked { lock_file }))
+                Err(Error::Engine(EngineError::Locked { lock_file, .. }))
                     if patient || std::time::Instant::now() < deadline =>
                 {
                     if patient && !told && !self.quiet && std::time::Instant::now() >= deadline {
