@@ -18,7 +18,7 @@ pub enum Error {
     Query(cairn_query::QueryError),
     /// From the codec (bad ids, timestamps, events).
     Codec(cairn_codec::CodecError),
-    /// The store was opened read-only (another process holds the lock) and a write was asked for.
+    /// The store was opened read-only ([`crate::StoreBuilder::read_only`]) and a write was asked for.
     ReadOnly(String),
     /// No store was found where one was looked for.
     NoStore(String),
@@ -53,7 +53,7 @@ impl fmt::Display for Error {
             Error::Codec(e) => write!(f, "{e}"),
             Error::ReadOnly(what) => write!(
                 f,
-                "cannot {what}: another process holds the store's lock, so this one opened it read-only"
+                "cannot {what}: this handle opened the store read-only (StoreBuilder::read_only), without its lock; open it for writing to {what}"
             ),
             Error::NoStore(s) => f.write_str(s),
             Error::NoWorkspace => {

@@ -118,11 +118,8 @@ impl<'s> Session<'s> {
         let ws = self.store.workspace()?;
         // The snapshot crate's check: no `..`, nothing outside the
         // workspace, nothing under `.git` or `.cairn`.
-        let rel = ws.normalize(path).map_err(|e| {
-            Error::Other(format!(
-                "path `{path}` is not a workspace-relative path: {e}"
-            ))
-        })?;
+        // Its error names the path and why (a matchable `Error::Snapshot`).
+        let rel = ws.normalize(path)?;
         self.track(&rel)?;
         let full = ws.root().join(&rel);
         let before = match std::fs::read(&full) {

@@ -566,6 +566,13 @@ fn a_read_only_handle_lists_checkpoints_and_plans_rollbacks_only() {
     assert!(matches!(refused, Error::ReadOnly(_)), "{refused}");
     let refused = reader.checkpoint(CheckpointRequest::default()).unwrap_err();
     assert!(matches!(refused, Error::ReadOnly(_)), "{refused}");
+    // The caller asked for read-only: the message says so, not that some
+    // other process forced it.
+    let text = refused.to_string();
+    assert!(
+        text.contains("read-only (StoreBuilder::read_only)") && !text.contains("another process"),
+        "{text}"
+    );
     assert_eq!(
         std::fs::read_to_string(tmp.path().join("a.txt")).unwrap(),
         "two"
@@ -758,4 +765,21 @@ fn the_query_index_is_saved_only_when_it_grew() {
     assert_eq!(use_store(false), first, "rewritten with nothing new");
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert_ne!(use_store(true), first, "not saved after growing");
+}
+
+/// A path outside the workspace given to `Session::write_file` is a
+/// matchable snapshot error that names the path once, and writes nothing.
+#[test]
+fn a_session_write_outside_the_workspace_is_a_snapshot_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let s = store.session("s");
+    for bad in ["../evil", "/abs/file", ".cairn/LOCK"] {
+        let e = s.write_file(bad, b"x").unwrap_err();
+        assert!(matches!(e, Error::Snapshot(_)), "{bad}: {e:?}");
+        assert_eq!(e.to_string().matches(bad).count(), 1, "{e}");
+    }
+    assert!(!tmp.path().parent().unwrap().join("evil").exists());
+    assert_eq!(store.head().last_lsn.0, 0, "nothing recorded");
+    store.close().unwrap();
 }
