@@ -1,7 +1,7 @@
 //! Regression tests for the session-11 user trial's P18 (`demo --in-place`
 //! leaves the user's files as they were), P6 (an import cut short or a
 //! grown audit file goes on with `--resume`) and the smaller P14 items 7,
-//! 11, 12, 20 and 22, from the CLI.
+//! 11, 12, 13, 20 and 22, from the CLI.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -170,4 +170,58 @@ fn an_import_from_a_named_pipe_keeps_its_first_lines() {
     let log = json_lines(&ok(&cairn(ws, &["log", "--json"])));
     assert_eq!(log.len(), 3000);
     assert_eq!(log[0]["meta"]["i"], 1, "{}", log[0]);
+}
+
+/// P14.13: bash completion offers the values of an option whose values are
+/// a fixed set (not file names), on every subcommand that takes it, and
+/// `--help` lists them.
+#[test]
+fn completion_and_help_offer_the_values_of_fixed_set_options() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let script = ok(&cairn(ws, &["completions", "bash"]));
+    let formats = "jsonl cortexide comma";
+    let kinds = "prompt reply tool_call diff_preview apply undo file.create file.write \
+                 file.edit file.delete file.move file.patch checkpoint.create \
+                 checkpoint.discard rollback git.stash git.stash_restore custom";
+    for (option, values) in [
+        ("--durability", "always interval never"),
+        ("--load-format", formats),
+        ("--format", formats),
+        ("--kind", kinds),
+    ] {
+        let lines: Vec<&str> = script.lines().collect();
+        let cases: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].trim() == format!("{option})"))
+            .collect();
+        assert!(!cases.is_empty(), "{option} is not in the script");
+        for i in cases {
+            assert!(
+                lines[i + 1].contains(&format!("compgen -W \"{values}\"")),
+                "{option} completes {}",
+                lines[i + 1]
+            );
+        }
+    }
+    // `completions SHELL`: the shells, among the words offered.
+    let opts = script
+        .lines()
+        .skip_while(|l| !l.contains("cairn__subcmd__completions)"))
+        .find(|l| l.contains("opts="))
+        .unwrap();
+    assert!(opts.contains("bash elvish fish powershell zsh"), "{opts}");
+    let help = ok(&cairn(ws, &["export", "--help"]));
+    assert!(
+        help.contains("Possible values:") && help.contains("- cortexide:"),
+        "{help}"
+    );
+    let help = ok(&cairn(ws, &["log", "-h"]));
+    assert!(help.contains("[possible values: prompt, reply,"), "{help}");
+    // The values are only offered: the spelling outside the list that
+    // --durability takes still works, and a bad value keeps its own error.
+    ok(&cairn(ws, &["init", "-q"]));
+    ok(&cairn(ws, &["--durability", "interval:50", "stats"]));
+    let o = cairn(ws, &["--durability", "sometimes", "stats"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("expected always, never, interval or interval:<ms>"));
 }
