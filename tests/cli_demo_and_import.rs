@@ -225,3 +225,44 @@ fn completion_and_help_offer_the_values_of_fixed_set_options() {
     assert_eq!(o.status.code(), Some(2));
     assert!(err(&o).contains("expected always, never, interval or interval:<ms>"));
 }
+
+/// P14.11: `repair` exits 3, as `verify` does right after it, while blob
+/// damage it cannot mend remains, and says so on stderr.
+#[test]
+fn repair_exits_with_the_corruption_code_while_blob_damage_remains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let text: String = (0..200).map(|i| format!("line {i} of f\n")).collect();
+    std::fs::write(ws.join("f"), text).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    let pack = std::fs::read_dir(ws.join(".cairn/blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .unwrap();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0xff;
+    std::fs::write(&pack, bytes).unwrap();
+    assert_eq!(cairn(ws, &["verify"]).status.code(), Some(3));
+
+    let o = cairn(ws, &["repair"]);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("damaged blob:"),
+        "{:?}",
+        o
+    );
+    assert!(
+        err(&o).contains("repair could not mend") && err(&o).contains("restore .cairn/blobs"),
+        "{}",
+        err(&o)
+    );
+    let o = cairn(ws, &["repair", "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(!v["damaged_blobs"].as_array().unwrap().is_empty(), "{v}");
+    assert!(err(&o).contains(".pack at byte offset"), "{}", err(&o));
+    assert_eq!(cairn(ws, &["verify"]).status.code(), Some(3));
+}

@@ -341,7 +341,29 @@ pub fn repair(settings: &Settings, json: bool) -> Result<ExitCode> {
     } else {
         print!("{report}");
     }
-    Ok(ExitCode::SUCCESS)
+    if report.damaged_blobs.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Damage repair cannot mend stays: exit as `verify` would right after,
+    // so `cairn repair && ...` does not go on as if the store were whole.
+    let st = Style::stderr();
+    eprintln!(
+        "{} repair could not mend {} in the blob store{}",
+        st.red("error:"),
+        count(report.damaged_blobs.len() as u64, "problem"),
+        if json { ":" } else { " (named above)" }
+    );
+    if json {
+        for p in &report.damaged_blobs {
+            eprintln!("  {p}");
+        }
+    }
+    eprintln!(
+        "a blob's bytes are only in its pack, so the store cannot rebuild them: restore .cairn/blobs \
+         from a backup; the records, and every file whose blobs are intact, stay readable \
+         (`cairn verify` exits {EXIT_CORRUPT} until then)"
+    );
+    Ok(ExitCode::from(EXIT_CORRUPT))
 }
 
 /// `cairn stats`.
