@@ -1,7 +1,7 @@
 //! Regression tests for the session-11 user trial's P18 (`demo --in-place`
 //! leaves the user's files as they were), P6 (an import cut short or a
 //! grown audit file goes on with `--resume`) and the smaller P14 items 7,
-//! 11, 12, 13, 20 and 22, from the CLI.
+//! 11, 12, 13, 15, 20 and 22, from the CLI.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -265,4 +265,62 @@ fn repair_exits_with_the_corruption_code_while_blob_damage_remains() {
     assert!(!v["damaged_blobs"].as_array().unwrap().is_empty(), "{v}");
     assert!(err(&o).contains(".pack at byte offset"), "{}", err(&o));
     assert_eq!(cairn(ws, &["verify"]).status.code(), Some(3));
+}
+
+/// P14.15: on a project without `src/lib.rs`, the demo's timeline names
+/// what was recorded and done: the write that creates it as `file.create`,
+/// and the path-scoped rollback to before it as deleting it; the shell
+/// edit of a Cargo.toml whose version is not written `version = "0.1.0"`
+/// as the line it appends.
+#[test]
+fn demo_narration_says_what_happened_on_a_project_without_a_lib() {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::write(
+        project.join("Cargo.toml"),
+        "[package]\nname=\"x\"\nversion=\"0.1.0\"\n",
+    )
+    .unwrap();
+    std::fs::write(project.join("src/main.rs"), "fn main() {}\n").unwrap();
+    let ws = tmp.path().join("demo");
+    let out = ok(&cairn(
+        tmp.path(),
+        &["demo", "project", "--into", ws.to_str().unwrap()],
+    ));
+    let line = |tag: &str, what: &str| -> String {
+        out.lines()
+            .find(|l| l.starts_with(&format!("[{tag:>7}]")) && l.contains(what))
+            .unwrap_or_else(|| panic!("no [{tag}] line with {what}:\n{out}"))
+            .to_string()
+    };
+    assert!(
+        line("turn 1", "src/lib.rs")
+            .contains("file.create src/lib.rs (tracked write of a new file"),
+        "{out}"
+    );
+    assert!(
+        line("turn 2", "Cargo.toml").contains("echo '# bumped by the cairn demo' >> Cargo.toml"),
+        "{out}"
+    );
+    assert!(
+        line("turn 3", "src/main.rs").contains("file.write src/main.rs"),
+        "{out}"
+    );
+    assert!(
+        line("scoped", "src/lib.rs").contains("wrote 0, deleted 1,"),
+        "{out}"
+    );
+    assert!(!ws.join("src/lib.rs").exists());
+    // The timeline's kinds are the records' kinds.
+    let log = json_lines(&ok(&cairn(&ws, &["log", "--json", "--path", "src"])));
+    let kinds: Vec<(&str, &str)> = log
+        .iter()
+        .filter(|r| r["kind"].as_str().unwrap().starts_with("file."))
+        .map(|r| (r["kind"].as_str().unwrap(), r["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("file.create", "src/lib.rs"), ("file.write", "src/main.rs")]
+    );
 }
