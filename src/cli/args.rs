@@ -142,8 +142,19 @@ pub struct Cli {
         requires = "load"
     )]
     pub load_format: Option<String>,
-    /// No progress output, no hints, and from `rollback` no per-path listing
-    /// (its summary and any kept paths are still printed).
+    /// Print nothing on success but the command's answer: no progress, no
+    /// notes or hints, no report of what was done (see --help for what
+    /// still prints).
+    ///
+    /// Silent on success: init, track, checkpoint, rollback, gc, repair,
+    /// verify, import, record's summary, export --output. Still printed:
+    /// errors and warnings on stderr, with the same exit codes; the damage
+    /// verify finds and what repair lost or could not mend; paths a
+    /// rollback left as they are and files a checkpoint could not capture
+    /// (as warnings); everything --json prints; and the output that is the
+    /// command's answer: log, show, tree, diff, history, blame, branches,
+    /// checkpoints, stats, export, blob put's hashes, blob get, record
+    /// --ack and --echo, rollback --dry-run's plan, completions, demo.
     #[arg(long, short, global = true)]
     pub quiet: bool,
     /// The command.
