@@ -1,7 +1,7 @@
 //! Regression tests for the session-11 user trial's P18 (`demo --in-place`
 //! leaves the user's files as they were), P6 (an import cut short or a
 //! grown audit file goes on with `--resume`) and the smaller P14 items 7,
-//! 11, 12, 20 and 22, from the CLI.
+//! 11, 12, 13, 15, 20 and 22, from the CLI.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -170,4 +170,157 @@ fn an_import_from_a_named_pipe_keeps_its_first_lines() {
     let log = json_lines(&ok(&cairn(ws, &["log", "--json"])));
     assert_eq!(log.len(), 3000);
     assert_eq!(log[0]["meta"]["i"], 1, "{}", log[0]);
+}
+
+/// P14.13: bash completion offers the values of an option whose values are
+/// a fixed set (not file names), on every subcommand that takes it, and
+/// `--help` lists them.
+#[test]
+fn completion_and_help_offer_the_values_of_fixed_set_options() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let script = ok(&cairn(ws, &["completions", "bash"]));
+    let formats = "jsonl cortexide comma";
+    let kinds = "prompt reply tool_call diff_preview apply undo file.create file.write \
+                 file.edit file.delete file.move file.patch checkpoint.create \
+                 checkpoint.discard rollback git.stash git.stash_restore custom";
+    for (option, values) in [
+        ("--durability", "always interval never"),
+        ("--load-format", formats),
+        ("--format", formats),
+        ("--kind", kinds),
+    ] {
+        let lines: Vec<&str> = script.lines().collect();
+        let cases: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].trim() == format!("{option})"))
+            .collect();
+        assert!(!cases.is_empty(), "{option} is not in the script");
+        for i in cases {
+            assert!(
+                lines[i + 1].contains(&format!("compgen -W \"{values}\"")),
+                "{option} completes {}",
+                lines[i + 1]
+            );
+        }
+    }
+    // `completions SHELL`: the shells, among the words offered.
+    let opts = script
+        .lines()
+        .skip_while(|l| !l.contains("cairn__subcmd__completions)"))
+        .find(|l| l.contains("opts="))
+        .unwrap();
+    assert!(opts.contains("bash elvish fish powershell zsh"), "{opts}");
+    let help = ok(&cairn(ws, &["export", "--help"]));
+    assert!(
+        help.contains("Possible values:") && help.contains("- cortexide:"),
+        "{help}"
+    );
+    let help = ok(&cairn(ws, &["log", "-h"]));
+    assert!(help.contains("[possible values: prompt, reply,"), "{help}");
+    // The values are only offered: the spelling outside the list that
+    // --durability takes still works, and a bad value keeps its own error.
+    ok(&cairn(ws, &["init", "-q"]));
+    ok(&cairn(ws, &["--durability", "interval:50", "stats"]));
+    let o = cairn(ws, &["--durability", "sometimes", "stats"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("expected always, never, interval or interval:<ms>"));
+}
+
+/// P14.11: `repair` exits 3, as `verify` does right after it, while blob
+/// damage it cannot mend remains, and says so on stderr.
+#[test]
+fn repair_exits_with_the_corruption_code_while_blob_damage_remains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let text: String = (0..200).map(|i| format!("line {i} of f\n")).collect();
+    std::fs::write(ws.join("f"), text).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    let pack = std::fs::read_dir(ws.join(".cairn/blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .unwrap();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0xff;
+    std::fs::write(&pack, bytes).unwrap();
+    assert_eq!(cairn(ws, &["verify"]).status.code(), Some(3));
+
+    let o = cairn(ws, &["repair"]);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("damaged blob:"),
+        "{:?}",
+        o
+    );
+    assert!(
+        err(&o).contains("repair could not mend") && err(&o).contains("restore .cairn/blobs"),
+        "{}",
+        err(&o)
+    );
+    let o = cairn(ws, &["repair", "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(!v["damaged_blobs"].as_array().unwrap().is_empty(), "{v}");
+    assert!(err(&o).contains(".pack at byte offset"), "{}", err(&o));
+    assert_eq!(cairn(ws, &["verify"]).status.code(), Some(3));
+}
+
+/// P14.15: on a project without `src/lib.rs`, the demo's timeline names
+/// what was recorded and done: the write that creates it as `file.create`,
+/// and the path-scoped rollback to before it as deleting it; the shell
+/// edit of a Cargo.toml whose version is not written `version = "0.1.0"`
+/// as the line it appends.
+#[test]
+fn demo_narration_says_what_happened_on_a_project_without_a_lib() {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::write(
+        project.join("Cargo.toml"),
+        "[package]\nname=\"x\"\nversion=\"0.1.0\"\n",
+    )
+    .unwrap();
+    std::fs::write(project.join("src/main.rs"), "fn main() {}\n").unwrap();
+    let ws = tmp.path().join("demo");
+    let out = ok(&cairn(
+        tmp.path(),
+        &["demo", "project", "--into", ws.to_str().unwrap()],
+    ));
+    let line = |tag: &str, what: &str| -> String {
+        out.lines()
+            .find(|l| l.starts_with(&format!("[{tag:>7}]")) && l.contains(what))
+            .unwrap_or_else(|| panic!("no [{tag}] line with {what}:\n{out}"))
+            .to_string()
+    };
+    assert!(
+        line("turn 1", "src/lib.rs")
+            .contains("file.create src/lib.rs (tracked write of a new file"),
+        "{out}"
+    );
+    assert!(
+        line("turn 2", "Cargo.toml").contains("echo '# bumped by the cairn demo' >> Cargo.toml"),
+        "{out}"
+    );
+    assert!(
+        line("turn 3", "src/main.rs").contains("file.write src/main.rs"),
+        "{out}"
+    );
+    assert!(
+        line("scoped", "src/lib.rs").contains("wrote 0, deleted 1,"),
+        "{out}"
+    );
+    assert!(!ws.join("src/lib.rs").exists());
+    // The timeline's kinds are the records' kinds.
+    let log = json_lines(&ok(&cairn(&ws, &["log", "--json", "--path", "src"])));
+    let kinds: Vec<(&str, &str)> = log
+        .iter()
+        .filter(|r| r["kind"].as_str().unwrap().starts_with("file."))
+        .map(|r| (r["kind"].as_str().unwrap(), r["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("file.create", "src/lib.rs"), ("file.write", "src/main.rs")]
+    );
 }

@@ -239,3 +239,56 @@ fn blob_put_reads_stdin_and_names_its_input() {
         );
     }
 }
+
+/// A fractional latency is read alike by `record` (`latency_ms`) and by
+/// `import` (cortexide `latencyMs`, canonical `latency_ms`): rounded to
+/// whole milliseconds, never accepted by one and refused by the other; the
+/// cortexide line exports back as it was; a negative one is refused by all.
+#[test]
+fn a_fractional_latency_is_rounded_by_record_and_import_alike() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let recorded = ok(&cairn_stdin(
+        ws,
+        &["record", "--ack"],
+        Some("{\"kind\":\"reply\",\"ts\":1,\"latency_ms\":12.5}\n"),
+    ));
+    assert_eq!(recorded.trim(), "1");
+    let cx = r#"{"ts":2,"action":"reply","ok":true,"latencyMs":12.5}"#;
+    std::fs::write(ws.join("cx.jsonl"), format!("{cx}\n")).unwrap();
+    ok(&cairn(ws, &["import", "--format", "cortexide", "cx.jsonl"]));
+    std::fs::write(
+        ws.join("c.jsonl"),
+        "{\"kind\":\"reply\",\"ts\":3,\"latency_ms\":0.4}\n",
+    )
+    .unwrap();
+    ok(&cairn(ws, &["import", "--format", "jsonl", "c.jsonl"]));
+    let log = json_lines(&ok(&cairn(ws, &["log", "--json"])));
+    let latencies: Vec<u64> = log
+        .iter()
+        .map(|r| r["latency_ms"].as_u64().unwrap())
+        .collect();
+    assert_eq!(latencies, [13, 13, 0]);
+    let exported = json_lines(&ok(&cairn(ws, &["export", "--format", "cortexide"])));
+    assert_eq!(
+        exported[1],
+        serde_json::from_str::<serde_json::Value>(cx).unwrap()
+    );
+
+    let o = cairn_stdin(
+        ws,
+        &["record"],
+        Some("{\"kind\":\"reply\",\"latency_ms\":-0.5}\n"),
+    );
+    assert_eq!(o.status.code(), Some(4));
+    assert!(err(&o).contains("not negative"), "{}", err(&o));
+    std::fs::write(
+        ws.join("neg.jsonl"),
+        r#"{"ts":4,"action":"reply","ok":true,"latencyMs":-0.5}"#,
+    )
+    .unwrap();
+    let o = cairn(ws, &["import", "--format", "cortexide", "neg.jsonl"]);
+    assert!(!o.status.success());
+    assert!(err(&o).contains("not negative"), "{}", err(&o));
+}

@@ -1,7 +1,8 @@
 //! What the human-readable output of `diff`, `history`, `tree` and
 //! `rollback` shows: every changed path (an empty one too), a directory's
 //! whole history however it is typed, and workspace file names that cannot
-//! drive the terminal (found by the session-11 user trial, P2, P3 and P8).
+//! drive the terminal (found by the session-11 user trial, P2, P3 and P8),
+//! and what `-q` leaves of every command's output (P14.17).
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -239,4 +240,130 @@ fn file_names_cannot_drive_the_terminal() {
     for name in NASTY {
         assert!(d.iter().any(|e| e["path"] == name), "{name:?}: {d:?}");
     }
+}
+
+/// A command that must succeed and print nothing at all.
+fn silent(what: &str, o: &Output) {
+    ok(o);
+    assert!(
+        o.stdout.is_empty() && o.stderr.is_empty(),
+        "{what}: stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Trial 11 P14.17: with `-q`, a command that changes or checks the store
+/// prints nothing on success; what is the command's answer (`log`, `show`,
+/// `checkpoints`, `record --ack`, a dry run's plan), everything `--json`
+/// prints, warnings, damage and errors still are, with the same exit codes.
+#[test]
+fn quiet_commands_print_nothing_on_success_but_their_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    silent("init", &cairn(ws, &["init", "-q"]));
+    silent("init again", &cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join(".gitignore"), "*.log\n").unwrap();
+    std::fs::write(ws.join("a"), "one\n").unwrap();
+    std::fs::write(ws.join("gen.txt"), "v1").unwrap();
+    silent("track", &cairn(ws, &["track", "-q", "a"]));
+    silent("checkpoint", &cairn(ws, &["checkpoint", "-q"])); // c1
+    std::fs::write(ws.join("a"), "two\n").unwrap();
+    std::fs::write(ws.join("b"), "new\n").unwrap();
+    silent("checkpoint", &cairn(ws, &["-q", "checkpoint"])); // c2
+    silent("verify", &cairn(ws, &["verify", "-q"]));
+    let v: serde_json::Value =
+        serde_json::from_str(&text(&cairn(ws, &["verify", "-q", "--json"]))).unwrap();
+    let head = v["head_hash"].as_str().unwrap();
+    silent(
+        "verify --head",
+        &cairn(ws, &["verify", "-q", "--head", head]),
+    );
+    silent("gc", &cairn(ws, &["gc", "-q", "--keep-per-session", "5"]));
+    silent("repair", &cairn(ws, &["repair", "-q"]));
+
+    // The answers.
+    assert!(text(&cairn(ws, &["log", "-q"])).contains("checkpoint.create"));
+    assert!(text(&cairn(ws, &["checkpoints", "-q"])).contains("c2"));
+    assert_eq!(text(&cairn(ws, &["show", "-q", "c1:a"])), "one\n");
+    let plan = text(&cairn(ws, &["rollback", "-q", "--dry-run", "c1"]));
+    assert!(
+        plan.contains("delete b") && plan.contains("dry run:"),
+        "{plan}"
+    );
+    let o = cairn_stdin(ws, &["record", "-q", "--ack"], "{\"kind\":\"prompt\"}\n");
+    let acked = text(&o);
+    assert!(
+        acked.trim().parse::<u64>().is_ok() && o.stderr.is_empty(),
+        "{acked}"
+    );
+    silent(
+        "record",
+        &cairn_stdin(ws, &["record", "-q"], "{\"kind\":\"prompt\"}\n"),
+    );
+    // --json is printed whatever -q says.
+    for args in [
+        &["checkpoint", "-q", "--json"][..],
+        &["gc", "-q", "--json"],
+        &["repair", "-q", "--json"],
+    ] {
+        let out = text(&cairn(ws, args));
+        assert!(
+            serde_json::from_str::<serde_json::Value>(&out).is_ok(),
+            "{args:?}: {out}"
+        );
+    }
+
+    // A rollback that keeps a path says so, as a warning.
+    std::fs::write(ws.join(".gitignore"), "*.log\ngen.txt\n").unwrap();
+    std::fs::write(ws.join("gen.txt"), "the user's v2").unwrap();
+    let o = cairn(ws, &["rollback", "-q", "c1"]);
+    assert!(ok(&o).is_empty());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("warning: kept gen.txt as it is on disk"),
+        "{err}"
+    );
+    assert!(!ws.join("b").exists());
+    // So does gc a budget it cannot meet.
+    let o = cairn(ws, &["gc", "-q", "--max-bytes", "1"]);
+    assert!(ok(&o).is_empty());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("warning: budget not met:"), "{err}");
+    // Errors are printed, with their exit code.
+    let o = cairn(ws, &["rollback", "-q", "c99"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no checkpoint c99"));
+
+    // Damage is printed, by verify and by repair, which says what it lost.
+    let seg = std::fs::read_dir(ws.join(".cairn/log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&seg, bytes).unwrap();
+    let o = cairn(ws, &["verify", "-q"]);
+    assert_eq!(o.status.code(), Some(3));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("CORRUPT") && !out.contains("head:"), "{out}");
+    let out = text(&cairn(ws, &["repair", "-q"]));
+    assert!(out.contains("lost LSN"), "{out}");
+    silent("verify after repair", &cairn(ws, &["verify", "-q"]));
+
+    // A file a checkpoint cannot capture (over the size limit: a sparse
+    // file, so nothing is written) is named, as a warning.
+    std::fs::File::create(ws.join("big"))
+        .unwrap()
+        .set_len(300 << 20)
+        .unwrap();
+    let o = cairn(ws, &["checkpoint", "-q"]);
+    assert!(ok(&o).is_empty());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("warning: not captured in c") && err.contains("big (too large)"),
+        "{err}"
+    );
 }

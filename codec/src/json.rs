@@ -165,7 +165,8 @@ struct EventInput {
     user: Option<String>,
     tool: Option<String>,
     model: Option<String>,
-    latency_ms: Option<u64>,
+    /// Any JSON number, read by [`latency_ms`] (a fraction is rounded).
+    latency_ms: Option<Number>,
     ok: Option<bool>,
     error_kind: Option<String>,
     text: Option<String>,
@@ -352,7 +353,10 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
         user: input.user,
         tool: input.tool,
         model: input.model,
-        latency_ms: input.latency_ms,
+        latency_ms: match &input.latency_ms {
+            None => None,
+            Some(n) => Some(latency_ms("latency_ms", n).map_err(CodecError::Json)?),
+        },
         ok: input.ok.unwrap_or(true),
         error_kind: input.error_kind,
         text: input.text,
@@ -376,6 +380,39 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
     normalize_paths(&mut e);
     check_paths(&e)?;
     Ok(e)
+}
+
+/// A latency in milliseconds as JSON input gives it (`latency_ms` of a
+/// canonical line, `latencyMs` of the cortexide shape, whose producers
+/// write fractions: JavaScript's `performance.now()` differences): a whole
+/// number as it is; one with a fraction rounded to the nearest whole
+/// millisecond, a half up (12.5 is 13), as the event holds whole
+/// milliseconds. Negative, or more than `u64::MAX` once rounded, is an
+/// error naming `field`. One function for both, so `cairn record` and
+/// `cairn import` accept and refuse the same numbers.
+pub fn latency_ms(field: &str, n: &Number) -> Result<u64, String> {
+    if let Some(ms) = n.as_u64() {
+        return Ok(ms);
+    }
+    // 2^64: the first float past u64::MAX (which f64 cannot hold exactly).
+    const PAST_U64: f64 = 18_446_744_073_709_551_616.0;
+    match n.as_f64() {
+        Some(ms) if ms < 0.0 => Err(format!(
+            "field `{field}` is a duration, not negative: got {n}"
+        )),
+        // In range, so the cast is exact.
+        Some(ms) if ms.round() < PAST_U64 => Ok(ms.round() as u64),
+        // A whole number past u64 arrives as a float: shown in digits (the
+        // float's value), not as `1.8446744073709552e+19`.
+        Some(ms) if ms < 1e21 => Err(format!(
+            "field `{field}`: {ms:.0} is out of range (milliseconds from 0 to {} are expected)",
+            u64::MAX
+        )),
+        _ => Err(format!(
+            "field `{field}`: {n} is out of range (milliseconds from 0 to {} are expected)",
+            u64::MAX
+        )),
+    }
 }
 
 /// serde_json's message for an error in one line of input, its place
@@ -686,9 +723,11 @@ mod tests {
         );
         let e = parse_event(r#"{"kind":"prompt""#).unwrap_err().to_string();
         assert!(e.contains("invalid JSON (cut short)"), "{e}");
-        let e = parse_event(r#"{"kind":"prompt","latency_ms":18446744073709551616}"#)
-            .unwrap_err()
-            .to_string();
+        let e = parse_event(
+            r#"{"kind":"apply","diff_stats":{"lines_added":18446744073709551616,"lines_removed":0,"hunks":1}}"#,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("a whole number from 0 to 18446744073709551615"),
             "{e}"
@@ -698,6 +737,46 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!e.contains("invalid JSON"), "{e}");
+    }
+
+    /// `latency_ms` is a number of milliseconds: a fraction (as a
+    /// cortexide `latencyMs` may have) is rounded to whole ms, as `import`
+    /// rounds one, not refused; a negative or too large one is refused.
+    #[test]
+    fn latency_ms_with_a_fraction_is_rounded_to_whole_ms() {
+        let latency = |v: &str| {
+            parse_event(&format!(r#"{{"kind":"reply","latency_ms":{v}}}"#))
+                .map(|e| e.latency_ms)
+                .map_err(|e| e.to_string())
+        };
+        for (v, ms) in [
+            ("12.5", 13),
+            ("12.49", 12),
+            ("0.4", 0),
+            ("7", 7),
+            ("7.0", 7),
+            ("1e3", 1000),
+            ("-0.0", 0),
+            ("18446744073709551615", u64::MAX),
+        ] {
+            assert_eq!(latency(v), Ok(Some(ms)), "{v}");
+        }
+        for (v, why) in [
+            (
+                "-3",
+                "field `latency_ms` is a duration, not negative: got -3",
+            ),
+            ("-0.5", "not negative: got -0.5"),
+            (
+                "18446744073709551616",
+                "field `latency_ms`: 18446744073709551616 is out of range",
+            ),
+            ("1e300", "1e+300 is out of range"),
+            (r#""12""#, "invalid type: string"),
+        ] {
+            let e = latency(v).unwrap_err();
+            assert!(e.contains(why), "{v}: {e}");
+        }
     }
 
     #[test]

@@ -462,20 +462,16 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     }
     match o.get("latencyMs") {
         None => {}
-        // Refused as `cairn record` refuses a negative `latency_ms`.
-        Some(Value::Number(n)) if negative(n) => {
-            return Err(format!(
-                "field `latencyMs` is a duration, not negative: got {n}"
-            ))
-        }
-        Some(v @ Value::Number(n)) => match n.as_u64() {
-            Some(ms) => e.latency_ms = Some(ms),
+        // Read as `cairn record` reads `latency_ms`: a fraction is rounded
+        // to whole milliseconds, a negative or too large number refused.
+        Some(v @ Value::Number(n)) => {
+            e.latency_ms = Some(cairn_codec::json::latency_ms("latencyMs", n)?);
             // A fraction of a millisecond (JavaScript's performance.now()
-            // gives them) is a number the shape allows: kept verbatim.
-            None => {
+            // gives them) is also kept verbatim, so it exports back as it was.
+            if n.as_u64().is_none() {
                 hints.insert("latencyMs".into(), v.clone());
             }
-        },
+        }
         Some(v) => {
             return Err(format!(
                 "field `latencyMs` must be a number, got {}",
@@ -853,6 +849,28 @@ mod tests {
         .unwrap()
         .event;
         assert_eq!((e.ts.millis(), e.latency_ms), (0, Some(0)));
+    }
+
+    /// A fractional `latencyMs` is read as `cairn record` reads a
+    /// fractional `latency_ms`: rounded to whole milliseconds (and kept
+    /// verbatim for the export back); out of range is refused by both.
+    #[test]
+    fn cortexide_latency_with_a_fraction_is_rounded_like_records() {
+        for (ms, want) in [("12.5", 13), ("12.4", 12), ("0.2", 0), ("40", 40)] {
+            let line = format!(r#"{{"ts":1,"action":"reply","ok":true,"latencyMs":{ms}}}"#);
+            let e = parse_line(Format::Cortexide, &line).unwrap().event;
+            assert_eq!(e.latency_ms, Some(want), "{line}");
+            let canonical =
+                cairn_codec::json::parse_event(&format!(r#"{{"kind":"reply","latency_ms":{ms}}}"#))
+                    .unwrap();
+            assert_eq!(canonical.latency_ms, e.latency_ms, "{line}");
+        }
+        let line = r#"{"ts":1,"action":"reply","ok":true,"latencyMs":1e20}"#;
+        let e = parse_line(Format::Cortexide, line).unwrap_err();
+        assert!(
+            e.contains("field `latencyMs`: 100000000000000000000 is out of range"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,9 +1,93 @@
 //! Raw command-line flags (stage one of two): what the user typed, parsed
 //! by clap. [`super::settings`] turns them into validated settings.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValue, StringValueParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
+
+/// The value parser of an option whose values are a known set: clap lists
+/// them in `--help`, and shell completions offer them instead of file
+/// names. The typed text is passed on unchanged: stage two checks it, with
+/// its own error text and exit code, and may accept more than the list
+/// (`--durability interval:MS`).
+#[derive(Clone, Debug)]
+pub struct Listed(Vec<PossibleValue>);
+
+impl Listed {
+    /// The values `names`, without help text.
+    fn names(names: impl IntoIterator<Item = &'static str>) -> Listed {
+        Listed(names.into_iter().map(PossibleValue::new).collect())
+    }
+
+    /// The values `(name, help)`.
+    fn described(values: &[(&'static str, &'static str)]) -> Listed {
+        Listed(
+            values
+                .iter()
+                .map(|&(name, help)| PossibleValue::new(name).help(help))
+                .collect(),
+        )
+    }
+}
+
+impl TypedValueParser for Listed {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<String, clap::Error> {
+        StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(self.0.iter().cloned()))
+    }
+}
+
+/// `--durability`: the policies `Durability::from_str` reads.
+fn durabilities() -> Listed {
+    Listed::described(&[
+        (
+            "always",
+            "fsync before acknowledging, with group commit (the default)",
+        ),
+        (
+            "interval",
+            "fsync every 100 ms; interval:MS for another period",
+        ),
+        ("never", "leave syncing to the operating system"),
+    ])
+}
+
+/// `--format`, `--load-format`: the shapes `Format::from_str` reads.
+fn formats() -> Listed {
+    Listed::described(&[
+        ("jsonl", "cairn's canonical JSONL"),
+        ("cortexide", "the cortexide IDE audit shape"),
+        ("comma", "the comma file-tool audit shape"),
+    ])
+}
+
+/// `--kind`: every event kind.
+fn kinds() -> Listed {
+    Listed::names(cairn::EventKind::ALL.map(cairn::EventKind::name))
+}
+
+/// `completions SHELL`: the shells clap_complete writes for.
+fn shells() -> Listed {
+    use clap::ValueEnum;
+    Listed(
+        clap_complete::Shell::value_variants()
+            .iter()
+            .filter_map(ValueEnum::to_possible_value)
+            .collect(),
+    )
+}
 
 /// cairn: durable, tamper-evident history for AI coding agents.
 #[derive(Debug, Parser)]
@@ -30,6 +114,7 @@ pub struct Cli {
         long,
         global = true,
         value_name = "POLICY",
+        value_parser = durabilities(),
         conflicts_with = "in_memory"
     )]
     pub durability: Option<String>,
@@ -49,10 +134,27 @@ pub struct Cli {
     /// The shape of the --load files: jsonl (cairn's canonical JSONL, as
     /// `cairn record` takes it and `cairn log --json` prints it), cortexide
     /// or comma.
-    #[arg(long, global = true, value_name = "FORMAT", requires = "load")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FORMAT",
+        value_parser = formats(),
+        requires = "load"
+    )]
     pub load_format: Option<String>,
-    /// No progress output, no hints, and from `rollback` no per-path listing
-    /// (its summary and any kept paths are still printed).
+    /// Print nothing on success but the command's answer: no progress, no
+    /// notes or hints, no report of what was done (see --help for what
+    /// still prints).
+    ///
+    /// Silent on success: init, track, checkpoint, rollback, gc, repair,
+    /// verify, import, record's summary, export --output. Still printed:
+    /// errors and warnings on stderr, with the same exit codes; the damage
+    /// verify finds and what repair lost or could not mend; paths a
+    /// rollback left as they are and files a checkpoint could not capture
+    /// (as warnings); everything --json prints; and the output that is the
+    /// command's answer: log, show, tree, diff, history, blame, branches,
+    /// checkpoints, stats, export, blob put's hashes, blob get, record
+    /// --ack and --echo, rollback --dry-run's plan, completions, demo.
     #[arg(long, short, global = true)]
     pub quiet: bool,
     /// The command.
@@ -93,7 +195,7 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Repair a damaged store: keep every intact record, set damaged files aside.
     #[command(
-        after_help = "Example:\n  cairn verify || cairn repair\n\nDamaged files are moved to .cairn/log/damaged-<time>/, never deleted."
+        after_help = "Example:\n  cairn verify || cairn repair\n\nDamaged files are moved to .cairn/log/damaged-<time>/, never deleted.\nA damaged blob cannot be mended (its bytes are only in its pack): repair\nnames it and exits 3, as verify does, until .cairn/blobs is restored."
     )]
     Repair {
         /// Print the report as JSON.
@@ -222,7 +324,7 @@ pub enum Command {
     #[command(after_help = "Example:\n  cairn import --format comma .comma/audit/default.jsonl")]
     Import {
         /// cortexide | comma | jsonl.
-        #[arg(long)]
+        #[arg(long, value_parser = formats())]
         format: String,
         /// Files to read; `-` reads stdin.
         #[arg(required = true)]
@@ -250,6 +352,7 @@ pub enum Command {
     )]
     Completions {
         /// bash, zsh, fish, elvish or powershell.
+        #[arg(value_parser = shells())]
         shell: String,
     },
 }
@@ -284,7 +387,7 @@ pub struct FilterArgs {
     #[arg(long)]
     pub run: Option<String>,
     /// Only this kind (prompt, reply, tool_call, file.write, checkpoint.create, ...).
-    #[arg(long)]
+    #[arg(long, value_parser = kinds())]
     pub kind: Option<String>,
     /// Only this agent.
     #[arg(long)]
@@ -423,7 +526,7 @@ pub struct GcArgs {
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// jsonl (cairn's canonical schema), cortexide or comma.
-    #[arg(long, default_value = "jsonl")]
+    #[arg(long, default_value = "jsonl", value_parser = formats())]
     pub format: String,
     /// Keep printing new records as they are committed, until interrupted.
     #[arg(long)]

@@ -94,57 +94,73 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
     } else {
         let skipped: u64 = info.counts.skipped.values().sum();
         let st = Style::stdout();
-        println!(
-            "{} {}  {}, {} changed, {} skipped{}",
-            st.green("checkpoint"),
-            st.bold(&info.id.to_string()),
-            count(info.counts.files, "file"),
-            info.counts.changed,
-            skipped,
-            info.label
-                .as_deref()
-                .map(|l| format!("  \"{}\"", cell(l)))
-                .unwrap_or_default()
-        );
-        if skipped > 0 {
-            let reasons: Vec<String> = info
-                .counts
-                .skipped
-                .iter()
-                .map(|(k, v)| format!("{k}: {v}"))
-                .collect();
-            println!("  skipped: {}", reasons.join(", "));
-        }
-        if !info.not_captured.is_empty() {
-            // The first few by name; the record's meta keeps them all (up to
-            // its own bound), and `checkpoints --json` gives them.
-            const SHOWN: usize = 5;
-            let mut named: Vec<String> = info
-                .not_captured
-                .iter()
-                .take(SHOWN)
-                .map(|n| format!("{} ({})", quote_path(&n.path), n.why.replace('_', " ")))
-                .collect();
-            // The record names at most 100; the counts have them all.
-            use cairn::snapshot::scan::reason;
-            let total = [reason::TOO_LARGE, reason::UNREADABLE]
-                .iter()
-                .filter_map(|r| info.counts.skipped.get(*r))
-                .sum::<u64>()
-                .max(info.not_captured.len() as u64);
-            if total > SHOWN as u64 {
-                named.push(format!("{} more", total - SHOWN as u64));
-            }
+        if !settings.quiet {
             println!(
-                "  {} {}: a rollback cannot bring {} back",
-                st.yellow("not captured:"),
-                named.join(", "),
-                if total == 1 { "it" } else { "them" }
+                "{} {}  {}, {} changed, {} skipped{}",
+                st.green("checkpoint"),
+                st.bold(&info.id.to_string()),
+                count(info.counts.files, "file"),
+                info.counts.changed,
+                skipped,
+                info.label
+                    .as_deref()
+                    .map(|l| format!("  \"{}\"", cell(l)))
+                    .unwrap_or_default()
             );
+            if skipped > 0 {
+                let reasons: Vec<String> = info
+                    .counts
+                    .skipped
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect();
+                println!("  skipped: {}", reasons.join(", "));
+            }
+        }
+        if let Some(named) = not_captured(&info) {
+            // Quiet, it is still said, as a warning: these files are not
+            // in the checkpoint, which the user may not expect.
+            if settings.quiet {
+                eprintln!("warning: not captured in {}: {named}", info.id);
+            } else {
+                println!("  {} {named}", st.yellow("not captured:"));
+            }
         }
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The files a checkpoint could not capture (too large, unreadable), the
+/// first few by name, and what that means; `None` when there are none.
+fn not_captured(info: &CheckpointInfo) -> Option<String> {
+    if info.not_captured.is_empty() {
+        return None;
+    }
+    // The first few by name; the record's meta keeps them all (up to
+    // its own bound), and `checkpoints --json` gives them.
+    const SHOWN: usize = 5;
+    let mut named: Vec<String> = info
+        .not_captured
+        .iter()
+        .take(SHOWN)
+        .map(|n| format!("{} ({})", quote_path(&n.path), n.why.replace('_', " ")))
+        .collect();
+    // The record names at most 100; the counts have them all.
+    use cairn::snapshot::scan::reason;
+    let total = [reason::TOO_LARGE, reason::UNREADABLE]
+        .iter()
+        .filter_map(|r| info.counts.skipped.get(*r))
+        .sum::<u64>()
+        .max(info.not_captured.len() as u64);
+    if total > SHOWN as u64 {
+        named.push(format!("{} more", total - SHOWN as u64));
+    }
+    Some(format!(
+        "{}: a rollback cannot bring {} back",
+        named.join(", "),
+        if total == 1 { "it" } else { "them" }
+    ))
 }
 
 /// `cairn checkpoints`.
@@ -156,6 +172,8 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
         for c in &all {
             println!("{}", info_json(c));
         }
+    } else if all.is_empty() && settings.quiet {
+        println!("no checkpoints yet");
     } else if all.is_empty() {
         println!("no checkpoints yet: create one with `cairn checkpoint --label NAME`");
     } else {
@@ -238,12 +256,21 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             "kept": report.kept,
         });
         println!("{v}");
+    } else if settings.quiet && !a.dry_run {
+        // Quiet, a rollback says only what needs the user: the paths it
+        // left as they are, as warnings. (A dry run's plan is its answer.)
+        for k in &report.kept {
+            eprintln!(
+                "warning: kept {} as it is on disk ({}): move it aside to roll it back",
+                quote_path(&k.path),
+                k.why
+            );
+        }
     } else {
         let st = Style::stdout();
         let verb = if a.dry_run { "would" } else { "did" };
         // Each group: the dry run's word, the real run's, the paths, a
-        // suffix (directories), the colour. `-q` leaves only the summary
-        // (and the kept paths, which need the user's attention).
+        // suffix (directories), the colour.
         type Paint = fn(&Style, &str) -> String;
         let groups: [(&str, &str, &[String], &str, Paint); 5] = [
             ("write ", "wrote  ", &report.written, "", Style::green),
@@ -253,9 +280,6 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             ("chmod ", "chmod'd", &report.dir_modes, "/", Style::cyan),
         ];
         for (would, did, paths, suffix, paint) in groups {
-            if settings.quiet {
-                break;
-            }
             // A dry run cannot know whether a directory holds files no
             // checkpoint tracks (ignored ones), which keep it.
             let suffix = if a.dry_run && would == "rmdir " {
@@ -352,6 +376,11 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
             })).collect::<Vec<_>>(),
         });
         println!("{v}");
+    } else if settings.quiet {
+        // Quiet, only a budget not met is said, as a warning.
+        if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
+            eprintln!("warning: {}", budget_not_met(b));
+        }
     } else {
         if policy.keep_per_session.is_none() && policy.max_bytes.is_none() {
             println!("no retention policy given: no checkpoint evicted (see --keep-per-session, --max-bytes)");
@@ -372,12 +401,7 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
             super::output::bytes(report.gc.freed_bytes)
         );
         if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
-            println!(
-                "budget not met: the retained checkpoints hold {} of contents, over the budget of {}; {} of it no eviction can free (the newest checkpoint of each session is always kept, and contents records or a rollback still name stay)",
-                super::output::bytes(b.kept_bytes),
-                super::output::bytes(b.max_bytes),
-                super::output::bytes(b.floor_bytes)
-            );
+            println!("{}", budget_not_met(b));
         }
         if !report.collected_discarded.is_empty() {
             let named: Vec<String> = report
@@ -414,4 +438,14 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(super::EXIT_CORRUPT));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What gc says when `--max-bytes` could not be met.
+fn budget_not_met(b: &cairn::snapshot::retention::BudgetOutcome) -> String {
+    format!(
+        "budget not met: the retained checkpoints hold {} of contents, over the budget of {}; {} of it no eviction can free (the newest checkpoint of each session is always kept, and contents records or a rollback still name stay)",
+        super::output::bytes(b.kept_bytes),
+        super::output::bytes(b.max_bytes),
+        super::output::bytes(b.floor_bytes)
+    )
 }

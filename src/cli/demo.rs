@@ -105,6 +105,23 @@ impl Timeline {
     }
 }
 
+/// `s.write_file(path, contents)`, and the kind of the record it wrote
+/// (`file.create` for a file that did not exist), so the timeline names
+/// what was recorded, not what the script expected.
+fn write_file(store: &Store, s: &Session<'_>, path: &str, contents: &[u8]) -> Result<EventKind> {
+    let lsn = s.write_file(path, contents)?;
+    Ok(store.record(lsn)?.event.kind)
+}
+
+/// What a tracked write recorded, for the timeline.
+fn written(kind: EventKind) -> &'static str {
+    if kind == EventKind::FileCreate {
+        "tracked write of a new file, its contents stored as a blob"
+    } else {
+        "tracked write, before/after stored as blobs"
+    }
+}
+
 fn tool(s: &Session<'_>, name: &str, path: &str) -> Result<()> {
     let mut e = s.event(EventKind::ToolCall);
     e.tool = Some(name.to_string());
@@ -179,14 +196,17 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
     } else {
         format!("{lib_now}\n/// Added by the cairn demo.\npub fn greet(name: &str) -> String {{\n    format!(\"Hello, {{name}}!\")\n}}\n")
     };
-    tool(&s, "write_file", lib_path)?;
-    s.write_file(lib_path, lib_new.as_bytes())?;
+    // A project without src/lib.rs gets one: the tool creates it.
+    let lib_tool = if workspace.join(lib_path).exists() {
+        "write_file"
+    } else {
+        "create_file"
+    };
+    tool(&s, lib_tool, lib_path)?;
+    let kind = write_file(&store, &s, lib_path, lib_new.as_bytes())?;
     t.step(
         "turn 1",
-        &format!(
-            "{} {lib_path} (tracked write, before/after stored as blobs)",
-            st.cyan("file.write")
-        ),
+        &format!("{} {lib_path} ({})", st.cyan(kind.name()), written(kind)),
     );
     s.reply("Added greet().")?;
     let a1 = s.after_turn(1)?;
@@ -198,18 +218,28 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
     s.prompt("Bump the version")?;
     tool(&s, "bash", "Cargo.toml")?;
     let cargo = workspace.join("Cargo.toml");
+    let had_cargo = cargo.exists();
     let text = fs::read_to_string(&cargo).unwrap_or_default();
-    let bumped = if text.contains("version = \"0.1.0\"") {
-        text.replace("version = \"0.1.0\"", "version = \"0.2.0\"")
+    // The timeline names the edit that was made: the version bumped where
+    // it reads as the generated one does, else a line appended.
+    let (bumped, command) = if text.contains("version = \"0.1.0\"") {
+        (
+            text.replace("version = \"0.1.0\"", "version = \"0.2.0\""),
+            "sed -i 's/0.1.0/0.2.0/' Cargo.toml",
+        )
     } else {
-        format!("{text}\n# bumped by the cairn demo\n")
+        (
+            format!("{text}\n# bumped by the cairn demo\n"),
+            "echo '# bumped by the cairn demo' >> Cargo.toml",
+        )
     };
     fs::write(&cargo, bumped)?;
     t.step(
         "turn 2",
         &format!(
-            "{} sed -i 's/0.1.0/0.2.0/' Cargo.toml (not tracked: a shell edit)",
-            st.cyan("bash")
+            "{} {command} (not tracked: a shell edit{})",
+            st.cyan("bash"),
+            if had_cargo { "" } else { " that creates it" }
         ),
     );
     let a2 = s.after_turn(2)?;
@@ -219,10 +249,10 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
     let c3 = s.before_turn(3)?;
     t.checkpoint("turn 3", &c3);
     s.prompt("Clean up the project")?;
-    s.write_file("src/main.rs", MAIN_BAD.as_bytes())?;
+    let kind = write_file(&store, &s, "src/main.rs", MAIN_BAD.as_bytes())?;
     t.step(
         "turn 3",
-        &format!("{} src/main.rs (breaks the build)", st.cyan("file.write")),
+        &format!("{} src/main.rs (breaks the build)", st.cyan(kind.name())),
     );
     s.track("README.md")?;
     let readme = workspace.join("README.md");
@@ -235,12 +265,14 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
         s.record(&e)?;
         t.step("turn 3", &format!("{} README.md", st.red("file.delete")));
     }
-    s.write_file("notes/scratch/todo.md", b"- everything\n")?;
+    let new_dirs = !workspace.join("notes/scratch").is_dir();
+    let kind = write_file(&store, &s, "notes/scratch/todo.md", b"- everything\n")?;
     t.step(
         "turn 3",
         &format!(
-            "{} notes/scratch/todo.md (new directories)",
-            st.cyan("file.create")
+            "{} notes/scratch/todo.md{}",
+            st.cyan(kind.name()),
+            if new_dirs { " (new directories)" } else { "" }
         ),
     );
     let mut failed = s.event(EventKind::ToolCall);
@@ -290,14 +322,17 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
             undo.deleted.len()
         ),
     );
+    // What the rollback did, from its report: on a project without
+    // src/lib.rs at c1 it deletes the file turn 1 created.
     let scoped = s.rollback_paths(c1.id, &[lib_path])?;
     t.step(
         "scoped",
         &format!(
-            "{} {lib_path} only, to {} (before greet() was added): wrote {}, everything else untouched",
+            "{} {lib_path} only, to {} (before greet() was added): wrote {}, deleted {}, everything else untouched",
             st.yellow("rollback --path"),
             c1.id,
-            scoped.written.len()
+            scoped.written.len(),
+            scoped.deleted.len()
         ),
     );
 

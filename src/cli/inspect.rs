@@ -273,20 +273,25 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
             "pinned_head": report.pinned.map(|(h, at)| serde_json::json!({"hash": h.to_hex(), "found_at_lsn": at.map(|l| l.0)})),
         });
         println!("{v}");
+    } else if settings.quiet && ok {
+        // Quiet, an intact store is said by the exit code alone.
     } else {
         let st = Style::stdout();
-        println!(
-            "{}, {} ({}), {} checked",
-            count(report.log.segments, "segment"),
-            count(report.log.records, "record"),
-            bytes(report.log.bytes),
-            count(report.blobs.blobs, "blob")
-        );
-        println!(
-            "head: LSN {} hash {}",
-            report.log.head.last_lsn,
-            report.log.head.chain.to_hex()
-        );
+        // Quiet, only the damage and the verdict are printed.
+        if !settings.quiet {
+            println!(
+                "{}, {} ({}), {} checked",
+                count(report.log.segments, "segment"),
+                count(report.log.records, "record"),
+                bytes(report.log.bytes),
+                count(report.blobs.blobs, "blob")
+            );
+            println!(
+                "head: LSN {} hash {}",
+                report.log.head.last_lsn,
+                report.log.head.chain.to_hex()
+            );
+        }
         for p in &report.log.problems {
             println!("{} {p}", st.red("CORRUPT"));
         }
@@ -313,6 +318,7 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
         }
         if let Some((h, at)) = report.pinned {
             match at {
+                Some(_) if settings.quiet => {}
                 Some(lsn) => println!("pinned head {} found at LSN {lsn}", &h.to_hex()[..16]),
                 None => println!(
                     "{} pinned head {} is not in this history: records were removed or rewritten",
@@ -355,12 +361,40 @@ pub fn repair(settings: &Settings, json: bool) -> Result<ExitCode> {
     let spin = super::progress::Spinner::start(settings.quiet, "repairing");
     let report = cairn::Store::repair(&found.store)?;
     drop(spin);
+    // Quiet, the report is printed only when something was lost, set
+    // aside or is still damaged.
+    let lost = !report.dropped.is_empty()
+        || report.placeholders > 0
+        || report.damaged_dir.is_some()
+        || !report.damaged_blobs.is_empty();
     if json {
         println!("{}", serde_json::to_string(&report)?);
-    } else {
+    } else if lost || !settings.quiet {
         print!("{report}");
     }
-    Ok(ExitCode::SUCCESS)
+    if report.damaged_blobs.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Damage repair cannot mend stays: exit as `verify` would right after,
+    // so `cairn repair && ...` does not go on as if the store were whole.
+    let st = Style::stderr();
+    eprintln!(
+        "{} repair could not mend {} in the blob store{}",
+        st.red("error:"),
+        count(report.damaged_blobs.len() as u64, "problem"),
+        if json { ":" } else { " (named above)" }
+    );
+    if json {
+        for p in &report.damaged_blobs {
+            eprintln!("  {p}");
+        }
+    }
+    eprintln!(
+        "a blob's bytes are only in its pack, so the store cannot rebuild them: restore .cairn/blobs \
+         from a backup; the records, and every file whose blobs are intact, stay readable \
+         (`cairn verify` exits {EXIT_CORRUPT} until then)"
+    );
+    Ok(ExitCode::from(EXIT_CORRUPT))
 }
 
 /// `cairn stats`.

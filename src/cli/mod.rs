@@ -405,6 +405,9 @@ fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCod
         anyhow::bail!("{m}");
     }
     store.close()?;
+    if settings.quiet {
+        return Ok(ExitCode::SUCCESS);
+    }
     if existed && rebind {
         println!(
             "cairn store at {} now belongs to the workspace {}",
@@ -415,9 +418,7 @@ fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCod
         println!("cairn store already exists at {}", store_dir.display());
     } else {
         println!("created cairn store at {}", store_dir.display());
-        if !settings.quiet {
-            println!("next: `cairn checkpoint --label start`, or pipe events into `cairn record`");
-        }
+        println!("next: `cairn checkpoint --label start`, or pipe events into `cairn record`");
     }
     Ok(ExitCode::SUCCESS)
 }
