@@ -324,3 +324,42 @@ fn demo_narration_says_what_happened_on_a_project_without_a_lib() {
         [("file.create", "src/lib.rs"), ("file.write", "src/main.rs")]
     );
 }
+
+/// Output into a pipe whose reader has gone (`cairn demo | head -2`) ends
+/// the command quietly with success, never a panic about a broken pipe.
+#[test]
+fn a_closed_output_pipe_ends_commands_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_closed = |args: &[&str]| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(args)
+            .current_dir(tmp.path())
+            .env_remove("CAIRN_STORE")
+            .env("RUST_BACKTRACE", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader goes away at once
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+    };
+    run_closed(&["demo", "--into", "d"]);
+    let d = tmp.path().join("d");
+    ok(&cairn(&d, &["checkpoint", "-q"]));
+    let store = d.join(".cairn");
+    for args in [
+        &["log"][..],
+        &["log", "--json"],
+        &["tree", "head"],
+        &["checkpoints"],
+        &["branches"],
+        &["export"],
+    ] {
+        let mut a = vec!["--store", store.to_str().unwrap()];
+        a.extend_from_slice(args);
+        run_closed(&a);
+    }
+}

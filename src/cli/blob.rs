@@ -49,7 +49,7 @@ pub fn run(settings: &Settings, cmd: BlobCommand) -> Result<ExitCode> {
             }
             store.blobs().sync().context("make blobs durable")?;
             for (hash, len, f) in out {
-                println!("{hash}  {len:>10}  {}", f.display());
+                outln!("{hash}  {len:>10}  {}", f.display());
             }
             store.close()?;
         }

@@ -90,12 +90,12 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
         eprintln!("warning: {w}");
     }
     if a.json {
-        println!("{}", info_json(&info));
+        outln!("{}", info_json(&info));
     } else {
         let skipped: u64 = info.counts.skipped.values().sum();
         let st = Style::stdout();
         if !settings.quiet {
-            println!(
+            outln!(
                 "{} {}  {}, {} changed, {} skipped{}",
                 st.green("checkpoint"),
                 st.bold(&info.id.to_string()),
@@ -114,7 +114,7 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
                     .iter()
                     .map(|(k, v)| format!("{k}: {v}"))
                     .collect();
-                println!("  skipped: {}", reasons.join(", "));
+                outln!("  skipped: {}", reasons.join(", "));
             }
         }
         if let Some(named) = not_captured(&info) {
@@ -123,7 +123,7 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
             if settings.quiet {
                 eprintln!("warning: not captured in {}: {named}", info.id);
             } else {
-                println!("  {} {named}", st.yellow("not captured:"));
+                outln!("  {} {named}", st.yellow("not captured:"));
             }
         }
     }
@@ -170,12 +170,12 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
     let all = store.checkpoints(session)?;
     if json {
         for c in &all {
-            println!("{}", info_json(c));
+            outln!("{}", info_json(c));
         }
     } else if all.is_empty() && settings.quiet {
-        println!("no checkpoints yet");
+        outln!("no checkpoints yet");
     } else if all.is_empty() {
-        println!("no checkpoints yet: create one with `cairn checkpoint --label NAME`");
+        outln!("no checkpoints yet: create one with `cairn checkpoint --label NAME`");
     } else {
         let st = Style::stdout();
         let now = Timestamp::now();
@@ -199,7 +199,7 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
                 cell(c.label.as_deref().unwrap_or_default()),
             ]);
         }
-        print!("{}", t.render());
+        out!("{}", t.render());
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
@@ -255,7 +255,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             "dir_modes": report.dir_modes,
             "kept": report.kept,
         });
-        println!("{v}");
+        outln!("{v}");
     } else if settings.quiet && !a.dry_run {
         // Quiet, a rollback says only what needs the user: the paths it
         // left as they are, as warnings. (A dry run's plan is its answer.)
@@ -289,11 +289,11 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             };
             for p in paths {
                 let word = if a.dry_run { would } else { did };
-                println!("  {} {}{suffix}", paint(&st, word), quote_path(p));
+                outln!("  {} {}{suffix}", paint(&st, word), quote_path(p));
             }
         }
         for k in &report.kept {
-            println!(
+            outln!(
                 "  {} {} ({})",
                 st.yellow(if a.dry_run { "keep  " } else { "kept   " }),
                 quote_path(&k.path),
@@ -305,7 +305,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
                 1 => ("it is", "it"),
                 _ => ("they are", "them"),
             };
-            println!(
+            outln!(
                 "{} left as {are} on disk: move {them} aside to roll {them} back",
                 count(report.kept.len() as u64, "path"),
             );
@@ -323,7 +323,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
                 count(report.dir_modes.len() as u64, "dir")
             );
         }
-        println!(
+        outln!(
             "{} {verb} write {}, delete {}, create {}{dirs}",
             if a.dry_run {
                 "dry run:"
@@ -335,7 +335,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             count(report.created_dirs.len() as u64, "dir")
         );
         if let Some(src) = report.source {
-            println!("the state before the rollback is checkpoint {src}: `cairn rollback {src}` undoes it");
+            outln!("the state before the rollback is checkpoint {src}: `cairn rollback {src}` undoes it");
         }
     }
     store.close()?;
@@ -375,7 +375,7 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
                 "by_retention": c.by_retention,
             })).collect::<Vec<_>>(),
         });
-        println!("{v}");
+        outln!("{v}");
     } else if settings.quiet {
         // Quiet, only a budget not met is said, as a warning.
         if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
@@ -383,17 +383,17 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
         }
     } else {
         if policy.keep_per_session.is_none() && policy.max_bytes.is_none() {
-            println!("no retention policy given: no checkpoint evicted (see --keep-per-session, --max-bytes)");
+            outln!("no retention policy given: no checkpoint evicted (see --keep-per-session, --max-bytes)");
         } else if discarded.is_empty() {
-            println!("no checkpoint evicted");
+            outln!("no checkpoint evicted");
         } else {
-            println!(
+            outln!(
                 "evicted {}: {}",
                 count(discarded.len() as u64, "checkpoint"),
                 super::output::short_list(&discarded)
             );
         }
-        println!(
+        outln!(
             "{} retained; {}; removed {}, freed {}",
             count(report.retained as u64, "checkpoint"),
             count(report.live_blobs as u64, "live blob"),
@@ -401,7 +401,7 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
             super::output::bytes(report.gc.freed_bytes)
         );
         if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
-            println!("{}", budget_not_met(b));
+            outln!("{}", budget_not_met(b));
         }
         if !report.collected_discarded.is_empty() {
             let named: Vec<String> = report
@@ -420,7 +420,7 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
                     )
                 })
                 .collect();
-            println!(
+            outln!(
                 "collected the contents of {} discarded before this gc: {}",
                 count(named.len() as u64, "checkpoint"),
                 named.join(", ")

@@ -20,7 +20,7 @@ const MAX_DEMO_COPY_BYTES: u64 = 512 * 1024 * 1024;
 
 const LIB_V1: &str = "//! A tiny library the demo agent works on.\n\npub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n";
 const LIB_V2: &str = "//! A tiny library the demo agent works on.\n\npub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\n/// Greets someone.\npub fn greet(name: &str) -> String {\n    format!(\"Hello, {name}!\")\n}\n";
-const MAIN_V1: &str = "fn main() {\n    println!(\"{}\", demo::add(2, 3));\n}\n";
+const MAIN_V1: &str = "fn main() {\n    outln!(\"{}\", demo::add(2, 3));\n}\n";
 const MAIN_BAD: &str =
     "fn main() {\n    // the agent deleted everything here\n    unimplemented\n}\n";
 
@@ -87,10 +87,11 @@ struct Timeline {
 }
 
 impl Timeline {
-    fn step(&self, turn: &str, what: &str) {
-        println!("{} {what}", self.st.dim(&format!("[{turn:>7}]")));
+    fn step(&self, turn: &str, what: &str) -> std::io::Result<()> {
+        outln!("{} {what}", self.st.dim(&format!("[{turn:>7}]")));
+        Ok(())
     }
-    fn checkpoint(&self, turn: &str, c: &CheckpointInfo) {
+    fn checkpoint(&self, turn: &str, c: &CheckpointInfo) -> std::io::Result<()> {
         self.step(
             turn,
             &format!(
@@ -101,7 +102,7 @@ impl Timeline {
                 super::output::count(c.counts.files, "file"),
                 c.counts.changed
             ),
-        );
+        )
     }
 }
 
@@ -173,7 +174,7 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
     let store = builder
         .open()
         .with_context(|| format!("open a store in {}", workspace.display()))?;
-    println!(
+    outln!(
         "{} {}",
         st.bold("cairn demo: workspace"),
         workspace.display()
@@ -186,9 +187,9 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
 
     // Turn 1: a tracked write.
     let c1 = s.before_turn(1)?;
-    t.checkpoint("turn 1", &c1);
+    t.checkpoint("turn 1", &c1)?;
     s.prompt("Add a greet() function to the library")?;
-    t.step("turn 1", "prompt: Add a greet() function to the library");
+    t.step("turn 1", "prompt: Add a greet() function to the library")?;
     let lib_path = "src/lib.rs";
     let lib_now = fs::read_to_string(workspace.join(lib_path)).unwrap_or_default();
     let lib_new = if generated {
@@ -207,14 +208,14 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
     t.step(
         "turn 1",
         &format!("{} {lib_path} ({})", st.cyan(kind.name()), written(kind)),
-    );
+    )?;
     s.reply("Added greet().")?;
     let a1 = s.after_turn(1)?;
-    t.checkpoint("turn 1", &a1);
+    t.checkpoint("turn 1", &a1)?;
 
     // Turn 2: a shell command edits a file behind cairn's back; the scan catches it.
     let c2 = s.before_turn(2)?;
-    t.checkpoint("turn 2", &c2);
+    t.checkpoint("turn 2", &c2)?;
     s.prompt("Bump the version")?;
     tool(&s, "bash", "Cargo.toml")?;
     let cargo = workspace.join("Cargo.toml");
@@ -241,19 +242,19 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
             st.cyan("bash"),
             if had_cargo { "" } else { " that creates it" }
         ),
-    );
+    )?;
     let a2 = s.after_turn(2)?;
-    t.checkpoint("turn 2", &a2);
+    t.checkpoint("turn 2", &a2)?;
 
     // Turn 3: a bad turn: breaks main.rs, deletes the README, creates junk.
     let c3 = s.before_turn(3)?;
-    t.checkpoint("turn 3", &c3);
+    t.checkpoint("turn 3", &c3)?;
     s.prompt("Clean up the project")?;
     let kind = write_file(&store, &s, "src/main.rs", MAIN_BAD.as_bytes())?;
     t.step(
         "turn 3",
         &format!("{} src/main.rs (breaks the build)", st.cyan(kind.name())),
-    );
+    )?;
     s.track("README.md")?;
     let readme = workspace.join("README.md");
     if readme.exists() {
@@ -263,7 +264,7 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
         e.before = Some(store.put_blob(&fs::read(&readme)?)?);
         fs::remove_file(&readme)?;
         s.record(&e)?;
-        t.step("turn 3", &format!("{} README.md", st.red("file.delete")));
+        t.step("turn 3", &format!("{} README.md", st.red("file.delete")))?;
     }
     let new_dirs = !workspace.join("notes/scratch").is_dir();
     let kind = write_file(&store, &s, "notes/scratch/todo.md", b"- everything\n")?;
@@ -274,7 +275,7 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
             st.cyan(kind.name()),
             if new_dirs { " (new directories)" } else { "" }
         ),
-    );
+    )?;
     let mut failed = s.event(EventKind::ToolCall);
     failed.tool = Some("cargo_build".into());
     failed.ok = false;
@@ -283,9 +284,9 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
     t.step(
         "turn 3",
         &format!("{} cargo build failed", st.red("tool_call")),
-    );
+    )?;
     let a3 = s.after_turn(3)?;
-    t.checkpoint("turn 3", &a3);
+    t.checkpoint("turn 3", &a3)?;
 
     // Roll back the bad turn, redo it, undo again, then a path-scoped rollback.
     let r = s.rollback(c3.id)?;
@@ -299,7 +300,7 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
             r.deleted.len(),
             r.source.map(|c| c.to_string()).unwrap_or_default()
         ),
-    );
+    )?;
     let redo = s.rollback(a3.id)?;
     t.step(
         "redo",
@@ -310,7 +311,7 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
             redo.written.len(),
             redo.deleted.len()
         ),
-    );
+    )?;
     let undo = s.rollback(c3.id)?;
     t.step(
         "undo",
@@ -321,7 +322,7 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
             undo.written.len(),
             undo.deleted.len()
         ),
-    );
+    )?;
     // What the rollback did, from its report: on a project without
     // src/lib.rs at c1 it deletes the file turn 1 created.
     let scoped = s.rollback_paths(c1.id, &[lib_path])?;
@@ -334,7 +335,7 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
             scoped.written.len(),
             scoped.deleted.len()
         ),
-    );
+    )?;
 
     // On the user's own directory, end where it began: their files as they
     // were before the demo (c1), the demo's history still explorable.
@@ -349,7 +350,7 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
                 back.written.len(),
                 back.deleted.len()
             ),
-        );
+        )?;
         true
     } else {
         false
@@ -363,18 +364,18 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
             "{n} records as canonical JSONL -> {}",
             export_path.display()
         ),
-    );
+    )?;
     let head = store.head();
     // The whole hash, so it can be handed to `cairn verify --head` as is: a
     // prefix would pin the log to far fewer bits than the check is for.
-    println!(
+    outln!(
         "\n{} {} records, head hash {}",
         st.bold("done:"),
         head.last_lsn,
         head.chain.to_hex()
     );
     if restored {
-        println!(
+        outln!(
             "Your files are back as they were before the demo ({}, rolled back to at the end); the demo's checkpoints and records stay in {}.",
             c1.id,
             workspace.join(".cairn").display()
@@ -382,7 +383,7 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
     }
     store.close()?;
     let cd = shell_quote(&workspace);
-    println!("\nExplore it:");
+    outln!("\nExplore it:");
     for cmd in [
         format!("cd {cd}"),
         "cairn log".to_string(),
@@ -395,9 +396,9 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
         "cairn export --format comma".to_string(),
         "cairn verify".to_string(),
     ] {
-        println!("  {cmd}");
+        outln!("  {cmd}");
     }
-    println!("(with cargo: `cargo run --release -- --store {cd}/.cairn log`)");
+    outln!("(with cargo: `cargo run --release -- --store {cd}/.cairn log`)");
     Ok(ExitCode::SUCCESS)
 }
 

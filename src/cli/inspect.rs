@@ -250,7 +250,7 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
             // Damage that stops the log from being read at all is still a
             // report to a script: not-ok, with the reason.
             let v = serde_json::json!({"ok": false, "error": super::describe(&e)});
-            println!("{v}");
+            outln!("{v}");
             return Ok(ExitCode::from(super::exit_status_for(&e)));
         }
         Err(e) => return Err(e),
@@ -272,35 +272,35 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
             "superseded_blob_entries": report.blobs.superseded.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
             "pinned_head": report.pinned.map(|(h, at)| serde_json::json!({"hash": h.to_hex(), "found_at_lsn": at.map(|l| l.0)})),
         });
-        println!("{v}");
+        outln!("{v}");
     } else if settings.quiet && ok {
         // Quiet, an intact store is said by the exit code alone.
     } else {
         let st = Style::stdout();
         // Quiet, only the damage and the verdict are printed.
         if !settings.quiet {
-            println!(
+            outln!(
                 "{}, {} ({}), {} checked",
                 count(report.log.segments, "segment"),
                 count(report.log.records, "record"),
                 bytes(report.log.bytes),
                 count(report.blobs.blobs, "blob")
             );
-            println!(
+            outln!(
                 "head: LSN {} hash {}",
                 report.log.head.last_lsn,
                 report.log.head.chain.to_hex()
             );
         }
         for p in &report.log.problems {
-            println!("{} {p}", st.red("CORRUPT"));
+            outln!("{} {p}", st.red("CORRUPT"));
         }
         for p in &report.blobs.problems {
-            println!("{} {p}", st.red("CORRUPT"));
+            outln!("{} {p}", st.red("CORRUPT"));
         }
         if !report.blobs.superseded.is_empty() && !settings.quiet {
             let n = report.blobs.superseded.len();
-            println!(
+            outln!(
                 "note: {} left in the packs, {}; nothing reads {}, and a gc that rewrites {} drops {}:",
                 count(n as u64, "damaged entry"),
                 if n == 1 {
@@ -313,21 +313,21 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
                 if n == 1 { "it" } else { "them" },
             );
             for p in &report.blobs.superseded {
-                println!("  {p}");
+                outln!("  {p}");
             }
         }
         if let Some((h, at)) = report.pinned {
             match at {
                 Some(_) if settings.quiet => {}
-                Some(lsn) => println!("pinned head {} found at LSN {lsn}", &h.to_hex()[..16]),
-                None => println!(
+                Some(lsn) => outln!("pinned head {} found at LSN {lsn}", &h.to_hex()[..16]),
+                None => outln!(
                     "{} pinned head {} is not in this history: records were removed or rewritten",
                     st.red("TAMPERED"),
                     h.to_hex()
                 ),
             }
         }
-        println!(
+        outln!(
             "{}",
             if ok {
                 st.green("ok: no damage found")
@@ -368,9 +368,9 @@ pub fn repair(settings: &Settings, json: bool) -> Result<ExitCode> {
         || report.damaged_dir.is_some()
         || !report.damaged_blobs.is_empty();
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?);
     } else if lost || !settings.quiet {
-        print!("{report}");
+        out!("{report}");
     }
     if report.damaged_blobs.is_empty() {
         return Ok(ExitCode::SUCCESS);
@@ -424,7 +424,7 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
             "compression_ratio": s.blobs.compression_ratio,
             "blob_dictionary": s.blobs.dictionary,
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
         let mut t = Table::new(&["", ""]);
         let place = if settings.in_memory {
@@ -490,7 +490,7 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
                 .clone()
                 .unwrap_or_else(|| "none yet".into()),
         ]);
-        print!(
+        out!(
             "{}",
             t.render()
                 .lines()
@@ -816,15 +816,15 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
             if let Some(t) = lost_target.get(&n.lsn) {
                 v["lost_target"] = serde_json::json!(t.to_string());
             }
-            println!("{v}");
+            outln!("{v}");
         }
     } else if nodes.is_empty() {
         match id {
-            Some(c) => println!(
-                "nothing continues from {c} yet: no checkpoint or rollback has it as parent"
-            ),
-            None if rollbacks == 0 => println!("no checkpoints or rollbacks yet"),
-            None => println!(
+            Some(c) => {
+                outln!("nothing continues from {c} yet: no checkpoint or rollback has it as parent")
+            }
+            None if rollbacks == 0 => outln!("no checkpoints or rollbacks yet"),
+            None => outln!(
                 "no checkpoints yet; the log's {} {} no checkpoint of this store \
                  (an imported one, say), so it is not a branch point",
                 count(rollbacks as u64, "rollback record"),
@@ -859,7 +859,7 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
                 cell(n.label.as_deref().unwrap_or_default()),
             ]);
         }
-        print!("{}", t.render());
+        out!("{}", t.render());
     }
     Ok(ExitCode::SUCCESS)
 }

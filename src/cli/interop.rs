@@ -155,13 +155,13 @@ pub fn import(
             if json {
                 let mut v = summary();
                 v["error"] = super::describe(&e).into();
-                println!("{v}");
+                outln!("{v}");
             }
             return Err(e);
         }
     };
     if json {
-        println!("{}", summary());
+        outln!("{}", summary());
     } else if !settings.quiet {
         eprintln!(
             "imported {} from {}",

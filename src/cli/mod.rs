@@ -1,6 +1,29 @@
 //! The command line: raw flags ([`args`]), then validated settings and
 //! dispatch to one module per group of commands.
 
+/// `println!` for the CLI's output: a write error (the reader of a pipe
+/// gone, `cairn log | head`; a full disk under `> file`) is returned with
+/// `?` instead of panicking, so `main` ends quietly on a closed pipe and
+/// reports any other failure, and the store is closed as usual.
+macro_rules! outln {
+    () => {
+        ::std::io::Write::write_all(&mut ::std::io::stdout().lock(), b"\n")?
+    };
+    ($($arg:tt)*) => {
+        ::std::io::Write::write_fmt(
+            &mut ::std::io::stdout().lock(),
+            format_args!("{}\n", format_args!($($arg)*)),
+        )?
+    };
+}
+
+/// `print!` for the CLI's output, returning write errors as [`outln`] does.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        ::std::io::Write::write_fmt(&mut ::std::io::stdout().lock(), format_args!($($arg)*))?
+    };
+}
+
 pub mod args;
 pub mod blob;
 pub mod checkpoint;
@@ -409,16 +432,16 @@ fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCod
         return Ok(ExitCode::SUCCESS);
     }
     if existed && rebind {
-        println!(
+        outln!(
             "cairn store at {} now belongs to the workspace {}",
             store_dir.display(),
             workspace.display()
         );
     } else if existed {
-        println!("cairn store already exists at {}", store_dir.display());
+        outln!("cairn store already exists at {}", store_dir.display());
     } else {
-        println!("created cairn store at {}", store_dir.display());
-        println!("next: `cairn checkpoint --label start`, or pipe events into `cairn record`");
+        outln!("created cairn store at {}", store_dir.display());
+        outln!("next: `cairn checkpoint --label start`, or pipe events into `cairn record`");
     }
     Ok(ExitCode::SUCCESS)
 }

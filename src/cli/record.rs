@@ -66,7 +66,7 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
     if let (Err(e), true) = (&got, json) {
         let mut v = tally.json();
         v["error"] = super::describe(e).into();
-        println!("{v}");
+        outln!("{v}");
     }
     got
 }
