@@ -465,6 +465,7 @@ impl Store {
     /// before it is appended).
     fn check_imported(&self, item: &Imported, file_name: &str) -> std::result::Result<(), String> {
         let at = |why: String| format!("{file_name}:{}: {why}", item.line);
+        cairn_codec::json::check_fields(&item.event).map_err(|e| at(e.to_string()))?;
         cairn_codec::json::check_paths(&item.event).map_err(|e| at(e.to_string()))?;
         let own: Vec<BlobHash> = item.blobs.iter().map(|b| BlobHash::of(b)).collect();
         let mut e = item.event.clone();

@@ -589,9 +589,11 @@ impl Store {
         Ok(self.blobs.get(hash)?)
     }
 
-    /// Checks an event before it is appended: its paths are workspace-relative
-    /// (and a file event has one), and every blob it refers to is stored.
+    /// Checks an event before it is appended: its session is not empty and
+    /// its time in range, its paths are workspace-relative (and a file event
+    /// has one), and every blob it refers to is stored.
     pub(crate) fn check_event(&self, event: &Event) -> Result<()> {
+        cairn_codec::json::check_fields(event)?;
         cairn_codec::json::check_paths(event)?;
         match self.missing_blob(event) {
             Some(h) => Err(Error::Other(format!(

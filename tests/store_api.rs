@@ -783,3 +783,24 @@ fn a_session_write_outside_the_workspace_is_a_snapshot_error() {
     assert_eq!(store.head().last_lsn.0, 0, "nothing recorded");
     store.close().unwrap();
 }
+
+/// The library refuses what JSON input refuses (trial 12 N7): an empty
+/// session and a time outside what an ISO-8601 line can say, so the
+/// store's export always imports back.
+#[test]
+fn append_refuses_an_empty_session_and_a_time_out_of_range() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let e = store.session("").prompt("x").unwrap_err().to_string();
+    assert!(e.contains("`session` must not be empty"), "{e}");
+    for ms in [i64::MAX, i64::MIN] {
+        let mut ev = cairn::Event::new(cairn::EventKind::Prompt, "s");
+        ev.ts = cairn::Timestamp(ms);
+        let e = store.append(&ev).unwrap_err().to_string();
+        assert!(e.contains("field `ts`") && e.contains("outside"), "{e}");
+        let e = store.append_batch(&[ev]).unwrap_err().to_string();
+        assert!(e.contains("field `ts`"), "{e}");
+    }
+    assert_eq!(store.head().last_lsn.0, 0, "nothing recorded");
+    store.close().unwrap();
+}

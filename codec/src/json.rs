@@ -478,6 +478,20 @@ fn not_an_object(line: &str) -> Option<&'static str> {
     }
 }
 
+/// Checks what JSON input checks of an event built some other way (the
+/// library's `Store::append`): a session that is not empty, and a time
+/// within the range an ISO-8601 line can say (see
+/// [`Timestamp::from_millis`]). So every record exports to a line that
+/// imports back.
+pub fn check_fields(e: &Event) -> Result<(), CodecError> {
+    if e.session.is_empty() {
+        return Err(CodecError::Json("field `session` must not be empty".into()));
+    }
+    Timestamp::from_millis(e.ts.millis())
+        .map_err(|err| CodecError::Json(format!("field `ts`: {err}")))?;
+    Ok(())
+}
+
 /// Checks the paths of an event: a file event names the file it touched
 /// (`path`; a patch may name them in `files` instead), a move names its
 /// destination (`to_path`), no path is empty,
