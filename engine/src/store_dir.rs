@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! .cairn/
+//!   .gitignore  `*`: git never sees the store
 //!   LOCK        exclusive lock: one writing process at a time
 //!   log/        log segments (see the log module)
 //!   blobs/      blob packs and their index (see the blob module)
@@ -17,6 +18,13 @@ use crate::{EngineError, Result};
 
 /// The name of the store directory inside a workspace.
 pub const STORE_DIR_NAME: &str = ".cairn";
+
+/// A `.gitignore` in the store directory, so git never sees the store.
+const GITIGNORE_FILE: &str = ".gitignore";
+
+/// Its contents: everything in the store (itself included) is ignored.
+const GITIGNORE_TEXT: &str =
+    "# A cairn store: private history and file contents. Never commit it.\n*\n";
 
 /// The process id a lock holder wrote into `lock_file` (`pid N`), if it
 /// can be read.
@@ -58,6 +66,15 @@ impl StoreDir {
                 }
                 _ => EngineError::io("create directory", &dir, e),
             })?;
+        }
+        // A store in a git repository stays out of it: `git add -A` would
+        // otherwise commit every checkpointed file (tracked `.env`s too).
+        // Written once, never replaced (the user may have edited it).
+        let ignore = root.join(GITIGNORE_FILE);
+        if !vfs.exists(&ignore) {
+            if let Ok(f) = vfs.open(&ignore, crate::vfs::OpenMode::CreateNew) {
+                let _ = f.write_all_at(GITIGNORE_TEXT.as_bytes(), 0);
+            }
         }
         // Make the subdirectories' entries in `.cairn` durable: without this,
         // a power loss right after the first acknowledged append could lose
@@ -139,6 +156,19 @@ mod tests {
         let _d = StoreDir::open(Arc::new(RealVfs), &root).unwrap();
         let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn git_never_sees_the_store_and_an_edited_gitignore_is_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        drop(StoreDir::open(Arc::new(RealVfs), &root).unwrap());
+        let text = std::fs::read_to_string(root.join(".gitignore")).unwrap();
+        assert!(text.lines().any(|l| l == "*"), "{text}");
+        std::fs::write(root.join(".gitignore"), "mine\n").unwrap();
+        drop(StoreDir::open(Arc::new(RealVfs), &root).unwrap());
+        let text = std::fs::read_to_string(root.join(".gitignore")).unwrap();
+        assert_eq!(text, "mine\n");
     }
 
     #[test]
