@@ -1372,4 +1372,18 @@ fn tree_and_diff_name_a_file_a_checkpoint_did_not_capture() {
     // The other way round: "removed" is not what happened either.
     let d = ok(&cairn(ws, &["diff", "c2", "c1"]));
     assert!(d.contains("big.bin not captured at c1 (too large)"), "{d}");
+    // Nor "does not exist" for show; a path that never was still is.
+    let o = cairn(ws, &["show", "c1:big.bin"]);
+    let e = failed(&o);
+    assert!(
+        e.contains("`big.bin` was not captured at c1 (too large)"),
+        "{e}"
+    );
+    let missing = cairn(ws, &["show", "c1:nope"]);
+    assert_eq!(o.status.code(), missing.status.code());
+    assert!(
+        err(&missing).contains("does not exist"),
+        "{}",
+        err(&missing)
+    );
 }

@@ -542,10 +542,28 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
         None => path.to_string(),
     };
     let path = path.as_str();
-    let entry = store.query(|q| {
+    let found = store.query(|q| {
         let at = q.resolve(point)?;
-        q.entry_at(at, path)?.ok_or_else(|| q.not_a_file(at, path))
+        Ok(q.entry_at(at, path)?.ok_or_else(|| q.not_a_file(at, path)))
     })?;
+    let entry = match found {
+        Ok(e) => e,
+        Err(e) => {
+            // Not in the tree because the checkpoint could not capture it:
+            // say so, rather than that it did not exist.
+            if let Some(n) = not_captured_at(&store, &point)?
+                .into_iter()
+                .find(|n| n.path == path)
+            {
+                anyhow::bail!(
+                    "`{}` was not captured at {point} ({}): it was in the workspace, but its contents were not stored",
+                    quote_path(path),
+                    n.why.replace('_', " ")
+                );
+            }
+            return Err(e.into());
+        }
+    };
     // Streamed chunk by chunk (each verified): a large file is never held
     // whole in memory.
     let mut out = std::io::stdout().lock();
