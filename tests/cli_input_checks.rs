@@ -292,3 +292,35 @@ fn a_fractional_latency_is_rounded_by_record_and_import_alike() {
     assert!(!o.status.success());
     assert!(err(&o).contains("not negative"), "{}", err(&o));
 }
+
+/// Trial 12 N9.2–N9.4: a bad point, checkpoint id or blob hash is a usage
+/// error (exit 2) wherever it is typed, with no internal prefix or parser
+/// detail; `history` and `show` refuse the workspace root.
+#[test]
+fn bad_points_ids_and_hashes_are_usage_errors_everywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("a"), "x\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    for args in [
+        &["tree", "2020-13-45"][..],
+        &["rollback", "head"],
+        &["blob", "get", "abc"],
+        &["show", "c0:a"],
+        &["log", "--since", "yesterday"],
+        &["history", ""],
+        &["history", "."],
+        &["show", "head:."],
+    ] {
+        let o = cairn(ws, args);
+        let e = failed(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(!e.contains("invalid data"), "{args:?}: {e}");
+        assert!(!e.contains("four digit integer"), "{args:?}: {e}");
+    }
+    let e = failed(&cairn(ws, &["show", "c0:a"]));
+    assert!(e.contains("`c0` is not a checkpoint id"), "{e}");
+    // A point that parses but names nothing is not a usage error.
+    assert_eq!(cairn(ws, &["tree", "c9"]).status.code(), Some(1));
+}

@@ -73,7 +73,7 @@ impl fmt::Display for CodecError {
                 "{what} checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
             ),
             CodecError::BadMagic { what } => write!(f, "not a cairn {what} (bad magic or version)"),
-            CodecError::Invalid { what } => write!(f, "invalid data: {what}"),
+            CodecError::Invalid { what } => f.write_str(what),
             CodecError::Body(e) => write!(f, "record body: {e}"),
             CodecError::Json(e) => write!(f, "{e}"),
             CodecError::MissingDictionary { id } => write!(

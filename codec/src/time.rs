@@ -134,7 +134,10 @@ fn bad_ts(s: &str, e: impl fmt::Display) -> CodecError {
     // The parser's own detail helps ("invalid month 13") unless it talks
     // about its own types (a time past its range).
     let detail = e.to_string();
-    let detail = if detail.contains("jiff") {
+    // Nor for text that is no date at all (`yesterday`): "failed to parse
+    // four digit integer as year" says nothing useful there.
+    let looks_like_a_date = s.trim().bytes().take(4).all(|b| b.is_ascii_digit());
+    let detail = if detail.contains("jiff") || !looks_like_a_date {
         String::new()
     } else {
         format!(": {detail}")

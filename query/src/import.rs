@@ -765,7 +765,7 @@ mod tests {
             ),
             (
                 r#"{"ts":-62135596800001,"action":"prompt","ok":true}"#,
-                "field `ts`: invalid data: timestamp -62135596800001 ms is outside 0001-01-01",
+                "field `ts`: timestamp -62135596800001 ms is outside 0001-01-01",
             ),
             (
                 r#"{"ts":1,"action":"reply","ok":true,"latencyMs":-3}"#,

@@ -12,7 +12,9 @@ use super::Settings;
 /// Parses a blob hash given on the command line, with an error that says what is wrong.
 pub fn parse_hash(s: &str) -> Result<BlobHash> {
     BlobHash::from_hex(s.trim()).map_err(|e| {
-        anyhow::anyhow!("{e} (blob hashes are 64 hex digits, as printed by `cairn blob put`)")
+        super::usage(format!(
+            "{e} (blob hashes are 64 hex digits, as printed by `cairn blob put`)"
+        ))
     })
 }
 

@@ -13,7 +13,7 @@ use super::Settings;
 /// Parses a checkpoint id, with a hint on how to list them.
 pub fn parse_id(s: &str) -> Result<CheckpointId> {
     s.parse::<CheckpointId>()
-        .map_err(|e| anyhow::anyhow!("{e}; list checkpoints with `cairn checkpoints`"))
+        .map_err(|e| super::usage(format!("{e}; list checkpoints with `cairn checkpoints`")))
 }
 
 fn info_json(c: &CheckpointInfo) -> serde_json::Value {

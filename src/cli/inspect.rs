@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use cairn::codec::json_line::write_json_line;
 use cairn::codec::EventRef;
 use cairn::query::filter::{parse_time_bound, TimeBound};
@@ -65,7 +65,7 @@ pub fn record_path(p: &str, workspace: Option<&std::path::Path>) -> String {
 }
 
 fn parse_point(s: &str) -> Result<Point> {
-    s.parse::<Point>().map_err(|e| anyhow::anyhow!("{e}"))
+    s.parse::<Point>().map_err(|e| super::usage(e.to_string()))
 }
 
 /// One-line summary of what a record says.
@@ -510,12 +510,24 @@ fn split_point_path(spec: &str) -> Result<(Point, &str)> {
         if let Ok(p) = spec[..i].parse::<Point>() {
             let path = &spec[i + 1..];
             if path.is_empty() {
-                bail!("`{spec}` names no path after the point");
+                return Err(super::usage(format!(
+                    "`{spec}` names no path after the point"
+                )));
             }
             return Ok((p, path));
         }
     }
-    bail!("`{spec}` is not POINT:PATH (for example c12:src/main.rs, @40:README.md, head:Cargo.toml, 2026-11-22T10:00:00Z:README.md)")
+    // Say what is wrong with the point, when there is one before a colon.
+    let why = match spec.rfind(':') {
+        Some(i) => match spec[..i].parse::<Point>() {
+            Err(e) => format!(": {e}"),
+            Ok(_) => String::new(),
+        },
+        None => String::new(),
+    };
+    Err(super::usage(format!(
+        "`{spec}` is not POINT:PATH (for example c12:src/main.rs, @40:README.md, head:Cargo.toml, 2026-11-22T10:00:00Z:README.md){why}"
+    )))
 }
 
 /// `cairn show POINT:PATH`. As git reads `HEAD:path`, the path is from
@@ -542,6 +554,11 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
         None => path.to_string(),
     };
     let path = path.as_str();
+    if path.is_empty() {
+        return Err(super::usage(format!(
+            "`{spec}` names the workspace root, a directory: `cairn tree {point}` lists its files"
+        )));
+    }
     let found = store.query(|q| {
         let at = q.resolve(point)?;
         Ok(q.entry_at(at, path)?.ok_or_else(|| q.not_a_file(at, path)))
@@ -764,6 +781,13 @@ fn split_unified<'a>(d: &cairn::query::query::FileDiff, u: &'a str) -> ([String;
 pub fn history(settings: &Settings, path: &str, checkpoints: bool, json: bool) -> Result<ExitCode> {
     let store = settings.open_read()?;
     let path = record_path(path, store.workspace_dir());
+    if path.is_empty() {
+        // The empty path and the workspace root name no file: every record
+        // would match, which `cairn log` lists.
+        return Err(super::usage(
+            "history needs a file or directory below the workspace root (`src/`, `README.md`); `cairn log` lists every record",
+        ));
+    }
     let records = store.query(|q| {
         if checkpoints {
             q.history_with_resets(&path)
