@@ -442,10 +442,23 @@ pub fn line_error(e: &serde_json::Error) -> String {
 }
 
 /// A `ts` value: ISO-8601 text, or whole epoch milliseconds.
+/// A JSON number as whole epoch milliseconds: an integer, or a number
+/// written with a fraction or exponent whose value is whole (`1e12`,
+/// `1700000000000.0`, as some JSON writers print every number). `None` for
+/// one with a fraction, or past what an `i64` holds.
+pub fn whole_millis(n: &serde_json::Number) -> Option<i64> {
+    /// 2^63 as an f64: the first value past `i64::MAX`.
+    const I64_END: f64 = 9_223_372_036_854_775_808.0;
+    n.as_i64().or_else(|| {
+        let f = n.as_f64()?;
+        (f.fract() == 0.0 && (-I64_END..I64_END).contains(&f)).then_some(f as i64)
+    })
+}
+
 fn parse_ts(v: &serde_json::Value) -> Result<Timestamp, CodecError> {
     match v {
         serde_json::Value::String(s) => Timestamp::parse(s),
-        serde_json::Value::Number(n) => match n.as_i64() {
+        serde_json::Value::Number(n) => match whole_millis(n) {
             Some(ms) => Timestamp::from_millis(ms),
             None => Err(CodecError::Json(format!(
                 "field `ts`: {n} is not whole epoch milliseconds within the range of a 64-bit integer"
@@ -644,6 +657,11 @@ mod tests {
         let a = parse_event(r#"{"kind":"reply","ts":1700000000123}"#).unwrap();
         let b = parse_event(r#"{"kind":"reply","ts":"2023-11-14T22:13:20.123Z"}"#).unwrap();
         assert_eq!(a.ts, b.ts);
+        // Whole numbers written as floats, as some JSON writers do.
+        for whole in ["1.700000000123e12", "1700000000123.0"] {
+            let c = parse_event(&format!(r#"{{"kind":"reply","ts":{whole}}}"#)).unwrap();
+            assert_eq!(c.ts, a.ts, "{whole}");
+        }
         for (bad, says) in [
             (
                 r#"{"kind":"reply","ts":1e20}"#,

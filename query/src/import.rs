@@ -362,7 +362,7 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
         &without_nulls
     };
     let ts = match req(o, "ts")? {
-        Value::Number(n) => match n.as_i64() {
+        Value::Number(n) => match cairn_codec::json::whole_millis(n) {
             // A negative one is before 1970: odd for an agent's event, but
             // a time cairn holds (years 0001..=9999) and exports as such,
             // so its own export of it imports.
@@ -871,6 +871,16 @@ mod tests {
             e.contains("field `latencyMs`: 100000000000000000000 is out of range"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn cortexide_ts_written_as_a_whole_float_is_read() {
+        let line = r#"{"ts":1e12,"action":"reply","ok":true}"#;
+        let e = parse_line(Format::Cortexide, line).unwrap().event;
+        assert_eq!(e.ts.millis(), 1_000_000_000_000);
+        let line = r#"{"ts":1.5,"action":"reply","ok":true}"#;
+        let e = parse_line(Format::Cortexide, line).unwrap_err();
+        assert!(e.contains("must be whole epoch milliseconds"), "{e}");
     }
 
     #[test]
