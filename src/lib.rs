@@ -46,8 +46,11 @@ pub use cairn_codec::{
     Timestamp,
 };
 pub use cairn_engine::log::{Durability, Head};
+pub use cairn_query::point::Point;
+pub use cairn_query::Filter;
 pub use cairn_snapshot::{
-    CheckpointInfo, RetentionPolicy, RollbackReport, RollbackRequest, ScanMode, WatchStats,
+    CheckpointInfo, CheckpointRequest, RetentionPolicy, RollbackReport, RollbackRequest, ScanMode,
+    WatchStats,
 };
 pub use error::{Error, Result};
 pub use session::Session;
