@@ -209,6 +209,19 @@ impl StoreBuilder {
         })?;
         let custom_vfs = self.vfs.is_some();
         if let (Some(w), false) = (&self.workspace, custom_vfs) {
+            // A typo in the path would otherwise make a new, empty store.
+            if !w.is_dir() {
+                return Err(Error::Other(format!(
+                    "the workspace {} is not a directory{}: create it first (its store goes in {})",
+                    w.display(),
+                    if w.exists() {
+                        ""
+                    } else {
+                        " (it does not exist)"
+                    },
+                    root.display()
+                )));
+            }
             refuse_workspace_in_store(w, &root)?;
         }
         // Without a workspace, the one the store is bound to; else the
@@ -474,6 +487,8 @@ impl Store {
     }
 
     /// Opens (creating if needed) the store of `workspace` at `<workspace>/.cairn`.
+    /// The workspace directory must exist (a typo is an error, not a new
+    /// empty store).
     ///
     /// The handle holds the store's exclusive writer lock until it is closed
     /// or dropped: another writing handle, in this process or another, gets

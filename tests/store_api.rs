@@ -132,8 +132,10 @@ fn session_writes_are_tracked_recorded_and_confined_to_the_workspace() {
     assert_eq!(last.event.kind, EventKind::FileWrite);
     assert_eq!(last.event.diff_stats.unwrap().lines_added, 1);
     for bad in ["../outside.txt", "/etc/passwd", "a/../../b", ""] {
-        let err = s.write_file(bad, b"x").unwrap_err().to_string();
-        assert!(err.contains("workspace-relative"), "{bad}: {err}");
+        let err = s.write_file(bad, b"x").unwrap_err();
+        assert!(matches!(err, Error::Snapshot(_)), "{bad}: {err:?}");
+        let err = err.to_string();
+        assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
     }
     assert!(!tmp.path().parent().unwrap().join("outside.txt").exists());
 }
@@ -378,6 +380,7 @@ fn a_store_inside_its_workspace_is_never_captured_or_rolled_back() {
         let tmp = tempfile::tempdir().unwrap();
         let ws = tmp.path();
         std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+        std::fs::create_dir(ws.join("inner")).unwrap();
         let nested = Store::open(ws.join("inner")).unwrap();
         nested.session("n").prompt("inner before").unwrap();
         let store = Store::builder()
@@ -723,6 +726,20 @@ fn a_workspace_inside_another_store_is_refused() {
     let outer = Store::open(tmp.path()).unwrap();
     assert_eq!(outer.head().last_lsn.0, 1);
     outer.close().unwrap();
+}
+
+/// A workspace path that does not exist (a typo) is an error, not a new
+/// empty store; nothing is created.
+#[test]
+fn a_workspace_that_does_not_exist_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let typo = tmp.path().join("porject");
+    let e = Store::open(&typo).unwrap_err().to_string();
+    assert!(e.contains("does not exist") && e.contains("porject"), "{e}");
+    assert!(!typo.exists());
+    std::fs::write(&typo, "a file").unwrap();
+    let e = Store::open(&typo).unwrap_err().to_string();
+    assert!(e.contains("is not a directory"), "{e}");
 }
 
 /// A second writing handle in the same process is told that this process
