@@ -324,3 +324,39 @@ fn bad_points_ids_and_hashes_are_usage_errors_everywhere() {
     // A point that parses but names nothing is not a usage error.
     assert_eq!(cairn(ws, &["tree", "c9"]).status.code(), Some(1));
 }
+
+/// Trial 12 N9.1: `history --follow` follows a file back through its
+/// moves, as blame does; a later file at the old path is not its history.
+#[test]
+fn history_follow_goes_back_through_moves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let lines = [
+        r#"{"kind":"file.create","path":"a.txt"}"#,
+        r#"{"kind":"file.edit","path":"a.txt"}"#,
+        r#"{"kind":"file.move","path":"a.txt","to_path":"dir/b.txt"}"#,
+        r#"{"kind":"file.edit","path":"dir/b.txt"}"#,
+        r#"{"kind":"file.create","path":"a.txt"}"#,
+        r#"{"kind":"file.move","path":"dir/b.txt","to_path":"c.txt"}"#,
+    ]
+    .join("\n");
+    ok(&cairn_stdin(ws, &["record", "-q"], Some(&lines)));
+    let lsns = |args: &[&str]| -> Vec<u64> {
+        json_lines(&ok(&cairn(ws, args)))
+            .iter()
+            .map(|v| v["lsn"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(lsns(&["history", "c.txt", "--json"]), vec![6]);
+    assert_eq!(
+        lsns(&["history", "c.txt", "--follow", "--json"]),
+        vec![1, 2, 3, 4, 6]
+    );
+    assert_eq!(
+        lsns(&["history", "dir/b.txt", "--follow", "--json"]),
+        vec![1, 2, 3, 4, 6]
+    );
+    let o = cairn(ws, &["history", "c.txt", "--follow", "--checkpoints"]);
+    assert_eq!(o.status.code(), Some(2));
+}

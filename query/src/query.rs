@@ -592,6 +592,46 @@ impl<'a> Query<'a> {
             .collect()
     }
 
+    /// [`Query::history`] of a file followed back through its moves (as
+    /// `git log --follow`): the records of `path` and, before the
+    /// `file.move` that brought it there, those of where it came from, and
+    /// so on back (at most [`MAX_BLAME_MOVES`] moves, as blame follows).
+    /// The records blame credits are the ones listed.
+    pub fn history_following(&self, path: &str) -> Result<Vec<Record>> {
+        let mut lsns: Vec<Lsn> = Vec::new();
+        let mut cur = path.to_string();
+        let mut before = Lsn(u64::MAX);
+        for _ in 0..=MAX_BLAME_MOVES {
+            let here: Vec<Lsn> = self
+                .index
+                .paths_under(&cur)
+                .into_iter()
+                .filter(|l| *l < before)
+                .collect();
+            // The latest move that brought `cur` here, among its records.
+            let mut came_from = None;
+            for l in here.iter().rev() {
+                let r = self.src.read(*l)?;
+                let e = &r.event;
+                if e.kind == EventKind::FileMove && e.to_path.as_deref() == Some(cur.as_str()) {
+                    came_from = e.path.clone().map(|p| (p, *l));
+                    break;
+                }
+            }
+            lsns.extend(here);
+            match came_from {
+                Some((from, at)) => {
+                    cur = from;
+                    before = at;
+                }
+                None => break,
+            }
+        }
+        lsns.sort_unstable();
+        lsns.dedup();
+        lsns.iter().map(|l| self.src.read(*l)).collect()
+    }
+
     /// [`Query::history`] and the checkpoints and rollbacks at which the
     /// file `path` changed without a record naming it: a checkpoint that
     /// captured a shell command's edit, a rollback that restored the file.

@@ -289,6 +289,10 @@ pub enum Command {
         /// checkpoint for a file, two trees per checkpoint for a directory.
         #[arg(long)]
         checkpoints: bool,
+        /// Follow the file back through its moves (`file.move` records), as
+        /// `git log --follow` does: also the records of where it came from.
+        #[arg(long, conflicts_with = "checkpoints")]
+        follow: bool,
         /// Canonical JSONL.
         #[arg(long)]
         json: bool,

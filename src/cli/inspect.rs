@@ -778,7 +778,13 @@ fn split_unified<'a>(d: &cairn::query::query::FileDiff, u: &'a str) -> ([String;
 }
 
 /// `cairn history PATH`.
-pub fn history(settings: &Settings, path: &str, checkpoints: bool, json: bool) -> Result<ExitCode> {
+pub fn history(
+    settings: &Settings,
+    path: &str,
+    checkpoints: bool,
+    follow: bool,
+    json: bool,
+) -> Result<ExitCode> {
     let store = settings.open_read()?;
     let path = record_path(path, store.workspace_dir());
     if path.is_empty() {
@@ -791,6 +797,8 @@ pub fn history(settings: &Settings, path: &str, checkpoints: bool, json: bool) -
     let records = store.query(|q| {
         if checkpoints {
             q.history_with_resets(&path)
+        } else if follow {
+            q.history_following(&path)
         } else {
             q.history(&path)
         }

@@ -384,8 +384,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::History {
             path,
             checkpoints,
+            follow,
             json,
-        } => inspect::history(&settings, &path, checkpoints, json),
+        } => inspect::history(&settings, &path, checkpoints, follow, json),
         Command::Blame { point, path, json } => inspect::blame(&settings, &point, &path, json),
         Command::Branches { id, json } => inspect::branches(&settings, id.as_deref(), json),
         Command::Export(a) => interop::export(&settings, a),
