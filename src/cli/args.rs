@@ -367,10 +367,12 @@ pub struct RecordArgs {
     /// Read from this file instead of stdin.
     #[arg(long)]
     pub file: Option<PathBuf>,
-    /// Print each record's LSN on its own line as soon as it is durable.
+    /// Print each record's LSN on its own line as soon as it is durable
+    /// (with --durability interval or never: as soon as it is appended, not
+    /// yet durable; a note on stderr says so).
     #[arg(long)]
     pub ack: bool,
-    /// Print each record, as soon as it is durable, on stdout as canonical
+    /// Print each record, as soon as it is acknowledged (as --ack), on stdout as canonical
     /// JSONL (as `cairn log --json` prints it: with lsn, ts and hash); with
     /// --in-memory, the only copy of what was recorded. Not with --ack or
     /// --json, which print other lines on stdout.
