@@ -1227,7 +1227,7 @@ fn a_blob_healed_by_a_checkpoint_leaves_verify_clean_with_a_note() {
     bytes[at] ^= 0xff;
     std::fs::write(&pack, &bytes).unwrap();
     let o = cairn(ws, &["verify"]);
-    assert_eq!(o.status.code(), Some(3), "{}", ok_or_err(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", all_output(&o));
     // A checkpoint of the intact workspace file stores a good copy.
     let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
     std::fs::File::options()
@@ -1256,14 +1256,6 @@ fn a_blob_healed_by_a_checkpoint_leaves_verify_clean_with_a_note() {
     assert_eq!(shown.stdout, noise, "{}", err(&shown));
 }
 
-fn ok_or_err(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 #[test]
 fn after_a_repair_lost_checkpoints_are_named_and_the_export_imports_back() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1273,9 +1265,10 @@ fn after_a_repair_lost_checkpoints_are_named_and_the_export_imports_back() {
     ok(&cairn(ws, &["checkpoint", "-q"])); // c1
     std::fs::write(ws.join("f"), "two\n").unwrap();
     ok(&cairn(ws, &["checkpoint", "-q"])); // c2
-    ok(&cairn(ws, &["rollback", "c1", "-q"])); // undo point c3, rollback @4
-                                               // Damage the body of c1's record, the segment's first frame (its
-                                               // header: 4 bytes length, then kind, LSN, CRC, chain: 52 bytes).
+                                           // The undo point c3, and the rollback @4.
+    ok(&cairn(ws, &["rollback", "c1", "-q"]));
+    // Damage the body of c1's record, the segment's first frame (its
+    // header: 4 bytes length, then kind, LSN, CRC, chain: 52 bytes).
     let seg = ws.join(".cairn/log/00000000000000000001.seg");
     let mut bytes = std::fs::read(&seg).unwrap();
     let first_frame = 64;

@@ -394,16 +394,7 @@ fn damaged_tracked_file_does_not_stop_checkpoints() {
     // change is captured.
     std::fs::write(&tracked, b"not json").unwrap();
     f.write("b.txt", "new");
-    let c3 = create_checkpoint(
-        &f.log,
-        &f.blobs,
-        &f.ws,
-        CheckpointRequest {
-            scan: ScanMode::TrackedOnly,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let c3 = f.checkpoint_tracked_only();
     assert_eq!(c3.counts.changed, 1);
     let w = f.ws.take_warnings();
     assert!(w.iter().any(|w| w.contains("not tracked-only")), "{w:?}");
@@ -443,32 +434,14 @@ fn damaged_tracked_file_does_not_stop_track_or_a_dry_run() {
     // A change `track` never heard of, made before the damage was found:
     // the tracked-only checkpoint after it still captures it.
     f.write("b.txt", "changed");
-    let c2 = create_checkpoint(
-        &f.log,
-        &f.blobs,
-        &f.ws,
-        CheckpointRequest {
-            scan: ScanMode::TrackedOnly,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let c2 = f.checkpoint_tracked_only();
     let m = manifest::list(&f.blobs, &c2.root).unwrap();
     let b = m.entries.get("b.txt").unwrap().hash;
     assert_eq!(f.blobs.get(&b).unwrap(), b"changed");
     // That full scan ended the rescan: the next tracked-only checkpoint
     // reads only what is tracked or dirty again.
     f.write("b.txt", "unseen by a tracked-only checkpoint");
-    let c3 = create_checkpoint(
-        &f.log,
-        &f.blobs,
-        &f.ws,
-        CheckpointRequest {
-            scan: ScanMode::TrackedOnly,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let c3 = f.checkpoint_tracked_only();
     assert_eq!(c3.root, c2.root);
 }
 

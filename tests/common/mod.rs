@@ -61,3 +61,12 @@ pub fn failed(o: &Output) -> String {
     assert!(!o.status.success(), "expected a failure");
     err(o)
 }
+
+/// The command's stdout and stderr, for a failure message.
+pub fn all_output(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}

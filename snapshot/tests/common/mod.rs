@@ -81,6 +81,19 @@ impl Fx {
         )
         .unwrap()
     }
+    /// A tracked-only checkpoint (`ScanMode::TrackedOnly`).
+    pub fn checkpoint_tracked_only(&self) -> CheckpointInfo {
+        create_checkpoint(
+            &self.log,
+            &self.blobs,
+            &self.ws,
+            CheckpointRequest {
+                scan: ScanMode::TrackedOnly,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    }
     pub fn rollback(&self, id: CheckpointId) -> RollbackReport {
         self.try_rollback(id, &[], false).unwrap()
     }
