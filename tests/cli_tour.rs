@@ -1380,3 +1380,29 @@ fn tree_and_diff_name_a_file_a_checkpoint_did_not_capture() {
         err(&missing)
     );
 }
+
+/// A file named `.cairn` that a checkpoint captured, where a nested store
+/// now stands: a rollback keeps the store (it never touches one) and says
+/// so, rather than failing part way or deleting it.
+#[test]
+fn a_rollback_keeps_a_nested_store_where_the_target_had_a_file_of_its_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    std::fs::write(ws.join("sub/.cairn"), "data\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    std::fs::remove_file(ws.join("sub/.cairn")).unwrap();
+    let sub = ws.join("sub");
+    ok(&cairn(&sub, &["init", "-q"]));
+    std::fs::write(sub.join("x"), "inner\n").unwrap();
+    ok(&cairn(&sub, &["checkpoint", "-q"]));
+    let out = ok(&cairn(ws, &["rollback", "c1"]));
+    assert!(
+        out.lines()
+            .any(|l| l.contains("kept") && l.contains("sub/.cairn")),
+        "{out}"
+    );
+    assert!(sub.join(".cairn/log").is_dir());
+    ok(&cairn(&sub, &["verify", "-q"]));
+}
