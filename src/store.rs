@@ -210,7 +210,9 @@ impl StoreBuilder {
         let custom_vfs = self.vfs.is_some();
         if let (Some(w), false) = (&self.workspace, custom_vfs) {
             // A typo in the path would otherwise make a new, empty store.
-            if !w.is_dir() {
+            // (A store that exists reports a workspace gone from where it
+            // is bound, with the way to rebind it: see `binding`.)
+            if !w.is_dir() && !root.join("log").is_dir() {
                 return Err(Error::Other(format!(
                     "the workspace {} is not a directory{}: create it first (its store goes in {})",
                     w.display(),
