@@ -1539,6 +1539,9 @@ mod tests {
         // The undo point restores the tree from before the rollback.
         rollback(&log, &blobs, &ws, req(CheckpointId(undo.lsn))).unwrap();
         assert_eq!(files(ws.root()), before);
-        assert!(rollback_marker(&ws).is_none(), "a finished rollback left its marker");
+        assert!(
+            rollback_marker(&ws).is_none(),
+            "a finished rollback left its marker"
+        );
     }
 }

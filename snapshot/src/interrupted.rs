@@ -391,7 +391,10 @@ pub fn record_interrupted_rollback<L: LogAccess + ?Sized, B: BlobRead + ?Sized>(
 }
 
 /// The root of the target's tree, from its `checkpoint.create` record.
-fn target_root<L: LogAccess + ?Sized>(log: &L, r: &UnfinishedRollback) -> Option<cairn_codec::BlobHash> {
+fn target_root<L: LogAccess + ?Sized>(
+    log: &L,
+    r: &UnfinishedRollback,
+) -> Option<cairn_codec::BlobHash> {
     let rec = log.read(r.target.0).ok()?;
     (rec.event.kind == EventKind::CheckpointCreate)
         .then_some(rec.event.root)
@@ -439,10 +442,7 @@ pub fn unfinished_rollback_warning<L: LogAccess + ?Sized>(
     };
     let state = match process_alive(r.pid) {
         Some(false) => format!("it was interrupted (process {} stopped part way)", r.pid),
-        _ => format!(
-            "it is running now (process {}), or was interrupted",
-            r.pid
-        ),
+        _ => format!("it is running now (process {}), or was interrupted", r.pid),
     };
     let undo = match find_undo_point(log, &r) {
         Ok(UndoState::Undo(u, _)) => format!(
