@@ -15,10 +15,13 @@ use crate::Store;
 impl Store {
     /// Tells cairn these workspace-relative paths are about to be written,
     /// so the next checkpoint captures them (even if ignored, even if they
-    /// do not exist yet).
+    /// do not exist yet). A rollback whose process stopped part way is
+    /// recorded first, as by [`Store::checkpoint`].
     pub fn track(&self, paths: &[&str]) -> Result<()> {
-        self.writer("track paths")?;
-        Ok(self.workspace()?.track(paths)?)
+        let log = self.writer("track paths")?;
+        let ws = self.workspace()?;
+        cairn_snapshot::record_interrupted_rollback(&**log, &*self.blobs, ws)?;
+        Ok(ws.track(paths)?)
     }
 
     /// Starts the file watcher (inotify on Linux, through the `notify`
@@ -65,6 +68,14 @@ impl Store {
 
     /// Checkpoints the workspace: blobs made durable, then a
     /// `checkpoint.create` record.
+    ///
+    /// A rollback whose process stopped part way (killed, out of memory,
+    /// power loss) left its marker in the workspace cache directory and no
+    /// record: this first records it (a `rollback` record with `ok: false`
+    /// and `error_kind` `rollback_incomplete`, naming its undo point), with
+    /// a warning in [`Store::take_checkpoint_warnings`]. So do
+    /// [`Store::rollback`], [`Store::track`] and [`Store::gc`]; see
+    /// [`cairn_snapshot::interrupted`].
     pub fn checkpoint(&self, req: CheckpointRequest) -> Result<CheckpointInfo> {
         let log = self.writer("checkpoint")?;
         Ok(cairn_snapshot::create_checkpoint(
@@ -82,6 +93,20 @@ impl Store {
         self.workspace_caches()
             .map(Workspace::take_warnings)
             .unwrap_or_default()
+    }
+
+    /// A warning when a rollback has not finished (its marker is in the
+    /// workspace cache directory): running now, or stopped part way and
+    /// not recorded yet; it names the undo point when the log holds it.
+    /// Writes nothing, so it works on a read-only handle too; `None` when
+    /// there is no such rollback (or no workspace).
+    pub fn unfinished_rollback_warning(&self) -> Option<String> {
+        let ws = self.workspace_caches().ok()?;
+        // Only the marker file is looked at when there is none.
+        cairn_snapshot::rollback_marker(ws)?;
+        self.with_log_access(|log| Ok(cairn_snapshot::unfinished_rollback_warning(log, ws)))
+            .ok()
+            .flatten()
     }
 
     /// Every checkpoint (of one session, if given), oldest first,

@@ -64,6 +64,36 @@ fn snapshot(ws: &Path) -> BTreeMap<String, String> {
     out
 }
 
+/// The marker a rollback keeps while it changes the workspace (see
+/// `cairn_snapshot::interrupted`).
+const MARKER: &str = ".cairn/snapshot/rollback-in-progress.json";
+
+/// `files` without the temporaries a killed rollback left beside the files
+/// it was writing (`.cairn-restore-<pid>-<n>.tmp`), which are not a change
+/// the user sees.
+fn without_temporaries(mut files: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    files.retain(|path, _| {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        !(name.starts_with(".cairn-restore-") && name.ends_with(".tmp"))
+    });
+    files
+}
+
+/// How many `rollback` records the log holds, and how many of them record
+/// a rollback whose process stopped part way (`meta.interrupted`).
+fn rollback_records(ws: &Path) -> (usize, usize) {
+    let out = run_ok(ws, &["log", "--kind", "rollback", "--json"]);
+    let all: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let interrupted = all
+        .iter()
+        .filter(|r| r["meta"].get("interrupted").is_some())
+        .count();
+    (all.len(), interrupted)
+}
+
 /// Runs a command and SIGKILLs it after `delay`; returns its stdout if it finished first.
 fn run_and_kill(ws: &Path, args: &[&str], delay: Duration) -> Option<String> {
     let mut child = cairn(ws)
@@ -105,6 +135,7 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
     // Acknowledged checkpoints: id -> the files they captured.
     let mut acked: Vec<(String, BTreeMap<String, String>)> = Vec::new();
     let (mut killed, mut finished) = (0u64, 0u64);
+    let mut interrupted_recorded = 0usize;
     for i in 0..kills {
         // Change the workspace a little: edit, create, delete.
         let n = rng.next() % 6;
@@ -123,16 +154,45 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
         if !acked.is_empty() && rng.next().is_multiple_of(3) {
             // Interrupt a rollback, then finish it and check the exact tree.
             let (id, files) = acked[(rng.next() as usize) % acked.len()].clone();
-            match run_and_kill(ws, &["rollback", &id], delay) {
-                Some(_) => finished += 1,
-                None => killed += 1,
-            }
+            let (ended_before, interrupted_before) = rollback_records(ws);
+            let was_killed = match run_and_kill(ws, &["rollback", &id], delay) {
+                Some(_) => {
+                    finished += 1;
+                    false
+                }
+                None => {
+                    killed += 1;
+                    true
+                }
+            };
+            // Killed after it changed the workspace and before its record:
+            // the log alone does not explain the workspace, so the next
+            // writing command must record it as interrupted.
+            let changed = without_temporaries(snapshot(ws)) != expect;
+            let (ended_after_kill, _) = rollback_records(ws);
+            let unrecorded = was_killed && changed && ended_after_kill == ended_before;
             run_ok(ws, &["rollback", &id]);
             assert_eq!(
                 snapshot(ws),
                 files,
                 "seed {seed} iteration {i}: rollback to {id} after a kill"
             );
+            let (_, interrupted_after) = rollback_records(ws);
+            let recorded = interrupted_after - interrupted_before;
+            // Changed and unrecorded: recorded, once. Recorded: only a
+            // rollback killed before its own record (one killed after its
+            // marker was written and before its first file changed is
+            // recorded too: the marker cannot tell).
+            let may_record = was_killed && ended_after_kill == ended_before;
+            assert!(
+                recorded == usize::from(unrecorded) || (recorded == 1 && may_record),
+                "seed {seed} iteration {i}: a rollback killed part way (changed the workspace: {changed}, killed: {was_killed}) was recorded as interrupted {recorded} times"
+            );
+            assert!(
+                !ws.join(MARKER).exists(),
+                "seed {seed} iteration {i}: the rollback marker outlived the rollback that finished it"
+            );
+            interrupted_recorded += recorded;
         } else {
             match run_and_kill(
                 ws,
@@ -178,7 +238,7 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
             }
         }
     }
-    eprintln!("kill_checkpoint: {kills} iterations, {killed} processes killed mid-run, {finished} finished, {} checkpoints acknowledged, 0 lost", acked.len());
+    eprintln!("kill_checkpoint: {kills} iterations, {killed} processes killed mid-run, {finished} finished, {} checkpoints acknowledged, 0 lost, {interrupted_recorded} rollbacks killed part way recorded as interrupted", acked.len());
     assert!(
         killed > 0 || kills < 10,
         "the loop should kill some processes mid-run"

@@ -15,6 +15,9 @@ use cairn_engine::log::{Head, Record};
 use crate::blobs::{BlobAccess, GcSummary, HashOnly};
 use crate::capture::{self, Capture, StatCache};
 use crate::error::{Result, SnapshotError};
+use crate::interrupted::{
+    record_interrupted_rollback, unfinished_rollback_warning, MarkerGuard, UnfinishedRollback,
+};
 use crate::manifest;
 use crate::restore;
 use crate::retention::{self, BudgetOutcome, Candidate, RetentionPolicy};
@@ -234,7 +237,7 @@ impl CheckpointInfo {
     }
 }
 
-fn session_or_default(s: &str) -> String {
+pub(crate) fn session_or_default(s: &str) -> String {
     if s.is_empty() {
         cairn_codec::event::DEFAULT_SESSION.to_string()
     } else {
@@ -511,7 +514,10 @@ fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 }
 
 /// Takes a checkpoint: captures the workspace, makes its blobs durable,
-/// then appends the `checkpoint.create` record.
+/// then appends the `checkpoint.create` record. A rollback whose process
+/// stopped part way is recorded first (see
+/// [`record_interrupted_rollback`]), so the checkpoint of the tree it left
+/// follows the record that explains it.
 pub fn create_checkpoint<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
@@ -520,6 +526,7 @@ pub fn create_checkpoint<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 ) -> Result<CheckpointInfo> {
     ws.check_writable("checkpoint")?;
     let _flow = ws.flow();
+    record_interrupted_rollback(log, blobs, ws)?;
     Ok(create_inner(log, blobs, ws, req)?.0)
 }
 
@@ -799,6 +806,10 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         .map(|n| (n.path.clone(), n.why.clone()))
         .collect();
     if req.dry_run {
+        // A dry run writes nothing, so it only says a rollback is unfinished.
+        if let Some(w) = unfinished_rollback_warning(log, ws) {
+            ws.warn(w);
+        }
         // A damaged tracked-path file is read as empty (with a warning):
         // only tracked paths that are ignored would be missed, and a dry
         // run changes nothing.
@@ -836,6 +847,22 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         });
     }
     ws.check_writable("roll back")?;
+    record_interrupted_rollback(log, blobs, ws)?;
+    // This rollback's marker: written durably while the undo point is made
+    // durable (when the plan changes anything), so it is there before
+    // anything the user sees changes; removed when `marker` is dropped,
+    // after the `rollback` record (see `crate::interrupted`).
+    let head = log.head();
+    let unfinished = UnfinishedRollback {
+        target: target.id,
+        session: session_or_default(&req.session),
+        scope: scope.clone(),
+        started: cairn_codec::Timestamp::now(),
+        pid: std::process::id(),
+        head_before: head.last_lsn,
+        head_chain: head.chain,
+    };
+    let mut marker = MarkerGuard::new(ws);
     // While the undo point is made durable, the plan is computed from its
     // tree (only the parts of the two trees that differ are read), every
     // path the plan may touch is marked dirty (durably: a tracked-only
@@ -849,7 +876,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         ws,
         CheckpointRequest {
             session: req.session.clone(),
-            label: Some(format!("Before rollback to {}", target.id)),
+            label: Some(undo_point_label(target.id)),
             scan: ScanMode::Full,
             ..CheckpointRequest::default()
         },
@@ -878,10 +905,19 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
                 .collect();
             let (pre, marked) = std::thread::scope(|s| {
                 let marking = s.spawn(|| ws.mark_dirty_pinned(&planned));
+                let noting = s.spawn(|| {
+                    if plan.is_empty() {
+                        Ok(())
+                    } else {
+                        marker.write(&unfinished)
+                    }
+                });
                 let pre = restore::prestage(ws, blobs, &plan);
-                let marked = marking
-                    .join()
-                    .unwrap_or_else(|_| Err(SnapshotError::Invalid("a thread panicked".into())));
+                let joined = |h: std::thread::ScopedJoinHandle<'_, Result<()>>| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(SnapshotError::Invalid("a thread panicked".into())))
+                };
+                let marked = joined(marking).and(joined(noting));
                 (pre, marked)
             });
             let failed = match (pre, marked) {
@@ -930,10 +966,22 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let (done, dirs) = match restore::apply_prestaged(ws, blobs, &plan, staged) {
         Ok(x) => x,
         Err(e) => {
-            record_incomplete(log, ev, meta, format!("stopped part way: {e}"));
+            if record_incomplete(log, ev, meta, format!("stopped part way: {e}")).is_err() {
+                // The next flow records it.
+                marker.keep();
+            }
             return Err(incomplete(e));
         }
     };
+    #[cfg(test)]
+    if STOP_ROLLBACK_UNDER
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_deref()
+        == Some(ws.root())
+    {
+        panic!("injected stop: the process dies before the rollback record");
+    }
     // Each path once, in order: a file replaced by a directory (or the
     // other way round) is both deleted and written.
     let touched: Vec<String> = done
@@ -967,13 +1015,16 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     // beside the undo point's).
     if let Err(e) = dirs.sync() {
         let why = format!("applied, but not made durable: {e}");
-        record_incomplete(log, ev, meta, why);
+        if record_incomplete(log, ev, meta, why).is_err() {
+            marker.keep();
+        }
         return Err(incomplete(e));
     }
     if !meta.is_empty() {
         ev.meta = Some(cairn_codec::event::Meta(meta));
     }
-    let lsn = log.append(&ev)?;
+    // Without its record, the marker stays for the next flow to record it.
+    let lsn = log.append(&ev).inspect_err(|_| marker.keep())?;
     // The next checkpoint counts what changed since the tree this rollback
     // left. A cache: if it cannot be saved, that count is against the
     // undo point's tree instead.
@@ -999,15 +1050,16 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 }
 
 /// Appends `ev` as a rollback that did not complete (`ok` false,
-/// [`ROLLBACK_INCOMPLETE`], `why` after the paths it was limited to).
-/// Best effort: the error the caller returns names the undo point whether
-/// or not this record could be appended.
-fn record_incomplete<L: LogAccess + ?Sized>(
+/// [`ROLLBACK_INCOMPLETE`], `why` after the paths it was limited to):
+/// for a rollback that failed in process (whose error names the undo point
+/// whether or not this record could be appended), and for one whose
+/// process stopped part way (see [`record_interrupted_rollback`]).
+pub(crate) fn record_incomplete<L: LogAccess + ?Sized>(
     log: &L,
     mut ev: Event,
     meta: serde_json::Map<String, serde_json::Value>,
     why: String,
-) {
+) -> Result<Lsn> {
     ev.ok = false;
     ev.error_kind = Some(ROLLBACK_INCOMPLETE.into());
     ev.text = Some(match ev.text.take() {
@@ -1017,7 +1069,19 @@ fn record_incomplete<L: LogAccess + ?Sized>(
     if !meta.is_empty() {
         ev.meta = Some(cairn_codec::event::Meta(meta));
     }
-    let _ = log.append(&ev);
+    log.append(&ev)
+}
+
+/// Test hook: a rollback in the workspace at this root stops (panics, as
+/// if the process died) once its files are written, before its record.
+#[cfg(test)]
+pub(crate) static STOP_ROLLBACK_UNDER: std::sync::Mutex<Option<std::path::PathBuf>> =
+    std::sync::Mutex::new(None);
+
+/// The label of a rollback's undo point, by which a rollback whose process
+/// stopped part way finds it (see `crate::interrupted`).
+pub(crate) fn undo_point_label(target: CheckpointId) -> String {
+    format!("Before rollback to {target}")
 }
 
 /// What retention did.
@@ -1101,6 +1165,7 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 ) -> Result<RetentionReport> {
     ws.check_writable("apply a retention policy")?;
     let _flow = ws.flow();
+    record_interrupted_rollback(log, blobs, ws)?;
     let listed = list_checkpoints(log, ws, None)?;
     let all: Vec<CheckpointInfo> = listed.iter().filter(|c| !c.discarded).cloned().collect();
     let mut evict: Vec<CheckpointId> = Vec::new();
@@ -1374,5 +1439,109 @@ mod tests {
         })
         .unwrap();
         assert_eq!(rollbacks, 1);
+    }
+
+    /// Every file under `root` but `.cairn`, with its contents.
+    fn files(root: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+        let mut out = std::collections::BTreeMap::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+                if rel == ".cairn" {
+                    continue;
+                }
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    out.insert(rel, std::fs::read(&p).unwrap());
+                }
+            }
+        }
+        out
+    }
+
+    /// A rollback whose process dies once its files are written, before
+    /// its record (a panic here), leaves its marker; the next checkpoint
+    /// records it as a rollback that stopped part way, naming the undo
+    /// point, before its own record, and removes the marker; the undo point
+    /// brings back the tree from before.
+    #[test]
+    fn a_rollback_stopped_before_its_record_is_recorded_by_the_next_checkpoint() {
+        use crate::interrupted::{rollback_marker, RollbackMarker, ROLLBACK_META_INTERRUPTED};
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let ws = Workspace::open(
+            &root,
+            &root.join(".cairn/snapshot"),
+            SnapshotOptions::default(),
+        )
+        .unwrap();
+        let (log, blobs) = (MemLog::new(), crate::MemBlobs::new());
+        std::fs::write(root.join("a.txt"), "one").unwrap();
+        std::fs::write(root.join("sub/b.txt"), "one").unwrap();
+        let c1 = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+        std::fs::write(root.join("a.txt"), "two").unwrap();
+        std::fs::remove_file(root.join("sub/b.txt")).unwrap();
+        std::fs::write(root.join("c.txt"), "new").unwrap();
+        let before = files(ws.root());
+        let req = |target| RollbackRequest {
+            target,
+            paths: Vec::new(),
+            dry_run: false,
+            session: String::new(),
+        };
+
+        *STOP_ROLLBACK_UNDER.lock().unwrap() = Some(ws.root().to_path_buf());
+        let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rollback(&log, &blobs, &ws, req(c1.id))
+        }));
+        *STOP_ROLLBACK_UNDER.lock().unwrap() = None;
+        assert!(got.is_err(), "the rollback was not stopped");
+        assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "one");
+        let Some(RollbackMarker::Unfinished(m)) = rollback_marker(&ws) else {
+            panic!("no marker: {:?}", rollback_marker(&ws));
+        };
+        assert_eq!((m.target, m.pid), (c1.id, std::process::id()));
+        // The log ends with the undo point: nothing else says what happened.
+        let undo = LogAccess::read(&log, LogAccess::head(&log).last_lsn).unwrap();
+        assert_eq!(undo.event.kind, EventKind::CheckpointCreate);
+        assert_eq!(undo.event.label.as_deref(), Some("Before rollback to c1"));
+
+        let next = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+        assert_eq!(next.lsn, Lsn(undo.lsn.0 + 2), "one record between");
+        let rec = LogAccess::read(&log, Lsn(undo.lsn.0 + 1)).unwrap().event;
+        assert_eq!(rec.kind, EventKind::Rollback);
+        assert!(!rec.ok);
+        assert_eq!(rec.error_kind.as_deref(), Some(ROLLBACK_INCOMPLETE));
+        assert_eq!(rec.source, Some(CheckpointId(undo.lsn)));
+        assert_eq!(rec.target, Some(c1.id));
+        assert_eq!(rec.parents, vec![undo.lsn, c1.lsn]);
+        let text = rec.text.unwrap();
+        assert!(text.contains("the process stopped part way"), "{text}");
+        let meta = rec.meta.unwrap();
+        assert_eq!(
+            meta.0[ROLLBACK_META_INTERRUPTED]["pid"],
+            serde_json::json!(std::process::id())
+        );
+        assert!(rollback_marker(&ws).is_none(), "the marker is still there");
+        let warned = ws.take_warnings().join("\n");
+        assert!(warned.contains("was interrupted"), "{warned}");
+        assert!(
+            warned.contains(&format!("`cairn rollback c{}`", undo.lsn)),
+            "{warned}"
+        );
+        // Recorded once: the next checkpoint adds only itself.
+        let again = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+        assert_eq!(again.lsn, next.lsn.next());
+        // The undo point restores the tree from before the rollback.
+        rollback(&log, &blobs, &ws, req(CheckpointId(undo.lsn))).unwrap();
+        assert_eq!(files(ws.root()), before);
+        assert!(
+            rollback_marker(&ws).is_none(),
+            "a finished rollback left its marker"
+        );
     }
 }

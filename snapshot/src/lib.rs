@@ -33,6 +33,7 @@ pub mod blobs;
 pub mod capture;
 pub mod checkpoint;
 pub mod error;
+pub mod interrupted;
 pub mod manifest;
 pub mod relpath;
 pub mod restore;
@@ -50,6 +51,10 @@ pub use checkpoint::{
     ROLLBACK_META_FILES_TOTAL, ROLLBACK_META_KEPT, ROLLBACK_META_SCOPE,
 };
 pub use error::{Result, SnapshotError};
+pub use interrupted::{
+    record_interrupted_rollback, rollback_marker, unfinished_rollback_warning, RollbackMarker,
+    UnfinishedRollback, ROLLBACK_MARKER_FILE, ROLLBACK_META_INTERRUPTED,
+};
 pub use manifest::{Entry, EntryKind, Manifest};
 pub use restore::Kept;
 pub use retention::{

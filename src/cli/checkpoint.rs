@@ -168,6 +168,9 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
     // Read-only: listing never waits for (or blocks) a recording process.
     let store = settings.open_read()?;
     let all = store.checkpoints(session)?;
+    if let Some(w) = store.unfinished_rollback_warning() {
+        eprintln!("warning: {w}");
+    }
     if json {
         for c in &all {
             outln!("{}", info_json(c));
@@ -352,6 +355,9 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
     let spin = super::progress::Spinner::start(settings.quiet, "collecting garbage");
     let report = store.gc(&policy)?;
     drop(spin);
+    for w in store.take_checkpoint_warnings() {
+        eprintln!("warning: {w}");
+    }
     let discarded: Vec<String> = report.discarded.iter().map(|c| c.to_string()).collect();
     if a.json {
         let v = serde_json::json!({

@@ -256,6 +256,11 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
         Err(e) => return Err(e),
     };
     let ok = report.is_ok();
+    // Not damage, so not part of the verdict: a workspace the log does not
+    // yet explain.
+    if let Some(w) = store.unfinished_rollback_warning() {
+        eprintln!("warning: {w}");
+    }
     if a.json {
         let v = serde_json::json!({
             "ok": ok,
