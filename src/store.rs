@@ -496,7 +496,9 @@ impl Store {
     /// or dropped: another writing handle, in this process or another, gets
     /// [`cairn_engine::EngineError::Locked`] naming the holder's process id.
     /// Readers ([`StoreBuilder::read_only`], the CLI's read commands) need
-    /// no lock.
+    /// no lock. Unlike `cairn record`, a handle does not let go of the lock
+    /// for a CLI writer that waits for it (and announces so with
+    /// `.cairn/LOCK.wanted`).
     pub fn open(workspace: impl Into<PathBuf>) -> Result<Store> {
         Store::builder().workspace(workspace).open()
     }

@@ -378,6 +378,179 @@ fn a_live_record_pipe_lets_a_checkpoint_in_while_it_is_idle() {
     assert_eq!(kinds, ["prompt", "checkpoint.create", "reply"]);
 }
 
+/// A `cairn record --ack` running in `ws`, its stdin a pipe the test
+/// writes, its acknowledgements read on a thread of their own so that the
+/// test keeps writing whether or not they come.
+struct LivePipe {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    acks: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+    reader: std::thread::JoinHandle<()>,
+    sent: usize,
+}
+
+impl LivePipe {
+    fn start(ws: &Path) -> LivePipe {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["record", "--ack"])
+            .current_dir(ws)
+            .env_remove("CAIRN_STORE")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take().unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let acks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = std::sync::Arc::clone(&acks);
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(out) {
+                into.lock().unwrap().push(line.unwrap().parse().unwrap());
+            }
+        });
+        LivePipe {
+            child,
+            input,
+            acks,
+            reader,
+            sent: 0,
+        }
+    }
+
+    /// Sends the pipe's next line, a prompt of `session` saying
+    /// `{session} {n}`.
+    fn send(&mut self, session: &str) {
+        let line = format!(
+            "{{\"kind\":\"prompt\",\"session\":\"{session}\",\"text\":\"{session} {}\"}}\n",
+            self.sent
+        );
+        self.input.write_all(line.as_bytes()).unwrap();
+        self.input.flush().unwrap();
+        self.sent += 1;
+    }
+
+    fn acked(&self) -> usize {
+        self.acks.lock().unwrap().len()
+    }
+
+    /// Ends the input; the LSNs acknowledged and the process's stderr.
+    fn finish(self) -> (Vec<u64>, String) {
+        drop(self.input);
+        let out = self.child.wait_with_output().unwrap();
+        self.reader.join().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        let acks = self.acks.lock().unwrap().clone();
+        (acks, err)
+    }
+}
+
+/// The gap between two lines of a busy pipe (an agent streaming tool
+/// output): well under the 0.2 s of idle input after which `record` lets
+/// go of the lock anyway, so only taking turns lets another writer in.
+const BUSY_LINE_GAP: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Checks that `session`'s records in `log` are its `sent` lines, in the
+/// order sent, at the LSNs `acks` acknowledged.
+fn recorded_in_order(log: &[serde_json::Value], session: &str, sent: usize, acks: &[u64]) {
+    let mine: Vec<&serde_json::Value> = log.iter().filter(|r| r["session"] == session).collect();
+    let texts: Vec<&str> = mine.iter().map(|r| r["text"].as_str().unwrap()).collect();
+    let want: Vec<String> = (0..sent).map(|i| format!("{session} {i}")).collect();
+    assert_eq!(texts, want, "{session}: every line, in order");
+    let lsns: Vec<u64> = mine.iter().map(|r| r["lsn"].as_u64().unwrap()).collect();
+    assert_eq!(
+        lsns, acks,
+        "{session}: each acknowledged, as the LSN it was recorded at"
+    );
+}
+
+/// Regression (user trial: a busy agent pipe shut every other writer
+/// out): a `cairn record` pipe that is never idle, a line every 50 ms, lets
+/// a `cairn checkpoint` in, rather than the checkpoint failing as "locked"
+/// after waiting 3 s; every line sent is acknowledged and recorded in order.
+#[test]
+fn a_busy_record_pipe_lets_a_checkpoint_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().to_path_buf();
+    ok(&cairn(&ws, &["init"]));
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    let mut pipe = LivePipe::start(&ws);
+    for _ in 0..10 {
+        pipe.send("agent");
+        std::thread::sleep(BUSY_LINE_GAP);
+    }
+    let at = ws.clone();
+    let checkpoint = std::thread::spawn(move || cairn(&at, &["checkpoint", "--json"]));
+    // The pipe stays busy for as long as the checkpoint runs, and a while
+    // after, so `record` takes the lock back.
+    while !checkpoint.is_finished() {
+        pipe.send("agent");
+        std::thread::sleep(BUSY_LINE_GAP);
+    }
+    for _ in 0..10 {
+        pipe.send("agent");
+        std::thread::sleep(BUSY_LINE_GAP);
+    }
+    let made = json_lines(&ok(&checkpoint.join().unwrap()));
+    let sent = pipe.sent;
+    let (acks, err) = pipe.finish();
+    assert!(err.contains(&format!("recorded {sent} records")), "{err}");
+    let log = json_lines(&ok(&cairn(&ws, &["log", "--json"])));
+    recorded_in_order(&log, "agent", sent, &acks);
+    let cp: Vec<&serde_json::Value> = log
+        .iter()
+        .filter(|r| r["kind"] == "checkpoint.create")
+        .collect();
+    assert_eq!(cp.len(), 1, "{log:?}");
+    assert_eq!(cp[0]["lsn"], made[0]["lsn"]);
+    assert!(!ws.join(".cairn/LOCK.wanted").exists());
+}
+
+/// Two busy `cairn record` pipes take turns at the lock: each has its
+/// lines acknowledged while the other is still busy (before, the second
+/// got none until the first pipe ended), and both are recorded whole and
+/// in order.
+#[test]
+fn two_busy_record_pipes_take_turns() {
+    /// Lines each pipe sends before the test looks at the acknowledgements.
+    const FIRST_LINES: usize = 20;
+    /// How many more lines (a line every 50 ms, on each pipe) the test waits
+    /// for both pipes to have acknowledged the first ones, as the machine
+    /// may be slow: 30 s, while taking turns needs well under one.
+    const MAX_MORE_LINES: usize = 600;
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let mut a = LivePipe::start(ws);
+    let mut b = LivePipe::start(ws);
+    for _ in 0..FIRST_LINES {
+        a.send("a");
+        b.send("b");
+        std::thread::sleep(BUSY_LINE_GAP);
+    }
+    // Both stay busy until each has acknowledged its first lines.
+    let mut more = 0;
+    while (a.acked() < FIRST_LINES || b.acked() < FIRST_LINES) && more < MAX_MORE_LINES {
+        a.send("a");
+        b.send("b");
+        std::thread::sleep(BUSY_LINE_GAP);
+        more += 1;
+    }
+    let (got_a, got_b) = (a.acked(), b.acked());
+    assert!(
+        got_a >= FIRST_LINES && got_b >= FIRST_LINES,
+        "while both pipes were busy, a acknowledged {got_a} lines and b {got_b}, of {FIRST_LINES} each"
+    );
+    let (sent_a, sent_b) = (a.sent, b.sent);
+    let (acks_a, _) = a.finish();
+    let (acks_b, _) = b.finish();
+    let log = json_lines(&ok(&cairn(ws, &["log", "--json"])));
+    assert_eq!(log.len(), sent_a + sent_b);
+    recorded_in_order(&log, "a", sent_a, &acks_a);
+    recorded_in_order(&log, "b", sent_b, &acks_b);
+}
+
 #[test]
 fn a_second_writer_is_told_the_store_is_locked() {
     let tmp = tempfile::tempdir().unwrap();
@@ -393,6 +566,9 @@ fn a_second_writer_is_told_the_store_is_locked() {
         err.contains(&format!("another process, pid {}", std::process::id())),
         "{err}"
     );
+    // It announced that it waited (for a `cairn record` to yield; this
+    // holder does not), and took the announcement back when it gave up.
+    assert!(!ws.join(".cairn/LOCK.wanted").exists());
     holder.close().unwrap();
 }
 

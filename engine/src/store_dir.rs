@@ -4,6 +4,8 @@
 //! .cairn/
 //!   .gitignore  `*`: git never sees the store
 //!   LOCK        exclusive lock: one writing process at a time
+//!   LOCK.wanted a CLI writer waits for the lock (written by the `cairn`
+//!               CLI, not by this crate; see its `src/cli/turns.rs`)
 //!   log/        log segments (see the log module)
 //!   blobs/      blob packs and their index (see the blob module)
 //!   index/      query indexes (rebuildable from the log)
@@ -26,9 +28,15 @@ const GITIGNORE_FILE: &str = ".gitignore";
 const GITIGNORE_TEXT: &str =
     "# A cairn store: private history and file contents. Never commit it.\n*\n";
 
-/// The process id a lock holder wrote into `lock_file` (`pid N`), if it
-/// can be read.
-fn lock_holder(vfs: &dyn Vfs, lock_file: &Path) -> Option<u32> {
+/// The name of the lock file inside the store directory.
+pub const LOCK_FILE_NAME: &str = "LOCK";
+
+/// The process id the last holder of the lock wrote into `lock_file`
+/// (`pid N`), if it can be read. A holder writes it when it takes the
+/// lock and leaves it when it lets go, so it names the process holding the
+/// lock now, or the one that held it last: `cairn record`, having let go to
+/// let a waiting writer in, reads it to see that one did get in.
+pub fn lock_holder(vfs: &dyn Vfs, lock_file: &Path) -> Option<u32> {
     /// "pid " and a u32 in decimal, with a newline.
     const MAX_LOCK_TEXT_BYTES: usize = 16;
     let f = vfs.open(lock_file, crate::vfs::OpenMode::Read).ok()?;
@@ -90,7 +98,7 @@ impl StoreDir {
                 parent
             });
         }
-        let lock_file = root.join("LOCK");
+        let lock_file = root.join(LOCK_FILE_NAME);
         let lock = vfs.lock_exclusive(&lock_file).map_err(|e| match e.kind() {
             std::io::ErrorKind::WouldBlock => EngineError::Locked {
                 holder: lock_holder(vfs.as_ref(), &lock_file),

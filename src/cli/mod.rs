@@ -36,6 +36,7 @@ pub mod output;
 pub mod paths;
 pub mod progress;
 pub mod record;
+pub mod turns;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -130,7 +131,9 @@ pub fn describe(e: &anyhow::Error) -> String {
 /// "locked": long enough to outlast a read command that holds it briefly,
 /// short enough that a real second writer is told promptly.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
-/// How often a waiting write command retries the lock.
+/// How often a waiting write command retries the lock (and writes its
+/// announcement again, see [`turns`]): often enough that it takes the lock
+/// soon after a yielding `record` lets go, rarely enough to cost nothing.
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Validated global settings (stage two of argument parsing).
@@ -249,7 +252,9 @@ impl Settings {
     /// [`Settings::open_write_with`]; with `patient`, waits for the store
     /// lock as long as another process holds it (saying so once, after
     /// [`LOCK_WAIT`]) instead of reporting "locked": for `record`, which
-    /// must not drop the events it was given.
+    /// must not drop the events it was given. While it waits, it announces
+    /// that it does ([`turns::Announcement`]), so a `cairn record` holding
+    /// the lock lets go of it for a while.
     pub fn open_write_waiting(
         &self,
         durability: Option<Durability>,
@@ -267,11 +272,16 @@ impl Settings {
         // writing when it can, so recovery runs); wait for it rather than fail.
         let deadline = std::time::Instant::now() + LOCK_WAIT;
         let mut told = false;
+        // Removed when this function returns: got the lock, or gave up.
+        let mut wanted: Option<turns::Announcement> = None;
         loop {
             match b.clone().open() {
                 Err(Error::Engine(EngineError::Locked { lock_file, .. }))
                     if patient || std::time::Instant::now() < deadline =>
                 {
+                    wanted
+                        .get_or_insert_with(|| turns::Announcement::new(&found.store))
+                        .renew();
                     if patient && !told && !self.quiet && std::time::Instant::now() >= deadline {
                         eprintln!(
                             "note: waiting for the store lock ({}), held by another cairn process that writes",

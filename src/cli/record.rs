@@ -13,6 +13,13 @@
 //! [`RELEASE_LOCK_AFTER_IDLE`] with everything acknowledged, `record`
 //! closes the store, releasing the lock, and opens it again for the next
 //! line, waiting for the lock as long as another writer holds it.
+//!
+//! A busy pipe (a line every 0.1 s) is never idle that long, so `record`
+//! also takes turns ([`super::turns`]): when another CLI writer announces
+//! that it waits for the lock, `record` acknowledges what it appended,
+//! closes the store, lets the waiter in, and waits for the lock itself
+//! before it appends its next line. Lines arriving meanwhile wait in the
+//! pipe, in order; none is dropped.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
@@ -27,6 +34,7 @@ use cairn::query::import::read_bounded_line;
 use cairn::{Lsn, Store};
 
 use super::args::RecordArgs;
+use super::turns::Watch;
 use super::{Settings, EXIT_REJECTED};
 
 /// How long the input of `record` must stay idle, with every record
@@ -84,8 +92,13 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
     // Opened here, so a store that cannot be opened is reported before any
     // input is read; closed while the input is idle (see the module docs).
     let mut store = Some(settings.open_write_waiting(open_policy, true)?);
-    // Only a pipe goes idle; an in-memory store would be lost if closed.
+    // Only a pipe goes idle; an in-memory store would be lost if closed,
+    // so it neither idles out nor takes turns.
     let idle_fd = (args.file.is_none() && !settings.in_memory).then_some(0);
+    let mut turns = match &store {
+        Some(s) if !settings.in_memory => Some(Watch::new(s.root())),
+        _ => None,
+    };
     if settings.in_memory && !args.echo && !settings.quiet {
         eprintln!(
             "note: --in-memory: what is recorded is gone when cairn exits; `record --echo` prints each record as canonical JSONL as it is recorded"
@@ -109,12 +122,28 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
     let mut line_no = 0u64;
     let mut buf = Vec::new();
     loop {
-        if let Some(fd) = idle_fd {
-            if store.is_some() && !reader.buffer().contains(&b'\n') && !readable_within(fd) {
-                if let Some(s) = store.take() {
-                    s.close()
-                        .context("close the store while the input is idle")?;
+        let line_buffered = reader.buffer().contains(&b'\n');
+        let letting_go = match (&store, turns.as_mut()) {
+            (Some(_), Some(t)) => let_go(t, idle_fd, line_buffered),
+            _ => None,
+        };
+        if let Some(why) = letting_go {
+            if let Some(s) = store.take() {
+                // Everything appended is acknowledged before the lock goes,
+                // and, as always, only once it is durable.
+                if !pending.is_empty() {
+                    if burst_sync {
+                        s.sync().context("make records durable")?;
+                    }
+                    acknowledge(&s, &args, &mut pending, &mut stdout)?;
                 }
+                s.close().context(match why {
+                    LetGo::Idle => "close the store while the input is idle",
+                    LetGo::Wanted => "close the store for a waiting writer",
+                })?;
+            }
+            if let (LetGo::Wanted, Some(t)) = (why, &turns) {
+                t.let_in();
             }
         }
         let got = read_bounded_line(&mut reader, MAX_JSON_LINE_BYTES, &mut buf)
@@ -136,22 +165,24 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
                 tally.rejected += 1;
                 eprintln!("{name}:{line_no}: rejected: {reason}");
             }
-            Ok(event) => match reopened(&mut store, settings, open_policy)?.append(&event) {
-                Ok(lsn) => {
-                    tally.first.get_or_insert(lsn);
-                    tally.last = Some(lsn);
-                    tally.count += 1;
-                    pending.push(lsn);
+            Ok(event) => {
+                match reopened(&mut store, &mut turns, settings, open_policy)?.append(&event) {
+                    Ok(lsn) => {
+                        tally.first.get_or_insert(lsn);
+                        tally.last = Some(lsn);
+                        tally.count += 1;
+                        pending.push(lsn);
+                    }
+                    Err(e) => {
+                        tally.rejected += 1;
+                        eprintln!("{name}:{line_no}: rejected: {e}");
+                    }
                 }
-                Err(e) => {
-                    tally.rejected += 1;
-                    eprintln!("{name}:{line_no}: rejected: {e}");
-                }
-            },
+            }
         }
         let more_waiting = reader.buffer().contains(&b'\n');
         if !more_waiting && !pending.is_empty() {
-            let store = reopened(&mut store, settings, open_policy)?;
+            let store = reopened(&mut store, &mut turns, settings, open_policy)?;
             if burst_sync {
                 store.sync().context("make records durable")?;
             }
@@ -187,30 +218,71 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
 }
 
 /// The open store, opened again (waiting for the lock) if `record`
-/// released it while its input was idle.
+/// released it while its input was idle or for a waiting writer.
 fn reopened<'s>(
     store: &'s mut Option<Store>,
+    turns: &mut Option<Watch>,
     settings: &Settings,
     policy: Option<Durability>,
 ) -> Result<&'s Store> {
     if store.is_none() {
         *store = Some(settings.open_write_waiting(policy, true)?);
+        if let Some(t) = turns {
+            t.took_lock();
+        }
     }
     store
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("internal error: the store is not open"))
 }
 
-/// Whether input is ready on `fd` within [`RELEASE_LOCK_AFTER_IDLE`] (or
-/// the descriptor is closed or in error, which the next read reports).
+/// Why `record`, holding the lock, lets go of it before its next line.
+#[derive(Clone, Copy)]
+enum LetGo {
+    /// Its input has been idle for [`RELEASE_LOCK_AFTER_IDLE`].
+    Idle,
+    /// Another writer announced that it waits for the lock.
+    Wanted,
+}
+
+/// Whether `record`, holding the lock, lets go of it now: when another
+/// writer waits (looked for at most every [`super::turns::CHECK_WANTED_EVERY`], so a bulk
+/// pipe pays nothing per line), or when its input, the pipe `idle_fd`
+/// with no whole line already buffered, stays idle for
+/// [`RELEASE_LOCK_AFTER_IDLE`]. While it waits for input it keeps looking
+/// for a waiting writer, so one is let in within about
+/// [`super::turns::CHECK_WANTED_EVERY`] however slowly the lines come.
+fn let_go(turns: &mut Watch, idle_fd: Option<i32>, line_buffered: bool) -> Option<LetGo> {
+    if turns.someone_waits() {
+        return Some(LetGo::Wanted);
+    }
+    let fd = idle_fd.filter(|_| !line_buffered)?;
+    let idle_at = std::time::Instant::now() + RELEASE_LOCK_AFTER_IDLE;
+    loop {
+        let left = idle_at.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Some(LetGo::Idle);
+        }
+        if readable_within(fd, left.min(turns.until_next_check())) {
+            return None;
+        }
+        if turns.someone_waits() {
+            return Some(LetGo::Wanted);
+        }
+    }
+}
+
+/// Whether input is ready on `fd` within `wait` (or the descriptor is
+/// closed or in error, which the next read reports).
 #[cfg(unix)]
-fn readable_within(fd: i32) -> bool {
+fn readable_within(fd: i32, wait: std::time::Duration) -> bool {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,
         revents: 0,
     };
-    let ms = RELEASE_LOCK_AFTER_IDLE.as_millis() as i32;
+    // Rounded up, so a wait under a millisecond is not a busy loop.
+    let ms = i32::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
     // SAFETY: poll on one valid, initialised pollfd; it writes only `revents`.
     let n = unsafe { libc::poll(&mut p, 1, ms) };
     n != 0
@@ -218,7 +290,7 @@ fn readable_within(fd: i32) -> bool {
 
 /// Without `poll`, the input is never taken to be idle.
 #[cfg(not(unix))]
-fn readable_within(_fd: i32) -> bool {
+fn readable_within(_fd: i32, _wait: std::time::Duration) -> bool {
     true
 }
 
