@@ -1072,6 +1072,15 @@ fn show_of_a_directory_says_it_is_one() {
     assert!(err.contains("`src` is a directory"), "{err}");
     let o = cairn(ws, &["show", "c1:nope"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("does not exist"));
+    // A trailing `/` asks for a directory: a file by that name is refused,
+    // not printed (user trial 12 N9.4).
+    let o = cairn(ws, &["show", "c1:src/main.rs/"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("`src/main.rs` is a file at c1"), "{err}");
+    let o = cairn(ws, &["show", "c1:src/"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("`src` is a directory"));
 }
 
 /// A store remembers its workspace: another directory given with

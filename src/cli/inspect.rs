@@ -586,6 +586,15 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
             return Err(e.into());
         }
     };
+    // A trailing `/` asks for a directory, as it does to a shell: a file
+    // by that name is not what was asked for.
+    if typed.ends_with('/') {
+        return Err(super::usage(format!(
+            "`{typed}` ends with `/`, a directory, but `{}` is a file at {point}: `cairn show {point}:{}` prints it",
+            quote_path(path),
+            quote_path(path)
+        )));
+    }
     // Streamed chunk by chunk (each verified): a large file is never held
     // whole in memory.
     let mut out = std::io::stdout().lock();
