@@ -40,6 +40,7 @@ pub mod restore;
 pub mod retention;
 pub mod scan;
 pub mod watch;
+pub mod whole_fs;
 pub mod workspace;
 
 pub use blobs::{BlobAccess, BlobRead, GcSummary, MemBlobs};

@@ -16,6 +16,7 @@ use crate::blobs::BlobRead;
 use crate::error::{Result, SnapshotError};
 use crate::manifest::{self, Entry, EntryKind, Manifest};
 use crate::relpath::{self, check_manifest_path, in_scope};
+use crate::whole_fs::WholeFs;
 use crate::workspace::{sync_dir, Workspace};
 
 /// One file or symlink to (re)write.
@@ -793,8 +794,26 @@ fn apply_inner<B: BlobRead + ?Sized>(
     // Files are written in batches: each file of a batch to its temporary,
     // then the batch's temporaries fsync'd together (the file system
     // commits concurrent fsyncs in one journal transaction, so a batch costs
-    // about one fsync), then each renamed into place.
-    for (b, batch) in plan.write.chunks(RESTORE_BATCH_FILES).enumerate() {
+    // about one fsync), then each renamed into place. A large plan is one
+    // batch whose temporaries are closed as they are written and made
+    // durable by one syncfs (see `crate::whole_fs`).
+    let whole_fs = if durable {
+        let parents: BTreeSet<&str> = plan
+            .write
+            .iter()
+            .map(|w| relpath::parent(&w.path))
+            .collect();
+        let parents: Vec<PathBuf> = parents.iter().map(|p| ws.root().join(p)).collect();
+        let files = plan.write.iter().filter(|w| !w.mode_only).count();
+        WholeFs::for_restore(ws.root(), files, parents.iter().map(PathBuf::as_path))
+    } else {
+        None
+    };
+    let batch_files = match whole_fs {
+        Some(_) => plan.write.len().max(1),
+        None => RESTORE_BATCH_FILES,
+    };
+    for (b, batch) in plan.write.chunks(batch_files).enumerate() {
         let mut staged: Vec<Staged> = Vec::with_capacity(batch.len());
         let res = (|| -> Result<()> {
             for (i, w) in batch.iter().enumerate() {
@@ -802,19 +821,19 @@ fn apply_inner<B: BlobRead + ?Sized>(
                 let file = if w.mode_only {
                     set_mode(&abs, w.entry.mode)?;
                     None
-                } else if let Some(tmp) = pre.temps.remove(&(b * RESTORE_BATCH_FILES + i)) {
+                } else if let Some(tmp) = pre.temps.remove(&(b * batch_files + i)) {
                     Some((tmp, None)) // written and fsync'd already
                 } else {
-                    Some(stage_entry(
-                        blobs,
-                        &abs,
-                        &w.entry,
-                        b * RESTORE_BATCH_FILES + i,
-                    )?)
+                    let (tmp, f) = stage_entry(blobs, &abs, &w.entry, b * batch_files + i)?;
+                    // Synced whole: closed now, so a plan of any size holds
+                    // no descriptors.
+                    Some((tmp, f.filter(|_| whole_fs.is_none())))
                 };
                 staged.push(Staged { abs, file });
             }
-            if durable {
+            if let Some(fs) = &whole_fs {
+                fs.sync()?;
+            } else if durable {
                 let files: Vec<&std::fs::File> = staged
                     .iter()
                     .filter_map(|s| s.file.as_ref().and_then(|f| f.1.as_ref()))

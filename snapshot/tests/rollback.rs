@@ -906,3 +906,42 @@ fn a_file_named_cairn_is_rolled_back() {
     f.try_rollback(c1.id, &["sub/.cairn"], false).unwrap();
     assert_eq!(f.read("sub/.cairn").as_deref(), Some("v1"));
 }
+
+/// A rollback large enough to be made durable with one `syncfs` rather
+/// than an fsync per file (`whole_fs::SYNCFS_MIN_FILES`) restores every
+/// file, mode and directory exactly, and leaves no temporary behind; the
+/// undo point then brings back the tree it replaced.
+#[test]
+fn a_rollback_of_thousands_of_files_restores_them_exactly() {
+    let n = cairn_snapshot::whole_fs::SYNCFS_MIN_FILES + 100;
+    let f = fx();
+    for i in 0..n {
+        f.write(&format!("d{}/f{i}.txt", i % 20), &format!("file {i}\n"));
+    }
+    std::fs::set_permissions(f.p("d3/f3.txt"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c1 = f.checkpoint("c1");
+    let before = f.tree();
+    for i in 0..n {
+        let from = f.p(&format!("d{}/f{i}.txt", i % 20));
+        std::fs::rename(&from, f.p(&format!("d{}/g{i}.txt", i % 20))).unwrap();
+    }
+    f.write("d0/f0.txt", "the agent's own version\n");
+    let renamed = f.tree();
+    let r = f.rollback(c1.id);
+    assert_eq!(f.tree(), before, "exactly the tree of c1");
+    assert_eq!(r.written.len(), n);
+    assert!(
+        std::fs::metadata(f.p("d3/f3.txt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+            == 0o755
+    );
+    f.rollback(r.source.unwrap());
+    assert_eq!(
+        f.tree(),
+        renamed,
+        "the undo point brings the renamed tree back"
+    );
+}
