@@ -336,15 +336,7 @@ fn a_live_record_pipe_lets_a_checkpoint_in_while_it_is_idle() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();
     ok(&cairn(ws, &["init"]));
-    let mut rec = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["record", "--ack"])
-        .current_dir(ws)
-        .env_remove("CAIRN_STORE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut rec = spawn_cairn(ws, &["record", "--ack"]);
     let mut input = rec.stdin.take().unwrap();
     let mut acks = std::io::BufReader::new(rec.stdout.take().unwrap());
     let mut ack = |input: &mut std::process::ChildStdin, line: &str| -> String {
@@ -391,15 +383,7 @@ struct LivePipe {
 
 impl LivePipe {
     fn start(ws: &Path) -> LivePipe {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .args(["record", "--ack"])
-            .current_dir(ws)
-            .env_remove("CAIRN_STORE")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_cairn(ws, &["record", "--ack"]);
         let input = child.stdin.take().unwrap();
         let out = std::io::BufReader::new(child.stdout.take().unwrap());
         let acks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

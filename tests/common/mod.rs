@@ -11,9 +11,10 @@ pub fn cairn(dir: &Path, args: &[&str]) -> Output {
     cairn_stdin(dir, args, None)
 }
 
-/// Runs `cairn ARGS` in `dir` with `stdin` as its input.
-pub fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+/// Starts `cairn ARGS` in `dir` (no `CAIRN_STORE`, no colour), its stdin,
+/// stdout and stderr pipes for the test to use: a live `record` pipe.
+pub fn spawn_cairn(dir: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(args)
         .current_dir(dir)
         .env_remove("CAIRN_STORE")
@@ -22,7 +23,12 @@ pub fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `cairn ARGS` in `dir` with `stdin` as its input.
+pub fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = spawn_cairn(dir, args);
     {
         let mut i = child.stdin.take().unwrap();
         if let Some(s) = stdin {
