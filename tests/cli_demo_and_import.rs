@@ -363,3 +363,20 @@ fn a_closed_output_pipe_ends_commands_quietly() {
         run_closed(&a);
     }
 }
+
+/// The generated demo project is a Rust project as written, and the demo
+/// leaves its `src/main.rs` as it began (turn 3 breaks it, the rollback
+/// brings it back): the program prints with `println!`.
+#[test]
+fn the_generated_demo_project_ends_with_its_own_main_rs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("d");
+    ok(&cairn(
+        tmp.path(),
+        &["demo", "--into", ws.to_str().unwrap()],
+    ));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/main.rs")).unwrap(),
+        "fn main() {\n    println!(\"{}\", demo::add(2, 3));\n}\n"
+    );
+}

@@ -20,7 +20,7 @@ const MAX_DEMO_COPY_BYTES: u64 = 512 * 1024 * 1024;
 
 const LIB_V1: &str = "//! A tiny library the demo agent works on.\n\npub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n";
 const LIB_V2: &str = "//! A tiny library the demo agent works on.\n\npub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\n/// Greets someone.\npub fn greet(name: &str) -> String {\n    format!(\"Hello, {name}!\")\n}\n";
-const MAIN_V1: &str = "fn main() {\n    outln!(\"{}\", demo::add(2, 3));\n}\n";
+const MAIN_V1: &str = "fn main() {\n    println!(\"{}\", demo::add(2, 3));\n}\n";
 const MAIN_BAD: &str =
     "fn main() {\n    // the agent deleted everything here\n    unimplemented\n}\n";
 
