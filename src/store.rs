@@ -212,7 +212,7 @@ impl StoreBuilder {
             // A typo in the path would otherwise make a new, empty store.
             // (A store that exists reports a workspace gone from where it
             // is bound, with the way to rebind it: see `binding`.)
-            if !w.is_dir() && !root.join("log").is_dir() {
+            if !w.is_dir() && !root.join(cairn_engine::store_dir::LOG_DIR_NAME).is_dir() {
                 return Err(Error::Other(format!(
                     "the workspace {} is not a directory{}: create it first (its store goes in {})",
                     w.display(),
@@ -404,7 +404,10 @@ fn refuse_workspace_in_store(workspace: &Path, store: &Path) -> Result<()> {
     // Inside another store (`cairn init` run in `.cairn` to look at it):
     // a checkpoint would capture that store's log and packs, and a rollback
     // overwrite them with old copies.
-    if let Some(other) = w.ancestors().find(|a| looks_like_store_dir(a)) {
+    if let Some(other) = w
+        .ancestors()
+        .find(|a| cairn_engine::store_dir::looks_like_store_dir(a))
+    {
         return Err(Error::Other(format!(
             "the workspace {} is the cairn store {} or lies inside it: its checkpoints would \
              capture that store's own files and a rollback would overwrite them; use the \
@@ -418,12 +421,6 @@ fn refuse_workspace_in_store(workspace: &Path, store: &Path) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// True if `dir` holds what every cairn store holds: a `log` and a `blobs`
-/// directory and a `LOCK` file (see `cairn_engine::store_dir`).
-fn looks_like_store_dir(dir: &Path) -> bool {
-    dir.join("log").is_dir() && dir.join("blobs").is_dir() && dir.join("LOCK").is_file()
 }
 
 /// A private temporary directory for the snapshot caches of a store whose

@@ -441,7 +441,6 @@ pub fn line_error(e: &serde_json::Error) -> String {
     }
 }
 
-/// A `ts` value: ISO-8601 text, or whole epoch milliseconds.
 /// A JSON number as whole epoch milliseconds: an integer, or a number
 /// written with a fraction or exponent whose value is whole (`1e12`,
 /// `1700000000000.0`, as some JSON writers print every number). `None` for
@@ -455,6 +454,7 @@ pub fn whole_millis(n: &serde_json::Number) -> Option<i64> {
     })
 }
 
+/// A `ts` value: ISO-8601 text, or whole epoch milliseconds.
 fn parse_ts(v: &serde_json::Value) -> Result<Timestamp, CodecError> {
     match v {
         serde_json::Value::String(s) => Timestamp::parse(s),

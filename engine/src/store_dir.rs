@@ -30,6 +30,21 @@ const GITIGNORE_TEXT: &str =
 
 /// The name of the lock file inside the store directory.
 pub const LOCK_FILE_NAME: &str = "LOCK";
+/// The name of the log directory inside the store directory.
+pub const LOG_DIR_NAME: &str = "log";
+/// The name of the blob directory inside the store directory.
+pub const BLOB_DIR_NAME: &str = "blobs";
+
+/// True if `dir` (on the real file system) holds what every cairn store
+/// holds: a log and a blob directory and a lock file. How a store is
+/// recognised under any name: a workspace inside one is refused, and a
+/// scan never captures one (`cairn_snapshot::scan` checks the same three
+/// names from its directory listing).
+pub fn looks_like_store_dir(dir: &Path) -> bool {
+    dir.join(LOG_DIR_NAME).is_dir()
+        && dir.join(BLOB_DIR_NAME).is_dir()
+        && dir.join(LOCK_FILE_NAME).is_file()
+}
 
 /// The process id the last holder of the lock wrote into `lock_file`
 /// (`pid N`), if it can be read. A holder writes it when it takes the
@@ -63,7 +78,7 @@ impl StoreDir {
     /// and takes its lock. A second process gets [`EngineError::Locked`];
     /// a directory that cannot be created gets [`EngineError::ReadOnly`].
     pub fn open(vfs: Arc<dyn Vfs>, root: &Path) -> Result<StoreDir> {
-        for sub in ["", "log", "blobs", "index", "snapshot"] {
+        for sub in ["", LOG_DIR_NAME, BLOB_DIR_NAME, "index", "snapshot"] {
             let dir = root.join(sub);
             vfs.create_dir_all(&dir).map_err(|e| match e.kind() {
                 std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
@@ -78,11 +93,9 @@ impl StoreDir {
         // A store in a git repository stays out of it: `git add -A` would
         // otherwise commit every checkpointed file (tracked `.env`s too).
         // Written once, never replaced (the user may have edited it).
-        let ignore = root.join(GITIGNORE_FILE);
-        if !vfs.exists(&ignore) {
-            if let Ok(f) = vfs.open(&ignore, crate::vfs::OpenMode::CreateNew) {
-                let _ = f.write_all_at(GITIGNORE_TEXT.as_bytes(), 0);
-            }
+        // (`CreateNew` fails when it exists.)
+        if let Ok(f) = vfs.open(&root.join(GITIGNORE_FILE), crate::vfs::OpenMode::CreateNew) {
+            let _ = f.write_all_at(GITIGNORE_TEXT.as_bytes(), 0);
         }
         // Make the subdirectories' entries in `.cairn` durable: without this,
         // a power loss right after the first acknowledged append could lose
@@ -119,11 +132,11 @@ impl StoreDir {
     }
     /// The log directory.
     pub fn log_dir(&self) -> PathBuf {
-        self.root.join("log")
+        self.root.join(LOG_DIR_NAME)
     }
     /// The blob directory.
     pub fn blob_dir(&self) -> PathBuf {
-        self.root.join("blobs")
+        self.root.join(BLOB_DIR_NAME)
     }
     /// The index directory.
     pub fn index_dir(&self) -> PathBuf {

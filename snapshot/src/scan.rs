@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc as Rc;
 
+use cairn_engine::store_dir::{BLOB_DIR_NAME, LOCK_FILE_NAME, LOG_DIR_NAME};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use serde::{Deserialize, Serialize};
 
@@ -599,9 +600,9 @@ fn drain(
                     has_git |= n == GIT_DIR_NAME;
                     has_ignore_file |= n == ".gitignore" || n == CAIRNIGNORE;
                     store_marks |= match n.to_str() {
-                        Some("LOCK") => 1,
-                        Some("log") => 2,
-                        Some("blobs") => 4,
+                        Some(LOCK_FILE_NAME) => 1,
+                        Some(LOG_DIR_NAME) => 2,
+                        Some(BLOB_DIR_NAME) => 4,
                         _ => 0,
                     };
                     ents.push(e);
