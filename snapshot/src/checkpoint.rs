@@ -950,18 +950,11 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         source_checkpoint: pre.id,
         cause: Box::new(e),
     };
-    let mut ev = Event::new(EventKind::Rollback, session_or_default(&req.session));
-    ev.source = Some(pre.id);
-    ev.target = Some(target.id);
-    ev.parents = vec![pre.lsn, target.lsn];
-    ev.label = Some(format!("Rollback to {}", target.id));
+    let mut ev = rollback_event(&req.session, pre.id, target.id, &scope);
     let mut meta = serde_json::Map::new();
     if !kept.is_empty() {
         let listed = &kept[..kept.len().min(MAX_ROLLBACK_FILES_LISTED)];
         meta.insert(ROLLBACK_META_KEPT.into(), serde_json::json!(listed));
-    }
-    if !scope.is_empty() {
-        ev.text = Some(format!("paths: {}", scope.join(", ")));
     }
     let (done, dirs) = match restore::apply_prestaged(ws, blobs, &plan, staged) {
         Ok(x) => x,
@@ -1047,6 +1040,27 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         state,
         lsn: Some(lsn),
     })
+}
+
+/// The `rollback` record of a rollback from the undo point `source` to
+/// `target`, limited to `scope` (empty: the whole workspace): both as
+/// causal parents, the paths in its text. Its outcome (`ok`, `meta`) is
+/// the caller's to add.
+pub(crate) fn rollback_event(
+    session: &str,
+    source: CheckpointId,
+    target: CheckpointId,
+    scope: &[String],
+) -> Event {
+    let mut ev = Event::new(EventKind::Rollback, session_or_default(session));
+    ev.source = Some(source);
+    ev.target = Some(target);
+    ev.parents = vec![source.0, target.0];
+    ev.label = Some(format!("Rollback to {target}"));
+    if !scope.is_empty() {
+        ev.text = Some(format!("paths: {}", scope.join(", ")));
+    }
+    ev
 }
 
 /// Appends `ev` as a rollback that did not complete (`ok` false,

@@ -39,20 +39,16 @@ use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use cairn_codec::{ChainHash, CheckpointId, Event, EventKind, Lsn, Timestamp};
+use cairn_codec::{ChainHash, CheckpointId, EventKind, Lsn, Timestamp};
 
 use crate::blobs::BlobRead;
-use crate::checkpoint::{record_incomplete, LogAccess};
+use crate::checkpoint::{record_incomplete, rollback_event, LogAccess};
 use crate::error::{Result, SnapshotError};
 use crate::workspace::{write_atomic, Workspace};
 use crate::{manifest, relpath, restore};
 
 /// The marker's file name in the workspace cache directory.
 pub const ROLLBACK_MARKER_FILE: &str = "rollback-in-progress.json";
-
-/// Where a damaged marker is moved (replacing an older one), out of the
-/// way of later rollbacks.
-const DAMAGED_MARKER_FILE: &str = "rollback-in-progress.json.damaged";
 
 /// The marker layout this code writes; a marker of another version is
 /// taken as damaged (set aside with a warning, never acted on).
@@ -356,17 +352,7 @@ pub fn record_interrupted_rollback<L: LogAccess + ?Sized, B: BlobRead + ?Sized>(
         }
         Ok(UndoState::Undo(u, root)) => (u, root),
     };
-    let mut ev = Event::new(
-        EventKind::Rollback,
-        crate::checkpoint::session_or_default(&r.session),
-    );
-    ev.source = Some(undo);
-    ev.target = Some(r.target);
-    ev.parents = vec![undo.0, r.target.0];
-    ev.label = Some(format!("Rollback to {}", r.target));
-    if !r.scope.is_empty() {
-        ev.text = Some(format!("paths: {}", r.scope.join(", ")));
-    }
+    let ev = rollback_event(&r.session, undo, r.target, &r.scope);
     let mut meta = serde_json::Map::new();
     meta.insert(
         ROLLBACK_META_INTERRUPTED.into(),
@@ -413,9 +399,8 @@ fn temporaries_words(removed: usize) -> String {
 /// it is never acted on anyway) and warns; `what` says what is wrong.
 fn set_aside(ws: &Workspace, what: &str) {
     let from = ws.cache_path(ROLLBACK_MARKER_FILE);
-    let to = ws.cache_path(DAMAGED_MARKER_FILE);
-    let moved = match std::fs::rename(&from, &to) {
-        Ok(()) => format!("it was moved to {}", to.display()),
+    let moved = match ws.set_aside(ROLLBACK_MARKER_FILE) {
+        Ok(to) => format!("it was moved to {}", to.display()),
         Err(e) => format!("it could not be moved aside ({e})"),
     };
     ws.warn(format!(

@@ -484,10 +484,17 @@ impl Workspace {
         if !matches!(self.load_track(), Err(SnapshotError::Invalid(_))) {
             return Ok(None);
         }
-        let from = self.cache_path(TRACKED_FILE);
-        let to = self.cache_path(&format!("{TRACKED_FILE}.damaged"));
+        self.set_aside(TRACKED_FILE).map(Some)
+    }
+
+    /// Moves the damaged cache file `name` to `name.damaged` (replacing an
+    /// older one): out of the way of what comes next, kept for a look.
+    /// Returns where it went.
+    pub(crate) fn set_aside(&self, name: &str) -> Result<PathBuf> {
+        let from = self.cache_path(name);
+        let to = self.cache_path(&format!("{name}.damaged"));
         std::fs::rename(&from, &to).map_err(|e| SnapshotError::io("set aside", &from, e))?;
-        Ok(Some(to))
+        Ok(to)
     }
 
     /// Records a problem a checkpoint worked around, for
@@ -520,10 +527,7 @@ impl Workspace {
             Err(SnapshotError::Invalid(why)) => {
                 // Damaged: set it aside and start afresh, with the next
                 // checkpoint a full scan (what it said is unknown).
-                let from = self.cache_path(TRACKED_FILE);
-                let to = self.cache_path(&format!("{TRACKED_FILE}.damaged"));
-                std::fs::rename(&from, &to)
-                    .map_err(|e| SnapshotError::io("set aside", &from, e))?;
+                let to = self.set_aside(TRACKED_FILE)?;
                 self.warn(format!(
                     "{why}: it was moved to {}; the paths tracked before are unknown, so the next checkpoint scans the whole workspace",
                     to.display()
