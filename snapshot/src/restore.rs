@@ -798,14 +798,9 @@ fn apply_inner<B: BlobRead + ?Sized>(
     // batch whose temporaries are closed as they are written and made
     // durable by one syncfs (see `crate::whole_fs`).
     let whole_fs = if durable {
-        let parents: BTreeSet<&str> = plan
-            .write
-            .iter()
-            .map(|w| relpath::parent(&w.path))
-            .collect();
-        let parents: Vec<PathBuf> = parents.iter().map(|p| ws.root().join(p)).collect();
         let files = plan.write.iter().filter(|w| !w.mode_only).count();
-        WholeFs::for_restore(ws.root(), files, parents.iter().map(PathBuf::as_path))
+        let parents = plan.write.iter().map(|w| relpath::parent(&w.path));
+        WholeFs::for_restore(ws.root(), files, parents)
     } else {
         None
     };
