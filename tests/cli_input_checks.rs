@@ -360,3 +360,24 @@ fn history_follow_goes_back_through_moves() {
     let o = cairn(ws, &["history", "c.txt", "--follow", "--checkpoints"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// `history --follow` follows what blame follows: a `file.patch` with a
+/// `to_path` moves its file as a `file.move` does.
+#[test]
+fn history_follow_goes_back_through_a_patch_that_moves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let lines = [
+        r#"{"kind":"file.create","path":"a.txt"}"#,
+        r#"{"kind":"file.patch","path":"a.txt","to_path":"b.txt"}"#,
+        r#"{"kind":"file.edit","path":"b.txt"}"#,
+    ]
+    .join("\n");
+    ok(&cairn_stdin(ws, &["record", "-q"], Some(&lines)));
+    let follow: Vec<u64> = json_lines(&ok(&cairn(ws, &["history", "b.txt", "--follow", "--json"])))
+        .iter()
+        .map(|v| v["lsn"].as_u64().unwrap())
+        .collect();
+    assert_eq!(follow, vec![1, 2, 3]);
+}

@@ -593,11 +593,20 @@ impl<'a> Query<'a> {
     }
 
     /// [`Query::history`] of a file followed back through its moves (as
-    /// `git log --follow`): the records of `path` and, before the
-    /// `file.move` that brought it there, those of where it came from, and
-    /// so on back (at most [`MAX_BLAME_MOVES`] moves, as blame follows).
-    /// The records blame credits are the ones listed.
+    /// `git log --follow`): the records of `path` and, before the move
+    /// that brought it there (what [`path_change`] calls a move in, as
+    /// blame does: a `file.move`, or a `file.patch` with `to_path`), those
+    /// of where it came from, and so on back (at most [`MAX_BLAME_MOVES`]
+    /// moves, as blame follows). The records blame credits are the ones
+    /// listed.
     pub fn history_following(&self, path: &str) -> Result<Vec<Record>> {
+        // Only records of these kinds can move a file: the others are read
+        // once, at the end.
+        let moving = |l: &Lsn| {
+            [EventKind::FileMove, EventKind::FilePatch]
+                .iter()
+                .any(|k| self.index.kind(*k).binary_search(l).is_ok())
+        };
         let mut lsns: Vec<Lsn> = Vec::new();
         let mut cur = path.to_string();
         let mut before = Lsn(u64::MAX);
@@ -610,11 +619,10 @@ impl<'a> Query<'a> {
                 .collect();
             // The latest move that brought `cur` here, among its records.
             let mut came_from = None;
-            for l in here.iter().rev() {
+            for l in here.iter().rev().filter(|l| moving(l)) {
                 let r = self.src.read(*l)?;
-                let e = &r.event;
-                if e.kind == EventKind::FileMove && e.to_path.as_deref() == Some(cur.as_str()) {
-                    came_from = e.path.clone().map(|p| (p, *l));
+                if let Some(PathChange::MoveIn { from, .. }) = path_change(&r.event, &cur) {
+                    came_from = Some((from.to_string(), *l));
                     break;
                 }
             }
