@@ -41,9 +41,7 @@ pub fn track(settings: &Settings, paths: &[String]) -> Result<ExitCode> {
     let store = settings.open_write()?;
     let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
     store.track(&refs)?;
-    for w in store.take_checkpoint_warnings() {
-        eprintln!("warning: {w}");
-    }
+    print_warnings(&store);
     if !settings.quiet {
         eprintln!(
             "tracking {}; the next checkpoint captures {}",
@@ -86,9 +84,7 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
         },
     })?;
     drop(spin);
-    for w in store.take_checkpoint_warnings() {
-        eprintln!("warning: {w}");
-    }
+    print_warnings(&store);
     if a.json {
         outln!("{}", info_json(&info));
     } else {
@@ -242,9 +238,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
         })
         .with_context(|| format!("roll back to {target}"))?;
     drop(spin);
-    for w in store.take_checkpoint_warnings() {
-        eprintln!("warning: {w}");
-    }
+    print_warnings(&store);
     if a.json {
         let v = serde_json::json!({
             "target": report.target.to_string(),
@@ -355,9 +349,7 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
     let spin = super::progress::Spinner::start(settings.quiet, "collecting garbage");
     let report = store.gc(&policy)?;
     drop(spin);
-    for w in store.take_checkpoint_warnings() {
-        eprintln!("warning: {w}");
-    }
+    print_warnings(&store);
     let discarded: Vec<String> = report.discarded.iter().map(|c| c.to_string()).collect();
     if a.json {
         let v = serde_json::json!({
@@ -454,4 +446,12 @@ fn budget_not_met(b: &cairn::snapshot::retention::BudgetOutcome) -> String {
         super::output::bytes(b.max_bytes),
         super::output::bytes(b.floor_bytes)
     )
+}
+
+/// Prints, on stderr, the warnings of the snapshot flows the store ran
+/// (a damaged cache file set aside, an interrupted rollback recorded).
+fn print_warnings(store: &cairn::Store) {
+    for w in store.take_checkpoint_warnings() {
+        eprintln!("warning: {w}");
+    }
 }
