@@ -6,6 +6,9 @@
 #   CAIRN_BINARY  default target/release/cairn (build it first:
 #                 cargo build --release)
 #   FILES         default 50000
+#   $WRAP         a command to run the timed `cairn rollback` under, e.g.
+#                 WRAP="strace -f -c -o /tmp/rollback.strace" or
+#                 WRAP="perf record -g -o /tmp/rollback.perf"
 #
 # Each tool gets a fresh directory under $TMPDIR (default /tmp): FILES files
 # of ~30 bytes in 500 directories, a checkpoint (or commit), every file
@@ -43,7 +46,8 @@ mkdir "$T/cairn" && cd "$T/cairn"
 "$C" init -q .
 make_tree; "$C" checkpoint -q
 rename_all; "$C" checkpoint -q
-sync; s=$(now); "$C" rollback c1 -q; e=$(now)
+# shellcheck disable=SC2086 # WRAP is a command line, split into words
+sync; s=$(now); ${WRAP:-} "$C" rollback c1 -q; e=$(now)
 echo "cairn rollback c1 ($N files renamed back): $(echo "$e - $s" | bc) s"
 
 mkdir "$T/git" && cd "$T/git"

@@ -31,9 +31,10 @@ use std::path::Path;
 use crate::error::{Result, SnapshotError};
 
 /// Plans that write at least this many files are made durable with one
-/// `syncfs`. Measured on a 2-core VM (ext4): per-file fsyncs in batches of
-/// 64 restore about 3,000 files/s, one `syncfs` about 15,000 (see
-/// docs/BENCHMARKS.md); below about a thousand files the fsyncs take well
+/// `syncfs`. Measured on a 2-core VM (ext4) by
+/// `benches/scripts/restore_durability.py`: per-file fsyncs in batches of
+/// 64 restore about 2,400 files/s, one `syncfs` about 9,000 (see
+/// docs/BENCHMARKS.md, "Session 13"); below about a thousand files the fsyncs take well
 /// under half a second, and the coupling to other programs' writes is not
 /// worth it.
 pub const SYNCFS_MIN_FILES: usize = 1024;
