@@ -8,6 +8,8 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+mod common;
+
 fn cairn(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(args)
@@ -336,15 +338,7 @@ fn quiet_commands_print_nothing_on_success_but_their_answer() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("no checkpoint c99"));
 
     // Damage is printed, by verify and by repair, which says what it lost.
-    let seg = std::fs::read_dir(ws.join(".cairn/log"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "seg"))
-        .unwrap();
-    let mut bytes = std::fs::read(&seg).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0xff;
-    std::fs::write(&seg, bytes).unwrap();
+    common::flip_a_byte_mid_log(ws);
     let o = cairn(ws, &["verify", "-q"]);
     assert_eq!(o.status.code(), Some(3));
     let out = String::from_utf8_lossy(&o.stdout);

@@ -263,15 +263,7 @@ fn damage_in_the_log_exits_with_the_corruption_code() {
         ));
     }
     ok(&cairn_stdin(ws, &["record"], Some(&input)));
-    let seg = std::fs::read_dir(ws.join(".cairn/log"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "seg"))
-        .unwrap();
-    let mut bytes = std::fs::read(&seg).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0xff;
-    std::fs::write(&seg, bytes).unwrap();
+    common::flip_a_byte_mid_log(ws);
     let o = cairn(ws, &["verify"]);
     assert_eq!(
         o.status.code(),
@@ -1434,10 +1426,9 @@ fn after_a_repair_lost_checkpoints_are_named_and_the_export_imports_back() {
     ok(&cairn(ws, &["checkpoint", "-q"])); // c1
     std::fs::write(ws.join("f"), "two\n").unwrap();
     ok(&cairn(ws, &["checkpoint", "-q"])); // c2
-                                           // The undo point c3, and the rollback @4.
-    ok(&cairn(ws, &["rollback", "c1", "-q"]));
-    // Damage the body of c1's record, the segment's first frame (its
-    // header: 4 bytes length, then kind, LSN, CRC, chain: 52 bytes).
+    ok(&cairn(ws, &["rollback", "c1", "-q"])); // the undo point c3, the rollback @4
+                                               // Damage the body of c1's record, the segment's first frame (its
+                                               // header: 4 bytes length, then kind, LSN, CRC, chain: 52 bytes).
     let seg = ws.join(".cairn/log/00000000000000000001.seg");
     let mut bytes = std::fs::read(&seg).unwrap();
     let first_frame = 64;

@@ -76,3 +76,17 @@ pub fn all_output(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// Damages the store in `ws`: flips one byte in the middle of its first
+/// log segment (under the segment's records, so `verify` names the place).
+pub fn flip_a_byte_mid_log(ws: &Path) {
+    let seg = std::fs::read_dir(ws.join(".cairn/log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&seg, bytes).unwrap();
+}
