@@ -131,13 +131,6 @@ fn session_writes_are_tracked_recorded_and_confined_to_the_workspace() {
         .unwrap();
     assert_eq!(last.event.kind, EventKind::FileWrite);
     assert_eq!(last.event.diff_stats.unwrap().lines_added, 1);
-    for bad in ["../outside.txt", "/etc/passwd", "a/../../b", ""] {
-        let err = s.write_file(bad, b"x").unwrap_err();
-        assert!(matches!(err, Error::Snapshot(_)), "{bad}: {err:?}");
-        let err = err.to_string();
-        assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
-    }
-    assert!(!tmp.path().parent().unwrap().join("outside.txt").exists());
 }
 
 /// A file the agent creates gets the mode any program would give it (not a
@@ -791,10 +784,14 @@ fn a_session_write_outside_the_workspace_is_a_snapshot_error() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path()).unwrap();
     let s = store.session("s");
-    for bad in ["../evil", "/abs/file", ".cairn/LOCK"] {
+    for bad in ["../evil", "/etc/passwd", "a/../../b", ".cairn/LOCK", ""] {
         let e = s.write_file(bad, b"x").unwrap_err();
         assert!(matches!(e, Error::Snapshot(_)), "{bad}: {e:?}");
-        assert_eq!(e.to_string().matches(bad).count(), 1, "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&format!("`{bad}`")), "{bad}: {text}");
+        if !bad.is_empty() {
+            assert_eq!(text.matches(bad).count(), 1, "{text}");
+        }
     }
     assert!(!tmp.path().parent().unwrap().join("evil").exists());
     assert_eq!(store.head().last_lsn.0, 0, "nothing recorded");
