@@ -116,6 +116,61 @@ fn diff_names_an_empty_file_added_or_removed() {
     assert!(d.contains("+++ b/empty.txt/inner\n"), "{d}");
 }
 
+/// A move made by a shell command (`mv`), which only the next checkpoint
+/// sees: `diff` shows it as a rename, `blame` keeps the lines' records
+/// from before it, and `history --follow` goes back through it.
+#[test]
+fn a_shell_move_is_a_rename_to_diff_blame_and_history() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
+    let edit = r#"{"kind":"file.edit","path":"a.txt","model":"m1","session":"agent"}"#;
+    ok(&cairn_stdin(ws, &["record", "-q"], &format!("{edit}\n"))); // @1
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c2
+    std::fs::rename(ws.join("a.txt"), ws.join("b.txt")).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c3
+    std::fs::write(ws.join("b.txt"), "one\ntwo\nthree\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c4
+
+    assert_eq!(
+        text(&cairn(ws, &["diff", "c2", "c3"])),
+        "Renamed a.txt -> b.txt (contents unchanged)\n"
+    );
+    let j = json_lines(&text(&cairn(ws, &["diff", "c2", "c3", "--json"])));
+    let ends: Vec<_> = j
+        .iter()
+        .map(|d| {
+            (
+                &d["path"],
+                &d["status"],
+                &d["renamed_from"],
+                &d["renamed_to"],
+            )
+        })
+        .collect();
+    let s = |v: &str| serde_json::json!(v);
+    let none = serde_json::Value::Null;
+    assert_eq!(
+        ends,
+        [
+            (&s("a.txt"), &s("removed"), &none, &s("b.txt")),
+            (&s("b.txt"), &s("added"), &s("a.txt"), &none),
+        ]
+    );
+    // The lines b.txt brought from a.txt are c2's (the checkpoint that
+    // first held them), not the move's.
+    let blame = json_lines(&text(&cairn(ws, &["blame", "head", "b.txt", "--json"])));
+    let by: Vec<u64> = blame.iter().map(|l| l["lsn"].as_u64().unwrap()).collect();
+    assert_eq!(by, [2, 2, 4]);
+    let follow = json_lines(&text(&cairn(
+        ws,
+        &["history", "--follow", "b.txt", "--json"],
+    )));
+    let lsns: Vec<u64> = follow.iter().map(|r| r["lsn"].as_u64().unwrap()).collect();
+    assert_eq!(lsns, [1, 3]);
+}
+
 #[test]
 fn history_of_a_directory_is_the_same_with_or_without_its_slash() {
     let tmp = tempfile::tempdir().unwrap();

@@ -40,6 +40,7 @@ pub mod import;
 pub mod index;
 pub mod point;
 pub mod query;
+pub mod renames;
 pub mod replay;
 pub mod source;
 

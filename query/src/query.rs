@@ -14,6 +14,7 @@ use crate::export::{ExportStats, Exporter, Format};
 use crate::filter::Filter;
 use crate::index::Index;
 use crate::point::Point;
+use crate::renames;
 use crate::replay::{
     apply_paths, in_scope, path_change, tree_change, PathChange, SessionState, TreeChange,
 };
@@ -78,6 +79,12 @@ pub struct FileDiff {
     pub old: Option<TreeEntry>,
     /// The entry at the second point.
     pub new: Option<TreeEntry>,
+    /// On an added path: the removed path of this diff that held the same
+    /// contents, so the file was moved here (see [`crate::renames`]).
+    pub renamed_from: Option<String>,
+    /// On a removed path: the added path of this diff that holds its
+    /// contents now.
+    pub renamed_to: Option<String>,
 }
 
 /// One line of a blamed file: the record that last changed it.
@@ -576,9 +583,68 @@ impl<'a> Query<'a> {
                 too_large,
                 old,
                 new,
+                renamed_from: None,
+                renamed_to: None,
             });
         }
+        self.mark_renames(&mut out);
         Ok(out)
+    }
+
+    /// Pairs the removed and added paths of a diff that hold the same
+    /// contents (see [`crate::renames`]) and marks both ends.
+    fn mark_renames(&self, diffs: &mut [FileDiff]) {
+        let ends = |status: DiffStatus| {
+            diffs
+                .iter()
+                .filter(move |d| d.status == status)
+                .filter_map(|d| Some((d.path.as_str(), d.old.or(d.new)?)))
+        };
+        let found = renames::pair(ends(DiffStatus::Removed), ends(DiffStatus::Added), |b| {
+            self.blob_is_empty(b)
+        });
+        for r in found {
+            for d in diffs.iter_mut() {
+                if d.path == r.from && d.status == DiffStatus::Removed {
+                    d.renamed_to = Some(r.to.clone());
+                } else if d.path == r.to && d.status == DiffStatus::Added {
+                    d.renamed_from = Some(r.from.clone());
+                }
+            }
+        }
+    }
+
+    /// The path that `path` was renamed from at the reset (checkpoint or
+    /// rollback) at `at`: `path` is new there and another path holding its
+    /// contents is gone (see [`crate::renames`]). `None` also when the tree
+    /// before `at` is past retention's horizon. Reads both whole trees, so
+    /// it is asked only where a path appears at a reset.
+    fn renamed_at_reset(&self, at: Lsn, path: &str) -> Result<Option<String>> {
+        if at.0 <= 1 {
+            return Ok(None);
+        }
+        let before = match self.tree_at_lsn(Lsn(at.0 - 1)) {
+            Ok(t) => t,
+            Err(e) if self.beyond_retention(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if before.contains_key(path) {
+            return Ok(None);
+        }
+        let after = self.tree_at_lsn(at)?;
+        if !after.contains_key(path) {
+            return Ok(None);
+        }
+        Ok(renames::between(&before, &after, |b| self.blob_is_empty(b))
+            .into_iter()
+            .find(|r| r.to == path)
+            .map(|r| r.from))
+    }
+
+    /// True if the blob holds no bytes (an empty file, never paired as a
+    /// rename): the hash of no bytes, or a blob the store says is empty.
+    fn blob_is_empty(&self, b: &BlobHash) -> bool {
+        *b == BlobHash::of(b"") || self.blobs.len(b) == Some(0)
     }
 
     /// Every record naming `path` (as `path`, `to_path` or in `files`), in
@@ -597,8 +663,10 @@ impl<'a> Query<'a> {
     /// that brought it there (what [`path_change`] calls a move in, as
     /// blame does: a `file.move`, or a `file.patch` with `to_path`), those
     /// of where it came from, and so on back (at most [`MAX_BLAME_MOVES`]
-    /// moves, as blame follows). The records blame credits are the ones
-    /// listed.
+    /// moves, as blame follows). A move no record names, which a checkpoint
+    /// or rollback found (the path new there, its contents gone from
+    /// another path: see [`crate::renames`]), is followed too, and that
+    /// checkpoint is listed. The records blame credits are the ones listed.
     pub fn history_following(&self, path: &str) -> Result<Vec<Record>> {
         // Only records of these kinds can move a file: the others are read
         // once, at the end.
@@ -623,6 +691,27 @@ impl<'a> Query<'a> {
                 let r = self.src.read(*l)?;
                 if let Some(PathChange::MoveIn { from, .. }) = path_change(&r.event, &cur) {
                     came_from = Some((from.to_string(), *l));
+                    break;
+                }
+            }
+            // Or a move a checkpoint found, if it came later.
+            let after_recorded = came_from.as_ref().map_or(Lsn(0), |(_, at)| *at);
+            for r in self.resets_changing(&cur)?.into_iter().rev() {
+                if r >= before {
+                    continue;
+                }
+                if r <= after_recorded {
+                    break;
+                }
+                let absent_before = matches!(self.entry_at(Lsn(r.0 - 1), &cur), Ok(None));
+                if absent_before {
+                    if let Some(from) = self.renamed_at_reset(r, &cur)? {
+                        // The checkpoint that found the move is listed too.
+                        lsns.push(r);
+                        came_from = Some((from, r));
+                    }
+                    // The path's latest life began here: nothing earlier
+                    // brought it.
                     break;
                 }
             }
@@ -737,7 +826,8 @@ impl<'a> Query<'a> {
     /// and at each checkpoint or rollback (which capture edits no file event
     /// reported); lines carried over unchanged (by a line diff) keep their
     /// record. Moves are followed: lines a move brought in keep the records
-    /// that wrote them under the old name.
+    /// that wrote them under the old name, whether the move was recorded or
+    /// found by a checkpoint (see [`crate::renames`]).
     pub fn blame(&self, p: Point, path: &str) -> Result<Vec<BlameLine>> {
         let at = self.resolve(p)?;
         let entry = self
@@ -834,6 +924,7 @@ impl<'a> Query<'a> {
             if blob == cur_blob {
                 continue;
             }
+            let was_absent = cur_blob.is_none();
             cur_blob = blob;
             let new_text = match blob {
                 None => String::new(),
@@ -846,10 +937,19 @@ impl<'a> Query<'a> {
                     }
                 }
             };
-            // A move brings the source's lines, with their history.
-            if let (true, Some(rec)) = (depth < MAX_BLAME_MOVES, &rec) {
-                if let Some(PathChange::MoveIn { from, .. }) = path_change(&rec.event, path) {
-                    let (t, a) = self.blame_attr(Lsn(l.0 - 1), from, depth + 1)?;
+            // A move brings the source's lines, with their history: a move
+            // recorded, or one a checkpoint found (the same contents gone
+            // from another path as this one appeared: a shell `mv`).
+            if depth < MAX_BLAME_MOVES {
+                let from = match rec.as_ref().and_then(|r| path_change(&r.event, path)) {
+                    Some(PathChange::MoveIn { from, .. }) => Some(from.to_string()),
+                    _ if reset_here && was_absent && blob.is_some() => {
+                        self.renamed_at_reset(l, path)?
+                    }
+                    _ => None,
+                };
+                if let Some(from) = from {
+                    let (t, a) = self.blame_attr(Lsn(l.0 - 1), &from, depth + 1)?;
                     text = t;
                     attr = a;
                 }

@@ -725,3 +725,78 @@ fn a_directory_is_not_a_missing_file() {
     let e = q.file_at(Point::Head, "sr").unwrap_err().to_string();
     assert!(e.contains("does not exist"), "{e}");
 }
+
+/// 1 checkpoint (empty) · 2 create a.txt · 3 edit a.txt · 4 write empty
+/// e1 · 5 checkpoint: a shell `mv a.txt b.txt` and `mv e1 e2`, and a copy
+/// of a.txt as copy.txt before it · 6 edit b.txt.
+#[test]
+fn blame_history_and_diff_follow_a_move_a_checkpoint_found() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let m = SnapshotManifests(&blobs);
+    let put = |b: &[u8]| blobs.put(b).unwrap();
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s");
+    cp.root = Some(store_tree(&blobs, &Tree::new()));
+    log.append(cp).unwrap(); // 1
+    let mut e = ev(EventKind::FileCreate, "s", "m1", "a.txt");
+    e.after = Some(put(b"one\ntwo\n"));
+    log.append(e).unwrap(); // 2
+    let mut e = ev(EventKind::FileEdit, "s", "m2", "a.txt");
+    e.after = Some(put(b"one\ntwo\nthree\n"));
+    log.append(e).unwrap(); // 3
+    write(&log, &blobs, "e1", b""); // 4
+    let mut at5 = Tree::new();
+    for p in ["b.txt", "copy.txt"] {
+        at5.insert(p.into(), TreeEntry::file(put(b"one\ntwo\nthree\n")));
+    }
+    at5.insert("e2".into(), TreeEntry::file(put(b"")));
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s");
+    cp.root = Some(store_tree(&blobs, &at5));
+    log.append(cp).unwrap(); // 5
+    let mut e = ev(EventKind::FileEdit, "s", "m3", "b.txt");
+    e.after = Some(put(b"one\ntwo\nthree\nfour\n"));
+    log.append(e).unwrap(); // 6
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+
+    // Blame: b.txt's lines keep the records that wrote them as a.txt.
+    let blame = q.blame(Point::Head, "b.txt").unwrap();
+    let by: Vec<(u64, &str)> = blame.iter().map(|b| (b.lsn.0, b.text.as_str())).collect();
+    assert_eq!(by, [(2, "one"), (2, "two"), (3, "three"), (6, "four")]);
+    assert_eq!(blame[0].model.as_deref(), Some("m1"));
+    // A copy is no move (a.txt's contents went to one path only, by path
+    // order `b.txt`): its lines are the checkpoint's.
+    let copy = q.blame(Point::Head, "copy.txt").unwrap();
+    assert!(copy.iter().all(|b| b.lsn == Lsn(5)), "{copy:?}");
+
+    // history --follow: a.txt's records, the checkpoint that found the
+    // move, then b.txt's.
+    assert_eq!(lsns(&q.history_following("b.txt").unwrap()), [2, 3, 5, 6]);
+    assert_eq!(
+        lsns(&q.history_following("copy.txt").unwrap()),
+        [] as [u64; 0]
+    );
+
+    // diff: both ends of the rename are marked; empty files never pair.
+    let d = q.diff(at(4), at(5), &[]).unwrap();
+    let got: Vec<(&str, DiffStatus, Option<&str>, Option<&str>)> = d
+        .iter()
+        .map(|d| {
+            let (f, t) = (d.renamed_from.as_deref(), d.renamed_to.as_deref());
+            (d.path.as_str(), d.status, f, t)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a.txt", DiffStatus::Removed, None, Some("b.txt")),
+            ("b.txt", DiffStatus::Added, Some("a.txt"), None),
+            ("copy.txt", DiffStatus::Added, None, None),
+            ("e1", DiffStatus::Removed, None, None),
+            ("e2", DiffStatus::Added, None, None),
+        ]
+    );
+    // Limited to the new path, the diff has no removed end to pair with.
+    let d = q.diff(at(4), at(5), &["b.txt".into()]).unwrap();
+    assert_eq!((d.len(), d[0].renamed_from.as_deref()), (1, None));
+}

@@ -289,8 +289,11 @@ pub enum Command {
         /// checkpoint for a file, two trees per checkpoint for a directory.
         #[arg(long)]
         checkpoints: bool,
-        /// Follow the file back through its moves (`file.move` records), as
-        /// `git log --follow` does: also the records of where it came from.
+        /// Follow the file back through its moves, as `git log --follow`
+        /// does: also the records of where it came from. A move is a
+        /// `file.move` record, or one a checkpoint found (a shell `mv`: the
+        /// file new there, its contents gone from another path), in which
+        /// case that checkpoint is listed too.
         #[arg(long, conflicts_with = "checkpoints")]
         follow: bool,
         /// Canonical JSONL.

@@ -695,6 +695,15 @@ pub fn diff(
             .find(|n| n.path == d.path)
             .map(|n| (side, n.why.as_str()))
     };
+    // A rename pairs a removed path with an added one of the same
+    // contents; a path a checkpoint did not capture was there all along,
+    // so a pair with one is no rename.
+    let real_rename = |from: &str, to: &str| {
+        let end = |p: &str, st: DiffStatus| diffs.iter().find(|d| d.path == p && d.status == st);
+        [end(from, DiffStatus::Removed), end(to, DiffStatus::Added)]
+            .iter()
+            .all(|d| d.is_some_and(|d| uncaptured(d).is_none()))
+    };
     let st = Style::stdout();
     let mut out = std::io::stdout().lock();
     for d in &diffs {
@@ -704,16 +713,44 @@ pub fn diff(
             DiffStatus::Modified => "modified",
         };
         let missing = uncaptured(d);
+        let renamed_from = d
+            .renamed_from
+            .as_deref()
+            .filter(|from| real_rename(from, &d.path));
+        let renamed_to = d
+            .renamed_to
+            .as_deref()
+            .filter(|to| real_rename(&d.path, to));
         if json {
             let mut v = serde_json::json!({"path": d.path, "status": status, "binary": d.binary, "too_large": d.too_large, "unified": d.unified});
             if let Some((side, why)) = missing {
                 v["not_captured_at"] = serde_json::json!(side);
                 v["not_captured_why"] = serde_json::json!(why);
             }
+            if let Some(from) = renamed_from {
+                v["renamed_from"] = serde_json::json!(from);
+            }
+            if let Some(to) = renamed_to {
+                v["renamed_to"] = serde_json::json!(to);
+            }
             writeln!(out, "{v}")?;
             continue;
         }
+        // A rename is one line, printed at its new path (as git's
+        // `rename from`/`rename to`); its removed end says nothing more.
+        if renamed_to.is_some() {
+            continue;
+        }
         let shown = quote_path(&d.path);
+        if let Some(from) = renamed_from {
+            writeln!(
+                out,
+                "{} {} -> {shown} (contents unchanged)",
+                st.bold("Renamed"),
+                quote_path(from)
+            )?;
+            continue;
+        }
         if let Some((side, why)) = missing {
             writeln!(
                 out,
