@@ -80,18 +80,23 @@ fn without_temporaries(mut files: BTreeMap<String, String>) -> BTreeMap<String, 
 }
 
 /// How many `rollback` records the log holds, and how many of them record
-/// a rollback whose process stopped part way (`meta.interrupted`).
-fn rollback_records(ws: &Path) -> (usize, usize) {
+/// a rollback whose process stopped part way (`meta.interrupted`), with
+/// what the last of those says the workspace held.
+fn rollback_records(ws: &Path) -> (usize, usize, Option<String>) {
     let out = run_ok(ws, &["log", "--kind", "rollback", "--json"]);
     let all: Vec<serde_json::Value> = out
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let interrupted = all
+    let interrupted: Vec<&serde_json::Value> = all
         .iter()
-        .filter(|r| r["meta"].get("interrupted").is_some())
-        .count();
-    (all.len(), interrupted)
+        .filter_map(|r| r["meta"].get("interrupted"))
+        .collect();
+    let last = interrupted
+        .last()
+        .and_then(|i| i["workspace"].as_str())
+        .map(str::to_string);
+    (all.len(), interrupted.len(), last)
 }
 
 /// Runs a command and SIGKILLs it after `delay`; returns its stdout if it finished first.
@@ -136,6 +141,7 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
     let mut acked: Vec<(String, BTreeMap<String, String>)> = Vec::new();
     let (mut killed, mut finished) = (0u64, 0u64);
     let mut interrupted_recorded = 0usize;
+    let mut reached_seen = std::collections::BTreeSet::new();
     for i in 0..kills {
         // Change the workspace a little: edit, create, delete.
         let n = rng.next() % 6;
@@ -154,7 +160,7 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
         if !acked.is_empty() && rng.next().is_multiple_of(3) {
             // Interrupt a rollback, then finish it and check the exact tree.
             let (id, files) = acked[(rng.next() as usize) % acked.len()].clone();
-            let (ended_before, interrupted_before) = rollback_records(ws);
+            let (ended_before, interrupted_before, _) = rollback_records(ws);
             let was_killed = match run_and_kill(ws, &["rollback", &id], delay) {
                 Some(_) => {
                     finished += 1;
@@ -168,8 +174,9 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
             // Killed after it changed the workspace and before its record:
             // the log alone does not explain the workspace, so the next
             // writing command must record it as interrupted.
-            let changed = without_temporaries(snapshot(ws)) != expect;
-            let (ended_after_kill, _) = rollback_records(ws);
+            let left = without_temporaries(snapshot(ws));
+            let changed = left != expect;
+            let (ended_after_kill, _, _) = rollback_records(ws);
             let unrecorded = was_killed && changed && ended_after_kill == ended_before;
             run_ok(ws, &["rollback", &id]);
             assert_eq!(
@@ -177,17 +184,33 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
                 files,
                 "seed {seed} iteration {i}: rollback to {id} after a kill"
             );
-            let (_, interrupted_after) = rollback_records(ws);
+            let (_, interrupted_after, reached) = rollback_records(ws);
             let recorded = interrupted_after - interrupted_before;
             // Changed and unrecorded: recorded, once. Recorded: only a
             // rollback killed before its own record (one killed after its
             // marker was written and before its first file changed is
-            // recorded too: the marker cannot tell).
+            // recorded too, as having changed nothing).
             let may_record = was_killed && ended_after_kill == ended_before;
             assert!(
                 recorded == usize::from(unrecorded) || (recorded == 1 && may_record),
                 "seed {seed} iteration {i}: a rollback killed part way (changed the workspace: {changed}, killed: {was_killed}) was recorded as interrupted {recorded} times"
             );
+            // What the record says the workspace held is what it held.
+            if recorded == 1 {
+                let says = reached.as_deref();
+                assert!(
+                    match says {
+                        Some("unchanged") => left == expect,
+                        Some("restored") => left == files,
+                        // A mix may lie in directories alone, which
+                        // `snapshot` does not list.
+                        Some("mixed") => true,
+                        _ => false,
+                    },
+                    "seed {seed} iteration {i}: an interrupted rollback to {id} was recorded as {says:?}"
+                );
+                reached_seen.insert(says.unwrap_or_default().to_string());
+            }
             assert!(
                 !ws.join(MARKER).exists(),
                 "seed {seed} iteration {i}: the rollback marker outlived the rollback that finished it"
@@ -238,7 +261,7 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
             }
         }
     }
-    eprintln!("kill_checkpoint: {kills} iterations, {killed} processes killed mid-run, {finished} finished, {} checkpoints acknowledged, 0 lost, {interrupted_recorded} rollbacks killed part way recorded as interrupted", acked.len());
+    eprintln!("kill_checkpoint: {kills} iterations, {killed} processes killed mid-run, {finished} finished, {} checkpoints acknowledged, 0 lost, {interrupted_recorded} rollbacks killed part way recorded as interrupted (workspace {reached_seen:?})", acked.len());
     assert!(
         killed > 0 || kills < 10,
         "the loop should kill some processes mid-run"

@@ -1483,7 +1483,110 @@ mod tests {
     /// brings back the tree from before.
     #[test]
     fn a_rollback_stopped_before_its_record_is_recorded_by_the_next_checkpoint() {
-        use crate::interrupted::{rollback_marker, RollbackMarker, ROLLBACK_META_INTERRUPTED};
+        use crate::interrupted::{rollback_marker, ROLLBACK_META_INTERRUPTED};
+        let (_dir, ws, log, blobs, c1, before, undo) = stop_a_rollback();
+        let req = |target| RollbackRequest {
+            target,
+            paths: Vec::new(),
+            dry_run: false,
+            session: String::new(),
+        };
+        let next = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+        assert_eq!(next.lsn, Lsn(undo.0 + 2), "one record between");
+        let rec = LogAccess::read(&log, Lsn(undo.0 + 1)).unwrap().event;
+        assert_eq!(rec.kind, EventKind::Rollback);
+        assert!(!rec.ok);
+        assert_eq!(rec.error_kind.as_deref(), Some(ROLLBACK_INCOMPLETE));
+        assert_eq!(rec.source, Some(CheckpointId(undo)));
+        assert_eq!(rec.target, Some(c1.id));
+        assert_eq!(rec.parents, vec![undo, c1.lsn]);
+        let text = rec.text.unwrap();
+        assert!(text.contains("the process stopped part way"), "{text}");
+        // It had written every file: the record says so.
+        assert!(
+            text.contains("it had restored every file: the workspace is as at c1"),
+            "{text}"
+        );
+        let meta = rec.meta.unwrap();
+        assert_eq!(
+            meta.0[ROLLBACK_META_INTERRUPTED]["pid"],
+            serde_json::json!(std::process::id())
+        );
+        assert_eq!(
+            meta.0[ROLLBACK_META_INTERRUPTED]["workspace"],
+            serde_json::json!("restored")
+        );
+        assert!(rollback_marker(&ws).is_none(), "the marker is still there");
+        let warned = ws.take_warnings().join("\n");
+        assert!(warned.contains("was interrupted"), "{warned}");
+        assert!(
+            warned.contains(&format!("`cairn rollback c{undo}` undoes it")),
+            "{warned}"
+        );
+        // Recorded once: the next checkpoint adds only itself.
+        let again = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+        assert_eq!(again.lsn, next.lsn.next());
+        // The undo point restores the tree from before the rollback.
+        rollback(&log, &blobs, &ws, req(CheckpointId(undo))).unwrap();
+        assert_eq!(files(ws.root()), before);
+        assert!(
+            rollback_marker(&ws).is_none(),
+            "a finished rollback left its marker"
+        );
+    }
+
+    /// What the record of an interrupted rollback says of the workspace is
+    /// what the workspace holds: here, as if the rollback had stopped
+    /// before changing any file (its changes undone by hand), and part way
+    /// (one of its files undone).
+    #[test]
+    fn an_interrupted_rollback_s_record_says_how_far_it_got() {
+        use crate::interrupted::ROLLBACK_META_INTERRUPTED;
+        for (undo_by_hand, word, says) in [
+            (
+                &["a.txt", "sub/b.txt", "c.txt"][..],
+                "unchanged",
+                "it stopped before it changed any file: the workspace is as at c",
+            ),
+            (&["a.txt"][..], "mixed", "the workspace holds a mix of c"),
+        ] {
+            let (_dir, ws, log, blobs, _c1, before, undo) = stop_a_rollback();
+            for p in undo_by_hand {
+                let path = ws.root().join(p);
+                match before.get(*p) {
+                    Some(bytes) => std::fs::write(&path, bytes).unwrap(),
+                    None => std::fs::remove_file(&path).unwrap(),
+                }
+            }
+            create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+            let rec = LogAccess::read(&log, Lsn(undo.0 + 1)).unwrap().event;
+            assert_eq!(rec.kind, EventKind::Rollback);
+            let text = rec.text.unwrap();
+            assert!(text.contains(says), "{word}: {text}");
+            assert_eq!(
+                rec.meta.unwrap().0[ROLLBACK_META_INTERRUPTED]["workspace"],
+                serde_json::json!(word)
+            );
+            let warned = ws.take_warnings().join("\n");
+            assert!(warned.contains(says), "{word}: {warned}");
+        }
+    }
+
+    /// A workspace whose rollback to `c1` was stopped (a panic, as if the
+    /// process died) once its files were written, before its record:
+    /// the temporary directory, workspace, log, blobs, `c1`, the files
+    /// before the rollback, and the undo point's LSN.
+    #[allow(clippy::type_complexity)]
+    fn stop_a_rollback() -> (
+        tempfile::TempDir,
+        Workspace,
+        MemLog,
+        crate::MemBlobs,
+        CheckpointInfo,
+        std::collections::BTreeMap<String, Vec<u8>>,
+        Lsn,
+    ) {
+        use crate::interrupted::{rollback_marker, RollbackMarker};
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("ws");
         std::fs::create_dir_all(root.join("sub")).unwrap();
@@ -1508,11 +1611,16 @@ mod tests {
             session: String::new(),
         };
 
+        // The hook is one for the process: tests that stop a rollback
+        // take turns.
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         *STOP_ROLLBACK_UNDER.lock().unwrap() = Some(ws.root().to_path_buf());
         let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             rollback(&log, &blobs, &ws, req(c1.id))
         }));
         *STOP_ROLLBACK_UNDER.lock().unwrap() = None;
+        drop(turn);
         assert!(got.is_err(), "the rollback was not stopped");
         assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "one");
         let Some(RollbackMarker::Unfinished(m)) = rollback_marker(&ws) else {
@@ -1523,39 +1631,6 @@ mod tests {
         let undo = LogAccess::read(&log, LogAccess::head(&log).last_lsn).unwrap();
         assert_eq!(undo.event.kind, EventKind::CheckpointCreate);
         assert_eq!(undo.event.label.as_deref(), Some("Before rollback to c1"));
-
-        let next = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
-        assert_eq!(next.lsn, Lsn(undo.lsn.0 + 2), "one record between");
-        let rec = LogAccess::read(&log, Lsn(undo.lsn.0 + 1)).unwrap().event;
-        assert_eq!(rec.kind, EventKind::Rollback);
-        assert!(!rec.ok);
-        assert_eq!(rec.error_kind.as_deref(), Some(ROLLBACK_INCOMPLETE));
-        assert_eq!(rec.source, Some(CheckpointId(undo.lsn)));
-        assert_eq!(rec.target, Some(c1.id));
-        assert_eq!(rec.parents, vec![undo.lsn, c1.lsn]);
-        let text = rec.text.unwrap();
-        assert!(text.contains("the process stopped part way"), "{text}");
-        let meta = rec.meta.unwrap();
-        assert_eq!(
-            meta.0[ROLLBACK_META_INTERRUPTED]["pid"],
-            serde_json::json!(std::process::id())
-        );
-        assert!(rollback_marker(&ws).is_none(), "the marker is still there");
-        let warned = ws.take_warnings().join("\n");
-        assert!(warned.contains("was interrupted"), "{warned}");
-        assert!(
-            warned.contains(&format!("`cairn rollback c{}`", undo.lsn)),
-            "{warned}"
-        );
-        // Recorded once: the next checkpoint adds only itself.
-        let again = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
-        assert_eq!(again.lsn, next.lsn.next());
-        // The undo point restores the tree from before the rollback.
-        rollback(&log, &blobs, &ws, req(CheckpointId(undo.lsn))).unwrap();
-        assert_eq!(files(ws.root()), before);
-        assert!(
-            rollback_marker(&ws).is_none(),
-            "a finished rollback left its marker"
-        );
+        (dir, ws, log, blobs, c1, before, undo.lsn)
     }
 }

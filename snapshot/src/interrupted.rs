@@ -15,7 +15,10 @@
 //! [`ROLLBACK_INCOMPLETE`](crate::checkpoint::ROLLBACK_INCOMPLETE), source
 //! the undo point, the same shape as a rollback that failed in process),
 //! removes the restore temporaries it left, removes the marker and warns
-//! (see [`Workspace::take_warnings`]). Readers only warn
+//! (see [`Workspace::take_warnings`]). One scan of the workspace, compared
+//! with the undo point and the target, tells the record and the warning
+//! how far the rollback got: no file changed, every file restored, or a
+//! mix (`meta.interrupted.workspace`). Readers only warn
 //! ([`unfinished_rollback_warning`]).
 //!
 //! The marker does not name the undo point (it is written while the undo
@@ -59,7 +62,9 @@ const MARKER_VERSION: u32 = 1;
 const MAX_MARKER_BYTES: u64 = 1 << 20;
 
 /// The `meta` key of a `rollback` record written for a rollback whose
-/// process stopped part way: `{"started": ISO time, "pid": process id}`.
+/// process stopped part way: `{"started": ISO time, "pid": process id,
+/// "workspace": "unchanged" | "restored" | "mixed"}` (`workspace` absent
+/// when the comparison could not be made).
 pub const ROLLBACK_META_INTERRUPTED: &str = "interrupted";
 
 /// A rollback that began and has not recorded its end, as its marker says.
@@ -313,7 +318,7 @@ enum UndoState {
 /// Checkpoints, rollbacks and retention call it first; an embedder that
 /// writes through the workspace otherwise (tracking paths) may call it
 /// itself. The caller must be the only writer of the store (its lock).
-pub fn record_interrupted_rollback<L: LogAccess + ?Sized, B: BlobRead + ?Sized>(
+pub fn record_interrupted_rollback<L: LogAccess + ?Sized, B: BlobRead + Sync + ?Sized>(
     log: &L,
     blobs: &B,
     ws: &Workspace,
@@ -352,28 +357,134 @@ pub fn record_interrupted_rollback<L: LogAccess + ?Sized, B: BlobRead + ?Sized>(
         }
         Ok(UndoState::Undo(u, root)) => (u, root),
     };
+    // The temporaries go first, so that the workspace compared below is
+    // what the user sees. (Killed here, the marker is still there and the
+    // next run does all of this again.)
+    let removed = remove_temporaries(ws, blobs, &r, target_root(log, &r), undo_root);
+    let reached = workspace_reached(log, blobs, ws, &r, undo);
     let ev = rollback_event(&r.session, undo, r.target, &r.scope);
+    let mut interrupted = serde_json::json!({"started": r.started.to_iso(), "pid": r.pid});
+    if let Some(w) = reached.word() {
+        interrupted["workspace"] = serde_json::json!(w);
+    }
     let mut meta = serde_json::Map::new();
-    meta.insert(
-        ROLLBACK_META_INTERRUPTED.into(),
-        serde_json::json!({"started": r.started.to_iso(), "pid": r.pid}),
-    );
+    meta.insert(ROLLBACK_META_INTERRUPTED.into(), interrupted);
+    let (state, next) = match reached {
+        Reached::Unchanged => (
+            format!("it stopped before it changed any file: the workspace is as at {undo}"),
+            format!("`{}` runs it again", r.finish_command()),
+        ),
+        Reached::Restored => (
+            format!(
+                "it had restored every file: the workspace is as at {}",
+                r.target
+            ),
+            format!("`cairn rollback {undo}` undoes it"),
+        ),
+        Reached::Mixed => (
+            format!("the workspace holds a mix of {undo} and {}", r.target),
+            format!(
+                "`cairn rollback {undo}` restores the state before it, `{}` finishes it",
+                r.finish_command()
+            ),
+        ),
+        Reached::Unknown => (
+            format!("the workspace may hold a mix of {undo} and {}", r.target),
+            format!(
+                "`cairn rollback {undo}` restores the state before it, `{}` finishes it",
+                r.finish_command()
+            ),
+        ),
+    };
     let why = format!(
-        "interrupted: the process stopped part way (the rollback started at {}); the workspace may hold a mix of {undo} and {}",
+        "interrupted: the process stopped part way (the rollback started at {}); {state}",
         r.started.to_iso(),
-        r.target
     );
     let lsn = record_incomplete(log, ev, meta, why)?;
-    let removed = remove_temporaries(ws, blobs, &r, target_root(log, &r), undo_root);
     remove_marker(ws);
     ws.warn(format!(
-        "a rollback {} started at {} was interrupted (the process stopped part way): the workspace may hold a mix of both; `cairn rollback {undo}` restores the state before it, `{}` finishes it (recorded as a failed rollback at LSN {lsn}){}",
+        "a rollback {} started at {} was interrupted (the process stopped part way): {state}; {next} (recorded as a failed rollback at LSN {lsn}){}",
         r.what(),
         r.started.to_iso(),
-        r.finish_command(),
         temporaries_words(removed),
     ));
     Ok(Some(lsn))
+}
+
+/// How far an interrupted rollback got, from the workspace as it is now
+/// (within the rollback's scope).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reached {
+    /// Every file is as at the undo point: nothing was changed.
+    Unchanged,
+    /// Every file is as at the target: only the record is missing.
+    Restored,
+    /// Neither: some files were restored, some not.
+    Mixed,
+    /// The comparison could not be made (a tree unreadable, the
+    /// workspace not scannable): the record says "may hold a mix".
+    Unknown,
+}
+
+impl Reached {
+    /// The value of `meta.interrupted.workspace` (none when unknown).
+    fn word(self) -> Option<&'static str> {
+        match self {
+            Reached::Unchanged => Some("unchanged"),
+            Reached::Restored => Some("restored"),
+            Reached::Mixed => Some("mixed"),
+            Reached::Unknown => None,
+        }
+    }
+}
+
+/// Compares the workspace, within `r`'s scope, with the undo point `undo`
+/// and with the target, as `rollback --dry-run` would plan a rollback to
+/// each (files a checkpoint did not capture left out): an empty plan means
+/// the workspace is that checkpoint's tree. Scans the workspace once
+/// (unchanged files by their stat data), after a crash only. Any error
+/// makes it [`Reached::Unknown`]: the record is written anyway.
+fn workspace_reached<L: LogAccess + ?Sized, B: BlobRead + Sync + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+    r: &UnfinishedRollback,
+    undo: CheckpointId,
+) -> Reached {
+    let is_tree = |cur: &manifest::Manifest, id: CheckpointId| -> Result<bool> {
+        let c = crate::checkpoint::find_checkpoint(log, ws, id)?;
+        let (tgt, same) = restore::load_target(blobs, &c.root, cur)?;
+        let mut plan = restore::plan_pruned(cur, &tgt, &r.scope, &same)?;
+        restore::keep_uncaptured(ws, cur, &mut plan);
+        let skipped: Vec<(String, String)> = c
+            .not_captured
+            .iter()
+            .map(|n| (n.path.clone(), n.why.clone()))
+            .collect();
+        restore::keep_not_captured_at_target(&mut plan, &skipped, &id.to_string());
+        Ok(plan.is_empty())
+    };
+    let compare = || -> Result<Reached> {
+        let tracked = ws
+            .load_track_for_capture()?
+            .map(|t| t.tracked)
+            .unwrap_or_default();
+        let cap = crate::capture::capture_full(
+            ws,
+            &crate::blobs::HashOnly(blobs),
+            &tracked,
+            &BTreeSet::new(),
+        )?;
+        let cur = cap.manifest().unwrap_or_default();
+        Ok(if is_tree(&cur, undo)? {
+            Reached::Unchanged
+        } else if is_tree(&cur, r.target)? {
+            Reached::Restored
+        } else {
+            Reached::Mixed
+        })
+    };
+    compare().unwrap_or(Reached::Unknown)
 }
 
 /// The root of the target's tree, from its `checkpoint.create` record.
