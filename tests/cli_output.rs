@@ -169,6 +169,14 @@ fn a_shell_move_is_a_rename_to_diff_blame_and_history() {
     )));
     let lsns: Vec<u64> = follow.iter().map(|r| r["lsn"].as_u64().unwrap()).collect();
     assert_eq!(lsns, [1, 3]);
+    // With --checkpoints, also the checkpoints that changed it under
+    // either name: c2 (a.txt first captured), c3 (the move), c4 (the edit).
+    let both = ["history", "--follow", "--checkpoints", "b.txt", "--json"];
+    let lsns: Vec<u64> = json_lines(&text(&cairn(ws, &both)))
+        .iter()
+        .map(|r| r["lsn"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lsns, [1, 2, 3, 4]);
 }
 
 #[test]

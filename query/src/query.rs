@@ -668,6 +668,30 @@ impl<'a> Query<'a> {
     /// another path: see [`crate::renames`]), is followed too, and that
     /// checkpoint is listed. The records blame credits are the ones listed.
     pub fn history_following(&self, path: &str) -> Result<Vec<Record>> {
+        self.follow(path, false)
+    }
+
+    /// [`Query::history_following`] with, on each path it follows, the
+    /// checkpoints and rollbacks that changed the file without a record
+    /// naming it (as [`Query::history_with_resets`] finds them): every
+    /// change blame can credit, across moves.
+    pub fn history_following_with_resets(&self, path: &str) -> Result<Vec<Record>> {
+        self.follow(path, true)
+    }
+
+    /// The records of [`Query::history_following`], with the resets that
+    /// changed each followed path when `resets` is set.
+    fn follow(&self, path: &str, resets: bool) -> Result<Vec<Record>> {
+        if resets && !self.certainly_a_file(path) {
+            // A directory: its recorded moves followed, and the resets
+            // that changed anything under it (under its name now; a move
+            // a checkpoint found is one of a file).
+            let mut recs = self.follow(path, false)?;
+            recs.extend(self.history_with_resets(path)?);
+            recs.sort_unstable_by_key(|r| r.lsn);
+            recs.dedup_by_key(|r| r.lsn);
+            return Ok(recs);
+        }
         // Only records of these kinds can move a file: the others are read
         // once, at the end.
         let moving = |l: &Lsn| {
@@ -696,7 +720,11 @@ impl<'a> Query<'a> {
             }
             // Or a move a checkpoint found, if it came later.
             let after_recorded = came_from.as_ref().map_or(Lsn(0), |(_, at)| *at);
-            for r in self.resets_changing(&cur)?.into_iter().rev() {
+            let changed_at = self.resets_changing(&cur)?;
+            if resets {
+                lsns.extend(changed_at.iter().filter(|r| **r < before));
+            }
+            for r in changed_at.into_iter().rev() {
                 if r >= before {
                     continue;
                 }
@@ -744,11 +772,7 @@ impl<'a> Query<'a> {
         // directories it created), so being named proves nothing. Anything
         // else is read as a directory, whose way also covers a file of that
         // name (a path that was both, at different times).
-        let head = self.index.covered();
-        let a_file = !self.index.names_below(path)
-            && (self.entry_at(head, path).is_ok_and(|e| e.is_some())
-                || (!self.index.path(path).is_empty() && !self.is_dir_at(head, path)));
-        if a_file {
+        if self.certainly_a_file(path) {
             lsns.extend(self.resets_changing(path)?);
         } else {
             lsns.extend(self.resets_changing_under(path)?);
@@ -756,6 +780,16 @@ impl<'a> Query<'a> {
         lsns.sort_unstable();
         lsns.dedup();
         lsns.iter().map(|l| self.src.read(*l)).collect()
+    }
+
+    /// True if `path` is certainly a file: one at the head, or one records
+    /// name that is no directory at the head, and in either case with no
+    /// record naming a path under it (see [`Query::history_with_resets`]).
+    fn certainly_a_file(&self, path: &str) -> bool {
+        let head = self.index.covered();
+        !self.index.names_below(path)
+            && (self.entry_at(head, path).is_ok_and(|e| e.is_some())
+                || (!self.index.path(path).is_empty() && !self.is_dir_at(head, path)))
     }
 
     /// The checkpoints and rollbacks at which the file `path` changed (see

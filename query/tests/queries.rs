@@ -772,6 +772,12 @@ fn blame_history_and_diff_follow_a_move_a_checkpoint_found() {
     // history --follow: a.txt's records, the checkpoint that found the
     // move, then b.txt's.
     assert_eq!(lsns(&q.history_following("b.txt").unwrap()), [2, 3, 5, 6]);
+    // With the resets that changed it under either name: c1 did not (a.txt
+    // did not exist before it or at it), c5 did.
+    assert_eq!(
+        lsns(&q.history_following_with_resets("b.txt").unwrap()),
+        [2, 3, 5, 6]
+    );
     assert_eq!(
         lsns(&q.history_following("copy.txt").unwrap()),
         [] as [u64; 0]

@@ -845,14 +845,11 @@ pub fn history(
             "history needs a file or directory below the workspace root (`src/`, `README.md`); `cairn log` lists every record",
         ));
     }
-    let records = store.query(|q| {
-        if checkpoints {
-            q.history_with_resets(&path)
-        } else if follow {
-            q.history_following(&path)
-        } else {
-            q.history(&path)
-        }
+    let records = store.query(|q| match (follow, checkpoints) {
+        (true, true) => q.history_following_with_resets(&path),
+        (true, false) => q.history_following(&path),
+        (false, true) => q.history_with_resets(&path),
+        (false, false) => q.history(&path),
     })?;
     print_records(&records, json)?;
     Ok(ExitCode::SUCCESS)
