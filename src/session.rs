@@ -114,6 +114,14 @@ impl<'s> Session<'s> {
     /// new contents as blobs, writes the file atomically (temp + rename),
     /// and records a `file.create` or `file.write` with `before`/`after`
     /// hashes and diff statistics.
+    ///
+    /// `path` is taken as `rollback --path` takes it (`./src//a.rs` is
+    /// `src/a.rs`, an absolute path inside the workspace is made
+    /// relative), and the record names it in that normal form. The record
+    /// is checked before the file is touched, so a write the log would
+    /// refuse changes nothing; if appending still fails once the file is
+    /// written (an I/O error), the error says so and names the blob that
+    /// holds the contents it replaced.
     pub fn write_file(&self, path: &str, contents: &[u8]) -> Result<Lsn> {
         let ws = self.store.workspace()?;
         // The snapshot crate's check: no `..`, nothing outside the
@@ -140,14 +148,27 @@ impl<'s> Session<'s> {
             }
             .to_string(),
         );
-        e.path = Some(path.to_string());
+        e.path = Some(rel.clone());
         e.after = Some(self.store.put_blob(contents)?);
         if let Some(old) = &before {
             e.before = Some(self.store.put_blob(old)?);
         }
         e.diff_stats = Some(line_stats(before.as_deref().unwrap_or(b""), contents));
+        // Whatever the log would refuse, it refuses before the file changes.
+        self.store.check_event(&e)?;
         write_atomic(&full, contents)?;
-        self.record(&e)
+        self.record(&e).map_err(|err| {
+            let kept = match e.before {
+                Some(h) => {
+                    format!("; the contents it replaced are blob {h} (`cairn blob get {h}`)")
+                }
+                None => String::new(),
+            };
+            Error::Other(format!(
+                "{rel} was written, but its {} record could not be appended: {err}{kept}",
+                e.kind.name()
+            ))
+        })
     }
 
     /// Checkpoints the workspace with a full scan (edits made by shell

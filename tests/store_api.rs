@@ -798,6 +798,51 @@ fn a_session_write_outside_the_workspace_is_a_snapshot_error() {
     store.close().unwrap();
 }
 
+/// Trial 13 N1: a path to `Session::write_file` not in normal form
+/// (`./src/app.py`, `src//app.py`, `src/./app.py`) is the same file, and
+/// the write is recorded under its normal form, with the contents it
+/// replaced as `before`: before, the file was written and the record
+/// refused, so the user's edit it overwrote was in no record. A write the
+/// log would refuse (an empty session) leaves the file as it was.
+#[test]
+fn a_session_write_to_a_path_not_in_normal_form_is_recorded_as_its_normal_form() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    let store = Store::open(ws).unwrap();
+    let s = store.session("w");
+    for (i, path) in ["./src/app.py", "src//app.py", "src/./app.py"]
+        .iter()
+        .enumerate()
+    {
+        let users = format!("the user's edit {i}\n");
+        std::fs::write(ws.join("src/app.py"), &users).unwrap();
+        let agents = format!("by the agent {i}\n");
+        let lsn = s.write_file(path, agents.as_bytes()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.join("src/app.py")).unwrap(),
+            agents
+        );
+        let rec = store.record(lsn).unwrap();
+        assert_eq!(rec.event.path.as_deref(), Some("src/app.py"), "{path}");
+        let before = rec.event.before.expect("before");
+        assert_eq!(store.blob(&before).unwrap(), users.as_bytes(), "{path}");
+    }
+    let head = store.head().last_lsn;
+    std::fs::write(ws.join("src/app.py"), "kept\n").unwrap();
+    let e = store
+        .session("")
+        .write_file("src/app.py", b"x")
+        .unwrap_err();
+    assert!(e.to_string().contains("`session` must not be empty"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/app.py")).unwrap(),
+        "kept\n"
+    );
+    assert_eq!(store.head().last_lsn, head, "nothing recorded");
+    store.close().unwrap();
+}
+
 /// The library refuses what JSON input refuses (trial 12 N7): an empty
 /// session and a time outside what an ISO-8601 line can say, so the
 /// store's export always imports back.
