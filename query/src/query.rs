@@ -861,7 +861,9 @@ impl<'a> Query<'a> {
     /// reported); lines carried over unchanged (by a line diff) keep their
     /// record. Moves are followed: lines a move brought in keep the records
     /// that wrote them under the old name, whether the move was recorded or
-    /// found by a checkpoint (see [`crate::renames`]).
+    /// found by a checkpoint (see [`crate::renames`]). So are rollbacks:
+    /// the lines a rollback (an undo or a redo) brought back keep the
+    /// records that wrote them, as blame at its target gives them.
     pub fn blame(&self, p: Point, path: &str) -> Result<Vec<BlameLine>> {
         let at = self.resolve(p)?;
         let entry = self
@@ -914,97 +916,147 @@ impl<'a> Query<'a> {
         }
         points.sort_unstable();
         points.dedup();
+        // A rollback brings back the file as it was at its target, so its
+        // lines keep the records that wrote them then: the text and
+        // attribution at each rollback's target (a checkpoint, so one of
+        // the points) are kept for it as the loop passes.
+        let rollback_to: HashMap<Lsn, Lsn> = points
+            .iter()
+            .filter_map(|l| {
+                let n = self.index.node(*l)?;
+                let target = n.parent.filter(|t| *t < *l)?;
+                (n.kind == EventKind::Rollback).then_some((*l, target))
+            })
+            .collect();
+        let mut at_target: HashMap<Lsn, (String, Vec<Lsn>)> = rollback_to
+            .values()
+            .map(|t| (*t, (String::new(), Vec::new())))
+            .collect();
 
         let mut cur_blob: Option<BlobHash> = None;
         let mut text = String::new();
         let mut attr: Vec<Lsn> = Vec::new();
         let events = self.index.path(path);
         for l in points {
-            // The record at `l`, if it is one of the path's own.
-            let rec = match events.binary_search(&l) {
-                Ok(_) => Some(self.src.read(l)?),
-                Err(_) => None,
-            };
-            let reset_here = self.index.last_reset(l).is_some_and(|r| r.lsn == l);
-            // A record that sets the path's contents says what they are:
-            // only its mode would need the walk back through the path's
-            // history that `entry_at` makes (once per version, that walk
-            // made blame quadratic: 2,000 versions read 2 million records).
-            // At a reset, the manifest decides.
-            let change = rec.as_ref().filter(|_| !reset_here);
-            let set_here = match change.and_then(|r| path_change(&r.event, path)) {
-                Some(PathChange::Set(b) | PathChange::MoveIn { after: Some(b), .. }) => {
-                    Some(Some(b))
-                }
-                Some(PathChange::Remove) => Some(None),
-                _ => None,
-            };
-            let found = match set_here {
-                Some(b) => Ok(b.map(TreeEntry::file)),
-                None => self.entry_at(l, path),
-            };
-            let blob = match found {
-                Ok(e) => e.map(|e| e.blob),
-                Err(e) if self.beyond_retention(&e) => {
-                    // History before this point is gone: the next version
-                    // readable is where the file's known history starts.
-                    cur_blob = None;
-                    text.clear();
-                    attr.clear();
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if blob == cur_blob {
-                continue;
+            self.blame_step(
+                l,
+                path,
+                depth,
+                events,
+                &rollback_to,
+                &at_target,
+                (&mut cur_blob, &mut text, &mut attr),
+            )?;
+            if let Some(kept) = at_target.get_mut(&l) {
+                *kept = (text.clone(), attr.clone());
             }
-            let was_absent = cur_blob.is_none();
-            cur_blob = blob;
-            let new_text = match blob {
-                None => String::new(),
-                Some(b) => {
-                    let bytes = self.blobs.get(&b)?;
-                    if is_binary(&bytes) {
-                        String::new()
-                    } else {
-                        String::from_utf8_lossy(&bytes).into_owned()
-                    }
+        }
+        Ok((text, attr))
+    }
+
+    /// One point of [`Query::blame_attr`]'s walk: the path's version at `l`
+    /// and, if it changed, the attribution of its lines.
+    #[allow(clippy::too_many_arguments)]
+    fn blame_step(
+        &self,
+        l: Lsn,
+        path: &str,
+        depth: usize,
+        events: &[Lsn],
+        rollback_to: &HashMap<Lsn, Lsn>,
+        at_target: &HashMap<Lsn, (String, Vec<Lsn>)>,
+        (cur_blob, text, attr): (&mut Option<BlobHash>, &mut String, &mut Vec<Lsn>),
+    ) -> Result<()> {
+        // The record at `l`, if it is one of the path's own.
+        let rec = match events.binary_search(&l) {
+            Ok(_) => Some(self.src.read(l)?),
+            Err(_) => None,
+        };
+        let reset_here = self.index.last_reset(l).is_some_and(|r| r.lsn == l);
+        // A record that sets the path's contents says what they are:
+        // only its mode would need the walk back through the path's
+        // history that `entry_at` makes (once per version, that walk
+        // made blame quadratic: 2,000 versions read 2 million records).
+        // At a reset, the manifest decides.
+        let change = rec.as_ref().filter(|_| !reset_here);
+        let set_here = match change.and_then(|r| path_change(&r.event, path)) {
+            Some(PathChange::Set(b) | PathChange::MoveIn { after: Some(b), .. }) => Some(Some(b)),
+            Some(PathChange::Remove) => Some(None),
+            _ => None,
+        };
+        let found = match set_here {
+            Some(b) => Ok(b.map(TreeEntry::file)),
+            None => self.entry_at(l, path),
+        };
+        let blob = match found {
+            Ok(e) => e.map(|e| e.blob),
+            Err(e) if self.beyond_retention(&e) => {
+                // History before this point is gone: the next version
+                // readable is where the file's known history starts.
+                *cur_blob = None;
+                text.clear();
+                attr.clear();
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        if blob == *cur_blob {
+            return Ok(());
+        }
+        let was_absent = cur_blob.is_none();
+        *cur_blob = blob;
+        let new_text = match blob {
+            None => String::new(),
+            Some(b) => {
+                let bytes = self.blobs.get(&b)?;
+                if is_binary(&bytes) {
+                    String::new()
+                } else {
+                    String::from_utf8_lossy(&bytes).into_owned()
                 }
-            };
+            }
+        };
+        let restored = reset_here
+            .then(|| rollback_to.get(&l).and_then(|t| at_target.get(t)))
+            .flatten();
+        if let Some((t, a)) = restored.filter(|_| blob.is_some()) {
+            // A rollback: the lines it brought back are compared with the
+            // file as it was at its target, with their writers of then.
+            *text = t.clone();
+            *attr = a.clone();
+        } else if depth < MAX_BLAME_MOVES {
             // A move brings the source's lines, with their history: a move
             // recorded, or one a checkpoint found (the same contents gone
             // from another path as this one appeared: a shell `mv`).
-            if depth < MAX_BLAME_MOVES {
-                let from = match rec.as_ref().and_then(|r| path_change(&r.event, path)) {
-                    Some(PathChange::MoveIn { from, .. }) => Some(from.to_string()),
-                    _ if reset_here && was_absent && blob.is_some() => {
-                        self.renamed_at_reset(l, path)?
-                    }
-                    _ => None,
-                };
-                if let Some(from) = from {
-                    let (t, a) = self.blame_attr(Lsn(l.0 - 1), &from, depth + 1)?;
-                    text = t;
-                    attr = a;
+            let from = match rec.as_ref().and_then(|r| path_change(&r.event, path)) {
+                Some(PathChange::MoveIn { from, .. }) => Some(from.to_string()),
+                _ if reset_here && was_absent && blob.is_some() => {
+                    self.renamed_at_reset(l, path)?
                 }
+                _ => None,
+            };
+            if let Some(from) = from {
+                let (t, a) = self.blame_attr(Lsn(l.0 - 1), &from, depth + 1)?;
+                *text = t;
+                *attr = a;
             }
-            let diff = line_diff(text.as_str(), new_text.as_str());
-            let mut new_attr = vec![l; diff.new_slices().len()];
-            for op in diff.ops() {
-                if let DiffOp::Equal {
-                    old_index,
-                    new_index,
-                    len,
-                } = *op
-                {
-                    new_attr[new_index..new_index + len]
-                        .copy_from_slice(&attr[old_index..old_index + len]);
-                }
-            }
-            attr = new_attr;
-            text = new_text;
         }
-        Ok((text, attr))
+        let diff = line_diff(text.as_str(), new_text.as_str());
+        let mut new_attr = vec![l; diff.new_slices().len()];
+        for op in diff.ops() {
+            if let DiffOp::Equal {
+                old_index,
+                new_index,
+                len,
+            } = *op
+            {
+                new_attr[new_index..new_index + len]
+                    .copy_from_slice(&attr[old_index..old_index + len]);
+            }
+        }
+        *attr = new_attr;
+        *text = new_text;
+        Ok(())
     }
 
     /// The branch graph: with `of`, the nodes that continue from that

@@ -806,3 +806,60 @@ fn blame_history_and_diff_follow_a_move_a_checkpoint_found() {
     let d = q.diff(at(4), at(5), &["b.txt".into()]).unwrap();
     assert_eq!((d.len(), d[0].renamed_from.as_deref()), (1, None));
 }
+
+/// Trial 13 N2: the lines a rollback brings back keep the records that
+/// wrote them, for an undo and for a redo alike (they went to the
+/// `rollback` record, with the session of whoever rolled back and no
+/// model). 1 checkpoint · 2 create f (s1, m1) · 3 checkpoint · 4 write f
+/// (s2, m2) · 5 undo point · 6 rollback to c3 · 7 undo point · 8 rollback
+/// to c5 (the redo).
+#[test]
+fn blame_gives_the_lines_a_rollback_restored_to_their_writers() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let m = SnapshotManifests(&blobs);
+    let put = |b: &[u8]| blobs.put(b).unwrap();
+    let tree = |text: &[u8]| {
+        let mut t = Tree::new();
+        t.insert("f".into(), TreeEntry::file(blobs.put(text).unwrap()));
+        store_tree(&blobs, &t)
+    };
+    let checkpoint = |root| {
+        let mut cp = Event::new(EventKind::CheckpointCreate, "s1");
+        cp.root = Some(root);
+        log.append(cp).unwrap()
+    };
+    let rollback = |source: u64, target: u64| {
+        let mut rb = Event::new(EventKind::Rollback, "s3");
+        rb.source = Some(CheckpointId(Lsn(source)));
+        rb.target = Some(CheckpointId(Lsn(target)));
+        rb.files = vec!["f".into()];
+        log.append(rb).unwrap()
+    };
+    checkpoint(store_tree(&blobs, &Tree::new())); // 1
+    let mut e = ev(EventKind::FileCreate, "s1", "m1", "f");
+    e.after = Some(put(b"a\nb\n"));
+    log.append(e).unwrap(); // 2
+    checkpoint(tree(b"a\nb\n")); // 3
+    let mut e = ev(EventKind::FileWrite, "s2", "m2", "f");
+    e.after = Some(put(b"a\nB\n"));
+    log.append(e).unwrap(); // 4
+    checkpoint(tree(b"a\nB\n")); // 5
+    rollback(5, 3); // 6
+    checkpoint(tree(b"a\nb\n")); // 7
+    rollback(7, 5); // 8
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+    let by = |at: u64| -> Vec<(u64, String)> {
+        q.blame(Point::Lsn(Lsn(at)), "f")
+            .unwrap()
+            .iter()
+            .map(|b| (b.lsn.0, b.session.clone()))
+            .collect()
+    };
+    let (s1, s2) = ("s1".to_string(), "s2".to_string());
+    assert_eq!(by(6), [(2, s1.clone()), (2, s1.clone())], "the undo");
+    assert_eq!(by(6), by(3), "the same contents, the same answer");
+    assert_eq!(by(8), [(2, s1), (4, s2)], "the redo");
+    assert_eq!(by(8), by(5));
+}
