@@ -424,3 +424,44 @@ fn quiet_commands_print_nothing_on_success_but_their_answer() {
         "{err}"
     );
 }
+
+/// Trial 13 N5: after gc discarded a file's earlier checkpoints, blame
+/// marks the lines of the first version it can still read as `<=@N`
+/// (`history_cut` in --json), not as written by that checkpoint's session.
+#[test]
+fn blame_marks_the_lines_whose_history_gc_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let mut body = String::new();
+    for i in 1..=4 {
+        body += &format!("line {i}\n");
+        std::fs::write(ws.join("f.txt"), &body).unwrap();
+        ok(&cairn(ws, &["checkpoint", "-q", "--session", "s"]));
+    }
+    let before = json_lines(&text(&cairn(ws, &["blame", "head", "f.txt", "--json"])));
+    let got: Vec<(u64, bool)> = before
+        .iter()
+        .map(|l| {
+            (
+                l["lsn"].as_u64().unwrap(),
+                l["history_cut"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, [(1, false), (2, false), (3, false), (4, false)]);
+    ok(&cairn(ws, &["gc", "-q", "--keep-per-session", "1"]));
+    let lines = json_lines(&text(&cairn(ws, &["blame", "head", "f.txt", "--json"])));
+    let got: Vec<(u64, bool)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["lsn"].as_u64().unwrap(),
+                l["history_cut"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, [(4, true), (4, true), (4, true), (4, true)]);
+    let shown = text(&cairn(ws, &["blame", "head", "f.txt"]));
+    assert!(shown.lines().all(|l| l.starts_with("<=@4 ")), "{shown}");
+}

@@ -2,7 +2,7 @@
 //! the indexes: state at a point, file contents, diffs, history, blame,
 //! filtered listings and branches. All read-only.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
 use similar::{DiffOp, TextDiff};
@@ -102,6 +102,23 @@ pub struct BlameLine {
     pub model: Option<String>,
     /// Its kind.
     pub kind: EventKind,
+    /// True if retention discarded the file's history before this record:
+    /// the line was written by it or by an earlier record no longer known
+    /// (the record is the first version of the file still readable).
+    pub history_cut: bool,
+}
+
+/// The version of a file [`Query::blame`] has reached in its walk.
+#[derive(Default)]
+struct BlameVersion {
+    /// Its contents (`None`: absent).
+    blob: Option<BlobHash>,
+    /// Its text (empty for a binary file).
+    text: String,
+    /// Per line, the LSN that wrote it.
+    attr: Vec<Lsn>,
+    /// True after retention cut the history, until the next version.
+    after_cut: bool,
 }
 
 /// A node of the branch graph (a checkpoint or a rollback) as listed by
@@ -877,7 +894,8 @@ impl<'a> Query<'a> {
                 "`{path}` is binary at LSN {at}; blame needs text"
             )));
         }
-        let (text, attr) = self.blame_attr(at, path, 0)?;
+        let mut cuts = HashSet::new();
+        let (text, attr) = self.blame_attr(at, path, 0, &mut cuts)?;
         let mut cache: HashMap<Lsn, Record> = HashMap::new();
         let mut out = Vec::with_capacity(attr.len());
         for (i, (line, l)) in text.split_inclusive('\n').zip(attr).enumerate() {
@@ -895,13 +913,23 @@ impl<'a> Query<'a> {
                 session: e.session.clone(),
                 model: e.model.clone(),
                 kind: e.kind,
+                history_cut: cuts.contains(&l),
             });
         }
         Ok(out)
     }
 
     /// The text of `path` at `at` and, per line, the LSN that wrote it.
-    fn blame_attr(&self, at: Lsn, path: &str, depth: usize) -> Result<(String, Vec<Lsn>)> {
+    /// `cuts` gathers the points where a file's known history starts after
+    /// retention discarded what came before: the lines credited to one of
+    /// them were written there or earlier.
+    fn blame_attr(
+        &self,
+        at: Lsn,
+        path: &str,
+        depth: usize,
+        cuts: &mut HashSet<Lsn>,
+    ) -> Result<(String, Vec<Lsn>)> {
         let mut points: Vec<Lsn> = self
             .index
             .path(path)
@@ -933,9 +961,7 @@ impl<'a> Query<'a> {
             .map(|t| (*t, (String::new(), Vec::new())))
             .collect();
 
-        let mut cur_blob: Option<BlobHash> = None;
-        let mut text = String::new();
-        let mut attr: Vec<Lsn> = Vec::new();
+        let mut v = BlameVersion::default();
         let events = self.index.path(path);
         for l in points {
             self.blame_step(
@@ -943,30 +969,36 @@ impl<'a> Query<'a> {
                 path,
                 depth,
                 events,
-                &rollback_to,
-                &at_target,
-                (&mut cur_blob, &mut text, &mut attr),
+                (&rollback_to, &at_target),
+                &mut v,
+                cuts,
             )?;
             if let Some(kept) = at_target.get_mut(&l) {
-                *kept = (text.clone(), attr.clone());
+                *kept = (v.text.clone(), v.attr.clone());
             }
         }
-        Ok((text, attr))
+        Ok((v.text, v.attr))
     }
 
     /// One point of [`Query::blame_attr`]'s walk: the path's version at `l`
     /// and, if it changed, the attribution of its lines.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::type_complexity)]
     fn blame_step(
         &self,
         l: Lsn,
         path: &str,
         depth: usize,
         events: &[Lsn],
-        rollback_to: &HashMap<Lsn, Lsn>,
-        at_target: &HashMap<Lsn, (String, Vec<Lsn>)>,
-        (cur_blob, text, attr): (&mut Option<BlobHash>, &mut String, &mut Vec<Lsn>),
+        (rollback_to, at_target): (&HashMap<Lsn, Lsn>, &HashMap<Lsn, (String, Vec<Lsn>)>),
+        v: &mut BlameVersion,
+        cuts: &mut HashSet<Lsn>,
     ) -> Result<()> {
+        let BlameVersion {
+            blob: cur_blob,
+            text,
+            attr,
+            after_cut,
+        } = v;
         // The record at `l`, if it is one of the path's own.
         let rec = match events.binary_search(&l) {
             Ok(_) => Some(self.src.read(l)?),
@@ -996,6 +1028,7 @@ impl<'a> Query<'a> {
                 *cur_blob = None;
                 text.clear();
                 attr.clear();
+                *after_cut = true;
                 return Ok(());
             }
             Err(e) => return Err(e),
@@ -1005,6 +1038,15 @@ impl<'a> Query<'a> {
         }
         let was_absent = cur_blob.is_none();
         *cur_blob = blob;
+        if blob.is_some() && std::mem::take(after_cut) {
+            // The first version readable after the cut: its lines were
+            // written here or before (unless a record created the file
+            // here, which says nothing came before).
+            let created = change.is_some_and(|r| r.event.kind == EventKind::FileCreate);
+            if !created {
+                cuts.insert(l);
+            }
+        }
         let new_text = match blob {
             None => String::new(),
             Some(b) => {
@@ -1036,7 +1078,7 @@ impl<'a> Query<'a> {
                 _ => None,
             };
             if let Some(from) = from {
-                let (t, a) = self.blame_attr(Lsn(l.0 - 1), &from, depth + 1)?;
+                let (t, a) = self.blame_attr(Lsn(l.0 - 1), &from, depth + 1, cuts)?;
                 *text = t;
                 *attr = a;
             }

@@ -525,6 +525,10 @@ fn blame_starts_where_retention_left_history() {
     let blame = q.blame(Point::Head, "a.txt").unwrap();
     let by: Vec<(u64, &str)> = blame.iter().map(|b| (b.lsn.0, b.text.as_str())).collect();
     assert_eq!(by, [(2, "one"), (2, "two"), (4, "three")]);
+    // The lines of the first version readable are marked: written at @2
+    // or before, by a record no longer known (trial 13 N5).
+    let cut: Vec<bool> = blame.iter().map(|b| b.history_cut).collect();
+    assert_eq!(cut, [true, true, false]);
     assert_eq!(
         q.file_at(Point::Head, "a.txt").unwrap(),
         b"one\ntwo\nthree\n"

@@ -302,6 +302,12 @@ pub enum Command {
         json: bool,
     },
     /// Which record wrote each line of a file at a point.
+    ///
+    /// Moves (recorded, or a shell `mv` a checkpoint saw) and rollbacks
+    /// are followed: a line keeps the record that wrote it. Where gc
+    /// discarded the file's earlier history, a line is shown as `<=@N`
+    /// (`"history_cut": true` in --json): written by record N or by an
+    /// earlier one no longer known.
     #[command(after_help = "Example:\n  cairn blame head src/main.rs")]
     Blame {
         /// @LSN, a checkpoint id, an ISO time or `head`.

@@ -868,12 +868,16 @@ pub fn blame(settings: &Settings, point: &str, path: &str, json: bool) -> Result
         if json {
             let v = serde_json::json!({
                 "line": l.line_no, "lsn": l.lsn.0, "session": l.session, "model": l.model, "kind": l.kind.name(), "text": l.text,
+                "history_cut": l.history_cut,
             });
             writeln!(out, "{v}")?;
         } else {
+            // A line whose history retention cut: written by this record
+            // or an earlier one no longer known.
+            let at = if l.history_cut { "<=@" } else { "@" };
             let who = format!(
                 "{:<7} {:<12} {:<14}",
-                format!("@{}", l.lsn),
+                format!("{at}{}", l.lsn),
                 one_line(&l.session, 12),
                 one_line(l.model.as_deref().unwrap_or("-"), 14)
             );
