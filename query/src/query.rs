@@ -982,7 +982,7 @@ impl<'a> Query<'a> {
 
     /// One point of [`Query::blame_attr`]'s walk: the path's version at `l`
     /// and, if it changed, the attribution of its lines.
-    #[allow(clippy::type_complexity)]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn blame_step(
         &self,
         l: Lsn,
