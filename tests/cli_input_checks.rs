@@ -384,3 +384,39 @@ fn history_follow_goes_back_through_a_patch_that_moves() {
         .collect();
     assert_eq!(follow, vec![1, 2, 3]);
 }
+
+/// Trial 13 N10: `log` and `export` filter by phase, and `--since` and
+/// `--until` also take a record (`@LSN`, or a checkpoint id: the log as it
+/// was at that checkpoint), as every command that takes a point does.
+#[test]
+fn log_filters_by_phase_and_by_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let lines = [
+        r#"{"kind":"prompt","phase":"plan","text":"a"}"#,
+        r#"{"kind":"reply","phase":"edit","text":"b"}"#,
+    ]
+    .join("\n");
+    ok(&cairn_stdin(ws, &["record", "-q"], Some(&lines))); // 1, 2
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c3
+    let line = r#"{"kind":"prompt","phase":"edit","text":"c"}"#;
+    ok(&cairn_stdin(ws, &["record", "-q"], Some(line))); // 4
+    assert_eq!(lsns(ws, &["--phase", "edit"]), [2, 4]);
+    assert_eq!(lsns(ws, &["--until", "c3"]), [1, 2, 3]);
+    assert_eq!(lsns(ws, &["--since", "@2", "--until", "@3"]), [2, 3]);
+    assert_eq!(lsns(ws, &["--since", "c3", "--newest-first"]), [4, 3]);
+    assert_eq!(lsns(ws, &["--since", "@9"]), [] as [u64; 0]);
+    let exported = ok(&cairn(ws, &["export", "--since", "c3", "--phase", "edit"]));
+    let got: Vec<u64> = json_lines(&exported)
+        .iter()
+        .map(|v| v["lsn"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, [4]);
+    // A checkpoint id that names no checkpoint is refused, naming the flag.
+    let e = failed(&cairn(ws, &["log", "--until", "c1"]));
+    assert!(
+        e.contains("--until c1") && e.contains("no checkpoint `c1`"),
+        "{e}"
+    );
+}

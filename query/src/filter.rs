@@ -1,6 +1,6 @@
 //! Filters for listings and exports.
 
-use cairn_codec::{Event, EventKind, EventRef, Timestamp};
+use cairn_codec::{Event, EventKind, EventRef, Lsn, Timestamp};
 
 use crate::source::Record;
 use crate::QueryError;
@@ -116,6 +116,8 @@ pub struct Filter {
     pub session: Option<String>,
     /// Only this run id.
     pub run: Option<String>,
+    /// Only this phase id.
+    pub phase: Option<String>,
     /// Only this kind.
     pub kind: Option<EventKind>,
     /// Only this agent.
@@ -133,6 +135,11 @@ pub struct Filter {
     pub since: Option<Timestamp>,
     /// Only records at or before this time.
     pub until: Option<Timestamp>,
+    /// Only records at or after this LSN (`--since @12`, `--since c12`).
+    pub since_lsn: Option<Lsn>,
+    /// Only records at or before this LSN (`--until c12`: the log as it
+    /// was at checkpoint c12).
+    pub until_lsn: Option<Lsn>,
     /// At most this many records.
     pub limit: Option<usize>,
     /// Newest first (default: oldest first, in LSN order).
@@ -158,6 +165,7 @@ impl Filter {
         }
         eq(&self.session, Some(e.session))
             && eq(&self.run, e.run)
+            && eq(&self.phase, e.phase)
             && self.kind.is_none_or(|k| k == e.kind)
             && eq(&self.agent, e.agent)
             && eq(&self.model, e.model)
@@ -174,7 +182,13 @@ impl Filter {
 
     /// True if `record` passes every set condition (limit and order aside).
     pub fn matches(&self, r: &Record) -> bool {
-        self.matches_event(&r.event)
+        self.lsn_in_range(r.lsn) && self.matches_event(&r.event)
+    }
+
+    /// True if the record at `lsn` lies within [`Filter::since_lsn`] and
+    /// [`Filter::until_lsn`] (the conditions an event alone cannot tell).
+    pub fn lsn_in_range(&self, lsn: Lsn) -> bool {
+        self.since_lsn.is_none_or(|l| lsn >= l) && self.until_lsn.is_none_or(|l| lsn <= l)
     }
 
     /// True if no condition is set (limit and order aside).
@@ -182,6 +196,7 @@ impl Filter {
         let Filter {
             session,
             run,
+            phase,
             kind,
             agent,
             model,
@@ -189,11 +204,16 @@ impl Filter {
             path,
             since,
             until,
+            since_lsn,
+            until_lsn,
             limit: _,
             newest_first: _,
         } = self;
         session.is_none()
             && run.is_none()
+            && phase.is_none()
+            && since_lsn.is_none()
+            && until_lsn.is_none()
             && kind.is_none()
             && agent.is_none()
             && model.is_none()
@@ -248,6 +268,7 @@ mod tests {
         let mut e = Event::new(EventKind::FileMove, "s1").with_path("a.rs");
         e.to_path = Some("b.rs".into());
         e.run = Some("r1".into());
+        e.phase = Some("p1".into());
         e.agent = Some("coder".into());
         e.model = Some("m".into());
         e.ts = Timestamp(1000);
@@ -269,6 +290,9 @@ mod tests {
             path: Some("b.rs".into()),
             since: Some(Timestamp(1000)),
             until: Some(Timestamp(1000)),
+            phase: Some("p1".into()),
+            since_lsn: None,
+            until_lsn: None,
             limit: Some(1),
             newest_first: true,
         };
@@ -281,6 +305,10 @@ mod tests {
             },
             Filter {
                 run: Some("r2".into()),
+                ..Filter::all()
+            },
+            Filter {
+                phase: Some("p2".into()),
                 ..Filter::all()
             },
             Filter {

@@ -235,6 +235,12 @@ impl<'a> Query<'a> {
     pub fn scan(&self, f: &Filter, each: &mut dyn FnMut(Record) -> Result<bool>) -> Result<()> {
         let limit = f.limit.unwrap_or(usize::MAX);
         let head = self.index.covered();
+        // The LSN bounds, where no index list applies: where to start and end.
+        let first = f.since_lsn.unwrap_or(Lsn::FIRST).max(Lsn::FIRST);
+        let last = f.until_lsn.map_or(head, |u| u.min(head));
+        if first > last {
+            return Ok(());
+        }
         let mut n = 0;
         let mut visit = |r: Record| -> Result<bool> {
             if n >= limit {
@@ -263,16 +269,16 @@ impl<'a> Query<'a> {
                 }
             }
             None if f.newest_first => {
-                for l in (1..=head.0).rev() {
+                for l in (first.0..=last.0).rev() {
                     if !visit(self.src.read(Lsn(l))?)? {
                         break;
                     }
                 }
             }
             None => {
-                for r in self.src.iter_from(Lsn::FIRST) {
+                for r in self.src.iter_from(first) {
                     let r = r?;
-                    if r.lsn > head || !visit(r)? {
+                    if r.lsn > last || !visit(r)? {
                         break;
                     }
                 }
@@ -301,11 +307,16 @@ impl<'a> Query<'a> {
             let limit = f.limit.unwrap_or(usize::MAX);
             let mut n = 0;
             if limit > 0 {
-                self.src.for_each_ref(Lsn::FIRST, &mut |lsn, chain, e| {
-                    if lsn > head {
+                let first = f.since_lsn.unwrap_or(Lsn::FIRST).max(Lsn::FIRST);
+                let last = f.until_lsn.map_or(head, |u| u.min(head));
+                if first > last {
+                    return ex.finish();
+                }
+                self.src.for_each_ref(first, &mut |lsn, chain, e| {
+                    if lsn > last {
                         return Ok(false);
                     }
-                    if f.matches_ref(e) {
+                    if f.lsn_in_range(lsn) && f.matches_ref(e) {
                         ex.write_ref(lsn, chain, e)?;
                         n += 1;
                     }

@@ -402,6 +402,9 @@ pub struct FilterArgs {
     /// Only this run.
     #[arg(long)]
     pub run: Option<String>,
+    /// Only this phase.
+    #[arg(long)]
+    pub phase: Option<String>,
     /// Only this kind (prompt, reply, tool_call, file.write, checkpoint.create, ...).
     #[arg(long, value_parser = kinds())]
     pub kind: Option<String>,
@@ -420,12 +423,15 @@ pub struct FilterArgs {
     /// From this time, inclusive: ISO-8601 (2023-11-14T22:13:20Z; a date
     /// 2023-11-14, month 2023-11 or year 2023 means its start, UTC) or
     /// epoch milliseconds (1699999999999; a bare number before 1980 other
-    /// than 0 is refused as a likely mistake).
+    /// than 0 is refused as a likely mistake); or from a record: `@LSN` or
+    /// a checkpoint id (`c12`), inclusive.
     #[arg(long)]
     pub since: Option<String>,
     /// Up to this time, inclusive: ISO-8601 (a date 2023-11-14, month
     /// 2023-11 or year 2023 covers the whole day, month or year, UTC) or
-    /// epoch milliseconds, as for --since.
+    /// epoch milliseconds, as for --since; or up to a record: `@LSN` or a
+    /// checkpoint id (`c12`: the log as it was at that checkpoint),
+    /// inclusive.
     #[arg(long)]
     pub until: Option<String>,
     /// At most this many records.

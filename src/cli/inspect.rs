@@ -31,19 +31,55 @@ pub fn filter_from(a: &FilterArgs) -> Result<Filter> {
                 .map_err(|e| super::usage(format!("--kind: {e}")))?,
         ),
     };
+    // `@LSN` and `c12` bound by record; anything else is a time.
+    let (since_lsn, since) = match record_bound(&a.since) {
+        Some(l) => (Some(l), None),
+        None => (None, time("since", &a.since, TimeBound::Since)?),
+    };
+    let (until_lsn, until) = match record_bound(&a.until) {
+        Some(l) => (Some(l), None),
+        None => (None, time("until", &a.until, TimeBound::Until)?),
+    };
     Ok(Filter {
         session: a.session.clone(),
         run: a.run.clone(),
+        phase: a.phase.clone(),
         kind,
         agent: a.agent.clone(),
         model: a.model.clone(),
         ok: a.ok,
         path: a.path.clone(),
-        since: time("since", &a.since, TimeBound::Since)?,
-        until: time("until", &a.until, TimeBound::Until)?,
+        since,
+        until,
+        since_lsn,
+        until_lsn,
         limit: a.limit,
         newest_first: a.newest_first,
     })
+}
+
+/// The LSN of a `--since`/`--until` value that names a record (`@12`, or
+/// a checkpoint id `c12`); `None` for a time (or nothing).
+fn record_bound(v: &Option<String>) -> Option<cairn::Lsn> {
+    match v.as_deref()?.parse::<Point>() {
+        Ok(Point::Lsn(l)) => Some(l),
+        Ok(Point::Checkpoint(c)) => Some(c.0),
+        _ => None,
+    }
+}
+
+/// Refuses a `--since`/`--until` checkpoint id that names no checkpoint of
+/// this store (`c7` where LSN 7 is a prompt), as every other command that
+/// takes a point does.
+pub fn check_record_bounds(store: &cairn::Store, a: &FilterArgs) -> Result<()> {
+    for (flag, v) in [("since", &a.since), ("until", &a.until)] {
+        if let Some(Ok(p @ Point::Checkpoint(_))) = v.as_deref().map(str::parse::<Point>) {
+            store
+                .query(|q| q.resolve(p))
+                .with_context(|| format!("--{flag} {}", v.as_deref().unwrap_or_default()))?;
+        }
+    }
+    Ok(())
 }
 
 /// A path to match records by, as the user typed it: `./src` is `src`,
@@ -209,6 +245,7 @@ impl RecordPrinter {
 pub fn log(settings: &Settings, a: LogArgs) -> Result<ExitCode> {
     let mut filter = filter_from(&a.filter)?;
     let store = settings.open_read()?;
+    check_record_bounds(&store, &a.filter)?;
     filter.path = filter.path.map(|p| record_path(&p, store.workspace_dir()));
     let mut printer = RecordPrinter::new(a.json);
     let mut failed: Option<std::io::Error> = None;

@@ -51,6 +51,7 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
         ));
     }
     let store = settings.open_read()?;
+    super::inspect::check_record_bounds(&store, &a.filter)?;
     filter.path = filter
         .path
         .map(|p| super::inspect::record_path(&p, store.workspace_dir()));
