@@ -1356,6 +1356,10 @@ fn tables_name_symlinks_parents_and_align_blame() {
     let branches = ok(&cairn(ws, &["branches"]));
     let c14 = branches.lines().find(|l| l.starts_with("c14")).unwrap();
     assert!(c14.contains(" c1 "), "{branches}");
+    // The same when only c1's children are listed (trial 13 N11: `@1`).
+    let children = ok(&cairn(ws, &["branches", "c1"]));
+    let c14 = children.lines().find(|l| l.starts_with("c14")).unwrap();
+    assert!(c14.contains(" c1 "), "{children}");
     let blame = ok(&cairn(ws, &["blame", "head", "f"]));
     let cols: Vec<usize> = blame.lines().map(|l| l.find("default").unwrap()).collect();
     assert_eq!(cols, [8, 8], "{blame}");

@@ -928,19 +928,33 @@ pub fn blame(settings: &Settings, point: &str, path: &str, json: bool) -> Result
 pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<ExitCode> {
     let id = id.map(super::checkpoint::parse_id).transpose()?;
     let store = settings.open_read()?;
-    let (mut nodes, rollbacks, lost) = store.query(|q| {
+    let (nodes, rollbacks, lost) = store.query(|q| {
         // Rollbacks whose checkpoint was lost to damage are listed too
         // (with the whole graph), naming the id they restored.
         let lost = match id {
             None => q.rollbacks_to_lost_checkpoints()?,
             Some(_) => Vec::new(),
         };
+        let nodes = q.branches(id)?;
+        // The parents that are checkpoints, named by id as NODE names them
+        // (a parent need not be listed itself: `branches c2` lists c2's
+        // children only).
+        let checkpoints: std::collections::HashSet<_> = nodes
+            .iter()
+            .filter_map(|n| n.parent)
+            .filter(|p| {
+                q.index()
+                    .node(*p)
+                    .is_some_and(|n| n.kind == EventKind::CheckpointCreate)
+            })
+            .collect();
         Ok((
-            q.branches(id)?,
+            (nodes, checkpoints),
             q.index().kind(EventKind::Rollback).len(),
             lost,
         ))
     })?;
+    let (mut nodes, checkpoints) = nodes;
     let lost_target: std::collections::HashMap<_, _> =
         lost.iter().map(|(b, t)| (b.lsn, *t)).collect();
     nodes.extend(lost.into_iter().map(|(b, _)| b));
@@ -971,11 +985,6 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
             ),
         }
     } else {
-        let checkpoints: std::collections::HashSet<_> = nodes
-            .iter()
-            .filter(|n| n.kind == EventKind::CheckpointCreate)
-            .map(|n| n.lsn)
-            .collect();
         let mut t = Table::new(&["NODE", "KIND", "SESSION", "FROM", "CHILDREN", "LABEL"]);
         for n in &nodes {
             let node = if n.kind == EventKind::CheckpointCreate {
