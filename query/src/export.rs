@@ -36,8 +36,8 @@
 //! `apply_patch`/`patch`); an event whose `tool` is one of those six names
 //! keeps it. `beforeSha256`/`afterSha256` are sha256 of the blob contents
 //! (or the values an import kept in meta), omitted for creates and deletes
-//! respectively; `diff` is the text of the `diff` blob truncated at
-//! [`MAX_INLINE_DIFF_BYTES`] with [`TRUNCATION_MARKER`]; `agentName` is
+//! respectively; `diff` is the text of the `diff` blob truncated to
+//! [`MAX_INLINE_DIFF_BYTES`], [`TRUNCATION_MARKER`] included; `agentName` is
 //! `unknown` when the event names no agent; `errorKind` only when `ok` is
 //! false. A `file.patch` of several files is one line per file, as the
 //! shape has one `path` a line (see [`to_comma_lines`]). Fields an import
@@ -215,14 +215,21 @@ pub const COMMA_TOOLS: [&str; 6] = [
     "apply_patch",
 ];
 
-/// Cuts `text` at [`MAX_INLINE_DIFF_BYTES`] (on a character boundary) and
-/// appends [`TRUNCATION_MARKER`]; shorter text is returned unchanged.
-/// Idempotent: truncating an already truncated diff changes nothing.
+/// Cuts `text` (on a character boundary) and appends
+/// [`TRUNCATION_MARKER`] so that the whole, marker included, is at most
+/// [`MAX_INLINE_DIFF_BYTES`]: a consumer that caps the field at 64 KiB
+/// takes it whole. Text that fits is returned unchanged. Idempotent:
+/// truncating an already truncated diff changes nothing, and so is a diff
+/// cut by earlier versions (which put the marker past the limit), so
+/// their exports import and export back the same.
 pub fn truncate_diff(text: &str) -> String {
-    if text.len() <= MAX_INLINE_DIFF_BYTES {
+    if text.len() <= MAX_INLINE_DIFF_BYTES
+        || (text.len() <= MAX_INLINE_DIFF_BYTES + TRUNCATION_MARKER.len()
+            && text.ends_with(TRUNCATION_MARKER))
+    {
         return text.to_string();
     }
-    let mut cut = MAX_INLINE_DIFF_BYTES;
+    let mut cut = MAX_INLINE_DIFF_BYTES - TRUNCATION_MARKER.len();
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
@@ -814,8 +821,14 @@ mod tests {
         let long = "é".repeat(MAX_INLINE_DIFF_BYTES);
         let t = truncate_diff(&long);
         assert!(t.ends_with(TRUNCATION_MARKER));
-        assert!(t.len() <= MAX_INLINE_DIFF_BYTES + TRUNCATION_MARKER.len());
+        // Marker included, within the limit (trial 13 N12), and within one
+        // character of it.
+        assert!(t.len() <= MAX_INLINE_DIFF_BYTES, "{}", t.len());
+        assert!(t.len() > MAX_INLINE_DIFF_BYTES - 'é'.len_utf8());
         assert_eq!(truncate_diff(&t), t);
+        // A diff cut the earlier way (the marker past the limit) is kept.
+        let earlier = format!("{}{TRUNCATION_MARKER}", "x".repeat(MAX_INLINE_DIFF_BYTES));
+        assert_eq!(truncate_diff(&earlier), earlier);
     }
 
     #[test]
