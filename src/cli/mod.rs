@@ -324,24 +324,62 @@ impl Settings {
 /// still be done.
 fn with_write_hint(e: Error) -> anyhow::Error {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-    let mut denied = false;
+    let (mut denied, mut read_only_fs) = (false, false);
     while let Some(c) = cause {
         if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            denied |= matches!(
-                io.kind(),
-                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
-            );
+            denied |= io.kind() == std::io::ErrorKind::PermissionDenied;
+            read_only_fs |= io.kind() == std::io::ErrorKind::ReadOnlyFilesystem;
         }
         cause = c.source();
     }
-    if denied {
+    if denied || read_only_fs {
+        // The cause as it is: a file system mounted read-only is no
+        // matter of this user's permissions.
+        let why = if read_only_fs {
+            "the store is on a read-only file system"
+        } else {
+            "this user may not write the store here"
+        };
         anyhow::anyhow!(
-            "{e}\nthis user may not write the store here; commands that only read it \
+            "{e}\n{why}; commands that only read it \
              (log, show, tree, diff, checkpoints, rollback --dry-run, export) still work \
-             where it can be read"
+             where it can be read, and `cairn --in-memory checkpoint` checkpoints the \
+             workspace into memory"
         )
     } else {
         anyhow::Error::new(e)
+    }
+}
+
+#[cfg(test)]
+mod write_hint_tests {
+    use super::*;
+
+    /// Trial 13 N13: a read-only file system is named as the cause, not
+    /// this user's permissions.
+    #[test]
+    fn the_hint_names_the_cause() {
+        let hint = |kind| {
+            let io = std::io::Error::new(kind, "lock");
+            let path = std::path::Path::new("/ws/.cairn/LOCK");
+            with_write_hint(Error::Engine(cairn::engine::EngineError::io(
+                "lock", path, io,
+            )))
+            .to_string()
+        };
+        let ro = hint(std::io::ErrorKind::ReadOnlyFilesystem);
+        assert!(
+            ro.contains("the store is on a read-only file system"),
+            "{ro}"
+        );
+        assert!(ro.contains("cairn --in-memory checkpoint"), "{ro}");
+        let denied = hint(std::io::ErrorKind::PermissionDenied);
+        assert!(
+            denied.contains("this user may not write the store here"),
+            "{denied}"
+        );
+        let other = hint(std::io::ErrorKind::NotFound);
+        assert!(!other.contains("--in-memory"), "{other}");
     }
 }
 
