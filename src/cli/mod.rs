@@ -351,38 +351,6 @@ fn with_write_hint(e: Error) -> anyhow::Error {
     }
 }
 
-#[cfg(test)]
-mod write_hint_tests {
-    use super::*;
-
-    /// Trial 13 N13: a read-only file system is named as the cause, not
-    /// this user's permissions.
-    #[test]
-    fn the_hint_names_the_cause() {
-        let hint = |kind| {
-            let io = std::io::Error::new(kind, "lock");
-            let path = std::path::Path::new("/ws/.cairn/LOCK");
-            with_write_hint(Error::Engine(cairn::engine::EngineError::io(
-                "lock", path, io,
-            )))
-            .to_string()
-        };
-        let ro = hint(std::io::ErrorKind::ReadOnlyFilesystem);
-        assert!(
-            ro.contains("the store is on a read-only file system"),
-            "{ro}"
-        );
-        assert!(ro.contains("cairn --in-memory checkpoint"), "{ro}");
-        let denied = hint(std::io::ErrorKind::PermissionDenied);
-        assert!(
-            denied.contains("this user may not write the store here"),
-            "{denied}"
-        );
-        let other = hint(std::io::ErrorKind::NotFound);
-        assert!(!other.contains("--in-memory"), "{other}");
-    }
-}
-
 /// Adds to an error that says the store cannot be created here (the
 /// workspace is read-only) how to run commands on it anyway: examples of
 /// `--in-memory`, which the error names.
@@ -504,4 +472,36 @@ fn completions(shell: &str) -> Result<ExitCode> {
     })?;
     clap_complete::generate(sh, &mut Cli::command(), "cairn", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod write_hint_tests {
+    use super::*;
+
+    /// Trial 13 N13: a read-only file system is named as the cause, not
+    /// this user's permissions.
+    #[test]
+    fn the_hint_names_the_cause() {
+        let hint = |kind| {
+            let io = std::io::Error::new(kind, "lock");
+            let path = std::path::Path::new("/ws/.cairn/LOCK");
+            with_write_hint(Error::Engine(cairn::engine::EngineError::io(
+                "lock", path, io,
+            )))
+            .to_string()
+        };
+        let ro = hint(std::io::ErrorKind::ReadOnlyFilesystem);
+        assert!(
+            ro.contains("the store is on a read-only file system"),
+            "{ro}"
+        );
+        assert!(ro.contains("cairn --in-memory checkpoint"), "{ro}");
+        let denied = hint(std::io::ErrorKind::PermissionDenied);
+        assert!(
+            denied.contains("this user may not write the store here"),
+            "{denied}"
+        );
+        let other = hint(std::io::ErrorKind::NotFound);
+        assert!(!other.contains("--in-memory"), "{other}");
+    }
 }
