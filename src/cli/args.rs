@@ -293,8 +293,9 @@ pub enum Command {
         /// does: also the records of where it came from. A move is a
         /// `file.move` record, or one a checkpoint found (a shell `mv`: the
         /// file new there, its contents gone from another path), in which
-        /// case that checkpoint is listed too. With --checkpoints, also
-        /// the checkpoints that changed the file under each of its names.
+        /// case that checkpoint is listed too (finding those reads one
+        /// manifest entry per checkpoint). With --checkpoints, also the
+        /// checkpoints that changed the file under each of its names.
         #[arg(long)]
         follow: bool,
         /// Canonical JSONL.
