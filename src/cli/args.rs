@@ -265,6 +265,10 @@ pub enum Command {
         json: bool,
     },
     /// Differences between two points.
+    ///
+    /// A file moved without a change (a recorded move, or a shell `mv` a
+    /// checkpoint saw: one path gone, one new with the same contents) is
+    /// shown as one `Renamed` line.
     #[command(after_help = "Example:\n  cairn diff c3 c9\n  cairn diff c3 head -- src/lib.rs")]
     Diff {
         /// From.
@@ -274,7 +278,11 @@ pub enum Command {
         /// Only these paths.
         #[arg(last = true)]
         paths: Vec<String>,
-        /// One JSON object per file.
+        /// One JSON object per file: `path`, `status` (added, removed,
+        /// modified), `binary`, `too_large`, `unified`; `renamed_from` on
+        /// the added end of a rename and `renamed_to` on its removed end;
+        /// `not_captured_at` and `not_captured_why` for a file a checkpoint
+        /// did not capture.
         #[arg(long)]
         json: bool,
     },
