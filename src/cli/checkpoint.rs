@@ -75,6 +75,8 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
             .unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
         run: a.run,
         phase: a.phase,
+        agent: None,
+        model: None,
         label: a.label.filter(|l| !l.trim().is_empty()),
         state: None,
         scan: if a.tracked_only {
@@ -229,12 +231,12 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     let spin = super::progress::Spinner::start(settings.quiet, "rolling back");
     let report = store
         .rollback(RollbackRequest {
-            target,
             paths: a.paths.clone(),
             dry_run: a.dry_run,
             session: a
                 .session
                 .unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
+            ..RollbackRequest::new(target)
         })
         .with_context(|| format!("roll back to {target}"))?;
     drop(spin);
