@@ -53,7 +53,7 @@ pub use cairn_snapshot::{
     WatchStats,
 };
 pub use error::{Error, Result};
-pub use session::Session;
+pub use session::{SafePoint, Session};
 pub use store::{Store, StoreBuilder};
 
 /// The README's code examples, compiled and run as doctests so they never rot.

@@ -172,13 +172,15 @@ impl<'s> Session<'s> {
     }
 
     /// Checkpoints the workspace with a full scan (edits made by shell
-    /// commands are captured too), labelled `label`.
+    /// commands are captured too), labelled `label`, stamped with this
+    /// handle's session, run, phase, agent and model.
     pub fn checkpoint(&self, label: &str) -> Result<CheckpointInfo> {
         self.checkpoint_with(label, ScanMode::Full, None)
     }
 
     /// Checkpoints with a given scan mode and optional application state
-    /// (the agent's memory epoch, handed back by a rollback).
+    /// (the agent's memory epoch, handed back by a rollback to this
+    /// checkpoint in [`RollbackReport::state`]).
     pub fn checkpoint_with(
         &self,
         label: &str,
@@ -186,44 +188,244 @@ impl<'s> Session<'s> {
         state: Option<Vec<u8>>,
     ) -> Result<CheckpointInfo> {
         self.store.checkpoint(CheckpointRequest {
-            session: self.id.clone(),
-            run: self.run.clone(),
-            phase: self.phase.clone(),
             label: Some(label.to_string()),
             state,
             scan,
+            ..self.checkpoint_request()
         })
     }
 
-    /// The automatic checkpoint before agent turn `n` ("Before turn n").
-    pub fn before_turn(&self, n: u64) -> Result<CheckpointInfo> {
-        self.checkpoint(&format!("Before turn {n}"))
+    /// A checkpoint request stamped with this handle's session, run,
+    /// phase, agent and model, with no label, no state and a full scan:
+    /// fill in the rest and pass it to [`Store::checkpoint`].
+    pub fn checkpoint_request(&self) -> CheckpointRequest {
+        CheckpointRequest {
+            session: self.id.clone(),
+            run: self.run.clone(),
+            phase: self.phase.clone(),
+            agent: self.agent.clone(),
+            model: self.model.clone(),
+            ..CheckpointRequest::default()
+        }
     }
 
-    /// The automatic checkpoint after agent turn `n` ("After turn n").
+    /// The automatic checkpoint at a safe point, labelled as
+    /// [`SafePoint::label`] says, with an optional application state (the
+    /// agent's memory epoch, handed back by a rollback to it): the one
+    /// method behind [`before_turn`](Self::before_turn),
+    /// [`after_turn`](Self::after_turn), [`before_write`](Self::before_write),
+    /// [`phase_start`](Self::phase_start) and [`after_tool`](Self::after_tool),
+    /// for when there is state to keep.
+    ///
+    /// [`SafePoint::BeforeWrite`] tracks its path first, so the checkpoint
+    /// captures it even if it is ignored or does not exist yet (a rollback
+    /// to it then deletes a file the write created); its label names the
+    /// path as the workspace has it (`./src//a.rs` is `src/a.rs`), and a
+    /// path outside the workspace or under `.git`/`.cairn` is refused.
+    /// [`SafePoint::PhaseStart`]'s checkpoint carries that phase as its
+    /// phase id, whatever this handle's is. An empty path, phase or tool
+    /// name is refused.
+    ///
+    /// ```
+    /// use cairn::session::SafePoint;
+    /// let dir = tempfile::tempdir()?;
+    /// let store = cairn::Store::open(dir.path())?;
+    /// let s = store.session("t1").with_agent("coder").with_model("model-x");
+    /// let c = s.safe_point(SafePoint::BeforeTurn(3), Some(b"memory epoch 3".to_vec()))?;
+    /// assert_eq!(c.label.as_deref(), Some("Before turn 3"));
+    /// assert_eq!(c.model.as_deref(), Some("model-x"));
+    /// std::fs::write(dir.path().join("notes.md"), "changed")?;
+    /// let back = s.rollback(c.id)?;
+    /// assert_eq!(back.state.as_deref(), Some(&b"memory epoch 3"[..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn safe_point(
+        &self,
+        point: SafePoint<'_>,
+        state: Option<Vec<u8>>,
+    ) -> Result<CheckpointInfo> {
+        let mut req = self.checkpoint_request();
+        req.state = state;
+        let refuse_empty = |what: &str, v: &str| {
+            if v.is_empty() {
+                Err(Error::Other(format!(
+                    "{}: the {what} must not be empty",
+                    point.method()
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        req.label = Some(match point {
+            SafePoint::BeforeWrite(path) => {
+                refuse_empty("path", path)?;
+                // The snapshot crate's check, as in `write_file`: its
+                // error names the path and why.
+                let rel = self.store.workspace()?.normalize(path)?;
+                if rel.is_empty() {
+                    return Err(Error::Other(format!(
+                        "before_write: `{path}` is the workspace root, not a file"
+                    )));
+                }
+                self.store.track(&[&rel])?;
+                SafePoint::BeforeWrite(&rel).label()
+            }
+            SafePoint::PhaseStart(phase) => {
+                refuse_empty("phase", phase)?;
+                req.phase = Some(phase.to_string());
+                point.label()
+            }
+            SafePoint::AfterTool(tool) => {
+                refuse_empty("tool name", tool)?;
+                point.label()
+            }
+            SafePoint::BeforeTurn(_) | SafePoint::AfterTurn(_) => point.label(),
+        });
+        self.store.checkpoint(req)
+    }
+
+    /// The automatic checkpoint before agent turn (LLM message) `n`:
+    /// "Before turn n". With application state:
+    /// [`safe_point`](Self::safe_point)`(SafePoint::BeforeTurn(n), Some(state))`.
+    pub fn before_turn(&self, n: u64) -> Result<CheckpointInfo> {
+        self.safe_point(SafePoint::BeforeTurn(n), None)
+    }
+
+    /// The automatic checkpoint after agent turn (LLM message) `n`:
+    /// "After turn n". With application state:
+    /// [`safe_point`](Self::safe_point)`(SafePoint::AfterTurn(n), Some(state))`.
     pub fn after_turn(&self, n: u64) -> Result<CheckpointInfo> {
-        self.checkpoint(&format!("After turn {n}"))
+        self.safe_point(SafePoint::AfterTurn(n), None)
+    }
+
+    /// The automatic checkpoint before the agent writes `path` (tracked
+    /// first, see [`safe_point`](Self::safe_point)): "Before writing
+    /// PATH". With application state:
+    /// [`safe_point`](Self::safe_point)`(SafePoint::BeforeWrite(path), Some(state))`.
+    pub fn before_write(&self, path: &str) -> Result<CheckpointInfo> {
+        self.safe_point(SafePoint::BeforeWrite(path), None)
+    }
+
+    /// The automatic checkpoint at the start of agent phase `phase` (its
+    /// phase id is `phase`): "Start of phase PHASE". Stamp the phase's
+    /// events with a handle [`with_phase`](Self::with_phase)`(phase)`.
+    /// With application state:
+    /// [`safe_point`](Self::safe_point)`(SafePoint::PhaseStart(phase), Some(state))`.
+    pub fn phase_start(&self, phase: &str) -> Result<CheckpointInfo> {
+        self.safe_point(SafePoint::PhaseStart(phase), None)
+    }
+
+    /// The automatic checkpoint after a state-changing call of tool
+    /// `tool`: "After tool TOOL". With application state:
+    /// [`safe_point`](Self::safe_point)`(SafePoint::AfterTool(tool), Some(state))`.
+    pub fn after_tool(&self, tool: &str) -> Result<CheckpointInfo> {
+        self.safe_point(SafePoint::AfterTool(tool), None)
     }
 
     /// Rolls the whole workspace back to `target` (the current state is
-    /// checkpointed first, so this can be undone).
+    /// checkpointed first, so this can be undone). The undo point and the
+    /// `rollback` record carry this handle's session, run, phase, agent
+    /// and model; the undo point has no application state (see
+    /// [`rollback_with_state`](Self::rollback_with_state)).
     pub fn rollback(&self, target: CheckpointId) -> Result<RollbackReport> {
+        self.store.rollback(self.rollback_request(target))
+    }
+
+    /// Rolls back as [`rollback`](Self::rollback) does, keeping `state`
+    /// (the application state now, e.g. the agent's memory epoch) as the
+    /// undo point's state: undoing this rollback (rolling back to
+    /// [`RollbackReport::source`]) hands it back in
+    /// [`RollbackReport::state`], as this rollback hands back the
+    /// target's.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let store = cairn::Store::open(dir.path())?;
+    /// let s = store.session("t1");
+    /// let c1 = s.checkpoint_with("epoch 1", cairn::ScanMode::Full, Some(b"epoch 1".to_vec()))?;
+    /// std::fs::write(dir.path().join("a.txt"), "turn 2")?;
+    /// let back = s.rollback_with_state(c1.id, Some(b"epoch 2".to_vec()))?;
+    /// assert_eq!(back.state.as_deref(), Some(&b"epoch 1"[..]));
+    /// let redo = s.rollback(back.source.expect("an undo point"))?;
+    /// assert_eq!(redo.state.as_deref(), Some(&b"epoch 2"[..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rollback_with_state(
+        &self,
+        target: CheckpointId,
+        state: Option<Vec<u8>>,
+    ) -> Result<RollbackReport> {
         self.store.rollback(RollbackRequest {
-            target,
-            paths: Vec::new(),
-            dry_run: false,
-            session: self.id.clone(),
+            state,
+            ..self.rollback_request(target)
         })
     }
 
-    /// Rolls back only these paths (files or directories).
+    /// Rolls back only these paths (files or directories), as
+    /// [`rollback`](Self::rollback) does.
     pub fn rollback_paths(&self, target: CheckpointId, paths: &[&str]) -> Result<RollbackReport> {
         self.store.rollback(RollbackRequest {
-            target,
             paths: paths.iter().map(|p| p.to_string()).collect(),
-            dry_run: false,
-            session: self.id.clone(),
+            ..self.rollback_request(target)
         })
+    }
+
+    /// A whole-workspace rollback to `target` stamped with this handle's
+    /// session, run, phase, agent and model, with no state: fill in the
+    /// rest (`paths`, `state`, `dry_run`) and pass it to
+    /// [`Store::rollback`].
+    pub fn rollback_request(&self, target: CheckpointId) -> RollbackRequest {
+        RollbackRequest {
+            session: self.id.clone(),
+            run: self.run.clone(),
+            phase: self.phase.clone(),
+            agent: self.agent.clone(),
+            model: self.model.clone(),
+            ..RollbackRequest::new(target)
+        }
+    }
+}
+
+/// A safe point at which an agent platform checkpoints the workspace
+/// automatically (besides on explicit request), as
+/// [`Session::safe_point`] takes it, with the label its checkpoint gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SafePoint<'a> {
+    /// Before agent turn (LLM message) n: "Before turn n".
+    BeforeTurn(u64),
+    /// After agent turn (LLM message) n: "After turn n".
+    AfterTurn(u64),
+    /// Before the agent writes this workspace-relative path: "Before
+    /// writing PATH".
+    BeforeWrite(&'a str),
+    /// At the start of this agent phase: "Start of phase PHASE".
+    PhaseStart(&'a str),
+    /// After a state-changing call of this tool: "After tool TOOL".
+    AfterTool(&'a str),
+}
+
+impl SafePoint<'_> {
+    /// The label of this safe point's checkpoint, e.g. "Before turn 3".
+    pub fn label(&self) -> String {
+        match self {
+            SafePoint::BeforeTurn(n) => format!("Before turn {n}"),
+            SafePoint::AfterTurn(n) => format!("After turn {n}"),
+            SafePoint::BeforeWrite(path) => format!("Before writing {path}"),
+            SafePoint::PhaseStart(phase) => format!("Start of phase {phase}"),
+            SafePoint::AfterTool(tool) => format!("After tool {tool}"),
+        }
+    }
+
+    /// The `Session` method named for this safe point, for errors.
+    fn method(&self) -> &'static str {
+        match self {
+            SafePoint::BeforeTurn(_) => "before_turn",
+            SafePoint::AfterTurn(_) => "after_turn",
+            SafePoint::BeforeWrite(_) => "before_write",
+            SafePoint::PhaseStart(_) => "phase_start",
+            SafePoint::AfterTool(_) => "after_tool",
+        }
     }
 }
 

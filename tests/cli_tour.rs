@@ -1570,3 +1570,152 @@ fn a_rollback_keeps_a_nested_store_where_the_target_had_a_file_of_its_name() {
     assert!(sub.join(".cairn/log").is_dir());
     ok(&cairn(&sub, &["verify", "-q"]));
 }
+
+/// Trial 13 N6-N9 through the command line: `checkpoint --state` and
+/// `--agent`/`--model`; `rollback --run --phase --agent --model --state`,
+/// recorded on the rollback and its undo point, `--json` giving the
+/// target's state hash (as `checkpoints --json` names it), which
+/// `blob get` prints, and the undo point's state coming back on undo.
+#[test]
+fn rollback_and_checkpoint_record_run_phase_agent_model_and_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    let state_dir = tempfile::tempdir().unwrap();
+    let epoch2 = state_dir.path().join("epoch2.bin");
+    std::fs::write(&epoch2, "memory epoch 2").unwrap();
+    let stamp = [
+        "--run", "run-1", "--phase", "edit", "--agent", "coder", "--model", "model-x",
+    ];
+
+    // A checkpoint whose state comes from stdin.
+    let mut args = vec!["checkpoint", "--label", "start", "--state", "-", "--json"];
+    args.extend(stamp);
+    let c = json_lines(&ok(&cairn_stdin(ws, &args, Some("memory epoch 1"))));
+    let (c1, c1_state) = (c[0]["id"].as_str().unwrap(), c[0]["state"].clone());
+    assert_eq!(
+        (
+            c[0]["run"].clone(),
+            c[0]["agent"].clone(),
+            c[0]["model"].clone()
+        ),
+        ("run-1".into(), "coder".into(), "model-x".into())
+    );
+    assert!(c1_state.is_string(), "{c:?}");
+    let hash = c1_state.as_str().unwrap();
+    assert_eq!(ok(&cairn(ws, &["blob", "get", hash])), "memory epoch 1");
+
+    // The rollback, stamped and given the state now.
+    std::fs::write(ws.join("a.txt"), "two\n").unwrap();
+    let mut args = vec![
+        "rollback",
+        c1,
+        "--json",
+        "--state",
+        epoch2.to_str().unwrap(),
+    ];
+    args.extend(stamp);
+    let rb = json_lines(&ok(&cairn(ws, &args)));
+    assert_eq!(rb[0]["state"], c1_state, "the target's state: {rb:?}");
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "one\n");
+    let undo = rb[0]["source"].as_str().unwrap().to_string();
+    let lsn = rb[0]["lsn"].as_u64().unwrap();
+
+    // `log --run` finds the rollback and its undo point, both stamped.
+    let of_run = json_lines(&ok(&cairn(ws, &["log", "--run", "run-1", "--json"])));
+    let kinds: Vec<&str> = of_run.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["checkpoint.create", "checkpoint.create", "rollback"]
+    );
+    for r in &of_run {
+        assert_eq!(
+            (
+                r["phase"].as_str(),
+                r["agent"].as_str(),
+                r["model"].as_str()
+            ),
+            (Some("edit"), Some("coder"), Some("model-x")),
+            "{r}"
+        );
+    }
+    assert_eq!(of_run[2]["lsn"].as_u64(), Some(lsn));
+    let listed = json_lines(&ok(&cairn(ws, &["checkpoints", "--json"])));
+    let undo_point = listed.iter().find(|c| c["id"] == undo.as_str()).unwrap();
+    assert_eq!(undo_point["run"], "run-1");
+    let undo_state = undo_point["state"].as_str().unwrap().to_string();
+    assert_eq!(
+        ok(&cairn(ws, &["blob", "get", &undo_state])),
+        "memory epoch 2"
+    );
+
+    // Undoing it gives that state back, in the JSON and in the text.
+    let dry = json_lines(&ok(&cairn(ws, &["rollback", &undo, "--dry-run", "--json"])));
+    assert_eq!(dry[0]["state"], undo_state.as_str());
+    let text = ok(&cairn(ws, &["rollback", &undo]));
+    assert!(
+        text.contains(&format!("application state of {undo}: blob {undo_state}"))
+            && text.contains(&format!("`cairn blob get {undo_state}`")),
+        "{text}"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "two\n");
+
+    // Blame credits the line the checkpoint captured to its model.
+    let blame = json_lines(&ok(&cairn(ws, &["blame", c1, "a.txt", "--json"])));
+    assert_eq!(blame[0]["model"], "model-x");
+
+    // A rollback to a checkpoint without state says so with null.
+    let none = json_lines(&ok(&cairn(ws, &["rollback", &undo, "--json"])));
+    let plain = json_lines(&ok(&cairn(
+        ws,
+        &["rollback", none[0]["source"].as_str().unwrap(), "--json"],
+    )));
+    assert!(plain[0]["state"].is_null(), "{plain:?}");
+}
+
+/// Trial 13: what `checkpoint` and `rollback` refuse in their new flags,
+/// each with a message that names the flag, recording nothing.
+#[test]
+fn checkpoint_and_rollback_refuse_empty_stamps_and_bad_state_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    ok(&cairn(ws, &["checkpoint"]));
+    let missing = ws.join("no-such-state.bin");
+    let missing = missing.to_str().unwrap();
+    for (args, says, code) in [
+        (
+            &["checkpoint", "--run", ""][..],
+            "--run must not be empty",
+            2,
+        ),
+        (
+            &["rollback", "c1", "--model", " "][..],
+            "--model must not be empty",
+            2,
+        ),
+        (
+            &["checkpoint", "--state", "."][..],
+            "--state .: is a directory",
+            2,
+        ),
+        (
+            &["rollback", "c1", "--state", missing][..],
+            "no-such-state.bin",
+            1,
+        ),
+        (
+            &["--in-memory", "--load", "-", "checkpoint", "--state", "-"][..],
+            "--load - reads stdin, and so does the command",
+            2,
+        ),
+    ] {
+        let o = cairn(ws, args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", all_output(&o));
+        assert!(err(&o).contains(says), "{args:?}: {}", err(&o));
+    }
+    let log = json_lines(&ok(&cairn(ws, &["log", "--json"])));
+    assert_eq!(log.len(), 1, "only the first checkpoint: {log:?}");
+}

@@ -714,10 +714,9 @@ impl World {
             Maybe::Kind(EventKind::Rollback, None),
         ];
         let res = self.store().rollback(RollbackRequest {
-            target: CheckpointId(Lsn(target)),
             paths: paths.clone(),
-            dry_run: false,
             session,
+            ..RollbackRequest::new(CheckpointId(Lsn(target)))
         });
         match res {
             Ok(report) => {
@@ -1096,10 +1095,8 @@ impl World {
             let store = self.store.as_ref().unwrap();
             let report = store
                 .rollback(RollbackRequest {
-                    target: CheckpointId(Lsn(target)),
-                    paths: Vec::new(),
                     dry_run: true,
-                    session: String::new(),
+                    ..RollbackRequest::new(CheckpointId(Lsn(target)))
                 })
                 .map_err(|e| format!("dry run to c{target}: {e}"))?;
             if store.head().last_lsn.0 != self.records.len() as u64 {

@@ -538,10 +538,9 @@ fn a_read_only_handle_lists_checkpoints_and_plans_rollbacks_only() {
 
     let dry = |s: &Store| {
         s.rollback(RollbackRequest {
-            target: c1.id,
-            paths: vec![],
             dry_run: true,
             session: "s".into(),
+            ..RollbackRequest::new(c1.id)
         })
         .unwrap()
     };
@@ -551,10 +550,8 @@ fn a_read_only_handle_lists_checkpoints_and_plans_rollbacks_only() {
 
     let refused = reader
         .rollback(RollbackRequest {
-            target: c1.id,
-            paths: vec![],
-            dry_run: false,
             session: "s".into(),
+            ..RollbackRequest::new(c1.id)
         })
         .unwrap_err();
     assert!(matches!(refused, Error::ReadOnly(_)), "{refused}");
@@ -613,10 +610,9 @@ fn a_rollback_of_more_files_than_its_record_lists_replays_exactly() {
     let rollback = |paths: Vec<String>| {
         store
             .rollback(RollbackRequest {
-                target: c1.id,
                 paths,
-                dry_run: false,
                 session: "s".into(),
+                ..RollbackRequest::new(c1.id)
             })
             .unwrap()
     };
@@ -662,10 +658,8 @@ fn history_with_checkpoints_of_a_directory() {
     let _c3 = cp(); // nothing under src changed
     let r = store
         .rollback(RollbackRequest {
-            target: cairn::CheckpointId(c1),
-            paths: vec![],
-            dry_run: false,
             session: "s".into(),
+            ..RollbackRequest::new(cairn::CheckpointId(c1))
         })
         .unwrap();
     let lsns = |p: &str| -> Vec<u64> {
@@ -861,5 +855,207 @@ fn append_refuses_an_empty_session_and_a_time_out_of_range() {
         assert!(e.contains("field `ts`"), "{e}");
     }
     assert_eq!(store.head().last_lsn.0, 0, "nothing recorded");
+    store.close().unwrap();
+}
+
+/// A record by its LSN, through the query index.
+fn record_at(store: &Store, lsn: cairn::Lsn) -> cairn::Event {
+    store
+        .query(|q| q.list(&Filter::all()))
+        .unwrap()
+        .into_iter()
+        .find(|r| r.lsn == lsn)
+        .unwrap()
+        .event
+}
+
+/// Trial 13 N6 and N8: a rollback through a handle with a run, phase,
+/// agent and model records them on its `rollback` record and on its undo
+/// point, whole-tree and path-scoped alike, so `--run` finds the rollback
+/// that changed that run's files.
+#[test]
+fn a_rollback_and_its_undo_point_carry_the_handles_run_phase_agent_and_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("a.txt"), "one\n").unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let s = store
+        .session("t")
+        .with_run("run-1")
+        .with_phase("edit")
+        .with_agent("coder")
+        .with_model("model-x");
+    let c = s.checkpoint("start").unwrap();
+    let stamp = |e: &cairn::Event| {
+        (
+            e.run.clone(),
+            e.phase.clone(),
+            e.agent.clone(),
+            e.model.clone(),
+        )
+    };
+    let want = (
+        Some("run-1".to_string()),
+        Some("edit".to_string()),
+        Some("coder".to_string()),
+        Some("model-x".to_string()),
+    );
+    let whole = |r: &cairn::RollbackReport| (r.lsn.unwrap(), r.source.unwrap());
+    std::fs::write(tmp.path().join("a.txt"), "two\n").unwrap();
+    let r1 = whole(&s.rollback(c.id).unwrap());
+    std::fs::write(tmp.path().join("a.txt"), "three\n").unwrap();
+    let r2 = whole(&s.rollback_paths(c.id, &["a.txt"]).unwrap());
+    for (lsn, undo) in [r1, r2] {
+        let rec = record_at(&store, lsn);
+        assert_eq!(rec.kind, EventKind::Rollback);
+        assert_eq!(stamp(&rec), want, "the rollback record");
+        let u = store.find_checkpoint(undo).unwrap();
+        assert_eq!(
+            (u.run, u.phase, u.agent, u.model),
+            want.clone(),
+            "its undo point"
+        );
+        assert_eq!(stamp(&record_at(&store, undo.0)), want);
+    }
+    let of_run: Vec<EventKind> = store
+        .query(|q| {
+            q.list(&Filter {
+                run: Some("run-1".into()),
+                ..Filter::all()
+            })
+        })
+        .unwrap()
+        .iter()
+        .map(|r| r.event.kind)
+        .collect();
+    assert_eq!(
+        of_run.iter().filter(|k| **k == EventKind::Rollback).count(),
+        2,
+        "{of_run:?}"
+    );
+    assert_eq!(of_run.len(), 5, "the start, two undo points, two rollbacks");
+    store.close().unwrap();
+}
+
+/// Trial 13 N8: a checkpoint through a handle with an agent and model
+/// records them, lists them, and blame credits the lines it captured (a
+/// shell edit no file event reported) to that model.
+#[test]
+fn checkpoints_record_the_handles_agent_and_model_and_blame_names_the_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let s = store.session("t").with_agent("coder").with_model("model-x");
+    std::fs::write(tmp.path().join("a.txt"), "written by a shell command\n").unwrap();
+    let c = s.after_turn(1).unwrap();
+    assert_eq!(c.agent.as_deref(), Some("coder"));
+    assert_eq!(c.model.as_deref(), Some("model-x"));
+    let rec = record_at(&store, c.lsn);
+    assert_eq!(rec.agent.as_deref(), Some("coder"));
+    assert_eq!(rec.model.as_deref(), Some("model-x"));
+    let listed = store.checkpoints(Some("t")).unwrap();
+    assert_eq!(listed[0].model.as_deref(), Some("model-x"));
+    let blame = store
+        .query(|q| q.blame(cairn::Point::Head, "a.txt"))
+        .unwrap();
+    assert_eq!(blame[0].lsn, c.lsn);
+    assert_eq!(blame[0].model.as_deref(), Some("model-x"));
+    store.close().unwrap();
+}
+
+/// Trial 13 N7: the state given for a rollback's undo point comes back
+/// when the rollback is undone, as the target's state came back when it
+/// was made; a rollback given none leaves its undo point without one.
+#[test]
+fn undoing_a_rollback_hands_back_the_state_given_for_its_undo_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("a.txt"), "turn 1\n").unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let s = store.session("t");
+    let c1 = s
+        .checkpoint_with("epoch 1", cairn::ScanMode::Full, Some(b"epoch 1".to_vec()))
+        .unwrap();
+    std::fs::write(tmp.path().join("a.txt"), "turn 2\n").unwrap();
+    let back = s
+        .rollback_with_state(c1.id, Some(b"epoch 2".to_vec()))
+        .unwrap();
+    assert_eq!(back.state.as_deref(), Some(&b"epoch 1"[..]));
+    assert_eq!(back.state_hash, c1.state);
+    let undo = back.source.unwrap();
+    let undo_state = store.find_checkpoint(undo).unwrap().state.unwrap();
+    assert_eq!(store.blob(&undo_state).unwrap(), b"epoch 2");
+    let redo = s.rollback(undo).unwrap();
+    assert_eq!(redo.state.as_deref(), Some(&b"epoch 2"[..]));
+    assert_eq!(redo.state_hash, Some(undo_state));
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("a.txt")).unwrap(),
+        "turn 2\n"
+    );
+    // `rollback` gave no state: its undo point has none.
+    let plain = store.find_checkpoint(redo.source.unwrap()).unwrap();
+    assert_eq!(plain.state, None);
+    // Through the request, as `Store::rollback` takes it.
+    let req = cairn::RollbackRequest {
+        state: Some(b"epoch 3".to_vec()),
+        ..s.rollback_request(c1.id)
+    };
+    let third = store.rollback(req).unwrap();
+    let st = store.find_checkpoint(third.source.unwrap()).unwrap().state;
+    assert_eq!(store.blob(&st.unwrap()).unwrap(), b"epoch 3");
+    store.close().unwrap();
+}
+
+/// Trial 13 N9: the safe points MISSION names each have a helper that
+/// writes a clear label, and `safe_point` gives any of them a state.
+#[test]
+fn safe_points_are_labelled_and_carry_their_state() {
+    use cairn::SafePoint;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join(".gitignore"), "gen/\n").unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let s = store.session("t").with_phase("plan");
+    let label = |c: &cairn::CheckpointInfo| c.label.clone().unwrap();
+
+    let start = s.phase_start("edit").unwrap();
+    assert_eq!(label(&start), "Start of phase edit");
+    assert_eq!(start.phase.as_deref(), Some("edit"), "the phase it starts");
+    assert_eq!(label(&s.before_turn(1).unwrap()), "Before turn 1");
+    assert_eq!(s.before_turn(1).unwrap().phase.as_deref(), Some("plan"));
+
+    // Before a write to a path that does not exist yet, and is ignored:
+    // tracked, so a rollback to it deletes what the write created.
+    let before = s.before_write("./gen//out.rs").unwrap();
+    assert_eq!(label(&before), "Before writing gen/out.rs");
+    std::fs::create_dir(tmp.path().join("gen")).unwrap();
+    std::fs::write(tmp.path().join("gen/out.rs"), "generated\n").unwrap();
+    let tool = s.after_tool("bash").unwrap();
+    assert_eq!(label(&tool), "After tool bash");
+    assert_eq!(label(&s.after_turn(1).unwrap()), "After turn 1");
+    let r = s.rollback(before.id).unwrap();
+    assert!(r.deleted.contains(&"gen/out.rs".to_string()), "{r:?}");
+    assert!(!tmp.path().join("gen/out.rs").exists());
+
+    // Any safe point with the application state.
+    let with = s
+        .safe_point(
+            SafePoint::AfterTool("apply_patch"),
+            Some(b"epoch 4".to_vec()),
+        )
+        .unwrap();
+    assert_eq!(label(&with), "After tool apply_patch");
+    assert_eq!(store.blob(&with.state.unwrap()).unwrap(), b"epoch 4");
+    assert_eq!(SafePoint::BeforeTurn(3).label(), "Before turn 3");
+
+    // Bad input: an error that names what was wrong, nothing recorded.
+    let head = store.head().last_lsn;
+    for (e, what) in [
+        (s.phase_start("").unwrap_err(), "phase_start: the phase"),
+        (s.after_tool("").unwrap_err(), "after_tool: the tool name"),
+        (s.before_write("").unwrap_err(), "before_write: the path"),
+        (s.before_write(".").unwrap_err(), "workspace root"),
+        (s.before_write("../out.rs").unwrap_err(), "`../out.rs`"),
+        (s.before_write(".git/config").unwrap_err(), "`.git/config`"),
+    ] {
+        assert!(e.to_string().contains(what), "{what}: {e}");
+    }
+    assert_eq!(store.head().last_lsn, head);
     store.close().unwrap();
 }

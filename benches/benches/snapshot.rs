@@ -315,12 +315,7 @@ fn speed(n: usize, rows: &mut Rows) -> Res<()> {
                 &b.log,
                 &b.blobs,
                 &b.ws,
-                RollbackRequest {
-                    target: base,
-                    paths: vec![],
-                    dry_run: false,
-                    session: String::new(),
-                },
+                RollbackRequest::new(base),
             )?)
         })?;
         if rep.written.len()
@@ -360,12 +355,7 @@ fn speed(n: usize, rows: &mut Rows) -> Res<()> {
         for _ in 0..5 {
             edited.insert(b.edit_one()?);
         }
-        let req = RollbackRequest {
-            target: base,
-            paths: vec![],
-            dry_run: false,
-            session: String::new(),
-        };
+        let req = RollbackRequest::new(base);
         let (d, rep) = time(|| Ok(rollback(&b.log, &b.blobs, &b.ws, req)?))?;
         if rep.written.len() != edited.len() {
             return Err(format!("rollback wrote {:?}, edited {edited:?}", rep.written).into());
@@ -553,12 +543,7 @@ fn profile(n: usize) -> Res<()> {
         for _ in 0..5 {
             b.edit_one()?;
         }
-        let req = RollbackRequest {
-            target: base,
-            paths: vec![],
-            dry_run: false,
-            session: String::new(),
-        };
+        let req = RollbackRequest::new(base);
         cr.push(time(|| Ok(rollback(&b.log, &b.blobs, &b.ws, req)?))?.0);
     }
     println!("rollback of 5 changed files: {}", ms(median(cr)));

@@ -151,6 +151,10 @@ pub struct CheckpointRequest {
     pub run: Option<String>,
     /// Phase id.
     pub phase: Option<String>,
+    /// Agent name.
+    pub agent: Option<String>,
+    /// Model name.
+    pub model: Option<String>,
     /// Label, e.g. "Before turn 3".
     pub label: Option<String>,
     /// Opaque application state (the agent's memory epoch), stored as a blob.
@@ -174,6 +178,12 @@ pub struct CheckpointInfo {
     pub run: Option<String>,
     /// Phase.
     pub phase: Option<String>,
+    /// Agent that took it, if any.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Model of that agent, if any.
+    #[serde(default)]
+    pub model: Option<String>,
     /// Label.
     pub label: Option<String>,
     /// Manifest root.
@@ -220,6 +230,8 @@ impl CheckpointInfo {
             session: e.session.clone(),
             run: e.run.clone(),
             phase: e.phase.clone(),
+            agent: e.agent.clone(),
+            model: e.model.clone(),
             label: e.label.clone(),
             root: e.root?,
             state: e.state,
@@ -479,6 +491,8 @@ fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     );
     ev.run = req.run;
     ev.phase = req.phase;
+    ev.agent = req.agent;
+    ev.model = req.model;
     ev.label = req.label;
     ev.root = Some(cap.root);
     ev.state = state;
@@ -541,8 +555,9 @@ pub(crate) struct ListCache {
 
 /// Version 2: [`CheckpointInfo::not_captured`]; version 3:
 /// [`CheckpointInfo::discarded_at`] and
-/// [`CheckpointInfo::discarded_by_retention`].
-const LIST_CACHE_VERSION: u32 = 3;
+/// [`CheckpointInfo::discarded_by_retention`]; version 4:
+/// [`CheckpointInfo::agent`] and [`CheckpointInfo::model`].
+const LIST_CACHE_VERSION: u32 = 4;
 
 /// The `meta` key of a `checkpoint.create` record naming the files it did
 /// not capture (see [`CheckpointInfo::not_captured`]).
@@ -669,7 +684,21 @@ pub fn find_checkpoint<L: LogAccess + ?Sized>(
         .ok_or(SnapshotError::UnknownCheckpoint { id })
 }
 
-/// What to roll back to.
+/// What to roll back to, and the metadata of what the rollback records.
+///
+/// [`RollbackRequest::new`] gives a whole-workspace rollback with no
+/// metadata; fill in the rest with struct update syntax:
+///
+/// ```
+/// # use cairn_snapshot::RollbackRequest;
+/// # let target = "c6".parse().unwrap();
+/// let req = RollbackRequest {
+///     run: Some("run-1".into()),
+///     state: Some(b"memory epoch 7".to_vec()),
+///     ..RollbackRequest::new(target)
+/// };
+/// assert!(req.paths.is_empty() && !req.dry_run);
+/// ```
 #[derive(Clone, Debug)]
 pub struct RollbackRequest {
     /// The checkpoint to restore.
@@ -680,6 +709,37 @@ pub struct RollbackRequest {
     pub dry_run: bool,
     /// The session the pre-rollback checkpoint and the record belong to.
     pub session: String,
+    /// Run id of the undo point and the `rollback` record.
+    pub run: Option<String>,
+    /// Phase id of the undo point and the record.
+    pub phase: Option<String>,
+    /// Agent name on the undo point and the record.
+    pub agent: Option<String>,
+    /// Model name on the undo point and the record.
+    pub model: Option<String>,
+    /// The application state now (the agent's memory epoch), stored as the
+    /// undo point's state blob: rolling back to the undo point (undoing
+    /// this rollback) hands it back in [`RollbackReport::state`]. A dry
+    /// run stores nothing.
+    pub state: Option<Vec<u8>>,
+}
+
+impl RollbackRequest {
+    /// A rollback of the whole workspace to `target`, in the default
+    /// session, with no run, phase, agent, model or state.
+    pub fn new(target: CheckpointId) -> RollbackRequest {
+        RollbackRequest {
+            target,
+            paths: Vec::new(),
+            dry_run: false,
+            session: String::new(),
+            run: None,
+            phase: None,
+            agent: None,
+            model: None,
+            state: None,
+        }
+    }
 }
 
 /// What a rollback did (or, for a dry run, would do).
@@ -705,6 +765,8 @@ pub struct RollbackReport {
     pub kept: Vec<restore::Kept>,
     /// The target's application-state blob, for the embedder to rewind its memory.
     pub state: Option<Vec<u8>>,
+    /// The hash of that blob (`cairn blob get HASH` prints it).
+    pub state_hash: Option<BlobHash>,
     /// The `rollback` record; `None` for a dry run.
     pub lsn: Option<Lsn>,
 }
@@ -784,7 +846,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
     ws: &Workspace,
-    req: RollbackRequest,
+    mut req: RollbackRequest,
 ) -> Result<RollbackReport> {
     let _flow = ws.flow();
     let target = find_checkpoint(log, ws, req.target)?;
@@ -843,6 +905,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             dir_modes: plan.dir_modes.iter().map(|d| d.0.clone()).collect(),
             kept,
             state,
+            state_hash: target.state,
             lsn: None,
         });
     }
@@ -856,6 +919,10 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let unfinished = UnfinishedRollback {
         target: target.id,
         session: session_or_default(&req.session),
+        run: req.run.clone(),
+        phase: req.phase.clone(),
+        agent: req.agent.clone(),
+        model: req.model.clone(),
         scope: scope.clone(),
         started: cairn_codec::Timestamp::now(),
         pid: std::process::id(),
@@ -876,9 +943,13 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         ws,
         CheckpointRequest {
             session: req.session.clone(),
+            run: req.run.clone(),
+            phase: req.phase.clone(),
+            agent: req.agent.clone(),
+            model: req.model.clone(),
             label: Some(undo_point_label(target.id)),
+            state: req.state.take(),
             scan: ScanMode::Full,
-            ..CheckpointRequest::default()
         },
         |cap: &Capture| -> Result<(
             restore::Plan,
@@ -951,6 +1022,10 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         cause: Box::new(e),
     };
     let mut ev = rollback_event(&req.session, pre.id, target.id, &scope);
+    ev.run = req.run;
+    ev.phase = req.phase;
+    ev.agent = req.agent;
+    ev.model = req.model;
     let mut meta = serde_json::Map::new();
     if !kept.is_empty() {
         let listed = &kept[..kept.len().min(MAX_ROLLBACK_FILES_LISTED)];
@@ -1038,6 +1113,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         dir_modes: done.dir_modes,
         kept,
         state,
+        state_hash: target.state,
         lsn: Some(lsn),
     })
 }
@@ -1415,17 +1491,7 @@ mod tests {
         std::fs::write(root.join("sub/new.txt"), "new").unwrap();
         let sub = ws.root().join("sub");
         *FAIL_DIR_SYNC_UNDER.lock().unwrap() = Some(sub.clone());
-        let got = rollback(
-            &log,
-            &blobs,
-            &ws,
-            RollbackRequest {
-                target: c1.id,
-                paths: Vec::new(),
-                dry_run: false,
-                session: String::new(),
-            },
-        );
+        let got = rollback(&log, &blobs, &ws, RollbackRequest::new(c1.id));
         *FAIL_DIR_SYNC_UNDER.lock().unwrap() = None;
         let err = got.unwrap_err();
         let SnapshotError::RollbackIncomplete {
@@ -1485,12 +1551,7 @@ mod tests {
     fn a_rollback_stopped_before_its_record_is_recorded_by_the_next_checkpoint() {
         use crate::interrupted::{rollback_marker, ROLLBACK_META_INTERRUPTED};
         let (_dir, ws, log, blobs, c1, before, undo) = stop_a_rollback();
-        let req = |target| RollbackRequest {
-            target,
-            paths: Vec::new(),
-            dry_run: false,
-            session: String::new(),
-        };
+        let req = RollbackRequest::new;
         let next = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
         assert_eq!(next.lsn, Lsn(undo.0 + 2), "one record between");
         let rec = LogAccess::read(&log, Lsn(undo.0 + 1)).unwrap().event;
@@ -1533,6 +1594,30 @@ mod tests {
             rollback_marker(&ws).is_none(),
             "a finished rollback left its marker"
         );
+    }
+
+    /// Trial 13 N6: the record written for a rollback whose process
+    /// stopped part way carries the run, phase, agent and model the
+    /// rollback had (from its marker), as its undo point does.
+    #[test]
+    fn an_interrupted_rollback_s_record_carries_its_run_phase_agent_and_model() {
+        let (_dir, ws, log, blobs, _c1, _before, undo) = stop_a_rollback();
+        create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+        let stamp = |lsn| {
+            let e = LogAccess::read(&log, lsn).unwrap().event;
+            (e.kind, e.run, e.phase, e.agent, e.model)
+        };
+        let want = |kind| {
+            (
+                kind,
+                Some("run-1".to_string()),
+                Some("edit".to_string()),
+                Some("coder".to_string()),
+                Some("model-x".to_string()),
+            )
+        };
+        assert_eq!(stamp(undo), want(EventKind::CheckpointCreate));
+        assert_eq!(stamp(Lsn(undo.0 + 1)), want(EventKind::Rollback));
     }
 
     /// What the record of an interrupted rollback says of the workspace is
@@ -1605,10 +1690,11 @@ mod tests {
         std::fs::write(root.join("c.txt"), "new").unwrap();
         let before = files(ws.root());
         let req = |target| RollbackRequest {
-            target,
-            paths: Vec::new(),
-            dry_run: false,
-            session: String::new(),
+            run: Some("run-1".into()),
+            phase: Some("edit".into()),
+            agent: Some("coder".into()),
+            model: Some("model-x".into()),
+            ..RollbackRequest::new(target)
         };
 
         // The hook is one for the process: tests that stop a rollback

@@ -31,10 +31,15 @@
 //! The file is JSON:
 //!
 //! ```text
-//! {"version":1,"target":"c4","session":"default","scope":["src"],
+//! {"version":1,"target":"c4","session":"default","run":"run-1","scope":["src"],
 //!  "started":1767225600000,"pid":4242,"head_before":14,
 //!  "head_chain":"<64 hex digits: the chain hash at head_before>"}
 //! ```
+//!
+//! `run`, `phase`, `agent` and `model` (the rollback's, stamped on the
+//! record written for it) are there only when the rollback had them; a
+//! marker without them (written before they were added) reads as having
+//! none.
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -74,6 +79,18 @@ pub struct UnfinishedRollback {
     pub target: CheckpointId,
     /// The session its undo point and record belong to.
     pub session: String,
+    /// The run id of its undo point and record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// The phase id of its undo point and record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The agent name on its undo point and record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The model name on its undo point and record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// The paths it was limited to (empty: the whole workspace).
     pub scope: Vec<String>,
     /// When it began.
@@ -362,7 +379,11 @@ pub fn record_interrupted_rollback<L: LogAccess + ?Sized, B: BlobRead + Sync + ?
     // next run does all of this again.)
     let removed = remove_temporaries(ws, blobs, &r, target_root(log, &r), undo_root);
     let reached = workspace_reached(log, blobs, ws, &r, undo);
-    let ev = rollback_event(&r.session, undo, r.target, &r.scope);
+    let mut ev = rollback_event(&r.session, undo, r.target, &r.scope);
+    ev.run = r.run.clone();
+    ev.phase = r.phase.clone();
+    ev.agent = r.agent.clone();
+    ev.model = r.model.clone();
     let mut interrupted = serde_json::json!({"started": r.started.to_iso(), "pid": r.pid});
     if let Some(w) = reached.word() {
         interrupted["workspace"] = serde_json::json!(w);
@@ -650,6 +671,10 @@ mod tests {
         UnfinishedRollback {
             target: CheckpointId(Lsn(4)),
             session: "default".into(),
+            run: Some("run-1".into()),
+            phase: None,
+            agent: Some("coder".into()),
+            model: None,
             scope: vec!["src".into()],
             started: Timestamp(1_767_225_600_000),
             pid: 4242,
@@ -666,6 +691,26 @@ mod tests {
         let text = String::from_utf8(bytes).unwrap();
         assert!(text.contains("\"target\":\"c4\""), "{text}");
         assert!(text.contains("\"version\":1"), "{text}");
+        assert!(text.contains("\"run\":\"run-1\""), "{text}");
+        // What the rollback did not have is left out.
+        assert!(!text.contains("\"phase\""), "{text}");
+    }
+
+    #[test]
+    fn a_marker_written_before_run_phase_agent_and_model_reads_as_having_none() {
+        let old = format!(
+            r#"{{"version":1,"target":"c4","session":"default","scope":["src"],"started":1767225600000,"pid":4242,"head_before":14,"head_chain":"{}"}}"#,
+            ChainHash([7; 32]).to_hex()
+        );
+        let r = UnfinishedRollback::decode(old.as_bytes()).unwrap();
+        assert_eq!(
+            r,
+            UnfinishedRollback {
+                run: None,
+                agent: None,
+                ..sample()
+            }
+        );
     }
 
     #[test]

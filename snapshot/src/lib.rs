@@ -19,8 +19,7 @@
 //! let (log, blobs) = (MemLog::new(), MemBlobs::new());
 //! let c1 = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
 //! std::fs::write(dir.path().join("main.rs"), "broken").unwrap();
-//! let r = rollback(&log, &blobs, &ws, RollbackRequest {
-//!     target: c1.id, paths: vec![], dry_run: false, session: String::new() }).unwrap();
+//! let r = rollback(&log, &blobs, &ws, RollbackRequest::new(c1.id)).unwrap();
 //! assert_eq!(r.written, vec!["main.rs".to_string()]);
 //! assert_eq!(std::fs::read_to_string(dir.path().join("main.rs")).unwrap(), "fn main() {}");
 //! ```

@@ -215,10 +215,8 @@ fn run(ops: Vec<Op>) {
                     &blobs,
                     &ws,
                     RollbackRequest {
-                        target: id,
                         paths: scope.iter().map(|s| s.to_string()).collect(),
-                        dry_run: false,
-                        session: String::new(),
+                        ..RollbackRequest::new(id)
                     },
                 )
                 .unwrap();

@@ -224,7 +224,7 @@ pub enum Command {
     },
     /// Checkpoint the workspace.
     #[command(
-        after_help = "Example:\n  cairn checkpoint --label 'Before turn 3' --session thread-1"
+        after_help = "Example:\n  cairn checkpoint --label 'Before turn 3' --session thread-1\n  cairn checkpoint --label 'Before turn 3' --run run-1 --agent coder --model model-x --state memory.bin"
     )]
     Checkpoint(CheckpointArgs),
     /// List checkpoints.
@@ -239,7 +239,7 @@ pub enum Command {
     },
     /// Roll the workspace back (or forward) to a checkpoint.
     #[command(
-        after_help = "Example:\n  cairn rollback c12 --dry-run\n  cairn rollback c12 --path src/ --path Cargo.toml"
+        after_help = "Example:\n  cairn rollback c12 --dry-run\n  cairn rollback c12 --path src/ --path Cargo.toml\n  cairn rollback c12 --run run-1 --state memory-now.bin --json   # \"state\": c12's state hash, for `cairn blob get`"
     )]
     Rollback(RollbackArgs),
     /// Apply retention (evict old checkpoints) and collect unreferenced blobs.
@@ -491,6 +491,25 @@ pub enum BlobCommand {
     },
 }
 
+/// Who and what the records of `checkpoint` and `rollback` belong to,
+/// besides the session: one definition, so the two commands take the same
+/// flags with the same meaning.
+#[derive(Debug, Args, Default, Clone)]
+pub struct StampArgs {
+    /// Run id, recorded on what this command writes (`cairn log --run` finds it).
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Phase id, recorded on what this command writes.
+    #[arg(long)]
+    pub phase: Option<String>,
+    /// Agent name, recorded on what this command writes.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Model name, recorded on what this command writes (`cairn blame` shows it).
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
 /// `cairn checkpoint`.
 #[derive(Debug, Args)]
 pub struct CheckpointArgs {
@@ -500,12 +519,14 @@ pub struct CheckpointArgs {
     /// Session id (default: `default`).
     #[arg(long)]
     pub session: Option<String>,
-    /// Run id.
-    #[arg(long)]
-    pub run: Option<String>,
-    /// Phase id.
-    #[arg(long)]
-    pub phase: Option<String>,
+    /// Run, phase, agent and model.
+    #[command(flatten)]
+    pub stamp: StampArgs,
+    /// A file whose bytes become the checkpoint's application state (the
+    /// agent's memory epoch; `-` reads stdin): `cairn rollback` to the
+    /// checkpoint gives its hash, `cairn blob get HASH` its bytes.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
     /// Capture only tracked paths (fast), instead of scanning the workspace.
     #[arg(long)]
     pub tracked_only: bool,
@@ -528,7 +549,17 @@ pub struct RollbackArgs {
     /// Session id recorded on the rollback (default: `default`).
     #[arg(long)]
     pub session: Option<String>,
-    /// Print as JSON.
+    /// Run, phase, agent and model of the rollback record and its undo point.
+    #[command(flatten)]
+    pub stamp: StampArgs,
+    /// A file whose bytes become the undo point's application state (the
+    /// agent's memory epoch now; `-` reads stdin): rolling back to the undo
+    /// point gives it back (its hash in `--json`'s `state`). A dry run
+    /// records nothing.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Print as JSON (with `state`: the hash of the target's application
+    /// state, or null).
     #[arg(long)]
     pub json: bool,
 }

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use cairn::snapshot::{CheckpointRequest, RetentionPolicy, RollbackRequest, ScanMode};
 use cairn::{CheckpointId, CheckpointInfo, Timestamp};
 
-use super::args::{CheckpointArgs, GcArgs, RollbackArgs};
+use super::args::{CheckpointArgs, GcArgs, RollbackArgs, StampArgs};
 use super::output::{cell, count, quote_path, relative, Style, Table};
 use super::Settings;
 
@@ -24,6 +24,8 @@ fn info_json(c: &CheckpointInfo) -> serde_json::Value {
         "session": c.session,
         "run": c.run,
         "phase": c.phase,
+        "agent": c.agent,
+        "model": c.model,
         "label": c.label,
         "root": c.root.to_hex(),
         "state": c.state.map(|h| h.to_hex()),
@@ -64,19 +66,64 @@ fn refuse_empty_session(session: Option<&str>) -> Result<()> {
     }
 }
 
+/// An empty `--run`, `--phase`, `--agent` or `--model` is refused: it would
+/// be recorded as an empty id that no filter finds, not as none.
+fn refuse_empty_stamp(stamp: &StampArgs) -> Result<()> {
+    for (flag, v) in [
+        ("--run", &stamp.run),
+        ("--phase", &stamp.phase),
+        ("--agent", &stamp.agent),
+        ("--model", &stamp.model),
+    ] {
+        if v.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(super::usage(format!(
+                "{flag} must not be empty (leave it out for none)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of a `--state FILE` (`-`: stdin), read before the store is
+/// opened, so a bad file never takes the lock; the error names the file.
+fn read_state(file: Option<&std::path::Path>) -> Result<Option<Vec<u8>>> {
+    let Some(f) = file else {
+        return Ok(None);
+    };
+    if f.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
+            .context("--state -: read stdin")?;
+        return Ok(Some(bytes));
+    }
+    if f.is_dir() {
+        return Err(super::usage(format!(
+            "--state {}: is a directory; give a file (or `-` for stdin)",
+            f.display()
+        )));
+    }
+    std::fs::read(f)
+        .with_context(|| format!("--state {}: read the state file", f.display()))
+        .map(Some)
+}
+
 /// `cairn checkpoint`.
 pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
     refuse_empty_session(a.session.as_deref())?;
+    refuse_empty_stamp(&a.stamp)?;
+    let state = read_state(a.state.as_deref())?;
     let store = settings.open_write()?;
     let spin = super::progress::Spinner::start(settings.quiet, "checkpointing the workspace");
     let info = store.checkpoint(CheckpointRequest {
         session: a
             .session
             .unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
-        run: a.run,
-        phase: a.phase,
+        run: a.stamp.run,
+        phase: a.stamp.phase,
+        agent: a.stamp.agent,
+        model: a.stamp.model,
         label: a.label.filter(|l| !l.trim().is_empty()),
-        state: None,
+        state,
         scan: if a.tracked_only {
             ScanMode::TrackedOnly
         } else {
@@ -208,6 +255,10 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
 pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     let target = parse_id(&a.id)?;
     refuse_empty_session(a.session.as_deref())?;
+    refuse_empty_stamp(&a.stamp)?;
+    // Read (and so checked) for a dry run too, which does not use it: the
+    // dry run of a command that would fail fails.
+    let state = read_state(a.state.as_deref())?;
     // A dry run changes nothing, so it reads beside a recording process.
     let store = if a.dry_run {
         settings.open_read()?
@@ -235,6 +286,11 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             session: a
                 .session
                 .unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
+            run: a.stamp.run,
+            phase: a.stamp.phase,
+            agent: a.stamp.agent,
+            model: a.stamp.model,
+            state,
         })
         .with_context(|| format!("roll back to {target}"))?;
     drop(spin);
@@ -251,6 +307,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             "removed_dirs": report.removed_dirs,
             "dir_modes": report.dir_modes,
             "kept": report.kept,
+            "state": report.state_hash.map(|h| h.to_hex()),
         });
         outln!("{v}");
     } else if settings.quiet && !a.dry_run {
@@ -331,6 +388,12 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             report.deleted.len(),
             count(report.created_dirs.len() as u64, "dir")
         );
+        if let Some(h) = report.state_hash {
+            outln!(
+                "application state of {}: blob {h} (`cairn blob get {h}` prints it)",
+                report.target
+            );
+        }
         if let Some(src) = report.source {
             outln!("the state before the rollback is checkpoint {src}: `cairn rollback {src}` undoes it");
         }

@@ -42,6 +42,8 @@ pub fn check(command: &Command, loads: &[PathBuf]) -> Result<()> {
     let command_stdin = match command {
         Command::Record(a) => a.file.is_none(),
         Command::Import { files, .. } => files.iter().any(|f| f.as_os_str() == "-"),
+        Command::Checkpoint(a) => a.state.as_ref().is_some_and(|f| f.as_os_str() == "-"),
+        Command::Rollback(a) => a.state.as_ref().is_some_and(|f| f.as_os_str() == "-"),
         _ => false,
     };
     if load_stdin && command_stdin {

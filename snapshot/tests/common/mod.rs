@@ -108,10 +108,9 @@ impl Fx {
             &self.blobs,
             &self.ws,
             RollbackRequest {
-                target: id,
                 paths: paths.iter().map(|s| s.to_string()).collect(),
                 dry_run,
-                session: String::new(),
+                ..RollbackRequest::new(id)
             },
         )
     }
