@@ -2,7 +2,9 @@
 //! P15 (a recorded `checkpoint.discard` of the newest checkpoint), P16
 //! (`gc --max-bytes` evicting what frees nothing), P14.1 (rollback to a
 //! discarded checkpoint whose tree a later rollback kept) and P14.2 (no
-//! Rust `Debug` text in gc's discard records).
+//! Rust `Debug` text in gc's discard records); and the session-13 trial's
+//! T13-N4 (a restored, discarded checkpoint with application state could
+//! not be rolled back to after gc).
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -158,4 +160,58 @@ fn importing_a_checkpoint_whose_tree_gc_collected_says_so() {
         !e.contains("import an export into the store it came from"),
         "{e}"
     );
+}
+
+/// T13-N4: a discarded checkpoint a later rollback restored, with an
+/// application state, could be shown but not rolled back to after gc
+/// ("its files are no longer all in the store"): gc now keeps its state
+/// with its tree, so `rollback --dry-run` and a real rollback work, and
+/// hand the state back.
+#[test]
+fn a_restored_discarded_checkpoint_with_state_can_be_rolled_back_to() {
+    let d = init();
+    let ws = d.path();
+    let c1 = {
+        let store = cairn::Store::open(ws).unwrap();
+        let s = store.session("t");
+        std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+        let c1 = s
+            .checkpoint_with(
+                "with state",
+                cairn::ScanMode::Full,
+                Some(b"epoch 1".to_vec()),
+            )
+            .unwrap();
+        std::fs::write(ws.join("a.txt"), "two\n").unwrap();
+        s.checkpoint("two").unwrap();
+        s.rollback(c1.id).unwrap();
+        s.checkpoint("x").unwrap();
+        s.checkpoint("y").unwrap();
+        store.close().unwrap();
+        c1.id.to_string()
+    };
+    let v: serde_json::Value = serde_json::from_str(&ok(&cairn(
+        ws,
+        &["gc", "--keep-per-session", "2", "--json"],
+    )))
+    .unwrap();
+    assert!(
+        v["discarded"]
+            .as_array()
+            .unwrap()
+            .contains(&c1.clone().into()),
+        "{v}"
+    );
+    let state = cairn::BlobHash::of(b"epoch 1").to_hex();
+    let dry: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(ws, &["rollback", &c1, "--dry-run", "--json"]))).unwrap();
+    assert_eq!(dry["state"], state.as_str(), "{dry}");
+    std::fs::write(ws.join("a.txt"), "three\n").unwrap();
+    let out = ok(&cairn(ws, &["rollback", &c1]));
+    assert!(
+        out.contains(&format!("{c1}'s application state is blob {state}")),
+        "{out}"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "one\n");
+    assert_eq!(ok(&cairn(ws, &["blob", "get", &state])), "epoch 1");
 }

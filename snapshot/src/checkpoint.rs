@@ -755,31 +755,44 @@ pub fn paths_matching_nothing<L: LogAccess + ?Sized, B: crate::BlobRead + ?Sized
     Ok(out)
 }
 
-/// True if every blob `c` needs to be restored is still in the store: its
+/// What a checkpoint needs to be restored that the store may no longer hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Restorable {
+    /// Its manifest, every file it names and its application state are stored.
+    Whole,
+    /// Its manifest or a file it names is gone.
+    FilesGone,
+    /// Its files are all stored, but not its application-state blob.
+    StateGone(BlobHash),
+}
+
+/// Whether every blob `c` needs to be restored is still in the store: its
 /// manifest, every file it names, and its application state. A discarded
 /// checkpoint is restorable exactly then: gc keeps the tree a later
 /// rollback restored (the state from that rollback on is that tree), and
-/// keeps it whole, so `tree`, `show` and `rollback` all work on it until
-/// gc collects it.
-fn tree_whole<B: BlobAccess + ?Sized>(blobs: &B, c: &CheckpointInfo) -> Result<bool> {
-    if !blobs.contains(&c.root)? || c.state.map(|s| blobs.contains(&s)).transpose()? == Some(false)
-    {
-        return Ok(false);
+/// its application state with it, whole, so `tree`, `show` and `rollback`
+/// all work on it until gc collects it.
+fn restorable<B: BlobAccess + ?Sized>(blobs: &B, c: &CheckpointInfo) -> Result<Restorable> {
+    if !blobs.contains(&c.root)? {
+        return Ok(Restorable::FilesGone);
     }
     let Ok(m) = manifest::list(blobs, &c.root) else {
-        return Ok(false);
+        return Ok(Restorable::FilesGone);
     };
     for (_, e) in m.files() {
         if !blobs.contains(&e.hash)? {
-            return Ok(false);
+            return Ok(Restorable::FilesGone);
         }
     }
-    Ok(true)
+    match c.state {
+        Some(s) if !blobs.contains(&s)? => Ok(Restorable::StateGone(s)),
+        _ => Ok(Restorable::Whole),
+    }
 }
 
 /// Rolls the workspace back to a checkpoint (see the crate docs for the
 /// rules). A discarded checkpoint can be the target while its whole tree
-/// is still in the store (see `tree_whole`).
+/// and its application state are still in the store (see `restorable`).
 pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
@@ -788,12 +801,26 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 ) -> Result<RollbackReport> {
     let _flow = ws.flow();
     let target = find_checkpoint(log, ws, req.target)?;
-    if target.discarded && !tree_whole(blobs, &target)? {
-        return Err(SnapshotError::Discarded {
-            id: target.id,
-            at: target.discarded_at.unwrap_or(target.lsn),
-            by_retention: target.discarded_by_retention,
-        });
+    if target.discarded {
+        let at = target.discarded_at.unwrap_or(target.lsn);
+        match restorable(blobs, &target)? {
+            Restorable::Whole => {}
+            Restorable::FilesGone => {
+                return Err(SnapshotError::Discarded {
+                    id: target.id,
+                    at,
+                    by_retention: target.discarded_by_retention,
+                })
+            }
+            Restorable::StateGone(state) => {
+                return Err(SnapshotError::DiscardedStateGone {
+                    id: target.id,
+                    at,
+                    by_retention: target.discarded_by_retention,
+                    state,
+                })
+            }
+        }
     }
     let mut scope = Vec::with_capacity(req.paths.len());
     for p in &req.paths {
@@ -1143,7 +1170,8 @@ pub struct CollectedDiscard {
 /// then collects every blob not reachable from a retained checkpoint, from
 /// the target of a rollback after the oldest retained one (the tree from
 /// that rollback on, the head's included), or named by a record (`before`,
-/// `after`, `diff`, `state`). Without a policy nothing is evicted;
+/// `after`, `diff`, `state`), and the application state of every rollback
+/// target whose whole tree is kept. Without a policy nothing is evicted;
 /// unreferenced blobs are still collected.
 pub fn apply_retention<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
@@ -1263,19 +1291,20 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let root_of: HashMap<CheckpointId, BlobHash> = every.iter().map(|c| (c.id, c.root)).collect();
     let oldest_retained = retained.iter().map(|c| c.lsn).min();
     let mut restored: Vec<(CheckpointId, BlobHash)> = Vec::new();
+    let mut targets: HashSet<CheckpointId> = HashSet::new();
     log.for_each_from(Lsn::FIRST, &mut |r| {
         if !(r.event.kind == EventKind::CheckpointCreate && dead.contains(&r.lsn)) {
             live.extend(blobs_named(&r.event));
         }
-        if r.event.kind == EventKind::Rollback
-            && r.event.ok
-            && oldest_retained.is_none_or(|o| r.lsn > o)
-        {
-            restored.extend(
-                r.event
-                    .target
-                    .and_then(|t| root_of.get(&t).map(|root| (t, *root))),
-            );
+        if r.event.kind == EventKind::Rollback && r.event.ok {
+            targets.extend(r.event.target);
+            if oldest_retained.is_none_or(|o| r.lsn > o) {
+                restored.extend(
+                    r.event
+                        .target
+                        .and_then(|t| root_of.get(&t).map(|root| (t, *root))),
+                );
+            }
         }
         Ok(())
     })?;
@@ -1283,6 +1312,18 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         // A manifest an older gc already collected has nothing left to keep.
         if blobs.contains(root)? {
             keep_tree(*id, root, &mut live);
+        }
+    }
+    // A rollback target whose whole tree stays (kept by the rule above, or
+    // the tree of a checkpoint retained) can still be rolled back to, and
+    // that hands back its application state: the state stays with the tree
+    // (its `checkpoint.create` no longer keeps it once discarded). `live`
+    // holds whole trees only: a root is in it with everything below it.
+    for c in every.iter().filter(|c| targets.contains(&c.id)) {
+        if let Some(state) = c.state {
+            if live.contains(&c.root) && blobs.contains(&state)? {
+                live.insert(state);
+            }
         }
     }
     damaged.sort();
@@ -1351,8 +1392,9 @@ fn blobs_named(e: &Event) -> impl Iterator<Item = BlobHash> {
 /// The blobs gc keeps whatever retention evicts, as far as the choice of
 /// evictions needs them: those records name (`before`, `after`, `diff`,
 /// and `state` outside checkpoint records), `keep`, and the trees of
-/// rollbacks after the oldest checkpoint not discarded (the tree from such
-/// a rollback on is its target's, so gc keeps it). Evicting a checkpoint
+/// rollbacks after the oldest checkpoint not discarded, with their
+/// application state (the tree from such a rollback on is its target's,
+/// so gc keeps it). Evicting a checkpoint
 /// frees none of them.
 fn pinned_blobs<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
@@ -1378,6 +1420,7 @@ fn pinned_blobs<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     for c in listed.iter().filter(|c| targets.contains(&c.id)) {
         if let Ok(m) = manifest::list(blobs, &c.root) {
             pinned.extend(m.files().map(|(_, e)| e.hash));
+            pinned.extend(c.state);
         }
     }
     Ok(pinned)

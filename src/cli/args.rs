@@ -244,7 +244,7 @@ pub enum Command {
     Rollback(RollbackArgs),
     /// Apply retention (evict old checkpoints) and collect unreferenced blobs.
     #[command(
-        after_help = "Checkpoints discarded by a recorded `checkpoint.discard` event (the platform's own, fed to `cairn record` or `import`) are collected too, and the summary names them. Such an event is refused for a checkpoint already discarded and for the newest checkpoint of its session not yet discarded: that one always stays restorable.\nA discarded checkpoint whose whole tree is still in the store (a later rollback restored it) can still be shown and rolled back to.\n\nExample:\n  cairn gc --keep-per-session 50 --max-bytes 100000000"
+        after_help = "Checkpoints discarded by a recorded `checkpoint.discard` event (the platform's own, fed to `cairn record` or `import`) are collected too, and the summary names them. Such an event is refused for a checkpoint already discarded and for the newest checkpoint of its session not yet discarded: that one always stays restorable.\nA discarded checkpoint whose whole tree is still in the store (a later rollback restored it) can still be shown and rolled back to, and a rollback hands back its application state, which gc keeps with the tree.\n\nExample:\n  cairn gc --keep-per-session 50 --max-bytes 100000000"
     )]
     Gc(GcArgs),
     /// A file's bytes at a point: `cairn show c12:src/main.rs`, `cairn show @40:README.md`.

@@ -251,6 +251,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             "removed_dirs": report.removed_dirs,
             "dir_modes": report.dir_modes,
             "kept": report.kept,
+            "state": report.state.as_deref().map(|b| cairn::BlobHash::of(b).to_hex()),
         });
         outln!("{v}");
     } else if settings.quiet && !a.dry_run {
@@ -333,6 +334,14 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
         );
         if let Some(src) = report.source {
             outln!("the state before the rollback is checkpoint {src}: `cairn rollback {src}` undoes it");
+        }
+        if let Some(state) = report.state.as_deref() {
+            let h = cairn::BlobHash::of(state);
+            outln!(
+                "{}'s application state is blob {h} ({}): `cairn blob get {h}` prints it",
+                report.target,
+                super::output::bytes(state.len() as u64)
+            );
         }
     }
     store.close()?;
