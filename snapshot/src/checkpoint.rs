@@ -12,7 +12,7 @@ use cairn_codec::{
 };
 use cairn_engine::log::{Head, Record};
 
-use crate::blobs::{BlobAccess, GcSummary, HashOnly};
+use crate::blobs::{BlobAccess, GcMode, GcSummary, HashOnly};
 use crate::capture::{self, Capture, StatCache};
 use crate::error::{Result, SnapshotError};
 use crate::interrupted::{
@@ -1154,6 +1154,17 @@ pub struct RetentionReport {
     pub collected_discarded: Vec<CollectedDiscard>,
 }
 
+impl RetentionReport {
+    /// With a `max_bytes` policy, how many bytes the blob store still takes
+    /// on disk over the budget once collected (after rewriting what it
+    /// could: what is left is referenced, or in packs kept as damaged).
+    /// `None` without a budget, within it, or when nothing was collected.
+    pub fn stored_over_budget(&self) -> Option<u64> {
+        let max = self.budget.as_ref()?.max_bytes;
+        (self.collected && self.gc.stored_bytes > max).then(|| self.gc.stored_bytes - max)
+    }
+}
+
 /// A checkpoint discarded earlier whose contents a gc collected.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CollectedDiscard {
@@ -1171,8 +1182,13 @@ pub struct CollectedDiscard {
 /// the target of a rollback after the oldest retained one (the tree from
 /// that rollback on, the head's included), or named by a record (`before`,
 /// `after`, `diff`, `state`), and the application state of every rollback
-/// target whose whole tree is kept. Without a policy nothing is evicted;
-/// unreferenced blobs are still collected.
+/// target whose whole tree is kept.
+/// Without a policy nothing is evicted; unreferenced blobs are still
+/// collected. The store may leave some of them in place where reclaiming
+/// them costs more than it frees (counted in [`GcSummary::left`]), except
+/// under a `max_bytes` budget its bytes on disk would not fit otherwise
+/// (see [`RetentionReport::stored_over_budget`]); [`apply_retention_with`]
+/// with `compact` removes every one.
 pub fn apply_retention<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
@@ -1183,16 +1199,18 @@ pub fn apply_retention<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 }
 
 /// [`apply_retention`], choosing how hard the blob collection works: with
-/// `thorough`, every unreferenced blob is removed now (every pack holding
-/// one is rewritten); otherwise the store reclaims only where it pays.
+/// `compact`, every unreferenced blob is removed now (every pack holding
+/// one is rewritten), so the contents of a discarded checkpoint that
+/// nothing else names can no longer be read; otherwise the store reclaims
+/// only where it pays, or where a `max_bytes` budget needs it.
 pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
     ws: &Workspace,
     policy: &RetentionPolicy,
-    thorough: bool,
+    compact: bool,
 ) -> Result<RetentionReport> {
-    apply_retention_keeping(log, blobs, ws, policy, thorough, &HashSet::new())
+    apply_retention_keeping(log, blobs, ws, policy, compact, &HashSet::new())
 }
 
 /// [`apply_retention_with`], also keeping `keep`: blobs put for records not
@@ -1202,7 +1220,7 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     blobs: &B,
     ws: &Workspace,
     policy: &RetentionPolicy,
-    thorough: bool,
+    compact: bool,
     keep: &HashSet<BlobHash>,
 ) -> Result<RetentionReport> {
     ws.check_writable("apply a retention policy")?;
@@ -1353,7 +1371,13 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             earlier.push(c);
         }
     }
-    let gc = blobs.gc(&live, thorough)?;
+    let gc = blobs.gc(
+        &live,
+        GcMode {
+            compact,
+            max_stored_bytes: policy.max_bytes,
+        },
+    )?;
     let mut collected_discarded = Vec::new();
     for c in earlier {
         if !blobs.contains(&c.root)? {
