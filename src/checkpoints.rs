@@ -168,6 +168,12 @@ impl Store {
 
     /// Applies a retention policy (recording each eviction as a
     /// `checkpoint.discard`), then collects blobs no longer referenced.
+    /// Unreferenced blobs in a pack mostly live stay in place (readable)
+    /// until their pack is rewritten, as the report counts
+    /// ([`GcSummary::left`](cairn_snapshot::GcSummary::left)); under a
+    /// `max_bytes` budget they go when the store would be over it on disk
+    /// ([`RetentionReport::stored_over_budget`]). [`Store::gc_compact`]
+    /// removes every one.
     ///
     /// The `checkpoint.discard` records are made durable before any blob is
     /// collected, whatever the durability policy: otherwise a crash under
@@ -179,6 +185,22 @@ impl Store {
     /// this handle names yet are kept (another thread may be about to append
     /// the record); puts wait while gc runs.
     pub fn gc(&self, policy: &RetentionPolicy) -> Result<RetentionReport> {
+        self.collect(policy, false)
+    }
+
+    /// [`Store::gc`], then rewrites every blob pack holding an unreferenced
+    /// blob, however little of it is dead: afterwards no unreferenced blob
+    /// can be read, so the contents of an evicted checkpoint that nothing
+    /// else names (a secret captured by accident) are gone from the store.
+    /// It copies every live blob of those packs, so it costs more than an
+    /// ordinary gc. (Deleted pack files are not overwritten: what the file
+    /// system does with freed blocks is its own.)
+    pub fn gc_compact(&self, policy: &RetentionPolicy) -> Result<RetentionReport> {
+        self.collect(policy, true)
+    }
+
+    /// The collection behind [`Store::gc`] and [`Store::gc_compact`].
+    fn collect(&self, policy: &RetentionPolicy, compact: bool) -> Result<RetentionReport> {
         let log = self.writer("collect garbage")?;
         let _gate = self.gc_gate.write();
         let keep = self.unreferenced.lock().clone();
@@ -187,7 +209,7 @@ impl Store {
             &*self.blobs,
             self.workspace()?,
             policy,
-            false,
+            compact,
             &keep,
         )?)
     }

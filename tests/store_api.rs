@@ -241,6 +241,85 @@ fn a_point_whose_checkpoint_retention_discarded_says_so() {
     );
 }
 
+/// T13-N4 (the trial's repro): gc discarded c1, whose files a later
+/// rollback restored, but collected its application state, so `file_at`
+/// worked while `rollback` failed saying its files were gone. gc keeps the
+/// state with the tree: the rollback works and hands the state back.
+#[test]
+fn a_restored_discarded_checkpoint_with_state_can_be_rolled_back_to_after_gc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let store = Store::open(ws).unwrap();
+    let s = store.session("t");
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    let c1 = s
+        .checkpoint_with(
+            "with state",
+            cairn::ScanMode::Full,
+            Some(b"epoch 1".to_vec()),
+        )
+        .unwrap();
+    std::fs::write(ws.join("a.txt"), "two\n").unwrap();
+    s.checkpoint("two").unwrap();
+    s.rollback(c1.id).unwrap();
+    s.checkpoint("x").unwrap();
+    s.checkpoint("y").unwrap();
+    let report = store
+        .gc(&cairn::RetentionPolicy {
+            keep_per_session: Some(2),
+            max_bytes: None,
+        })
+        .unwrap();
+    assert!(report.discarded.contains(&c1.id), "{report:?}");
+    let at_c1 = cairn::Point::Checkpoint(c1.id);
+    assert_eq!(
+        store.query(|q| q.file_at(at_c1, "a.txt")).unwrap(),
+        b"one\n"
+    );
+    std::fs::write(ws.join("a.txt"), "three\n").unwrap();
+    let back = s.rollback(c1.id).unwrap();
+    assert_eq!(back.state.as_deref(), Some(&b"epoch 1"[..]));
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "one\n");
+}
+
+/// T13-N3: `Store::gc` leaves an evicted checkpoint's blobs in a pack
+/// mostly live (and counts them); `Store::gc_compact` removes them, so its
+/// files can no longer be read, and keeps what is still referenced.
+#[test]
+fn gc_compact_removes_what_an_ordinary_gc_leaves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let store = Store::open(ws).unwrap();
+    let s = store.session("s");
+    let keep: Vec<u8> = (0..100_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(ws.join("keep.bin"), &keep).unwrap();
+    std::fs::write(ws.join("secret.txt"), "hunter2 ".repeat(100)).unwrap();
+    let c1 = s.checkpoint("one").unwrap();
+    std::fs::remove_file(ws.join("secret.txt")).unwrap();
+    let c2 = s.checkpoint("two").unwrap();
+    let one = cairn::RetentionPolicy {
+        keep_per_session: Some(1),
+        max_bytes: None,
+    };
+    let r = store.gc(&one).unwrap();
+    assert_eq!(r.discarded, vec![c1.id], "{r:?}");
+    assert!(r.gc.left().blobs > 0, "{r:?}");
+    let at_c1 = cairn::Point::Checkpoint(c1.id);
+    assert!(store.query(|q| q.file_at(at_c1, "secret.txt")).is_ok());
+    let r = store.gc_compact(&one).unwrap();
+    assert_eq!(r.gc.left().blobs, 0, "{r:?}");
+    assert!(r.gc.removed_blobs > 0, "{r:?}");
+    let err = store
+        .query(|q| q.file_at(at_c1, "secret.txt"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("was discarded at LSN"), "{err}");
+    let at_c2 = cairn::Point::Checkpoint(c2.id);
+    assert_eq!(store.query(|q| q.file_at(at_c2, "keep.bin")).unwrap(), keep);
+}
+
 #[test]
 fn the_head_stays_readable_after_retention_evicts_a_rollbacks_target() {
     let tmp = tempfile::tempdir().unwrap();

@@ -216,15 +216,7 @@ fn gc_struck_by_a_fault_keeps_every_live_blob() {
                 store.sync().unwrap();
                 let live: HashSet<BlobHash> = all.iter().step_by(3).map(|(h, _)| *h).collect();
                 d.fail_from(k, fault);
-                if store
-                    .gc(
-                        &live,
-                        GcOptions {
-                            rewrite_threshold: 0.0,
-                        },
-                    )
-                    .is_err()
-                {
+                if store.gc(&live, GcOptions::compact()).is_err() {
                     struck += 1;
                 }
                 d.clear_faults();

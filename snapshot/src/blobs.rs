@@ -9,6 +9,7 @@ use std::path::Path;
 use parking_lot::Mutex;
 
 use cairn_codec::BlobHash;
+pub use cairn_engine::blob::LeftBehind;
 
 use crate::error::{Result, SnapshotError};
 
@@ -32,6 +33,47 @@ pub struct GcSummary {
     pub removed_blobs: u64,
     /// Bytes freed on disk (as reported by the store).
     pub freed_bytes: u64,
+    /// Unreferenced blobs left in place because reclaiming them was not
+    /// worth it (the engine's packs whose dead share is at or below
+    /// [`DEFAULT_REWRITE_THRESHOLD`](cairn_engine::blob::DEFAULT_REWRITE_THRESHOLD)):
+    /// still readable by hash until a compacting gc ([`GcMode::compact`])
+    /// or a later one rewrites their pack.
+    pub left_below_threshold: LeftBehind,
+    /// Unreferenced blobs left in packs kept because a live blob in them
+    /// is damaged (each named in [`GcSummary::problems`]).
+    pub left_in_damaged_packs: LeftBehind,
+    /// Bytes the store takes on disk after the collection.
+    pub stored_bytes: u64,
+    /// Packs rewritten only to fit [`GcMode::max_stored_bytes`] (their dead
+    /// share alone would not have had them rewritten).
+    pub packs_rewritten_for_budget: u64,
+    /// What the collection could not do, each naming where (a pack kept
+    /// because a live blob in it is damaged).
+    pub problems: Vec<String>,
+}
+
+impl GcSummary {
+    /// Every unreferenced blob left in place, whatever the reason.
+    pub fn left(&self) -> LeftBehind {
+        LeftBehind {
+            blobs: self.left_below_threshold.blobs + self.left_in_damaged_packs.blobs,
+            dead_bytes: self.left_below_threshold.dead_bytes
+                + self.left_in_damaged_packs.dead_bytes,
+        }
+    }
+}
+
+/// How hard a garbage collection works (default: reclaim only where it
+/// pays, no budget).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GcMode {
+    /// Remove every unreferenced blob now (the engine rewrites every pack
+    /// holding one), so none stays readable; otherwise the store may leave
+    /// some in place where reclaiming them costs more than it frees.
+    pub compact: bool,
+    /// Reclaim, beyond that, what it takes for the store to fit in this
+    /// many bytes on disk, if it can (a retention `max_bytes` budget).
+    pub max_stored_bytes: Option<u64>,
 }
 
 /// Reading and writing blobs. `Sync` so files can be hashed on several threads.
@@ -44,11 +86,12 @@ pub trait BlobAccess: BlobRead + Sync {
     fn contains(&self, hash: &BlobHash) -> Result<bool>;
     /// Makes every blob put so far durable (the commit protocol: before the log record).
     fn sync(&self) -> Result<()>;
-    /// Removes blobs not in `live` (and not reachable from one). With
-    /// `thorough`, every unreferenced blob is removed now; otherwise the
-    /// store may leave some in place when reclaiming them costs more than it
-    /// frees (the engine rewrites only packs that are mostly dead).
-    fn gc(&self, live: &HashSet<BlobHash>, thorough: bool) -> Result<GcSummary>;
+    /// Removes blobs not in `live` (and not reachable from one), as hard
+    /// as `mode` says: with [`GcMode::compact`], every unreferenced blob is
+    /// removed now; otherwise the store may leave some in place when
+    /// reclaiming them costs more than it frees (the engine rewrites only
+    /// packs that are mostly dead), and counts them in the summary.
+    fn gc(&self, live: &HashSet<BlobHash>, mode: GcMode) -> Result<GcSummary>;
     /// True if the store would compress better with a dictionary trained
     /// from samples of what is about to be stored (see
     /// [`BlobAccess::train_dictionary`]). Default: false.
@@ -137,7 +180,7 @@ impl BlobAccess for MemBlobs {
     fn sync(&self) -> Result<()> {
         Ok(())
     }
-    fn gc(&self, live: &HashSet<BlobHash>, _thorough: bool) -> Result<GcSummary> {
+    fn gc(&self, live: &HashSet<BlobHash>, _mode: GcMode) -> Result<GcSummary> {
         let mut map = self.map.lock();
         let before = map.len();
         let mut freed = 0u64;
@@ -151,6 +194,8 @@ impl BlobAccess for MemBlobs {
         Ok(GcSummary {
             removed_blobs: (before - map.len()) as u64,
             freed_bytes: freed,
+            stored_bytes: map.values().map(|v| v.len() as u64).sum(),
+            ..GcSummary::default()
         })
     }
 }
@@ -193,7 +238,7 @@ impl<B: BlobRead + Sync + ?Sized> BlobAccess for HashOnly<'_, B> {
     fn sync(&self) -> Result<()> {
         Ok(())
     }
-    fn gc(&self, _live: &HashSet<BlobHash>, _thorough: bool) -> Result<GcSummary> {
+    fn gc(&self, _live: &HashSet<BlobHash>, _mode: GcMode) -> Result<GcSummary> {
         Err(SnapshotError::Invalid(
             "a hash-only (dry run) blob sink cannot collect garbage".into(),
         ))
@@ -222,17 +267,24 @@ impl BlobAccess for cairn_engine::blob::BlobStore {
     fn sync(&self) -> Result<()> {
         Ok(cairn_engine::blob::BlobStore::sync(self)?)
     }
-    fn gc(&self, live: &HashSet<BlobHash>, thorough: bool) -> Result<GcSummary> {
-        let mut opts = cairn_engine::blob::GcOptions::default();
-        if thorough {
-            opts.rewrite_threshold = 0.0;
-        }
+    fn gc(&self, live: &HashSet<BlobHash>, mode: GcMode) -> Result<GcSummary> {
+        let mut opts = if mode.compact {
+            cairn_engine::blob::GcOptions::compact()
+        } else {
+            cairn_engine::blob::GcOptions::default()
+        };
+        opts.max_stored_bytes = mode.max_stored_bytes;
         let r = cairn_engine::blob::BlobStore::gc(self, live, opts)?;
         Ok(GcSummary {
             // Not `entries_dropped`: a pack a killed gc left behind also
             // holds stale copies of live blobs, which are not removed blobs.
             removed_blobs: r.blobs_removed,
             freed_bytes: r.bytes_before.saturating_sub(r.bytes_after),
+            left_below_threshold: r.left_below_threshold,
+            left_in_damaged_packs: r.left_in_kept_packs,
+            stored_bytes: r.bytes_after,
+            packs_rewritten_for_budget: r.packs_rewritten_for_budget,
+            problems: r.problems,
         })
     }
     fn wants_dictionary(&self) -> bool {

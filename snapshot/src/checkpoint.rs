@@ -12,7 +12,7 @@ use cairn_codec::{
 };
 use cairn_engine::log::{Head, Record};
 
-use crate::blobs::{BlobAccess, GcSummary, HashOnly};
+use crate::blobs::{BlobAccess, GcMode, GcSummary, HashOnly};
 use crate::capture::{self, Capture, StatCache};
 use crate::error::{Result, SnapshotError};
 use crate::interrupted::{
@@ -817,31 +817,44 @@ pub fn paths_matching_nothing<L: LogAccess + ?Sized, B: crate::BlobRead + ?Sized
     Ok(out)
 }
 
-/// True if every blob `c` needs to be restored is still in the store: its
+/// What a checkpoint needs to be restored that the store may no longer hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Restorable {
+    /// Its manifest, every file it names and its application state are stored.
+    Whole,
+    /// Its manifest or a file it names is gone.
+    FilesGone,
+    /// Its files are all stored, but not its application-state blob.
+    StateGone(BlobHash),
+}
+
+/// Whether every blob `c` needs to be restored is still in the store: its
 /// manifest, every file it names, and its application state. A discarded
 /// checkpoint is restorable exactly then: gc keeps the tree a later
 /// rollback restored (the state from that rollback on is that tree), and
-/// keeps it whole, so `tree`, `show` and `rollback` all work on it until
-/// gc collects it.
-fn tree_whole<B: BlobAccess + ?Sized>(blobs: &B, c: &CheckpointInfo) -> Result<bool> {
-    if !blobs.contains(&c.root)? || c.state.map(|s| blobs.contains(&s)).transpose()? == Some(false)
-    {
-        return Ok(false);
+/// its application state with it, whole, so `tree`, `show` and `rollback`
+/// all work on it until gc collects it.
+fn restorable<B: BlobAccess + ?Sized>(blobs: &B, c: &CheckpointInfo) -> Result<Restorable> {
+    if !blobs.contains(&c.root)? {
+        return Ok(Restorable::FilesGone);
     }
     let Ok(m) = manifest::list(blobs, &c.root) else {
-        return Ok(false);
+        return Ok(Restorable::FilesGone);
     };
     for (_, e) in m.files() {
         if !blobs.contains(&e.hash)? {
-            return Ok(false);
+            return Ok(Restorable::FilesGone);
         }
     }
-    Ok(true)
+    match c.state {
+        Some(s) if !blobs.contains(&s)? => Ok(Restorable::StateGone(s)),
+        _ => Ok(Restorable::Whole),
+    }
 }
 
 /// Rolls the workspace back to a checkpoint (see the crate docs for the
 /// rules). A discarded checkpoint can be the target while its whole tree
-/// is still in the store (see `tree_whole`).
+/// and its application state are still in the store (see `restorable`).
 pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
@@ -850,12 +863,26 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 ) -> Result<RollbackReport> {
     let _flow = ws.flow();
     let target = find_checkpoint(log, ws, req.target)?;
-    if target.discarded && !tree_whole(blobs, &target)? {
-        return Err(SnapshotError::Discarded {
-            id: target.id,
-            at: target.discarded_at.unwrap_or(target.lsn),
-            by_retention: target.discarded_by_retention,
-        });
+    if target.discarded {
+        let at = target.discarded_at.unwrap_or(target.lsn);
+        match restorable(blobs, &target)? {
+            Restorable::Whole => {}
+            Restorable::FilesGone => {
+                return Err(SnapshotError::Discarded {
+                    id: target.id,
+                    at,
+                    by_retention: target.discarded_by_retention,
+                })
+            }
+            Restorable::StateGone(state) => {
+                return Err(SnapshotError::DiscardedStateGone {
+                    id: target.id,
+                    at,
+                    by_retention: target.discarded_by_retention,
+                    state,
+                })
+            }
+        }
     }
     let mut scope = Vec::with_capacity(req.paths.len());
     for p in &req.paths {
@@ -1203,6 +1230,17 @@ pub struct RetentionReport {
     pub collected_discarded: Vec<CollectedDiscard>,
 }
 
+impl RetentionReport {
+    /// With a `max_bytes` policy, how many bytes the blob store still takes
+    /// on disk over the budget once collected (after rewriting what it
+    /// could: what is left is referenced, or in packs kept as damaged).
+    /// `None` without a budget, within it, or when nothing was collected.
+    pub fn stored_over_budget(&self) -> Option<u64> {
+        let max = self.budget.as_ref()?.max_bytes;
+        (self.collected && self.gc.stored_bytes > max).then(|| self.gc.stored_bytes - max)
+    }
+}
+
 /// A checkpoint discarded earlier whose contents a gc collected.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CollectedDiscard {
@@ -1219,8 +1257,14 @@ pub struct CollectedDiscard {
 /// then collects every blob not reachable from a retained checkpoint, from
 /// the target of a rollback after the oldest retained one (the tree from
 /// that rollback on, the head's included), or named by a record (`before`,
-/// `after`, `diff`, `state`). Without a policy nothing is evicted;
-/// unreferenced blobs are still collected.
+/// `after`, `diff`, `state`), and the application state of every rollback
+/// target whose whole tree is kept.
+/// Without a policy nothing is evicted; unreferenced blobs are still
+/// collected. The store may leave some of them in place where reclaiming
+/// them costs more than it frees (counted in [`GcSummary::left`]), except
+/// under a `max_bytes` budget its bytes on disk would not fit otherwise
+/// (see [`RetentionReport::stored_over_budget`]); [`apply_retention_with`]
+/// with `compact` removes every one.
 pub fn apply_retention<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
@@ -1231,16 +1275,18 @@ pub fn apply_retention<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
 }
 
 /// [`apply_retention`], choosing how hard the blob collection works: with
-/// `thorough`, every unreferenced blob is removed now (every pack holding
-/// one is rewritten); otherwise the store reclaims only where it pays.
+/// `compact`, every unreferenced blob is removed now (every pack holding
+/// one is rewritten), so the contents of a discarded checkpoint that
+/// nothing else names can no longer be read; otherwise the store reclaims
+/// only where it pays, or where a `max_bytes` budget needs it.
 pub fn apply_retention_with<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
     blobs: &B,
     ws: &Workspace,
     policy: &RetentionPolicy,
-    thorough: bool,
+    compact: bool,
 ) -> Result<RetentionReport> {
-    apply_retention_keeping(log, blobs, ws, policy, thorough, &HashSet::new())
+    apply_retention_keeping(log, blobs, ws, policy, compact, &HashSet::new())
 }
 
 /// [`apply_retention_with`], also keeping `keep`: blobs put for records not
@@ -1250,7 +1296,7 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     blobs: &B,
     ws: &Workspace,
     policy: &RetentionPolicy,
-    thorough: bool,
+    compact: bool,
     keep: &HashSet<BlobHash>,
 ) -> Result<RetentionReport> {
     ws.check_writable("apply a retention policy")?;
@@ -1339,19 +1385,20 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let root_of: HashMap<CheckpointId, BlobHash> = every.iter().map(|c| (c.id, c.root)).collect();
     let oldest_retained = retained.iter().map(|c| c.lsn).min();
     let mut restored: Vec<(CheckpointId, BlobHash)> = Vec::new();
+    let mut targets: HashSet<CheckpointId> = HashSet::new();
     log.for_each_from(Lsn::FIRST, &mut |r| {
         if !(r.event.kind == EventKind::CheckpointCreate && dead.contains(&r.lsn)) {
             live.extend(blobs_named(&r.event));
         }
-        if r.event.kind == EventKind::Rollback
-            && r.event.ok
-            && oldest_retained.is_none_or(|o| r.lsn > o)
-        {
-            restored.extend(
-                r.event
-                    .target
-                    .and_then(|t| root_of.get(&t).map(|root| (t, *root))),
-            );
+        if r.event.kind == EventKind::Rollback && r.event.ok {
+            targets.extend(r.event.target);
+            if oldest_retained.is_none_or(|o| r.lsn > o) {
+                restored.extend(
+                    r.event
+                        .target
+                        .and_then(|t| root_of.get(&t).map(|root| (t, *root))),
+                );
+            }
         }
         Ok(())
     })?;
@@ -1359,6 +1406,18 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         // A manifest an older gc already collected has nothing left to keep.
         if blobs.contains(root)? {
             keep_tree(*id, root, &mut live);
+        }
+    }
+    // A rollback target whose whole tree stays (kept by the rule above, or
+    // the tree of a checkpoint retained) can still be rolled back to, and
+    // that hands back its application state: the state stays with the tree
+    // (its `checkpoint.create` no longer keeps it once discarded). `live`
+    // holds whole trees only: a root is in it with everything below it.
+    for c in every.iter().filter(|c| targets.contains(&c.id)) {
+        if let Some(state) = c.state {
+            if live.contains(&c.root) && blobs.contains(&state)? {
+                live.insert(state);
+            }
         }
     }
     damaged.sort();
@@ -1388,7 +1447,13 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             earlier.push(c);
         }
     }
-    let gc = blobs.gc(&live, thorough)?;
+    let gc = blobs.gc(
+        &live,
+        GcMode {
+            compact,
+            max_stored_bytes: policy.max_bytes,
+        },
+    )?;
     let mut collected_discarded = Vec::new();
     for c in earlier {
         if !blobs.contains(&c.root)? {
@@ -1427,8 +1492,9 @@ fn blobs_named(e: &Event) -> impl Iterator<Item = BlobHash> {
 /// The blobs gc keeps whatever retention evicts, as far as the choice of
 /// evictions needs them: those records name (`before`, `after`, `diff`,
 /// and `state` outside checkpoint records), `keep`, and the trees of
-/// rollbacks after the oldest checkpoint not discarded (the tree from such
-/// a rollback on is its target's, so gc keeps it). Evicting a checkpoint
+/// rollbacks after the oldest checkpoint not discarded, with their
+/// application state (the tree from such a rollback on is its target's,
+/// so gc keeps it). Evicting a checkpoint
 /// frees none of them.
 fn pinned_blobs<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     log: &L,
@@ -1454,6 +1520,7 @@ fn pinned_blobs<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     for c in listed.iter().filter(|c| targets.contains(&c.id)) {
         if let Ok(m) = manifest::list(blobs, &c.root) {
             pinned.extend(m.files().map(|(_, e)| e.hash));
+            pinned.extend(c.state);
         }
     }
     Ok(pinned)

@@ -56,6 +56,20 @@ pub enum SnapshotError {
         /// True if retention (gc) discarded it, false if a recorded event did.
         by_retention: bool,
     },
+    /// The checkpoint was discarded (by retention or by a recorded
+    /// `checkpoint.discard`); its files are all still in the store, but its
+    /// application-state blob is not, so it cannot be rolled back to (its
+    /// files can still be read).
+    DiscardedStateGone {
+        /// The id asked for.
+        id: CheckpointId,
+        /// The LSN of the `checkpoint.discard` record.
+        at: cairn_codec::Lsn,
+        /// True if retention (gc) discarded it, false if a recorded event did.
+        by_retention: bool,
+        /// The application-state blob the checkpoint names.
+        state: BlobHash,
+    },
     /// The rollback stopped part way; the pre-rollback checkpoint can undo it.
     RollbackIncomplete {
         /// The checkpoint taken just before the rollback (undo with it).
@@ -119,6 +133,19 @@ impl fmt::Display for SnapshotError {
                 "checkpoint {id} was discarded at LSN {at} ({}) and its files are no longer all \
                  in the store, so it can no longer be restored; list the remaining ones with \
                  `cairn checkpoints`",
+                crate::retention::discarded_by_words(*by_retention)
+            ),
+            SnapshotError::DiscardedStateGone {
+                id,
+                at,
+                by_retention,
+                state,
+            } => write!(
+                f,
+                "checkpoint {id} was discarded at LSN {at} ({}); its files are all still in the \
+                 store, but its application state (blob {state}) is not, so it can no longer be \
+                 rolled back to (`cairn tree {id}` and `cairn show {id}:PATH` still read its \
+                 files)",
                 crate::retention::discarded_by_words(*by_retention)
             ),
             SnapshotError::RollbackIncomplete {

@@ -42,7 +42,7 @@ pub mod watch;
 pub mod whole_fs;
 pub mod workspace;
 
-pub use blobs::{BlobAccess, BlobRead, GcSummary, MemBlobs};
+pub use blobs::{BlobAccess, BlobRead, GcMode, GcSummary, LeftBehind, MemBlobs};
 pub use checkpoint::{
     apply_retention, apply_retention_keeping, apply_retention_with, create_checkpoint,
     find_checkpoint, list_checkpoints, paths_matching_nothing, rollback, CheckpointInfo,

@@ -13,9 +13,12 @@ pub struct RetentionPolicy {
     /// Keep at most this many checkpoints per session (the newest ones).
     pub keep_per_session: Option<usize>,
     /// Keep the distinct file contents the retained checkpoints reference
-    /// under this many bytes (uncompressed; the store holds them
-    /// compressed, so the disk use is lower), evicting the oldest first,
-    /// and only while evicting frees bytes toward the budget.
+    /// under this many bytes (uncompressed), evicting the oldest first,
+    /// and only while evicting frees bytes toward the budget. The blob
+    /// store on disk (compressed, but also holding trees, blobs records
+    /// name, and unreferenced blobs not yet reclaimed) is held to it too:
+    /// gc reclaims unreferenced blobs while the store is over it (see
+    /// `RetentionReport::stored_over_budget`).
     pub max_bytes: Option<u64>,
 }
 

@@ -246,3 +246,200 @@ fn gc_after_a_killed_gc_counts_only_blobs_really_removed() {
     assert!(!blobs.contains(&orphan));
     assert!(blobs.contains(&BlobHash::of(b"live contents 7")));
 }
+
+/// Printable text that compresses little, so a pack's dead share is what
+/// the sizes say.
+fn noise(len: usize, seed: u8) -> String {
+    let mut x = u64::from(seed) * 2 + 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'!' + (x % 90) as u8)
+        })
+        .collect()
+}
+
+/// A checkpoint of the workspace as it is, carrying application state.
+fn checkpoint_with_state(f: &Fx, label: &str, state: &[u8]) -> CheckpointInfo {
+    create_checkpoint(
+        &f.log,
+        &f.blobs,
+        &f.ws,
+        CheckpointRequest {
+            label: Some(label.into()),
+            state: Some(state.to_vec()),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+const KEEP_2: RetentionPolicy = RetentionPolicy {
+    keep_per_session: Some(2),
+    max_bytes: None,
+};
+
+/// T13-N4: gc keeps the tree of a discarded checkpoint a later rollback
+/// restored, and now its application state with it, so it can still be
+/// rolled back to (as promised), handing the state back.
+#[test]
+fn a_restored_discarded_checkpoint_keeps_its_state_and_can_be_rolled_back_to() {
+    let f = fx();
+    f.write("a.txt", "one\n");
+    let c1 = checkpoint_with_state(&f, "with state", b"epoch 1");
+    f.write("a.txt", "two\n");
+    f.checkpoint("two");
+    f.rollback(c1.id);
+    f.checkpoint("x");
+    f.checkpoint("y");
+    let r = apply_retention(&f.log, &f.blobs, &f.ws, &KEEP_2).unwrap();
+    assert!(r.discarded.contains(&c1.id), "{r:?}");
+    assert!(f.blobs.contains(&BlobHash::of(b"epoch 1")), "state kept");
+    let dry = f.try_rollback(c1.id, &[], true).unwrap();
+    assert_eq!(dry.state.as_deref(), Some(&b"epoch 1"[..]));
+    f.write("a.txt", "three\n");
+    let back = f.rollback(c1.id);
+    assert_eq!(back.state.as_deref(), Some(&b"epoch 1"[..]));
+    assert_eq!(f.read("a.txt").as_deref(), Some("one\n"));
+}
+
+/// T13-N4, the other way a tree is kept: the rollback comes after the
+/// newest checkpoint, which alone is retained, so gc keeps its target's
+/// tree (the head's) by rule, and the target's state with it.
+#[test]
+fn the_state_of_a_rollback_target_is_kept_with_the_tree_the_rule_keeps() {
+    let f = fx();
+    f.write("a.txt", "one\n");
+    let c1 = checkpoint_with_state(&f, "with state", b"epoch 1");
+    f.write("a.txt", "two\n");
+    f.checkpoint("two");
+    f.rollback(c1.id);
+    let one = RetentionPolicy {
+        keep_per_session: Some(1),
+        max_bytes: None,
+    };
+    let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &one, true).unwrap();
+    assert!(r.discarded.contains(&c1.id), "{r:?}");
+    f.write("a.txt", "three\n");
+    let back = f.rollback(c1.id);
+    assert_eq!(back.state.as_deref(), Some(&b"epoch 1"[..]));
+    assert_eq!(f.read("a.txt").as_deref(), Some("one\n"));
+}
+
+/// T13-N4: a discarded checkpoint whose files are all still stored (a
+/// retained checkpoint has the same tree) but whose application state gc
+/// collected is refused with an error that says the state is what is
+/// missing, not its files.
+#[test]
+fn a_discarded_checkpoint_whose_state_alone_is_gone_says_so() {
+    let f = fx();
+    f.write("a.txt", "same\n");
+    let c1 = checkpoint_with_state(&f, "with state", b"epoch 1");
+    let c2 = f.checkpoint("same tree, no state");
+    assert_eq!(c1.root, c2.root);
+    let one = RetentionPolicy {
+        keep_per_session: Some(1),
+        max_bytes: None,
+    };
+    let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &one, true).unwrap();
+    assert_eq!(r.discarded, vec![c1.id], "{r:?}");
+    assert!(!f.blobs.contains(&BlobHash::of(b"epoch 1")));
+    for dry_run in [true, false] {
+        let e = f.try_rollback(c1.id, &[], dry_run).unwrap_err();
+        assert!(
+            matches!(e, SnapshotError::DiscardedStateGone { id, .. } if id == c1.id),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("its files are all still in the store")
+                && msg.contains("application state")
+                && msg.contains("(by retention)")
+                && !msg.contains("no longer all in the store"),
+            "{msg}"
+        );
+    }
+}
+
+/// T13-N3: an eviction whose blobs share a pack with live ones leaves them
+/// (the pack is below the rewrite threshold) and says how many; a
+/// compacting run removes them, so the evicted checkpoint's contents can
+/// no longer be read, and keeps every blob still referenced.
+#[test]
+fn an_ordinary_gc_counts_what_it_leaves_and_a_compacting_one_removes_it() {
+    let f = fx();
+    let keep = noise(100_000, 1);
+    let secret = noise(10_000, 2);
+    f.write("keep.txt", &keep);
+    f.write("secret.txt", &secret);
+    let c1 = f.checkpoint("one");
+    std::fs::remove_file(f.p("secret.txt")).unwrap();
+    f.checkpoint("two");
+    let one = RetentionPolicy {
+        keep_per_session: Some(1),
+        max_bytes: None,
+    };
+    let r = apply_retention(&f.log, &f.blobs, &f.ws, &one).unwrap();
+    assert_eq!(r.discarded, vec![c1.id], "{r:?}");
+    assert_eq!(r.gc.removed_blobs, 0, "{r:?}");
+    // The secret and c1's root directory node are left, readable.
+    assert_eq!(r.gc.left_below_threshold.blobs, 2, "{r:?}");
+    assert!(r.gc.left().dead_bytes > 5_000, "{r:?}");
+    assert!(f.blobs.contains(&BlobHash::of(secret.as_bytes())));
+
+    let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &one, true).unwrap();
+    assert_eq!(r.gc.removed_blobs, 2, "{r:?}");
+    assert_eq!(r.gc.left(), LeftBehind::default(), "{r:?}");
+    assert!(!f.blobs.contains(&BlobHash::of(secret.as_bytes())));
+    assert!(!f.blobs.contains(&c1.root));
+    assert!(f.blobs.contains(&BlobHash::of(keep.as_bytes())));
+    assert!(f.blobs.verify().unwrap().is_ok());
+}
+
+/// T13-N3: under `max_bytes`, a store left over the budget on disk by the
+/// ordinary collection while dead bytes remain is compacted until it fits;
+/// when nothing left is dead, the report says by how much it is over.
+#[test]
+fn max_bytes_compacts_until_the_store_fits_or_says_by_how_much_it_is_over() {
+    let f = fx();
+    let keep = noise(100_000, 3);
+    let old = noise(10_000, 4);
+    f.write("keep.txt", &keep);
+    f.write("old.txt", &old);
+    let c1 = f.checkpoint("one");
+    std::fs::remove_file(f.p("old.txt")).unwrap();
+    f.checkpoint("two");
+    let one = RetentionPolicy {
+        keep_per_session: Some(1),
+        max_bytes: None,
+    };
+    let r = apply_retention(&f.log, &f.blobs, &f.ws, &one).unwrap();
+    assert_eq!(r.discarded, vec![c1.id], "{r:?}");
+    let left = r.gc.left();
+    assert!(left.blobs > 0, "{r:?}");
+    let stored = r.gc.stored_bytes;
+    // A budget the store fits once the dead bytes go.
+    let fits = RetentionPolicy {
+        keep_per_session: None,
+        max_bytes: Some(stored - left.dead_bytes + 64),
+    };
+    let r = apply_retention(&f.log, &f.blobs, &f.ws, &fits).unwrap();
+    assert_eq!(r.gc.left(), LeftBehind::default(), "{r:?}");
+    assert!(r.gc.packs_rewritten_for_budget >= 1, "{r:?}");
+    assert_eq!(r.stored_over_budget(), None, "{r:?}");
+    assert!(!f.blobs.contains(&BlobHash::of(old.as_bytes())));
+    // A budget nothing can meet: by how much it is over.
+    let tiny = RetentionPolicy {
+        keep_per_session: None,
+        max_bytes: Some(10),
+    };
+    let r = apply_retention(&f.log, &f.blobs, &f.ws, &tiny).unwrap();
+    assert_eq!(
+        r.stored_over_budget(),
+        Some(r.gc.stored_bytes - 10),
+        "{r:?}"
+    );
+    assert!(f.blobs.contains(&BlobHash::of(keep.as_bytes())));
+}

@@ -244,7 +244,7 @@ pub enum Command {
     Rollback(RollbackArgs),
     /// Apply retention (evict old checkpoints) and collect unreferenced blobs.
     #[command(
-        after_help = "Checkpoints discarded by a recorded `checkpoint.discard` event (the platform's own, fed to `cairn record` or `import`) are collected too, and the summary names them. Such an event is refused for a checkpoint already discarded and for the newest checkpoint of its session not yet discarded: that one always stays restorable.\nA discarded checkpoint whose whole tree is still in the store (a later rollback restored it) can still be shown and rolled back to.\n\nExample:\n  cairn gc --keep-per-session 50 --max-bytes 100000000"
+        after_help = "Checkpoints discarded by a recorded `checkpoint.discard` event (the platform's own, fed to `cairn record` or `import`) are collected too, and the summary names them. Such an event is refused for a checkpoint already discarded and for the newest checkpoint of its session not yet discarded: that one always stays restorable.\nA discarded checkpoint whose whole tree is still in the store (a later rollback restored it) can still be shown and rolled back to, and a rollback hands back its application state, which gc keeps with the tree.\nBlob packs are rewritten only when over 30% of one is dead: unreferenced blobs in a pack mostly live stay readable until then, and the summary says how many and how many bytes it left. `--compact` rewrites every pack holding one, so evicted contents nothing else names can no longer be read; `--max-bytes` rewrites such packs while the store is over the budget on disk.\n\nExample:\n  cairn gc --keep-per-session 50 --max-bytes 100000000\n  cairn gc --keep-per-session 1 --compact"
     )]
     Gc(GcArgs),
     /// A file's bytes at a point: `cairn show c12:src/main.rs`, `cairn show @40:README.md`.
@@ -576,9 +576,18 @@ pub struct GcArgs {
     /// evicting the oldest checkpoints first, and only while that frees
     /// bytes (a checkpoint whose contents are all in a newer one is kept);
     /// the newest checkpoint of each session is kept even when it alone is
-    /// over the budget, and the summary then says "budget not met".
+    /// over the budget, and the summary then says "budget not met". The
+    /// blob store on disk is held to B bytes too: while it is over, gc
+    /// also rewrites packs holding unreferenced blobs that it would leave,
+    /// and says by how much it is still over when that is not enough.
     #[arg(long)]
     pub max_bytes: Option<u64>,
+    /// Remove every unreferenced blob now: rewrite every blob pack holding
+    /// one, however little of the pack is dead, so nothing an evicted
+    /// checkpoint alone held (a secret captured by accident) can be read
+    /// back. Copies the live blobs of those packs, so it takes longer.
+    #[arg(long)]
+    pub compact: bool,
     /// Print as JSON.
     #[arg(long)]
     pub json: bool,

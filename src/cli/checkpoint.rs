@@ -397,6 +397,14 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
         if let Some(src) = report.source {
             outln!("the state before the rollback is checkpoint {src}: `cairn rollback {src}` undoes it");
         }
+        if let Some(state) = report.state.as_deref() {
+            let h = cairn::BlobHash::of(state);
+            outln!(
+                "{}'s application state is blob {h} ({}): `cairn blob get {h}` prints it",
+                report.target,
+                super::output::bytes(state.len() as u64)
+            );
+        }
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
@@ -410,10 +418,22 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
         max_bytes: a.max_bytes,
     };
     let spin = super::progress::Spinner::start(settings.quiet, "collecting garbage");
-    let report = store.gc(&policy)?;
+    let report = if a.compact {
+        store.gc_compact(&policy)?
+    } else {
+        store.gc(&policy)?
+    };
     drop(spin);
     print_warnings(&store);
+    for p in &report.gc.problems {
+        eprintln!("warning: gc: {p}");
+    }
     let discarded: Vec<String> = report.discarded.iter().map(|c| c.to_string()).collect();
+    let left = report.gc.left();
+    let (below, damaged_packs) = (
+        report.gc.left_below_threshold,
+        report.gc.left_in_damaged_packs,
+    );
     if a.json {
         let v = serde_json::json!({
             "discarded": discarded,
@@ -428,7 +448,25 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
                 "kept_bytes": b.kept_bytes,
                 "floor_bytes": b.floor_bytes,
                 "met": b.met(),
+                "stored_bytes": report.gc.stored_bytes,
+                "stored_over_by": report.stored_over_budget().unwrap_or(0),
             })),
+            "compact": a.compact,
+            "stored_bytes": report.gc.stored_bytes,
+            "left_blobs": left.blobs,
+            "left_bytes": left.dead_bytes,
+            "left_below_threshold": {
+                "blobs": below.blobs,
+                "bytes": below.dead_bytes,
+                "rewrite_threshold": REWRITE_THRESHOLD,
+                "free_with": "cairn gc --compact",
+            },
+            "left_in_damaged_packs": {
+                "blobs": damaged_packs.blobs,
+                "bytes": damaged_packs.dead_bytes,
+            },
+            "packs_rewritten_for_budget": report.gc.packs_rewritten_for_budget,
+            "problems": report.gc.problems,
             "budget_met": report.budget.as_ref().map(|b| b.met()),
             "collected_discarded": report.collected_discarded.iter().map(|c| serde_json::json!({
                 "checkpoint": c.id.to_string(),
@@ -441,6 +479,9 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
         // Quiet, only a budget not met is said, as a warning.
         if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
             eprintln!("warning: {}", budget_not_met(b));
+        }
+        if let Some(over) = report.stored_over_budget() {
+            eprintln!("warning: {}", stored_over_budget(&report, over));
         }
     } else {
         if policy.keep_per_session.is_none() && policy.max_bytes.is_none() {
@@ -461,8 +502,38 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
             count(report.gc.removed_blobs, "unreferenced blob"),
             super::output::bytes(report.gc.freed_bytes)
         );
+        if below.blobs > 0 {
+            let (their_packs_are, they_stay, them) = if below.blobs == 1 {
+                ("its pack is", "it stays", "it")
+            } else {
+                ("their packs are", "they stay", "them")
+            };
+            outln!(
+                "left {} ({}) in place: {their_packs_are} at most {} dead, under the rewrite threshold, so rewriting would copy more than twice what it frees; {they_stay} readable until a later gc rewrites the pack: `cairn gc --compact` removes {them} now",
+                count(below.blobs, "unreferenced blob"),
+                super::output::bytes(below.dead_bytes),
+                threshold_percent()
+            );
+        }
+        if damaged_packs.blobs > 0 {
+            outln!(
+                "left {} ({}) in packs kept because a live blob in them is damaged (see the warnings above and `cairn verify`)",
+                count(damaged_packs.blobs, "unreferenced blob"),
+                super::output::bytes(damaged_packs.dead_bytes)
+            );
+        }
+        if report.gc.packs_rewritten_for_budget > 0 {
+            outln!(
+                "rewrote {} under the rewrite threshold to fit the budget on disk: the blob store takes {}",
+                count(report.gc.packs_rewritten_for_budget, "pack"),
+                super::output::bytes(report.gc.stored_bytes)
+            );
+        }
         if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
             outln!("{}", budget_not_met(b));
+        }
+        if let Some(over) = report.stored_over_budget() {
+            outln!("{}", stored_over_budget(&report, over));
         }
         if !report.collected_discarded.is_empty() {
             let named: Vec<String> = report
@@ -499,6 +570,38 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(super::EXIT_CORRUPT));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The dead share past which gc rewrites a pack (the store's default, the
+/// one `cairn gc` runs with).
+const REWRITE_THRESHOLD: f64 = cairn::engine::blob::DEFAULT_REWRITE_THRESHOLD;
+
+/// [`REWRITE_THRESHOLD`] in words: "30%".
+fn threshold_percent() -> String {
+    format!("{:.0}%", REWRITE_THRESHOLD * 100.0)
+}
+
+/// What gc says when the blob store is still `over` bytes over the
+/// `--max-bytes` budget on disk after collecting.
+fn stored_over_budget(report: &cairn::snapshot::RetentionReport, over: u64) -> String {
+    let max = report.budget.as_ref().map_or(0, |b| b.max_bytes);
+    let left = report.gc.left();
+    let mut s = format!(
+        "over budget on disk: the blob store takes {}, {} over the budget of {}; ",
+        super::output::bytes(report.gc.stored_bytes),
+        super::output::bytes(over),
+        super::output::bytes(max)
+    );
+    if left.blobs == 0 {
+        s += "every unreferenced blob is gone, and what is left is referenced (the retained checkpoints' files and trees, blobs records name, a rollback's tree)";
+    } else {
+        s += &format!(
+            "{} ({}) could not be removed, and the rest is referenced",
+            count(left.blobs, "unreferenced blob"),
+            super::output::bytes(left.dead_bytes)
+        );
+    }
+    s
 }
 
 /// What gc says when `--max-bytes` could not be met.

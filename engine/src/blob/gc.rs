@@ -4,7 +4,9 @@
 //! 1. seal the active pack, so every pack considered is immutable;
 //! 2. mark: the roots, plus the chunks of every live chunk list;
 //! 3. choose the packs whose dead share passes the threshold (a pure
-//!    function of the per-pack usage, [`choose`]);
+//!    function of the per-pack usage, [`choose`]), and with a budget for
+//!    the bytes on disk, more packs holding dead bytes until it is met
+//!    ([`choose_for_budget`]);
 //! 4. copy their live entries, checked, into the new active pack and point
 //!    the in-memory index at the copies;
 //! 5. fsync the new pack and write the new index (durable, no longer
@@ -15,6 +17,8 @@
 //! duplicates found by the tail scan); a crash between 5 and 6 leaves old
 //! packs the index does not list, which open scans like any other pack
 //! (their dead entries come back until the next gc; nothing is lost).
+//! A compacting gc ([`GcOptions::compact`]) and one that rewrites packs to
+//! meet a budget take this same path: only the choice of packs differs.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -57,6 +61,38 @@ pub struct GcReport {
     /// Packs left alone because a live entry in them is damaged (it cannot
     /// be copied; deleting the pack would lose what is left of it).
     pub problems: Vec<String>,
+    /// Of `packs_rewritten`, those rewritten only to meet
+    /// [`GcOptions::max_stored_bytes`] (their dead share was at or below
+    /// the threshold).
+    pub packs_rewritten_for_budget: u64,
+    /// What is left in packs not rewritten because their dead share is at
+    /// or below `rewrite_threshold` (and no budget needed them): their
+    /// unreferenced blobs stay readable until a gc rewrites the pack.
+    pub left_below_threshold: LeftBehind,
+    /// What is left in packs kept because a live entry in them is damaged
+    /// (each named in `problems`).
+    pub left_in_kept_packs: LeftBehind,
+}
+
+impl GcReport {
+    /// Everything dead left in place, whatever the reason.
+    pub fn left(&self) -> LeftBehind {
+        LeftBehind {
+            blobs: self.left_below_threshold.blobs + self.left_in_kept_packs.blobs,
+            dead_bytes: self.left_below_threshold.dead_bytes + self.left_in_kept_packs.dead_bytes,
+        }
+    }
+}
+
+/// Dead data a gc left in packs it did not rewrite.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeftBehind {
+    /// Unreferenced blobs and chunks the index still lists there: they stay
+    /// readable by hash until their pack is rewritten.
+    pub blobs: u64,
+    /// The bytes a rewrite of those packs would free: entries of those
+    /// blobs, and stale copies of blobs whose live copy is elsewhere.
+    pub dead_bytes: u64,
 }
 
 /// How full of live data one sealed pack is.
@@ -70,21 +106,61 @@ pub struct PackUsage {
     pub live_bytes: u64,
 }
 
+impl PackUsage {
+    /// Bytes after the header that are not live entries.
+    pub fn dead_bytes(&self) -> u64 {
+        self.total_bytes - self.live_bytes.min(self.total_bytes)
+    }
+}
+
 /// The policy: which packs to rewrite. A pack is rewritten when the share
 /// of its bytes that is dead is above `threshold`, or when it holds no live
-/// entry at all (then it is simply deleted).
+/// entry at all (then it is simply deleted). With `threshold` 0.0, every
+/// pack holding a dead byte is rewritten. Pure.
 pub fn choose(usage: &[PackUsage], threshold: f64) -> Vec<PackId> {
     usage
         .iter()
         .filter(|u| {
             u.live_bytes == 0
-                || (u.total_bytes > 0
-                    && (u.total_bytes - u.live_bytes.min(u.total_bytes)) as f64
-                        / u.total_bytes as f64
-                        > threshold)
+                || (u.total_bytes > 0 && u.dead_bytes() as f64 / u.total_bytes as f64 > threshold)
         })
         .map(|u| u.id)
         .collect()
+}
+
+/// The packs to rewrite besides `chosen` so that the packs, `stored_bytes`
+/// on disk now, fit in `max_bytes`: packs holding dead bytes, the most dead
+/// first, until the store less the dead bytes of every pack chosen fits,
+/// or no such pack is left (then the store stays over, by as little as
+/// rewriting can make it). Pack headers are left out of the count (a
+/// rewritten pack's goes, the pack its live entries move to has one), so
+/// the expected size is within a header of what the rewrite leaves. Pure.
+pub fn choose_for_budget(
+    usage: &[PackUsage],
+    chosen: &[PackId],
+    stored_bytes: u64,
+    max_bytes: u64,
+) -> Vec<PackId> {
+    let chosen: HashSet<PackId> = chosen.iter().copied().collect();
+    let mut expected = usage
+        .iter()
+        .filter(|u| chosen.contains(&u.id))
+        .fold(stored_bytes, |left, u| left.saturating_sub(u.dead_bytes()));
+    let mut more: Vec<&PackUsage> = usage
+        .iter()
+        .filter(|u| !chosen.contains(&u.id) && u.dead_bytes() > 0)
+        .collect();
+    more.sort_by_key(|u| (std::cmp::Reverse(u.dead_bytes()), u.id));
+    let mut out = Vec::new();
+    for u in more {
+        if expected <= max_bytes {
+            break;
+        }
+        expected = expected.saturating_sub(u.dead_bytes());
+        out.push(u.id);
+    }
+    out.sort_unstable();
+    out
 }
 
 impl BlobStore {
@@ -92,8 +168,11 @@ impl BlobStore {
     /// referenced (the chunks of live chunk lists are kept with them).
     /// Packs whose dead share is above `opts.rewrite_threshold` are
     /// rewritten: live entries copied, the new pack and index made durable,
-    /// then the old pack deleted. Dead blobs in packs below the threshold
-    /// stay readable until their pack is rewritten by a later gc.
+    /// then the old pack deleted; with `opts.max_stored_bytes`, more packs
+    /// holding dead bytes are rewritten while the store would be over it.
+    /// Dead blobs in packs not rewritten stay readable until their pack is
+    /// rewritten by a later gc; the report counts them
+    /// ([`GcReport::left_below_threshold`]).
     ///
     /// Puts wait while gc runs; a blob put earlier that is not in `live` (or
     /// reachable from it) may be removed, so the caller passes every blob a
@@ -162,7 +241,19 @@ impl BlobStore {
             .into_iter()
             .filter(|id| !damaged_list_packs.contains(id))
             .collect();
+        let mut for_budget: HashSet<PackId> = HashSet::new();
+        if let Some(max) = opts.max_stored_bytes {
+            let open: Vec<PackUsage> = usage
+                .iter()
+                .filter(|u| !damaged_list_packs.contains(&u.id))
+                .copied()
+                .collect();
+            for_budget.extend(choose_for_budget(&open, &chosen, report.bytes_before, max));
+            chosen.extend(for_budget.iter().copied());
+            chosen.sort_unstable();
+        }
         self.close_over_dead_lists(&mut chosen, &marked, &damaged_list_packs);
+        let attempted: HashSet<PackId> = chosen.iter().copied().collect();
 
         // 4. Copy live entries out of the chosen packs.
         let mut retired = Vec::new();
@@ -175,6 +266,27 @@ impl BlobStore {
                 Ok(false) => {}
                 Err(e) => return Err(e),
             }
+        }
+        // What stays dead in the packs not rewritten, and why.
+        {
+            let retired_ids: HashSet<PackId> = retired.iter().map(|p| p.id).collect();
+            let mut unreferenced: HashMap<PackId, u64> = HashMap::new();
+            for (h, l) in self.index.read().iter() {
+                if !marked.contains(h) {
+                    *unreferenced.entry(l.pack).or_default() += 1;
+                }
+            }
+            for u in usage.iter().filter(|u| !retired_ids.contains(&u.id)) {
+                let left = if attempted.contains(&u.id) || damaged_list_packs.contains(&u.id) {
+                    &mut report.left_in_kept_packs
+                } else {
+                    &mut report.left_below_threshold
+                };
+                left.blobs += unreferenced.get(&u.id).copied().unwrap_or(0);
+                left.dead_bytes += u.dead_bytes();
+            }
+            report.packs_rewritten_for_budget =
+                for_budget.intersection(&retired_ids).count() as u64;
         }
         if retired.is_empty() {
             report.bytes_after = report.bytes_before;
@@ -362,5 +474,47 @@ mod tests {
             choose(&usage, 0.0),
             vec![PackId(2), PackId(3), PackId(4), PackId(5)]
         );
+    }
+
+    /// Under a budget for the bytes on disk, packs holding dead bytes are
+    /// added, the most dead first, only until the store is expected to
+    /// fit; a pack with nothing dead never is; with no way to fit, every
+    /// pack holding dead bytes is added.
+    #[test]
+    fn choose_for_budget_adds_the_most_dead_packs_until_the_store_fits() {
+        let u = |id, total, live| PackUsage {
+            id: PackId(id),
+            total_bytes: total,
+            live_bytes: live,
+        };
+        // Dead bytes: 1: 10, 2: 40, 3: 0, 4: 25, 5: 50 (chosen already).
+        let usage = [
+            u(1, 100, 90),
+            u(2, 100, 60),
+            u(3, 100, 100),
+            u(4, 100, 75),
+            u(5, 100, 50),
+        ];
+        let chosen = [PackId(5)];
+        // 500 on disk, 450 once pack 5 is rewritten.
+        assert!(choose_for_budget(&usage, &chosen, 500, 450).is_empty());
+        assert_eq!(
+            choose_for_budget(&usage, &chosen, 500, 449),
+            vec![PackId(2)]
+        );
+        assert_eq!(
+            choose_for_budget(&usage, &chosen, 500, 410),
+            vec![PackId(2)]
+        );
+        assert_eq!(
+            choose_for_budget(&usage, &chosen, 500, 409),
+            vec![PackId(2), PackId(4)]
+        );
+        assert_eq!(
+            choose_for_budget(&usage, &chosen, 500, 0),
+            vec![PackId(1), PackId(2), PackId(4)],
+            "over budget whatever is rewritten: every pack with dead bytes"
+        );
+        assert!(choose_for_budget(&usage, &[], 500, 500).is_empty());
     }
 }

@@ -56,8 +56,8 @@ pub mod scan;
 mod stats;
 mod verify;
 
-pub use gc::GcReport;
-pub use options::{BlobOptions, GcOptions};
+pub use gc::{GcReport, LeftBehind};
+pub use options::{BlobOptions, GcOptions, DEFAULT_REWRITE_THRESHOLD};
 pub use stats::BlobStats;
 pub use verify::{BlobProblem, BlobVerifyReport};
 

@@ -84,19 +84,47 @@ impl BlobOptions {
     }
 }
 
+/// The dead share of a pack past which an ordinary gc rewrites it (0.3):
+/// rewriting copies every live entry, so a pack only slightly dead would
+/// cost a full copy to free a little; past 30% dead, a rewrite frees at
+/// least 3 bytes for every 7 it copies. Dead blobs in packs below
+/// it stay (readable) until a later gc or a compacting one rewrites them.
+pub const DEFAULT_REWRITE_THRESHOLD: f64 = 0.3;
+
 /// Settings of one garbage collection.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GcOptions {
     /// A pack is rewritten (its live entries copied to a new pack, then the
     /// old one deleted) when the dead share of its entry bytes is above this
-    /// fraction (default 0.3). A pack with no live entry is always deleted.
+    /// fraction (default [`DEFAULT_REWRITE_THRESHOLD`]; 0.0 rewrites every
+    /// pack holding any dead byte: see [`GcOptions::compact`]). A pack with
+    /// no live entry is always deleted.
     pub rewrite_threshold: f64,
+    /// A budget for the packs' bytes on disk (default `None`: no budget).
+    /// When the packs the threshold chooses would leave the store over it,
+    /// more packs holding dead bytes are rewritten, the most dead first,
+    /// until the store is expected to fit or none is left; the report says
+    /// how many ([`GcReport::packs_rewritten_for_budget`](super::GcReport)).
+    pub max_stored_bytes: Option<u64>,
 }
 
 impl Default for GcOptions {
     fn default() -> Self {
         GcOptions {
-            rewrite_threshold: 0.3,
+            rewrite_threshold: DEFAULT_REWRITE_THRESHOLD,
+            max_stored_bytes: None,
+        }
+    }
+}
+
+impl GcOptions {
+    /// A compacting collection: every pack holding a dead entry is
+    /// rewritten, so no unreferenced blob stays readable afterwards (only
+    /// packs kept because a live entry in them is damaged keep theirs).
+    pub fn compact() -> GcOptions {
+        GcOptions {
+            rewrite_threshold: 0.0,
+            max_stored_bytes: None,
         }
     }
 }
