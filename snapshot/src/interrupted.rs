@@ -168,12 +168,44 @@ impl UnfinishedRollback {
     }
 
     /// The command that finishes it.
+    /// The command that finishes it: the same target, paths, session and
+    /// stamps (run, phase, agent, model), each value quoted for a shell
+    /// where it needs it.
     fn finish_command(&self) -> String {
         let mut c = format!("cairn rollback {}", self.target);
         for p in &self.scope {
-            c += &format!(" --path {p}");
+            c += &format!(" --path {}", shell_word(p));
+        }
+        let session = crate::checkpoint::session_or_default(&self.session);
+        let stamps = [
+            (
+                "session",
+                Some(session.as_str()).filter(|s| *s != "default"),
+            ),
+            ("run", self.run.as_deref()),
+            ("phase", self.phase.as_deref()),
+            ("agent", self.agent.as_deref()),
+            ("model", self.model.as_deref()),
+        ];
+        for (flag, v) in stamps {
+            if let Some(v) = v {
+                c += &format!(" --{flag} {}", shell_word(v));
+            }
         }
         c
+    }
+}
+
+/// `s` as one word for a POSIX shell: as it is when it holds only
+/// characters no shell treats specially, else in single quotes.
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@+=,".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 
@@ -681,6 +713,30 @@ mod tests {
             head_before: Lsn(14),
             head_chain: ChainHash([7; 32]),
         }
+    }
+
+    #[test]
+    fn the_finishing_command_repeats_the_rollback_and_quotes_what_needs_it() {
+        let mut r = sample();
+        r.scope = vec!["src".into(), "my docs".into()];
+        r.session = "default".into();
+        r.run = Some("run-1".into());
+        r.phase = None;
+        r.agent = Some("it's".into());
+        r.model = None;
+        assert_eq!(
+            r.finish_command(),
+            format!(
+                "cairn rollback {} --path src --path 'my docs' --run run-1 --agent 'it'\\''s'",
+                r.target
+            )
+        );
+        r.session = "t 1".into();
+        assert!(
+            r.finish_command().contains(" --session 't 1'"),
+            "{}",
+            r.finish_command()
+        );
     }
 
     #[test]
