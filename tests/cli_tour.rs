@@ -1655,7 +1655,7 @@ fn rollback_and_checkpoint_record_run_phase_agent_model_and_state() {
     assert_eq!(dry[0]["state"], undo_state.as_str());
     let text = ok(&cairn(ws, &["rollback", &undo]));
     assert!(
-        text.contains(&format!("application state of {undo}: blob {undo_state}"))
+        text.contains(&format!("{undo}'s application state is blob {undo_state}"))
             && text.contains(&format!("`cairn blob get {undo_state}`")),
         "{text}"
     );

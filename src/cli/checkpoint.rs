@@ -389,21 +389,15 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             count(report.created_dirs.len() as u64, "dir")
         );
         if let Some(h) = report.state_hash {
+            let size = report.state.as_deref().map_or(0, <[u8]>::len);
             outln!(
-                "application state of {}: blob {h} (`cairn blob get {h}` prints it)",
-                report.target
+                "{}'s application state is blob {h} ({}): `cairn blob get {h}` prints it",
+                report.target,
+                super::output::bytes(size as u64)
             );
         }
         if let Some(src) = report.source {
             outln!("the state before the rollback is checkpoint {src}: `cairn rollback {src}` undoes it");
-        }
-        if let Some(state) = report.state.as_deref() {
-            let h = cairn::BlobHash::of(state);
-            outln!(
-                "{}'s application state is blob {h} ({}): `cairn blob get {h}` prints it",
-                report.target,
-                super::output::bytes(state.len() as u64)
-            );
         }
     }
     store.close()?;
