@@ -14,7 +14,7 @@ use crate::export::{ExportStats, Exporter, Format};
 use crate::filter::Filter;
 use crate::index::Index;
 use crate::point::Point;
-use crate::renames;
+use crate::renames::{self, Rename};
 use crate::replay::{
     apply_paths, in_scope, path_change, tree_change, PathChange, SessionState, TreeChange,
 };
@@ -51,7 +51,7 @@ pub const MAX_BLAME_MOVES: usize = 64;
 pub const DIFF_CONTEXT_LINES: usize = 3;
 
 /// How a path differs between two points.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DiffStatus {
     /// Only at the second point.
     Added,
@@ -631,14 +631,24 @@ impl<'a> Query<'a> {
         let found = renames::pair(ends(DiffStatus::Removed), ends(DiffStatus::Added), |b| {
             self.blob_is_empty(b)
         });
-        for r in found {
-            for d in diffs.iter_mut() {
-                if d.path == r.from && d.status == DiffStatus::Removed {
-                    d.renamed_to = Some(r.to.clone());
-                } else if d.path == r.to && d.status == DiffStatus::Added {
-                    d.renamed_from = Some(r.from.clone());
-                }
-            }
+        // Each end by its path, so that a directory of thousands of files
+        // moved is marked in one pass, not one pass per file.
+        let at: HashMap<(&str, DiffStatus), usize> = diffs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| ((d.path.as_str(), d.status), i))
+            .collect();
+        let marks: Vec<(usize, usize, Rename)> = found
+            .into_iter()
+            .filter_map(|r| {
+                let from = *at.get(&(r.from.as_str(), DiffStatus::Removed))?;
+                let to = *at.get(&(r.to.as_str(), DiffStatus::Added))?;
+                Some((from, to, r))
+            })
+            .collect();
+        for (from, to, r) in marks {
+            diffs[from].renamed_to = Some(r.to);
+            diffs[to].renamed_from = Some(r.from);
         }
     }
 

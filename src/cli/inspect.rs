@@ -735,11 +735,14 @@ pub fn diff(
     // A rename pairs a removed path with an added one of the same
     // contents; a path a checkpoint did not capture was there all along,
     // so a pair with one is no rename.
+    let not_captured: std::collections::HashSet<(&str, DiffStatus)> = diffs
+        .iter()
+        .filter(|d| uncaptured(d).is_some())
+        .map(|d| (d.path.as_str(), d.status))
+        .collect();
     let real_rename = |from: &str, to: &str| {
-        let end = |p: &str, st: DiffStatus| diffs.iter().find(|d| d.path == p && d.status == st);
-        [end(from, DiffStatus::Removed), end(to, DiffStatus::Added)]
-            .iter()
-            .all(|d| d.is_some_and(|d| uncaptured(d).is_none()))
+        !not_captured.contains(&(from, DiffStatus::Removed))
+            && !not_captured.contains(&(to, DiffStatus::Added))
     };
     let st = Style::stdout();
     let mut out = std::io::stdout().lock();
