@@ -108,19 +108,6 @@ pub struct BlameLine {
     pub history_cut: bool,
 }
 
-/// The version of a file [`Query::blame`] has reached in its walk.
-#[derive(Default)]
-struct BlameVersion {
-    /// Its contents (`None`: absent).
-    blob: Option<BlobHash>,
-    /// Its text (empty for a binary file).
-    text: String,
-    /// Per line, the LSN that wrote it.
-    attr: Vec<Lsn>,
-    /// True after retention cut the history, until the next version.
-    after_cut: bool,
-}
-
 /// A node of the branch graph (a checkpoint or a rollback) as listed by
 /// [`Query::branches`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -982,144 +969,123 @@ impl<'a> Query<'a> {
             .map(|t| (*t, (String::new(), Vec::new())))
             .collect();
 
-        let mut v = BlameVersion::default();
+        let mut cur_blob: Option<BlobHash> = None;
+        let mut text = String::new();
+        let mut attr: Vec<Lsn> = Vec::new();
+        // After retention cut the history, until the next version.
+        let mut after_cut = false;
+        let mut prev: Option<Lsn> = None;
         let events = self.index.path(path);
         for l in points {
-            self.blame_step(
-                l,
-                path,
-                depth,
-                events,
-                (&rollback_to, &at_target),
-                &mut v,
-                cuts,
-            )?;
-            if let Some(kept) = at_target.get_mut(&l) {
-                *kept = (v.text.clone(), v.attr.clone());
+            // What the walk holds now is the file at the previous point:
+            // kept there for a later rollback to that point.
+            if let Some(kept) = prev.and_then(|p| at_target.get_mut(&p)) {
+                *kept = (text.clone(), attr.clone());
             }
-        }
-        Ok((v.text, v.attr))
-    }
-
-    /// One point of [`Query::blame_attr`]'s walk: the path's version at `l`
-    /// and, if it changed, the attribution of its lines.
-    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
-    fn blame_step(
-        &self,
-        l: Lsn,
-        path: &str,
-        depth: usize,
-        events: &[Lsn],
-        (rollback_to, at_target): (&HashMap<Lsn, Lsn>, &HashMap<Lsn, (String, Vec<Lsn>)>),
-        v: &mut BlameVersion,
-        cuts: &mut HashSet<Lsn>,
-    ) -> Result<()> {
-        let BlameVersion {
-            blob: cur_blob,
-            text,
-            attr,
-            after_cut,
-        } = v;
-        // The record at `l`, if it is one of the path's own.
-        let rec = match events.binary_search(&l) {
-            Ok(_) => Some(self.src.read(l)?),
-            Err(_) => None,
-        };
-        let reset_here = self.index.last_reset(l).is_some_and(|r| r.lsn == l);
-        // A record that sets the path's contents says what they are:
-        // only its mode would need the walk back through the path's
-        // history that `entry_at` makes (once per version, that walk
-        // made blame quadratic: 2,000 versions read 2 million records).
-        // At a reset, the manifest decides.
-        let change = rec.as_ref().filter(|_| !reset_here);
-        let set_here = match change.and_then(|r| path_change(&r.event, path)) {
-            Some(PathChange::Set(b) | PathChange::MoveIn { after: Some(b), .. }) => Some(Some(b)),
-            Some(PathChange::Remove) => Some(None),
-            _ => None,
-        };
-        let found = match set_here {
-            Some(b) => Ok(b.map(TreeEntry::file)),
-            None => self.entry_at(l, path),
-        };
-        let blob = match found {
-            Ok(e) => e.map(|e| e.blob),
-            Err(e) if self.beyond_retention(&e) => {
-                // History before this point is gone: the next version
-                // readable is where the file's known history starts.
-                *cur_blob = None;
-                text.clear();
-                attr.clear();
-                *after_cut = true;
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
-        if blob == *cur_blob {
-            return Ok(());
-        }
-        let was_absent = cur_blob.is_none();
-        *cur_blob = blob;
-        if blob.is_some() && std::mem::take(after_cut) {
-            // The first version readable after the cut: its lines were
-            // written here or before (unless a record created the file
-            // here, which says nothing came before).
-            let created = change.is_some_and(|r| r.event.kind == EventKind::FileCreate);
-            if !created {
-                cuts.insert(l);
-            }
-        }
-        let new_text = match blob {
-            None => String::new(),
-            Some(b) => {
-                let bytes = self.blobs.get(&b)?;
-                if is_binary(&bytes) {
-                    String::new()
-                } else {
-                    String::from_utf8_lossy(&bytes).into_owned()
+            prev = Some(l);
+            // The record at `l`, if it is one of the path's own.
+            let rec = match events.binary_search(&l) {
+                Ok(_) => Some(self.src.read(l)?),
+                Err(_) => None,
+            };
+            let reset_here = self.index.last_reset(l).is_some_and(|r| r.lsn == l);
+            // A record that sets the path's contents says what they are:
+            // only its mode would need the walk back through the path's
+            // history that `entry_at` makes (once per version, that walk
+            // made blame quadratic: 2,000 versions read 2 million records).
+            // At a reset, the manifest decides.
+            let change = rec.as_ref().filter(|_| !reset_here);
+            let set_here = match change.and_then(|r| path_change(&r.event, path)) {
+                Some(PathChange::Set(b) | PathChange::MoveIn { after: Some(b), .. }) => {
+                    Some(Some(b))
                 }
-            }
-        };
-        let restored = reset_here
-            .then(|| rollback_to.get(&l).and_then(|t| at_target.get(t)))
-            .flatten();
-        if let Some((t, a)) = restored.filter(|_| blob.is_some()) {
-            // A rollback: the lines it brought back are compared with the
-            // file as it was at its target, with their writers of then.
-            *text = t.clone();
-            *attr = a.clone();
-        } else if depth < MAX_BLAME_MOVES {
-            // A move brings the source's lines, with their history: a move
-            // recorded, or one a checkpoint found (the same contents gone
-            // from another path as this one appeared: a shell `mv`).
-            let from = match rec.as_ref().and_then(|r| path_change(&r.event, path)) {
-                Some(PathChange::MoveIn { from, .. }) => Some(from.to_string()),
-                _ if reset_here && was_absent && blob.is_some() => {
-                    self.renamed_at_reset(l, path)?
-                }
+                Some(PathChange::Remove) => Some(None),
                 _ => None,
             };
-            if let Some(from) = from {
-                let (t, a) = self.blame_attr(Lsn(l.0 - 1), &from, depth + 1, cuts)?;
-                *text = t;
-                *attr = a;
+            let found = match set_here {
+                Some(b) => Ok(b.map(TreeEntry::file)),
+                None => self.entry_at(l, path),
+            };
+            let blob = match found {
+                Ok(e) => e.map(|e| e.blob),
+                Err(e) if self.beyond_retention(&e) => {
+                    // History before this point is gone: the next version
+                    // readable is where the file's known history starts.
+                    cur_blob = None;
+                    text.clear();
+                    attr.clear();
+                    after_cut = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if blob == cur_blob {
+                continue;
             }
-        }
-        let diff = line_diff(text.as_str(), new_text.as_str());
-        let mut new_attr = vec![l; diff.new_slices().len()];
-        for op in diff.ops() {
-            if let DiffOp::Equal {
-                old_index,
-                new_index,
-                len,
-            } = *op
-            {
-                new_attr[new_index..new_index + len]
-                    .copy_from_slice(&attr[old_index..old_index + len]);
+            let was_absent = cur_blob.is_none();
+            cur_blob = blob;
+            if blob.is_some() && std::mem::take(&mut after_cut) {
+                // The first version readable after the cut: its lines were
+                // written here or before (unless a record created the file
+                // here, which says nothing came before).
+                let created = change.is_some_and(|r| r.event.kind == EventKind::FileCreate);
+                if !created {
+                    cuts.insert(l);
+                }
             }
+            let new_text = match blob {
+                None => String::new(),
+                Some(b) => {
+                    let bytes = self.blobs.get(&b)?;
+                    if is_binary(&bytes) {
+                        String::new()
+                    } else {
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    }
+                }
+            };
+            let restored = reset_here
+                .then(|| rollback_to.get(&l).and_then(|t| at_target.get(t)))
+                .flatten();
+            if let Some((t, a)) = restored.filter(|_| blob.is_some()) {
+                // A rollback: the lines it brought back are compared with the
+                // file as it was at its target, with their writers of then.
+                text = t.clone();
+                attr = a.clone();
+            } else if depth < MAX_BLAME_MOVES {
+                // A move brings the source's lines, with their history: a move
+                // recorded, or one a checkpoint found (the same contents gone
+                // from another path as this one appeared: a shell `mv`).
+                let from = match rec.as_ref().and_then(|r| path_change(&r.event, path)) {
+                    Some(PathChange::MoveIn { from, .. }) => Some(from.to_string()),
+                    _ if reset_here && was_absent && blob.is_some() => {
+                        self.renamed_at_reset(l, path)?
+                    }
+                    _ => None,
+                };
+                if let Some(from) = from {
+                    let (t, a) = self.blame_attr(Lsn(l.0 - 1), &from, depth + 1, cuts)?;
+                    text = t;
+                    attr = a;
+                }
+            }
+            let diff = line_diff(text.as_str(), new_text.as_str());
+            let mut new_attr = vec![l; diff.new_slices().len()];
+            for op in diff.ops() {
+                if let DiffOp::Equal {
+                    old_index,
+                    new_index,
+                    len,
+                } = *op
+                {
+                    new_attr[new_index..new_index + len]
+                        .copy_from_slice(&attr[old_index..old_index + len]);
+                }
+            }
+            attr = new_attr;
+            text = new_text;
         }
-        *attr = new_attr;
-        *text = new_text;
-        Ok(())
+        Ok((text, attr))
     }
 
     /// The branch graph: with `of`, the nodes that continue from that
