@@ -889,39 +889,20 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         scope.push(ws.normalize(p)?);
     }
     let state = target.state.map(|h| blobs.get(&h)).transpose()?;
-    let target_skipped: Vec<(String, String)> = target
-        .not_captured
-        .iter()
-        .map(|n| (n.path.clone(), n.why.clone()))
-        .collect();
     if req.dry_run {
         // A dry run writes nothing, so it only says a rollback is unfinished.
         if let Some(w) = unfinished_rollback_warning(log, ws) {
             ws.warn(w);
         }
-        // A damaged tracked-path file is read as empty (with a warning):
-        // only tracked paths that are ignored would be missed, and a dry
-        // run changes nothing.
-        let tracked = match ws.load_track_for_capture()? {
-            Some(t) => t.tracked,
-            None => {
-                ws.warn(format!(
-                    "{} is damaged: the tracked paths are unknown, so this dry run leaves out any that .gitignore ignores; the next checkpoint or `track` sets the file aside",
-                    ws.cache_path(crate::workspace::TRACKED_FILE).display()
-                ));
-                BTreeSet::new()
-            }
-        };
-        let cap = capture::capture_full(ws, &HashOnly(blobs), &tracked, &BTreeSet::new())?;
-        let cur = cap.manifest().unwrap_or_default();
+        let (cur, tracked_known) = workspace_tree(ws, blobs)?;
+        if !tracked_known {
+            ws.warn(format!(
+                "{} is damaged: the tracked paths are unknown, so this dry run leaves out any that .gitignore ignores; the next checkpoint or `track` sets the file aside",
+                ws.cache_path(crate::workspace::TRACKED_FILE).display()
+            ));
+        }
         let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
-        let mut plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
-        let mut kept = restore::keep_uncaptured(ws, &cur, &mut plan);
-        kept.extend(restore::keep_not_captured_at_target(
-            &mut plan,
-            &target_skipped,
-            &target.id.to_string(),
-        ));
+        let (plan, kept) = rollback_plan(ws, (&cur, &tgt, &same), &scope, &target)?;
         return Ok(RollbackReport {
             source: None,
             target: target.id,
@@ -985,13 +966,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             Vec<restore::Kept>,
         )> {
             let (cur, tgt, same) = restore::diff_trees(blobs, &cap.root, &target.root)?;
-            let mut plan = restore::plan_pruned(&cur, &tgt, &scope, &same)?;
-            let mut kept = restore::keep_uncaptured(ws, &cur, &mut plan);
-            kept.extend(restore::keep_not_captured_at_target(
-                &mut plan,
-                &target_skipped,
-                &target.id.to_string(),
-            ));
+            let (plan, kept) = rollback_plan(ws, (&cur, &tgt, &same), &scope, &target)?;
             let planned: Vec<String> = plan
                 .write
                 .iter()
@@ -1143,6 +1118,50 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         state_hash: target.state,
         lsn: Some(lsn),
     })
+}
+
+/// The workspace's tree as it is now, hashed and stored nowhere (unchanged
+/// files by their stat data), for comparing with a checkpoint's; and
+/// whether the tracked paths were known. A damaged tracked-path file is
+/// read as empty: only tracked paths that are ignored are missed, which a
+/// comparison that changes nothing can afford.
+pub(crate) fn workspace_tree<B: crate::BlobRead + Sync + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+) -> Result<(manifest::Manifest, bool)> {
+    let tracked = ws.load_track_for_capture()?.map(|t| t.tracked);
+    let known = tracked.is_some();
+    let tracked = tracked.unwrap_or_default();
+    let cap = capture::capture_full(ws, &HashOnly(blobs), &tracked, &BTreeSet::new())?;
+    Ok((cap.manifest().unwrap_or_default(), known))
+}
+
+/// The plan of a rollback to `target`, limited to `scope`, from the two
+/// trees as [`restore::load_target`] or [`restore::diff_trees`] give them
+/// (`cur` now, `tgt` the target's, `same` the directories alike in both),
+/// leaving as they are the files no checkpoint can bring back (not
+/// captured now, or not captured by `target`): with the paths it keeps.
+/// What a dry run lists, a rollback applies, and an interrupted rollback's
+/// recording compares.
+pub(crate) fn rollback_plan(
+    ws: &Workspace,
+    (cur, tgt, same): (&manifest::Manifest, &manifest::Manifest, &HashSet<String>),
+    scope: &[String],
+    target: &CheckpointInfo,
+) -> Result<(restore::Plan, Vec<restore::Kept>)> {
+    let mut plan = restore::plan_pruned(cur, tgt, scope, same)?;
+    let mut kept = restore::keep_uncaptured(ws, cur, &mut plan);
+    let skipped: Vec<(String, String)> = target
+        .not_captured
+        .iter()
+        .map(|n| (n.path.clone(), n.why.clone()))
+        .collect();
+    kept.extend(restore::keep_not_captured_at_target(
+        &mut plan,
+        &skipped,
+        &target.id.to_string(),
+    ));
+    Ok((plan, kept))
 }
 
 /// The `rollback` record of a rollback from the undo point `source` to

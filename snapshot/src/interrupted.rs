@@ -507,28 +507,11 @@ fn workspace_reached<L: LogAccess + ?Sized, B: BlobRead + Sync + ?Sized>(
     let is_tree = |cur: &manifest::Manifest, id: CheckpointId| -> Result<bool> {
         let c = crate::checkpoint::find_checkpoint(log, ws, id)?;
         let (tgt, same) = restore::load_target(blobs, &c.root, cur)?;
-        let mut plan = restore::plan_pruned(cur, &tgt, &r.scope, &same)?;
-        restore::keep_uncaptured(ws, cur, &mut plan);
-        let skipped: Vec<(String, String)> = c
-            .not_captured
-            .iter()
-            .map(|n| (n.path.clone(), n.why.clone()))
-            .collect();
-        restore::keep_not_captured_at_target(&mut plan, &skipped, &id.to_string());
+        let (plan, _) = crate::checkpoint::rollback_plan(ws, (cur, &tgt, &same), &r.scope, &c)?;
         Ok(plan.is_empty())
     };
     let compare = || -> Result<Reached> {
-        let tracked = ws
-            .load_track_for_capture()?
-            .map(|t| t.tracked)
-            .unwrap_or_default();
-        let cap = crate::capture::capture_full(
-            ws,
-            &crate::blobs::HashOnly(blobs),
-            &tracked,
-            &BTreeSet::new(),
-        )?;
-        let cur = cap.manifest().unwrap_or_default();
+        let (cur, _) = crate::checkpoint::workspace_tree(ws, blobs)?;
         Ok(if is_tree(&cur, undo)? {
             Reached::Unchanged
         } else if is_tree(&cur, r.target)? {
