@@ -185,6 +185,15 @@ impl Filter {
         self.lsn_in_range(r.lsn) && self.matches_event(&r.event)
     }
 
+    /// The LSNs to read, from the first to the last, for a log whose head
+    /// is `head`: [`Filter::since_lsn`] and [`Filter::until_lsn`] within
+    /// `1..=head`; `None` when no record can lie between them.
+    pub fn lsn_bounds(&self, head: Lsn) -> Option<(Lsn, Lsn)> {
+        let first = self.since_lsn.unwrap_or(Lsn::FIRST).max(Lsn::FIRST);
+        let last = self.until_lsn.map_or(head, |u| u.min(head));
+        (first <= last).then_some((first, last))
+    }
+
     /// True if the record at `lsn` lies within [`Filter::since_lsn`] and
     /// [`Filter::until_lsn`] (the conditions an event alone cannot tell).
     pub fn lsn_in_range(&self, lsn: Lsn) -> bool {

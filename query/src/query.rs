@@ -223,11 +223,9 @@ impl<'a> Query<'a> {
         let limit = f.limit.unwrap_or(usize::MAX);
         let head = self.index.covered();
         // The LSN bounds, where no index list applies: where to start and end.
-        let first = f.since_lsn.unwrap_or(Lsn::FIRST).max(Lsn::FIRST);
-        let last = f.until_lsn.map_or(head, |u| u.min(head));
-        if first > last {
+        let Some((first, last)) = f.lsn_bounds(head) else {
             return Ok(());
-        }
+        };
         let mut n = 0;
         let mut visit = |r: Record| -> Result<bool> {
             if n >= limit {
@@ -294,11 +292,9 @@ impl<'a> Query<'a> {
             let limit = f.limit.unwrap_or(usize::MAX);
             let mut n = 0;
             if limit > 0 {
-                let first = f.since_lsn.unwrap_or(Lsn::FIRST).max(Lsn::FIRST);
-                let last = f.until_lsn.map_or(head, |u| u.min(head));
-                if first > last {
+                let Some((first, last)) = f.lsn_bounds(head) else {
                     return ex.finish();
-                }
+                };
                 self.src.for_each_ref(first, &mut |lsn, chain, e| {
                     if lsn > last {
                         return Ok(false);

@@ -55,11 +55,7 @@ pub struct GcSummary {
 impl GcSummary {
     /// Every unreferenced blob left in place, whatever the reason.
     pub fn left(&self) -> LeftBehind {
-        LeftBehind {
-            blobs: self.left_below_threshold.blobs + self.left_in_damaged_packs.blobs,
-            dead_bytes: self.left_below_threshold.dead_bytes
-                + self.left_in_damaged_packs.dead_bytes,
-        }
+        self.left_below_threshold + self.left_in_damaged_packs
     }
 }
 

@@ -77,9 +77,18 @@ pub struct GcReport {
 impl GcReport {
     /// Everything dead left in place, whatever the reason.
     pub fn left(&self) -> LeftBehind {
+        self.left_below_threshold + self.left_in_kept_packs
+    }
+}
+
+impl std::ops::Add for LeftBehind {
+    type Output = LeftBehind;
+
+    /// What two reasons left, together.
+    fn add(self, o: LeftBehind) -> LeftBehind {
         LeftBehind {
-            blobs: self.left_below_threshold.blobs + self.left_in_kept_packs.blobs,
-            dead_bytes: self.left_below_threshold.dead_bytes + self.left_in_kept_packs.dead_bytes,
+            blobs: self.blobs + o.blobs,
+            dead_bytes: self.dead_bytes + o.dead_bytes,
         }
     }
 }
