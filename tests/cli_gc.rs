@@ -272,7 +272,7 @@ fn gc_says_what_it_leaves_and_compact_removes_the_evicted_contents() {
 fn max_bytes_rewrites_packs_to_fit_the_budget_on_disk_or_says_how_far_over() {
     let d = init();
     let ws = d.path();
-    let (keep, tmp) = keep_and_tmp(ws);
+    let (keep, _) = keep_and_tmp(ws);
     // 1.2 MB of contents over 900 KB: c1 is evicted, freeing tmp.dat's
     // 200 KB (c2's 1 MB stays over: the newest is always kept). On disk
     // (compressed to about 985 KB) the store is over too, with tmp.dat's
@@ -288,7 +288,6 @@ fn max_bytes_rewrites_packs_to_fit_the_budget_on_disk_or_says_how_far_over() {
     assert!(v["stored_bytes"].as_u64().unwrap() <= 900_000, "{v}");
     assert!(failed(&cairn(ws, &["show", "c1:tmp.dat"])).contains("discarded"));
     assert_eq!(ok(&cairn(ws, &["show", "c2:keep.dat"])), keep);
-    let _ = tmp;
 
     // 300 KB cannot hold keep.dat: said, with by how much, in text and JSON.
     let out = ok(&cairn(ws, &["gc", "--max-bytes", "300000"]));
@@ -335,22 +334,9 @@ fn a_restored_discarded_checkpoint_with_state_can_be_rolled_back_to() {
     let ws = d.path();
     let c1 = {
         let store = cairn::Store::open(ws).unwrap();
-        let s = store.session("t");
-        std::fs::write(ws.join("a.txt"), "one\n").unwrap();
-        let c1 = s
-            .checkpoint_with(
-                "with state",
-                cairn::ScanMode::Full,
-                Some(b"epoch 1".to_vec()),
-            )
-            .unwrap();
-        std::fs::write(ws.join("a.txt"), "two\n").unwrap();
-        s.checkpoint("two").unwrap();
-        s.rollback(c1.id).unwrap();
-        s.checkpoint("x").unwrap();
-        s.checkpoint("y").unwrap();
+        let c1 = common::restored_checkpoint_with_state(&store, ws);
         store.close().unwrap();
-        c1.id.to_string()
+        c1.to_string()
     };
     let v: serde_json::Value = serde_json::from_str(&ok(&cairn(
         ws,

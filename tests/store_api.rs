@@ -2,6 +2,8 @@
 //! in-memory store and the commit protocol.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use cairn::query::export::Format;
 use cairn::query::Filter;
 use cairn::{BlobHash, Error, EventKind, Store};
@@ -250,34 +252,22 @@ fn a_restored_discarded_checkpoint_with_state_can_be_rolled_back_to_after_gc() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();
     let store = Store::open(ws).unwrap();
+    let c1 = common::restored_checkpoint_with_state(&store, ws);
     let s = store.session("t");
-    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
-    let c1 = s
-        .checkpoint_with(
-            "with state",
-            cairn::ScanMode::Full,
-            Some(b"epoch 1".to_vec()),
-        )
-        .unwrap();
-    std::fs::write(ws.join("a.txt"), "two\n").unwrap();
-    s.checkpoint("two").unwrap();
-    s.rollback(c1.id).unwrap();
-    s.checkpoint("x").unwrap();
-    s.checkpoint("y").unwrap();
     let report = store
         .gc(&cairn::RetentionPolicy {
             keep_per_session: Some(2),
             max_bytes: None,
         })
         .unwrap();
-    assert!(report.discarded.contains(&c1.id), "{report:?}");
-    let at_c1 = cairn::Point::Checkpoint(c1.id);
+    assert!(report.discarded.contains(&c1), "{report:?}");
+    let at_c1 = cairn::Point::Checkpoint(c1);
     assert_eq!(
         store.query(|q| q.file_at(at_c1, "a.txt")).unwrap(),
         b"one\n"
     );
     std::fs::write(ws.join("a.txt"), "three\n").unwrap();
-    let back = s.rollback(c1.id).unwrap();
+    let back = s.rollback(c1).unwrap();
     assert_eq!(back.state.as_deref(), Some(&b"epoch 1"[..]));
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "one\n");
 }
