@@ -316,11 +316,7 @@ fn the_state_of_a_rollback_target_is_kept_with_the_tree_the_rule_keeps() {
     f.write("a.txt", "two\n");
     f.checkpoint("two");
     f.rollback(c1.id);
-    let one = RetentionPolicy {
-        keep_per_session: Some(1),
-        max_bytes: None,
-    };
-    let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &one, true).unwrap();
+    let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &KEEP_1, true).unwrap();
     assert!(r.discarded.contains(&c1.id), "{r:?}");
     f.write("a.txt", "three\n");
     let back = f.rollback(c1.id);
@@ -339,11 +335,7 @@ fn a_discarded_checkpoint_whose_state_alone_is_gone_says_so() {
     let c1 = checkpoint_with_state(&f, "with state", b"epoch 1");
     let c2 = f.checkpoint("same tree, no state");
     assert_eq!(c1.root, c2.root);
-    let one = RetentionPolicy {
-        keep_per_session: Some(1),
-        max_bytes: None,
-    };
-    let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &one, true).unwrap();
+    let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &KEEP_1, true).unwrap();
     assert_eq!(r.discarded, vec![c1.id], "{r:?}");
     assert!(!f.blobs.contains(&BlobHash::of(b"epoch 1")));
     for dry_run in [true, false] {
@@ -363,6 +355,36 @@ fn a_discarded_checkpoint_whose_state_alone_is_gone_says_so() {
     }
 }
 
+const KEEP_1: RetentionPolicy = RetentionPolicy {
+    keep_per_session: Some(1),
+    max_bytes: None,
+};
+
+/// c1 holds `keep.txt` (100 KB) and `small` (10 KB), c2 `keep.txt` only,
+/// and a retention run keeping one evicts c1: the two files' contents
+/// (noise from `seed` and `seed + 1`), c1 and the run's report.
+fn evict_a_small_file(
+    f: &Fx,
+    small: &str,
+    seed: u8,
+) -> (
+    String,
+    String,
+    CheckpointInfo,
+    cairn_snapshot::RetentionReport,
+) {
+    let keep = noise(100_000, seed);
+    let gone = noise(10_000, seed + 1);
+    f.write("keep.txt", &keep);
+    f.write(small, &gone);
+    let c1 = f.checkpoint("one");
+    std::fs::remove_file(f.p(small)).unwrap();
+    f.checkpoint("two");
+    let r = apply_retention(&f.log, &f.blobs, &f.ws, &KEEP_1).unwrap();
+    assert_eq!(r.discarded, vec![c1.id], "{r:?}");
+    (keep, gone, c1, r)
+}
+
 /// T13-N3: an eviction whose blobs share a pack with live ones leaves them
 /// (the pack is below the rewrite threshold) and says how many; a
 /// compacting run removes them, so the evicted checkpoint's contents can
@@ -370,26 +392,14 @@ fn a_discarded_checkpoint_whose_state_alone_is_gone_says_so() {
 #[test]
 fn an_ordinary_gc_counts_what_it_leaves_and_a_compacting_one_removes_it() {
     let f = fx();
-    let keep = noise(100_000, 1);
-    let secret = noise(10_000, 2);
-    f.write("keep.txt", &keep);
-    f.write("secret.txt", &secret);
-    let c1 = f.checkpoint("one");
-    std::fs::remove_file(f.p("secret.txt")).unwrap();
-    f.checkpoint("two");
-    let one = RetentionPolicy {
-        keep_per_session: Some(1),
-        max_bytes: None,
-    };
-    let r = apply_retention(&f.log, &f.blobs, &f.ws, &one).unwrap();
-    assert_eq!(r.discarded, vec![c1.id], "{r:?}");
+    let (keep, secret, c1, r) = evict_a_small_file(&f, "secret.txt", 1);
     assert_eq!(r.gc.removed_blobs, 0, "{r:?}");
     // The secret and c1's root directory node are left, readable.
     assert_eq!(r.gc.left_below_threshold.blobs, 2, "{r:?}");
     assert!(r.gc.left().dead_bytes > 5_000, "{r:?}");
     assert!(f.blobs.contains(&BlobHash::of(secret.as_bytes())));
 
-    let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &one, true).unwrap();
+    let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &KEEP_1, true).unwrap();
     assert_eq!(r.gc.removed_blobs, 2, "{r:?}");
     assert_eq!(r.gc.left(), LeftBehind::default(), "{r:?}");
     assert!(!f.blobs.contains(&BlobHash::of(secret.as_bytes())));
@@ -404,19 +414,7 @@ fn an_ordinary_gc_counts_what_it_leaves_and_a_compacting_one_removes_it() {
 #[test]
 fn max_bytes_compacts_until_the_store_fits_or_says_by_how_much_it_is_over() {
     let f = fx();
-    let keep = noise(100_000, 3);
-    let old = noise(10_000, 4);
-    f.write("keep.txt", &keep);
-    f.write("old.txt", &old);
-    let c1 = f.checkpoint("one");
-    std::fs::remove_file(f.p("old.txt")).unwrap();
-    f.checkpoint("two");
-    let one = RetentionPolicy {
-        keep_per_session: Some(1),
-        max_bytes: None,
-    };
-    let r = apply_retention(&f.log, &f.blobs, &f.ws, &one).unwrap();
-    assert_eq!(r.discarded, vec![c1.id], "{r:?}");
+    let (keep, old, _, r) = evict_a_small_file(&f, "old.txt", 3);
     let left = r.gc.left();
     assert!(left.blobs > 0, "{r:?}");
     let stored = r.gc.stored_bytes;
