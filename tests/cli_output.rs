@@ -180,6 +180,112 @@ fn a_shell_move_is_a_rename_to_diff_blame_and_history() {
 }
 
 #[test]
+fn a_file_moved_and_edited_in_one_step_is_a_similar_rename() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let body: String = (1..=9).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(ws.join("util.rs"), &body).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+                                           // `git mv util.rs helpers.rs` and one line fixed, before the next
+                                           // checkpoint: one path gone, one new, 8 of 9 lines alike.
+    std::fs::remove_file(ws.join("util.rs")).unwrap();
+    std::fs::write(
+        ws.join("helpers.rs"),
+        body.replace("line 5\n", "line five\n"),
+    )
+    .unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c2
+
+    let shown = text(&cairn(ws, &["diff", "c1", "c2"]));
+    let mut lines = shown.lines();
+    assert_eq!(
+        lines.next(),
+        Some("Renamed util.rs -> helpers.rs (84% similar)"),
+        "{shown}"
+    );
+    assert_eq!(lines.next(), Some("--- a/util.rs"), "{shown}");
+    assert_eq!(lines.next(), Some("+++ b/helpers.rs"), "{shown}");
+    assert!(shown.contains("\n-line 5\n+line five\n"), "{shown}");
+    // Nothing else: the two ends are one rename, not an add and a remove.
+    assert!(!shown.contains("/dev/null"), "{shown}");
+
+    let j = json_lines(&text(&cairn(ws, &["diff", "c1", "c2", "--json"])));
+    assert_eq!(j.len(), 2, "{j:?}");
+    let (added, removed) = (&j[0], &j[1]);
+    assert_eq!(
+        (&added["path"], &added["renamed_from"]),
+        (
+            &serde_json::json!("helpers.rs"),
+            &serde_json::json!("util.rs")
+        )
+    );
+    assert_eq!(removed["renamed_to"], "helpers.rs");
+    assert_eq!(
+        (&added["similarity"], &removed["similarity"]),
+        (&serde_json::json!(84), &serde_json::json!(84))
+    );
+    let u = added["rename_unified"].as_str().unwrap();
+    assert!(u.starts_with("--- a/util.rs\n+++ b/helpers.rs\n"), "{u}");
+    // The ends' own diffs are as before: the whole file added, removed.
+    assert!(added["unified"]
+        .as_str()
+        .unwrap()
+        .starts_with("--- /dev/null"));
+    assert!(removed.get("rename_unified").is_none());
+
+    // Blame keeps c1 for the lines the move brought, c2 for the edit.
+    let blame = json_lines(&text(&cairn(
+        ws,
+        &["blame", "head", "helpers.rs", "--json"],
+    )));
+    let by: Vec<u64> = blame.iter().map(|l| l["lsn"].as_u64().unwrap()).collect();
+    assert_eq!(by, [1, 1, 1, 1, 2, 1, 1, 1, 1]);
+    let follow = [
+        "history",
+        "--follow",
+        "--checkpoints",
+        "helpers.rs",
+        "--json",
+    ];
+    let lsns: Vec<u64> = json_lines(&text(&cairn(ws, &follow)))
+        .iter()
+        .map(|r| r["lsn"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lsns, [1, 2]);
+
+    // Rewritten beyond half, it is a remove and an add again.
+    std::fs::write(ws.join("helpers.rs"), "all\nnew\n").unwrap();
+    std::fs::rename(ws.join("helpers.rs"), ws.join("other.rs")).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c3
+    let shown = text(&cairn(ws, &["diff", "c2", "c3"]));
+    assert!(!shown.contains("Renamed"), "{shown}");
+    assert!(shown.contains("+++ b/other.rs"), "{shown}");
+
+    // Too many files each way to compare them all: exact renames only,
+    // and a note on stderr says so.
+    for i in 0..501 {
+        std::fs::write(ws.join(format!("gone{i}")), format!("gone {i}\n")).unwrap();
+    }
+    std::fs::write(ws.join("moved"), "kept as it was\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c4
+    for i in 0..501 {
+        std::fs::remove_file(ws.join(format!("gone{i}"))).unwrap();
+        std::fs::write(ws.join(format!("new{i}")), format!("new {i}\n")).unwrap();
+    }
+    std::fs::rename(ws.join("moved"), ws.join("moved2")).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c5
+    let o = cairn(ws, &["diff", "c4", "c5"]);
+    ok(&o);
+    assert!(text(&o).contains("Renamed moved -> moved2 (contents unchanged)"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("note: 501 files removed and 501 added are too many to compare"),
+        "{err}"
+    );
+}
+
+#[test]
 fn history_of_a_directory_is_the_same_with_or_without_its_slash() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();

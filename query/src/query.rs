@@ -85,6 +85,24 @@ pub struct FileDiff {
     /// On a removed path: the added path of this diff that holds its
     /// contents now.
     pub renamed_to: Option<String>,
+    /// On both ends of a rename: how alike the two files are, in percent
+    /// (100: the same contents; see [`crate::renames`]).
+    pub similarity: Option<u8>,
+    /// On the added end of a rename with edits (similarity under 100, text
+    /// on both sides): the unified diff from the old path's contents to
+    /// the new path's, headed `a/OLD` and `b/NEW` as git's.
+    pub rename_unified: Option<String>,
+}
+
+/// The unified diff of two files' bytes (read as UTF-8, lossily) under
+/// the headers `a` and `b`.
+fn unified_diff(old: &[u8], new: &[u8], a: &str, b: &str) -> String {
+    let (os, ns) = (String::from_utf8_lossy(old), String::from_utf8_lossy(new));
+    line_diff(os.as_ref(), ns.as_ref())
+        .unified_diff()
+        .context_radius(DIFF_CONTEXT_LINES)
+        .header(a, b)
+        .to_string()
 }
 
 /// One line of a blamed file: the record that last changed it.
@@ -564,26 +582,11 @@ impl<'a> Query<'a> {
                     .unwrap_or_default();
                 binary = is_binary(&ob) || is_binary(&nb);
                 if !binary {
-                    let (os, ns) = (String::from_utf8_lossy(&ob), String::from_utf8_lossy(&nb));
-                    let (ha, hb) = (
-                        if old.is_some() {
-                            format!("a/{path}")
-                        } else {
-                            "/dev/null".into()
-                        },
-                        if new.is_some() {
-                            format!("b/{path}")
-                        } else {
-                            "/dev/null".into()
-                        },
-                    );
-                    unified = Some(
-                        line_diff(os.as_ref(), ns.as_ref())
-                            .unified_diff()
-                            .context_radius(DIFF_CONTEXT_LINES)
-                            .header(&ha, &hb)
-                            .to_string(),
-                    );
+                    let header = |side: Option<TreeEntry>, prefix: &str| match side {
+                        Some(_) => format!("{prefix}/{path}"),
+                        None => "/dev/null".into(),
+                    };
+                    unified = Some(unified_diff(&ob, &nb, &header(old, "a"), &header(new, "b")));
                 }
             }
             out.push(FileDiff {
@@ -596,24 +599,29 @@ impl<'a> Query<'a> {
                 new,
                 renamed_from: None,
                 renamed_to: None,
+                similarity: None,
+                rename_unified: None,
             });
         }
-        self.mark_renames(&mut out);
+        self.mark_renames(&mut out)?;
         Ok(out)
     }
 
-    /// Pairs the removed and added paths of a diff that hold the same
-    /// contents (see [`crate::renames`]) and marks both ends.
-    fn mark_renames(&self, diffs: &mut [FileDiff]) {
+    /// Pairs the removed and added paths of a diff that hold the same or
+    /// similar contents (see [`crate::renames`]) and marks both ends; a
+    /// similar pair's added end gets the diff from the old path's contents.
+    fn mark_renames(&self, diffs: &mut [FileDiff]) -> Result<()> {
         let ends = |status: DiffStatus| {
             diffs
                 .iter()
                 .filter(move |d| d.status == status)
                 .filter_map(|d| Some((d.path.as_str(), d.old.or(d.new)?)))
         };
-        let found = renames::pair(ends(DiffStatus::Removed), ends(DiffStatus::Added), |b| {
-            self.blob_is_empty(b)
-        });
+        let found = renames::pair(
+            ends(DiffStatus::Removed),
+            ends(DiffStatus::Added),
+            self.blobs,
+        );
         // Each end by its path, so that a directory of thousands of files
         // moved is marked in one pass, not one pass per file.
         let at: HashMap<(&str, DiffStatus), usize> = diffs
@@ -630,9 +638,27 @@ impl<'a> Query<'a> {
             })
             .collect();
         for (from, to, r) in marks {
+            if r.similarity < 100 {
+                let (Some(old), Some(new)) = (diffs[from].old, diffs[to].new) else {
+                    continue;
+                };
+                let (ob, nb) = (self.blobs.get(&old.blob)?, self.blobs.get(&new.blob)?);
+                if !is_binary(&ob) && !is_binary(&nb) {
+                    diffs[to].rename_unified = Some(unified_diff(
+                        &ob,
+                        &nb,
+                        &format!("a/{}", r.from),
+                        &format!("b/{}", r.to),
+                    ));
+                }
+            }
+            for end in [from, to] {
+                diffs[end].similarity = Some(r.similarity);
+            }
             diffs[from].renamed_to = Some(r.to);
             diffs[to].renamed_from = Some(r.from);
         }
+        Ok(())
     }
 
     /// The path that `path` was renamed from at the reset (checkpoint or
@@ -656,16 +682,10 @@ impl<'a> Query<'a> {
         if !after.contains_key(path) {
             return Ok(None);
         }
-        Ok(renames::between(&before, &after, |b| self.blob_is_empty(b))
+        Ok(renames::between(&before, &after, self.blobs)
             .into_iter()
             .find(|r| r.to == path)
             .map(|r| r.from))
-    }
-
-    /// True if the blob holds no bytes (an empty file, never paired as a
-    /// rename): the hash of no bytes, or a blob the store says is empty.
-    fn blob_is_empty(&self, b: &BlobHash) -> bool {
-        *b == BlobHash::of(b"") || self.blobs.len(b) == Some(0)
     }
 
     /// Every record naming `path` (as `path`, `to_path` or in `files`), in

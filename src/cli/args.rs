@@ -268,7 +268,9 @@ pub enum Command {
     ///
     /// A file moved without a change (a recorded move, or a shell `mv` a
     /// checkpoint saw: one path gone, one new with the same contents) is
-    /// shown as one `Renamed` line.
+    /// shown as one `Renamed` line. A file moved and edited in the same
+    /// step (at least 50% alike, as git's `diff -M`) is shown as `Renamed
+    /// OLD -> NEW (N% similar)` followed by the diff between the two.
     #[command(after_help = "Example:\n  cairn diff c3 c9\n  cairn diff c3 head -- src/lib.rs")]
     Diff {
         /// From.
@@ -280,7 +282,10 @@ pub enum Command {
         paths: Vec<String>,
         /// One JSON object per file: `path`, `status` (added, removed,
         /// modified), `binary`, `too_large`, `unified`; `renamed_from` on
-        /// the added end of a rename and `renamed_to` on its removed end;
+        /// the added end of a rename and `renamed_to` on its removed end,
+        /// `similarity` (percent, 100 when unchanged) on both, and
+        /// `rename_unified` (the diff from the old path's contents) on the
+        /// added end of an edited one;
         /// `not_captured_at` and `not_captured_why` for a file a checkpoint
         /// did not capture.
         #[arg(long)]

@@ -773,6 +773,12 @@ pub fn diff(
             if let Some(to) = renamed_to {
                 v["renamed_to"] = serde_json::json!(to);
             }
+            if renamed_from.is_some() || renamed_to.is_some() {
+                v["similarity"] = serde_json::json!(d.similarity);
+            }
+            if let Some(u) = d.rename_unified.as_ref().filter(|_| renamed_from.is_some()) {
+                v["rename_unified"] = serde_json::json!(u);
+            }
             writeln!(out, "{v}")?;
             continue;
         }
@@ -783,12 +789,21 @@ pub fn diff(
         }
         let shown = quote_path(&d.path);
         if let Some(from) = renamed_from {
+            let how = match d.similarity {
+                Some(n) if n < 100 => format!("{n}% similar"),
+                _ => "contents unchanged".to_string(),
+            };
             writeln!(
                 out,
-                "{} {} -> {shown} (contents unchanged)",
+                "{} {} -> {shown} ({how})",
                 st.bold("Renamed"),
                 quote_path(from)
             )?;
+            if let Some(u) = &d.rename_unified {
+                let (header, hunks) =
+                    split_unified(u, &format!("a/{from}"), &format!("b/{}", d.path));
+                print_hunks(&mut out, &st, &header, hunks)?;
+            }
             continue;
         }
         if let Some((side, why)) = missing {
@@ -809,7 +824,15 @@ pub fn diff(
         } else if d.binary {
             writeln!(out, "{} {shown} ({status})", st.bold("Binary file"))?;
         } else if let Some(u) = &d.unified {
-            let (header, hunks) = split_unified(d, u);
+            let side = |present: bool, prefix: &str| match present {
+                true => format!("{prefix}{}", d.path),
+                false => "/dev/null".to_string(),
+            };
+            let (header, hunks) = split_unified(
+                u,
+                &side(d.old.is_some(), "a/"),
+                &side(d.new.is_some(), "b/"),
+            );
             if hunks.is_empty() {
                 // No line to show (an empty file added or removed, or
                 // contents that differ only in bytes that are not UTF-8),
@@ -821,21 +844,7 @@ pub fn diff(
                 writeln!(out, "{shown} {status} ({why})")?;
                 continue;
             }
-            for line in header {
-                writeln!(out, "{}", st.bold(&line))?;
-            }
-            for line in hunks.lines() {
-                let styled = if line.starts_with('+') {
-                    st.green(line)
-                } else if line.starts_with('-') {
-                    st.red(line)
-                } else if line.starts_with("@@") {
-                    st.cyan(line)
-                } else {
-                    line.to_string()
-                };
-                writeln!(out, "{styled}")?;
-            }
+            print_hunks(&mut out, &st, &header, hunks)?;
         } else {
             writeln!(out, "{shown} {status} (mode or kind changed)")?;
         }
@@ -843,29 +852,62 @@ pub fn diff(
     if diffs.is_empty() && !json {
         writeln!(out, "no differences")?;
     }
+    // Files left unpaired each way, as the query's second pass counted them.
+    let left = |status: DiffStatus| {
+        diffs
+            .iter()
+            .filter(|d| d.status == status && d.similarity.is_none())
+            .filter(|d| {
+                d.old
+                    .or(d.new)
+                    .is_some_and(|e| e.kind == cairn::query::EntryKind::File)
+            })
+            .count()
+    };
+    let (gone, new) = (left(DiffStatus::Removed), left(DiffStatus::Added));
+    if cairn::query::renames::too_many_to_compare(gone, new) {
+        drop(out);
+        eprintln!(
+            "note: {gone} files removed and {new} added are too many to compare for moved-and-edited files (over {} pairs): only renames with unchanged contents are shown",
+            cairn::query::renames::MAX_SIMILARITY_PAIRS
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// A text diff's `---`/`+++` header lines, with the path quoted as every
 /// listing quotes it (git's `--- "a/nl\nname"`), and its hunks. The header
-/// is the one the query wrote (`a/PATH` or `/dev/null`, then `b/PATH`), cut
-/// off by its known text rather than by lines, which a newline in the path
-/// would split. Without hunks (no line differs) there is no header either.
-fn split_unified<'a>(d: &cairn::query::query::FileDiff, u: &'a str) -> ([String; 2], &'a str) {
-    let side = |present: bool, prefix: &str| {
-        if present {
-            format!("{prefix}{}", d.path)
-        } else {
-            "/dev/null".to_string()
-        }
-    };
-    let (a, b) = (side(d.old.is_some(), "a/"), side(d.new.is_some(), "b/"));
+/// is the one the query wrote (`a` is `a/PATH` or `/dev/null`, `b` is
+/// `b/PATH`), cut off by its known text rather than by lines, which a
+/// newline in the path would split. Without hunks (no line differs) there
+/// is no header either.
+fn split_unified<'a>(u: &'a str, a: &str, b: &str) -> ([String; 2], &'a str) {
     let hunks = u.strip_prefix(&format!("--- {a}\n+++ {b}\n")).unwrap_or(u);
     let header = [
-        format!("--- {}", quote_path(&a)),
-        format!("+++ {}", quote_path(&b)),
+        format!("--- {}", quote_path(a)),
+        format!("+++ {}", quote_path(b)),
     ];
     (header, hunks)
+}
+
+/// Prints a diff's header (bold) and its hunks, colored as git colors them.
+fn print_hunks(out: &mut impl Write, st: &Style, header: &[String], hunks: &str) -> Result<()> {
+    for line in header {
+        writeln!(out, "{}", st.bold(line))?;
+    }
+    for line in hunks.lines() {
+        let styled = if line.starts_with('+') {
+            st.green(line)
+        } else if line.starts_with('-') {
+            st.red(line)
+        } else if line.starts_with("@@") {
+            st.cyan(line)
+        } else {
+            line.to_string()
+        };
+        writeln!(out, "{styled}")?;
+    }
+    Ok(())
 }
 
 /// `cairn history PATH`.
