@@ -1545,6 +1545,59 @@ fn tree_and_diff_name_a_file_a_checkpoint_did_not_capture() {
     );
 }
 
+/// The same point named by its LSN or as `head` gives the same answer as
+/// its checkpoint id: a file the checkpoint could not capture is "not
+/// captured", not removed or missing; a rollback that kept it carries the
+/// mark to the head; a later record writing it clears it.
+#[test]
+fn a_file_not_captured_is_named_so_at_any_spelling_of_the_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    std::fs::write(ws.join("big.bin"), "small\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    let big = std::fs::OpenOptions::new()
+        .write(true)
+        .open(ws.join("big.bin"))
+        .unwrap();
+    big.set_len(cairn::snapshot::workspace::DEFAULT_MAX_FILE_BYTES + 1)
+        .unwrap();
+    drop(big);
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c2, @2
+    for at in ["c2", "@2", "head"] {
+        let d = ok(&cairn(ws, &["diff", "c1", at]));
+        assert!(
+            d.contains(&format!("big.bin not captured at {at} (too large)"))
+                && !d.contains("-small"),
+            "{at}: {d}"
+        );
+        let e = failed(&cairn(ws, &["show", &format!("{at}:big.bin")]));
+        assert!(e.contains("was not captured at"), "{at}: {e}");
+        let t = ok(&cairn(ws, &["tree", at]));
+        assert!(t.contains(&format!("not captured at {at}")), "{at}: {t}");
+    }
+    // The rollback to c1 keeps big.bin (its undo point could not hold it):
+    // at the head it is in the workspace, not captured, as it was at c2.
+    ok(&cairn(ws, &["rollback", "-q", "c1"]));
+    let t = ok(&cairn(ws, &["tree", "head"]));
+    assert!(
+        t.contains("not captured at head") && t.lines().any(|l| l.ends_with("big.bin")),
+        "{t}"
+    );
+    let j = json_lines(&ok(&cairn(ws, &["diff", "c1", "head", "--json"])));
+    assert_eq!(j.len(), 1, "{j:?}");
+    assert_eq!(j[0]["not_captured_at"], "head");
+    // A record that writes the file gives it contents again.
+    let h = ok(&cairn_stdin(ws, &["blob", "put", "-"], Some("tiny\n")));
+    let h = h.split_whitespace().next().unwrap();
+    let rec = format!("{{\"kind\":\"file.write\",\"path\":\"big.bin\",\"after\":\"{h}\"}}\n");
+    ok(&cairn_stdin(ws, &["record", "-q"], Some(&rec)));
+    let t = ok(&cairn(ws, &["tree", "head"]));
+    assert!(!t.contains("not captured"), "{t}");
+    assert_eq!(ok(&cairn(ws, &["show", "head:big.bin"])), "tiny\n");
+}
+
 /// A file named `.cairn` that a checkpoint captured, where a nested store
 /// now stands: a rollback keeps the store (it never touches one) and says
 /// so, rather than failing part way or deleting it.

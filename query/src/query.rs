@@ -8,6 +8,7 @@ use std::io::Write;
 use similar::{DiffOp, TextDiff};
 
 use cairn_codec::{BlobHash, CheckpointId, EventKind, Lsn, Timestamp};
+use cairn_snapshot::checkpoint::NotCaptured;
 
 use crate::error::{QueryError, Result};
 use crate::export::{ExportStats, Exporter, Format};
@@ -485,6 +486,74 @@ impl<'a> Query<'a> {
             }
         }
         Ok(tree)
+    }
+
+    /// The files that were in the workspace at `at` but whose contents no
+    /// record holds (so they are absent from [`Query::tree_at_lsn`]): those
+    /// the last checkpoint at or before `at` could not capture (too large
+    /// or unreadable then: its `meta.not_captured`), carried through a
+    /// rollback for the paths it left as they were (its `meta.kept`, and
+    /// those outside its paths), less those a later record up to `at`
+    /// wrote, deleted or moved. The same answer for a checkpoint's id, its
+    /// LSN, `head` or a time, as the tree is. A checkpoint names at most
+    /// `MAX_NOT_CAPTURED_NAMED` of them.
+    pub fn not_captured_at_lsn(&self, at: Lsn) -> Result<Vec<NotCaptured>> {
+        let Some(reset) = self.index.last_reset(at) else {
+            return Ok(Vec::new());
+        };
+        let rec = self.src.read(reset.lsn)?;
+        let mut list: Vec<NotCaptured> = if rec.event.kind == EventKind::CheckpointCreate {
+            rec.event
+                .meta
+                .as_ref()
+                .and_then(|m| m.0.get(cairn_snapshot::NOT_CAPTURED_KEY))
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default()
+        } else if reset.scope.is_all() || reset.lsn.0 <= 1 {
+            Vec::new()
+        } else {
+            // A rollback: the paths it set take its target's captured
+            // entries; the others are as they were before it.
+            let mut before = self.not_captured_at_lsn(Lsn(reset.lsn.0 - 1))?;
+            before.retain(|n| !reset.scope.touches(&n.path));
+            before
+        };
+        if list.is_empty() {
+            return Ok(list);
+        }
+        for r in self.src.iter_from(reset.lsn.next()) {
+            let r = r?;
+            if r.lsn > at || list.is_empty() {
+                break;
+            }
+            let TreeChange::Paths(changes) = tree_change(&r.event) else {
+                continue;
+            };
+            for (path, c) in &changes {
+                // A move from a file not captured leaves its new path not
+                // captured too, unless the record gives the new contents.
+                let moved = match c {
+                    PathChange::MoveIn { from, after: None } => {
+                        list.iter().find(|n| n.path == *from).map(|n| n.why.clone())
+                    }
+                    _ => None,
+                };
+                list.retain(|n| n.path != *path);
+                if let Some(why) = moved {
+                    list.push(NotCaptured {
+                        path: path.to_string(),
+                        why,
+                    });
+                }
+            }
+        }
+        list.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(list)
+    }
+
+    /// [`Query::not_captured_at_lsn`] at a point.
+    pub fn not_captured_at(&self, p: Point) -> Result<Vec<NotCaptured>> {
+        self.not_captured_at_lsn(self.resolve(p)?)
     }
 
     /// The tree (every path with its blob, mode and kind) at a point.

@@ -669,9 +669,14 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
         }
     }
     if !json && !uncaptured.is_empty() {
+        // Only a checkpoint is a rollback's target.
+        let rollback = match p {
+            Point::Checkpoint(_) => "; a rollback to it keeps them as they are",
+            _ => "",
+        };
         writeln!(
             out,
-            "not captured at {point} (in the workspace then, contents not stored; a rollback to it keeps them as they are):"
+            "not captured at {point} (in the workspace then, contents not stored{rollback}):"
         )?;
         for n in &uncaptured {
             writeln!(
@@ -685,18 +690,15 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The files checkpoint `p` names as not captured (too large or
-/// unreadable then: absent from its tree, though they were in the
-/// workspace); empty for a point that is no checkpoint id. A record names
-/// at most [`cairn::snapshot::scan::MAX_NOT_CAPTURED_NAMED`].
+/// The files in the workspace at point `p` whose contents no record holds
+/// (too large or unreadable for a checkpoint then: absent from its tree,
+/// though they were there); see `Query::not_captured_at_lsn`. A record
+/// names at most [`cairn::snapshot::scan::MAX_NOT_CAPTURED_NAMED`].
 fn not_captured_at(
     store: &cairn::Store,
     p: &Point,
 ) -> Result<Vec<cairn::snapshot::checkpoint::NotCaptured>> {
-    Ok(match p {
-        Point::Checkpoint(id) => store.find_checkpoint(*id)?.not_captured,
-        _ => Vec::new(),
-    })
+    Ok(store.query(|q| q.not_captured_at(*p))?)
 }
 
 /// `cairn diff A B [-- PATH...]`.
