@@ -59,7 +59,10 @@ impl VfsFile for FaultyFile {
             .compare_exchange(1, 2, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            // Long enough for a second sync to start and end when more
+            // than one may run at once; with one at a time the second
+            // appender waits for this one, and this fails first.
+            let deadline = std::time::Instant::now() + Duration::from_millis(300);
             while gate.load(Ordering::SeqCst) != 3 && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -515,10 +518,12 @@ fn interval_appenders_never_run_a_sync() {
     }
 }
 
-/// Two group-commit syncs run at once. The earlier one fails after the
+/// A sync fails while a second appender waits. Where two syncs may run at
+/// once (`MAX_SYNCS_IN_FLIGHT` above 1), the earlier one fails after the
 /// later one succeeded: the later one's success proves nothing about the
-/// earlier records (the kernel reports a write-back error to one caller),
-/// so neither appender may be acknowledged, and the writer is poisoned.
+/// earlier records (the kernel reports a write-back error to one caller).
+/// Either way neither appender may be acknowledged, and the writer is
+/// poisoned.
 #[test]
 fn a_later_sync_never_acknowledges_past_an_earlier_failed_one() {
     let tmp = tempfile::tempdir().unwrap();
@@ -533,7 +538,8 @@ fn a_later_sync_never_acknowledges_past_an_earlier_failed_one() {
     while faulty.gate.load(Ordering::SeqCst) != 2 {
         std::thread::sleep(Duration::from_millis(1));
     }
-    // The first sync is running; this append starts a second one.
+    // The first sync is running; this append waits for it, or starts a
+    // second one.
     let second = log.append(&ev(2));
     let first = first.join().unwrap();
     assert!(first.is_err(), "the failed sync's appender is told");
