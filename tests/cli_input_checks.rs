@@ -420,3 +420,82 @@ fn log_filters_by_phase_and_by_record() {
         "{e}"
     );
 }
+
+/// Trial 14 T5: a rejected line's message quotes the input with its
+/// control characters escaped (an ESC from another tool's audit file must
+/// not reach the terminal), as every error does.
+#[test]
+fn rejection_messages_escape_control_characters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let lines = "{\"kind\":\"prompt\",\"\\u001b[31mRED\":1}\n{\"kind\":\"nope\\u001b[2J\"}\n";
+    let o = cairn_stdin(ws, &["record"], Some(lines));
+    let e = err(&o);
+    assert!(!o.status.success());
+    assert!(!e.contains('\u{1b}'), "{e:?}");
+    assert!(
+        e.contains("`\\u001b[31mRED`") && e.contains("`nope\\u001b[2J`"),
+        "{e}"
+    );
+}
+
+/// Trial 14 T4, T5 and T7: read commands look up what records name (a path
+/// under `.git` too); `blame` takes POINT:PATH as `show` does and refuses a
+/// path outside the workspace as such; a mode change says which modes; an
+/// empty tree and a diff against `head` that finds nothing say why.
+#[test]
+fn read_commands_take_what_records_name_and_say_what_they_show() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("f.sh"), "one\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    let h = blob(ws, "hook.txt", "hook\n");
+    std::fs::remove_file(ws.join("hook.txt")).unwrap();
+    let rec = format!(
+        "{{\"kind\":\"file.write\",\"path\":\".git/hooks/pre-commit\",\"after\":\"{h}\"}}\n"
+    );
+    ok(&cairn_stdin(ws, &["record", "-q"], Some(&rec))); // @2
+    assert_eq!(
+        ok(&cairn(ws, &["show", "head:.git/hooks/pre-commit"])),
+        "hook\n"
+    );
+    let b = ok(&cairn(ws, &["blame", "head", ".git/hooks/pre-commit"]));
+    assert!(b.contains("@2") && b.contains("hook"), "{b}");
+    // Tracking one is still refused: cairn never captures `.git`.
+    assert!(failed(&cairn(ws, &["track", ".git/x"])).contains("`.git`"));
+
+    let b = ok(&cairn(ws, &["blame", "c1:f.sh"]));
+    assert!(b.contains("@1") && b.ends_with("one\n"), "{b}");
+    let e = failed(&cairn(ws, &["blame", "c1", "../x"]));
+    assert!(e.contains("`..` would leave the workspace"), "{e}");
+    let e = failed(&cairn(ws, &["blame", "c1"]));
+    assert!(e.contains("blame takes POINT PATH or POINT:PATH"), "{e}");
+
+    // A mode change alone, then with an edit.
+    let exec = |mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(ws.join("f.sh"), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    exec(0o755);
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c3
+    std::fs::write(ws.join("f.sh"), "one\ntwo\n").unwrap();
+    exec(0o644);
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c4
+    assert_eq!(
+        ok(&cairn(ws, &["diff", "c1", "c3", "--", "f.sh"])),
+        "f.sh modified (mode 644 -> 755)\n"
+    );
+    let d = ok(&cairn(ws, &["diff", "c3", "c4"]));
+    assert!(d.starts_with("f.sh mode 755 -> 644\n--- a/f.sh\n"), "{d}");
+
+    // Points are history: an edit on disk is not in `head` until captured.
+    std::fs::write(ws.join("f.sh"), "changed\n").unwrap();
+    let o = cairn(ws, &["diff", "c4", "head"]);
+    assert_eq!(ok(&o), "no differences\n");
+    assert!(err(&o).contains("`head` is the state after the last record, not the files on disk"));
+    let o = cairn(ws, &["tree", "@0"]);
+    assert_eq!(ok(&o), "");
+    assert!(err(&o).contains("no files at @0"), "{}", err(&o));
+}

@@ -195,6 +195,18 @@ impl FromStr for CheckpointId {
         let digits = s.strip_prefix('c').unwrap_or("");
         match digits.parse::<u64>() {
             Ok(n) if n > 0 && !digits.starts_with('+') => Ok(CheckpointId(Lsn(n))),
+            // All digits, but past any LSN a log can reach.
+            Err(e)
+                if *e.kind() == std::num::IntErrorKind::PosOverflow
+                    && digits.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                Err(CodecError::Invalid {
+                    what: format!(
+                        "`{s}` is too large to be a checkpoint id (ids are LSNs, at most c{})",
+                        u64::MAX
+                    ),
+                })
+            }
             _ => Err(CodecError::Invalid {
                 what: format!("`{s}` is not a checkpoint id (ids look like `c42`)"),
             }),

@@ -72,7 +72,19 @@ impl FromStr for Point {
         // (Timestamp::parse's own error offers epoch milliseconds, which a
         // point does not take: see the bare-number case above.)
         Timestamp::parse(t).map(Point::Time).map_err(|_| {
-            bad("not `@LSN`, a checkpoint id (`c42`), `head`, nor an ISO-8601 time such as 2026-11-22T10:00:00Z".into())
+            // A date at the edge of the range cairn holds (the last day of
+            // year 9999, year 0) is named as out of range, not as malformed.
+            let edge = (t.starts_with("9999-") || t.starts_with("0000-"))
+                && t.as_bytes().get(7) == Some(&b'-');
+            if edge {
+                bad(format!(
+                    "an ISO-8601 time outside the range cairn holds ({} to {})",
+                    Timestamp::MIN,
+                    Timestamp::MAX
+                ))
+            } else {
+                bad("not `@LSN`, a checkpoint id (`c42`), `head`, nor an ISO-8601 time such as 2026-11-22T10:00:00Z".into())
+            }
         })
     }
 }
@@ -81,6 +93,24 @@ impl FromStr for Point {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_past_the_range_or_a_huge_id_is_named_so() {
+        let e = "9999-12-31T00:00:00Z"
+            .parse::<Point>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("outside the range cairn holds"), "{e}");
+        let e = "2026-13-45".parse::<Point>().unwrap_err().to_string();
+        assert!(e.contains("nor an ISO-8601 time"), "{e}");
+        let e = "c99999999999999999999"
+            .parse::<Point>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("too large to be a checkpoint id"), "{e}");
+        let e = "cx".parse::<Point>().unwrap_err().to_string();
+        assert!(e.contains("is not a checkpoint id"), "{e}");
+    }
 
     #[test]
     fn parses_every_form() {

@@ -74,6 +74,18 @@ pub fn is_store_dir_name(rel: &str) -> bool {
 /// NUL bytes, non-UTF-8 text and anything under `.git` or `.cairn`.
 /// `.` (the whole workspace) normalises to the empty string.
 pub fn normalize(root: &Path, input: &str) -> Result<String> {
+    let joined = normalize_for_reading(root, input)?;
+    if let Some(why) = protected_reason(&joined) {
+        return Err(SnapshotError::bad_path(input, why));
+    }
+    Ok(joined)
+}
+
+/// [`normalize`] for a path only looked up in history (`show`, `diff`,
+/// `blame`), not captured or restored: a path under `.git` or `.cairn` is
+/// accepted, since a record may name one (an agent's tool wrote
+/// `.git/hooks/pre-commit`) and `tree` lists what records name.
+pub fn normalize_for_reading(root: &Path, input: &str) -> Result<String> {
     if input.is_empty() {
         return Err(SnapshotError::bad_path(input, "the path is empty"));
     }
@@ -124,11 +136,7 @@ pub fn normalize(root: &Path, input: &str) -> Result<String> {
             }
         }
     }
-    let joined = out.join("/");
-    if let Some(why) = protected_reason(&joined) {
-        return Err(SnapshotError::bad_path(input, why));
-    }
-    Ok(joined)
+    Ok(out.join("/"))
 }
 
 /// Checks a path read from a manifest (already split into valid names, but

@@ -322,12 +322,15 @@ pub enum Command {
     /// discarded the file's earlier history, a line is shown as `<=@N`
     /// (`"history_cut": true` in --json): written by record N or by an
     /// earlier one no longer known.
-    #[command(after_help = "Example:\n  cairn blame head src/main.rs")]
+    #[command(
+        after_help = "Example:\n  cairn blame head src/main.rs\n  cairn blame c12:src/main.rs"
+    )]
     Blame {
-        /// @LSN, a checkpoint id, an ISO time or `head`.
+        /// @LSN, a checkpoint id, an ISO time or `head`; or POINT:PATH as
+        /// `show` takes it, with PATH omitted.
         point: String,
         /// Workspace-relative path.
-        path: String,
+        path: Option<String>,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,

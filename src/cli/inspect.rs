@@ -572,6 +572,25 @@ fn split_point_path(spec: &str) -> Result<(Point, &str)> {
     )))
 }
 
+/// `path` (resolved from what the user `typed`) as a read command looks it
+/// up, normalised as `rollback --path` and `diff --` take paths: a path
+/// outside the workspace (`../x` from the root) is refused as such, not
+/// looked up; one under `.git` is looked up, as records may name it.
+fn lookup_path(store: &cairn::Store, path: &str, typed: &str) -> Result<String> {
+    Ok(match store.workspace_dir() {
+        Some(root) => {
+            cairn::snapshot::relpath::normalize_for_reading(root, path).map_err(|e| match e {
+                // Named as typed, not as resolved from the current directory.
+                cairn::snapshot::SnapshotError::BadPath { reason, .. } => {
+                    cairn::snapshot::SnapshotError::bad_path(typed, reason)
+                }
+                e => e,
+            })?
+        }
+        None => path.to_string(),
+    })
+}
+
 /// `cairn show POINT:PATH`. As git reads `HEAD:path`, the path is from
 /// the workspace root unless it starts with `./` or `../` (then from the
 /// current directory).
@@ -583,18 +602,7 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
         .map(|(root, cwd)| super::paths::from_cwd(typed, &root, &cwd));
     let path = from_here.as_deref().unwrap_or(typed);
     let store = settings.open_read()?;
-    // Normalised as `rollback --path` and `diff --` do: a path outside the
-    // workspace (`../x` from the root) is refused as such, not looked up.
-    let path = match store.workspace_dir() {
-        Some(root) => cairn::snapshot::relpath::normalize(root, path).map_err(|e| match e {
-            // Named as typed, not as resolved from the current directory.
-            cairn::snapshot::SnapshotError::BadPath { reason, .. } => {
-                cairn::snapshot::SnapshotError::bad_path(typed, reason)
-            }
-            e => e,
-        })?,
-        None => path.to_string(),
-    };
+    let path = lookup_path(&store, path, typed)?;
     let path = path.as_str();
     if path.is_empty() {
         return Err(super::usage(format!(
@@ -668,6 +676,9 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
             )?;
         }
     }
+    if !json && tree.is_empty() && uncaptured.is_empty() {
+        eprintln!("note: no files at {point}");
+    }
     if !json && !uncaptured.is_empty() {
         // Only a checkpoint is a rollback's target.
         let rollback = match p {
@@ -716,7 +727,7 @@ pub fn diff(
     let paths = match store.workspace_dir() {
         Some(root) => paths
             .iter()
-            .map(|p| cairn::snapshot::relpath::normalize(root, p))
+            .map(|p| cairn::snapshot::relpath::normalize_for_reading(root, p))
             .collect::<std::result::Result<Vec<_>, _>>()?,
         None => paths.to_vec(),
     };
@@ -816,6 +827,12 @@ pub fn diff(
             )?;
             continue;
         }
+        let changed = mode_change(d);
+        if let (Some(c), true) = (&changed, d.old.map(|e| e.blob) != d.new.map(|e| e.blob)) {
+            // The contents changed too: the mode first, as git's `old mode`
+            // and `new mode` lines come first.
+            writeln!(out, "{shown} {c}")?;
+        }
         if d.too_large {
             writeln!(
                 out,
@@ -848,11 +865,17 @@ pub fn diff(
             }
             print_hunks(&mut out, &st, &header, hunks)?;
         } else {
-            writeln!(out, "{shown} {status} (mode or kind changed)")?;
+            let what = changed.unwrap_or_else(|| "mode or kind changed".into());
+            writeln!(out, "{shown} {status} ({what})")?;
         }
     }
     if diffs.is_empty() && !json {
         writeln!(out, "no differences")?;
+        if matches!(pa, Point::Head) || matches!(pb, Point::Head) {
+            eprintln!(
+                "note: `head` is the state after the last record, not the files on disk: an edit since the last checkpoint is in it once `cairn checkpoint` captures it"
+            );
+        }
     }
     // Files left unpaired each way, as the query's second pass counted them.
     let left = |status: DiffStatus| {
@@ -875,6 +898,24 @@ pub fn diff(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How a path's mode or kind changed between the two ends of a diff, when
+/// it did: `mode 644 -> 755`, `file -> symlink`.
+fn mode_change(d: &cairn::query::query::FileDiff) -> Option<String> {
+    use cairn::query::EntryKind;
+    let (a, b) = (d.old?, d.new?);
+    let kind = |k: EntryKind| match k {
+        EntryKind::File => "file",
+        EntryKind::Symlink => "symlink",
+    };
+    if a.kind != b.kind {
+        Some(format!("{} -> {}", kind(a.kind), kind(b.kind)))
+    } else if a.mode != b.mode && a.kind == EntryKind::File {
+        Some(format!("mode {:o} -> {:o}", a.mode, b.mode))
+    } else {
+        None
+    }
 }
 
 /// A text diff's `---`/`+++` header lines, with the path quoted as every
@@ -940,9 +981,32 @@ pub fn history(
 }
 
 /// `cairn blame POINT PATH`.
-pub fn blame(settings: &Settings, point: &str, path: &str, json: bool) -> Result<ExitCode> {
-    let p = parse_point(point)?;
+pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -> Result<ExitCode> {
+    // `blame c12:src/a.rs`, as `show` takes it: the path is then read as
+    // `show` reads its own (from the root unless it starts with `./`).
+    let (p, point, typed, from_here) = match path {
+        Some(path) => (parse_point(point)?, point, path, None),
+        None => {
+            let (p, typed) = split_point_path(point).map_err(|_| {
+                super::usage(format!(
+                    "blame takes POINT PATH or POINT:PATH (for example `cairn blame c12 src/main.rs`); `{point}` is neither"
+                ))
+            })?;
+            let from_here = (typed.starts_with("./") || typed.starts_with("../"))
+                .then(|| settings.workspace_and_cwd())
+                .flatten()
+                .map(|(root, cwd)| super::paths::from_cwd(typed, &root, &cwd));
+            (p, &point[..point.len() - typed.len() - 1], typed, from_here)
+        }
+    };
     let store = settings.open_read()?;
+    let path = lookup_path(&store, from_here.as_deref().unwrap_or(typed), typed)?;
+    if path.is_empty() {
+        return Err(super::usage(format!(
+            "`{typed}` names the workspace root, a directory: blame takes a file (`cairn tree {point}` lists them)"
+        )));
+    }
+    let path = path.as_str();
     let lines = store
         .query(|q| q.blame(p, path))
         .with_context(|| format!("blame {} at {point}", quote_path(path)))?;

@@ -116,7 +116,7 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 pub fn describe(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
-        let text = cause.to_string();
+        let text = output::escape_controls(&cause.to_string()).into_owned();
         if !out.contains(&text) {
             if !out.is_empty() {
                 out.push_str(": ");
@@ -166,7 +166,8 @@ impl Settings {
         let typed: Vec<&mut String> = match &mut command {
             Command::Track { paths } | Command::Diff { paths, .. } => paths.iter_mut().collect(),
             Command::Rollback(a) => a.paths.iter_mut().collect(),
-            Command::History { path, .. } | Command::Blame { path, .. } => vec![path],
+            Command::History { path, .. } => vec![path],
+            Command::Blame { path, .. } => path.iter_mut().collect(),
             Command::Log(a) => a.filter.path.iter_mut().collect(),
             Command::Export(a) => a.filter.path.iter_mut().collect(),
             _ => Vec::new(),
@@ -403,7 +404,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             follow,
             json,
         } => inspect::history(&settings, &path, checkpoints, follow, json),
-        Command::Blame { point, path, json } => inspect::blame(&settings, &point, &path, json),
+        Command::Blame { point, path, json } => {
+            inspect::blame(&settings, &point, path.as_deref(), json)
+        }
         Command::Branches { id, json } => inspect::branches(&settings, id.as_deref(), json),
         Command::Export(a) => interop::export(&settings, a),
         Command::Import {

@@ -235,6 +235,31 @@ pub fn one_line(s: &str, max: usize) -> String {
     }
 }
 
+/// A message for the terminal with every control character but newline
+/// and tab written as a JSON escape (`\u001b`): errors quote input (a bad
+/// JSON line's unknown field or kind, a path), and input from another
+/// tool's audit file must not be able to move the cursor, clear the
+/// screen or hide text where the message is read. Bidirectional-text
+/// controls are escaped too, as [`quote_path`] escapes them.
+pub fn escape_controls(s: &str) -> Cow<'_, str> {
+    let escaped = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || needs_quoting(c) && !matches!(c, '"' | '\\' | '\n' | '\t')
+    };
+    if !s.chars().any(escaped) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if escaped(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// A workspace path as every human-readable listing prints it (`tree`,
 /// `diff`, `rollback`, `history`, `log`, a checkpoint's not-captured note):
 /// as it is, unless it holds a character a terminal could act on or that

@@ -163,7 +163,10 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
         match outcome {
             Err(reason) => {
                 tally.rejected += 1;
-                eprintln!("{name}:{line_no}: rejected: {reason}");
+                eprintln!(
+                    "{name}:{line_no}: rejected: {}",
+                    super::output::escape_controls(&reason.to_string())
+                );
             }
             Ok(event) => {
                 match reopened(&mut store, &mut turns, settings, open_policy)?.append(&event) {
@@ -175,7 +178,10 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
                     }
                     Err(e) => {
                         tally.rejected += 1;
-                        eprintln!("{name}:{line_no}: rejected: {e}");
+                        eprintln!(
+                            "{name}:{line_no}: rejected: {}",
+                            super::output::escape_controls(&e.to_string())
+                        );
                     }
                 }
             }
