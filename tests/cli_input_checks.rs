@@ -498,4 +498,16 @@ fn read_commands_take_what_records_name_and_say_what_they_show() {
     let o = cairn(ws, &["tree", "@0"]);
     assert_eq!(ok(&o), "");
     assert!(err(&o).contains("no files at @0"), "{}", err(&o));
+
+    // `branches` names a rollback record `@N`, and takes it so.
+    ok(&cairn(ws, &["rollback", "-q", "c1"])); // c5 undo point, @6 rollback
+    let e = failed(&cairn(ws, &["branches", "c6"]));
+    assert!(e.contains("`cairn branches @6`"), "{e}");
+    let b = ok(&cairn(ws, &["branches", "@6"]));
+    assert!(b.starts_with("nothing continues from @6 yet"), "{b}");
+    let e = failed(&cairn(ws, &["branches", "@2"]));
+    assert!(
+        e.contains("neither a checkpoint nor a rollback record"),
+        "{e}"
+    );
 }

@@ -338,7 +338,8 @@ pub enum Command {
     /// What was tried from a checkpoint: its children.
     #[command(after_help = "Example:\n  cairn branches c12")]
     Branches {
-        /// A checkpoint id: its children. Omitted: every checkpoint and
+        /// A checkpoint id (or `@N` for a rollback record, as NODE names
+        /// it): its children. Omitted: every checkpoint and
         /// rollback, with where it came from (FROM) and how many children
         /// it has (more than one: a branch point).
         id: Option<String>,

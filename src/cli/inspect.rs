@@ -1037,8 +1037,34 @@ pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -
 
 /// `cairn branches [ID]`.
 pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<ExitCode> {
-    let id = id.map(super::checkpoint::parse_id).transpose()?;
+    // A checkpoint id, or `@N` for a rollback record as NODE names it.
+    let typed = id;
+    let id = match id {
+        Some(t) if t.starts_with('@') => match parse_point(t)? {
+            Point::Lsn(l) => Some(cairn::codec::CheckpointId(l)),
+            _ => None,
+        },
+        Some(t) => Some(super::checkpoint::parse_id(t)?),
+        None => None,
+    };
     let store = settings.open_read()?;
+    if let (Some(id), Some(typed)) = (id, typed) {
+        let kind = store.query(|q| Ok(q.index().node(id.0).map(|n| n.kind)))?;
+        match kind {
+            Some(EventKind::Rollback) if typed.starts_with('c') => {
+                return Err(super::usage(format!(
+                    "{typed} names a rollback record, not a checkpoint: `cairn branches @{}` lists what continues from it",
+                    id.0
+                )))
+            }
+            None if typed.starts_with('@') => {
+                return Err(super::usage(format!(
+                    "{typed} is neither a checkpoint nor a rollback record (`cairn branches` lists them)"
+                )))
+            }
+            _ => {}
+        }
+    }
     let (nodes, rollbacks, lost) = store.query(|q| {
         // Rollbacks whose checkpoint was lost to damage are listed too
         // (with the whole graph), naming the id they restored.
@@ -1083,7 +1109,7 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
             outln!("{v}");
         }
     } else if nodes.is_empty() {
-        match id {
+        match typed {
             Some(c) => {
                 outln!("nothing continues from {c} yet: no checkpoint or rollback has it as parent")
             }
