@@ -499,6 +499,17 @@ fn read_commands_take_what_records_name_and_say_what_they_show() {
     assert_eq!(ok(&o), "");
     assert!(err(&o).contains("no files at @0"), "{}", err(&o));
 
+    // A history of a path outside the workspace says why nothing matches.
+    for outside in ["../x", "/etc/passwd"] {
+        let o = cairn(ws, &["history", outside]);
+        assert_eq!(ok(&o), "no records match\n");
+        assert!(
+            err(&o).contains("lies outside the workspace"),
+            "{}",
+            err(&o)
+        );
+    }
+
     // `branches` names a rollback record `@N`, and takes it so.
     ok(&cairn(ws, &["rollback", "-q", "c1"])); // c5 undo point, @6 rollback
     let e = failed(&cairn(ws, &["branches", "c6"]));

@@ -977,6 +977,16 @@ pub fn history(
         (false, false) => q.history(&path),
     })?;
     print_records(&records, json)?;
+    let outside =
+        std::path::Path::new(&path).is_absolute() || path == ".." || path.starts_with("../");
+    if records.is_empty() && outside {
+        // Kept as typed, since a tool's record may name any path: say why
+        // no file event can match it.
+        eprintln!(
+            "note: {} lies outside the workspace: only records of tools that named it (a tool_call, say) could match; file events name workspace paths",
+            quote_path(&path)
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
