@@ -545,6 +545,16 @@ fn walk(
         for (k, v) in p.skipped {
             *out.skipped.entry(k).or_default() += v;
         }
+        // The paths to name, as `ScanOut::skip_path` keeps them: one
+        // named twice (the threads walk disjoint subtrees, so never in
+        // practice) is counted once.
+        for (rel, why) in p.not_captured {
+            if out.not_captured.insert(rel, why).is_some() {
+                if let Some(n) = out.skipped.get_mut(why) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
     }
     Ok(())
 }

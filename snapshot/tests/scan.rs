@@ -151,6 +151,31 @@ fn ignore_files_and_skip_counts() {
     assert!(c.counts.skipped.is_empty(), "{:?}", c.counts.skipped);
 }
 
+/// Every too-large file is named, wherever it lies: the walk shares
+/// subdirectories out between threads, and each thread's named paths are
+/// kept, not only its counts.
+#[test]
+fn too_large_files_in_subdirectories_walked_by_other_threads_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big-at-root"), vec![0u8; 100]).unwrap();
+    for d in ["a", "b", "c", "d/e"] {
+        std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        std::fs::write(dir.path().join(d).join("big"), vec![0u8; 100]).unwrap();
+        std::fs::write(dir.path().join(d).join("small"), "1").unwrap();
+    }
+    let mut opts = SnapshotOptions::default();
+    opts.max_file_bytes = 10;
+    opts.hash_threads = 4;
+    let ws = Workspace::open(dir.path(), &dir.path().join(".cairn/snapshot"), opts).unwrap();
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let c = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    assert_eq!(c.counts.skipped.get("too_large"), Some(&5));
+    assert_eq!(c.counts.files, 4);
+    let named: Vec<&str> = c.not_captured.iter().map(|n| n.path.as_str()).collect();
+    assert_eq!(named, ["a/big", "b/big", "big-at-root", "c/big", "d/e/big"]);
+    assert!(c.not_captured.iter().all(|n| n.why == "too_large"));
+}
+
 #[test]
 fn unreadable_and_special_files_are_counted() {
     use std::os::unix::fs::PermissionsExt;
