@@ -201,18 +201,23 @@ pub struct CheckpointInfo {
     /// recorded by the platform (`cairn record`, an import).
     #[serde(default)]
     pub discarded_by_retention: bool,
-    /// Files the scan skipped as too large or unreadable, each with the
-    /// reason (the first [`crate::scan::MAX_NOT_CAPTURED_NAMED`]; the
-    /// counts are in `counts.skipped`): what a rollback to this checkpoint
-    /// cannot bring back. From the record's `meta.not_captured`.
+    /// Files the scan skipped as too large or unreadable, or because their
+    /// name is not UTF-8, each with the reason (the first
+    /// [`crate::scan::MAX_NOT_CAPTURED_NAMED`]; the counts are in
+    /// `counts.skipped`): what a rollback to this checkpoint cannot bring
+    /// back. From the record's `meta.not_captured`.
     #[serde(default)]
     pub not_captured: Vec<NotCaptured>,
 }
 
-/// A file a checkpoint did not capture, and why (`too_large`, `unreadable`).
+/// A file a checkpoint did not capture, and why (`too_large`,
+/// `unreadable`, `non_utf8_name`: see [`crate::scan::reason`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NotCaptured {
-    /// Workspace-relative path.
+    /// Workspace-relative path; for `non_utf8_name`, the path's bytes
+    /// escaped ([`crate::relpath::escape_bytes`]: `dir\xff/a.txt`), which
+    /// is no workspace path, and a directory that holds no file ends in
+    /// `/`.
     pub path: String,
     /// The skip reason.
     pub why: String,
@@ -1151,9 +1156,12 @@ pub(crate) fn rollback_plan(
 ) -> Result<(restore::Plan, Vec<restore::Kept>)> {
     let mut plan = restore::plan_pruned(cur, tgt, scope, same)?;
     let mut kept = restore::keep_uncaptured(ws, cur, &mut plan);
+    // A name that is not UTF-8 is in no tree, so in no plan: its escaped
+    // text must not keep a file whose path is spelt the same.
     let skipped: Vec<(String, String)> = target
         .not_captured
         .iter()
+        .filter(|n| n.why != crate::scan::reason::NON_UTF8_NAME)
         .map(|n| (n.path.clone(), n.why.clone()))
         .collect();
     kept.extend(restore::keep_not_captured_at_target(
