@@ -16,7 +16,8 @@ use crate::blobs::{BlobAccess, GcMode, GcSummary, HashOnly};
 use crate::capture::{self, Capture, StatCache};
 use crate::error::{Result, SnapshotError};
 use crate::interrupted::{
-    record_interrupted_rollback, unfinished_rollback_warning, MarkerGuard, UnfinishedRollback,
+    interrupted_temporaries, record_interrupted_rollback, unfinished_rollback_warning, MarkerGuard,
+    UnfinishedRollback,
 };
 use crate::manifest;
 use crate::restore;
@@ -774,6 +775,12 @@ pub struct RollbackReport {
     pub state_hash: Option<BlobHash>,
     /// The `rollback` record; `None` for a dry run.
     pub lsn: Option<Lsn>,
+    /// For a dry run, the temporary files a rollback interrupted part way
+    /// left (`.cairn-restore-<pid>-<n>.tmp`, see [`crate::interrupted`]),
+    /// which the rollback removes first (recording the interrupted one):
+    /// not in `deleted`, which lists what the plan itself deletes. 0 for
+    /// a rollback, whose warning says how many it removed.
+    pub interrupted_temporaries: usize,
 }
 
 /// Meta key of a `rollback` record whose `files` list was cut at
@@ -907,7 +914,14 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             ));
         }
         let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
-        let (plan, kept) = rollback_plan(ws, (&cur, &tgt, &same), &scope, &target)?;
+        let (mut plan, kept) = rollback_plan(ws, (&cur, &tgt, &same), &scope, &target)?;
+        // The workspace's tree holds them; the rollback removes them
+        // before its undo point is taken, so its plan never sees them.
+        let temporaries = interrupted_temporaries(log, blobs, ws);
+        if !temporaries.is_empty() {
+            let gone: HashSet<&str> = temporaries.iter().map(String::as_str).collect();
+            plan.delete.retain(|p| !gone.contains(p.as_str()));
+        }
         return Ok(RollbackReport {
             source: None,
             target: target.id,
@@ -920,6 +934,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             state,
             state_hash: target.state,
             lsn: None,
+            interrupted_temporaries: temporaries.len(),
         });
     }
     ws.check_writable("roll back")?;
@@ -1122,6 +1137,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         state,
         state_hash: target.state,
         lsn: Some(lsn),
+        interrupted_temporaries: 0,
     })
 }
 
@@ -1688,6 +1704,75 @@ mod tests {
             rollback_marker(&ws).is_none(),
             "a finished rollback left its marker"
         );
+    }
+
+    /// Trial 14 T6: a dry run after a rollback interrupted part way
+    /// leaves the temporaries it left (`.cairn-restore-<pid>-<n>.tmp`) out
+    /// of its plan, and counts them instead: the rollback removes them
+    /// first, and its plan is the dry run's. A file that only looks like
+    /// one (another process's, a directory) is the user's, as before.
+    #[test]
+    fn a_dry_run_counts_an_interrupted_rollback_s_temporaries_not_as_deletions() {
+        let (_dir, ws, log, blobs, c1, _before, _undo) = stop_a_rollback();
+        let pid = std::process::id();
+        let root = ws.root().to_path_buf();
+        // Where that rollback wrote files: the root and `sub`.
+        for t in [
+            format!(".cairn-restore-{pid}-0.tmp"),
+            format!(".cairn-restore-{pid}-17.tmp"),
+            format!("sub/.cairn-restore-{pid}-3.tmp"),
+        ] {
+            std::fs::write(root.join(t), "staged").unwrap();
+        }
+        let other = format!(".cairn-restore-{}-1.tmp", pid + 1);
+        std::fs::write(root.join(&other), "not that rollback's").unwrap();
+        std::fs::create_dir(root.join(format!("sub/.cairn-restore-{pid}-9.tmp"))).unwrap();
+        std::fs::write(root.join("new.txt"), "created since").unwrap();
+        let dry = rollback(
+            &log,
+            &blobs,
+            &ws,
+            RollbackRequest {
+                dry_run: true,
+                ..RollbackRequest::new(c1.id)
+            },
+        )
+        .unwrap();
+        assert_eq!(dry.interrupted_temporaries, 3, "{dry:?}");
+        assert_eq!(dry.deleted, [other.clone(), "new.txt".to_string()]);
+        assert_eq!(
+            dry.removed_dirs,
+            [format!("sub/.cairn-restore-{pid}-9.tmp")]
+        );
+        // The dry run changed nothing, and says the rollback is unfinished.
+        assert!(root.join(format!(".cairn-restore-{pid}-0.tmp")).exists());
+        assert!(crate::interrupted::rollback_marker(&ws).is_some());
+        // The rollback removes them first: its plan is the dry run's.
+        let done = rollback(&log, &blobs, &ws, RollbackRequest::new(c1.id)).unwrap();
+        assert_eq!(done.interrupted_temporaries, 0);
+        assert_eq!(done.deleted, dry.deleted);
+        assert_eq!(done.removed_dirs, dry.removed_dirs);
+        assert!(!root.join(format!(".cairn-restore-{pid}-0.tmp")).exists());
+        assert!(!root
+            .join(format!("sub/.cairn-restore-{pid}-3.tmp"))
+            .exists());
+        let warned = ws.take_warnings().join("\n");
+        assert!(
+            warned.contains("removed the 3 temporary files it left"),
+            "{warned}"
+        );
+        // With nothing interrupted, a dry run counts none.
+        let dry = rollback(
+            &log,
+            &blobs,
+            &ws,
+            RollbackRequest {
+                dry_run: true,
+                ..RollbackRequest::new(c1.id)
+            },
+        )
+        .unwrap();
+        assert_eq!(dry.interrupted_temporaries, 0);
     }
 
     /// Trial 13 N6: the record written for a rollback whose process

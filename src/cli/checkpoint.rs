@@ -311,6 +311,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             "dir_modes": report.dir_modes,
             "kept": report.kept,
             "state": report.state_hash.map(|h| h.to_hex()),
+            "interrupted_temporaries": report.interrupted_temporaries,
         });
         outln!("{v}");
     } else if settings.quiet && !a.dry_run {
@@ -326,6 +327,14 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     } else {
         let st = Style::stdout();
         let verb = if a.dry_run { "would" } else { "did" };
+        if report.interrupted_temporaries > 0 {
+            // Not in the plan: cairn's own, removed before the rollback
+            // takes its undo point (the real one warns how many it removed).
+            outln!(
+                "first, the rollback would remove the {} a rollback interrupted part way left (.cairn-restore-*.tmp; not listed below)",
+                count(report.interrupted_temporaries as u64, "temporary file")
+            );
+        }
         // Each group: the dry run's word, the real run's, the paths, a
         // suffix (directories), the colour.
         type Paint = fn(&Style, &str) -> String;
