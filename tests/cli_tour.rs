@@ -1545,6 +1545,68 @@ fn tree_and_diff_name_a_file_a_checkpoint_did_not_capture() {
     );
 }
 
+/// Trial 14 T1: files and directories whose names are not UTF-8 cannot be
+/// captured; the checkpoint counts each file, names them (escaped, `\xff`,
+/// in double quotes, once: not `\\xff`), `--json` lists them in
+/// `not_captured`, `tree` lists them under "not captured", a quiet
+/// checkpoint warns, and a rollback leaves them where they are.
+#[test]
+fn names_that_are_not_utf8_are_named_and_never_deleted() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let p = |b: &[u8]| ws.join(OsStr::from_bytes(b));
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::create_dir(p(b"dir\xff")).unwrap();
+    for i in 0..50 {
+        let name = [b"dir\xff/f".as_slice(), i.to_string().as_bytes()].concat();
+        std::fs::write(p(&name), "x").unwrap();
+    }
+    std::fs::write(p(b"bad\xfename.txt"), "y").unwrap();
+    std::fs::write(ws.join("ok.txt"), "ok").unwrap();
+    let out = ok(&cairn(ws, &["checkpoint"])); // c1
+    assert!(out.contains("51 skipped"), "{out}");
+    assert!(out.contains("non_utf8_name: 51"), "{out}");
+    assert!(
+        out.contains(
+            r#"not captured: "bad\xfename.txt" (name not UTF-8), "dir\xff/f0" (name not UTF-8)"#
+        ) && out.contains("46 more: a rollback cannot bring them back"),
+        "{out}"
+    );
+    let o = cairn(ws, &["checkpoint", "-q"]); // c2
+    let e = err(&o);
+    assert!(
+        e.starts_with("warning: not captured in c2: \"bad\\xfename.txt\" (name not UTF-8)"),
+        "{e}"
+    );
+    let j = json_lines(&ok(&cairn(ws, &["checkpoint", "--json"]))); // c3
+    let named = j[0]["not_captured"].as_array().unwrap();
+    assert_eq!(named.len(), 51, "{named:?}");
+    assert_eq!(named[0]["path"], "bad\\xfename.txt");
+    assert_eq!(named[0]["why"], "non_utf8_name");
+    assert_eq!(named[1]["path"], "dir\\xff/f0");
+    let t = ok(&cairn(ws, &["tree", "c1"]));
+    assert!(
+        t.contains("ok.txt") && t.contains("not captured at c1"),
+        "{t}"
+    );
+    assert!(
+        t.lines()
+            .any(|l| l.contains("name not UTF-8") && l.ends_with(r#""dir\xff/f49""#)),
+        "{t}"
+    );
+    // They were not captured, so they do not come back; but no rollback
+    // deletes one either.
+    std::fs::remove_file(ws.join("ok.txt")).unwrap();
+    std::fs::write(ws.join("later.txt"), "later").unwrap();
+    ok(&cairn(ws, &["rollback", "-q", "c1"]));
+    assert_eq!(std::fs::read_to_string(ws.join("ok.txt")).unwrap(), "ok");
+    assert!(!ws.join("later.txt").exists());
+    assert_eq!(std::fs::read(p(b"bad\xfename.txt")).unwrap(), b"y");
+    assert_eq!(std::fs::read_dir(p(b"dir\xff")).unwrap().count(), 50);
+}
+
 /// The same point named by its LSN or as `head` gives the same answer as
 /// its checkpoint id: a file the checkpoint could not capture is "not
 /// captured", not removed or missing; a rollback that kept it carries the

@@ -267,3 +267,73 @@ fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
         "the loop should kill some processes mid-run"
     );
 }
+
+/// Trial 14 T6: `rollback --dry-run` after a rollback whose process died
+/// while it staged its files leaves the temporaries it left out of the
+/// plan (before, each was a "delete" line: thousands of them), and says
+/// instead how many the rollback removes first; the rollback does. The
+/// marker is written here as that rollback wrote it (its process gone, its
+/// undo point not recorded yet), so the test does not race a kill.
+#[test]
+fn a_dry_run_names_the_temporaries_of_an_interrupted_rollback_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    run_ok(ws, &["init", "-q"]);
+    std::fs::create_dir(ws.join("d")).unwrap();
+    for i in 0..4 {
+        std::fs::write(ws.join(format!("d/f{i}")), format!("{i}")).unwrap();
+    }
+    std::fs::write(ws.join("top.txt"), "top").unwrap();
+    run_ok(ws, &["checkpoint", "-q"]); // c1
+    std::fs::remove_file(ws.join("d/f1")).unwrap();
+    std::fs::write(ws.join("new.txt"), "new").unwrap();
+    run_ok(ws, &["checkpoint", "-q"]); // c2
+    let head: serde_json::Value =
+        serde_json::from_str(run_ok(ws, &["log", "--json"]).lines().last().unwrap()).unwrap();
+    assert_eq!(head["lsn"], 2);
+    // No such process (above the largest pid Linux hands out).
+    let pid = 4_194_304 + 17;
+    let marker = serde_json::json!({
+        "version": 1, "target": "c1", "session": "default", "scope": [],
+        "started": 1_767_225_600_000u64, "pid": pid, "head_before": 2,
+        "head_chain": head["hash"],
+    });
+    std::fs::write(ws.join(MARKER), marker.to_string()).unwrap();
+    let temporaries = [
+        format!("d/.cairn-restore-{pid}-0.tmp"),
+        format!("d/.cairn-restore-{pid}-1.tmp"),
+        format!(".cairn-restore-{pid}-2.tmp"),
+    ];
+    for t in &temporaries {
+        std::fs::write(ws.join(t), "staged").unwrap();
+    }
+    let out = run_ok(ws, &["rollback", "c1", "--dry-run"]);
+    assert!(
+        out.starts_with("first, the rollback would remove the 3 temporary files a rollback interrupted part way left"),
+        "{out}"
+    );
+    assert_eq!(out.matches("cairn-restore").count(), 1, "{out}");
+    assert!(
+        out.contains("delete new.txt") && out.contains("write  d/f1"),
+        "{out}"
+    );
+    assert!(out.contains("would write 1, delete 1,"), "{out}");
+    let j: serde_json::Value =
+        serde_json::from_str(&run_ok(ws, &["rollback", "c1", "--dry-run", "--json"])).unwrap();
+    assert_eq!(j["interrupted_temporaries"], 3, "{j}");
+    assert_eq!(j["deleted"], serde_json::json!(["new.txt"]), "{j}");
+    // The rollback removes them first, and does what the dry run said.
+    let o = cairn(ws).args(["rollback", "c1"]).output().unwrap();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("removed the 3 temporary files it left"),
+        "{err}"
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("did write 1, delete 1,"), "{out}");
+    for t in &temporaries {
+        assert!(!ws.join(t).exists(), "{t}");
+    }
+    assert!(!ws.join(MARKER).exists());
+}

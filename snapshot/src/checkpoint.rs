@@ -16,7 +16,8 @@ use crate::blobs::{BlobAccess, GcMode, GcSummary, HashOnly};
 use crate::capture::{self, Capture, StatCache};
 use crate::error::{Result, SnapshotError};
 use crate::interrupted::{
-    record_interrupted_rollback, unfinished_rollback_warning, MarkerGuard, UnfinishedRollback,
+    interrupted_temporaries, record_interrupted_rollback, unfinished_rollback_warning, MarkerGuard,
+    UnfinishedRollback,
 };
 use crate::manifest;
 use crate::restore;
@@ -201,18 +202,23 @@ pub struct CheckpointInfo {
     /// recorded by the platform (`cairn record`, an import).
     #[serde(default)]
     pub discarded_by_retention: bool,
-    /// Files the scan skipped as too large or unreadable, each with the
-    /// reason (the first [`crate::scan::MAX_NOT_CAPTURED_NAMED`]; the
-    /// counts are in `counts.skipped`): what a rollback to this checkpoint
-    /// cannot bring back. From the record's `meta.not_captured`.
+    /// Files the scan skipped as too large or unreadable, or because their
+    /// name is not UTF-8, each with the reason (the first
+    /// [`crate::scan::MAX_NOT_CAPTURED_NAMED`]; the counts are in
+    /// `counts.skipped`): what a rollback to this checkpoint cannot bring
+    /// back. From the record's `meta.not_captured`.
     #[serde(default)]
     pub not_captured: Vec<NotCaptured>,
 }
 
-/// A file a checkpoint did not capture, and why (`too_large`, `unreadable`).
+/// A file a checkpoint did not capture, and why (`too_large`,
+/// `unreadable`, `non_utf8_name`: see [`crate::scan::reason`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NotCaptured {
-    /// Workspace-relative path.
+    /// Workspace-relative path; for `non_utf8_name`, the path's bytes
+    /// escaped ([`crate::relpath::escape_bytes`]: `dir\xff/a.txt`), which
+    /// is no workspace path, and a directory that holds no file ends in
+    /// `/`.
     pub path: String,
     /// The skip reason.
     pub why: String,
@@ -769,6 +775,12 @@ pub struct RollbackReport {
     pub state_hash: Option<BlobHash>,
     /// The `rollback` record; `None` for a dry run.
     pub lsn: Option<Lsn>,
+    /// For a dry run, the temporary files a rollback interrupted part way
+    /// left (`.cairn-restore-<pid>-<n>.tmp`, see [`crate::interrupted`]),
+    /// which the rollback removes first (recording the interrupted one):
+    /// not in `deleted`, which lists what the plan itself deletes. 0 for
+    /// a rollback, whose warning says how many it removed.
+    pub interrupted_temporaries: usize,
 }
 
 /// Meta key of a `rollback` record whose `files` list was cut at
@@ -902,7 +914,14 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             ));
         }
         let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
-        let (plan, kept) = rollback_plan(ws, (&cur, &tgt, &same), &scope, &target)?;
+        let (mut plan, kept) = rollback_plan(ws, (&cur, &tgt, &same), &scope, &target)?;
+        // The workspace's tree holds them; the rollback removes them
+        // before its undo point is taken, so its plan never sees them.
+        let temporaries = interrupted_temporaries(log, blobs, ws);
+        if !temporaries.is_empty() {
+            let gone: HashSet<&str> = temporaries.iter().map(String::as_str).collect();
+            plan.delete.retain(|p| !gone.contains(p.as_str()));
+        }
         return Ok(RollbackReport {
             source: None,
             target: target.id,
@@ -915,6 +934,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             state,
             state_hash: target.state,
             lsn: None,
+            interrupted_temporaries: temporaries.len(),
         });
     }
     ws.check_writable("roll back")?;
@@ -1117,6 +1137,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         state,
         state_hash: target.state,
         lsn: Some(lsn),
+        interrupted_temporaries: 0,
     })
 }
 
@@ -1151,9 +1172,12 @@ pub(crate) fn rollback_plan(
 ) -> Result<(restore::Plan, Vec<restore::Kept>)> {
     let mut plan = restore::plan_pruned(cur, tgt, scope, same)?;
     let mut kept = restore::keep_uncaptured(ws, cur, &mut plan);
+    // A name that is not UTF-8 is in no tree, so in no plan: its escaped
+    // text must not keep a file whose path is spelt the same.
     let skipped: Vec<(String, String)> = target
         .not_captured
         .iter()
+        .filter(|n| n.why != crate::scan::reason::NON_UTF8_NAME)
         .map(|n| (n.path.clone(), n.why.clone()))
         .collect();
     kept.extend(restore::keep_not_captured_at_target(
@@ -1680,6 +1704,75 @@ mod tests {
             rollback_marker(&ws).is_none(),
             "a finished rollback left its marker"
         );
+    }
+
+    /// Trial 14 T6: a dry run after a rollback interrupted part way
+    /// leaves the temporaries it left (`.cairn-restore-<pid>-<n>.tmp`) out
+    /// of its plan, and counts them instead: the rollback removes them
+    /// first, and its plan is the dry run's. A file that only looks like
+    /// one (another process's, a directory) is the user's, as before.
+    #[test]
+    fn a_dry_run_counts_an_interrupted_rollback_s_temporaries_not_as_deletions() {
+        let (_dir, ws, log, blobs, c1, _before, _undo) = stop_a_rollback();
+        let pid = std::process::id();
+        let root = ws.root().to_path_buf();
+        // Where that rollback wrote files: the root and `sub`.
+        for t in [
+            format!(".cairn-restore-{pid}-0.tmp"),
+            format!(".cairn-restore-{pid}-17.tmp"),
+            format!("sub/.cairn-restore-{pid}-3.tmp"),
+        ] {
+            std::fs::write(root.join(t), "staged").unwrap();
+        }
+        let other = format!(".cairn-restore-{}-1.tmp", pid + 1);
+        std::fs::write(root.join(&other), "not that rollback's").unwrap();
+        std::fs::create_dir(root.join(format!("sub/.cairn-restore-{pid}-9.tmp"))).unwrap();
+        std::fs::write(root.join("new.txt"), "created since").unwrap();
+        let dry = rollback(
+            &log,
+            &blobs,
+            &ws,
+            RollbackRequest {
+                dry_run: true,
+                ..RollbackRequest::new(c1.id)
+            },
+        )
+        .unwrap();
+        assert_eq!(dry.interrupted_temporaries, 3, "{dry:?}");
+        assert_eq!(dry.deleted, [other.clone(), "new.txt".to_string()]);
+        assert_eq!(
+            dry.removed_dirs,
+            [format!("sub/.cairn-restore-{pid}-9.tmp")]
+        );
+        // The dry run changed nothing, and says the rollback is unfinished.
+        assert!(root.join(format!(".cairn-restore-{pid}-0.tmp")).exists());
+        assert!(crate::interrupted::rollback_marker(&ws).is_some());
+        // The rollback removes them first: its plan is the dry run's.
+        let done = rollback(&log, &blobs, &ws, RollbackRequest::new(c1.id)).unwrap();
+        assert_eq!(done.interrupted_temporaries, 0);
+        assert_eq!(done.deleted, dry.deleted);
+        assert_eq!(done.removed_dirs, dry.removed_dirs);
+        assert!(!root.join(format!(".cairn-restore-{pid}-0.tmp")).exists());
+        assert!(!root
+            .join(format!("sub/.cairn-restore-{pid}-3.tmp"))
+            .exists());
+        let warned = ws.take_warnings().join("\n");
+        assert!(
+            warned.contains("removed the 3 temporary files it left"),
+            "{warned}"
+        );
+        // With nothing interrupted, a dry run counts none.
+        let dry = rollback(
+            &log,
+            &blobs,
+            &ws,
+            RollbackRequest {
+                dry_run: true,
+                ..RollbackRequest::new(c1.id)
+            },
+        )
+        .unwrap();
+        assert_eq!(dry.interrupted_temporaries, 0);
     }
 
     /// Trial 13 N6: the record written for a rollback whose process

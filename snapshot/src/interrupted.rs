@@ -612,11 +612,34 @@ fn is_temporary_of(name: &str, pid: u32) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Removes the temporaries the rollback of `r` left: files named as its
-/// process names them, in the directories where it wrote files (those
-/// holding files of the target that differ from the undo point's, within
-/// its scope; every directory of the target's when the undo point was
-/// not recorded). Best effort; returns how many it removed.
+/// The temporaries a rollback interrupted part way left in the workspace
+/// (workspace paths), which the next checkpoint, rollback, retention run
+/// or `track` removes first (see [`record_interrupted_rollback`]): what a
+/// dry run leaves out of its plan, as the rollback itself would find
+/// them gone. Empty when the marker names no rollback that flow would
+/// record (none, damaged, from another log, one that ended, one running
+/// in this process). Reads the marker and the log, writes nothing.
+pub(crate) fn interrupted_temporaries<L: LogAccess + ?Sized, B: BlobRead + ?Sized>(
+    log: &L,
+    blobs: &B,
+    ws: &Workspace,
+) -> Vec<String> {
+    let Some(RollbackMarker::Unfinished(r)) = rollback_marker(ws) else {
+        return Vec::new();
+    };
+    if running_here(ws) {
+        return Vec::new();
+    }
+    let undo_root = match find_undo_point(log, &r) {
+        Ok(UndoState::NotRecorded) => None,
+        Ok(UndoState::Undo(_, root)) => root,
+        Ok(UndoState::Ended) | Err(_) => return Vec::new(),
+    };
+    find_temporaries(ws, blobs, &r, target_root(log, &r), undo_root)
+}
+
+/// Removes the temporaries the rollback of `r` left (see
+/// [`find_temporaries`]). Best effort; returns how many it removed.
 fn remove_temporaries<B: BlobRead + ?Sized>(
     ws: &Workspace,
     blobs: &B,
@@ -624,21 +647,40 @@ fn remove_temporaries<B: BlobRead + ?Sized>(
     target: Option<cairn_codec::BlobHash>,
     undo_root: Option<cairn_codec::BlobHash>,
 ) -> usize {
+    find_temporaries(ws, blobs, r, target, undo_root)
+        .iter()
+        .filter(|rel| std::fs::remove_file(ws.root().join(rel)).is_ok())
+        .count()
+}
+
+/// The temporaries the rollback of `r` left (workspace paths): files (not
+/// directories) named as its process names them, in the directories where
+/// it wrote files (those holding files of the target that differ from the
+/// undo point's, within its scope; every directory of the target's when
+/// the undo point was not recorded), each a real directory of the
+/// workspace.
+fn find_temporaries<B: BlobRead + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    r: &UnfinishedRollback,
+    target: Option<cairn_codec::BlobHash>,
+    undo_root: Option<cairn_codec::BlobHash>,
+) -> Vec<String> {
     let Some(target) = target else {
-        return 0;
+        return Vec::new();
     };
     let tree = match undo_root {
         Some(u) => restore::diff_trees(blobs, &u, &target).map(|(_, t, _)| t),
         None => manifest::list(blobs, &target),
     };
-    let Ok(tree) = tree else { return 0 };
+    let Ok(tree) = tree else { return Vec::new() };
     let dirs: BTreeSet<&str> = tree
         .files()
         .filter(|(p, _)| relpath::in_scope(p, &r.scope))
         .map(|(p, _)| relpath::parent(p))
         .collect();
     let mut real_dirs: HashSet<String> = HashSet::new();
-    let mut removed = 0;
+    let mut found = Vec::new();
     for d in dirs {
         if !is_real_dir(ws, d, &mut real_dirs) {
             continue;
@@ -649,16 +691,15 @@ fn remove_temporaries<B: BlobRead + ?Sized>(
         };
         for e in entries.flatten() {
             let name = e.file_name();
-            let is_temp = name.to_str().is_some_and(|n| is_temporary_of(n, r.pid));
-            if is_temp
-                && e.file_type().is_ok_and(|t| !t.is_dir())
-                && std::fs::remove_file(e.path()).is_ok()
-            {
-                removed += 1;
+            let Some(name) = name.to_str().filter(|n| is_temporary_of(n, r.pid)) else {
+                continue;
+            };
+            if e.file_type().is_ok_and(|t| !t.is_dir()) {
+                found.push(relpath::join(d, name));
             }
         }
     }
-    removed
+    found
 }
 
 /// True if `rel` and each directory above it is a real directory (no

@@ -190,6 +190,53 @@ pub fn join(dir: &str, name: &str) -> String {
     }
 }
 
+/// True for the characters a terminal could act on, or that make it show
+/// text in another order than it has: control characters (C0, DEL, C1:
+/// escape sequences, newlines, the bell) and the bidirectional formatting
+/// characters. [`escape_bytes`] escapes them; so does the CLI when it
+/// prints any path.
+pub fn acts_on_a_terminal(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// A path (or name) that is not valid UTF-8, so not a workspace path (a
+/// file named in Latin-1, say), as text that names it without loss: each
+/// byte that is not part of valid UTF-8 as `\xNN` (two lowercase hex
+/// digits), a backslash as `\\`, a double quote as `\"`, each character
+/// that [`acts_on_a_terminal`] as the `\xNN` of its UTF-8 bytes, and every
+/// other character as it is. `b"dir\xff/caf\xe9.txt"` is
+/// `dir\xff/caf\xe9.txt`. The escapes can be undone, and the text is safe
+/// to print, in double quotes as git quotes a path. How a checkpoint
+/// names, in `meta.not_captured`, a path it cannot capture because its
+/// name is not UTF-8 (`non_utf8_name`).
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                c if acts_on_a_terminal(c) => {
+                    let mut buf = [0u8; 4];
+                    for b in c.encode_utf8(&mut buf).bytes() {
+                        let _ = write!(out, "\\x{b:02x}");
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -233,6 +280,30 @@ mod tests {
         assert_eq!(parent("a"), "");
         assert_eq!(file_name("a/b/c"), "c");
         assert_eq!(join("", "x"), "x");
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_escaped_readably_and_reversibly() {
+        assert_eq!(escape_bytes(b"plain/name.txt"), "plain/name.txt");
+        assert_eq!(
+            escape_bytes(b"dir\xff/caf\xe9.txt"),
+            "dir\\xff/caf\\xe9.txt"
+        );
+        // Valid UTF-8 stays as it is, around the bytes that are not.
+        assert_eq!(
+            escape_bytes("na\u{ef}ve\u{fe}".as_bytes()),
+            "na\u{ef}ve\u{fe}"
+        );
+        assert_eq!(escape_bytes(b"na\xc3\xafve\xfe"), "na\u{ef}ve\\xfe");
+        // A cut-short sequence is escaped byte by byte.
+        assert_eq!(escape_bytes(b"a\xe2\x82b"), "a\\xe2\\x82b");
+        // The escape characters, and what a terminal would act on.
+        assert_eq!(escape_bytes(b"a\\x\"y"), "a\\\\x\\\"y");
+        assert_eq!(escape_bytes(b"\x1b[2K\n"), "\\x1b[2K\\x0a");
+        assert_eq!(escape_bytes("a\u{202e}b".as_bytes()), "a\\xe2\\x80\\xaeb");
+        for b in [&b"\xff\x1b]0;x\x07"[..], b"\xc2\x9b2K\xfe"] {
+            assert!(!escape_bytes(b).chars().any(acts_on_a_terminal), "{b:?}");
+        }
     }
 
     #[test]

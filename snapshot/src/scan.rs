@@ -39,7 +39,10 @@ pub mod reason {
     pub const UNREADABLE: &str = "unreadable";
     /// Disappeared between the directory listing and reading it.
     pub const VANISHED: &str = "vanished";
-    /// A name that is not valid UTF-8.
+    /// A name that is not valid UTF-8 (a workspace path is text; the
+    /// manifest cannot hold it): the file or symlink, and every one under
+    /// a directory so named, each named with its bytes escaped (see
+    /// [`crate::relpath::escape_bytes`]).
     pub const NON_UTF8_NAME: &str = "non_utf8_name";
     /// A FIFO, socket or device node.
     pub const SPECIAL: &str = "special";
@@ -47,6 +50,12 @@ pub mod reason {
     pub const UNDER_SYMLINK: &str = "under_symlink";
     /// Excluded by `SnapshotOptions::exclude`.
     pub const EXCLUDED: &str = "excluded";
+
+    /// The reasons a checkpoint names the paths of (in its record's
+    /// `meta.not_captured`), not only counts: files the user has and would
+    /// expect to be captured, not the ones left out by design (ignored,
+    /// excluded, nested `.git`).
+    pub const NAMED: &[&str] = &[TOO_LARGE, UNREADABLE, NON_UTF8_NAME];
 }
 
 /// The stat data that decides whether a file must be re-read.
@@ -154,11 +163,28 @@ pub(crate) struct ScanOut {
 /// gives a small record (the counts are exact either way).
 pub const MAX_NOT_CAPTURED_NAMED: usize = 100;
 
-/// True for the skip reasons a checkpoint names the path of: files the
-/// user has and would expect to be captured (too large, unreadable), not
-/// the ones left out by design (ignored, excluded, nested `.git`).
+/// True for the skip reasons a checkpoint names the path of
+/// ([`reason::NAMED`]).
 pub(crate) fn names_the_path(why: &str) -> bool {
-    why == reason::TOO_LARGE || why == reason::UNREADABLE
+    reason::NAMED.contains(&why)
+}
+
+/// The paths of `out` that a tracked path must not be scanned (and
+/// counted) again for: those captured, and those named as not captured
+/// but a name that is not UTF-8 (whose escaped text is not its path: a
+/// tracked path spelt the same is another file).
+fn reached(out: &ScanOut) -> BTreeSet<&str> {
+    out.leaves
+        .iter()
+        .map(|f| f.rel.as_str())
+        .chain(out.dirs.iter().map(|d| d.0.as_str()))
+        .chain(
+            out.not_captured
+                .iter()
+                .filter(|(_, why)| **why != reason::NON_UTF8_NAME)
+                .map(|(p, _)| p.as_str()),
+        )
+        .collect()
 }
 
 impl ScanOut {
@@ -255,13 +281,7 @@ pub(crate) fn scan_full(ws: &Workspace, tracked: &BTreeSet<String>) -> Result<Sc
     let mut out = ScanOut::default();
     let follow = ws.options().follow_gitignore;
     walk(ws, "", follow, tracked, &mut out)?;
-    let have: BTreeSet<&str> = out
-        .leaves
-        .iter()
-        .map(|f| f.rel.as_str())
-        .chain(out.dirs.iter().map(|d| d.0.as_str()))
-        .chain(out.not_captured.keys().map(String::as_str))
-        .collect();
+    let have = reached(&out);
     let todo: Vec<String> = tracked
         .iter()
         .filter(|t| !have.contains(t.as_str()))
@@ -310,13 +330,7 @@ pub(crate) fn scan_subtree(
     }
     // Tracked paths below `rel` that the walk above did not reach.
     let prefix = format!("{rel}/");
-    let have: BTreeSet<&str> = out
-        .leaves
-        .iter()
-        .map(|f| f.rel.as_str())
-        .chain(out.dirs.iter().map(|d| d.0.as_str()))
-        .chain(out.not_captured.keys().map(String::as_str))
-        .collect();
+    let have = reached(out);
     let todo: Vec<String> = tracked
         .range(prefix.clone()..)
         .take_while(|t| t.starts_with(&prefix))
@@ -545,6 +559,16 @@ fn walk(
         for (k, v) in p.skipped {
             *out.skipped.entry(k).or_default() += v;
         }
+        // The paths to name, as `ScanOut::skip_path` keeps them: one
+        // named twice (the threads walk disjoint subtrees, so never in
+        // practice) is counted once.
+        for (rel, why) in p.not_captured {
+            if out.not_captured.insert(rel, why).is_some() {
+                if let Some(n) = out.skipped.get_mut(why) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -629,15 +653,17 @@ fn drain(
         // wants one), instead of an allocation per entry.
         let mut abs_buf = abs_dir.clone();
         for ent in ents {
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else {
-                out.skip(reason::NON_UTF8_NAME);
+            let name_os = ent.file_name();
+            let Some(name) = name_os.to_str().filter(|n| relpath::valid_name(n)) else {
+                abs_buf.push(&name_os);
+                let shown = relpath::join(
+                    &relpath::escape_bytes(dir.as_bytes()),
+                    &relpath::escape_bytes(name_os.as_encoded_bytes()),
+                );
+                skip_non_utf8(&abs_buf, shown, follow, &rules, out);
+                abs_buf.pop();
                 continue;
             };
-            if !relpath::valid_name(name) {
-                out.skip(reason::NON_UTF8_NAME);
-                continue;
-            }
             if name == GIT_DIR_NAME {
                 if !dir.is_empty() {
                     out.skip(reason::NESTED_GIT);
@@ -703,6 +729,138 @@ fn drain(
         }
     }
     Ok(())
+}
+
+/// Names what a checkpoint cannot capture because its name `shown` (the
+/// path, escaped: see [`relpath::escape_bytes`]) is not UTF-8: the entry
+/// at `abs`, unless the ignore rules `rules` leave it out anyway. A file
+/// or symlink is named as [`reason::NON_UTF8_NAME`]; a directory is
+/// walked (ignore rules applied, symlinks never followed, `.git` and
+/// stores left out as anywhere else) and every file and symlink under it
+/// is named so, or, if it holds none, the directory itself (`shown/`). No
+/// tree holds any of them, so no rollback deletes one.
+fn skip_non_utf8(
+    abs: &Path,
+    shown: String,
+    follow: bool,
+    rules: &Option<Rc<Rules>>,
+    out: &mut ScanOut,
+) {
+    let m = match std::fs::symlink_metadata(abs) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            out.skip(reason::VANISHED);
+            return;
+        }
+        Err(_) => {
+            out.skip_path(&shown, reason::NON_UTF8_NAME);
+            return;
+        }
+    };
+    let ft = m.file_type();
+    if follow && is_ignored(rules, abs, ft.is_dir()) {
+        out.skip(reason::IGNORED);
+        return;
+    }
+    if ft.is_file() || ft.is_symlink() {
+        out.skip_path(&shown, reason::NON_UTF8_NAME);
+        return;
+    }
+    if !ft.is_dir() {
+        out.skip(reason::SPECIAL);
+        return;
+    }
+    // Anything but directories met below (named, ignored, special, a
+    // nested `.git` or store): else the directory itself is named.
+    let mut held = false;
+    let mut stack: Vec<(PathBuf, String, Option<Rc<Rules>>)> =
+        vec![(abs.to_path_buf(), shown.clone(), rules.clone())];
+    while let Some((dir, dir_shown, parent_rules)) = stack.pop() {
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                out.skip(reason::VANISHED);
+                continue;
+            }
+            Err(_) => {
+                // What it holds cannot be listed: the directory is named.
+                held = true;
+                out.skip_path(&format!("{dir_shown}/"), reason::NON_UTF8_NAME);
+                continue;
+            }
+        };
+        let mut ents = Vec::new();
+        let (mut has_git, mut has_ignore_file, mut store_marks) = (false, false, 0u8);
+        for ent in rd {
+            match ent {
+                Ok(e) => {
+                    let n = e.file_name();
+                    has_git |= n == GIT_DIR_NAME;
+                    has_ignore_file |= n == ".gitignore" || n == CAIRNIGNORE;
+                    store_marks |= match n.to_str() {
+                        Some(LOCK_FILE_NAME) => 1,
+                        Some(LOG_DIR_NAME) => 2,
+                        Some(BLOB_DIR_NAME) => 4,
+                        _ => 0,
+                    };
+                    ents.push(e);
+                }
+                Err(_) => {
+                    held = true;
+                    out.skip(reason::UNREADABLE);
+                }
+            }
+        }
+        if store_marks == 7 {
+            held = true;
+            out.skip(reason::NESTED_STORE);
+            continue;
+        }
+        let rules = if follow && (has_ignore_file || has_git) {
+            push_rules(&parent_rules, &dir, has_git)
+        } else if follow {
+            parent_rules
+        } else {
+            None
+        };
+        for ent in ents {
+            let name = ent.file_name();
+            let Ok(ft) = ent.file_type() else {
+                held = true;
+                out.skip(reason::VANISHED);
+                continue;
+            };
+            if name == GIT_DIR_NAME {
+                held = true;
+                out.skip(reason::NESTED_GIT);
+                continue;
+            }
+            if name == relpath::STORE_DIR_NAME && ft.is_dir() {
+                held = true;
+                out.skip(reason::NESTED_STORE);
+                continue;
+            }
+            let path = ent.path();
+            if follow && is_ignored(&rules, &path, ft.is_dir()) {
+                held = true;
+                out.skip(reason::IGNORED);
+                continue;
+            }
+            let rel = relpath::join(&dir_shown, &relpath::escape_bytes(name.as_encoded_bytes()));
+            if ft.is_dir() {
+                stack.push((path, rel, rules.clone()));
+            } else if ft.is_file() || ft.is_symlink() {
+                held = true;
+                out.skip_path(&rel, reason::NON_UTF8_NAME);
+            } else {
+                held = true;
+                out.skip(reason::SPECIAL);
+            }
+        }
+    }
+    if !held {
+        out.skip_path(&format!("{shown}/"), reason::NON_UTF8_NAME);
+    }
 }
 
 /// Reads a file's current stat through a handle opened without following

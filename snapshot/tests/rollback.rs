@@ -883,6 +883,55 @@ fn a_file_the_target_did_not_capture_is_kept_not_deleted() {
     assert_eq!(f.read("other.txt").as_deref(), Some("one"));
 }
 
+/// Trial 14 T1: a file whose name is not UTF-8 is in no checkpoint's
+/// tree, so no rollback (dry run or not) deletes it: not at the root, not
+/// in a directory the target does not have (which then stays, holding
+/// it), not under a directory the target has as a file (kept, with the
+/// reason). And the escaped text a checkpoint names it by keeps no other
+/// file: a file spelt so, created after the target, is deleted as any.
+#[test]
+fn a_rollback_never_deletes_a_file_whose_name_is_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let f = fx();
+    let p = |b: &[u8]| f.root.join(OsStr::from_bytes(b));
+    f.write("a.txt", "one");
+    f.write("out", "a file");
+    std::fs::write(p(b"q\xff"), "bytes").unwrap();
+    let c1 = f.checkpoint("c1");
+    assert_eq!(c1.not_captured.len(), 1, "{:?}", c1.not_captured);
+    assert_eq!(c1.not_captured[0].path, "q\\xff");
+    std::fs::write(p(b"bad\xfe.txt"), "y").unwrap();
+    f.write("new/ok.txt", "created later");
+    std::fs::write(p(b"new/n\xff"), "n").unwrap();
+    std::fs::create_dir_all(p(b"dir\xff")).unwrap();
+    std::fs::write(p(b"dir\xff/f"), "f").unwrap();
+    std::fs::remove_file(f.p("out")).unwrap();
+    std::fs::create_dir_all(f.p("out")).unwrap();
+    std::fs::write(p(b"out/x\xff"), "x").unwrap();
+    f.write("a.txt", "two");
+    f.write("q\\xff", "spelt as the name c1 did not capture");
+    let bytes_named = |b: &[u8]| std::fs::read(p(b)).ok();
+    for dry_run in [true, false] {
+        let r = f.try_rollback(c1.id, &[], dry_run).unwrap();
+        assert_eq!(
+            r.deleted,
+            ["new/ok.txt".to_string(), "q\\xff".to_string()],
+            "{r:?}"
+        );
+        assert_eq!(r.kept.len(), 1, "{:?}", r.kept);
+        assert_eq!(r.kept[0].path, "out");
+        assert!(r.kept[0].why.contains("out/x"), "{}", r.kept[0].why);
+    }
+    assert_eq!(f.read("a.txt").as_deref(), Some("one"));
+    assert!(!f.exists("new/ok.txt") && !f.exists("q\\xff"));
+    assert_eq!(bytes_named(b"q\xff").as_deref(), Some(&b"bytes"[..]));
+    assert_eq!(bytes_named(b"bad\xfe.txt").as_deref(), Some(&b"y"[..]));
+    assert_eq!(bytes_named(b"new/n\xff").as_deref(), Some(&b"n"[..]));
+    assert_eq!(bytes_named(b"dir\xff/f").as_deref(), Some(&b"f"[..]));
+    assert_eq!(bytes_named(b"out/x\xff").as_deref(), Some(&b"x"[..]));
+}
+
 /// Trial 11 P14.23: a regular file named `.cairn` below the root is
 /// content: captured and restored, while a nested store directory of that
 /// name is left alone.

@@ -151,6 +151,120 @@ fn ignore_files_and_skip_counts() {
     assert!(c.counts.skipped.is_empty(), "{:?}", c.counts.skipped);
 }
 
+/// Every too-large file is named, wherever it lies: the walk shares
+/// subdirectories out between threads, and each thread's named paths are
+/// kept, not only its counts.
+#[test]
+fn too_large_files_in_subdirectories_walked_by_other_threads_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big-at-root"), vec![0u8; 100]).unwrap();
+    for d in ["a", "b", "c", "d/e"] {
+        std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        std::fs::write(dir.path().join(d).join("big"), vec![0u8; 100]).unwrap();
+        std::fs::write(dir.path().join(d).join("small"), "1").unwrap();
+    }
+    let mut opts = SnapshotOptions::default();
+    opts.max_file_bytes = 10;
+    opts.hash_threads = 4;
+    let ws = Workspace::open(dir.path(), &dir.path().join(".cairn/snapshot"), opts).unwrap();
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let c = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    assert_eq!(c.counts.skipped.get("too_large"), Some(&5));
+    assert_eq!(c.counts.files, 4);
+    let named: Vec<&str> = c.not_captured.iter().map(|n| n.path.as_str()).collect();
+    assert_eq!(named, ["a/big", "b/big", "big-at-root", "c/big", "d/e/big"]);
+    assert!(c.not_captured.iter().all(|n| n.why == "too_large"));
+}
+
+/// Trial 14 T1: a name that is not UTF-8 cannot be captured (a workspace
+/// path is text), so the checkpoint names every file it leaves out for
+/// that, escaped (`\xff`): one so named, and each under a directory so
+/// named (an empty one is named itself), counted file by file; ignore
+/// rules still apply. Before, it counted the top entries only and named
+/// none.
+#[test]
+fn names_that_are_not_utf8_are_named_and_counted_file_by_file() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let p = |b: &[u8]| root.join(OsStr::from_bytes(b));
+    std::fs::write(root.join("ok.txt"), "ok").unwrap();
+    std::fs::write(root.join(".gitignore"), "*.log\nd?xff/\n").unwrap();
+    std::fs::write(p(b"bad\xfename.txt"), "y").unwrap();
+    std::fs::create_dir_all(p(b"dir\xff/sub")).unwrap();
+    for i in 0..3 {
+        let name = [b"dir\xff/f".as_slice(), i.to_string().as_bytes()].concat();
+        std::fs::write(p(&name), "x").unwrap();
+    }
+    std::fs::write(p(b"dir\xff/sub/deep"), "x").unwrap();
+    std::os::unix::fs::symlink("f0", p(b"dir\xff/link")).unwrap();
+    std::fs::write(p(b"dir\xff/x.log"), "ignored").unwrap();
+    std::fs::create_dir_all(p(b"empty\xe9")).unwrap();
+    std::fs::write(p(b"ignored\xff.log"), "ignored").unwrap();
+    // In subdirectories, which other threads walk.
+    for d in ["a", "b", "c"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+        std::fs::write(root.join(d).join("fine"), "1").unwrap();
+        std::fs::write(root.join(d).join("n\u{1}.x"), "1").unwrap();
+        std::fs::write(root.join(d).join(OsStr::from_bytes(b"n\xc3")), "1").unwrap();
+    }
+    // A path spelt as one that is not UTF-8 is escaped, in an ignored
+    // directory (`d?xff/`: not the name of two bytes) but tracked:
+    // captured, not taken for the other.
+    std::fs::create_dir_all(root.join("d\\xff")).unwrap();
+    std::fs::write(root.join("d\\xff/x"), "literal").unwrap();
+    std::fs::create_dir_all(p(b"d\xff")).unwrap();
+    std::fs::write(p(b"d\xff/x"), "bytes").unwrap();
+    let mut opts = SnapshotOptions::default();
+    opts.hash_threads = 4;
+    let ws = Workspace::open(root, &root.join(".cairn/snapshot"), opts).unwrap();
+    ws.track(&["d\\xff/x"]).unwrap();
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let c = create_checkpoint(&log, &blobs, &ws, CheckpointRequest::default()).unwrap();
+    let named: Vec<&str> = c.not_captured.iter().map(|n| n.path.as_str()).collect();
+    assert_eq!(
+        named,
+        [
+            "a/n\\xc3",
+            "b/n\\xc3",
+            "bad\\xfename.txt",
+            "c/n\\xc3",
+            "d\\xff/x",
+            "dir\\xff/f0",
+            "dir\\xff/f1",
+            "dir\\xff/f2",
+            "dir\\xff/link",
+            "dir\\xff/sub/deep",
+            "empty\\xe9/",
+        ],
+        "{:?}",
+        c.counts.skipped
+    );
+    assert!(c.not_captured.iter().all(|n| n.why == "non_utf8_name"));
+    assert_eq!(c.counts.skipped.get("non_utf8_name"), Some(&11));
+    // `ignored\xff.log`, `dir\xff/x.log` and the directory `d\xff` (whose
+    // tracked file is then captured).
+    assert_eq!(c.counts.skipped.get("ignored"), Some(&3));
+    let m = manifest::list(&blobs, &c.root).unwrap();
+    let files: Vec<&str> = m.files().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        files,
+        [
+            ".gitignore",
+            "a/fine",
+            "a/n\u{1}.x",
+            "b/fine",
+            "b/n\u{1}.x",
+            "c/fine",
+            "c/n\u{1}.x",
+            "d\\xff/x",
+            "ok.txt",
+        ]
+    );
+    assert_eq!(c.counts.files, 9);
+}
+
 #[test]
 fn unreadable_and_special_files_are_counted() {
     use std::os::unix::fs::PermissionsExt;

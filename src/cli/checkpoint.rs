@@ -7,7 +7,9 @@ use cairn::snapshot::{CheckpointRequest, RetentionPolicy, RollbackRequest, ScanM
 use cairn::{CheckpointId, CheckpointInfo, Timestamp};
 
 use super::args::{CheckpointArgs, GcArgs, RollbackArgs, StampArgs};
-use super::output::{cell, count, quote_path, relative, Style, Table};
+use super::output::{
+    cell, count, quote_not_captured, quote_path, reason_words, relative, Style, Table,
+};
 use super::Settings;
 
 /// Parses a checkpoint id, with a hint on how to list them.
@@ -174,8 +176,9 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The files a checkpoint could not capture (too large, unreadable), the
-/// first few by name, and what that means; `None` when there are none.
+/// The files a checkpoint could not capture (too large, unreadable, a
+/// name that is not UTF-8), the first few by name, and what that means;
+/// `None` when there are none.
 fn not_captured(info: &CheckpointInfo) -> Option<String> {
     if info.not_captured.is_empty() {
         return None;
@@ -187,11 +190,11 @@ fn not_captured(info: &CheckpointInfo) -> Option<String> {
         .not_captured
         .iter()
         .take(SHOWN)
-        .map(|n| format!("{} ({})", quote_path(&n.path), n.why.replace('_', " ")))
+        .map(|n| format!("{} ({})", quote_not_captured(n), reason_words(&n.why)))
         .collect();
     // The record names at most 100; the counts have them all.
     use cairn::snapshot::scan::reason;
-    let total = [reason::TOO_LARGE, reason::UNREADABLE]
+    let total = reason::NAMED
         .iter()
         .filter_map(|r| info.counts.skipped.get(*r))
         .sum::<u64>()
@@ -308,6 +311,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             "dir_modes": report.dir_modes,
             "kept": report.kept,
             "state": report.state_hash.map(|h| h.to_hex()),
+            "interrupted_temporaries": report.interrupted_temporaries,
         });
         outln!("{v}");
     } else if settings.quiet && !a.dry_run {
@@ -323,6 +327,14 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     } else {
         let st = Style::stdout();
         let verb = if a.dry_run { "would" } else { "did" };
+        if report.interrupted_temporaries > 0 {
+            // Not in the plan: cairn's own, removed before the rollback
+            // takes its undo point (the real one warns how many it removed).
+            outln!(
+                "first, the rollback would remove the {} a rollback interrupted part way left (.cairn-restore-*.tmp; not listed below)",
+                count(report.interrupted_temporaries as u64, "temporary file")
+            );
+        }
         // Each group: the dry run's word, the real run's, the paths, a
         // suffix (directories), the colour.
         type Paint = fn(&Style, &str) -> String;

@@ -14,7 +14,10 @@ use cairn::query::{Filter, Point};
 use cairn::{ChainHash, EventKind, Timestamp};
 
 use super::args::{FilterArgs, LogArgs, VerifyArgs};
-use super::output::{bytes, cell, count, one_line, quote_path, relative, Style, Table};
+use super::output::{
+    bytes, cell, count, one_line, quote_not_captured, quote_path, reason_words, relative, Style,
+    Table,
+};
 use super::{Settings, EXIT_CORRUPT};
 
 /// Turns the filter flags into a validated [`Filter`].
@@ -625,7 +628,7 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
                 anyhow::bail!(
                     "`{}` was not captured at {point} ({}): it was in the workspace, but its contents were not stored",
                     quote_path(path),
-                    n.why.replace('_', " ")
+                    reason_words(&n.why)
                 );
             }
             return Err(e.into());
@@ -689,12 +692,19 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
             out,
             "not captured at {point} (in the workspace then, contents not stored{rollback}):"
         )?;
+        // The reasons in one column, as wide as the longest.
+        let width = uncaptured
+            .iter()
+            .map(|n| reason_words(&n.why).chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(12);
         for n in &uncaptured {
             writeln!(
                 out,
-                "     -  {:<12}  {}",
-                n.why.replace('_', " "),
-                quote_path(&n.path)
+                "     -  {:<width$}  {}",
+                reason_words(&n.why),
+                quote_not_captured(n)
             )?;
         }
     }
@@ -823,7 +833,7 @@ pub fn diff(
             writeln!(
                 out,
                 "{shown} not captured at {side} ({}): it was in the workspace, its contents were not stored, so it cannot be compared",
-                why.replace('_', " ")
+                reason_words(why)
             )?;
             continue;
         }

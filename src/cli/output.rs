@@ -4,6 +4,9 @@
 use std::borrow::Cow;
 use std::io::IsTerminal;
 
+use cairn::snapshot::checkpoint::NotCaptured;
+use cairn::snapshot::relpath;
+use cairn::snapshot::scan::reason;
 use cairn_codec::Timestamp;
 
 /// Whether to colour output written to stdout.
@@ -307,11 +310,33 @@ pub fn quote_path(p: &str) -> Cow<'_, str> {
 /// it escapes with, and the bidirectional formatting characters that make
 /// a terminal show a name's text in another order than it has.
 fn needs_quoting(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '"' | '\\' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
-        )
+    relpath::acts_on_a_terminal(c) || matches!(c, '"' | '\\')
+}
+
+/// The path of a file a checkpoint did not capture, as every listing
+/// prints it: as [`quote_path`] prints a path, but for a name that is not
+/// UTF-8, whose record holds it escaped already (`dir\xff/a.txt`, see
+/// `relpath::escape_bytes`): in double quotes as it is, as git quotes such
+/// a name (with hex escapes where git writes octal), not escaped twice.
+pub fn quote_not_captured(n: &NotCaptured) -> Cow<'_, str> {
+    let escaped = n.why == reason::NON_UTF8_NAME
+        // Only what `escape_bytes` gives: nothing a terminal acts on.
+        && !n.path.chars().any(relpath::acts_on_a_terminal);
+    if escaped {
+        Cow::Owned(format!("\"{}\"", n.path))
+    } else {
+        quote_path(&n.path)
+    }
+}
+
+/// A skip reason as the listings say it: `too large`, `unreadable`,
+/// `name not UTF-8`.
+pub fn reason_words(why: &str) -> String {
+    if why == reason::NON_UTF8_NAME {
+        "name not UTF-8".into()
+    } else {
+        why.replace('_', " ")
+    }
 }
 
 /// Bytes in human units.
@@ -394,6 +419,35 @@ mod tests {
         for p in ["a\u{7f}", "\r", "\u{0}"] {
             assert!(!quote_path(p).chars().any(char::is_control), "{p:?}");
         }
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_is_quoted_once() {
+        let n = |path: &str, why: &str| NotCaptured {
+            path: path.into(),
+            why: why.into(),
+        };
+        let escaped = relpath::escape_bytes(b"dir\xff/caf\xe9 \"x\".txt");
+        assert_eq!(
+            quote_not_captured(&n(&escaped, reason::NON_UTF8_NAME)),
+            "\"dir\\xff/caf\\xe9 \\\"x\\\".txt\""
+        );
+        assert_eq!(
+            quote_not_captured(&n("big.bin", reason::TOO_LARGE)),
+            "big.bin"
+        );
+        // A backslash in a name that is UTF-8 is the name's own.
+        assert_eq!(
+            quote_not_captured(&n("a\\xff", reason::TOO_LARGE)),
+            "\"a\\\\xff\""
+        );
+        // A record that was not written so (imported) is quoted as any path.
+        assert_eq!(
+            quote_not_captured(&n("evil\x1b[2K", reason::NON_UTF8_NAME)),
+            "\"evil\\033[2K\""
+        );
+        assert_eq!(reason_words(reason::NON_UTF8_NAME), "name not UTF-8");
+        assert_eq!(reason_words(reason::TOO_LARGE), "too large");
     }
 
     #[test]
