@@ -1650,6 +1650,18 @@ fn a_file_not_captured_is_named_so_at_any_spelling_of_the_point() {
     let j = json_lines(&ok(&cairn(ws, &["diff", "c1", "head", "--json"])));
     assert_eq!(j.len(), 1, "{j:?}");
     assert_eq!(j[0]["not_captured_at"], "head");
+    // A file too large since before c1's time that neither tree holds is
+    // in no rollback's plan: still on disk, still not captured after it.
+    let huge = std::fs::File::create(ws.join("huge.bin")).unwrap();
+    huge.set_len(cairn::snapshot::workspace::DEFAULT_MAX_FILE_BYTES + 1)
+        .unwrap();
+    drop(huge);
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c5
+    ok(&cairn(ws, &["rollback", "-q", "c5"]));
+    let t = ok(&cairn(ws, &["tree", "head"]));
+    assert!(t.lines().any(|l| l.ends_with("huge.bin")), "{t}");
+    std::fs::remove_file(ws.join("huge.bin")).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
     // A record that writes the file gives it contents again.
     let h = ok(&cairn_stdin(ws, &["blob", "put", "-"], Some("tiny\n")));
     let h = h.split_whitespace().next().unwrap();

@@ -492,8 +492,9 @@ impl<'a> Query<'a> {
     /// record holds (so they are absent from [`Query::tree_at_lsn`]): those
     /// the last checkpoint at or before `at` could not capture (too large
     /// or unreadable then: its `meta.not_captured`), carried through a
-    /// rollback for the paths it left as they were (its `meta.kept`, and
-    /// those outside its paths), less those a later record up to `at`
+    /// rollback for the paths it left as they were (its `meta.kept`, those
+    /// outside its paths, and those neither tree held), less those a later
+    /// record up to `at`
     /// wrote, deleted or moved. The same answer for a checkpoint's id, its
     /// LSN, `head` or a time, as the tree is. A checkpoint names at most
     /// `MAX_NOT_CAPTURED_NAMED` of them.
@@ -509,13 +510,18 @@ impl<'a> Query<'a> {
                 .and_then(|m| m.0.get(cairn_snapshot::NOT_CAPTURED_KEY))
                 .and_then(|v| serde_json::from_value(v.clone()).ok())
                 .unwrap_or_default()
-        } else if reset.scope.is_all() || reset.lsn.0 <= 1 {
+        } else if reset.lsn.0 <= 1 {
             Vec::new()
         } else {
-            // A rollback: the paths it set take its target's captured
-            // entries; the others are as they were before it.
+            // A rollback: a path it set takes its target's captured entry;
+            // a file not captured before it that its tree lacks was left
+            // as it was (kept, outside its paths, or in neither tree, so
+            // in no plan).
             let mut before = self.not_captured_at_lsn(Lsn(reset.lsn.0 - 1))?;
-            before.retain(|n| !reset.scope.touches(&n.path));
+            if !before.is_empty() {
+                let tree = self.tree_at_lsn(reset.lsn)?;
+                before.retain(|n| !tree.contains_key(&n.path));
+            }
             before
         };
         if list.is_empty() {
