@@ -216,8 +216,10 @@ pub(crate) fn save(vfs: &Arc<dyn Vfs>, root: &Path, key: &Key, file: &KeyFile) -
 /// The digest of a batch's events, as the log holds them.
 pub(crate) fn digest<'a>(events: impl IntoIterator<Item = &'a Event>) -> Result<String> {
     let mut h = blake3::Hasher::new();
+    let mut body = Vec::new();
     for e in events {
-        let body = e.encode_body()?;
+        body.clear();
+        e.encode_body_into(&mut body)?;
         h.update(&(body.len() as u64).to_le_bytes());
         h.update(&body);
     }
