@@ -31,6 +31,7 @@
 pub mod binding;
 pub mod checkpoints;
 pub mod error;
+pub(crate) mod import_journal;
 pub mod queries;
 pub mod repair;
 pub mod session;

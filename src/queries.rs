@@ -19,6 +19,7 @@ use cairn_query::{Filter, Query};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
+use crate::import_journal::{self, Checkpoint, Entry, Hashing, Key, KeyFile};
 use crate::store::LogHandle;
 use crate::Store;
 
@@ -65,14 +66,17 @@ impl LogHandle {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ImportOptions {
-    /// Import even if the input's first event is recorded already (by
-    /// default such input is refused as imported before).
+    /// Import even if the input was imported before (by default such input
+    /// is refused).
     pub again: bool,
-    /// Skip the leading lines of the input that are recorded already (each
-    /// line's event equal to a record after the previous line's, in
-    /// order, as the first line is matched) and import the rest: an
-    /// import that was interrupted, or an append-only file that grew
-    /// since it was imported, goes on where the store stops.
+    /// Skip the leading lines of the input that are recorded already and
+    /// import the rest: an import that was interrupted, or an append-only
+    /// file that grew since it was imported, goes on where the store
+    /// stops. Which lines are recorded is what the import journal says an
+    /// earlier import of the input recorded (see [`Store::import`]), or,
+    /// for input it does not know, the leading lines whose events equal
+    /// records (each after the previous line's, in order, as the first
+    /// line is matched).
     pub resume: bool,
 }
 
@@ -267,9 +271,17 @@ impl Store {
     /// earlier batches recorded. [`Store::import_file`] checks a whole file
     /// before it records any of it.
     ///
-    /// Input whose first event is recorded already (the same time, kind,
-    /// session and contents) is refused as imported before; see
-    /// [`Store::import_with`] to import it again.
+    /// Input imported before is refused; see [`Store::import_with`] to
+    /// import it again, or only the lines after those recorded. Each batch
+    /// is appended after the import journal (`.cairn/imports/`) says, durably,
+    /// how far into the input it goes; the journal knows an input by its
+    /// contents (a hash of its first bytes, to where an import got), so
+    /// it recognises the input's lines whether or not they carry a time.
+    /// Input the journal does not know is recognised by its first event
+    /// (a record with the same time, kind, session and contents), which
+    /// lines without a time (given the time of their import) never have.
+    /// Input from a reader whose first line begins an input the journal
+    /// knows is copied to a temporary file first, and checked whole.
     pub fn import(
         &self,
         format: Format,
@@ -301,53 +313,39 @@ impl Store {
     ) -> Result<Option<(Lsn, Lsn)>> {
         self.writer("import")?;
         refuse_gzip(reader, file_name, format)?;
-        let mut lines = cairn_query::import::lines(format, reader, file_name);
-        let mut batch: Vec<Imported> = Vec::new();
-        let mut batch_from = 0u64;
-        let mut done = ImportDone::default();
-        let mut first = true;
-        // The leading lines recorded already: how many, the LSNs of the
-        // first and the last; `None` once a line is not (or never was).
-        let mut recorded: Option<(u64, Lsn, Lsn)> = None;
-        let mut first_line = 0;
-        loop {
-            match lines.next() {
-                Some(Ok(mut item)) => {
-                    item.settle_blobs(|h| self.blobs.contains(h));
-                    if std::mem::take(&mut first) && !opts.again {
-                        if let Some(at) = self.recorded_after(&item.event, None)? {
-                            recorded = Some((1, at, at));
-                            first_line = item.line;
-                            continue;
-                        }
-                    } else if let Some((n, a, b)) = recorded {
-                        if let Some(at) = self.recorded_after(&item.event, Some(b))? {
-                            recorded = Some((n + 1, a, at));
-                            continue;
-                        }
-                        if !opts.resume {
-                            return Err(done.rejected(
-                                imported_before(file_name, first_line, (n, a, b), Some(item.line)),
-                                file_name,
-                            ));
-                        }
-                        recorded = None;
-                    }
-                    batch.push(item)
-                }
-                Some(Err(e)) => return Err(done.rejected(e.to_string(), file_name)),
-                None => break,
-            }
-            if lines.bytes_read() - batch_from >= batch_bytes {
-                self.import_batch(&mut batch, file_name, &mut done)?;
-                batch_from = lines.bytes_read();
+        // The bytes read are kept until the first line is: if the journal
+        // knows inputs that start with it, they begin the spooled copy.
+        let mut input = Hashing::new(reader, !opts.again);
+        let read = self.import_read(
+            format,
+            &mut input,
+            file_name,
+            batch_bytes,
+            opts,
+            Known::Unread,
+        )?;
+        match read {
+            Read::Done(range) => Ok(range),
+            Read::SeenBefore => {
+                // Whether the input is one of those is known only at the
+                // offsets their checkpoints name, which may lie far into
+                // it: it is copied to a temporary file (deleted when
+                // closed, even by a crash) and imported from there like a
+                // file, checked first.
+                let spool_error = |e: std::io::Error| {
+                    Error::Other(format!("copy {file_name} to a temporary file: {e}"))
+                };
+                let mut spool = tempfile::tempfile().map_err(spool_error)?;
+                spool.write_all(&input.take_kept()).map_err(spool_error)?;
+                std::io::copy(&mut input, &mut spool).map_err(spool_error)?;
+                let open = || -> Result<Box<dyn std::io::BufRead>> {
+                    let mut f = spool.try_clone().map_err(spool_error)?;
+                    std::io::Seek::rewind(&mut f).map_err(spool_error)?;
+                    Ok(Box::new(std::io::BufReader::new(f)))
+                };
+                self.import_checked(format, file_name, batch_bytes, opts, &open)
             }
         }
-        if let (Some(r), false) = (recorded, opts.resume) {
-            return Err(done.rejected(imported_before(file_name, first_line, r, None), file_name));
-        }
-        self.import_batch(&mut batch, file_name, &mut done)?;
-        Ok(done.range)
     }
 
     /// Imports a file (see [`Store::import`]) after reading it through once
@@ -396,9 +394,9 @@ impl Store {
     ) -> Result<Option<(Lsn, Lsn)>> {
         self.writer("import")?;
         let name = path.display().to_string();
-        let open = || {
+        let open = || -> Result<Box<dyn std::io::BufRead>> {
             std::fs::File::open(path)
-                .map(std::io::BufReader::new)
+                .map(|f| Box::new(std::io::BufReader::new(f)) as Box<dyn std::io::BufRead>)
                 .map_err(|e| Error::Other(format!("open {name}: {e}")))
         };
         let meta =
@@ -409,28 +407,294 @@ impl Store {
             )));
         }
         if meta.is_file() {
+            self.import_checked(format, &name, batch_bytes, opts, &open)
+        } else {
             // (A pipe is read once, by the import below, which refuses
             // gzip too: sniffing it here would lose its first bytes.)
-            let mut input = open()?;
-            refuse_gzip(&mut input, &name, format)?;
-            let nothing = ImportDone::default();
-            for item in cairn_query::import::lines(format, input, &name) {
-                let mut item = item.map_err(|e| nothing.rejected(e.to_string(), &name))?;
-                item.settle_blobs(|h| self.blobs.contains(h));
-                self.check_imported(&item, &name)
-                    .map_err(|e| nothing.rejected(e, &name))?;
+            self.import_in_batches(format, &mut open()?, &name, batch_bytes, opts)
+        }
+    }
+
+    /// Imports the input `open` opens (each call from its start) after
+    /// reading it through once to check every line and to find, in the
+    /// import journal, what an earlier import of it recorded.
+    fn import_checked(
+        &self,
+        format: Format,
+        name: &str,
+        batch_bytes: u64,
+        opts: ImportOptions,
+        open: &dyn Fn() -> Result<Box<dyn std::io::BufRead>>,
+    ) -> Result<Option<(Lsn, Lsn)>> {
+        let mut input = open()?;
+        refuse_gzip(&mut input, name, format)?;
+        let mut input = Hashing::new(&mut *input, false);
+        let nothing = ImportDone::default();
+        let mut journal: Option<(Key, KeyFile)> = None;
+        let mut lines = cairn_query::import::lines(format, &mut input, name);
+        while let Some(item) = lines.next() {
+            let mut item = item.map_err(|e| nothing.rejected(e.to_string(), name))?;
+            item.settle_blobs(|h| self.blobs.contains(h));
+            self.check_imported(&item, name)
+                .map_err(|e| nothing.rejected(e, name))?;
+            if journal.is_none() {
+                let key = import_journal::key_of(lines.line_bytes());
+                let file = import_journal::load(self.vfs(), self.root(), &key)?;
+                if !opts.again {
+                    lines.get_mut().watch(file.ends());
+                }
+                journal = Some((key, file));
             }
         }
-        self.import_in_batches(format, &mut open()?, &name, batch_bytes, opts)
+        drop(lines);
+        let known = match journal {
+            None => Known::Unread,
+            Some((key, file)) => {
+                let recorded = match opts.again {
+                    true => None,
+                    false => self.recorded_by(&file, &input, name)?,
+                };
+                Known::Read(Progress {
+                    key,
+                    file,
+                    recorded,
+                    entry: None,
+                })
+            }
+        };
+        let mut again = open()?;
+        let mut input = Hashing::new(&mut *again, false);
+        let read = self.import_read(format, &mut input, name, batch_bytes, opts, known)?;
+        match read {
+            Read::Done(range) => Ok(range),
+            // (Its check found no line, its import one the journal knows.)
+            Read::SeenBefore => Err(Error::Other(format!(
+                "{name} changed while it was imported (nothing from it was recorded): import it again"
+            ))),
+        }
+    }
+
+    /// What an earlier import of the input `seen` (read through, hashed at
+    /// the offsets the checkpoints of `file` name) recorded of it, by the
+    /// journal: the most recent one that recorded any of it. An input
+    /// that starts as one imported before but of which cairn cannot tell
+    /// which lines are recorded is refused.
+    fn recorded_by(
+        &self,
+        file: &KeyFile,
+        seen: &Hashing<impl std::io::BufRead>,
+        name: &str,
+    ) -> Result<Option<Recorded>> {
+        for (i, entry) in file.entries.iter().enumerate().rev() {
+            let cps = &entry.checkpoints;
+            if !cps.iter().any(|c| c.matches(seen)) {
+                continue; // another input that starts with the same line
+            }
+            let mut newest = None;
+            for (j, c) in cps.iter().enumerate().rev() {
+                if self.batch_recorded(c)? {
+                    newest = Some(j);
+                    break;
+                }
+            }
+            let cannot_tell = |why: String| {
+                Error::Rejected(format!(
+                    "{name}: cairn cannot tell which lines of the input are recorded: {why}; import only the lines the store lacks (`tail -n +LINE`), or all of it again with --again (nothing from {name} was recorded)"
+                ))
+            };
+            match newest {
+                Some(j) if cps[j].matches(seen) => {
+                    return Ok(Some(Recorded {
+                        entry: i,
+                        checkpoint: j,
+                        line: cps[j].line,
+                        lsns: (Lsn(entry.first_lsn), Lsn(cps[j].last)),
+                    }))
+                }
+                Some(j) => {
+                    let same = cps[..j].iter().rev().find(|c| c.matches(seen));
+                    if let Some(same) = same {
+                        return Err(cannot_tell(format!(
+                            "an import of an input that starts as this one does recorded its lines 1 to {}, as LSN {} to {}; this input has the same lines 1 to {}, but differs from that one, or ends, before its line {}",
+                            cps[j].line, entry.first_lsn, cps[j].last, same.line, cps[j].line
+                        )));
+                    }
+                    // (None it shares is one the log still holds.)
+                }
+                // Its first batch was never appended: it recorded nothing.
+                None if cps.first().is_some_and(|c| c.first == entry.first_batch) => {}
+                None => {
+                    let last = cps.last().map_or(0, |c| c.line);
+                    return Err(cannot_tell(format!(
+                        "an import of it recorded its lines up to line {last}, from LSN {}, but the log no longer holds the last of them as recorded (the store was repaired, or a crash took back its last records under durability `interval` or `never`)",
+                        entry.first_lsn
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether the log holds the batch of checkpoint `c`: the records at
+    /// its LSNs are its events.
+    fn batch_recorded(&self, c: &Checkpoint) -> Result<bool> {
+        if c.first == 0 || c.first > c.last || self.head().last_lsn.0 < c.last {
+            return Ok(false);
+        }
+        let n = c.last - c.first + 1;
+        let records: Vec<Record> = self.log.with_source(|src| {
+            src.iter_from(Lsn(c.first))
+                .take(n as usize)
+                .collect::<cairn_query::Result<Vec<Record>>>()
+        })?;
+        let dense = records
+            .iter()
+            .zip(c.first..)
+            .all(|(r, lsn)| r.lsn == Lsn(lsn));
+        Ok(dense
+            && records.len() as u64 == n
+            && import_journal::digest(records.iter().map(|r| &r.event))? == c.digest)
+    }
+
+    /// Reads `input` line by line and imports it in batches of about
+    /// `batch_bytes`, skipping what `known` says an earlier import of it
+    /// recorded (or, when the journal knows nothing of it, its leading
+    /// lines whose events are recorded) and writing where it got to in the
+    /// journal with each batch. When `known` is [`Known::Unread`] and the
+    /// journal knows inputs that start with the same line, nothing is
+    /// imported: [`Read::SeenBefore`], and `input` kept what it read.
+    fn import_read<R: std::io::BufRead>(
+        &self,
+        format: Format,
+        input: &mut Hashing<R>,
+        file_name: &str,
+        batch_bytes: u64,
+        opts: ImportOptions,
+        mut known: Known,
+    ) -> Result<Read> {
+        let journal_recorded = match &known {
+            Known::Read(p) => p.recorded.clone(),
+            Known::Unread => None,
+        };
+        let mut lines = cairn_query::import::lines(format, input, file_name);
+        let mut batch: Vec<Imported> = Vec::new();
+        let mut batch_from = 0u64;
+        let mut done = ImportDone::default();
+        let mut first = true;
+        // The leading lines recorded already: how many, the LSNs of the
+        // first and the last; `None` once a line is not (or never was).
+        let mut recorded: Option<(u64, Lsn, Lsn)> = None;
+        let mut leading_first = None;
+        let mut first_line = 0;
+        loop {
+            match lines.next() {
+                Some(Ok(mut item)) => {
+                    if let Known::Unread = known {
+                        let key = import_journal::key_of(lines.line_bytes());
+                        let file = import_journal::load(self.vfs(), self.root(), &key)?;
+                        if !opts.again && !file.entries.is_empty() {
+                            return Ok(Read::SeenBefore);
+                        }
+                        lines.get_mut().take_kept(); // not needed: keep no more
+                        known = Known::Read(Progress {
+                            key,
+                            file,
+                            recorded: None,
+                            entry: None,
+                        });
+                    }
+                    item.settle_blobs(|h| self.blobs.contains(h));
+                    // A line skipped as recorded starts no batch: the next
+                    // one counts its input from after it.
+                    let skipped = lines.get_ref().position();
+                    if let Some(r) = &journal_recorded {
+                        if item.line <= r.line {
+                            batch_from = skipped; // recorded by the import `r`
+                            continue;
+                        }
+                        if !opts.resume {
+                            return Err(done.rejected(
+                                journal_imported_before(file_name, r, Some(item.line)),
+                                file_name,
+                            ));
+                        }
+                    } else if std::mem::take(&mut first) && !opts.again {
+                        if let Some(at) = self.recorded_after(&item.event, None)? {
+                            recorded = Some((1, at, at));
+                            leading_first = Some(at);
+                            first_line = item.line;
+                            batch_from = skipped;
+                            continue;
+                        }
+                    } else if let Some((n, a, b)) = recorded {
+                        if let Some(at) = self.recorded_after(&item.event, Some(b))? {
+                            recorded = Some((n + 1, a, at));
+                            batch_from = skipped;
+                            continue;
+                        }
+                        if !opts.resume {
+                            return Err(done.rejected(
+                                imported_before(file_name, first_line, (n, a, b), Some(item.line)),
+                                file_name,
+                            ));
+                        }
+                        recorded = None;
+                    }
+                    batch.push(item)
+                }
+                Some(Err(e)) => return Err(done.rejected(e.to_string(), file_name)),
+                None => break,
+            }
+            let end = lines.get_ref().position();
+            // (The journal is known once a line is read: a batch holds one.)
+            if let (true, Known::Read(progress)) = (end - batch_from >= batch_bytes, &mut known) {
+                let at = (end, lines.get_ref().hash());
+                self.import_batch(
+                    &mut batch,
+                    file_name,
+                    &mut done,
+                    progress,
+                    at,
+                    leading_first,
+                )?;
+                batch_from = end;
+            }
+        }
+        if let (Some(r), false) = (&journal_recorded, opts.resume) {
+            return Err(done.rejected(journal_imported_before(file_name, r, None), file_name));
+        }
+        if let (Some(r), false) = (recorded, opts.resume) {
+            return Err(done.rejected(imported_before(file_name, first_line, r, None), file_name));
+        }
+        // The last checkpoint covers the whole input, blank lines after its
+        // last line too.
+        if let Known::Read(progress) = &mut known {
+            let at = (lines.get_ref().position(), lines.get_ref().hash());
+            self.import_batch(
+                &mut batch,
+                file_name,
+                &mut done,
+                progress,
+                at,
+                leading_first,
+            )?;
+        }
+        Ok(Read::Done(done.range))
     }
 
     /// Stores the blobs of `batch`, checks its events and appends them as
-    /// one atomic batch; empties `batch`.
+    /// one atomic batch, after writing in the import journal (`progress`) that
+    /// the input up to `end` (whose first `end` bytes hash to `hash`) is
+    /// recorded; empties `batch`. `leading` is the LSN of the input's first
+    /// line when it was recorded before this import (found by its event).
     fn import_batch(
         &self,
         batch: &mut Vec<Imported>,
         file_name: &str,
         done: &mut ImportDone,
+        progress: &mut Progress,
+        (end, hash): (u64, blake3::Hash),
+        leading: Option<Lsn>,
     ) -> Result<()> {
         let Some(last_line) = batch.last().map(|i| i.line) else {
             return Ok(());
@@ -450,11 +714,33 @@ impl Store {
             })?;
             events.push(item.event);
         }
+        // The import holds the writer: the batch takes the LSNs after the
+        // head (unless a thread appends through this handle meanwhile,
+        // which the checkpoint is corrected for below).
+        let head = self.head().last_lsn.0;
+        let (first, last) = (head + 1, head + events.len() as u64);
+        let checkpoint = Checkpoint {
+            end,
+            hash: hash.to_hex().to_string(),
+            line: last_line,
+            first,
+            last,
+            digest: import_journal::digest(&events)?,
+        };
+        let journal_error =
+            |e: Error| done.error(format!("record where the import got to: {e}"), file_name);
+        let entry = progress.entry_for(first, leading);
+        progress.file.entries[entry].push(checkpoint);
+        progress.save(self).map_err(journal_error)?;
         let got = self
             .append_batch(&events)
             .map_err(|e| done.error(e.to_string(), file_name))?;
-        if let Some((first, last)) = got {
-            done.range = Some((done.range.map_or(first, |r| r.0), last));
+        if let Some((a, b)) = got {
+            if (a.0, b.0) != (first, last) {
+                progress.moved(entry, first, (a, b));
+                progress.save(self).map_err(journal_error)?;
+            }
+            done.range = Some((done.range.map_or(a, |r| r.0), b));
             done.lines = last_line;
         }
         Ok(())
@@ -539,11 +825,117 @@ fn refuse_gzip(reader: &mut dyn std::io::BufRead, name: &str, format: Format) ->
     Ok(())
 }
 
+/// What the import journal says of an input, for [`Store::import_read`].
+enum Known {
+    /// Its first line is not read yet.
+    Unread,
+    /// Its first line is read: the journal file of its key, and what it
+    /// says an earlier import of it recorded.
+    Read(Progress),
+}
+
+/// An import's place in the journal file of its input's key.
+struct Progress {
+    /// The key.
+    key: Key,
+    /// The journal file, as last written.
+    file: KeyFile,
+    /// What an earlier import of the input recorded, by the journal.
+    recorded: Option<Recorded>,
+    /// The entry of `file` this import writes, once it has written one.
+    entry: Option<usize>,
+}
+
+impl Progress {
+    /// The entry this import writes: the one of the import it resumes,
+    /// moved to the end (most recent) without the checkpoints past the one
+    /// it resumes from (whose batches the log does not hold), or a new one
+    /// whose first batch is to start at LSN `first` (`leading`: the input's
+    /// first line was recorded already, as that LSN).
+    fn entry_for(&mut self, first: u64, leading: Option<Lsn>) -> usize {
+        if let Some(e) = self.entry {
+            return e;
+        }
+        let entry = match self.recorded.take() {
+            Some(r) => {
+                let mut e = self.file.entries.remove(r.entry);
+                e.checkpoints.truncate(r.checkpoint + 1);
+                e
+            }
+            None => Entry {
+                first_lsn: leading.map_or(first, |l| l.0),
+                first_batch: first,
+                checkpoints: Vec::new(),
+            },
+        };
+        let e = self.file.add(entry);
+        self.entry = Some(e);
+        e
+    }
+
+    /// The last batch of `entry`, meant to take the LSNs from `first`,
+    /// took `got` instead.
+    fn moved(&mut self, entry: usize, first: u64, got: (Lsn, Lsn)) {
+        let e = &mut self.file.entries[entry];
+        if e.first_batch == first {
+            e.first_batch = got.0 .0;
+        }
+        if e.first_lsn == first {
+            e.first_lsn = got.0 .0;
+        }
+        if let Some(c) = e.checkpoints.last_mut() {
+            (c.first, c.last) = (got.0 .0, got.1 .0);
+        }
+    }
+
+    /// Writes the journal file.
+    fn save(&self, store: &Store) -> Result<()> {
+        import_journal::save(store.vfs(), store.root(), &self.key, &self.file)
+    }
+}
+
+/// What an earlier import of an input recorded of it, by the journal.
+#[derive(Clone, Debug)]
+struct Recorded {
+    /// Its entry in the journal file.
+    entry: usize,
+    /// The entry's checkpoint it got to.
+    checkpoint: usize,
+    /// The input's lines 1 to this are recorded.
+    line: u64,
+    /// The LSN of the first line's record and of the last's.
+    lsns: (Lsn, Lsn),
+}
+
+/// How [`Store::import_read`] ended.
+enum Read {
+    /// Imported: the LSNs recorded.
+    Done(Option<(Lsn, Lsn)>),
+    /// Nothing imported: the journal knows inputs that start as this one
+    /// does, and whether it is one of them cannot be told in one pass.
+    SeenBefore,
+}
+
+/// Why an input is refused as imported before, by the journal: its lines
+/// 1 to `r.line` are recorded, and line `rest` is the first that is not
+/// (`None`: every line is).
+fn journal_imported_before(file: &str, r: &Recorded, rest: Option<u64>) -> String {
+    let head = format!("{file}: the input looks imported before");
+    recorded_lines(head, (r.line, r.lsns.0, r.lsns.1), rest)
+}
+
 /// Why an input is refused as imported before: its first event (at
 /// `line`) and the `n` lines from it are recorded as LSN `a` to `b`, and
 /// line `rest` is the first that is not (`None`: every line is).
 fn imported_before(file: &str, line: u64, (n, a, b): (u64, Lsn, Lsn), rest: Option<u64>) -> String {
     let head = format!("{file}:{line}: this event is recorded already, as LSN {a}: the input looks imported before");
+    recorded_lines(head, (n, a, b), rest)
+}
+
+/// `head`, then that the input's first `n` lines are recorded as LSN `a`
+/// to `b`, and line `rest` is the first that is not (`None`: every line
+/// is), and what to do.
+fn recorded_lines(head: String, (n, a, b): (u64, Lsn, Lsn), rest: Option<u64>) -> String {
     let lsns = if n == 1 {
         format!("LSN {a}")
     } else {
@@ -668,10 +1060,18 @@ mod tests {
         let input = comma_lines(3, None);
         let import =
             |opts| store.import_with(Format::Comma, &mut input.as_bytes(), "e.jsonl", opts);
-        assert_eq!(
-            import(ImportOptions::default()).unwrap(),
-            Some((Lsn(1), Lsn(3)))
-        );
+        // Its events recorded otherwise (through the library, or by an
+        // import the journal does not know): recognised by its first event.
+        let mut events = Vec::new();
+        for item in
+            cairn_query::import::import_lines(Format::Comma, input.as_bytes(), "e.jsonl").unwrap()
+        {
+            for b in &item.blobs {
+                store.put_blob(b).unwrap();
+            }
+            events.push(item.event);
+        }
+        assert_eq!(store.append_batch(&events).unwrap(), Some((Lsn(1), Lsn(3))));
         let err = import(ImportOptions::default()).unwrap_err().to_string();
         assert!(
             err.contains("e.jsonl:1: this event is recorded already, as LSN 1")
@@ -686,6 +1086,12 @@ mod tests {
         );
         assert!(
             err.contains("all its 3 lines are recorded, as LSN 1 to 3"),
+            "{err}"
+        );
+        // Imported: recognised by the journal, as the import it was.
+        let err = import(ImportOptions::default()).unwrap_err().to_string();
+        assert!(
+            err.contains("e.jsonl: the input looks imported before: all its 3 lines are recorded, as LSN 4 to 6 (import it again with --again)"),
             "{err}"
         );
         // Other input of the same millisecond is no re-import.
@@ -758,6 +1164,209 @@ mod tests {
             .chain([6, 7, 8].iter().map(|i| format!("src/f{i}.rs")))
             .collect();
         assert_eq!(paths, want);
+    }
+
+    /// `n` canonical JSONL lines without `ts` (each gets the time of its
+    /// import), line `i` a prompt `line i`.
+    fn untimed_lines(n: u64) -> String {
+        (1..=n)
+            .map(|i| format!("{{\"kind\":\"prompt\",\"text\":\"line {i}\"}}\n"))
+            .collect()
+    }
+
+    /// The texts of the store's records, in order.
+    fn texts(store: &Store) -> Vec<String> {
+        store
+            .query(|q| q.list(&Filter::all()))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.event.text.unwrap_or_default())
+            .collect()
+    }
+
+    fn lines_texts(range: std::ops::RangeInclusive<u64>) -> Vec<String> {
+        range.map(|i| format!("line {i}")).collect()
+    }
+
+    /// Trial 14 T3: lines without `ts` cannot be recognised by their
+    /// records (each got the time of its import), so an import cut short
+    /// was resumed from the start and a re-import recorded every line
+    /// twice. The journal says where the import got to: the guard refuses
+    /// it, `resume` imports exactly the lines after, from a pipe too.
+    #[test]
+    fn lines_without_a_time_imported_before_are_recognised_and_resumed_exactly() {
+        let store = Store::in_memory().unwrap();
+        let import = |n, opts| {
+            let input = untimed_lines(n);
+            store.import_in_batches(Format::Jsonl, &mut input.as_bytes(), "u.jsonl", 64, opts)
+        };
+        // An import cut short after its first 3 lines (in 2 batches).
+        assert_eq!(
+            import(3, ImportOptions::default()).unwrap(),
+            Some((Lsn(1), Lsn(3)))
+        );
+        let err = import(10, ImportOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("u.jsonl: the input looks imported before: its first 3 lines are recorded, as LSN 1 to 3, and the rest (from line 4) is not (import only the rest with --resume")
+                && err.ends_with("(nothing from u.jsonl was recorded)"),
+            "{err}"
+        );
+        assert_eq!(store.head().last_lsn.0, 3);
+        store.session("s").prompt("between").unwrap();
+        assert_eq!(
+            import(10, ImportOptions::resume()).unwrap(),
+            Some((Lsn(5), Lsn(11)))
+        );
+        // It went on in whole batches (of 2 lines), each written down: the
+        // lines skipped start none.
+        let key = import_journal::key_of(br#"{"kind":"prompt","text":"line 1"}"#);
+        let file = import_journal::load(store.vfs(), store.root(), &key).unwrap();
+        let lines: Vec<u64> = file.entries[0].checkpoints.iter().map(|c| c.line).collect();
+        assert_eq!((file.entries.len(), lines), (1, vec![2, 3, 5, 7, 9, 10]));
+        let err = import(10, ImportOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("u.jsonl: the input looks imported before: all its 10 lines are recorded, as LSN 1 to 11 (import it again with --again)"),
+            "{err}"
+        );
+        assert_eq!(import(10, ImportOptions::resume()).unwrap(), None);
+        let want: Vec<String> = lines_texts(1..=3)
+            .into_iter()
+            .chain(["between".to_string()])
+            .chain(lines_texts(4..=10))
+            .collect();
+        assert_eq!(texts(&store), want);
+        // Again: all of it, once more; then that import is the one known.
+        assert_eq!(
+            import(10, ImportOptions::again()).unwrap(),
+            Some((Lsn(12), Lsn(21)))
+        );
+        let err = import(10, ImportOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("all its 10 lines are recorded, as LSN 12 to 21"),
+            "{err}"
+        );
+        // Another input that starts with the same line is no re-import
+        // (imported in another millisecond: in the same one, its first
+        // line's event would equal the record of the first line above).
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let other = untimed_lines(1) + "{\"kind\":\"prompt\",\"text\":\"other\"}\n";
+        let got = store
+            .import(Format::Jsonl, &mut other.as_bytes(), "o.jsonl")
+            .unwrap();
+        assert_eq!(got, Some((Lsn(22), Lsn(23))));
+    }
+
+    /// An input that starts as one imported before but differs from it
+    /// (or ends) before where that import got to: which of the lines in
+    /// between are recorded cannot be told, so it is refused, not guessed.
+    #[test]
+    fn an_input_that_parts_from_one_imported_before_is_refused() {
+        let store = Store::in_memory().unwrap();
+        let import = |input: &str, opts| {
+            store.import_in_batches(Format::Jsonl, &mut input.as_bytes(), "p.jsonl", 64, opts)
+        };
+        import(&untimed_lines(10), ImportOptions::default()).unwrap();
+        let cut = untimed_lines(5);
+        let changed = untimed_lines(5) + &untimed_lines(10).replace("line", "LINE");
+        for input in [&cut, &changed] {
+            for opts in [ImportOptions::default(), ImportOptions::resume()] {
+                let err = import(input, opts).unwrap_err().to_string();
+                assert!(
+                    err.contains("cairn cannot tell which lines of the input are recorded: an import of an input that starts as this one does recorded its lines 1 to 10, as LSN 1 to 10; this input has the same lines 1 to 4, but differs from that one, or ends, before its line 10")
+                        && err.contains("--again"),
+                    "{err}"
+                );
+            }
+        }
+        assert_eq!(store.head().last_lsn.0, 10);
+        assert_eq!(
+            import(&cut, ImportOptions::again()).unwrap(),
+            Some((Lsn(11), Lsn(15)))
+        );
+    }
+
+    /// The journal is written before each batch is appended: an import
+    /// killed at any file operation (the store on a crash-simulating disk)
+    /// and resumed records every line exactly once, in order, and is then
+    /// recognised as imported.
+    #[test]
+    fn an_import_of_lines_without_a_time_killed_anywhere_resumes_exactly() {
+        use cairn_engine::vfs::{Fault, SimVfs, Vfs};
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        use std::sync::Arc;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("u.jsonl");
+        std::fs::write(&path, untimed_lines(12)).unwrap();
+        // Crashes, and the records they left, summed.
+        let (mut crashes, mut recorded) = (0, 0);
+        for k in 0.. {
+            let disk = SimVfs::seeded(k);
+            let vfs: Arc<dyn Vfs> = Arc::new(disk.clone());
+            vfs.create_dir_all(Path::new("/s")).unwrap();
+            vfs.sync_dir(Path::new("/")).unwrap();
+            let open = || {
+                Store::builder()
+                    .store_dir("/s/.cairn")
+                    .workspace(tmp.path())
+                    .snapshot_cache_dir(tmp.path().join("cache"))
+                    .vfs(vfs.clone())
+                    .open()
+                    .unwrap()
+            };
+            let store = open();
+            let (count, dead) = (
+                Arc::new(AtomicU64::new(0)),
+                Arc::new(AtomicBool::new(false)),
+            );
+            let died = dead.clone();
+            disk.set_fault_hook(move |_| {
+                if count.fetch_add(1, Ordering::SeqCst) >= k {
+                    dead.store(true, Ordering::SeqCst);
+                    Some(Fault::WriteEio)
+                } else {
+                    None
+                }
+            });
+            let got =
+                store.import_file_in_batches(Format::Jsonl, &path, 64, ImportOptions::default());
+            if !died.load(Ordering::SeqCst) {
+                assert_eq!(got.unwrap(), Some((Lsn(1), Lsn(12))));
+                assert!(crashes > 40 && recorded > 100, "{crashes} {recorded}");
+                break;
+            }
+            drop(store);
+            if k % 2 == 0 {
+                disk.crash();
+            } else {
+                disk.crash_tearing();
+            }
+            disk.clear_faults();
+            crashes += 1;
+            let store = open();
+            recorded += store.head().last_lsn.0;
+            store
+                .import_file_in_batches(Format::Jsonl, &path, 64, ImportOptions::resume())
+                .unwrap_or_else(|e| panic!("crash at file operation {k}: {e}"));
+            assert_eq!(
+                texts(&store),
+                lines_texts(1..=12),
+                "crash at file operation {k}"
+            );
+            let err = store
+                .import_file_in_batches(Format::Jsonl, &path, 64, ImportOptions::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("all its 12 lines are recorded"),
+                "crash at file operation {k}: {err}"
+            );
+        }
     }
 
     #[test]

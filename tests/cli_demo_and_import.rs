@@ -1,7 +1,8 @@
 //! Regression tests for the session-11 user trial's P18 (`demo --in-place`
 //! leaves the user's files as they were), P6 (an import cut short or a
 //! grown audit file goes on with `--resume`) and the smaller P14 items 7,
-//! 11, 12, 13, 15, 20 and 22, from the CLI.
+//! 11, 12, 13, 15, 20 and 22, and trial 14's T3 (the same for lines
+//! without `ts`), from the CLI.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -103,6 +104,85 @@ fn a_grown_audit_file_resumes_where_the_store_stops() {
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["error"].is_string(), "{v}");
+}
+
+/// `n` canonical JSONL lines without `ts`, line `i` a prompt `line i`.
+fn untimed(from: u64, to: u64) -> String {
+    (from..=to)
+        .map(|i| format!("{{\"kind\":\"prompt\",\"text\":\"line {i}\"}}\n"))
+        .collect()
+}
+
+/// The texts of the store's records, in order.
+fn texts(ws: &std::path::Path) -> Vec<String> {
+    json_lines(&ok(&cairn(ws, &["log", "--json"])))
+        .iter()
+        .map(|r| r["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Trial 14 T3: lines without `ts` get the time of their import, so their
+/// records never matched the input's lines: a second import of the same
+/// file recorded every line again, and `--resume` after an import cut
+/// short recorded its first lines twice. Now the store remembers where
+/// each import got to in its input: the second import is refused, and
+/// `--resume` imports exactly the lines after, from a file or from stdin.
+#[test]
+fn lines_without_a_time_are_not_imported_twice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("nots.jsonl"), untimed(1, 2)).unwrap();
+    let import = |args: &[&str]| {
+        let mut all = vec!["import", "--format", "jsonl"];
+        all.extend_from_slice(args);
+        cairn(ws, &all)
+    };
+    ok(&import(&["nots.jsonl"]));
+    let o = import(&["nots.jsonl"]);
+    assert_eq!(o.status.code(), Some(4), "{}", err(&o));
+    assert!(
+        err(&o).contains("nots.jsonl: the input looks imported before: all its 2 lines are recorded, as LSN 1 to 2 (import it again with --again)"),
+        "{}",
+        err(&o)
+    );
+    // Cut short after line 2 (or grown since): the rest, once.
+    std::fs::write(ws.join("nots.jsonl"), untimed(1, 5)).unwrap();
+    let o = import(&["nots.jsonl"]);
+    assert_eq!(o.status.code(), Some(4), "{}", err(&o));
+    assert!(
+        err(&o).contains("its first 2 lines are recorded, as LSN 1 to 2, and the rest (from line 3) is not (import only the rest with --resume"),
+        "{}",
+        err(&o)
+    );
+    let o = import(&["--resume", "nots.jsonl"]);
+    assert!(err(&o).contains("imported 3 records"), "{}", err(&o));
+    assert_eq!(
+        texts(ws),
+        (1..=5).map(|i| format!("line {i}")).collect::<Vec<_>>()
+    );
+    // The same from stdin.
+    let all = untimed(1, 7);
+    let o = cairn_stdin(ws, &["import", "--format", "jsonl", "-"], Some(&all));
+    assert_eq!(o.status.code(), Some(4), "{}", err(&o));
+    assert!(
+        err(&o).contains("stdin: the input looks imported before: its first 5 lines are recorded"),
+        "{}",
+        err(&o)
+    );
+    let o = cairn_stdin(
+        ws,
+        &["import", "--format", "jsonl", "--resume", "-"],
+        Some(&all),
+    );
+    assert!(err(&o).contains("imported 2 records"), "{}", err(&o));
+    assert_eq!(
+        texts(ws),
+        (1..=7).map(|i| format!("line {i}")).collect::<Vec<_>>()
+    );
+    // --again imports it all once more, as it always did.
+    ok(&import(&["--again", "nots.jsonl"]));
+    assert_eq!(texts(ws).len(), 12);
 }
 
 /// P14.22, P14.11, P14.12: gzip input is recognised with a way to import

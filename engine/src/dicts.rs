@@ -306,14 +306,9 @@ pub const TMP_SUFFIX: &str = ".tmp";
 
 /// Writes `bytes` as `dir/name` durably and atomically: to `dir/tmp`,
 /// fsync'd, renamed over `name`, then the directory fsync'd. A crash leaves
-/// the old file or the new one (and perhaps `tmp`, which open removes).
-pub(crate) fn write_durably(
-    vfs: &dyn Vfs,
-    dir: &Path,
-    tmp: &str,
-    name: &str,
-    bytes: &[u8],
-) -> Result<()> {
+/// the old file or the new one (and perhaps `tmp`, for the caller to
+/// remove or overwrite: dictionaries' are removed on open).
+pub fn write_durably(vfs: &dyn Vfs, dir: &Path, tmp: &str, name: &str, bytes: &[u8]) -> Result<()> {
     let (tmp, dst) = (dir.join(tmp), dir.join(name));
     let f = vfs
         .open(&tmp, OpenMode::CreateTruncate)

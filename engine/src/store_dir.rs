@@ -9,6 +9,8 @@
 //!   log/        log segments (see the log module)
 //!   blobs/      blob packs and their index (see the blob module)
 //!   index/      query indexes (rebuildable from the log)
+//!   imports/    where each import got to in its input (written by the
+//!               `cairn` crate's import, not by this crate)
 //!   snapshot/   scan caches (rebuildable)
 //! ```
 

@@ -145,6 +145,23 @@ impl<R> Lines<R> {
     pub fn bytes_read(&self) -> u64 {
         self.bytes
     }
+
+    /// The reader the lines come from.
+    pub fn get_ref(&self) -> &R {
+        &self.reader
+    }
+
+    /// The reader the lines come from, to change how it reads on (reading
+    /// from it directly skips the lines read so).
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.reader
+    }
+
+    /// The bytes of the last line read, without its line end (`\n` or
+    /// `\r\n`), as in the input (a byte-order mark included).
+    pub fn line_bytes(&self) -> &[u8] {
+        &self.buf
+    }
 }
 
 impl<R: BufRead> Iterator for Lines<R> {

@@ -364,12 +364,14 @@ pub enum Command {
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
-        /// Import a file even if its first event is recorded already (by
-        /// default it is refused as imported before).
+        /// Import a file even if it was imported before (by default it is
+        /// refused: the store remembers where each import got to in its
+        /// input, known by its contents).
         #[arg(long, conflicts_with = "resume")]
         again: bool,
         /// Skip a file's leading lines that are recorded already (an import
-        /// cut short, an append-only file that grew since) and import the rest.
+        /// cut short or killed, an append-only file that grew since) and
+        /// import the rest.
         #[arg(long)]
         resume: bool,
     },
