@@ -575,6 +575,56 @@ fn walk(
 
 type Frame = (String, Option<Rc<Rules>>);
 
+/// A directory's entries, listed before any is looked at, so that its
+/// ignore files and `.git` are known from the names without a stat per
+/// candidate.
+struct Listing {
+    /// The entries that could be read.
+    ents: Vec<std::fs::DirEntry>,
+    /// It holds a `.git`.
+    has_git: bool,
+    /// It holds a `.gitignore` or a `.cairnignore`.
+    has_ignore_file: bool,
+    /// It is a cairn store under another name than `.cairn` (`LOCK`, `log/`
+    /// and `blobs/` in one directory): never captured, so no rollback ever
+    /// rewrites or deletes it.
+    is_store: bool,
+    /// Entries that could not be read.
+    unreadable: u64,
+}
+
+impl Listing {
+    fn of(rd: std::fs::ReadDir) -> Listing {
+        let mut l = Listing {
+            ents: Vec::new(),
+            has_git: false,
+            has_ignore_file: false,
+            is_store: false,
+            unreadable: 0,
+        };
+        let mut store_marks = 0u8;
+        for ent in rd {
+            match ent {
+                Ok(e) => {
+                    let n = e.file_name();
+                    l.has_git |= n == GIT_DIR_NAME;
+                    l.has_ignore_file |= n == ".gitignore" || n == CAIRNIGNORE;
+                    store_marks |= match n.to_str() {
+                        Some(LOCK_FILE_NAME) => 1,
+                        Some(LOG_DIR_NAME) => 2,
+                        Some(BLOB_DIR_NAME) => 4,
+                        _ => 0,
+                    };
+                    l.ents.push(e);
+                }
+                Err(_) => l.unreadable += 1,
+            }
+        }
+        l.is_store = store_marks == 7;
+        l
+    }
+}
+
 /// Walks the directories on `stack` (and everything below them), or only
 /// the first one with `one`.
 fn drain(
@@ -611,30 +661,17 @@ fn drain(
         };
         // List first, so the ignore files and `.git` are known from the
         // names, without a stat per candidate.
-        let mut ents = Vec::new();
-        let (mut has_git, mut has_ignore_file) = (false, false);
-        // A cairn store under another name than `.cairn` (`LOCK`, `log/`
-        // and `blobs/` in one directory): never captured, so no rollback
-        // ever rewrites or deletes it.
-        let mut store_marks = 0u8;
-        for ent in rd {
-            match ent {
-                Ok(e) => {
-                    let n = e.file_name();
-                    has_git |= n == GIT_DIR_NAME;
-                    has_ignore_file |= n == ".gitignore" || n == CAIRNIGNORE;
-                    store_marks |= match n.to_str() {
-                        Some(LOCK_FILE_NAME) => 1,
-                        Some(LOG_DIR_NAME) => 2,
-                        Some(BLOB_DIR_NAME) => 4,
-                        _ => 0,
-                    };
-                    ents.push(e);
-                }
-                Err(_) => out.skip(reason::UNREADABLE),
-            }
+        let Listing {
+            ents,
+            has_git,
+            has_ignore_file,
+            is_store,
+            unreadable,
+        } = Listing::of(rd);
+        for _ in 0..unreadable {
+            out.skip(reason::UNREADABLE);
         }
-        if store_marks == 7 && !dir.is_empty() {
+        if is_store && !dir.is_empty() {
             out.dirs.retain(|d| d.0 != dir);
             if !ws.is_own_path(&dir) {
                 out.skip(reason::NESTED_STORE);
@@ -789,29 +826,18 @@ fn skip_non_utf8(
                 continue;
             }
         };
-        let mut ents = Vec::new();
-        let (mut has_git, mut has_ignore_file, mut store_marks) = (false, false, 0u8);
-        for ent in rd {
-            match ent {
-                Ok(e) => {
-                    let n = e.file_name();
-                    has_git |= n == GIT_DIR_NAME;
-                    has_ignore_file |= n == ".gitignore" || n == CAIRNIGNORE;
-                    store_marks |= match n.to_str() {
-                        Some(LOCK_FILE_NAME) => 1,
-                        Some(LOG_DIR_NAME) => 2,
-                        Some(BLOB_DIR_NAME) => 4,
-                        _ => 0,
-                    };
-                    ents.push(e);
-                }
-                Err(_) => {
-                    held = true;
-                    out.skip(reason::UNREADABLE);
-                }
-            }
+        let Listing {
+            ents,
+            has_git,
+            has_ignore_file,
+            is_store,
+            unreadable,
+        } = Listing::of(rd);
+        for _ in 0..unreadable {
+            held = true;
+            out.skip(reason::UNREADABLE);
         }
-        if store_marks == 7 {
+        if is_store {
             held = true;
             out.skip(reason::NESTED_STORE);
             continue;
