@@ -157,30 +157,39 @@ fn pair_similar(
             .collect()
     };
     let (gone, new) = (sized(removed), sized(added));
-    // Each file's chunks, read once and only if some pair's sizes allow it
-    // to reach the threshold.
     let can_reach = |a: u64, b: u64| a.min(b) * 100 >= a.max(b) * u64::from(MIN_SIMILARITY_PERCENT);
+    // Each file's chunks, read once, and only if some pair's sizes allow
+    // it to reach the threshold (`None` inside: it could not be read).
     let mut chunks: HashMap<BlobHash, Option<Chunks>> = HashMap::new();
-    let mut read = |e: &TreeEntry| -> Option<Chunks> {
+    let mut read = |e: &TreeEntry| {
         chunks
             .entry(e.blob)
-            .or_insert_with(|| blobs.get(&e.blob).ok().map(|b| Chunks::of(&b)))
-            .clone()
+            .or_insert_with(|| blobs.get(&e.blob).ok().map(|b| Chunks::of(&b)));
     };
+    for &(ai, an) in &new {
+        if gone.iter().any(|&(_, rn)| can_reach(an, rn)) {
+            read(&added[ai].1);
+        }
+    }
+    for &(ri, rn) in &gone {
+        if new.iter().any(|&(_, an)| can_reach(an, rn)) {
+            read(&removed[ri].1);
+        }
+    }
     // (similarity, same file name, added index, removed index) per pair
     // alike enough.
     let mut found: Vec<(u8, bool, usize, usize)> = Vec::new();
     for &(ai, an) in &new {
         let (to, te) = added[ai];
+        let Some(Some(b)) = chunks.get(&te.blob) else {
+            continue;
+        };
         for &(ri, rn) in &gone {
-            if !can_reach(an, rn) {
-                continue;
-            }
             let (from, fe) = removed[ri];
-            let (Some(a), Some(b)) = (read(&fe), read(&te)) else {
+            let Some(Some(a)) = chunks.get(&fe.blob).filter(|_| can_reach(an, rn)) else {
                 continue;
             };
-            let score = a.similarity(&b);
+            let score = a.similarity(b);
             if score >= MIN_SIMILARITY_PERCENT {
                 found.push((score, file_name(from) == file_name(to), ai, ri));
             }
@@ -221,7 +230,7 @@ pub fn too_many_to_compare(removed: usize, added: usize) -> bool {
 /// A file cut into chunks for [`Chunks::similarity`]: each distinct chunk
 /// (by a hash of its bytes) with how many of the file's bytes it covers,
 /// in hash order.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct Chunks {
     bytes: Vec<(u64, u64)>,
     len: u64,
