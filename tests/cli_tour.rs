@@ -1670,6 +1670,26 @@ fn a_file_not_captured_is_named_so_at_any_spelling_of_the_point() {
     let t = ok(&cairn(ws, &["tree", "head"]));
     assert!(!t.contains("not captured"), "{t}");
     assert_eq!(ok(&cairn(ws, &["show", "head:big.bin"])), "tiny\n");
+    // A recorded move of a file not captured carries the mark to its new
+    // path, until a record gives that path contents.
+    let f = std::fs::File::create(ws.join("huge2.bin")).unwrap();
+    f.set_len(cairn::snapshot::workspace::DEFAULT_MAX_FILE_BYTES + 1)
+        .unwrap();
+    drop(f);
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    let mv = "{\"kind\":\"file.move\",\"path\":\"huge2.bin\",\"to_path\":\"moved.bin\"}\n";
+    ok(&cairn_stdin(ws, &["record", "-q"], Some(mv)));
+    let t = ok(&cairn(ws, &["tree", "head"]));
+    assert!(
+        t.lines().any(|l| l.ends_with("moved.bin")) && !t.contains("huge2.bin"),
+        "{t}"
+    );
+    let rec = format!("{{\"kind\":\"file.write\",\"path\":\"moved.bin\",\"after\":\"{h}\"}}\n");
+    ok(&cairn_stdin(ws, &["record", "-q"], Some(&rec)));
+    let t = ok(&cairn(ws, &["tree", "head"]));
+    let uncaptured = t.split("not captured at").nth(1).unwrap_or("");
+    assert!(!uncaptured.contains("moved.bin"), "{t}");
+    assert_eq!(ok(&cairn(ws, &["show", "head:moved.bin"])), "tiny\n");
 }
 
 /// A file named `.cairn` that a checkpoint captured, where a nested store

@@ -494,22 +494,16 @@ impl<'a> Query<'a> {
     /// or unreadable then: its `meta.not_captured`), carried through a
     /// rollback for the paths it left as they were (its `meta.kept`, those
     /// outside its paths, and those neither tree held), less those a later
-    /// record up to `at`
-    /// wrote, deleted or moved. The same answer for a checkpoint's id, its
-    /// LSN, `head` or a time, as the tree is. A checkpoint names at most
-    /// `MAX_NOT_CAPTURED_NAMED` of them.
+    /// record up to `at` wrote, deleted or moved. The same answer for a
+    /// checkpoint's id, its LSN, `head` or a time, as the tree is. A
+    /// checkpoint names at most `MAX_NOT_CAPTURED_NAMED` of them.
     pub fn not_captured_at_lsn(&self, at: Lsn) -> Result<Vec<NotCaptured>> {
         let Some(reset) = self.index.last_reset(at) else {
             return Ok(Vec::new());
         };
         let rec = self.src.read(reset.lsn)?;
         let mut list: Vec<NotCaptured> = if rec.event.kind == EventKind::CheckpointCreate {
-            rec.event
-                .meta
-                .as_ref()
-                .and_then(|m| m.0.get(cairn_snapshot::NOT_CAPTURED_KEY))
-                .and_then(|v| serde_json::from_value(v.clone()).ok())
-                .unwrap_or_default()
+            NotCaptured::named_by(&rec.event)
         } else if reset.lsn.0 <= 1 {
             Vec::new()
         } else {
@@ -524,14 +518,22 @@ impl<'a> Query<'a> {
             }
             before
         };
-        if list.is_empty() {
-            return Ok(list);
-        }
-        for r in self.src.iter_from(reset.lsn.next()) {
-            let r = r?;
-            if r.lsn > at || list.is_empty() {
-                break;
-            }
+        // The records after the reset, up to `at`, that name one of the
+        // paths (by the path index: no other record is read), in order; a
+        // path a move marks brings its own.
+        let naming = |p: &str, after: Lsn| {
+            self.index
+                .path(p)
+                .iter()
+                .copied()
+                .filter(move |l| *l > after && *l <= at)
+        };
+        let mut later: std::collections::BTreeSet<Lsn> = list
+            .iter()
+            .flat_map(|n| naming(&n.path, reset.lsn))
+            .collect();
+        while let Some(l) = later.pop_first() {
+            let r = self.src.read(l)?;
             let TreeChange::Paths(changes) = tree_change(&r.event) else {
                 continue;
             };
@@ -546,6 +548,7 @@ impl<'a> Query<'a> {
                 };
                 list.retain(|n| n.path != *path);
                 if let Some(why) = moved {
+                    later.extend(naming(path, l));
                     list.push(NotCaptured {
                         path: path.to_string(),
                         why,

@@ -224,6 +224,19 @@ pub struct NotCaptured {
     pub why: String,
 }
 
+impl NotCaptured {
+    /// The files a `checkpoint.create` record names as not captured (its
+    /// `meta.not_captured`); none for any other record, or a list that
+    /// cannot be read.
+    pub fn named_by(e: &Event) -> Vec<NotCaptured> {
+        e.meta
+            .as_ref()
+            .and_then(|m| m.0.get(NOT_CAPTURED_KEY))
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default()
+    }
+}
+
 impl CheckpointInfo {
     fn from_record(lsn: Lsn, e: &Event) -> Option<CheckpointInfo> {
         if e.kind != EventKind::CheckpointCreate {
@@ -245,12 +258,7 @@ impl CheckpointInfo {
             discarded: false,
             discarded_at: None,
             discarded_by_retention: false,
-            not_captured: e
-                .meta
-                .as_ref()
-                .and_then(|m| m.0.get(NOT_CAPTURED_KEY))
-                .and_then(|v| serde_json::from_value(v.clone()).ok())
-                .unwrap_or_default(),
+            not_captured: NotCaptured::named_by(e),
         })
     }
 }
