@@ -167,7 +167,6 @@ impl UnfinishedRollback {
         }
     }
 
-    /// The command that finishes it.
     /// The command that finishes it: the same target, paths, session and
     /// stamps (run, phase, agent, model), each value quoted for a shell
     /// where it needs it.

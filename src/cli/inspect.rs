@@ -575,6 +575,19 @@ fn split_point_path(spec: &str) -> Result<(Point, &str)> {
     )))
 }
 
+/// The PATH of a POINT:PATH as `show` (and `blame c12:PATH`) reads it, as
+/// git reads `HEAD:path`: from the workspace root, unless it starts with
+/// `./` or `../` (then from the current directory).
+fn spec_path(settings: &Settings, typed: &str) -> String {
+    (typed.starts_with("./") || typed.starts_with("../"))
+        .then(|| settings.workspace_and_cwd())
+        .flatten()
+        .map_or_else(
+            || typed.to_string(),
+            |(root, cwd)| super::paths::from_cwd(typed, &root, &cwd),
+        )
+}
+
 /// `path` (resolved from what the user `typed`) as a read command looks it
 /// up, normalised as `rollback --path` and `diff --` take paths: a path
 /// outside the workspace (`../x` from the root) is refused as such, not
@@ -599,13 +612,9 @@ fn lookup_path(store: &cairn::Store, path: &str, typed: &str) -> Result<String> 
 /// current directory).
 pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
     let (point, typed) = split_point_path(spec)?;
-    let from_here = (typed.starts_with("./") || typed.starts_with("../"))
-        .then(|| settings.workspace_and_cwd())
-        .flatten()
-        .map(|(root, cwd)| super::paths::from_cwd(typed, &root, &cwd));
-    let path = from_here.as_deref().unwrap_or(typed);
+    let path = spec_path(settings, typed);
     let store = settings.open_read()?;
-    let path = lookup_path(&store, path, typed)?;
+    let path = lookup_path(&store, &path, typed)?;
     let path = path.as_str();
     if path.is_empty() {
         return Err(super::usage(format!(
@@ -1004,23 +1013,20 @@ pub fn history(
 pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -> Result<ExitCode> {
     // `blame c12:src/a.rs`, as `show` takes it: the path is then read as
     // `show` reads its own (from the root unless it starts with `./`).
-    let (p, point, typed, from_here) = match path {
-        Some(path) => (parse_point(point)?, point, path, None),
+    let (p, point, typed, path) = match path {
+        Some(path) => (parse_point(point)?, point, path, path.to_string()),
         None => {
             let (p, typed) = split_point_path(point).map_err(|_| {
                 super::usage(format!(
                     "blame takes POINT PATH or POINT:PATH (for example `cairn blame c12 src/main.rs`); `{point}` is neither"
                 ))
             })?;
-            let from_here = (typed.starts_with("./") || typed.starts_with("../"))
-                .then(|| settings.workspace_and_cwd())
-                .flatten()
-                .map(|(root, cwd)| super::paths::from_cwd(typed, &root, &cwd));
-            (p, &point[..point.len() - typed.len() - 1], typed, from_here)
+            let at = &point[..point.len() - typed.len() - 1];
+            (p, at, typed, spec_path(settings, typed))
         }
     };
     let store = settings.open_read()?;
-    let path = lookup_path(&store, from_here.as_deref().unwrap_or(typed), typed)?;
+    let path = lookup_path(&store, &path, typed)?;
     if path.is_empty() {
         return Err(super::usage(format!(
             "`{typed}` names the workspace root, a directory: blame takes a file (`cairn tree {point}` lists them)"

@@ -245,17 +245,15 @@ pub fn one_line(s: &str, max: usize) -> String {
 /// screen or hide text where the message is read. Bidirectional-text
 /// controls are escaped too, as [`quote_path`] escapes them.
 pub fn escape_controls(s: &str) -> Cow<'_, str> {
-    let escaped = |c: char| {
-        (c.is_control() && c != '\n' && c != '\t')
-            || needs_quoting(c) && !matches!(c, '"' | '\\' | '\n' | '\t')
-    };
+    use std::fmt::Write;
+    let escaped = |c: char| relpath::acts_on_a_terminal(c) && c != '\n' && c != '\t';
     if !s.chars().any(escaped) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         if escaped(c) {
-            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
         } else {
             out.push(c);
         }

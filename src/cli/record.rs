@@ -165,7 +165,7 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
                 tally.rejected += 1;
                 eprintln!(
                     "{name}:{line_no}: rejected: {}",
-                    super::output::escape_controls(&reason.to_string())
+                    super::output::escape_controls(&reason)
                 );
             }
             Ok(event) => {
