@@ -8,6 +8,8 @@
 //! `CAIRN_KILLS=N` runs N iterations (default 40, about 20 s in debug).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::{env_setting, Rng};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -31,16 +33,6 @@ fn run_ok(ws: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8(o.stdout).unwrap()
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// The workspace's files (excluding `.cairn`), path -> contents.
@@ -125,14 +117,8 @@ fn run_and_kill(ws: &Path, args: &[&str], delay: Duration) -> Option<String> {
 
 #[test]
 fn killed_checkpoints_and_rollbacks_lose_nothing_acknowledged() {
-    let kills: u64 = std::env::var("CAIRN_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_KILLS);
-    let seed: u64 = std::env::var("CAIRN_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed);
+    let kills: u64 = env_setting("CAIRN_KILLS", DEFAULT_KILLS);
+    let seed: u64 = env_setting("CAIRN_SEED", 0x5eed);
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();
     run_ok(ws, &["init"]);

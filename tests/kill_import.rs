@@ -12,6 +12,8 @@
 //! moments.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::{env_setting, Rng};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,16 +59,6 @@ fn run_ok(ws: &Path, args: &[&str]) -> String {
 fn records(ws: &Path) -> u64 {
     let v: serde_json::Value = serde_json::from_str(&run_ok(ws, &["stats", "--json"])).unwrap();
     v["records"].as_u64().unwrap()
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// One round: a fresh store, the import killed after a batch until it
@@ -145,14 +137,8 @@ fn one_round(rng: &mut Rng, seed: u64) -> Vec<u64> {
 
 #[test]
 fn an_import_killed_after_any_batch_resumes_without_duplicates_or_gaps() {
-    let kills: usize = std::env::var("CAIRN_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_KILLS);
-    let seed: u64 = std::env::var("CAIRN_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed);
+    let kills: usize = env_setting("CAIRN_KILLS", DEFAULT_KILLS);
+    let seed: u64 = env_setting("CAIRN_SEED", 0x5eed);
     let mut rng = Rng(seed | 1);
     let (mut rounds, mut at) = (0, Vec::new());
     // A round whose import ends before its kill kills nothing: rounds go

@@ -113,3 +113,26 @@ pub fn restored_checkpoint_with_state(store: &cairn::Store, ws: &Path) -> cairn:
     s.checkpoint("y").unwrap();
     c1.id
 }
+
+/// A small seeded generator (xorshift) for the kill loops: the same seed
+/// gives the same moments. Seed it with an odd number (zero stays zero).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// A setting from the environment (`CAIRN_KILLS`, `CAIRN_SEED`), else
+/// `default` (also when it does not parse).
+pub fn env_setting<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
