@@ -105,11 +105,17 @@ fn frame_of(e: &Event) -> Vec<u8> {
 }
 
 /// Log options for the benches; `CAIRN_BENCH_PWRITE=1` turns the tail's
-/// memory map off, to compare the two ways of writing appends.
+/// memory map off, to compare the two ways of writing appends;
+/// `CAIRN_BENCH_SYNCS=N` lets N group-commit syncs run at once (default
+/// `DEFAULT_MAX_SYNCS_IN_FLIGHT`), to compare with another setting.
 fn opts(durability: Durability) -> LogOptions {
     LogOptions {
         durability,
         reserved_tail: std::env::var_os("CAIRN_BENCH_PWRITE").is_none(),
+        max_syncs_in_flight: cairn_benches::setting(
+            "CAIRN_BENCH_SYNCS",
+            cairn_engine::log::DEFAULT_MAX_SYNCS_IN_FLIGHT,
+        ),
         ..LogOptions::default()
     }
 }

@@ -2,7 +2,8 @@
 //! (default 16) append ~230-byte events with the `always` policy for
 //! `SECONDS` (default 3), then it prints the rate and where each group's
 //! time went (records per fdatasync, time in fdatasync, time gathering the
-//! group, whole cycle). `DURABILITY=never` runs the same appends with no
+//! group, whole cycle). `SYNCS=N` lets N fdatasyncs run at once (default
+//! `DEFAULT_MAX_SYNCS_IN_FLIGHT`). `DURABILITY=never` runs the same appends with no
 //! sync at all (to profile the write path alone). Unlike the criterion bench it runs one workload
 //! for a fixed time, so `perf record` or `perf stat` can wrap it:
 //!
@@ -32,6 +33,10 @@ fn main() {
     };
     let opts = LogOptions {
         durability,
+        max_syncs_in_flight: cairn_benches::setting(
+            "SYNCS",
+            cairn_engine::log::DEFAULT_MAX_SYNCS_IN_FLIGHT,
+        ),
         ..LogOptions::default()
     };
     let log = Log::open(std::sync::Arc::new(RealVfs), tmp.path(), opts).expect("open");

@@ -60,9 +60,10 @@ impl VfsFile for FaultyFile {
             .is_ok()
         {
             // Long enough for a second sync to start and end when more
-            // than one may run at once; with one at a time the second
-            // appender waits for this one, and this fails first.
-            let deadline = std::time::Instant::now() + Duration::from_millis(300);
+            // than one may run at once (a hang guard then); with one at a
+            // time the second appender waits for this one, and this fails
+            // first.
+            let deadline = std::time::Instant::now() + Duration::from_secs(1);
             while gate.load(Ordering::SeqCst) != 3 && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -519,38 +520,48 @@ fn interval_appenders_never_run_a_sync() {
 }
 
 /// A sync fails while a second appender waits. Where two syncs may run at
-/// once (`MAX_SYNCS_IN_FLIGHT` above 1), the earlier one fails after the
-/// later one succeeded: the later one's success proves nothing about the
-/// earlier records (the kernel reports a write-back error to one caller).
-/// Either way neither appender may be acknowledged, and the writer is
-/// poisoned.
+/// once, the earlier one fails after the later one succeeded: the later
+/// one's success proves nothing about the earlier records (the kernel
+/// reports a write-back error to one caller). With one at a time, the
+/// second appender waits for the failed sync. Either way neither appender
+/// may be acknowledged, and the writer is poisoned.
 #[test]
 fn a_later_sync_never_acknowledges_past_an_earlier_failed_one() {
-    let tmp = tempfile::tempdir().unwrap();
-    let faulty = Arc::new(Faulty::default());
-    let vfs: Arc<dyn Vfs> = Arc::new(FaultyVfs(faulty.clone()));
-    let log = Arc::new(Log::open(vfs, tmp.path(), opts(1 << 20, Durability::Always)).unwrap());
-    faulty.gate.store(1, Ordering::SeqCst);
-    let first = {
-        let log = log.clone();
-        std::thread::spawn(move || log.append(&ev(1)))
-    };
-    while faulty.gate.load(Ordering::SeqCst) != 2 {
-        std::thread::sleep(Duration::from_millis(1));
+    for max_syncs_in_flight in [2, 1] {
+        let tmp = tempfile::tempdir().unwrap();
+        let faulty = Arc::new(Faulty::default());
+        let vfs: Arc<dyn Vfs> = Arc::new(FaultyVfs(faulty.clone()));
+        let o = LogOptions {
+            max_syncs_in_flight,
+            ..opts(1 << 20, Durability::Always)
+        };
+        let log = Arc::new(Log::open(vfs, tmp.path(), o).unwrap());
+        faulty.gate.store(1, Ordering::SeqCst);
+        let first = {
+            let log = log.clone();
+            std::thread::spawn(move || log.append(&ev(1)))
+        };
+        while faulty.gate.load(Ordering::SeqCst) != 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The first sync is running; this append starts a second one, or
+        // waits for it.
+        let second = log.append(&ev(2));
+        let first = first.join().unwrap();
+        let ctx = format!("{max_syncs_in_flight} in flight");
+        // With two, the second sync ran, and ended, before the first failed.
+        let second_synced = faulty.gate.load(Ordering::SeqCst) == 3;
+        assert_eq!(second_synced, max_syncs_in_flight == 2, "{ctx}");
+        assert!(first.is_err(), "{ctx}: the failed sync's appender is told");
+        assert!(
+            matches!(
+                second,
+                Err(EngineError::Poisoned { .. }) | Err(EngineError::Io { .. })
+            ),
+            "{ctx}: the later appender must not be acknowledged: {second:?}"
+        );
+        assert!(log.append(&ev(3)).is_err(), "{ctx}: the writer is poisoned");
     }
-    // The first sync is running; this append waits for it, or starts a
-    // second one.
-    let second = log.append(&ev(2));
-    let first = first.join().unwrap();
-    assert!(first.is_err(), "the failed sync's appender is told");
-    assert!(
-        matches!(
-            second,
-            Err(EngineError::Poisoned { .. }) | Err(EngineError::Io { .. })
-        ),
-        "the later appender must not be acknowledged: {second:?}"
-    );
-    assert!(log.append(&ev(3)).is_err(), "the writer is poisoned");
 }
 
 /// With `always`, appended frames are held back until the sync that covers

@@ -64,10 +64,11 @@ proptest! {
         durability in prop_oneof![Just(Durability::Never), Just(Durability::Always)],
         reserved_tail in any::<bool>(),
         dictionary_sample_bytes in prop_oneof![Just(0u64), Just(8 * 1024)],
+        max_syncs_in_flight in 1u64..=2,
     ) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let o = LogOptions { segment_size_bytes: seg, durability, reserved_tail, dictionary_sample_bytes };
+        let o = LogOptions { segment_size_bytes: seg, durability, reserved_tail, dictionary_sample_bytes, max_syncs_in_flight };
         let mut log = Some(Log::open(Arc::new(RealVfs), dir, o).unwrap());
         let mut model: Vec<Event> = Vec::new();
         if dictionary_sample_bytes > 0 {

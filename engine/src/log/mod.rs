@@ -35,7 +35,8 @@ mod writer;
 
 pub use dict::{DEFAULT_DICTIONARY_SAMPLE_BYTES, SAMPLING as DICTIONARY_SAMPLING};
 pub use options::{
-    Durability, LogOptions, DEFAULT_INTERVAL_MS, DEFAULT_SEGMENT_SIZE_BYTES, MAX_SEGMENT_SIZE_BYTES,
+    Durability, LogOptions, DEFAULT_INTERVAL_MS, DEFAULT_MAX_SYNCS_IN_FLIGHT,
+    DEFAULT_SEGMENT_SIZE_BYTES, MAX_SEGMENT_SIZE_BYTES,
 };
 pub use reader::LogReader;
 pub use salvage::{is_placeholder, salvage, DroppedRange, SalvageReport, SALVAGE_SESSION};

@@ -72,6 +72,19 @@ impl FromStr for Durability {
     }
 }
 
+/// fdatasyncs that may run at once by default (see
+/// [`LogOptions::max_syncs_in_flight`]). One: an appender whose record was
+/// written after the running sync took its mark waits for that sync to end
+/// and joins the next group, rather than starting a second sync beside it.
+/// Two syncs of one file do overlap on the device (two threads reach
+/// ~1.45x the syncs per second of one: `benches/scripts/fsync_concurrency.py`),
+/// but with 16 appenders each sync then took longer (mean 182–236 µs
+/// against 153–201 µs) and held fewer records (11.4–14.0 against 15.6–15.8):
+/// paired bench rounds gave 16 threads ÷ 1 thread 7.5x–8.5x with two
+/// against 7.1x–8.8x, median 8.3x, with one (docs/BENCHMARKS.md, session
+/// 15: `CAIRN_BENCH_SYNCS=2` runs the bench with two).
+pub const DEFAULT_MAX_SYNCS_IN_FLIGHT: u64 = 1;
+
 /// Options for [`Log::open`](super::Log::open).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogOptions {
@@ -98,6 +111,11 @@ pub struct LogOptions {
     /// (about 0.1 s per MiB) before its record is compressed. A log that
     /// has a dictionary keeps using it whatever this says.
     pub dictionary_sample_bytes: u64,
+    /// With `Always`, how many group-commit fdatasyncs may run at once
+    /// (default [`DEFAULT_MAX_SYNCS_IN_FLIGHT`]; 0 counts as 1). Syncs
+    /// publish in the order they started whatever this says, so a later
+    /// success never acknowledges past an earlier failure.
+    pub max_syncs_in_flight: u64,
 }
 
 impl Default for LogOptions {
@@ -107,6 +125,7 @@ impl Default for LogOptions {
             durability: Durability::Always,
             reserved_tail: true,
             dictionary_sample_bytes: super::DEFAULT_DICTIONARY_SAMPLE_BYTES,
+            max_syncs_in_flight: DEFAULT_MAX_SYNCS_IN_FLIGHT,
         }
     }
 }

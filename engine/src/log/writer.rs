@@ -205,19 +205,6 @@ pub struct GroupCommitStats {
 /// pays at most this once.
 const MAX_GROUP_COMMIT_WAIT: Duration = Duration::from_micros(500);
 
-/// fdatasyncs that may run at once. One: an appender whose record was
-/// written after the running sync took its mark waits for that sync to end
-/// and joins the next group, rather than starting a second sync beside it.
-/// Two syncs of one file do overlap on the device (two threads reach
-/// ~1.45x the syncs per second of one: `benches/scripts/fsync_concurrency.py`),
-/// but with 16 appenders each sync then took longer (mean 182–236 µs
-/// against 153–201 µs) and held fewer records (11.4–14.0 against 15.6–15.8):
-/// paired bench rounds gave 16 threads ÷ 1 thread 7.5x–8.5x with two
-/// against 7.1x–8.8x, median 8.3x, with one (docs/BENCHMARKS.md, session
-/// 15). The code still publishes syncs in the order they started (see
-/// `Inner::sync_group`), so raising this stays safe.
-const MAX_SYNCS_IN_FLIGHT: u64 = 1;
-
 struct Inner {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
@@ -998,7 +985,7 @@ impl Inner {
             }
             let running = s.started - s.ended;
             let covered = running > 0 && s.covering >= lsn;
-            if s.gathering || covered || running >= MAX_SYNCS_IN_FLIGHT {
+            if s.gathering || covered || running >= self.opts.max_syncs_in_flight.max(1) {
                 // A sync that will cover this record is gathering or
                 // running, or no other may start: wait for one to end (or,
                 // if this record was written just after a gathering leader
