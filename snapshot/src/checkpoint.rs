@@ -1736,16 +1736,14 @@ mod tests {
         std::fs::write(root.join(&other), "not that rollback's").unwrap();
         std::fs::create_dir(root.join(format!("sub/.cairn-restore-{pid}-9.tmp"))).unwrap();
         std::fs::write(root.join("new.txt"), "created since").unwrap();
-        let dry = rollback(
-            &log,
-            &blobs,
-            &ws,
-            RollbackRequest {
+        let dry_run = || {
+            let req = RollbackRequest {
                 dry_run: true,
                 ..RollbackRequest::new(c1.id)
-            },
-        )
-        .unwrap();
+            };
+            rollback(&log, &blobs, &ws, req).unwrap()
+        };
+        let dry = dry_run();
         assert_eq!(dry.interrupted_temporaries, 3, "{dry:?}");
         assert_eq!(dry.deleted, [other.clone(), "new.txt".to_string()]);
         assert_eq!(
@@ -1770,17 +1768,7 @@ mod tests {
             "{warned}"
         );
         // With nothing interrupted, a dry run counts none.
-        let dry = rollback(
-            &log,
-            &blobs,
-            &ws,
-            RollbackRequest {
-                dry_run: true,
-                ..RollbackRequest::new(c1.id)
-            },
-        )
-        .unwrap();
-        assert_eq!(dry.interrupted_temporaries, 0);
+        assert_eq!(dry_run().interrupted_temporaries, 0);
     }
 
     /// Trial 13 N6: the record written for a rollback whose process

@@ -276,6 +276,27 @@ fn checkpoint_with_state(f: &Fx, label: &str, state: &[u8]) -> CheckpointInfo {
     .unwrap()
 }
 
+/// c1 (`a.txt` "one", state "epoch 1"), an edit and its checkpoint, then
+/// a rollback to c1: c1 is the tree from the rollback on.
+fn rolled_back_to_a_checkpoint_with_state(f: &Fx) -> CheckpointInfo {
+    f.write("a.txt", "one\n");
+    let c1 = checkpoint_with_state(f, "with state", b"epoch 1");
+    f.write("a.txt", "two\n");
+    f.checkpoint("two");
+    f.rollback(c1.id);
+    c1
+}
+
+/// After an edit, a rollback to `c1` (of
+/// [`rolled_back_to_a_checkpoint_with_state`]) restores its file and hands
+/// its state back.
+fn rolls_back_with_its_state(f: &Fx, c1: &CheckpointInfo) {
+    f.write("a.txt", "three\n");
+    let back = f.rollback(c1.id);
+    assert_eq!(back.state.as_deref(), Some(&b"epoch 1"[..]));
+    assert_eq!(f.read("a.txt").as_deref(), Some("one\n"));
+}
+
 const KEEP_2: RetentionPolicy = RetentionPolicy {
     keep_per_session: Some(2),
     max_bytes: None,
@@ -287,11 +308,7 @@ const KEEP_2: RetentionPolicy = RetentionPolicy {
 #[test]
 fn a_restored_discarded_checkpoint_keeps_its_state_and_can_be_rolled_back_to() {
     let f = fx();
-    f.write("a.txt", "one\n");
-    let c1 = checkpoint_with_state(&f, "with state", b"epoch 1");
-    f.write("a.txt", "two\n");
-    f.checkpoint("two");
-    f.rollback(c1.id);
+    let c1 = rolled_back_to_a_checkpoint_with_state(&f);
     f.checkpoint("x");
     f.checkpoint("y");
     let r = apply_retention(&f.log, &f.blobs, &f.ws, &KEEP_2).unwrap();
@@ -299,10 +316,7 @@ fn a_restored_discarded_checkpoint_keeps_its_state_and_can_be_rolled_back_to() {
     assert!(f.blobs.contains(&BlobHash::of(b"epoch 1")), "state kept");
     let dry = f.try_rollback(c1.id, &[], true).unwrap();
     assert_eq!(dry.state.as_deref(), Some(&b"epoch 1"[..]));
-    f.write("a.txt", "three\n");
-    let back = f.rollback(c1.id);
-    assert_eq!(back.state.as_deref(), Some(&b"epoch 1"[..]));
-    assert_eq!(f.read("a.txt").as_deref(), Some("one\n"));
+    rolls_back_with_its_state(&f, &c1);
 }
 
 /// T13-N4, the other way a tree is kept: the rollback comes after the
@@ -311,17 +325,10 @@ fn a_restored_discarded_checkpoint_keeps_its_state_and_can_be_rolled_back_to() {
 #[test]
 fn the_state_of_a_rollback_target_is_kept_with_the_tree_the_rule_keeps() {
     let f = fx();
-    f.write("a.txt", "one\n");
-    let c1 = checkpoint_with_state(&f, "with state", b"epoch 1");
-    f.write("a.txt", "two\n");
-    f.checkpoint("two");
-    f.rollback(c1.id);
+    let c1 = rolled_back_to_a_checkpoint_with_state(&f);
     let r = apply_retention_with(&f.log, &f.blobs, &f.ws, &KEEP_1, true).unwrap();
     assert!(r.discarded.contains(&c1.id), "{r:?}");
-    f.write("a.txt", "three\n");
-    let back = f.rollback(c1.id);
-    assert_eq!(back.state.as_deref(), Some(&b"epoch 1"[..]));
-    assert_eq!(f.read("a.txt").as_deref(), Some("one\n"));
+    rolls_back_with_its_state(&f, &c1);
 }
 
 /// T13-N4: a discarded checkpoint whose files are all still stored (a
