@@ -9,7 +9,8 @@
 //!                      bit 2 DICT (the zstd body needs the log dictionary its zstd frame names; only with bit 0)
 //! 10     2    reserved  must be 0
 //! 12     8    lsn       u64 LE
-//! 20    32    chain     blake3(prev_chain || lsn || kind || flags || stored body)
+//! 20    32    chain     blake3 keyed with prev_chain over lsn || kind || flags || stored body
+//!                      (segment format 1: blake3(prev_chain || lsn || kind || flags || stored body); see ChainForm)
 //! 52     n    body      MessagePack (or zstd of it when COMPRESSED)
 //! ```
 //!
@@ -144,9 +145,10 @@ impl<'a> Frame<'a> {
         .map(Cow::Owned)
     }
 
-    /// Checks that this frame's chain value follows from `prev`.
-    pub fn chain_follows(&self, prev: ChainHash) -> bool {
-        chain_next(prev, self.lsn, self.kind as u8, self.flags, self.stored) == self.chain
+    /// Checks that this frame's chain value follows from `prev` in a
+    /// segment whose records chain by `form`.
+    pub fn chain_follows(&self, prev: ChainHash, form: ChainForm) -> bool {
+        form.next(prev, self.lsn, self.kind as u8, self.flags, self.stored) == self.chain
     }
 }
 
@@ -181,14 +183,64 @@ pub fn decompress_bounded_with(
     })
 }
 
-/// The next hash-chain value: blake3(prev || lsn || kind || flags || stored body).
-pub fn chain_next(prev: ChainHash, lsn: Lsn, kind: u8, flags: u8, stored: &[u8]) -> ChainHash {
-    let mut h = blake3::Hasher::new();
-    h.update(&prev.0);
-    h.update(&lsn.0.to_le_bytes());
-    h.update(&[kind, flags]);
-    h.update(stored);
-    ChainHash(*h.finalize().as_bytes())
+/// How the records of a segment chain, fixed by the segment's format
+/// version (see [`crate::segment`]). Both forms bind the previous chain
+/// value, the LSN, the kind, the flags and the stored body; they differ
+/// only in where the previous value goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChainForm {
+    /// Segment format 1: `blake3(prev || lsn || kind || flags || stored)`.
+    Prefixed,
+    /// Segment format 2: blake3 keyed with `prev` (the key takes the place
+    /// of blake3's IV, as each block's chaining value does inside a
+    /// chunk) over `lsn || kind || flags || stored`. Leaving the 32 bytes
+    /// of `prev` out of the input saves one of blake3's 64-byte
+    /// compressions for most records: a 200-byte event's chain input fell
+    /// from 5 blocks to 4, and `never` appends, where the chain was a
+    /// third of the time, rose from ~0.90M/s to ~1.05M/s on the bench
+    /// machine (docs/BENCHMARKS.md, session 16).
+    Keyed,
+}
+
+impl ChainForm {
+    /// The form new segments are written with.
+    pub const CURRENT: ChainForm = ChainForm::Keyed;
+
+    /// The segment format version that chains this way.
+    pub fn version(self) -> u32 {
+        match self {
+            ChainForm::Prefixed => 1,
+            ChainForm::Keyed => 2,
+        }
+    }
+
+    /// The form of segment format `version`, if cairn knows it.
+    pub fn of_version(version: u32) -> Option<ChainForm> {
+        match version {
+            1 => Some(ChainForm::Prefixed),
+            2 => Some(ChainForm::Keyed),
+            _ => None,
+        }
+    }
+
+    /// The chain value after a record, from the one before it.
+    pub fn next(self, prev: ChainHash, lsn: Lsn, kind: u8, flags: u8, stored: &[u8]) -> ChainHash {
+        let mut fields = [0u8; 10];
+        fields[..8].copy_from_slice(&lsn.0.to_le_bytes());
+        fields[8] = kind;
+        fields[9] = flags;
+        let mut h = match self {
+            ChainForm::Prefixed => {
+                let mut h = blake3::Hasher::new();
+                h.update(&prev.0);
+                h
+            }
+            ChainForm::Keyed => blake3::Hasher::new_keyed(&prev.0),
+        };
+        h.update(&fields);
+        h.update(stored);
+        ChainHash(*h.finalize().as_bytes())
+    }
 }
 
 fn crc_of(header: &[u8], stored: &[u8]) -> u32 {
@@ -201,7 +253,7 @@ fn crc_of(header: &[u8], stored: &[u8]) -> u32 {
 
 /// Appends one frame for `body` to `out`, compressing it when that helps.
 /// `flags` may carry [`FLAG_BATCH_CONT`]; compression is decided here.
-/// Returns the new chain value.
+/// Returns the new chain value, chained by [`ChainForm::CURRENT`].
 pub fn encode(
     out: &mut Vec<u8>,
     lsn: Lsn,
@@ -224,6 +276,41 @@ pub fn encode_with(
     prev_chain: ChainHash,
     dict: Option<&Dict>,
 ) -> Result<ChainHash, CodecError> {
+    let start = out.len();
+    let (stored, flags) = stored_body(body, flags, dict)?;
+    let chain = ChainForm::CURRENT.next(prev_chain, lsn, kind as u8, flags, &stored);
+    put_frame(out, kind, flags, &stored);
+    out[start + 12..start + 20].copy_from_slice(&lsn.0.to_le_bytes());
+    out[start + 20..start + HEADER_LEN].copy_from_slice(&chain.0);
+    let crc = crc_of(&out[start..start + HEADER_LEN], &stored);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    Ok(chain)
+}
+
+/// Appends a frame for `body` to `out` as [`encode_with`] does, but with
+/// its LSN, chain value and CRC left zero, for a writer that fills them in
+/// once the record's position is known: the costly part of encoding
+/// (zstd) then runs outside the writer's lock, and no chain value is
+/// computed that would be thrown away.
+pub fn encode_unplaced(
+    out: &mut Vec<u8>,
+    kind: RecordKind,
+    flags: u8,
+    body: &[u8],
+    dict: Option<&Dict>,
+) -> Result<(), CodecError> {
+    let (stored, flags) = stored_body(body, flags, dict)?;
+    put_frame(out, kind, flags, &stored);
+    Ok(())
+}
+
+/// The body as a frame stores it, and the frame's flags: zstd-compressed
+/// (with `dict` when given) when that saves at least 16 bytes.
+fn stored_body<'a>(
+    body: &'a [u8],
+    flags: u8,
+    dict: Option<&Dict>,
+) -> Result<(Cow<'a, [u8]>, u8), CodecError> {
     if body.len() > crate::event::MAX_EVENT_BODY_BYTES {
         return Err(CodecError::TooLarge {
             what: "record body",
@@ -232,35 +319,28 @@ pub fn encode_with(
         });
     }
     let mut flags = flags & FLAG_BATCH_CONT;
-    let compressed;
-    let stored: &[u8] = if body.len() >= compress_min_bytes(dict.is_some()) {
-        compressed = zdict::compress(BODY_ZSTD_LEVEL, body, dict)?;
+    if body.len() >= compress_min_bytes(dict.is_some()) {
+        let compressed = zdict::compress(BODY_ZSTD_LEVEL, body, dict)?;
         if compressed.len() + 16 < body.len() {
             flags |= FLAG_COMPRESSED;
             if dict.is_some() {
                 flags |= FLAG_DICT;
             }
-            &compressed
-        } else {
-            body
+            return Ok((Cow::Owned(compressed), flags));
         }
-    } else {
-        body
-    };
-    let chain = chain_next(prev_chain, lsn, kind as u8, flags, stored);
-    let start = out.len();
+    }
+    Ok((Cow::Borrowed(body), flags))
+}
+
+/// Appends a frame header with its LSN, chain and CRC zero, then `stored`.
+fn put_frame(out: &mut Vec<u8>, kind: RecordKind, flags: u8, stored: &[u8]) {
     out.reserve(HEADER_LEN + stored.len());
     out.extend_from_slice(&(stored.len() as u32).to_le_bytes());
     out.extend_from_slice(&[0; 4]);
     out.push(kind as u8);
     out.push(flags);
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(&lsn.0.to_le_bytes());
-    out.extend_from_slice(&chain.0);
-    let crc = crc_of(&out[start..start + HEADER_LEN], stored);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&[0; 2 + 8 + 32]);
     out.extend_from_slice(stored);
-    Ok(chain)
 }
 
 /// Fills the position-independent header fields (length, kind, flags) of
@@ -344,6 +424,43 @@ mod tests {
     use crate::{Event, EventKind};
     use proptest::prelude::*;
 
+    #[test]
+    fn each_chain_form_binds_every_input_and_the_forms_differ() {
+        let (prev, lsn, stored) = (ChainHash([3; 32]), Lsn(77), &b"a stored body"[..]);
+        for form in [ChainForm::Prefixed, ChainForm::Keyed] {
+            let c = form.next(prev, lsn, 1, 0, stored);
+            assert_ne!(form.next(ChainHash([4; 32]), lsn, 1, 0, stored), c);
+            assert_ne!(form.next(prev, Lsn(78), 1, 0, stored), c);
+            assert_ne!(form.next(prev, lsn, 2, 0, stored), c);
+            assert_ne!(form.next(prev, lsn, 1, FLAG_BATCH_CONT, stored), c);
+            assert_ne!(form.next(prev, lsn, 1, 0, b"a stored bodY"), c);
+            assert_eq!(ChainForm::of_version(form.version()), Some(form));
+        }
+        assert_ne!(
+            ChainForm::Prefixed.next(prev, lsn, 1, 0, stored),
+            ChainForm::Keyed.next(prev, lsn, 1, 0, stored)
+        );
+        // Format 1 is exactly what segments written before format 2 hold.
+        let mut v1 = blake3::Hasher::new();
+        v1.update(&prev.0);
+        v1.update(&lsn.0.to_le_bytes());
+        v1.update(&[1, 0]);
+        v1.update(stored);
+        assert_eq!(
+            ChainForm::Prefixed.next(prev, lsn, 1, 0, stored).0,
+            *v1.finalize().as_bytes()
+        );
+        let mut v2 = blake3::Hasher::new_keyed(&prev.0);
+        v2.update(&lsn.0.to_le_bytes());
+        v2.update(&[1, 0]);
+        v2.update(stored);
+        assert_eq!(
+            ChainForm::Keyed.next(prev, lsn, 1, 0, stored).0,
+            *v2.finalize().as_bytes()
+        );
+        assert_eq!(ChainForm::of_version(3), None);
+    }
+
     fn one(body: &[u8]) -> Vec<u8> {
         let mut buf = Vec::new();
         encode(
@@ -370,8 +487,8 @@ mod tests {
             assert_eq!(f.lsn, Lsn(7));
             assert_eq!(f.len(), buf.len());
             assert_eq!(&*f.body().unwrap(), &body[..]);
-            assert!(f.chain_follows(ChainHash::ZERO));
-            assert!(!f.chain_follows(f.chain));
+            assert!(f.chain_follows(ChainHash::ZERO, ChainForm::CURRENT));
+            assert!(!f.chain_follows(f.chain, ChainForm::CURRENT));
         }
         assert!(
             one(&"abc".repeat(1000).into_bytes()).len() < 500,
@@ -510,7 +627,7 @@ mod tests {
             f.stored.len(),
             body.len()
         );
-        assert!(f.chain_follows(ChainHash::ZERO) && f.chain == chain);
+        assert!(f.chain_follows(ChainHash::ZERO, ChainForm::CURRENT) && f.chain == chain);
         let have = |id: u32| (id == d.id).then(|| d.clone());
         assert_eq!(&*f.body_with(&have).unwrap(), &body[..]);
         // Without its dictionary: an error naming the dictionary file.
@@ -581,7 +698,7 @@ mod tests {
             for (i, b) in bodies.iter().enumerate() {
                 let f = decode(&buf[off..]).unwrap();
                 prop_assert_eq!(f.lsn, Lsn(i as u64 + 1));
-                prop_assert!(f.chain_follows(prev));
+                prop_assert!(f.chain_follows(prev, ChainForm::CURRENT));
                 prop_assert_eq!(&*f.body().unwrap(), &b[..]);
                 prev = f.chain;
                 off += f.len();

@@ -5,7 +5,7 @@
 //! ```text
 //! header                              footer
 //!  0  8  magic "CAIRNLOG"              0  8  magic "CAIRNEND"
-//!  8  4  format version (1)            8  8  record count
+//!  8  4  format version (1 or 2)       8  8  record count
 //! 12  4  reserved (0)                 16  8  last LSN (first LSN - 1 when empty)
 //! 16  8  first LSN                    24 32  chain value after the last record
 //! 24 32  chain value before it        56  4  frames' byte length (offset of the footer - 64)
@@ -18,14 +18,18 @@
 //! footer is recognised by its position (the last 64 bytes) and its CRC.
 
 use crate::bytes::{crc32_seeded as crc, u64_le as u64_at};
+use crate::frame::ChainForm;
 use crate::{ChainHash, CodecError, Lsn};
 
 /// Size of the segment header.
 pub const SEGMENT_HEADER_LEN: usize = 64;
 /// Size of the sealed-segment footer.
 pub const SEGMENT_FOOTER_LEN: usize = 64;
-/// The current segment format version.
-pub const SEGMENT_VERSION: u32 = 1;
+/// The segment format version new segments are written with: the version
+/// of [`ChainForm::CURRENT`]. Versions 1 and 2 differ only in how records
+/// chain ([`ChainForm`]); both are read, and a version-1 tail is appended
+/// to in its own form.
+pub const SEGMENT_VERSION: u32 = 2;
 const HEADER_MAGIC: &[u8; 8] = b"CAIRNLOG";
 const FOOTER_MAGIC: &[u8; 8] = b"CAIRNEND";
 
@@ -55,6 +59,8 @@ pub struct SegmentHeader {
     pub first_lsn: Lsn,
     /// Chain value before the first record (the previous segment's last).
     pub prev_chain: ChainHash,
+    /// How its records chain: its format version.
+    pub chain_form: ChainForm,
 }
 
 impl SegmentHeader {
@@ -62,7 +68,7 @@ impl SegmentHeader {
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
         let mut b = [0u8; SEGMENT_HEADER_LEN];
         b[0..8].copy_from_slice(HEADER_MAGIC);
-        b[8..12].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.chain_form.version().to_le_bytes());
         b[16..24].copy_from_slice(&self.first_lsn.0.to_le_bytes());
         b[24..56].copy_from_slice(&self.prev_chain.0);
         let c = crc(&b[..60]);
@@ -80,13 +86,19 @@ impl SegmentHeader {
         }
         let b = &buf[..SEGMENT_HEADER_LEN];
         check_crc("segment header", b)?;
-        if &b[0..8] != HEADER_MAGIC
-            || u32::from_le_bytes([b[8], b[9], b[10], b[11]]) != SEGMENT_VERSION
-        {
+        if &b[0..8] != HEADER_MAGIC {
             return Err(CodecError::BadMagic {
                 what: "log segment",
             });
         }
+        let version = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+        let Some(chain_form) = ChainForm::of_version(version) else {
+            return Err(CodecError::Invalid {
+                what: format!(
+                    "segment format version {version} is not one this cairn reads (1 or {SEGMENT_VERSION}); it may be from a newer cairn"
+                ),
+            });
+        };
         // Reserved bytes must be zero: a header from a future format that
         // uses them is refused, not misread.
         if b[12..16].iter().chain(&b[56..60]).any(|&x| x != 0) {
@@ -97,6 +109,7 @@ impl SegmentHeader {
         Ok(SegmentHeader {
             first_lsn: Lsn(u64_at(b, 16)),
             prev_chain: chain_at(b, 24),
+            chain_form,
         })
     }
 }
@@ -169,9 +182,11 @@ mod tests {
         let h = SegmentHeader {
             first_lsn: Lsn(1001),
             prev_chain: ChainHash([7; 32]),
+            chain_form: ChainForm::CURRENT,
         };
         let b = h.encode();
         assert_eq!(SegmentHeader::decode(&b).unwrap(), h);
+        assert_eq!(b[8..12], SEGMENT_VERSION.to_le_bytes());
         for i in 0..b.len() {
             let mut bad = b;
             bad[i] ^= 0x10;
@@ -181,6 +196,33 @@ mod tests {
             SegmentHeader::decode(&b[..10]),
             Err(CodecError::Truncated { .. })
         ));
+    }
+
+    #[test]
+    fn each_version_carries_its_chain_form_and_an_unknown_one_is_named() {
+        for (form, version) in [(ChainForm::Prefixed, 1u32), (ChainForm::Keyed, 2)] {
+            let h = SegmentHeader {
+                first_lsn: Lsn(1),
+                prev_chain: ChainHash::ZERO,
+                chain_form: form,
+            };
+            let b = h.encode();
+            assert_eq!(b[8..12], version.to_le_bytes());
+            assert_eq!(SegmentHeader::decode(&b).unwrap().chain_form, form);
+        }
+        // A header of a future version, with a valid CRC, is refused by
+        // name rather than read as a known one.
+        let mut b = SegmentHeader {
+            first_lsn: Lsn(1),
+            prev_chain: ChainHash::ZERO,
+            chain_form: ChainForm::CURRENT,
+        }
+        .encode();
+        b[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let c = crc(&b[..60]);
+        b[60..64].copy_from_slice(&c.to_le_bytes());
+        let e = SegmentHeader::decode(&b).unwrap_err().to_string();
+        assert!(e.contains("segment format version 3"), "{e}");
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use cairn_codec::frame::{self, RecordKind, FLAG_BATCH_CONT, HEADER_LEN};
+use cairn_codec::frame::{self, ChainForm, RecordKind, FLAG_BATCH_CONT, HEADER_LEN};
 use cairn_codec::json::{parse_event, JsonRecord};
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{BlobHash, ChainHash, Event, EventKind, Lsn, Timestamp};
@@ -194,7 +194,7 @@ fn check_frame(data: &[u8]) {
         return;
     };
     assert!(f.len() <= data.len());
-    let _ = f.chain_follows(ChainHash::ZERO);
+    let _ = f.chain_follows(ChainHash::ZERO, ChainForm::CURRENT);
     if let Ok(body) = f.body() {
         let _ = Event::decode_body(&body);
         let mut again = Vec::new();
@@ -323,7 +323,8 @@ proptest! {
     #[test]
     fn segment_damage_detected(first in 1u64..u64::MAX, chain in any::<[u8; 32]>(), count in any::<u64>(),
                                frames in proptest::collection::vec(any::<u8>(), 0..100), d in arb_damage()) {
-        let h = SegmentHeader { first_lsn: Lsn(first), prev_chain: ChainHash(chain) };
+        let chain_form = if first % 2 == 0 { ChainForm::Prefixed } else { ChainForm::Keyed };
+        let h = SegmentHeader { first_lsn: Lsn(first), prev_chain: ChainHash(chain), chain_form };
         let mut hb = h.encode().to_vec();
         prop_assert_eq!(SegmentHeader::decode(&hb).unwrap(), h);
         if apply(&d, &mut hb) {

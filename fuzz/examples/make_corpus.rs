@@ -80,6 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let h = SegmentHeader {
         first_lsn: Lsn(1),
         prev_chain: ChainHash::ZERO,
+        chain_form: frame::ChainForm::CURRENT,
     };
     save("segment_header_footer", "header", &h.encode())?;
     let mut file = h.encode().to_vec();

@@ -5,6 +5,7 @@
 //! dictionary) to a frame with the same body.
 #![no_main]
 
+use cairn_codec::frame::ChainForm;
 use cairn_codec::{frame, ChainHash, Event};
 use cairn_fuzz::frame_dict;
 use libfuzzer_sys::fuzz_target;
@@ -14,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(f.len() <= data.len());
-    let _ = f.chain_follows(ChainHash::ZERO);
+    let _ = f.chain_follows(ChainHash::ZERO, ChainForm::CURRENT);
     let d = frame_dict();
     let lookup = |id: u32| (id == d.id).then(|| d.clone());
     if let Ok(body) = f.body_with(&lookup) {

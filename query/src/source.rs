@@ -299,7 +299,7 @@ impl MemLog {
         let mut recs = self.records.write();
         let prev = recs.last().map(|r| r.chain).unwrap_or(ChainHash::ZERO);
         let lsn = Lsn(recs.len() as u64 + 1);
-        let chain = frame::chain_next(prev, lsn, 0, 0, &body);
+        let chain = frame::ChainForm::CURRENT.next(prev, lsn, 0, 0, &body);
         recs.push(Record { lsn, chain, event });
         Ok(lsn)
     }

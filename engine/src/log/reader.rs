@@ -199,7 +199,7 @@ impl LogReader {
         let mut expect = t.head.last_lsn.next();
         let mut chain = t.head.chain;
         while let Ok(f) = frame::decode(&buf[off..]) {
-            if f.lsn != expect || !f.chain_follows(chain) {
+            if f.lsn != expect || !f.chain_follows(chain, t.header.chain_form) {
                 break;
             }
             t.index.note(f.lsn, base + off as u64);

@@ -7,7 +7,7 @@ use cairn_codec::bytes::{crc32_seeded as crc, u64_le as u64_at};
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn_codec::frame;
+use cairn_codec::frame::{self, ChainForm};
 use cairn_codec::segment::{SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{ChainHash, Lsn};
 
@@ -58,7 +58,7 @@ pub(crate) fn scan_tail(path: &Path, buf: &[u8], header: &SegmentHeader) -> Resu
     );
     while off < buf.len() {
         let problem = match frame::decode(&buf[off..]) {
-            Ok(f) if f.lsn == expect && f.chain_follows(chain) => {
+            Ok(f) if f.lsn == expect && f.chain_follows(chain, header.chain_form) => {
                 index.note(f.lsn, off as u64);
                 off += f.len();
                 expect = expect.next();
@@ -295,6 +295,7 @@ pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Seale
             header: SegmentHeader {
                 first_lsn: expect,
                 prev_chain: prev,
+                chain_form: ChainForm::CURRENT,
             },
             len: SEGMENT_HEADER_LEN as u64,
             head: Head {
@@ -360,6 +361,7 @@ fn recover_tail(
             SegmentHeader {
                 first_lsn: first,
                 prev_chain: prev,
+                chain_form: ChainForm::CURRENT,
             }
         }
         _ => check_header(path, &hb, first, prev)?,
@@ -468,6 +470,7 @@ mod tests {
         let header = SegmentHeader {
             first_lsn: Lsn(1),
             prev_chain: ChainHash::ZERO,
+            chain_form: ChainForm::CURRENT,
         };
         let mut buf = header.encode().to_vec();
         let mut chain = ChainHash::ZERO;

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cairn_codec::event::Meta;
-use cairn_codec::frame::{self, RecordKind};
+use cairn_codec::frame::{self, ChainForm, RecordKind};
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{zdict, ChainHash, Event, EventKind, Lsn, Timestamp};
 
@@ -273,7 +273,9 @@ fn segment_intact(
     walk(&buf[..end], SEGMENT_HEADER_LEN, |st| {
         match st {
             Step::Frame(_, fr)
-                if fr.lsn == expect && fr.chain_follows(chain) && decodes(dicts, &fr) =>
+                if fr.lsn == expect
+                    && fr.chain_follows(chain, h.chain_form)
+                    && decodes(dicts, &fr) =>
             {
                 expect = expect.next();
                 chain = fr.chain;
@@ -487,14 +489,7 @@ impl<'a> Rewriter<'a> {
         );
         e.meta = Some(Meta(m));
         let mut b = Vec::new();
-        frame::encode(
-            &mut b,
-            lsn,
-            RecordKind::Event,
-            0,
-            &e.encode_body()?,
-            ChainHash::ZERO,
-        )?;
+        frame::encode_unplaced(&mut b, RecordKind::Event, 0, &e.encode_body()?, None)?;
         self.report.placeholders += 1;
         self.emit(b, lsn)
     }
@@ -520,6 +515,7 @@ impl<'a> Rewriter<'a> {
             let header = SegmentHeader {
                 first_lsn: lsn,
                 prev_chain: self.chain,
+                chain_form: ChainForm::CURRENT,
             };
             f.write_all_at(&header.encode(), 0)
                 .map_err(io("write salvaged segment", &path))?;
@@ -530,7 +526,7 @@ impl<'a> Rewriter<'a> {
                 end: SEGMENT_HEADER_LEN as u64,
             });
         }
-        self.chain = finish_frame(&mut bytes, lsn, self.chain);
+        self.chain = finish_frame(&mut bytes, lsn, self.chain, ChainForm::CURRENT);
         if let Some(NewSeg {
             name, file: f, end, ..
         }) = &mut self.seg
@@ -598,6 +594,7 @@ impl<'a> Rewriter<'a> {
                 let header = SegmentHeader {
                     first_lsn: self.next,
                     prev_chain: self.chain,
+                    chain_form: ChainForm::CURRENT,
                 };
                 f.write_all_at(&header.encode(), 0)
                     .and_then(|_| f.sync_data())

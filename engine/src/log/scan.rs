@@ -1,7 +1,7 @@
 //! Low-level helpers over frame bytes: finishing a pre-encoded frame under
 //! the writer lock, and finding the next valid frame after damage.
 
-use cairn_codec::frame::{self, Frame, CRC_SEED, HEADER_LEN};
+use cairn_codec::frame::{self, ChainForm, Frame, CRC_SEED, HEADER_LEN};
 use cairn_codec::{ChainHash, CodecError, Lsn};
 
 /// Byte range of the LSN field in a frame header (see `cairn_codec::frame`).
@@ -16,10 +16,10 @@ const CRC_FIELD: std::ops::Range<usize> = 4..8;
 /// part of encoding (MessagePack, zstd) runs outside the writer lock.
 /// Returns the new chain value. The result is byte-for-byte what
 /// `frame::encode` would have produced (tested below).
-pub(crate) fn finish_frame(f: &mut [u8], lsn: Lsn, prev: ChainHash) -> ChainHash {
+pub(crate) fn finish_frame(f: &mut [u8], lsn: Lsn, prev: ChainHash, form: ChainForm) -> ChainHash {
     f[LSN_FIELD].copy_from_slice(&lsn.0.to_le_bytes());
     let (kind, flags) = (f[8], f[9]);
-    let chain = frame::chain_next(prev, lsn, kind, flags, &f[HEADER_LEN..]);
+    let chain = form.next(prev, lsn, kind, flags, &f[HEADER_LEN..]);
     f[CHAIN_FIELD].copy_from_slice(&chain.0);
     let mut c = crc32fast::Hasher::new_with_initial(CRC_SEED);
     c.update(&f[0..4]);
@@ -104,17 +104,14 @@ mod tests {
                 prev,
             )
             .unwrap();
+            // The writer's path for a body that may be compressed: framed
+            // unplaced, then finished under the lock.
             let mut pre = Vec::new();
-            frame::encode(
-                &mut pre,
-                Lsn(0),
-                RecordKind::Event,
-                flags,
-                &body,
-                ChainHash::ZERO,
-            )
-            .unwrap();
-            assert_eq!(finish_frame(&mut pre, Lsn(42), prev), chain);
+            frame::encode_unplaced(&mut pre, RecordKind::Event, flags, &body, None).unwrap();
+            assert_eq!(
+                finish_frame(&mut pre, Lsn(42), prev, ChainForm::CURRENT),
+                chain
+            );
             assert_eq!(pre, expected);
             if body.len() < frame::COMPRESS_MIN_BYTES {
                 // The writer's fast path: header prepared around a body
@@ -122,7 +119,10 @@ mod tests {
                 let mut fast = vec![0xEE; frame::HEADER_LEN];
                 fast.extend_from_slice(&body);
                 frame::prepare_header(&mut fast, RecordKind::Event, flags);
-                assert_eq!(finish_frame(&mut fast, Lsn(42), prev), chain);
+                assert_eq!(
+                    finish_frame(&mut fast, Lsn(42), prev, ChainForm::CURRENT),
+                    chain
+                );
                 assert_eq!(fast, expected);
             }
         }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_codec::frame;
+use cairn_codec::frame::{self, ChainForm};
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{ChainHash, Lsn};
 
@@ -93,6 +93,7 @@ pub(crate) fn write_header(
     let header = SegmentHeader {
         first_lsn: first,
         prev_chain,
+        chain_form: ChainForm::CURRENT,
     };
     file.write_all_at(&header.encode(), 0)
         .map_err(|e| EngineError::io("write segment header", path, e))?;

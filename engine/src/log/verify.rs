@@ -5,6 +5,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use cairn_codec::frame::ChainForm;
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{ChainHash, CodecError, Event, Lsn};
 
@@ -108,6 +109,9 @@ struct Checker<'a> {
     dicts: &'a LogDicts,
     expect: Lsn,
     chain: ChainHash,
+    /// How the current segment's records chain: its header's format (a
+    /// segment whose header is damaged keeps the previous segment's).
+    form: ChainForm,
     records: u64,
     problems: Vec<Problem>,
 }
@@ -127,6 +131,7 @@ impl Checker<'_> {
         match SegmentHeader::decode(data) {
             Err(e) => self.problem(path, 0, Some(self.expect), format!("segment header: {e}")),
             Ok(h) => {
+                self.form = h.chain_form;
                 if h.first_lsn != self.expect {
                     let d = format!(
                         "segment header says it starts at LSN {} but LSN {} was expected",
@@ -161,7 +166,7 @@ impl Checker<'_> {
                         );
                         self.problem(path, off, Some(self.expect), d);
                     }
-                    if !f.chain_follows(self.chain) {
+                    if !f.chain_follows(self.chain, self.form) {
                         let d = "record's chain value does not follow from the previous record"
                             .to_string();
                         self.problem(path, off, Some(f.lsn), d);
@@ -239,6 +244,7 @@ impl View {
             dicts: &self.dicts,
             expect: Lsn::FIRST,
             chain: ChainHash::ZERO,
+            form: ChainForm::CURRENT,
             records: 0,
             problems: Vec::new(),
         };

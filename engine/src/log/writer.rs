@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cairn_codec::frame::{self, RecordKind, FLAG_BATCH_CONT};
+use cairn_codec::frame::{self, ChainForm, RecordKind, FLAG_BATCH_CONT};
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{ChainHash, Event, Lsn};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
@@ -141,13 +141,11 @@ impl Prepared {
             return Ok(Prepared(f));
         }
         let mut b = Vec::with_capacity(f.len());
-        frame::encode_with(
+        frame::encode_unplaced(
             &mut b,
-            Lsn(0),
             RecordKind::Event,
             flags,
             &f[frame::HEADER_LEN..],
-            ChainHash::ZERO,
             dict.map(|d| &**d),
         )?;
         Ok(Prepared(b))
@@ -629,9 +627,9 @@ impl Inner {
             });
         }
         let first = st.next_lsn;
-        let mut chain = st.chain;
+        let (mut chain, form) = (st.chain, st.header.chain_form);
         for (i, item) in items.iter_mut().enumerate() {
-            chain = finish_frame(&mut item.0, Lsn(first.0 + i as u64), chain);
+            chain = finish_frame(&mut item.0, Lsn(first.0 + i as u64), chain, form);
         }
         let at = st.end;
         if let Err(e) = self.put_frames(&mut st, items, at, total) {
@@ -867,6 +865,7 @@ impl Inner {
         st.header = SegmentHeader {
             first_lsn: st.next_lsn,
             prev_chain: st.chain,
+            chain_form: ChainForm::CURRENT,
         };
         st.end = SEGMENT_HEADER_LEN as u64;
         st.last_frame_off = 0;
