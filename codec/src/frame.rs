@@ -195,10 +195,11 @@ pub enum ChainForm {
     /// of blake3's IV, as each block's chaining value does inside a
     /// chunk) over `lsn || kind || flags || stored`. Leaving the 32 bytes
     /// of `prev` out of the input saves one of blake3's 64-byte
-    /// compressions for most records: a 200-byte event's chain input fell
-    /// from 5 blocks to 4, and `never` appends, where the chain was a
-    /// third of the time, rose from ~0.90M/s to ~1.05M/s on the bench
-    /// machine (docs/BENCHMARKS.md, session 16).
+    /// compressions for most records: the log bench's 229-byte frames
+    /// hash 187 bytes (3 blocks) instead of 219 (4), the chain alone took
+    /// 274 ns instead of 388, and `never` appends, where the chain was a
+    /// third of the time, went ~10% faster (docs/BENCHMARKS.md, session
+    /// 16).
     Keyed,
 }
 
