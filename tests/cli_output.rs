@@ -535,6 +535,70 @@ fn quiet_commands_print_nothing_on_success_but_their_answer() {
 /// marks the lines of the first version it can still read as `<=@N`
 /// (`history_cut` in --json), not as written by that checkpoint's session.
 #[test]
+fn blame_marks_the_lines_that_were_there_before_history_began() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    // The user's own file, before any agent action; a file a record wrote
+    // before the first checkpoint; then the first checkpoint.
+    std::fs::write(ws.join("notes.txt"), "by the user\nlast year\n").unwrap();
+    std::fs::write(ws.join("w.txt"), "agent line\n").unwrap();
+    ok(&cairn_stdin(
+        ws,
+        &["record", "-q"],
+        r#"{"kind":"file.write","path":"w.txt","model":"m0"}"#,
+    ));
+    ok(&cairn(
+        ws,
+        &["checkpoint", "-q", "--session", "t1", "--model", "gpt-x"],
+    ));
+    // An agent turn edits one line; a shell creates a file the second
+    // checkpoint finds (written within history, by that turn).
+    std::fs::write(ws.join("notes.txt"), "by the user\nthis year\n").unwrap();
+    std::fs::write(ws.join("new.txt"), "made by a shell\n").unwrap();
+    ok(&cairn(
+        ws,
+        &["checkpoint", "-q", "--session", "t1", "--model", "gpt-y"],
+    ));
+    let who = |path: &str| -> Vec<(u64, bool, Option<String>)> {
+        json_lines(&text(&cairn(ws, &["blame", "head", path, "--json"])))
+            .iter()
+            .map(|l| {
+                (
+                    l["lsn"].as_u64().unwrap(),
+                    l["before_history"].as_bool().unwrap(),
+                    l["model"].as_str().map(str::to_string),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        who("notes.txt"),
+        [(2, true, None), (3, false, Some("gpt-y".into()))]
+    );
+    // Named by a record (without its contents) before the first
+    // checkpoint found it: written within history.
+    assert_eq!(who("w.txt"), [(2, false, Some("gpt-x".into()))]);
+    assert_eq!(who("new.txt"), [(3, false, Some("gpt-y".into()))]);
+    let shown = text(&cairn(ws, &["blame", "head", "notes.txt"]));
+    let first = shown.lines().next().unwrap();
+    assert!(
+        first.starts_with("^@2 ") && first.contains(" - "),
+        "{shown}"
+    );
+    // A rollback to the first checkpoint brings the line back still
+    // marked as older than the history.
+    ok(&cairn(ws, &["rollback", "c2", "-q"]));
+    let back = who("notes.txt");
+    assert_eq!(back.len(), 2);
+    assert!(
+        back.iter()
+            .all(|(lsn, before, model)| *lsn == 2 && *before && model.is_none()),
+        "{back:?}"
+    );
+}
+
+#[test]
 fn blame_marks_the_lines_whose_history_gc_cut() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();

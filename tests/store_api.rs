@@ -1013,6 +1013,7 @@ fn checkpoints_record_the_handles_agent_and_model_and_blame_names_the_model() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path()).unwrap();
     let s = store.session("t").with_agent("coder").with_model("model-x");
+    s.before_turn(1).unwrap();
     std::fs::write(tmp.path().join("a.txt"), "written by a shell command\n").unwrap();
     let c = s.after_turn(1).unwrap();
     assert_eq!(c.agent.as_deref(), Some("coder"));
@@ -1027,6 +1028,7 @@ fn checkpoints_record_the_handles_agent_and_model_and_blame_names_the_model() {
         .unwrap();
     assert_eq!(blame[0].lsn, c.lsn);
     assert_eq!(blame[0].model.as_deref(), Some("model-x"));
+    assert!(!blame[0].before_history);
     store.close().unwrap();
 }
 

@@ -125,7 +125,18 @@ pub struct BlameLine {
     /// the line was written by it or by an earlier record no longer known
     /// (the record is the first version of the file still readable).
     pub history_cut: bool,
+    /// True if the line was already in the workspace when its history
+    /// began: the store's first checkpoint found it, in a file no record
+    /// had written before. No record wrote it, so [`model`](Self::model)
+    /// is `None`; [`lsn`](Self::lsn), [`session`](Self::session) and
+    /// [`kind`](Self::kind) name that first checkpoint (git's "boundary"
+    /// commit).
+    pub before_history: bool,
 }
+
+/// The attribution of a line that predates the log's history (see
+/// [`BlameLine::before_history`]): no record has LSN 0.
+const BEFORE_HISTORY: Lsn = Lsn(0);
 
 /// A node of the branch graph (a checkpoint or a rollback) as listed by
 /// [`Query::branches`].
@@ -982,7 +993,10 @@ impl<'a> Query<'a> {
     /// that wrote them under the old name, whether the move was recorded or
     /// found by a checkpoint (see [`crate::renames`]). So are rollbacks:
     /// the lines a rollback (an undo or a redo) brought back keep the
-    /// records that wrote them, as blame at its target gives them.
+    /// records that wrote them, as blame at its target gives them. Lines
+    /// the store's first checkpoint found in a file no record had written
+    /// were there before history began: they are marked
+    /// [`before_history`](BlameLine::before_history), with no model.
     pub fn blame(&self, p: Point, path: &str) -> Result<Vec<BlameLine>> {
         let at = self.resolve(p)?;
         let entry = self
@@ -1000,7 +1014,13 @@ impl<'a> Query<'a> {
         let (text, attr) = self.blame_attr(at, path, 0, &mut cuts)?;
         let mut cache: HashMap<Lsn, Record> = HashMap::new();
         let mut out = Vec::with_capacity(attr.len());
+        let first_capture = self.index.resets().first().map(|r| r.lsn);
         for (i, (line, l)) in text.split_inclusive('\n').zip(attr).enumerate() {
+            let before_history = l == BEFORE_HISTORY;
+            let l = match first_capture {
+                Some(first) if before_history => first,
+                _ => l,
+            };
             let e = match cache.entry(l) {
                 std::collections::hash_map::Entry::Occupied(o) => &o.into_mut().event,
                 std::collections::hash_map::Entry::Vacant(v) => &v.insert(self.src.read(l)?).event,
@@ -1013,9 +1033,10 @@ impl<'a> Query<'a> {
                     .to_string(),
                 lsn: l,
                 session: e.session.clone(),
-                model: e.model.clone(),
+                model: e.model.clone().filter(|_| !before_history),
                 kind: e.kind,
                 history_cut: cuts.contains(&l),
+                before_history,
             });
         }
         Ok(out)
@@ -1163,8 +1184,17 @@ impl<'a> Query<'a> {
                     attr = a;
                 }
             }
+            // The store's first capture of the workspace finding a file no
+            // record wrote before: its lines predate the history.
+            let first_capture = reset_here
+                && was_absent
+                && restored.is_none()
+                && attr.is_empty()
+                && events.first().is_none_or(|e| *e >= l)
+                && self.index.resets().first().is_some_and(|r| r.lsn == l);
+            let credit = if first_capture { BEFORE_HISTORY } else { l };
             let diff = line_diff(text.as_str(), new_text.as_str());
-            let mut new_attr = vec![l; diff.new_slices().len()];
+            let mut new_attr = vec![credit; diff.new_slices().len()];
             for op in diff.ops() {
                 if let DiffOp::Equal {
                     old_index,

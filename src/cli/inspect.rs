@@ -1042,13 +1042,18 @@ pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -
         if json {
             let v = serde_json::json!({
                 "line": l.line_no, "lsn": l.lsn.0, "session": l.session, "model": l.model, "kind": l.kind.name(), "text": l.text,
-                "history_cut": l.history_cut,
+                "history_cut": l.history_cut, "before_history": l.before_history,
             });
             writeln!(out, "{v}")?;
         } else {
             // A line whose history retention cut: written by this record
-            // or an earlier one no longer known.
-            let at = if l.history_cut { "<=@" } else { "@" };
+            // or an earlier one no longer known. A line already there when
+            // history began: found by this, the first checkpoint.
+            let at = match (l.history_cut, l.before_history) {
+                (true, _) => "<=@",
+                (_, true) => "^@",
+                _ => "@",
+            };
             let who = format!(
                 "{:<7} {:<12} {:<14}",
                 format!("{at}{}", l.lsn),
