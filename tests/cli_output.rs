@@ -635,3 +635,187 @@ fn blame_marks_the_lines_whose_history_gc_cut() {
     let shown = text(&cairn(ws, &["blame", "head", "f.txt"]));
     assert!(shown.lines().all(|l| l.starts_with("<=@4 ")), "{shown}");
 }
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Trial 15 U4: a file event recorded without its contents (as after
+/// `cairn track`) leaves the point's tree with the file as it was before,
+/// or without it: `show`, `diff`, `tree` and `blame` say so rather than
+/// answer as if nothing had happened.
+#[test]
+fn records_without_contents_are_named_by_show_diff_tree_and_blame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q", "--label", "T1"]));
+    std::fs::write(ws.join("a.txt"), "one\nTWO\n").unwrap();
+    ok(&cairn_stdin(
+        ws,
+        &["record", "-q"],
+        r#"{"kind":"file.write","path":"a.txt","model":"mA"}"#,
+    ));
+    ok(&cairn_stdin(
+        ws,
+        &["record", "-q"],
+        r#"{"kind":"file.create","path":"new.txt"}"#,
+    ));
+    let written = "a.txt was written at @2 (file.write) by a record without its contents";
+
+    let o = cairn(ws, &["show", "@2:a.txt"]);
+    assert_eq!(text(&o), "one\ntwo\n");
+    assert!(
+        stderr(&o).contains(written) && stderr(&o).contains("from before that record"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cairn(ws, &["show", "@3:new.txt"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o)
+            .contains("new.txt was created at @3 (file.create) by a record without its contents"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = cairn(ws, &["diff", "@1", "@2"]);
+    assert_eq!(text(&o), "no differences\n");
+    let e = stderr(&o);
+    assert!(
+        e.contains("the diff cannot show those changes: a.txt (@2 file.write)"),
+        "{e}"
+    );
+    assert!(!e.contains("`head` is the state"), "{e}");
+    // Filtered to another path, the note is not given.
+    let o = cairn(ws, &["diff", "@1", "@3", "--", "new.txt"]);
+    assert!(
+        stderr(&o).contains("new.txt (@3 file.create)") && !stderr(&o).contains("a.txt"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = cairn(ws, &["tree", "@3"]);
+    assert!(text(&o).contains("a.txt") && !text(&o).contains("new.txt"));
+    assert!(
+        stderr(&o).contains("2 files were written by records without the new contents"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = cairn(ws, &["blame", "@3", "a.txt"]);
+    assert!(text(&o).contains("two"));
+    assert!(stderr(&o).contains(written), "{}", stderr(&o));
+
+    // Once a checkpoint captures them, nothing is left to say at head.
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    for args in [
+        &["show", "head:a.txt"][..],
+        &["tree", "head"],
+        &["blame", "head", "a.txt"],
+    ] {
+        let o = cairn(ws, args);
+        assert!(
+            o.status.success() && !stderr(&o).contains("without"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = cairn(ws, &["diff", "@1", "head"]);
+    assert!(text(&o).contains("+TWO"));
+    // The checkpoint captured what those records wrote: no note.
+    assert!(
+        !stderr(&o).contains("without the new contents"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Trial 15 U8: a `checkpoint.create` imported from another tool's log
+/// holds no files; every command names it as such, and `log` takes it as
+/// a bound like any record.
+#[test]
+fn imported_checkpoint_records_are_named_as_such_everywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(
+        ws.join("s.cx"),
+        "{\"ts\":1700000000000,\"action\":\"prompt\",\"ok\":true}\n{\"ts\":1700000000013,\"action\":\"snapshot:create\",\"ok\":true}\n",
+    )
+    .unwrap();
+    ok(&cairn(
+        ws,
+        &["import", "-q", "--format", "cortexide", "s.cx"],
+    ));
+    let listed = text(&cairn(ws, &["checkpoints"]));
+    assert!(
+        listed.contains("no checkpoints of this store yet"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("imported checkpoint records") && listed.contains("  c2 "),
+        "{listed}"
+    );
+    let o = cairn(ws, &["checkpoints", "--json"]);
+    assert_eq!(text(&o), "");
+    assert!(
+        stderr(&o).contains("1 checkpoint record imported"),
+        "{}",
+        stderr(&o)
+    );
+    for args in [
+        &["rollback", "c2", "--dry-run"][..],
+        &["branches", "c2"],
+        &["tree", "c2"],
+    ] {
+        let o = cairn(ws, args);
+        assert!(!o.status.success(), "{args:?}");
+        let e = stderr(&o);
+        assert!(
+            e.contains("without a manifest (imported from another tool's audit log)"),
+            "{args:?}: {e}"
+        );
+        assert!(!e.contains("no checkpoint c2"), "{args:?}: {e}");
+    }
+    let until = json_lines(&text(&cairn(ws, &["log", "--until", "c2", "--json"])));
+    assert_eq!(until.len(), 2);
+    let since = json_lines(&text(&cairn(ws, &["log", "--since", "c2", "--json"])));
+    assert_eq!(since.len(), 1);
+    // An id that names no checkpoint record at all is still refused.
+    let o = cairn(ws, &["log", "--until", "c1"]);
+    assert!(!o.status.success(), "{}", stderr(&o));
+}
+
+/// Trial 15 U9: a diff limited to a path that names nothing at either
+/// point is refused, as a rollback limited to it is, rather than answered
+/// with "no differences".
+#[test]
+fn diff_refuses_a_path_that_names_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::create_dir(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/a.rs"), "a\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    std::fs::write(ws.join("src/a.rs"), "b\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    let o = cairn(ws, &["diff", "c1", "c2", "--", "nothere"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("`nothere` names no file at LSN 1 or at LSN 2"),
+        "{}",
+        stderr(&o)
+    );
+    // A directory, a file, and a file that exists at one point only, match.
+    for p in ["src", "src/", "src/a.rs"] {
+        assert!(
+            text(&cairn(ws, &["diff", "c1", "c2", "--", p])).contains("+b"),
+            "{p}"
+        );
+    }
+    std::fs::write(ws.join("later.txt"), "x\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    assert!(text(&cairn(ws, &["diff", "c1", "c3", "--", "later.txt"])).contains("+x"));
+}

@@ -1808,9 +1808,11 @@ fn rollback_and_checkpoint_record_run_phase_agent_model_and_state() {
     );
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "two\n");
 
-    // Blame credits the line the checkpoint captured to its model.
+    // The line the first checkpoint found was there before history began:
+    // not credited to that checkpoint's model (trial 15 U3).
     let blame = json_lines(&ok(&cairn(ws, &["blame", c1, "a.txt", "--json"])));
-    assert_eq!(blame[0]["model"], "model-x");
+    assert_eq!(blame[0]["model"], serde_json::Value::Null);
+    assert_eq!(blame[0]["before_history"], true);
 
     // A rollback to a checkpoint without state says so with null.
     let none = json_lines(&ok(&cairn(ws, &["rollback", &undo, "--json"])));

@@ -1130,3 +1130,28 @@ fn safe_points_are_labelled_and_carry_their_state() {
     assert_eq!(store.head().last_lsn, head);
     store.close().unwrap();
 }
+
+/// Trial 15 U9: the library's diff refuses a path filter that is not
+/// workspace-relative, or that names nothing at either point.
+#[test]
+fn query_diff_refuses_bad_or_empty_path_filters() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("a"), "1\n").unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    store.session("t").checkpoint("one").unwrap();
+    std::fs::write(tmp.path().join("a"), "2\n").unwrap();
+    store.session("t").checkpoint("two").unwrap();
+    let diff = |paths: &[&str]| {
+        let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+        store.query(|q| q.diff(cairn::Point::Lsn(cairn::Lsn(1)), cairn::Point::Head, &paths))
+    };
+    assert_eq!(diff(&[]).unwrap().len(), 1);
+    assert_eq!(diff(&["a"]).unwrap().len(), 1);
+    for bad in ["", "../x", "/etc", "a/./b", "./a"] {
+        let e = diff(&[bad]).unwrap_err().to_string();
+        assert!(e.contains("not a workspace-relative path"), "{bad:?}: {e}");
+    }
+    let e = diff(&["nothere"]).unwrap_err().to_string();
+    assert!(e.contains("names no file"), "{e}");
+    store.close().unwrap();
+}

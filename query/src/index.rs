@@ -367,6 +367,12 @@ impl Index {
         self.by_kind.get(&k).map_or(&[], Vec::as_slice)
     }
 
+    /// Every path a record names, with the LSNs of the records naming it
+    /// (sorted), in no particular order.
+    pub fn paths(&self) -> impl Iterator<Item = (&str, &[Lsn])> {
+        self.by_path.iter().map(|(p, l)| (p.as_str(), l.as_slice()))
+    }
+
     /// LSNs of the records naming a path (`path`, `to_path` or `files`).
     pub fn path(&self, p: &str) -> &[Lsn] {
         self.by_path.get(p).map_or(&[], Vec::as_slice)

@@ -97,6 +97,19 @@ pub struct FileDiff {
 
 /// The unified diff of two files' bytes (read as UTF-8, lossily) under
 /// the headers `a` and `b`.
+/// A path filter of [`Query::diff`], checked: workspace-relative as
+/// records name paths (a trailing `/` for a directory is allowed).
+fn diff_filter(p: &str) -> Result<String> {
+    let trimmed = p.trim_end_matches('/');
+    if trimmed.is_empty() || !trimmed.split('/').all(cairn_snapshot::relpath::valid_name) {
+        return Err(QueryError::Invalid(format!(
+            "diff path `{}` is not a workspace-relative path (like `src/main.rs` or `src/`): no empty, `.` or `..` parts, not absolute",
+            p.escape_debug()
+        )));
+    }
+    Ok(trimmed.to_string())
+}
+
 fn unified_diff(old: &[u8], new: &[u8], a: &str, b: &str) -> String {
     let (os, ns) = (String::from_utf8_lossy(old), String::from_utf8_lossy(new));
     line_diff(os.as_ref(), ns.as_ref())
@@ -206,22 +219,54 @@ impl<'a> Query<'a> {
             }),
             Point::Checkpoint(c) => match self.index.checkpoint(c) {
                 Some(_) => Ok(c.0),
-                None if c.0 <= head
-                    && self.src.read(c.0).is_ok_and(|r| {
-                        r.event.kind == EventKind::CheckpointCreate && r.event.root.is_none()
-                    }) =>
-                {
-                    Err(QueryError::BadPoint {
-                        point: p.to_string(),
-                        reason: format!(
-                            "the record at LSN {} is a checkpoint record without a manifest (imported from another tool's audit log): it holds no tree; use @{} for the tree by the records up to it",
-                            c.0, c.0
-                        ),
-                    })
-                }
-                None => Err(QueryError::NoSuchCheckpoint { id: c.to_string() }),
+                None => Err(self.no_checkpoint(c)),
             },
             Point::Time(t) => Ok(self.index.lsn_at_time(t)),
+        }
+    }
+
+    /// True if `c` names a `checkpoint.create` record without a manifest
+    /// (imported from another tool's audit log): a record, but no tree.
+    pub fn is_imported_checkpoint(&self, c: CheckpointId) -> bool {
+        c.0 <= self.index.covered()
+            && self
+                .src
+                .read(c.0)
+                .is_ok_and(|r| cairn_snapshot::checkpoint::is_imported_checkpoint(&r.event))
+    }
+
+    /// The `checkpoint.create` records without a manifest (imported from
+    /// another tool's audit log) of `session`, or of every session, in LSN
+    /// order: records of the log, but no checkpoints of this store.
+    pub fn imported_checkpoints(&self, session: Option<&str>) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        for &l in self.index.kind(EventKind::CheckpointCreate) {
+            if self.index.checkpoint(CheckpointId(l)).is_some() {
+                continue;
+            }
+            let r = self.src.read(l)?;
+            if session.is_none_or(|s| r.event.session == s)
+                && cairn_snapshot::checkpoint::is_imported_checkpoint(&r.event)
+            {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The error for a checkpoint id this store has no checkpoint for:
+    /// what an imported checkpoint record is, or that there is none.
+    fn no_checkpoint(&self, c: CheckpointId) -> QueryError {
+        if self.is_imported_checkpoint(c) {
+            QueryError::BadPoint {
+                point: c.to_string(),
+                reason: format!(
+                    "the record at LSN {} is a checkpoint record without a manifest (imported from another tool's audit log): it holds no tree, and nothing branches from it; use @{} for the tree by the records up to it",
+                    c.0, c.0
+                ),
+            }
+        } else {
+            QueryError::NoSuchCheckpoint { id: c.to_string() }
         }
     }
 
@@ -605,6 +650,59 @@ impl<'a> Query<'a> {
         }
     }
 
+    /// The record that last wrote `path` at or before `at`, if it did so
+    /// without carrying the contents (a `file.write` with no `after`, as
+    /// a platform records after `cairn track`) and no checkpoint or
+    /// rollback has captured the path since: what [`entry_at`](Self::entry_at)
+    /// gives for it is then the contents from before that record (or
+    /// nothing, for a file it created), until a checkpoint captures them.
+    pub fn unrecorded_write(&self, at: Lsn, path: &str) -> Result<Option<Record>> {
+        let lsns = self.index.path(path);
+        let Some(&last) = lsns[..lsns.partition_point(|l| *l <= at)].last() else {
+            return Ok(None);
+        };
+        // The last reset at or before `at` that set this path.
+        let mut reset = self.index.last_reset(at);
+        while let Some(r) = reset.filter(|r| !r.scope.touches(path)) {
+            reset = r
+                .lsn
+                .0
+                .checked_sub(1)
+                .and_then(|l| self.index.last_reset(Lsn(l)));
+        }
+        if reset.is_some_and(|r| r.lsn >= last) {
+            return Ok(None);
+        }
+        let rec = self.src.read(last)?;
+        let e = &rec.event;
+        let writes = e.ok
+            && (e.kind.is_file_op() || matches!(e.kind, EventKind::Apply | EventKind::Undo))
+            && e.kind != EventKind::FileDelete;
+        Ok((writes && path_change(e, path).is_none()).then_some(rec))
+    }
+
+    /// Every path [`unrecorded_write`](Self::unrecorded_write) finds at
+    /// `to` whose record comes after `from`: the files written between
+    /// the two points whose new contents no record holds yet. Sorted by
+    /// path.
+    pub fn unrecorded_writes(&self, from: Lsn, to: Lsn) -> Result<Vec<(String, Record)>> {
+        let mut out = Vec::new();
+        for (path, lsns) in self.index.paths() {
+            // Only paths some record names in (from, to].
+            let i = lsns.partition_point(|l| *l <= from);
+            if lsns.get(i).is_none_or(|l| *l > to) {
+                continue;
+            }
+            if let Some(rec) = self.unrecorded_write(to, path)? {
+                if rec.lsn > from {
+                    out.push((path.to_string(), rec));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
     /// True if some file lies under `path` at `at` (so it is a directory
     /// there). Reads the whole tree at `at`; false if it cannot be read.
     fn is_dir_at(&self, at: Lsn, path: &str) -> bool {
@@ -618,9 +716,22 @@ impl<'a> Query<'a> {
     }
 
     /// The differences between points `a` and `b`: the whole tree, or only
-    /// `paths` (each a file or a directory prefix).
+    /// `paths` (each a file or a directory prefix, workspace-relative as
+    /// records name them: `src/a.rs`, `src/`).
+    ///
+    /// A path that is not workspace-relative (empty, absolute, or with a
+    /// `.` or `..` component) is refused, and so is one that names nothing
+    /// at either point (no file there or under it, none the checkpoints
+    /// there could not capture, no record up to the later point naming
+    /// it), as a rollback limited to it is: an empty answer would read as
+    /// "no differences".
     pub fn diff(&self, a: Point, b: Point, paths: &[String]) -> Result<Vec<FileDiff>> {
         let (la, lb) = (self.resolve(a)?, self.resolve(b)?);
+        let paths: Vec<String> = paths
+            .iter()
+            .map(|p| diff_filter(p))
+            .collect::<Result<_>>()?;
+        let paths = paths.as_slice();
         let mut pairs: Vec<(String, Option<TreeEntry>, Option<TreeEntry>)> = Vec::new();
         let mut whole = paths.is_empty();
         for p in paths {
@@ -638,9 +749,29 @@ impl<'a> Query<'a> {
             let mut keys: Vec<&String> = ta.keys().chain(tb.keys()).collect();
             keys.sort();
             keys.dedup();
-            for k in keys {
+            for k in &keys {
                 if in_scope(k, paths) {
-                    pairs.push((k.clone(), ta.get(k).copied(), tb.get(k).copied()));
+                    pairs.push(((*k).clone(), ta.get(*k).copied(), tb.get(*k).copied()));
+                }
+            }
+            let mut uncaptured = self.not_captured_at_lsn(la)?;
+            uncaptured.extend(self.not_captured_at_lsn(lb)?);
+            for p in paths {
+                let names = |k: &str| crate::replay::in_scope(k, std::slice::from_ref(p));
+                // Named by a record up to the later point (one without
+                // contents, say), it is no typo: the answer is empty.
+                let recorded = self
+                    .index
+                    .paths_under(p)
+                    .first()
+                    .is_some_and(|l| *l <= la.max(lb));
+                if !keys.iter().any(|k| names(k))
+                    && !uncaptured.iter().any(|n| names(&n.path))
+                    && !recorded
+                {
+                    return Err(QueryError::Invalid(format!(
+                        "`{p}` names no file at LSN {la} or at LSN {lb} (nor a directory holding one)"
+                    )));
                 }
             }
         }
@@ -1231,7 +1362,7 @@ impl<'a> Query<'a> {
                 let n = self
                     .index
                     .node(id.0)
-                    .ok_or_else(|| QueryError::NoSuchCheckpoint { id: id.to_string() })?;
+                    .ok_or_else(|| self.no_checkpoint(id))?;
                 Ok(n.children
                     .iter()
                     .filter_map(|c| self.index.node(*c))

@@ -686,16 +686,35 @@ pub fn list_checkpoints<L: LogAccess + ?Sized>(
     Ok(list)
 }
 
-/// The checkpoint `id`; an unknown id is an error that says how to list them.
+/// The checkpoint `id`; an unknown id is an error that says how to list
+/// them, and the id of a checkpoint record without a manifest (imported)
+/// one that says it holds no files.
 pub fn find_checkpoint<L: LogAccess + ?Sized>(
     log: &L,
     ws: &Workspace,
     id: CheckpointId,
 ) -> Result<CheckpointInfo> {
-    list_checkpoints(log, ws, None)?
+    if let Some(c) = list_checkpoints(log, ws, None)?
         .into_iter()
         .find(|c| c.id == id)
-        .ok_or(SnapshotError::UnknownCheckpoint { id })
+    {
+        return Ok(c);
+    }
+    let imported = id.0 <= log.head().last_lsn
+        && log
+            .read(id.0)
+            .is_ok_and(|r| is_imported_checkpoint(&r.event));
+    Err(if imported {
+        SnapshotError::ImportedCheckpoint { id }
+    } else {
+        SnapshotError::UnknownCheckpoint { id }
+    })
+}
+
+/// True if `e` is a `checkpoint.create` record without a manifest: one
+/// imported from another tool's audit log, which captured no files.
+pub fn is_imported_checkpoint(e: &Event) -> bool {
+    e.kind == EventKind::CheckpointCreate && e.root.is_none()
 }
 
 /// What to roll back to, and the metadata of what the rollback records.

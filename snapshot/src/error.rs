@@ -46,6 +46,13 @@ pub enum SnapshotError {
         /// The id asked for.
         id: CheckpointId,
     },
+    /// The id names a `checkpoint.create` record without a manifest (one
+    /// imported from another tool's audit log): it captured no files, so
+    /// there is nothing to restore or branch from.
+    ImportedCheckpoint {
+        /// The id asked for.
+        id: CheckpointId,
+    },
     /// The checkpoint was discarded (by retention or by a recorded
     /// `checkpoint.discard`) and its files are no longer all in the store.
     Discarded {
@@ -123,6 +130,10 @@ impl fmt::Display for SnapshotError {
             SnapshotError::UnknownCheckpoint { id } => write!(
                 f,
                 "no checkpoint {id} in this store; list the checkpoints with `cairn checkpoints`"
+            ),
+            SnapshotError::ImportedCheckpoint { id } => write!(
+                f,
+                "{id} is a checkpoint record without a manifest (imported from another tool's audit log): it captured no files, so it cannot be restored or branched from; `cairn log --until {id}` lists the records up to it"
             ),
             SnapshotError::Discarded {
                 id,

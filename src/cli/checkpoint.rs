@@ -217,10 +217,21 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
     if let Some(w) = store.unfinished_rollback_warning() {
         eprintln!("warning: {w}");
     }
+    let imported = store.query(|q| q.imported_checkpoints(session))?;
     if json {
         for c in &all {
             outln!("{}", info_json(c));
         }
+        if !imported.is_empty() {
+            eprintln!(
+                "note: {} imported from another tool's audit log captured no files and {} not listed: `cairn log --kind checkpoint.create` shows {}",
+                super::output::count(imported.len() as u64, "checkpoint record"),
+                if imported.len() == 1 { "is" } else { "are" },
+                if imported.len() == 1 { "it" } else { "them" },
+            );
+        }
+    } else if all.is_empty() && !imported.is_empty() {
+        outln!("no checkpoints of this store yet");
     } else if all.is_empty() && settings.quiet {
         outln!("no checkpoints yet");
     } else if all.is_empty() {
@@ -251,6 +262,20 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
         out!("{}", t.render());
     }
     store.close()?;
+    if !json && !imported.is_empty() {
+        // Records, not checkpoints of this store: listed apart, so no one
+        // takes them for restore points.
+        outln!(
+            "imported checkpoint records (from another tool's audit log; no files captured, not restorable):"
+        );
+        for r in &imported {
+            outln!(
+                "  c{}  {}",
+                r.lsn,
+                super::output::one_line(r.event.label.as_deref().unwrap_or("-"), 60)
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

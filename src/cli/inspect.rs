@@ -11,7 +11,7 @@ use cairn::query::filter::{parse_time_bound, TimeBound};
 use cairn::query::query::DiffStatus;
 use cairn::query::source::Record;
 use cairn::query::{Filter, Point};
-use cairn::{ChainHash, EventKind, Timestamp};
+use cairn::{ChainHash, EventKind, Lsn, Timestamp};
 
 use super::args::{FilterArgs, LogArgs, VerifyArgs};
 use super::output::{
@@ -73,12 +73,16 @@ fn record_bound(v: &Option<String>) -> Option<cairn::Lsn> {
 
 /// Refuses a `--since`/`--until` checkpoint id that names no checkpoint of
 /// this store (`c7` where LSN 7 is a prompt), as every other command that
-/// takes a point does.
+/// takes a point does. A checkpoint record imported without a manifest
+/// bounds the log as well as any: it is a record, though it holds no tree.
 pub fn check_record_bounds(store: &cairn::Store, a: &FilterArgs) -> Result<()> {
     for (flag, v) in [("since", &a.since), ("until", &a.until)] {
-        if let Some(Ok(p @ Point::Checkpoint(_))) = v.as_deref().map(str::parse::<Point>) {
+        if let Some(Ok(p @ Point::Checkpoint(c))) = v.as_deref().map(str::parse::<Point>) {
             store
-                .query(|q| q.resolve(p))
+                .query(|q| match q.resolve(p) {
+                    Err(_) if q.is_imported_checkpoint(c) => Ok(c.0),
+                    r => r,
+                })
                 .with_context(|| format!("--{flag} {}", v.as_deref().unwrap_or_default()))?;
         }
     }
@@ -621,13 +625,31 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
             "`{spec}` names the workspace root, a directory: `cairn tree {point}` lists its files"
         )));
     }
-    let found = store.query(|q| {
+    let (found, unrecorded) = store.query(|q| {
         let at = q.resolve(point)?;
-        Ok(q.entry_at(at, path)?.ok_or_else(|| q.not_a_file(at, path)))
+        let unrecorded = q.unrecorded_write(at, path)?;
+        Ok((
+            q.entry_at(at, path)?.ok_or_else(|| q.not_a_file(at, path)),
+            unrecorded,
+        ))
     })?;
     let entry = match found {
-        Ok(e) => e,
+        Ok(e) => {
+            if let Some(r) = &unrecorded {
+                eprintln!(
+                    "note: {}: these are its contents from before that record (a checkpoint captures the new ones)",
+                    unrecorded_words(path, r)
+                );
+            }
+            e
+        }
         Err(e) => {
+            if let Some(r) = &unrecorded {
+                anyhow::bail!(
+                    "{}: no record holds them at {point} (a checkpoint captures them)",
+                    unrecorded_words(path, r)
+                );
+            }
             // Not in the tree because the checkpoint could not capture it:
             // say so, rather than that it did not exist.
             if let Some(n) = not_captured_at(&store, &point)?
@@ -660,11 +682,61 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// "`a.txt` was written at @2 (file.write) by a record that does not
+/// carry its contents": a file event recorded without `after` (as after
+/// `cairn track`), which no checkpoint has captured since (see
+/// `Query::unrecorded_write`).
+fn unrecorded_words(path: &str, r: &Record) -> String {
+    let what = match r.event.kind {
+        EventKind::FileCreate => "created",
+        EventKind::FileWrite => "written",
+        _ => "changed",
+    };
+    format!(
+        "{} was {what} at @{} ({}) by a record without its contents",
+        quote_path(path),
+        r.lsn,
+        r.event.kind.name()
+    )
+}
+
+/// The most files [`unrecorded_note`] names; it counts the rest.
+const UNRECORDED_NAMED: usize = 5;
+
+/// A note naming the files written by records without their contents
+/// (see [`unrecorded_words`]), and the `consequence` for the answer.
+fn unrecorded_note(list: &[(String, Record)], consequence: &str) -> Option<String> {
+    if list.is_empty() {
+        return None;
+    }
+    let mut named: Vec<String> = list
+        .iter()
+        .take(UNRECORDED_NAMED)
+        .map(|(p, r)| format!("{} (@{} {})", quote_path(p), r.lsn, r.event.kind.name()))
+        .collect();
+    if list.len() > UNRECORDED_NAMED {
+        named.push(format!("and {} more", list.len() - UNRECORDED_NAMED));
+    }
+    let files = if list.len() == 1 {
+        "file was written by a record"
+    } else {
+        "files were written by records"
+    };
+    Some(format!(
+        "note: {} {files} without the new contents, so {consequence}: {} (a checkpoint captures them)",
+        list.len(),
+        named.join(", ")
+    ))
+}
+
 /// `cairn tree POINT`.
 pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
     let p = parse_point(point)?;
     let store = settings.open_read()?;
-    let tree = store.query(|q| q.tree_at(p))?;
+    let (tree, unrecorded) = store.query(|q| {
+        let at = q.resolve(p)?;
+        Ok((q.tree_at(p)?, q.unrecorded_writes(Lsn(0), at)?))
+    })?;
     let uncaptured = not_captured_at(&store, &p)?;
     let mut out = std::io::stdout().lock();
     for (path, entry) in tree.iter() {
@@ -688,8 +760,14 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
             )?;
         }
     }
-    if !json && tree.is_empty() && uncaptured.is_empty() {
+    if !json && tree.is_empty() && uncaptured.is_empty() && unrecorded.is_empty() {
         eprintln!("note: no files at {point}");
+    }
+    if let Some(note) = unrecorded_note(
+        &unrecorded,
+        "the tree has them as they were before, or not at all",
+    ) {
+        eprintln!("{note}");
     }
     if !json && !uncaptured.is_empty() {
         // Only a checkpoint is a rollback's target.
@@ -750,7 +828,14 @@ pub fn diff(
             .collect::<std::result::Result<Vec<_>, _>>()?,
         None => paths.to_vec(),
     };
-    let diffs = store.query(|q| q.diff(pa, pb, &paths))?;
+    let (diffs, unrecorded) = store.query(|q| {
+        let (la, lb) = (q.resolve(pa)?, q.resolve(pb)?);
+        let diffs = q.diff(pa, pb, &paths)?;
+        // Between the two points, in either order, within the filter.
+        let mut unrecorded = q.unrecorded_writes(la.min(lb), la.max(lb))?;
+        unrecorded.retain(|(path, _)| cairn::query::replay::in_scope(path, &paths));
+        Ok((diffs, unrecorded))
+    })?;
     // A file a checkpoint did not capture is absent from its tree, but was
     // in the workspace: not "added" or "removed" there.
     let (una, unb) = (not_captured_at(&store, &pa)?, not_captured_at(&store, &pb)?);
@@ -888,9 +973,12 @@ pub fn diff(
             writeln!(out, "{shown} {status} ({what})")?;
         }
     }
+    let unrecorded_said = unrecorded_note(&unrecorded, "the diff cannot show those changes")
+        .inspect(|note| eprintln!("{note}"))
+        .is_some();
     if diffs.is_empty() && !json {
         writeln!(out, "no differences")?;
-        if matches!(pa, Point::Head) || matches!(pb, Point::Head) {
+        if (matches!(pa, Point::Head) || matches!(pb, Point::Head)) && !unrecorded_said {
             eprintln!(
                 "note: `head` is the state after the last record, not the files on disk: an edit since the last checkpoint is in it once `cairn checkpoint` captures it"
             );
@@ -1033,9 +1121,23 @@ pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -
         )));
     }
     let path = path.as_str();
+    let unrecorded = store.query(|q| q.unrecorded_write(q.resolve(p)?, path))?;
     let lines = store
         .query(|q| q.blame(p, path))
-        .with_context(|| format!("blame {} at {point}", quote_path(path)))?;
+        .with_context(|| match &unrecorded {
+            Some(r) => format!(
+                "blame {} at {point} ({}: no record holds them)",
+                quote_path(path),
+                unrecorded_words(path, r)
+            ),
+            None => format!("blame {} at {point}", quote_path(path)),
+        })?;
+    if let Some(r) = &unrecorded {
+        eprintln!(
+            "note: {}: the lines shown are from before that record (a checkpoint captures the new ones)",
+            unrecorded_words(path, r)
+        );
+    }
     let st = Style::stdout();
     let mut out = std::io::stdout().lock();
     for l in &lines {
