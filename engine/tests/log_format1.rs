@@ -9,7 +9,7 @@
 //! its sparse index, and a tail closed cleanly (`tail.state`).
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cairn_codec::frame::ChainForm;
@@ -49,6 +49,19 @@ fn opts() -> LogOptions {
     }
 }
 
+/// A copy of the fixture's log directory in a temporary directory (kept
+/// while the first value lives).
+fn fixture_copy() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    std::fs::create_dir(&dir).unwrap();
+    for f in std::fs::read_dir(FIXTURE).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), dir.join(f.file_name())).unwrap();
+    }
+    (tmp, dir)
+}
+
 fn header_of(path: &Path) -> SegmentHeader {
     SegmentHeader::decode(&std::fs::read(path).unwrap()).unwrap()
 }
@@ -71,13 +84,7 @@ fn a_format1_log_opens_reads_verifies_and_grows_in_format2() {
     // Closed cleanly, and as after a crash: no tail state, so the tail is
     // scanned (in its own form) to find its end.
     for crashed in [false, true] {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("log");
-        std::fs::create_dir(&dir).unwrap();
-        for f in std::fs::read_dir(FIXTURE).unwrap() {
-            let f = f.unwrap();
-            std::fs::copy(f.path(), dir.join(f.file_name())).unwrap();
-        }
+        let (_tmp, dir) = fixture_copy();
         if crashed {
             std::fs::remove_file(dir.join("tail.state")).unwrap();
         }
@@ -140,13 +147,7 @@ fn verify_names_a_broken_chain_in_a_format1_segment() {
     // A format-1 segment whose header claims format 2 (CRC made valid
     // again, as a careless tool would): every record's chain is then read
     // in the wrong form, and verify says so rather than passing.
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("log");
-    std::fs::create_dir(&dir).unwrap();
-    for f in std::fs::read_dir(FIXTURE).unwrap() {
-        let f = f.unwrap();
-        std::fs::copy(f.path(), dir.join(f.file_name())).unwrap();
-    }
+    let (_tmp, dir) = fixture_copy();
     let sealed = dir.join("00000000000000000001.seg");
     let mut b = std::fs::read(&sealed).unwrap();
     let mut h = SegmentHeader::decode(&b).unwrap();
