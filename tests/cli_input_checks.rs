@@ -213,6 +213,31 @@ fn show_refuses_a_path_outside_the_workspace() {
     assert!(!err.contains("does not exist"), "{err}");
 }
 
+/// Trial 15 U10: `track a2/b/../c` resolved the `..`, but `show
+/// head:a2/../a` refused it, saying it would leave the workspace. A `..`
+/// that stays inside is resolved by name everywhere, as git does.
+#[test]
+fn a_dotdot_inside_the_workspace_is_resolved_by_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::create_dir_all(ws.join("a2/b")).unwrap();
+    std::fs::write(ws.join("a"), "top\n").unwrap();
+    std::fs::write(ws.join("a2/c"), "c\n").unwrap();
+    ok(&cairn(ws, &["track", "a2/b/../c"]));
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    assert_eq!(ok(&cairn(ws, &["show", "head:a2/../a"])), "top\n");
+    assert_eq!(ok(&cairn(ws, &["show", "c1:a2/b/../c"])), "c\n");
+    let b = ok(&cairn(ws, &["blame", "c1", "a2/./b/../../a"]));
+    assert!(b.ends_with("top\n"), "{b}");
+    let o = cairn(ws, &["show", "head:a2/../../x"]);
+    assert!(
+        failed(&o).contains("refusing path `a2/../../x`: `..` would leave the workspace"),
+        "{}",
+        err(&o)
+    );
+}
+
 /// Trial 11 P14.8: `blob put -` read no stdin, and errors called the
 /// input "store".
 #[test]
