@@ -88,9 +88,13 @@ pub fn exit_status_for(e: &anyhow::Error) -> u8 {
             || c.downcast_ref::<EngineError>()
                 .is_some_and(EngineError::is_corruption)
     });
-    let rejected = e
-        .chain()
-        .any(|c| matches!(c.downcast_ref::<Error>(), Some(Error::Rejected(_))));
+    // Input refused: lines of an import, or an event the log would not take.
+    let rejected = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<Error>(),
+            Some(Error::Rejected(_) | Error::InvalidEvent(_))
+        )
+    });
     let bad_usage = e.chain().any(|c| c.is::<UsageError>());
     if corrupt {
         EXIT_CORRUPT
@@ -111,12 +115,32 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// Library calls that the library's error messages name (in backticks),
+/// each with the flag that does the same on the command line, which is
+/// what a user of `cairn` can type: [`describe`] shows the flag.
+const FLAGS_FOR_CALLS: [(&str, &str); 2] = [
+    ("`ImportOptions::again()`", "--again"),
+    ("`ImportOptions::resume()`", "--resume"),
+];
+
+/// A library error message in the command line's words: the flags for
+/// the calls it names ([`FLAGS_FOR_CALLS`]).
+fn in_cli_words(text: String) -> String {
+    if !text.contains("`ImportOptions::") {
+        return text;
+    }
+    FLAGS_FOR_CALLS
+        .iter()
+        .fold(text, |t, (call, flag)| t.replace(call, flag))
+}
+
 /// The error and its causes on one line, leaving out a cause whose text the
-/// message before it already includes (library errors name their source).
+/// message before it already includes (library errors name their source),
+/// with the flags for the library calls a message names.
 pub fn describe(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
-        let text = output::escape_controls(&cause.to_string()).into_owned();
+        let text = output::escape_controls(&in_cli_words(cause.to_string())).into_owned();
         if !out.contains(&text) {
             if !out.is_empty() {
                 out.push_str(": ");
