@@ -100,7 +100,9 @@ impl StoreBuilder {
     }
 
     /// Keep everything in memory (nothing touches the disk but reading the
-    /// workspace for checkpoints). For read-only workspaces and tests.
+    /// workspace for checkpoints). For read-only workspaces (with
+    /// [`workspace`](Self::workspace): `Store::builder().in_memory().workspace(dir).open()`
+    /// checkpoints `dir` into memory) and tests.
     pub fn in_memory(mut self) -> Self {
         self.in_memory = true;
         self
@@ -500,8 +502,12 @@ impl Store {
         Store::builder().workspace(workspace).open()
     }
 
-    /// A store held entirely in memory, with the same API: for read-only
-    /// workspaces and tests. Its contents can be queried and exported.
+    /// A store held entirely in memory, with the same API, and no
+    /// workspace: for tests, and for records only (its contents can be
+    /// recorded, queried and exported; checkpoints, file writes and
+    /// rollbacks fail with [`Error::NoWorkspace`]). For a read-only
+    /// workspace, `Store::builder().in_memory().workspace(dir).open()`
+    /// checkpoints `dir` into memory without writing into it.
     pub fn in_memory() -> Result<Store> {
         Store::builder().in_memory().open()
     }
@@ -562,7 +568,10 @@ impl Store {
         &self.blobs
     }
 
-    /// A handle for one session (thread, conversation).
+    /// A handle for one session (thread, conversation). An empty `id` is
+    /// the default session, [`DEFAULT_SESSION`](cairn_codec::event::DEFAULT_SESSION)
+    /// (`default`), for everything the handle records, as it is for
+    /// checkpoints: see [`Session::id`].
     pub fn session(&self, id: impl Into<String>) -> Session<'_> {
         Session::new(self, id.into())
     }
