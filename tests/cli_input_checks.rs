@@ -547,3 +547,42 @@ fn read_commands_take_what_records_name_and_say_what_they_show() {
         "{e}"
     );
 }
+
+/// Trial 15 U6: the library's messages name its calls
+/// (`StoreBuilder::rebind_workspace(true)`, `ImportOptions::again()`); the
+/// command line still says them with its flags, as it always did.
+#[test]
+fn library_calls_in_error_messages_are_said_with_the_cli_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let top = dir.path();
+    for d in ["w1", "w2"] {
+        std::fs::create_dir(top.join(d)).unwrap();
+    }
+    ok(&cairn(top, &["--store", "s", "init", "w1"]));
+    let s = top.join("s").canonicalize().unwrap();
+    let w2 = top.join("w2").canonicalize().unwrap();
+    let flags = format!(
+        "check --workspace and --store (or CAIRN_STORE); if the workspace really moved, bind the store to it with `cairn --store {} init {} --rebind`",
+        s.display(),
+        w2.display()
+    );
+    for args in [
+        &["--store", "s", "init", "w2"][..],
+        &["--store", "s", "--workspace", "w2", "checkpoint"][..],
+    ] {
+        let e = failed(&cairn(top, args));
+        assert!(
+            e.contains(&flags) && !e.contains("StoreBuilder"),
+            "{args:?}: {e}"
+        );
+    }
+    let input = top.join("in.jsonl");
+    std::fs::write(&input, "{\"kind\":\"prompt\",\"text\":\"one\"}\n").unwrap();
+    let import = ["--store", "s", "import", "--format", "jsonl", "in.jsonl"];
+    ok(&cairn(top, &import));
+    let e = failed(&cairn(top, &import));
+    assert!(
+        e.contains("(import it again with --again)") && !e.contains("ImportOptions"),
+        "{e}"
+    );
+}

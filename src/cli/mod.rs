@@ -134,13 +134,43 @@ fn in_cli_words(text: String) -> String {
         .fold(text, |t, (call, flag)| t.replace(call, flag))
 }
 
+/// A store opened with a workspace it is not bound to, in the command
+/// line's words (the library's name `StoreBuilder` calls).
+fn mismatch_in_cli_words(m: &cairn::binding::WorkspaceMismatch) -> String {
+    if m.store_inside_bound() {
+        // A store inside its workspace moves with it: the other
+        // directory is a mistake, not a move.
+        return format!(
+            "the store {} belongs to the workspace {} that holds it, not {}: check --workspace",
+            m.store.display(),
+            m.bound.display(),
+            m.given.display(),
+        );
+    }
+    format!(
+        "the store {} belongs to the workspace {}, not {}: check --workspace and --store \
+         (or CAIRN_STORE); if the workspace really moved, bind the store to it with \
+         `cairn --store {} init {} --rebind`",
+        m.store.display(),
+        m.bound.display(),
+        m.given.display(),
+        m.store.display(),
+        m.given.display(),
+    )
+}
+
 /// The error and its causes on one line, leaving out a cause whose text the
 /// message before it already includes (library errors name their source),
-/// with the flags for the library calls a message names.
+/// in the command line's words: its flags for the library calls a message
+/// names.
 pub fn describe(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
-        let text = output::escape_controls(&in_cli_words(cause.to_string())).into_owned();
+        let text = match cause.downcast_ref::<Error>() {
+            Some(Error::WorkspaceMismatch(m)) => mismatch_in_cli_words(m),
+            _ => in_cli_words(cause.to_string()),
+        };
+        let text = output::escape_controls(&text).into_owned();
         if !out.contains(&text) {
             if !out.is_empty() {
                 out.push_str(": ");
@@ -469,7 +499,7 @@ fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCod
         .open()
         .map_err(with_in_memory_example)?;
     if let Some(m) = store.workspace_mismatch() {
-        anyhow::bail!("{m}");
+        anyhow::bail!("{}", mismatch_in_cli_words(m));
     }
     store.close()?;
     if settings.quiet {
