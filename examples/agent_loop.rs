@@ -5,9 +5,7 @@
 //! Run it with `cargo run --example agent_loop`; it works in a temporary
 //! directory and prints what it does.
 
-use cairn::query::export::Format;
-use cairn::query::Filter;
-use cairn::{EventKind, Store};
+use cairn::{EventKind, Filter, Format, Store};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
@@ -31,13 +29,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Turn 2: a bad change, which we roll back.
     let before_2 = session.before_turn(2)?;
     session.prompt("Delete the app")?;
-    let mut delete = session.event(EventKind::FileDelete);
-    delete.tool = Some("delete_file".into());
-    delete.path = Some("app.py".into());
-    session.track("app.py")?;
-    delete.before = Some(store.put_blob(&std::fs::read(workspace.join("app.py"))?)?);
-    std::fs::remove_file(workspace.join("app.py"))?;
-    session.record(&delete)?;
+    // A tool call with its command line as metadata (no serde_json needed).
+    let call = session
+        .event(EventKind::ToolCall)
+        .with_meta("cmd", "rm app.py");
+    session.record(&call)?;
+    // Tracked, recorded with the contents it had, and deleted.
+    session.delete_file("app.py")?;
     session.after_turn(2)?;
 
     let report = session.rollback(before_2.id)?;

@@ -49,14 +49,22 @@ pub struct WorkspaceMismatch {
     pub given: PathBuf,
 }
 
+impl WorkspaceMismatch {
+    /// True when the store lies inside the workspace it is bound to: it
+    /// moves with it, so another workspace is a mistake, not a move.
+    pub fn store_inside_bound(&self) -> bool {
+        self.store.starts_with(&self.bound)
+    }
+}
+
+/// In the library's words (the `cairn` command says the same with its
+/// flags: `--workspace`, `--store`, `init --rebind`).
 impl std::fmt::Display for WorkspaceMismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.store.starts_with(&self.bound) {
-            // A store inside its workspace moves with it: the other
-            // directory is a mistake, not a move.
+        if self.store_inside_bound() {
             return write!(
                 f,
-                "the store {} belongs to the workspace {} that holds it, not {}: check --workspace",
+                "the store {} belongs to the workspace {} that holds it, not {}: check the workspace given to `StoreBuilder::workspace`",
                 self.store.display(),
                 self.bound.display(),
                 self.given.display(),
@@ -64,9 +72,11 @@ impl std::fmt::Display for WorkspaceMismatch {
         }
         write!(
             f,
-            "the store {} belongs to the workspace {}, not {}: check --workspace and --store \
-             (or CAIRN_STORE); if the workspace really moved, bind the store to it with \
-             `cairn --store {} init {} --rebind`",
+            "the store {} belongs to the workspace {}, not {}: check the workspace and the store \
+             given to `StoreBuilder::workspace` and `StoreBuilder::store_dir`; if the workspace \
+             really moved, bind the store to it by opening it with \
+             `StoreBuilder::rebind_workspace(true)` (on the command line: \
+             `cairn --store {} init {} --rebind`)",
             self.store.display(),
             self.bound.display(),
             self.given.display(),
@@ -249,7 +259,9 @@ mod tests {
             .unwrap();
         assert_eq!(m.bound, b);
         assert!(
-            m.to_string().contains("that holds it") && !m.to_string().contains("--rebind"),
+            m.to_string().contains("that holds it")
+                && m.to_string().contains("`StoreBuilder::workspace`")
+                && !m.to_string().contains("--"),
             "{m}"
         );
     }
@@ -272,6 +284,12 @@ mod tests {
         let w1c = w1.canonicalize().unwrap();
         assert_eq!(bound_workspace(&store).unwrap(), Some(w1c.clone()));
         let m = check(&store, &w2, true, false).unwrap().unwrap();
+        assert!(
+            m.to_string()
+                .contains("`StoreBuilder::rebind_workspace(true)`")
+                && !m.to_string().contains("--workspace"),
+            "{m}"
+        );
         assert_eq!((m.bound, m.given), (w1c, w2.canonicalize().unwrap()));
         assert_eq!(check(&store, &w2, false, true).unwrap(), None);
         let w2c = w2.canonicalize().unwrap();

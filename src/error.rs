@@ -2,6 +2,7 @@
 //! embedder matches on one type.
 
 use std::fmt;
+use std::path::PathBuf;
 
 /// A result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -30,11 +31,54 @@ pub enum Error {
     /// An input line was refused (an import): the message names the file,
     /// the line and why, and what was recorded before it.
     Rejected(String),
+    /// An event was refused before it was appended ([`Store::append`](crate::Store::append),
+    /// [`Session::record`](crate::Session::record)): a field the log does
+    /// not take (an empty session, a time out of range, a file event
+    /// without a workspace-relative path), a blob it names that is not
+    /// stored, or a checkpoint or record it names that this store does
+    /// not have. The message names the field and why. Nothing was
+    /// appended.
+    InvalidEvent(String),
+    /// A file could not be read or written: `op` says what was being done
+    /// and `path` names the file; `source` keeps the system's error, so its
+    /// [`kind`](std::io::Error::kind) tells "not found" from "permission
+    /// denied".
+    Io {
+        /// What was being done: "open", "read", "delete", ...
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The system's error.
+        source: std::io::Error,
+    },
     /// Anything else, with a message that says what and where.
     Other(String),
 }
 
 impl Error {
+    /// An [`Error::Io`]: `op` on `path` failed with `source`.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// The kind of the system error behind this one, if it is an I/O
+    /// error ([`Error::Io`], or an I/O error of the log, blob store or
+    /// workspace): `NotFound`, `PermissionDenied`, ...
+    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(c) = cause {
+            if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                return Some(io.kind());
+            }
+            cause = c.source();
+        }
+        None
+    }
+
     /// True when the error reports damaged data (the CLI exits with its own code).
     pub fn is_corruption(&self) -> bool {
         match self {
@@ -57,10 +101,11 @@ impl fmt::Display for Error {
             ),
             Error::NoStore(s) => f.write_str(s),
             Error::NoWorkspace => {
-                f.write_str("this store has no workspace to checkpoint; open it with `StoreBuilder::workspace`")
+                f.write_str("this store has no workspace to checkpoint, write files in or roll back; open it with `StoreBuilder::workspace` (in memory: `Store::builder().in_memory().workspace(dir).open()`)")
             }
             Error::WorkspaceMismatch(m) => write!(f, "{m}"),
-            Error::Rejected(s) | Error::Other(s) => f.write_str(s),
+            Error::Rejected(s) | Error::InvalidEvent(s) | Error::Other(s) => f.write_str(s),
+            Error::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
         }
     }
 }
@@ -72,6 +117,7 @@ impl std::error::Error for Error {
             Error::Snapshot(e) => Some(e),
             Error::Query(e) => Some(e),
             Error::Codec(e) => Some(e),
+            Error::Io { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -26,7 +26,22 @@
 //! The crates below the facade, re-exported here: [`codec`] (ids, events,
 //! frames; no I/O), [`engine`] (log, blob store, store directory),
 //! [`snapshot`] (workspace scanning, checkpoints, rollback) and [`query`]
-//! (replay, indexes, time-travel queries, export and import).
+//! (replay, indexes, time-travel queries, export and import). The types an
+//! embedder meets every day are re-exported at the root as well
+//! ([`Format`], [`Query`], [`Meta`], [`RetentionReport`], ...), and
+//! `serde_json` as [`json`], so that metadata needs no dependency of its
+//! own:
+//!
+//! ```
+//! use cairn::{json, EventKind, Meta, Store};
+//!
+//! let store = Store::in_memory()?;
+//! let s = store.session("thread-42");
+//! let mut call = s.event(EventKind::ToolCall).with_meta("cmd", "cargo test");
+//! call.meta.get_or_insert_with(Meta::new).insert("args", json::json!(["--release"]));
+//! s.record(&call)?;
+//! # Ok::<(), cairn::Error>(())
+//! ```
 
 pub mod binding;
 pub mod checkpoints;
@@ -41,19 +56,27 @@ pub use cairn_codec as codec;
 pub use cairn_engine as engine;
 pub use cairn_query as query;
 pub use cairn_snapshot as snapshot;
+/// `serde_json`, the version cairn's [`Meta`] holds: for metadata values
+/// (`cairn::json::json!({...})`) without a dependency of one's own.
+pub use serde_json as json;
 
+pub use cairn_codec::event::{Meta, DEFAULT_SESSION};
 pub use cairn_codec::{
     BlobHash, ChainHash, CheckpointCounts, CheckpointId, DiffStats, Event, EventKind, Lsn,
     Timestamp,
 };
-pub use cairn_engine::log::{Durability, Head};
+pub use cairn_engine::log::{Durability, Head, Record};
+pub use cairn_query::export::ExportStats;
 pub use cairn_query::point::Point;
-pub use cairn_query::Filter;
+pub use cairn_query::{
+    BlameLine, Branch, DiffStatus, FileDiff, Filter, Format, Query, SessionState, Tree, TreeEntry,
+};
 pub use cairn_snapshot::{
-    CheckpointInfo, CheckpointRequest, RetentionPolicy, RollbackReport, RollbackRequest, ScanMode,
-    WatchStats,
+    CheckpointInfo, CheckpointRequest, GcSummary, RetentionPolicy, RetentionReport, RollbackReport,
+    RollbackRequest, ScanMode, SnapshotError, SnapshotOptions, WatchStats,
 };
 pub use error::{Error, Result};
+pub use queries::{ImportOptions, StoreStats, StoreVerifyReport};
 pub use session::{SafePoint, Session};
 pub use store::{Store, StoreBuilder};
 

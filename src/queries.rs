@@ -397,10 +397,9 @@ impl Store {
         let open = || -> Result<Box<dyn std::io::BufRead>> {
             std::fs::File::open(path)
                 .map(|f| Box::new(std::io::BufReader::new(f)) as Box<dyn std::io::BufRead>)
-                .map_err(|e| Error::Other(format!("open {name}: {e}")))
+                .map_err(|e| Error::io("open", path, e))
         };
-        let meta =
-            std::fs::metadata(path).map_err(|e| Error::Other(format!("open {name}: {e}")))?;
+        let meta = std::fs::metadata(path).map_err(|e| Error::io("open", path, e))?;
         if meta.is_dir() {
             return Err(Error::Other(format!(
                 "{name} is a directory: import reads files (name the files in it)"
@@ -499,7 +498,7 @@ impl Store {
             }
             let cannot_tell = |why: String| {
                 Error::Rejected(format!(
-                    "{name}: cairn cannot tell which lines of the input are recorded: {why}; import only the lines the store lacks (`tail -n +LINE`), or all of it again with --again (nothing from {name} was recorded)"
+                    "{name}: cairn cannot tell which lines of the input are recorded: {why}; import only the lines the store lacks (`tail -n +LINE`), or all of it again with `ImportOptions::again()` (nothing from {name} was recorded)"
                 ))
             };
             match newest {
@@ -942,12 +941,12 @@ fn recorded_lines(head: String, (n, a, b): (u64, Lsn, Lsn), rest: Option<u64>) -
         format!("LSN {a} to {b}")
     };
     match rest {
-        None if n == 1 => format!("{head} (import it again with --again)"),
+        None if n == 1 => format!("{head} (import it again with `ImportOptions::again()`)"),
         None => format!(
-            "{head}: all its {n} lines are recorded, as {lsns} (import it again with --again)"
+            "{head}: all its {n} lines are recorded, as {lsns} (import it again with `ImportOptions::again()`)"
         ),
         Some(rest) => format!(
-            "{head}: its first {} recorded, as {lsns}, and the rest (from line {rest}) is not (import only the rest with --resume, or all of it again with --again)",
+            "{head}: its first {} recorded, as {lsns}, and the rest (from line {rest}) is not (import only the rest with `ImportOptions::resume()`, or all of it again with `ImportOptions::again()`)",
             if n == 1 { "line is".to_string() } else { format!("{n} lines are") },
         ),
     }
@@ -1075,7 +1074,7 @@ mod tests {
         let err = import(ImportOptions::default()).unwrap_err().to_string();
         assert!(
             err.contains("e.jsonl:1: this event is recorded already, as LSN 1")
-                && err.contains("--again")
+                && err.contains("`ImportOptions::again()`")
                 && err.ends_with("(nothing from e.jsonl was recorded)"),
             "{err}"
         );
@@ -1091,7 +1090,7 @@ mod tests {
         // Imported: recognised by the journal, as the import it was.
         let err = import(ImportOptions::default()).unwrap_err().to_string();
         assert!(
-            err.contains("e.jsonl: the input looks imported before: all its 3 lines are recorded, as LSN 4 to 6 (import it again with --again)"),
+            err.contains("e.jsonl: the input looks imported before: all its 3 lines are recorded, as LSN 4 to 6 (import it again with `ImportOptions::again()`)"),
             "{err}"
         );
         // Other input of the same millisecond is no re-import.
@@ -1125,7 +1124,7 @@ mod tests {
         assert!(
             err.contains(
                 "its first 3 lines are recorded, as LSN 1 to 3, and the rest (from line 4) is not"
-            ) && err.contains("--resume")
+            ) && err.contains("`ImportOptions::resume()`")
                 && err.ends_with("(nothing from g.jsonl was recorded)"),
             "{err}"
         );
@@ -1209,7 +1208,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("u.jsonl: the input looks imported before: its first 3 lines are recorded, as LSN 1 to 3, and the rest (from line 4) is not (import only the rest with --resume")
+            err.contains("u.jsonl: the input looks imported before: its first 3 lines are recorded, as LSN 1 to 3, and the rest (from line 4) is not (import only the rest with `ImportOptions::resume()`")
                 && err.ends_with("(nothing from u.jsonl was recorded)"),
             "{err}"
         );
@@ -1229,7 +1228,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("u.jsonl: the input looks imported before: all its 10 lines are recorded, as LSN 1 to 11 (import it again with --again)"),
+            err.contains("u.jsonl: the input looks imported before: all its 10 lines are recorded, as LSN 1 to 11 (import it again with `ImportOptions::again()`)"),
             "{err}"
         );
         assert_eq!(import(10, ImportOptions::resume()).unwrap(), None);
@@ -1279,7 +1278,7 @@ mod tests {
                 let err = import(input, opts).unwrap_err().to_string();
                 assert!(
                     err.contains("cairn cannot tell which lines of the input are recorded: an import of an input that starts as this one does recorded its lines 1 to 10, as LSN 1 to 10; this input has the same lines 1 to 4, but differs from that one, or ends, before its line 10")
-                        && err.contains("--again"),
+                        && err.contains("`ImportOptions::again()`"),
                     "{err}"
                 );
             }

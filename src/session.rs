@@ -1,17 +1,24 @@
 //! Sessions as a first-class handle: record events, track writes,
 //! checkpoint and roll back within one session (thread, conversation).
 
+use std::io::Read;
 use std::path::Path;
 
+use cairn_codec::event::DEFAULT_SESSION;
 use cairn_codec::{CheckpointId, DiffStats, Event, EventKind, Lsn};
 use cairn_snapshot::{
-    CheckpointInfo, CheckpointRequest, RollbackReport, RollbackRequest, ScanMode,
+    relpath, CheckpointInfo, CheckpointRequest, RollbackReport, RollbackRequest, ScanMode,
+    SnapshotError, Workspace,
 };
 
 use crate::error::{Error, Result};
 use crate::Store;
 
 /// A handle for recording into one session. Cheap to create; borrows the store.
+///
+/// A handle made with an empty session id (`store.session("")`) is the
+/// default session, `default` ([`DEFAULT_SESSION`]), for everything it
+/// records: events, file writes, checkpoints and rollbacks alike.
 ///
 /// ```
 /// let store = cairn::Store::in_memory().unwrap();
@@ -34,7 +41,13 @@ impl<'s> Session<'s> {
     pub(crate) fn new(store: &'s Store, id: String) -> Session<'s> {
         Session {
             store,
-            id,
+            // One rule for the whole handle: a checkpoint request with an
+            // empty session is the default session's, and so is an event.
+            id: if id.is_empty() {
+                DEFAULT_SESSION.to_string()
+            } else {
+                id
+            },
             run: None,
             phase: None,
             agent: None,
@@ -42,7 +55,8 @@ impl<'s> Session<'s> {
         }
     }
 
-    /// The session id.
+    /// The session id: `default` ([`DEFAULT_SESSION`]) for a handle made
+    /// with an empty one.
     pub fn id(&self) -> &str {
         &self.id
     }
@@ -116,25 +130,43 @@ impl<'s> Session<'s> {
     /// hashes and diff statistics.
     ///
     /// `path` is taken as `rollback --path` takes it (`./src//a.rs` is
-    /// `src/a.rs`, an absolute path inside the workspace is made
-    /// relative), and the record names it in that normal form. The record
-    /// is checked before the file is touched, so a write the log would
-    /// refuse changes nothing; if appending still fails once the file is
+    /// `src/a.rs`, `a/b/../c` is `a/c`, an absolute path inside the
+    /// workspace is made relative), and the record names it in that normal
+    /// form. A path outside the workspace (`../x`), under `.git` or
+    /// `.cairn`, or the workspace root itself is refused.
+    ///
+    /// Only regular files are written: the file system is never read or
+    /// written through a symlink. A path that is a symlink (even to a file
+    /// inside the workspace), or lies under one, is refused
+    /// ([`SnapshotError::BadPath`] in [`Error::Snapshot`]), as is a
+    /// directory or a special file: the link is not replaced, and what it
+    /// points to is neither read into the store as the `before` contents
+    /// nor changed. Write the file it leads to instead; a checkpoint
+    /// records a symlink as a link.
+    ///
+    /// The record is checked before the file is touched, so a write the log would
+    /// refuse changes nothing; nor does a refused path (it is not even
+    /// tracked). If appending still fails once the file is
     /// written (an I/O error), the error says so and names the blob that
-    /// holds the contents it replaced.
+    /// holds the contents it replaced. A file that cannot be read or
+    /// written is an [`Error::Io`].
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let store = cairn::Store::open(dir.path())?;
+    /// let s = store.session("t1");
+    /// s.write_file("src/a.rs", b"fn a() {}\n")?;
+    /// std::os::unix::fs::symlink("/etc/hostname", dir.path().join("link"))?;
+    /// let refused = s.write_file("link", b"x\n").unwrap_err();
+    /// assert!(refused.to_string().contains("is a symlink"), "{refused}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn write_file(&self, path: &str, contents: &[u8]) -> Result<Lsn> {
         let ws = self.store.workspace()?;
-        // The snapshot crate's check: no `..`, nothing outside the
-        // workspace, nothing under `.git` or `.cairn`.
-        // Its error names the path and why (a matchable `Error::Snapshot`).
-        let rel = ws.normalize(path)?;
-        self.track(&rel)?;
+        let rel = file_path(ws, path, "write_file")?;
         let full = ws.root().join(&rel);
-        let before = match std::fs::read(&full) {
-            Ok(b) => Some(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::Other(format!("read {}: {e}", full.display()))),
-        };
+        let before = read_regular(ws.root(), path, &full, "write_file")?;
+        self.track(&rel)?;
         let mut e = self.event(if before.is_some() {
             EventKind::FileWrite
         } else {
@@ -157,7 +189,133 @@ impl<'s> Session<'s> {
         // Whatever the log would refuse, it refuses before the file changes.
         self.store.check_event(&e)?;
         write_atomic(&full, contents)?;
-        self.record(&e).map_err(|err| {
+        self.record_done(&e, format!("{rel} was written"))
+    }
+
+    /// A tracked, recorded file deletion, modelled on
+    /// [`write_file`](Self::write_file): tracks the path, stores the
+    /// file's contents as a blob, deletes it (and syncs its directory), and
+    /// records a `file.delete` (tool `delete_file`) with the `before` hash
+    /// and diff statistics (every line removed).
+    ///
+    /// `path` is read as `write_file` reads it, and the same paths are
+    /// refused: outside the workspace, under `.git` or `.cairn`, a
+    /// symlink or a path under one (the link is not deleted, and what it
+    /// points to is not read), a directory, a special file. A path where
+    /// nothing is is an [`Error::Io`] whose source's kind is
+    /// [`NotFound`](std::io::ErrorKind::NotFound). Nothing is deleted
+    /// unless the record would be taken.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let store = cairn::Store::open(dir.path())?;
+    /// let s = store.session("t1");
+    /// s.write_file("old.txt", b"one\ntwo\n")?;
+    /// let lsn = s.delete_file("old.txt")?;
+    /// assert!(!dir.path().join("old.txt").exists());
+    /// let r = store.record(lsn)?;
+    /// assert_eq!(r.event.diff_stats.unwrap().lines_removed, 2);
+    /// assert_eq!(store.blob(&r.event.before.unwrap())?, b"one\ntwo\n");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn delete_file(&self, path: &str) -> Result<Lsn> {
+        let ws = self.store.workspace()?;
+        let rel = file_path(ws, path, "delete_file")?;
+        let full = ws.root().join(&rel);
+        let old = read_regular(ws.root(), path, &full, "delete_file")?
+            .ok_or_else(|| nothing_at("delete", &full))?;
+        self.track(&rel)?;
+        let mut e = self.event(EventKind::FileDelete);
+        e.tool = Some("delete_file".to_string());
+        e.path = Some(rel.clone());
+        e.before = Some(self.store.put_blob(&old)?);
+        e.diff_stats = Some(line_stats(&old, b""));
+        self.store.check_event(&e)?;
+        std::fs::remove_file(&full).map_err(|err| Error::io("delete", &full, err))?;
+        sync_parent(&full)?;
+        self.record_done(&e, format!("{rel} was deleted"))
+    }
+
+    /// A tracked, recorded move (rename) of a file, modelled on
+    /// [`write_file`](Self::write_file): tracks both paths, stores the
+    /// file's contents as a blob, renames it (creating the destination's
+    /// directories; the file keeps its mode), and records a `file.move`
+    /// (tool `move_file`) with `path` `from`, `to_path` `to`, the contents
+    /// as both `before` and `after`, and diff statistics (no line
+    /// changed).
+    ///
+    /// Both paths are read as `write_file` reads them and refused as it
+    /// refuses them (outside the workspace, under `.git` or `.cairn`, a
+    /// symlink or under one, a directory, a special file). The
+    /// destination must not exist: a move never replaces a file, since
+    /// the record could not keep what that file held (delete it with
+    /// [`delete_file`](Self::delete_file) first). A source where nothing
+    /// is is an [`Error::Io`] of kind
+    /// [`NotFound`](std::io::ErrorKind::NotFound).
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let store = cairn::Store::open(dir.path())?;
+    /// let s = store.session("t1");
+    /// s.write_file("a.rs", b"fn a() {}\n")?;
+    /// s.move_file("a.rs", "src/a.rs")?;
+    /// assert_eq!(std::fs::read(dir.path().join("src/a.rs"))?, b"fn a() {}\n");
+    /// let moved = store.query(|q| q.file_at(cairn::Point::Head, "src/a.rs"))?;
+    /// assert_eq!(moved, b"fn a() {}\n");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn move_file(&self, from: &str, to: &str) -> Result<Lsn> {
+        let ws = self.store.workspace()?;
+        let src = file_path(ws, from, "move_file")?;
+        let dst = file_path(ws, to, "move_file")?;
+        if src == dst {
+            return Err(SnapshotError::bad_path(
+                to,
+                format!("move_file: it is the path to move (`{src}`)"),
+            )
+            .into());
+        }
+        let (src_full, dst_full) = (ws.root().join(&src), ws.root().join(&dst));
+        let contents = read_regular(ws.root(), from, &src_full, "move_file")?
+            .ok_or_else(|| nothing_at("move", &src_full))?;
+        match std::fs::symlink_metadata(&dst_full) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("look up", &dst_full, e)),
+            Ok(_) => return Err(destination_exists(to)),
+        }
+        self.track(&src)?;
+        self.track(&dst)?;
+        let mut e = self.event(EventKind::FileMove);
+        e.tool = Some("move_file".to_string());
+        e.path = Some(src.clone());
+        e.to_path = Some(dst.clone());
+        let h = self.store.put_blob(&contents)?;
+        e.before = Some(h);
+        e.after = Some(h);
+        e.diff_stats = Some(line_stats(&contents, &contents));
+        self.store.check_event(&e)?;
+        let dir = dst_full.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)
+            .map_err(|err| Error::io("create directory for", &dst_full, err))?;
+        rename_no_replace(&src_full, &dst_full).map_err(|err| {
+            if err.kind() == std::io::ErrorKind::AlreadyExists {
+                destination_exists(to)
+            } else {
+                Error::io("move", &src_full, err)
+            }
+        })?;
+        sync_parent(&dst_full)?;
+        if src_full.parent() != dst_full.parent() {
+            sync_parent(&src_full)?;
+        }
+        self.record_done(&e, format!("{src} was moved to {dst}"))
+    }
+
+    /// Records `e`, the record of a change already made (`done` says
+    /// which): if appending fails now, the error says the change was made
+    /// and names the blob that holds the contents it replaced.
+    fn record_done(&self, e: &Event, done: String) -> Result<Lsn> {
+        self.record(e).map_err(|err| {
             let kept = match e.before {
                 Some(h) => {
                     format!("; the contents it replaced are blob {h} (`cairn blob get {h}`)")
@@ -165,7 +323,7 @@ impl<'s> Session<'s> {
                 None => String::new(),
             };
             Error::Other(format!(
-                "{rel} was written, but its {} record could not be appended: {err}{kept}",
+                "{done}, but its {} record could not be appended: {err}{kept}",
                 e.kind.name()
             ))
         })
@@ -438,8 +596,7 @@ fn write_atomic(full: &Path, contents: &[u8]) -> Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering};
     /// Distinguishes temp files of concurrent writers in one process.
     static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
-    let io =
-        |op: &str, p: &Path, e: std::io::Error| Error::Other(format!("{op} {}: {e}", p.display()));
+    let io = |op: &'static str, p: &Path, e: std::io::Error| Error::io(op, p, e);
     let dir = full.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io("create directory for", full, e))?;
     let keep = std::fs::symlink_metadata(full)
@@ -470,9 +627,193 @@ fn write_atomic(full: &Path, contents: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     written?;
+    sync_parent(full)
+}
+
+/// `path` as a file helper (`method`) takes it: normalised as the
+/// workspace normalises paths (its error names the path and why: outside
+/// the workspace, under `.git` or `.cairn`, excluded), not the workspace
+/// root, and with no symlink among its directories (the workspace never
+/// follows one, and [`Workspace::track`] would refuse it). Checked before
+/// anything is tracked or read.
+fn file_path(ws: &Workspace, path: &str, method: &str) -> Result<String> {
+    let rel = ws.normalize(path)?;
+    if rel.is_empty() {
+        return Err(SnapshotError::bad_path(
+            path,
+            format!("{method}: it is the workspace root, not a file"),
+        )
+        .into());
+    }
+    let mut dir = relpath::parent(&rel);
+    while !dir.is_empty() {
+        if std::fs::symlink_metadata(ws.root().join(dir)).is_ok_and(|m| m.is_symlink()) {
+            return Err(SnapshotError::bad_path(
+                path,
+                format!("`{dir}` is a symlink, which cairn never follows (it may lead out of the workspace): give the path it leads to instead"),
+            )
+            .into());
+        }
+        dir = relpath::parent(dir);
+    }
+    Ok(rel)
+}
+
+/// The contents of the regular file at `full` (the workspace path the
+/// caller gave as `given`), or `None` if nothing is there. Never reads
+/// through a symlink: a symlink, a directory or a special file at `full`
+/// is refused with a [`SnapshotError::BadPath`] that says what it is and
+/// that `method` takes regular files only. The file is opened without
+/// following a symlink (and without blocking on a FIFO), so a link put
+/// there after the check is refused too, not read through.
+fn read_regular(root: &Path, given: &str, full: &Path, method: &str) -> Result<Option<Vec<u8>>> {
+    let refuse = |what: String| -> Error {
+        SnapshotError::bad_path(
+            given,
+            format!("{what}: {method} reads and writes regular files only"),
+        )
+        .into()
+    };
+    let meta = match std::fs::symlink_metadata(full) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("look up", full, e)),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(symlink_refusal(root, given, full, method));
+    }
+    if meta.is_dir() {
+        return Err(refuse("it is a directory".into()));
+    }
+    if !meta.is_file() {
+        return Err(refuse(
+            "it is not a regular file (a FIFO, socket or device)".into(),
+        ));
+    }
+    let mut f = match open_no_follow(full) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(symlink_refusal(root, given, full, method))
+        }
+        Err(e) => return Err(Error::io("open", full, e)),
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(refuse("it is no longer a regular file".into()));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    f.read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read", full, e))?;
+    Ok(Some(bytes))
+}
+
+/// The refusal of a path that is a symlink: where it leads (by name, if
+/// into the workspace), and that a file helper never goes through one.
+fn symlink_refusal(root: &Path, given: &str, full: &Path, method: &str) -> Error {
+    let leads = match std::fs::read_link(full) {
+        Ok(t) => format!(" to `{}`", t.display()),
+        Err(_) => String::new(),
+    };
+    let inside = std::fs::canonicalize(full)
+        .ok()
+        .and_then(|t| {
+            t.strip_prefix(root)
+                .ok()
+                .map(|r| r.to_string_lossy().into_owned())
+        })
+        .filter(|r| !r.is_empty());
+    let advice = match inside {
+        Some(r) => format!("give the path it leads to, `{r}`, instead"),
+        None => "a checkpoint records it as a link; remove or replace it yourself if it should go"
+            .into(),
+    };
+    SnapshotError::bad_path(
+        given,
+        format!("it is a symlink{leads}, and {method} never reads or writes through a symlink, nor replaces one: {advice}"),
+    )
+    .into()
+}
+
+/// Opens `path` for reading without following a symlink at its end and
+/// without blocking on a FIFO.
+#[cfg(unix)]
+fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// Opens `path` for reading (portable fallback: the caller has checked it
+/// is no symlink).
+#[cfg(not(unix))]
+fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path)
+}
+
+/// The [`Error::Io`] of `op` ("delete", "move") on a path where nothing
+/// is: its source's kind is `NotFound`.
+fn nothing_at(op: &'static str, full: &Path) -> Error {
+    let why = std::io::Error::new(std::io::ErrorKind::NotFound, "there is no file there");
+    Error::io(op, full, why)
+}
+
+/// The refusal of a move onto a path that exists.
+fn destination_exists(to: &str) -> Error {
+    SnapshotError::bad_path(
+        to,
+        "it exists, and move_file never replaces a file (the record could not keep what it held): delete it first (`Session::delete_file`)",
+    )
+    .into()
+}
+
+/// Renames `from` to `to` unless `to` exists (then `AlreadyExists`),
+/// atomically where the system can (Linux `renameat2` with
+/// `RENAME_NOREPLACE`); elsewhere, or on a file system without it, `to`
+/// is looked up first.
+fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| {
+            std::ffi::CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+        };
+        let (f, t) = (c(from)?, c(to)?);
+        // SAFETY: both are NUL-terminated strings that live across the
+        // call, and AT_FDCWD is a valid directory descriptor for it.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                libc::AT_FDCWD,
+                f.as_ptr(),
+                libc::AT_FDCWD,
+                t.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if !matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+            return Err(err);
+        }
+    }
+    match std::fs::symlink_metadata(to) {
+        Ok(_) => Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::rename(from, to),
+        Err(e) => Err(e),
+    }
+}
+
+/// Syncs the directory that holds `full`, so a rename or removal in it
+/// is durable.
+fn sync_parent(full: &Path) -> Result<()> {
+    let dir = full.parent().unwrap_or(Path::new("."));
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| io("sync directory", dir, e))
+        .map_err(|e| Error::io("sync directory", dir, e))
 }
 
 /// Line statistics between two versions (Myers diff via `similar`).

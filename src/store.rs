@@ -100,7 +100,9 @@ impl StoreBuilder {
     }
 
     /// Keep everything in memory (nothing touches the disk but reading the
-    /// workspace for checkpoints). For read-only workspaces and tests.
+    /// workspace for checkpoints). For read-only workspaces (with
+    /// [`workspace`](Self::workspace): `Store::builder().in_memory().workspace(dir).open()`
+    /// checkpoints `dir` into memory) and tests.
     pub fn in_memory(mut self) -> Self {
         self.in_memory = true;
         self
@@ -500,8 +502,12 @@ impl Store {
         Store::builder().workspace(workspace).open()
     }
 
-    /// A store held entirely in memory, with the same API: for read-only
-    /// workspaces and tests. Its contents can be queried and exported.
+    /// A store held entirely in memory, with the same API, and no
+    /// workspace: for tests, and for records only (its contents can be
+    /// recorded, queried and exported; checkpoints, file writes and
+    /// rollbacks fail with [`Error::NoWorkspace`]). For a read-only
+    /// workspace, `Store::builder().in_memory().workspace(dir).open()`
+    /// checkpoints `dir` into memory without writing into it.
     pub fn in_memory() -> Result<Store> {
         Store::builder().in_memory().open()
     }
@@ -562,7 +568,10 @@ impl Store {
         &self.blobs
     }
 
-    /// A handle for one session (thread, conversation).
+    /// A handle for one session (thread, conversation). An empty `id` is
+    /// the default session, [`DEFAULT_SESSION`](cairn_codec::event::DEFAULT_SESSION)
+    /// (`default`), for everything the handle records, as it is for
+    /// checkpoints: see [`Session::id`].
     pub fn session(&self, id: impl Into<String>) -> Session<'_> {
         Session::new(self, id.into())
     }
@@ -607,17 +616,19 @@ impl Store {
 
     /// Checks an event before it is appended: its session is not empty and
     /// its time in range, its paths are workspace-relative (and a file event
-    /// has one), and every blob it refers to is stored.
+    /// has one), and every blob it refers to is stored. Whatever it
+    /// refuses is an [`Error::InvalidEvent`].
     pub(crate) fn check_event(&self, event: &Event) -> Result<()> {
-        cairn_codec::json::check_fields(event)?;
-        cairn_codec::json::check_paths(event)?;
+        let invalid = |e: cairn_codec::CodecError| Error::InvalidEvent(e.to_string());
+        cairn_codec::json::check_fields(event).map_err(invalid)?;
+        cairn_codec::json::check_paths(event).map_err(invalid)?;
         match self.missing_blob(event) {
-            Some(h) => Err(Error::Other(format!(
+            Some(h) => Err(Error::InvalidEvent(format!(
                 "the {} event refers to blob {h}, which is not in the store: put the blob first (`cairn blob put`, or Store::put_blob)",
                 event.kind
             ))),
             None => match self.bad_root(event) {
-                Some(why) => Err(Error::Rejected(why)),
+                Some(why) => Err(Error::InvalidEvent(why)),
                 None => Ok(()),
             },
         }
@@ -811,13 +822,16 @@ impl Store {
 
     /// Appends one event. The commit protocol is built in: every blob the
     /// event refers to must be in the store, and pending blobs are made
-    /// durable before the record is written.
+    /// durable before the record is written. An event the log does not
+    /// take (an empty session, a file event without a workspace-relative
+    /// path, a blob not stored, a checkpoint or record that does not
+    /// exist) is refused with [`Error::InvalidEvent`], naming the field.
     pub fn append(&self, event: &Event) -> Result<Lsn> {
         let log = self.writer("append")?;
         // No gc between the check that its blobs are stored and the append.
         let _gate = self.gc_gate.read();
         self.check_event(event)?;
-        self.check_refs(event, &[]).map_err(Error::Rejected)?;
+        self.check_refs(event, &[]).map_err(Error::InvalidEvent)?;
         if self.blobs.has_unsynced() {
             self.blobs.sync()?;
         }
@@ -827,14 +841,17 @@ impl Store {
     }
 
     /// Appends events atomically: after a crash, all of them or none.
-    /// Returns the first and last LSN (None for an empty batch).
+    /// Returns the first and last LSN (None for an empty batch). An event
+    /// [`append`](Self::append) would refuse fails the whole batch with
+    /// [`Error::InvalidEvent`], and nothing is appended.
     pub fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>> {
         let log = self.writer("append")?;
         let _gate = self.gc_gate.read();
         for (i, e) in events.iter().enumerate() {
             self.check_event(e)?;
-            self.check_refs(e, &events[..i])
-                .map_err(|why| Error::Rejected(format!("event {} of the batch: {why}", i + 1)))?;
+            self.check_refs(e, &events[..i]).map_err(|why| {
+                Error::InvalidEvent(format!("event {} of the batch: {why}", i + 1))
+            })?;
         }
         if self.blobs.has_unsynced() {
             self.blobs.sync()?;

@@ -213,6 +213,31 @@ fn show_refuses_a_path_outside_the_workspace() {
     assert!(!err.contains("does not exist"), "{err}");
 }
 
+/// Trial 15 U10: `track a2/b/../c` resolved the `..`, but `show
+/// head:a2/../a` refused it, saying it would leave the workspace. A `..`
+/// that stays inside is resolved by name everywhere, as git does.
+#[test]
+fn a_dotdot_inside_the_workspace_is_resolved_by_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::create_dir_all(ws.join("a2/b")).unwrap();
+    std::fs::write(ws.join("a"), "top\n").unwrap();
+    std::fs::write(ws.join("a2/c"), "c\n").unwrap();
+    ok(&cairn(ws, &["track", "a2/b/../c"]));
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    assert_eq!(ok(&cairn(ws, &["show", "head:a2/../a"])), "top\n");
+    assert_eq!(ok(&cairn(ws, &["show", "c1:a2/b/../c"])), "c\n");
+    let b = ok(&cairn(ws, &["blame", "c1", "a2/./b/../../a"]));
+    assert!(b.ends_with("top\n"), "{b}");
+    let o = cairn(ws, &["show", "head:a2/../../x"]);
+    assert!(
+        failed(&o).contains("refusing path `a2/../../x`: `..` would leave the workspace"),
+        "{}",
+        err(&o)
+    );
+}
+
 /// Trial 11 P14.8: `blob put -` read no stdin, and errors called the
 /// input "store".
 #[test]
@@ -519,6 +544,45 @@ fn read_commands_take_what_records_name_and_say_what_they_show() {
     let e = failed(&cairn(ws, &["branches", "@2"]));
     assert!(
         e.contains("neither a checkpoint nor a rollback record"),
+        "{e}"
+    );
+}
+
+/// Trial 15 U6: the library's messages name its calls
+/// (`StoreBuilder::rebind_workspace(true)`, `ImportOptions::again()`); the
+/// command line still says them with its flags, as it always did.
+#[test]
+fn library_calls_in_error_messages_are_said_with_the_cli_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let top = dir.path();
+    for d in ["w1", "w2"] {
+        std::fs::create_dir(top.join(d)).unwrap();
+    }
+    ok(&cairn(top, &["--store", "s", "init", "w1"]));
+    let s = top.join("s").canonicalize().unwrap();
+    let w2 = top.join("w2").canonicalize().unwrap();
+    let flags = format!(
+        "check --workspace and --store (or CAIRN_STORE); if the workspace really moved, bind the store to it with `cairn --store {} init {} --rebind`",
+        s.display(),
+        w2.display()
+    );
+    for args in [
+        &["--store", "s", "init", "w2"][..],
+        &["--store", "s", "--workspace", "w2", "checkpoint"][..],
+    ] {
+        let e = failed(&cairn(top, args));
+        assert!(
+            e.contains(&flags) && !e.contains("StoreBuilder"),
+            "{args:?}: {e}"
+        );
+    }
+    let input = top.join("in.jsonl");
+    std::fs::write(&input, "{\"kind\":\"prompt\",\"text\":\"one\"}\n").unwrap();
+    let import = ["--store", "s", "import", "--format", "jsonl", "in.jsonl"];
+    ok(&cairn(top, &import));
+    let e = failed(&cairn(top, &import));
+    assert!(
+        e.contains("(import it again with --again)") && !e.contains("ImportOptions"),
         "{e}"
     );
 }

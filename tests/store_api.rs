@@ -891,13 +891,17 @@ fn a_session_write_to_a_path_not_in_normal_form_is_recorded_as_its_normal_form()
         let before = rec.event.before.expect("before");
         assert_eq!(store.blob(&before).unwrap(), users.as_bytes(), "{path}");
     }
+    // A refused write changes nothing: here a read-only handle's (an
+    // empty session, which this used to refuse, is the default one now:
+    // tests/session_files.rs).
     let head = store.head().last_lsn;
     std::fs::write(ws.join("src/app.py"), "kept\n").unwrap();
-    let e = store
-        .session("")
+    let reader = Store::builder().workspace(ws).read_only().open().unwrap();
+    let e = reader
+        .session("w")
         .write_file("src/app.py", b"x")
         .unwrap_err();
-    assert!(e.to_string().contains("`session` must not be empty"), "{e}");
+    assert!(matches!(e, Error::ReadOnly(_)), "{e}");
     assert_eq!(
         std::fs::read_to_string(ws.join("src/app.py")).unwrap(),
         "kept\n"
@@ -908,13 +912,16 @@ fn a_session_write_to_a_path_not_in_normal_form_is_recorded_as_its_normal_form()
 
 /// The library refuses what JSON input refuses (trial 12 N7): an empty
 /// session and a time outside what an ISO-8601 line can say, so the
-/// store's export always imports back.
+/// store's export always imports back. (A session handle made with an
+/// empty id records into the default session instead: trial 15 U5.)
 #[test]
 fn append_refuses_an_empty_session_and_a_time_out_of_range() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path()).unwrap();
-    let e = store.session("").prompt("x").unwrap_err().to_string();
-    assert!(e.contains("`session` must not be empty"), "{e}");
+    let nameless = cairn::Event::new(cairn::EventKind::Prompt, "");
+    let e = store.append(&nameless).unwrap_err();
+    assert!(matches!(e, Error::InvalidEvent(_)), "{e:?}");
+    assert!(e.to_string().contains("`session` must not be empty"), "{e}");
     for ms in [i64::MAX, i64::MIN] {
         let mut ev = cairn::Event::new(cairn::EventKind::Prompt, "s");
         ev.ts = cairn::Timestamp(ms);

@@ -261,8 +261,67 @@ pub struct Event {
 
 /// Free-form metadata: a JSON object. Stored as its JSON text so the
 /// positional MessagePack body never depends on the object's shape.
+///
+/// Built without naming `serde_json`: any value that converts into a JSON
+/// value (strings, numbers, booleans, vectors of them, or a
+/// `serde_json::Value`, which the `cairn` crate re-exports as `cairn::json`)
+/// can be inserted.
+///
+/// ```
+/// use cairn_codec::event::Meta;
+/// let meta = Meta::new().with("cmd", "cargo test").with("exit", 0).with("cached", false);
+/// assert_eq!(meta.get("cmd").and_then(|v| v.as_str()), Some("cargo test"));
+/// assert_eq!(meta.len(), 3);
+/// ```
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Meta(pub serde_json::Map<String, serde_json::Value>);
+
+impl Meta {
+    /// An empty object.
+    pub fn new() -> Meta {
+        Meta::default()
+    }
+
+    /// Sets `key` to `value`, returning the value it replaces.
+    pub fn insert(
+        &mut self,
+        key: impl Into<String>,
+        value: impl Into<serde_json::Value>,
+    ) -> Option<serde_json::Value> {
+        self.0.insert(key.into(), value.into())
+    }
+
+    /// Sets `key` to `value` (builder style).
+    pub fn with(mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) -> Meta {
+        self.insert(key, value);
+        self
+    }
+
+    /// The value of `key`, if set.
+    pub fn get(&self, key: &str) -> Option<&serde_json::Value> {
+        self.0.get(key)
+    }
+
+    /// The number of keys.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when no key is set.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<K: Into<String>, V: Into<serde_json::Value>> FromIterator<(K, V)> for Meta {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Meta {
+        Meta(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+}
 
 impl Serialize for Meta {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -333,6 +392,23 @@ impl Event {
     /// Sets the path (builder style).
     pub fn with_path(mut self, path: impl Into<String>) -> Event {
         self.path = Some(path.into());
+        self
+    }
+
+    /// Sets `key` in the event's [`Meta`] to `value`, creating the meta
+    /// object if there is none (builder style).
+    ///
+    /// ```
+    /// use cairn_codec::{Event, EventKind};
+    /// let call = Event::new(EventKind::ToolCall, "t1").with_meta("cmd", "cargo test");
+    /// assert_eq!(call.meta.unwrap().get("cmd").and_then(|v| v.as_str()), Some("cargo test"));
+    /// ```
+    pub fn with_meta(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<serde_json::Value>,
+    ) -> Event {
+        self.meta.get_or_insert_with(Meta::new).insert(key, value);
         self
     }
 

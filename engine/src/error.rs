@@ -132,8 +132,9 @@ impl fmt::Display for EngineError {
                 f,
                 "cannot create the store at {} ({source}); the workspace may be read-only: \
                  use an in-memory store, which can still be queried and exported \
-                 (`cairn --in-memory COMMAND` on the command line, `Store::in_memory()` in the \
-                 library), or put the store in a writable directory elsewhere \
+                 (`cairn --in-memory COMMAND` on the command line; in the library \
+                 `Store::builder().in_memory().workspace(WORKSPACE).open()`, which checkpoints \
+                 the workspace into memory), or put the store in a writable directory elsewhere \
                  (`cairn --store DIR`, `CAIRN_STORE`, `StoreBuilder::store_dir`)",
                 path.display()
             ),

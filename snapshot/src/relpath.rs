@@ -70,9 +70,10 @@ pub fn is_store_dir_name(rel: &str) -> bool {
 /// Normalises a caller-given path to a workspace-relative path.
 ///
 /// Accepts relative paths (`./a//b` becomes `a/b`) and absolute paths that
-/// lie inside `root`; refuses `..`, absolute paths outside the workspace,
-/// NUL bytes, non-UTF-8 text and anything under `.git` or `.cairn`.
-/// `.` (the whole workspace) normalises to the empty string.
+/// lie inside `root`; refuses a `..` that would leave the workspace,
+/// absolute paths outside it, NUL bytes, non-UTF-8 text and anything under
+/// `.git` or `.cairn`. `.` (the whole workspace) normalises to the empty
+/// string. See [`normalize_for_reading`] for how `.` and `..` are read.
 pub fn normalize(root: &Path, input: &str) -> Result<String> {
     let joined = normalize_for_reading(root, input)?;
     if let Some(why) = protected_reason(&joined) {
@@ -85,6 +86,17 @@ pub fn normalize(root: &Path, input: &str) -> Result<String> {
 /// `blame`), not captured or restored: a path under `.git` or `.cairn` is
 /// accepted, since a record may name one (an agent's tool wrote
 /// `.git/hooks/pre-commit`) and `tree` lists what records name.
+///
+/// `.` and `..` are resolved by name, as git resolves them, without asking
+/// the file system: `a/./b/../../c` is `c`, and `a2/../a` is `a`. A `..`
+/// that stays inside the workspace is accepted wherever it is; one that
+/// climbs out of it (`../x`, `a/../../x`) is refused, saying so. Reading
+/// `..` by name is what cairn means by the path because cairn never follows
+/// a symlink in a directory component (a checkpoint records a symlink as a
+/// link, and tracking or writing a path under one is refused): `link/../x`
+/// is `x` in the workspace whatever `link` points to, never the `x` beside
+/// the link's target that the operating system would resolve it to, and the
+/// normalised path is the only one cairn hands to the file system.
 pub fn normalize_for_reading(root: &Path, input: &str) -> Result<String> {
     if input.is_empty() {
         return Err(SnapshotError::bad_path(input, "the path is empty"));
@@ -96,47 +108,50 @@ pub fn normalize_for_reading(root: &Path, input: &str) -> Result<String> {
         ));
     }
     let p = Path::new(input);
-    let rel: &Path = if p.is_absolute() {
-        p.strip_prefix(root).map_err(|_| {
-            SnapshotError::bad_path(
-                input,
-                format!("an absolute path outside the workspace {}", root.display()),
-            )
-        })?
-    } else {
-        p
-    };
-    let mut out: Vec<&str> = Vec::new();
-    for c in rel.components() {
-        match c {
-            Component::CurDir => {}
-            Component::Normal(s) => {
-                let s = s
-                    .to_str()
-                    .ok_or_else(|| SnapshotError::bad_path(input, "the path is not valid UTF-8"))?;
-                if !valid_name(s) {
-                    return Err(SnapshotError::bad_path(
-                        input,
-                        format!("bad component `{s}`"),
-                    ));
-                }
-                out.push(s);
-            }
-            Component::ParentDir => {
+    for c in p.components() {
+        if let Component::Normal(s) = c {
+            let s = s
+                .to_str()
+                .ok_or_else(|| SnapshotError::bad_path(input, "the path is not valid UTF-8"))?;
+            if !valid_name(s) {
                 return Err(SnapshotError::bad_path(
                     input,
-                    "`..` would leave the workspace; give paths inside it",
-                ))
-            }
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(SnapshotError::bad_path(
-                    input,
-                    "an absolute path outside the workspace",
-                ))
+                    format!("bad component `{s}`"),
+                ));
             }
         }
     }
-    Ok(out.join("/"))
+    // A relative path is from the root; an absolute one replaces it. Its
+    // `..` climb by name (above `/` they stay there, as the system's do).
+    let joined = root.join(p);
+    let mut full: Vec<Component<'_>> = Vec::new();
+    for c in joined.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if matches!(full.last(), Some(Component::Normal(_))) {
+                    full.pop();
+                }
+            }
+            c => full.push(c),
+        }
+    }
+    let full: std::path::PathBuf = full.iter().collect();
+    match full.strip_prefix(root) {
+        Ok(rel) => Ok(rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/")),
+        Err(_) if p.is_absolute() && !p.starts_with(root) => Err(SnapshotError::bad_path(
+            input,
+            format!("an absolute path outside the workspace {}", root.display()),
+        )),
+        Err(_) => Err(SnapshotError::bad_path(
+            input,
+            "`..` would leave the workspace; give paths inside it",
+        )),
+    }
 }
 
 /// Checks a path read from a manifest (already split into valid names, but
@@ -262,6 +277,37 @@ mod tests {
             let e = normalize(root, bad).unwrap_err().to_string();
             assert!(e.contains("refusing path"), "{bad}: {e}");
         }
+        // A `..` is read by name: one that stays inside the workspace is
+        // resolved (as `track` resolved it, and git does), and only one
+        // that climbs out is refused, saying so.
+        for (given, is) in [
+            ("a2/../a", "a"),
+            ("a/./b/../../c", "c"),
+            ("a2/b/../c", "a2/c"),
+            ("a/..", ""),
+            ("/ws/a/../b", "b"),
+            ("/elsewhere/../ws/a", "a"),
+            ("../ws/a", "a"),
+            (".git/../a", "a"),
+        ] {
+            assert_eq!(normalize(root, given).unwrap(), is, "{given}");
+        }
+        for (bad, why) in [
+            ("../x", "`..` would leave the workspace"),
+            ("a/../../x", "`..` would leave the workspace"),
+            ("/ws/../x", "`..` would leave the workspace"),
+            ("..", "`..` would leave the workspace"),
+            ("/etc/passwd", "an absolute path outside the workspace /ws"),
+            ("a/../.git/config", "`.git`"),
+            ("x/../.cairn/log", "`.cairn`"),
+        ] {
+            let e = normalize(root, bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert_eq!(
+            normalize_for_reading(root, "x/../.git/HEAD").unwrap(),
+            ".git/HEAD"
+        );
         // A path named `.cairn` below the root may be a plain file.
         assert_eq!(normalize(root, "sub/.cairn").unwrap(), "sub/.cairn");
         assert!(under_store_dir(".cairn") && under_store_dir("sub/.cairn/log"));

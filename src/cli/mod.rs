@@ -88,9 +88,13 @@ pub fn exit_status_for(e: &anyhow::Error) -> u8 {
             || c.downcast_ref::<EngineError>()
                 .is_some_and(EngineError::is_corruption)
     });
-    let rejected = e
-        .chain()
-        .any(|c| matches!(c.downcast_ref::<Error>(), Some(Error::Rejected(_))));
+    // Input refused: lines of an import, or an event the log would not take.
+    let rejected = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<Error>(),
+            Some(Error::Rejected(_) | Error::InvalidEvent(_))
+        )
+    });
     let bad_usage = e.chain().any(|c| c.is::<UsageError>());
     if corrupt {
         EXIT_CORRUPT
@@ -111,12 +115,62 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// Library calls that the library's error messages name (in backticks),
+/// each with the flag that does the same on the command line, which is
+/// what a user of `cairn` can type: [`describe`] shows the flag.
+const FLAGS_FOR_CALLS: [(&str, &str); 2] = [
+    ("`ImportOptions::again()`", "--again"),
+    ("`ImportOptions::resume()`", "--resume"),
+];
+
+/// A library error message in the command line's words: the flags for
+/// the calls it names ([`FLAGS_FOR_CALLS`]).
+fn in_cli_words(text: String) -> String {
+    if !text.contains("`ImportOptions::") {
+        return text;
+    }
+    FLAGS_FOR_CALLS
+        .iter()
+        .fold(text, |t, (call, flag)| t.replace(call, flag))
+}
+
+/// A store opened with a workspace it is not bound to, in the command
+/// line's words (the library's name `StoreBuilder` calls).
+fn mismatch_in_cli_words(m: &cairn::binding::WorkspaceMismatch) -> String {
+    if m.store_inside_bound() {
+        // A store inside its workspace moves with it: the other
+        // directory is a mistake, not a move.
+        return format!(
+            "the store {} belongs to the workspace {} that holds it, not {}: check --workspace",
+            m.store.display(),
+            m.bound.display(),
+            m.given.display(),
+        );
+    }
+    format!(
+        "the store {} belongs to the workspace {}, not {}: check --workspace and --store \
+         (or CAIRN_STORE); if the workspace really moved, bind the store to it with \
+         `cairn --store {} init {} --rebind`",
+        m.store.display(),
+        m.bound.display(),
+        m.given.display(),
+        m.store.display(),
+        m.given.display(),
+    )
+}
+
 /// The error and its causes on one line, leaving out a cause whose text the
-/// message before it already includes (library errors name their source).
+/// message before it already includes (library errors name their source),
+/// in the command line's words: its flags for the library calls a message
+/// names.
 pub fn describe(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
-        let text = output::escape_controls(&cause.to_string()).into_owned();
+        let text = match cause.downcast_ref::<Error>() {
+            Some(Error::WorkspaceMismatch(m)) => mismatch_in_cli_words(m),
+            _ => in_cli_words(cause.to_string()),
+        };
+        let text = output::escape_controls(&text).into_owned();
         if !out.contains(&text) {
             if !out.is_empty() {
                 out.push_str(": ");
@@ -445,7 +499,7 @@ fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCod
         .open()
         .map_err(with_in_memory_example)?;
     if let Some(m) = store.workspace_mismatch() {
-        anyhow::bail!("{m}");
+        anyhow::bail!("{}", mismatch_in_cli_words(m));
     }
     store.close()?;
     if settings.quiet {
