@@ -432,11 +432,21 @@ impl Store {
         let nothing = ImportDone::default();
         let mut journal: Option<(Key, KeyFile)> = None;
         let mut lines = cairn_query::import::lines(format, &mut input, name);
+        let mut body = Vec::new();
         while let Some(item) = lines.next() {
             let mut item = item.map_err(|e| nothing.rejected(e.to_string(), name))?;
             item.settle_blobs(|h| self.blobs.contains(h));
             self.check_imported(&item, name)
                 .map_err(|e| nothing.rejected(e, name))?;
+            // An event over the body limit is refused here, by its line, as
+            // every other bad line is: found only when its batch is
+            // appended, it would stop the import after the batches before
+            // it were recorded. (The import itself finds it again as it
+            // digests the batch.)
+            body.clear();
+            item.event
+                .encode_body_into(&mut body)
+                .map_err(|e| nothing.rejected(format!("{name}:{}: {e}", item.line), name))?;
             if journal.is_none() {
                 let key = import_journal::key_of(lines.line_bytes());
                 let file = import_journal::load(self.vfs(), self.root(), &key)?;
@@ -700,6 +710,7 @@ impl Store {
             return Ok(());
         };
         let mut events = Vec::with_capacity(batch.len());
+        let mut digest = import_journal::Digest::default();
         for item in batch.drain(..) {
             for b in &item.blobs {
                 self.put_unreferenced(b).map_err(|e| {
@@ -712,6 +723,11 @@ impl Store {
             self.check_refs(&item.event, &events).map_err(|why| {
                 done.rejected(format!("{file_name}:{}: {why}", item.line), file_name)
             })?;
+            // (An event over the body limit: a line an input read once, from
+            // a pipe, was not checked for before.)
+            digest
+                .add(&item.event)
+                .map_err(|e| done.rejected(format!("{file_name}:{}: {e}", item.line), file_name))?;
             events.push(item.event);
         }
         // The import holds the writer: the batch takes the LSNs after the
@@ -725,7 +741,7 @@ impl Store {
             line: last_line,
             first,
             last,
-            digest: import_journal::digest(&events)?,
+            digest: digest.finish(),
         };
         let journal_error =
             |e: Error| done.error(format!("record where the import got to: {e}"), file_name);

@@ -99,3 +99,103 @@ fn a_byte_order_mark_and_fields_the_shape_does_not_define_are_imported() {
     let out = String::from_utf8(o.stdout).unwrap();
     assert!(out.contains("\"durationMs\":12"), "{out}");
 }
+
+/// Trial 15, U1: an event whose body is over the 16 MiB limit (its line is
+/// under the 32 MiB line limit) is a bad line like any other, in every
+/// format and through `--load` too: `FILE:LINE: reason`, nothing from the
+/// file recorded, exit code 4. It once stopped the import at append time,
+/// with neither line nor exit code.
+#[test]
+fn an_event_over_the_body_limit_is_refused_by_its_line_with_exit_code_4() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    assert!(cairn(ws, &["init"]).status.success());
+    let big = "x".repeat(20 << 20);
+    let cases = [
+        (
+            "jsonl",
+            r#"{"kind":"prompt","text":"a"}"#.to_string(),
+            format!(r#"{{"kind":"prompt","text":"{big}"}}"#),
+        ),
+        (
+            "cortexide",
+            r#"{"ts":5,"action":"prompt","ok":true}"#.to_string(),
+            format!(r#"{{"ts":1,"action":"prompt","ok":true,"meta":{{"blob":"{big}"}}}}"#),
+        ),
+        (
+            "comma",
+            format!(r#"{{{COMMA},"toolName":"write_file","operation":"write"}}"#),
+            format!(r#"{{{COMMA},"toolName":"write_file","operation":"write","note":"{big}"}}"#),
+        ),
+    ];
+    let reason = "event body of 20971";
+    for (format, good, huge) in &cases {
+        let text = format!("{good}\n{huge}\n{good}\n");
+        let (code, err, records) = import(ws, format, "big.jsonl", text.as_bytes());
+        assert_eq!((code, records), (Some(4), 0), "{format}: {err}");
+        assert!(
+            err.contains(&format!("big.jsonl:2: {reason}")),
+            "{format}: {err}"
+        );
+        assert!(err.contains("exceeds the maximum of 16777216"), "{err}");
+        assert!(
+            err.contains("(nothing from big.jsonl was recorded)"),
+            "{err}"
+        );
+
+        let o = cairn(
+            ws,
+            &[
+                "--in-memory",
+                "--load-format",
+                format,
+                "--load",
+                "big.jsonl",
+                "log",
+            ],
+        );
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(o.status.code(), Some(4), "{format}: {err}");
+        assert!(
+            err.contains(&format!("big.jsonl:2: {reason}")),
+            "{format}: {err}"
+        );
+        assert!(o.stdout.is_empty(), "the command ran after a failed load");
+    }
+
+    // Read once, from a pipe: refused by its line too.
+    let (_, good, huge) = &cases[0];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["import", "--format", "jsonl", "-"])
+        .current_dir(ws)
+        .env_remove("CAIRN_STORE")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = format!("{good}\n{huge}\n");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains(&format!("stdin:2: {reason}")), "{err}");
+
+    // Past the first 16 MiB batch of a file: found by the check of the
+    // whole file, before the first batch is appended.
+    let filler: String = (0..70_000)
+        .map(|i| {
+            format!(
+                "{{\"kind\":\"prompt\",\"text\":\"line {i} {}\"}}\n",
+                "y".repeat(300)
+            )
+        })
+        .collect();
+    assert!(filler.len() > 16 << 20);
+    let text = format!("{filler}{huge}\n");
+    let (code, err, records) = import(ws, "jsonl", "long.jsonl", text.as_bytes());
+    assert_eq!((code, records), (Some(4), 0), "{err}");
+    assert!(
+        err.contains(&format!("long.jsonl:70001: {reason}")),
+        "{err}"
+    );
+}
