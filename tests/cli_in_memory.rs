@@ -430,3 +430,112 @@ fn checkpoint_of_a_read_only_workspace_works_in_memory_and_leaves_nothing() {
     std::fs::set_permissions(&f.ws, PermissionsExt::from_mode(0o755)).unwrap();
     f.assert_nothing_left();
 }
+
+/// Trial 15, U7: an input given to `--load` twice (the same file, a copy
+/// under another name, the same lines on stdin) was recorded twice,
+/// silently; it is refused as `import` refuses input imported before,
+/// naming `--load-again`, which loads it anyway. A copy that grew since
+/// is refused too, naming `--load-resume`, which loads only its new lines.
+#[test]
+fn an_input_loaded_twice_is_refused_unless_load_again() {
+    let f = fixture();
+    let root = f.ws.parent().unwrap();
+    let copy = root.join("copy.jsonl");
+    std::fs::write(&copy, AUDIT).unwrap();
+    let grown = root.join("grown.jsonl");
+    let more = r#"{"ts":"2026-01-01T00:00:03Z","kind":"prompt","session":"s1","text":"more"}"#;
+    std::fs::write(&grown, format!("{AUDIT}{more}\n")).unwrap();
+    let (copy, grown) = (copy.to_str().unwrap(), grown.to_str().unwrap());
+
+    for again in ["audit.jsonl", copy] {
+        let o = f.cairn(&[
+            "--in-memory",
+            "--load",
+            "audit.jsonl",
+            "--load",
+            again,
+            "log",
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(4), "{err}");
+        assert!(err.contains(&format!("load stopped in {again}")), "{err}");
+        assert!(
+            err.contains(
+                "the input looks imported before: all its 3 lines are recorded, as LSN 1 to 3"
+            ),
+            "{err}"
+        );
+        assert!(err.contains("(import it again with --load-again)"), "{err}");
+        assert!(
+            !err.contains(" --again"),
+            "import's flag, not --load's: {err}"
+        );
+        assert!(o.stdout.is_empty(), "the command ran after a failed load");
+    }
+    // The same lines on stdin (copied to a temporary file that is gone).
+    let o = run(
+        None,
+        &f.ws,
+        &f.tmp,
+        &["--in-memory", "--load", "audit.jsonl", "--load", "-", "log"],
+        Some(AUDIT),
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--load-again"), "{}", stderr(&o));
+
+    let log = |args: &[&str]| -> Vec<serde_json::Value> {
+        let mut all = vec!["--in-memory"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["log", "--json"]);
+        json_lines(&stdout(&f.cairn(&all)))
+    };
+    let twice = log(&["--load", "audit.jsonl", "--load", copy, "--load-again"]);
+    assert_eq!(twice.len(), 6);
+    assert_eq!(twice[0]["text"], twice[3]["text"]);
+
+    let o = f.cairn(&[
+        "--in-memory",
+        "--load",
+        "audit.jsonl",
+        "--load",
+        grown,
+        "log",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("its first 3 lines are recorded, as LSN 1 to 3, and the rest (from line 4) is not (import only the rest with --load-resume, or all of it again with --load-again)"), "{err}");
+    let resumed = log(&["--load", "audit.jsonl", "--load", grown, "--load-resume"]);
+    let texts: Vec<&str> = resumed
+        .iter()
+        .map(|r| r["text"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(texts, ["fix the build", "done", "", "more"]);
+
+    // Distinct files load as before, and the options need --load.
+    let root_audit = root.join("other.jsonl");
+    std::fs::write(&root_audit, AUDIT.replace("2026-01-01", "2026-02-01")).unwrap();
+    assert_eq!(
+        log(&[
+            "--load",
+            "audit.jsonl",
+            "--load",
+            root_audit.to_str().unwrap()
+        ])
+        .len(),
+        6
+    );
+    for flag in ["--load-again", "--load-resume"] {
+        let o = f.cairn(&["--in-memory", flag, "log"]);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", stderr(&o));
+    }
+    let o = f.cairn(&[
+        "--in-memory",
+        "--load",
+        "audit.jsonl",
+        "--load-again",
+        "--load-resume",
+        "log",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    f.assert_nothing_left();
+}

@@ -142,6 +142,16 @@ pub struct Cli {
         requires = "load"
     )]
     pub load_format: Option<String>,
+    /// Load a --load file even if an earlier --load of this command loaded
+    /// the same input (by default it is refused, as `import` refuses input
+    /// imported before: an input is known by its contents, not its name).
+    #[arg(long, global = true, requires = "load", conflicts_with = "load_resume")]
+    pub load_again: bool,
+    /// Skip a --load file's leading lines that an earlier --load of this
+    /// command loaded (the input is that one grown) and load the rest, as
+    /// `import --resume` does.
+    #[arg(long, global = true, requires = "load")]
+    pub load_resume: bool,
     /// Print nothing on success but the command's answer: no progress, no
     /// notes or hints, no report of what was done (see --help for what
     /// still prints).

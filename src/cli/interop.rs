@@ -120,13 +120,7 @@ pub fn import(
     resume: bool,
 ) -> Result<ExitCode> {
     let format = parse_format(format)?;
-    let opts = if again {
-        cairn::queries::ImportOptions::again()
-    } else if resume {
-        cairn::queries::ImportOptions::resume()
-    } else {
-        cairn::queries::ImportOptions::default()
-    };
+    let opts = import_options(again, resume);
     let mut done = (0, None);
     let got = settings.open_write().and_then(|store| {
         import_files_counting(
@@ -172,6 +166,48 @@ pub fn import(
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The options of `--again` and `--resume` (or `--load-again` and
+/// `--load-resume`), which exclude each other.
+pub fn import_options(again: bool, resume: bool) -> cairn::queries::ImportOptions {
+    if again {
+        cairn::queries::ImportOptions::again()
+    } else if resume {
+        cairn::queries::ImportOptions::resume()
+    } else {
+        cairn::queries::ImportOptions::default()
+    }
+}
+
+/// The import options an error of the library names, each with the flag
+/// that sets it for `import` and for `--load`: what a user of `cairn` can
+/// type. (The library names `import`'s flags for the first two, until it
+/// names its calls.)
+const OPTION_FLAGS: [(&str, &str, &str); 4] = [
+    ("`ImportOptions::again()`", "--again", "--load-again"),
+    ("`ImportOptions::resume()`", "--resume", "--load-resume"),
+    ("--again", "--again", "--load-again"),
+    ("--resume", "--resume", "--load-resume"),
+];
+
+/// An import's error in the words of `purpose`: the flags of
+/// [`OPTION_FLAGS`] for the options it names. (A refusal of input loaded
+/// before says `--load-again`, not `import`'s `--again`.)
+fn in_flag_words(e: cairn::Error, purpose: Purpose) -> cairn::Error {
+    let cairn::Error::Rejected(text) = e else {
+        return e;
+    };
+    let text = OPTION_FLAGS.iter().fold(text, |t, (option, import, load)| {
+        t.replace(
+            option,
+            match purpose {
+                Purpose::Import => import,
+                Purpose::Load => load,
+            },
+        )
+    });
+    cairn::Error::Rejected(text)
 }
 
 /// Why files are imported: it changes what an error says.
@@ -229,18 +265,20 @@ fn import_files_counting(
         } else {
             store.import_file_with(format, f, opts)
         };
-        let got = got.with_context(|| {
-            let before = if *total > 0 && purpose == Purpose::Import {
-                format!(
-                    "; the {} of the files before it {} recorded",
-                    super::output::count(*total, "record"),
-                    if *total == 1 { "was" } else { "were" }
-                )
-            } else {
-                String::new()
-            };
-            format!("{what} stopped in {name}{before}")
-        })?;
+        let got = got
+            .map_err(|e| in_flag_words(e, purpose))
+            .with_context(|| {
+                let before = if *total > 0 && purpose == Purpose::Import {
+                    format!(
+                        "; the {} of the files before it {} recorded",
+                        super::output::count(*total, "record"),
+                        if *total == 1 { "was" } else { "were" }
+                    )
+                } else {
+                    String::new()
+                };
+                format!("{what} stopped in {name}{before}")
+            })?;
         drop(spin);
         if let Some((first, last)) = got {
             *total += last.0 - first.0 + 1;

@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use cairn::queries::ImportOptions;
 use cairn::query::export::Format;
 use cairn::Store;
 
@@ -71,8 +70,11 @@ pub fn workspace(flag: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// Opens the in-memory store over the workspace and imports the `--load`
-/// files into it, in order. Each file is loaded as given: one loaded twice
-/// is recorded twice (there is no earlier store to have imported it).
+/// files into it, in order. An input loaded twice (the same file, a copy,
+/// the same lines on stdin, or one an earlier `--load` holds the start of)
+/// is refused as `import` refuses input imported before, by the import
+/// journal of the memory store, unless `--load-again` (load it anyway) or
+/// `--load-resume` (load the lines after those loaded) is given.
 pub fn open(settings: &Settings, loads: &[PathBuf], format: Format) -> Result<Store> {
     let ws = workspace(settings.workspace.as_deref())?;
     let store = Store::builder()
@@ -85,7 +87,7 @@ pub fn open(settings: &Settings, loads: &[PathBuf], format: Format) -> Result<St
         &store,
         format,
         loads,
-        ImportOptions::again(),
+        settings.load_options,
         super::interop::Purpose::Load,
     )?;
     Ok(store)

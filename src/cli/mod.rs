@@ -153,6 +153,8 @@ pub struct Settings {
     pub loads: Vec<std::path::PathBuf>,
     /// `--load-format`, parsed (default: canonical JSONL).
     pub load_format: cairn::query::export::Format,
+    /// `--load-again`, `--load-resume`: how the `--load` files are imported.
+    pub load_options: cairn::queries::ImportOptions,
     /// With `--in-memory`: the store, opened and loaded before the command
     /// runs (see [`memory::open`]); the command's open takes it.
     memory: std::cell::RefCell<Option<Store>>,
@@ -218,6 +220,7 @@ impl Settings {
             in_memory: cli.in_memory,
             loads: cli.load.clone(),
             load_format,
+            load_options: interop::import_options(cli.load_again, cli.load_resume),
             memory: std::cell::RefCell::new(None),
         })
     }
