@@ -261,6 +261,8 @@ pub(crate) struct Hashing<R> {
     seen: HashMap<u64, blake3::Hash>,
     /// The bytes consumed, while they are kept.
     kept: Option<Vec<u8>>,
+    /// The offset of [`Hashing::mark`], and the hash state there.
+    mark: (u64, blake3::Hasher),
 }
 
 impl<R: BufRead> Hashing<R> {
@@ -275,7 +277,21 @@ impl<R: BufRead> Hashing<R> {
             next_watch: 0,
             seen: HashMap::new(),
             kept: keep.then(Vec::new),
+            mark: (0, blake3::Hasher::new()),
         }
+    }
+
+    /// Remembers the hash of the bytes consumed so far: where the line
+    /// about to be read begins, should it turn out a torn last line that
+    /// is not recorded. (A copy of the hash state: a few hundred bytes.)
+    pub fn mark(&mut self) {
+        self.mark = (self.pos, self.hasher.clone());
+    }
+
+    /// The offset of the last [`Hashing::mark`] (or 0) and the hash of
+    /// the bytes before it.
+    pub fn marked(&self) -> (u64, blake3::Hash) {
+        (self.mark.0, self.mark.1.finalize())
     }
 
     /// The bytes consumed so far, if they were kept; keeps no more.

@@ -152,6 +152,11 @@ pub struct Cli {
     /// `import --resume` does.
     #[arg(long, global = true, requires = "load")]
     pub load_resume: bool,
+    /// Load the complete lines of a --load file whose last line is torn
+    /// (no line end, its JSON cut short), skipping that line, as `import
+    /// --skip-torn-tail` does.
+    #[arg(long, global = true, requires = "load")]
+    pub load_skip_torn_tail: bool,
     /// Print nothing on success but the command's answer: no progress, no
     /// notes or hints, no report of what was done (see --help for what
     /// still prints).
@@ -384,6 +389,13 @@ pub enum Command {
         /// import the rest.
         #[arg(long)]
         resume: bool,
+        /// Import the complete lines of a file whose last line is torn (it
+        /// has no line end and its JSON is cut short: the writer stopped
+        /// part way through it), and skip that line, naming it on stderr;
+        /// once it is complete, --resume imports it. Without this, such a
+        /// file is refused. A bad line elsewhere is refused either way.
+        #[arg(long)]
+        skip_torn_tail: bool,
     },
     /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
     #[command(

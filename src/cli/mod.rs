@@ -153,7 +153,8 @@ pub struct Settings {
     pub loads: Vec<std::path::PathBuf>,
     /// `--load-format`, parsed (default: canonical JSONL).
     pub load_format: cairn::query::export::Format,
-    /// `--load-again`, `--load-resume`: how the `--load` files are imported.
+    /// `--load-again`, `--load-resume`, `--load-skip-torn-tail`: how the
+    /// `--load` files are imported.
     pub load_options: cairn::queries::ImportOptions,
     /// With `--in-memory`: the store, opened and loaded before the command
     /// runs (see [`memory::open`]); the command's open takes it.
@@ -220,7 +221,8 @@ impl Settings {
             in_memory: cli.in_memory,
             loads: cli.load.clone(),
             load_format,
-            load_options: interop::import_options(cli.load_again, cli.load_resume),
+            load_options: interop::import_options(cli.load_again, cli.load_resume)
+                .with_skip_torn_tail(cli.load_skip_torn_tail),
             memory: std::cell::RefCell::new(None),
         })
     }
@@ -418,7 +420,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             json,
             again,
             resume,
-        } => interop::import(&settings, &format, &files, json, again, resume),
+            skip_torn_tail,
+        } => {
+            let opts = interop::import_options(again, resume).with_skip_torn_tail(skip_torn_tail);
+            interop::import(&settings, &format, &files, json, opts)
+        }
         Command::Demo(a) => demo::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
     }
