@@ -539,3 +539,88 @@ fn an_input_loaded_twice_is_refused_unless_load_again() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     f.assert_nothing_left();
 }
+
+/// Trial 15, U12: a command that writes to an in-memory store said what
+/// it did as if the store lasted ("tracking 1 path; the next checkpoint
+/// captures it"). Each says on stderr that the store, and what it made,
+/// is gone when cairn exits, and where to keep a store that lasts; one
+/// that only reads says nothing of it, and --quiet silences the note. A
+/// later command that names a checkpoint made so is told why it is not
+/// there.
+#[test]
+fn writing_commands_in_memory_say_what_they_made_is_gone_at_exit() {
+    let f = fixture();
+    let lasting = "for a store that lasts, create one on a writable disk and name it: `cairn --store DIR init WORKSPACE`, then `cairn --store DIR COMMAND`";
+    let note = |args: &[&str], says: &str| {
+        let mut all = vec!["--in-memory"];
+        all.extend_from_slice(args);
+        let o = f.cairn(&all);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("note: --in-memory: {says}")),
+            "{args:?}: {err}"
+        );
+        err
+    };
+    let err = note(
+        &["track", "src/a.rs"],
+        "tracking 1 path in a store held in memory, which is gone when cairn exits, and the tracking with it: no later command's checkpoint captures it",
+    );
+    assert!(err.contains(lasting), "{err}");
+    assert!(!err.contains("the next checkpoint captures"), "{err}");
+    let err = note(
+        &["checkpoint", "--label", "start", "--json"],
+        "the checkpoint is in a store held in memory, which is gone when cairn exits: no later command can show, diff or roll back to it",
+    );
+    assert!(err.contains(lasting), "{err}");
+    note(
+        &["gc", "--keep-per-session", "1"],
+        "gc collected a store held in memory, which is gone when cairn exits: nothing on disk was collected",
+    );
+    note(
+        &["import", "--format", "jsonl", "audit.jsonl"],
+        "the records are imported into a store held in memory, which is gone when cairn exits",
+    );
+    note(
+        &["blob", "put", "src/a.rs"],
+        "the blobs are stored in a store held in memory, which is gone when cairn exits: no later command can get them",
+    );
+    // `record` says so itself, unless --echo keeps the records.
+    let o = run(None, &f.ws, &f.tmp, &["--in-memory", "record"], Some(AUDIT));
+    assert!(stderr(&o).contains("what is recorded is gone when cairn exits"));
+
+    // Reading says nothing of it; --quiet keeps the note back.
+    for args in [
+        &["--in-memory", "--load", "audit.jsonl", "log"][..],
+        &["--in-memory", "checkpoint", "--quiet"][..],
+        &["--in-memory", "stats"][..],
+    ] {
+        let o = f.cairn(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("note: --in-memory"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+
+    // The checkpoint made above is not there for a later command.
+    for args in [
+        &["rollback", "c1"][..],
+        &["show", "c1:src/a.rs"][..],
+        &["diff", "c1", "head"][..],
+    ] {
+        let mut all = vec!["--in-memory"];
+        all.extend_from_slice(args);
+        let o = f.cairn(&all);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("no checkpoint"), "{args:?}: {err}");
+        assert!(
+            err.contains("note: --in-memory: the store holds only what this command loaded and made; a checkpoint an earlier `cairn --in-memory` command made was gone when that command exited"),
+            "{args:?}: {err}"
+        );
+    }
+    f.assert_nothing_left();
+}

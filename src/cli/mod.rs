@@ -385,7 +385,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         let store = memory::open(&settings, &settings.loads, settings.load_format)?;
         *settings.memory.borrow_mut() = Some(store);
     }
-    match command {
+    let gone = if settings.in_memory {
+        memory::gone_note(&command)
+    } else {
+        None
+    };
+    let result = match command {
         Command::Init { dir, rebind } => init(&settings, dir.as_deref(), rebind),
         Command::Record(a) => record::run(&settings, a),
         Command::Log(a) => inspect::log(&settings, a),
@@ -427,7 +432,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Demo(a) => demo::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
+    };
+    if settings.in_memory {
+        return memory::finish(&settings, gone, result);
     }
+    result
 }
 
 fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCode> {
