@@ -185,8 +185,8 @@ pub fn import_options(again: bool, resume: bool) -> cairn::queries::ImportOption
 
 /// The import options an error of the library names, each with the flag
 /// that sets it for `import` and for `--load`: what a user of `cairn` can
-/// type. (The library names `import`'s flags for the first two, until it
-/// names its calls.)
+/// type. (The library says "with --again" and "with --resume", `import`'s
+/// flags, for the first two, until it names its calls.)
 const OPTION_FLAGS: [(&str, &str, &str); 5] = [
     ("`ImportOptions::again()`", "--again", "--load-again"),
     ("`ImportOptions::resume()`", "--resume", "--load-resume"),
@@ -195,8 +195,8 @@ const OPTION_FLAGS: [(&str, &str, &str); 5] = [
         "--skip-torn-tail",
         "--load-skip-torn-tail",
     ),
-    ("--again", "--again", "--load-again"),
-    ("--resume", "--resume", "--load-resume"),
+    ("with --again", "with --again", "with --load-again"),
+    ("with --resume", "with --resume", "with --load-resume"),
 ];
 
 /// An import's error in the words of `purpose`: the flags of
