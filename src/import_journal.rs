@@ -215,15 +215,37 @@ pub(crate) fn save(vfs: &Arc<dyn Vfs>, root: &Path, key: &Key, file: &KeyFile) -
 
 /// The digest of a batch's events, as the log holds them.
 pub(crate) fn digest<'a>(events: impl IntoIterator<Item = &'a Event>) -> Result<String> {
-    let mut h = blake3::Hasher::new();
-    let mut body = Vec::new();
+    let mut d = Digest::default();
     for e in events {
-        body.clear();
-        e.encode_body_into(&mut body)?;
-        h.update(&(body.len() as u64).to_le_bytes());
-        h.update(&body);
+        d.add(e)?;
     }
-    Ok(h.finalize().to_hex().to_string())
+    Ok(d.finish())
+}
+
+/// [`digest`] taken one event at a time, so that an event the log cannot
+/// hold (its body over the limit) is found as it is added, and the caller
+/// can say which line of the input it came from.
+#[derive(Default)]
+pub(crate) struct Digest {
+    hasher: blake3::Hasher,
+    body: Vec<u8>,
+}
+
+impl Digest {
+    /// Adds `e`'s body; fails, adding nothing, when it is over
+    /// [`cairn_codec::event::MAX_EVENT_BODY_BYTES`].
+    pub fn add(&mut self, e: &Event) -> std::result::Result<(), cairn_codec::CodecError> {
+        self.body.clear();
+        e.encode_body_into(&mut self.body)?;
+        self.hasher.update(&(self.body.len() as u64).to_le_bytes());
+        self.hasher.update(&self.body);
+        Ok(())
+    }
+
+    /// The digest of the events added, in hex.
+    pub fn finish(&self) -> String {
+        self.hasher.finalize().to_hex().to_string()
+    }
 }
 
 /// A reader that hashes the bytes consumed from it, and knows how many
@@ -239,6 +261,8 @@ pub(crate) struct Hashing<R> {
     seen: HashMap<u64, blake3::Hash>,
     /// The bytes consumed, while they are kept.
     kept: Option<Vec<u8>>,
+    /// The offset of [`Hashing::mark`], and the hash state there.
+    mark: (u64, blake3::Hasher),
 }
 
 impl<R: BufRead> Hashing<R> {
@@ -253,7 +277,21 @@ impl<R: BufRead> Hashing<R> {
             next_watch: 0,
             seen: HashMap::new(),
             kept: keep.then(Vec::new),
+            mark: (0, blake3::Hasher::new()),
         }
+    }
+
+    /// Remembers the hash of the bytes consumed so far: where the line
+    /// about to be read begins, should it turn out a torn last line that
+    /// is not recorded. (A copy of the hash state: a few hundred bytes.)
+    pub fn mark(&mut self) {
+        self.mark = (self.pos, self.hasher.clone());
+    }
+
+    /// The offset of the last [`Hashing::mark`] (or 0) and the hash of
+    /// the bytes before it.
+    pub fn marked(&self) -> (u64, blake3::Hash) {
+        (self.mark.0, self.mark.1.finalize())
     }
 
     /// The bytes consumed so far, if they were kept; keeps no more.

@@ -78,6 +78,16 @@ pub struct ImportOptions {
     /// records (each after the previous line's, in order, as the first
     /// line is matched).
     pub resume: bool,
+    /// Import the complete lines of an input whose last line is torn (a
+    /// writer stopped part way through it: the input ends without a line
+    /// end, and the line's JSON is cut short) and skip that line, instead
+    /// of refusing the input. [`ImportReport::torn_tail`] says what was
+    /// skipped; the import journal records the input up to the line before
+    /// it, so once the writer has completed the line, an import with
+    /// [`ImportOptions::resume`] records it and the lines after it. A bad
+    /// line anywhere else, or a last line whose JSON is whole, is refused
+    /// as ever.
+    pub skip_torn_tail: bool,
 }
 
 impl ImportOptions {
@@ -85,7 +95,7 @@ impl ImportOptions {
     pub fn again() -> ImportOptions {
         ImportOptions {
             again: true,
-            resume: false,
+            ..ImportOptions::default()
         }
     }
 
@@ -93,10 +103,42 @@ impl ImportOptions {
     /// the rest (see [`ImportOptions::resume`]).
     pub fn resume() -> ImportOptions {
         ImportOptions {
-            again: false,
             resume: true,
+            ..ImportOptions::default()
         }
     }
+
+    /// These options, skipping a torn last line or not (see
+    /// [`ImportOptions::skip_torn_tail`]).
+    pub fn with_skip_torn_tail(self, skip: bool) -> ImportOptions {
+        ImportOptions {
+            skip_torn_tail: skip,
+            ..self
+        }
+    }
+}
+
+/// What an import recorded, and the torn last line it skipped
+/// ([`Store::import_reporting`], [`Store::import_file_reporting`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ImportReport {
+    /// The LSNs of the records made, first and last (`None`: none was).
+    pub range: Option<(Lsn, Lsn)>,
+    /// The input's torn last line, skipped (only with
+    /// [`ImportOptions::skip_torn_tail`]).
+    pub torn_tail: Option<TornTail>,
+}
+
+/// A torn last line an import skipped: the input ends in it without a line
+/// end, part way through its JSON (see [`ImportOptions::skip_torn_tail`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TornTail {
+    /// Its line number, from 1.
+    pub line: u64,
+    /// Its bytes, all skipped.
+    pub bytes: u64,
 }
 
 /// What [`Store::verify`] found, over the log and the blobs.
@@ -299,10 +341,24 @@ impl Store {
         file_name: &str,
         opts: ImportOptions,
     ) -> Result<Option<(Lsn, Lsn)>> {
-        self.import_in_batches(format, reader, file_name, IMPORT_BATCH_INPUT_BYTES, opts)
+        self.import_reporting(format, reader, file_name, opts)
+            .map(|r| r.range)
     }
 
-    /// [`Store::import`] with batches of `batch_bytes` of input.
+    /// [`Store::import_with`], saying what it skipped as well as what it
+    /// recorded (a torn last line: [`ImportOptions::skip_torn_tail`]).
+    pub fn import_reporting(
+        &self,
+        format: Format,
+        reader: &mut dyn std::io::BufRead,
+        file_name: &str,
+        opts: ImportOptions,
+    ) -> Result<ImportReport> {
+        self.import_batched(format, reader, file_name, IMPORT_BATCH_INPUT_BYTES, opts)
+    }
+
+    /// [`Store::import_batched`]'s records (for the tests).
+    #[cfg(test)]
     fn import_in_batches(
         &self,
         format: Format,
@@ -311,6 +367,32 @@ impl Store {
         batch_bytes: u64,
         opts: ImportOptions,
     ) -> Result<Option<(Lsn, Lsn)>> {
+        self.import_batched(format, reader, file_name, batch_bytes, opts)
+            .map(|r| r.range)
+    }
+
+    /// [`Store::import_file_batched`]'s records (for the tests).
+    #[cfg(test)]
+    fn import_file_in_batches(
+        &self,
+        format: Format,
+        path: &Path,
+        batch_bytes: u64,
+        opts: ImportOptions,
+    ) -> Result<Option<(Lsn, Lsn)>> {
+        self.import_file_batched(format, path, batch_bytes, opts)
+            .map(|r| r.range)
+    }
+
+    /// [`Store::import`] with batches of `batch_bytes` of input.
+    fn import_batched(
+        &self,
+        format: Format,
+        reader: &mut dyn std::io::BufRead,
+        file_name: &str,
+        batch_bytes: u64,
+        opts: ImportOptions,
+    ) -> Result<ImportReport> {
         self.writer("import")?;
         refuse_gzip(reader, file_name, format)?;
         // The bytes read are kept until the first line is: if the journal
@@ -325,7 +407,7 @@ impl Store {
             Known::Unread,
         )?;
         match read {
-            Read::Done(range) => Ok(range),
+            Read::Done(report) => Ok(report),
             Read::SeenBefore => {
                 // Whether the input is one of those is known only at the
                 // offsets their checkpoints name, which may lie far into
@@ -364,7 +446,19 @@ impl Store {
         path: &Path,
         opts: ImportOptions,
     ) -> Result<Option<(Lsn, Lsn)>> {
-        self.import_file_in_batches(format, path, IMPORT_BATCH_INPUT_BYTES, opts)
+        self.import_file_reporting(format, path, opts)
+            .map(|r| r.range)
+    }
+
+    /// [`Store::import_file_with`], saying what it skipped as well as what
+    /// it recorded (a torn last line: [`ImportOptions::skip_torn_tail`]).
+    pub fn import_file_reporting(
+        &self,
+        format: Format,
+        path: &Path,
+        opts: ImportOptions,
+    ) -> Result<ImportReport> {
+        self.import_file_batched(format, path, IMPORT_BATCH_INPUT_BYTES, opts)
     }
 
     /// The first existing record after `after` (any, if `None`) whose event
@@ -385,13 +479,13 @@ impl Store {
     }
 
     /// [`Store::import_file`] with batches of `batch_bytes` of input.
-    fn import_file_in_batches(
+    fn import_file_batched(
         &self,
         format: Format,
         path: &Path,
         batch_bytes: u64,
         opts: ImportOptions,
-    ) -> Result<Option<(Lsn, Lsn)>> {
+    ) -> Result<ImportReport> {
         self.writer("import")?;
         let name = path.display().to_string();
         let open = || -> Result<Box<dyn std::io::BufRead>> {
@@ -410,7 +504,7 @@ impl Store {
         } else {
             // (A pipe is read once, by the import below, which refuses
             // gzip too: sniffing it here would lose its first bytes.)
-            self.import_in_batches(format, &mut open()?, &name, batch_bytes, opts)
+            self.import_batched(format, &mut open()?, &name, batch_bytes, opts)
         }
     }
 
@@ -424,18 +518,33 @@ impl Store {
         batch_bytes: u64,
         opts: ImportOptions,
         open: &dyn Fn() -> Result<Box<dyn std::io::BufRead>>,
-    ) -> Result<Option<(Lsn, Lsn)>> {
+    ) -> Result<ImportReport> {
         let mut input = open()?;
         refuse_gzip(&mut input, name, format)?;
         let mut input = Hashing::new(&mut *input, false);
         let nothing = ImportDone::default();
         let mut journal: Option<(Key, KeyFile)> = None;
         let mut lines = cairn_query::import::lines(format, &mut input, name);
+        let mut body = Vec::new();
         while let Some(item) = lines.next() {
-            let mut item = item.map_err(|e| nothing.rejected(e.to_string(), name))?;
+            let mut item = match item {
+                Ok(item) => item,
+                // (The last line: the import skips it too.)
+                Err(_) if opts.skip_torn_tail && lines.torn() => break,
+                Err(e) => return Err(nothing.rejected(bad_line(e, &lines), name)),
+            };
             item.settle_blobs(|h| self.blobs.contains(h));
             self.check_imported(&item, name)
                 .map_err(|e| nothing.rejected(e, name))?;
+            // An event over the body limit is refused here, by its line, as
+            // every other bad line is: found only when its batch is
+            // appended, it would stop the import after the batches before
+            // it were recorded. (The import itself finds it again as it
+            // digests the batch.)
+            body.clear();
+            item.event
+                .encode_body_into(&mut body)
+                .map_err(|e| nothing.rejected(format!("{name}:{}: {e}", item.line), name))?;
             if journal.is_none() {
                 let key = import_journal::key_of(lines.line_bytes());
                 let file = import_journal::load(self.vfs(), self.root(), &key)?;
@@ -465,7 +574,7 @@ impl Store {
         let mut input = Hashing::new(&mut *again, false);
         let read = self.import_read(format, &mut input, name, batch_bytes, opts, known)?;
         match read {
-            Read::Done(range) => Ok(range),
+            Read::Done(report) => Ok(report),
             // (Its check found no line, its import one the journal knows.)
             Read::SeenBefore => Err(Error::Other(format!(
                 "{name} changed while it was imported (nothing from it was recorded): import it again"
@@ -585,7 +694,13 @@ impl Store {
         let mut recorded: Option<(u64, Lsn, Lsn)> = None;
         let mut leading_first = None;
         let mut first_line = 0;
+        let mut torn_tail = None;
         loop {
+            if opts.skip_torn_tail {
+                // Where the line to read begins: the end of what is
+                // recorded, should it be a torn last line.
+                lines.get_mut().mark();
+            }
             match lines.next() {
                 Some(Ok(mut item)) => {
                     if let Known::Unread = known {
@@ -641,7 +756,14 @@ impl Store {
                     }
                     batch.push(item)
                 }
-                Some(Err(e)) => return Err(done.rejected(e.to_string(), file_name)),
+                Some(Err(_)) if opts.skip_torn_tail && lines.torn() => {
+                    torn_tail = Some(TornTail {
+                        line: lines.line(),
+                        bytes: lines.line_bytes().len() as u64,
+                    });
+                    break;
+                }
+                Some(Err(e)) => return Err(done.rejected(bad_line(e, &lines), file_name)),
                 None => break,
             }
             let end = lines.get_ref().position();
@@ -660,15 +782,22 @@ impl Store {
             }
         }
         if let (Some(r), false) = (&journal_recorded, opts.resume) {
-            return Err(done.rejected(journal_imported_before(file_name, r, None), file_name));
+            // (A torn last line skipped is the rest, once completed.)
+            let rest = torn_tail.map(|t| t.line);
+            return Err(done.rejected(journal_imported_before(file_name, r, rest), file_name));
         }
         if let (Some(r), false) = (recorded, opts.resume) {
-            return Err(done.rejected(imported_before(file_name, first_line, r, None), file_name));
+            let rest = torn_tail.map(|t| t.line);
+            return Err(done.rejected(imported_before(file_name, first_line, r, rest), file_name));
         }
         // The last checkpoint covers the whole input, blank lines after its
-        // last line too.
+        // last line too; all but a torn last line, which may be completed.
         if let Known::Read(progress) = &mut known {
-            let at = (lines.get_ref().position(), lines.get_ref().hash());
+            let input = lines.get_ref();
+            let at = match torn_tail {
+                Some(_) => input.marked(),
+                None => (input.position(), input.hash()),
+            };
             self.import_batch(
                 &mut batch,
                 file_name,
@@ -678,7 +807,10 @@ impl Store {
                 leading_first,
             )?;
         }
-        Ok(Read::Done(done.range))
+        Ok(Read::Done(ImportReport {
+            range: done.range,
+            torn_tail,
+        }))
     }
 
     /// Stores the blobs of `batch`, checks its events and appends them as
@@ -699,6 +831,7 @@ impl Store {
             return Ok(());
         };
         let mut events = Vec::with_capacity(batch.len());
+        let mut digest = import_journal::Digest::default();
         for item in batch.drain(..) {
             for b in &item.blobs {
                 self.put_unreferenced(b).map_err(|e| {
@@ -711,6 +844,11 @@ impl Store {
             self.check_refs(&item.event, &events).map_err(|why| {
                 done.rejected(format!("{file_name}:{}: {why}", item.line), file_name)
             })?;
+            // (An event over the body limit: a line an input read once, from
+            // a pipe, was not checked for before.)
+            digest
+                .add(&item.event)
+                .map_err(|e| done.rejected(format!("{file_name}:{}: {e}", item.line), file_name))?;
             events.push(item.event);
         }
         // The import holds the writer: the batch takes the LSNs after the
@@ -724,7 +862,7 @@ impl Store {
             line: last_line,
             first,
             last,
-            digest: import_journal::digest(&events)?,
+            digest: digest.finish(),
         };
         let journal_error =
             |e: Error| done.error(format!("record where the import got to: {e}"), file_name);
@@ -908,11 +1046,26 @@ struct Recorded {
 
 /// How [`Store::import_read`] ended.
 enum Read {
-    /// Imported: the LSNs recorded.
-    Done(Option<(Lsn, Lsn)>),
+    /// Imported: what was recorded and skipped.
+    Done(ImportReport),
     /// Nothing imported: the journal knows inputs that start as this one
     /// does, and whether it is one of them cannot be told in one pass.
     SeenBefore,
+}
+
+/// Why a line is refused: `e`, and for a torn last line (which `lines`
+/// has just read), how to import the lines before it.
+fn bad_line<R>(
+    e: cairn_query::import::ImportError,
+    lines: &cairn_query::import::Lines<R>,
+) -> String {
+    if lines.torn() {
+        format!(
+            "{e}; it is the last line and has no line end: its writer may have stopped part way through it (`ImportOptions::skip_torn_tail` imports the lines before it)"
+        )
+    } else {
+        e.to_string()
+    }
 }
 
 /// Why an input is refused as imported before, by the journal: its lines
@@ -1388,5 +1541,104 @@ mod tests {
             .import_file_in_batches(Format::Comma, &path, 1024, ImportOptions::default())
             .unwrap();
         assert_eq!(got, Some((Lsn(1), Lsn(50))));
+    }
+
+    /// Trial 15, U11: an input whose last line is torn (its writer stopped
+    /// part way through it) is refused, saying how to import the lines
+    /// before it; with `skip_torn_tail` they are imported (in batches too)
+    /// and the torn line is reported, and once the writer has completed it,
+    /// a resumed import records it and what follows. Read from a file and
+    /// from a reader, which is read once.
+    #[test]
+    fn a_torn_last_line_is_skipped_when_asked_and_resumed_once_complete() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t.jsonl");
+        let whole = comma_lines(8, None);
+        let line6 = whole.match_indices('\n').nth(4).unwrap().0 + 1;
+        let torn = &whole[..line6 + 40]; // lines 1 to 5, and 40 bytes of line 6
+        let skip = ImportOptions::default().with_skip_torn_tail(true);
+        // In batches of `batch` bytes of input.
+        type Import<'a> = dyn Fn(&Store, &str, ImportOptions, u64) -> Result<ImportReport> + 'a;
+        let from_file: &Import = &|store, input, opts, batch| {
+            std::fs::write(&path, input).unwrap();
+            store.import_file_batched(Format::Comma, &path, batch, opts)
+        };
+        let from_reader: &Import = &|store, input, opts, batch| {
+            store.import_batched(Format::Comma, &mut input.as_bytes(), "t.jsonl", batch, opts)
+        };
+        // Line 6 completed, or the torn bytes replaced by another line 6
+        // (a writer that cut its torn tail off before going on): either
+        // way the lines 1 to 5 a resume skips are the same.
+        let mut lines: Vec<String> = whole.lines().map(|l| format!("{l}\n")).collect();
+        lines[5] = lines[5].replace("02:05:00", "02:06:00");
+        let rewritten = lines.concat();
+        let cases = [from_file, from_reader]
+            .into_iter()
+            .flat_map(|import| [(import, &whole), (import, &rewritten)]);
+        for (import, later) in cases {
+            let store = Store::in_memory().unwrap();
+            // (Read once, a reader's batches are recorded as they are read:
+            // one batch, to record nothing.)
+            let err = import(&store, torn, ImportOptions::default(), 1 << 20)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("t.jsonl:6: invalid JSON (cut short)")
+                    && err.contains("; it is the last line and has no line end: its writer may have stopped part way through it (`ImportOptions::skip_torn_tail` imports the lines before it)")
+                    && err.contains("(nothing from ")
+                    && err.ends_with("t.jsonl was recorded)"),
+                "{err}"
+            );
+            assert_eq!(store.head().last_lsn.0, 0);
+            let got = import(&store, torn, skip, 300).unwrap();
+            let torn_tail = Some(TornTail { line: 6, bytes: 40 });
+            assert_eq!(got.range, Some((Lsn(1), Lsn(5))));
+            assert_eq!(got.torn_tail, torn_tail);
+            // Still torn: imported before, all but the torn line.
+            let err = import(&store, torn, skip, 300).unwrap_err().to_string();
+            assert!(
+                err.contains("its first 5 lines are recorded, as LSN 1 to 5, and the rest (from line 6) is not"),
+                "{err}"
+            );
+            let resume_skip = ImportOptions::resume().with_skip_torn_tail(true);
+            let got = import(&store, torn, resume_skip, 300);
+            assert_eq!(
+                got.unwrap(),
+                ImportReport {
+                    range: None,
+                    torn_tail
+                }
+            );
+            // The writer completes line 6, and writes two more.
+            let got = import(&store, later, ImportOptions::resume(), 300).unwrap();
+            assert_eq!((got.range, got.torn_tail), (Some((Lsn(6), Lsn(8))), None));
+            let paths: Vec<String> = store
+                .query(|q| q.list(&Filter::all()))
+                .unwrap()
+                .into_iter()
+                .filter_map(|r| r.event.path)
+                .collect();
+            let want: Vec<String> = (1..=8).map(|i| format!("src/f{i}.rs")).collect();
+            assert_eq!(paths, want);
+        }
+
+        // Only the last line can be torn: a bad line before it is refused
+        // with the option too; a last line that is whole JSON but bad is
+        // bad, not torn.
+        let store = Store::in_memory().unwrap();
+        let bad = comma_lines(8, Some(3));
+        let err = from_file(&store, &bad[..line6 + 40], skip, 300)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("t.jsonl:3: field `path`"), "{err}");
+        let bad = comma_lines(6, Some(6));
+        let err = from_file(&store, bad.trim_end(), skip, 300)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("t.jsonl:6: field `path`") && !err.contains("last line"),
+            "{err}"
+        );
+        assert_eq!(store.head().last_lsn.0, 0);
     }
 }

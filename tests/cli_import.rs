@@ -99,3 +99,230 @@ fn a_byte_order_mark_and_fields_the_shape_does_not_define_are_imported() {
     let out = String::from_utf8(o.stdout).unwrap();
     assert!(out.contains("\"durationMs\":12"), "{out}");
 }
+
+/// Trial 15, U1: an event whose body is over the 16 MiB limit (its line is
+/// under the 32 MiB line limit) is a bad line like any other, in every
+/// format and through `--load` too: `FILE:LINE: reason`, nothing from the
+/// file recorded, exit code 4. It once stopped the import at append time,
+/// with neither line nor exit code.
+#[test]
+fn an_event_over_the_body_limit_is_refused_by_its_line_with_exit_code_4() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    assert!(cairn(ws, &["init"]).status.success());
+    let big = "x".repeat(20 << 20);
+    let cases = [
+        (
+            "jsonl",
+            r#"{"kind":"prompt","text":"a"}"#.to_string(),
+            format!(r#"{{"kind":"prompt","text":"{big}"}}"#),
+        ),
+        (
+            "cortexide",
+            r#"{"ts":5,"action":"prompt","ok":true}"#.to_string(),
+            format!(r#"{{"ts":1,"action":"prompt","ok":true,"meta":{{"blob":"{big}"}}}}"#),
+        ),
+        (
+            "comma",
+            format!(r#"{{{COMMA},"toolName":"write_file","operation":"write"}}"#),
+            format!(r#"{{{COMMA},"toolName":"write_file","operation":"write","note":"{big}"}}"#),
+        ),
+    ];
+    let reason = "event body of 20971";
+    for (format, good, huge) in &cases {
+        let text = format!("{good}\n{huge}\n{good}\n");
+        let (code, err, records) = import(ws, format, "big.jsonl", text.as_bytes());
+        assert_eq!((code, records), (Some(4), 0), "{format}: {err}");
+        assert!(
+            err.contains(&format!("big.jsonl:2: {reason}")),
+            "{format}: {err}"
+        );
+        assert!(err.contains("exceeds the maximum of 16777216"), "{err}");
+        assert!(
+            err.contains("(nothing from big.jsonl was recorded)"),
+            "{err}"
+        );
+
+        let o = cairn(
+            ws,
+            &[
+                "--in-memory",
+                "--load-format",
+                format,
+                "--load",
+                "big.jsonl",
+                "log",
+            ],
+        );
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(o.status.code(), Some(4), "{format}: {err}");
+        assert!(
+            err.contains(&format!("big.jsonl:2: {reason}")),
+            "{format}: {err}"
+        );
+        assert!(o.stdout.is_empty(), "the command ran after a failed load");
+    }
+
+    // Read once, from a pipe: refused by its line too.
+    let (_, good, huge) = &cases[0];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["import", "--format", "jsonl", "-"])
+        .current_dir(ws)
+        .env_remove("CAIRN_STORE")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = format!("{good}\n{huge}\n");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains(&format!("stdin:2: {reason}")), "{err}");
+
+    // Past the first 16 MiB batch of a file: found by the check of the
+    // whole file, before the first batch is appended.
+    let filler: String = (0..70_000)
+        .map(|i| {
+            format!(
+                "{{\"kind\":\"prompt\",\"text\":\"line {i} {}\"}}\n",
+                "y".repeat(300)
+            )
+        })
+        .collect();
+    assert!(filler.len() > 16 << 20);
+    let text = format!("{filler}{huge}\n");
+    let (code, err, records) = import(ws, "jsonl", "long.jsonl", text.as_bytes());
+    assert_eq!((code, records), (Some(4), 0), "{err}");
+    assert!(
+        err.contains(&format!("long.jsonl:70001: {reason}")),
+        "{err}"
+    );
+}
+
+/// Trial 15, U11: an audit file whose writer stopped part way through its
+/// last line (no line end, its JSON cut short) was refused whole. It still
+/// is by default, saying how to import the lines before it:
+/// `--skip-torn-tail` (`--load-skip-torn-tail` for `--load`), which
+/// imports them and names the torn line on stderr, even with --quiet. Once
+/// the writer has completed the line, `import --resume` imports it.
+#[test]
+fn a_torn_last_line_is_skipped_with_skip_torn_tail_and_resumed_once_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    assert!(cairn(ws, &["init"]).status.success());
+    let line = |i: u32| {
+        format!(
+            r#"{{"timestamp":"2024-01-01T00:00:0{i}Z","sessionId":"s","agentName":"a","toolName":"write_file","operation":"write","path":"f{i}","ok":true}}"#
+        )
+    };
+    let complete: String = (1..=3).map(|i| line(i) + "\n").collect();
+    let cut = 60;
+    let torn = format!("{complete}{}", &line(4)[..cut]);
+    let (code, err, records) = import(ws, "comma", "audit.jsonl", torn.as_bytes());
+    assert_eq!((code, records), (Some(4), 0), "{err}");
+    assert!(
+        err.contains("audit.jsonl:4: invalid JSON (cut short)"),
+        "{err}"
+    );
+    assert!(err.contains("it is the last line and has no line end: its writer may have stopped part way through it (--skip-torn-tail imports the lines before it)"), "{err}");
+
+    // --load says the same, in its own flag.
+    let load = |more: &[&str]| {
+        let mut args = vec![
+            "--in-memory",
+            "--load-format",
+            "comma",
+            "--load",
+            "audit.jsonl",
+        ];
+        args.extend_from_slice(more);
+        args.extend_from_slice(&["log", "--json"]);
+        cairn(ws, &args)
+    };
+    let o = load(&[]);
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("(--load-skip-torn-tail imports the lines before it)"),
+        "{err}"
+    );
+    let o = load(&["--load-skip-torn-tail"]);
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 3);
+    assert!(
+        err.contains(&format!(
+            "warning: audit.jsonl:4: skipped its torn last line ({cut} bytes with no line end"
+        )),
+        "{err}"
+    );
+
+    let o = cairn(
+        ws,
+        &[
+            "--quiet",
+            "import",
+            "--format",
+            "comma",
+            "--skip-torn-tail",
+            "--json",
+            "audit.jsonl",
+        ],
+    );
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["count"], 3);
+    assert_eq!(
+        summary["torn_tails"],
+        serde_json::json!([{"file": "audit.jsonl", "line": 4, "bytes": cut}])
+    );
+    assert!(
+        err.contains("warning: audit.jsonl:4: skipped its torn last line"),
+        "{err}"
+    );
+    assert!(
+        err.contains("once its writer has completed it, `cairn import --resume` imports it"),
+        "{err}"
+    );
+
+    // The writer completes the line and goes on.
+    let grown = format!("{torn}{}\n{}\n", &line(4)[cut..], line(5));
+    std::fs::write(ws.join("audit.jsonl"), &grown).unwrap();
+    let o = cairn(
+        ws,
+        &["import", "--format", "comma", "--resume", "audit.jsonl"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let log = cairn(ws, &["log", "--json"]);
+    let paths: Vec<String> = String::from_utf8(log.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["path"].to_string())
+        .collect();
+    assert_eq!(paths, ["\"f1\"", "\"f2\"", "\"f3\"", "\"f4\"", "\"f5\""]);
+
+    // A bad line before the last is refused with the option too.
+    let bad = format!("{}{{\"oops\n{}", line(6) + "\n", &line(7)[..cut]);
+    std::fs::write(ws.join("bad.jsonl"), bad).unwrap();
+    let o = cairn(
+        ws,
+        &[
+            "import",
+            "--format",
+            "comma",
+            "--skip-torn-tail",
+            "bad.jsonl",
+        ],
+    );
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("bad.jsonl:2: invalid JSON"), "{err}");
+    assert!(!err.contains("last line"), "{err}");
+}

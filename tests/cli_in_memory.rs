@@ -430,3 +430,197 @@ fn checkpoint_of_a_read_only_workspace_works_in_memory_and_leaves_nothing() {
     std::fs::set_permissions(&f.ws, PermissionsExt::from_mode(0o755)).unwrap();
     f.assert_nothing_left();
 }
+
+/// Trial 15, U7: an input given to `--load` twice (the same file, a copy
+/// under another name, the same lines on stdin) was recorded twice,
+/// silently; it is refused as `import` refuses input imported before,
+/// naming `--load-again`, which loads it anyway. A copy that grew since
+/// is refused too, naming `--load-resume`, which loads only its new lines.
+#[test]
+fn an_input_loaded_twice_is_refused_unless_load_again() {
+    let f = fixture();
+    let root = f.ws.parent().unwrap();
+    let copy = root.join("copy.jsonl");
+    std::fs::write(&copy, AUDIT).unwrap();
+    let grown = root.join("grown.jsonl");
+    let more = r#"{"ts":"2026-01-01T00:00:03Z","kind":"prompt","session":"s1","text":"more"}"#;
+    std::fs::write(&grown, format!("{AUDIT}{more}\n")).unwrap();
+    let (copy, grown) = (copy.to_str().unwrap(), grown.to_str().unwrap());
+
+    for again in ["audit.jsonl", copy] {
+        let o = f.cairn(&[
+            "--in-memory",
+            "--load",
+            "audit.jsonl",
+            "--load",
+            again,
+            "log",
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(4), "{err}");
+        assert!(err.contains(&format!("load stopped in {again}")), "{err}");
+        assert!(
+            err.contains(
+                "the input looks imported before: all its 3 lines are recorded, as LSN 1 to 3"
+            ),
+            "{err}"
+        );
+        assert!(err.contains("(import it again with --load-again)"), "{err}");
+        assert!(
+            !err.contains(" --again"),
+            "import's flag, not --load's: {err}"
+        );
+        assert!(o.stdout.is_empty(), "the command ran after a failed load");
+    }
+    // The same lines on stdin (copied to a temporary file that is gone).
+    let o = run(
+        None,
+        &f.ws,
+        &f.tmp,
+        &["--in-memory", "--load", "audit.jsonl", "--load", "-", "log"],
+        Some(AUDIT),
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--load-again"), "{}", stderr(&o));
+
+    let log = |args: &[&str]| -> Vec<serde_json::Value> {
+        let mut all = vec!["--in-memory"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["log", "--json"]);
+        json_lines(&stdout(&f.cairn(&all)))
+    };
+    let twice = log(&["--load", "audit.jsonl", "--load", copy, "--load-again"]);
+    assert_eq!(twice.len(), 6);
+    assert_eq!(twice[0]["text"], twice[3]["text"]);
+
+    let o = f.cairn(&[
+        "--in-memory",
+        "--load",
+        "audit.jsonl",
+        "--load",
+        grown,
+        "log",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("its first 3 lines are recorded, as LSN 1 to 3, and the rest (from line 4) is not (import only the rest with --load-resume, or all of it again with --load-again)"), "{err}");
+    let resumed = log(&["--load", "audit.jsonl", "--load", grown, "--load-resume"]);
+    let texts: Vec<&str> = resumed
+        .iter()
+        .map(|r| r["text"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(texts, ["fix the build", "done", "", "more"]);
+
+    // Distinct files load as before, and the options need --load.
+    let root_audit = root.join("other.jsonl");
+    std::fs::write(&root_audit, AUDIT.replace("2026-01-01", "2026-02-01")).unwrap();
+    assert_eq!(
+        log(&[
+            "--load",
+            "audit.jsonl",
+            "--load",
+            root_audit.to_str().unwrap()
+        ])
+        .len(),
+        6
+    );
+    for flag in ["--load-again", "--load-resume"] {
+        let o = f.cairn(&["--in-memory", flag, "log"]);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", stderr(&o));
+    }
+    let o = f.cairn(&[
+        "--in-memory",
+        "--load",
+        "audit.jsonl",
+        "--load-again",
+        "--load-resume",
+        "log",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    f.assert_nothing_left();
+}
+
+/// Trial 15, U12: a command that writes to an in-memory store said what
+/// it did as if the store lasted ("tracking 1 path; the next checkpoint
+/// captures it"). Each says on stderr that the store, and what it made,
+/// is gone when cairn exits, and where to keep a store that lasts; one
+/// that only reads says nothing of it, and --quiet silences the note. A
+/// later command that names a checkpoint made so is told why it is not
+/// there.
+#[test]
+fn writing_commands_in_memory_say_what_they_made_is_gone_at_exit() {
+    let f = fixture();
+    let lasting = "for a store that lasts, create one on a writable disk and name it: `cairn --store DIR init WORKSPACE`, then `cairn --store DIR COMMAND`";
+    let note = |args: &[&str], says: &str| {
+        let mut all = vec!["--in-memory"];
+        all.extend_from_slice(args);
+        let o = f.cairn(&all);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("note: --in-memory: {says}")),
+            "{args:?}: {err}"
+        );
+        err
+    };
+    let err = note(
+        &["track", "src/a.rs"],
+        "tracking 1 path in a store held in memory, which is gone when cairn exits, and the tracking with it: no later command's checkpoint captures it",
+    );
+    assert!(err.contains(lasting), "{err}");
+    assert!(!err.contains("the next checkpoint captures"), "{err}");
+    let err = note(
+        &["checkpoint", "--label", "start", "--json"],
+        "the checkpoint is in a store held in memory, which is gone when cairn exits: no later command can show, diff or roll back to it",
+    );
+    assert!(err.contains(lasting), "{err}");
+    note(
+        &["gc", "--keep-per-session", "1"],
+        "gc collected a store held in memory, which is gone when cairn exits: nothing on disk was collected",
+    );
+    note(
+        &["import", "--format", "jsonl", "audit.jsonl"],
+        "the records are imported into a store held in memory, which is gone when cairn exits",
+    );
+    note(
+        &["blob", "put", "src/a.rs"],
+        "the blobs are stored in a store held in memory, which is gone when cairn exits: no later command can get them",
+    );
+    // `record` says so itself, unless --echo keeps the records.
+    let o = run(None, &f.ws, &f.tmp, &["--in-memory", "record"], Some(AUDIT));
+    assert!(stderr(&o).contains("what is recorded is gone when cairn exits"));
+
+    // Reading says nothing of it; --quiet keeps the note back.
+    for args in [
+        &["--in-memory", "--load", "audit.jsonl", "log"][..],
+        &["--in-memory", "checkpoint", "--quiet"][..],
+        &["--in-memory", "stats"][..],
+    ] {
+        let o = f.cairn(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("note: --in-memory"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+
+    // The checkpoint made above is not there for a later command.
+    for args in [
+        &["rollback", "c1"][..],
+        &["show", "c1:src/a.rs"][..],
+        &["diff", "c1", "head"][..],
+    ] {
+        let mut all = vec!["--in-memory"];
+        all.extend_from_slice(args);
+        let o = f.cairn(&all);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("no checkpoint"), "{args:?}: {err}");
+        assert!(
+            err.contains("note: --in-memory: the store holds only what this command loaded and made; a checkpoint an earlier `cairn --in-memory` command made was gone when that command exited"),
+            "{args:?}: {err}"
+        );
+    }
+    f.assert_nothing_left();
+}

@@ -90,6 +90,16 @@ pub fn read_bounded_line<R: BufRead>(
     max: usize,
     buf: &mut Vec<u8>,
 ) -> std::io::Result<Option<Result<(), usize>>> {
+    Ok(read_line_ended(r, max, buf)?.map(|got| got.map(|_ended| ())))
+}
+
+/// [`read_bounded_line`], saying of a line read whether a newline ended it
+/// (`false`: the last line of the input, without one).
+fn read_line_ended<R: BufRead>(
+    r: &mut R,
+    max: usize,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<Result<bool, usize>>> {
     buf.clear();
     let n = r.by_ref().take(max as u64 + 1).read_until(b'\n', buf)?;
     if n == 0 {
@@ -100,10 +110,10 @@ pub fn read_bounded_line<R: BufRead>(
         if buf.last() == Some(&b'\r') {
             buf.pop();
         }
-        return Ok(Some(Ok(())));
+        return Ok(Some(Ok(true)));
     }
     if buf.len() <= max {
-        return Ok(Some(Ok(()))); // last line without a newline
+        return Ok(Some(Ok(false))); // last line without a newline
     }
     // Too long: skip the rest of this line.
     let mut skipped = buf.len();
@@ -138,9 +148,16 @@ pub struct Lines<R> {
     line: u64,
     bytes: u64,
     buf: Vec<u8>,
+    /// Whether a newline ended the last line read.
+    ended: bool,
 }
 
 impl<R> Lines<R> {
+    /// The number of the last line read, from 1 (0 before the first).
+    pub fn line(&self) -> u64 {
+        self.line
+    }
+
     /// Bytes read so far (newlines included).
     pub fn bytes_read(&self) -> u64 {
         self.bytes
@@ -162,6 +179,27 @@ impl<R> Lines<R> {
     pub fn line_bytes(&self) -> &[u8] {
         &self.buf
     }
+
+    /// Whether the last line read is a torn tail: the input ends in it
+    /// without a line end, and it stops part way through a line (its
+    /// JSON, or a UTF-8 character, is cut short), as the last line of a
+    /// JSONL file does when its writer stopped (crashed) while writing
+    /// it. Such a line may be completed later; a line with a line end, or
+    /// whose JSON is whole, is never torn (if bad, it is bad).
+    pub fn torn(&self) -> bool {
+        !self.ended && cut_short(&self.buf)
+    }
+}
+
+/// Whether `line` is the start of a longer line: it ends part way through
+/// a UTF-8 character, or its JSON part way through a value.
+fn cut_short(line: &[u8]) -> bool {
+    match std::str::from_utf8(line) {
+        // (`error_len` is None when the bytes end inside a character.)
+        Err(e) => e.error_len().is_none(),
+        Ok(text) => serde_json::from_str::<serde::de::IgnoredAny>(without_bom(text))
+            .is_err_and(|e| e.is_eof()),
+    }
 }
 
 impl<R: BufRead> Iterator for Lines<R> {
@@ -169,7 +207,7 @@ impl<R: BufRead> Iterator for Lines<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            let got = read_bounded_line(&mut self.reader, MAX_JSON_LINE_BYTES, &mut self.buf);
+            let got = read_line_ended(&mut self.reader, MAX_JSON_LINE_BYTES, &mut self.buf);
             self.line += 1;
             let err = |reason: String| ImportError {
                 file: self.file.clone(),
@@ -180,12 +218,14 @@ impl<R: BufRead> Iterator for Lines<R> {
                 Err(e) => Err(err(format!("cannot read: {e}"))),
                 Ok(None) => return None,
                 Ok(Some(Err(len))) => {
+                    self.ended = true;
                     self.bytes += len as u64 + 1;
                     Err(err(format!(
                         "line is {len} bytes, more than the {MAX_JSON_LINE_BYTES} allowed"
                     )))
                 }
-                Ok(Some(Ok(()))) => {
+                Ok(Some(Ok(ended))) => {
+                    self.ended = ended;
                     self.bytes += self.buf.len() as u64 + 1;
                     match std::str::from_utf8(&self.buf) {
                         Err(e) => Err(err(format!("not UTF-8: {e}"))),
@@ -213,6 +253,7 @@ pub fn lines<R: BufRead>(format: Format, reader: R, file_name: &str) -> Lines<R>
         line: 0,
         bytes: 0,
         buf: Vec::new(),
+        ended: true,
     }
 }
 
@@ -748,6 +789,40 @@ mod tests {
                 Ok("last".into())
             ]
         );
+    }
+
+    #[test]
+    fn only_a_last_line_without_a_line_end_cut_short_is_torn() {
+        let whole = r#"{"ts":1,"action":"prompt","ok":true}"#;
+        // The last line, as a writer that stopped at each byte left it.
+        let line = "{\"ts\":1,\"action\":\"prompt\",\"ok\":true,\"user\":\"ĉu\"}";
+        for cut in 1..line.len() {
+            let mut input = format!("{whole}\n").into_bytes();
+            input.extend_from_slice(&line.as_bytes()[..cut]);
+            let mut lines = lines(Format::Cortexide, &input[..], "t.jsonl");
+            assert!(lines.next().unwrap().is_ok());
+            assert!(!lines.torn());
+            let last = lines.next().unwrap();
+            assert_eq!((last.is_err(), lines.torn()), (true, true), "{cut}");
+            assert!(lines.next().is_none());
+        }
+        // Whole JSON without a line end is a line; with one, a bad line is
+        // bad, not torn; so is whole JSON that is not a good line.
+        for (input, ok, torn) in [
+            (format!("{whole}\n{whole}"), true, false),
+            (format!("{whole}\n{{\"ts\":1,\"act\n"), false, false),
+            (
+                format!("{whole}\n{{\"ts\":1,\"action\":\"zap\",\"ok\":true}}"),
+                false,
+                false,
+            ),
+            (format!("{whole}\n\u{feff}{{\"ts\""), false, true),
+        ] {
+            let mut lines = lines(Format::Cortexide, input.as_bytes(), "t.jsonl");
+            assert!(lines.next().unwrap().is_ok());
+            let last = lines.next().unwrap();
+            assert_eq!((last.is_ok(), lines.torn()), (ok, torn), "{input}");
+        }
     }
 
     #[test]

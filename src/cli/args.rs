@@ -142,6 +142,21 @@ pub struct Cli {
         requires = "load"
     )]
     pub load_format: Option<String>,
+    /// Load a --load file even if an earlier --load of this command loaded
+    /// the same input (by default it is refused, as `import` refuses input
+    /// imported before: an input is known by its contents, not its name).
+    #[arg(long, global = true, requires = "load", conflicts_with = "load_resume")]
+    pub load_again: bool,
+    /// Skip a --load file's leading lines that an earlier --load of this
+    /// command loaded (the input is that one grown) and load the rest, as
+    /// `import --resume` does.
+    #[arg(long, global = true, requires = "load")]
+    pub load_resume: bool,
+    /// Load the complete lines of a --load file whose last line is torn
+    /// (no line end, its JSON cut short), skipping that line, as `import
+    /// --skip-torn-tail` does.
+    #[arg(long, global = true, requires = "load")]
+    pub load_skip_torn_tail: bool,
     /// Print nothing on success but the command's answer: no progress, no
     /// notes or hints, no report of what was done (see --help for what
     /// still prints).
@@ -374,6 +389,13 @@ pub enum Command {
         /// import the rest.
         #[arg(long)]
         resume: bool,
+        /// Import the complete lines of a file whose last line is torn (it
+        /// has no line end and its JSON is cut short: the writer stopped
+        /// part way through it), and skip that line, naming it on stderr;
+        /// once it is complete, --resume imports it. Without this, such a
+        /// file is refused. A bad line elsewhere is refused either way.
+        #[arg(long)]
+        skip_torn_tail: bool,
     },
     /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
     #[command(

@@ -46,7 +46,8 @@ pub fn track(settings: &Settings, paths: &[String]) -> Result<ExitCode> {
     let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
     store.track(&refs)?;
     print_warnings(&store);
-    if !settings.quiet {
+    // (In memory, no next checkpoint captures them: see memory::gone_note.)
+    if !settings.quiet && !settings.in_memory {
         eprintln!(
             "tracking {}; the next checkpoint captures {}",
             count(paths.len() as u64, "path"),

@@ -116,18 +116,10 @@ pub fn import(
     format: &str,
     files: &[PathBuf],
     json: bool,
-    again: bool,
-    resume: bool,
+    opts: cairn::queries::ImportOptions,
 ) -> Result<ExitCode> {
     let format = parse_format(format)?;
-    let opts = if again {
-        cairn::queries::ImportOptions::again()
-    } else if resume {
-        cairn::queries::ImportOptions::resume()
-    } else {
-        cairn::queries::ImportOptions::default()
-    };
-    let mut done = (0, None);
+    let mut done = Done::default();
     let got = settings.open_write().and_then(|store| {
         import_files_counting(
             settings,
@@ -140,12 +132,17 @@ pub fn import(
         )?;
         Ok(store)
     });
-    let (total, range) = done;
     let summary = || {
+        let torn: Vec<serde_json::Value> = done
+            .torn_tails
+            .iter()
+            .map(|(file, t)| serde_json::json!({"file": file, "line": t.line, "bytes": t.bytes}))
+            .collect();
         serde_json::json!({
-            "count": total,
-            "first_lsn": range.map(|r: (Lsn, Lsn)| r.0 .0),
-            "last_lsn": range.map(|r: (Lsn, Lsn)| r.1 .0),
+            "count": done.count,
+            "first_lsn": done.range.map(|r: (Lsn, Lsn)| r.0 .0),
+            "last_lsn": done.range.map(|r: (Lsn, Lsn)| r.1 .0),
+            "torn_tails": torn,
         })
     };
     let store = match got {
@@ -166,12 +163,59 @@ pub fn import(
     } else if !settings.quiet {
         eprintln!(
             "imported {} from {}",
-            super::output::count(total, "record"),
+            super::output::count(done.count, "record"),
             super::output::count(files.len() as u64, "file")
         );
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The options of `--again` and `--resume` (or `--load-again` and
+/// `--load-resume`), which exclude each other.
+pub fn import_options(again: bool, resume: bool) -> cairn::queries::ImportOptions {
+    if again {
+        cairn::queries::ImportOptions::again()
+    } else if resume {
+        cairn::queries::ImportOptions::resume()
+    } else {
+        cairn::queries::ImportOptions::default()
+    }
+}
+
+/// The import options an error of the library names, each with the flag
+/// that sets it for `import` and for `--load`: what a user of `cairn` can
+/// type. (The library says "with --again" and "with --resume", `import`'s
+/// flags, for the first two, until it names its calls.)
+const OPTION_FLAGS: [(&str, &str, &str); 5] = [
+    ("`ImportOptions::again()`", "--again", "--load-again"),
+    ("`ImportOptions::resume()`", "--resume", "--load-resume"),
+    (
+        "`ImportOptions::skip_torn_tail`",
+        "--skip-torn-tail",
+        "--load-skip-torn-tail",
+    ),
+    ("with --again", "with --again", "with --load-again"),
+    ("with --resume", "with --resume", "with --load-resume"),
+];
+
+/// An import's error in the words of `purpose`: the flags of
+/// [`OPTION_FLAGS`] for the options it names. (A refusal of input loaded
+/// before says `--load-again`, not `import`'s `--again`.)
+fn in_flag_words(e: cairn::Error, purpose: Purpose) -> cairn::Error {
+    let cairn::Error::Rejected(text) = e else {
+        return e;
+    };
+    let text = OPTION_FLAGS.iter().fold(text, |t, (option, import, load)| {
+        t.replace(
+            option,
+            match purpose {
+                Purpose::Import => import,
+                Purpose::Load => load,
+            },
+        )
+    });
+    cairn::Error::Rejected(text)
 }
 
 /// Why files are imported: it changes what an error says.
@@ -183,10 +227,22 @@ pub enum Purpose {
     Load,
 }
 
-/// Imports `files` in `format` into `store`, in order (`-` reads stdin):
-/// the number of records and their LSN range. The first bad line stops it
-/// with an error naming the file and line. Shared by `cairn import` and
-/// `--load`.
+/// What the files of an import recorded, and the torn last lines it
+/// skipped.
+#[derive(Debug, Default)]
+pub struct Done {
+    /// The number of records.
+    pub count: u64,
+    /// Their LSNs, first and last.
+    pub range: Option<(Lsn, Lsn)>,
+    /// The file (as named) and line of each torn last line skipped.
+    pub torn_tails: Vec<(String, cairn::queries::TornTail)>,
+}
+
+/// Imports `files` in `format` into `store`, in order (`-` reads stdin).
+/// The first bad line stops it with an error naming the file and line; a
+/// torn last line skipped (`opts.skip_torn_tail`) is named on stderr.
+/// Shared by `cairn import` and `--load`.
 pub fn import_files(
     settings: &Settings,
     store: &Store,
@@ -194,8 +250,8 @@ pub fn import_files(
     files: &[PathBuf],
     opts: cairn::queries::ImportOptions,
     purpose: Purpose,
-) -> Result<(u64, Option<(Lsn, Lsn)>)> {
-    let mut done = (0, None);
+) -> Result<Done> {
+    let mut done = Done::default();
     import_files_counting(settings, store, format, files, opts, purpose, &mut done)?;
     Ok(done)
 }
@@ -209,13 +265,12 @@ fn import_files_counting(
     files: &[PathBuf],
     opts: cairn::queries::ImportOptions,
     purpose: Purpose,
-    done: &mut (u64, Option<(Lsn, Lsn)>),
+    done: &mut Done,
 ) -> Result<()> {
     let what = match purpose {
         Purpose::Import => "import",
         Purpose::Load => "load",
     };
-    let (total, range) = done;
     for f in files {
         let stdin = f.as_os_str() == "-";
         let name = if stdin {
@@ -225,26 +280,44 @@ fn import_files_counting(
         };
         let spin = super::progress::Spinner::start(settings.quiet, &format!("{what}ing {name}"));
         let got = if stdin {
-            store.import_with(format, &mut std::io::stdin().lock(), "stdin", opts)
+            store.import_reporting(format, &mut std::io::stdin().lock(), "stdin", opts)
         } else {
-            store.import_file_with(format, f, opts)
+            store.import_file_reporting(format, f, opts)
         };
-        let got = got.with_context(|| {
-            let before = if *total > 0 && purpose == Purpose::Import {
-                format!(
-                    "; the {} of the files before it {} recorded",
-                    super::output::count(*total, "record"),
-                    if *total == 1 { "was" } else { "were" }
-                )
-            } else {
-                String::new()
-            };
-            format!("{what} stopped in {name}{before}")
-        })?;
+        let got = got
+            .map_err(|e| in_flag_words(e, purpose))
+            .with_context(|| {
+                let total = done.count;
+                let before = if total > 0 && purpose == Purpose::Import {
+                    format!(
+                        "; the {} of the files before it {} recorded",
+                        super::output::count(total, "record"),
+                        if total == 1 { "was" } else { "were" }
+                    )
+                } else {
+                    String::new()
+                };
+                format!("{what} stopped in {name}{before}")
+            })?;
         drop(spin);
-        if let Some((first, last)) = got {
-            *total += last.0 - first.0 + 1;
-            *range = Some((range.map_or(first, |r| r.0), last));
+        if let Some((first, last)) = got.range {
+            done.count += last.0 - first.0 + 1;
+            done.range = Some((done.range.map_or(first, |r| r.0), last));
+        }
+        if let Some(t) = got.torn_tail {
+            // A warning, printed with --quiet too: input left out.
+            let then = match purpose {
+                Purpose::Import => {
+                    "; once its writer has completed it, `cairn import --resume` imports it"
+                }
+                Purpose::Load => "",
+            };
+            eprintln!(
+                "warning: {name}:{}: skipped its torn last line ({} with no line end, its JSON cut short: its writer stopped part way through it){then}",
+                t.line,
+                super::output::count(t.bytes, "byte"),
+            );
+            done.torn_tails.push((name, t));
         }
     }
     Ok(())

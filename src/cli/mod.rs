@@ -207,6 +207,9 @@ pub struct Settings {
     pub loads: Vec<std::path::PathBuf>,
     /// `--load-format`, parsed (default: canonical JSONL).
     pub load_format: cairn::query::export::Format,
+    /// `--load-again`, `--load-resume`, `--load-skip-torn-tail`: how the
+    /// `--load` files are imported.
+    pub load_options: cairn::queries::ImportOptions,
     /// With `--in-memory`: the store, opened and loaded before the command
     /// runs (see [`memory::open`]); the command's open takes it.
     memory: std::cell::RefCell<Option<Store>>,
@@ -272,6 +275,8 @@ impl Settings {
             in_memory: cli.in_memory,
             loads: cli.load.clone(),
             load_format,
+            load_options: interop::import_options(cli.load_again, cli.load_resume)
+                .with_skip_torn_tail(cli.load_skip_torn_tail),
             memory: std::cell::RefCell::new(None),
         })
     }
@@ -434,7 +439,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         let store = memory::open(&settings, &settings.loads, settings.load_format)?;
         *settings.memory.borrow_mut() = Some(store);
     }
-    match command {
+    let gone = if settings.in_memory {
+        memory::gone_note(&command)
+    } else {
+        None
+    };
+    let result = match command {
         Command::Init { dir, rebind } => init(&settings, dir.as_deref(), rebind),
         Command::Record(a) => record::run(&settings, a),
         Command::Log(a) => inspect::log(&settings, a),
@@ -469,10 +479,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             json,
             again,
             resume,
-        } => interop::import(&settings, &format, &files, json, again, resume),
+            skip_torn_tail,
+        } => {
+            let opts = interop::import_options(again, resume).with_skip_torn_tail(skip_torn_tail);
+            interop::import(&settings, &format, &files, json, opts)
+        }
         Command::Demo(a) => demo::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
+    };
+    if settings.in_memory {
+        return memory::finish(&settings, gone, result);
     }
+    result
 }
 
 fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCode> {
