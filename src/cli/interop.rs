@@ -185,9 +185,8 @@ pub fn import_options(again: bool, resume: bool) -> cairn::queries::ImportOption
 
 /// The import options an error of the library names, each with the flag
 /// that sets it for `import` and for `--load`: what a user of `cairn` can
-/// type. (The library says "with --again" and "with --resume", `import`'s
-/// flags, for the first two, until it names its calls.)
-const OPTION_FLAGS: [(&str, &str, &str); 5] = [
+/// type.
+pub const OPTION_FLAGS: [(&str, &str, &str); 3] = [
     ("`ImportOptions::again()`", "--again", "--load-again"),
     ("`ImportOptions::resume()`", "--resume", "--load-resume"),
     (
@@ -195,8 +194,6 @@ const OPTION_FLAGS: [(&str, &str, &str); 5] = [
         "--skip-torn-tail",
         "--load-skip-torn-tail",
     ),
-    ("with --again", "with --again", "with --load-again"),
-    ("with --resume", "with --resume", "with --load-resume"),
 ];
 
 /// An import's error in the words of `purpose`: the flags of

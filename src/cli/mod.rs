@@ -115,23 +115,15 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// Library calls that the library's error messages name (in backticks),
-/// each with the flag that does the same on the command line, which is
-/// what a user of `cairn` can type: [`describe`] shows the flag.
-const FLAGS_FOR_CALLS: [(&str, &str); 2] = [
-    ("`ImportOptions::again()`", "--again"),
-    ("`ImportOptions::resume()`", "--resume"),
-];
-
-/// A library error message in the command line's words: the flags for
-/// the calls it names ([`FLAGS_FOR_CALLS`]).
+/// A library error message in the command line's words: `import`'s flag
+/// for each import option it names ([`interop::OPTION_FLAGS`]).
 fn in_cli_words(text: String) -> String {
     if !text.contains("`ImportOptions::") {
         return text;
     }
-    FLAGS_FOR_CALLS
+    interop::OPTION_FLAGS
         .iter()
-        .fold(text, |t, (call, flag)| t.replace(call, flag))
+        .fold(text, |t, (call, flag, _)| t.replace(call, flag))
 }
 
 /// A store opened with a workspace it is not bound to, in the command
