@@ -76,8 +76,11 @@ pub struct GcMode {
 pub trait BlobAccess: BlobRead + Sync {
     /// Stores `bytes` (not yet durable), returning its hash; an existing blob is not written again.
     fn put(&self, bytes: &[u8]) -> Result<BlobHash>;
-    /// Stores a file's contents by streaming it, returning its hash and length.
-    fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)>;
+    /// Stores the contents of `file`, already opened by the caller (never
+    /// through a symlink: what the handle reads is stored, whatever `path`
+    /// names by then), by streaming it; returns its hash and length.
+    /// `path` names the file in errors.
+    fn put_open_file(&self, file: &mut std::fs::File, path: &Path) -> Result<(BlobHash, u64)>;
     /// True if the blob is stored.
     fn contains(&self, hash: &BlobHash) -> Result<bool>;
     /// Makes every blob put so far durable (the commit protocol: before the log record).
@@ -165,8 +168,10 @@ impl BlobAccess for MemBlobs {
         }
         Ok(h)
     }
-    fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)> {
-        let bytes = std::fs::read(path).map_err(|e| SnapshotError::io("read file", path, e))?;
+    fn put_open_file(&self, file: &mut std::fs::File, path: &Path) -> Result<(BlobHash, u64)> {
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| SnapshotError::io("read file", path, e))?;
         let h = self.put(&bytes)?;
         Ok((h, bytes.len() as u64))
     }
@@ -210,9 +215,7 @@ impl<B: BlobRead + Sync + ?Sized> BlobAccess for HashOnly<'_, B> {
     fn put(&self, bytes: &[u8]) -> Result<BlobHash> {
         Ok(BlobHash::of(bytes))
     }
-    fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)> {
-        let mut f =
-            std::fs::File::open(path).map_err(|e| SnapshotError::io("open file", path, e))?;
+    fn put_open_file(&self, f: &mut std::fs::File, path: &Path) -> Result<(BlobHash, u64)> {
         let mut hasher = blake3::Hasher::new();
         let mut buf = vec![0u8; 64 * 1024];
         let mut len = 0u64;
@@ -254,8 +257,10 @@ impl BlobAccess for cairn_engine::blob::BlobStore {
     fn put(&self, bytes: &[u8]) -> Result<BlobHash> {
         Ok(cairn_engine::blob::BlobStore::put(self, bytes)?)
     }
-    fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)> {
-        Ok(cairn_engine::blob::BlobStore::put_file(self, path)?)
+    fn put_open_file(&self, file: &mut std::fs::File, path: &Path) -> Result<(BlobHash, u64)> {
+        Ok(cairn_engine::blob::BlobStore::put_open_file(
+            self, file, path,
+        )?)
     }
     fn contains(&self, hash: &BlobHash) -> Result<bool> {
         Ok(cairn_engine::blob::BlobStore::contains(self, hash))

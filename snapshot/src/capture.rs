@@ -392,8 +392,10 @@ fn hash_one<B: BlobAccess + ?Sized>(blobs: &B, root: &Path, f: &Found) -> Result
             // during the read shows up as a different stat next time.
             let stat = Stat::of(&m);
             let (hash, size) = if stat.size > STREAM_THRESHOLD_BYTES {
-                drop(file);
-                blobs.put_file(&abs)?
+                // From the handle opened without following a symlink, not
+                // by path again: a file swapped for a link meanwhile is not
+                // followed out of the workspace.
+                blobs.put_open_file(&mut file, &abs)?
             } else {
                 let mut buf = Vec::with_capacity(stat.size as usize);
                 if let Err(e) = file.read_to_end(&mut buf) {
@@ -457,9 +459,14 @@ fn prime_dictionary<B: BlobAccess + ?Sized>(blobs: &B, ws: &Workspace, jobs: &[&
         if total >= DICT_PRIME_SAMPLE_BYTES {
             break;
         }
-        if let Ok(b) = std::fs::read(ws.root().join(&f.rel)) {
-            total += b.len() as u64;
-            samples.push(b);
+        // Never through a symlink swapped in since the scan.
+        let mut b = Vec::new();
+        if let Ok(mut file) = scan::open_nofollow(&ws.root().join(&f.rel)) {
+            let is_file = file.metadata().is_ok_and(|m| m.is_file());
+            if is_file && file.read_to_end(&mut b).is_ok() {
+                total += b.len() as u64;
+                samples.push(b);
+            }
         }
     }
     let refs: Vec<&[u8]> = samples.iter().map(|s| s.as_slice()).collect();

@@ -894,9 +894,12 @@ fn skip_non_utf8(
 #[cfg(unix)]
 pub(crate) fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: a file swapped for a FIFO since the scan opens at once
+    // (and is then seen not to be a file) instead of waiting for a writer;
+    // it changes nothing for a regular file.
     std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
 }
 

@@ -576,3 +576,37 @@ fn a_file_named_cairn_is_captured_a_nested_store_is_not() {
     assert!(!m.entries.keys().any(|p| p.starts_with(".cairn")), "{m:?}");
     assert_eq!(c1.counts.skipped.get("nested_store"), Some(&1));
 }
+
+/// A large file is stored from the handle the scan opened without
+/// following symlinks, never by opening its path again: swapped for a
+/// link to a file outside the workspace after it was opened, what is
+/// stored is still what the handle reads (the workspace file), for every
+/// blob sink a checkpoint uses.
+#[test]
+fn a_file_is_stored_from_its_open_handle_not_its_path_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let inside = tmp.path().join("big.bin");
+    let outside = tmp.path().join("secret");
+    let ours: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&outside, b"not for the store").unwrap();
+    let store = cairn_engine::blob::BlobStore::open(
+        std::sync::Arc::new(cairn_engine::RealVfs),
+        &tmp.path().join("blobs"),
+        cairn_engine::blob::BlobOptions::default(),
+    )
+    .unwrap();
+    let mem = MemBlobs::new();
+    let sinks: [&dyn BlobAccess; 3] = [&store, &mem, &cairn_snapshot::blobs::HashOnly(&mem)];
+    for sink in sinks {
+        std::fs::write(&inside, &ours).unwrap();
+        let mut f = std::fs::File::open(&inside).unwrap();
+        std::fs::remove_file(&inside).unwrap();
+        std::os::unix::fs::symlink(&outside, &inside).unwrap();
+        let (hash, len) = sink.put_open_file(&mut f, &inside).unwrap();
+        assert_eq!(
+            (hash, len),
+            (cairn_codec::BlobHash::of(&ours), ours.len() as u64)
+        );
+        std::fs::remove_file(&inside).unwrap();
+    }
+}

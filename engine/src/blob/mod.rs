@@ -260,7 +260,15 @@ impl BlobStore {
     /// store's [`Vfs`].
     pub fn put_file(&self, path: &Path) -> Result<(BlobHash, u64)> {
         let mut f = std::fs::File::open(path).map_err(|e| EngineError::io("open file", path, e))?;
-        let mut r = std::io::BufReader::with_capacity(1 << 20, &mut f);
+        self.put_open_file(&mut f, path)
+    }
+
+    /// [`put_file`](Self::put_file) of a file the caller has opened (a
+    /// checkpoint opens each file without following a symlink, and stores
+    /// what that handle reads, whatever the path names by then); `path`
+    /// names it in errors.
+    pub fn put_open_file(&self, f: &mut std::fs::File, path: &Path) -> Result<(BlobHash, u64)> {
+        let mut r = std::io::BufReader::with_capacity(1 << 20, f);
         self.put_reader(&mut r).map_err(|e| match e {
             EngineError::Io { op, source, .. } if op == READ_INPUT => EngineError::Io {
                 op,
