@@ -279,20 +279,36 @@ pub fn encode_with(
 ) -> Result<ChainHash, CodecError> {
     let start = out.len();
     let (stored, flags) = stored_body(body, flags, dict)?;
-    let chain = ChainForm::CURRENT.next(prev_chain, lsn, kind as u8, flags, &stored);
     put_frame(out, kind, flags, &stored);
-    out[start + 12..start + 20].copy_from_slice(&lsn.0.to_le_bytes());
-    out[start + 20..start + HEADER_LEN].copy_from_slice(&chain.0);
-    let crc = crc_of(&out[start..start + HEADER_LEN], &stored);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-    Ok(chain)
+    Ok(place(
+        &mut out[start..],
+        lsn,
+        prev_chain,
+        ChainForm::CURRENT,
+    ))
+}
+
+/// Fills in the LSN, the chain value (in `form`, from `prev`) and the CRC
+/// of the frame `f`, whose other header fields and body are in place (by
+/// [`encode_unplaced`] or [`prepare_header`]): what a log writer does
+/// under its lock once the record's position is known, so the costly part
+/// of encoding (MessagePack, zstd) runs outside it. Returns the chain
+/// value. The result is byte for byte what [`encode_with`] makes, which
+/// places its frames the same way.
+pub fn place(f: &mut [u8], lsn: Lsn, prev: ChainHash, form: ChainForm) -> ChainHash {
+    f[12..20].copy_from_slice(&lsn.0.to_le_bytes());
+    let chain = form.next(prev, lsn, f[8], f[9], &f[HEADER_LEN..]);
+    f[20..HEADER_LEN].copy_from_slice(&chain.0);
+    let crc = crc_of(&f[..HEADER_LEN], &f[HEADER_LEN..]);
+    f[4..8].copy_from_slice(&crc.to_le_bytes());
+    chain
 }
 
 /// Appends a frame for `body` to `out` as [`encode_with`] does, but with
 /// its LSN, chain value and CRC left zero, for a writer that fills them in
-/// once the record's position is known: the costly part of encoding
-/// (zstd) then runs outside the writer's lock, and no chain value is
-/// computed that would be thrown away.
+/// with [`place`] once the record's position is known: the costly part of
+/// encoding (zstd) then runs outside the writer's lock, and no chain value
+/// is computed that would be thrown away.
 pub fn encode_unplaced(
     out: &mut Vec<u8>,
     kind: RecordKind,
@@ -424,6 +440,42 @@ mod tests {
     use super::*;
     use crate::{Event, EventKind};
     use proptest::prelude::*;
+
+    #[test]
+    fn placing_an_unplaced_or_prepared_frame_matches_encode() {
+        for (body, flags) in [
+            (b"hello".to_vec(), 0),
+            ("abc".repeat(1000).into_bytes(), FLAG_BATCH_CONT),
+            (Vec::new(), 0),
+        ] {
+            let prev = ChainHash([9; 32]);
+            let mut expected = Vec::new();
+            let chain = encode(
+                &mut expected,
+                Lsn(42),
+                RecordKind::Event,
+                flags,
+                &body,
+                prev,
+            )
+            .unwrap();
+            // The writer's path for a body that may be compressed: framed
+            // unplaced, then finished under the lock.
+            let mut pre = Vec::new();
+            encode_unplaced(&mut pre, RecordKind::Event, flags, &body, None).unwrap();
+            assert_eq!(place(&mut pre, Lsn(42), prev, ChainForm::CURRENT), chain);
+            assert_eq!(pre, expected);
+            if body.len() < COMPRESS_MIN_BYTES {
+                // The writer's fast path: header prepared around a body
+                // encoded in place, then finished under the lock.
+                let mut fast = vec![0xEE; HEADER_LEN];
+                fast.extend_from_slice(&body);
+                prepare_header(&mut fast, RecordKind::Event, flags);
+                assert_eq!(place(&mut fast, Lsn(42), prev, ChainForm::CURRENT), chain);
+                assert_eq!(fast, expected);
+            }
+        }
+    }
 
     #[test]
     fn each_chain_form_binds_every_input_and_the_forms_differ() {

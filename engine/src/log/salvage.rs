@@ -31,7 +31,7 @@ use cairn_codec::{zdict, ChainHash, Event, EventKind, Lsn, Timestamp};
 use super::dict::LogDicts;
 use super::options::DEFAULT_SEGMENT_SIZE_BYTES;
 use super::recovery::{read_small, scan_tail, TailState, TAIL_STATE_FILE};
-use super::scan::{finish_frame, walk, Step};
+use super::scan::{walk, Step};
 use super::segment::{index_path, list_segments, segment_name};
 use super::Head;
 use crate::vfs::{OpenMode, Vfs, VfsFile};
@@ -526,7 +526,7 @@ impl<'a> Rewriter<'a> {
                 end: SEGMENT_HEADER_LEN as u64,
             });
         }
-        self.chain = finish_frame(&mut bytes, lsn, self.chain, ChainForm::CURRENT);
+        self.chain = frame::place(&mut bytes, lsn, self.chain, ChainForm::CURRENT);
         if let Some(NewSeg {
             name, file: f, end, ..
         }) = &mut self.seg

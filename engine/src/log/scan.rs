@@ -1,33 +1,8 @@
-//! Low-level helpers over frame bytes: finishing a pre-encoded frame under
-//! the writer lock, and finding the next valid frame after damage.
+//! Low-level helpers over frame bytes: finding the next valid frame after
+//! damage, and walking frames.
 
-use cairn_codec::frame::{self, ChainForm, Frame, CRC_SEED, HEADER_LEN};
-use cairn_codec::{ChainHash, CodecError, Lsn};
-
-/// Byte range of the LSN field in a frame header (see `cairn_codec::frame`).
-const LSN_FIELD: std::ops::Range<usize> = 12..20;
-/// Byte range of the chain field in a frame header.
-const CHAIN_FIELD: std::ops::Range<usize> = 20..52;
-/// Byte range of the CRC field in a frame header.
-const CRC_FIELD: std::ops::Range<usize> = 4..8;
-
-/// Sets the LSN and chain of a frame that was encoded by [`frame::encode`]
-/// with a placeholder LSN and chain, and recomputes its CRC, so the costly
-/// part of encoding (MessagePack, zstd) runs outside the writer lock.
-/// Returns the new chain value. The result is byte-for-byte what
-/// `frame::encode` would have produced (tested below).
-pub(crate) fn finish_frame(f: &mut [u8], lsn: Lsn, prev: ChainHash, form: ChainForm) -> ChainHash {
-    f[LSN_FIELD].copy_from_slice(&lsn.0.to_le_bytes());
-    let (kind, flags) = (f[8], f[9]);
-    let chain = form.next(prev, lsn, kind, flags, &f[HEADER_LEN..]);
-    f[CHAIN_FIELD].copy_from_slice(&chain.0);
-    let mut c = crc32fast::Hasher::new_with_initial(CRC_SEED);
-    c.update(&f[0..4]);
-    c.update(&f[8..]);
-    let crc = c.finalize();
-    f[CRC_FIELD].copy_from_slice(&crc.to_le_bytes());
-    chain
-}
+use cairn_codec::frame::{self, Frame, HEADER_LEN};
+use cairn_codec::{CodecError, Lsn};
 
 /// Offset (from the start of `buf`) of the first valid frame at or after
 /// `from` whose LSN is at least `min_lsn`, if any. Used to tell a torn tail
@@ -84,49 +59,8 @@ pub(crate) fn walk<'a>(buf: &'a [u8], start: usize, mut visit: impl FnMut(Step<'
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use cairn_codec::frame::{RecordKind, FLAG_BATCH_CONT};
-
-    #[test]
-    fn finish_frame_matches_codec_encode() {
-        for (body, flags) in [
-            (b"hello".to_vec(), 0),
-            ("abc".repeat(1000).into_bytes(), FLAG_BATCH_CONT),
-            (Vec::new(), 0),
-        ] {
-            let prev = ChainHash([9; 32]);
-            let mut expected = Vec::new();
-            let chain = frame::encode(
-                &mut expected,
-                Lsn(42),
-                RecordKind::Event,
-                flags,
-                &body,
-                prev,
-            )
-            .unwrap();
-            // The writer's path for a body that may be compressed: framed
-            // unplaced, then finished under the lock.
-            let mut pre = Vec::new();
-            frame::encode_unplaced(&mut pre, RecordKind::Event, flags, &body, None).unwrap();
-            assert_eq!(
-                finish_frame(&mut pre, Lsn(42), prev, ChainForm::CURRENT),
-                chain
-            );
-            assert_eq!(pre, expected);
-            if body.len() < frame::COMPRESS_MIN_BYTES {
-                // The writer's fast path: header prepared around a body
-                // encoded in place, then finished under the lock.
-                let mut fast = vec![0xEE; frame::HEADER_LEN];
-                fast.extend_from_slice(&body);
-                frame::prepare_header(&mut fast, RecordKind::Event, flags);
-                assert_eq!(
-                    finish_frame(&mut fast, Lsn(42), prev, ChainForm::CURRENT),
-                    chain
-                );
-                assert_eq!(fast, expected);
-            }
-        }
-    }
+    use cairn_codec::frame::RecordKind;
+    use cairn_codec::ChainHash;
 
     #[test]
     fn walk_resyncs_after_damage() {

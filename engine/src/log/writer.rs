@@ -20,7 +20,6 @@ use super::dict::LogDicts;
 use super::epoch::Epoch;
 use super::options::MAX_SEGMENT_SIZE_BYTES;
 use super::recovery::{self, TailState, TAIL_STATE_FILE};
-use super::scan::finish_frame;
 use super::segment::{self, Sealed};
 use super::sparse_index::SparseIndex;
 use super::view::{LogIter, Tail, View};
@@ -629,7 +628,7 @@ impl Inner {
         let first = st.next_lsn;
         let (mut chain, form) = (st.chain, st.header.chain_form);
         for (i, item) in items.iter_mut().enumerate() {
-            chain = finish_frame(&mut item.0, Lsn(first.0 + i as u64), chain, form);
+            chain = frame::place(&mut item.0, Lsn(first.0 + i as u64), chain, form);
         }
         let at = st.end;
         if let Err(e) = self.put_frames(&mut st, items, at, total) {
