@@ -7,8 +7,8 @@ use std::path::Path;
 use cairn_codec::event::DEFAULT_SESSION;
 use cairn_codec::{CheckpointId, DiffStats, Event, EventKind, Lsn};
 use cairn_snapshot::{
-    relpath, CheckpointInfo, CheckpointRequest, RollbackReport, RollbackRequest, ScanMode,
-    SnapshotError, Workspace,
+    CheckpointInfo, CheckpointRequest, RollbackReport, RollbackRequest, ScanMode, SnapshotError,
+    Workspace,
 };
 
 use crate::error::{Error, Result};
@@ -645,16 +645,12 @@ fn file_path(ws: &Workspace, path: &str, method: &str) -> Result<String> {
         )
         .into());
     }
-    let mut dir = relpath::parent(&rel);
-    while !dir.is_empty() {
-        if std::fs::symlink_metadata(ws.root().join(dir)).is_ok_and(|m| m.is_symlink()) {
-            return Err(SnapshotError::bad_path(
-                path,
-                format!("`{dir}` is a symlink, which cairn never follows (it may lead out of the workspace): give the path it leads to instead"),
-            )
-            .into());
-        }
-        dir = relpath::parent(dir);
+    if let Some(dir) = ws.symlinked_dir(&rel) {
+        return Err(SnapshotError::bad_path(
+            path,
+            format!("`{dir}` is a symlink, which cairn never follows (it may lead out of the workspace): give the path it leads to instead"),
+        )
+        .into());
     }
     Ok(rel)
 }
@@ -690,7 +686,7 @@ fn read_regular(root: &Path, given: &str, full: &Path, method: &str) -> Result<O
             "it is not a regular file (a FIFO, socket or device)".into(),
         ));
     }
-    let mut f = match open_no_follow(full) {
+    let mut f = match cairn_snapshot::scan::open_nofollow(full) {
         Ok(f) => f,
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(symlink_refusal(root, given, full, method))
@@ -731,24 +727,6 @@ fn symlink_refusal(root: &Path, given: &str, full: &Path, method: &str) -> Error
         format!("it is a symlink{leads}, and {method} never reads or writes through a symlink, nor replaces one: {advice}"),
     )
     .into()
-}
-
-/// Opens `path` for reading without following a symlink at its end and
-/// without blocking on a FIFO.
-#[cfg(unix)]
-fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-}
-
-/// Opens `path` for reading (portable fallback: the caller has checked it
-/// is no symlink).
-#[cfg(not(unix))]
-fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::File::open(path)
 }
 
 /// The [`Error::Io`] of `op` ("delete", "move") on a path where nothing

@@ -889,10 +889,12 @@ fn skip_non_utf8(
     }
 }
 
-/// Reads a file's current stat through a handle opened without following
-/// symlinks, so the contents read match the stat recorded.
+/// Opens a file for reading without following a symlink at its end and
+/// without blocking on a FIFO: its stat and contents are then those of the
+/// file itself (a checkpoint reads each file so, and so do the library's
+/// file tools).
 #[cfg(unix)]
-pub(crate) fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
+pub fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     // O_NONBLOCK: a file swapped for a FIFO since the scan opens at once
     // (and is then seen not to be a file) instead of waiting for a writer;
@@ -905,7 +907,7 @@ pub(crate) fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// Opens a file for reading (portable fallback).
 #[cfg(not(unix))]
-pub(crate) fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
+pub fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::File::open(path)
 }
 

@@ -395,15 +395,11 @@ impl Workspace {
             }
             // A checkpoint never follows a symlink, so a path under one
             // would be skipped (`under_symlink`) every time: say so now.
-            let mut a = crate::relpath::parent(&n);
-            while !a.is_empty() {
-                if std::fs::symlink_metadata(self.root.join(a)).is_ok_and(|m| m.is_symlink()) {
-                    return Err(SnapshotError::bad_path(
-                        *p,
-                        format!("`{a}` is a symlink, which checkpoints never follow (it may lead out of the workspace): track the path it leads to instead"),
-                    ));
-                }
-                a = crate::relpath::parent(a);
+            if let Some(a) = self.symlinked_dir(&n) {
+                return Err(SnapshotError::bad_path(
+                    *p,
+                    format!("`{a}` is a symlink, which checkpoints never follow (it may lead out of the workspace): track the path it leads to instead"),
+                ));
             }
             norm.push(n);
         }
@@ -413,6 +409,20 @@ impl Workspace {
                 st.dirty.insert(n);
             }
         })
+    }
+
+    /// The first directory of the workspace-relative path `rel` (from its
+    /// parent up) that is a symlink on disk now, if any: cairn never goes
+    /// through one, so `rel` cannot be captured, tracked or written there.
+    pub fn symlinked_dir<'a>(&self, rel: &'a str) -> Option<&'a str> {
+        let mut a = crate::relpath::parent(rel);
+        while !a.is_empty() {
+            if std::fs::symlink_metadata(self.root.join(a)).is_ok_and(|m| m.is_symlink()) {
+                return Some(a);
+            }
+            a = crate::relpath::parent(a);
+        }
+        None
     }
 
     /// Every path tracked so far.
