@@ -283,7 +283,7 @@ impl<R: BufRead> Hashing<R> {
 
     /// Remembers the hash of the bytes consumed so far: where the line
     /// about to be read begins, should it turn out a torn last line that
-    /// is not recorded. (A copy of the hash state: a few hundred bytes.)
+    /// is not recorded. (A copy of the hash state: 1.9 KiB, ~40 ns.)
     pub fn mark(&mut self) {
         self.mark = (self.pos, self.hasher.clone());
     }

@@ -196,14 +196,14 @@ pub const OPTION_FLAGS: [(&str, &str, &str); 3] = [
     ),
 ];
 
-/// An import's error in the words of `purpose`: the flags of
-/// [`OPTION_FLAGS`] for the options it names. (A refusal of input loaded
-/// before says `--load-again`, not `import`'s `--again`.)
-fn in_flag_words(e: cairn::Error, purpose: Purpose) -> cairn::Error {
-    let cairn::Error::Rejected(text) = e else {
-        return e;
-    };
-    let text = OPTION_FLAGS.iter().fold(text, |t, (option, import, load)| {
+/// `text`, a library message, in the words of `purpose`: the flags of
+/// [`OPTION_FLAGS`] for the import options it names. (A refusal of input
+/// loaded before says `--load-again`, not `import`'s `--again`.)
+pub fn in_flag_words(text: String, purpose: Purpose) -> String {
+    if !text.contains("`ImportOptions::") {
+        return text;
+    }
+    OPTION_FLAGS.iter().fold(text, |t, (option, import, load)| {
         t.replace(
             option,
             match purpose {
@@ -211,8 +211,7 @@ fn in_flag_words(e: cairn::Error, purpose: Purpose) -> cairn::Error {
                 Purpose::Load => load,
             },
         )
-    });
-    cairn::Error::Rejected(text)
+    })
 }
 
 /// Why files are imported: it changes what an error says.
@@ -282,7 +281,12 @@ fn import_files_counting(
             store.import_file_reporting(format, f, opts)
         };
         let got = got
-            .map_err(|e| in_flag_words(e, purpose))
+            .map_err(|e| match e {
+                cairn::Error::Rejected(text) => {
+                    cairn::Error::Rejected(in_flag_words(text, purpose))
+                }
+                e => e,
+            })
             .with_context(|| {
                 let total = done.count;
                 let before = if total > 0 && purpose == Purpose::Import {

@@ -115,17 +115,6 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// A library error message in the command line's words: `import`'s flag
-/// for each import option it names ([`interop::OPTION_FLAGS`]).
-fn in_cli_words(text: String) -> String {
-    if !text.contains("`ImportOptions::") {
-        return text;
-    }
-    interop::OPTION_FLAGS
-        .iter()
-        .fold(text, |t, (call, flag, _)| t.replace(call, flag))
-}
-
 /// A store opened with a workspace it is not bound to, in the command
 /// line's words (the library's name `StoreBuilder` calls).
 fn mismatch_in_cli_words(m: &cairn::binding::WorkspaceMismatch) -> String {
@@ -160,7 +149,8 @@ pub fn describe(e: &anyhow::Error) -> String {
     for cause in e.chain() {
         let text = match cause.downcast_ref::<Error>() {
             Some(Error::WorkspaceMismatch(m)) => mismatch_in_cli_words(m),
-            _ => in_cli_words(cause.to_string()),
+            // A library message names the import options `import`'s flags set.
+            _ => interop::in_flag_words(cause.to_string(), interop::Purpose::Import),
         };
         let text = output::escape_controls(&text).into_owned();
         if !out.contains(&text) {
