@@ -1121,9 +1121,11 @@ pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -
         )));
     }
     let path = path.as_str();
-    let unrecorded = store.query(|q| q.unrecorded_write(q.resolve(p)?, path))?;
-    let lines = store
-        .query(|q| q.blame(p, path))
+    // One query, so both answers are of the same head.
+    let (unrecorded, lines) =
+        store.query(|q| Ok((q.unrecorded_write(q.resolve(p)?, path)?, q.blame(p, path))))?;
+    let lines = lines
+        .map_err(cairn::Error::Query)
         .with_context(|| match &unrecorded {
             Some(r) => format!(
                 "blame {} at {point} ({}: no record holds them)",
