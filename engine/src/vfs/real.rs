@@ -49,6 +49,9 @@ mod linux {
 
     use super::AppendSpace;
 
+    mod ahead;
+    use ahead::Ahead;
+
     /// The file grows by at least this much each time an append needs
     /// space past its end: one write of zeros per ~4,500 typical records,
     /// and at most this much zero padding for recovery to cut after a
@@ -114,6 +117,10 @@ mod linux {
     /// Space reserved ahead at the end of a file, up to `capacity` bytes;
     /// see [`AppendSpace`].
     pub(super) struct RealAppendSpace {
+        /// The thread that reserves space and recycles pages ahead of a
+        /// mapped tail's appends, when it could be started. Declared first
+        /// so that it is stopped (and joined) before the map is unmapped.
+        ahead: Option<Ahead>,
         file: File,
         /// A shared, writable map of the first `capacity` bytes, which
         /// appends are copied into; `None` when every append is synced
@@ -126,11 +133,12 @@ mod linux {
         /// session 5).
         map: Option<memmap2::MmapMut>,
         capacity: u64,
+        /// Allocated bytes, when the appender reserves space itself
+        /// (`ahead` is `None`).
         allocated: u64,
-        /// Write-back has been started for the bytes below this.
-        flushed: u64,
-        /// Bytes below this have been dropped from the page cache.
-        dropped: u64,
+        /// Write-back and page-cache bookkeeping, when the appender
+        /// reserves space itself.
+        recycler: Recycler,
     }
 
     impl std::fmt::Debug for RealAppendSpace {
@@ -138,7 +146,14 @@ mod linux {
             f.debug_struct("RealAppendSpace")
                 .field("capacity", &self.capacity)
                 .field("mapped", &self.map.is_some())
-                .field("allocated", &self.allocated)
+                .field("ahead", &self.ahead.is_some())
+                .field(
+                    "allocated",
+                    &self
+                        .ahead
+                        .as_ref()
+                        .map_or(self.allocated, Ahead::allocated_now),
+                )
                 .finish()
         }
     }
@@ -148,6 +163,11 @@ mod linux {
         capacity: u64,
         synced: bool,
     ) -> io::Result<Option<Box<dyn AppendSpace>>> {
+        Ok(open_space(file, capacity, synced)?.map(|s| Box::new(s) as Box<dyn AppendSpace>))
+    }
+
+    /// See [`append_space`].
+    fn open_space(file: &File, capacity: u64, synced: bool) -> io::Result<Option<RealAppendSpace>> {
         let allocated = file.metadata()?.len();
         let Ok(len) = usize::try_from(capacity) else {
             return Ok(None);
@@ -158,7 +178,7 @@ mod linux {
         let file = file.try_clone()?;
         // With a sync per append the space is written with `pwrite`, not
         // mapped (see `RealAppendSpace::map`).
-        let map = if synced {
+        let mut map = if synced {
             None
         } else {
             // SAFETY: the map covers a log segment that only this writer
@@ -171,32 +191,65 @@ mod linux {
             // store's contract, as for every mmap-based storage engine.
             Some(unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file)? })
         };
-        Ok(Some(Box::new(RealAppendSpace {
+        // Without a sync per append, the work of growing the tail moves
+        // off the appender (see `ahead`); with one, the appender is waiting
+        // on fdatasyncs anyway, and the cores are the appenders'.
+        let ahead = match &mut map {
+            Some(m) => Ahead::start(&file, m.as_mut_ptr() as usize, capacity, allocated).ok(),
+            None => None,
+        };
+        Ok(Some(RealAppendSpace {
+            ahead,
             file,
             map,
             capacity,
             allocated,
-            flushed: allocated - allocated % PAGE_BYTES,
-            dropped: 0,
-        })))
+            recycler: Recycler::new(allocated),
+        }))
     }
 
-    impl RealAppendSpace {
-        /// Starts write-back of the bytes appended since the last step, and
-        /// drops from the page cache what lies more than
-        /// [`CACHE_WINDOW_BYTES`] behind (written back first), so the
+    /// What `recycle` has done to a tail so far.
+    #[derive(Debug)]
+    pub(super) struct Recycler {
+        /// Write-back has been started for the bytes below this.
+        flushed: u64,
+        /// Bytes below this have been dropped from the page cache.
+        dropped: u64,
+    }
+
+    impl Recycler {
+        /// The bookkeeping of a tail whose first `allocated` bytes exist.
+        pub(super) fn new(allocated: u64) -> Recycler {
+            Recycler {
+                flushed: allocated - allocated % PAGE_BYTES,
+                dropped: 0,
+            }
+        }
+
+        /// Starts write-back of the bytes appended below `written` since
+        /// the last call, and drops from the page cache what lies more
+        /// than [`CACHE_WINDOW_BYTES`] behind (written back first), so the
         /// pages of new appends are recycled ones. A log written faster
         /// than the kernel's own write-back would otherwise take a fresh
         /// page per 4 KiB, and on a virtual machine that returns free
         /// memory to its host a fresh page costs ~10 µs (0.8 µs for a
         /// recycled one: `benches/scripts/vm_page_cost.py`), half the cost
-        /// of an append without a sync.
+        /// of an append without a sync. `map` is the base address and
+        /// length of the tail's shared map, if it has one: its pages
+        /// behind the window are unmapped first, or they could not be
+        /// dropped.
         ///
         /// A write-back error is returned, never ignored: waiting on the
-        /// range consumes the error the next fdatasync would report.
-        fn recycle(&mut self) -> io::Result<()> {
-            let fd = self.file.as_raw_fd();
-            let done = self.allocated - self.allocated % PAGE_BYTES;
+        /// range consumes the error the next fdatasync through the same
+        /// open file would report.
+        pub(super) fn recycle(
+            &mut self,
+            file: &File,
+            map: Option<(usize, usize)>,
+            written: u64,
+        ) -> io::Result<()> {
+            let fd = file.as_raw_fd();
+            let done = written - written % PAGE_BYTES;
             let range = |from: u64, to: u64| -> io::Result<(libc::off64_t, libc::off64_t)> {
                 match (
                     libc::off64_t::try_from(from),
@@ -218,6 +271,11 @@ mod linux {
             };
             if done > self.flushed {
                 let (a, n) = range(self.flushed, done)?;
+                // Unmapped first: starting write-back write-protects each
+                // mapped page, one TLB flush per page, and when the
+                // appender runs on another core (see `ahead`) each is an
+                // interrupt to it; unmapped, the range costs one flush.
+                unmap(map, a, n);
                 // SAFETY: a plain system call on a file descriptor we own.
                 check(unsafe { libc::sync_file_range(fd, a, n, libc::SYNC_FILE_RANGE_WRITE) })?;
                 self.flushed = done;
@@ -230,23 +288,43 @@ mod linux {
                     | libc::SYNC_FILE_RANGE_WAIT_AFTER;
                 // SAFETY: a plain system call on a file descriptor we own.
                 check(unsafe { libc::sync_file_range(fd, a, n, wait) })?;
-                if let (Some(map), Ok(from), Ok(len)) =
-                    (&self.map, usize::try_from(a), usize::try_from(n))
-                {
-                    // SAFETY: the range lies inside the map (below
-                    // `allocated`); on a shared file mapping MADV_DONTNEED
-                    // only unmaps the pages: their bytes stay in the file
-                    // and the page cache, and a later access maps them
-                    // again.
-                    let _ = unsafe {
-                        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, len)
-                    };
-                }
+                // Unmapped when write-back began; once more for the page
+                // an append was still filling then (the appender that
+                // recycles for itself starts write-back up to the
+                // allocated end), which it mapped again: a mapped page
+                // cannot be dropped.
+                unmap(map, a, n);
                 // SAFETY: a plain system call; it drops clean pages only.
                 unsafe { libc::posix_fadvise(fd, a, n, libc::POSIX_FADV_DONTNEED) };
                 self.dropped = keep;
             }
             Ok(())
+        }
+    }
+
+    /// Unmaps `n` bytes at offset `a` of the tail's shared map (`map`: its
+    /// base address and length), if it has one and they lie inside it.
+    fn unmap(map: Option<(usize, usize)>, a: libc::off64_t, n: libc::off64_t) {
+        let (Some((base, len)), Ok(from), Ok(n)) = (map, usize::try_from(a), usize::try_from(n))
+        else {
+            return;
+        };
+        if from + n > len {
+            return;
+        }
+        // SAFETY: the range lies inside the map, page aligned, and holds
+        // only whole pages the appender has finished writing; on a shared
+        // file mapping MADV_DONTNEED only unmaps the pages: their bytes
+        // stay in the file and the page cache (a dirty one stays dirty),
+        // and a later access maps them again.
+        let _ =
+            unsafe { libc::madvise((base + from) as *mut libc::c_void, n, libc::MADV_DONTNEED) };
+    }
+
+    impl RealAppendSpace {
+        /// The map's base address and length, for `recycle`.
+        fn map_range(&self) -> Option<(usize, usize)> {
+            self.map.as_ref().map(|m| (m.as_ptr() as usize, m.len()))
         }
     }
 
@@ -256,13 +334,13 @@ mod linux {
         }
 
         fn allocated(&self) -> u64 {
-            self.allocated
+            match &self.ahead {
+                Some(a) => a.settled_allocated(),
+                None => self.allocated,
+            }
         }
 
         fn reserve(&mut self, end: u64) -> io::Result<()> {
-            if end <= self.allocated {
-                return Ok(());
-            }
             let cap = self.capacity();
             if end > cap {
                 return Err(io::Error::new(
@@ -270,11 +348,18 @@ mod linux {
                     format!("append to byte {end} is past the mapped {cap} bytes"),
                 ));
             }
+            if let Some(a) = &mut self.ahead {
+                return a.reserve(end);
+            }
+            if end <= self.allocated {
+                return Ok(());
+            }
             let want = end
                 .max(self.allocated + APPEND_ALLOC_STEP_BYTES)
                 .next_multiple_of(PAGE_BYTES)
                 .min(cap);
-            self.recycle()?;
+            let map = self.map_range();
+            self.recycler.recycle(&self.file, map, self.allocated)?;
             // Written zeros, not `fallocate`d space, under every policy.
             // With a sync per append, a sync over allocated-but-unwritten
             // space must also write the file's extent metadata: a
@@ -361,6 +446,122 @@ mod linux {
             // Past the end, the file grows.
             write_zeros(&f, 5 * big as u64, 10).unwrap();
             assert_eq!(f.metadata().unwrap().len(), 5 * big as u64 + 10);
+        }
+
+        fn tail_file(dir: &std::path::Path) -> File {
+            let f = File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(dir.join("tail"))
+                .unwrap();
+            f.write_all_at(&[7u8; 64], 0).unwrap();
+            f
+        }
+
+        /// Record-sized writes with a pattern each: what the file must hold.
+        fn records(n: usize) -> Vec<Vec<u8>> {
+            (0..n)
+                .map(|i| {
+                    let len = 150 + i % 160;
+                    (0..len).map(|j| (i * 31 + j) as u8 | 1).collect()
+                })
+                .collect()
+        }
+
+        #[test]
+        fn every_kind_of_tail_space_holds_each_append_and_reports_its_length() {
+            let tmp = tempfile::tempdir().unwrap();
+            // Mapped with the thread ahead, mapped without it (as where
+            // `/proc` is missing), and written (a sync per append).
+            for (synced, thread) in [(false, true), (false, false), (true, false)] {
+                let f = tail_file(tmp.path());
+                let cap = 24 << 20;
+                let mut space = open_space(&f, cap, synced).unwrap().unwrap();
+                if !thread {
+                    space.ahead = None;
+                }
+                assert_eq!(space.ahead.is_some(), thread);
+                let recs = records(60_000);
+                let mut at = 64u64;
+                for r in &recs {
+                    space.write_at(r, at).unwrap();
+                    at += r.len() as u64;
+                }
+                let allocated = space.allocated();
+                assert!(allocated >= at && allocated <= cap, "{allocated} {at}");
+                drop(space);
+                // The file is exactly the allocated length: the thread
+                // stopped with its last step, and nothing grows it after.
+                assert_eq!(f.metadata().unwrap().len(), allocated);
+                let mut got = vec![0u8; at as usize];
+                f.read_exact_at(&mut got, 0).unwrap();
+                assert_eq!(&got[..64], &[7u8; 64]);
+                let mut off = 64;
+                for (i, r) in recs.iter().enumerate() {
+                    assert_eq!(
+                        &got[off..off + r.len()],
+                        &r[..],
+                        "record {i} ({synced} {thread})"
+                    );
+                    off += r.len();
+                }
+                let mut rest = vec![1u8; (allocated - at) as usize];
+                f.read_exact_at(&mut rest, at).unwrap();
+                assert!(rest.iter().all(|&b| b == 0), "zeros past the end");
+                // Past the capacity is refused, not written.
+                let mut space = open_space(&f, cap, synced).unwrap().unwrap();
+                assert_eq!(
+                    space.write_at(&[1; 10], cap - 5).unwrap_err().kind(),
+                    io::ErrorKind::InvalidInput
+                );
+            }
+        }
+
+        #[test]
+        fn the_threads_error_is_returned_to_every_later_append() {
+            let tmp = tempfile::tempdir().unwrap();
+            let f = tail_file(tmp.path());
+            let mut space = open_space(&f, 24 << 20, false).unwrap().unwrap();
+            let limit = 5 << 20;
+            space.ahead.as_ref().unwrap().fail_past(limit);
+            let recs = records(60_000);
+            let mut at = 64u64;
+            let mut failed_at = None;
+            for r in &recs {
+                match space.write_at(r, at) {
+                    Ok(()) => at += r.len() as u64,
+                    Err(e) => {
+                        assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
+                        assert!(e.to_string().contains("ahead of appends"), "{e}");
+                        failed_at = Some(at);
+                        break;
+                    }
+                }
+            }
+            // Appends went on until they needed space the thread could not
+            // reserve: none was lost and none went past the space that is.
+            let failed_at = failed_at.expect("an append failed");
+            assert!(failed_at <= limit, "{failed_at}");
+            assert!(failed_at + 400 > limit - (2 << 20), "{failed_at}");
+            for _ in 0..3 {
+                assert_eq!(
+                    space.write_at(&[1; 10], 64).unwrap_err().kind(),
+                    io::ErrorKind::StorageFull
+                );
+            }
+            drop(space);
+            let mut got = vec![0u8; (failed_at - 64) as usize];
+            f.read_exact_at(&mut got, 64).unwrap();
+            let mut off = 0;
+            for r in recs.iter() {
+                if off + r.len() > got.len() {
+                    break;
+                }
+                assert_eq!(&got[off..off + r.len()], &r[..]);
+                off += r.len();
+            }
         }
     }
 }
