@@ -230,14 +230,18 @@ impl ChainForm {
         fields[..8].copy_from_slice(&lsn.0.to_le_bytes());
         fields[8] = kind;
         fields[9] = flags;
-        if self == ChainForm::Keyed && stored.len() <= CHAIN_INLINE_BYTES - fields.len() {
+        if self == ChainForm::Keyed {
             // One blake3 chunk: hashed at once, without the incremental
-            // hasher's tree state (~4% of a `never` append).
-            let mut input = [0u8; CHAIN_INLINE_BYTES];
+            // hasher's tree state (~4% of a `never` append), from a copy
+            // on the stack no larger than it needs (zeroing 1 KiB for a
+            // 200-byte record was itself 1%).
             let n = fields.len() + stored.len();
-            input[..fields.len()].copy_from_slice(&fields);
-            input[fields.len()..n].copy_from_slice(stored);
-            return ChainHash(*blake3::keyed_hash(&prev.0, &input[..n]).as_bytes());
+            if n <= CHAIN_SMALL_BYTES {
+                return keyed_from_stack::<CHAIN_SMALL_BYTES>(prev, &fields, stored);
+            }
+            if n <= CHAIN_INLINE_BYTES {
+                return keyed_from_stack::<CHAIN_INLINE_BYTES>(prev, &fields, stored);
+            }
         }
         let mut h = match self {
             ChainForm::Prefixed => {
@@ -257,6 +261,20 @@ impl ChainForm {
 /// [`ChainForm::next`] hashes in one call from a copy on the stack: one
 /// blake3 chunk.
 const CHAIN_INLINE_BYTES: usize = 1024;
+
+/// The smaller stack copy, for a typical record (a tool call, a short
+/// prompt).
+const CHAIN_SMALL_BYTES: usize = 256;
+
+/// The format-2 chain value over `fields || stored`, which fit in `N`
+/// bytes, hashed from one copy on the stack.
+fn keyed_from_stack<const N: usize>(prev: ChainHash, fields: &[u8], stored: &[u8]) -> ChainHash {
+    let mut input = [0u8; N];
+    let n = fields.len() + stored.len();
+    input[..fields.len()].copy_from_slice(fields);
+    input[fields.len()..n].copy_from_slice(stored);
+    ChainHash(*blake3::keyed_hash(&prev.0, &input[..n]).as_bytes())
+}
 
 fn crc_of(header: &[u8], stored: &[u8]) -> u32 {
     let mut c = crc32fast::Hasher::new_with_initial(CRC_SEED);
@@ -520,7 +538,7 @@ mod tests {
         // Format 2 by its definition, at every length around the one-chunk
         // input hashed from a stack copy and past it.
         let long: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 1) as u8).collect();
-        let inline = CHAIN_INLINE_BYTES - 10;
+        let (small, inline) = (CHAIN_SMALL_BYTES - 10, CHAIN_INLINE_BYTES - 10);
         for len in [
             0,
             1,
@@ -529,6 +547,9 @@ mod tests {
             55,
             118,
             119,
+            small - 1,
+            small,
+            small + 1,
             inline - 1,
             inline,
             inline + 1,

@@ -823,10 +823,10 @@ impl Inner {
         let sealed = (|| -> Result<Sealed> {
             let io = |op, e| EngineError::io(op, &path, e);
             Self::flush_pending(st).map_err(|e| io("append to log segment", e))?;
+            self.trim_tail(&mut *st)?;
             st.file
                 .sync_data()
                 .map_err(|e| io("fsync log segment", e))?;
-            self.trim_tail(&mut *st)?;
             st.file
                 .write_all_at(&footer.encode(), st.end)
                 .map_err(|e| io("write segment footer", e))?;

@@ -520,6 +520,53 @@ mod linux {
         }
 
         #[test]
+        fn the_tail_is_synced_every_few_mib_by_the_sync_thread() {
+            let tmp = tempfile::tempdir().unwrap();
+            let f = tail_file(tmp.path());
+            let mut space = open_space(&f, 48 << 20, false).unwrap().unwrap();
+            let mut at = 64u64;
+            for r in records(120_000).iter() {
+                space.write_at(r, at).unwrap();
+                at += r.len() as u64;
+            }
+            assert!(at > 20 << 20, "{at}");
+            let ahead = space.ahead.as_ref().unwrap();
+            // The syncs run beside the appends: wait for them (bounded).
+            for _ in 0..1000 {
+                if ahead.syncs() >= 2 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert!(ahead.syncs() >= 2, "{} syncs", ahead.syncs());
+        }
+
+        #[test]
+        fn a_failed_sync_is_returned_to_the_next_append() {
+            let tmp = tempfile::tempdir().unwrap();
+            let f = tail_file(tmp.path());
+            let mut space = open_space(&f, 48 << 20, false).unwrap().unwrap();
+            space.ahead.as_ref().unwrap().fail_syncs();
+            let mut at = 64u64;
+            let mut err = None;
+            for r in records(200_000).iter() {
+                if let Err(e) = space.write_at(r, at) {
+                    err = Some(e);
+                    break;
+                }
+                at += r.len() as u64;
+                if at > 40 << 20 {
+                    // Past the first sync's point: wait for the thread to
+                    // fail (bounded), then the next append must.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+            let e = err.expect("an append failed");
+            assert!(e.to_string().contains("fdatasync failed"), "{e}");
+            assert!(space.write_at(&[1; 10], at).is_err());
+        }
+
+        #[test]
         fn the_threads_error_is_returned_to_every_later_append() {
             let tmp = tempfile::tempdir().unwrap();
             let f = tail_file(tmp.path());
