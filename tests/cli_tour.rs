@@ -1868,3 +1868,80 @@ fn checkpoint_and_rollback_refuse_empty_stamps_and_bad_state_files() {
     let log = json_lines(&ok(&cairn(ws, &["log", "--json"])));
     assert_eq!(log.len(), 1, "only the first checkpoint: {log:?}");
 }
+
+/// Trial 16: a rollback limited to one file that had to create the file's
+/// directory lists that directory among its files; the history queries
+/// must not take it as "the whole directory restored".
+#[test]
+fn a_path_rollback_that_creates_the_directory_sets_only_that_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::create_dir_all(ws.join("d")).unwrap();
+    std::fs::create_dir_all(ws.join("a/b")).unwrap();
+    std::fs::write(ws.join("d/keep.txt"), "1\n").unwrap();
+    std::fs::write(ws.join("d/other.txt"), "2\n").unwrap();
+    std::fs::write(ws.join("a/b/k"), "k\n").unwrap();
+    std::fs::write(ws.join("a/o"), "o\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    std::fs::remove_dir_all(ws.join("d")).unwrap();
+    std::fs::remove_dir_all(ws.join("a")).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c2: nothing
+    ok(&cairn(
+        ws,
+        &[
+            "rollback",
+            "c1",
+            "--path",
+            "d/keep.txt",
+            "--path",
+            "a/b/k",
+            "-q",
+        ],
+    ));
+    // The workspace has exactly the two files...
+    assert!(ws.join("d/keep.txt").exists() && ws.join("a/b/k").exists());
+    assert!(!ws.join("d/other.txt").exists() && !ws.join("a/o").exists());
+    // ...the record lists the directories it created...
+    let last = json_lines(&ok(&cairn(ws, &["log", "--json"])))
+        .pop()
+        .unwrap();
+    assert_eq!(last["kind"], "rollback");
+    let files: Vec<&str> = last["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(
+        files.contains(&"d") && files.contains(&"d/keep.txt"),
+        "{files:?}"
+    );
+    // ...and the history at the rollback is the workspace, at head and at
+    // its LSN.
+    let lsn = last["lsn"].as_u64().unwrap().to_string();
+    for point in ["head".to_string(), format!("@{lsn}")] {
+        let tree: Vec<String> = json_lines(&ok(&cairn(ws, &["tree", &point, "--json"])))
+            .iter()
+            .map(|v| v["path"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(tree, ["a/b/k", "d/keep.txt"], "tree {point}");
+        let o = cairn(ws, &["show", &format!("{point}:d/other.txt")]);
+        assert!(!o.status.success(), "show {point}:d/other.txt: {}", ok(&o));
+    }
+    let added: Vec<String> = json_lines(&ok(&cairn(ws, &["diff", "c2", "head", "--json"])))
+        .iter()
+        .map(|v| {
+            format!(
+                "{} {}",
+                v["status"].as_str().unwrap(),
+                v["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(added, ["added a/b/k", "added d/keep.txt"]);
+    // The next checkpoint finds nothing removed since.
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+    let o = cairn(ws, &["diff", &format!("@{lsn}"), "head", "--json"]);
+    assert_eq!(ok(&o), "", "changes after the rollback");
+}

@@ -35,8 +35,10 @@ const MAGIC: &[u8; 8] = b"CAIRNQIX";
 /// another version is simply rebuilt from the log. 2: checkpoint records
 /// without a manifest are no longer indexed as checkpoints. 3: a reset's
 /// scope is a `RollbackScope` (a rollback whose list of paths was cut
-/// keeps its own scope and its kept paths).
-pub const INDEX_VERSION: u32 = 3;
+/// keeps its own scope and its kept paths). 4: a directory a rollback
+/// lists with files under it no longer stands for all of it
+/// (`replay::rollback_scope`).
+pub const INDEX_VERSION: u32 = 4;
 const HEADER_LEN: usize = 8 + 4 + 8 + 32;
 /// The largest index body cairn will load. The index of 1,000,000 events is
 /// tens of MB; this bounds the allocation a damaged length could cause.

@@ -169,6 +169,12 @@ impl RollbackScope {
 /// and removed directories; empty when nothing differed). When that list
 /// was cut short, the rollback's own scope (`meta.scope`; the whole tree
 /// when absent or empty) except the paths it kept (`meta.kept`).
+///
+/// A listed directory stands for everything under it only when nothing
+/// under it is listed too: a directory the rollback removed (its files
+/// went with it). One it created, or changed the mode of, around files it
+/// wrote, lists those files; taking it whole would give a rollback limited
+/// to `--path d/keep.txt` every file the target had in `d`.
 pub fn rollback_scope(e: &Event) -> RollbackScope {
     let cut = e
         .meta
@@ -177,7 +183,7 @@ pub fn rollback_scope(e: &Event) -> RollbackScope {
         .filter(|m| m.contains_key(META_FILES_TOTAL));
     let Some(m) = cut else {
         return RollbackScope {
-            only: Some(e.files.clone()),
+            only: Some(without_parents(&e.files)),
             except: Vec::new(),
         };
     };
@@ -204,6 +210,26 @@ pub fn rollback_scope(e: &Event) -> RollbackScope {
             .map(|v| strings(v, Some("path")))
             .unwrap_or_default(),
     }
+}
+
+/// `paths` without those that have another of `paths` under them.
+fn without_parents(paths: &[String]) -> Vec<String> {
+    let mut sorted: Vec<&str> = paths.iter().map(|p| p.trim_end_matches('/')).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    // Sorted, a path's descendants follow it, after any sibling that sorts
+    // between (`d.txt` between `d` and `d/a`), so look ahead past those.
+    let has_child = |i: usize| {
+        let p = sorted[i];
+        sorted[i + 1..]
+            .iter()
+            .take_while(|q| q.starts_with(p))
+            .any(|q| q.as_bytes().get(p.len()) == Some(&b'/'))
+    };
+    (0..sorted.len())
+        .filter(|&i| !has_child(i))
+        .map(|i| sorted[i].to_string())
+        .collect()
 }
 
 /// The last change `e` makes to `path`, if any.
@@ -538,6 +564,31 @@ mod tests {
 
     fn h(b: &[u8]) -> BlobHash {
         BlobHash::of(b)
+    }
+
+    #[test]
+    fn a_listed_directory_stands_for_all_of_it_only_when_nothing_under_it_is_listed() {
+        let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            without_parents(&v(&["d", "d/keep.txt"])),
+            v(&["d/keep.txt"])
+        );
+        assert_eq!(
+            without_parents(&v(&[
+                "a", "a/b", "a/b/k", "gone", "d.txt", "d-x", "d", "d/a"
+            ])),
+            v(&["a/b/k", "d-x", "d.txt", "d/a", "gone"])
+        );
+        assert_eq!(without_parents(&v(&["src/", "src/x"])), v(&["src/x"]));
+        assert_eq!(without_parents(&v(&["dx", "d"])), v(&["d", "dx"]));
+        assert!(without_parents(&[]).is_empty());
+        let mut e = Event::new(EventKind::Rollback, "s");
+        e.files = v(&["d", "d/keep.txt"]);
+        let scope = rollback_scope(&e);
+        assert!(scope.touches("d/keep.txt"));
+        assert!(!scope.touches("d/other.txt"));
+        e.files = v(&["gone"]);
+        assert!(rollback_scope(&e).touches("gone/deep/file"));
     }
 
     #[test]
