@@ -150,17 +150,16 @@ pub(crate) fn check(
     let given = match workspace.canonicalize() {
         Ok(g) => g,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let hint = match &bound {
-                Some(b) if b == workspace => format!(
-                    "the store {} belongs to the workspace {}, which does not exist: if it moved, \
-                     bind the store to its new place with `cairn --store {} init NEWDIR --rebind`",
-                    store.display(),
-                    b.display(),
-                    store.display()
-                ),
-                _ => format!("the workspace {} does not exist", workspace.display()),
-            };
-            return Err(Error::Other(hint));
+            return Err(match bound {
+                Some(b) if b == workspace => Error::WorkspaceGone {
+                    store: store.to_path_buf(),
+                    bound: b,
+                },
+                _ => Error::Other(format!(
+                    "the workspace {} does not exist",
+                    workspace.display()
+                )),
+            });
         }
         Err(e) => {
             return Err(Error::Other(format!(
@@ -298,7 +297,7 @@ mod tests {
         std::fs::remove_dir(&w2).unwrap();
         let e = check(&store, &w2c, true, false).unwrap_err().to_string();
         assert!(
-            e.contains("does not exist") && e.contains("--rebind"),
+            e.contains("does not exist") && e.contains("`StoreBuilder::rebind_workspace(true)`"),
             "{e}"
         );
     }

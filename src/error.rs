@@ -28,6 +28,14 @@ pub enum Error {
     /// The store was opened with a workspace it is not bound to (see
     /// [`crate::binding`]): checkpoints, rollbacks and tracking are refused.
     WorkspaceMismatch(Box<crate::binding::WorkspaceMismatch>),
+    /// The store was opened with the workspace it is bound to, and that
+    /// directory does not exist (it moved, or was removed).
+    WorkspaceGone {
+        /// The store directory.
+        store: std::path::PathBuf,
+        /// The workspace it is bound to.
+        bound: std::path::PathBuf,
+    },
     /// An input line was refused (an import): the message names the file,
     /// the line and why, and what was recorded before it.
     Rejected(String),
@@ -104,6 +112,14 @@ impl fmt::Display for Error {
                 f.write_str("this store has no workspace to checkpoint, write files in or roll back; open it with `StoreBuilder::workspace` (in memory: `Store::builder().in_memory().workspace(dir).open()`)")
             }
             Error::WorkspaceMismatch(m) => write!(f, "{m}"),
+            Error::WorkspaceGone { store, bound } => write!(
+                f,
+                "the store {} belongs to the workspace {}, which does not exist: if it moved, \
+                 bind the store to its new place by opening it with \
+                 `StoreBuilder::workspace(NEWDIR)` and `StoreBuilder::rebind_workspace(true)`",
+                store.display(),
+                bound.display()
+            ),
             Error::Rejected(s) | Error::InvalidEvent(s) | Error::Other(s) => f.write_str(s),
             Error::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
         }

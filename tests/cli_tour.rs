@@ -1945,3 +1945,24 @@ fn a_path_rollback_that_creates_the_directory_sets_only_that_file() {
     let o = cairn(ws, &["diff", &format!("@{lsn}"), "head", "--json"]);
     assert_eq!(ok(&o), "", "changes after the rollback");
 }
+
+/// A store whose bound workspace is gone says how to bind it again, in the
+/// command line's words (the library's error names `StoreBuilder` calls).
+#[test]
+fn a_store_whose_workspace_is_gone_says_how_to_rebind_it_with_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (w, s) = (tmp.path().join("w"), tmp.path().join("s"));
+    std::fs::create_dir(&w).unwrap();
+    let store = s.to_str().unwrap();
+    ok(&cairn(tmp.path(), &["--store", store, "init", "w", "-q"]));
+    std::fs::write(w.join("f"), "a\n").unwrap();
+    ok(&cairn(tmp.path(), &["--store", store, "checkpoint", "-q"]));
+    std::fs::remove_dir_all(&w).unwrap();
+    let e = failed(&cairn(tmp.path(), &["--store", store, "checkpoint"]));
+    assert!(
+        e.contains("which does not exist")
+            && e.contains(&format!("`cairn --store {store} init NEWDIR --rebind`"))
+            && !e.contains("StoreBuilder"),
+        "{e}"
+    );
+}

@@ -149,6 +149,13 @@ pub fn describe(e: &anyhow::Error) -> String {
     for cause in e.chain() {
         let text = match cause.downcast_ref::<Error>() {
             Some(Error::WorkspaceMismatch(m)) => mismatch_in_cli_words(m),
+            Some(Error::WorkspaceGone { store, bound }) => format!(
+                "the store {} belongs to the workspace {}, which does not exist: if it moved, \
+                 bind the store to its new place with `cairn --store {} init NEWDIR --rebind`",
+                store.display(),
+                bound.display(),
+                store.display()
+            ),
             // A library message names the import options `import`'s flags set.
             _ => interop::in_flag_words(cause.to_string(), interop::Purpose::Import),
         };
