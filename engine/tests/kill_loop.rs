@@ -14,7 +14,12 @@
 //! `CAIRN_SOAK=1` (or `CAIRN_KILLS=N`) runs more; `CAIRN_SEED=n` picks the
 //! seed of the kill moments. A second test kills children around the
 //! moment the log trains its zstd dictionary, each on a fresh log
-//! ([`DICTIONARY_KILLS`]; `CAIRN_DICT_KILLS=N` runs more).
+//! ([`DICTIONARY_KILLS`]; `CAIRN_DICT_KILLS=N` runs more). A third kills
+//! children appending with `Durability::Never` through the memory-mapped
+//! tail, its threads growing, recycling and syncing it beside them
+//! ([`NEVER_KILLS`]; `CAIRN_NEVER_KILLS=N` runs more): a record whose
+//! append returned is in the page cache, so it must survive the death of
+//! the process.
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -48,6 +53,17 @@ const MAX_CHILD_APPENDS: u64 = 5_000;
 const SEGMENT_SIZE_BYTES: u64 = 8 * 1024;
 /// The environment variable that puts the test binary in child mode.
 const CHILD_ENV: &str = "CAIRN_KILL_CHILD_DIR";
+/// Set (with [`CHILD_ENV`]) for a child that appends with `never`.
+const NEVER_ENV: &str = "CAIRN_KILL_NEVER";
+/// Kills of `never` children under `cargo test`, each on a fresh log.
+const NEVER_KILLS: u64 = 8;
+/// The most acknowledgements a `never` parent waits for before killing:
+/// ~17 MiB of records, past two syncs of the tail's sync thread (every
+/// 8 MiB) and a roll.
+const NEVER_MAX_ACKS: u64 = 30_000;
+/// Segments of the `never` children: larger than the tail's sync step, so
+/// a segment is synced by its thread before it is sealed.
+const NEVER_SEGMENT_SIZE_BYTES: u64 = 12 << 20;
 
 /// Bodies sampled before the log trains its zstd dictionary: reached at
 /// about the 130th record (the 64th long one), so the first iterations run
@@ -93,6 +109,43 @@ fn expected_blob(lsn: u64) -> Option<Vec<u8>> {
     })
 }
 
+/// The options of a `never` child's log.
+fn never_opts() -> LogOptions {
+    LogOptions {
+        segment_size_bytes: NEVER_SEGMENT_SIZE_BYTES,
+        durability: Durability::Never,
+        ..LogOptions::default()
+    }
+}
+
+/// The event a `never` child writes at `lsn` (~600 bytes; no blob).
+fn never_event(lsn: u64) -> Event {
+    let mut e =
+        Event::new(EventKind::ToolCall, "kill-never").with_path(format!("src/f{}.rs", lsn % 11));
+    e.ts = Timestamp::from_millis(1_700_000_000_000 + lsn as i64).unwrap();
+    e.text = Some(format!(
+        "record {lsn}: {}",
+        "ran the tool and read its output; ".repeat(14 + (lsn % 7) as usize)
+    ));
+    e
+}
+
+/// Child mode with `never`: append until killed, printing `ACK <lsn>`
+/// after each append returns.
+fn never_child(dir: &Path) {
+    let log = Log::open(Arc::new(RealVfs), &dir.join("log"), never_opts()).unwrap();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for _ in 0..NEVER_MAX_ACKS * 2 {
+        let lsn = log.head().last_lsn.0 + 1;
+        assert_eq!(log.append(&never_event(lsn)).unwrap(), Lsn(lsn));
+        writeln!(out, "ACK {lsn}").unwrap();
+        if lsn.is_multiple_of(64) {
+            out.flush().unwrap();
+        }
+    }
+    out.flush().unwrap();
+}
+
 /// Child mode: append until killed, printing `ACK <lsn>` after each
 /// acknowledgement. Does nothing when run as an ordinary test.
 #[test]
@@ -101,6 +154,9 @@ fn child_main() {
         return;
     };
     let dir = PathBuf::from(dir);
+    if std::env::var_os(NEVER_ENV).is_some() {
+        return never_child(&dir);
+    }
     let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
     let blobs = BlobStore::open(vfs.clone(), &dir.join("blobs"), BlobOptions::default()).unwrap();
     let log = Log::open(vfs, &dir.join("log"), log_opts()).unwrap();
@@ -315,4 +371,79 @@ fn kill_loop_loses_no_acknowledged_record() {
         "kill_loop: {iterations} SIGKILLs, {acks_total} acknowledgements reported, highest acknowledged LSN {max_acked}, {killed_before_first_ack} kills before the first acknowledgement, 0 acknowledged records lost"
     );
     assert!(acks_total > iterations, "the children made progress");
+}
+
+/// SIGKILLs of children appending with `never`: every record whose append
+/// returned (and was reported) is there after the process died, exactly,
+/// with LSNs dense and the chain verified.
+#[test]
+fn never_kills_lose_no_record_whose_append_returned() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let kills = env_u64("CAIRN_NEVER_KILLS").unwrap_or(NEVER_KILLS);
+    let seed = env_u64("CAIRN_SEED").unwrap_or(13);
+    let mut rng = Rng(seed);
+    let exe = std::env::current_exe().unwrap();
+    let mut acks_total = 0;
+    for it in 0..kills {
+        let ctx = format!("never kill {it} (CAIRN_SEED={seed})");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        std::fs::create_dir_all(dir.join("log")).unwrap();
+        let wait_acks = rng.below(NEVER_MAX_ACKS + 1);
+        let mut child = Command::new(&exe)
+            .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, &dir)
+            .env(NEVER_ENV, "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut max_acked = 0u64;
+        let ack = |line: &str| {
+            line.strip_prefix("ACK ")
+                .map(|l| l.trim().parse::<u64>().unwrap())
+        };
+        while max_acked < wait_acks {
+            match lines.next() {
+                Some(Ok(line)) => max_acked = ack(&line).unwrap_or(max_acked).max(max_acked),
+                _ => break,
+            }
+        }
+        child.kill().unwrap();
+        for line in lines.map_while(Result::ok) {
+            max_acked = ack(&line).unwrap_or(max_acked).max(max_acked);
+        }
+        let status = child.wait().unwrap();
+        assert!(
+            !status.success(),
+            "{ctx}: the child ended by itself ({status})"
+        );
+        acks_total += max_acked;
+        let log = Log::open(Arc::new(RealVfs), &dir.join("log"), never_opts())
+            .unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        let head = log.head().last_lsn.0;
+        assert!(
+            head >= max_acked,
+            "{ctx}: acknowledged LSN {max_acked} lost (head {head})"
+        );
+        let mut n = 0;
+        for r in log.iter_from(Lsn(1)) {
+            let r = r.unwrap_or_else(|e| panic!("{ctx}: reading: {e}"));
+            n += 1;
+            assert_eq!(r.lsn.0, n, "{ctx}: LSNs dense");
+            assert_eq!(r.event, never_event(n), "{ctx}: record {n}");
+        }
+        assert_eq!(n, head, "{ctx}: iteration reaches the head");
+        let report = log.verify().unwrap();
+        assert!(
+            report.problems.is_empty(),
+            "{ctx}: verify: {:?}",
+            report.problems
+        );
+    }
+    eprintln!("kill_loop: {kills} SIGKILLs of never appenders, {acks_total} acknowledged records, none lost");
+    assert!(acks_total > kills, "the children made progress");
 }
