@@ -203,14 +203,16 @@ fn spawn_child(exe: &Path, dir: &Path) -> Child {
         .unwrap()
 }
 
-/// Reopens the store and checks every acknowledged LSN; returns the head.
-fn check(dir: &Path, max_acked: u64, iteration: u64, seed: u64) -> u64 {
-    let ctx = format!("iteration {iteration} (CAIRN_SEED={seed})");
-    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
-    let blobs = BlobStore::open(vfs.clone(), &dir.join("blobs"), BlobOptions::default())
-        .unwrap_or_else(|e| panic!("{ctx}: blob store reopen: {e}"));
-    let log = Log::open(vfs, &dir.join("log"), log_opts())
-        .unwrap_or_else(|e| panic!("{ctx}: log reopen: {e}"));
+/// Checks `log` after a kill: the head is at least `max_acked`, LSNs are
+/// dense from 1, each record is `expected(lsn)` (and passes `each`), and
+/// `verify` is clean. Returns the head.
+fn check_log(
+    log: &Log,
+    ctx: &str,
+    max_acked: u64,
+    expected: fn(u64) -> Event,
+    mut each: impl FnMut(u64),
+) -> u64 {
     let head = log.head().last_lsn.0;
     assert!(
         head >= max_acked,
@@ -221,13 +223,8 @@ fn check(dir: &Path, max_acked: u64, iteration: u64, seed: u64) -> u64 {
         let r = r.unwrap_or_else(|e| panic!("{ctx}: reading: {e}"));
         n += 1;
         assert_eq!(r.lsn.0, n, "{ctx}: LSNs dense");
-        assert_eq!(r.event, expected_event(n), "{ctx}: record {n}");
-        if let Some(b) = expected_blob(n) {
-            let got = blobs
-                .get(&BlobHash::of(&b))
-                .unwrap_or_else(|e| panic!("{ctx}: blob of record {n}: {e}"));
-            assert_eq!(got, b, "{ctx}: blob of record {n}");
-        }
+        assert_eq!(r.event, expected(n), "{ctx}: record {n}");
+        each(n);
     }
     assert_eq!(n, head, "{ctx}: iteration reaches the head");
     let report = log.verify().unwrap();
@@ -237,6 +234,24 @@ fn check(dir: &Path, max_acked: u64, iteration: u64, seed: u64) -> u64 {
         report.problems
     );
     head
+}
+
+/// Reopens the store and checks every acknowledged LSN; returns the head.
+fn check(dir: &Path, max_acked: u64, iteration: u64, seed: u64) -> u64 {
+    let ctx = format!("iteration {iteration} (CAIRN_SEED={seed})");
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let blobs = BlobStore::open(vfs.clone(), &dir.join("blobs"), BlobOptions::default())
+        .unwrap_or_else(|e| panic!("{ctx}: blob store reopen: {e}"));
+    let log = Log::open(vfs, &dir.join("log"), log_opts())
+        .unwrap_or_else(|e| panic!("{ctx}: log reopen: {e}"));
+    check_log(&log, &ctx, max_acked, expected_event, |n| {
+        if let Some(b) = expected_blob(n) {
+            let got = blobs
+                .get(&BlobHash::of(&b))
+                .unwrap_or_else(|e| panic!("{ctx}: blob of record {n}: {e}"));
+            assert_eq!(got, b, "{ctx}: blob of record {n}");
+        }
+    })
 }
 
 /// SIGKILLs landing around the moment the log trains its dictionary: each
@@ -424,25 +439,7 @@ fn never_kills_lose_no_record_whose_append_returned() {
         acks_total += max_acked;
         let log = Log::open(Arc::new(RealVfs), &dir.join("log"), never_opts())
             .unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
-        let head = log.head().last_lsn.0;
-        assert!(
-            head >= max_acked,
-            "{ctx}: acknowledged LSN {max_acked} lost (head {head})"
-        );
-        let mut n = 0;
-        for r in log.iter_from(Lsn(1)) {
-            let r = r.unwrap_or_else(|e| panic!("{ctx}: reading: {e}"));
-            n += 1;
-            assert_eq!(r.lsn.0, n, "{ctx}: LSNs dense");
-            assert_eq!(r.event, never_event(n), "{ctx}: record {n}");
-        }
-        assert_eq!(n, head, "{ctx}: iteration reaches the head");
-        let report = log.verify().unwrap();
-        assert!(
-            report.problems.is_empty(),
-            "{ctx}: verify: {:?}",
-            report.problems
-        );
+        check_log(&log, &ctx, max_acked, never_event, |_| {});
     }
     eprintln!("kill_loop: {kills} SIGKILLs of never appenders, {acks_total} acknowledged records, none lost");
     assert!(acks_total > kills, "the children made progress");
