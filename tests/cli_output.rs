@@ -819,3 +819,55 @@ fn diff_refuses_a_path_that_names_nothing() {
     ok(&cairn(ws, &["checkpoint", "-q"]));
     assert!(text(&cairn(ws, &["diff", "c1", "c3", "--", "later.txt"])).contains("+x"));
 }
+
+/// Writes `contents` to `f` in `ws` and checkpoints it.
+fn checkpoint_f(ws: &Path, contents: &str) {
+    std::fs::write(ws.join("f"), contents).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+}
+
+/// Applies `diff` to a file `f` holding `before` with `patch` (in a
+/// directory of its own, outside the workspace), when the machine has it,
+/// and checks that the file then holds `after`.
+fn applies_as_a_patch(before: &str, diff: &str, after: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("f"), before).unwrap();
+    std::fs::write(dir.join("p.diff"), diff).unwrap();
+    let run = Command::new("patch")
+        .args(["-p1", "--binary", "-i", "p.diff"])
+        .current_dir(dir)
+        .output();
+    let Ok(o) = run else {
+        eprintln!("`patch` is not installed: the diff is not applied");
+        return;
+    };
+    assert!(
+        o.status.success(),
+        "patch: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(std::fs::read_to_string(dir.join("f")).unwrap(), after);
+}
+
+/// Trial 16 D4: the human diff keeps the `\r` of a `\r\n` line, as git
+/// prints it, so the printed diff applies to the CRLF file.
+#[test]
+fn the_printed_diff_keeps_the_cr_of_crlf_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    checkpoint_f(ws, "a\r\nb\r\n"); // c1
+    checkpoint_f(ws, "a\nb\n"); // c2
+    let shown = text(&cairn(ws, &["diff", "c1", "c2"]));
+    assert_eq!(
+        shown,
+        "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-a\r\n-b\r\n+a\n+b\n"
+    );
+    applies_as_a_patch("a\r\nb\r\n", &shown, "a\nb\n");
+    // And back, with a context line.
+    checkpoint_f(ws, "a\r\nb\n"); // c3
+    let shown = text(&cairn(ws, &["diff", "c2", "c3"]));
+    assert_eq!(shown, "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-a\n+a\r\n b\n");
+    applies_as_a_patch("a\nb\n", &shown, "a\r\nb\n");
+}

@@ -1041,11 +1041,16 @@ fn split_unified<'a>(u: &'a str, a: &str, b: &str) -> ([String; 2], &'a str) {
 }
 
 /// Prints a diff's header (bold) and its hunks, colored as git colors them.
+/// The hunks are the file's lines as they are, as `show` prints a file (a
+/// diff is a patch to apply): each line is written with its own ending, so
+/// the `\r` of a `\r\n` line stays, after the color's reset as git puts
+/// it, and a lone `\r` inside a line stays where it is.
 fn print_hunks(out: &mut impl Write, st: &Style, header: &[String], hunks: &str) -> Result<()> {
     for line in header {
         writeln!(out, "{}", st.bold(line))?;
     }
-    for line in hunks.lines() {
+    for line in hunks.split_inclusive('\n') {
+        let (line, ending) = split_ending(line);
         let styled = if line.starts_with('+') {
             st.green(line)
         } else if line.starts_with('-') {
@@ -1055,9 +1060,18 @@ fn print_hunks(out: &mut impl Write, st: &Style, header: &[String], hunks: &str)
         } else {
             line.to_string()
         };
-        writeln!(out, "{styled}")?;
+        write!(out, "{styled}{ending}")?;
     }
     Ok(())
+}
+
+/// A line of a unified diff and its ending: `\r\n` or `\n` (a lone `\r`
+/// is text), or `\n` for a last line without one.
+fn split_ending(line: &str) -> (&str, &str) {
+    match line.strip_suffix("\r\n") {
+        Some(l) => (l, "\r\n"),
+        None => (line.strip_suffix('\n').unwrap_or(line), "\n"),
+    }
 }
 
 /// `cairn history PATH`.
