@@ -826,6 +826,62 @@ fn checkpoint_f(ws: &Path, contents: &str) {
     ok(&cairn(ws, &["checkpoint", "-q"]));
 }
 
+/// Trial 16 D2: blame numbers lines split at `\n` only, as the line diff
+/// compares them: a lone `\r` inside a line (which the diff crate's own
+/// line split ended a line at) no longer shifts the records credited to
+/// the lines after it.
+#[test]
+fn blame_credits_the_lines_of_a_file_with_a_lone_cr() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    checkpoint_f(ws, "a\rb\n"); // @1
+    checkpoint_f(ws, "a\rc\n"); // @2: line 1 changes
+    checkpoint_f(ws, "a\rc\nz\n"); // @3: adds line 2
+    let lines = json_lines(&text(&cairn(ws, &["blame", "head", "f", "--json"])));
+    let by: Vec<(u64, &str)> = lines
+        .iter()
+        .map(|l| (l["lsn"].as_u64().unwrap(), l["text"].as_str().unwrap()))
+        .collect();
+    assert_eq!(by, [(2, "a\rc"), (3, "z")]);
+    let shown = text(&cairn(ws, &["blame", "head", "f"]));
+    let at: Vec<&str> = shown
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(at, ["@2", "@3"], "{shown:?}");
+}
+
+/// Trial 16 D3: a line with a lone `\r` is one line of the unified diff,
+/// as `git diff` writes it, and the printed diff is a patch `patch`
+/// applies.
+#[test]
+fn a_diff_keeps_a_line_with_a_lone_cr_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    checkpoint_f(ws, "keep\nold\rtail\n"); // c1
+    checkpoint_f(ws, "keep\nnew\rtail\n"); // c2
+    let hunk = "@@ -1,2 +1,2 @@\n keep\n-old\rtail\n+new\rtail\n";
+    let j = json_lines(&text(&cairn(ws, &["diff", "c1", "c2", "--json"])));
+    assert_eq!(
+        j[0]["unified"],
+        serde_json::json!(format!("--- a/f\n+++ b/f\n{hunk}"))
+    );
+    let shown = text(&cairn(ws, &["diff", "c1", "c2"]));
+    assert_eq!(shown, format!("--- a/f\n+++ b/f\n{hunk}"));
+    applies_as_a_patch("keep\nold\rtail\n", &shown, "keep\nnew\rtail\n");
+
+    // A last line ending in a lone `\r` is a line without a newline.
+    checkpoint_f(ws, "keep\nend\r"); // c3
+    let shown = text(&cairn(ws, &["diff", "c2", "c3"]));
+    assert_eq!(
+        shown,
+        "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n keep\n-new\rtail\n+end\r\n\\ No newline at end of file\n"
+    );
+    applies_as_a_patch("keep\nnew\rtail\n", &shown, "keep\nend\r");
+}
+
 /// Applies `diff` to a file `f` holding `before` with `patch` (in a
 /// directory of its own, outside the workspace), when the machine has it,
 /// and checks that the file then holds `after`.
