@@ -927,3 +927,41 @@ fn the_printed_diff_keeps_the_cr_of_crlf_lines() {
     assert_eq!(shown, "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-a\n+a\r\n b\n");
     applies_as_a_patch("a\nb\n", &shown, "a\r\nb\n");
 }
+
+/// Trial 16 D6: `diff --json` gives each side's mode, so a change of mode
+/// alone (no `unified`) says what changed, as the text output does.
+#[cfg(unix)]
+#[test]
+fn diff_json_gives_the_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    checkpoint_f(ws, "x\n"); // c1
+    std::fs::set_permissions(ws.join("f"), PermissionsExt::from_mode(0o755)).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c2
+    std::fs::write(ws.join("g"), "g\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c3
+    let field = |d: &serde_json::Value, k: &str| d[k].clone();
+    let j = json_lines(&text(&cairn(ws, &["diff", "c1", "c2", "--json"])));
+    assert_eq!(j.len(), 1);
+    assert_eq!(j[0]["status"], "modified");
+    assert_eq!(j[0]["unified"], serde_json::Value::Null);
+    assert_eq!(
+        (field(&j[0], "old_mode"), field(&j[0], "new_mode")),
+        (serde_json::json!("644"), serde_json::json!("755"))
+    );
+    assert_eq!(
+        text(&cairn(ws, &["diff", "c1", "c2"])),
+        "f modified (mode 644 -> 755)\n"
+    );
+    // An added path has only its new mode; a removed one its old.
+    let j = json_lines(&text(&cairn(ws, &["diff", "c2", "c3", "--json"])));
+    assert_eq!(j[0]["path"], "g");
+    assert_eq!(j[0]["new_mode"], "644");
+    assert!(j[0].get("old_mode").is_none(), "{}", j[0]);
+    let j = json_lines(&text(&cairn(ws, &["diff", "c3", "c2", "--json"])));
+    assert_eq!(j[0]["status"], "removed");
+    assert_eq!(j[0]["old_mode"], "644");
+    assert!(j[0].get("new_mode").is_none(), "{}", j[0]);
+}

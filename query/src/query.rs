@@ -88,9 +88,10 @@ pub struct FileDiff {
     /// True if either side is larger than [`MAX_LINE_DIFF_BYTES`]: reported
     /// as changed, neither read nor compared line by line.
     pub too_large: bool,
-    /// The entry at the first point.
+    /// The entry at the first point: its blob, mode and kind (`None`
+    /// where the path is not in that point's tree).
     pub old: Option<TreeEntry>,
-    /// The entry at the second point.
+    /// The entry at the second point: its blob, mode and kind.
     pub new: Option<TreeEntry>,
     /// On an added path: the removed path of this diff that held the same
     /// contents, so the file was moved here (see [`crate::renames`]).

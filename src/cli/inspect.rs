@@ -896,6 +896,13 @@ pub fn diff(
             if let Some(u) = d.rename_unified.as_ref().filter(|_| renamed_from.is_some()) {
                 v["rename_unified"] = serde_json::json!(u);
             }
+            // Each side's mode where that side is known, so a change of
+            // mode alone (`unified` is null then) is visible too.
+            for (key, side) in [("old_mode", d.old), ("new_mode", d.new)] {
+                if let Some(e) = side {
+                    v[key] = serde_json::json!(json_mode(&e));
+                }
+            }
             writeln!(out, "{v}")?;
             continue;
         }
@@ -1023,6 +1030,12 @@ fn mode_change(d: &cairn::query::query::FileDiff) -> Option<String> {
     } else {
         None
     }
+}
+
+/// A tree entry's mode as `--json` spells it: octal digits, as `tree
+/// --json` gives them (`644`, `755`).
+fn json_mode(e: &cairn::query::source::TreeEntry) -> String {
+    format!("{:o}", e.mode)
 }
 
 /// A text diff's `---`/`+++` header lines, with the path quoted as every
