@@ -965,3 +965,28 @@ fn diff_json_gives_the_modes() {
     assert_eq!(j[0]["old_mode"], "644");
     assert!(j[0].get("new_mode").is_none(), "{}", j[0]);
 }
+
+/// Trial 16 D8: blame of a directory says it is one, as `show` does,
+/// rather than that it does not exist.
+#[test]
+fn blame_of_a_directory_says_it_is_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::create_dir(ws.join("d")).unwrap();
+    std::fs::write(ws.join("d/a"), "1\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    let said = "`d` is a directory at LSN 1, not a file: `cairn tree` lists its files";
+    let o = cairn(ws, &["show", "c1:d"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains(said),
+        "{}",
+        stderr(&o)
+    );
+    for args in [["blame", "c1", "d"], ["blame", "c1", "d/"]] {
+        let o = cairn(ws, &args);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(said), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    }
+}

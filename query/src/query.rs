@@ -1178,10 +1178,7 @@ impl<'a> Query<'a> {
         let at = self.resolve(p)?;
         let entry = self
             .entry_at(at, path)?
-            .ok_or_else(|| QueryError::NoSuchPath {
-                path: path.to_string(),
-                at,
-            })?;
+            .ok_or_else(|| self.not_a_file(at, path))?;
         if is_binary(&self.blobs.get(&entry.blob)?) {
             return Err(QueryError::Invalid(format!(
                 "`{path}` is binary at LSN {at}; blame needs text"

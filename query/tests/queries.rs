@@ -907,3 +907,20 @@ fn a_lone_cr_stays_inside_its_line() {
         Some("--- a/g\n+++ b/g\n@@ -1,2 +1,2 @@\n keep\n-old\rtail\n+new\rtail\n")
     );
 }
+
+/// Trial 16 D8: blame of a directory says it is one, as `show` does.
+#[test]
+fn blame_of_a_directory_says_it_is_one() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let m = SnapshotManifests(&blobs);
+    write(&log, &blobs, "d/a", b"1\n"); // 1
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+    let e = q.blame(at(1), "d").unwrap_err().to_string();
+    assert!(e.contains("`d` is a directory at LSN 1, not a file"), "{e}");
+    assert!(matches!(
+        q.blame(at(1), "nothere"),
+        Err(QueryError::NoSuchPath { .. })
+    ));
+}
