@@ -819,3 +819,174 @@ fn diff_refuses_a_path_that_names_nothing() {
     ok(&cairn(ws, &["checkpoint", "-q"]));
     assert!(text(&cairn(ws, &["diff", "c1", "c3", "--", "later.txt"])).contains("+x"));
 }
+
+/// Writes `contents` to `f` in `ws` and checkpoints it.
+fn checkpoint_f(ws: &Path, contents: &str) {
+    std::fs::write(ws.join("f"), contents).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"]));
+}
+
+/// Trial 16 D2: blame numbers lines split at `\n` only, as the line diff
+/// compares them: a lone `\r` inside a line (which the diff crate's own
+/// line split ended a line at) no longer shifts the records credited to
+/// the lines after it.
+#[test]
+fn blame_credits_the_lines_of_a_file_with_a_lone_cr() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    checkpoint_f(ws, "a\rb\n"); // @1
+    checkpoint_f(ws, "a\rc\n"); // @2: line 1 changes
+    checkpoint_f(ws, "a\rc\nz\n"); // @3: adds line 2
+    let lines = json_lines(&text(&cairn(ws, &["blame", "head", "f", "--json"])));
+    let by: Vec<(u64, &str)> = lines
+        .iter()
+        .map(|l| (l["lsn"].as_u64().unwrap(), l["text"].as_str().unwrap()))
+        .collect();
+    assert_eq!(by, [(2, "a\rc"), (3, "z")]);
+    let shown = text(&cairn(ws, &["blame", "head", "f"]));
+    let at: Vec<&str> = shown
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(at, ["@2", "@3"], "{shown:?}");
+}
+
+/// Trial 16 D3: a line with a lone `\r` is one line of the unified diff,
+/// as `git diff` writes it, and the printed diff is a patch `patch`
+/// applies.
+#[test]
+fn a_diff_keeps_a_line_with_a_lone_cr_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    checkpoint_f(ws, "keep\nold\rtail\n"); // c1
+    checkpoint_f(ws, "keep\nnew\rtail\n"); // c2
+    let hunk = "@@ -1,2 +1,2 @@\n keep\n-old\rtail\n+new\rtail\n";
+    let j = json_lines(&text(&cairn(ws, &["diff", "c1", "c2", "--json"])));
+    assert_eq!(
+        j[0]["unified"],
+        serde_json::json!(format!("--- a/f\n+++ b/f\n{hunk}"))
+    );
+    let shown = text(&cairn(ws, &["diff", "c1", "c2"]));
+    assert_eq!(shown, format!("--- a/f\n+++ b/f\n{hunk}"));
+    applies_as_a_patch("keep\nold\rtail\n", &shown, "keep\nnew\rtail\n");
+
+    // A last line ending in a lone `\r` is a line without a newline.
+    checkpoint_f(ws, "keep\nend\r"); // c3
+    let shown = text(&cairn(ws, &["diff", "c2", "c3"]));
+    assert_eq!(
+        shown,
+        "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n keep\n-new\rtail\n+end\r\n\\ No newline at end of file\n"
+    );
+    applies_as_a_patch("keep\nnew\rtail\n", &shown, "keep\nend\r");
+}
+
+/// Applies `diff` to a file `f` holding `before` with `patch` (in a
+/// directory of its own, outside the workspace), when the machine has it,
+/// and checks that the file then holds `after`.
+fn applies_as_a_patch(before: &str, diff: &str, after: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("f"), before).unwrap();
+    std::fs::write(dir.join("p.diff"), diff).unwrap();
+    let run = Command::new("patch")
+        .args(["-p1", "--binary", "-i", "p.diff"])
+        .current_dir(dir)
+        .output();
+    let Ok(o) = run else {
+        eprintln!("`patch` is not installed: the diff is not applied");
+        return;
+    };
+    assert!(
+        o.status.success(),
+        "patch: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(std::fs::read_to_string(dir.join("f")).unwrap(), after);
+}
+
+/// Trial 16 D4: the human diff keeps the `\r` of a `\r\n` line, as git
+/// prints it, so the printed diff applies to the CRLF file.
+#[test]
+fn the_printed_diff_keeps_the_cr_of_crlf_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    checkpoint_f(ws, "a\r\nb\r\n"); // c1
+    checkpoint_f(ws, "a\nb\n"); // c2
+    let shown = text(&cairn(ws, &["diff", "c1", "c2"]));
+    assert_eq!(
+        shown,
+        "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-a\r\n-b\r\n+a\n+b\n"
+    );
+    applies_as_a_patch("a\r\nb\r\n", &shown, "a\nb\n");
+    // And back, with a context line.
+    checkpoint_f(ws, "a\r\nb\n"); // c3
+    let shown = text(&cairn(ws, &["diff", "c2", "c3"]));
+    assert_eq!(shown, "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-a\n+a\r\n b\n");
+    applies_as_a_patch("a\nb\n", &shown, "a\r\nb\n");
+}
+
+/// Trial 16 D6: `diff --json` gives each side's mode, so a change of mode
+/// alone (no `unified`) says what changed, as the text output does.
+#[cfg(unix)]
+#[test]
+fn diff_json_gives_the_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    checkpoint_f(ws, "x\n"); // c1
+    std::fs::set_permissions(ws.join("f"), PermissionsExt::from_mode(0o755)).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c2
+    std::fs::write(ws.join("g"), "g\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c3
+    let field = |d: &serde_json::Value, k: &str| d[k].clone();
+    let j = json_lines(&text(&cairn(ws, &["diff", "c1", "c2", "--json"])));
+    assert_eq!(j.len(), 1);
+    assert_eq!(j[0]["status"], "modified");
+    assert_eq!(j[0]["unified"], serde_json::Value::Null);
+    assert_eq!(
+        (field(&j[0], "old_mode"), field(&j[0], "new_mode")),
+        (serde_json::json!("644"), serde_json::json!("755"))
+    );
+    assert_eq!(
+        text(&cairn(ws, &["diff", "c1", "c2"])),
+        "f modified (mode 644 -> 755)\n"
+    );
+    // An added path has only its new mode; a removed one its old.
+    let j = json_lines(&text(&cairn(ws, &["diff", "c2", "c3", "--json"])));
+    assert_eq!(j[0]["path"], "g");
+    assert_eq!(j[0]["new_mode"], "644");
+    assert!(j[0].get("old_mode").is_none(), "{}", j[0]);
+    let j = json_lines(&text(&cairn(ws, &["diff", "c3", "c2", "--json"])));
+    assert_eq!(j[0]["status"], "removed");
+    assert_eq!(j[0]["old_mode"], "644");
+    assert!(j[0].get("new_mode").is_none(), "{}", j[0]);
+}
+
+/// Trial 16 D8: blame of a directory says it is one, as `show` does,
+/// rather than that it does not exist.
+#[test]
+fn blame_of_a_directory_says_it_is_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::create_dir(ws.join("d")).unwrap();
+    std::fs::write(ws.join("d/a"), "1\n").unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c1
+    let said = "`d` is a directory at LSN 1, not a file: `cairn tree` lists its files";
+    let o = cairn(ws, &["show", "c1:d"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains(said),
+        "{}",
+        stderr(&o)
+    );
+    for args in [["blame", "c1", "d"], ["blame", "c1", "d/"]] {
+        let o = cairn(ws, &args);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(said), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    }
+}

@@ -5,7 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
-use similar::{DiffOp, TextDiff};
+use similar::udiff::UnifiedHunkHeader;
+use similar::{ChangeTag, DiffOp, TextDiff};
 
 use cairn_codec::{BlobHash, CheckpointId, EventKind, Lsn, Timestamp};
 use cairn_snapshot::checkpoint::NotCaptured;
@@ -37,11 +38,22 @@ pub const MAX_LINE_DIFF_BYTES: u64 = 16 << 20;
 /// megabytes otherwise take minutes (the search is O(N·D)).
 pub const LINE_DIFF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The line diff of `old` and `new`, bounded by [`LINE_DIFF_TIMEOUT`].
-fn line_diff<'a>(old: &'a str, new: &'a str) -> TextDiff<'a, 'a, 'a, str> {
+/// The lines of `text` as `diff` compares them and `blame` numbers them,
+/// each with its ending: split after each `\n` only, as git splits them.
+/// A `\r\n` line is one line whose text ends in `\r`, and a lone `\r`
+/// stays inside its line (the `similar` crate's own line split also ends
+/// a line there, which shifted blame's line numbers and broke a unified
+/// diff's lines apart). A last line without `\n` is a line too.
+pub fn split_lines(text: &str) -> Vec<&str> {
+    text.split_inclusive('\n').collect()
+}
+
+/// The line diff of `old` and `new` (lines as [`split_lines`] gives them),
+/// bounded by [`LINE_DIFF_TIMEOUT`].
+fn line_diff<'a>(old: &'a [&'a str], new: &'a [&'a str]) -> TextDiff<'a, 'a, 'a, str> {
     TextDiff::configure()
         .timeout(LINE_DIFF_TIMEOUT)
-        .diff_lines(old, new)
+        .diff_slices(old, new)
 }
 
 /// How many moves blame follows back through, so a path moved back and
@@ -76,9 +88,10 @@ pub struct FileDiff {
     /// True if either side is larger than [`MAX_LINE_DIFF_BYTES`]: reported
     /// as changed, neither read nor compared line by line.
     pub too_large: bool,
-    /// The entry at the first point.
+    /// The entry at the first point: its blob, mode and kind (`None`
+    /// where the path is not in that point's tree).
     pub old: Option<TreeEntry>,
-    /// The entry at the second point.
+    /// The entry at the second point: its blob, mode and kind.
     pub new: Option<TreeEntry>,
     /// On an added path: the removed path of this diff that held the same
     /// contents, so the file was moved here (see [`crate::renames`]).
@@ -95,8 +108,6 @@ pub struct FileDiff {
     pub rename_unified: Option<String>,
 }
 
-/// The unified diff of two files' bytes (read as UTF-8, lossily) under
-/// the headers `a` and `b`.
 /// A path filter of [`Query::diff`], checked: workspace-relative as
 /// records name paths (a trailing `/` for a directory is allowed).
 fn diff_filter(p: &str) -> Result<String> {
@@ -110,13 +121,40 @@ fn diff_filter(p: &str) -> Result<String> {
     Ok(trimmed.to_string())
 }
 
+/// The unified diff of two files' bytes (read as UTF-8, lossily) under
+/// the headers `a` and `b`, with [`DIFF_CONTEXT_LINES`] of context, as
+/// `git diff` writes it: lines split at `\n` only ([`split_lines`]), each
+/// written with its own ending (a `\r` in or at the end of a line is kept
+/// as it is), and a last line without `\n` followed by `\ No newline at
+/// end of file`. Empty when no line differs.
 fn unified_diff(old: &[u8], new: &[u8], a: &str, b: &str) -> String {
     let (os, ns) = (String::from_utf8_lossy(old), String::from_utf8_lossy(new));
-    line_diff(os.as_ref(), ns.as_ref())
-        .unified_diff()
-        .context_radius(DIFF_CONTEXT_LINES)
-        .header(a, b)
-        .to_string()
+    let (ol, nl) = (split_lines(&os), split_lines(&ns));
+    let diff = line_diff(&ol, &nl);
+    let mut out = String::new();
+    for hunk in diff.grouped_ops(DIFF_CONTEXT_LINES) {
+        if hunk.is_empty() {
+            continue;
+        }
+        if out.is_empty() {
+            out.push_str(&format!("--- {a}\n+++ {b}\n"));
+        }
+        out.push_str(&format!("{}\n", UnifiedHunkHeader::new(&hunk)));
+        for change in hunk.iter().flat_map(|op| diff.iter_changes(op)) {
+            push_diff_line(&mut out, change.tag(), change.value());
+        }
+    }
+    out
+}
+
+/// Appends one line of a hunk: its sign, then the line with its ending;
+/// a last line without `\n` gets one, and git's note that it had none.
+fn push_diff_line(out: &mut String, tag: ChangeTag, line: &str) {
+    out.push_str(&tag.to_string());
+    out.push_str(line);
+    if !line.ends_with('\n') {
+        out.push_str("\n\\ No newline at end of file\n");
+    }
 }
 
 /// One line of a blamed file: the record that last changed it.
@@ -124,7 +162,8 @@ fn unified_diff(old: &[u8], new: &[u8], a: &str, b: &str) -> String {
 pub struct BlameLine {
     /// 1-based line number.
     pub line_no: usize,
-    /// The line's text, without its line ending.
+    /// The line's text, without its line ending (`\n` or `\r\n`; lines
+    /// are split at `\n` only, so a lone `\r` is part of the text).
     pub text: String,
     /// The record that wrote this line.
     pub lsn: Lsn,
@@ -145,6 +184,13 @@ pub struct BlameLine {
     /// [`kind`](Self::kind) name that first checkpoint (git's "boundary"
     /// commit).
     pub before_history: bool,
+}
+
+/// A line of [`split_lines`] without its ending: the `\n` or `\r\n` that
+/// ends it, not a lone `\r` (which is text) nor a second `\r`.
+fn line_text(line: &str) -> &str {
+    line.strip_suffix('\n')
+        .map_or(line, |l| l.strip_suffix('\r').unwrap_or(l))
 }
 
 /// The attribution of a line that predates the log's history (see
@@ -1132,10 +1178,7 @@ impl<'a> Query<'a> {
         let at = self.resolve(p)?;
         let entry = self
             .entry_at(at, path)?
-            .ok_or_else(|| QueryError::NoSuchPath {
-                path: path.to_string(),
-                at,
-            })?;
+            .ok_or_else(|| self.not_a_file(at, path))?;
         if is_binary(&self.blobs.get(&entry.blob)?) {
             return Err(QueryError::Invalid(format!(
                 "`{path}` is binary at LSN {at}; blame needs text"
@@ -1146,7 +1189,7 @@ impl<'a> Query<'a> {
         let mut cache: HashMap<Lsn, Record> = HashMap::new();
         let mut out = Vec::with_capacity(attr.len());
         let first_capture = self.index.resets().first().map(|r| r.lsn);
-        for (i, (line, l)) in text.split_inclusive('\n').zip(attr).enumerate() {
+        for (i, (line, l)) in split_lines(&text).into_iter().zip(attr).enumerate() {
             let before_history = l == BEFORE_HISTORY;
             let l = match first_capture {
                 Some(first) if before_history => first,
@@ -1158,10 +1201,7 @@ impl<'a> Query<'a> {
             };
             out.push(BlameLine {
                 line_no: i + 1,
-                text: line
-                    .trim_end_matches('\n')
-                    .trim_end_matches('\r')
-                    .to_string(),
+                text: line_text(line).to_string(),
                 lsn: l,
                 session: e.session.clone(),
                 model: e.model.clone().filter(|_| !before_history),
@@ -1324,8 +1364,9 @@ impl<'a> Query<'a> {
                 && events.first().is_none_or(|e| *e >= l)
                 && self.index.resets().first().is_some_and(|r| r.lsn == l);
             let credit = if first_capture { BEFORE_HISTORY } else { l };
-            let diff = line_diff(text.as_str(), new_text.as_str());
-            let mut new_attr = vec![credit; diff.new_slices().len()];
+            let (old_lines, new_lines) = (split_lines(&text), split_lines(&new_text));
+            let diff = line_diff(&old_lines, &new_lines);
+            let mut new_attr = vec![credit; new_lines.len()];
             for op in diff.ops() {
                 if let DiffOp::Equal {
                     old_index,

@@ -867,3 +867,60 @@ fn blame_gives_the_lines_a_rollback_restored_to_their_writers() {
     assert_eq!(by(8), [(2, s1), (4, s2)], "the redo");
     assert_eq!(by(8), by(5));
 }
+
+/// Trial 16 D2, D3: lines are split at `\n` only, so a lone `\r` stays
+/// inside its line, both where blame numbers the lines and credits them
+/// and in the unified diff (the diff crate's own line split ended a line
+/// at a lone `\r`).
+#[test]
+fn a_lone_cr_stays_inside_its_line() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let m = SnapshotManifests(&blobs);
+    write(&log, &blobs, "f", b"a\rb\n"); // 1
+    write(&log, &blobs, "f", b"a\rc\n"); // 2: line 1 changes
+    write(&log, &blobs, "f", b"a\rc\nz\n"); // 3: adds line 2
+    write(&log, &blobs, "g", b"keep\nold\rtail\n"); // 4
+    write(&log, &blobs, "g", b"keep\nnew\rtail\n"); // 5
+    write(&log, &blobs, "h", b"x\r\ny\r\r\nend\r"); // 6
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+
+    let blame = q.blame(Point::Head, "f").unwrap();
+    let by: Vec<(usize, u64, &str)> = blame
+        .iter()
+        .map(|b| (b.line_no, b.lsn.0, b.text.as_str()))
+        .collect();
+    assert_eq!(by, [(1, 2, "a\rc"), (2, 3, "z")]);
+    // A line's text loses its `\n` or `\r\n`, not a lone `\r`.
+    let texts: Vec<String> = q
+        .blame(Point::Head, "h")
+        .unwrap()
+        .into_iter()
+        .map(|b| b.text)
+        .collect();
+    assert_eq!(texts, ["x", "y\r", "end\r"]);
+
+    let d = q.diff(at(4), at(5), &[]).unwrap();
+    assert_eq!(
+        d[0].unified.as_deref(),
+        Some("--- a/g\n+++ b/g\n@@ -1,2 +1,2 @@\n keep\n-old\rtail\n+new\rtail\n")
+    );
+}
+
+/// Trial 16 D8: blame of a directory says it is one, as `show` does.
+#[test]
+fn blame_of_a_directory_says_it_is_one() {
+    let log = MemLog::new();
+    let blobs = MemBlobs::new();
+    let m = SnapshotManifests(&blobs);
+    write(&log, &blobs, "d/a", b"1\n"); // 1
+    let ix = Index::build(&log).unwrap();
+    let q = Query::new(&log, &blobs, &m, &ix);
+    let e = q.blame(at(1), "d").unwrap_err().to_string();
+    assert!(e.contains("`d` is a directory at LSN 1, not a file"), "{e}");
+    assert!(matches!(
+        q.blame(at(1), "nothere"),
+        Err(QueryError::NoSuchPath { .. })
+    ));
+}

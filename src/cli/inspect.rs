@@ -896,6 +896,13 @@ pub fn diff(
             if let Some(u) = d.rename_unified.as_ref().filter(|_| renamed_from.is_some()) {
                 v["rename_unified"] = serde_json::json!(u);
             }
+            // Each side's mode where that side is known, so a change of
+            // mode alone (`unified` is null then) is visible too.
+            for (key, side) in [("old_mode", d.old), ("new_mode", d.new)] {
+                if let Some(e) = side {
+                    v[key] = serde_json::json!(json_mode(&e));
+                }
+            }
             writeln!(out, "{v}")?;
             continue;
         }
@@ -1025,6 +1032,12 @@ fn mode_change(d: &cairn::query::query::FileDiff) -> Option<String> {
     }
 }
 
+/// A tree entry's mode as `--json` spells it: octal digits, as `tree
+/// --json` gives them (`644`, `755`).
+fn json_mode(e: &cairn::query::source::TreeEntry) -> String {
+    format!("{:o}", e.mode)
+}
+
 /// A text diff's `---`/`+++` header lines, with the path quoted as every
 /// listing quotes it (git's `--- "a/nl\nname"`), and its hunks. The header
 /// is the one the query wrote (`a` is `a/PATH` or `/dev/null`, `b` is
@@ -1041,11 +1054,16 @@ fn split_unified<'a>(u: &'a str, a: &str, b: &str) -> ([String; 2], &'a str) {
 }
 
 /// Prints a diff's header (bold) and its hunks, colored as git colors them.
+/// The hunks are the file's lines as they are, as `show` prints a file (a
+/// diff is a patch to apply): each line is written with its own ending, so
+/// the `\r` of a `\r\n` line stays, after the color's reset as git puts
+/// it, and a lone `\r` inside a line stays where it is.
 fn print_hunks(out: &mut impl Write, st: &Style, header: &[String], hunks: &str) -> Result<()> {
     for line in header {
         writeln!(out, "{}", st.bold(line))?;
     }
-    for line in hunks.lines() {
+    for line in hunks.split_inclusive('\n') {
+        let (line, ending) = split_ending(line);
         let styled = if line.starts_with('+') {
             st.green(line)
         } else if line.starts_with('-') {
@@ -1055,9 +1073,18 @@ fn print_hunks(out: &mut impl Write, st: &Style, header: &[String], hunks: &str)
         } else {
             line.to_string()
         };
-        writeln!(out, "{styled}")?;
+        write!(out, "{styled}{ending}")?;
     }
     Ok(())
+}
+
+/// A line of a unified diff and its ending: `\r\n` or `\n` (a lone `\r`
+/// is text), or `\n` for a last line without one.
+fn split_ending(line: &str) -> (&str, &str) {
+    match line.strip_suffix("\r\n") {
+        Some(l) => (l, "\r\n"),
+        None => (line.strip_suffix('\n').unwrap_or(line), "\n"),
+    }
 }
 
 /// `cairn history PATH`.
