@@ -76,7 +76,9 @@ pub use cairn_snapshot::{
     RollbackRequest, ScanMode, SnapshotError, SnapshotOptions, WatchStats,
 };
 pub use error::{Error, Result};
-pub use queries::{ImportOptions, StoreStats, StoreVerifyReport};
+pub use queries::{
+    CollectedCheckpoint, CollectedCheckpoints, ImportOptions, StoreStats, StoreVerifyReport,
+};
 pub use session::{SafePoint, Session};
 pub use store::{Store, StoreBuilder};
 

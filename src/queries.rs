@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use cairn_codec::{BlobHash, ChainHash, CheckpointId, Lsn};
+use cairn_codec::{BlobHash, ChainHash, CheckpointId, Event, EventKind, Lsn};
 use cairn_engine::log::{Head, LogReader, LogStats, Record, VerifyReport};
 use cairn_engine::EngineError;
 use cairn_query::export::{ExportStats, Format};
@@ -88,7 +88,65 @@ pub struct ImportOptions {
     /// line anywhere else, or a last line whose JSON is whole, is refused
     /// as ever.
     pub skip_torn_tail: bool,
+    /// What to do with a `checkpoint.create` line that copies a checkpoint
+    /// of this store whose files gc collected after it was discarded (the
+    /// store's own export, taken before or after that gc, imported back):
+    /// refuse the input (the default), or record the line without those
+    /// files. See [`CollectedCheckpoints`].
+    pub collected_checkpoints: CollectedCheckpoints,
 }
+
+/// What an import does with a `checkpoint.create` line whose files gc
+/// collected: a line that is a copy of the record of a checkpoint of this
+/// store (the same event) that was discarded, and whose tree or
+/// application state gc has since deleted. Imported as it is, it would be
+/// a checkpoint that can never be restored, and whose missing tree every
+/// later gc would trip over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CollectedCheckpoints {
+    /// Refuse the input at such a line, saying which checkpoint it copies
+    /// and naming [`CollectedCheckpoints::Record`] (nothing of the input
+    /// is recorded, as for any bad line).
+    #[default]
+    Refuse,
+    /// Record such a line as a checkpoint record without files: its blob
+    /// hashes (`root`, `state`) move to the record's `meta.collected`
+    /// (see [`cairn_snapshot::COLLECTED_KEY`]), with the checkpoint it
+    /// copies and where that one was discarded. Like a checkpoint record
+    /// imported from another tool, it is no checkpoint: a rollback to it
+    /// is refused ([`cairn_snapshot::SnapshotError::CollectedCheckpoint`]).
+    /// [`ImportReport::collected`] lists each such record.
+    Record,
+}
+
+impl CollectedCheckpoints {
+    /// The name the command line gives it (`--collected-checkpoints`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectedCheckpoints::Refuse => "refuse",
+            CollectedCheckpoints::Record => "record",
+        }
+    }
+}
+
+impl std::str::FromStr for CollectedCheckpoints {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "refuse" => Ok(CollectedCheckpoints::Refuse),
+            "record" => Ok(CollectedCheckpoints::Record),
+            _ => Err(format!("unknown mode `{s}`: expected `refuse` or `record`")),
+        }
+    }
+}
+
+/// The words of an import error for the option that records a checkpoint
+/// line whose files gc collected ([`CollectedCheckpoints::Record`]); the
+/// command line puts its flag in their place.
+pub const RECORD_COLLECTED_OPTION: &str =
+    "`ImportOptions::with_collected_checkpoints(CollectedCheckpoints::Record)`";
 
 impl ImportOptions {
     /// Options that import input recorded already, again.
@@ -116,6 +174,15 @@ impl ImportOptions {
             ..self
         }
     }
+
+    /// These options, with what to do with a checkpoint line whose files
+    /// gc collected (see [`ImportOptions::collected_checkpoints`]).
+    pub fn with_collected_checkpoints(self, mode: CollectedCheckpoints) -> ImportOptions {
+        ImportOptions {
+            collected_checkpoints: mode,
+            ..self
+        }
+    }
 }
 
 /// What an import recorded, and the torn last line it skipped
@@ -128,6 +195,25 @@ pub struct ImportReport {
     /// The input's torn last line, skipped (only with
     /// [`ImportOptions::skip_torn_tail`]).
     pub torn_tail: Option<TornTail>,
+    /// The checkpoint lines recorded without the files gc had collected
+    /// (only with [`CollectedCheckpoints::Record`]), in input order.
+    pub collected: Vec<CollectedCheckpoint>,
+}
+
+/// A `checkpoint.create` line an import recorded without its files, which
+/// gc had collected (see [`CollectedCheckpoints::Record`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CollectedCheckpoint {
+    /// Its line number, from 1.
+    pub line: u64,
+    /// The record made of it: a checkpoint record without files, which
+    /// cannot be rolled back to.
+    pub id: CheckpointId,
+    /// The checkpoint of this store whose record the line copies.
+    pub copy_of: CheckpointId,
+    /// Where that checkpoint was discarded.
+    pub discarded_at: Lsn,
 }
 
 /// A torn last line an import skipped: the input ends in it without a line
@@ -534,6 +620,8 @@ impl Store {
                 Err(e) => return Err(nothing.rejected(bad_line(e, &lines), name)),
             };
             item.settle_blobs(|h| self.blobs.contains(h));
+            self.settle_collected(&mut item, opts.collected_checkpoints, name)
+                .map_err(|e| nothing.rejected(e, name))?;
             self.check_imported(&item, name)
                 .map_err(|e| nothing.rejected(e, name))?;
             // An event over the body limit is refused here, by its line, as
@@ -686,6 +774,9 @@ impl Store {
         };
         let mut lines = cairn_query::import::lines(format, input, file_name);
         let mut batch: Vec<Imported> = Vec::new();
+        // The lines of `batch` that copy a checkpoint whose files gc
+        // collected, recorded without them: where in it, and which.
+        let mut collected: Vec<(usize, CollectedCopy)> = Vec::new();
         let mut batch_from = 0u64;
         let mut done = ImportDone::default();
         let mut first = true;
@@ -754,6 +845,14 @@ impl Store {
                         }
                         recorded = None;
                     }
+                    // (After the lines recorded before are found: they are
+                    // found by the line as it is, as the store recorded it.)
+                    let copy = self
+                        .settle_collected(&mut item, opts.collected_checkpoints, file_name)
+                        .map_err(|e| done.rejected(e, file_name))?;
+                    if let Some(copy) = copy {
+                        collected.push((batch.len(), copy));
+                    }
                     batch.push(item)
                 }
                 Some(Err(_)) if opts.skip_torn_tail && lines.torn() => {
@@ -771,7 +870,7 @@ impl Store {
             if let (true, Known::Read(progress)) = (end - batch_from >= batch_bytes, &mut known) {
                 let at = (end, lines.get_ref().hash());
                 self.import_batch(
-                    &mut batch,
+                    (&mut batch, &mut collected),
                     file_name,
                     &mut done,
                     progress,
@@ -799,7 +898,7 @@ impl Store {
                 None => (input.position(), input.hash()),
             };
             self.import_batch(
-                &mut batch,
+                (&mut batch, &mut collected),
                 file_name,
                 &mut done,
                 progress,
@@ -810,6 +909,7 @@ impl Store {
         Ok(Read::Done(ImportReport {
             range: done.range,
             torn_tail,
+            collected: done.collected,
         }))
     }
 
@@ -818,9 +918,12 @@ impl Store {
     /// the input up to `end` (whose first `end` bytes hash to `hash`) is
     /// recorded; empties `batch`. `leading` is the LSN of the input's first
     /// line when it was recorded before this import (found by its event).
+    /// `collected` names the lines of `batch` (by their place in it) made
+    /// records without the files gc collected, which `done` then lists with
+    /// their LSNs; it is emptied too.
     fn import_batch(
         &self,
-        batch: &mut Vec<Imported>,
+        (batch, collected): (&mut Vec<Imported>, &mut Vec<(usize, CollectedCopy)>),
         file_name: &str,
         done: &mut ImportDone,
         progress: &mut Progress,
@@ -830,6 +933,7 @@ impl Store {
         let Some(last_line) = batch.last().map(|i| i.line) else {
             return Ok(());
         };
+        let lines: Vec<u64> = batch.iter().map(|i| i.line).collect();
         let mut events = Vec::with_capacity(batch.len());
         let mut digest = import_journal::Digest::default();
         for item in batch.drain(..) {
@@ -841,7 +945,7 @@ impl Store {
             }
             self.check_imported(&item, file_name)
                 .map_err(|e| done.rejected(e, file_name))?;
-            self.check_refs(&item.event, &events).map_err(|why| {
+            self.check_refs(&item.event, &events, true).map_err(|why| {
                 done.rejected(format!("{file_name}:{}: {why}", item.line), file_name)
             })?;
             // (An event over the body limit: a line an input read once, from
@@ -870,7 +974,7 @@ impl Store {
         progress.file.entries[entry].push(checkpoint);
         progress.save(self).map_err(journal_error)?;
         let got = self
-            .append_batch(&events)
+            .append_batch_checked(&events, true)
             .map_err(|e| done.error(e.to_string(), file_name))?;
         if let Some((a, b)) = got {
             if (a.0, b.0) != (first, last) {
@@ -879,6 +983,14 @@ impl Store {
             }
             done.range = Some((done.range.map_or(a, |r| r.0), b));
             done.lines = last_line;
+            for (i, copy) in collected.drain(..) {
+                done.collected.push(CollectedCheckpoint {
+                    line: lines.get(i).copied().unwrap_or(last_line),
+                    id: CheckpointId(Lsn(a.0 + i as u64)),
+                    copy_of: copy.id,
+                    discarded_at: copy.discarded_at,
+                });
+            }
         }
         Ok(())
     }
@@ -904,11 +1016,8 @@ impl Store {
             }
         }
         match self.missing_blob(&e) {
-            Some(h) => Err(at(match self.collected_tree_of(h) {
-                Some((id, discarded)) => format!(
-                    "the {} event's `root` {h} is the tree of checkpoint {id} of this store, discarded at LSN {discarded}, whose contents gc has since deleted: a checkpoint whose tree is gone cannot be imported (it could never be restored); import the lines after it, or into a store that still holds that tree",
-                    e.kind
-                ),
+            Some(h) => Err(at(match self.collected_copy(&item.event) {
+                Some(copy) => copy.refusal(),
                 None => format!(
                     "the {} event refers to blob {h}, which is not in this store (canonical JSONL carries blob hashes, not contents: import an export into the store it came from, or a store holding its blobs)",
                     e.kind
@@ -918,20 +1027,131 @@ impl Store {
         }
     }
 
-    /// The discarded checkpoint of this store whose tree `root` was, and
-    /// where it was discarded: when an import names a tree gc collected,
-    /// the error says so instead of suggesting another store.
-    fn collected_tree_of(&self, root: BlobHash) -> Option<(CheckpointId, Lsn)> {
-        self.query(|q| {
-            Ok(q.index()
-                .checkpoints(None)
-                .into_iter()
-                .find(|c| c.root == Some(root) && c.discarded_at.is_some())
-                .and_then(|c| Some((c.id, c.discarded_at?))))
-        })
-        .ok()
-        .flatten()
+    /// The discarded checkpoint of this store whose record `e` copies (the
+    /// same event), when `e` is a `checkpoint.create` naming a blob the
+    /// store no longer holds: gc collected it (the tree or the application
+    /// state of a discarded checkpoint). An import of the store's own
+    /// export, taken before or after that gc, meets such lines; the error
+    /// says so instead of suggesting another store, and
+    /// [`CollectedCheckpoints::Record`] records them without the blobs.
+    fn collected_copy(&self, e: &Event) -> Option<CollectedCopy> {
+        if e.kind != EventKind::CheckpointCreate {
+            return None;
+        }
+        let root = e.root?;
+        let missing = blob_fields(e).find(|(_, h)| !self.blobs.contains(h))?;
+        let discarded: Vec<(CheckpointId, Lsn)> = self
+            .query(|q| {
+                Ok(q.index()
+                    .checkpoints(None)
+                    .into_iter()
+                    .filter(|c| c.root == Some(root))
+                    .filter_map(|c| Some((c.id, c.discarded_at?)))
+                    .collect())
+            })
+            .ok()?;
+        discarded
+            .into_iter()
+            .find(|(id, _)| self.record(id.0).is_ok_and(|r| r.event == *e))
+            .map(|(id, discarded_at)| CollectedCopy {
+                id,
+                discarded_at,
+                missing,
+            })
     }
+
+    /// Under [`CollectedCheckpoints::Record`], makes the line `item`, when
+    /// it copies a checkpoint of this store whose files gc collected (see
+    /// [`Store::collected_copy`]), a record without them
+    /// ([`without_collected`]), and says which checkpoint it copies. Any
+    /// other line is left as it is, and so is every line under `Refuse`
+    /// (whose check then refuses such a line, naming the option).
+    fn settle_collected(
+        &self,
+        item: &mut Imported,
+        mode: CollectedCheckpoints,
+        file_name: &str,
+    ) -> std::result::Result<Option<CollectedCopy>, String> {
+        if mode != CollectedCheckpoints::Record {
+            return Ok(None);
+        }
+        let Some(copy) = self.collected_copy(&item.event) else {
+            return Ok(None);
+        };
+        without_collected(&mut item.event, &copy)
+            .map_err(|why| format!("{file_name}:{}: {why}", item.line))?;
+        Ok(Some(copy))
+    }
+}
+
+/// A checkpoint of this store whose files gc collected, which an imported
+/// `checkpoint.create` line copies ([`Store::collected_copy`]).
+#[derive(Clone, Copy, Debug)]
+struct CollectedCopy {
+    /// The checkpoint.
+    id: CheckpointId,
+    /// Where it was discarded.
+    discarded_at: Lsn,
+    /// The first blob the line names that the store no longer holds, and
+    /// its field.
+    missing: (&'static str, BlobHash),
+}
+
+impl CollectedCopy {
+    /// Why the line is refused without [`CollectedCheckpoints::Record`],
+    /// and the option that records it.
+    fn refusal(&self) -> String {
+        let (field, h) = self.missing;
+        let what = match field {
+            "root" => "tree",
+            "state" => "application state",
+            _ => "blob",
+        };
+        format!(
+            "the checkpoint.create event's `{field}` {h} is the {what} of checkpoint {id} of this store, discarded at LSN {at}, whose contents gc has since deleted: the line copies that checkpoint's record, which could never be restored; {RECORD_COLLECTED_OPTION} imports it as a checkpoint record without its files (one that says gc collected them, and cannot be rolled back to), or import into a store that still holds that {what}",
+            id = self.id,
+            at = self.discarded_at,
+        )
+    }
+}
+
+/// The blob hashes `e` names, with their fields.
+fn blob_fields(e: &Event) -> impl Iterator<Item = (&'static str, BlobHash)> {
+    [
+        ("root", e.root),
+        ("state", e.state),
+        ("before", e.before),
+        ("after", e.after),
+        ("diff", e.diff),
+    ]
+    .into_iter()
+    .filter_map(|(f, h)| Some((f, h?)))
+}
+
+/// `e`, a copy of the record of checkpoint `copy.id`, whose files gc
+/// collected, as a checkpoint record without files: every blob hash it
+/// names moves to `meta.collected` ([`cairn_snapshot::COLLECTED_KEY`]),
+/// with the checkpoint it copies and where that one was discarded, so
+/// nothing of the line is lost and the record says why it holds no tree.
+/// Refused when the line's `meta` has that key already.
+fn without_collected(e: &mut Event, copy: &CollectedCopy) -> std::result::Result<(), String> {
+    let key = cairn_snapshot::COLLECTED_KEY;
+    let mut note = serde_json::Map::new();
+    for (field, h) in blob_fields(e) {
+        note.insert(field.to_string(), h.to_string().into());
+    }
+    note.insert("checkpoint".into(), copy.id.to_string().into());
+    note.insert("discarded_at".into(), copy.discarded_at.0.into());
+    let meta = e.meta.get_or_insert_with(cairn_codec::event::Meta::default);
+    if meta.0.contains_key(key) {
+        return Err(format!(
+            "the checkpoint.create event copies checkpoint {} of this store, whose files gc has since deleted, and its `meta` already has the key `{key}`, under which a record without them keeps the hashes it named: it cannot be recorded so",
+            copy.id
+        ));
+    }
+    meta.0.insert(key.into(), note.into());
+    (e.root, e.state, e.before, e.after, e.diff) = (None, None, None, None, None);
+    Ok(())
 }
 
 /// How much input an import holds in memory and appends as one atomic batch:
@@ -1110,6 +1330,8 @@ fn recorded_lines(head: String, (n, a, b): (u64, Lsn, Lsn), rest: Option<u64>) -
 struct ImportDone {
     /// The LSNs recorded.
     range: Option<(Lsn, Lsn)>,
+    /// The checkpoint lines recorded without the files gc collected.
+    collected: Vec<CollectedCheckpoint>,
     /// The input lines they came from: 1 to this.
     lines: u64,
 }
@@ -1606,7 +1828,8 @@ mod tests {
                 got.unwrap(),
                 ImportReport {
                     range: None,
-                    torn_tail
+                    torn_tail,
+                    collected: Vec::new(),
                 }
             );
             // The writer completes line 6, and writes two more.
@@ -1640,5 +1863,256 @@ mod tests {
             "{err}"
         );
         assert_eq!(store.head().last_lsn.0, 0);
+    }
+
+    /// A store in `ws` with checkpoints c1 to c3 of `f` (`1`, `2`, `3`),
+    /// of which a compacting gc keeping one per session discarded c1 and
+    /// c2 (at LSN 4 and 5) and deleted their trees; and its export.
+    fn collected_store(ws: &Path) -> (Store, Vec<u8>) {
+        let store = Store::open(ws).unwrap();
+        let s = store.session("");
+        for i in 1..=3 {
+            std::fs::write(ws.join("f"), format!("{i}\n")).unwrap();
+            s.checkpoint(&format!("c{i}")).unwrap();
+        }
+        let policy = crate::RetentionPolicy {
+            keep_per_session: Some(1),
+            ..crate::RetentionPolicy::default()
+        };
+        store.gc_compact(&policy).unwrap();
+        let mut export = Vec::new();
+        store
+            .export(&Filter::all(), Format::Jsonl, &mut export)
+            .unwrap();
+        (store, export)
+    }
+
+    /// The kinds of the records `lsns`, in order.
+    fn kinds(store: &Store, lsns: std::ops::RangeInclusive<u64>) -> Vec<EventKind> {
+        lsns.map(|l| store.record(Lsn(l)).unwrap().event.kind)
+            .collect()
+    }
+
+    #[test]
+    fn a_stores_own_export_after_gc_imports_back_with_its_collected_checkpoints_recorded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, export) = collected_store(tmp.path());
+        let import =
+            |opts| store.import_reporting(Format::Jsonl, &mut &export[..], "ex.jsonl", opts);
+
+        // Refused, naming the checkpoint it copies and the option.
+        let err = import(ImportOptions::again()).unwrap_err().to_string();
+        assert!(
+            err.starts_with("ex.jsonl:1: the checkpoint.create event's `root` ")
+                && err.contains("is the tree of checkpoint c1 of this store, discarded at LSN 4, whose contents gc has since deleted")
+                && err.contains(RECORD_COLLECTED_OPTION)
+                && !err.contains("import the lines after it")
+                && err.ends_with("(nothing from ex.jsonl was recorded)"),
+            "{err}"
+        );
+        assert_eq!(store.head().last_lsn, Lsn(5));
+
+        // Recorded without their files, and said so; the discards, copies
+        // of the records that discarded c1 and c2, as they are.
+        let opts = ImportOptions::again().with_collected_checkpoints(CollectedCheckpoints::Record);
+        let got = import(opts).unwrap();
+        assert_eq!(got.range, Some((Lsn(6), Lsn(10))));
+        let copied = |line, id, copy_of, discarded_at| CollectedCheckpoint {
+            line,
+            id: CheckpointId(Lsn(id)),
+            copy_of: CheckpointId(Lsn(copy_of)),
+            discarded_at: Lsn(discarded_at),
+        };
+        assert_eq!(got.collected, vec![copied(1, 6, 1, 4), copied(2, 7, 2, 5)]);
+        assert_eq!(kinds(&store, 6..=10), kinds(&store, 1..=5));
+        for (copy, of, at) in [(6, 1, 4), (7, 2, 5)] {
+            let (copy, of) = (
+                store.record(Lsn(copy)).unwrap().event,
+                store.record(Lsn(of)).unwrap().event,
+            );
+            assert_eq!((copy.root, copy.state), (None, None));
+            assert_eq!(
+                (&copy.label, copy.ts, &copy.counts),
+                (&of.label, of.ts, &of.counts)
+            );
+            let note = &copy.meta.as_ref().unwrap().0[cairn_snapshot::COLLECTED_KEY];
+            assert_eq!(
+                note,
+                &serde_json::json!({
+                    "root": of.root.unwrap().to_hex(),
+                    "checkpoint": format!("c{}", at - 3),
+                    "discarded_at": at,
+                })
+            );
+        }
+        assert_eq!(
+            store.record(Lsn(8)).unwrap().event,
+            store.record(Lsn(3)).unwrap().event
+        );
+        assert_eq!(
+            store.record(Lsn(9)).unwrap().event,
+            store.record(Lsn(4)).unwrap().event
+        );
+
+        // No checkpoint: a rollback to one is refused, saying why.
+        let e = store
+            .rollback(cairn_snapshot::RollbackRequest::new(CheckpointId(Lsn(6))))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Snapshot(cairn_snapshot::SnapshotError::CollectedCheckpoint {
+                    copy_of: Some(CheckpointId(Lsn(1))),
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        let ids: Vec<u64> = store
+            .checkpoints(None)
+            .unwrap()
+            .iter()
+            .map(|c| c.id.0 .0)
+            .collect();
+        assert_eq!(ids, vec![1, 2, 3, 8]);
+        // gc and verify find nothing wrong with them.
+        let report = store.gc(&crate::RetentionPolicy::default()).unwrap();
+        assert!(report.damaged.is_empty() && report.collected, "{report:?}");
+        assert!(store.verify(None).unwrap().is_ok());
+        // Their own export imports back as it is.
+        let mut again = Vec::new();
+        let only_copies = Filter {
+            since_lsn: Some(Lsn(6)),
+            ..Filter::all()
+        };
+        store
+            .export(&only_copies, Format::Jsonl, &mut again)
+            .unwrap();
+        let got = store
+            .import_reporting(
+                Format::Jsonl,
+                &mut &again[..],
+                "again.jsonl",
+                ImportOptions::again(),
+            )
+            .unwrap();
+        assert_eq!(
+            (got.range, got.collected),
+            (Some((Lsn(11), Lsn(15))), Vec::new())
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_whose_state_gc_collected_but_not_its_tree_is_a_collected_one_too() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path();
+        let store = Store::open(ws).unwrap();
+        let s = store.session("");
+        std::fs::write(ws.join("f"), "same\n").unwrap();
+        s.safe_point(crate::SafePoint::BeforeTurn(1), Some(b"epoch 1".to_vec()))
+            .unwrap();
+        s.safe_point(crate::SafePoint::BeforeTurn(2), Some(b"epoch 2".to_vec()))
+            .unwrap();
+        let policy = crate::RetentionPolicy {
+            keep_per_session: Some(1),
+            ..crate::RetentionPolicy::default()
+        };
+        store.gc_compact(&policy).unwrap();
+        let first = store.record(Lsn(1)).unwrap().event;
+        assert!(
+            store.blobs.contains(&first.root.unwrap()),
+            "the tree c2 has too"
+        );
+        assert!(!store.blobs.contains(&first.state.unwrap()));
+        let mut export = Vec::new();
+        store
+            .export(&Filter::all(), Format::Jsonl, &mut export)
+            .unwrap();
+        let err = store
+            .import_with(
+                Format::Jsonl,
+                &mut &export[..],
+                "ex.jsonl",
+                ImportOptions::again(),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("ex.jsonl:1: the checkpoint.create event's `state` ")
+                && err.contains(
+                    "is the application state of checkpoint c1 of this store, discarded at LSN 3"
+                ),
+            "{err}"
+        );
+        let opts = ImportOptions::again().with_collected_checkpoints(CollectedCheckpoints::Record);
+        let got = store
+            .import_reporting(Format::Jsonl, &mut &export[..], "ex.jsonl", opts)
+            .unwrap();
+        assert_eq!(got.collected.len(), 1);
+        let copy = store.record(Lsn(4)).unwrap().event;
+        assert_eq!((copy.root, copy.state), (None, None));
+        let note = &copy.meta.as_ref().unwrap().0[cairn_snapshot::COLLECTED_KEY];
+        assert_eq!(note["state"], first.state.unwrap().to_hex());
+        assert_eq!(note["root"], first.root.unwrap().to_hex());
+    }
+
+    #[test]
+    fn a_discard_copied_from_the_store_imports_but_another_of_a_discarded_checkpoint_does_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path();
+        let store = Store::open(ws).unwrap();
+        let s = store.session("");
+        for i in 1..=2 {
+            std::fs::write(ws.join("f"), format!("{i}\n")).unwrap();
+            s.checkpoint(&format!("c{i}")).unwrap();
+        }
+        let mut discard = cairn_codec::Event::new(EventKind::CheckpointDiscard, "default");
+        discard.checkpoint = Some(CheckpointId(Lsn(1)));
+        store.append(&discard).unwrap();
+        // The store's own export, no gc since: every line imports.
+        let mut export = Vec::new();
+        store
+            .export(&Filter::all(), Format::Jsonl, &mut export)
+            .unwrap();
+        let got = store
+            .import_with(
+                Format::Jsonl,
+                &mut &export[..],
+                "ex.jsonl",
+                ImportOptions::again(),
+            )
+            .unwrap();
+        assert_eq!(got, Some((Lsn(4), Lsn(6))));
+        assert_eq!(store.record(Lsn(6)).unwrap().event, discard);
+        // Twice in one input too.
+        let twice = [&export[..], &export[..]].concat();
+        store
+            .import_with(
+                Format::Jsonl,
+                &mut &twice[..],
+                "twice.jsonl",
+                ImportOptions::again(),
+            )
+            .unwrap();
+        // A discard of c1 that says anything else, and one appended
+        // through the library, are refused as ever.
+        let other = br#"{"kind":"checkpoint.discard","checkpoint":"c1","text":"mine"}"#;
+        let err = store
+            .import_with(
+                Format::Jsonl,
+                &mut &other[..],
+                "other.jsonl",
+                ImportOptions::again(),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "other.jsonl:1: field `checkpoint` names c1, which was already discarded at LSN 3"
+            ),
+            "{err}"
+        );
+        let err = store.append(&discard).unwrap_err().to_string();
+        assert!(err.contains("already discarded at LSN 3"), "{err}");
     }
 }

@@ -659,10 +659,18 @@ impl Store {
     /// `c999`, or a `checkpoint.discard` of a prompt, would otherwise be
     /// recorded, and rollbacks would then say a live checkpoint was
     /// discarded.
+    ///
+    /// `import`: the event is an imported line. A `checkpoint.discard`
+    /// that is a copy of the record that discarded its checkpoint (the
+    /// same event: the store's own export imported back, into it or a copy
+    /// of it) is then taken as it is: it says again what is true, and
+    /// changes nothing (the first discard says where the checkpoint was
+    /// discarded).
     pub(crate) fn check_refs(
         &self,
         event: &Event,
         before: &[Event],
+        import: bool,
     ) -> std::result::Result<(), String> {
         let names_none = event.checkpoint.is_none()
             && event.source.is_none()
@@ -722,7 +730,7 @@ impl Store {
         }
         if event.kind == EventKind::CheckpointDiscard {
             if let Some(id) = event.checkpoint {
-                self.check_discard(id, head, before)?;
+                self.check_discard(event, id, head, before, import)?;
             }
         }
         Ok(())
@@ -737,12 +745,16 @@ impl Store {
     /// the newest checkpoint of its session not yet discarded, which cairn
     /// always keeps restorable (as retention does: `gc --help`).
     /// Checkpoints without a tree (imported from another tool) have nothing
-    /// to lose and are not checked.
+    /// to lose and are not checked. With `import`, a discard that is a
+    /// copy of the one that discarded the checkpoint is taken (see
+    /// [`Store::check_refs`]).
     fn check_discard(
         &self,
+        event: &Event,
         id: CheckpointId,
         head: Lsn,
         before: &[Event],
+        import: bool,
     ) -> std::result::Result<(), String> {
         let batch_lsn = |i: usize| Lsn(head.0 + 1 + i as u64);
         // This checkpoint's session and every checkpoint of it (id, discarded at).
@@ -791,6 +803,9 @@ impl Store {
             }
         }
         if let Some(at) = of_session.iter().find(|(o, _)| *o == id).and_then(|o| o.1) {
+            if import && self.event_at(at, head, before).as_ref() == Some(event) {
+                return Ok(());
+            }
             return Err(format!(
                 "field `checkpoint` names {id}, which was already discarded at LSN {at}"
             ));
@@ -804,6 +819,19 @@ impl Store {
             ));
         }
         Ok(())
+    }
+
+    /// The event at `lsn`: a record of the log up to `head`, or one of
+    /// `before`, the events of a batch that follow it.
+    fn event_at(&self, lsn: Lsn, head: Lsn, before: &[Event]) -> Option<Event> {
+        if lsn <= head {
+            return match &self.log {
+                LogHandle::Writer(l) => l.read(lsn).ok().map(|r| r.event),
+                LogHandle::Reader(r) => r.lock().read(lsn).ok().map(|r| r.event),
+            };
+        }
+        let i = usize::try_from(lsn.0 - head.0 - 1).ok()?;
+        before.get(i).cloned()
     }
 
     /// The first blob `event` refers to that the store does not hold.
@@ -831,7 +859,8 @@ impl Store {
         // No gc between the check that its blobs are stored and the append.
         let _gate = self.gc_gate.read();
         self.check_event(event)?;
-        self.check_refs(event, &[]).map_err(Error::InvalidEvent)?;
+        self.check_refs(event, &[], false)
+            .map_err(Error::InvalidEvent)?;
         if self.blobs.has_unsynced() {
             self.blobs.sync()?;
         }
@@ -845,11 +874,21 @@ impl Store {
     /// [`append`](Self::append) would refuse fails the whole batch with
     /// [`Error::InvalidEvent`], and nothing is appended.
     pub fn append_batch(&self, events: &[Event]) -> Result<Option<(Lsn, Lsn)>> {
+        self.append_batch_checked(events, false)
+    }
+
+    /// [`Store::append_batch`]; `import`: the events are imported lines,
+    /// checked as such (see [`Store::check_refs`]).
+    pub(crate) fn append_batch_checked(
+        &self,
+        events: &[Event],
+        import: bool,
+    ) -> Result<Option<(Lsn, Lsn)>> {
         let log = self.writer("append")?;
         let _gate = self.gc_gate.read();
         for (i, e) in events.iter().enumerate() {
             self.check_event(e)?;
-            self.check_refs(e, &events[..i]).map_err(|why| {
+            self.check_refs(e, &events[..i], import).map_err(|why| {
                 Error::InvalidEvent(format!("event {} of the batch: {why}", i + 1))
             })?;
         }

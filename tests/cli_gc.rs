@@ -158,7 +158,16 @@ fn importing_a_checkpoint_whose_tree_gc_collected_says_so() {
         "{e}"
     );
     assert!(
-        !e.contains("import an export into the store it came from"),
+        !e.contains("import an export into the store it came from")
+            && !e.contains("import the lines after it"),
+        "{e}"
+    );
+    // It names the option that imports the line, as a record that says gc
+    // collected its files.
+    assert!(
+        e.contains(
+            "--collected-checkpoints record imports it as a checkpoint record without its files"
+        ),
         "{e}"
     );
 }

@@ -326,3 +326,133 @@ fn a_torn_last_line_is_skipped_with_skip_torn_tail_and_resumed_once_complete() {
     assert!(err.contains("bad.jsonl:2: invalid JSON"), "{err}");
     assert!(!err.contains("last line"), "{err}");
 }
+
+/// The log of the store in `dir` (`log --json`), one JSON value a record.
+fn log_json(dir: &Path) -> Vec<serde_json::Value> {
+    let o = cairn(dir, &["log", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The user's report: after a gc that collects a discarded checkpoint,
+/// the store's own export imported into a copy of the store is refused
+/// at the checkpoint's line, and again at the next; with
+/// `--collected-checkpoints record` all of it imports, in the same kinds
+/// and order, the collected checkpoints as records that say so and that
+/// cannot be rolled back to.
+#[test]
+fn a_stores_export_after_gc_imports_into_a_copy_with_collected_checkpoints_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let w7 = tmp.path().join("w7");
+    std::fs::create_dir(&w7).unwrap();
+    let run = |dir: &Path, args: &[&str]| {
+        let o = cairn(dir, args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    run(&w7, &["init", "-q"]);
+    for i in 1..=3 {
+        std::fs::write(w7.join("f"), format!("{i}\n")).unwrap();
+        run(&w7, &["checkpoint", "-q"]);
+    }
+    run(&w7, &["gc", "--keep-per-session", "1", "-q"]);
+    let export = tmp.path().join("w7.jsonl");
+    std::fs::write(&export, run(&w7, &["export"])).unwrap();
+    let copy = tmp.path().join("w7copy");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&w7)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let ex = export.to_str().unwrap();
+
+    let o = cairn(&copy, &["import", "--format", "jsonl", "--again", ex]);
+    let e = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(4), "{e}");
+    assert!(
+        e.contains("w7.jsonl:1: ")
+            && e.contains("is the tree of checkpoint c1 of this store, discarded at LSN 4")
+            && e.contains("--collected-checkpoints record"),
+        "{e}"
+    );
+    assert_eq!(log_json(&copy).len(), 5, "nothing recorded");
+
+    let args = [
+        "import",
+        "--format",
+        "jsonl",
+        "--again",
+        "--collected-checkpoints",
+        "record",
+    ];
+    let summary: serde_json::Value =
+        serde_json::from_str(&run(&copy, &[&args[..], &["--json", ex]].concat())).unwrap();
+    assert_eq!(summary["count"], 5, "{summary}");
+    let collected = summary["collected_checkpoints"].as_array().unwrap();
+    let made: Vec<(&str, &str, u64)> = collected
+        .iter()
+        .map(|c| {
+            (
+                c["id"].as_str().unwrap(),
+                c["copy_of"].as_str().unwrap(),
+                c["line"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(made, vec![("c6", "c1", 1), ("c7", "c2", 2)], "{summary}");
+
+    // The copy's log is the original's, then the original's again.
+    let original = log_json(&w7);
+    let copied = log_json(&copy);
+    let kinds = |log: &[serde_json::Value]| -> Vec<String> {
+        log.iter()
+            .map(|r| r["kind"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(copied.len(), 10);
+    assert_eq!(kinds(&copied[..5]), kinds(&original));
+    assert_eq!(kinds(&copied[5..]), kinds(&original));
+    for (copy, of) in copied[5..].iter().zip(&original) {
+        assert_eq!(
+            (&copy["ts"], &copy["checkpoint"]),
+            (&of["ts"], &of["checkpoint"])
+        );
+    }
+    assert_eq!(copied[5]["meta"]["collected"]["root"], original[0]["root"]);
+    assert_eq!(copied[5]["meta"]["collected"]["checkpoint"], "c1");
+    assert!(copied[5].get("root").is_none(), "{}", copied[5]);
+    assert_eq!(copied[7]["root"], original[2]["root"]);
+
+    // A rollback to one is refused, saying why; a text summary says what
+    // was recorded so.
+    let o = cairn(&copy, &["rollback", "c6"]);
+    let e = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("c6 is a checkpoint record imported without its files, which gc had collected")
+            && e.contains("checkpoint c1"),
+        "{e}"
+    );
+    let o = cairn(&copy, &[&args[..], &[ex]].concat());
+    let e = String::from_utf8(o.stderr).unwrap();
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("imported 5 records from 1 file; 2 checkpoint lines copying discarded checkpoints whose files gc had collected (c1 c2) were recorded without them, as c11 c12: they cannot be rolled back to"),
+        "{e}"
+    );
+    let listed = run(&copy, &["checkpoints"]);
+    assert!(
+        listed.contains("  c6  -  (a copy of c1: gc had collected its files)"),
+        "{listed}"
+    );
+}

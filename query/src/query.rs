@@ -300,6 +300,23 @@ impl<'a> Query<'a> {
         Ok(out)
     }
 
+    /// Where the checkpoint record without a manifest at `c` came from, in
+    /// words: another tool's audit log, or (its `meta.collected` says so)
+    /// a copy of a checkpoint whose files gc had collected.
+    fn imported_checkpoint_origin(&self, c: CheckpointId) -> String {
+        let record = self.src.read(c.0).ok();
+        let note = record
+            .as_ref()
+            .and_then(|r| cairn_snapshot::checkpoint::collected_note(&r.event));
+        match note.map(|n| n.get("checkpoint").and_then(|c| c.as_str())) {
+            None => "imported from another tool's audit log".to_string(),
+            Some(Some(of)) => {
+                format!("imported as a copy of checkpoint {of}, whose files gc had collected")
+            }
+            Some(None) => "imported without its files, which gc had collected".to_string(),
+        }
+    }
+
     /// The error for a checkpoint id this store has no checkpoint for:
     /// what an imported checkpoint record is, or that there is none.
     fn no_checkpoint(&self, c: CheckpointId) -> QueryError {
@@ -307,8 +324,10 @@ impl<'a> Query<'a> {
             QueryError::BadPoint {
                 point: c.to_string(),
                 reason: format!(
-                    "the record at LSN {} is a checkpoint record without a manifest (imported from another tool's audit log): it holds no tree, and nothing branches from it; use @{} for the tree by the records up to it",
-                    c.0, c.0
+                    "the record at LSN {} is a checkpoint record without a manifest ({}): it holds no tree, and nothing branches from it; use @{} for the tree by the records up to it",
+                    c.0,
+                    self.imported_checkpoint_origin(c),
+                    c.0
                 ),
             }
         } else {

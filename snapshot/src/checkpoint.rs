@@ -700,21 +700,49 @@ pub fn find_checkpoint<L: LogAccess + ?Sized>(
     {
         return Ok(c);
     }
-    let imported = id.0 <= log.head().last_lsn
-        && log
-            .read(id.0)
-            .is_ok_and(|r| is_imported_checkpoint(&r.event));
-    Err(if imported {
-        SnapshotError::ImportedCheckpoint { id }
-    } else {
-        SnapshotError::UnknownCheckpoint { id }
+    let record = (id.0 <= log.head().last_lsn)
+        .then(|| log.read(id.0).ok())
+        .flatten()
+        .filter(|r| is_imported_checkpoint(&r.event));
+    Err(match record {
+        Some(r) => match collected_note(&r.event) {
+            Some(note) => SnapshotError::CollectedCheckpoint {
+                id,
+                copy_of: note
+                    .get("checkpoint")
+                    .and_then(|c| c.as_str())
+                    .and_then(|c| c.parse().ok()),
+            },
+            None => SnapshotError::ImportedCheckpoint { id },
+        },
+        None => SnapshotError::UnknownCheckpoint { id },
     })
 }
 
 /// True if `e` is a `checkpoint.create` record without a manifest: one
-/// imported from another tool's audit log, which captured no files.
+/// imported from another tool's audit log, which captured no files, or
+/// one imported without the files gc had collected (see [`COLLECTED_KEY`]).
 pub fn is_imported_checkpoint(e: &Event) -> bool {
     e.kind == EventKind::CheckpointCreate && e.root.is_none()
+}
+
+/// The `meta` key of a `checkpoint.create` record imported without its
+/// files, which gc had collected (`cairn import --collected-checkpoints
+/// record`): an object holding the blob hashes the line named (`root`,
+/// `state`, ...), the checkpoint whose record the line copied
+/// (`checkpoint`, an id of the store it was imported into) and where that
+/// one was discarded (`discarded_at`, an LSN). The record has no `root`,
+/// so it is no checkpoint: a rollback to it is refused
+/// ([`SnapshotError::CollectedCheckpoint`]).
+pub const COLLECTED_KEY: &str = "collected";
+
+/// The [`COLLECTED_KEY`] object of an imported checkpoint record, if it
+/// has one.
+pub fn collected_note(e: &Event) -> Option<&serde_json::Map<String, serde_json::Value>> {
+    if !is_imported_checkpoint(e) {
+        return None;
+    }
+    e.meta.as_ref()?.0.get(COLLECTED_KEY)?.as_object()
 }
 
 /// What to roll back to, and the metadata of what the rollback records.

@@ -53,6 +53,18 @@ pub enum SnapshotError {
         /// The id asked for.
         id: CheckpointId,
     },
+    /// The id names a `checkpoint.create` record imported without its
+    /// files: the line was a copy of a checkpoint whose files gc had
+    /// collected (`cairn import --collected-checkpoints record`), so the
+    /// record keeps the hashes it named under `meta.collected`, but there
+    /// is nothing to restore or branch from.
+    CollectedCheckpoint {
+        /// The id asked for.
+        id: CheckpointId,
+        /// The checkpoint whose record the imported line copied (of the
+        /// store it was imported into), when the record says so.
+        copy_of: Option<CheckpointId>,
+    },
     /// The checkpoint was discarded (by retention or by a recorded
     /// `checkpoint.discard`) and its files are no longer all in the store.
     Discarded {
@@ -134,6 +146,14 @@ impl fmt::Display for SnapshotError {
             SnapshotError::ImportedCheckpoint { id } => write!(
                 f,
                 "{id} is a checkpoint record without a manifest (imported from another tool's audit log): it captured no files, so it cannot be restored or branched from; `cairn log --until {id}` lists the records up to it"
+            ),
+            SnapshotError::CollectedCheckpoint { id, copy_of } => write!(
+                f,
+                "{id} is a checkpoint record imported without its files, which gc had collected \
+                 before the import{}: it holds no tree, so it cannot be restored or branched from \
+                 (`meta.collected` names the tree it had); `cairn log --until {id}` lists the \
+                 records up to it",
+                copy_of.map_or(String::new(), |c| format!(" (it copies the record of checkpoint {c}, discarded)"))
             ),
             SnapshotError::Discarded {
                 id,

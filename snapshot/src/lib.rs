@@ -44,11 +44,12 @@ pub mod workspace;
 
 pub use blobs::{BlobAccess, BlobRead, GcMode, GcSummary, LeftBehind, MemBlobs};
 pub use checkpoint::{
-    apply_retention, apply_retention_keeping, apply_retention_with, create_checkpoint,
-    find_checkpoint, list_checkpoints, paths_matching_nothing, rollback, CheckpointInfo,
-    CheckpointRequest, LogAccess, MemLog, NotCaptured, RetentionReport, RollbackReport,
-    RollbackRequest, ScanMode, MAX_ROLLBACK_FILES_LISTED, NOT_CAPTURED_KEY, ROLLBACK_INCOMPLETE,
-    ROLLBACK_META_FILES_TOTAL, ROLLBACK_META_KEPT, ROLLBACK_META_SCOPE,
+    apply_retention, apply_retention_keeping, apply_retention_with, collected_note,
+    create_checkpoint, find_checkpoint, list_checkpoints, paths_matching_nothing, rollback,
+    CheckpointInfo, CheckpointRequest, LogAccess, MemLog, NotCaptured, RetentionReport,
+    RollbackReport, RollbackRequest, ScanMode, COLLECTED_KEY, MAX_ROLLBACK_FILES_LISTED,
+    NOT_CAPTURED_KEY, ROLLBACK_INCOMPLETE, ROLLBACK_META_FILES_TOTAL, ROLLBACK_META_KEPT,
+    ROLLBACK_META_SCOPE,
 };
 pub use error::{Result, SnapshotError};
 pub use interrupted::{

@@ -73,6 +73,21 @@ fn formats() -> Listed {
     ])
 }
 
+/// `import --collected-checkpoints`: the modes `CollectedCheckpoints`
+/// reads.
+fn collected_modes() -> Listed {
+    Listed::described(&[
+        (
+            "refuse",
+            "refuse the file at such a line, naming it (the default)",
+        ),
+        (
+            "record",
+            "record it as a checkpoint record without files, which cannot be rolled back to",
+        ),
+    ])
+}
+
 /// `--kind`: every event kind.
 fn kinds() -> Listed {
     Listed::names(cairn::EventKind::ALL.map(cairn::EventKind::name))
@@ -396,6 +411,15 @@ pub enum Command {
         /// file is refused. A bad line elsewhere is refused either way.
         #[arg(long)]
         skip_torn_tail: bool,
+        /// What to do with a checkpoint line whose files gc collected: a
+        /// copy of the record of a checkpoint of this store that was
+        /// discarded and whose tree gc has since deleted, as the store's own
+        /// export holds after a gc. `refuse` (the default) refuses the
+        /// file, naming the line; `record` records the line as a checkpoint
+        /// record without files (its hashes kept under `meta.collected`),
+        /// which cannot be rolled back to, and the summary counts them.
+        #[arg(long, value_name = "MODE", value_parser = collected_modes())]
+        collected_checkpoints: Option<String>,
     },
     /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
     #[command(

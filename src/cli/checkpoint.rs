@@ -225,7 +225,7 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
         }
         if !imported.is_empty() {
             eprintln!(
-                "note: {} imported from another tool's audit log captured no files and {} not listed: `cairn log --kind checkpoint.create` shows {}",
+                "note: {} imported without files (from another tool's audit log, or copies of checkpoints whose files gc had collected) {} not listed: `cairn log --kind checkpoint.create` shows {}",
                 super::output::count(imported.len() as u64, "checkpoint record"),
                 if imported.len() == 1 { "is" } else { "are" },
                 if imported.len() == 1 { "it" } else { "them" },
@@ -266,18 +266,40 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
     if !json && !imported.is_empty() {
         // Records, not checkpoints of this store: listed apart, so no one
         // takes them for restore points.
+        let collected = imported
+            .iter()
+            .any(|r| cairn::snapshot::collected_note(&r.event).is_some());
         outln!(
-            "imported checkpoint records (from another tool's audit log; no files captured, not restorable):"
+            "imported checkpoint records (from another tool's audit log{}; no files, not restorable):",
+            if collected {
+                ", or copies of checkpoints whose files gc had collected"
+            } else {
+                ""
+            }
         );
         for r in &imported {
             outln!(
-                "  c{}  {}",
+                "  c{}  {}{}",
                 r.lsn,
-                super::output::one_line(r.event.label.as_deref().unwrap_or("-"), 60)
+                super::output::one_line(r.event.label.as_deref().unwrap_or("-"), 60),
+                collected_copy_words(&r.event)
             );
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// For an imported checkpoint record that copies a checkpoint whose files
+/// gc had collected (`import --collected-checkpoints record`), the words
+/// that say so after its label; nothing for any other record.
+fn collected_copy_words(e: &cairn::Event) -> String {
+    let Some(note) = cairn::snapshot::collected_note(e) else {
+        return String::new();
+    };
+    match note.get("checkpoint").and_then(|c| c.as_str()) {
+        Some(of) => format!("  (a copy of {of}: gc had collected its files)"),
+        None => "  (gc had collected its files)".to_string(),
+    }
 }
 
 /// `cairn rollback`.

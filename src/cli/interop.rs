@@ -143,6 +143,7 @@ pub fn import(
             "first_lsn": done.range.map(|r: (Lsn, Lsn)| r.0 .0),
             "last_lsn": done.range.map(|r: (Lsn, Lsn)| r.1 .0),
             "torn_tails": torn,
+            "collected_checkpoints": collected_json(&done.collected),
         })
     };
     let store = match got {
@@ -162,13 +163,67 @@ pub fn import(
         outln!("{}", summary());
     } else if !settings.quiet {
         eprintln!(
-            "imported {} from {}",
+            "imported {} from {}{}",
             super::output::count(done.count, "record"),
-            super::output::count(files.len() as u64, "file")
+            super::output::count(files.len() as u64, "file"),
+            collected_words(&done.collected)
         );
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The checkpoint lines an import recorded without the files gc had
+/// collected, as `--json` lists them: file, line, the record made, the
+/// checkpoint it copies and where that one was discarded.
+fn collected_json(collected: &[(String, cairn::CollectedCheckpoint)]) -> serde_json::Value {
+    collected
+        .iter()
+        .map(|(file, c)| {
+            serde_json::json!({
+                "file": file,
+                "line": c.line,
+                "id": c.id.to_string(),
+                "copy_of": c.copy_of.to_string(),
+                "discarded_at": c.discarded_at.0,
+            })
+        })
+        .collect()
+}
+
+/// The words the import summary adds for the checkpoint lines recorded
+/// without the files gc had collected: how many, which records they made
+/// of which checkpoints, and that they cannot be rolled back to; nothing
+/// when there are none.
+fn collected_words(collected: &[(String, cairn::CollectedCheckpoint)]) -> String {
+    if collected.is_empty() {
+        return String::new();
+    }
+    let made: Vec<String> = collected.iter().map(|(_, c)| c.id.to_string()).collect();
+    let copied: Vec<String> = collected
+        .iter()
+        .map(|(_, c)| c.copy_of.to_string())
+        .collect();
+    let n = collected.len() as u64;
+    format!(
+        "; {} copying discarded checkpoints whose files gc had collected ({}) {} recorded without them, as {}: {} cannot be rolled back to",
+        super::output::count(n, "checkpoint line"),
+        super::output::short_list(&copied),
+        if n == 1 { "was" } else { "were" },
+        super::output::short_list(&made),
+        if n == 1 { "it" } else { "they" },
+    )
+}
+
+/// The mode of `import --collected-checkpoints` (`refuse` when not
+/// given); another word is a usage error naming the flag.
+pub fn collected_mode(s: Option<&str>) -> Result<cairn::CollectedCheckpoints> {
+    match s {
+        None => Ok(cairn::CollectedCheckpoints::default()),
+        Some(s) => s
+            .parse()
+            .map_err(|e| super::usage(format!("--collected-checkpoints {s}: {e}"))),
+    }
 }
 
 /// The options of `--again` and `--resume` (or `--load-again` and
@@ -186,13 +241,21 @@ pub fn import_options(again: bool, resume: bool) -> cairn::queries::ImportOption
 /// The import options an error of the library names, each with the flag
 /// that sets it for `import` and for `--load`: what a user of `cairn` can
 /// type.
-pub const OPTION_FLAGS: [(&str, &str, &str); 3] = [
+/// (`--load` has no flag for collected checkpoints: the in-memory store
+/// it loads into holds no checkpoint gc collected, so no line of a load
+/// can copy one.)
+pub const OPTION_FLAGS: [(&str, &str, &str); 4] = [
     ("`ImportOptions::again()`", "--again", "--load-again"),
     ("`ImportOptions::resume()`", "--resume", "--load-resume"),
     (
         "`ImportOptions::skip_torn_tail`",
         "--skip-torn-tail",
         "--load-skip-torn-tail",
+    ),
+    (
+        cairn::queries::RECORD_COLLECTED_OPTION,
+        "--collected-checkpoints record",
+        "`cairn import --collected-checkpoints record`",
     ),
 ];
 
@@ -233,6 +296,9 @@ pub struct Done {
     pub range: Option<(Lsn, Lsn)>,
     /// The file (as named) and line of each torn last line skipped.
     pub torn_tails: Vec<(String, cairn::queries::TornTail)>,
+    /// The file (as named) of each checkpoint line recorded without the
+    /// files gc had collected, and what it made.
+    pub collected: Vec<(String, cairn::CollectedCheckpoint)>,
 }
 
 /// Imports `files` in `format` into `store`, in order (`-` reads stdin).
@@ -305,6 +371,8 @@ fn import_files_counting(
             done.count += last.0 - first.0 + 1;
             done.range = Some((done.range.map_or(first, |r| r.0), last));
         }
+        done.collected
+            .extend(got.collected.into_iter().map(|c| (name.clone(), c)));
         if let Some(t) = got.torn_tail {
             // A warning, printed with --quiet too: input left out.
             let then = match purpose {

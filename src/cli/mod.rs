@@ -469,10 +469,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             again,
             resume,
             skip_torn_tail,
-        } => {
-            let opts = interop::import_options(again, resume).with_skip_torn_tail(skip_torn_tail);
+            collected_checkpoints,
+        } => interop::collected_mode(collected_checkpoints.as_deref()).and_then(|collected| {
+            let opts = interop::import_options(again, resume)
+                .with_skip_torn_tail(skip_torn_tail)
+                .with_collected_checkpoints(collected);
             interop::import(&settings, &format, &files, json, opts)
-        }
+        }),
         Command::Demo(a) => demo::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
     };
