@@ -794,10 +794,16 @@ fn sync_parent(full: &Path) -> Result<()> {
         .map_err(|e| Error::io("sync directory", dir, e))
 }
 
-/// Line statistics between two versions (Myers diff via `similar`).
+/// Line statistics between two versions (Myers diff via `similar`), with
+/// lines split as `cairn diff` and `blame` split them (at `\n` only) and
+/// the diff bounded in time as theirs is.
 pub fn line_stats(old: &[u8], new: &[u8]) -> DiffStats {
     let (old, new) = (String::from_utf8_lossy(old), String::from_utf8_lossy(new));
-    let diff = similar::TextDiff::from_lines(old.as_ref(), new.as_ref());
+    let (old, new) = (
+        cairn_query::query::split_lines(&old),
+        cairn_query::query::split_lines(&new),
+    );
+    let diff = cairn_query::query::line_diff(&old, &new);
     let mut stats = DiffStats::default();
     for op in diff.ops() {
         match op.tag() {
@@ -812,4 +818,21 @@ pub fn line_stats(old: &[u8], new: &[u8]) -> DiffStats {
     }
     stats.hunks = diff.grouped_ops(3).len() as u64;
     stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_stats;
+
+    #[test]
+    fn line_stats_split_lines_at_newlines_only() {
+        let s = line_stats(b"a\nb\n", b"a\nc\nd\n");
+        assert_eq!((s.lines_added, s.lines_removed), (2, 1));
+        // A lone \r stays inside its line, as in `cairn diff` and `blame`:
+        // one line changed, not one line added.
+        let s = line_stats(b"x\ry\n", b"x\rz\ry\n");
+        assert_eq!((s.lines_added, s.lines_removed), (1, 1));
+        let s = line_stats(b"", b"");
+        assert_eq!((s.lines_added, s.lines_removed), (0, 0));
+    }
 }

@@ -50,7 +50,7 @@ pub fn split_lines(text: &str) -> Vec<&str> {
 
 /// The line diff of `old` and `new` (lines as [`split_lines`] gives them),
 /// bounded by [`LINE_DIFF_TIMEOUT`].
-fn line_diff<'a>(old: &'a [&'a str], new: &'a [&'a str]) -> TextDiff<'a, 'a, 'a, str> {
+pub fn line_diff<'a>(old: &'a [&'a str], new: &'a [&'a str]) -> TextDiff<'a, 'a, 'a, str> {
     TextDiff::configure()
         .timeout(LINE_DIFF_TIMEOUT)
         .diff_slices(old, new)
