@@ -963,7 +963,19 @@ fn diff_json_gives_the_modes() {
     let j = json_lines(&text(&cairn(ws, &["diff", "c3", "c2", "--json"])));
     assert_eq!(j[0]["status"], "removed");
     assert_eq!(j[0]["old_mode"], "644");
+    assert_eq!(j[0]["old_kind"], "file");
     assert!(j[0].get("new_mode").is_none(), "{}", j[0]);
+    assert!(j[0].get("new_kind").is_none(), "{}", j[0]);
+    // A file that became a symlink says so by its kinds.
+    std::fs::remove_file(ws.join("g")).unwrap();
+    std::os::unix::fs::symlink("f", ws.join("g")).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q"])); // c4
+    let j = json_lines(&text(&cairn(ws, &["diff", "c3", "c4", "--json"])));
+    assert_eq!(j[0]["path"], "g", "{j:?}");
+    assert_eq!(
+        (field(&j[0], "old_kind"), field(&j[0], "new_kind")),
+        (serde_json::json!("file"), serde_json::json!("symlink"))
+    );
 }
 
 /// Trial 16 D8: blame of a directory says it is one, as `show` does,

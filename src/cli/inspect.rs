@@ -743,7 +743,7 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
         if json {
             let v = serde_json::json!({
                 "path": path, "blob": entry.blob.to_hex(), "mode": format!("{:o}", entry.mode),
-                "kind": match entry.kind { cairn::query::source::EntryKind::File => "file", cairn::query::source::EntryKind::Symlink => "symlink" },
+                "kind": kind_name(entry.kind),
             });
             writeln!(out, "{v}")?;
         } else {
@@ -896,11 +896,16 @@ pub fn diff(
             if let Some(u) = d.rename_unified.as_ref().filter(|_| renamed_from.is_some()) {
                 v["rename_unified"] = serde_json::json!(u);
             }
-            // Each side's mode where that side is known, so a change of
-            // mode alone (`unified` is null then) is visible too.
-            for (key, side) in [("old_mode", d.old), ("new_mode", d.new)] {
+            // Each side's mode and kind where that side is known, so a
+            // change of mode alone, or between a file and a symlink
+            // (`unified` is null then), is visible too.
+            for (mode, kind, side) in [
+                ("old_mode", "old_kind", d.old),
+                ("new_mode", "new_kind", d.new),
+            ] {
                 if let Some(e) = side {
-                    v[key] = serde_json::json!(json_mode(&e));
+                    v[mode] = serde_json::json!(json_mode(&e));
+                    v[kind] = serde_json::json!(kind_name(e.kind));
                 }
             }
             writeln!(out, "{v}")?;
@@ -1036,6 +1041,14 @@ fn mode_change(d: &cairn::query::query::FileDiff) -> Option<String> {
 /// --json` gives them (`644`, `755`).
 fn json_mode(e: &cairn::query::source::TreeEntry) -> String {
     format!("{:o}", e.mode)
+}
+
+/// A tree entry's kind as `tree --json` and `diff --json` name it.
+fn kind_name(k: cairn::query::source::EntryKind) -> &'static str {
+    match k {
+        cairn::query::source::EntryKind::File => "file",
+        cairn::query::source::EntryKind::Symlink => "symlink",
+    }
 }
 
 /// A text diff's `---`/`+++` header lines, with the path quoted as every
