@@ -1638,6 +1638,19 @@ fn a_file_not_captured_is_named_so_at_any_spelling_of_the_point() {
         assert!(e.contains("was not captured at"), "{at}: {e}");
         let t = ok(&cairn(ws, &["tree", at]));
         assert!(t.contains(&format!("not captured at {at}")), "{at}: {t}");
+        // `--json` lists entries with contents only, and names the rest
+        // on stderr.
+        let o = cairn(ws, &["tree", at, "--json"]);
+        let paths: Vec<String> = json_lines(&ok(&o))
+            .iter()
+            .map(|v| v["path"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(paths, ["a.txt"], "{at}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains(&format!("1 file was not captured at {at}")) && e.contains("big.bin"),
+            "{at}: {e}"
+        );
     }
     // The rollback to c1 keeps big.bin (its undo point could not hold it):
     // at the head it is in the workspace, not captured, as it was at c2.

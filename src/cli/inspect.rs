@@ -769,6 +769,20 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
     ) {
         eprintln!("{note}");
     }
+    if json && !uncaptured.is_empty() {
+        // The lines stay one shape (each a tree entry with its blob); the
+        // files without contents are named on stderr, as the text says.
+        let names: Vec<String> = uncaptured
+            .iter()
+            .map(|n| quote_not_captured(n).into_owned())
+            .collect();
+        let verb = if uncaptured.len() == 1 { "was" } else { "were" };
+        eprintln!(
+            "note: {} {verb} not captured at {point} (in the workspace then, contents not stored), so not listed: {}",
+            count(uncaptured.len() as u64, "file"),
+            names.join(", ")
+        );
+    }
     if !json && !uncaptured.is_empty() {
         // Only a checkpoint is a rollback's target.
         let rollback = match p {
