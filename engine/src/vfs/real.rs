@@ -117,10 +117,10 @@ mod linux {
     /// Space reserved ahead at the end of a file, up to `capacity` bytes;
     /// see [`AppendSpace`].
     pub(super) struct RealAppendSpace {
-        /// The thread that reserves space and recycles pages ahead of a
-        /// mapped tail's appends, when it could be started. Declared first
-        /// so that it is stopped (and joined) before the map is unmapped.
-        ahead: Option<Ahead>,
+        /// Who grows the tail and recycles its pages. Declared first, so
+        /// that threads doing it are stopped (and joined) before the map
+        /// is unmapped.
+        growth: Growth,
         file: File,
         /// A shared, writable map of the first `capacity` bytes, which
         /// appends are copied into; `None` when every append is synced
@@ -133,12 +133,31 @@ mod linux {
         /// session 5).
         map: Option<memmap2::MmapMut>,
         capacity: u64,
-        /// Allocated bytes, when the appender reserves space itself
-        /// (`ahead` is `None`).
-        allocated: u64,
-        /// Write-back and page-cache bookkeeping, when the appender
-        /// reserves space itself.
-        recycler: Recycler,
+    }
+
+    /// Who grows a tail and recycles its pages.
+    enum Growth {
+        /// The threads of [`Ahead`], for a mapped tail, when they could
+        /// be started.
+        Ahead(Ahead),
+        /// The appender itself, as it reserves space.
+        Inline {
+            /// The file's allocated length.
+            allocated: u64,
+            /// What recycling has done so far.
+            recycler: Recycler,
+        },
+    }
+
+    impl Growth {
+        /// The appender's own growth of a tail whose first `allocated`
+        /// bytes exist.
+        fn inline(allocated: u64) -> Growth {
+            Growth::Inline {
+                allocated,
+                recycler: Recycler::new(allocated),
+            }
+        }
     }
 
     impl std::fmt::Debug for RealAppendSpace {
@@ -146,13 +165,13 @@ mod linux {
             f.debug_struct("RealAppendSpace")
                 .field("capacity", &self.capacity)
                 .field("mapped", &self.map.is_some())
-                .field("ahead", &self.ahead.is_some())
+                .field("ahead", &matches!(self.growth, Growth::Ahead(_)))
                 .field(
                     "allocated",
-                    &self
-                        .ahead
-                        .as_ref()
-                        .map_or(self.allocated, Ahead::allocated_now),
+                    &match &self.growth {
+                        Growth::Ahead(a) => a.allocated_now(),
+                        Growth::Inline { allocated, .. } => *allocated,
+                    },
                 )
                 .finish()
         }
@@ -194,17 +213,16 @@ mod linux {
         // Without a sync per append, the work of growing the tail moves
         // off the appender (see `ahead`); with one, the appender is waiting
         // on fdatasyncs anyway, and the cores are the appenders'.
-        let ahead = match &mut map {
-            Some(m) => Ahead::start(&file, m.as_mut_ptr() as usize, capacity, allocated).ok(),
-            None => None,
+        let growth = match &mut map {
+            Some(m) => Ahead::start(&file, m.as_mut_ptr() as usize, capacity, allocated)
+                .map_or_else(|_| Growth::inline(allocated), Growth::Ahead),
+            None => Growth::inline(allocated),
         };
         Ok(Some(RealAppendSpace {
-            ahead,
+            growth,
             file,
             map,
             capacity,
-            allocated,
-            recycler: Recycler::new(allocated),
         }))
     }
 
@@ -334,9 +352,9 @@ mod linux {
         }
 
         fn allocated(&self) -> u64 {
-            match &self.ahead {
-                Some(a) => a.settled_allocated(),
-                None => self.allocated,
+            match &self.growth {
+                Growth::Ahead(a) => a.settled_allocated(),
+                Growth::Inline { allocated, .. } => *allocated,
             }
         }
 
@@ -348,18 +366,22 @@ mod linux {
                     format!("append to byte {end} is past the mapped {cap} bytes"),
                 ));
             }
-            if let Some(a) = &mut self.ahead {
-                return a.reserve(end);
-            }
-            if end <= self.allocated {
+            let map = self.map_range();
+            let (allocated, recycler) = match &mut self.growth {
+                Growth::Ahead(a) => return a.reserve(end),
+                Growth::Inline {
+                    allocated,
+                    recycler,
+                } => (allocated, recycler),
+            };
+            if end <= *allocated {
                 return Ok(());
             }
             let want = end
-                .max(self.allocated + APPEND_ALLOC_STEP_BYTES)
+                .max(*allocated + APPEND_ALLOC_STEP_BYTES)
                 .next_multiple_of(PAGE_BYTES)
                 .min(cap);
-            let map = self.map_range();
-            self.recycler.recycle(&self.file, map, self.allocated)?;
+            recycler.recycle(&self.file, map, *allocated)?;
             // Written zeros, not `fallocate`d space, under every policy.
             // With a sync per append, a sync over allocated-but-unwritten
             // space must also write the file's extent metadata: a
@@ -377,8 +399,8 @@ mod linux {
             // append they reach the disk with the next sync. A full disk
             // fails this write (delayed allocation reserves the space), so
             // no later store through the map can fault for lack of space.
-            write_zeros(&self.file, self.allocated, want - self.allocated)?;
-            self.allocated = want;
+            write_zeros(&self.file, *allocated, want - *allocated)?;
+            *allocated = want;
             Ok(())
         }
 
@@ -448,6 +470,15 @@ mod linux {
             assert_eq!(f.metadata().unwrap().len(), 5 * big as u64 + 10);
         }
 
+        impl RealAppendSpace {
+            fn ahead(&self) -> Option<&Ahead> {
+                match &self.growth {
+                    Growth::Ahead(a) => Some(a),
+                    Growth::Inline { .. } => None,
+                }
+            }
+        }
+
         fn tail_file(dir: &std::path::Path) -> File {
             let f = File::options()
                 .read(true)
@@ -480,9 +511,9 @@ mod linux {
                 let cap = 24 << 20;
                 let mut space = open_space(&f, cap, synced).unwrap().unwrap();
                 if !thread {
-                    space.ahead = None;
+                    space.growth = Growth::inline(f.metadata().unwrap().len());
                 }
-                assert_eq!(space.ahead.is_some(), thread);
+                assert_eq!(space.ahead().is_some(), thread);
                 let recs = records(60_000);
                 let mut at = 64u64;
                 for r in &recs {
@@ -530,7 +561,7 @@ mod linux {
                 at += r.len() as u64;
             }
             assert!(at > 20 << 20, "{at}");
-            let ahead = space.ahead.as_ref().unwrap();
+            let ahead = space.ahead().unwrap();
             // The syncs run beside the appends: wait for them (bounded).
             for _ in 0..1000 {
                 if ahead.syncs() >= 2 {
@@ -546,7 +577,7 @@ mod linux {
             let tmp = tempfile::tempdir().unwrap();
             let f = tail_file(tmp.path());
             let mut space = open_space(&f, 48 << 20, false).unwrap().unwrap();
-            space.ahead.as_ref().unwrap().fail_syncs();
+            space.ahead().unwrap().fail_syncs();
             let mut at = 64u64;
             let mut err = None;
             for r in records(200_000).iter() {
@@ -572,7 +603,7 @@ mod linux {
             let f = tail_file(tmp.path());
             let mut space = open_space(&f, 24 << 20, false).unwrap().unwrap();
             let limit = 5 << 20;
-            space.ahead.as_ref().unwrap().fail_past(limit);
+            space.ahead().unwrap().fail_past(limit);
             let recs = records(60_000);
             let mut at = 64u64;
             let mut failed_at = None;

@@ -101,6 +101,16 @@ struct State {
     syncs: u64,
 }
 
+/// Keeps `e` as the threads' error unless one is kept already, and wakes
+/// an appender waiting on them.
+fn fail(sh: &Shared, s: &mut State, e: io::Error) {
+    if s.error.is_none() {
+        s.error = Some(e);
+        sh.failed.store(true, Ordering::Release);
+    }
+    sh.done.notify_all();
+}
+
 /// A copy of the thread's error, for one caller.
 fn copy(e: &io::Error) -> io::Error {
     io::Error::new(
@@ -312,13 +322,12 @@ fn run(sh: &Shared, file: &File, map: (usize, usize), allocated: u64) {
         })();
         s = sh.state.lock();
         s.busy = false;
-        if let Err(e) = r {
-            if s.error.is_none() {
-                s.error = Some(e);
-                sh.failed.store(true, Ordering::Release);
+        match r {
+            Ok(()) => {
+                sh.done.notify_all();
             }
+            Err(e) => fail(sh, &mut s, e),
         }
-        sh.done.notify_all();
     }
 }
 
@@ -336,10 +345,7 @@ fn run_syncs(sh: &Shared, file: &File) {
         s.sync_due = s.written + SYNC_EVERY_BYTES;
         #[cfg(test)]
         if s.fail_syncs {
-            s.error = Some(io::Error::other("test: fdatasync failed"));
-            sh.failed.store(true, Ordering::Release);
-            sh.done.notify_all();
-            return;
+            return fail(sh, &mut s, io::Error::other("test: fdatasync failed"));
         }
         drop(s);
         let r = file.sync_data();
@@ -349,12 +355,7 @@ fn run_syncs(sh: &Shared, file: &File) {
             s.syncs += 1;
         }
         if let Err(e) = r {
-            if s.error.is_none() {
-                s.error = Some(e);
-                sh.failed.store(true, Ordering::Release);
-            }
-            sh.done.notify_all();
-            return;
+            return fail(sh, &mut s, e);
         }
     }
 }
