@@ -188,7 +188,7 @@ pub struct BlameLine {
 
 /// A line of [`split_lines`] without its ending: the `\n` or `\r\n` that
 /// ends it, not a lone `\r` (which is text) nor a second `\r`.
-fn line_text(line: &str) -> &str {
+pub fn line_text(line: &str) -> &str {
     line.strip_suffix('\n')
         .map_or(line, |l| l.strip_suffix('\r').unwrap_or(l))
 }

@@ -1089,8 +1089,12 @@ fn print_hunks(out: &mut impl Write, st: &Style, header: &[String], hunks: &str)
     for line in header {
         writeln!(out, "{}", st.bold(line))?;
     }
-    for line in hunks.split_inclusive('\n') {
-        let (line, ending) = split_ending(line);
+    for whole in cairn::query::query::split_lines(hunks) {
+        let line = cairn::query::query::line_text(whole);
+        // A last line without one ends the output with one.
+        let ending = Some(&whole[line.len()..])
+            .filter(|e| !e.is_empty())
+            .unwrap_or("\n");
         let styled = if line.starts_with('+') {
             st.green(line)
         } else if line.starts_with('-') {
@@ -1103,15 +1107,6 @@ fn print_hunks(out: &mut impl Write, st: &Style, header: &[String], hunks: &str)
         write!(out, "{styled}{ending}")?;
     }
     Ok(())
-}
-
-/// A line of a unified diff and its ending: `\r\n` or `\n` (a lone `\r`
-/// is text), or `\n` for a last line without one.
-fn split_ending(line: &str) -> (&str, &str) {
-    match line.strip_suffix("\r\n") {
-        Some(l) => (l, "\r\n"),
-        None => (line.strip_suffix('\n').unwrap_or(line), "\n"),
-    }
 }
 
 /// `cairn history PATH`.
