@@ -775,8 +775,9 @@ impl Store {
         let mut lines = cairn_query::import::lines(format, input, file_name);
         let mut batch: Vec<Imported> = Vec::new();
         // The lines of `batch` that copy a checkpoint whose files gc
-        // collected, recorded without them: where in it, and which.
-        let mut collected: Vec<(usize, CollectedCopy)> = Vec::new();
+        // collected, recorded without them: where in it, their line
+        // number, and which checkpoint.
+        let mut collected: Vec<(usize, u64, CollectedCopy)> = Vec::new();
         let mut batch_from = 0u64;
         let mut done = ImportDone::default();
         let mut first = true;
@@ -851,7 +852,7 @@ impl Store {
                         .settle_collected(&mut item, opts.collected_checkpoints, file_name)
                         .map_err(|e| done.rejected(e, file_name))?;
                     if let Some(copy) = copy {
-                        collected.push((batch.len(), copy));
+                        collected.push((batch.len(), item.line, copy));
                     }
                     batch.push(item)
                 }
@@ -918,12 +919,12 @@ impl Store {
     /// the input up to `end` (whose first `end` bytes hash to `hash`) is
     /// recorded; empties `batch`. `leading` is the LSN of the input's first
     /// line when it was recorded before this import (found by its event).
-    /// `collected` names the lines of `batch` (by their place in it) made
-    /// records without the files gc collected, which `done` then lists with
+    /// `collected` names the lines of `batch` (by their place in it, and
+    /// their line number) made records without the files gc collected, which `done` then lists with
     /// their LSNs; it is emptied too.
     fn import_batch(
         &self,
-        (batch, collected): (&mut Vec<Imported>, &mut Vec<(usize, CollectedCopy)>),
+        (batch, collected): (&mut Vec<Imported>, &mut Vec<(usize, u64, CollectedCopy)>),
         file_name: &str,
         done: &mut ImportDone,
         progress: &mut Progress,
@@ -933,7 +934,6 @@ impl Store {
         let Some(last_line) = batch.last().map(|i| i.line) else {
             return Ok(());
         };
-        let lines: Vec<u64> = batch.iter().map(|i| i.line).collect();
         let mut events = Vec::with_capacity(batch.len());
         let mut digest = import_journal::Digest::default();
         for item in batch.drain(..) {
@@ -983,9 +983,9 @@ impl Store {
             }
             done.range = Some((done.range.map_or(a, |r| r.0), b));
             done.lines = last_line;
-            for (i, copy) in collected.drain(..) {
+            for (i, line, copy) in collected.drain(..) {
                 done.collected.push(CollectedCheckpoint {
-                    line: lines.get(i).copied().unwrap_or(last_line),
+                    line,
                     id: CheckpointId(Lsn(a.0 + i as u64)),
                     copy_of: copy.id,
                     discarded_at: copy.discarded_at,
