@@ -1880,11 +1880,23 @@ mod tests {
             ..crate::RetentionPolicy::default()
         };
         store.gc_compact(&policy).unwrap();
+        let export = own_export(&store);
+        (store, export)
+    }
+
+    /// The whole of `store`, exported as canonical JSONL.
+    fn own_export(store: &Store) -> Vec<u8> {
         let mut export = Vec::new();
         store
             .export(&Filter::all(), Format::Jsonl, &mut export)
             .unwrap();
-        (store, export)
+        export
+    }
+
+    /// Imports `input`, canonical JSONL named `name`, into `store` with
+    /// `ImportOptions::again()`.
+    fn import_again(store: &Store, input: &[u8], name: &str) -> Result<Option<(Lsn, Lsn)>> {
+        store.import_with(Format::Jsonl, &mut &input[..], name, ImportOptions::again())
     }
 
     /// The kinds of the records `lsns`, in order.
@@ -2024,17 +2036,8 @@ mod tests {
             "the tree c2 has too"
         );
         assert!(!store.blobs.contains(&first.state.unwrap()));
-        let mut export = Vec::new();
-        store
-            .export(&Filter::all(), Format::Jsonl, &mut export)
-            .unwrap();
-        let err = store
-            .import_with(
-                Format::Jsonl,
-                &mut &export[..],
-                "ex.jsonl",
-                ImportOptions::again(),
-            )
+        let export = own_export(&store);
+        let err = import_again(&store, &export, "ex.jsonl")
             .unwrap_err()
             .to_string();
         assert!(
@@ -2070,40 +2073,17 @@ mod tests {
         discard.checkpoint = Some(CheckpointId(Lsn(1)));
         store.append(&discard).unwrap();
         // The store's own export, no gc since: every line imports.
-        let mut export = Vec::new();
-        store
-            .export(&Filter::all(), Format::Jsonl, &mut export)
-            .unwrap();
-        let got = store
-            .import_with(
-                Format::Jsonl,
-                &mut &export[..],
-                "ex.jsonl",
-                ImportOptions::again(),
-            )
-            .unwrap();
+        let export = own_export(&store);
+        let got = import_again(&store, &export, "ex.jsonl").unwrap();
         assert_eq!(got, Some((Lsn(4), Lsn(6))));
         assert_eq!(store.record(Lsn(6)).unwrap().event, discard);
         // Twice in one input too.
         let twice = [&export[..], &export[..]].concat();
-        store
-            .import_with(
-                Format::Jsonl,
-                &mut &twice[..],
-                "twice.jsonl",
-                ImportOptions::again(),
-            )
-            .unwrap();
+        import_again(&store, &twice, "twice.jsonl").unwrap();
         // A discard of c1 that says anything else, and one appended
         // through the library, are refused as ever.
         let other = br#"{"kind":"checkpoint.discard","checkpoint":"c1","text":"mine"}"#;
-        let err = store
-            .import_with(
-                Format::Jsonl,
-                &mut &other[..],
-                "other.jsonl",
-                ImportOptions::again(),
-            )
+        let err = import_again(&store, other, "other.jsonl")
             .unwrap_err()
             .to_string();
         assert!(
