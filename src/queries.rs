@@ -775,8 +775,9 @@ impl Store {
         let mut lines = cairn_query::import::lines(format, input, file_name);
         let mut batch: Vec<Imported> = Vec::new();
         // The lines of `batch` that copy a checkpoint whose files gc
-        // collected, recorded without them: where in it, and which.
-        let mut collected: Vec<(usize, CollectedCopy)> = Vec::new();
+        // collected, recorded without them: where in it, their line
+        // number, and which checkpoint.
+        let mut collected: Vec<(usize, u64, CollectedCopy)> = Vec::new();
         let mut batch_from = 0u64;
         let mut done = ImportDone::default();
         let mut first = true;
@@ -851,7 +852,7 @@ impl Store {
                         .settle_collected(&mut item, opts.collected_checkpoints, file_name)
                         .map_err(|e| done.rejected(e, file_name))?;
                     if let Some(copy) = copy {
-                        collected.push((batch.len(), copy));
+                        collected.push((batch.len(), item.line, copy));
                     }
                     batch.push(item)
                 }
@@ -918,12 +919,12 @@ impl Store {
     /// the input up to `end` (whose first `end` bytes hash to `hash`) is
     /// recorded; empties `batch`. `leading` is the LSN of the input's first
     /// line when it was recorded before this import (found by its event).
-    /// `collected` names the lines of `batch` (by their place in it) made
-    /// records without the files gc collected, which `done` then lists with
+    /// `collected` names the lines of `batch` (by their place in it, and
+    /// their line number) made records without the files gc collected, which `done` then lists with
     /// their LSNs; it is emptied too.
     fn import_batch(
         &self,
-        (batch, collected): (&mut Vec<Imported>, &mut Vec<(usize, CollectedCopy)>),
+        (batch, collected): (&mut Vec<Imported>, &mut Vec<(usize, u64, CollectedCopy)>),
         file_name: &str,
         done: &mut ImportDone,
         progress: &mut Progress,
@@ -933,7 +934,6 @@ impl Store {
         let Some(last_line) = batch.last().map(|i| i.line) else {
             return Ok(());
         };
-        let lines: Vec<u64> = batch.iter().map(|i| i.line).collect();
         let mut events = Vec::with_capacity(batch.len());
         let mut digest = import_journal::Digest::default();
         for item in batch.drain(..) {
@@ -983,9 +983,9 @@ impl Store {
             }
             done.range = Some((done.range.map_or(a, |r| r.0), b));
             done.lines = last_line;
-            for (i, copy) in collected.drain(..) {
+            for (i, line, copy) in collected.drain(..) {
                 done.collected.push(CollectedCheckpoint {
-                    line: lines.get(i).copied().unwrap_or(last_line),
+                    line,
                     id: CheckpointId(Lsn(a.0 + i as u64)),
                     copy_of: copy.id,
                     discarded_at: copy.discarded_at,
@@ -1880,11 +1880,23 @@ mod tests {
             ..crate::RetentionPolicy::default()
         };
         store.gc_compact(&policy).unwrap();
+        let export = own_export(&store);
+        (store, export)
+    }
+
+    /// The whole of `store`, exported as canonical JSONL.
+    fn own_export(store: &Store) -> Vec<u8> {
         let mut export = Vec::new();
         store
             .export(&Filter::all(), Format::Jsonl, &mut export)
             .unwrap();
-        (store, export)
+        export
+    }
+
+    /// Imports `input`, canonical JSONL named `name`, into `store` with
+    /// `ImportOptions::again()`.
+    fn import_again(store: &Store, input: &[u8], name: &str) -> Result<Option<(Lsn, Lsn)>> {
+        store.import_with(Format::Jsonl, &mut &input[..], name, ImportOptions::again())
     }
 
     /// The kinds of the records `lsns`, in order.
@@ -2024,17 +2036,8 @@ mod tests {
             "the tree c2 has too"
         );
         assert!(!store.blobs.contains(&first.state.unwrap()));
-        let mut export = Vec::new();
-        store
-            .export(&Filter::all(), Format::Jsonl, &mut export)
-            .unwrap();
-        let err = store
-            .import_with(
-                Format::Jsonl,
-                &mut &export[..],
-                "ex.jsonl",
-                ImportOptions::again(),
-            )
+        let export = own_export(&store);
+        let err = import_again(&store, &export, "ex.jsonl")
             .unwrap_err()
             .to_string();
         assert!(
@@ -2070,40 +2073,17 @@ mod tests {
         discard.checkpoint = Some(CheckpointId(Lsn(1)));
         store.append(&discard).unwrap();
         // The store's own export, no gc since: every line imports.
-        let mut export = Vec::new();
-        store
-            .export(&Filter::all(), Format::Jsonl, &mut export)
-            .unwrap();
-        let got = store
-            .import_with(
-                Format::Jsonl,
-                &mut &export[..],
-                "ex.jsonl",
-                ImportOptions::again(),
-            )
-            .unwrap();
+        let export = own_export(&store);
+        let got = import_again(&store, &export, "ex.jsonl").unwrap();
         assert_eq!(got, Some((Lsn(4), Lsn(6))));
         assert_eq!(store.record(Lsn(6)).unwrap().event, discard);
         // Twice in one input too.
         let twice = [&export[..], &export[..]].concat();
-        store
-            .import_with(
-                Format::Jsonl,
-                &mut &twice[..],
-                "twice.jsonl",
-                ImportOptions::again(),
-            )
-            .unwrap();
+        import_again(&store, &twice, "twice.jsonl").unwrap();
         // A discard of c1 that says anything else, and one appended
         // through the library, are refused as ever.
         let other = br#"{"kind":"checkpoint.discard","checkpoint":"c1","text":"mine"}"#;
-        let err = store
-            .import_with(
-                Format::Jsonl,
-                &mut &other[..],
-                "other.jsonl",
-                ImportOptions::again(),
-            )
+        let err = import_again(&store, other, "other.jsonl")
             .unwrap_err()
             .to_string();
         assert!(

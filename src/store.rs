@@ -684,18 +684,11 @@ impl Store {
         // The kind of the record at `lsn`, and whether it is a placeholder
         // salvage put where a record was lost.
         let kind_at = |lsn: Lsn| -> Option<(EventKind, bool)> {
-            let of = |e: &Event| (e.kind, cairn_engine::log::is_placeholder(e));
             if lsn.0 == 0 {
-                None
-            } else if lsn <= head {
-                match &self.log {
-                    LogHandle::Writer(l) => l.read(lsn).ok().map(|r| of(&r.event)),
-                    LogHandle::Reader(r) => r.lock().read(lsn).ok().map(|r| of(&r.event)),
-                }
-            } else {
-                let i = usize::try_from(lsn.0 - head.0 - 1).ok()?;
-                before.get(i).map(of)
+                return None;
             }
+            let e = self.event_at(lsn, head, before)?;
+            Some((e.kind, cairn_engine::log::is_placeholder(&e)))
         };
         for (field, id) in [
             ("checkpoint", event.checkpoint),
@@ -803,7 +796,7 @@ impl Store {
             }
         }
         if let Some(at) = of_session.iter().find(|(o, _)| *o == id).and_then(|o| o.1) {
-            if import && self.event_at(at, head, before).as_ref() == Some(event) {
+            if import && self.event_at(at, head, before).as_deref() == Some(event) {
                 return Ok(());
             }
             return Err(format!(
@@ -823,15 +816,20 @@ impl Store {
 
     /// The event at `lsn`: a record of the log up to `head`, or one of
     /// `before`, the events of a batch that follow it.
-    fn event_at(&self, lsn: Lsn, head: Lsn, before: &[Event]) -> Option<Event> {
+    fn event_at<'a>(
+        &self,
+        lsn: Lsn,
+        head: Lsn,
+        before: &'a [Event],
+    ) -> Option<std::borrow::Cow<'a, Event>> {
         if lsn <= head {
-            return match &self.log {
-                LogHandle::Writer(l) => l.read(lsn).ok().map(|r| r.event),
-                LogHandle::Reader(r) => r.lock().read(lsn).ok().map(|r| r.event),
-            };
+            return self
+                .record(lsn)
+                .ok()
+                .map(|r| std::borrow::Cow::Owned(r.event));
         }
         let i = usize::try_from(lsn.0 - head.0 - 1).ok()?;
-        before.get(i).cloned()
+        before.get(i).map(std::borrow::Cow::Borrowed)
     }
 
     /// The first blob `event` refers to that the store does not hold.

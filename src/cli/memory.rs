@@ -108,12 +108,10 @@ pub fn gone_note(command: &Command) -> Option<String> {
     let gone = "a store held in memory, which is gone when cairn exits";
     Some(match command {
         Command::Track { paths } => {
-            let (n, it) = match paths.len() {
-                1 => ("1 path".to_string(), "it"),
-                n => (format!("{n} paths"), "them"),
-            };
             format!(
-                "--in-memory: tracking {n} in {gone}, and the tracking with it: no later command's checkpoint captures {it}; {LASTING}"
+                "--in-memory: tracking {} in {gone}, and the tracking with it: no later command's checkpoint captures {}; {LASTING}",
+                super::output::count(paths.len() as u64, "path"),
+                if paths.len() == 1 { "it" } else { "them" },
             )
         }
         Command::Checkpoint(_) => format!(
