@@ -165,7 +165,7 @@ impl<'s> Session<'s> {
         let ws = self.store.workspace()?;
         let rel = file_path(ws, path, "write_file")?;
         let full = ws.root().join(&rel);
-        let before = read_regular(ws.root(), path, &full, "write_file")?;
+        let (before, keep) = read_regular(ws.root(), path, &full, "write_file")?.unzip();
         self.track(&rel)?;
         let mut e = self.event(if before.is_some() {
             EventKind::FileWrite
@@ -188,7 +188,7 @@ impl<'s> Session<'s> {
         e.diff_stats = Some(line_stats(before.as_deref().unwrap_or(b""), contents));
         // Whatever the log would refuse, it refuses before the file changes.
         self.store.check_event(&e)?;
-        write_atomic(&full, contents)?;
+        write_atomic(&full, contents, keep)?;
         self.record_done(&e, format!("{rel} was written"))
     }
 
@@ -222,7 +222,7 @@ impl<'s> Session<'s> {
         let ws = self.store.workspace()?;
         let rel = file_path(ws, path, "delete_file")?;
         let full = ws.root().join(&rel);
-        let old = read_regular(ws.root(), path, &full, "delete_file")?
+        let (old, _) = read_regular(ws.root(), path, &full, "delete_file")?
             .ok_or_else(|| nothing_at("delete", &full))?;
         self.track(&rel)?;
         let mut e = self.event(EventKind::FileDelete);
@@ -276,7 +276,7 @@ impl<'s> Session<'s> {
             .into());
         }
         let (src_full, dst_full) = (ws.root().join(&src), ws.root().join(&dst));
-        let contents = read_regular(ws.root(), from, &src_full, "move_file")?
+        let (contents, _) = read_regular(ws.root(), from, &src_full, "move_file")?
             .ok_or_else(|| nothing_at("move", &src_full))?;
         match std::fs::symlink_metadata(&dst_full) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -292,7 +292,9 @@ impl<'s> Session<'s> {
         let h = self.store.put_blob(&contents)?;
         e.before = Some(h);
         e.after = Some(h);
-        e.diff_stats = Some(line_stats(&contents, &contents));
+        // The same contents on both sides: no line changed, no hunk (what
+        // diffing the file against itself would count, without the diff).
+        e.diff_stats = Some(DiffStats::default());
         self.store.check_event(&e)?;
         let dir = dst_full.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)
@@ -590,19 +592,16 @@ impl SafePoint<'_> {
 /// Writes `contents` to `full` atomically and durably: a temporary file in
 /// the same directory (created like any new file, so the umask applies),
 /// fsynced, renamed into place, then the directory fsynced. A file being
-/// replaced keeps its permissions; a new one gets the mode any program
-/// creating it would give it (not the 0600 of a private temp file).
-fn write_atomic(full: &Path, contents: &[u8]) -> Result<()> {
+/// replaced keeps its permissions (`keep`, as [`read_regular`] read them
+/// with its contents); a new one gets the mode any program creating it
+/// would give it (not the 0600 of a private temp file).
+fn write_atomic(full: &Path, contents: &[u8], keep: Option<std::fs::Permissions>) -> Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering};
     /// Distinguishes temp files of concurrent writers in one process.
     static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
     let io = |op: &'static str, p: &Path, e: std::io::Error| Error::io(op, p, e);
     let dir = full.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io("create directory for", full, e))?;
-    let keep = std::fs::symlink_metadata(full)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| m.permissions());
     let name = full.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(
         ".{name}.cairn-tmp-{}-{}",
@@ -656,13 +655,19 @@ fn file_path(ws: &Workspace, path: &str, method: &str) -> Result<String> {
 }
 
 /// The contents of the regular file at `full` (the workspace path the
-/// caller gave as `given`), or `None` if nothing is there. Never reads
+/// caller gave as `given`) and its permissions (which a write keeps), or
+/// `None` if nothing is there. Never reads
 /// through a symlink: a symlink, a directory or a special file at `full`
 /// is refused with a [`SnapshotError::BadPath`] that says what it is and
 /// that `method` takes regular files only. The file is opened without
 /// following a symlink (and without blocking on a FIFO), so a link put
 /// there after the check is refused too, not read through.
-fn read_regular(root: &Path, given: &str, full: &Path, method: &str) -> Result<Option<Vec<u8>>> {
+fn read_regular(
+    root: &Path,
+    given: &str,
+    full: &Path,
+    method: &str,
+) -> Result<Option<(Vec<u8>, std::fs::Permissions)>> {
     let refuse = |what: String| -> Error {
         SnapshotError::bad_path(
             given,
@@ -693,13 +698,14 @@ fn read_regular(root: &Path, given: &str, full: &Path, method: &str) -> Result<O
         }
         Err(e) => return Err(Error::io("open", full, e)),
     };
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(refuse("it is no longer a regular file".into()));
-    }
+    let opened = match f.metadata() {
+        Ok(m) if m.is_file() => m,
+        _ => return Err(refuse("it is no longer a regular file".into())),
+    };
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     f.read_to_end(&mut bytes)
         .map_err(|e| Error::io("read", full, e))?;
-    Ok(Some(bytes))
+    Ok(Some((bytes, opened.permissions())))
 }
 
 /// The refusal of a path that is a symlink: where it leads (by name, if
