@@ -1,5 +1,5 @@
 //! Queries over long or large file histories, on a real store: the figures
-//! of "Session 8: blame and diff on long histories" in docs/BENCHMARKS.md.
+//! of "Long histories" in docs/BENCHMARKS.md.
 //!
 //! ```text
 //! cargo run --release -p cairn-benches --example long_history

@@ -198,8 +198,8 @@ pub enum ChainForm {
     /// compressions for most records: the log bench's 229-byte frames
     /// hash 187 bytes (3 blocks) instead of 219 (4), the chain alone took
     /// 274 ns instead of 388, and `never` appends, where the chain was a
-    /// third of the time, went ~10% faster (docs/BENCHMARKS.md, session
-    /// 16).
+    /// third of the time, went ~10% faster (docs/BENCHMARKS.md, "Segment
+    /// format 2: the keyed chain").
     Keyed,
 }
 

@@ -7,7 +7,7 @@
 //! parallel so the file system commits them together. For tens of
 //! thousands it is not: creating a file costs tens of microseconds, an
 //! fsync round costs milliseconds, and a 50,000-file rollback spent most
-//! of its 14 s waiting on them (user trial 12). `syncfs(2)` writes back
+//! of its 14 s waiting on them. `syncfs(2)` writes back
 //! everything dirty on the file system and flushes the disk's cache in one
 //! call, so the temporaries of a whole plan are made durable at once
 //! before any is renamed (see `restore::apply_prestaged`).
@@ -34,7 +34,7 @@ use crate::error::{Result, SnapshotError};
 /// `syncfs`. Measured on a 2-core VM (ext4) by
 /// `benches/scripts/restore_durability.py`: per-file fsyncs in batches of
 /// 64 restore about 2,400 files/s, one `syncfs` about 9,000 (see
-/// docs/BENCHMARKS.md, "Session 13"); below about a thousand files the fsyncs take well
+/// docs/BENCHMARKS.md, "A rollback of 50,000 files"); below about a thousand files the fsyncs take well
 /// under half a second, and the coupling to other programs' writes is not
 /// worth it.
 pub const SYNCFS_MIN_FILES: usize = 1024;
