@@ -86,3 +86,8 @@ pub use store::{Store, StoreBuilder};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The library guide's code examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/LIBRARY.md")]
+pub struct LibraryDoctests;
