@@ -1,12 +1,12 @@
 //! Checkpoints, tracked writes, rollback and retention through the [`Store`] handle.
 
 use cairn_codec::{CheckpointId, Event, Lsn};
-use cairn_engine::log::{Head, Log, LogReader, Record};
+use cairn_engine::log::{Head, Log, Record};
+use cairn_query::source::ReaderSource;
 use cairn_snapshot::{
     CheckpointInfo, CheckpointRequest, LogAccess, RetentionPolicy, RetentionReport, RollbackReport,
     RollbackRequest, SnapshotError, WatchStats, Workspace,
 };
-use parking_lot::Mutex;
 
 use crate::error::Result;
 use crate::store::LogHandle;
@@ -218,7 +218,7 @@ impl Store {
 /// A read-only handle's log as a [`LogAccess`]: reads what the writer has
 /// committed; appends are refused (no flow that reaches them runs on a
 /// read-only workspace).
-struct ReaderLog<'a>(&'a Mutex<LogReader>);
+struct ReaderLog<'a>(&'a ReaderSource);
 
 impl LogAccess for ReaderLog<'_> {
     fn append(&self, _: &Event) -> cairn_snapshot::Result<Lsn> {

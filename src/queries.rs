@@ -9,8 +9,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use cairn_codec::{BlobHash, ChainHash, CheckpointId, Event, EventKind, Lsn};
-use cairn_engine::log::{Head, LogReader, LogStats, Record, VerifyReport};
-use cairn_engine::EngineError;
+use cairn_engine::log::{Head, LogStats, Record, VerifyReport};
 use cairn_query::export::{ExportStats, Format};
 use cairn_query::import::Imported;
 use cairn_query::index::{Index, OpenOutcome};
@@ -23,29 +22,6 @@ use crate::import_journal::{self, Checkpoint, Entry, Hashing, Key, KeyFile};
 use crate::store::LogHandle;
 use crate::Store;
 
-/// The records of a read-only store (another process writes), as the
-/// query layer reads them: every `head()` picks up new commits.
-pub(crate) struct ReaderRecords<'a>(pub(crate) &'a Mutex<LogReader>);
-
-impl RecordSource for ReaderRecords<'_> {
-    fn head(&self) -> cairn_query::Result<Head> {
-        Ok(self.0.lock().refresh()?)
-    }
-    fn iter_from(&self, from: Lsn) -> Box<dyn Iterator<Item = cairn_query::Result<Record>> + '_> {
-        Box::new(self.0.lock().iter_from(from).map(|r| r.map_err(Into::into)))
-    }
-    fn read(&self, lsn: Lsn) -> cairn_query::Result<Record> {
-        let mut reader = self.0.lock();
-        match reader.read(lsn) {
-            Err(EngineError::LsnOutOfRange { .. }) => {
-                reader.refresh()?;
-                Ok(reader.read(lsn)?)
-            }
-            r => Ok(r?),
-        }
-    }
-}
-
 impl LogHandle {
     pub(crate) fn head(&self) -> Head {
         match self {
@@ -57,7 +33,7 @@ impl LogHandle {
     fn with_source<T>(&self, f: impl FnOnce(&dyn RecordSource) -> T) -> T {
         match self {
             LogHandle::Writer(l) => f(&**l),
-            LogHandle::Reader(r) => f(&ReaderRecords(r)),
+            LogHandle::Reader(r) => f(&**r),
         }
     }
 }
@@ -368,6 +344,17 @@ impl Store {
         format: Format,
         out: &mut dyn Write,
     ) -> Result<ExportStats> {
+        if !filter.needs_index() {
+            // One pass over the log: loading (or rebuilding) the query
+            // index first would cost more than the export on a cold start.
+            return self
+                .log
+                .with_source(|src| {
+                    let head = src.head()?.last_lsn;
+                    cairn_query::export::export_scan(src, &*self.blobs, filter, format, head, out)
+                })
+                .map_err(Into::into);
+        }
         self.query(|q| q.export(filter, format, out))
     }
 

@@ -11,6 +11,7 @@ use cairn_engine::log::{Durability, Head, Log, LogOptions, LogReader};
 use cairn_engine::store_dir::STORE_DIR_NAME;
 use cairn_engine::vfs::sim::SimVfs;
 use cairn_engine::{RealVfs, StoreDir, Vfs};
+use cairn_query::source::ReaderSource;
 use cairn_snapshot::{SnapshotOptions, Workspace};
 use parking_lot::{Mutex, RwLock};
 
@@ -24,7 +25,7 @@ pub(crate) enum LogHandle {
     /// This process writes.
     Writer(Arc<Log>),
     /// Another process writes; this one follows read-only.
-    Reader(Box<Mutex<LogReader>>),
+    Reader(Box<ReaderSource>),
 }
 
 /// How to open a [`Store`]. Every setting has a documented default.
@@ -277,7 +278,7 @@ impl StoreBuilder {
                 workspace_dir,
                 vfs,
                 _dir: None,
-                log: LogHandle::Reader(Box::new(Mutex::new(reader))),
+                log: LogHandle::Reader(Box::new(ReaderSource::new(reader))),
                 blobs: Arc::new(blobs),
                 workspace,
                 mismatch,

@@ -771,6 +771,41 @@ pub fn subscribe(
     }
 }
 
+/// Exports the records `filter` selects by one pass over the log up to
+/// `head`, each body decoded in place and projected without building an
+/// owned event. For filters that no index narrows
+/// ([`Filter::needs_index`] is false): the whole log, an LSN range, or
+/// conditions checked record by record (agent, model, ok, phase).
+pub fn export_scan(
+    src: &dyn RecordSource,
+    blobs: &dyn BlobSource,
+    filter: &Filter,
+    format: Format,
+    head: Lsn,
+    out: &mut dyn Write,
+) -> Result<ExportStats> {
+    let mut ex = Exporter::new(blobs, format, out);
+    let limit = filter.limit.unwrap_or(usize::MAX);
+    if limit == 0 {
+        return ex.finish();
+    }
+    let Some((first, last)) = filter.lsn_bounds(head) else {
+        return ex.finish();
+    };
+    let mut n = 0;
+    src.for_each_ref(first, &mut |lsn, chain, e| {
+        if lsn > last {
+            return Ok(false);
+        }
+        if filter.lsn_in_range(lsn) && filter.matches_ref(e) {
+            ex.write_ref(lsn, chain, e)?;
+            n += 1;
+        }
+        Ok(n < limit)
+    })?;
+    ex.finish()
+}
+
 /// Like `tail -f`: exports the records `filter` selects from `from` on, then
 /// keeps exporting new ones as they are committed, flushing after each batch,
 /// until `stop()` returns true (checked at least every [`FOLLOW_WAIT`]) or

@@ -152,6 +152,20 @@ impl Filter {
         Filter::default()
     }
 
+    /// True if an index can narrow what this filter selects (session, run,
+    /// kind, path or a time range), or its order needs one (newest first).
+    /// Without, a query is one pass over the log and needs no index:
+    /// [`crate::export::export_scan`].
+    pub fn needs_index(&self) -> bool {
+        self.session.is_some()
+            || self.run.is_some()
+            || self.kind.is_some()
+            || self.path.is_some()
+            || self.since.is_some()
+            || self.until.is_some()
+            || self.newest_first
+    }
+
     /// True if `event` passes every set condition (limit and order aside).
     pub fn matches_event(&self, e: &Event) -> bool {
         self.matches_ref(&EventRef::of(e))

@@ -185,6 +185,12 @@ impl ReaderSource {
     pub fn new(reader: LogReader) -> ReaderSource {
         ReaderSource(Mutex::new(reader))
     }
+
+    /// The reader itself, locked: for what is not a query (verify, stats,
+    /// the checkpoint layer's log access). Held only for the call.
+    pub fn lock(&self) -> parking_lot::MutexGuard<'_, LogReader> {
+        self.0.lock()
+    }
 }
 
 impl RecordSource for ReaderSource {
