@@ -38,6 +38,7 @@ pub mod export;
 pub mod filter;
 pub mod import;
 pub mod index;
+pub mod lines;
 pub mod point;
 pub mod query;
 pub mod renames;

@@ -1,0 +1,345 @@
+//! The workspace at a point: a path's entry, the whole tree, a file's
+//! bytes, and what a checkpoint could not capture, read from checkpoint
+//! manifests and the file records after them.
+
+use cairn_codec::{BlobHash, CheckpointId, EventKind, Lsn};
+use cairn_snapshot::checkpoint::NotCaptured;
+
+use crate::error::{QueryError, Result};
+use crate::point::Point;
+use crate::replay::{apply_paths, path_change, tree_change, PathChange, TreeChange};
+use crate::source::{EntryKind, Record, Tree, TreeEntry};
+
+use super::*;
+
+impl Query<'_> {
+    fn manifest_entry(
+        &self,
+        root: &BlobHash,
+        path: &str,
+        lsn: Lsn,
+    ) -> Result<Option<TreeEntry>> {
+        self.manifests
+            .entry(root, path)
+            .map_err(|e| self.manifest_error(lsn, e.to_string()))
+    }
+
+    fn manifest_tree(&self, root: &BlobHash, lsn: Lsn) -> Result<Tree> {
+        self.manifests
+            .tree(root)
+            .map_err(|e| self.manifest_error(lsn, e.to_string()))
+    }
+
+    /// Why the manifest read at the record `lsn` may be gone: retention
+    /// discarded that checkpoint, or the one that rollback restored. Gives
+    /// the checkpoint and the LSN of its `checkpoint.discard`.
+    fn retention_loss(&self, lsn: Lsn) -> Option<(CheckpointId, Lsn)> {
+        let discarded = |id: CheckpointId| {
+            let at = self.index.checkpoint(id)?.discarded_at?;
+            Some((id, at))
+        };
+        discarded(CheckpointId(lsn)).or_else(|| {
+            let r = self.src.read(lsn).ok()?;
+            let t = r
+                .event
+                .target
+                .filter(|_| r.event.kind == EventKind::Rollback)?;
+            discarded(t)
+        })
+    }
+
+    /// True if `e` is a manifest retention gave up (see `retention_loss`).
+    pub(super) fn beyond_retention(&self, e: &QueryError) -> bool {
+        matches!(e, QueryError::Manifest { lsn, .. } if self.retention_loss(*lsn).is_some())
+    }
+
+    /// The manifest of the record at `lsn` could not be read: says why
+    /// when retention discarded the checkpoint it is (or restored) and gc
+    /// removed its manifest.
+    fn manifest_error(&self, lsn: Lsn, detail: String) -> QueryError {
+        let detail = match self.retention_loss(lsn) {
+            Some((c, at)) if c.0 == lsn => format!(
+                "checkpoint {c} was discarded at LSN {at} ({}) and gc removed its manifest, so the state there and until the next checkpoint is no longer kept ({detail})",
+                self.discarded_by(at)
+            ),
+            Some((c, at)) => format!(
+                "it restored checkpoint {c}, which was discarded at LSN {at} ({}) and gc removed, so the state there and until the next checkpoint is no longer kept ({detail})",
+                self.discarded_by(at)
+            ),
+            None => detail,
+        };
+        QueryError::Manifest { lsn, detail }
+    }
+
+    /// Who wrote the `checkpoint.discard` record at `at`: retention (gc)
+    /// starts its text with "retention: "; anything else was recorded.
+    fn discarded_by(&self, at: Lsn) -> &'static str {
+        cairn_snapshot::discarded_by_words(
+            self.src
+                .read(at)
+                .is_ok_and(|r| cairn_snapshot::discarded_by_retention(&r.event)),
+        )
+    }
+
+    /// `path`'s entry just after LSN `at`, from the indexes: the last change
+    /// to the path since the last tree reset, else the reset's manifest.
+    pub fn entry_at(&self, at: Lsn, path: &str) -> Result<Option<TreeEntry>> {
+        let mut path = path.to_string();
+        let mut at = at;
+        // Contents set by a later write, while the mode is still being looked for.
+        let mut blob: Option<BlobHash> = None;
+        let finish = |blob: Option<BlobHash>, base: Option<TreeEntry>| match (blob, base) {
+            (Some(b), Some(e)) => Some(TreeEntry {
+                blob: b,
+                mode: e.mode,
+                kind: EntryKind::File,
+            }),
+            (Some(b), None) => Some(TreeEntry::file(b)),
+            (None, base) => base,
+        };
+        'outer: loop {
+            let reset = self.index.last_reset(at);
+            let lo = reset.map_or(Lsn(0), |r| r.lsn);
+            let lsns = self.index.path(&path);
+            let end = lsns.partition_point(|l| *l <= at);
+            let start = lsns.partition_point(|l| *l <= lo);
+            for &l in lsns[start..end].iter().rev() {
+                let r = self.src.read(l)?;
+                match path_change(&r.event, &path) {
+                    None => {}
+                    Some(PathChange::Set(b)) => {
+                        blob.get_or_insert(b);
+                    }
+                    Some(PathChange::Remove) => return Ok(finish(blob, None)),
+                    Some(PathChange::MoveIn { from, after }) => {
+                        if blob.is_none() {
+                            blob = after;
+                        }
+                        path = from.to_string();
+                        at = Lsn(l.0 - 1);
+                        continue 'outer;
+                    }
+                }
+            }
+            let base = match reset {
+                None => None,
+                Some(r) if r.scope.touches(&path) => {
+                    match self.manifest_entry(&r.root, &path, r.lsn) {
+                        Ok(e) => e,
+                        // Written since: only the mode was looked for there.
+                        Err(e) if blob.is_some() && self.beyond_retention(&e) => None,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Some(r) => {
+                    at = Lsn(r.lsn.0 - 1);
+                    continue 'outer;
+                }
+            };
+            return Ok(finish(blob, base));
+        }
+    }
+
+    /// The tree at LSN `at`: the last reset's manifest, then the file
+    /// events after it folded in.
+    pub fn tree_at_lsn(&self, at: Lsn) -> Result<Tree> {
+        let (mut tree, from) = match self.index.last_reset(at) {
+            None => (Tree::new(), Lsn::FIRST),
+            Some(r) => {
+                let t = self.manifest_tree(&r.root, r.lsn)?;
+                let t = if r.scope.is_all() {
+                    t
+                } else {
+                    let mut before = self.tree_at_lsn(Lsn(r.lsn.0 - 1))?;
+                    before.retain(|p, _| !r.scope.touches(p));
+                    before.extend(t.into_iter().filter(|(p, _)| r.scope.touches(p)));
+                    before
+                };
+                (t, r.lsn.next())
+            }
+        };
+        if from <= at {
+            for r in self.src.iter_from(from) {
+                let r = r?;
+                if r.lsn > at {
+                    break;
+                }
+                if let TreeChange::Paths(v) = tree_change(&r.event) {
+                    apply_paths(&mut tree, &v);
+                }
+            }
+        }
+        Ok(tree)
+    }
+
+    /// The files that were in the workspace at `at` but whose contents no
+    /// record holds (so they are absent from [`Query::tree_at_lsn`]): those
+    /// the last checkpoint at or before `at` could not capture (too large
+    /// or unreadable then: its `meta.not_captured`), carried through a
+    /// rollback for the paths it left as they were (its `meta.kept`, those
+    /// outside its paths, and those neither tree held), less those a later
+    /// record up to `at` wrote, deleted or moved. The same answer for a
+    /// checkpoint's id, its LSN, `head` or a time, as the tree is. A
+    /// checkpoint names at most `MAX_NOT_CAPTURED_NAMED` of them.
+    pub fn not_captured_at_lsn(&self, at: Lsn) -> Result<Vec<NotCaptured>> {
+        let Some(reset) = self.index.last_reset(at) else {
+            return Ok(Vec::new());
+        };
+        let rec = self.src.read(reset.lsn)?;
+        let mut list: Vec<NotCaptured> = if rec.event.kind == EventKind::CheckpointCreate {
+            NotCaptured::named_by(&rec.event)
+        } else if reset.lsn.0 <= 1 {
+            Vec::new()
+        } else {
+            // A rollback: a path it set takes its target's captured entry;
+            // a file not captured before it that its tree lacks was left
+            // as it was (kept, outside its paths, or in neither tree, so
+            // in no plan).
+            let mut before = self.not_captured_at_lsn(Lsn(reset.lsn.0 - 1))?;
+            if !before.is_empty() {
+                let tree = self.tree_at_lsn(reset.lsn)?;
+                before.retain(|n| !tree.contains_key(&n.path));
+            }
+            before
+        };
+        // The records after the reset, up to `at`, that name one of the
+        // paths (by the path index: no other record is read), in order; a
+        // path a move marks brings its own.
+        let naming = |p: &str, after: Lsn| {
+            self.index
+                .path(p)
+                .iter()
+                .copied()
+                .filter(move |l| *l > after && *l <= at)
+        };
+        let mut later: std::collections::BTreeSet<Lsn> = list
+            .iter()
+            .flat_map(|n| naming(&n.path, reset.lsn))
+            .collect();
+        while let Some(l) = later.pop_first() {
+            let r = self.src.read(l)?;
+            let TreeChange::Paths(changes) = tree_change(&r.event) else {
+                continue;
+            };
+            for (path, c) in &changes {
+                // A move from a file not captured leaves its new path not
+                // captured too, unless the record gives the new contents.
+                let moved = match c {
+                    PathChange::MoveIn { from, after: None } => {
+                        list.iter().find(|n| n.path == *from).map(|n| n.why.clone())
+                    }
+                    _ => None,
+                };
+                list.retain(|n| n.path != *path);
+                if let Some(why) = moved {
+                    later.extend(naming(path, l));
+                    list.push(NotCaptured {
+                        path: path.to_string(),
+                        why,
+                    });
+                }
+            }
+        }
+        list.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(list)
+    }
+
+    /// [`Query::not_captured_at_lsn`] at a point.
+    pub fn not_captured_at(&self, p: Point) -> Result<Vec<NotCaptured>> {
+        self.not_captured_at_lsn(self.resolve(p)?)
+    }
+
+    /// The tree (every path with its blob, mode and kind) at a point.
+    pub fn tree_at(&self, p: Point) -> Result<Tree> {
+        self.tree_at_lsn(self.resolve(p)?)
+    }
+
+    /// A file's bytes at a point (for a symlink: its target).
+    pub fn file_at(&self, p: Point, path: &str) -> Result<Vec<u8>> {
+        let at = self.resolve(p)?;
+        match self.entry_at(at, path)? {
+            Some(e) => self.blobs.get(&e.blob),
+            None => Err(self.not_a_file(at, path)),
+        }
+    }
+
+    /// The error for `path`, which is no file at `at`: it is a directory
+    /// (some file lies under it), or it does not exist.
+    pub fn not_a_file(&self, at: Lsn, path: &str) -> QueryError {
+        if self.is_dir_at(at, path) {
+            QueryError::Invalid(format!(
+                "`{path}` is a directory at LSN {at}, not a file: `cairn tree` lists its files"
+            ))
+        } else {
+            QueryError::NoSuchPath {
+                path: path.to_string(),
+                at,
+            }
+        }
+    }
+
+    /// The record that last wrote `path` at or before `at`, if it did so
+    /// without carrying the contents (a `file.write` with no `after`, as
+    /// a platform records after `cairn track`) and no checkpoint or
+    /// rollback has captured the path since: what [`entry_at`](Self::entry_at)
+    /// gives for it is then the contents from before that record (or
+    /// nothing, for a file it created), until a checkpoint captures them.
+    pub fn unrecorded_write(&self, at: Lsn, path: &str) -> Result<Option<Record>> {
+        let lsns = self.index.path(path);
+        let Some(&last) = lsns[..lsns.partition_point(|l| *l <= at)].last() else {
+            return Ok(None);
+        };
+        // The last reset at or before `at` that set this path.
+        let mut reset = self.index.last_reset(at);
+        while let Some(r) = reset.filter(|r| !r.scope.touches(path)) {
+            reset = r
+                .lsn
+                .0
+                .checked_sub(1)
+                .and_then(|l| self.index.last_reset(Lsn(l)));
+        }
+        if reset.is_some_and(|r| r.lsn >= last) {
+            return Ok(None);
+        }
+        let rec = self.src.read(last)?;
+        let e = &rec.event;
+        let writes = e.ok
+            && (e.kind.is_file_op() || matches!(e.kind, EventKind::Apply | EventKind::Undo))
+            && e.kind != EventKind::FileDelete;
+        Ok((writes && path_change(e, path).is_none()).then_some(rec))
+    }
+
+    /// Every path [`unrecorded_write`](Self::unrecorded_write) finds at
+    /// `to` whose record comes after `from`: the files written between
+    /// the two points whose new contents no record holds yet. Sorted by
+    /// path.
+    pub fn unrecorded_writes(&self, from: Lsn, to: Lsn) -> Result<Vec<(String, Record)>> {
+        let mut out = Vec::new();
+        for (path, lsns) in self.index.paths() {
+            // Only paths some record names in (from, to].
+            let i = lsns.partition_point(|l| *l <= from);
+            if lsns.get(i).is_none_or(|l| *l > to) {
+                continue;
+            }
+            if let Some(rec) = self.unrecorded_write(to, path)? {
+                if rec.lsn > from {
+                    out.push((path.to_string(), rec));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// True if some file lies under `path` at `at` (so it is a directory
+    /// there). Reads the whole tree at `at`; false if it cannot be read.
+    pub(super) fn is_dir_at(&self, at: Lsn, path: &str) -> bool {
+        let dir = format!("{}/", path.trim_end_matches('/'));
+        dir != "/"
+            && self.tree_at_lsn(at).is_ok_and(|t| {
+                t.range(dir.clone()..)
+                    .next()
+                    .is_some_and(|(p, _)| p.starts_with(&dir))
+            })
+    }
+}
