@@ -46,7 +46,7 @@
 pub mod binding;
 pub mod checkpoints;
 pub mod error;
-pub(crate) mod import_journal;
+pub mod import;
 pub mod queries;
 pub mod repair;
 pub mod session;
@@ -76,9 +76,8 @@ pub use cairn_snapshot::{
     RollbackRequest, ScanMode, SnapshotError, SnapshotOptions, WatchStats,
 };
 pub use error::{Error, Result};
-pub use queries::{
-    CollectedCheckpoint, CollectedCheckpoints, ImportOptions, StoreStats, StoreVerifyReport,
-};
+pub use import::{CollectedCheckpoint, CollectedCheckpoints, ImportOptions};
+pub use queries::{StoreStats, StoreVerifyReport};
 pub use session::{SafePoint, Session};
 pub use store::{Store, StoreBuilder};
 

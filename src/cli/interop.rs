@@ -116,7 +116,7 @@ pub fn import(
     format: &str,
     files: &[PathBuf],
     json: bool,
-    opts: cairn::queries::ImportOptions,
+    opts: cairn::import::ImportOptions,
 ) -> Result<ExitCode> {
     let format = parse_format(format)?;
     let mut done = Done::default();
@@ -228,13 +228,13 @@ pub fn collected_mode(s: Option<&str>) -> Result<cairn::CollectedCheckpoints> {
 
 /// The options of `--again` and `--resume` (or `--load-again` and
 /// `--load-resume`), which exclude each other.
-pub fn import_options(again: bool, resume: bool) -> cairn::queries::ImportOptions {
+pub fn import_options(again: bool, resume: bool) -> cairn::import::ImportOptions {
     if again {
-        cairn::queries::ImportOptions::again()
+        cairn::import::ImportOptions::again()
     } else if resume {
-        cairn::queries::ImportOptions::resume()
+        cairn::import::ImportOptions::resume()
     } else {
-        cairn::queries::ImportOptions::default()
+        cairn::import::ImportOptions::default()
     }
 }
 
@@ -253,7 +253,7 @@ pub const OPTION_FLAGS: [(&str, &str, &str); 4] = [
         "--load-skip-torn-tail",
     ),
     (
-        cairn::queries::RECORD_COLLECTED_OPTION,
+        cairn::import::RECORD_COLLECTED_OPTION,
         "--collected-checkpoints record",
         "`cairn import --collected-checkpoints record`",
     ),
@@ -295,7 +295,7 @@ pub struct Done {
     /// Their LSNs, first and last.
     pub range: Option<(Lsn, Lsn)>,
     /// The file (as named) and line of each torn last line skipped.
-    pub torn_tails: Vec<(String, cairn::queries::TornTail)>,
+    pub torn_tails: Vec<(String, cairn::import::TornTail)>,
     /// The file (as named) of each checkpoint line recorded without the
     /// files gc had collected, and what it made.
     pub collected: Vec<(String, cairn::CollectedCheckpoint)>,
@@ -310,7 +310,7 @@ pub fn import_files(
     store: &Store,
     format: Format,
     files: &[PathBuf],
-    opts: cairn::queries::ImportOptions,
+    opts: cairn::import::ImportOptions,
     purpose: Purpose,
 ) -> Result<Done> {
     let mut done = Done::default();
@@ -325,7 +325,7 @@ fn import_files_counting(
     store: &Store,
     format: Format,
     files: &[PathBuf],
-    opts: cairn::queries::ImportOptions,
+    opts: cairn::import::ImportOptions,
     purpose: Purpose,
     done: &mut Done,
 ) -> Result<()> {

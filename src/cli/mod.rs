@@ -198,7 +198,7 @@ pub struct Settings {
     pub load_format: cairn::query::export::Format,
     /// `--load-again`, `--load-resume`, `--load-skip-torn-tail`: how the
     /// `--load` files are imported.
-    pub load_options: cairn::queries::ImportOptions,
+    pub load_options: cairn::import::ImportOptions,
     /// With `--in-memory`: the store, opened and loaded before the command
     /// runs (see [`memory::open`]); the command's open takes it.
     memory: std::cell::RefCell<Option<Store>>,

@@ -13,12 +13,7 @@ use crate::source::{EntryKind, Record, Tree, TreeEntry};
 use super::*;
 
 impl Query<'_> {
-    fn manifest_entry(
-        &self,
-        root: &BlobHash,
-        path: &str,
-        lsn: Lsn,
-    ) -> Result<Option<TreeEntry>> {
+    fn manifest_entry(&self, root: &BlobHash, path: &str, lsn: Lsn) -> Result<Option<TreeEntry>> {
         self.manifests
             .entry(root, path)
             .map_err(|e| self.manifest_error(lsn, e.to_string()))
