@@ -8,10 +8,21 @@
 //! of the right one as deleted, and a rollback would rewrite the wrong
 //! tree to the right one's checkpoint.
 //!
-//! A store inside its workspace (the usual `<workspace>/.cairn`) is bound
-//! by its place in the tree, not by absolute path, so a project moved or
-//! copied with its store keeps working. A store elsewhere is bound to the
-//! workspace's canonical path.
+//! A store directly inside its workspace (the usual `<workspace>/.cairn`)
+//! is bound by its place in the tree, not by absolute path, so a project
+//! moved or copied with its store keeps working. A store elsewhere (deeper
+//! in the workspace, or outside it) is bound to the workspace's canonical
+//! path.
+//!
+//! A store is data from outside until proven otherwise: a `.cairn` can
+//! arrive with a cloned repository, an archive or a shared disk, and its
+//! binding file could name any directory for a rollback to rewrite. So a
+//! binding that names anything but the directory holding the store is
+//! trusted only if it also records proof that it was made for this very
+//! store directory: the directory's canonical path and its inode number
+//! when it was bound ([`BoundStore`]). A copy, clone or extraction is a
+//! new directory (another inode, usually another path) and its binding is
+//! refused with the command that trusts it (`init --rebind`).
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +47,80 @@ struct BindingFile {
     /// The workspace's canonical path, when the store lies outside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     workspace: Option<String>,
+    /// Proof that this binding was made for this store directory: needed
+    /// by every binding but a store directly inside its workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bound_store: Option<BoundStore>,
+}
+
+/// The store directory a binding was made for, as it was when bound.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct BoundStore {
+    /// Its canonical path.
+    path: String,
+    /// Its inode number. (Not the device number, which some systems
+    /// renumber across reboots: a path and an inode a copy cannot choose
+    /// are proof enough.)
+    inode: u64,
+}
+
+impl BoundStore {
+    /// The proof for the store directory whose canonical path is `store`.
+    fn of(store: &Path) -> Result<BoundStore> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(store)
+            .map_err(|e| Error::Other(format!("read {}: {e}", store.display())))?;
+        Ok(BoundStore {
+            path: utf8(store)?.to_string(),
+            inode: meta.ino(),
+        })
+    }
+}
+
+/// A binding that names a workspace other than the directory holding the
+/// store, without proof that it was made for this store directory: the
+/// store was copied, cloned or extracted from elsewhere (or bound by a
+/// cairn that recorded no proof). Refused: it could make cairn write
+/// anywhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UntrustedBinding {
+    /// The store directory (canonical).
+    pub store: PathBuf,
+    /// The workspace its binding names.
+    pub claimed: PathBuf,
+    /// Why the binding is not taken as this store's: what the proof lacks.
+    pub why: String,
+}
+
+impl UntrustedBinding {
+    /// The directory that holds the store: the workspace it may act on
+    /// without a binding.
+    pub fn holder(&self) -> PathBuf {
+        self.store
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| self.store.clone())
+    }
+}
+
+/// In the library's words and the command line's (the binding is read
+/// before anything knows which is asking).
+impl std::fmt::Display for UntrustedBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the store {store} names the workspace {claimed} in its binding file {store}/{BINDING_FILE}, \
+             but this store's binding was not made here ({why}): a store copied, cloned or \
+             extracted from elsewhere may not choose where cairn writes. If you trust it, bind it \
+             to that workspace with `cairn --store {store} init {claimed} --rebind`; to use it with \
+             the directory that holds it, `cairn --store {store} init {holder} --rebind` \
+             (in the library: `StoreBuilder::rebind_workspace(true)`)",
+            store = self.store.display(),
+            claimed = self.claimed.display(),
+            why = self.why,
+            holder = self.holder().display(),
+        )
+    }
 }
 
 /// A store opened with a workspace it is not bound to.
@@ -109,7 +194,8 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
             file.version
         )));
     }
-    match (file.store_in_workspace, file.workspace) {
+    let store = canonical(store)?;
+    let claimed = match (file.store_in_workspace, file.workspace) {
         (Some(rel), None) => {
             // Plain names only: `..` or an absolute path would bind the
             // store to some other tree.
@@ -122,18 +208,55 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
                 )));
             }
             let depth = Path::new(&rel).components().count();
-            let store = canonical(store)?;
             let mut ws = store.as_path();
             for _ in 0..depth {
                 ws = ws
                     .parent()
                     .ok_or_else(|| damaged("the store is not that deep in the tree"))?;
             }
-            Ok(Some(ws.to_path_buf()))
+            if depth == 1 {
+                // The directory that holds the store: where it may act
+                // whatever its binding says.
+                return Ok(Some(ws.to_path_buf()));
+            }
+            if !store.ends_with(&rel) {
+                return Err(damaged(&format!(
+                    "store_in_workspace `{rel}` is not where the store {} is",
+                    store.display()
+                )));
+            }
+            ws.to_path_buf()
         }
-        (None, Some(abs)) => Ok(Some(PathBuf::from(abs))),
-        _ => Err(damaged("it names no workspace")),
-    }
+        (None, Some(abs)) => {
+            let abs = PathBuf::from(abs);
+            if !abs.is_absolute() {
+                return Err(damaged(&format!(
+                    "workspace `{}` is not an absolute path",
+                    abs.display()
+                )));
+            }
+            abs
+        }
+        _ => return Err(damaged("it names no workspace")),
+    };
+    let here = BoundStore::of(&store)?;
+    let why = match &file.bound_store {
+        None => "it records no proof of the store directory it was made for".to_string(),
+        Some(b) if b.path != here.path => format!("it was made for the store {}", b.path),
+        Some(b) if b.inode != here.inode => format!(
+            "it was made for another directory at this path (inode {}, this one is {}): a copy",
+            b.inode, here.inode
+        ),
+        Some(_) => return Ok(Some(claimed)),
+    };
+    Err(Error::Other(
+        UntrustedBinding {
+            store,
+            claimed,
+            why,
+        }
+        .to_string(),
+    ))
 }
 
 /// Checks that `store` belongs to `workspace`: `Ok(None)` if it does, or
@@ -146,7 +269,13 @@ pub(crate) fn check(
     record: bool,
     rebind: bool,
 ) -> Result<Option<WorkspaceMismatch>> {
-    let bound = bound_workspace(store)?;
+    // An untrusted or damaged binding stands until it is replaced: only
+    // `rebind` (the user's own `init --rebind`) replaces it.
+    let bound = match bound_workspace(store) {
+        Ok(b) => b,
+        Err(_) if rebind => None,
+        Err(e) => return Err(e),
+    };
     let given = match workspace.canonicalize() {
         Ok(g) => g,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -188,18 +317,25 @@ pub(crate) fn check(
 /// the new).
 fn write(store: &Path, workspace: &Path) -> Result<()> {
     let store_c = canonical(store)?;
-    let file = match store_c.strip_prefix(workspace) {
+    let mut file = match store_c.strip_prefix(workspace) {
         Ok(rel) if !rel.as_os_str().is_empty() => BindingFile {
             version: BINDING_VERSION,
             store_in_workspace: Some(utf8(rel)?.to_string()),
             workspace: None,
+            bound_store: None,
         },
         _ => BindingFile {
             version: BINDING_VERSION,
             store_in_workspace: None,
             workspace: Some(utf8(workspace)?.to_string()),
+            bound_store: None,
         },
     };
+    // Only the directory holding the store needs no proof (see the
+    // module's documentation).
+    if store_c.parent() != Some(workspace) {
+        file.bound_store = Some(BoundStore::of(&store_c)?);
+    }
     let bytes = serde_json::to_vec(&file).map_err(|e| Error::Other(e.to_string()))?;
     let path = store.join(BINDING_FILE);
     let tmp = store.join(format!(".{BINDING_FILE}.tmp-{}", std::process::id()));

@@ -67,6 +67,61 @@ pub fn lock_holder(vfs: &dyn Vfs, lock_file: &Path) -> Option<u32> {
         .ok()
 }
 
+/// The permission bits a store directory may have: the owner's only.
+/// Its files are the workspace's private history (every checkpointed
+/// file's contents), and what is under it decides where cairn writes.
+pub const STORE_DIR_MODE_ALLOWED: u32 = 0o700;
+
+/// Refuses to write the store directory `root` (on the real file system)
+/// unless the user running cairn owns it and nobody else has permission
+/// bits on it, as git refuses a repository another user owns: a store
+/// another user can write could be made to rewrite this user's files, and
+/// one others may read gives away every checkpointed file. The super-user
+/// is held to the same rule (it acts on a store of its own; for another
+/// user's, run cairn as that user). `Ok` for a directory that does not
+/// exist yet (it is created owner-only). The refusal is an
+/// [`EngineError::Io`] naming the owner or mode found and the fix; one
+/// about the owner has the kind `PermissionDenied`.
+pub fn check_owner_and_mode(root: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let op = "refuse to write the store";
+    let meta = match std::fs::metadata(root) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(EngineError::io("read the owner of the store", root, e)),
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let user = unsafe { libc::geteuid() };
+    if meta.uid() != user {
+        let text = format!(
+            "Permission denied by cairn: it is owned by uid {}, not by this user (uid {user}); \
+             cairn writes and rolls back only its own user's stores (a store another user \
+             controls could make it rewrite this user's files). Run cairn as uid {} \
+             (e.g. `sudo -u '#{}' cairn ...`), or, to take the store over, \
+             `chown -R {user} {}`",
+            meta.uid(),
+            meta.uid(),
+            meta.uid(),
+            root.display()
+        );
+        return Err(EngineError::io(
+            op,
+            root,
+            std::io::Error::new(std::io::ErrorKind::PermissionDenied, text),
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & !STORE_DIR_MODE_ALLOWED != 0 {
+        let text = format!(
+            "its mode is {mode:04o}, and a store is for its owner alone (mode 0700): others \
+             could read every checkpointed file through it; run `chmod 700 {}`",
+            root.display()
+        );
+        return Err(EngineError::io(op, root, std::io::Error::other(text)));
+    }
+    Ok(())
+}
+
 /// An open store directory, holding the exclusive lock for its lifetime.
 #[derive(Debug)]
 pub struct StoreDir {
@@ -179,6 +234,22 @@ mod tests {
         let _d = StoreDir::open(Arc::new(RealVfs), &root).unwrap();
         let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn a_store_open_to_others_is_refused_with_the_chmod_that_mends_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        check_owner_and_mode(&root).unwrap();
+        drop(StoreDir::open(Arc::new(RealVfs), &root).unwrap());
+        check_owner_and_mode(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = check_owner_and_mode(&root).unwrap_err().to_string();
+        assert!(
+            e.contains("0755") && e.contains(&format!("chmod 700 {}", root.display())),
+            "{e}"
+        );
     }
 
     #[test]
