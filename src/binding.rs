@@ -449,6 +449,56 @@ mod tests {
         }
     }
 
+    /// Regression (issue 27): a binding that names a workspace other
+    /// than the store's holder is trusted only with proof it was made for
+    /// this store directory; a copy of the store is refused, and a rebind
+    /// replaces the untrusted binding.
+    #[test]
+    fn a_binding_without_proof_for_this_store_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().canonicalize().unwrap();
+        let (store, w) = (top.join("s"), top.join("w"));
+        for d in [&store, &w] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        assert_eq!(check(&store, &w, true, false).unwrap(), None);
+        assert_eq!(bound_workspace(&store).unwrap(), Some(w.clone()));
+        // A copy: another path (and inode).
+        let copy = top.join("copy");
+        std::fs::create_dir(&copy).unwrap();
+        std::fs::copy(store.join(BINDING_FILE), copy.join(BINDING_FILE)).unwrap();
+        let e = bound_workspace(&copy).unwrap_err().to_string();
+        assert!(
+            e.contains("was not made here")
+                && e.contains(&format!("made for the store {}", store.display()))
+                && e.contains(&format!(
+                    "`cairn --store {} init {} --rebind`",
+                    copy.display(),
+                    w.display()
+                )),
+            "{e}"
+        );
+        assert!(check(&copy, &w, true, false).is_err());
+        assert_eq!(check(&copy, &top, false, true).unwrap(), None);
+        // Rebound to the directory that holds it: no proof needed.
+        assert_eq!(bound_workspace(&copy).unwrap(), Some(top.clone()));
+        // No proof at all (a hand-written or old binding).
+        std::fs::write(
+            copy.join(BINDING_FILE),
+            format!(r#"{{"version":1,"workspace":"{}"}}"#, w.display()),
+        )
+        .unwrap();
+        let e = bound_workspace(&copy).unwrap_err().to_string();
+        assert!(e.contains("records no proof"), "{e}");
+        // A depth-1 binding under any name is the holder, always trusted.
+        std::fs::write(
+            copy.join(BINDING_FILE),
+            r#"{"version":1,"store_in_workspace":".cairn"}"#,
+        )
+        .unwrap();
+        assert_eq!(bound_workspace(&copy).unwrap(), Some(top));
+    }
+
     #[test]
     fn a_damaged_binding_says_how_to_mend_it() {
         let tmp = tempfile::tempdir().unwrap();

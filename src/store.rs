@@ -243,6 +243,10 @@ impl StoreBuilder {
             .or(bound)
             .or_else(|| root.parent().map(Path::to_path_buf));
         let vfs: Arc<dyn Vfs> = self.vfs.clone().unwrap_or_else(|| Arc::new(RealVfs));
+        if !custom_vfs {
+            // Read-only opens too: a reader saves the query index.
+            cairn_engine::store_dir::check_no_links(&root)?;
+        }
         if self.read_only {
             if !vfs.exists(&root.join("log")) {
                 return Err(Error::NoStore(format!(

@@ -269,3 +269,70 @@ fn rollback_names_its_workspace_first() {
     assert_eq!(real.lines().next(), Some(first.as_str()), "{real}");
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "a\n");
 }
+
+/// Regression (found auditing the store's files): a `.cairn/LOCK` linked
+/// to a file outside made taking the lock truncate it to `pid N`, and a
+/// linked `.cairn/snapshot` made checkpoints write their caches outside.
+/// A link in the store is refused, by reading commands too (they save the
+/// query index).
+#[test]
+fn a_link_in_the_store_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().canonicalize().unwrap();
+    let ws = home.join("proj");
+    std::fs::create_dir(&ws).unwrap();
+    ok(&cairn(&ws, &["init", "-q"]));
+    std::fs::write(home.join(".bashrc"), "precious\n").unwrap();
+    std::fs::create_dir(home.join("elsewhere")).unwrap();
+    let lock = ws.join(".cairn/LOCK");
+    std::fs::remove_file(&lock).unwrap();
+    std::os::unix::fs::symlink("../../.bashrc", &lock).unwrap();
+    for args in [&["checkpoint"][..], &["log"][..]] {
+        let e = failed(&cairn(&ws, args));
+        assert!(
+            e.contains("symbolic link") && e.contains(&format!("`rm {}`", lock.display())),
+            "{args:?}: {e}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(home.join(".bashrc")).unwrap(),
+        "precious\n"
+    );
+    std::fs::remove_file(&lock).unwrap();
+    let snap = ws.join(".cairn/snapshot");
+    std::fs::remove_dir_all(&snap).unwrap();
+    std::os::unix::fs::symlink("../../elsewhere", &snap).unwrap();
+    let e = failed(&cairn(&ws, &["checkpoint"]));
+    assert!(e.contains("symbolic link"), "{e}");
+    assert_eq!(std::fs::read_dir(home.join("elsewhere")).unwrap().count(), 0);
+}
+
+/// Regression (found auditing the store's files): a `tracked.json` naming
+/// `../outside.txt` made a checkpoint capture the file outside the
+/// workspace into a manifest no reader accepts, breaking the store. The
+/// file is now taken as damaged: set aside, with a warning, and the
+/// checkpoint scans the workspace alone.
+#[test]
+fn a_tracked_path_out_of_the_workspace_is_not_captured() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("proj");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    std::fs::write(tmp.path().join("outside.txt"), "secret\n").unwrap();
+    ok(&cairn(&ws, &["init", "-q"]));
+    ok(&cairn(&ws, &["checkpoint", "-q"]));
+    std::fs::write(
+        ws.join(".cairn/snapshot/tracked.json"),
+        r#"{"tracked":["../outside.txt"],"dirty":["../outside.txt"]}"#,
+    )
+    .unwrap();
+    let o = cairn(&ws, &["checkpoint"]);
+    ok(&o);
+    assert!(
+        err(&o).contains("tracked.json is damaged"),
+        "{}",
+        err(&o)
+    );
+    let tree = ok(&cairn(&ws, &["tree", "head"]));
+    assert!(tree.contains("a.txt") && !tree.contains("outside"), "{tree}");
+}

@@ -122,6 +122,61 @@ pub fn check_owner_and_mode(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Refuses the store directory `root` (on the real file system) if any of
+/// its entries, or of its subdirectories' (`log/`, `blobs/`, `snapshot/`,
+/// ...), is a symbolic link. cairn writes the store's own files by name
+/// (the lock file, log segments, packs, caches): through a link planted in
+/// a store that came with a clone or an archive (`.cairn/LOCK ->
+/// ~/.bashrc`, `.cairn/snapshot -> ~/.ssh`) it would truncate or write
+/// files anywhere. The store directory itself may be a link (it is
+/// resolved once, as a whole). The refusal names the link, where it
+/// points, and the fix.
+pub fn check_no_links(root: &Path) -> Result<()> {
+    let refuse = |path: &Path| {
+        let to = std::fs::read_link(path)
+            .map(|t| t.display().to_string())
+            .unwrap_or_else(|_| "?".into());
+        let text = format!(
+            "it is a symbolic link (to {to}), and cairn writes the store's own files only \
+             inside the store: a link could make it write anywhere. If you trust this store, \
+             replace the link with what it points to; otherwise remove it (`rm {}`)",
+            path.display()
+        );
+        EngineError::io(
+            "refuse a link in the store",
+            path,
+            std::io::Error::other(text),
+        )
+    };
+    let list = |dir: &Path| -> Result<Vec<(PathBuf, std::fs::FileType)>> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(EngineError::io("list the store directory", dir, e)),
+        };
+        let mut out = Vec::new();
+        for e in entries {
+            let e = e.map_err(|e| EngineError::io("list the store directory", dir, e))?;
+            let t = e
+                .file_type()
+                .map_err(|err| EngineError::io("read the type of", e.path(), err))?;
+            out.push((e.path(), t));
+        }
+        Ok(out)
+    };
+    for (path, t) in list(root)? {
+        if t.is_symlink() {
+            return Err(refuse(&path));
+        }
+        if t.is_dir() {
+            if let Some((inner, _)) = list(&path)?.into_iter().find(|(_, t)| t.is_symlink()) {
+                return Err(refuse(&inner));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// An open store directory, holding the exclusive lock for its lifetime.
 #[derive(Debug)]
 pub struct StoreDir {
@@ -250,6 +305,27 @@ mod tests {
             e.contains("0755") && e.contains(&format!("chmod 700 {}", root.display())),
             "{e}"
         );
+    }
+
+    /// Regression (issue 27, found by the audit): `.cairn/LOCK ->
+    /// ../.bashrc` made the lock truncate the file it points to, and a
+    /// linked `.cairn/snapshot` put the caches outside the store.
+    #[test]
+    fn a_link_in_the_store_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        drop(StoreDir::open(Arc::new(RealVfs), &root).unwrap());
+        check_no_links(&root).unwrap();
+        std::fs::write(tmp.path().join("precious"), "keep\n").unwrap();
+        for (link, to) in [("LOCK", "../precious"), ("log/00000000000000000009.seg", "../../precious")] {
+            let at = root.join(link);
+            let _ = std::fs::remove_file(&at);
+            std::os::unix::fs::symlink(to, &at).unwrap();
+            let e = check_no_links(&root).unwrap_err().to_string();
+            assert!(e.contains("symbolic link") && e.contains(&format!("rm {}", at.display())), "{e}");
+            std::fs::remove_file(&at).unwrap();
+        }
+        check_no_links(&root).unwrap();
     }
 
     #[test]
