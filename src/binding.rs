@@ -173,7 +173,10 @@ impl std::fmt::Display for WorkspaceMismatch {
 
 /// The workspace `store` is bound to, if its binding file says so: a
 /// canonical path. `None` for a store that has none yet (created before
-/// bindings, or never opened for writing with a workspace).
+/// bindings, or never opened for writing with a workspace). An error for a
+/// damaged binding, and for one that names a workspace other than the
+/// directory holding the store without proof that it was made for this
+/// store directory (see [`UntrustedBinding`]).
 pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
     let path = store.join(BINDING_FILE);
     let bytes = match std::fs::read(&path) {

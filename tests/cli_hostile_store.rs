@@ -58,7 +58,10 @@ fn refused_and_untouched(home: &Path, proj: &Path, claimed: &Path) {
         std::fs::read_to_string(home.join(".bashrc")).unwrap(),
         "export PATH=/usr/bin\n"
     );
-    assert_eq!(std::fs::read_to_string(proj.join("a.txt")).unwrap(), "mine\n");
+    assert_eq!(
+        std::fs::read_to_string(proj.join("a.txt")).unwrap(),
+        "mine\n"
+    );
     // Reading the store's records needs no workspace: still works.
     ok(&cairn(proj, &["log"]));
 }
@@ -104,7 +107,10 @@ fn a_deep_store_in_workspace_from_a_clone_cannot_reach_above_it() {
         out.lines().next(),
         Some(format!("workspace {}", proj.display()).as_str())
     );
-    assert_eq!(std::fs::read_to_string(proj.join("a.txt")).unwrap(), "mine\n");
+    assert_eq!(
+        std::fs::read_to_string(proj.join("a.txt")).unwrap(),
+        "mine\n"
+    );
     assert!(home.join(".bashrc").exists());
 }
 
@@ -154,7 +160,10 @@ fn a_copied_store_with_an_absolute_binding_is_refused() {
     ok(&cairn(&top, &["--store", "s", "checkpoint", "-q"]));
     // A store deep in its workspace, bound by this user, works too.
     ok(&cairn(&top, &["--store", "w/sub/.cairn", "init", "w"]));
-    ok(&cairn(&top, &["--store", "w/sub/.cairn", "checkpoint", "-q"]));
+    ok(&cairn(
+        &top,
+        &["--store", "w/sub/.cairn", "checkpoint", "-q"],
+    ));
 
     let cp = |from: &str, to: &str| {
         let st = Command::new("cp")
@@ -209,7 +218,11 @@ fn a_store_open_to_others_is_refused_for_writing() {
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "b\n");
     let o = cairn(&ws, &["log"]);
     ok(&o);
-    assert!(err(&o).contains("warning:") && err(&o).contains("chmod 700"), "{}", err(&o));
+    assert!(
+        err(&o).contains("warning:") && err(&o).contains("chmod 700"),
+        "{}",
+        err(&o)
+    );
     std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o700)).unwrap();
     ok(&cairn(&ws, &["rollback", "c1"]));
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "a\n");
@@ -263,7 +276,10 @@ fn rollback_names_its_workspace_first() {
     let sub = ws.join("sub");
     let dry = ok(&cairn(&sub, &["rollback", "--dry-run", "c1"]));
     assert_eq!(dry.lines().next(), Some(first.as_str()), "{dry}");
-    let json = json_lines(&ok(&cairn(&sub, &["rollback", "--dry-run", "--json", "c1"])));
+    let json = json_lines(&ok(&cairn(
+        &sub,
+        &["rollback", "--dry-run", "--json", "c1"],
+    )));
     assert_eq!(json[0]["workspace"], ws.to_str().unwrap());
     let real = ok(&cairn(&sub, &["rollback", "c1"]));
     assert_eq!(real.lines().next(), Some(first.as_str()), "{real}");
@@ -304,7 +320,10 @@ fn a_link_in_the_store_is_refused() {
     std::os::unix::fs::symlink("../../elsewhere", &snap).unwrap();
     let e = failed(&cairn(&ws, &["checkpoint"]));
     assert!(e.contains("symbolic link"), "{e}");
-    assert_eq!(std::fs::read_dir(home.join("elsewhere")).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read_dir(home.join("elsewhere")).unwrap().count(),
+        0
+    );
 }
 
 /// Regression (found auditing the store's files): a `tracked.json` naming
@@ -328,11 +347,10 @@ fn a_tracked_path_out_of_the_workspace_is_not_captured() {
     .unwrap();
     let o = cairn(&ws, &["checkpoint"]);
     ok(&o);
-    assert!(
-        err(&o).contains("tracked.json is damaged"),
-        "{}",
-        err(&o)
-    );
+    assert!(err(&o).contains("tracked.json is damaged"), "{}", err(&o));
     let tree = ok(&cairn(&ws, &["tree", "head"]));
-    assert!(tree.contains("a.txt") && !tree.contains("outside"), "{tree}");
+    assert!(
+        tree.contains("a.txt") && !tree.contains("outside"),
+        "{tree}"
+    );
 }

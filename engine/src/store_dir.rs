@@ -317,12 +317,18 @@ mod tests {
         drop(StoreDir::open(Arc::new(RealVfs), &root).unwrap());
         check_no_links(&root).unwrap();
         std::fs::write(tmp.path().join("precious"), "keep\n").unwrap();
-        for (link, to) in [("LOCK", "../precious"), ("log/00000000000000000009.seg", "../../precious")] {
+        for (link, to) in [
+            ("LOCK", "../precious"),
+            ("log/00000000000000000009.seg", "../../precious"),
+        ] {
             let at = root.join(link);
             let _ = std::fs::remove_file(&at);
             std::os::unix::fs::symlink(to, &at).unwrap();
             let e = check_no_links(&root).unwrap_err().to_string();
-            assert!(e.contains("symbolic link") && e.contains(&format!("rm {}", at.display())), "{e}");
+            assert!(
+                e.contains("symbolic link") && e.contains(&format!("rm {}", at.display())),
+                "{e}"
+            );
             std::fs::remove_file(&at).unwrap();
         }
         check_no_links(&root).unwrap();
