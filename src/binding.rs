@@ -36,6 +36,11 @@ pub const BINDING_FILE: &str = "workspace";
 /// Version of the binding file's shape.
 const BINDING_VERSION: u32 = 1;
 
+/// The largest binding file read: one holds two paths and a number (a
+/// path is at most 4 KiB on Linux); anything bigger is not one, and is
+/// not read whole.
+const MAX_BINDING_BYTES: u64 = 64 * 1024;
+
 /// The binding file's contents (JSON).
 #[derive(Debug, Serialize, Deserialize)]
 struct BindingFile {
@@ -179,17 +184,39 @@ impl std::fmt::Display for WorkspaceMismatch {
 /// store directory (see [`UntrustedBinding`]).
 pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
     let path = store.join(BINDING_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
+    let holder = store
+        .canonicalize()
+        .unwrap_or_else(|_| store.to_path_buf())
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let damaged = |why: &str| {
+        Error::Other(format!(
+            "{} is damaged ({why}); bind the store again: `cairn --store {} init {} --rebind` \
+             for the directory that holds it (in the library: `StoreBuilder::rebind_workspace(true)`)",
+            path.display(),
+            store.display(),
+            holder.display(),
+        ))
+    };
+    // Looked at before it is read: a link (to `/dev/zero`), a FIFO (which
+    // would block) or a huge file is not a binding.
+    let meta = match std::fs::symlink_metadata(&path) {
+        Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::Other(format!("read {}: {e}", path.display()))),
     };
-    let damaged = |why: &str| {
-        Error::Other(format!(
-            "{} is damaged ({why}); delete it and open the store with its workspace to bind it again",
-            path.display()
-        ))
-    };
+    if !meta.file_type().is_file() {
+        return Err(damaged("it is not a regular file"));
+    }
+    if meta.len() > MAX_BINDING_BYTES {
+        return Err(damaged(&format!(
+            "{} bytes, more than a binding's {MAX_BINDING_BYTES}",
+            meta.len()
+        )));
+    }
+    let bytes =
+        std::fs::read(&path).map_err(|e| Error::Other(format!("read {}: {e}", path.display())))?;
     let file: BindingFile = serde_json::from_slice(&bytes).map_err(|e| damaged(&e.to_string()))?;
     if file.version != BINDING_VERSION {
         return Err(damaged(&format!(
@@ -513,5 +540,13 @@ mod tests {
         );
         std::fs::write(tmp.path().join(BINDING_FILE), "not json").unwrap();
         assert!(bound_workspace(tmp.path()).is_err());
+        // Regression (issue 27): a link to `/dev/zero` was read whole.
+        std::fs::remove_file(tmp.path().join(BINDING_FILE)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", tmp.path().join(BINDING_FILE)).unwrap();
+        let e = bound_workspace(tmp.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("not a regular file") && e.contains("init") && e.contains("--rebind"),
+            "{e}"
+        );
     }
 }
