@@ -8,10 +8,21 @@
 //! of the right one as deleted, and a rollback would rewrite the wrong
 //! tree to the right one's checkpoint.
 //!
-//! A store inside its workspace (the usual `<workspace>/.cairn`) is bound
-//! by its place in the tree, not by absolute path, so a project moved or
-//! copied with its store keeps working. A store elsewhere is bound to the
-//! workspace's canonical path.
+//! A store directly inside its workspace (the usual `<workspace>/.cairn`)
+//! is bound by its place in the tree, not by absolute path, so a project
+//! moved or copied with its store keeps working. A store elsewhere (deeper
+//! in the workspace, or outside it) is bound to the workspace's canonical
+//! path.
+//!
+//! A store is data from outside until proven otherwise: a `.cairn` can
+//! arrive with a cloned repository, an archive or a shared disk, and its
+//! binding file could name any directory for a rollback to rewrite. So a
+//! binding that names anything but the directory holding the store is
+//! trusted only if it also records proof that it was made for this very
+//! store directory: the directory's canonical path and its inode number
+//! when it was bound ([`BoundStore`]). A copy, clone or extraction is a
+//! new directory (another inode, usually another path) and its binding is
+//! refused with the command that trusts it (`init --rebind`).
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +36,11 @@ pub const BINDING_FILE: &str = "workspace";
 /// Version of the binding file's shape.
 const BINDING_VERSION: u32 = 1;
 
+/// The largest binding file read: one holds two paths and a number (a
+/// path is at most 4 KiB on Linux); anything bigger is not one, and is
+/// not read whole.
+const MAX_BINDING_BYTES: u64 = 64 * 1024;
+
 /// The binding file's contents (JSON).
 #[derive(Debug, Serialize, Deserialize)]
 struct BindingFile {
@@ -36,6 +52,80 @@ struct BindingFile {
     /// The workspace's canonical path, when the store lies outside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     workspace: Option<String>,
+    /// Proof that this binding was made for this store directory: needed
+    /// by every binding but a store directly inside its workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bound_store: Option<BoundStore>,
+}
+
+/// The store directory a binding was made for, as it was when bound.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct BoundStore {
+    /// Its canonical path.
+    path: String,
+    /// Its inode number. (Not the device number, which some systems
+    /// renumber across reboots: a path and an inode a copy cannot choose
+    /// are proof enough.)
+    inode: u64,
+}
+
+impl BoundStore {
+    /// The proof for the store directory whose canonical path is `store`.
+    fn of(store: &Path) -> Result<BoundStore> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(store)
+            .map_err(|e| Error::Other(format!("read {}: {e}", store.display())))?;
+        Ok(BoundStore {
+            path: utf8(store)?.to_string(),
+            inode: meta.ino(),
+        })
+    }
+}
+
+/// A binding that names a workspace other than the directory holding the
+/// store, without proof that it was made for this store directory: the
+/// store was copied, cloned or extracted from elsewhere (or bound by a
+/// cairn that recorded no proof). Refused: it could make cairn write
+/// anywhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UntrustedBinding {
+    /// The store directory (canonical).
+    pub store: PathBuf,
+    /// The workspace its binding names.
+    pub claimed: PathBuf,
+    /// Why the binding is not taken as this store's: what the proof lacks.
+    pub why: String,
+}
+
+impl UntrustedBinding {
+    /// The directory that holds the store: the workspace it may act on
+    /// without a binding.
+    pub fn holder(&self) -> PathBuf {
+        self.store
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| self.store.clone())
+    }
+}
+
+/// In the library's words and the command line's (the binding is read
+/// before anything knows which is asking).
+impl std::fmt::Display for UntrustedBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the store {store} names the workspace {claimed} in its binding file {store}/{BINDING_FILE}, \
+             but this store's binding was not made here ({why}): a store copied, cloned or \
+             extracted from elsewhere may not choose where cairn writes. If you trust it, bind it \
+             to that workspace with `cairn --store {store} init {claimed} --rebind`; to use it with \
+             the directory that holds it, `cairn --store {store} init {holder} --rebind` \
+             (in the library: `StoreBuilder::rebind_workspace(true)`)",
+            store = self.store.display(),
+            claimed = self.claimed.display(),
+            why = self.why,
+            holder = self.holder().display(),
+        )
+    }
 }
 
 /// A store opened with a workspace it is not bound to.
@@ -88,20 +178,45 @@ impl std::fmt::Display for WorkspaceMismatch {
 
 /// The workspace `store` is bound to, if its binding file says so: a
 /// canonical path. `None` for a store that has none yet (created before
-/// bindings, or never opened for writing with a workspace).
+/// bindings, or never opened for writing with a workspace). An error for a
+/// damaged binding, and for one that names a workspace other than the
+/// directory holding the store without proof that it was made for this
+/// store directory (see [`UntrustedBinding`]).
 pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
     let path = store.join(BINDING_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
+    let holder = store
+        .canonicalize()
+        .unwrap_or_else(|_| store.to_path_buf())
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let damaged = |why: &str| {
+        Error::Other(format!(
+            "{} is damaged ({why}); bind the store again: `cairn --store {} init {} --rebind` \
+             for the directory that holds it (in the library: `StoreBuilder::rebind_workspace(true)`)",
+            path.display(),
+            store.display(),
+            holder.display(),
+        ))
+    };
+    // Looked at before it is read: a link (to `/dev/zero`), a FIFO (which
+    // would block) or a huge file is not a binding.
+    let meta = match std::fs::symlink_metadata(&path) {
+        Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::Other(format!("read {}: {e}", path.display()))),
     };
-    let damaged = |why: &str| {
-        Error::Other(format!(
-            "{} is damaged ({why}); delete it and open the store with its workspace to bind it again",
-            path.display()
-        ))
-    };
+    if !meta.file_type().is_file() {
+        return Err(damaged("it is not a regular file"));
+    }
+    if meta.len() > MAX_BINDING_BYTES {
+        return Err(damaged(&format!(
+            "{} bytes, more than a binding's {MAX_BINDING_BYTES}",
+            meta.len()
+        )));
+    }
+    let bytes =
+        std::fs::read(&path).map_err(|e| Error::Other(format!("read {}: {e}", path.display())))?;
     let file: BindingFile = serde_json::from_slice(&bytes).map_err(|e| damaged(&e.to_string()))?;
     if file.version != BINDING_VERSION {
         return Err(damaged(&format!(
@@ -109,7 +224,8 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
             file.version
         )));
     }
-    match (file.store_in_workspace, file.workspace) {
+    let store = canonical(store)?;
+    let claimed = match (file.store_in_workspace, file.workspace) {
         (Some(rel), None) => {
             // Plain names only: `..` or an absolute path would bind the
             // store to some other tree.
@@ -122,18 +238,55 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
                 )));
             }
             let depth = Path::new(&rel).components().count();
-            let store = canonical(store)?;
             let mut ws = store.as_path();
             for _ in 0..depth {
                 ws = ws
                     .parent()
                     .ok_or_else(|| damaged("the store is not that deep in the tree"))?;
             }
-            Ok(Some(ws.to_path_buf()))
+            if depth == 1 {
+                // The directory that holds the store: where it may act
+                // whatever its binding says.
+                return Ok(Some(ws.to_path_buf()));
+            }
+            if !store.ends_with(&rel) {
+                return Err(damaged(&format!(
+                    "store_in_workspace `{rel}` is not where the store {} is",
+                    store.display()
+                )));
+            }
+            ws.to_path_buf()
         }
-        (None, Some(abs)) => Ok(Some(PathBuf::from(abs))),
-        _ => Err(damaged("it names no workspace")),
-    }
+        (None, Some(abs)) => {
+            let abs = PathBuf::from(abs);
+            if !abs.is_absolute() {
+                return Err(damaged(&format!(
+                    "workspace `{}` is not an absolute path",
+                    abs.display()
+                )));
+            }
+            abs
+        }
+        _ => return Err(damaged("it names no workspace")),
+    };
+    let here = BoundStore::of(&store)?;
+    let why = match &file.bound_store {
+        None => "it records no proof of the store directory it was made for".to_string(),
+        Some(b) if b.path != here.path => format!("it was made for the store {}", b.path),
+        Some(b) if b.inode != here.inode => format!(
+            "it was made for another directory at this path (inode {}, this one is {}): a copy",
+            b.inode, here.inode
+        ),
+        Some(_) => return Ok(Some(claimed)),
+    };
+    Err(Error::Other(
+        UntrustedBinding {
+            store,
+            claimed,
+            why,
+        }
+        .to_string(),
+    ))
 }
 
 /// Checks that `store` belongs to `workspace`: `Ok(None)` if it does, or
@@ -146,7 +299,13 @@ pub(crate) fn check(
     record: bool,
     rebind: bool,
 ) -> Result<Option<WorkspaceMismatch>> {
-    let bound = bound_workspace(store)?;
+    // An untrusted or damaged binding stands until it is replaced: only
+    // `rebind` (the user's own `init --rebind`) replaces it.
+    let bound = match bound_workspace(store) {
+        Ok(b) => b,
+        Err(_) if rebind => None,
+        Err(e) => return Err(e),
+    };
     let given = match workspace.canonicalize() {
         Ok(g) => g,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -188,18 +347,25 @@ pub(crate) fn check(
 /// the new).
 fn write(store: &Path, workspace: &Path) -> Result<()> {
     let store_c = canonical(store)?;
-    let file = match store_c.strip_prefix(workspace) {
+    let mut file = match store_c.strip_prefix(workspace) {
         Ok(rel) if !rel.as_os_str().is_empty() => BindingFile {
             version: BINDING_VERSION,
             store_in_workspace: Some(utf8(rel)?.to_string()),
             workspace: None,
+            bound_store: None,
         },
         _ => BindingFile {
             version: BINDING_VERSION,
             store_in_workspace: None,
             workspace: Some(utf8(workspace)?.to_string()),
+            bound_store: None,
         },
     };
+    // Only the directory holding the store needs no proof (see the
+    // module's documentation).
+    if store_c.parent() != Some(workspace) {
+        file.bound_store = Some(BoundStore::of(&store_c)?);
+    }
     let bytes = serde_json::to_vec(&file).map_err(|e| Error::Other(e.to_string()))?;
     let path = store.join(BINDING_FILE);
     let tmp = store.join(format!(".{BINDING_FILE}.tmp-{}", std::process::id()));
@@ -313,6 +479,56 @@ mod tests {
         }
     }
 
+    /// Regression (issue 27): a binding that names a workspace other
+    /// than the store's holder is trusted only with proof it was made for
+    /// this store directory; a copy of the store is refused, and a rebind
+    /// replaces the untrusted binding.
+    #[test]
+    fn a_binding_without_proof_for_this_store_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().canonicalize().unwrap();
+        let (store, w) = (top.join("s"), top.join("w"));
+        for d in [&store, &w] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        assert_eq!(check(&store, &w, true, false).unwrap(), None);
+        assert_eq!(bound_workspace(&store).unwrap(), Some(w.clone()));
+        // A copy: another path (and inode).
+        let copy = top.join("copy");
+        std::fs::create_dir(&copy).unwrap();
+        std::fs::copy(store.join(BINDING_FILE), copy.join(BINDING_FILE)).unwrap();
+        let e = bound_workspace(&copy).unwrap_err().to_string();
+        assert!(
+            e.contains("was not made here")
+                && e.contains(&format!("made for the store {}", store.display()))
+                && e.contains(&format!(
+                    "`cairn --store {} init {} --rebind`",
+                    copy.display(),
+                    w.display()
+                )),
+            "{e}"
+        );
+        assert!(check(&copy, &w, true, false).is_err());
+        assert_eq!(check(&copy, &top, false, true).unwrap(), None);
+        // Rebound to the directory that holds it: no proof needed.
+        assert_eq!(bound_workspace(&copy).unwrap(), Some(top.clone()));
+        // No proof at all (a hand-written or old binding).
+        std::fs::write(
+            copy.join(BINDING_FILE),
+            format!(r#"{{"version":1,"workspace":"{}"}}"#, w.display()),
+        )
+        .unwrap();
+        let e = bound_workspace(&copy).unwrap_err().to_string();
+        assert!(e.contains("records no proof"), "{e}");
+        // A depth-1 binding under any name is the holder, always trusted.
+        std::fs::write(
+            copy.join(BINDING_FILE),
+            r#"{"version":1,"store_in_workspace":".cairn"}"#,
+        )
+        .unwrap();
+        assert_eq!(bound_workspace(&copy).unwrap(), Some(top));
+    }
+
     #[test]
     fn a_damaged_binding_says_how_to_mend_it() {
         let tmp = tempfile::tempdir().unwrap();
@@ -324,5 +540,13 @@ mod tests {
         );
         std::fs::write(tmp.path().join(BINDING_FILE), "not json").unwrap();
         assert!(bound_workspace(tmp.path()).is_err());
+        // Regression (issue 27): a link to `/dev/zero` was read whole.
+        std::fs::remove_file(tmp.path().join(BINDING_FILE)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", tmp.path().join(BINDING_FILE)).unwrap();
+        let e = bound_workspace(tmp.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("not a regular file") && e.contains("init") && e.contains("--rebind"),
+            "{e}"
+        );
     }
 }

@@ -230,7 +230,10 @@ impl StoreBuilder {
             refuse_workspace_in_store(w, &root)?;
         }
         // Without a workspace, the one the store is bound to; else the
-        // directory that holds the store.
+        // directory that holds the store. A binding that cannot be
+        // trusted leaves the holder: the binding check below refuses the
+        // writing open with the reason, and a read-only one keeps its
+        // queries and says why it has no workspace.
         let bound = match (&self.workspace, custom_vfs) {
             (None, false) => crate::binding::bound_workspace(&root).ok().flatten(),
             _ => None,
@@ -241,6 +244,10 @@ impl StoreBuilder {
             .or(bound)
             .or_else(|| root.parent().map(Path::to_path_buf));
         let vfs: Arc<dyn Vfs> = self.vfs.clone().unwrap_or_else(|| Arc::new(RealVfs));
+        if !custom_vfs {
+            // Read-only opens too: a reader saves the query index.
+            cairn_engine::store_dir::check_no_links(&root)?;
+        }
         if self.read_only {
             if !vfs.exists(&root.join("log")) {
                 return Err(Error::NoStore(format!(
@@ -266,10 +273,12 @@ impl StoreBuilder {
                     Ok(m) => mismatch = m.map(Box::new),
                     Err(e) => unavailable = Some(e.to_string()),
                 }
-                match Workspace::open_read_only(w, &cache, self.snapshot.clone()) {
-                    Ok(ws) => workspace = Some(ws.with_store_dir(&root)),
-                    Err(e) => {
-                        unavailable.get_or_insert_with(|| e.to_string());
+                // A binding that cannot be read or trusted leaves no
+                // workspace: a dry run refuses what the real run refuses.
+                if unavailable.is_none() {
+                    match Workspace::open_read_only(w, &cache, self.snapshot.clone()) {
+                        Ok(ws) => workspace = Some(ws.with_store_dir(&root)),
+                        Err(e) => unavailable = Some(e.to_string()),
                     }
                 }
             }
@@ -290,6 +299,11 @@ impl StoreBuilder {
                 _tmp: None,
                 save_index_read_only: self.save_index_read_only,
             });
+        }
+        if !custom_vfs {
+            // Who owns the store and who else may use it, before anything
+            // in it is trusted to say where to write.
+            cairn_engine::store_dir::check_owner_and_mode(&root)?;
         }
         let dir = StoreDir::open(vfs.clone(), &root)?;
         let mismatch = match &workspace_dir {

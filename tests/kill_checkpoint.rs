@@ -294,8 +294,9 @@ fn a_dry_run_names_the_temporaries_of_an_interrupted_rollback_once() {
         std::fs::write(ws.join(t), "staged").unwrap();
     }
     let out = run_ok(ws, &["rollback", "c1", "--dry-run"]);
+    // After the line naming the workspace.
     assert!(
-        out.starts_with("first, the rollback would remove the 3 temporary files a rollback interrupted part way left"),
+        out.lines().nth(1).is_some_and(|l| l.starts_with("first, the rollback would remove the 3 temporary files a rollback interrupted part way left")),
         "{out}"
     );
     assert_eq!(out.matches("cairn-restore").count(), 1, "{out}");

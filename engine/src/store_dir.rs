@@ -67,6 +67,116 @@ pub fn lock_holder(vfs: &dyn Vfs, lock_file: &Path) -> Option<u32> {
         .ok()
 }
 
+/// The permission bits a store directory may have: the owner's only.
+/// Its files are the workspace's private history (every checkpointed
+/// file's contents), and what is under it decides where cairn writes.
+pub const STORE_DIR_MODE_ALLOWED: u32 = 0o700;
+
+/// Refuses to write the store directory `root` (on the real file system)
+/// unless the user running cairn owns it and nobody else has permission
+/// bits on it, as git refuses a repository another user owns: a store
+/// another user can write could be made to rewrite this user's files, and
+/// one others may read gives away every checkpointed file. The super-user
+/// is held to the same rule (it acts on a store of its own; for another
+/// user's, run cairn as that user). `Ok` for a directory that does not
+/// exist yet (it is created owner-only). The refusal is an
+/// [`EngineError::Io`] naming the owner or mode found and the fix; one
+/// about the owner has the kind `PermissionDenied`.
+pub fn check_owner_and_mode(root: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let op = "refuse to write the store";
+    let meta = match std::fs::metadata(root) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(EngineError::io("read the owner of the store", root, e)),
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let user = unsafe { libc::geteuid() };
+    if meta.uid() != user {
+        let text = format!(
+            "Permission denied by cairn: it is owned by uid {}, not by this user (uid {user}); \
+             cairn writes and rolls back only its own user's stores (a store another user \
+             controls could make it rewrite this user's files). Run cairn as uid {} \
+             (e.g. `sudo -u '#{}' cairn ...`), or, to take the store over, \
+             `chown -R {user} {}`",
+            meta.uid(),
+            meta.uid(),
+            meta.uid(),
+            root.display()
+        );
+        return Err(EngineError::io(
+            op,
+            root,
+            std::io::Error::new(std::io::ErrorKind::PermissionDenied, text),
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & !STORE_DIR_MODE_ALLOWED != 0 {
+        let text = format!(
+            "its mode is {mode:04o}, and a store is for its owner alone (mode 0700): others \
+             could read every checkpointed file through it; run `chmod 700 {}`",
+            root.display()
+        );
+        return Err(EngineError::io(op, root, std::io::Error::other(text)));
+    }
+    Ok(())
+}
+
+/// Refuses the store directory `root` (on the real file system) if any of
+/// its entries, or of its subdirectories' (`log/`, `blobs/`, `snapshot/`,
+/// ...), is a symbolic link. cairn writes the store's own files by name
+/// (the lock file, log segments, packs, caches): through a link planted in
+/// a store that came with a clone or an archive (`.cairn/LOCK ->
+/// ~/.bashrc`, `.cairn/snapshot -> ~/.ssh`) it would truncate or write
+/// files anywhere. The store directory itself may be a link (it is
+/// resolved once, as a whole). The refusal names the link, where it
+/// points, and the fix.
+pub fn check_no_links(root: &Path) -> Result<()> {
+    let refuse = |path: &Path| {
+        let to = std::fs::read_link(path)
+            .map(|t| t.display().to_string())
+            .unwrap_or_else(|_| "?".into());
+        let text = format!(
+            "it is a symbolic link (to {to}), and cairn writes the store's own files only \
+             inside the store: a link could make it write anywhere. If you trust this store, \
+             replace the link with what it points to; otherwise remove it (`rm {}`)",
+            path.display()
+        );
+        EngineError::io(
+            "refuse a link in the store",
+            path,
+            std::io::Error::other(text),
+        )
+    };
+    let list = |dir: &Path| -> Result<Vec<(PathBuf, std::fs::FileType)>> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(EngineError::io("list the store directory", dir, e)),
+        };
+        let mut out = Vec::new();
+        for e in entries {
+            let e = e.map_err(|e| EngineError::io("list the store directory", dir, e))?;
+            let t = e
+                .file_type()
+                .map_err(|err| EngineError::io("read the type of", e.path(), err))?;
+            out.push((e.path(), t));
+        }
+        Ok(out)
+    };
+    for (path, t) in list(root)? {
+        if t.is_symlink() {
+            return Err(refuse(&path));
+        }
+        if t.is_dir() {
+            if let Some((inner, _)) = list(&path)?.into_iter().find(|(_, t)| t.is_symlink()) {
+                return Err(refuse(&inner));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// An open store directory, holding the exclusive lock for its lifetime.
 #[derive(Debug)]
 pub struct StoreDir {
@@ -179,6 +289,49 @@ mod tests {
         let _d = StoreDir::open(Arc::new(RealVfs), &root).unwrap();
         let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn a_store_open_to_others_is_refused_with_the_chmod_that_mends_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        check_owner_and_mode(&root).unwrap();
+        drop(StoreDir::open(Arc::new(RealVfs), &root).unwrap());
+        check_owner_and_mode(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = check_owner_and_mode(&root).unwrap_err().to_string();
+        assert!(
+            e.contains("0755") && e.contains(&format!("chmod 700 {}", root.display())),
+            "{e}"
+        );
+    }
+
+    /// Regression (issue 27, found by the audit): `.cairn/LOCK ->
+    /// ../.bashrc` made the lock truncate the file it points to, and a
+    /// linked `.cairn/snapshot` put the caches outside the store.
+    #[test]
+    fn a_link_in_the_store_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        drop(StoreDir::open(Arc::new(RealVfs), &root).unwrap());
+        check_no_links(&root).unwrap();
+        std::fs::write(tmp.path().join("precious"), "keep\n").unwrap();
+        for (link, to) in [
+            ("LOCK", "../precious"),
+            ("log/00000000000000000009.seg", "../../precious"),
+        ] {
+            let at = root.join(link);
+            let _ = std::fs::remove_file(&at);
+            std::os::unix::fs::symlink(to, &at).unwrap();
+            let e = check_no_links(&root).unwrap_err().to_string();
+            assert!(
+                e.contains("symbolic link") && e.contains(&format!("rm {}", at.display())),
+                "{e}"
+            );
+            std::fs::remove_file(&at).unwrap();
+        }
+        check_no_links(&root).unwrap();
     }
 
     #[test]

@@ -148,6 +148,22 @@ impl UnfinishedRollback {
             ));
         }
         let r = f.rollback;
+        // The scope decides which directories are searched for the dead
+        // rollback's temporaries (removed) and goes into the record and
+        // the command that finishes it: read from the store, it is
+        // checked, never trusted. Workspace-relative paths of plain names
+        // only (`..`, an absolute path or an empty name would reach out of
+        // the workspace); the empty path is the whole workspace.
+        if let Some(p) = r
+            .scope
+            .iter()
+            .find(|p| !p.is_empty() && !p.split('/').all(relpath::valid_name))
+        {
+            return Err(format!(
+                "its path `{}` is not a workspace-relative path of plain names",
+                p.escape_debug()
+            ));
+        }
         // The target existed before the rollback began.
         if r.target.0 > r.head_before || r.target.0 .0 == 0 {
             return Err(format!(
@@ -721,6 +737,31 @@ fn is_real_dir(ws: &Workspace, rel: &str, known: &mut HashSet<String>) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// Regression (issue 27, a store is data from outside): a marker whose
+    /// scope leads out of the workspace is damaged, never acted on.
+    #[test]
+    fn a_marker_whose_scope_leaves_the_workspace_is_damaged() {
+        for bad in ["../..", "/etc", "a/../../b", "a//b"] {
+            let mut r = sample();
+            r.scope = vec!["src".into(), bad.into()];
+            let bytes = serde_json::to_vec(&MarkerFile {
+                version: MARKER_VERSION,
+                rollback: r,
+            })
+            .unwrap();
+            let e = UnfinishedRollback::decode(&bytes).unwrap_err();
+            assert!(e.contains("plain names"), "{bad}: {e}");
+        }
+        let mut r = sample();
+        r.scope = vec!["src".into(), "my docs/x".into()];
+        let bytes = serde_json::to_vec(&MarkerFile {
+            version: MARKER_VERSION,
+            rollback: r.clone(),
+        })
+        .unwrap();
+        assert_eq!(UnfinishedRollback::decode(&bytes).unwrap(), r);
+    }
 
     fn sample() -> UnfinishedRollback {
         UnfinishedRollback {

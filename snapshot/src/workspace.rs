@@ -468,8 +468,27 @@ impl Workspace {
     pub(crate) fn load_track(&self) -> Result<TrackState> {
         let p = self.cache_path(TRACKED_FILE);
         match std::fs::read(&p) {
-            Ok(b) => serde_json::from_slice(&b)
-                .map_err(|e| SnapshotError::Invalid(format!("{} is damaged ({e})", p.display()))),
+            Ok(b) => {
+                let st: TrackState = serde_json::from_slice(&b).map_err(|e| {
+                    SnapshotError::Invalid(format!("{} is damaged ({e})", p.display()))
+                })?;
+                // Read from the store, so checked: a path out of the
+                // workspace (`../x`, `/etc/x`) would be captured from
+                // there, and written into a manifest no reader accepts.
+                if let Some(bad) = st
+                    .tracked
+                    .iter()
+                    .chain(&st.dirty)
+                    .find(|q| q.is_empty() || !q.split('/').all(crate::relpath::valid_name))
+                {
+                    return Err(SnapshotError::Invalid(format!(
+                        "{} is damaged (`{}` is not a workspace-relative path)",
+                        p.display(),
+                        bad.escape_debug()
+                    )));
+                }
+                Ok(st)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TrackState::default()),
             Err(e) => Err(SnapshotError::io("read tracked paths", p, e)),
         }

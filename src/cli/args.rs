@@ -197,14 +197,15 @@ pub struct Cli {
 pub enum Command {
     /// Create a store: DIR/.cairn (DIR defaults to the current directory).
     #[command(
-        after_help = "Example:\n  cairn init ~/src/myproject\n  cairn --store /var/cairn/myproject init ~/src/myproject\n\nA store remembers its workspace: later commands find it, and refuse to\ncheckpoint or roll back another directory given with --workspace.\nA store inside its workspace (DIR/.cairn) moves with it."
+        after_help = "Example:\n  cairn init ~/src/myproject\n  cairn --store /var/cairn/myproject init ~/src/myproject\n\nA store remembers its workspace: later commands find it, and refuse to\ncheckpoint or roll back another directory given with --workspace.\nA store inside its workspace (DIR/.cairn) moves with it; a store that\nnames any other workspace must have been bound there here, by you.\nA store is for its owner alone (mode 0700): others' are not written."
     )]
     Init {
         /// The workspace to create the store in (or, with --store, for).
         dir: Option<PathBuf>,
         /// The store exists and belongs to another workspace: make DIR its
         /// workspace from now on (for a workspace that moved away from a
-        /// store kept outside it).
+        /// store kept outside it, or a store whose binding was not made
+        /// here: copied, cloned or extracted, which cairn does not trust).
         #[arg(long)]
         rebind: bool,
     },

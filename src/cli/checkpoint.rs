@@ -328,6 +328,15 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             quote_path(p)
         );
     }
+    // The directory acted on, first and absolute: a store says where its
+    // workspace is, and the user sees it before reading what changes.
+    // (A store without one fails below, with the reason.)
+    let workspace = store
+        .workspace_dir()
+        .map(|w| w.canonicalize().unwrap_or_else(|_| w.to_path_buf()));
+    if let (Some(w), false, false) = (&workspace, a.json, settings.quiet && !a.dry_run) {
+        outln!("workspace {}", quote_path(&w.to_string_lossy()));
+    }
     let spin = super::progress::Spinner::start(settings.quiet, "rolling back");
     let report = store
         .rollback(RollbackRequest {
@@ -348,6 +357,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     print_warnings(&store);
     if a.json {
         let v = serde_json::json!({
+            "workspace": workspace.as_ref().map(|w| w.to_string_lossy()),
             "target": report.target.to_string(),
             "source": report.source.map(|s| s.to_string()),
             "lsn": report.lsn.map(|l| l.0),

@@ -360,6 +360,11 @@ impl Settings {
             return self.take_memory();
         }
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
+        // Reading a store another user owns, or others may read, is
+        // allowed (it writes nothing) but said: writing it is refused.
+        if let Err(e) = cairn::engine::store_dir::check_owner_and_mode(&found.store) {
+            eprintln!("warning: {e} (reading it anyway; writing it is refused)");
+        }
         self.builder(&found)
             .read_only()
             .save_index_read_only(true)
