@@ -87,3 +87,35 @@ fn record_echo_answers_a_rejected_line_in_order() {
         "{out}"
     );
 }
+
+/// Time points assumed `ts` only goes forward, but `record` takes any: a
+/// point at a time where the log's times go backwards is the running
+/// maximum's, and the command says on stderr which records it leaves out.
+#[test]
+fn time_point_where_the_log_goes_back_in_time_is_noted() {
+    let tmp = tempfile::tempdir().unwrap();
+    ok(&cairn(tmp.path(), &["init"]));
+    let lines = concat!(
+        r#"{"kind":"prompt","ts":"2026-01-01T10:00:00Z","text":"a"}"#,
+        "\n",
+        r#"{"kind":"prompt","ts":"2026-01-01T12:00:00Z","text":"b"}"#,
+        "\n",
+        r#"{"kind":"prompt","ts":"2026-01-01T11:00:00Z","text":"c"}"#,
+        "\n",
+    );
+    ok(&cairn_stdin(tmp.path(), &["record"], Some(lines)));
+    // 11:30: after a (10:00), before b (12:00); c (11:00) comes after b.
+    let o = cairn(tmp.path(), &["tree", "2026-01-01T11:30:00Z"]);
+    ok(&o);
+    let err = common::err(&o);
+    assert!(err.contains("is @1,"), "{err}");
+    assert!(err.contains("1 later record stamped at or before"), "{err}");
+    // Where the times only went forward so far, no note.
+    let o = cairn(tmp.path(), &["tree", "2026-01-01T10:30:00Z"]);
+    ok(&o);
+    assert!(
+        !common::err(&o).contains("go backwards"),
+        "{}",
+        common::err(&o)
+    );
+}

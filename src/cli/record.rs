@@ -336,7 +336,12 @@ fn has_records(answers: &[Answer]) -> bool {
 /// `--ack` LSN (a bare number) and from an `--echo` record (which always
 /// has `lsn`) by its `error` field.
 fn rejection_line(line: u64, reason: &str) -> String {
-    serde_json::json!({ "line": line, "error": reason }).to_string()
+    // Written by hand so `line` comes first, as documented (a JSON map
+    // would sort the keys); the reason is escaped as a JSON string.
+    format!(
+        "{{\"line\":{line},\"error\":{}}}",
+        serde_json::Value::from(reason)
+    )
 }
 
 /// Tells the caller about the `pending` answers, in input order, its
