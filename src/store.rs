@@ -461,7 +461,6 @@ pub struct Store {
     root: PathBuf,
     workspace_dir: Option<PathBuf>,
     vfs: Arc<dyn Vfs>,
-    _dir: Option<StoreDir>,
     pub(crate) log: LogHandle,
     pub(crate) blobs: Arc<BlobStore>,
     pub(crate) workspace: Option<Workspace>,
@@ -485,6 +484,12 @@ pub struct Store {
     _tmp: Option<tempfile::TempDir>,
     /// See [`StoreBuilder::save_index_read_only`].
     pub(crate) save_index_read_only: bool,
+    /// The store directory and its lock. Declared last, so dropped last:
+    /// fields are dropped in declaration order, and the log's tail state,
+    /// the blob index and any dictionary being trained are written when
+    /// their owners drop. Dropped before them, the lock let another
+    /// writer in while they were still being written.
+    _dir: Option<StoreDir>,
 }
 
 impl std::fmt::Debug for Store {

@@ -239,7 +239,8 @@ fn record_echo_prints_what_log_json_prints_for_a_store_on_disk() {
     assert_eq!(echoed, all[3..]);
     assert_eq!(echoed[0]["lsn"], 4);
 
-    // A rejected line is named on stderr and not echoed.
+    // A rejected line is named on stderr and answered on stdout in its
+    // place, with its line number and no `lsn`: one answer per line.
     let o = run(
         None,
         &f.ws,
@@ -248,10 +249,11 @@ fn record_echo_prints_what_log_json_prints_for_a_store_on_disk() {
         Some("{\"kind\":\"prompt\",\"text\":\"a\",\"ts\":1}\n{\"kind\":\"nope\"}\n"),
     );
     assert_eq!(o.status.code(), Some(4));
-    assert_eq!(
-        String::from_utf8(o.stdout.clone()).unwrap().lines().count(),
-        1
-    );
+    let answers = json_lines(&String::from_utf8(o.stdout.clone()).unwrap());
+    assert_eq!(answers.len(), 2);
+    assert_eq!(answers[0]["text"], "a");
+    assert_eq!(answers[1]["line"], 2);
+    assert!(answers[1].get("lsn").is_none() && answers[1]["error"].is_string());
     assert!(stderr(&o).contains("stdin:2: rejected"), "{}", stderr(&o));
 
     // --echo with --ack (or --json) would mix lines on stdout: refused.

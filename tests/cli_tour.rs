@@ -62,8 +62,11 @@ fn readme_tour_end_to_end() {
     );
     let out = String::from_utf8(o.stdout).unwrap();
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(&lines[..2], &["1", "2"]);
-    let summary: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
+    // One answer per line, in order: the rejected line 2 gets its own.
+    assert_eq!(lines[0], "1");
+    assert!(lines[1].starts_with(r#"{"line":2,"error":"#), "{out}");
+    assert_eq!(lines[2], "2");
+    let summary: serde_json::Value = serde_json::from_str(lines[3]).unwrap();
     assert_eq!(summary["first_lsn"], 1);
     assert_eq!(summary["last_lsn"], 2);
     assert_eq!(summary["count"], 2);

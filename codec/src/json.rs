@@ -167,6 +167,8 @@ struct EventInput {
     model: Option<String>,
     /// Any JSON number, read by [`latency_ms`] (a fraction is rounded).
     latency_ms: Option<Number>,
+    /// Absent means true; `null` is refused ([`ok_not_null`]).
+    #[serde(default, deserialize_with = "ok_not_null")]
     ok: Option<bool>,
     error_kind: Option<String>,
     text: Option<String>,
@@ -295,6 +297,19 @@ fn unique_object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Map<String, V
     }
 }
 
+/// The `ok` field, which must be `true` or `false` when it is given. A
+/// `null` is refused rather than read as absent: absent means success, and
+/// a producer that wrote `null` for "not known" (or for a failure it could
+/// not describe) would have it stored as a success.
+fn ok_not_null<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    match Option::<bool>::deserialize(d)? {
+        Some(b) => Ok(Some(b)),
+        None => Err(de::Error::custom(
+            "field `ok` is null: give true or false, or leave it out (which means true)",
+        )),
+    }
+}
+
 /// What a non-object value is, for [`de::Error::invalid_type`].
 fn unexpected(v: &Value) -> de::Unexpected<'_> {
     match v {
@@ -308,7 +323,8 @@ fn unexpected(v: &Value) -> de::Unexpected<'_> {
 }
 
 /// Parses one canonical JSON line into an event. `kind` is required; `ts`
-/// defaults to now, `session` to `default`, `ok` to true; `lsn` and `hash`
+/// defaults to now, `session` to `default`, `ok` to true (a `null` `ok` is
+/// refused: it would read as a success); `lsn` and `hash`
 /// (present in cairn's own export) are accepted and ignored. An unknown
 /// field, an unknown kind or a wrong type is an error that names it.
 pub fn parse_event(line: &str) -> Result<Event, CodecError> {
@@ -769,6 +785,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!e.contains("invalid JSON"), "{e}");
+    }
+
+    /// `"ok": null` was stored as `ok: true`, a success the producer never
+    /// claimed: it is refused, naming the field; absent still means true.
+    #[test]
+    fn ok_null_is_refused_naming_the_field() {
+        let e = parse_event(r#"{"kind":"tool_call","tool":"sh","ok":null}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("field `ok` is null"), "{e}");
+        assert!(!e.contains("invalid JSON"), "{e}");
+        assert!(
+            parse_event(r#"{"kind":"tool_call","tool":"sh"}"#)
+                .unwrap()
+                .ok
+        );
+        assert!(
+            !parse_event(r#"{"kind":"tool_call","tool":"sh","ok":false}"#)
+                .unwrap()
+                .ok
+        );
     }
 
     /// `latency_ms` is a number of milliseconds: a fraction (as a

@@ -114,6 +114,9 @@ impl Timestamp {
             })?;
             return Timestamp::from_millis(ms);
         }
+        if let Some(e) = leap_second(s, t) {
+            return Err(e);
+        }
         let parsed = if let Ok(ts) = t.parse::<jiff::Timestamp>() {
             ts
         } else if let Ok(dt) = t.parse::<jiff::civil::DateTime>() {
@@ -128,6 +131,27 @@ impl Timestamp {
         };
         Timestamp::from_millis(parsed.as_millisecond())
     }
+}
+
+/// A time of day whose seconds are 60 (`23:59:60`, a leap second) is
+/// refused: cairn's times are milliseconds since the epoch without leap
+/// seconds (as POSIX time is), and the parser would otherwise take it as
+/// `:59` without a word, putting the event a second early and out of order
+/// with one stamped `23:59:59.500`. `t` is `s` trimmed.
+fn leap_second(s: &str, t: &str) -> Option<CodecError> {
+    let time = &t[t.find(['T', 't', ' '])? + 1..];
+    // The seconds are the 5th and 6th digit of the time, with or without
+    // colons (`23:59:60`, `235960`).
+    let digits: Vec<u8> = time
+        .bytes()
+        .take_while(|b| b.is_ascii_digit() || *b == b':')
+        .filter(u8::is_ascii_digit)
+        .collect();
+    (digits.get(4..6) == Some(b"60".as_slice())).then(|| CodecError::Invalid {
+        what: format!(
+            "timestamp `{s}` is a leap second (seconds 60): cairn's times leave leap seconds out, as POSIX time does; write the second before it (23:59:59.999) or the one after (00:00:00 of the next day)"
+        ),
+    })
 }
 
 fn bad_ts(s: &str, e: impl fmt::Display) -> CodecError {
@@ -229,6 +253,28 @@ mod tests {
             assert!(e.contains("timestamp"), "{bad}: {e}");
             assert!(!e.contains("jiff"), "{bad}: {e}");
         }
+    }
+
+    /// A leap second was silently stored as `:59`: it is refused, saying
+    /// why and what to write instead.
+    #[test]
+    fn a_leap_second_is_refused_not_stored_as_59() {
+        for s in [
+            "2016-12-31T23:59:60Z",
+            "2016-12-31T23:59:60.500Z",
+            "2016-12-31 23:59:60+00:00",
+            "2016-12-31T235960Z",
+        ] {
+            let e = Timestamp::parse(s).unwrap_err().to_string();
+            assert!(e.contains("leap second"), "{s}: {e}");
+        }
+        // Seconds 59, minutes 60 and hours 60 are other matters.
+        assert!(Timestamp::parse("2016-12-31T23:59:59.999Z").is_ok());
+        assert!(Timestamp::parse("2016-12-31T23:60:00Z").is_err());
+        assert!(!Timestamp::parse("2016-12-31T23:60:00Z")
+            .unwrap_err()
+            .to_string()
+            .contains("leap second"));
     }
 
     #[test]

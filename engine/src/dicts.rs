@@ -291,8 +291,8 @@ fn train_and_write(vfs: &dyn Vfs, dir: &Path, s: &Samples, sampling: Sampling) -
             path.display()
         )));
     }
-    let tmp = format!("dict-{:08x}{TMP_SUFFIX}", dict.id);
     let name = file_name(dict.id);
+    let tmp = unique_tmp_name(&name);
     if let Err(e) = write_durably(vfs, dir, &tmp, &name, &encode_file(dict.id, &dict.bytes)) {
         let _ = vfs.remove_file(&dir.join(&tmp));
         return Err(e);
@@ -303,6 +303,18 @@ fn train_and_write(vfs: &dyn Vfs, dir: &Path, s: &Samples, sampling: Sampling) -
 /// The suffix of a dictionary file being written; one left by a crash is
 /// removed on open.
 pub const TMP_SUFFIX: &str = ".tmp";
+
+/// A temporary name for writing `name`, of this write's own: the name,
+/// this process's id and a per-process counter, ending in [`TMP_SUFFIX`]
+/// (so the open that removes leftovers finds it). Two processes (or two
+/// threads) writing the same file never write, or rename away, one
+/// temporary file: with one shared name, one process's rename took the
+/// other's file, whose own rename then failed with "No such file".
+pub fn unique_tmp_name(name: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{name}.{}-{n}{TMP_SUFFIX}", std::process::id())
+}
 
 /// Writes `bytes` as `dir/name` durably and atomically: to `dir/tmp`,
 /// fsync'd, renamed over `name`, then the directory fsync'd. A crash leaves

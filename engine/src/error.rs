@@ -25,7 +25,8 @@ pub enum EngineError {
     Locked {
         /// The lock file.
         lock_file: PathBuf,
-        /// The process id the holder wrote into the lock file, if readable.
+        /// The process that holds the lock, as far as can be told (see
+        /// [`crate::store_dir::current_lock_holder`]); `None`: not known.
         holder: Option<u32>,
     },
     /// The store directory cannot be created or written (read-only workspace).
@@ -124,7 +125,7 @@ impl fmt::Display for EngineError {
                 ),
                 None => write!(
                     f,
-                    "the store is locked by another process (lock file {}); only one process may write at a time",
+                    "the store is locked by another process; which one cannot be known (lock file {}); only one process may write at a time",
                     lock_file.display()
                 ),
             },

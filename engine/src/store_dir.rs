@@ -177,6 +177,87 @@ pub fn check_no_links(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The process that holds the lock on `lock_file` now, as far as can be
+/// told, for the "locked" error. The `pid N` in the file is only what its
+/// last taker wrote: a holder that took the lock but has not written yet
+/// leaves the previous one's id there, and a process that has since
+/// exited is no holder. So, on Linux, the kernel's table of locks
+/// (`/proc/locks`) is asked which process holds an flock on the file's
+/// inode; elsewhere (or when the table says nothing), the id in the file
+/// is given only if that process is alive. `None`: the holder cannot be
+/// known.
+pub fn current_lock_holder(vfs: &dyn Vfs, lock_file: &Path) -> Option<u32> {
+    if let Some(pid) = kernel_lock_holder(lock_file) {
+        return Some(pid);
+    }
+    lock_holder(vfs, lock_file).filter(|pid| process_is_alive(*pid))
+}
+
+/// The process `/proc/locks` names as holding an flock on `lock_file`'s
+/// inode (a line `N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF`; lines
+/// of waiters, marked `->`, are skipped). Linux only; `None` elsewhere,
+/// for a file not on the real file system, or when no line matches.
+fn kernel_lock_holder(lock_file: &Path) -> Option<u32> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        /// `/proc/locks` lists every lock on the machine; a few thousand
+        /// lines is a busy machine. Read no more than this of it.
+        const MAX_PROC_LOCKS_BYTES: u64 = 4 << 20;
+        let meta = std::fs::metadata(lock_file).ok()?;
+        let (ino, dev) = (meta.ino(), meta.dev());
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let mut table = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(
+                std::fs::File::open("/proc/locks").ok()?,
+                MAX_PROC_LOCKS_BYTES,
+            ),
+            &mut table,
+        )
+        .ok()?;
+        table.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(1) != Some(&"FLOCK") {
+                return None;
+            }
+            let place: Vec<&str> = fields.get(5)?.split(':').collect();
+            let [maj, min, i] = place.as_slice() else {
+                return None;
+            };
+            let matches = u32::from_str_radix(maj, 16).ok()? == major
+                && u32::from_str_radix(min, 16).ok()? == minor
+                && i.parse::<u64>().ok()? == ino;
+            // A pid of -1 (an open file description lock) names nobody.
+            matches.then(|| fields[4].parse::<u32>().ok()).flatten()
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = lock_file;
+        None
+    }
+}
+
+/// Whether a process with this id exists (one of another user's counts).
+fn process_is_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: signal 0 sends nothing; it only checks that the process
+        // exists and may be signalled.
+        let r = unsafe { libc::kill(pid, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
 /// An open store directory, holding the exclusive lock for its lifetime.
 #[derive(Debug)]
 pub struct StoreDir {
@@ -226,7 +307,7 @@ impl StoreDir {
         let lock_file = root.join(LOCK_FILE_NAME);
         let lock = vfs.lock_exclusive(&lock_file).map_err(|e| match e.kind() {
             std::io::ErrorKind::WouldBlock => EngineError::Locked {
-                holder: lock_holder(vfs.as_ref(), &lock_file),
+                holder: current_lock_holder(vfs.as_ref(), &lock_file),
                 lock_file: lock_file.clone(),
             },
             _ => EngineError::io("lock", &lock_file, e),
@@ -279,6 +360,42 @@ mod tests {
         assert!(err.to_string().contains("LOCK"), "{err}");
         drop(first);
         StoreDir::open(Arc::new(RealVfs), &root).unwrap();
+    }
+
+    /// The "locked" error named the process id left in the lock file by
+    /// its last taker, long gone: it names the process that holds the
+    /// lock now, or says plainly that it cannot be known.
+    #[test]
+    fn locked_error_names_the_real_holder_not_a_stale_pid() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        let _held = StoreDir::open(Arc::new(RealVfs), &root).unwrap();
+        // A stale id: no process has it (pid_max is at most 2^22).
+        std::fs::write(root.join(LOCK_FILE_NAME), "pid 4194305\n").unwrap();
+        let err = StoreDir::open(Arc::new(RealVfs), &root).unwrap_err();
+        let EngineError::Locked { holder, .. } = &err else {
+            panic!("{err}");
+        };
+        if cfg!(target_os = "linux") {
+            // The holder is this process (the first handle).
+            assert_eq!(*holder, Some(std::process::id()), "{err}");
+        } else {
+            assert_eq!(*holder, None, "{err}");
+        }
+        assert!(!err.to_string().contains("4194305"), "{err}");
+        // A file not on the real disk, with a dead id: not known.
+        let sim = crate::vfs::SimVfs::new();
+        sim.create_dir_all(Path::new("/s")).unwrap();
+        let f = sim
+            .open(Path::new("/s/LOCK"), crate::vfs::OpenMode::CreateNew)
+            .unwrap();
+        f.write_all_at(b"pid 4194305\n", 0).unwrap();
+        assert_eq!(current_lock_holder(&sim, Path::new("/s/LOCK")), None);
+        let locked = EngineError::Locked {
+            lock_file: "/s/LOCK".into(),
+            holder: None,
+        };
+        assert!(locked.to_string().contains("cannot be known"), "{locked}");
     }
 
     #[test]

@@ -438,6 +438,20 @@ impl Index {
         Lsn(self.ts_high.partition_point(|h| *h <= t) as u64)
     }
 
+    /// A time resolved as [`crate::point::Point::Time`] says: the point
+    /// ([`Index::lsn_at_time`]) and how many records after it are stamped
+    /// at or before `t` (the records up to the point all are, so they are
+    /// the count of every such record less the point's LSN).
+    pub fn time_point(&self, t: Timestamp) -> crate::point::TimePoint {
+        let lsn = self.lsn_at_time(t);
+        let at_or_before = self.by_time.partition_point(|x| x.0 <= t) as u64;
+        crate::point::TimePoint {
+            time: t,
+            lsn,
+            left_out: at_or_before.saturating_sub(lsn.0),
+        }
+    }
+
     /// A checkpoint by id.
     pub fn checkpoint(&self, id: CheckpointId) -> Option<&CheckpointInfo> {
         self.checkpoints.get(&id.0)
@@ -689,6 +703,12 @@ mod tests {
         assert_eq!(ix.lsn_at_time(Timestamp(5)), Lsn(0));
         assert_eq!(ix.lsn_at_time(Timestamp(25)), Lsn(1));
         assert_eq!(ix.lsn_at_time(Timestamp(30)), Lsn(3));
+        // Time points where the clock went back: at 25 the point is @1
+        // (record 2 is stamped 30), and record 3, stamped 20, is left out.
+        assert_eq!(ix.time_point(Timestamp(25)).left_out, 1);
+        assert_eq!(ix.time_point(Timestamp(20)).left_out, 1);
+        assert_eq!(ix.time_point(Timestamp(30)).left_out, 0);
+        assert_eq!(ix.time_point(Timestamp(5)).left_out, 0);
         let r = log.read(Lsn(1)).unwrap();
         let mut ix2 = ix.clone();
         assert!(ix2.observe(&r).is_err(), "out of order is refused");

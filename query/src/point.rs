@@ -18,9 +18,61 @@ pub enum Point {
     Checkpoint(CheckpointId),
     /// The last record committed at or before this time, in commit order:
     /// the longest prefix of the log none of whose records is later than it.
+    ///
+    /// A record's `ts` is its producer's, and `record` and `import` take
+    /// any: the times in the log need not go forward (a clock stepped
+    /// back, an import of older events). A time point is read against the
+    /// running maximum of the times (as Kafka's time index reads one): the
+    /// point is the record before the first one stamped later than the
+    /// time, so it is always a prefix of the log, the same for every
+    /// command, and a later time is never an earlier point. Records after
+    /// the point stamped at or before the time are left out; how many is
+    /// [`TimePoint::left_out`], and the CLI says so on stderr.
     Time(Timestamp),
     /// The last committed record (`head`).
     Head,
+}
+
+/// What a [`Point::Time`] resolved to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimePoint {
+    /// The time asked for.
+    pub time: Timestamp,
+    /// The point: the last record before the first one stamped later than
+    /// `time` (0: the first record already is).
+    pub lsn: Lsn,
+    /// Records after `lsn` whose own `ts` is at or before `time`: they
+    /// come after a record stamped later, where the log's times go
+    /// backwards, and the point leaves them out. 0 where the times up to
+    /// the point only go forward.
+    pub left_out: u64,
+}
+
+impl TimePoint {
+    /// A note for a reader when the point leaves records out (`None`
+    /// otherwise): what the point is, and why those records are not in it.
+    pub fn note(&self) -> Option<String> {
+        (self.left_out > 0).then(|| {
+            let n = self.left_out;
+            let (records, are) = if n == 1 {
+                ("record", "is")
+            } else {
+                ("records", "are")
+            };
+            let point = if self.lsn.0 == 0 {
+                "@0, before the first record, which is stamped later".to_string()
+            } else {
+                format!(
+                    "@{}, the last record before the first one stamped later",
+                    self.lsn
+                )
+            };
+            format!(
+                "{} is {point}; the log's times go backwards after it, and {n} later {records} stamped at or before {} {are} not in it (use `@LSN` for an exact point)",
+                self.time, self.time
+            )
+        })
+    }
 }
 
 impl fmt::Display for Point {
@@ -130,6 +182,20 @@ mod tests {
             "1970-01-02".parse::<Point>().unwrap(),
             Point::Time(Timestamp(86_400_000))
         );
+    }
+
+    #[test]
+    fn a_time_point_notes_only_the_records_it_leaves_out() {
+        let t = Timestamp(1_700_000_000_000);
+        let mut p = TimePoint {
+            time: t,
+            lsn: Lsn(3),
+            left_out: 0,
+        };
+        assert_eq!(p.note(), None);
+        p.left_out = 2;
+        let n = p.note().unwrap();
+        assert!(n.contains("@3") && n.contains("2 later records"), "{n}");
     }
 
     #[test]

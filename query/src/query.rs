@@ -101,6 +101,16 @@ impl<'a> Query<'a> {
         }
     }
 
+    /// What a time point resolves to, with the records it leaves out where
+    /// the log's times go backwards (see [`Point::Time`]); `None` for any
+    /// other point.
+    pub fn time_point(&self, p: Point) -> Option<crate::point::TimePoint> {
+        match p {
+            Point::Time(t) => Some(self.index.time_point(t)),
+            _ => None,
+        }
+    }
+
     /// True if `c` names a `checkpoint.create` record without a manifest
     /// (imported from another tool's audit log): a record, but no tree.
     pub fn is_imported_checkpoint(&self, c: CheckpointId) -> bool {

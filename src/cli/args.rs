@@ -444,15 +444,18 @@ pub struct RecordArgs {
     /// Read from this file instead of stdin.
     #[arg(long)]
     pub file: Option<PathBuf>,
-    /// Print each record's LSN on its own line as soon as it is durable
-    /// (with --durability interval or never: as soon as it is appended, not
-    /// yet durable; a note on stderr says so).
+    /// Print one line per input line, in input order: a recorded line's
+    /// LSN as soon as it is durable (with --durability interval or never:
+    /// as soon as it is appended, not yet durable; a note on stderr says
+    /// so), a rejected line as `{"line":N,"error":"REASON"}` (N counts from
+    /// 1, blank lines too; a blank line gets no answer).
     #[arg(long)]
     pub ack: bool,
     /// Print each record, as soon as it is acknowledged (as --ack), on stdout as canonical
-    /// JSONL (as `cairn log --json` prints it: with lsn, ts and hash); with
-    /// --in-memory, the only copy of what was recorded. Not with --ack or
-    /// --json, which print other lines on stdout.
+    /// JSONL (as `cairn log --json` prints it: with lsn, ts and hash), and
+    /// a rejected line as `{"line":N,"error":"REASON"}` (no `lsn`), in input
+    /// order; with --in-memory, the only copy of what was recorded. Not
+    /// with --ack or --json, which print other lines on stdout.
     #[arg(long, conflicts_with_all = ["ack", "json"])]
     pub echo: bool,
     /// Print the summary as JSON.

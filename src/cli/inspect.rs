@@ -111,6 +111,25 @@ fn parse_point(s: &str) -> Result<Point> {
     s.parse::<Point>().map_err(|e| super::usage(e.to_string()))
 }
 
+/// Says on stderr (unless `--quiet`) when a time point falls where the
+/// log's times go backwards, so it leaves out records stamped before it
+/// (see [`Point::Time`]).
+fn note_time_points(settings: &Settings, store: &cairn::Store, points: &[Point]) -> Result<()> {
+    if settings.quiet {
+        return Ok(());
+    }
+    let notes = store.query(|q| {
+        Ok(points
+            .iter()
+            .filter_map(|p| q.time_point(*p)?.note())
+            .collect::<Vec<_>>())
+    })?;
+    for n in notes {
+        eprintln!("note: {n}");
+    }
+    Ok(())
+}
+
 /// One-line summary of what a record says.
 pub fn summary(r: &Record) -> String {
     let e = &r.event;
@@ -625,6 +644,7 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
             "`{spec}` names the workspace root, a directory: `cairn tree {point}` lists its files"
         )));
     }
+    note_time_points(settings, &store, &[point])?;
     let (found, unrecorded) = store.query(|q| {
         let at = q.resolve(point)?;
         let unrecorded = q.unrecorded_write(at, path)?;
@@ -733,6 +753,7 @@ fn unrecorded_note(list: &[(String, Record)], consequence: &str) -> Option<Strin
 pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
     let p = parse_point(point)?;
     let store = settings.open_read()?;
+    note_time_points(settings, &store, &[p])?;
     let (tree, unrecorded) = store.query(|q| {
         let at = q.resolve(p)?;
         Ok((q.tree_at(p)?, q.unrecorded_writes(Lsn(0), at)?))
@@ -842,6 +863,7 @@ pub fn diff(
             .collect::<std::result::Result<Vec<_>, _>>()?,
         None => paths.to_vec(),
     };
+    note_time_points(settings, &store, &[pa, pb])?;
     let (diffs, unrecorded) = store.query(|q| {
         let (la, lb) = (q.resolve(pa)?, q.resolve(pb)?);
         let diffs = q.diff(pa, pb, &paths)?;
@@ -1170,6 +1192,7 @@ pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -
         )));
     }
     let path = path.as_str();
+    note_time_points(settings, &store, &[p])?;
     // One query, so both answers are of the same head.
     let (unrecorded, lines) =
         store.query(|q| Ok((q.unrecorded_write(q.resolve(p)?, path)?, q.blame(p, path))))?;

@@ -7,6 +7,11 @@
 //! (`--ack` prints the LSNs, `--echo` the records). Under a fast producer this is group commit for
 //! a single stream; under a slow one, every line is durable on its own.
 //!
+//! `--ack` and `--echo` answer every input line but blank ones, in input
+//! order, so a producer can pair answer n with its n-th line: a rejected
+//! line's answer is `{"line":N,"error":"REASON"}`, printed after the
+//! answers of the lines before it (the same line and reason as on stderr).
+//!
 //! A live pipe can last as long as the agent, and other commands need the
 //! store's writer lock meanwhile (`checkpoint` and `track` between turns,
 //! a second `record`). So once its input has been idle for
@@ -118,7 +123,9 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
     };
     let mut reader = BufReader::with_capacity(1 << 16, input);
     let mut stdout = std::io::stdout().lock();
-    let mut pending: Vec<Lsn> = Vec::new();
+    // The answers not yet printed, in input order: a rejection waits
+    // behind the records before it, which are answered once durable.
+    let mut pending: Vec<Answer> = Vec::new();
     let mut line_no = 0u64;
     let mut buf = Vec::new();
     loop {
@@ -131,11 +138,11 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
             if let Some(s) = store.take() {
                 // Everything appended is acknowledged before the lock goes,
                 // and, as always, only once it is durable.
-                if !pending.is_empty() {
+                if has_records(&pending) {
                     if burst_sync {
                         s.sync().context("make records durable")?;
                     }
-                    acknowledge(&s, &args, &mut pending, &mut stdout)?;
+                    acknowledge(Some(&s), &args, &mut pending, &mut stdout)?;
                 }
                 s.close().context(match why {
                     LetGo::Idle => "close the store while the input is idle",
@@ -160,6 +167,12 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
                 Ok(text) => parse_event(text).map_err(|e| e.to_string()),
             },
         };
+        let outcome = match outcome {
+            Err(reason) => Err(reason),
+            Ok(event) => reopened(&mut store, &mut turns, settings, open_policy)?
+                .append(&event)
+                .map_err(|e| e.to_string()),
+        };
         match outcome {
             Err(reason) => {
                 tally.rejected += 1;
@@ -167,38 +180,36 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
                     "{name}:{line_no}: rejected: {}",
                     super::output::escape_controls(&reason)
                 );
+                pending.push(Answer::Rejected {
+                    line: line_no,
+                    reason,
+                });
             }
-            Ok(event) => {
-                match reopened(&mut store, &mut turns, settings, open_policy)?.append(&event) {
-                    Ok(lsn) => {
-                        tally.first.get_or_insert(lsn);
-                        tally.last = Some(lsn);
-                        tally.count += 1;
-                        pending.push(lsn);
-                    }
-                    Err(e) => {
-                        tally.rejected += 1;
-                        eprintln!(
-                            "{name}:{line_no}: rejected: {}",
-                            super::output::escape_controls(&e.to_string())
-                        );
-                    }
-                }
+            Ok(lsn) => {
+                tally.first.get_or_insert(lsn);
+                tally.last = Some(lsn);
+                tally.count += 1;
+                pending.push(Answer::Recorded(lsn));
             }
         }
         let more_waiting = reader.buffer().contains(&b'\n');
-        if !more_waiting && !pending.is_empty() {
+        if !more_waiting && has_records(&pending) {
             let store = reopened(&mut store, &mut turns, settings, open_policy)?;
             if burst_sync {
                 store.sync().context("make records durable")?;
             }
-            acknowledge(store, &args, &mut pending, &mut stdout)?;
+            acknowledge(Some(store), &args, &mut pending, &mut stdout)?;
+        } else if !more_waiting && !pending.is_empty() {
+            // Only rejections: nothing to make durable, no store needed.
+            acknowledge(None, &args, &mut pending, &mut stdout)?;
         }
     }
     if let Some(store) = store {
         store.sync().context("make records durable")?;
-        acknowledge(&store, &args, &mut pending, &mut stdout)?;
+        acknowledge(Some(&store), &args, &mut pending, &mut stdout)?;
         store.close().context("close the store")?;
+    } else {
+        acknowledge(None, &args, &mut pending, &mut stdout)?;
     }
     if args.json {
         writeln!(stdout, "{}", tally.json())?;
@@ -300,27 +311,67 @@ fn readable_within(_fd: i32, _wait: std::time::Duration) -> bool {
     true
 }
 
-/// Tells the caller about the `pending` records, now durable: their LSNs
-/// with `--ack`, the records themselves with `--echo` (read back from the
-/// log, so exactly what `cairn log --json` prints); then forgets them.
+/// The answer `--ack` and `--echo` give one input line (a blank line is
+/// no event and gets none).
+enum Answer {
+    /// The line was recorded as this LSN.
+    Recorded(Lsn),
+    /// The line was refused.
+    Rejected {
+        /// Its line number in the input, from 1 (blank lines count).
+        line: u64,
+        /// Why, as stderr says it.
+        reason: String,
+    },
+}
+
+/// Whether any of `answers` is a record, which must be durable before it
+/// is answered.
+fn has_records(answers: &[Answer]) -> bool {
+    answers.iter().any(|a| matches!(a, Answer::Recorded(_)))
+}
+
+/// The line answering a rejected input line: a JSON object with the line
+/// number and the reason, `{"line":3,"error":"..."}`, told apart from an
+/// `--ack` LSN (a bare number) and from an `--echo` record (which always
+/// has `lsn`) by its `error` field.
+fn rejection_line(line: u64, reason: &str) -> String {
+    // Written by hand so `line` comes first, as documented (a JSON map
+    // would sort the keys); the reason is escaped as a JSON string.
+    format!(
+        "{{\"line\":{line},\"error\":{}}}",
+        serde_json::Value::from(reason)
+    )
+}
+
+/// Tells the caller about the `pending` answers, in input order, its
+/// records now durable: an LSN with `--ack`, the record itself with
+/// `--echo` (read back from the log, so exactly what `cairn log --json`
+/// prints), and for a rejected line its [`rejection_line`]; then forgets
+/// them. `store` may be `None` only when no answer is a record.
 fn acknowledge(
-    store: &Store,
+    store: Option<&Store>,
     args: &RecordArgs,
-    pending: &mut Vec<Lsn>,
+    pending: &mut Vec<Answer>,
     out: &mut impl Write,
 ) -> Result<()> {
-    if args.ack {
-        for lsn in pending.iter() {
-            writeln!(out, "{lsn}")?;
-        }
-        out.flush()?;
-    } else if args.echo && !pending.is_empty() {
+    if (args.ack || args.echo) && !pending.is_empty() {
         let mut buf = Vec::new();
-        for lsn in pending.iter() {
-            let r = store
-                .record(*lsn)
-                .with_context(|| format!("read back record {lsn}"))?;
-            write_json_line(r.lsn, r.chain, &EventRef::of(&r.event), &mut buf)?;
+        for answer in pending.iter() {
+            match answer {
+                Answer::Rejected { line, reason } => {
+                    buf.extend_from_slice(rejection_line(*line, reason).as_bytes());
+                    buf.push(b'\n');
+                }
+                Answer::Recorded(lsn) if args.ack => writeln!(buf, "{lsn}")?,
+                Answer::Recorded(lsn) => {
+                    let r = store
+                        .ok_or_else(|| anyhow::anyhow!("internal error: the store is not open"))?
+                        .record(*lsn)
+                        .with_context(|| format!("read back record {lsn}"))?;
+                    write_json_line(r.lsn, r.chain, &EventRef::of(&r.event), &mut buf)?;
+                }
+            }
         }
         out.write_all(&buf)?;
         out.flush()?;

@@ -16,8 +16,11 @@
 //!  ..   32  blake3 of every byte before it
 //! ```
 //!
-//! The file is written as `index.tmp`, fsynced, renamed over `index`, and
-//! the directory fsynced, so a crash leaves the old snapshot or the new one.
+//! The file is written under a temporary name of its own
+//! (`index.PID-N.tmp`, see [`crate::dicts::unique_tmp_name`]), fsynced,
+//! renamed over `index`, and the directory fsynced, so a crash leaves the
+//! old snapshot or the new one (and a temporary file the next open for
+//! writing removes). It is only written while the store lock is held.
 //! A snapshot only ever covers pack bytes that were fsynced before it was
 //! written, so everything it names is on disk.
 
@@ -30,8 +33,6 @@ use super::pack::{EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
 pub const INDEX_MAGIC: [u8; 8] = *b"CAIRNBX1";
 /// The index file's name in the blob directory.
 pub const INDEX_FILE: &str = "index";
-/// The temporary name the index is written under before the rename.
-pub const INDEX_TMP_FILE: &str = "index.tmp";
 const HEADER_LEN: usize = 24;
 const PACK_ROW_LEN: usize = 24;
 const ENTRY_ROW_LEN: usize = 64;

@@ -41,7 +41,7 @@ use parking_lot::{Mutex, RwLock};
 
 use cairn_codec::BlobHash;
 
-use crate::dicts::write_durably;
+use crate::dicts::{unique_tmp_name, write_durably};
 use crate::vfs::{OpenMode, Vfs, VfsFile};
 use crate::{EngineError, Result};
 
@@ -62,7 +62,7 @@ pub use stats::BlobStats;
 pub use verify::{BlobProblem, BlobVerifyReport};
 
 use chunking::{cut_points, decode_chunk_list, encode_chunk_list, stream_chunks, ChunkRef};
-use index::{IndexSnapshot, Loc, PackCover, INDEX_FILE, INDEX_TMP_FILE};
+use index::{IndexSnapshot, Loc, PackCover, INDEX_FILE};
 use pack::{
     decode_contents, encode_contents, encode_entry, EntryHeader, EntryKind, PackHeader, PackId,
     ENTRY_HEADER_LEN, PACK_HEADER_LEN,
@@ -623,13 +623,12 @@ impl BlobStore {
     }
 
     fn write_index_file(&self, snapshot: &IndexSnapshot) -> Result<()> {
-        write_durably(
-            &*self.vfs,
-            &self.dir,
-            INDEX_TMP_FILE,
-            INDEX_FILE,
-            &snapshot.encode(),
-        )
+        let tmp = unique_tmp_name(INDEX_FILE);
+        let wrote = write_durably(&*self.vfs, &self.dir, &tmp, INDEX_FILE, &snapshot.encode());
+        if wrote.is_err() {
+            let _ = self.vfs.remove_file(&self.dir.join(&tmp));
+        }
+        wrote
     }
 
     /// The contents of a blob or chunk entry, decompressed (with the

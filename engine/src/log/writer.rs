@@ -539,6 +539,10 @@ impl Log {
             return Ok(());
         }
         self.closed = true;
+        // A dictionary being trained in the background is written before
+        // the log is closed (and so while its owner still holds the store
+        // lock), never after: another writer may have the store by then.
+        self.inner.dicts.dicts.finish();
         *self.inner.stop.lock() = true;
         self.inner.stop_cv.notify_all();
         if let Some(h) = self.flusher.take() {
