@@ -282,7 +282,9 @@ impl LogReader {
     /// See [`Log::verify`](super::Log::verify); covers what this reader sees.
     pub fn verify(&self) -> Result<VerifyReport> {
         let closed = super::recovery::TailState::load(&*self.vfs, &self.dir);
-        self.view.verify(closed.as_ref())
+        let segs = list_segments(&*self.vfs, &self.dir)?;
+        let reach = super::recovery::recorded_reach(&*self.vfs, &self.dir, &segs)?;
+        self.view.verify(closed.as_ref(), reach.as_ref())
     }
 
     /// Counts and sizes; `durability` is the default (the writer's policy is not on disk).
