@@ -227,6 +227,18 @@ mod tests {
     }
 
     #[test]
+    fn recorded_last_lsn_reads_a_whole_file_only() {
+        let bytes = sample().encode(Lsn(1), &footer());
+        assert_eq!(recorded_last_lsn(&bytes), Some(Lsn(1000)));
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x20;
+            assert_eq!(recorded_last_lsn(&bad), None, "flip at {i}");
+        }
+        assert_eq!(recorded_last_lsn(&bytes[..50]), None);
+    }
+
+    #[test]
     fn truncate_drops_entries_past_the_end() {
         let mut idx = sample();
         idx.truncate_to(64 + 200_000);
