@@ -213,11 +213,15 @@ impl Checker<'_> {
     }
 }
 
-/// A checkpoint found in the log: its record, tree and state.
+/// A checkpoint found in the log: its record, tree and state, and the
+/// other blobs its record names (kept by gc only while it is not
+/// discarded, as its tree is).
 struct Found {
     lsn: Lsn,
-    root: BlobHash,
+    root: Option<BlobHash>,
     state: Option<BlobHash>,
+    path: Option<String>,
+    others: [(&'static str, Option<BlobHash>); 3],
 }
 
 /// Checks every blob a live record of `log` names against `blobs`, whose
@@ -259,17 +263,14 @@ pub(crate) fn check(
         let e = &r.event;
         match e.kind {
             EventKind::CheckpointCreate => {
-                if let Some(root) = e.root {
-                    checkpoints.push(Found {
-                        lsn: r.lsn,
-                        root,
-                        state: e.state,
-                    });
-                }
-                // Its other blobs are kept by gc as any record's are.
-                for (role, h) in [("before", e.before), ("after", e.after), ("diff", e.diff)] {
-                    record_blob(&mut c, r.lsn, e.path.as_deref(), role, h);
-                }
+                // Checked once the discards (always later) are known.
+                checkpoints.push(Found {
+                    lsn: r.lsn,
+                    root: e.root,
+                    state: e.state,
+                    path: e.path.clone(),
+                    others: [("before", e.before), ("after", e.after), ("diff", e.diff)],
+                });
                 continue;
             }
             EventKind::CheckpointDiscard => discarded.extend(e.checkpoint),
@@ -289,13 +290,19 @@ pub(crate) fn check(
         if discarded.contains(&id) {
             continue;
         }
+        for (role, h) in f.others {
+            record_blob(&mut c, f.lsn, f.path.as_deref(), role, h);
+        }
+        // A checkpoint record without a tree was imported without one
+        // (`is_imported_checkpoint`): it names no blobs to check.
+        let Some(root) = f.root else { continue };
         c.out.checkpoints += 1;
         let at = At {
             lsn: f.lsn,
             id,
             path: "",
         };
-        c.tree(&at, &f.root, 0);
+        c.tree(&at, &root, 0);
         if let Some(s) = f.state {
             if let Some(why) = c.status(&s) {
                 c.lost(&at, None, "state", &s, why);
