@@ -705,8 +705,7 @@ fn show_from(
     typed: &str,
     path: &str,
 ) -> Result<ExitCode> {
-    let store = store;
-    let path = lookup_path(&store, &path, typed)?;
+    let path = lookup_path(store, path, typed)?;
     let path = path.as_str();
     if path.is_empty() {
         return Err(super::usage(format!(
@@ -740,7 +739,7 @@ fn show_from(
             }
             // Not in the tree because the checkpoint could not capture it:
             // say so, rather than that it did not exist.
-            if let Some(n) = not_captured_at(&store, &point)?
+            if let Some(n) = not_captured_at(store, &point)?
                 .into_iter()
                 .find(|n| n.path == path)
             {
