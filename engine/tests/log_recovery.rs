@@ -742,6 +742,9 @@ fn deleted_newest_segments_are_loss_that_open_refuses_and_salvage_fills() {
         );
         let log = Log::open(vfs(), dir, opts(4096)).unwrap();
         assert_eq!(log.head().last_lsn, Lsn(reached), "{case}");
+        // The placeholders carry the last kept record's time, not 1970.
+        let kept_ts = log.read(Lsn(first_gone - 1)).unwrap().event.ts;
+        assert_eq!(log.read(Lsn(reached)).unwrap().event.ts, kept_ts, "{case}");
         assert!(log.verify().unwrap().problems.is_empty(), "{case}");
         assert_eq!(
             log.append(&ev(999)).unwrap(),

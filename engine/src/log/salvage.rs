@@ -166,6 +166,12 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
     let (expect, chain) = starts.get(k).copied().unwrap_or((expect, chain));
     let kept_before = expect.0 - 1;
     let mut out = Rewriter::new(vfs, dir, expect, chain, &dicts)?;
+    // Placeholders carry the time of the last record before them: the
+    // last one kept in the segments left untouched, when nothing after
+    // it survives (a log's times must not jump back to 1970).
+    if let Some((_, path)) = k.checked_sub(1).and_then(|i| segs.get(i)) {
+        out.last_ts = last_record_ts(vfs, path, &dicts)?.unwrap_or(out.last_ts);
+    }
     let mut old_files = Vec::new();
     for (_, path) in &segs[k..] {
         let buf = read_all(vfs, path)?;
@@ -285,6 +291,30 @@ fn check_dictionaries(vfs: &dyn Vfs, segs: &[(Lsn, PathBuf)], dicts: &LogDicts) 
         }
     }
     Ok(())
+}
+
+/// The time of the last record of the intact segment at `path` whose body
+/// decodes, if any.
+fn last_record_ts(vfs: &dyn Vfs, path: &Path, dicts: &LogDicts) -> Result<Option<Timestamp>> {
+    let buf = read_all(vfs, path)?;
+    let end = match SegmentFooter::decode_tail(&buf) {
+        Ok(Some(_)) => buf.len() - SEGMENT_FOOTER_LEN,
+        _ => buf.len(),
+    };
+    let mut last = None;
+    walk(&buf[..end], SEGMENT_HEADER_LEN.min(end), |st| {
+        if let Step::Frame(_, fr) = st {
+            last = Some(fr);
+        }
+        true
+    });
+    Ok(last.and_then(|fr| {
+        dicts
+            .body(&fr)
+            .and_then(|b| Event::decode_body(&b))
+            .ok()
+            .map(|e| e.ts)
+    }))
 }
 
 fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Vec<u8>> {
