@@ -363,6 +363,17 @@ impl Store {
         })
     }
 
+    /// On a read-only handle, if the log ends before what its side files
+    /// record it reaching (its newest segment files were deleted), the
+    /// loss in words: reading goes on over what is left, but the lost
+    /// LSNs are named. `None` otherwise (a writable open refuses such a log).
+    pub fn log_loss_warning(&self) -> Option<String> {
+        match &self.log {
+            LogHandle::Writer(_) => None,
+            LogHandle::Reader(r) => r.lock().recorded_loss().ok().flatten(),
+        }
+    }
+
     /// Counts and sizes.
     pub fn stats(&self) -> StoreStats {
         let log = match &self.log {

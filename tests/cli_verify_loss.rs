@@ -65,6 +65,14 @@ fn deleted_newest_segment_is_reported_and_its_lsns_never_reused() {
         }
     }
 
+    // Read commands read what is left, and say what is lost.
+    let o = cairn(ws, &["log"]);
+    let e = err(&o);
+    assert!(
+        e.contains("warning:") && e.contains("LSN 1 to 4 (4 records) are lost"),
+        "{e}"
+    );
+
     let o = cairn(ws, &["verify"]);
     assert_eq!(o.status.code(), Some(CORRUPT), "{}", all_output(&o));
     let out = String::from_utf8_lossy(&o.stdout);

@@ -360,11 +360,17 @@ impl Settings {
             return self.take_memory();
         }
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
-        self.builder(&found)
+        let store = self
+            .builder(&found)
             .read_only()
             .save_index_read_only(true)
             .open()
-            .with_context(|| format!("open store {} read-only", found.store.display()))
+            .with_context(|| format!("open store {} read-only", found.store.display()))?;
+        // Every read command says so when the log lost its newest records.
+        if let Some(w) = store.log_loss_warning() {
+            eprintln!("{} {w}", output::Style::stderr().red("warning:"));
+        }
+        Ok(store)
     }
 }
 
