@@ -72,6 +72,9 @@ fn deleted_newest_segment_is_reported_and_its_lsns_never_reused() {
         e.contains("warning:") && e.contains("LSN 1 to 4 (4 records) are lost"),
         "{e}"
     );
+    // A point among the lost records is damage, not a typo: exit 3.
+    let o = cairn(ws, &["show", "c4:a.txt"]);
+    assert_eq!(o.status.code(), Some(CORRUPT), "{}", all_output(&o));
 
     let o = cairn(ws, &["verify"]);
     assert_eq!(o.status.code(), Some(CORRUPT), "{}", all_output(&o));

@@ -641,8 +641,10 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
     let store = settings.open_read()?;
     match show_from(&store, spec, point, typed, &path) {
         // Contents that the log names but the store lost are damage, as
-        // `verify` and `rollback` report it: the corruption exit code.
-        Err(e) if names_lost_data(&store, &e) => {
+        // `verify` and `rollback` report it: the corruption exit code. So
+        // is any failure on a log that lost its newest records (the point
+        // asked for may have been among them).
+        Err(e) if names_lost_data(&store, &e) || store.log_loss_warning().is_some() => {
             eprintln!("{} {}", Style::stderr().red("error:"), super::describe(&e));
             eprintln!(
                 "the store has lost data that its log names: `cairn verify` names every checkpoint, record and path affected"
