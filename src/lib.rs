@@ -51,6 +51,7 @@ pub mod queries;
 pub mod repair;
 pub mod session;
 pub mod store;
+pub mod verify_refs;
 
 pub use cairn_codec as codec;
 pub use cairn_engine as engine;
@@ -80,6 +81,7 @@ pub use import::{CollectedCheckpoint, CollectedCheckpoints, ImportOptions};
 pub use queries::{StoreStats, StoreVerifyReport};
 pub use session::{SafePoint, Session};
 pub use store::{Store, StoreBuilder};
+pub use verify_refs::{LostContent, LostContents};
 
 /// The README's code examples, compiled and run as doctests so they never rot.
 #[cfg(doctest)]

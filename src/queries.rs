@@ -45,12 +45,19 @@ pub struct StoreVerifyReport {
     /// For a pinned head hash: the LSN where the chain reaches it, or None
     /// if it never does (history was truncated or rewritten).
     pub pinned: Option<(ChainHash, Option<Lsn>)>,
+    /// Blobs that live records name (checkpoint trees and states, file
+    /// contents, diffs) which are missing or damaged, with the checkpoints,
+    /// records and paths that lost their contents.
+    pub lost: crate::verify_refs::LostContents,
 }
 
 impl StoreVerifyReport {
     /// True when nothing is wrong.
     pub fn is_ok(&self) -> bool {
-        self.log.is_ok() && self.blobs.is_ok() && self.pinned.is_none_or(|(_, at)| at.is_some())
+        self.log.is_ok()
+            && self.blobs.is_ok()
+            && self.lost.is_ok()
+            && self.pinned.is_none_or(|(_, at)| at.is_some())
     }
 }
 
@@ -127,8 +134,10 @@ impl Store {
         Ok(())
     }
 
-    /// Checks every frame, CRC, footer and the hash chain of the log, and
-    /// every blob's hash and chunk list. With `pinned`, also checks that the
+    /// Checks every frame, CRC, footer and the hash chain of the log,
+    /// every blob's hash and chunk list, and that every blob a live record
+    /// names is there and intact (naming the checkpoints and paths that
+    /// lost contents). With `pinned`, also checks that the
     /// chain reaches that head hash (detects truncation of history).
     pub fn verify(&self, pinned: Option<ChainHash>) -> Result<StoreVerifyReport> {
         let log = match &self.log {
@@ -136,6 +145,7 @@ impl Store {
             LogHandle::Reader(r) => r.lock().verify()?,
         };
         let blobs = self.blobs.verify()?;
+        let lost = crate::verify_refs::check(&self.log, &self.blobs, &blobs)?;
         let pinned = match pinned {
             None => None,
             Some(h) => {
@@ -153,7 +163,23 @@ impl Store {
                 Some((h, at))
             }
         };
-        Ok(StoreVerifyReport { log, blobs, pinned })
+        Ok(StoreVerifyReport {
+            log,
+            blobs,
+            pinned,
+            lost,
+        })
+    }
+
+    /// On a read-only handle, if the log ends before what its side files
+    /// record it reaching (its newest segment files were deleted), the
+    /// loss in words: reading goes on over what is left, but the lost
+    /// LSNs are named. `None` otherwise (a writable open refuses such a log).
+    pub fn log_loss_warning(&self) -> Option<String> {
+        match &self.log {
+            LogHandle::Writer(_) => None,
+            LogHandle::Reader(r) => r.lock().recorded_loss().ok().flatten(),
+        }
     }
 
     /// Counts and sizes.

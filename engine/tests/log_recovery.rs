@@ -656,3 +656,100 @@ fn a_reader_reads_up_to_damage_in_the_tail_and_verify_names_it() {
     // The writer still refuses to open until repair.
     assert!(Log::open(vfs(), dir, opts(1 << 20)).is_err());
 }
+
+/// Regression (issue 27): deleting the newest segment files left a log
+/// that opened, verified clean and gave the lost LSNs to new records. The
+/// log's side files record how far it reached (the last clean close's
+/// `tail.state`; the sparse index of a sealed segment whose file is gone):
+/// open refuses a log that ends before that, naming the lost LSNs, a
+/// read-only verify reports them, and salvage puts placeholders at them so
+/// the next record gets a new LSN. Each case deletes the newest `gone`
+/// segments, and with `drop_state` the `tail.state` too (then the orphaned
+/// `.idx` alone says how far the log reached).
+#[test]
+fn deleted_newest_segments_are_loss_that_open_refuses_and_salvage_fills() {
+    for (gone, drop_state) in [(1, false), (2, false), (2, true)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        {
+            let log = Log::open(vfs(), dir, opts(4096)).unwrap();
+            for i in 1..=200 {
+                log.append(&ev(i)).unwrap();
+            }
+            log.close().unwrap();
+        }
+        let segs = segments(dir);
+        assert!(segs.len() > 3, "the test needs several segments");
+        for s in &segs[segs.len() - gone..] {
+            std::fs::remove_file(s).unwrap();
+        }
+        if drop_state {
+            std::fs::remove_file(dir.join("tail.state")).unwrap();
+        }
+        // What is left: every record before the first deleted segment.
+        let first_gone: u64 = segs[segs.len() - gone]
+            .file_stem()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // With the tail.state gone, the orphaned index of the newest sealed
+        // segment is what says how far the log reached: its last record.
+        let reached = if drop_state {
+            let tail_first: u64 = segs[segs.len() - 1]
+                .file_stem()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            tail_first - 1
+        } else {
+            200
+        };
+        let case = format!("gone {gone}, tail.state dropped {drop_state}");
+        let want = format!("LSN {first_gone} to {reached}");
+        match Log::open(vfs(), dir, opts(4096)).unwrap_err() {
+            EngineError::Corrupt { lsn, detail, .. } => {
+                assert_eq!(lsn, Some(Lsn(first_gone)), "{case}");
+                assert!(detail.contains(&want), "{case}: {detail}");
+                assert!(detail.contains("cairn repair"), "{case}: {detail}");
+            }
+            e => panic!("{case}: {e}"),
+        }
+        assert_eq!(
+            segments(dir).len(),
+            segs.len() - gone,
+            "{case}: open created nothing"
+        );
+        let reader = cairn_engine::log::LogReader::open(vfs(), dir).unwrap();
+        let report = reader.verify().unwrap();
+        assert_eq!(report.problems.len(), 1, "{case}: {:?}", report.problems);
+        assert_eq!(report.problems[0].lsn, Some(Lsn(first_gone)), "{case}");
+        assert!(report.problems[0].detail.contains(&want), "{case}");
+
+        let rep = salvage(vfs(), dir).unwrap();
+        assert_eq!(rep.kept_records, first_gone - 1, "{case}");
+        assert_eq!(rep.placeholders, reached - first_gone + 1, "{case}");
+        assert_eq!(
+            rep.dropped
+                .iter()
+                .map(|d| (d.first.0, d.last.0))
+                .collect::<Vec<_>>(),
+            vec![(first_gone, reached)],
+            "{case}"
+        );
+        let log = Log::open(vfs(), dir, opts(4096)).unwrap();
+        assert_eq!(log.head().last_lsn, Lsn(reached), "{case}");
+        // The placeholders carry the last kept record's time, not 1970.
+        let kept_ts = log.read(Lsn(first_gone - 1)).unwrap().event.ts;
+        assert_eq!(log.read(Lsn(reached)).unwrap().event.ts, kept_ts, "{case}");
+        assert!(log.verify().unwrap().problems.is_empty(), "{case}");
+        assert_eq!(
+            log.append(&ev(999)).unwrap(),
+            Lsn(reached + 1),
+            "{case}: no LSN reused"
+        );
+    }
+}

@@ -338,6 +338,9 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
             "blobs": report.blobs.blobs,
             "blob_problems": report.blobs.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
             "superseded_blob_entries": report.blobs.superseded.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            "referenced_blobs": report.lost.checked_blobs,
+            "lost_contents": &report.lost.lost,
+            "lost_contents_not_listed": report.lost.not_listed,
             "pinned_head": report.pinned.map(|(h, at)| serde_json::json!({"hash": h.to_hex(), "found_at_lsn": at.map(|l| l.0)})),
         });
         outln!("{v}");
@@ -348,11 +351,13 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
         // Quiet, only the damage and the verdict are printed.
         if !settings.quiet {
             outln!(
-                "{}, {} ({}), {} checked",
+                "{}, {} ({}), {} checked; {} that records name, {} not discarded",
                 count(report.log.segments, "segment"),
                 count(report.log.records, "record"),
                 bytes(report.log.bytes),
-                count(report.blobs.blobs, "blob")
+                count(report.blobs.blobs, "blob"),
+                count(report.lost.checked_blobs, "blob"),
+                count(report.lost.checkpoints, "checkpoint tree")
             );
             outln!(
                 "head: LSN {} hash {}",
@@ -365,6 +370,17 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
         }
         for p in &report.blobs.problems {
             outln!("{} {p}", st.red("CORRUPT"));
+        }
+        for l in &report.lost.lost {
+            outln!("{} {l}", st.red("LOST"));
+        }
+        if report.lost.not_listed > 0 {
+            outln!(
+                "{} {} more (not listed; `cairn verify --json` lists the first {})",
+                st.red("LOST"),
+                count(report.lost.not_listed, "lost content"),
+                cairn::verify_refs::MAX_LOST_LISTED
+            );
         }
         if !report.blobs.superseded.is_empty() && !settings.quiet {
             let n = report.blobs.superseded.len();
@@ -406,8 +422,13 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
                 .any(|p| p.missing_dictionary.is_some())
             {
                 st.red("records need a dictionary file that is missing or damaged (named above): restore it from a backup; `cairn repair` refuses to run until then, as it would drop those intact records")
-            } else if report.log.problems.is_empty() && report.blobs.problems.is_empty() {
+            } else if report.log.problems.is_empty()
+                && report.blobs.problems.is_empty()
+                && report.lost.is_ok()
+            {
                 st.red("the log does not contain the pinned head: records were removed or rewritten since it was pinned (nothing in the store can restore them)")
+            } else if report.log.problems.is_empty() && report.blobs.problems.is_empty() {
+                st.red("contents that records name are missing from the blob store (the checkpoints, records and paths named above): restore .cairn/blobs from a backup; the records and every other file stay readable")
             } else if report.log.problems.is_empty() {
                 st.red("damaged blobs (named above) cannot be rebuilt from the store: restore .cairn/blobs from a backup; the records and every other file stay readable")
             } else {
@@ -637,14 +658,82 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
     let (point, typed) = split_point_path(spec)?;
     let path = spec_path(settings, typed);
     let store = settings.open_read()?;
-    let path = lookup_path(&store, &path, typed)?;
+    note_time_points(settings, &store, &[point])?;
+    match show_from(&store, spec, point, typed, &path) {
+        // Contents that the log names but the store lost are damage, as
+        // `verify` and `rollback` report it: the corruption exit code. So
+        // is any failure on a log that lost its newest records (the point
+        // asked for may have been among them).
+        Err(e) if names_lost_data(&store, &e) || store.log_loss_warning().is_some() => {
+            eprintln!("{} {}", Style::stderr().red("error:"), super::describe(&e));
+            eprintln!(
+                "the store has lost data that its log names: `cairn verify` names every checkpoint, record and path affected"
+            );
+            Ok(ExitCode::from(EXIT_CORRUPT))
+        }
+        r => r,
+    }
+}
+
+/// True when `e` says that a blob the log names (a checkpoint's tree, a
+/// file's contents) is missing, unless retention discarded that checkpoint
+/// (then gc removing its tree is no loss, and the error says so).
+fn names_lost_data(store: &cairn::Store, e: &anyhow::Error) -> bool {
+    use cairn::engine::EngineError;
+    use cairn::query::QueryError;
+    e.chain().any(|c| {
+        if matches!(
+            c.downcast_ref::<EngineError>(),
+            Some(EngineError::BlobNotFound { .. })
+        ) {
+            return true;
+        }
+        let manifest = match c.downcast_ref::<QueryError>() {
+            Some(QueryError::Manifest { lsn, .. }) => Some(*lsn),
+            _ => match c.downcast_ref::<cairn::Error>() {
+                Some(cairn::Error::Query(QueryError::Manifest { lsn, .. })) => Some(*lsn),
+                _ => None,
+            },
+        };
+        manifest.is_some_and(|lsn| !beyond_retention(store, lsn))
+    })
+}
+
+/// True if the record at `lsn` is a checkpoint that was discarded, or a
+/// rollback to one: its tree may have been collected by gc.
+fn beyond_retention(store: &cairn::Store, lsn: Lsn) -> bool {
+    let target = store.record(lsn).ok().and_then(|r| {
+        r.event
+            .target
+            .filter(|_| r.event.kind == EventKind::Rollback)
+    });
+    store
+        .query(|q| {
+            let discarded = |id: cairn::CheckpointId| {
+                q.index()
+                    .checkpoint(id)
+                    .is_some_and(|c| c.discarded_at.is_some())
+            };
+            Ok(discarded(cairn::CheckpointId(lsn)) || target.is_some_and(discarded))
+        })
+        .unwrap_or(false)
+}
+
+/// [`show`] once the store is open.
+fn show_from(
+    store: &cairn::Store,
+    spec: &str,
+    point: Point,
+    typed: &str,
+    path: &str,
+) -> Result<ExitCode> {
+    let path = lookup_path(store, path, typed)?;
     let path = path.as_str();
     if path.is_empty() {
         return Err(super::usage(format!(
             "`{spec}` names the workspace root, a directory: `cairn tree {point}` lists its files"
         )));
     }
-    note_time_points(settings, &store, &[point])?;
     let (found, unrecorded) = store.query(|q| {
         let at = q.resolve(point)?;
         let unrecorded = q.unrecorded_write(at, path)?;
@@ -672,7 +761,7 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
             }
             // Not in the tree because the checkpoint could not capture it:
             // say so, rather than that it did not exist.
-            if let Some(n) = not_captured_at(&store, &point)?
+            if let Some(n) = not_captured_at(store, &point)?
                 .into_iter()
                 .find(|n| n.path == path)
             {

@@ -365,11 +365,17 @@ impl Settings {
         if let Err(e) = cairn::engine::store_dir::check_owner_and_mode(&found.store) {
             eprintln!("warning: {e} (reading it anyway; writing it is refused)");
         }
-        self.builder(&found)
+        let store = self
+            .builder(&found)
             .read_only()
             .save_index_read_only(true)
             .open()
-            .with_context(|| format!("open store {} read-only", found.store.display()))
+            .with_context(|| format!("open store {} read-only", found.store.display()))?;
+        // Every read command says so when the log lost its newest records.
+        if let Some(w) = store.log_loss_warning() {
+            eprintln!("{} {w}", output::Style::stderr().red("warning:"));
+        }
+        Ok(store)
     }
 }
 

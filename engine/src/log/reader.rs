@@ -282,7 +282,19 @@ impl LogReader {
     /// See [`Log::verify`](super::Log::verify); covers what this reader sees.
     pub fn verify(&self) -> Result<VerifyReport> {
         let closed = super::recovery::TailState::load(&*self.vfs, &self.dir);
-        self.view.verify(closed.as_ref())
+        let segs = list_segments(&*self.vfs, &self.dir)?;
+        let reach = super::recovery::recorded_reach(&*self.vfs, &self.dir, &segs)?;
+        self.view.verify(closed.as_ref(), reach.as_ref())
+    }
+
+    /// If the log ends before what its side files record it reaching (its
+    /// newest segment files deleted: see `recovery::Reached`), the loss in
+    /// words, naming the lost LSNs. A reader reads what is left; a
+    /// writable open refuses such a log.
+    pub fn recorded_loss(&self) -> Result<Option<String>> {
+        let segs = list_segments(&*self.vfs, &self.dir)?;
+        let reach = super::recovery::recorded_reach(&*self.vfs, &self.dir, &segs)?;
+        Ok(reach.and_then(|r| r.unmet_by(self.view.head().last_lsn)))
     }
 
     /// Counts and sizes; `durability` is the default (the writer's policy is not on disk).

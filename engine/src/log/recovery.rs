@@ -228,6 +228,108 @@ impl TailState {
     }
 }
 
+/// How far the log's own durable files say it once reached: the furthest
+/// LSN that a clean close's `tail.state` certified, or that the persisted
+/// sparse index of a sealed segment (`<first LSN>.idx`) says its segment
+/// held, for a segment that is no longer there. Only facts written after
+/// the records they name were durable count, so a torn tail after a crash
+/// (never acknowledged) never falls short of them; a log whose intact
+/// records end before this has lost acknowledged records (a deleted or
+/// replaced segment, a cut file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Reached {
+    /// The furthest LSN recorded.
+    pub lsn: Lsn,
+    /// The file that records it.
+    pub file: std::path::PathBuf,
+    /// What that file is, in words.
+    pub what: &'static str,
+}
+
+impl Reached {
+    /// If the log's records end at `head` before this, the loss in words
+    /// (naming the LSN range and how to go on); `None` if nothing is lost.
+    pub(crate) fn unmet_by(&self, head: Lsn) -> Option<String> {
+        if head >= self.lsn {
+            return None;
+        }
+        let lost = if head.next() == self.lsn {
+            format!("LSN {} is", self.lsn)
+        } else {
+            format!(
+                "LSN {} to {} ({} records) are",
+                head.next(),
+                self.lsn,
+                self.lsn.0 - head.0
+            )
+        };
+        Some(format!(
+            "the log's records end at LSN {head}, but its `{}` ({}) records that it reached LSN {}: \
+             {lost} lost (a segment file was deleted, cut or replaced; a crash cannot do this). \
+             Writing is refused so that these LSNs are never given to other events: \
+             `cairn repair` records the lost LSNs as placeholder records, then the store is writable again",
+            self.file
+                .file_name()
+                .map_or_else(|| self.file.display().to_string(), |n| n.to_string_lossy().into_owned()),
+            self.what,
+            self.lsn,
+        ))
+    }
+}
+
+/// Reads what the log directory's side files record about how far the log
+/// reached (see [`Reached`]), given its segments as listed now. `None` when
+/// nothing is recorded.
+pub(crate) fn recorded_reach(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    segs: &[(Lsn, std::path::PathBuf)],
+) -> Result<Option<Reached>> {
+    let mut best: Option<Reached> = None;
+    let mut note = |r: Reached| {
+        if best.as_ref().is_none_or(|b| r.lsn > b.lsn) {
+            best = Some(r);
+        }
+    };
+    if let Some(st) = TailState::load(vfs, dir) {
+        note(Reached {
+            lsn: st.last_lsn,
+            file: dir.join(TAIL_STATE_FILE),
+            what: "written by the log's last clean close",
+        });
+    }
+    let names = vfs
+        .list(dir)
+        .map_err(|e| EngineError::io("list log directory", dir, e))?;
+    for name in names {
+        let Some(stem) = name.strip_suffix(segment::INDEX_EXT) else {
+            continue;
+        };
+        let Some(first) = segment::parse_segment_name(&format!("{stem}{}", segment::SEGMENT_EXT))
+        else {
+            continue;
+        };
+        if segs.iter().any(|(l, _)| *l == first) {
+            continue;
+        }
+        // The index of a segment that is gone: it was written after its
+        // segment was sealed (every record in it durable). Its header's
+        // last LSN, when it reads back whole; else the name alone says the
+        // log reached the LSN before the segment's first.
+        let path = dir.join(&name);
+        let last = read_small(vfs, &path)
+            .and_then(|b| super::sparse_index::recorded_last_lsn(&b))
+            .filter(|l| *l >= first)
+            .unwrap_or(Lsn(first.0.saturating_sub(1)));
+        note(Reached {
+            lsn: last,
+            file: path,
+            what: "the sparse index of a sealed segment whose file is gone",
+        });
+    }
+    Ok(best)
+}
+
 /// The writer's view of the tail after recovery.
 pub(crate) struct OpenTail {
     pub path: std::path::PathBuf,
@@ -261,6 +363,7 @@ pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Seale
     let mut prev = ChainHash::ZERO;
     let n = segs.len();
     let state = TailState::load(vfs, dir);
+    let reach = recorded_reach(vfs, dir, &segs)?;
     for (i, (name_lsn, path)) in segs.into_iter().enumerate() {
         if name_lsn != expect {
             return Err(corrupt(
@@ -283,9 +386,19 @@ pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Seale
         // and if they match, the content up to that length is unchanged
         // (the chain value covers all of it).
         let tail = recover_tail(vfs, &path, expect, prev, state.as_ref())?;
+        if let Some(d) = reach.as_ref().and_then(|r| r.unmet_by(tail.head.last_lsn)) {
+            return Err(corrupt(&path, tail.len, Some(tail.head.last_lsn.next()), d));
+        }
         return Ok((sealed, tail));
     }
-    // No tail: an empty log, or the last segment is sealed.
+    // No tail: an empty log, or the last segment is sealed. A log that the
+    // store recorded going further lost its newer segments: refused before
+    // a new tail would hand their LSNs out again.
+    if let Some(r) = &reach {
+        if let Some(d) = r.unmet_by(Lsn(expect.0 - 1)) {
+            return Err(corrupt(&r.file, 0, Some(expect), d));
+        }
+    }
     let (path, file) = create_segment(vfs, dir, expect, prev)?;
     Ok((
         sealed,

@@ -30,7 +30,9 @@ use cairn_codec::{zdict, ChainHash, Event, EventKind, Lsn, Timestamp};
 
 use super::dict::LogDicts;
 use super::options::DEFAULT_SEGMENT_SIZE_BYTES;
-use super::recovery::{read_small, scan_tail, TailState, TAIL_STATE_FILE};
+use super::recovery::{
+    looks_sealed, read_small, recorded_reach, scan_tail, TailState, TAIL_STATE_FILE,
+};
 use super::scan::{walk, Step};
 use super::segment::{index_path, list_segments, segment_name};
 use super::Head;
@@ -110,11 +112,15 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
     let segs = list_segments(vfs, dir)?;
     check_dictionaries(vfs, &segs, &dicts)?;
     let closed = TailState::load(vfs, dir);
+    let reach = recorded_reach(vfs, dir, &segs)?;
     // Find the first damaged segment.
     let mut expect = Lsn::FIRST;
     let mut chain = ChainHash::ZERO;
     let mut first_bad = None;
+    // Where each segment starts: (next LSN, chain) before it.
+    let mut starts = Vec::with_capacity(segs.len());
     for (i, (name_lsn, path)) in segs.iter().enumerate() {
+        starts.push((expect, chain));
         let buf = read_all(vfs, path)?;
         let is_last = i + 1 == segs.len();
         let intact = (*name_lsn == expect)
@@ -127,6 +133,22 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
             }
         }
     }
+    // An intact log that ends before what its side files record it reached
+    // lost its newest segments: the lost LSNs get placeholders after its
+    // last record, written after the segments kept (an unsealed last
+    // segment is carried over into the new files, as it cannot be sealed
+    // in place).
+    let short = reach
+        .as_ref()
+        .is_some_and(|r| r.unmet_by(Lsn(expect.0 - 1)).is_some());
+    let first_bad = match first_bad {
+        Some(k) => Some(k),
+        None if short => match segs.last() {
+            Some((_, p)) if !looks_sealed(vfs, p)? => Some(segs.len() - 1),
+            _ => Some(segs.len()),
+        },
+        None => None,
+    };
     let Some(k) = first_bad else {
         return Ok(SalvageReport {
             kept_records: expect.0 - 1,
@@ -141,8 +163,15 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
             },
         });
     };
+    let (expect, chain) = starts.get(k).copied().unwrap_or((expect, chain));
     let kept_before = expect.0 - 1;
     let mut out = Rewriter::new(vfs, dir, expect, chain, &dicts)?;
+    // Placeholders carry the time of the last record before them: the
+    // last one kept in the segments left untouched, when nothing after
+    // it survives (a log's times must not jump back to 1970).
+    if let Some((_, path)) = k.checked_sub(1).and_then(|i| segs.get(i)) {
+        out.last_ts = last_record_ts(vfs, path, &dicts)?.unwrap_or(out.last_ts);
+    }
     let mut old_files = Vec::new();
     for (_, path) in &segs[k..] {
         let buf = read_all(vfs, path)?;
@@ -156,18 +185,57 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
     // Records at the end that the log's clean close had certified were
     // durable and acknowledged: placeholders keep their LSNs from being
     // given to other events (a torn tail, never acknowledged, is dropped).
+    // So are the records that the side files record the log reaching,
+    // past the end of the segments left (a deleted newest segment).
     let tail_first = segs.last().map(|(lsn, _)| *lsn);
     if let Some(st) = closed
         .as_ref()
         .filter(|st| Some(st.first_lsn) == tail_first)
     {
-        out.fill_to(st.last_lsn)?;
+        out.fill_to(
+            st.last_lsn,
+            "damaged or cut off at the end of the log, which its clean close had left holding them",
+        )?;
+    }
+    if let Some(r) = &reach {
+        let gap = r.lsn.0.saturating_sub(out.next.0);
+        if gap >= MAX_PLACEHOLDER_GAP {
+            return Err(EngineError::Invalid(format!(
+                "{} records that the log reached LSN {}, {gap} records past the end of what is left: \
+                 more than the {MAX_PLACEHOLDER_GAP} placeholders salvage writes; restore the log's \
+                 segments from a backup, or move that file aside if it does not belong to this log",
+                r.file.display(),
+                r.lsn
+            )));
+        }
+        out.fill_to(
+            r.lsn,
+            &format!(
+                "lost with the log's newest segment files, which {} ({}) records",
+                r.file.display(),
+                r.what
+            ),
+        )?;
     }
     let (new_files, mut report) = out.finish()?;
     report.kept_records += kept_before;
     let state = dir.join(TAIL_STATE_FILE);
     if vfs.exists(&state) {
         old_files.push(state);
+    }
+    // The sparse indexes of segments that are gone are set aside with the
+    // rest: the placeholders now account for the LSNs they recorded.
+    for name in vfs.list(dir).map_err(io("list log directory", dir))? {
+        let Some(stem) = name.strip_suffix(".idx") else {
+            continue;
+        };
+        let seg_gone = !segs
+            .iter()
+            .any(|(_, p)| p.file_stem().is_some_and(|s| s == stem));
+        let p = dir.join(&name);
+        if seg_gone && !old_files.contains(&p) {
+            old_files.push(p);
+        }
     }
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -223,6 +291,30 @@ fn check_dictionaries(vfs: &dyn Vfs, segs: &[(Lsn, PathBuf)], dicts: &LogDicts) 
         }
     }
     Ok(())
+}
+
+/// The time of the last record of the intact segment at `path` whose body
+/// decodes, if any.
+fn last_record_ts(vfs: &dyn Vfs, path: &Path, dicts: &LogDicts) -> Result<Option<Timestamp>> {
+    let buf = read_all(vfs, path)?;
+    let end = match SegmentFooter::decode_tail(&buf) {
+        Ok(Some(_)) => buf.len() - SEGMENT_FOOTER_LEN,
+        _ => buf.len(),
+    };
+    let mut last = None;
+    walk(&buf[..end], SEGMENT_HEADER_LEN.min(end), |st| {
+        if let Step::Frame(_, fr) = st {
+            last = Some(fr);
+        }
+        true
+    });
+    Ok(last.and_then(|fr| {
+        dicts
+            .body(&fr)
+            .and_then(|b| Event::decode_body(&b))
+            .ok()
+            .map(|e| e.ts)
+    }))
 }
 
 fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Vec<u8>> {
@@ -437,7 +529,7 @@ impl<'a> Rewriter<'a> {
     /// Puts placeholders at every LSN up to `last` not yet written (an
     /// incomplete batch at the end included): records the log's clean
     /// close certified, lost since.
-    fn fill_to(&mut self, last: Lsn) -> Result<()> {
+    fn fill_to(&mut self, last: Lsn, why: &str) -> Result<()> {
         let pending_last = self.pending.last().map(|p| p.lsn);
         if pending_last.is_some_and(|l| l <= last) {
             self.abandon_batch("its atomic batch was damaged")?;
@@ -450,8 +542,7 @@ impl<'a> Rewriter<'a> {
             self.drop_range(
                 a,
                 last,
-                "damaged or cut off at the end of the log, which its clean close had left \
-                 holding them; placeholder records stand in their place",
+                &format!("{why}; placeholder records stand in their place"),
             );
         }
         Ok(())

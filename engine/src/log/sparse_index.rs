@@ -154,6 +154,20 @@ impl SparseIndex {
     }
 }
 
+/// The last LSN an `.idx` file's header records for its segment, if the
+/// file reads back whole (CRC, magic, version): what a sealed segment held,
+/// even after the segment file itself is gone.
+pub(crate) fn recorded_last_lsn(bytes: &[u8]) -> Option<Lsn> {
+    if bytes.len() < FIXED_LEN + 4 {
+        return None;
+    }
+    let (body, tail) = bytes.split_at(bytes.len() - 4);
+    if crc(body).to_le_bytes() != tail || &body[0..8] != MAGIC || u32_at(body, 8) != VERSION {
+        return None;
+    }
+    Some(Lsn(u64_at(body, 24)))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -210,6 +224,18 @@ mod tests {
             assert_eq!(SparseIndex::decode(&bad, Lsn(1), &f), None, "flip at {i}");
         }
         assert_eq!(SparseIndex::decode(&bytes[..50], Lsn(1), &f), None);
+    }
+
+    #[test]
+    fn recorded_last_lsn_reads_a_whole_file_only() {
+        let bytes = sample().encode(Lsn(1), &footer());
+        assert_eq!(recorded_last_lsn(&bytes), Some(Lsn(1000)));
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x20;
+            assert_eq!(recorded_last_lsn(&bad), None, "flip at {i}");
+        }
+        assert_eq!(recorded_last_lsn(&bytes[..50]), None);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEG
 use cairn_codec::{ChainHash, CodecError, Event, Lsn};
 
 use super::dict::LogDicts;
-use super::recovery::TailState;
+use super::recovery::{Reached, TailState};
 use super::scan::{walk, Step};
 use super::view::View;
 use super::Head;
@@ -238,8 +238,14 @@ impl Checker<'_> {
 impl View {
     /// See [`Log::verify`](super::Log::verify). `closed` is the log's
     /// `tail.state`, if any: a tail whose records end before the last one
-    /// it certified has lost acknowledged records.
-    pub fn verify(&self, closed: Option<&TailState>) -> Result<VerifyReport> {
+    /// it certified has lost acknowledged records. `reach` is how far the
+    /// log's side files say it reached (`recovery::recorded_reach`): a log
+    /// whose records end before it has lost its newest records.
+    pub fn verify(
+        &self,
+        closed: Option<&TailState>,
+        reach: Option<&Reached>,
+    ) -> Result<VerifyReport> {
         let mut c = Checker {
             dicts: &self.dicts,
             expect: Lsn::FIRST,
@@ -278,6 +284,7 @@ impl View {
                 }
             }
         }
+        let problems_before_tail = c.problems.len();
         if let Some(t) = &self.tail {
             segments += 1;
             let mut data = vec![0u8; t.committed_len as usize];
@@ -293,6 +300,15 @@ impl View {
                 closed.and_then(|st| st.unmet(t.header.first_lsn, t.head, t.committed_len))
             {
                 c.problem(&t.path, t.committed_len, Some(t.head.last_lsn.next()), d);
+            }
+        }
+        // The end the side files record, unless the tail's own damage
+        // (reported above) already accounts for the loss.
+        let head = Lsn(c.expect.0.saturating_sub(1));
+        let tail_damage_reported = self.tail.is_some() && c.problems.len() > problems_before_tail;
+        if let Some(r) = reach.filter(|_| !tail_damage_reported) {
+            if let Some(d) = r.unmet_by(head) {
+                c.problem(&r.file, 0, Some(head.next()), d);
             }
         }
         Ok(VerifyReport {

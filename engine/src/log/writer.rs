@@ -496,7 +496,10 @@ impl Log {
     /// the hash chain; lists every problem found.
     pub fn verify(&self) -> Result<VerifyReport> {
         let snap = self.inner.view.read().snapshot();
-        snap.verify(TailState::load(&*self.inner.vfs, &self.inner.dir).as_ref())
+        let (vfs, dir) = (&*self.inner.vfs, &self.inner.dir);
+        let segs = super::segment::list_segments(vfs, dir)?;
+        let reach = recovery::recorded_reach(vfs, dir, &segs)?;
+        snap.verify(TailState::load(vfs, dir).as_ref(), reach.as_ref())
     }
 
     /// Counts and sizes.
