@@ -970,6 +970,8 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         }
         let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
         let (mut plan, kept) = rollback_plan(ws, (&cur, &tgt, &same), &scope, &target)?;
+        // What the real run checks before changing anything.
+        restore::precheck(ws, &plan)?;
         // The workspace's tree holds them; the rollback removes them
         // before its undo point is taken, so its plan never sees them.
         let temporaries = interrupted_temporaries(log, blobs, ws);
@@ -1042,6 +1044,8 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         )> {
             let (cur, tgt, same) = restore::diff_trees(blobs, &cap.root, &target.root)?;
             let (plan, kept) = rollback_plan(ws, (&cur, &tgt, &same), &scope, &target)?;
+            // Before anything changes (the dry run checks the same).
+            restore::precheck(ws, &plan)?;
             let planned: Vec<String> = plan
                 .write
                 .iter()

@@ -393,6 +393,10 @@ pub fn keep_uncaptured(ws: &Workspace, current: &Manifest, plan: &mut Plan) -> V
         let meta = match std::fs::symlink_metadata(&abs) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue, // nothing to lose
+            // An ancestor on disk is not a directory (a FIFO, say, that the
+            // plan replaces by one): nothing is at this path. The ancestor
+            // is a candidate of its own, kept if it holds something.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => continue,
             Err(e) => {
                 // Under a directory this user may not search (mode 000): what
                 // is there cannot be seen, so the undo point does not hold it.
@@ -572,6 +576,72 @@ impl Guard<'_> {
         }
         Ok(self.abs(rel))
     }
+}
+
+/// True for a FIFO, socket or device node: nothing a checkpoint holds,
+/// and nothing a rollback loses by replacing it.
+fn is_special(m: &std::fs::Metadata) -> bool {
+    let ft = m.file_type();
+    !(ft.is_file() || ft.is_dir() || ft.is_symlink())
+}
+
+/// Checks, before anything changes, what applying `plan` would find on
+/// disk and refuse part way: a path under a symlinked directory or under
+/// a file that stays, or a file (neither deleted by the plan nor a FIFO,
+/// socket or device, which are replaced) where a directory is to be
+/// created. A dry run and the real run both call it, so a dry run never
+/// promises what the rollback then refuses, and a rollback that would
+/// stop on one of these stops before changing anything. Reads only.
+pub fn precheck(ws: &Workspace, plan: &Plan) -> Result<()> {
+    let deleted: HashSet<&str> = plan.delete.iter().map(String::as_str).collect();
+    let created: HashSet<&str> = plan.create_dirs.iter().map(|d| d.0.as_str()).collect();
+    let mut seen: HashSet<&str> = HashSet::new();
+    // What is at `rel` on disk, in the plan's words: `Ok(true)` a
+    // directory (or one the plan creates there), `Ok(false)` nothing yet,
+    // an error when it is in the way of what the plan puts under it.
+    let ancestor_ok = |rel: &str, a: &str| -> Result<bool> {
+        match std::fs::symlink_metadata(ws.root().join(a)) {
+            Ok(m) if m.is_dir() => Ok(true),
+            Ok(m) if m.file_type().is_symlink() && !(deleted.contains(a) && created.contains(a)) => {
+                Err(SnapshotError::bad_path(
+                    rel,
+                    format!("`{a}` is a symlink; cairn never writes through a symlinked directory (it may point outside the workspace)"),
+                ))
+            }
+            Ok(m) if created.contains(a) && (deleted.contains(a) || is_special(&m)) => Ok(true),
+            Ok(_) => Err(SnapshotError::bad_path(
+                rel,
+                format!("`{a}` is a file cairn does not replace by a directory (ignored or not captured): move it aside to roll this path back"),
+            )),
+            Err(_) => Ok(false),
+        }
+    };
+    let paths = plan
+        .write
+        .iter()
+        .map(|w| w.path.as_str())
+        .chain(plan.create_dirs.iter().map(|d| d.0.as_str()));
+    for rel in paths {
+        check_manifest_path(rel)?;
+        let mut a = relpath::parent(rel);
+        while !a.is_empty() && seen.insert(a) {
+            if !ancestor_ok(rel, a)? {
+                break; // not there: created by the plan, nothing under it yet
+            }
+            a = relpath::parent(a);
+        }
+    }
+    for (d, _) in &plan.create_dirs {
+        if let Ok(m) = std::fs::symlink_metadata(ws.root().join(d)) {
+            if !m.is_dir() && !is_special(&m) && !deleted.contains(d.as_str()) {
+                return Err(SnapshotError::bad_path(
+                    d.clone(),
+                    "a file cairn does not track is in the way of a directory to restore",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Files of a plan already written to their temporaries (and fsync'd), by
@@ -774,6 +844,12 @@ fn apply_inner<B: BlobRead + ?Sized>(
         let abs = g.check(d)?;
         match std::fs::symlink_metadata(&abs) {
             Ok(m) if m.is_dir() => continue,
+            Ok(m) if is_special(&m) => {
+                // A FIFO, socket or device holds no data: replaced, as a
+                // file written over one is (`precheck` let it through).
+                std::fs::remove_file(&abs)
+                    .map_err(|e| SnapshotError::io("remove special file", &abs, e))?;
+            }
             Ok(_) => {
                 return Err(SnapshotError::bad_path(
                     d.clone(),

@@ -84,3 +84,39 @@ fn checkpoint_of_a_file_rewritten_during_the_read_never_stores_a_mix() {
     assert!(m.entries.contains_key("big.bin"), "{:?}", c.not_captured);
     eprintln!("{changing} of 6 checkpoints named big.bin as changing");
 }
+
+fn mkfifo(p: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
+/// Regression (issue 27): a FIFO where the target has a directory. The dry
+/// run promised a rollback that the real run then refused part way
+/// ("partly rolled back", although nothing had changed). Both now agree:
+/// the FIFO (which holds no data, as a socket or device does not) is
+/// replaced by the directory and its files, as a file written over one
+/// replaces it.
+#[test]
+fn rollback_dry_run_and_real_run_agree_over_a_fifo_where_a_directory_was() {
+    let fx = fx();
+    fx.write("d/f", "kept in c1");
+    fx.write("other", "1");
+    let c1 = fx.checkpoint("c1");
+    std::fs::remove_dir_all(fx.p("d")).unwrap();
+    mkfifo(&fx.p("d"));
+    fx.write("other", "2");
+    let dry = fx.try_rollback(c1.id, &[], true).unwrap();
+    let real = fx.try_rollback(c1.id, &[], false).unwrap();
+    assert_eq!(dry.kept, real.kept, "the dry run kept what the rollback kept");
+    assert!(real.kept.is_empty(), "{:?}", real.kept);
+    let mut promised = dry.written.clone();
+    promised.sort();
+    let mut done = real.written.clone();
+    done.sort();
+    assert_eq!(promised, done);
+    assert_eq!(dry.created_dirs, real.created_dirs);
+    assert_eq!(fx.read("d/f").as_deref(), Some("kept in c1"));
+    assert_eq!(fx.read("other").as_deref(), Some("1"));
+}
