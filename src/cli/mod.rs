@@ -167,7 +167,32 @@ pub fn describe(e: &anyhow::Error) -> String {
             out.push_str(&text);
         }
     }
+    if disk_full(e) {
+        out.push_str(DISK_FULL_HINT);
+    }
     out
+}
+
+/// What to do when the disk holding the store is full, in the command
+/// line's words: `gc` frees space without needing any first (it deletes
+/// packs of unreferenced blobs and cuts their dead tails before it writes
+/// anything).
+const DISK_FULL_HINT: &str = "; the disk holding the store is full: free space on it, or run      `cairn gc` (it removes what no checkpoint or record refers to; `cairn gc      --keep-per-session N` or `--max-bytes SIZE` also evicts old checkpoints), then run the      command again";
+
+/// True when a cause of `e` is a write that found no space (`ENOSPC`, or
+/// a quota reached).
+fn disk_full(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            )
+        }) || {
+            let t = c.to_string();
+            t.contains("No space left on device") || t.contains("Disk quota exceeded")
+        }
+    })
 }
 
 /// How long a write command waits for the store lock before reporting
