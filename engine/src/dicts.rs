@@ -367,6 +367,38 @@ fn parse_copy_name(name: &str) -> Option<u32> {
     zdict::parse_file_name(name.strip_suffix(COPY_SUFFIX)?)
 }
 
+/// Writes again, from the other, a dictionary file or its copy (see
+/// [`copy_name`]) that is missing or damaged while the other is intact;
+/// returns the files written. What `cairn repair` runs on the log's and
+/// the blob store's directories before anything else, so it can say what
+/// it restored (a writable open does the same as it loads them).
+pub fn mend(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let names = vfs
+        .list(dir)
+        .map_err(|e| EngineError::io("list directory", dir, e))?;
+    let ids: std::collections::BTreeSet<u32> = names
+        .iter()
+        .filter_map(|n| zdict::parse_file_name(n).or_else(|| parse_copy_name(n)))
+        .collect();
+    let mut written = Vec::new();
+    for id in ids {
+        let read = |name: String| read_file(vfs, &dir.join(name)).and_then(|b| decode_file(&b, id));
+        match (read(file_name(id)), read(copy_name(id))) {
+            (Ok(d), Err(_)) => {
+                write_copy(vfs, dir, &d)?;
+                written.push(dir.join(copy_name(id)));
+            }
+            (Err(_), Ok(d)) => {
+                restore_from_copy(vfs, dir, &d)?;
+                written.push(dir.join(file_name(id)));
+            }
+            // Both intact: nothing to do; both lost: nothing to do it from.
+            _ => {}
+        }
+    }
+    Ok(written)
+}
+
 /// Writes the second copy of `dict` durably (see [`copy_name`]).
 fn write_copy(vfs: &dyn Vfs, dir: &Path, dict: &Dict) -> Result<()> {
     let tmp = format!("dict-{:08x}.copy{TMP_SUFFIX}", dict.id);
