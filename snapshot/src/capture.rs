@@ -427,8 +427,20 @@ fn read_file_once<B: BlobAccess + ?Sized>(blobs: &B, abs: &Path) -> Result<ReadO
     let (hash, size) = if stat.size > STREAM_THRESHOLD_BYTES {
         // From the handle opened without following a symlink, not by path
         // again: a file swapped for a link meanwhile is not followed out
-        // of the workspace.
-        blobs.put_open_file(&mut file, abs)?
+        // of the workspace. Checked as it is read, so a file rewritten
+        // meanwhile leaves at most a few MiB of blobs for gc, not a copy
+        // of itself per attempt.
+        let mut watched = Watched {
+            file: &mut file,
+            before: stat,
+            since_check: 0,
+            changed: false,
+        };
+        match blobs.put_stream(&mut watched, abs) {
+            Ok(x) => x,
+            Err(_) if watched.changed => return Ok(ReadOnce::Changed),
+            Err(e) => return Err(e),
+        }
     } else {
         let mut buf = Vec::with_capacity(stat.size as usize);
         if let Err(e) = file.read_to_end(&mut buf) {
@@ -452,6 +464,40 @@ fn read_file_once<B: BlobAccess + ?Sized>(blobs: &B, abs: &Path) -> Result<ReadO
         },
         stat,
     )))
+}
+
+/// How often a large file read for a checkpoint is checked for a change
+/// while it is read (an `fstat`): every 4 MiB, which costs nothing beside
+/// the read and bounds what a read of a file being rewritten stores for
+/// nothing.
+pub const CHANGE_CHECK_EVERY_BYTES: u64 = 4 * 1024 * 1024;
+
+/// A file being read for a checkpoint that stops, with an error, once its
+/// stat is no longer `before` (see [`CHANGE_CHECK_EVERY_BYTES`]).
+struct Watched<'a> {
+    file: &'a mut std::fs::File,
+    before: Stat,
+    since_check: u64,
+    /// True once it stopped for that reason.
+    changed: bool,
+}
+
+impl Read for Watched<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.since_check >= CHANGE_CHECK_EVERY_BYTES {
+            self.since_check = 0;
+            let now = self.file.metadata().map(|m| Stat::of(&m))?;
+            if (now.size, now.mtime_ns, now.ctime_ns)
+                != (self.before.size, self.before.mtime_ns, self.before.ctime_ns)
+            {
+                self.changed = true;
+                return Err(std::io::Error::other("the file changed while it was read"));
+            }
+        }
+        let n = self.file.read(buf)?;
+        self.since_check += n as u64;
+        Ok(n)
+    }
 }
 
 /// True when the file open as `file` (at `abs`, stat `before` when it was

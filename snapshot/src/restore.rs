@@ -596,24 +596,24 @@ pub fn precheck(ws: &Workspace, plan: &Plan) -> Result<()> {
     let deleted: HashSet<&str> = plan.delete.iter().map(String::as_str).collect();
     let created: HashSet<&str> = plan.create_dirs.iter().map(|d| d.0.as_str()).collect();
     let mut seen: HashSet<&str> = HashSet::new();
-    // What is at `rel` on disk, in the plan's words: `Ok(true)` a
-    // directory (or one the plan creates there), `Ok(false)` nothing yet,
-    // an error when it is in the way of what the plan puts under it.
-    let ancestor_ok = |rel: &str, a: &str| -> Result<bool> {
+    // What is at the ancestor `a` of `rel` on disk: an error when it is in
+    // the way of what the plan puts under it (nothing there, a directory,
+    // or what the plan replaces by one, is not).
+    let ancestor_ok = |rel: &str, a: &str| -> Result<()> {
         match std::fs::symlink_metadata(ws.root().join(a)) {
-            Ok(m) if m.is_dir() => Ok(true),
+            Ok(m) if m.is_dir() => Ok(()),
             Ok(m) if m.file_type().is_symlink() && !(deleted.contains(a) && created.contains(a)) => {
                 Err(SnapshotError::bad_path(
                     rel,
                     format!("`{a}` is a symlink; cairn never writes through a symlinked directory (it may point outside the workspace)"),
                 ))
             }
-            Ok(m) if created.contains(a) && (deleted.contains(a) || is_special(&m)) => Ok(true),
+            Ok(m) if created.contains(a) && (deleted.contains(a) || is_special(&m)) => Ok(()),
             Ok(_) => Err(SnapshotError::bad_path(
                 rel,
                 format!("`{a}` is a file cairn does not replace by a directory (ignored or not captured): move it aside to roll this path back"),
             )),
-            Err(_) => Ok(false),
+            Err(_) => Ok(()),
         }
     };
     let paths = plan
@@ -624,10 +624,10 @@ pub fn precheck(ws: &Workspace, plan: &Plan) -> Result<()> {
     for rel in paths {
         check_manifest_path(rel)?;
         let mut a = relpath::parent(rel);
+        // Every ancestor, not only down to the first that is not there: a
+        // name looked up under a symlink may be missing in its target.
         while !a.is_empty() && seen.insert(a) {
-            if !ancestor_ok(rel, a)? {
-                break; // not there: created by the plan, nothing under it yet
-            }
+            ancestor_ok(rel, a)?;
             a = relpath::parent(a);
         }
     }
