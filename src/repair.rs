@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use cairn_engine::blob::{BlobOptions, BlobStore};
 use cairn_codec::{BlobHash, Lsn};
+use cairn_engine::blob::{BlobOptions, BlobStore};
 use cairn_engine::log::{salvage, LogReader};
 use cairn_engine::{RealVfs, StoreDir, Vfs};
 
@@ -265,7 +265,9 @@ fn mend_from_workspace(
         if left.is_empty() {
             break;
         }
-        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in rd.flatten() {
             let path = entry.path();
             let Ok(ft) = entry.file_type() else { continue };
@@ -280,12 +282,18 @@ fn mend_from_workspace(
             if !ft.is_file() {
                 continue;
             }
-            let Ok(len) = entry.metadata().map(|m| m.len()) else { continue };
+            let Ok(len) = entry.metadata().map(|m| m.len()) else {
+                continue;
+            };
             if !sizes.contains(&len) && !(any_unsized && len <= MEND_UNSIZED_MAX_FILE_BYTES) {
                 continue;
             }
-            let Some(hash) = hash_file(&path) else { continue };
-            let Some((was, _)) = left.get(&hash).copied() else { continue };
+            let Some(hash) = hash_file(&path) else {
+                continue;
+            };
+            let Some((was, _)) = left.get(&hash).copied() else {
+                continue;
+            };
             // A put replaces a damaged copy and stores a missing one; the
             // file must still hold what was hashed.
             if matches!(blobs.put_file(&path), Ok((h, _)) if h == hash) {

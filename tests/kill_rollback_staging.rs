@@ -96,7 +96,11 @@ fn killed_rollback_leaves_no_temporaries_in_the_workspace() {
     );
     // A read-only open removes what the dead process staged.
     ok(&cairn(ws, &["checkpoints"]));
-    assert_eq!(count_in(&staging(ws)), 0, "staged temporaries outlived the open");
+    assert_eq!(
+        count_in(&staging(ws)),
+        0,
+        "staged temporaries outlived the open"
+    );
 
     // The rollback, run again, finishes.
     ok(&cairn(ws, &["rollback", "c1"]));

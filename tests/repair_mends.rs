@@ -41,10 +41,14 @@ fn repair_restores_a_deleted_log_dictionary_from_its_copy() {
     ok(&cairn(ws, &["init", "."]));
     // Enough record bodies (over 1 MiB of 256 B..16 KiB) to train the
     // log's dictionary.
-    let words = ["build", "fails", "module", "parser", "retry", "config", "cargo", "test"];
+    let words = [
+        "build", "fails", "module", "parser", "retry", "config", "cargo", "test",
+    ];
     let mut input = String::new();
     for i in 0..4000usize {
-        let text: Vec<&str> = (0..70).map(|j| words[(i * 7 + j * 3) % words.len()]).collect();
+        let text: Vec<&str> = (0..70)
+            .map(|j| words[(i * 7 + j * 3) % words.len()])
+            .collect();
         input.push_str(&format!(
             "{{\"kind\":\"prompt\",\"text\":\"{} #{i}\"}}\n",
             text.join(" ")

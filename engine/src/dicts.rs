@@ -123,7 +123,8 @@ impl Dicts {
             } else {
                 Err("missing".into())
             };
-            let copy = || read_file(vfs, &dir.join(copy_name(id))).and_then(|b| decode_file(&b, id));
+            let copy =
+                || read_file(vfs, &dir.join(copy_name(id))).and_then(|b| decode_file(&b, id));
             match primary {
                 Ok(dict) => {
                     // A store from before copies were kept, or a damaged

@@ -1204,7 +1204,9 @@ fn staged_name(pid: u32, n: usize) -> String {
 fn staged_pid(name: &str) -> Option<u32> {
     let (pid, rest) = name.strip_suffix(".tmp")?.split_once('-')?;
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(pid) && digits(rest)).then(|| pid.parse().ok()).flatten()
+    (digits(pid) && digits(rest))
+        .then(|| pid.parse().ok())
+        .flatten()
 }
 
 /// Whether process `pid` exists (a signal 0 reaches it, or it belongs to

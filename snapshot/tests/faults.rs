@@ -109,7 +109,10 @@ fn rollback_dry_run_and_real_run_agree_over_a_fifo_where_a_directory_was() {
     fx.write("other", "2");
     let dry = fx.try_rollback(c1.id, &[], true).unwrap();
     let real = fx.try_rollback(c1.id, &[], false).unwrap();
-    assert_eq!(dry.kept, real.kept, "the dry run kept what the rollback kept");
+    assert_eq!(
+        dry.kept, real.kept,
+        "the dry run kept what the rollback kept"
+    );
     assert!(real.kept.is_empty(), "{:?}", real.kept);
     let mut promised = dry.written.clone();
     promised.sort();

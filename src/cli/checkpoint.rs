@@ -213,7 +213,7 @@ fn not_captured(info: &CheckpointInfo) -> Option<String> {
         named.join(", "),
         if total == 1 { "it" } else { "them" },
         if changing {
-            " (a file named `changing` was being written on every read, and a mix of old and new bytes is never stored: checkpoint again once it is still)"
+            "; `changing`: written to on every read, and a mix of old and new bytes is never stored: checkpoint again once it is still"
         } else {
             ""
         }

@@ -618,7 +618,10 @@ mod disk_full_tests {
         )));
         let text = describe(&e);
         assert!(text.contains("No space left on device"), "{text}");
-        assert!(text.contains("free space") && text.contains("`cairn gc`"), "{text}");
+        assert!(
+            text.contains("free space") && text.contains("`cairn gc`"),
+            "{text}"
+        );
         assert!(!text.contains("  "), "{text}");
         let other = anyhow::Error::new(std::io::Error::other("boom"));
         assert!(!describe(&other).contains("cairn gc"));

@@ -288,7 +288,10 @@ impl BlobStore {
             let Some(pack) = packs.iter().find(|p| p.id == id).cloned() else {
                 continue;
             };
-            let live = usage.iter().find(|u| u.id == id).map_or(0, |u| u.live_bytes);
+            let live = usage
+                .iter()
+                .find(|u| u.id == id)
+                .map_or(0, |u| u.live_bytes);
             if live == 0 {
                 self.delete_dead_pack(&pack, &mut report)?;
                 freed_first = true;

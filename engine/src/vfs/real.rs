@@ -634,7 +634,10 @@ mod linux {
             let failed_at = failed_at.expect("an append failed");
             // Only an append that does not fit in what is left fails.
             assert!(failed_at <= limit, "{failed_at}");
-            assert!(failed_at + 400 > limit, "failed at {failed_at}, {limit} free");
+            assert!(
+                failed_at + 400 > limit,
+                "failed at {failed_at}, {limit} free"
+            );
             drop(space);
             let mut got = vec![0u8; (failed_at - 64) as usize];
             f.read_exact_at(&mut got, 64).unwrap();
