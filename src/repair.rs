@@ -285,7 +285,9 @@ fn mend_from_workspace(
             let Ok(len) = entry.metadata().map(|m| m.len()) else {
                 continue;
             };
-            if !sizes.contains(&len) && !(any_unsized && len <= MEND_UNSIZED_MAX_FILE_BYTES) {
+            let worth_reading =
+                sizes.contains(&len) || (any_unsized && len <= MEND_UNSIZED_MAX_FILE_BYTES);
+            if !worth_reading {
                 continue;
             }
             let Some(hash) = hash_file(&path) else {

@@ -7,13 +7,13 @@
 //!    function of the per-pack usage, [`choose`]), and with a budget for
 //!    the bytes on disk, more packs holding dead bytes until it is met
 //!    ([`choose_for_budget`]);
-//! 4a. free space before using any (a full disk must not stop the gc that
+//! 4. free space before using any (a full disk must not stop the gc that
 //!    would free it): delete the chosen packs that hold no live entry,
 //!    and cut a chosen pack whose dead entries all follow its last live
-//!    one (what a checkpoint that failed part way leaves) to that entry;
-//!    a pack cut clean needs nothing more;
-//! 4. copy their live entries, checked, into the new active pack and point
-//!    the in-memory index at the copies;
+//!    one (what a checkpoint that failed part way leaves) to that entry
+//!    (a pack cut clean needs nothing more); then copy the live entries
+//!    of the other chosen packs, checked, into the new active pack and
+//!    point the in-memory index at the copies;
 //! 5. fsync the new pack and write the new index (durable, no longer
 //!    listing the chosen packs);
 //! 6. only then delete the chosen packs and fsync the directory.
@@ -22,7 +22,8 @@
 //! duplicates found by the tail scan); a crash between 5 and 6 leaves old
 //! packs the index does not list, which open scans like any other pack
 //! (their dead entries come back until the next gc; nothing is lost).
-//! Step 4a changes packs before the index stops naming what it removes:
+//! Step 4's deletions and cuts change packs before the index stops naming
+//! what they remove:
 //! a crash there leaves an index that does not match the packs (a pack
 //! missing, or shorter than it covered), which the next open rebuilds from
 //! the packs; only dead entries were removed, so nothing is lost.
@@ -275,7 +276,7 @@ impl BlobStore {
         self.close_over_dead_lists(&mut chosen, &marked, &damaged_list_packs);
         let attempted: HashSet<PackId> = chosen.iter().copied().collect();
 
-        // 4a. Free space before using any: on a full disk, copying live
+        // 4. Free space before using any: on a full disk, copying live
         // entries (or writing the index) would fail before anything is
         // freed. Packs with no live entry are deleted outright, and a
         // pack whose dead entries are all at its end (what a checkpoint
@@ -317,7 +318,7 @@ impl BlobStore {
                 .map_err(|e| EngineError::io("fsync directory", &self.dir, e))?;
         }
 
-        // 4. Copy live entries out of the chosen packs.
+        // Then copy live entries out of the other chosen packs.
         let mut retired = Vec::new();
         let chosen = to_copy;
         for id in chosen {
@@ -393,7 +394,7 @@ impl BlobStore {
         Ok(report)
     }
 
-    /// Deletes a pack that holds no live entry (step 4a of [`BlobStore::gc`]),
+    /// Deletes a pack that holds no live entry (step 4 of [`BlobStore::gc`]),
     /// before the index stops naming it: a crash in between leaves an
     /// index that does not match the packs, which the next open rebuilds
     /// from the packs (the entries it named were all dead).
