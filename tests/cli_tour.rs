@@ -672,12 +672,14 @@ fn a_long_session_is_recorded_with_the_logs_dictionary() {
         out.len()
     );
 
-    // Without its dictionary: verify says which file and what to do,
-    // repair refuses (it would drop intact records), nothing is changed;
-    // the file restored, all is well again.
+    // Without its dictionary and the dictionary's second copy (one alone
+    // is enough: `tests/repair_mends.rs`): verify says which file and what
+    // to do, repair refuses (it would drop intact records), nothing is
+    // changed; the file restored, all is well again.
     let file = ws.join(".cairn/log").join(dict);
     let saved = std::fs::read(&file).unwrap();
     std::fs::remove_file(&file).unwrap();
+    std::fs::remove_file(ws.join(".cairn/log").join(format!("{dict}.copy"))).unwrap();
     let v = cairn(ws, &["verify"]);
     assert_eq!(v.status.code(), Some(3));
     let text = String::from_utf8_lossy(&v.stdout);

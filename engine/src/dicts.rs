@@ -5,9 +5,12 @@
 //! are in [`cairn_codec::zdict`]. A dictionary file is written (temporary,
 //! fsync, rename, directory fsync) before the first record or entry that
 //! needs it, is never rewritten, and is never removed: records and entries
-//! keep needing it for as long as the store lives. A missing or damaged
-//! dictionary makes the data that needs it unreadable with an error that
-//! names it ([`CodecError::MissingDictionary`](cairn_codec::CodecError));
+//! keep needing it for as long as the store lives. A second copy,
+//! `dict-XXXXXXXX.zstd.copy` ([`copy_name`]), is written after it: a
+//! missing or damaged dictionary file is read from its copy, and a
+//! writable open writes the file again from it. Only when both are lost
+//! does the data that needs it become unreadable, with an error that names
+//! both ([`CodecError::MissingDictionary`](cairn_codec::CodecError));
 //! nothing else is affected, and no other dictionary is trained in its
 //! place.
 
@@ -81,8 +84,11 @@ pub struct Dicts {
 impl Dicts {
     /// Loads every dictionary file in `dir` (`names`: the directory
     /// listing). A damaged file is skipped (the data that needs it fails to
-    /// read, naming it) and stops another from being trained. `train`:
-    /// gather samples for a first dictionary if there is none.
+    /// read, naming it) and stops another from being trained; a missing or
+    /// damaged one is read from its copy ([`copy_name`]). `train` (a
+    /// writable open): gather samples for a first dictionary if there is
+    /// none, write again a dictionary file lost but for its copy, and
+    /// write a copy that is missing or damaged.
     pub fn load(
         vfs: &dyn Vfs,
         dir: &Path,
@@ -100,16 +106,49 @@ impl Dicts {
             trainer: Mutex::new(None),
         };
         let mut damaged = false;
-        for name in names {
-            let Some(id) = zdict::parse_file_name(name) else {
+        let mut seen = std::collections::HashSet::new();
+        let primaries = names
+            .iter()
+            .filter_map(|n| zdict::parse_file_name(n).map(|id| (id, true)));
+        // A copy whose dictionary file is gone stands in for it.
+        let orphans = names
+            .iter()
+            .filter_map(|n| parse_copy_name(n).map(|id| (id, false)));
+        for (id, has_primary) in primaries.chain(orphans) {
+            if !seen.insert(id) {
                 continue;
+            }
+            let primary = if has_primary {
+                read_file(vfs, &dir.join(file_name(id))).and_then(|b| decode_file(&b, id))
+            } else {
+                Err("missing".into())
             };
-            match read_file(vfs, &dir.join(name)).and_then(|b| decode_file(&b, id)) {
-                Ok(dict) => d.publish(dict),
-                Err(_) => {
-                    d.by_id.write().insert(id, None);
-                    damaged = true;
+            let copy =
+                || read_file(vfs, &dir.join(copy_name(id))).and_then(|b| decode_file(&b, id));
+            match primary {
+                Ok(dict) => {
+                    // A store from before copies were kept, or a damaged
+                    // or lost copy, gets one (best effort).
+                    if train && copy().is_err() {
+                        let _ = write_copy(vfs, dir, &dict);
+                    }
+                    d.publish(dict);
                 }
+                Err(_) => match copy() {
+                    Ok(dict) => {
+                        // The dictionary file is restored from its copy
+                        // (best effort: a reader, or a full disk, goes on
+                        // with the copy).
+                        if train {
+                            let _ = restore_from_copy(vfs, dir, &dict);
+                        }
+                        d.publish(dict);
+                    }
+                    Err(_) => {
+                        d.by_id.write().insert(id, None);
+                        damaged = true;
+                    }
+                },
             }
         }
         if train && d.current().is_none() && !damaged {
@@ -137,8 +176,9 @@ impl Dicts {
         if let Some(known) = self.by_id.read().get(&id) {
             return known.clone();
         }
-        let dict = read_file(vfs, &dir.join(file_name(id)))
-            .and_then(|b| decode_file(&b, id))
+        let read = |name: String| read_file(vfs, &dir.join(name)).and_then(|b| decode_file(&b, id));
+        let dict = read(file_name(id))
+            .or_else(|_| read(copy_name(id)))
             .ok()
             .map(Arc::new);
         self.by_id.write().entry(id).or_insert(dict).clone()
@@ -147,14 +187,20 @@ impl Dicts {
     /// Why dictionary `id` cannot be used: missing, or what is wrong with
     /// its file. For error reports.
     pub fn diagnose(vfs: &dyn Vfs, dir: &Path, id: u32) -> String {
-        let path = dir.join(file_name(id));
-        if !vfs.exists(&path) {
-            return format!("{} is missing", path.display());
-        }
-        match read_file(vfs, &path).and_then(|b| decode_file(&b, id)) {
-            Ok(_) => format!("{} is intact", path.display()),
-            Err(e) => format!("{} is damaged: {e}", path.display()),
-        }
+        let state = |path: &Path| {
+            if !vfs.exists(path) {
+                return format!("{} is missing", path.display());
+            }
+            match read_file(vfs, path).and_then(|b| decode_file(&b, id)) {
+                Ok(_) => format!("{} is intact", path.display()),
+                Err(e) => format!("{} is damaged: {e}", path.display()),
+            }
+        };
+        format!(
+            "{}, and its copy {}",
+            state(&dir.join(file_name(id))),
+            state(&dir.join(copy_name(id)))
+        )
     }
 
     /// True while the directory has no dictionary and none is being
@@ -297,7 +343,94 @@ fn train_and_write(vfs: &dyn Vfs, dir: &Path, s: &Samples, sampling: Sampling) -
         let _ = vfs.remove_file(&dir.join(&tmp));
         return Err(e);
     }
+    // The second copy, written after the first is durable (best effort: a
+    // store without one gets it at its next writable open).
+    let _ = write_copy(vfs, dir, &dict);
     Ok(dict)
+}
+
+/// The name of the second copy of dictionary `id`'s file, in the same
+/// directory: `dict-XXXXXXXX.zstd.copy`, the same bytes, written after the
+/// first is durable (never at the same moment, so one torn write or one
+/// deleted file does not take both). It stands in for a dictionary file
+/// that is missing or damaged: a writable open restores the file from it,
+/// a reader reads it. A store written before copies were kept gets one at
+/// its next writable open.
+pub fn copy_name(id: u32) -> String {
+    format!("{}{COPY_SUFFIX}", file_name(id))
+}
+
+/// What [`copy_name`] adds to a dictionary file's name.
+pub const COPY_SUFFIX: &str = ".copy";
+
+/// The dictionary id a copy's file name stands for.
+fn parse_copy_name(name: &str) -> Option<u32> {
+    zdict::parse_file_name(name.strip_suffix(COPY_SUFFIX)?)
+}
+
+/// Writes again, from the other, a dictionary file or its copy (see
+/// [`copy_name`]) that is missing or damaged while the other is intact;
+/// returns the files written. What `cairn repair` runs on the log's and
+/// the blob store's directories before anything else, so it can say what
+/// it restored (a writable open does the same as it loads them).
+pub fn mend(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let names = vfs
+        .list(dir)
+        .map_err(|e| EngineError::io("list directory", dir, e))?;
+    let ids: std::collections::BTreeSet<u32> = names
+        .iter()
+        .filter_map(|n| zdict::parse_file_name(n).or_else(|| parse_copy_name(n)))
+        .collect();
+    let mut written = Vec::new();
+    for id in ids {
+        let read = |name: String| read_file(vfs, &dir.join(name)).and_then(|b| decode_file(&b, id));
+        match (read(file_name(id)), read(copy_name(id))) {
+            (Ok(d), Err(_)) => {
+                write_copy(vfs, dir, &d)?;
+                written.push(dir.join(copy_name(id)));
+            }
+            (Err(_), Ok(d)) => {
+                restore_from_copy(vfs, dir, &d)?;
+                written.push(dir.join(file_name(id)));
+            }
+            // Both intact: nothing to do; both lost: nothing to do it from.
+            _ => {}
+        }
+    }
+    Ok(written)
+}
+
+/// Writes the second copy of `dict` durably (see [`copy_name`]).
+fn write_copy(vfs: &dyn Vfs, dir: &Path, dict: &Dict) -> Result<()> {
+    let tmp = format!("dict-{:08x}.copy{TMP_SUFFIX}", dict.id);
+    let r = write_durably(
+        vfs,
+        dir,
+        &tmp,
+        &copy_name(dict.id),
+        &encode_file(dict.id, &dict.bytes),
+    );
+    if r.is_err() {
+        let _ = vfs.remove_file(&dir.join(&tmp));
+    }
+    r
+}
+
+/// Writes dictionary file of `dict` again, from its copy (see
+/// [`copy_name`]).
+fn restore_from_copy(vfs: &dyn Vfs, dir: &Path, dict: &Dict) -> Result<()> {
+    let tmp = format!("dict-{:08x}{TMP_SUFFIX}", dict.id);
+    let r = write_durably(
+        vfs,
+        dir,
+        &tmp,
+        &file_name(dict.id),
+        &encode_file(dict.id, &dict.bytes),
+    );
+    if r.is_err() {
+        let _ = vfs.remove_file(&dir.join(&tmp));
+    }
+    r
 }
 
 /// The suffix of a dictionary file being written; one left by a crash is

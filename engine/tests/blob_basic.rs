@@ -647,7 +647,22 @@ fn dictionary_is_trained_used_and_needed() {
     }
     drop(s);
 
-    std::fs::remove_file(tmp.path().join(&name)).unwrap();
+    // The file lost, its second copy stands in (a read-only reader reads
+    // it; a writable open writes the file again from it).
+    let dict_file = tmp.path().join(&name);
+    let good = std::fs::read(&dict_file).unwrap();
+    std::fs::remove_file(&dict_file).unwrap();
+    let ro = BlobStore::open_read_only(Arc::new(RealVfs), tmp.path()).unwrap();
+    assert_eq!(&ro.get(&hashes[0]).unwrap(), &later[0]);
+    drop(ro);
+    let s = BlobStore::open(Arc::new(RealVfs), tmp.path(), opts.clone()).unwrap();
+    assert_eq!(&s.get(&hashes[0]).unwrap(), &later[0]);
+    drop(s);
+    assert_eq!(std::fs::read(&dict_file).unwrap(), good);
+
+    // Both lost: what needs it is refused, naming the file.
+    std::fs::remove_file(tmp.path().join(cairn_engine::dicts::copy_name(id))).unwrap();
+    std::fs::remove_file(&dict_file).unwrap();
     let s = BlobStore::open(Arc::new(RealVfs), tmp.path(), opts).unwrap();
     let err = s.get(&hashes[0]).unwrap_err();
     assert!(matches!(err, EngineError::BlobIntegrity { .. }), "{err}");

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use cairn_codec::frame::{self, FLAG_DICT};
 use cairn_codec::zdict::file_name;
 use cairn_codec::{Event, EventKind, Lsn, Timestamp};
+use cairn_engine::dicts::copy_name;
 use cairn_engine::log::{salvage, Durability, Log, LogOptions, LogReader};
 use cairn_engine::vfs::sim::SimOp;
 use cairn_engine::vfs::Fault;
@@ -169,7 +170,8 @@ fn records_use_the_trained_dictionary_and_read_back_everywhere() {
         .into_keys()
         .filter(|n| n.starts_with("dict-"))
         .collect();
-    assert_eq!(dicts, vec![file_name(id)]);
+    // The file and its second copy (see `dicts::copy_name`).
+    assert_eq!(dicts, vec![file_name(id), copy_name(id)]);
     let with_dict = log.stats().bytes;
     log.close().unwrap();
 
@@ -237,6 +239,9 @@ fn a_missing_or_damaged_dictionary_is_named_and_nothing_wrong_is_returned() {
         assert!(err.contains(&file_name(id)) && err.contains(what), "{err}");
         assert_eq!(files(dir), before);
     };
+    // Its second copy is lost too (one alone is read in its place: see
+    // `a_lost_dictionary_is_read_from_its_copy_and_written_again`).
+    std::fs::remove_file(dir.join(copy_name(id))).unwrap();
     std::fs::remove_file(&dict_path).unwrap();
     check_refused("is missing");
     let mut bad = good.clone();
@@ -422,6 +427,8 @@ fn a_damaged_dictionary_is_not_read_again_for_every_record() {
     log.close().unwrap();
     let file = dir.join(file_name(id));
     disk.corrupt(&file, 60, b"\xff\xff").unwrap();
+    disk.corrupt(&dir.join(copy_name(id)), 60, b"\xff\xff")
+        .unwrap();
     let opens = Arc::new(AtomicU64::new(0));
     {
         let (opens, file) = (opens.clone(), file.clone());
@@ -441,4 +448,48 @@ fn a_damaged_dictionary_is_not_read_again_for_every_record() {
         n <= 1 + segments,
         "{n} opens of the dictionary for {segments} segments"
     );
+}
+
+/// Regression (issue 27): deleting the 64 KiB log dictionary made every
+/// record compressed with it unreadable (4,042 in the trial), and repair
+/// refused to run. A second copy is kept beside it: with the file lost or
+/// damaged, readers, verify and salvage read the copy, and a writable open
+/// writes the file again from it.
+#[test]
+fn a_lost_dictionary_is_read_from_its_copy_and_written_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (model, id) = log_with_dictionary(dir, 600);
+    let dict_path = dir.join(file_name(id));
+    let good = std::fs::read(&dict_path).unwrap();
+    assert_eq!(std::fs::read(dir.join(copy_name(id))).unwrap(), good);
+    let mut bad = good.clone();
+    bad[40] ^= 1;
+    for lose in [None, Some(bad)] {
+        match &lose {
+            None => std::fs::remove_file(&dict_path).unwrap(),
+            Some(b) => std::fs::write(&dict_path, b).unwrap(),
+        }
+        let r = LogReader::open(Arc::new(RealVfs), dir).unwrap();
+        let got: Vec<Event> = r
+            .iter_from(Lsn(1))
+            .take(model.len())
+            .map(|r| r.unwrap().event)
+            .collect();
+        assert_eq!(got, model);
+        assert!(r.verify().unwrap().is_ok());
+        drop(r);
+        // A writable open writes the file again.
+        let log = Log::open(Arc::new(RealVfs), dir, opts(32 * 1024)).unwrap();
+        assert_eq!(log.dictionary(), Some(id));
+        log.close().unwrap();
+        assert_eq!(std::fs::read(&dict_path).unwrap(), good);
+    }
+    // The copy lost instead: written again from the file.
+    std::fs::remove_file(dir.join(copy_name(id))).unwrap();
+    Log::open(Arc::new(RealVfs), dir, opts(32 * 1024))
+        .unwrap()
+        .close()
+        .unwrap();
+    assert_eq!(std::fs::read(dir.join(copy_name(id))).unwrap(), good);
 }

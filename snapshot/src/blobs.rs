@@ -81,6 +81,17 @@ pub trait BlobAccess: BlobRead + Sync {
     /// names by then), by streaming it; returns its hash and length.
     /// `path` names the file in errors.
     fn put_open_file(&self, file: &mut std::fs::File, path: &Path) -> Result<(BlobHash, u64)>;
+    /// Stores everything `r` yields, streaming where the store can (what
+    /// [`BlobAccess::put_open_file`] does with a file: a checkpoint reads
+    /// a large file through a reader that stops when the file changes);
+    /// `path` names it in errors. Default: read into memory, then
+    /// [`BlobAccess::put`].
+    fn put_stream(&self, r: &mut dyn Read, path: &Path) -> Result<(BlobHash, u64)> {
+        let mut bytes = Vec::new();
+        r.read_to_end(&mut bytes)
+            .map_err(|e| SnapshotError::io("read file", path, e))?;
+        Ok((self.put(&bytes)?, bytes.len() as u64))
+    }
     /// True if the blob is stored.
     fn contains(&self, hash: &BlobHash) -> Result<bool>;
     /// Makes every blob put so far durable (the commit protocol: before the log record).
@@ -216,6 +227,9 @@ impl<B: BlobRead + Sync + ?Sized> BlobAccess for HashOnly<'_, B> {
         Ok(BlobHash::of(bytes))
     }
     fn put_open_file(&self, f: &mut std::fs::File, path: &Path) -> Result<(BlobHash, u64)> {
+        self.put_stream(f, path)
+    }
+    fn put_stream(&self, f: &mut dyn Read, path: &Path) -> Result<(BlobHash, u64)> {
         let mut hasher = blake3::Hasher::new();
         let mut buf = vec![0u8; 64 * 1024];
         let mut len = 0u64;
@@ -261,6 +275,9 @@ impl BlobAccess for cairn_engine::blob::BlobStore {
         Ok(cairn_engine::blob::BlobStore::put_open_file(
             self, file, path,
         )?)
+    }
+    fn put_stream(&self, r: &mut dyn Read, _path: &Path) -> Result<(BlobHash, u64)> {
+        Ok(cairn_engine::blob::BlobStore::put_reader(self, r)?)
     }
     fn contains(&self, hash: &BlobHash) -> Result<bool> {
         Ok(cairn_engine::blob::BlobStore::contains(self, hash))

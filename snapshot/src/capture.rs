@@ -379,43 +379,145 @@ fn hash_one<B: BlobAccess + ?Sized>(blobs: &B, root: &Path, f: &Found) -> Result
             ))
         }
         EntryKind::File => {
-            let mut file = match scan::open_nofollow(&abs) {
-                Ok(x) => x,
-                Err(e) => return Ok(Hashed::Skip(scan::skip_reason(&e))),
-            };
-            let m = match file.metadata() {
-                Ok(m) if m.is_file() => m,
-                Ok(_) => return Ok(Hashed::Skip(scan::reason::VANISHED)),
-                Err(e) => return Ok(Hashed::Skip(scan::skip_reason(&e))),
-            };
-            // The stat recorded is the one taken before reading: a change
-            // during the read shows up as a different stat next time.
-            let stat = Stat::of(&m);
-            let (hash, size) = if stat.size > STREAM_THRESHOLD_BYTES {
-                // From the handle opened without following a symlink, not
-                // by path again: a file swapped for a link meanwhile is not
-                // followed out of the workspace.
-                blobs.put_open_file(&mut file, &abs)?
-            } else {
-                let mut buf = Vec::with_capacity(stat.size as usize);
-                if let Err(e) = file.read_to_end(&mut buf) {
-                    return Ok(Hashed::Skip(scan::skip_reason(&e)));
+            for _ in 0..MAX_READ_ATTEMPTS {
+                match read_file_once(blobs, &abs)? {
+                    ReadOnce::Changed => continue,
+                    ReadOnce::Done(h) => return Ok(h),
                 }
-                (blobs.put(&buf)?, buf.len() as u64)
-            };
-            Ok(Hashed::Ok(
-                Entry {
-                    kind: EntryKind::File,
-                    mode: stat.perm(),
-                    size,
-                    hash,
-                },
-                stat,
-            ))
+            }
+            // Never a mix of old and new bytes: a file that kept changing
+            // is left out and named, as an unreadable one is.
+            Ok(Hashed::Skip(scan::reason::CHANGING))
         }
         EntryKind::Dir => Err(SnapshotError::Invalid(
             "internal: hashing a directory".into(),
         )),
+    }
+}
+
+/// How many times a file that changed while it was read is read again
+/// before it is reported as changing ([`scan::reason::CHANGING`]): enough
+/// to get past one save by an editor or a tool (a write that lands during
+/// the read), few enough that a file rewritten in a loop does not hold the
+/// checkpoint up for long.
+pub const MAX_READ_ATTEMPTS: usize = 3;
+
+/// One read of a regular file: its entry, or `Changed` when its stat
+/// (size, mtime, ctime on the open handle; device and inode at its path)
+/// after the read is not the one before it, or the bytes read are not the
+/// size it had: the bytes may then be a mix of two versions and are not
+/// used (a blob already stored for them is left for `gc`).
+enum ReadOnce {
+    Done(Hashed),
+    Changed,
+}
+
+fn read_file_once<B: BlobAccess + ?Sized>(blobs: &B, abs: &Path) -> Result<ReadOnce> {
+    let mut file = match scan::open_nofollow(abs) {
+        Ok(x) => x,
+        Err(e) => return Ok(ReadOnce::Done(Hashed::Skip(scan::skip_reason(&e)))),
+    };
+    let m = match file.metadata() {
+        Ok(m) if m.is_file() => m,
+        Ok(_) => return Ok(ReadOnce::Done(Hashed::Skip(scan::reason::VANISHED))),
+        Err(e) => return Ok(ReadOnce::Done(Hashed::Skip(scan::skip_reason(&e)))),
+    };
+    // The stat recorded is the one taken before reading.
+    let stat = Stat::of(&m);
+    let (hash, size) = if stat.size > STREAM_THRESHOLD_BYTES {
+        // From the handle opened without following a symlink, not by path
+        // again: a file swapped for a link meanwhile is not followed out
+        // of the workspace. Checked as it is read, so a file rewritten
+        // meanwhile leaves at most a few MiB of blobs for gc, not a copy
+        // of itself per attempt.
+        let mut watched = Watched {
+            file: &mut file,
+            before: stat,
+            since_check: 0,
+            changed: false,
+        };
+        match blobs.put_stream(&mut watched, abs) {
+            Ok(x) => x,
+            Err(_) if watched.changed => return Ok(ReadOnce::Changed),
+            Err(e) => return Err(e),
+        }
+    } else {
+        let mut buf = Vec::with_capacity(stat.size as usize);
+        if let Err(e) = file.read_to_end(&mut buf) {
+            return Ok(ReadOnce::Done(Hashed::Skip(scan::skip_reason(&e))));
+        }
+        if changed_during_read(&file, abs, &stat, buf.len() as u64) {
+            // Checked before storing: a mix is not even put.
+            return Ok(ReadOnce::Changed);
+        }
+        (blobs.put(&buf)?, buf.len() as u64)
+    };
+    if changed_during_read(&file, abs, &stat, size) {
+        return Ok(ReadOnce::Changed);
+    }
+    Ok(ReadOnce::Done(Hashed::Ok(
+        Entry {
+            kind: EntryKind::File,
+            mode: stat.perm(),
+            size,
+            hash,
+        },
+        stat,
+    )))
+}
+
+/// How often a large file read for a checkpoint is checked for a change
+/// while it is read (an `fstat`): every 4 MiB, which costs nothing beside
+/// the read and bounds what a read of a file being rewritten stores for
+/// nothing.
+pub const CHANGE_CHECK_EVERY_BYTES: u64 = 4 * 1024 * 1024;
+
+/// A file being read for a checkpoint that stops, with an error, once its
+/// stat is no longer `before` (see [`CHANGE_CHECK_EVERY_BYTES`]).
+struct Watched<'a> {
+    file: &'a mut std::fs::File,
+    before: Stat,
+    since_check: u64,
+    /// True once it stopped for that reason.
+    changed: bool,
+}
+
+impl Read for Watched<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.since_check >= CHANGE_CHECK_EVERY_BYTES {
+            self.since_check = 0;
+            let now = self.file.metadata().map(|m| Stat::of(&m))?;
+            if (now.size, now.mtime_ns, now.ctime_ns)
+                != (self.before.size, self.before.mtime_ns, self.before.ctime_ns)
+            {
+                self.changed = true;
+                return Err(std::io::Error::other("the file changed while it was read"));
+            }
+        }
+        let n = self.file.read(buf)?;
+        self.since_check += n as u64;
+        Ok(n)
+    }
+}
+
+/// True when the file open as `file` (at `abs`, stat `before` when it was
+/// opened, `read` bytes read from it) may have changed while it was read.
+/// A stat that cannot be taken counts as a change: the read is not trusted.
+fn changed_during_read(file: &std::fs::File, abs: &Path, before: &Stat, read: u64) -> bool {
+    if read != before.size {
+        return true;
+    }
+    let Ok(now) = file.metadata().map(|m| Stat::of(&m)) else {
+        return true;
+    };
+    if (now.size, now.mtime_ns, now.ctime_ns) != (before.size, before.mtime_ns, before.ctime_ns) {
+        return true;
+    }
+    // Replaced by another file (a save by rename) since it was opened: what
+    // was read is whole but no longer the file at the path.
+    match std::fs::symlink_metadata(abs).map(|m| Stat::of(&m)) {
+        Ok(at_path) => (at_path.dev, at_path.ino) != (before.dev, before.ino),
+        Err(_) => true,
     }
 }
 

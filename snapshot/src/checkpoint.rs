@@ -970,6 +970,8 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         }
         let (tgt, same) = restore::load_target(blobs, &target.root, &cur)?;
         let (mut plan, kept) = rollback_plan(ws, (&cur, &tgt, &same), &scope, &target)?;
+        // What the real run checks before changing anything.
+        restore::precheck(ws, &plan)?;
         // The workspace's tree holds them; the rollback removes them
         // before its undo point is taken, so its plan never sees them.
         let temporaries = interrupted_temporaries(log, blobs, ws);
@@ -1042,6 +1044,8 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         )> {
             let (cur, tgt, same) = restore::diff_trees(blobs, &cap.root, &target.root)?;
             let (plan, kept) = rollback_plan(ws, (&cur, &tgt, &same), &scope, &target)?;
+            // Before anything changes (the dry run checks the same).
+            restore::precheck(ws, &plan)?;
             let planned: Vec<String> = plan
                 .write
                 .iter()
@@ -1565,7 +1569,18 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     // Caches must never name a collected blob; durable, so a crash cannot bring one back.
     let mut cache = (*StatCache::load(ws)).clone();
     cache.retain_live(&live);
-    std::sync::Arc::new(cache).save(ws, true)?;
+    if let Err(e) = std::sync::Arc::new(cache).save(ws, true) {
+        // On a full disk (the case gc must get a store out of) the cache
+        // cannot be written again: removed instead, which needs no space,
+        // the next checkpoint reads every file rather than trust it.
+        let p = ws.cache_path(crate::workspace::STAT_CACHE_FILE);
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(re) if re.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return Err(e),
+        }
+        *ws.stat_cache_slot().lock() = None;
+    }
     if ws.load_last().is_some_and(|l| !live.contains(&l.root)) {
         ws.save_last(None)?;
     }

@@ -393,6 +393,10 @@ pub fn keep_uncaptured(ws: &Workspace, current: &Manifest, plan: &mut Plan) -> V
         let meta = match std::fs::symlink_metadata(&abs) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue, // nothing to lose
+            // An ancestor on disk is not a directory (a FIFO, say, that the
+            // plan replaces by one): nothing is at this path. The ancestor
+            // is a candidate of its own, kept if it holds something.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => continue,
             Err(e) => {
                 // Under a directory this user may not search (mode 000): what
                 // is there cannot be seen, so the undo point does not hold it.
@@ -574,6 +578,72 @@ impl Guard<'_> {
     }
 }
 
+/// True for a FIFO, socket or device node: nothing a checkpoint holds,
+/// and nothing a rollback loses by replacing it.
+fn is_special(m: &std::fs::Metadata) -> bool {
+    let ft = m.file_type();
+    !(ft.is_file() || ft.is_dir() || ft.is_symlink())
+}
+
+/// Checks, before anything changes, what applying `plan` would find on
+/// disk and refuse part way: a path under a symlinked directory or under
+/// a file that stays, or a file (neither deleted by the plan nor a FIFO,
+/// socket or device, which are replaced) where a directory is to be
+/// created. A dry run and the real run both call it, so a dry run never
+/// promises what the rollback then refuses, and a rollback that would
+/// stop on one of these stops before changing anything. Reads only.
+pub fn precheck(ws: &Workspace, plan: &Plan) -> Result<()> {
+    let deleted: HashSet<&str> = plan.delete.iter().map(String::as_str).collect();
+    let created: HashSet<&str> = plan.create_dirs.iter().map(|d| d.0.as_str()).collect();
+    let mut seen: HashSet<&str> = HashSet::new();
+    // What is at the ancestor `a` of `rel` on disk: an error when it is in
+    // the way of what the plan puts under it (nothing there, a directory,
+    // or what the plan replaces by one, is not).
+    let ancestor_ok = |rel: &str, a: &str| -> Result<()> {
+        match std::fs::symlink_metadata(ws.root().join(a)) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(m) if m.file_type().is_symlink() && !(deleted.contains(a) && created.contains(a)) => {
+                Err(SnapshotError::bad_path(
+                    rel,
+                    format!("`{a}` is a symlink; cairn never writes through a symlinked directory (it may point outside the workspace)"),
+                ))
+            }
+            Ok(m) if created.contains(a) && (deleted.contains(a) || is_special(&m)) => Ok(()),
+            Ok(_) => Err(SnapshotError::bad_path(
+                rel,
+                format!("`{a}` is a file cairn does not replace by a directory (ignored or not captured): move it aside to roll this path back"),
+            )),
+            Err(_) => Ok(()),
+        }
+    };
+    let paths = plan
+        .write
+        .iter()
+        .map(|w| w.path.as_str())
+        .chain(plan.create_dirs.iter().map(|d| d.0.as_str()));
+    for rel in paths {
+        check_manifest_path(rel)?;
+        let mut a = relpath::parent(rel);
+        // Every ancestor, not only down to the first that is not there: a
+        // name looked up under a symlink may be missing in its target.
+        while !a.is_empty() && seen.insert(a) {
+            ancestor_ok(rel, a)?;
+            a = relpath::parent(a);
+        }
+    }
+    for (d, _) in &plan.create_dirs {
+        if let Ok(m) = std::fs::symlink_metadata(ws.root().join(d)) {
+            if !m.is_dir() && !is_special(&m) && !deleted.contains(d.as_str()) {
+                return Err(SnapshotError::bad_path(
+                    d.clone(),
+                    "a file cairn does not track is in the way of a directory to restore",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Files of a plan already written to their temporaries (and fsync'd), by
 /// index in `Plan::write`: see [`prestage`].
 #[derive(Debug, Default)]
@@ -602,6 +672,7 @@ pub fn prestage<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) ->
     };
     let mut out = Prestaged::default();
     let mut files = Vec::new();
+    let staging = Staging::open(ws);
     let res = (|| -> Result<()> {
         for (i, w) in plan.write.iter().take(RESTORE_BATCH_FILES).enumerate() {
             if w.mode_only {
@@ -625,7 +696,7 @@ pub fn prestage<B: BlobRead + ?Sized>(ws: &Workspace, blobs: &B, plan: &Plan) ->
                 continue;
             }
             let abs = g.check(&w.path)?;
-            let (tmp, f) = stage_entry(blobs, &abs, &w.entry, i)?;
+            let (tmp, f) = stage_entry(blobs, staging.as_ref(), &abs, &w.entry, i)?;
             out.temps.insert(i, tmp);
             files.extend(f);
         }
@@ -700,6 +771,7 @@ fn apply_inner<B: BlobRead + ?Sized>(
     };
     let mut done = Applied::default();
     let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
+    let staging = Staging::open(ws);
     let durable = ws.options().fsync_restored_files;
     let mut replaced = Replaced::default();
     // Directory modes to set at the end, by absolute path.
@@ -774,6 +846,12 @@ fn apply_inner<B: BlobRead + ?Sized>(
         let abs = g.check(d)?;
         match std::fs::symlink_metadata(&abs) {
             Ok(m) if m.is_dir() => continue,
+            Ok(m) if is_special(&m) => {
+                // A FIFO, socket or device holds no data: replaced, as a
+                // file written over one is (`precheck` let it through).
+                std::fs::remove_file(&abs)
+                    .map_err(|e| SnapshotError::io("remove special file", &abs, e))?;
+            }
             Ok(_) => {
                 return Err(SnapshotError::bad_path(
                     d.clone(),
@@ -819,7 +897,8 @@ fn apply_inner<B: BlobRead + ?Sized>(
                 } else if let Some(tmp) = pre.temps.remove(&(b * batch_files + i)) {
                     Some((tmp, None)) // written and fsync'd already
                 } else {
-                    let (tmp, f) = stage_entry(blobs, &abs, &w.entry, b * batch_files + i)?;
+                    let (tmp, f) =
+                        stage_entry(blobs, staging.as_ref(), &abs, &w.entry, b * batch_files + i)?;
                     // Synced whole: closed now, so a plan of any size holds
                     // no descriptors.
                     Some((tmp, f.filter(|_| whole_fs.is_none())))
@@ -1004,18 +1083,25 @@ fn set_mode(_abs: &Path, _mode: u32) -> Result<()> {
     Ok(())
 }
 
-/// Writes one file or symlink to a temporary in the same directory as
-/// `abs` (renamed over it later, which replaces a file or a symlink itself,
-/// never what a symlink points to). Returns the temporary's path and, for a
+/// Writes one file or symlink to a temporary (renamed over `abs` later,
+/// which replaces a file or a symlink itself, never what a symlink points
+/// to): in the store's staging directory when it is on the same file
+/// system as `abs`'s directory (see [`STAGING_DIR`]), else beside `abs`
+/// as `.cairn-restore-<pid>-<n>.tmp`. Returns the temporary's path and, for a
 /// file, its open handle for the fsync.
 fn stage_entry<B: BlobRead + ?Sized>(
     blobs: &B,
+    staging: Option<&Staging>,
     abs: &Path,
     e: &Entry,
     n: usize,
 ) -> Result<(PathBuf, Option<std::fs::File>)> {
     let dir = abs.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".cairn-restore-{}-{n}.tmp", std::process::id()));
+    let pid = std::process::id();
+    let tmp = match staging.filter(|s| s.holds_for(dir)) {
+        Some(s) => s.dir.join(staged_name(pid, n)),
+        None => dir.join(format!(".cairn-restore-{pid}-{n}.tmp")),
+    };
     let res = (|| -> Result<Option<std::fs::File>> {
         match e.kind {
             EntryKind::File => {
@@ -1050,6 +1136,120 @@ fn stage_entry<B: BlobRead + ?Sized>(
             Err(err)
         }
     }
+}
+
+/// The directory, in the workspace's cache directory inside the store
+/// (`.cairn/snapshot/restore-staging/`), where a rollback writes the
+/// files it is about to rename into place, as `<pid>-<n>.tmp`: never in
+/// the workspace, where a user or a tool would take a temporary left by a
+/// killed rollback for work. A rename needs both names on one file
+/// system: a target directory on another (a store kept elsewhere with
+/// `--store`, a mount inside the workspace) gets its temporaries beside
+/// the files instead, as `.cairn-restore-<pid>-<n>.tmp`, which the next
+/// writing flow removes (`crate::interrupted`). Whatever a process that
+/// is gone left here is removed at the next open of the workspace,
+/// read-only too ([`clean_staging`]).
+pub const STAGING_DIR: &str = "restore-staging";
+
+/// The staging directory of one rollback, and its file system.
+pub(crate) struct Staging {
+    dir: PathBuf,
+    dev: u64,
+}
+
+impl Staging {
+    /// Creates (if needed) and opens the staging directory; `None` when it
+    /// cannot be used (not a real directory, cannot be created): the
+    /// temporaries then go beside the files.
+    fn open(ws: &Workspace) -> Option<Staging> {
+        if ws.is_read_only() {
+            return None;
+        }
+        let dir = ws.cache_path(STAGING_DIR);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(_) => return None,
+        }
+        // Never through a symlink planted in the store.
+        let m = std::fs::symlink_metadata(&dir).ok()?;
+        m.is_dir().then(|| Staging {
+            dir,
+            dev: dev_of(&m),
+        })
+    }
+
+    /// True if a temporary here can be renamed into `dir`.
+    fn holds_for(&self, dir: &Path) -> bool {
+        std::fs::symlink_metadata(dir).is_ok_and(|m| dev_of(&m) == self.dev)
+    }
+}
+
+#[cfg(unix)]
+fn dev_of(m: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    m.dev()
+}
+
+#[cfg(not(unix))]
+fn dev_of(_m: &std::fs::Metadata) -> u64 {
+    0
+}
+
+fn staged_name(pid: u32, n: usize) -> String {
+    format!("{pid}-{n}.tmp")
+}
+
+/// The process id a staged temporary's name carries (`<pid>-<n>.tmp`).
+fn staged_pid(name: &str) -> Option<u32> {
+    let (pid, rest) = name.strip_suffix(".tmp")?.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && digits(rest))
+        .then(|| pid.parse().ok())
+        .flatten()
+}
+
+/// Whether process `pid` exists (a signal 0 reaches it, or it belongs to
+/// another user); a number reused by a new process counts as alive, which
+/// only delays the removal.
+#[cfg(unix)]
+fn pid_alive(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 sends nothing; it only checks the pid.
+    let r = unsafe { libc::kill(p, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+#[cfg(not(unix))]
+fn pid_alive(_pid: u32) -> bool {
+    true
+}
+
+/// Removes the temporaries that rollbacks whose processes are gone left in
+/// the staging directory under `cache_dir` (see [`STAGING_DIR`]); returns
+/// how many. Best effort: a store this user may only read keeps them, and
+/// a directory that is not a real one (a symlink) is not looked into.
+pub fn clean_staging(cache_dir: &Path) -> usize {
+    let dir = cache_dir.join(STAGING_DIR);
+    if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+        return 0;
+    }
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(staged_pid) else {
+            continue;
+        };
+        if !pid_alive(pid) && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 #[cfg(unix)]

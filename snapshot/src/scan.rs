@@ -39,6 +39,11 @@ pub mod reason {
     pub const UNREADABLE: &str = "unreadable";
     /// Disappeared between the directory listing and reading it.
     pub const VANISHED: &str = "vanished";
+    /// Changed while it was read, on every one of
+    /// `capture::MAX_READ_ATTEMPTS` reads (its size, mtime, ctime or
+    /// inode differed after the read): left out rather than stored as a
+    /// mix of old and new bytes.
+    pub const CHANGING: &str = "changing";
     /// A name that is not valid UTF-8 (a workspace path is text; the
     /// manifest cannot hold it): the file or symlink, and every one under
     /// a directory so named, each named with its bytes escaped (see
@@ -55,7 +60,7 @@ pub mod reason {
     /// `meta.not_captured`), not only counts: files the user has and would
     /// expect to be captured, not the ones left out by design (ignored,
     /// excluded, nested `.git`).
-    pub const NAMED: &[&str] = &[TOO_LARGE, UNREADABLE, NON_UTF8_NAME];
+    pub const NAMED: &[&str] = &[TOO_LARGE, UNREADABLE, NON_UTF8_NAME, CHANGING];
 }
 
 /// The stat data that decides whether a file must be re-read.

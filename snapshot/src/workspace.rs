@@ -255,6 +255,8 @@ impl Workspace {
             read_only,
         };
         ws.own_dir(&cache_dir);
+        // What a killed rollback staged is removed at any open.
+        crate::restore::clean_staging(&ws.cache_dir);
         Ok(ws)
     }
 

@@ -226,7 +226,7 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Repair a damaged store: keep every intact record, set damaged files aside.
     #[command(
-        after_help = "Example:\n  cairn verify || cairn repair\n\nDamaged files are moved to .cairn/log/damaged-<time>/, never deleted.\nA damaged blob cannot be mended (its bytes are only in its pack): repair\nnames it and exits 3, as verify does, until .cairn/blobs is restored."
+        after_help = "Example:\n  cairn verify || cairn repair\n\nDamaged files are moved to .cairn/log/damaged-<time>/, never deleted.\nA lost or damaged zstd dictionary is restored from its second copy.\nA damaged or missing blob is written again from a workspace file with the\nsame contents; one no file has is named, and repair exits 3, as verify does,\nuntil .cairn/blobs is restored."
     )]
     Repair {
         /// Print the report as JSON.

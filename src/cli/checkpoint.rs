@@ -203,10 +203,20 @@ fn not_captured(info: &CheckpointInfo) -> Option<String> {
     if total > SHOWN as u64 {
         named.push(format!("{} more", total - SHOWN as u64));
     }
+    let changing = info
+        .counts
+        .skipped
+        .get(reason::CHANGING)
+        .is_some_and(|n| *n > 0);
     Some(format!(
-        "{}: a rollback cannot bring {} back",
+        "{}: a rollback cannot bring {} back{}",
         named.join(", "),
-        if total == 1 { "it" } else { "them" }
+        if total == 1 { "it" } else { "them" },
+        if changing {
+            "; `changing`: written to on every read, and a mix of old and new bytes is never stored: checkpoint again once it is still"
+        } else {
+            ""
+        }
     ))
 }
 

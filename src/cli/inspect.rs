@@ -421,7 +421,7 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
                 .iter()
                 .any(|p| p.missing_dictionary.is_some())
             {
-                st.red("records need a dictionary file that is missing or damaged (named above): restore it from a backup; `cairn repair` refuses to run until then, as it would drop those intact records")
+                st.red("records need a dictionary file that is missing or damaged, and so is its second copy (named above): restore it from a backup; `cairn repair` refuses to run until then, as it would drop those intact records")
             } else if report.log.problems.is_empty()
                 && report.blobs.problems.is_empty()
                 && report.lost.is_ok()
@@ -479,9 +479,10 @@ pub fn repair(settings: &Settings, json: bool) -> Result<ExitCode> {
         }
     }
     eprintln!(
-        "a blob's bytes are only in its pack, so the store cannot rebuild them: restore .cairn/blobs \
-         from a backup; the records, and every file whose blobs are intact, stay readable \
-         (`cairn verify` exits {EXIT_CORRUPT} until then)"
+        "no workspace file has the same contents, and a blob's bytes are otherwise only in its \
+         pack, so the store cannot rebuild them: restore .cairn/blobs from a backup (or put a file \
+         with those contents back in the workspace and run `cairn repair` again); the records, and \
+         every file whose blobs are intact, stay readable (`cairn verify` exits {EXIT_CORRUPT} until then)"
     );
     Ok(ExitCode::from(EXIT_CORRUPT))
 }

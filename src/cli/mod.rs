@@ -167,7 +167,35 @@ pub fn describe(e: &anyhow::Error) -> String {
             out.push_str(&text);
         }
     }
+    if disk_full(e) {
+        out.push_str(DISK_FULL_HINT);
+    }
     out
+}
+
+/// What to do when the disk holding the store is full, in the command
+/// line's words: `gc` frees space without needing any first (it deletes
+/// packs of unreferenced blobs and cuts their dead tails before it writes
+/// anything).
+const DISK_FULL_HINT: &str = "; the disk holding the store is full: free space on it, or run \
+     `cairn gc` (it removes what no checkpoint or record refers to; `cairn gc \
+     --keep-per-session N` or `--max-bytes SIZE` also evicts old checkpoints), then run the \
+     command again";
+
+/// True when a cause of `e` is a write that found no space (`ENOSPC`, or
+/// a quota reached).
+fn disk_full(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            )
+        }) || {
+            let t = c.to_string();
+            t.contains("No space left on device") || t.contains("Disk quota exceeded")
+        }
+    })
 }
 
 /// How long a write command waits for the store lock before reporting
@@ -581,5 +609,32 @@ mod write_hint_tests {
         );
         let other = hint(std::io::ErrorKind::NotFound);
         assert!(!other.contains("--in-memory"), "{other}");
+    }
+}
+
+#[cfg(test)]
+mod disk_full_tests {
+    use super::*;
+
+    /// Regression (issue 27): a full disk's error said only "No space left
+    /// on device"; it now says what to do, in the command line's words.
+    #[test]
+    fn a_full_disk_says_to_free_space_or_run_gc() {
+        let io = std::io::Error::from_raw_os_error(28); // ENOSPC
+        let path = std::path::Path::new("/ws/.cairn/blobs/pack-00000001.pack");
+        let e = anyhow::Error::new(Error::Engine(cairn::engine::EngineError::io(
+            "append to pack",
+            path,
+            io,
+        )));
+        let text = describe(&e);
+        assert!(text.contains("No space left on device"), "{text}");
+        assert!(
+            text.contains("free space") && text.contains("`cairn gc`"),
+            "{text}"
+        );
+        assert!(!text.contains("  "), "{text}");
+        let other = anyhow::Error::new(std::io::Error::other("boom"));
+        assert!(!describe(&other).contains("cairn gc"));
     }
 }

@@ -7,8 +7,13 @@
 //!    function of the per-pack usage, [`choose`]), and with a budget for
 //!    the bytes on disk, more packs holding dead bytes until it is met
 //!    ([`choose_for_budget`]);
-//! 4. copy their live entries, checked, into the new active pack and point
-//!    the in-memory index at the copies;
+//! 4. free space before using any (a full disk must not stop the gc that
+//!    would free it): delete the chosen packs that hold no live entry,
+//!    and cut a chosen pack whose dead entries all follow its last live
+//!    one (what a checkpoint that failed part way leaves) to that entry
+//!    (a pack cut clean needs nothing more); then copy the live entries
+//!    of the other chosen packs, checked, into the new active pack and
+//!    point the in-memory index at the copies;
 //! 5. fsync the new pack and write the new index (durable, no longer
 //!    listing the chosen packs);
 //! 6. only then delete the chosen packs and fsync the directory.
@@ -17,6 +22,11 @@
 //! duplicates found by the tail scan); a crash between 5 and 6 leaves old
 //! packs the index does not list, which open scans like any other pack
 //! (their dead entries come back until the next gc; nothing is lost).
+//! Step 4's deletions and cuts change packs before the index stops naming
+//! what they remove:
+//! a crash there leaves an index that does not match the packs (a pack
+//! missing, or shorter than it covered), which the next open rebuilds from
+//! the packs; only dead entries were removed, so nothing is lost.
 //! A compacting gc ([`GcOptions::compact`]) and one that rewrites packs to
 //! meet a budget take this same path: only the choice of packs differs.
 
@@ -43,7 +53,9 @@ pub struct GcReport {
     /// Packs examined.
     pub packs_scanned: u64,
     /// Packs whose live entries were copied and which were then deleted
-    /// (including packs with no live entry, deleted without copying).
+    /// (including packs with no live entry, deleted without copying, and
+    /// packs cut after their last live entry when only dead ones followed
+    /// it, which needs no copy either).
     pub packs_rewritten: u64,
     /// Live entries copied to a new pack.
     pub entries_copied: u64,
@@ -264,8 +276,51 @@ impl BlobStore {
         self.close_over_dead_lists(&mut chosen, &marked, &damaged_list_packs);
         let attempted: HashSet<PackId> = chosen.iter().copied().collect();
 
-        // 4. Copy live entries out of the chosen packs.
+        // 4. Free space before using any: on a full disk, copying live
+        // entries (or writing the index) would fail before anything is
+        // freed. Packs with no live entry are deleted outright, and a
+        // pack whose dead entries are all at its end (what a checkpoint
+        // that failed part way leaves) is cut to its last live entry.
+        let mut freed_first = false;
+        // Packs done with here: deleted, or cut and left with nothing dead.
+        let mut done_first: HashSet<PackId> = HashSet::new();
+        let mut to_copy = Vec::with_capacity(chosen.len());
+        for id in chosen {
+            let Some(pack) = packs.iter().find(|p| p.id == id).cloned() else {
+                continue;
+            };
+            let live = usage
+                .iter()
+                .find(|u| u.id == id)
+                .map_or(0, |u| u.live_bytes);
+            if live == 0 {
+                self.delete_dead_pack(&pack, &mut report)?;
+                freed_first = true;
+                done_first.insert(id);
+            } else if let Some(cut_to) = self.cut_dead_tail(&pack, &marked, &mut report)? {
+                freed_first = true;
+                if let Some(u) = usage.iter_mut().find(|u| u.id == id) {
+                    u.total_bytes = cut_to.saturating_sub(PACK_HEADER_LEN as u64);
+                    if u.dead_bytes() > 0 {
+                        to_copy.push(id); // dead entries between live ones too
+                    } else {
+                        report.packs_rewritten += 1;
+                        done_first.insert(id);
+                    }
+                }
+            } else {
+                to_copy.push(id);
+            }
+        }
+        if freed_first {
+            self.vfs
+                .sync_dir(&self.dir)
+                .map_err(|e| EngineError::io("fsync directory", &self.dir, e))?;
+        }
+
+        // Then copy live entries out of the other chosen packs.
         let mut retired = Vec::new();
+        let chosen = to_copy;
         for id in chosen {
             let Some(pack) = packs.iter().find(|p| p.id == id).cloned() else {
                 continue;
@@ -278,7 +333,11 @@ impl BlobStore {
         }
         // What stays dead in the packs not rewritten, and why.
         {
-            let retired_ids: HashSet<PackId> = retired.iter().map(|p| p.id).collect();
+            let retired_ids: HashSet<PackId> = retired
+                .iter()
+                .map(|p| p.id)
+                .chain(done_first.iter().copied())
+                .collect();
             let mut unreferenced: HashMap<PackId, u64> = HashMap::new();
             for (h, l) in self.index.read().iter() {
                 if !marked.contains(h) {
@@ -298,7 +357,13 @@ impl BlobStore {
                 for_budget.intersection(&retired_ids).count() as u64;
         }
         if retired.is_empty() {
-            report.bytes_after = report.bytes_before;
+            if freed_first {
+                // The index must stop naming what was deleted or cut off.
+                self.persist_index()?;
+                report.bytes_after = self.stats().stored_bytes;
+            } else {
+                report.bytes_after = report.bytes_before;
+            }
             return Ok(report);
         }
         // Forget the retired packs and every index entry still in them (dead).
@@ -327,6 +392,70 @@ impl BlobStore {
             .map_err(|e| EngineError::io("fsync directory", &self.dir, e))?;
         report.bytes_after = self.stats().stored_bytes;
         Ok(report)
+    }
+
+    /// Deletes a pack that holds no live entry (step 4 of [`BlobStore::gc`]),
+    /// before the index stops naming it: a crash in between leaves an
+    /// index that does not match the packs, which the next open rebuilds
+    /// from the packs (the entries it named were all dead).
+    fn delete_dead_pack(&self, pack: &Arc<PackFile>, report: &mut GcReport) -> Result<()> {
+        let dropped = {
+            let mut index = self.index.write();
+            let before = index.len();
+            index.retain(|_, l| l.pack != pack.id);
+            self.packs.write().remove(&pack.id);
+            (before - index.len()) as u64
+        };
+        self.vfs
+            .remove_file(&pack.path)
+            .map_err(|e| EngineError::io("remove pack", &pack.path, e))?;
+        report.blobs_removed += dropped;
+        report.entries_dropped += dropped;
+        report.packs_rewritten += 1;
+        Ok(())
+    }
+
+    /// Cuts `pack` (sealed) after its last live entry when dead entries
+    /// follow it; the length it was cut to, if it cut. Needs no free space. The index entries
+    /// past the cut (all dead) are forgotten; the index written at the end
+    /// of the gc stops naming them, and a crash before that leaves an index
+    /// that no longer matches the pack, which the next open rebuilds.
+    fn cut_dead_tail(
+        &self,
+        pack: &Arc<PackFile>,
+        marked: &HashSet<BlobHash>,
+        report: &mut GcReport,
+    ) -> Result<Option<u64>> {
+        let len = pack
+            .file
+            .len()
+            .map_err(|e| EngineError::io("size pack", &pack.path, e))?;
+        let live_end = self
+            .index
+            .read()
+            .iter()
+            .filter(|(h, l)| l.pack == pack.id && marked.contains(*h))
+            .map(|(_, l)| l.offset + l.entry_len())
+            .max()
+            .unwrap_or(PACK_HEADER_LEN as u64)
+            .max(PACK_HEADER_LEN as u64);
+        if live_end >= len {
+            return Ok(None);
+        }
+        pack.file
+            .set_len(live_end)
+            .map_err(|e| EngineError::io("cut dead tail of pack", &pack.path, e))?;
+        pack.file
+            .sync_data()
+            .map_err(|e| EngineError::io("fsync pack", &pack.path, e))?;
+        let dropped = {
+            let mut index = self.index.write();
+            let before = index.len();
+            index.retain(|_, l| !(l.pack == pack.id && l.offset >= live_end));
+            (before - index.len()) as u64
+        };
+        report.blobs_removed += dropped;
+        Ok(Some(live_end))
     }
 
     /// A dead chunk list must not outlive its dead chunks: if it stayed in a

@@ -399,8 +399,18 @@ mod linux {
             // append they reach the disk with the next sync. A full disk
             // fails this write (delayed allocation reserves the space), so
             // no later store through the map can fault for lack of space.
-            write_zeros(&self.file, *allocated, want - *allocated)?;
-            *allocated = want;
+            match write_zeros(&self.file, *allocated, want - *allocated) {
+                Ok(()) => *allocated = want,
+                // A full disk: only the space this append needs (the step
+                // ahead is a convenience); failing that, the error stands.
+                // Zeros a failed write got in count as allocated, so the
+                // tail is still cut to its records.
+                Err(e) if ahead::is_full(&e) => {
+                    write_zeros(&self.file, *allocated, end - *allocated)?;
+                    *allocated = self.file.metadata()?.len().clamp(end, want);
+                }
+                Err(e) => return Err(e),
+            }
             Ok(())
         }
 
@@ -595,6 +605,50 @@ mod linux {
             let e = err.expect("an append failed");
             assert!(e.to_string().contains("fdatasync failed"), "{e}");
             assert!(space.write_at(&[1; 10], at).is_err());
+        }
+
+        /// Regression (issue 27): on a full disk `cairn record` refused a
+        /// 21-byte event because the tail reserves space 2 MiB ahead of
+        /// its appends. When that reservation finds no space, appends go
+        /// on into what the disk still has, up to its last byte.
+        #[test]
+        fn appends_use_the_last_free_space_when_reserving_ahead_fails() {
+            let tmp = tempfile::tempdir().unwrap();
+            let f = tail_file(tmp.path());
+            let mut space = open_space(&f, 24 << 20, false).unwrap().unwrap();
+            let limit = 5 << 20;
+            space.ahead().unwrap().fail_past(limit);
+            let recs = records(60_000);
+            let mut at = 64u64;
+            let mut failed_at = None;
+            for r in &recs {
+                match space.write_at(r, at) {
+                    Ok(()) => at += r.len() as u64,
+                    Err(e) => {
+                        assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
+                        failed_at = Some(at);
+                        break;
+                    }
+                }
+            }
+            let failed_at = failed_at.expect("an append failed");
+            // Only an append that does not fit in what is left fails.
+            assert!(failed_at <= limit, "{failed_at}");
+            assert!(
+                failed_at + 400 > limit,
+                "failed at {failed_at}, {limit} free"
+            );
+            drop(space);
+            let mut got = vec![0u8; (failed_at - 64) as usize];
+            f.read_exact_at(&mut got, 64).unwrap();
+            let mut off = 0;
+            for r in recs.iter() {
+                if off + r.len() > got.len() {
+                    break;
+                }
+                assert_eq!(&got[off..off + r.len()], &r[..]);
+                off += r.len();
+            }
         }
 
         #[test]

@@ -111,6 +111,15 @@ fn fail(sh: &Shared, s: &mut State, e: io::Error) {
     sh.done.notify_all();
 }
 
+/// True for the error of a write that found no space (`ENOSPC`, or a
+/// quota reached).
+pub(super) fn is_full(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
 /// A copy of the thread's error, for one caller.
 fn copy(e: &io::Error) -> io::Error {
     io::Error::new(
@@ -307,16 +316,34 @@ fn run(sh: &Shared, file: &File, map: (usize, usize), allocated: u64) {
         drop(s);
         let r = (|| -> io::Result<()> {
             let have = sh.allocated.load(Ordering::Relaxed);
-            if want > have {
+            let zeros = |to: u64| -> io::Result<()> {
                 #[cfg(test)]
-                if want > fail_past {
+                if to > fail_past {
                     return Err(io::Error::new(
                         io::ErrorKind::StorageFull,
                         "test: no space left",
                     ));
                 }
-                write_zeros(file, have, want - have)?;
-                sh.allocated.store(want, Ordering::Release);
+                write_zeros(file, have, to - have)
+            };
+            if want > have {
+                match zeros(want) {
+                    Ok(()) => sh.allocated.store(want, Ordering::Release),
+                    // A full disk: the space ahead is a convenience, not a
+                    // need. Only what the appender has written up to is
+                    // asked for then (a small record still fits in the
+                    // last free blocks); failing that, the error stands.
+                    Err(e) if is_full(&e) => {
+                        if written > have {
+                            zeros(written)?;
+                        }
+                        // The zeros that did get written count too: the
+                        // tail is cut to its records from `allocated`.
+                        let len = file.metadata()?.len().clamp(have.max(written), want);
+                        sh.allocated.store(len, Ordering::Release);
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             recycler.recycle(file, Some(map), written)
         })();

@@ -1,0 +1,125 @@
+//! Faults a workspace can throw at a checkpoint or a rollback: a file
+//! rewritten while it is read, a rollback's temporaries left by a killed
+//! process, a dry run that must promise only what the real run does.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Seek, SeekFrom, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use cairn_snapshot::capture::read_manifest;
+use cairn_snapshot::scan::reason;
+use cairn_snapshot::*;
+use common::*;
+
+/// Size of the file the writer thread rewrites: above the streaming
+/// threshold (read in chunks into the blob store), and large enough that
+/// a rewrite always overlaps the read.
+const REWRITTEN_BYTES: usize = 6 * 1024 * 1024;
+
+/// Regression (issue 27): a checkpoint of a file rewritten in place, over
+/// and over, while it was read stored a mix of two versions (five of five
+/// checkpoints of a 50 MB file), which a rollback would then restore. Each
+/// version of the file is one byte repeated: any checkpoint that holds
+/// the file must hold one whole version; one that could not read a whole
+/// version names the file as `changing`.
+#[test]
+fn checkpoint_of_a_file_rewritten_during_the_read_never_stores_a_mix() {
+    let fx = fx();
+    let path = fx.p("big.bin");
+    std::fs::write(&path, vec![b'a'; REWRITTEN_BYTES]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, path) = (stop.clone(), path.clone());
+        std::thread::spawn(move || {
+            let chunk_len = 64 * 1024;
+            let mut version = 0u8;
+            while !stop.load(Ordering::Relaxed) {
+                version = version.wrapping_add(1);
+                let byte = b'a' + version % 26;
+                let chunk = vec![byte; chunk_len];
+                // In place, as a tool that opens without truncating
+                // writes: the size never changes, only the bytes.
+                let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                f.seek(SeekFrom::Start(0)).unwrap();
+                for _ in 0..REWRITTEN_BYTES / chunk_len {
+                    f.write_all(&chunk).unwrap();
+                }
+            }
+        })
+    };
+    let mut changing = 0;
+    for i in 0..6 {
+        let c = fx.checkpoint(&format!("c{i}"));
+        let m = read_manifest(&fx.blobs, &c.root).unwrap();
+        match m.entries.get("big.bin") {
+            Some(e) => {
+                let bytes = BlobRead::get(&fx.blobs, &e.hash).unwrap();
+                assert_eq!(bytes.len(), REWRITTEN_BYTES, "checkpoint {i}");
+                assert!(
+                    bytes.iter().all(|b| *b == bytes[0]),
+                    "checkpoint {i} stored a mix of two versions"
+                );
+            }
+            None => {
+                changing += 1;
+                assert!(
+                    c.not_captured
+                        .iter()
+                        .any(|n| n.path == "big.bin" && n.why == reason::CHANGING),
+                    "checkpoint {i} left big.bin out without naming it: {:?}",
+                    c.not_captured
+                );
+                assert_eq!(c.counts.skipped.get(reason::CHANGING), Some(&1));
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    // Once the writer stops, the file is captured whole again.
+    let c = fx.checkpoint("settled");
+    let m = read_manifest(&fx.blobs, &c.root).unwrap();
+    assert!(m.entries.contains_key("big.bin"), "{:?}", c.not_captured);
+    eprintln!("{changing} of 6 checkpoints named big.bin as changing");
+}
+
+fn mkfifo(p: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
+/// Regression (issue 27): a FIFO where the target has a directory. The dry
+/// run promised a rollback that the real run then refused part way
+/// ("partly rolled back", although nothing had changed). Both now agree:
+/// the FIFO (which holds no data, as a socket or device does not) is
+/// replaced by the directory and its files, as a file written over one
+/// replaces it.
+#[test]
+fn rollback_dry_run_and_real_run_agree_over_a_fifo_where_a_directory_was() {
+    let fx = fx();
+    fx.write("d/f", "kept in c1");
+    fx.write("other", "1");
+    let c1 = fx.checkpoint("c1");
+    std::fs::remove_dir_all(fx.p("d")).unwrap();
+    mkfifo(&fx.p("d"));
+    fx.write("other", "2");
+    let dry = fx.try_rollback(c1.id, &[], true).unwrap();
+    let real = fx.try_rollback(c1.id, &[], false).unwrap();
+    assert_eq!(
+        dry.kept, real.kept,
+        "the dry run kept what the rollback kept"
+    );
+    assert!(real.kept.is_empty(), "{:?}", real.kept);
+    let mut promised = dry.written.clone();
+    promised.sort();
+    let mut done = real.written.clone();
+    done.sort();
+    assert_eq!(promised, done);
+    assert_eq!(dry.created_dirs, real.created_dirs);
+    assert_eq!(fx.read("d/f").as_deref(), Some("kept in c1"));
+    assert_eq!(fx.read("other").as_deref(), Some("1"));
+}
