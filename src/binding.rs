@@ -684,6 +684,51 @@ mod tests {
         assert_eq!(bound_workspace(&copy).unwrap(), Some(top));
     }
 
+    /// Only the store directory's own path being a link counts (a link
+    /// a clone can ship); a link above it is the user's layout. Through an
+    /// unrecorded link the binding of the store it leads to is refused,
+    /// even one that binds that store to the directory holding it.
+    #[test]
+    fn only_the_store_directory_itself_counts_as_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().canonicalize().unwrap();
+        let (other, proj) = (top.join("other"), top.join("proj"));
+        for d in [other.join(".cairn"), proj.clone()] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        assert_eq!(
+            check(&other.join(".cairn"), &other, true, false).unwrap(),
+            None
+        );
+        std::os::unix::fs::symlink(other.join(".cairn"), proj.join(".cairn")).unwrap();
+        std::os::unix::fs::symlink(&other, top.join("up")).unwrap();
+        assert_eq!(store_link(&other.join(".cairn")), None);
+        assert_eq!(store_link(&top.join("up/.cairn")), None);
+        assert_eq!(
+            bound_workspace(&top.join("up/.cairn")).unwrap(),
+            Some(other.clone())
+        );
+        assert_eq!(store_link(&proj.join(".cairn/")), Some(proj.join(".cairn")));
+        let e = bound_workspace(&proj.join(".cairn"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("records no link to it") && e.contains(&other.display().to_string()),
+            "{e}"
+        );
+        assert!(check(&proj.join(".cairn"), &proj, true, false).is_err());
+        // Bound with the link: trusted through it, and by its own path.
+        assert_eq!(
+            check(&proj.join(".cairn"), &proj, true, true).unwrap(),
+            None
+        );
+        assert_eq!(
+            bound_workspace(&proj.join(".cairn")).unwrap(),
+            Some(proj.clone())
+        );
+        assert_eq!(bound_workspace(&other.join(".cairn")).unwrap(), Some(proj));
+    }
+
     #[test]
     fn a_damaged_binding_says_how_to_mend_it() {
         let tmp = tempfile::tempdir().unwrap();
