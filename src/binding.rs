@@ -167,7 +167,7 @@ impl std::fmt::Display for UntrustedLink {
         }
         write!(
             f,
-            ". If you made this link, bind the store it leads to to this workspace with \
+            ". If you made this link, bind that store to this workspace with \
              `cairn --store {link} init {holder} --rebind`",
             link = self.link.display(),
             holder = holder.display(),
@@ -182,7 +182,7 @@ impl std::fmt::Display for UntrustedLink {
         }
         write!(
             f,
-            "; otherwise remove the link (`rm {}`) (in the library: \
+            "; otherwise remove the link: `rm {}` (in the library, bind with \
              `StoreBuilder::rebind_workspace(true)`)",
             self.link.display()
         )
