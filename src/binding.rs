@@ -397,12 +397,7 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
     let here = BoundStore::of(&store, link.as_deref())?;
     if let Some(link) = link {
         let why = match &file.bound_store {
-            None
-            | Some(BoundStore {
-                link: None,
-                path: _,
-                inode: _,
-            }) => "it records no link to it".to_string(),
+            None | Some(BoundStore { link: None, .. }) => "it records no link to it".to_string(),
             Some(b) if b.link != here.link => format!(
                 "it records the link {}, not this one",
                 b.link.as_deref().unwrap_or_default()
