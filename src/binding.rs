@@ -20,9 +20,19 @@
 //! binding that names anything but the directory holding the store is
 //! trusted only if it also records proof that it was made for this very
 //! store directory: the directory's canonical path and its inode number
-//! when it was bound ([`BoundStore`]). A copy, clone or extraction is a
+//! when it was bound (`BoundStore`). A copy, clone or extraction is a
 //! new directory (another inode, usually another path) and its binding is
 //! refused with the command that trusts it (`init --rebind`).
+//!
+//! The store directory itself may be a symbolic link: a repository could
+//! ship `.cairn -> ~/other-project/.cairn`, another of this user's stores,
+//! which passes every owner and mode check and would make cairn act on
+//! that store's workspace. So a store reached through a link of its own
+//! (the last component of its path; links above it are the user's layout)
+//! is trusted only if its binding's proof also records that link's
+//! location ([`BoundStore::link`]): written when the store is created
+//! through the link, or by `cairn --store LINK init DIR --rebind`. Else it
+//! is refused ([`UntrustedLink`]).
 
 use std::path::{Path, PathBuf};
 
@@ -67,18 +77,115 @@ struct BoundStore {
     /// renumber across reboots: a path and an inode a copy cannot choose
     /// are proof enough.)
     inode: u64,
+    /// Where the symbolic link the store was reached by when bound lies
+    /// (its canonical parent and its name), if it was reached by one: the
+    /// only link through which the store may be used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    link: Option<String>,
 }
 
 impl BoundStore {
-    /// The proof for the store directory whose canonical path is `store`.
-    fn of(store: &Path) -> Result<BoundStore> {
+    /// The proof for the store directory whose canonical path is `store`,
+    /// reached through the link at `link`, if any.
+    fn of(store: &Path, link: Option<&Path>) -> Result<BoundStore> {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(store)
             .map_err(|e| Error::Other(format!("read {}: {e}", store.display())))?;
         Ok(BoundStore {
             path: utf8(store)?.to_string(),
             inode: meta.ino(),
+            link: link.map(utf8).transpose()?.map(str::to_string),
         })
+    }
+}
+
+/// The symbolic link `store` is reached by: `Some` (the link's location,
+/// its canonical parent joined with its name) when the last component of
+/// the path `store` is itself a link. Links above it (a home directory on
+/// another disk) are the user's own layout and resolve the same whichever
+/// store is meant; a link that *is* the store directory can come with a
+/// clone or an archive and choose which store, and so which workspace,
+/// cairn acts on.
+pub fn store_link(store: &Path) -> Option<PathBuf> {
+    let name = store.file_name()?;
+    let parent = match store.parent()? {
+        p if p.as_os_str().is_empty() => Path::new("."),
+        p => p,
+    };
+    let at = parent.canonicalize().ok()?.join(name);
+    let meta = std::fs::symlink_metadata(&at).ok()?;
+    meta.file_type().is_symlink().then_some(at)
+}
+
+/// A store directory reached through a symbolic link that its binding does
+/// not record (see the module's documentation): the link may have come
+/// with a clone or an archive and point at another of this user's stores.
+/// Refused for writing and rolling back: it could make cairn act on that
+/// store's workspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UntrustedLink {
+    /// Where the link lies (its canonical parent and its name).
+    pub link: PathBuf,
+    /// The store directory it leads to (canonical).
+    pub store: PathBuf,
+    /// The workspace that store's binding names, if it names one.
+    pub claimed: Option<PathBuf>,
+    /// Why the link is not taken as the store's: what the proof lacks.
+    pub why: String,
+}
+
+impl UntrustedLink {
+    /// The directory that holds the link: the workspace it is meant for
+    /// when the user made it.
+    pub fn holder(&self) -> PathBuf {
+        self.link
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| self.link.clone())
+    }
+}
+
+/// In the library's words and the command line's (as [`UntrustedBinding`]).
+impl std::fmt::Display for UntrustedLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let holder = self.holder();
+        write!(
+            f,
+            "the store directory {link} is a symbolic link to {store}, and that store's binding \
+             does not record this link ({why}): a link that came with a cloned repository or an \
+             archive may not choose which store cairn writes",
+            link = self.link.display(),
+            store = self.store.display(),
+            why = self.why,
+        )?;
+        if let Some(c) = &self.claimed {
+            write!(
+                f,
+                ", nor make it act on that store's workspace {}",
+                c.display()
+            )?;
+        }
+        write!(
+            f,
+            ". If you made this link, bind that store to this workspace with \
+             `cairn --store {link} init {holder} --rebind`",
+            link = self.link.display(),
+            holder = holder.display(),
+        )?;
+        if let Some(c) = self.claimed.as_ref().filter(|c| **c != holder) {
+            write!(
+                f,
+                " (the store then belongs to {}, no longer to {})",
+                holder.display(),
+                c.display()
+            )?;
+        }
+        write!(
+            f,
+            "; otherwise remove the link: `rm {}` (in the library, bind with \
+             `StoreBuilder::rebind_workspace(true)`)",
+            self.link.display()
+        )
     }
 }
 
@@ -199,11 +306,27 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
             holder.display(),
         ))
     };
+    let link = store_link(store);
     // Looked at before it is read: a link (to `/dev/zero`), a FIFO (which
     // would block) or a huge file is not a binding.
     let meta = match std::fs::symlink_metadata(&path) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return match link {
+                None => Ok(None),
+                // Bound when created through the link (or rebound): a
+                // store with no binding reached by one is another's.
+                Some(link) => Err(Error::Other(
+                    UntrustedLink {
+                        link,
+                        store: canonical(store)?,
+                        claimed: None,
+                        why: "it has no binding file".to_string(),
+                    }
+                    .to_string(),
+                )),
+            };
+        }
         Err(e) => return Err(Error::Other(format!("read {}: {e}", path.display()))),
     };
     if !meta.file_type().is_file() {
@@ -246,10 +369,12 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
             }
             if depth == 1 {
                 // The directory that holds the store: where it may act
-                // whatever its binding says.
-                return Ok(Some(ws.to_path_buf()));
-            }
-            if !store.ends_with(&rel) {
+                // whatever its binding says (reached through a link, the
+                // link must be proven below).
+                if link.is_none() {
+                    return Ok(Some(ws.to_path_buf()));
+                }
+            } else if !store.ends_with(&rel) {
                 return Err(damaged(&format!(
                     "store_in_workspace `{rel}` is not where the store {} is",
                     store.display()
@@ -269,7 +394,31 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
         }
         _ => return Err(damaged("it names no workspace")),
     };
-    let here = BoundStore::of(&store)?;
+    let here = BoundStore::of(&store, link.as_deref())?;
+    if let Some(link) = link {
+        let why = match &file.bound_store {
+            None | Some(BoundStore { link: None, .. }) => "it records no link to it".to_string(),
+            Some(b) if b.link != here.link => format!(
+                "it records the link {}, not this one",
+                b.link.as_deref().unwrap_or_default()
+            ),
+            Some(b) if b.path != here.path => format!("it was made for the store {}", b.path),
+            Some(b) if b.inode != here.inode => format!(
+                "it was made for another directory at {} (inode {}, this one is {}): a copy",
+                b.path, b.inode, here.inode
+            ),
+            Some(_) => return Ok(Some(claimed)),
+        };
+        return Err(Error::Other(
+            UntrustedLink {
+                link,
+                store,
+                claimed: Some(claimed),
+                why,
+            }
+            .to_string(),
+        ));
+    }
     let why = match &file.bound_store {
         None => "it records no proof of the store directory it was made for".to_string(),
         Some(b) if b.path != here.path => format!("it was made for the store {}", b.path),
@@ -361,10 +510,11 @@ fn write(store: &Path, workspace: &Path) -> Result<()> {
             bound_store: None,
         },
     };
-    // Only the directory holding the store needs no proof (see the
-    // module's documentation).
-    if store_c.parent() != Some(workspace) {
-        file.bound_store = Some(BoundStore::of(&store_c)?);
+    // Only the directory holding the store, reached by its own name, needs
+    // no proof (see the module's documentation).
+    let link = store_link(store);
+    if store_c.parent() != Some(workspace) || link.is_some() {
+        file.bound_store = Some(BoundStore::of(&store_c, link.as_deref())?);
     }
     let bytes = serde_json::to_vec(&file).map_err(|e| Error::Other(e.to_string()))?;
     let path = store.join(BINDING_FILE);
@@ -527,6 +677,51 @@ mod tests {
         )
         .unwrap();
         assert_eq!(bound_workspace(&copy).unwrap(), Some(top));
+    }
+
+    /// Only the store directory's own path being a link counts (a link
+    /// a clone can ship); a link above it is the user's layout. Through an
+    /// unrecorded link the binding of the store it leads to is refused,
+    /// even one that binds that store to the directory holding it.
+    #[test]
+    fn only_the_store_directory_itself_counts_as_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().canonicalize().unwrap();
+        let (other, proj) = (top.join("other"), top.join("proj"));
+        for d in [other.join(".cairn"), proj.clone()] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        assert_eq!(
+            check(&other.join(".cairn"), &other, true, false).unwrap(),
+            None
+        );
+        std::os::unix::fs::symlink(other.join(".cairn"), proj.join(".cairn")).unwrap();
+        std::os::unix::fs::symlink(&other, top.join("up")).unwrap();
+        assert_eq!(store_link(&other.join(".cairn")), None);
+        assert_eq!(store_link(&top.join("up/.cairn")), None);
+        assert_eq!(
+            bound_workspace(&top.join("up/.cairn")).unwrap(),
+            Some(other.clone())
+        );
+        assert_eq!(store_link(&proj.join(".cairn/")), Some(proj.join(".cairn")));
+        let e = bound_workspace(&proj.join(".cairn"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("records no link to it") && e.contains(&other.display().to_string()),
+            "{e}"
+        );
+        assert!(check(&proj.join(".cairn"), &proj, true, false).is_err());
+        // Bound with the link: trusted through it, and by its own path.
+        assert_eq!(
+            check(&proj.join(".cairn"), &proj, true, true).unwrap(),
+            None
+        );
+        assert_eq!(
+            bound_workspace(&proj.join(".cairn")).unwrap(),
+            Some(proj.clone())
+        );
+        assert_eq!(bound_workspace(&other.join(".cairn")).unwrap(), Some(proj));
     }
 
     #[test]

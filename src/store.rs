@@ -305,11 +305,22 @@ impl StoreBuilder {
             // in it is trusted to say where to write.
             cairn_engine::store_dir::check_owner_and_mode(&root)?;
         }
+        // A store created now through a link (`.cairn` made a link to
+        // another disk, then `cairn init`) is bound with that link; one
+        // that existed is used through a link only if its binding records
+        // the link (see `binding`).
+        let created_through_link = !custom_vfs
+            && !root.join(cairn_engine::store_dir::LOG_DIR_NAME).is_dir()
+            && crate::binding::store_link(&root).is_some();
         let dir = StoreDir::open(vfs.clone(), &root)?;
         let mismatch = match &workspace_dir {
-            Some(w) if !custom_vfs => {
-                crate::binding::check(&root, w, true, self.rebind_workspace)?.map(Box::new)
-            }
+            Some(w) if !custom_vfs => crate::binding::check(
+                &root,
+                w,
+                true,
+                self.rebind_workspace || created_through_link,
+            )?
+            .map(Box::new),
             _ => None,
         };
         // The snapshot crate keeps its caches through std::fs: on a custom

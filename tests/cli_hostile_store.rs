@@ -354,3 +354,182 @@ fn a_tracked_path_out_of_the_workspace_is_not_captured() {
         "{tree}"
     );
 }
+
+/// The lines `cairn log` prints in `ws`: how many records its store holds.
+fn records(ws: &Path) -> usize {
+    ok(&cairn(ws, &["log"])).lines().count()
+}
+
+/// Regression: a repository shipping `.cairn -> ~/other/.cairn` (another
+/// of this user's stores, which passes the owner and mode checks) made
+/// cairn run inside the repository act on that store's workspace: a
+/// rollback there rewrote the other project. Writing and rolling back
+/// through a link the store's binding does not record are refused, naming
+/// the link, its target and the fix; reading warns; the other project and
+/// its store are untouched, and work as before from the other project.
+#[test]
+fn a_store_directory_linked_by_a_clone_cannot_act_on_another_project() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().canonicalize().unwrap();
+    let other = home.join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("a.txt"), "v1\n").unwrap();
+    ok(&cairn(&other, &["init", "-q"]));
+    ok(&cairn(&other, &["checkpoint", "-q"]));
+    // Work in progress in the other project, not checkpointed.
+    std::fs::write(other.join("a.txt"), "work in progress\n").unwrap();
+    let proj = home.join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    std::fs::write(proj.join("b.txt"), "b\n").unwrap();
+    let link = proj.join(".cairn");
+    let target = other.join(".cairn");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let before = records(&other);
+
+    let fix = format!(
+        "`cairn --store {} init {} --rebind`",
+        link.display(),
+        proj.display()
+    );
+    let link_s = link.to_str().unwrap();
+    for (dir, args) in [
+        (&proj, &["rollback", "c1"][..]),
+        (&proj, &["rollback", "--dry-run", "c1"][..]),
+        (&proj, &["checkpoint"][..]),
+        (&home, &["--store", link_s, "rollback", "c1"][..]),
+        (&home, &["--store", link_s, "record"][..]),
+    ] {
+        let o = cairn(dir, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", all_output(&o));
+        let e = err(&o);
+        assert!(
+            e.contains(&format!(
+                "the store directory {} is a symbolic link to {}",
+                link.display(),
+                target.display()
+            )) && e.contains("records no link to it")
+                && e.contains(&format!("that store's workspace {}", other.display()))
+                && e.contains(&fix)
+                && e.contains(&format!("`rm {}`", link.display())),
+            "{args:?}: {e}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(other.join("a.txt")).unwrap(),
+        "work in progress\n"
+    );
+    assert_eq!(records(&other), before, "nothing written to the store");
+    // Reading through the link works, and says what is refused.
+    let o = cairn(&proj, &["log"]);
+    ok(&o);
+    assert!(
+        err(&o).contains("warning: the store directory") && err(&o).contains(&fix),
+        "{}",
+        err(&o)
+    );
+    // The other project, reaching its store by its own name, is unaffected.
+    ok(&cairn(&other, &["checkpoint", "-q"]));
+    assert_eq!(
+        ok(&cairn(&other, &["rollback", "c1"])).lines().next(),
+        Some(format!("workspace {}", other.display()).as_str())
+    );
+    assert_eq!(
+        std::fs::read_to_string(other.join("a.txt")).unwrap(),
+        "v1\n"
+    );
+}
+
+/// The legitimate link: a user keeps a project's store on another disk
+/// and links `.cairn` to it. Created through the link (`cairn init`), or
+/// moved there and bound with the one command the refusal names, it works
+/// through that link; another link to it (a second clone's) is refused.
+#[test]
+fn a_store_linked_to_another_disk_works_once_bound() {
+    use std::os::unix::fs::DirBuilderExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let top = tmp.path().canonicalize().unwrap();
+    let disk = top.join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let proj = top.join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    std::fs::write(proj.join("a.txt"), "one\n").unwrap();
+
+    // Created through the link: bound with it by `init`.
+    let fresh = disk.join("proj-store");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&fresh)
+        .unwrap();
+    std::os::unix::fs::symlink(&fresh, proj.join(".cairn")).unwrap();
+    ok(&cairn(&proj, &["init", "-q"]));
+    ok(&cairn(&proj, &["checkpoint", "-q"]));
+    std::fs::write(proj.join("a.txt"), "two\n").unwrap();
+    let out = ok(&cairn(&proj, &["rollback", "c1"]));
+    assert_eq!(
+        out.lines().next(),
+        Some(format!("workspace {}", proj.display()).as_str())
+    );
+    assert_eq!(
+        std::fs::read_to_string(proj.join("a.txt")).unwrap(),
+        "one\n"
+    );
+    // Reached by its own name, it still belongs to the project.
+    let fresh_s = fresh.to_str().unwrap();
+    ok(&cairn(&top, &["--store", fresh_s, "checkpoint", "-q"]));
+
+    // Another project's link to the same store is not the one recorded.
+    let proj2 = top.join("proj2");
+    std::fs::create_dir(&proj2).unwrap();
+    std::os::unix::fs::symlink(&fresh, proj2.join(".cairn")).unwrap();
+    let e = failed(&cairn(&proj2, &["checkpoint"]));
+    assert!(
+        e.contains(&format!(
+            "it records the link {}, not this one",
+            proj.join(".cairn").display()
+        )) && e.contains(&format!(
+            "(the store then belongs to {}, no longer to {})",
+            proj2.display(),
+            proj.display()
+        )),
+        "{e}"
+    );
+
+    // A store moved to the disk and linked back: refused until bound, by
+    // the exact command the error names; then it works.
+    let mover = top.join("mover");
+    std::fs::create_dir(&mover).unwrap();
+    std::fs::write(mover.join("m.txt"), "m1\n").unwrap();
+    ok(&cairn(&mover, &["init", "-q"]));
+    ok(&cairn(&mover, &["checkpoint", "-q"]));
+    let moved = disk.join("mover-store");
+    std::fs::rename(mover.join(".cairn"), &moved).unwrap();
+    let link = mover.join(".cairn");
+    std::os::unix::fs::symlink(&moved, &link).unwrap();
+    std::fs::write(mover.join("m.txt"), "m2\n").unwrap();
+    let e = failed(&cairn(&mover, &["rollback", "c1"]));
+    let fix = [
+        "--store",
+        link.to_str().unwrap(),
+        "init",
+        mover.to_str().unwrap(),
+        "--rebind",
+    ];
+    assert!(e.contains(&format!("`cairn {}`", fix.join(" "))), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(mover.join("m.txt")).unwrap(),
+        "m2\n"
+    );
+    ok(&cairn(&top, &fix));
+    let out = ok(&cairn(&mover, &["rollback", "c1"]));
+    assert_eq!(
+        out.lines().next(),
+        Some(format!("workspace {}", mover.display()).as_str())
+    );
+    assert_eq!(
+        std::fs::read_to_string(mover.join("m.txt")).unwrap(),
+        "m1\n"
+    );
+    let o = cairn(&mover, &["log"]);
+    ok(&o);
+    assert!(!err(&o).contains("warning"), "{}", err(&o));
+}

@@ -1162,3 +1162,37 @@ fn query_diff_refuses_bad_or_empty_path_filters() {
     assert!(e.contains("names no file"), "{e}");
     store.close().unwrap();
 }
+
+/// A rollback's report names the workspace it acted on, absolute and
+/// canonical, as the command line's `--json` does (issue 27: a library
+/// user shows where a rollback wrote): for a dry run and a real one, with
+/// the store kept outside the workspace and the workspace given by a
+/// relative path through a link.
+#[test]
+fn a_rollback_report_names_its_absolute_workspace() {
+    use cairn::snapshot::{CheckpointRequest, RollbackRequest};
+    let tmp = tempfile::tempdir().unwrap();
+    let top = tmp.path().canonicalize().unwrap();
+    let ws = top.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::os::unix::fs::symlink("ws", top.join("via-link")).unwrap();
+    std::fs::write(ws.join("a.txt"), "one").unwrap();
+    let store = Store::builder()
+        .store_dir(top.join("store"))
+        .workspace(top.join("via-link/../via-link"))
+        .open()
+        .unwrap();
+    let c1 = store.checkpoint(CheckpointRequest::default()).unwrap();
+    std::fs::write(ws.join("a.txt"), "two").unwrap();
+    let dry = store
+        .rollback(RollbackRequest {
+            dry_run: true,
+            ..RollbackRequest::new(c1.id)
+        })
+        .unwrap();
+    assert_eq!(dry.workspace, ws);
+    let real = store.rollback(RollbackRequest::new(c1.id)).unwrap();
+    assert_eq!(real.workspace, ws);
+    assert!(real.workspace.is_absolute());
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "one");
+}

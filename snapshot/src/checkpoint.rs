@@ -3,6 +3,7 @@
 //! Everything else in the crate is pure or file-system only.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -806,6 +807,10 @@ impl RollbackRequest {
 /// What a rollback did (or, for a dry run, would do).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RollbackReport {
+    /// The workspace acted on (or, for a dry run, that would be): its
+    /// absolute, canonical path. A store says where its workspace is, so
+    /// whoever shows a rollback's result names the directory it changed.
+    pub workspace: PathBuf,
     /// The checkpoint taken just before (undo by rolling back to it); `None` for a dry run.
     pub source: Option<CheckpointId>,
     /// The checkpoint restored.
@@ -980,6 +985,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             plan.delete.retain(|p| !gone.contains(p.as_str()));
         }
         return Ok(RollbackReport {
+            workspace: ws.root().to_path_buf(),
             source: None,
             target: target.id,
             written: plan.write.iter().map(|w| w.path.clone()).collect(),
@@ -1185,6 +1191,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     });
     let _ = ws.save_last(Some(&last));
     Ok(RollbackReport {
+        workspace: ws.root().to_path_buf(),
         source: Some(pre.id),
         target: target.id,
         written: done.written,

@@ -367,7 +367,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     print_warnings(&store);
     if a.json {
         let v = serde_json::json!({
-            "workspace": workspace.as_ref().map(|w| w.to_string_lossy()),
+            "workspace": report.workspace.to_string_lossy(),
             "target": report.target.to_string(),
             "source": report.source.map(|s| s.to_string()),
             "lsn": report.lsn.map(|l| l.0),

@@ -393,6 +393,14 @@ impl Settings {
         if let Err(e) = cairn::engine::store_dir::check_owner_and_mode(&found.store) {
             eprintln!("warning: {e} (reading it anyway; writing it is refused)");
         }
+        // Likewise a store reached through a link it does not record, or
+        // whose binding cannot be trusted: its records are read, its
+        // workspace is neither written nor rolled back.
+        if let Err(e) = cairn::binding::bound_workspace(&found.store) {
+            eprintln!(
+                "warning: {e} (reading its records anyway; writing and rolling back are refused)"
+            );
+        }
         let store = self
             .builder(&found)
             .read_only()
