@@ -30,7 +30,7 @@
 //! that store's workspace. So a store reached through a link of its own
 //! (the last component of its path; links above it are the user's layout)
 //! is trusted only if its binding's proof also records that link's
-//! location ([`BoundStore::link`]): written when the store is created
+//! location (`BoundStore::link`): written when the store is created
 //! through the link, or by `cairn --store LINK init DIR --rebind`. Else it
 //! is refused ([`UntrustedLink`]).
 

@@ -402,31 +402,21 @@ pub fn mend(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
 
 /// Writes the second copy of `dict` durably (see [`copy_name`]).
 fn write_copy(vfs: &dyn Vfs, dir: &Path, dict: &Dict) -> Result<()> {
-    let tmp = format!("dict-{:08x}.copy{TMP_SUFFIX}", dict.id);
-    let r = write_durably(
-        vfs,
-        dir,
-        &tmp,
-        &copy_name(dict.id),
-        &encode_file(dict.id, &dict.bytes),
-    );
-    if r.is_err() {
-        let _ = vfs.remove_file(&dir.join(&tmp));
-    }
-    r
+    write_dict_file(vfs, dir, dict, &copy_name(dict.id))
 }
 
 /// Writes dictionary file of `dict` again, from its copy (see
 /// [`copy_name`]).
 fn restore_from_copy(vfs: &dyn Vfs, dir: &Path, dict: &Dict) -> Result<()> {
-    let tmp = format!("dict-{:08x}{TMP_SUFFIX}", dict.id);
-    let r = write_durably(
-        vfs,
-        dir,
-        &tmp,
-        &file_name(dict.id),
-        &encode_file(dict.id, &dict.bytes),
-    );
+    write_dict_file(vfs, dir, dict, &file_name(dict.id))
+}
+
+/// Writes `dict` durably as `dir/name`, through a temporary name of this
+/// writer's own (removed if the write fails; a crash's leftover is removed
+/// at the next open).
+fn write_dict_file(vfs: &dyn Vfs, dir: &Path, dict: &Dict, name: &str) -> Result<()> {
+    let tmp = unique_tmp_name(name);
+    let r = write_durably(vfs, dir, &tmp, name, &encode_file(dict.id, &dict.bytes));
     if r.is_err() {
         let _ = vfs.remove_file(&dir.join(&tmp));
     }
