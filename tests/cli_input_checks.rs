@@ -586,3 +586,26 @@ fn library_calls_in_error_messages_are_said_with_the_cli_flags() {
         "{e}"
     );
 }
+
+/// A subcommand's `--help` lists its own options first: the global flags
+/// (`--store`, `--quiet`, ...) and the `--in-memory` family (`--load`,
+/// `--load-again`, ...) that every command accepts follow under headings
+/// of their own, so `checkpoint --help` shows `--label` first.
+#[test]
+fn a_subcommands_help_shows_its_own_options_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let help = ok(&cairn(tmp.path(), &["checkpoint", "--help"]));
+    let pos = |needle: &str| {
+        help.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in:\n{help}"))
+    };
+    let own = pos("Options:");
+    let global = pos("Global options:");
+    let memory = pos("In-memory options (with --in-memory):");
+    assert!(own < pos("--label") && pos("--label") < global, "{help}");
+    assert!(global < pos("--store") && pos("--store") < memory, "{help}");
+    assert!(
+        memory < pos("--load <FILE>") && memory < pos("--load-again"),
+        "{help}"
+    );
+}

@@ -115,13 +115,23 @@ fn shells() -> Listed {
 pub struct Cli {
     /// The store directory (a `.cairn` directory). Default: $CAIRN_STORE, else the
     /// nearest `.cairn` in this directory or above.
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        help_heading = "Global options"
+    )]
     pub store: Option<PathBuf>,
     /// The workspace whose files are checkpointed. Default: the one the
     /// store was created for (the directory that holds `.cairn`, or the
     /// DIR of `cairn --store S init DIR`); with --in-memory, the current
     /// directory.
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        help_heading = "Global options"
+    )]
     pub workspace: Option<PathBuf>,
     /// Durability of appends: always (fsync before acknowledging, with group commit),
     /// interval[:MS], never.
@@ -130,7 +140,8 @@ pub struct Cli {
         global = true,
         value_name = "POLICY",
         value_parser = durabilities(),
-        conflicts_with = "in_memory"
+        conflicts_with = "in_memory",
+        help_heading = "Global options"
     )]
     pub durability: Option<String>,
     /// Run the command on a store held in memory: no store is created on
@@ -139,12 +150,23 @@ pub struct Cli {
     /// is gone when the command exits. For a read-only workspace, or
     /// to inspect and export a log file (--load) without a store. No store
     /// on disk is looked for: $CAIRN_STORE is ignored, --store refused.
-    #[arg(long, global = true, conflicts_with = "store")]
+    #[arg(
+        long,
+        global = true,
+        conflicts_with = "store",
+        help_heading = "In-memory options (with --in-memory)"
+    )]
     pub in_memory: bool,
     /// With --in-memory: before the command runs, import FILE into the
     /// memory store (`-` reads stdin); repeatable, loaded in order. A bad
     /// line fails the command, naming the file and line.
-    #[arg(long, global = true, value_name = "FILE", requires = "in_memory")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        requires = "in_memory",
+        help_heading = "In-memory options (with --in-memory)"
+    )]
     pub load: Vec<PathBuf>,
     /// The shape of the --load files: jsonl (cairn's canonical JSONL, as
     /// `cairn record` takes it and `cairn log --json` prints it), cortexide
@@ -154,23 +176,40 @@ pub struct Cli {
         global = true,
         value_name = "FORMAT",
         value_parser = formats(),
-        requires = "load"
+        requires = "load",
+        help_heading = "In-memory options (with --in-memory)"
     )]
     pub load_format: Option<String>,
     /// Load a --load file even if an earlier --load of this command loaded
     /// the same input (by default it is refused, as `import` refuses input
     /// imported before: an input is known by its contents, not its name).
-    #[arg(long, global = true, requires = "load", conflicts_with = "load_resume")]
+    #[arg(
+        long,
+        global = true,
+        requires = "load",
+        conflicts_with = "load_resume",
+        help_heading = "In-memory options (with --in-memory)"
+    )]
     pub load_again: bool,
     /// Skip a --load file's leading lines that an earlier --load of this
     /// command loaded (the input is that one grown) and load the rest, as
     /// `import --resume` does.
-    #[arg(long, global = true, requires = "load")]
+    #[arg(
+        long,
+        global = true,
+        requires = "load",
+        help_heading = "In-memory options (with --in-memory)"
+    )]
     pub load_resume: bool,
     /// Load the complete lines of a --load file whose last line is torn
     /// (no line end, its JSON cut short), skipping that line, as `import
     /// --skip-torn-tail` does.
-    #[arg(long, global = true, requires = "load")]
+    #[arg(
+        long,
+        global = true,
+        requires = "load",
+        help_heading = "In-memory options (with --in-memory)"
+    )]
     pub load_skip_torn_tail: bool,
     /// Print nothing on success but the command's answer: no progress, no
     /// notes or hints, no report of what was done (see --help for what
@@ -185,7 +224,7 @@ pub struct Cli {
     /// command's answer: log, show, tree, diff, history, blame, branches,
     /// checkpoints, stats, export, blob put's hashes, blob get, record
     /// --ack and --echo, rollback --dry-run's plan, completions, demo.
-    #[arg(long, short, global = true)]
+    #[arg(long, short, global = true, help_heading = "Global options")]
     pub quiet: bool,
     /// The command.
     #[command(subcommand)]
