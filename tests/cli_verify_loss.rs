@@ -33,20 +33,6 @@ fn verify_json(ws: &Path) -> (Option<i32>, serde_json::Value) {
     (o.status.code(), v)
 }
 
-/// Incompressible bytes (xorshift), so the pack holds them as they are
-/// and a test can find and damage them there.
-fn noise(len: usize) -> Vec<u8> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// The log's only segment deleted: `verify` reports the lost LSNs (from
 /// the clean close's `tail.state`) and exits 3; `record` is refused with
 /// the loss and `cairn repair` named, so no LSN is given out twice; repair
@@ -171,7 +157,7 @@ fn damaged_blob_is_named_by_its_checkpoints_and_paths() {
     let d = init();
     let ws = d.path();
     std::fs::create_dir(ws.join("d")).unwrap();
-    let big = noise(4096);
+    let big = noise(1, 4096);
     std::fs::write(ws.join("d/big.bin"), &big).unwrap();
     std::fs::write(ws.join("a.txt"), "one\n").unwrap();
     ok(&cairn(ws, &["checkpoint", "-q"]));

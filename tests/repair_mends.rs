@@ -4,22 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
-use common::{cairn, cairn_stdin, ok};
+use common::{cairn, cairn_stdin, noise, ok};
 use std::path::Path;
-
-/// Bytes that do not compress, so a blob's contents stand in its pack as
-/// they are (and can be found there to damage).
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn files_named(dir: &Path, pred: impl Fn(&str) -> bool) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(dir)

@@ -3,6 +3,8 @@
 //! of its files' lengths).
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -28,19 +30,6 @@ fn open(d: &SimVfs, pack_size_bytes: u64) -> BlobStore {
         ..BlobOptions::default()
     };
     BlobStore::open(vfs, Path::new(DIR), opts).unwrap()
-}
-
-/// Contents that do not compress (so each blob takes its size on disk).
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Bytes the disk holds now: the sum of the store's file lengths.
@@ -109,4 +98,9 @@ fn gc_on_a_full_disk_cuts_a_packs_dead_tail() {
 fn gc_on_a_full_disk_deletes_dead_packs_first() {
     // The smallest packs: each blob rolls to a pack of its own.
     gc_on_a_full_disk(0, 3);
+}
+
+/// Contents that do not compress (so each blob takes its size on disk).
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    support::xorshift(seed).take(len).map(|x| x as u8).collect()
 }
