@@ -5,7 +5,7 @@
 //!   .gitignore  `*`: git never sees the store
 //!   LOCK        exclusive lock: one writing process at a time
 //!   LOCK.wanted a CLI writer waits for the lock (written by the `cairn`
-//!               CLI, not by this crate; see its `src/cli/turns.rs`)
+//!               CLI, not by this crate; see `cli/src/turns.rs`)
 //!   log/        log segments (see the log module)
 //!   blobs/      blob packs and their index (see the blob module)
 //!   index/      query indexes (rebuildable from the log)

@@ -4,10 +4,10 @@
 use std::borrow::Cow;
 use std::io::IsTerminal;
 
+use cairn::codec::Timestamp;
 use cairn::snapshot::checkpoint::NotCaptured;
 use cairn::snapshot::relpath;
 use cairn::snapshot::scan::reason;
-use cairn_codec::Timestamp;
 
 /// Whether to colour output written to stdout.
 pub fn color_enabled() -> bool {

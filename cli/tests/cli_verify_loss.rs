@@ -11,7 +11,7 @@ use std::path::Path;
 mod common;
 use common::*;
 
-/// The corruption exit code (`EXIT_CORRUPT` in src/cli).
+/// The corruption exit code (`EXIT_CORRUPT` in cli/src/main.rs).
 const CORRUPT: i32 = 3;
 
 fn init() -> tempfile::TempDir {

@@ -1,5 +1,7 @@
-//! The command line: raw flags ([`args`]), then validated settings and
-//! dispatch to one module per group of commands.
+//! The `cairn` command-line tool: raw flags ([`args`]), then validated
+//! settings and dispatch to one module per group of commands. It is a
+//! package of its own, so the `cairn` library an embedder depends on pulls
+//! in no argument parser, progress bars or `anyhow`.
 
 /// `println!` for the CLI's output: a write error (the reader of a pipe
 /// gone, `cairn log | head`; a full disk under `> file`) is returned with
@@ -38,6 +40,19 @@ pub mod progress;
 pub mod record;
 pub mod turns;
 
+fn main() -> ExitCode {
+    let args = args::Cli::parse();
+    match run(args) {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            let style = output::Style::stderr();
+            eprintln!("{} {}", style.red("error:"), describe(&e));
+            exit_code_for(&e)
+        }
+    }
+}
+
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -45,6 +60,7 @@ use anyhow::{Context, Result};
 use cairn::engine::log::Durability;
 use cairn::engine::EngineError;
 use cairn::{Error, Store};
+use clap::Parser;
 
 use args::{Cli, Command};
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// The README, read at build time so the test follows every edit.
-const README: &str = include_str!("../README.md");
+const README: &str = include_str!("../../README.md");
 
 /// The first ```sh block after the heading `heading`.
 fn sh_block_after(heading: &str) -> String {

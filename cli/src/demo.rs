@@ -357,7 +357,7 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
     };
 
     let export_path = workspace.join(".cairn").join("demo-export.jsonl");
-    let n = crate::cli::interop::export_to_file(&store, &export_path)?;
+    let n = crate::interop::export_to_file(&store, &export_path)?;
     t.step(
         "export",
         &format!(

@@ -1,0 +1,135 @@
+//! What the CLI tests share: running the built `cairn` binary in a
+//! directory, checking that it succeeded, and reading JSONL output.
+#![allow(clippy::unwrap_used, dead_code)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// Runs `cairn ARGS` in `dir` (no `CAIRN_STORE`, no colour), stdin empty.
+pub fn cairn(dir: &Path, args: &[&str]) -> Output {
+    cairn_stdin(dir, args, None)
+}
+
+/// Starts `cairn ARGS` in `dir` (no `CAIRN_STORE`, no colour), its stdin,
+/// stdout and stderr pipes for the test to use: a live `record` pipe.
+pub fn spawn_cairn(dir: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Runs `cairn ARGS` in `dir` with `stdin` as its input.
+pub fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = spawn_cairn(dir, args);
+    {
+        let mut i = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            i.write_all(s.as_bytes()).unwrap();
+        }
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The command's stdout, after checking it exited 0 (else its output).
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+/// The command's stderr.
+pub fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Each line of `s` as JSON.
+pub fn json_lines(s: &str) -> Vec<serde_json::Value> {
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The command's stderr, after checking it failed.
+pub fn failed(o: &Output) -> String {
+    assert!(!o.status.success(), "expected a failure");
+    err(o)
+}
+
+/// The command's stdout and stderr, for a failure message.
+pub fn all_output(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Damages the store in `ws`: flips one byte in the middle of its first
+/// log segment (under the segment's records, so `verify` names the place).
+pub fn flip_a_byte_mid_log(ws: &Path) {
+    let seg = std::fs::read_dir(ws.join(".cairn/log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&seg, bytes).unwrap();
+}
+
+#[path = "../../../tests/common/mod.rs"]
+mod lib_fixtures;
+#[allow(unused_imports)] // Not every test binary uses it.
+pub use lib_fixtures::restored_checkpoint_with_state;
+
+/// A small seeded generator (xorshift) for the kill loops: the same seed
+/// gives the same moments. Seed it with an odd number (zero stays zero).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// A setting from the environment (`CAIRN_KILLS`, `CAIRN_SEED`), else
+/// `default` (also when it does not parse).
+pub fn env_setting<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `len` bytes that do not compress (xorshift from `seed`), so a blob's
+/// contents stand in its pack as they are and a test can find and damage
+/// them there.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
