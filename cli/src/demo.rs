@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use cairn::{CheckpointInfo, EventKind, Session, Store};
+use cairn::{CheckpointId, CheckpointInfo, EventKind, Session, Store};
 
 use super::args::DemoArgs;
 use super::output::Style;
@@ -20,6 +20,8 @@ const MAX_DEMO_COPY_BYTES: u64 = 512 * 1024 * 1024;
 
 const LIB_V1: &str = "//! A tiny library the demo agent works on.\n\npub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n";
 const LIB_V2: &str = "//! A tiny library the demo agent works on.\n\npub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\n/// Greets someone.\npub fn greet(name: &str) -> String {\n    format!(\"Hello, {name}!\")\n}\n";
+/// The file turn 1 writes.
+const LIB_PATH: &str = "src/lib.rs";
 const MAIN_V1: &str = "fn main() {\n    println!(\"{}\", demo::add(2, 3));\n}\n";
 const MAIN_BAD: &str =
     "fn main() {\n    // the agent deleted everything here\n    unimplemented\n}\n";
@@ -132,41 +134,11 @@ fn tool(s: &Session<'_>, name: &str, path: &str) -> Result<()> {
     Ok(())
 }
 
-/// Runs `cairn demo`.
+/// Runs `cairn demo`: a workspace, then three turns, the rollbacks, an
+/// export, and the commands to explore what it left.
 pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
     let st = Style::stdout();
-    let t = Timeline { st };
-    let workspace: PathBuf = match (&a.dir, a.in_place) {
-        (Some(d), true) => d
-            .canonicalize()
-            .with_context(|| format!("open {}", d.display()))?,
-        (dir, _) => {
-            let target = match &a.into {
-                Some(p) => {
-                    if p.exists() && fs::read_dir(p)?.next().is_some() {
-                        bail!(
-                            "{} is not empty: the demo needs a new or empty directory",
-                            p.display()
-                        );
-                    }
-                    fs::create_dir_all(p)?;
-                    p.canonicalize()?
-                }
-                None => tempfile::Builder::new()
-                    .prefix("cairn-demo-")
-                    .tempdir()?
-                    .keep(),
-            };
-            match dir {
-                Some(d) => {
-                    let mut budget = MAX_DEMO_COPY_BYTES;
-                    copy_tree(d, &target, &mut budget)?;
-                }
-                None => generate(&target)?,
-            }
-            target
-        }
-    };
+    let workspace = demo_workspace(&a)?;
     let mut builder = Store::builder().workspace(&workspace);
     if let Some(d) = settings.durability {
         builder = builder.durability(d);
@@ -179,227 +151,298 @@ pub fn run(settings: &Settings, a: DemoArgs) -> Result<ExitCode> {
         st.bold("cairn demo: workspace"),
         workspace.display()
     );
-    let generated = a.dir.is_none();
     let s = store
         .session("demo-thread")
         .with_agent("demo-agent")
         .with_model("demo-model-1");
-
-    // Turn 1: a tracked write.
-    let c1 = s.before_turn(1)?;
-    t.checkpoint("turn 1", &c1)?;
-    s.prompt("Add a greet() function to the library")?;
-    t.step("turn 1", "prompt: Add a greet() function to the library")?;
-    let lib_path = "src/lib.rs";
-    let lib_now = fs::read_to_string(workspace.join(lib_path)).unwrap_or_default();
-    let lib_new = if generated {
-        LIB_V2.to_string()
-    } else {
-        format!("{lib_now}\n/// Added by the cairn demo.\npub fn greet(name: &str) -> String {{\n    format!(\"Hello, {{name}}!\")\n}}\n")
+    let demo = Demo {
+        store: &store,
+        s: &s,
+        t: Timeline { st },
+        workspace: &workspace,
+        generated: a.dir.is_none(),
     };
-    // A project without src/lib.rs gets one: the tool creates it.
-    let lib_tool = if workspace.join(lib_path).exists() {
-        "write_file"
-    } else {
-        "create_file"
-    };
-    tool(&s, lib_tool, lib_path)?;
-    let kind = write_file(&store, &s, lib_path, lib_new.as_bytes())?;
-    t.step(
-        "turn 1",
-        &format!("{} {lib_path} ({})", st.cyan(kind.name()), written(kind)),
-    )?;
-    s.reply("Added greet().")?;
-    let a1 = s.after_turn(1)?;
-    t.checkpoint("turn 1", &a1)?;
-
-    // Turn 2: a shell command edits a file behind cairn's back; the scan catches it.
-    let c2 = s.before_turn(2)?;
-    t.checkpoint("turn 2", &c2)?;
-    s.prompt("Bump the version")?;
-    tool(&s, "bash", "Cargo.toml")?;
-    let cargo = workspace.join("Cargo.toml");
-    let had_cargo = cargo.exists();
-    let text = fs::read_to_string(&cargo).unwrap_or_default();
-    // The timeline names the edit that was made: the version bumped where
-    // it reads as the generated one does, else a line appended.
-    let (bumped, command) = if text.contains("version = \"0.1.0\"") {
-        (
-            text.replace("version = \"0.1.0\"", "version = \"0.2.0\""),
-            "sed -i 's/0.1.0/0.2.0/' Cargo.toml",
-        )
-    } else {
-        (
-            format!("{text}\n# bumped by the cairn demo\n"),
-            "echo '# bumped by the cairn demo' >> Cargo.toml",
-        )
-    };
-    fs::write(&cargo, bumped)?;
-    t.step(
-        "turn 2",
-        &format!(
-            "{} {command} (not tracked: a shell edit{})",
-            st.cyan("bash"),
-            if had_cargo { "" } else { " that creates it" }
-        ),
-    )?;
-    let a2 = s.after_turn(2)?;
-    t.checkpoint("turn 2", &a2)?;
-
-    // Turn 3: a bad turn: breaks main.rs, deletes the README, creates junk.
-    let c3 = s.before_turn(3)?;
-    t.checkpoint("turn 3", &c3)?;
-    s.prompt("Clean up the project")?;
-    let kind = write_file(&store, &s, "src/main.rs", MAIN_BAD.as_bytes())?;
-    t.step(
-        "turn 3",
-        &format!("{} src/main.rs (breaks the build)", st.cyan(kind.name())),
-    )?;
-    s.track("README.md")?;
-    let readme = workspace.join("README.md");
-    if readme.exists() {
-        let mut e = s.event(EventKind::FileDelete);
-        e.tool = Some("delete_file".into());
-        e.path = Some("README.md".into());
-        e.before = Some(store.put_blob(&fs::read(&readme)?)?);
-        fs::remove_file(&readme)?;
-        s.record(&e)?;
-        t.step("turn 3", &format!("{} README.md", st.red("file.delete")))?;
-    }
-    let new_dirs = !workspace.join("notes/scratch").is_dir();
-    let kind = write_file(&store, &s, "notes/scratch/todo.md", b"- everything\n")?;
-    t.step(
-        "turn 3",
-        &format!(
-            "{} notes/scratch/todo.md{}",
-            st.cyan(kind.name()),
-            if new_dirs { " (new directories)" } else { "" }
-        ),
-    )?;
-    let mut failed = s.event(EventKind::ToolCall);
-    failed.tool = Some("cargo_build".into());
-    failed.ok = false;
-    failed.error_kind = Some("compile_error".into());
-    s.record(&failed)?;
-    t.step(
-        "turn 3",
-        &format!("{} cargo build failed", st.red("tool_call")),
-    )?;
-    let a3 = s.after_turn(3)?;
-    t.checkpoint("turn 3", &a3)?;
-
-    // Roll back the bad turn, redo it, undo again, then a path-scoped rollback.
-    let r = s.rollback(c3.id)?;
-    t.step(
-        "undo",
-        &format!(
-            "{} to {}: wrote {}, deleted {}, source checkpoint {}",
-            st.yellow("rollback"),
-            c3.id,
-            r.written.len(),
-            r.deleted.len(),
-            r.source.map(|c| c.to_string()).unwrap_or_default()
-        ),
-    )?;
-    let redo = s.rollback(a3.id)?;
-    t.step(
-        "redo",
-        &format!(
-            "{} to {} (later checkpoints stay reachable): wrote {}, deleted {}",
-            st.yellow("rollback"),
-            a3.id,
-            redo.written.len(),
-            redo.deleted.len()
-        ),
-    )?;
-    let undo = s.rollback(c3.id)?;
-    t.step(
-        "undo",
-        &format!(
-            "{} to {} again: wrote {}, deleted {}",
-            st.yellow("rollback"),
-            c3.id,
-            undo.written.len(),
-            undo.deleted.len()
-        ),
-    )?;
-    // What the rollback did, from its report: on a project without
-    // src/lib.rs at c1 it deletes the file turn 1 created.
-    let scoped = s.rollback_paths(c1.id, &[lib_path])?;
-    t.step(
-        "scoped",
-        &format!(
-            "{} {lib_path} only, to {} (before greet() was added): wrote {}, deleted {}, everything else untouched",
-            st.yellow("rollback --path"),
-            c1.id,
-            scoped.written.len(),
-            scoped.deleted.len()
-        ),
-    )?;
-
+    let c1 = demo.turn_1_tracked_write()?;
+    demo.turn_2_shell_edit()?;
+    let (c3, a3) = demo.turn_3_bad_turn()?;
+    demo.undo_redo_and_scoped(c1.id, c3.id, a3.id)?;
     // On the user's own directory, end where it began: their files as they
     // were before the demo (c1), the demo's history still explorable.
-    let restored = if a.in_place && a.dir.is_some() {
-        let back = s.rollback(c1.id)?;
+    let restored = a.in_place && a.dir.is_some();
+    if restored {
+        demo.rollback_step("restore", c1.id, "(your files as before the demo)")?;
+    }
+    demo.export_and_summary(restored.then_some(c1.id))?;
+    store.close()?;
+    explore(&workspace, c3.id, a3.id)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The directory the demo works in: DIR itself with `--in-place`, else a
+/// new or empty one (`--into`, or a temporary directory) holding a copy of
+/// DIR or a generated project.
+fn demo_workspace(a: &DemoArgs) -> Result<PathBuf> {
+    if let (Some(d), true) = (&a.dir, a.in_place) {
+        return d
+            .canonicalize()
+            .with_context(|| format!("open {}", d.display()));
+    }
+    let target = match &a.into {
+        Some(p) => {
+            if p.exists() && fs::read_dir(p)?.next().is_some() {
+                bail!(
+                    "{} is not empty: the demo needs a new or empty directory",
+                    p.display()
+                );
+            }
+            fs::create_dir_all(p)?;
+            p.canonicalize()?
+        }
+        None => tempfile::Builder::new()
+            .prefix("cairn-demo-")
+            .tempdir()?
+            .keep(),
+    };
+    match &a.dir {
+        Some(d) => {
+            let mut budget = MAX_DEMO_COPY_BYTES;
+            copy_tree(d, &target, &mut budget)?;
+        }
+        None => generate(&target)?,
+    }
+    Ok(target)
+}
+
+/// The demo's session on its store, and the timeline it prints.
+struct Demo<'a> {
+    store: &'a Store,
+    s: &'a Session<'a>,
+    t: Timeline,
+    workspace: &'a Path,
+    /// A generated project (its files are known), not a copy of DIR.
+    generated: bool,
+}
+
+impl Demo<'_> {
+    /// Turn 1: a tracked write adds greet() to src/lib.rs. Returns the
+    /// checkpoint before it.
+    fn turn_1_tracked_write(&self) -> Result<CheckpointInfo> {
+        let (s, t, st) = (self.s, &self.t, &self.t.st);
+        let c1 = s.before_turn(1)?;
+        t.checkpoint("turn 1", &c1)?;
+        s.prompt("Add a greet() function to the library")?;
+        t.step("turn 1", "prompt: Add a greet() function to the library")?;
+        let lib_now = fs::read_to_string(self.workspace.join(LIB_PATH)).unwrap_or_default();
+        let lib_new = if self.generated {
+            LIB_V2.to_string()
+        } else {
+            format!("{lib_now}\n/// Added by the cairn demo.\npub fn greet(name: &str) -> String {{\n    format!(\"Hello, {{name}}!\")\n}}\n")
+        };
+        // A project without src/lib.rs gets one: the tool creates it.
+        let lib_tool = if self.workspace.join(LIB_PATH).exists() {
+            "write_file"
+        } else {
+            "create_file"
+        };
+        tool(s, lib_tool, LIB_PATH)?;
+        let kind = write_file(self.store, s, LIB_PATH, lib_new.as_bytes())?;
         t.step(
-            "restore",
+            "turn 1",
+            &format!("{} {LIB_PATH} ({})", st.cyan(kind.name()), written(kind)),
+        )?;
+        s.reply("Added greet().")?;
+        t.checkpoint("turn 1", &s.after_turn(1)?)?;
+        Ok(c1)
+    }
+
+    /// Turn 2: a shell command edits a file behind cairn's back; the scan
+    /// at the turn's end catches it.
+    fn turn_2_shell_edit(&self) -> Result<()> {
+        let (s, t, st) = (self.s, &self.t, &self.t.st);
+        t.checkpoint("turn 2", &s.before_turn(2)?)?;
+        s.prompt("Bump the version")?;
+        tool(s, "bash", "Cargo.toml")?;
+        let cargo = self.workspace.join("Cargo.toml");
+        let had_cargo = cargo.exists();
+        let text = fs::read_to_string(&cargo).unwrap_or_default();
+        // The timeline names the edit that was made: the version bumped where
+        // it reads as the generated one does, else a line appended.
+        let (bumped, command) = if text.contains("version = \"0.1.0\"") {
+            (
+                text.replace("version = \"0.1.0\"", "version = \"0.2.0\""),
+                "sed -i 's/0.1.0/0.2.0/' Cargo.toml",
+            )
+        } else {
+            (
+                format!("{text}\n# bumped by the cairn demo\n"),
+                "echo '# bumped by the cairn demo' >> Cargo.toml",
+            )
+        };
+        fs::write(&cargo, bumped)?;
+        t.step(
+            "turn 2",
             &format!(
-                "{} to {} (your files as before the demo): wrote {}, deleted {}",
-                st.yellow("rollback"),
-                c1.id,
-                back.written.len(),
-                back.deleted.len()
+                "{} {command} (not tracked: a shell edit{})",
+                st.cyan("bash"),
+                if had_cargo { "" } else { " that creates it" }
             ),
         )?;
-        true
-    } else {
-        false
-    };
-
-    let export_path = workspace.join(".cairn").join("demo-export.jsonl");
-    let n = crate::interop::export_to_file(&store, &export_path)?;
-    t.step(
-        "export",
-        &format!(
-            "{n} records as canonical JSONL -> {}",
-            export_path.display()
-        ),
-    )?;
-    let head = store.head();
-    // The whole hash, so it can be handed to `cairn verify --head` as is: a
-    // prefix would pin the log to far fewer bits than the check is for.
-    outln!(
-        "\n{} {} records, head hash {}",
-        st.bold("done:"),
-        head.last_lsn,
-        head.chain.to_hex()
-    );
-    if restored {
-        outln!(
-            "Your files are back as they were before the demo ({}, rolled back to at the end); the demo's checkpoints and records stay in {}.",
-            c1.id,
-            workspace.join(".cairn").display()
-        );
+        t.checkpoint("turn 2", &s.after_turn(2)?)?;
+        Ok(())
     }
-    store.close()?;
-    let cd = shell_quote(&workspace);
+
+    /// Turn 3, a bad turn: breaks main.rs, deletes the README, creates
+    /// junk, and its build fails. Returns the checkpoints before and after.
+    fn turn_3_bad_turn(&self) -> Result<(CheckpointInfo, CheckpointInfo)> {
+        let (store, s, t, st) = (self.store, self.s, &self.t, &self.t.st);
+        let c3 = s.before_turn(3)?;
+        t.checkpoint("turn 3", &c3)?;
+        s.prompt("Clean up the project")?;
+        let kind = write_file(store, s, "src/main.rs", MAIN_BAD.as_bytes())?;
+        t.step(
+            "turn 3",
+            &format!("{} src/main.rs (breaks the build)", st.cyan(kind.name())),
+        )?;
+        s.track("README.md")?;
+        let readme = self.workspace.join("README.md");
+        if readme.exists() {
+            let mut e = s.event(EventKind::FileDelete);
+            e.tool = Some("delete_file".into());
+            e.path = Some("README.md".into());
+            e.before = Some(store.put_blob(&fs::read(&readme)?)?);
+            fs::remove_file(&readme)?;
+            s.record(&e)?;
+            t.step("turn 3", &format!("{} README.md", st.red("file.delete")))?;
+        }
+        let new_dirs = !self.workspace.join("notes/scratch").is_dir();
+        let kind = write_file(store, s, "notes/scratch/todo.md", b"- everything\n")?;
+        t.step(
+            "turn 3",
+            &format!(
+                "{} notes/scratch/todo.md{}",
+                st.cyan(kind.name()),
+                if new_dirs { " (new directories)" } else { "" }
+            ),
+        )?;
+        let mut failed = s.event(EventKind::ToolCall);
+        failed.tool = Some("cargo_build".into());
+        failed.ok = false;
+        failed.error_kind = Some("compile_error".into());
+        s.record(&failed)?;
+        t.step(
+            "turn 3",
+            &format!("{} cargo build failed", st.red("tool_call")),
+        )?;
+        let a3 = s.after_turn(3)?;
+        t.checkpoint("turn 3", &a3)?;
+        Ok((c3, a3))
+    }
+
+    /// Rolls the bad turn back, redoes it, undoes it again, then rolls
+    /// back src/lib.rs alone to before turn 1.
+    fn undo_redo_and_scoped(
+        &self,
+        c1: CheckpointId,
+        c3: CheckpointId,
+        a3: CheckpointId,
+    ) -> Result<()> {
+        let (s, t, st) = (self.s, &self.t, &self.t.st);
+        let r = s.rollback(c3)?;
+        t.step(
+            "undo",
+            &format!(
+                "{} to {c3}: wrote {}, deleted {}, source checkpoint {}",
+                st.yellow("rollback"),
+                r.written.len(),
+                r.deleted.len(),
+                r.source.map(|c| c.to_string()).unwrap_or_default()
+            ),
+        )?;
+        self.rollback_step("redo", a3, "(later checkpoints stay reachable)")?;
+        self.rollback_step("undo", c3, "again")?;
+        // What the rollback did, from its report: on a project without
+        // src/lib.rs at c1 it deletes the file turn 1 created.
+        let scoped = s.rollback_paths(c1, &[LIB_PATH])?;
+        t.step(
+            "scoped",
+            &format!(
+                "{} {LIB_PATH} only, to {c1} (before greet() was added): wrote {}, deleted {}, everything else untouched",
+                st.yellow("rollback --path"),
+                scoped.written.len(),
+                scoped.deleted.len()
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// A whole rollback to `to`, printed as step `name` with `note`.
+    fn rollback_step(&self, name: &str, to: CheckpointId, note: &str) -> Result<()> {
+        let r = self.s.rollback(to)?;
+        self.t.step(
+            name,
+            &format!(
+                "{} to {to} {note}: wrote {}, deleted {}",
+                self.t.st.yellow("rollback"),
+                r.written.len(),
+                r.deleted.len()
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// Exports the history as canonical JSONL and prints the head, and,
+    /// when the demo ended by rolling the user's files back to `restored`,
+    /// says so.
+    fn export_and_summary(&self, restored: Option<CheckpointId>) -> Result<()> {
+        let st = &self.t.st;
+        let export_path = self.workspace.join(".cairn").join("demo-export.jsonl");
+        let n = crate::interop::export_to_file(self.store, &export_path)?;
+        self.t.step(
+            "export",
+            &format!(
+                "{n} records as canonical JSONL -> {}",
+                export_path.display()
+            ),
+        )?;
+        let head = self.store.head();
+        // The whole hash, so it can be handed to `cairn verify --head` as is: a
+        // prefix would pin the log to far fewer bits than the check is for.
+        outln!(
+            "\n{} {} records, head hash {}",
+            st.bold("done:"),
+            head.last_lsn,
+            head.chain.to_hex()
+        );
+        if let Some(c1) = restored {
+            outln!(
+                "Your files are back as they were before the demo ({c1}, rolled back to at the end); the demo's checkpoints and records stay in {}.",
+                self.workspace.join(".cairn").display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Prints the commands that explore what the demo left.
+fn explore(workspace: &Path, c3: CheckpointId, a3: CheckpointId) -> Result<()> {
+    let cd = shell_quote(workspace);
     outln!("\nExplore it:");
     for cmd in [
         format!("cd {cd}"),
         "cairn log".to_string(),
         "cairn checkpoints".to_string(),
-        format!("cairn diff {} {}", c3.id, a3.id),
-        format!("cairn show {}:src/main.rs", a3.id),
+        format!("cairn diff {c3} {a3}"),
+        format!("cairn show {a3}:src/main.rs"),
         "cairn history src/lib.rs".to_string(),
         "cairn blame head src/lib.rs".to_string(),
-        format!("cairn rollback {} --dry-run", a3.id),
+        format!("cairn rollback {a3} --dry-run"),
         "cairn export --format comma".to_string(),
         "cairn verify".to_string(),
     ] {
         outln!("  {cmd}");
     }
     outln!("(with cargo: `cargo run --release -- --store {cd}/.cairn log`)");
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn shell_quote(p: &Path) -> String {

@@ -11,7 +11,7 @@ use cairn::query::Filter;
 use cairn::{Lsn, Store};
 
 use super::args::ExportArgs;
-use super::inspect::filter_from;
+use super::records::filter_from;
 use super::Settings;
 
 fn parse_format(s: &str) -> Result<Format> {
@@ -51,10 +51,10 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
         ));
     }
     let store = settings.open_read()?;
-    super::inspect::check_record_bounds(&store, &a.filter)?;
+    super::records::check_record_bounds(&store, &a.filter)?;
     filter.path = filter
         .path
-        .map(|p| super::inspect::record_path(&p, store.workspace_dir()));
+        .map(|p| super::records::record_path(&p, store.workspace_dir()));
     let mut sink: Box<dyn Write> = match &a.output {
         Some(p) => Box::new(BufWriter::new(
             File::create(p).with_context(|| format!("create {}", p.display()))?,

@@ -31,13 +31,15 @@ pub mod blob;
 pub mod checkpoint;
 pub mod demo;
 pub mod discover;
-pub mod inspect;
+pub mod health;
 pub mod interop;
 pub mod memory;
 pub mod output;
 pub mod paths;
 pub mod progress;
 pub mod record;
+pub mod records;
+pub mod travel;
 pub mod turns;
 
 fn main() -> ExitCode {
@@ -250,7 +252,7 @@ pub struct Settings {
 
 impl Settings {
     /// `command` with the paths it names read from the current directory
-    /// (see [`paths`]); `show` reads its own (see [`inspect::show`]). The
+    /// (see [`paths`]); `show` reads its own (see [`travel::show`]). The
     /// store is looked for only when the command names a path.
     fn paths_from_cwd(&self, mut command: Command) -> Command {
         let typed: Vec<&mut String> = match &mut command {
@@ -499,10 +501,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     let result = match command {
         Command::Init { dir, rebind } => init(&settings, dir.as_deref(), rebind),
         Command::Record(a) => record::run(&settings, a),
-        Command::Log(a) => inspect::log(&settings, a),
-        Command::Verify(a) => inspect::verify(&settings, a),
-        Command::Repair { json } => inspect::repair(&settings, json),
-        Command::Stats { json } => inspect::stats(&settings, json),
+        Command::Log(a) => health::log(&settings, a),
+        Command::Verify(a) => health::verify(&settings, a),
+        Command::Repair { json } => health::repair(&settings, json),
+        Command::Stats { json } => health::stats(&settings, json),
         Command::Blob(b) => blob::run(&settings, b),
         Command::Track { paths } => checkpoint::track(&settings, &paths),
         Command::Checkpoint(a) => checkpoint::create(&settings, a),
@@ -511,19 +513,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Rollback(a) => checkpoint::rollback(&settings, a),
         Command::Gc(a) => checkpoint::gc(&settings, a),
-        Command::Show { spec } => inspect::show(&settings, &spec),
-        Command::Tree { point, json } => inspect::tree(&settings, &point, json),
-        Command::Diff { a, b, paths, json } => inspect::diff(&settings, &a, &b, &paths, json),
+        Command::Show { spec } => travel::show(&settings, &spec),
+        Command::Tree { point, json } => travel::tree(&settings, &point, json),
+        Command::Diff { a, b, paths, json } => travel::diff(&settings, &a, &b, &paths, json),
         Command::History {
             path,
             checkpoints,
             follow,
             json,
-        } => inspect::history(&settings, &path, checkpoints, follow, json),
+        } => travel::history(&settings, &path, checkpoints, follow, json),
         Command::Blame { point, path, json } => {
-            inspect::blame(&settings, &point, path.as_deref(), json)
+            travel::blame(&settings, &point, path.as_deref(), json)
         }
-        Command::Branches { id, json } => inspect::branches(&settings, id.as_deref(), json),
+        Command::Branches { id, json } => travel::branches(&settings, id.as_deref(), json),
         Command::Export(a) => interop::export(&settings, a),
         Command::Import {
             format,
