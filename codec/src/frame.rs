@@ -336,6 +336,46 @@ pub fn place(f: &mut [u8], lsn: Lsn, prev: ChainHash, form: ChainForm) -> ChainH
     chain
 }
 
+/// The writer's half of a pair assertion (the reader's half is
+/// [`decode`]): the frame `f`, just placed as record `lsn`, holds what a
+/// reader will check, so a bug in the writer stops the process before
+/// its bytes reach the disk, not at the next read. Cheap checks always
+/// (the length field, the LSN, reserved bits); the checksum and the whole
+/// decode in debug builds, where the cost of a second CRC pass is no
+/// concern.
+///
+/// # Panics
+///
+/// When the frame is not what [`decode`] accepts as record `lsn`: a
+/// writer bug, never bad input.
+pub fn assert_placed(f: &[u8], lsn: Lsn) {
+    assert!(
+        f.len() >= HEADER_LEN,
+        "frame of {} bytes has no header",
+        f.len()
+    );
+    let len = u32::from_le_bytes([f[0], f[1], f[2], f[3]]) as usize;
+    assert_eq!(
+        len,
+        f.len() - HEADER_LEN,
+        "frame length field disagrees with its bytes"
+    );
+    assert!(
+        len <= MAX_STORED_BODY_BYTES,
+        "frame body of {len} bytes is over the limit"
+    );
+    assert_eq!(
+        &f[12..20],
+        &lsn.0.to_le_bytes(),
+        "frame placed at another LSN"
+    );
+    assert_eq!([f[10], f[11]], [0, 0], "frame reserved bytes set");
+    debug_assert!(
+        decode(f).is_ok_and(|fr| fr.lsn == lsn && fr.len() == f.len()),
+        "a placed frame does not decode as record {lsn}"
+    );
+}
+
 /// Appends a frame for `body` to `out` as [`encode_with`] does, but with
 /// its LSN, chain value and CRC left zero, for a writer that fills them in
 /// with [`place`] once the record's position is known: the costly part of
@@ -472,6 +512,32 @@ mod tests {
     use super::*;
     use crate::{Event, EventKind};
     use proptest::prelude::*;
+
+    fn placed(lsn: u64) -> Vec<u8> {
+        let mut f = Vec::new();
+        encode_unplaced(&mut f, RecordKind::Event, 0, b"a body", None).unwrap();
+        place(&mut f, Lsn(lsn), ChainHash::ZERO, ChainForm::CURRENT);
+        f
+    }
+
+    #[test]
+    fn a_placed_frame_passes_the_writers_assertion() {
+        assert_placed(&placed(7), Lsn(7));
+    }
+
+    #[test]
+    #[should_panic(expected = "length field")]
+    fn a_frame_whose_length_field_lies_stops_the_writer() {
+        let mut f = placed(7);
+        f[0] ^= 1;
+        assert_placed(&f, Lsn(7));
+    }
+
+    #[test]
+    #[should_panic(expected = "another LSN")]
+    fn a_frame_placed_at_another_lsn_stops_the_writer() {
+        assert_placed(&placed(7), Lsn(8));
+    }
 
     #[test]
     fn placing_an_unplaced_or_prepared_frame_matches_encode() {

@@ -635,7 +635,11 @@ impl Inner {
         let first = st.next_lsn;
         let (mut chain, form) = (st.chain, st.header.chain_form);
         for (i, item) in items.iter_mut().enumerate() {
-            chain = frame::place(&mut item.0, Lsn(first.0 + i as u64), chain, form);
+            let lsn = Lsn(first.0 + i as u64);
+            chain = frame::place(&mut item.0, lsn, chain, form);
+            // What recovery and every reader will check, checked before
+            // the bytes go out: dense LSNs, a frame that decodes as its own.
+            frame::assert_placed(&item.0, lsn);
         }
         let at = st.end;
         if let Err(e) = self.put_frames(&mut st, items, at, total) {
@@ -646,6 +650,9 @@ impl Inner {
         let mut last_off = at;
         for (i, item) in items.iter().enumerate() {
             let lsn = Lsn(first.0 + i as u64);
+            // The sparse index a reader seeks by needs offsets that grow
+            // with LSNs.
+            assert!(i == 0 || off > last_off, "log offsets must grow with LSNs");
             if st.index.note(lsn, off) {
                 new_entries.push((lsn, off));
             }
