@@ -466,6 +466,13 @@ pub enum Command {
         after_help = "Example:\n  cairn demo\n  cairn demo ./my-project   # works on a copy; your files are never touched"
     )]
     Demo(DemoArgs),
+    /// Write one self-contained page of the history: a timeline per
+    /// session with its checkpoints, rollbacks and diffs (HTML, or Markdown
+    /// with `--format md`).
+    #[command(
+        after_help = "The HTML page opens from disk with no server or network; without JavaScript it\nstill shows every record, and a click on a checkpoint, rollback or file event\nshows its diff. The same store and options always give the same bytes.\n\nExample:\n  cairn report --output report.html\n  cairn report --session t1 --since c12 --format md"
+    )]
+    Report(ReportArgs),
     /// Print shell completions.
     #[command(
         after_help = "Example:\n  cairn completions bash > ~/.local/share/bash-completion/completions/cairn"
@@ -721,4 +728,24 @@ pub struct DemoArgs {
     /// Work on DIR itself, not on a copy: it is checkpointed, and at the end rolled back to its first checkpoint (your files as before the demo).
     #[arg(long)]
     pub in_place: bool,
+}
+
+/// `cairn report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The file to write (`-` or none: standard output).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Only these sessions (repeat for more; default: every session).
+    #[arg(long, value_name = "S")]
+    pub session: Vec<String>,
+    /// From this point on (`@LSN`, `c12`, a time).
+    #[arg(long, value_name = "POINT")]
+    pub since: Option<String>,
+    /// Up to this point.
+    #[arg(long, value_name = "POINT")]
+    pub until: Option<String>,
+    /// `html` (default) or `md`.
+    #[arg(long, default_value = "html", value_name = "FORMAT")]
+    pub format: String,
 }

@@ -39,6 +39,7 @@ pub mod paths;
 pub mod progress;
 pub mod record;
 pub mod records;
+pub mod report;
 pub mod travel;
 pub mod turns;
 
@@ -541,6 +542,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 .with_collected_checkpoints(collected);
             interop::import(&settings, &format, &files, json, opts)
         }),
+        Command::Report(a) => report::run(&settings, a),
         Command::Demo(a) => demo::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
     };

@@ -1,0 +1,357 @@
+//! The report as one HTML page: inline CSS and JavaScript, nothing loaded
+//! from elsewhere. Readable without JavaScript (every row, summary and
+//! diff is in the markup; a row's details open with a click, as
+//! `<details>` does); the script adds the filters and the search. Every
+//! string from the history goes through [`esc`], and none is ever placed
+//! inside the script.
+
+use std::io::Write;
+
+use super::{Detail, FileChange, Report, Row};
+
+/// The most lanes drawn side by side; sessions past it share the last.
+const MAX_LANES: usize = 16;
+
+const STYLE: &str = r#"
+:root{--fg:#1d1f21;--dim:#6b7280;--bg:#fff;--line:#e5e7eb;--add:#e6ffec;--del:#ffebe9;--hunk:#ddf4ff;--cp:#0969da;--rb:#bf8700;--bad:#cf222e}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;color:var(--fg);background:var(--bg);margin:0 1.5rem 3rem}
+h1{font-size:1.4rem;margin:1rem 0 .2rem}h2{font-size:1.1rem;margin:1.4rem 0 .4rem}
+.meta,.dim{color:var(--dim)}
+table{border-collapse:collapse}th,td{border-bottom:1px solid var(--line);padding:.2rem .6rem;text-align:left;white-space:nowrap}
+td.n{text-align:right}
+form{display:flex;gap:.5rem;flex-wrap:wrap;align-items:center;margin:.6rem 0;position:sticky;top:0;background:var(--bg);padding:.4rem 0;border-bottom:1px solid var(--line);z-index:1}
+ol{list-style:none;margin:0;padding:0}
+#tl>li{content-visibility:auto;contain-intrinsic-size:auto 1.5em;border-bottom:1px solid #f3f4f6}
+#tl>li>div,#tl summary{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;padding:.05rem 0}
+#tl summary{cursor:pointer;list-style:none}#tl summary::-webkit-details-marker{display:none}
+code,pre{font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
+.g{color:var(--dim);letter-spacing:-.05em}.g b{color:var(--fg)}.g .c{color:var(--cp)}.g .r{color:var(--rb)}
+.l{color:var(--dim);text-decoration:none;display:inline-block;min-width:4.5em}
+.t{color:var(--dim)}.k{display:inline-block;min-width:9em;font-weight:600}
+.k-checkpoint-create .k{color:var(--cp)}.k-rollback .k{color:var(--rb)}.bad .k{color:var(--bad)}
+.ab{opacity:.5}.ab .k::after{content:" (abandoned)";font-weight:400}
+.e{color:var(--rb);margin-left:.6em}
+.x{margin:.3rem 0 .8rem 2rem}
+.x h4{margin:.5rem 0 .2rem;font:600 13px ui-monospace,monospace}
+pre{margin:0;padding:.3rem .5rem;background:#f6f8fa;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
+pre .a{background:var(--add);display:block}pre .d{background:var(--del);display:block}pre .h{background:var(--hunk);display:block;color:var(--dim)}
+"#;
+
+const SCRIPT: &str = r#"
+(function(){
+var f=document.getElementById('f');f.hidden=false;
+var rows=Array.prototype.slice.call(document.querySelectorAll('#tl>li'));
+var n=document.getElementById('n');
+function v(id){return document.getElementById(id).value}
+function apply(){
+ var k=v('fk'),a=v('fa'),m=v('fm'),ok=v('fo'),p=v('fp'),q=v('fq').toLowerCase(),c=0;
+ for(var i=0;i<rows.length;i++){var li=rows[i],d=li.dataset;
+  var show=(!k||d.k===k)&&(!a||d.a===a)&&(!m||d.m===m)&&(!ok||(ok==='failed')===li.classList.contains('bad'))
+   &&(!p||(d.p||'').indexOf(p)>=0)&&(!q||li.textContent.toLowerCase().indexOf(q)>=0);
+  li.hidden=!show;if(show)c++}
+ n.textContent=c+' of '+rows.length+' records';
+}
+f.addEventListener('input',apply);f.addEventListener('submit',function(e){e.preventDefault()});
+apply();
+})();
+"#;
+
+/// Escapes `s` for HTML text and attribute values.
+pub fn esc(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(['&', '<', '>', '"', '\'']) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Writes `r` as one HTML page.
+pub fn write(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
+    write!(
+        out,
+        "<!doctype html>\n<html lang=en><head><meta charset=utf-8>\
+         <meta name=viewport content=\"width=device-width\">\
+         <title>cairn report</title><style>{STYLE}</style></head><body>\n"
+    )?;
+    writeln!(out, "<h1>cairn report</h1>")?;
+    let span = match (r.rows.first(), r.rows.last()) {
+        (Some(a), Some(b)) => format!("@{} to @{}", a.record.lsn, b.record.lsn),
+        _ => "no records".into(),
+    };
+    writeln!(
+        out,
+        "<p class=meta>{}{} records ({span}), {} sessions</p>",
+        r.workspace
+            .as_deref()
+            .map(|w| format!("workspace <code>{}</code> &middot; ", esc(w)))
+            .unwrap_or_default(),
+        r.rows.len(),
+        r.sessions.len()
+    )?;
+    sessions(r, out)?;
+    filters(r, out)?;
+    timeline(r, out)?;
+    write!(out, "<script>{SCRIPT}</script>\n</body></html>\n")
+}
+
+/// The summary table: one row per session.
+fn sessions(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
+    writeln!(out, "<h2>Sessions</h2><table><thead><tr><th>lane</th><th>session</th><th>prompts</th><th>replies</th><th>tool calls</th><th>failures</th><th>files</th><th>checkpoints</th><th>rollbacks</th><th>from</th><th>to</th><th>tokens in/out</th></tr></thead><tbody>")?;
+    for (i, s) in r.sessions.iter().enumerate() {
+        let (from, to) = s
+            .span
+            .map(|(a, b)| (a.to_iso(), b.to_iso()))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "<tr><td class=n>{}</td><td>{}{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{from}</td><td>{to}</td><td class=n>{}</td></tr>",
+            i + 1,
+            esc(&s.id),
+            s.parent
+                .as_deref()
+                .map(|p| format!(" <span class=dim>(subagent of {})</span>", esc(p)))
+                .unwrap_or_default(),
+            s.prompts,
+            s.replies,
+            s.tool_calls,
+            s.failures,
+            s.files,
+            s.checkpoints,
+            s.rollbacks,
+            s.tokens
+                .map(|(i, o)| format!("{i} / {o}"))
+                .unwrap_or_default()
+        )?;
+    }
+    writeln!(out, "</tbody></table>")
+}
+
+/// The filter bar (hidden until the script shows it).
+fn filters(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
+    writeln!(out, "<h2>Timeline</h2><form id=f hidden>")?;
+    let select = |out: &mut Vec<u8>, id: &str, all: &str, opts: &[(String, String)]| {
+        write!(out, "<select id={id}><option value=\"\">{all}</option>")?;
+        for (value, label) in opts {
+            write!(
+                out,
+                "<option value=\"{}\">{}</option>",
+                esc(value),
+                esc(label)
+            )?;
+        }
+        writeln!(out, "</select>")
+    };
+    let named = |v: &[String]| -> Vec<(String, String)> {
+        v.iter().map(|k| (k.clone(), k.clone())).collect()
+    };
+    let indexed = |v: &[String]| -> Vec<(String, String)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, k)| (i.to_string(), k.clone()))
+            .collect()
+    };
+    select(out, "fk", "every kind", &named(&r.kinds))?;
+    select(out, "fa", "every agent", &indexed(&r.agents))?;
+    select(out, "fm", "every model", &indexed(&r.models))?;
+    select(
+        out,
+        "fo",
+        "ok or failed",
+        &[
+            ("ok".into(), "ok".into()),
+            ("failed".into(), "failed".into()),
+        ],
+    )?;
+    writeln!(out, "<input id=fp placeholder=path size=18><input id=fq type=search placeholder=search size=24><span id=n class=dim></span></form>")
+}
+
+/// The timeline: a row per record, its session's lane marked.
+fn timeline(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let lanes = r.sessions.len().min(MAX_LANES);
+    // Each lane is drawn from its session's first record to its last.
+    let mut first_last = vec![(u64::MAX, 0u64); lanes];
+    for row in &r.rows {
+        let l = row.lane.min(lanes.saturating_sub(1));
+        let (a, b) = &mut first_last[l];
+        *a = (*a).min(row.record.lsn.0);
+        *b = (*b).max(row.record.lsn.0);
+    }
+    let agent_ix = |a: &str| r.agents.iter().position(|x| x == a);
+    let model_ix = |m: &str| r.models.iter().position(|x| x == m);
+    writeln!(out, "<ol id=tl>")?;
+    let mut graph = String::new();
+    for row in &r.rows {
+        let e = &row.record.event;
+        let lsn = row.record.lsn.0;
+        graph.clear();
+        if lanes > 1 {
+            for (j, &(a, b)) in first_last.iter().enumerate() {
+                if j == row.lane.min(lanes - 1) {
+                    graph.push_str(node_glyph(row));
+                } else if a < lsn && lsn < b {
+                    graph.push('│');
+                } else {
+                    graph.push(' ');
+                }
+            }
+        } else {
+            graph.push_str(node_glyph(row));
+        }
+        let kind = e.kind.name();
+        write!(
+            out,
+            "<li id=r{lsn} class=\"k-{}{}{}\" data-k=\"{kind}\"",
+            kind.replace('.', "-"),
+            if row.abandoned { " ab" } else { "" },
+            if e.ok { "" } else { " bad" },
+        )?;
+        if let Some(i) = e.agent.as_deref().and_then(agent_ix) {
+            write!(out, " data-a={i}")?;
+        }
+        if let Some(i) = e.model.as_deref().and_then(model_ix) {
+            write!(out, " data-m={i}")?;
+        }
+        if let Some(p) = &e.path {
+            write!(out, " data-p=\"{}\"", esc(p))?;
+        }
+        let has_detail = !matches!(row.detail, Detail::None);
+        write!(
+            out,
+            ">{}<code class=g>{graph}</code> <a class=l href=#r{lsn}>@{lsn}</a> <span class=t>{}</span> <span class=k>{kind}</span> {}",
+            if has_detail { "<details><summary>" } else { "<div>" },
+            time_of_day(&e.ts.to_iso()),
+            esc(&row.summary),
+        )?;
+        if let Some((target, redo)) = row.edge {
+            write!(
+                out,
+                "<a class=e href=#r{t}>{} c{t}</a>",
+                if redo { "↪ redo to" } else { "↩ back to" },
+                t = target.0
+            )?;
+        }
+        if has_detail {
+            out.extend_from_slice(b"</summary><div class=x>");
+            detail(&row.detail, out)?;
+            out.extend_from_slice(b"</div></details></li>\n");
+        } else {
+            out.extend_from_slice(b"</div></li>\n");
+        }
+    }
+    writeln!(out, "</ol>")
+}
+
+/// The glyph of a row's own lane: a checkpoint as a node, a rollback as
+/// its edge back, others as a dot.
+fn node_glyph(row: &Row) -> &'static str {
+    use cairn::EventKind;
+    match row.record.event.kind {
+        EventKind::CheckpointCreate => "<b class=c>◉</b>",
+        EventKind::Rollback => "<b class=r>↩</b>",
+        _ if row.abandoned => "┆",
+        _ => "<b>●</b>",
+    }
+}
+
+/// `HH:MM:SS` of an ISO time (the whole is in the sessions table).
+fn time_of_day(iso: &str) -> &str {
+    iso.get(11..19).unwrap_or(iso)
+}
+
+/// A row's details.
+fn detail(d: &Detail, out: &mut Vec<u8>) -> std::io::Result<()> {
+    match d {
+        Detail::None => Ok(()),
+        Detail::Text(t, cut) => write!(
+            out,
+            "<pre>{}{}</pre>",
+            esc(t),
+            if *cut {
+                "\n… (cut: `cairn log --json` has the whole text)"
+            } else {
+                ""
+            }
+        ),
+        Detail::Omitted(cmd) => write!(
+            out,
+            "<p class=dim>Left out to keep the report small: <code>{}</code> shows it.</p>",
+            esc(cmd)
+        ),
+        Detail::Files(files) if files.is_empty() => {
+            write!(out, "<p class=dim>No files changed.</p>")
+        }
+        Detail::Files(files) => {
+            for f in files {
+                file(f, out)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// One file's change: its header and coloured diff.
+fn file(f: &FileChange, out: &mut Vec<u8>) -> std::io::Result<()> {
+    write!(out, "<h4>{} <span class=dim>{}", esc(&f.path), f.status)?;
+    if let Some((a, r)) = f.stat {
+        write!(out, " +{a} -{r}")?;
+    }
+    out.extend_from_slice(b"</span></h4>");
+    match &f.body {
+        Err(why) => write!(out, "<p class=dim>{}</p>", esc(why)),
+        Ok(lines) if lines.is_empty() => Ok(()),
+        Ok(lines) => {
+            out.extend_from_slice(b"<pre>");
+            for l in lines {
+                let class = if l.starts_with("@@") {
+                    "h"
+                } else if l.starts_with('+') && !l.starts_with("+++") {
+                    "a"
+                } else if l.starts_with('-') && !l.starts_with("---") {
+                    "d"
+                } else {
+                    ""
+                };
+                if class.is_empty() {
+                    writeln!(out, "{}", esc(l))?;
+                } else {
+                    write!(out, "<span class={class}>{}</span>", esc(l))?;
+                }
+            }
+            if f.cut > 0 {
+                write!(out, "… {} more lines (`cairn diff` shows them)", f.cut)?;
+            }
+            out.extend_from_slice(b"</pre>");
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn everything_that_could_be_markup_is_escaped() {
+        assert_eq!(
+            esc("</script><img src=x onerror='a()'>&\""),
+            "&lt;/script&gt;&lt;img src=x onerror=&#39;a()&#39;&gt;&amp;&quot;"
+        );
+        assert!(matches!(esc("plain text"), std::borrow::Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn the_script_and_style_hold_no_closing_tag_of_their_own() {
+        assert!(!SCRIPT.contains("</script"));
+        assert!(!STYLE.contains("</style"));
+    }
+}
