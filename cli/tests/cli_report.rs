@@ -2,6 +2,8 @@
 //! built binary: what it shows, that nothing from the history can run as
 //! markup, that it is the same bytes every time, and its Markdown form.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::{cairn, cairn_stdin, ok};

@@ -17,7 +17,7 @@ const STYLE: &str = r#"
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;color:var(--fg);background:var(--bg);margin:0 1.5rem 3rem}
 h1{font-size:1.4rem;margin:1rem 0 .2rem}h2{font-size:1.1rem;margin:1.4rem 0 .4rem}
 .meta,.dim{color:var(--dim)}
-table{border-collapse:collapse}th,td{border-bottom:1px solid var(--line);padding:.2rem .6rem;text-align:left;white-space:nowrap}
+table{border-collapse:collapse;font-size:13px}th,td{border-bottom:1px solid var(--line);padding:.2rem .6rem;text-align:left;white-space:nowrap}
 td.n{text-align:right}
 form{display:flex;gap:.5rem;flex-wrap:wrap;align-items:center;margin:.6rem 0;position:sticky;top:0;background:var(--bg);padding:.4rem 0;border-bottom:1px solid var(--line);z-index:1}
 ol{list-style:none;margin:0;padding:0}
@@ -90,13 +90,13 @@ pub fn write(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
     };
     writeln!(
         out,
-        "<p class=meta>{}{} records ({span}), {} sessions</p>",
+        "<p class=meta>{}{} ({span}), {}</p>",
         r.workspace
             .as_deref()
             .map(|w| format!("workspace <code>{}</code> &middot; ", esc(w)))
             .unwrap_or_default(),
-        r.rows.len(),
-        r.sessions.len()
+        crate::output::count(r.rows.len() as u64, "record"),
+        crate::output::count(r.sessions.len() as u64, "session")
     )?;
     sessions(r, out)?;
     filters(r, out)?;

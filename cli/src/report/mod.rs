@@ -64,10 +64,10 @@ pub fn run(settings: &Settings, a: ReportArgs) -> Result<ExitCode> {
             std::fs::write(path, &bytes).with_context(|| format!("write {}", path.display()))?;
             if !settings.quiet {
                 eprintln!(
-                    "report: {} ({} events, {} sessions, {})",
+                    "report: {} ({}, {}, {})",
                     path.display(),
-                    report.rows.len(),
-                    report.sessions.len(),
+                    super::output::count(report.rows.len() as u64, "record"),
+                    super::output::count(report.sessions.len() as u64, "session"),
                     super::output::bytes(bytes.len() as u64)
                 );
             }
