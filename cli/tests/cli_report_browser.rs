@@ -27,16 +27,46 @@ fn chromium() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-#[test]
-fn the_demo_report_works_in_a_real_browser() {
+/// Runs the browser checks on `report` with `expect`; false if skipped.
+fn check_in_browser(
+    dir: &std::path::Path,
+    report: &std::path::Path,
+    expect: serde_json::Value,
+) -> bool {
     let Some(browser) = chromium() else {
         assert!(
             std::env::var_os("CAIRN_REQUIRE_BROWSER").is_none(),
             "CAIRN_REQUIRE_BROWSER is set but no chromium was found (set CAIRN_CHROMIUM)"
         );
         eprintln!("skipped: no chromium on the PATH (apt-get install chromium)");
-        return;
+        return false;
     };
+    let expect_file = dir.join("expect.json");
+    std::fs::write(&expect_file, expect.to_string()).unwrap();
+    let shot = std::env::var_os("CAIRN_REPORT_SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.join("report.png"));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/check_report.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&browser)
+        .arg(report)
+        .arg(&expect_file)
+        .arg(&shot)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("ok   a screenshot is taken"), "{said}");
+    true
+}
+
+#[test]
+fn the_demo_report_works_in_a_real_browser() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");
     ok(&cairn(
@@ -55,33 +85,62 @@ fn the_demo_report_works_in_a_real_browser() {
         &["report", "--output", report.to_str().unwrap()],
     ));
     let records = ok(&cairn(&ws, &["log", "--json"])).lines().count();
-    let expect = serde_json::json!({
-        "records": records,
-        "sessions": 2,
-        "checkpoint_label": "After turn 3",
-        "checkpoint_path": "src/main.rs",
-        "search": "greet",
-        "hostile_text": "<img src=x onerror=\"window.__pwned=2\">",
-    });
-    let expect_file = tmp.path().join("expect.json");
-    std::fs::write(&expect_file, expect.to_string()).unwrap();
-    let shot = std::env::var_os("CAIRN_REPORT_SCREENSHOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| tmp.path().join("report.png"));
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/check_report.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(&browser)
-        .arg(&report)
-        .arg(&expect_file)
-        .arg(&shot)
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    check_in_browser(
+        tmp.path(),
+        &report,
+        serde_json::json!({
+            "records": records,
+            "sessions": 2,
+            "checkpoint_label": "After turn 3",
+            "checkpoint_path": "src/main.rs",
+            "search": "greet",
+            "hostile_text": "<img src=x onerror=\"window.__pwned=2\">",
+        }),
     );
-    assert!(out.status.success(), "{said}");
-    assert!(said.contains("ok   a click opens it"), "{said}");
+}
+
+/// Records past what the page lays out at once (see `INLINE_ROWS` in
+/// cli/src/report/html.rs): they come a chunk at a time.
+const LONG_HISTORY: usize = 3_000;
+
+#[test]
+fn a_long_history_is_laid_out_as_the_reader_scrolls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let lines: String = (0..LONG_HISTORY)
+        .map(|i| {
+            let text = if i % 100 == 7 {
+                format!("needle {i}")
+            } else {
+                format!("hay {i}")
+            };
+            format!(
+                "{{\"kind\":\"prompt\",\"session\":\"s{}\",\"text\":\"{text}\"}}\n",
+                i % 3
+            )
+        })
+        .collect();
+    ok(&cairn_stdin(ws, &["record"], Some(&lines)));
+    let report = ws.join("report.html");
+    ok(&cairn(
+        ws,
+        &["report", "--output", report.to_str().unwrap()],
+    ));
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        html.contains("<noscript id=rows>"),
+        "a long timeline is kept for the script to lay out"
+    );
+    check_in_browser(
+        ws,
+        &report,
+        serde_json::json!({
+            "lazy": true,
+            "records": LONG_HISTORY,
+            "last_lsn": LONG_HISTORY,
+            "search": "needle",
+            "search_matches": LONG_HISTORY / 100,
+        }),
+    );
 }

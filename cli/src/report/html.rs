@@ -11,6 +11,12 @@ use super::{Detail, FileChange, Report, Row};
 
 /// The most lanes drawn side by side; sessions past it share the last.
 const MAX_LANES: usize = 16;
+/// The most rows laid out as the page loads. A longer timeline is kept as
+/// markup inside `<noscript>` (shown as it is without JavaScript); with
+/// JavaScript, the script lays out this many rows at a time, more as the
+/// reader scrolls, so a history of 100,000 records opens as fast as one
+/// of a few thousand.
+pub const INLINE_ROWS: usize = 2_000;
 
 const STYLE: &str = r#"
 :root{--fg:#1d1f21;--dim:#6b7280;--bg:#fff;--line:#e5e7eb;--add:#e6ffec;--del:#ffebe9;--hunk:#ddf4ff;--cp:#0969da;--rb:#bf8700;--bad:#cf222e}
@@ -25,11 +31,12 @@ ol{list-style:none;margin:0;padding:0}
 #tl>li>div,#tl summary{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;padding:.05rem 0}
 #tl summary{cursor:pointer;list-style:none}#tl summary::-webkit-details-marker{display:none}
 code,pre{font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
-.g{color:var(--dim);letter-spacing:-.05em}.g b{color:var(--fg)}.g .c{color:var(--cp)}.g .r{color:var(--rb)}
-.l{color:var(--dim);text-decoration:none;display:inline-block;min-width:4.5em}
-.t{color:var(--dim)}.k{display:inline-block;min-width:9em;font-weight:600}
-.k-checkpoint-create .k{color:var(--cp)}.k-rollback .k{color:var(--rb)}.bad .k{color:var(--bad)}
-.ab{opacity:.5}.ab .k::after{content:" (abandoned)";font-weight:400}
+#tl code{color:var(--dim);white-space:pre}#tl code b{color:var(--fg);font-weight:400}#tl code .c{color:var(--cp)}#tl code .r{color:var(--rb)}
+#tl i{font-style:normal;color:var(--dim);display:inline-block;min-width:4.5em}
+#tl s{text-decoration:none;color:var(--dim)}
+#tl u{text-decoration:none;display:inline-block;min-width:9em;font-weight:600}
+#tl [data-k="checkpoint.create"] u{color:var(--cp)}#tl [data-k=rollback] u{color:var(--rb)}#tl .bad u{color:var(--bad)}
+.ab{opacity:.5}.ab u::after{content:" (abandoned)";font-weight:400}
 .e{color:var(--rb);margin-left:.6em}
 .x{margin:.3rem 0 .8rem 2rem}
 .x h4{margin:.5rem 0 .2rem;font:600 13px ui-monospace,monospace}
@@ -40,19 +47,52 @@ pre .a{background:var(--add);display:block}pre .d{background:var(--del);display:
 const SCRIPT: &str = r#"
 (function(){
 var f=document.getElementById('f');f.hidden=false;
-var rows=Array.prototype.slice.call(document.querySelectorAll('#tl>li'));
-var n=document.getElementById('n');
-function v(id){return document.getElementById(id).value}
-function apply(){
- var k=v('fk'),a=v('fa'),m=v('fm'),ok=v('fo'),p=v('fp'),q=v('fq').toLowerCase(),c=0;
- for(var i=0;i<rows.length;i++){var li=rows[i],d=li.dataset;
-  var show=(!k||d.k===k)&&(!a||d.a===a)&&(!m||d.m===m)&&(!ok||(ok==='failed')===li.classList.contains('bad'))
-   &&(!p||(d.p||'').indexOf(p)>=0)&&(!q||li.textContent.toLowerCase().indexOf(q)>=0);
-  li.hidden=!show;if(show)c++}
- n.textContent=c+' of '+rows.length+' records';
+var tl=document.getElementById('tl'),n=document.getElementById('n'),more=document.getElementById('more');
+var ns=document.getElementById('rows');
+// Every row as markup and what the filters read of it. A long timeline
+// comes as the text of its <noscript> and is laid out a chunk at a time.
+var rows=[];
+function unesc(s){return s.replace(/&quot;/g,'"').replace(/&#39;/g,"'").replace(/&lt;/g,'<').replace(/&gt;/g,'>').replace(/&amp;/g,'&')}
+var head=/^<li id=r(\d+) data-k=(\S+?)(?: class=(?:"([^"]*)"|(\w+)))?(?: data-a=(\d+))?(?: data-m=(\d+))?(?: data-p="([^"]*)")?>/;
+if(ns){
+ var parts=ns.textContent.split('\n<li id=r');
+ for(var i=0;i<parts.length;i++){var t=parts[i];
+  if(i==0){var at=t.indexOf('<li id=r');if(at<0)continue;t=t.slice(at)}else{t='<li id=r'+t}
+  var m=head.exec(t);if(!m)continue;var c=m[3]||m[4]||'';
+  rows.push({html:t,lsn:m[1],k:m[2],bad:c.indexOf('bad')>=0,a:m[5]||'',m:m[6]||'',p:unesc(m[7]||''),text:null});
+ }
+}else{
+ var lis=tl.children;
+ for(var j=0;j<lis.length;j++){var li=lis[j],d=li.dataset;
+  rows.push({el:li,lsn:li.id.slice(1),k:d.k,bad:li.classList.contains('bad'),a:d.a||'',m:d.m||'',p:d.p||'',text:null});}
 }
+var CHUNK=500,shown=[],drawn=0;
+function v(id){return document.getElementById(id).value}
+function text(r){if(r.text===null){r.text=(r.el?r.el.textContent:unesc(r.html.replace(/<[^>]*>/g,''))).toLowerCase()}return r.text}
+function draw(upto){
+ if(!ns)return;var h='';
+ while(drawn<shown.length&&drawn<upto){h+=shown[drawn].html;drawn++}
+ if(h)tl.insertAdjacentHTML('beforeend',h);
+ more.textContent=drawn<shown.length?(shown.length-drawn)+' more records: scroll down':'';
+}
+function apply(){
+ var k=v('fk'),a=v('fa'),m=v('fm'),ok=v('fo'),p=v('fp'),q=v('fq').toLowerCase();shown=[];
+ for(var i=0;i<rows.length;i++){var r=rows[i];
+  var show=(!k||r.k===k)&&(!a||r.a===a)&&(!m||r.m===m)&&(!ok||(ok==='failed')===r.bad)
+   &&(!p||r.p.indexOf(p)>=0)&&(!q||text(r).indexOf(q)>=0);
+  if(r.el)r.el.hidden=!show;if(show)shown.push(r)}
+ n.textContent=shown.length+' of '+rows.length+' records';
+ if(ns){tl.textContent='';drawn=0;draw(CHUNK)}
+}
+// A link to a row not laid out yet lays out the rows up to it.
+function reveal(){var id=location.hash.slice(2);if(!ns||!id)return;
+ for(var i=drawn;i<shown.length;i++){if(shown[i].lsn===id){draw(i+CHUNK);var el=document.getElementById('r'+id);if(el)el.scrollIntoView();return}}}
 f.addEventListener('input',apply);f.addEventListener('submit',function(e){e.preventDefault()});
-apply();
+window.addEventListener('hashchange',reveal);
+if(ns&&'IntersectionObserver' in window){new IntersectionObserver(function(es){if(es[0].isIntersecting)draw(drawn+CHUNK)},{rootMargin:'800px'}).observe(more)}
+else if(ns){window.addEventListener('scroll',function(){if(window.innerHeight+window.scrollY>document.body.offsetHeight-800)draw(drawn+CHUNK)})}
+apply();reveal();
+window.cairnReport={records:function(){return rows.length},shown:function(){return shown.length},drawn:function(){return ns?drawn:shown.length},more:function(){draw(drawn+CHUNK)}};
 })();
 "#;
 
@@ -188,7 +228,15 @@ fn timeline(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
     }
     let agent_ix = |a: &str| r.agents.iter().position(|x| x == a);
     let model_ix = |m: &str| r.models.iter().position(|x| x == m);
-    writeln!(out, "<ol id=tl>")?;
+    let lazy = r.rows.len() > INLINE_ROWS;
+    if lazy {
+        writeln!(
+            out,
+            "<ol id=tl></ol><p id=more class=dim></p><noscript id=rows><ol id=tl-all>"
+        )?;
+    } else {
+        writeln!(out, "<ol id=tl>")?;
+    }
     let mut graph = String::new();
     for row in &r.rows {
         let e = &row.record.event;
@@ -199,7 +247,7 @@ fn timeline(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
                 if j == row.lane.min(lanes - 1) {
                     graph.push_str(node_glyph(row));
                 } else if a < lsn && lsn < b {
-                    graph.push('│');
+                    graph.push('|');
                 } else {
                     graph.push(' ');
                 }
@@ -208,13 +256,13 @@ fn timeline(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
             graph.push_str(node_glyph(row));
         }
         let kind = e.kind.name();
-        write!(
-            out,
-            "<li id=r{lsn} class=\"k-{}{}{}\" data-k=\"{kind}\"",
-            kind.replace('.', "-"),
-            if row.abandoned { " ab" } else { "" },
-            if e.ok { "" } else { " bad" },
-        )?;
+        write!(out, "<li id=r{lsn} data-k={kind}")?;
+        match (row.abandoned, e.ok) {
+            (true, false) => out.extend_from_slice(b" class=\"ab bad\""),
+            (true, true) => out.extend_from_slice(b" class=ab"),
+            (false, false) => out.extend_from_slice(b" class=bad"),
+            (false, true) => {}
+        }
         if let Some(i) = e.agent.as_deref().and_then(agent_ix) {
             write!(out, " data-a={i}")?;
         }
@@ -227,8 +275,12 @@ fn timeline(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
         let has_detail = !matches!(row.detail, Detail::None);
         write!(
             out,
-            ">{}<code class=g>{graph}</code> <a class=l href=#r{lsn}>@{lsn}</a> <span class=t>{}</span> <span class=k>{kind}</span> {}",
-            if has_detail { "<details><summary>" } else { "<div>" },
+            ">{}<code>{graph}</code> <i>@{lsn}</i> <s>{}</s> <u>{kind}</u> {}",
+            if has_detail {
+                "<details><summary>"
+            } else {
+                "<div>"
+            },
             time_of_day(&e.ts.to_iso()),
             esc(&row.summary),
         )?;
@@ -248,7 +300,11 @@ fn timeline(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
             out.extend_from_slice(b"</div></li>\n");
         }
     }
-    writeln!(out, "</ol>")
+    if lazy {
+        writeln!(out, "</ol></noscript>")
+    } else {
+        writeln!(out, "</ol>")
+    }
 }
 
 /// The glyph of a row's own lane: a checkpoint as a node, a rollback as

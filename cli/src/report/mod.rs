@@ -250,9 +250,23 @@ impl Builder {
             kinds.insert(e.kind.name().to_string());
             agents.extend(e.agent.clone());
             models.extend(e.model.clone());
-            let detail = self.detail(q, &r);
+            // A prompt's or reply's text is its summary; its details
+            // only hold it when the one line could not.
+            let (line, whole) = match (&e.text, e.kind) {
+                (Some(t), EventKind::Prompt | EventKind::Reply) => {
+                    let line = one_line(t);
+                    let whole = line == *t;
+                    (line, whole)
+                }
+                _ => (one_line(&summary(&r)), false),
+            };
+            let detail = if whole {
+                Detail::None
+            } else {
+                self.detail(q, &r)
+            };
             rows.push(Row {
-                summary: one_line(&summary(&r)),
+                summary: line,
                 edge: None,
                 abandoned: false,
                 lane,
