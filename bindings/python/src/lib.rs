@@ -177,6 +177,83 @@ fn from_py(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     )))
 }
 
+/// The event of a dict with only plain fields (`kind`, `text`, `tool`,
+/// `ok`, `latency_ms` and the stamps), built without a round trip through
+/// JSON text: the common case of `record_batch`, whose rate is the
+/// binding's. None when the dict has anything else (or a value of another
+/// type): the caller then reads it as JSON, which checks and names every
+/// field.
+fn plain_event(spec: &SessionSpec, obj: &Bound<'_, PyAny>) -> PyResult<Option<cairn::Event>> {
+    let Ok(d) = obj.downcast::<PyDict>() else {
+        return Ok(None);
+    };
+    let mut kind = None;
+    let mut fields: [Option<String>; 7] = Default::default();
+    let mut ok = true;
+    let mut latency = None;
+    const NAMES: [&str; 7] = ["text", "tool", "session", "run", "phase", "agent", "model"];
+    for (k, v) in d.iter() {
+        let Ok(k) = k.downcast::<PyString>() else {
+            return Ok(None);
+        };
+        let k = k.to_cow()?;
+        if k == "ok" {
+            match v.downcast::<PyBool>() {
+                Ok(b) => ok = b.is_true(),
+                Err(_) => return Ok(None),
+            }
+            continue;
+        }
+        if k == "latency_ms" {
+            match v.extract::<u64>() {
+                Ok(n) if v.downcast::<PyBool>().is_err() => latency = Some(n),
+                _ => return Ok(None),
+            }
+            continue;
+        }
+        let Ok(v) = v.downcast::<PyString>() else {
+            return Ok(None);
+        };
+        if k == "kind" {
+            match common::kind(&v.to_cow()?) {
+                Ok(kd) if !kd.is_file_op() => kind = Some(kd),
+                _ => return Ok(None),
+            }
+            continue;
+        }
+        match NAMES.iter().position(|n| *n == k) {
+            Some(i) => fields[i] = Some(v.to_cow()?.into_owned()),
+            None => return Ok(None),
+        }
+    }
+    let Some(kind) = kind else { return Ok(None) };
+    let [text, tool, session, run, phase, agent, model] = fields;
+    let session = match session {
+        Some(s) if s.is_empty() => return Ok(None),
+        Some(s) => s,
+        None if spec.id.is_empty() => cairn::DEFAULT_SESSION.to_owned(),
+        None => spec.id.clone(),
+    };
+    let mut e = cairn::Event::new(kind, session);
+    e.text = text;
+    e.tool = tool;
+    e.run = run.or_else(|| spec.run.clone());
+    e.phase = phase.or_else(|| spec.phase.clone());
+    e.agent = agent.or_else(|| spec.agent.clone());
+    e.model = model.or_else(|| spec.model.clone());
+    e.ok = ok;
+    e.latency_ms = latency;
+    Ok(Some(e))
+}
+
+/// An event from a dict: [`plain_event`], else read as JSON.
+fn event_arg(spec: &SessionSpec, obj: &Bound<'_, PyAny>) -> PyResult<cairn::Event> {
+    if let Some(e) = plain_event(spec, obj)? {
+        return Ok(e);
+    }
+    spec.event_from_json(from_py(obj, 0)?).map_err(py_err)
+}
+
 /// A checkpoint id from `c42` or a `Checkpoint`.
 fn checkpoint_arg(obj: &Bound<'_, PyAny>) -> PyResult<CheckpointId> {
     if let Ok(c) = obj.downcast::<Checkpoint>() {
@@ -670,10 +747,7 @@ impl Session {
     /// (`kind` required; `session`, `run`, `agent`, `model` default to this
     /// session's); returns its LSN. A bad one raises InvalidEventError.
     fn record(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let e = self
-            .spec
-            .event_from_json(from_py(event, 0)?)
-            .map_err(py_err)?;
+        let e = event_arg(&self.spec, event)?;
         self.run(py, |s| s.record(&e)).map(|l| l.0)
     }
 
@@ -686,15 +760,13 @@ impl Session {
     ) -> PyResult<Option<(u64, u64)>> {
         let mut batch = Vec::new();
         for (i, item) in events.try_iter()?.enumerate() {
-            let e = self
-                .spec
-                .event_from_json(from_py(&item?, 0)?)
-                .map_err(|e| {
-                    py_err(BindError::new(
-                        e.kind,
-                        format!("event {} of the batch: {}", i + 1, e.message),
-                    ))
-                })?;
+            let e = event_arg(&self.spec, &item?).map_err(|e| {
+                let msg = e.value(py).to_string();
+                py_err(BindError::new(
+                    ErrorKind::InvalidEvent,
+                    format!("event {} of the batch: {msg}", i + 1),
+                ))
+            })?;
             batch.push(e);
         }
         let shared = &self.shared;

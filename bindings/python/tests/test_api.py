@@ -228,3 +228,22 @@ def test_stubs_name_every_public_call():
             if not name.startswith("_") or name == "import_":
                 assert f"def {name}(" in stub, f"{cls.__name__}.{name} is missing from _cairn.pyi"
     assert (pathlib.Path(cairn.__file__).parent / "py.typed").exists()
+
+
+def test_plain_and_json_event_paths_record_the_same(store):
+    s = store.session("t1", agent="a1", run="r1")
+    fields = {"kind": "tool_call", "tool": "bash", "ok": False, "latency_ms": 5, "text": "t", "model": "m"}
+    s.record(dict(fields))  # plain fields: built directly
+    s.record(dict(fields, meta={"x": 1}))  # read as JSON
+    s.record_batch([dict(fields), dict(fields, meta={"x": 1})])
+    events = list(store.events())
+    for e in events:
+        for k in ("lsn", "ts", "hash"):
+            e.pop(k)
+    assert events[1].pop("meta") == {"x": 1} and events[3].pop("meta") == {"x": 1}
+    assert events[0] == events[1] == events[2] == events[3]
+    assert events[0]["agent"] == "a1" and events[0]["ok"] is False
+    with pytest.raises(cairn.InvalidEventError, match="session"):
+        s.record({"kind": "prompt", "session": ""})
+    with pytest.raises(cairn.InvalidEventError):
+        s.record({"kind": "prompt", "ok": "yes"})
