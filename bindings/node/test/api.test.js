@@ -282,3 +282,20 @@ test('the agent-loop example runs', () => {
   assert.equal(r.status, 0, r.stdout + r.stderr)
   assert.match(r.stdout, /rolled back/)
 })
+
+test('the README example runs', async () => {
+  const readme = fs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8')
+  const code = /```js\n([\s\S]*?)```/.exec(readme)[1]
+    .replace("require('./bindings/node')", 'require(' + JSON.stringify(path.join(__dirname, '..')) + ')')
+    .replace('/path/to/workspace', workspace())
+  const lines = []
+  const log = console.log
+  console.log = (...a) => lines.push(a.join(' '))
+  try {
+    const AsyncFunction = (async () => {}).constructor
+    await new AsyncFunction('require', code)(require)
+  } finally {
+    console.log = log
+  }
+  assert.ok(lines.some((l) => l.includes('make the tests pass')), lines.join('\n'))
+})

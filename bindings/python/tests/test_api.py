@@ -247,3 +247,15 @@ def test_plain_and_json_event_paths_record_the_same(store):
         s.record({"kind": "prompt", "session": ""})
     with pytest.raises(cairn.InvalidEventError):
         s.record({"kind": "prompt", "ok": "yes"})
+
+
+def test_the_readme_example_runs(tmp_path, capsys):
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    exec(code.replace("/path/to/workspace", str(ws)), {})
+    assert "make the tests pass" in capsys.readouterr().out
