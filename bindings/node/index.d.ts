@@ -23,6 +23,10 @@ export interface FollowOptions {
 }
 
 declare module './native' {
+  interface Session {
+    /** Records events atomically as one append; resolves to `[first, last]` (null for none). */
+    recordBatch(events: Array<Record<string, unknown>>): Promise<[number, number] | null>
+  }
   interface Store {
     /** The records that match, oldest first, read a page at a time. */
     events(filter?: EventFilter): AsyncGenerator<CairnEvent, void, undefined>

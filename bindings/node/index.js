@@ -46,7 +46,7 @@ function convert(e) {
 // what it returns (a Store or Session) the same way.
 function wrapResult(v) {
   if (v instanceof native.Store) return proxy(v, STORE_EXTRA)
-  if (v instanceof native.Session) return proxy(v, null)
+  if (v instanceof native.Session) return proxy(v, SESSION_EXTRA)
   return v
 }
 
@@ -122,6 +122,17 @@ if (Symbol.asyncDispose) {
   STORE_EXTRA[Symbol.asyncDispose] = function () {
     return this.close()
   }
+}
+
+const SESSION_EXTRA = {
+  /**
+   * Records events atomically as one append; resolves to `[first, last]`
+   * (null for none). Each event goes to the addon as a line of JSON.
+   */
+  recordBatch(events) {
+    if (!Array.isArray(events)) throw new TypeError('recordBatch takes an array of event objects')
+    return this.recordBatchJson(events.map((e) => JSON.stringify(e === undefined ? null : e)).join('\n'))
+  },
 }
 
 /** An open cairn store, holding its writer lock until closed. */

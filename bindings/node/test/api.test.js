@@ -213,7 +213,9 @@ test('a bad event is an InvalidEventError and appends nothing', async () => {
   ]) {
     assert.throws(() => s.record(event), (e) => e instanceof cairn.InvalidEventError && word.test(e.message))
   }
-  assert.throws(() => s.recordBatch([{ kind: 'prompt' }, { kind: 'nope' }]), /event 2 of the batch/)
+  await assert.rejects(s.recordBatch([{ kind: 'prompt' }, { kind: 'nope' }]), (e) => e instanceof cairn.InvalidEventError && /event 2 of the batch/.test(e.message))
+  await assert.rejects(s.recordBatch(['not an object']), cairn.InvalidEventError)
+  assert.throws(() => s.recordBatch('nope'), TypeError)
   assert.equal(await store.head(), 1)
   await store.close()
 })
