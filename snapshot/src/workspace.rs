@@ -140,8 +140,8 @@ pub struct Workspace {
     /// it writes (see `StatCache::save_in_background`).
     pending_save: Mutex<Option<PendingSave>>,
     /// The checkpoint list as this process last folded it, and how far the
-    /// file copy is folded (see `checkpoint::list_checkpoints`).
-    pub(crate) checkpoint_list: Mutex<Option<(crate::checkpoint::ListCache, cairn_codec::Lsn)>>,
+    /// file copy is folded (see `list::list_checkpoints`).
+    pub(crate) checkpoint_list: Mutex<Option<(crate::list::ListCache, cairn_codec::Lsn)>>,
     /// Held while the tracked-path file is read, changed and written back
     /// (see [`Workspace::update_track`]), so concurrent updates (a rollback
     /// marks paths dirty while its pre-rollback checkpoint clears others) do
@@ -171,7 +171,7 @@ pub(crate) type PendingSave = (
 impl Drop for Workspace {
     fn drop(&mut self) {
         self.finish_cache_save();
-        crate::checkpoint::save_list_if_behind(self);
+        crate::list::save_list_if_behind(self);
     }
 }
 
