@@ -44,7 +44,7 @@ fn capture_for<B: BlobAccess + ?Sized>(
 
 /// Files and symlinks that differ (added, removed, other contents, mode or
 /// kind) between two trees.
-fn count_changed<B: crate::BlobRead + ?Sized>(
+fn count_changed<B: crate::blobs::BlobRead + ?Sized>(
     blobs: &B,
     old: &BlobHash,
     new: &BlobHash,
@@ -70,7 +70,7 @@ fn count_changed<B: crate::BlobRead + ?Sized>(
 /// left: `undo` (its undo point's tree) with `rb.target`'s entries at the
 /// paths the rollback set. Only the parts of the trees that differ from
 /// `undo` are read.
-fn count_changed_since_rollback<B: crate::BlobRead + ?Sized>(
+fn count_changed_since_rollback<B: crate::blobs::BlobRead + ?Sized>(
     blobs: &B,
     undo: &BlobHash,
     rb: &crate::workspace::RolledBack,
@@ -274,7 +274,7 @@ fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let lsn = log.append(&ev)?;
     // Caches only after the record: they may name blobs only a durable checkpoint keeps.
     if let Some(c) = &cap.new_cache {
-        c.clone().save_in_background(ws);
+        ws.stat_cache().save_in_background(c.clone());
     }
     ws.save_last(Some(&cap.last()))?;
     // A damaged tracked-path file was read as empty by the capture; the

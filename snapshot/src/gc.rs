@@ -7,7 +7,6 @@ use std::collections::{HashMap, HashSet};
 use cairn_codec::{BlobHash, CheckpointId, Event, EventKind, Lsn};
 
 use crate::blobs::{BlobAccess, GcMode, GcSummary};
-use crate::capture::StatCache;
 use crate::checkpoint::CheckpointInfo;
 use crate::error::Result;
 use crate::interrupted::record_interrupted_rollback;
@@ -281,19 +280,18 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         }
     }
     // Caches must never name a collected blob; durable, so a crash cannot bring one back.
-    let mut cache = (*StatCache::load(ws)).clone();
+    let mut cache = (*ws.stat_cache().load()).clone();
     cache.retain_live(&live);
-    if let Err(e) = std::sync::Arc::new(cache).save(ws, true) {
+    if let Err(e) = ws.stat_cache().save(std::sync::Arc::new(cache), true) {
         // On a full disk (the case gc must get a store out of) the cache
         // cannot be written again: removed instead, which needs no space,
         // the next checkpoint reads every file rather than trust it.
-        let p = ws.cache_path(crate::workspace::STAT_CACHE_FILE);
-        match std::fs::remove_file(&p) {
+        match std::fs::remove_file(ws.stat_cache().path()) {
             Ok(()) => {}
             Err(re) if re.kind() == std::io::ErrorKind::NotFound => {}
             Err(_) => return Err(e),
         }
-        *ws.stat_cache_slot().lock() = None;
+        ws.stat_cache().forget();
     }
     if ws.load_last().is_some_and(|l| !live.contains(&l.root)) {
         ws.save_last(None)?;

@@ -50,10 +50,11 @@ use serde::{Deserialize, Serialize};
 use cairn_codec::{ChainHash, CheckpointId, EventKind, Lsn, Timestamp};
 
 use crate::blobs::BlobRead;
+use crate::durable::write_atomic;
 use crate::error::{Result, SnapshotError};
 use crate::log_access::LogAccess;
 use crate::rollback_record::{record_incomplete, rollback_event};
-use crate::workspace::{write_atomic, Workspace};
+use crate::workspace::Workspace;
 use crate::{manifest, relpath, restore};
 
 /// The marker's file name in the workspace cache directory.

@@ -128,7 +128,7 @@ pub struct RollbackReport {
 /// typos, which a rollback would take as "nothing to change" (the CLI
 /// refuses them, as git refuses a pathspec that matches no file). A path
 /// that cannot be taken at all is an error, as in [`rollback`].
-pub fn paths_matching_nothing<L: LogAccess + ?Sized, B: crate::BlobRead + ?Sized>(
+pub fn paths_matching_nothing<L: LogAccess + ?Sized, B: crate::blobs::BlobRead + ?Sized>(
     log: &L,
     blobs: &B,
     ws: &Workspace,
@@ -630,9 +630,9 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::create::create_checkpoint;
+    use crate::durable::FAIL_DIR_SYNC_UNDER;
     use crate::log_access::MemLog;
     use crate::rollback_record::ROLLBACK_INCOMPLETE;
-    use crate::workspace::FAIL_DIR_SYNC_UNDER;
     use crate::SnapshotOptions;
     use cairn_codec::EventKind;
     use cairn_engine::blob::{BlobOptions, BlobStore};

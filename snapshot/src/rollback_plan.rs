@@ -18,7 +18,7 @@ use crate::workspace::Workspace;
 /// whether the tracked paths were known. A damaged tracked-path file is
 /// read as empty: only tracked paths that are ignored are missed, which a
 /// comparison that changes nothing can afford.
-pub(crate) fn workspace_tree<B: crate::BlobRead + Sync + ?Sized>(
+pub(crate) fn workspace_tree<B: crate::blobs::BlobRead + Sync + ?Sized>(
     ws: &Workspace,
     blobs: &B,
 ) -> Result<(manifest::Manifest, bool)> {

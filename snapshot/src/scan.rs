@@ -13,16 +13,13 @@ use std::sync::Arc as Rc;
 
 use cairn_engine::store_dir::{BLOB_DIR_NAME, LOCK_FILE_NAME, LOG_DIR_NAME};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::manifest::EntryKind;
 use crate::relpath::{self, GIT_DIR_NAME};
 use crate::workspace::Workspace;
 
-/// cairn's own ignore file, read in every directory after `.gitignore`
-/// (so it can also re-include what git ignores, with `!pattern`).
-pub const CAIRNIGNORE: &str = ".cairnignore";
+pub use crate::relpath::CAIRNIGNORE;
 
 /// Skip reasons, as they appear in `CheckpointCounts::skipped`.
 pub mod reason {
@@ -63,80 +60,7 @@ pub mod reason {
     pub const NAMED: &[&str] = &[TOO_LARGE, UNREADABLE, NON_UTF8_NAME, CHANGING];
 }
 
-/// The stat data that decides whether a file must be re-read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stat {
-    /// Length in bytes.
-    pub size: u64,
-    /// Modification time, ns since the epoch.
-    pub mtime_ns: i64,
-    /// Status change time, ns since the epoch.
-    pub ctime_ns: i64,
-    /// Inode number.
-    pub ino: u64,
-    /// Device number.
-    pub dev: u64,
-    /// The full `st_mode` (type and permission bits).
-    pub mode: u32,
-}
-
-impl Stat {
-    /// The stat data of `m`.
-    #[cfg(unix)]
-    pub fn of(m: &Metadata) -> Stat {
-        use std::os::unix::fs::MetadataExt;
-        Stat {
-            size: m.len(),
-            mtime_ns: m
-                .mtime()
-                .saturating_mul(1_000_000_000)
-                .saturating_add(m.mtime_nsec()),
-            ctime_ns: m
-                .ctime()
-                .saturating_mul(1_000_000_000)
-                .saturating_add(m.ctime_nsec()),
-            ino: m.ino(),
-            dev: m.dev(),
-            mode: m.mode(),
-        }
-    }
-
-    /// The stat data of `m` (portable fallback: no ctime/inode).
-    #[cfg(not(unix))]
-    pub fn of(m: &Metadata) -> Stat {
-        let mtime_ns = m
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos() as i64);
-        Stat {
-            size: m.len(),
-            mtime_ns,
-            ctime_ns: 0,
-            ino: 0,
-            dev: 0,
-            mode: if m.permissions().readonly() {
-                0o444
-            } else {
-                0o644
-            },
-        }
-    }
-
-    /// The permission bits cairn stores and restores for a file or
-    /// symlink (no setuid, setgid or sticky bit: a restored file never
-    /// gains privileges).
-    pub fn perm(&self) -> u32 {
-        self.mode & 0o777
-    }
-
-    /// The mode bits cairn stores and restores for a directory: the
-    /// permissions, and the setgid and sticky bits a shared directory
-    /// relies on (new files take its group; only owners delete theirs).
-    pub fn dir_perm(&self) -> u32 {
-        self.mode & 0o3777
-    }
-}
+pub use crate::stat_cache::Stat;
 
 /// A file or symlink the scan found.
 #[derive(Clone, Debug)]
