@@ -1,36 +1,27 @@
 //! Writing cache and marker files so that a crash leaves the old file or
-//! the new one, never a mix, and syncing a directory after a rename or a
-//! delete in it. A leaf: it knows no workspace.
+//! the new one, never a mix (through the engine's one atomic-write
+//! helper), and syncing a directory after a rename or a delete in it. A
+//! leaf: it knows no workspace.
 
 use std::path::Path;
 
+use cairn_engine::atomic::AtomicOptions;
+use cairn_engine::RealVfs;
+
 use crate::error::{Result, SnapshotError};
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same
-/// directory, then a rename; with `durable`, the file and the directory are
-/// fsync'd too.
+/// Writes `bytes` to `path` atomically with the engine's helper
+/// ([`cairn_engine::atomic::write_atomic`]: a temporary of this write's
+/// own, since two threads may write one file at once, a checkpoint's
+/// background stat-cache save and a gc's say; then a rename); with
+/// `durable`, the file and the directory are fsync'd too.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    // Unique per call: two threads may write the same file at once (a
-    // checkpoint's background stat-cache save and a gc's, say).
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| SnapshotError::io("create", &tmp, e))?;
-    f.write_all(bytes)
-        .map_err(|e| SnapshotError::io("write", &tmp, e))?;
-    if durable {
-        f.sync_all()
-            .map_err(|e| SnapshotError::io("fsync", &tmp, e))?;
-    }
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| SnapshotError::io("rename into place", path, e))?;
-    if durable {
-        sync_dir(dir)?;
-    }
-    Ok(())
+    let opts = if durable {
+        AtomicOptions::durable()
+    } else {
+        AtomicOptions::not_durable()
+    };
+    cairn_engine::atomic::write_atomic(&RealVfs, path, bytes, &opts).map_err(SnapshotError::Engine)
 }
 
 /// Test hook: an fsync of a directory under this path fails, as on a
