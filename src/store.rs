@@ -12,6 +12,7 @@ use cairn_engine::store_dir::STORE_DIR_NAME;
 use cairn_engine::vfs::sim::SimVfs;
 use cairn_engine::{RealVfs, StoreDir, Vfs};
 use cairn_query::source::ReaderSource;
+use cairn_snapshot::retention::DiscardRefused;
 use cairn_snapshot::{SnapshotOptions, Workspace};
 use parking_lot::{Mutex, RwLock};
 
@@ -826,23 +827,20 @@ impl Store {
                 }
             }
         }
-        if let Some(at) = of_session.iter().find(|(o, _)| *o == id).and_then(|o| o.1) {
-            if import && self.event_at(at, head, before).as_deref() == Some(event) {
-                return Ok(());
+        match cairn_snapshot::retention::may_discard(id, &of_session) {
+            Ok(()) => Ok(()),
+            Err(DiscardRefused::AlreadyDiscarded(at)) => {
+                if import && self.event_at(at, head, before).as_deref() == Some(event) {
+                    return Ok(());
+                }
+                Err(format!(
+                    "field `checkpoint` names {id}, which was already discarded at LSN {at}"
+                ))
             }
-            return Err(format!(
-                "field `checkpoint` names {id}, which was already discarded at LSN {at}"
-            ));
-        }
-        let newer_kept = of_session
-            .iter()
-            .any(|(o, discarded)| *o > id && discarded.is_none());
-        if !newer_kept {
-            return Err(format!(
+            Err(DiscardRefused::NewestOfSession) => Err(format!(
                 "field `checkpoint` names {id}, the newest checkpoint of session `{session}` that is not discarded: cairn keeps it restorable, so that the session can always be rolled back to its last state (gc would delete its contents); take a newer checkpoint of that session first, or record the event without `checkpoint`"
-            ));
+            )),
         }
-        Ok(())
     }
 
     /// The event at `lsn`: a record of the log up to `head`, or one of

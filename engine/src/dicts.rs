@@ -423,38 +423,20 @@ fn write_dict_file(vfs: &dyn Vfs, dir: &Path, dict: &Dict, name: &str) -> Result
     r
 }
 
-/// The suffix of a dictionary file being written; one left by a crash is
-/// removed on open.
-pub const TMP_SUFFIX: &str = ".tmp";
-
-/// A temporary name for writing `name`, of this write's own: the name,
-/// this process's id and a per-process counter, ending in [`TMP_SUFFIX`]
-/// (so the open that removes leftovers finds it). Two processes (or two
-/// threads) writing the same file never write, or rename away, one
-/// temporary file: with one shared name, one process's rename took the
-/// other's file, whose own rename then failed with "No such file".
-pub fn unique_tmp_name(name: &str) -> String {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{name}.{}-{n}{TMP_SUFFIX}", std::process::id())
-}
+/// The suffix of a dictionary file being written (see
+/// [`crate::atomic::TMP_SUFFIX`]); one left by a crash is removed on open.
+pub use crate::atomic::{unique_tmp_name, TMP_SUFFIX};
 
 /// Writes `bytes` as `dir/name` durably and atomically: to `dir/tmp`,
 /// fsync'd, renamed over `name`, then the directory fsync'd. A crash leaves
 /// the old file or the new one (and perhaps `tmp`, for the caller to
 /// remove or overwrite: dictionaries' are removed on open).
 pub fn write_durably(vfs: &dyn Vfs, dir: &Path, tmp: &str, name: &str, bytes: &[u8]) -> Result<()> {
-    let (tmp, dst) = (dir.join(tmp), dir.join(name));
-    let f = vfs
-        .open(&tmp, OpenMode::CreateTruncate)
-        .map_err(|e| EngineError::io("create", &tmp, e))?;
-    f.write_all_at(bytes, 0)
-        .map_err(|e| EngineError::io("write", &tmp, e))?;
-    f.sync_data()
-        .map_err(|e| EngineError::io("fsync", &tmp, e))?;
-    drop(f);
-    vfs.rename(&tmp, &dst)
-        .map_err(|e| EngineError::io("rename into place", &dst, e))?;
-    vfs.sync_dir(dir)
-        .map_err(|e| EngineError::io("fsync directory", dir, e))
+    crate::atomic::write_atomic_via(
+        vfs,
+        &dir.join(tmp),
+        &dir.join(name),
+        bytes,
+        &crate::atomic::AtomicOptions::durable(),
+    )
 }

@@ -6,6 +6,7 @@
 //! trait, so the same code runs on the real file system and on a simulated
 //! disk that drops unsynced writes on a simulated crash.
 
+pub mod atomic;
 pub mod blob;
 pub mod dicts;
 pub mod error;

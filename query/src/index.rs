@@ -23,6 +23,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use cairn_codec::{BlobHash, ChainHash, CheckpointId, Event, EventKind, EventRef, Lsn, Timestamp};
+use cairn_engine::atomic::{unique_tmp_name, write_atomic_via, AtomicOptions};
 use cairn_engine::{OpenMode, Vfs};
 
 use crate::error::{QueryError, Result};
@@ -590,24 +591,19 @@ impl Index {
         };
         vfs.create_dir_all(dir)
             .map_err(|e| io("create index dir", dir, e))?;
-        // Unique per save: a read-only process may save beside the writer
-        // (see `StoreBuilder::save_index_read_only`), and two saves must not
-        // write one temporary file.
-        static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = dir.join(format!("{INDEX_FILE}.{}-{n}.tmp", std::process::id()));
-        let fin = dir.join(INDEX_FILE);
         let bytes = self.encode()?;
-        let f = vfs
-            .open(&tmp, OpenMode::CreateTruncate)
-            .map_err(|e| io("create index", &tmp, e))?;
-        f.write_all_at(&bytes, 0)
-            .map_err(|e| io("write index", &tmp, e))?;
-        f.sync_data().map_err(|e| io("fsync index", &tmp, e))?;
-        drop(f);
-        vfs.rename(&tmp, &fin)
-            .map_err(|e| io("rename index", &fin, e))?;
-        vfs.sync_dir(dir).map_err(|e| io("fsync index dir", dir, e))
+        // A temporary of this save's own: a read-only process may save
+        // beside the writer (see `StoreBuilder::save_index_read_only`), and
+        // two saves must not write one temporary file.
+        let tmp = dir.join(unique_tmp_name(INDEX_FILE));
+        write_atomic_via(
+            &**vfs,
+            &tmp,
+            &dir.join(INDEX_FILE),
+            &bytes,
+            &AtomicOptions::durable(),
+        )
+        .map_err(QueryError::Engine)
     }
 
     /// Reads `dir/query.idx`; `Ok(None)` when there is none.

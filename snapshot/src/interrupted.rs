@@ -12,7 +12,7 @@
 //! The next checkpoint, rollback, retention run (and `Store::track`)
 //! calls [`record_interrupted_rollback`] first: it appends the `rollback`
 //! record the dead process could not (`ok: false`,
-//! [`ROLLBACK_INCOMPLETE`](crate::checkpoint::ROLLBACK_INCOMPLETE), source
+//! [`ROLLBACK_INCOMPLETE`](crate::rollback_record::ROLLBACK_INCOMPLETE), source
 //! the undo point, the same shape as a rollback that failed in process),
 //! removes the restore temporaries it left, removes the marker and warns
 //! (see [`Workspace::take_warnings`]). One scan of the workspace, compared
@@ -50,9 +50,11 @@ use serde::{Deserialize, Serialize};
 use cairn_codec::{ChainHash, CheckpointId, EventKind, Lsn, Timestamp};
 
 use crate::blobs::BlobRead;
-use crate::checkpoint::{record_incomplete, rollback_event, LogAccess};
+use crate::durable::write_atomic;
 use crate::error::{Result, SnapshotError};
-use crate::workspace::{write_atomic, Workspace};
+use crate::log_access::LogAccess;
+use crate::rollback_record::{record_incomplete, rollback_event};
+use crate::workspace::Workspace;
 use crate::{manifest, relpath, restore};
 
 /// The marker's file name in the workspace cache directory.
@@ -330,7 +332,7 @@ fn find_undo_point<L: LogAccess + ?Sized>(
     // Checkpoints of this workspace are taken one at a time, so its undo
     // point is the first with its label and session (a recorded or
     // imported checkpoint event may come between).
-    let label = crate::checkpoint::undo_point_label(r.target);
+    let label = crate::rollback_record::undo_point_label(r.target);
     let session = crate::checkpoint::session_or_default(&r.session);
     let mut undo: Option<(Lsn, Option<cairn_codec::BlobHash>)> = None;
     let mut ended = false;
@@ -520,13 +522,13 @@ fn workspace_reached<L: LogAccess + ?Sized, B: BlobRead + Sync + ?Sized>(
     undo: CheckpointId,
 ) -> Reached {
     let is_tree = |cur: &manifest::Manifest, id: CheckpointId| -> Result<bool> {
-        let c = crate::checkpoint::find_checkpoint(log, ws, id)?;
+        let c = crate::list::find_checkpoint(log, ws, id)?;
         let (tgt, same) = restore::load_target(blobs, &c.root, cur)?;
-        let (plan, _) = crate::checkpoint::rollback_plan(ws, (cur, &tgt, &same), &r.scope, &c)?;
+        let (plan, _) = crate::rollback_plan::rollback_plan(ws, (cur, &tgt, &same), &r.scope, &c)?;
         Ok(plan.is_empty())
     };
     let compare = || -> Result<Reached> {
-        let (cur, _) = crate::checkpoint::workspace_tree(ws, blobs)?;
+        let (cur, _) = crate::rollback_plan::workspace_tree(ws, blobs)?;
         Ok(if is_tree(&cur, undo)? {
             Reached::Unchanged
         } else if is_tree(&cur, r.target)? {

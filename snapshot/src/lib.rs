@@ -31,36 +31,52 @@
 pub mod blobs;
 pub mod capture;
 pub mod checkpoint;
+pub mod create;
+mod durable;
 pub mod error;
+pub mod gc;
 pub mod interrupted;
+pub mod list;
+mod list_cache;
+pub mod log_access;
 pub mod manifest;
 pub mod relpath;
 pub mod restore;
 pub mod retention;
+pub mod rollback;
+pub mod rollback_plan;
+pub mod rollback_record;
 pub mod scan;
+mod staging;
+mod stat_cache;
 pub mod watch;
 pub mod whole_fs;
 pub mod workspace;
 
 pub use blobs::{BlobAccess, BlobRead, GcMode, GcSummary, LeftBehind, MemBlobs};
 pub use checkpoint::{
-    apply_retention, apply_retention_keeping, apply_retention_with, collected_note,
-    create_checkpoint, find_checkpoint, list_checkpoints, paths_matching_nothing, rollback,
-    CheckpointInfo, CheckpointRequest, LogAccess, MemLog, NotCaptured, RetentionReport,
-    RollbackReport, RollbackRequest, ScanMode, COLLECTED_KEY, MAX_ROLLBACK_FILES_LISTED,
-    NOT_CAPTURED_KEY, ROLLBACK_INCOMPLETE, ROLLBACK_META_FILES_TOTAL, ROLLBACK_META_KEPT,
-    ROLLBACK_META_SCOPE,
+    collected_note, CheckpointInfo, CheckpointRequest, NotCaptured, ScanMode, COLLECTED_KEY,
+    NOT_CAPTURED_KEY,
 };
+pub use create::create_checkpoint;
 pub use error::{Result, SnapshotError};
+pub use gc::{apply_retention, apply_retention_keeping, apply_retention_with, RetentionReport};
 pub use interrupted::{
     record_interrupted_rollback, rollback_marker, unfinished_rollback_warning, RollbackMarker,
     UnfinishedRollback, ROLLBACK_MARKER_FILE, ROLLBACK_META_INTERRUPTED,
 };
+pub use list::{find_checkpoint, list_checkpoints};
+pub use log_access::{LogAccess, MemLog};
 pub use manifest::{Entry, EntryKind, Manifest};
 pub use restore::Kept;
 pub use retention::{
     choose, decide, discarded_by_retention, discarded_by_words, BudgetOutcome, Choice,
     RetentionPolicy, RETENTION_TEXT_PREFIX,
+};
+pub use rollback::{paths_matching_nothing, rollback, RollbackReport, RollbackRequest};
+pub use rollback_record::{
+    MAX_ROLLBACK_FILES_LISTED, ROLLBACK_INCOMPLETE, ROLLBACK_META_FILES_TOTAL, ROLLBACK_META_KEPT,
+    ROLLBACK_META_SCOPE,
 };
 pub use watch::WatchStats;
 pub use workspace::{SnapshotOptions, Workspace};

@@ -10,6 +10,10 @@ use std::path::{Component, Path};
 
 use crate::error::{Result, SnapshotError};
 
+/// cairn's own ignore file, read in every directory after `.gitignore`
+/// (so it can also re-include what git ignores, with `!pattern`).
+pub const CAIRNIGNORE: &str = ".cairnignore";
+
 /// Directory names that cairn never captures, restores or deletes anywhere:
 /// git's repository directory (the workspace's own and nested ones).
 pub const GIT_DIR_NAME: &str = ".git";

@@ -5,7 +5,52 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use cairn_codec::{BlobHash, CheckpointId};
+use cairn_codec::{BlobHash, CheckpointId, Lsn};
+
+/// Why a checkpoint may not be discarded (see [`may_discard`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiscardRefused {
+    /// It was discarded already, by the record at this LSN: a second
+    /// record would say nothing true.
+    AlreadyDiscarded(Lsn),
+    /// It is the newest checkpoint of its session that is not discarded,
+    /// which cairn always keeps restorable.
+    NewestOfSession,
+}
+
+/// The newest checkpoint of a session that is not discarded, from every
+/// checkpoint of that session with the LSN of the record that discarded
+/// it, if one did.
+pub fn newest_kept(of_session: &[(CheckpointId, Option<Lsn>)]) -> Option<CheckpointId> {
+    of_session
+        .iter()
+        .filter(|(_, discarded)| discarded.is_none())
+        .map(|(id, _)| *id)
+        .max()
+}
+
+/// The rule every discard keeps, whether retention chooses it ([`decide`])
+/// or a platform records it: a checkpoint is discarded once, and the
+/// newest checkpoint of a session that is not discarded is always kept,
+/// so every session can still be rolled back to its last state.
+/// `of_session`: every checkpoint of `id`'s session, with the LSN of the
+/// record that discarded it, if one did.
+pub fn may_discard(
+    id: CheckpointId,
+    of_session: &[(CheckpointId, Option<Lsn>)],
+) -> Result<(), DiscardRefused> {
+    if let Some(at) = of_session
+        .iter()
+        .find(|(o, _)| *o == id)
+        .and_then(|(_, at)| *at)
+    {
+        return Err(DiscardRefused::AlreadyDiscarded(at));
+    }
+    match newest_kept(of_session) {
+        Some(newest) if newest > id => Ok(()),
+        _ => Err(DiscardRefused::NewestOfSession),
+    }
+}
 
 /// How many checkpoints to keep. Both limits `None` means keep everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -134,11 +179,20 @@ pub fn decide(
 ) -> Choice {
     let mut sorted: Vec<&Candidate> = candidates.iter().collect();
     sorted.sort_by_key(|c| c.id);
-    let mut newest: HashMap<&str, CheckpointId> = HashMap::new();
+    // The candidates are the checkpoints not discarded: the newest of each
+    // session is never evicted (`may_discard`'s rule).
+    let mut of_session: HashMap<&str, Vec<(CheckpointId, Option<Lsn>)>> = HashMap::new();
     for c in &sorted {
-        newest.insert(c.session.as_str(), c.id);
+        of_session
+            .entry(c.session.as_str())
+            .or_default()
+            .push((c.id, None));
     }
-    let protected = |c: &Candidate| newest.get(c.session.as_str()) == Some(&c.id);
+    let newest: HashMap<&str, Option<CheckpointId>> = of_session
+        .iter()
+        .map(|(s, all)| (*s, newest_kept(all)))
+        .collect();
+    let protected = |c: &Candidate| newest.get(c.session.as_str()) == Some(&Some(c.id));
     let mut evict: BTreeMap<CheckpointId, ()> = BTreeMap::new();
     if let Some(n) = policy.keep_per_session {
         let mut per: HashMap<&str, Vec<CheckpointId>> = HashMap::new();
@@ -235,7 +289,31 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_codec::Lsn;
+
+    /// The rule `decide` and a recorded discard share: once only, and
+    /// never the newest checkpoint of a session not discarded.
+    #[test]
+    fn a_discard_keeps_the_newest_of_a_session_and_happens_once() {
+        let id = |n| CheckpointId(Lsn(n));
+        let all = [(id(2), None), (id(5), Some(Lsn(9))), (id(7), None)];
+        assert_eq!(newest_kept(&all), Some(id(7)));
+        assert_eq!(may_discard(id(2), &all), Ok(()));
+        assert_eq!(
+            may_discard(id(5), &all),
+            Err(DiscardRefused::AlreadyDiscarded(Lsn(9)))
+        );
+        assert_eq!(
+            may_discard(id(7), &all),
+            Err(DiscardRefused::NewestOfSession)
+        );
+        // With the newest discarded, the one before it is the newest kept.
+        let newest_gone = [(id(2), None), (id(7), Some(Lsn(8)))];
+        assert_eq!(
+            may_discard(id(2), &newest_gone),
+            Err(DiscardRefused::NewestOfSession)
+        );
+        assert_eq!(newest_kept(&[]), None);
+    }
 
     fn c(n: u64, s: &str, blobs: &[(u8, u64)]) -> Candidate {
         Candidate {

@@ -13,16 +13,13 @@ use std::sync::Arc as Rc;
 
 use cairn_engine::store_dir::{BLOB_DIR_NAME, LOCK_FILE_NAME, LOG_DIR_NAME};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::manifest::EntryKind;
 use crate::relpath::{self, GIT_DIR_NAME};
 use crate::workspace::Workspace;
 
-/// cairn's own ignore file, read in every directory after `.gitignore`
-/// (so it can also re-include what git ignores, with `!pattern`).
-pub const CAIRNIGNORE: &str = ".cairnignore";
+pub use crate::relpath::CAIRNIGNORE;
 
 /// Skip reasons, as they appear in `CheckpointCounts::skipped`.
 pub mod reason {
@@ -63,80 +60,7 @@ pub mod reason {
     pub const NAMED: &[&str] = &[TOO_LARGE, UNREADABLE, NON_UTF8_NAME, CHANGING];
 }
 
-/// The stat data that decides whether a file must be re-read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stat {
-    /// Length in bytes.
-    pub size: u64,
-    /// Modification time, ns since the epoch.
-    pub mtime_ns: i64,
-    /// Status change time, ns since the epoch.
-    pub ctime_ns: i64,
-    /// Inode number.
-    pub ino: u64,
-    /// Device number.
-    pub dev: u64,
-    /// The full `st_mode` (type and permission bits).
-    pub mode: u32,
-}
-
-impl Stat {
-    /// The stat data of `m`.
-    #[cfg(unix)]
-    pub fn of(m: &Metadata) -> Stat {
-        use std::os::unix::fs::MetadataExt;
-        Stat {
-            size: m.len(),
-            mtime_ns: m
-                .mtime()
-                .saturating_mul(1_000_000_000)
-                .saturating_add(m.mtime_nsec()),
-            ctime_ns: m
-                .ctime()
-                .saturating_mul(1_000_000_000)
-                .saturating_add(m.ctime_nsec()),
-            ino: m.ino(),
-            dev: m.dev(),
-            mode: m.mode(),
-        }
-    }
-
-    /// The stat data of `m` (portable fallback: no ctime/inode).
-    #[cfg(not(unix))]
-    pub fn of(m: &Metadata) -> Stat {
-        let mtime_ns = m
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos() as i64);
-        Stat {
-            size: m.len(),
-            mtime_ns,
-            ctime_ns: 0,
-            ino: 0,
-            dev: 0,
-            mode: if m.permissions().readonly() {
-                0o444
-            } else {
-                0o644
-            },
-        }
-    }
-
-    /// The permission bits cairn stores and restores for a file or
-    /// symlink (no setuid, setgid or sticky bit: a restored file never
-    /// gains privileges).
-    pub fn perm(&self) -> u32 {
-        self.mode & 0o777
-    }
-
-    /// The mode bits cairn stores and restores for a directory: the
-    /// permissions, and the setgid and sticky bits a shared directory
-    /// relies on (new files take its group; only owners delete theirs).
-    pub fn dir_perm(&self) -> u32 {
-        self.mode & 0o3777
-    }
-}
+pub use crate::stat_cache::Stat;
 
 /// A file or symlink the scan found.
 #[derive(Clone, Debug)]
@@ -630,6 +554,59 @@ impl Listing {
     }
 }
 
+/// What listing one directory of a walk gave.
+enum Listed {
+    /// Its entries (the entries that could not be read are counted as
+    /// [`reason::UNREADABLE`] already).
+    Entries(Listing),
+    /// It disappeared before it was listed (counted as [`reason::VANISHED`]).
+    Vanished,
+    /// It cannot be listed: the caller names it as its walk names things.
+    Unreadable,
+}
+
+/// Lists the directory `abs`, the step every walk of the workspace shares
+/// (the tree's walk and the walk under a name that is not UTF-8): what
+/// vanished and what could not be read are counted in `out`.
+fn list_dir(abs: &Path, out: &mut ScanOut) -> Listed {
+    let rd = match std::fs::read_dir(abs) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            out.skip(reason::VANISHED);
+            return Listed::Vanished;
+        }
+        Err(_) => return Listed::Unreadable,
+    };
+    // List first, so the ignore files and `.git` are known from the
+    // names, without a stat per candidate.
+    let listing = Listing::of(rd);
+    for _ in 0..listing.unreadable {
+        out.skip(reason::UNREADABLE);
+    }
+    Listed::Entries(listing)
+}
+
+/// The ignore rules for the entries of the listed directory `abs` (none
+/// unless the walk `follow`s them): its parent's, plus its own ignore
+/// files; a directory holding `.git` (or the workspace root, `is_root`)
+/// starts a repository's rules.
+fn rules_below(
+    listing: &Listing,
+    parent_rules: Option<Rc<Rules>>,
+    abs: &Path,
+    follow: bool,
+    is_root: bool,
+) -> Option<Rc<Rules>> {
+    if !follow {
+        return None;
+    }
+    if listing.has_ignore_file || listing.has_git {
+        push_rules(&parent_rules, abs, is_root || listing.has_git)
+    } else {
+        parent_rules
+    }
+}
+
 /// Walks the directories on `stack` (and everything below them), or only
 /// the first one with `one`.
 fn drain(
@@ -653,44 +630,23 @@ fn drain(
         } else {
             root.join(&dir)
         };
-        let rd = match std::fs::read_dir(&abs_dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                out.skip(reason::VANISHED);
-                continue;
-            }
-            Err(_) => {
+        let listing = match list_dir(&abs_dir, out) {
+            Listed::Entries(l) => l,
+            Listed::Vanished => continue,
+            Listed::Unreadable => {
                 out.skip_path(if dir.is_empty() { "." } else { &dir }, reason::UNREADABLE);
                 continue;
             }
         };
-        // List first, so the ignore files and `.git` are known from the
-        // names, without a stat per candidate.
-        let Listing {
-            ents,
-            has_git,
-            has_ignore_file,
-            is_store,
-            unreadable,
-        } = Listing::of(rd);
-        for _ in 0..unreadable {
-            out.skip(reason::UNREADABLE);
-        }
-        if is_store && !dir.is_empty() {
+        if listing.is_store && !dir.is_empty() {
             out.dirs.retain(|d| d.0 != dir);
             if !ws.is_own_path(&dir) {
                 out.skip(reason::NESTED_STORE);
             }
             continue;
         }
-        let repo_root = dir.is_empty() || has_git;
-        let rules = if follow && (has_ignore_file || (repo_root && has_git)) {
-            push_rules(&parent_rules, &abs_dir, repo_root)
-        } else if follow {
-            parent_rules
-        } else {
-            None
-        };
+        let rules = rules_below(&listing, parent_rules, &abs_dir, follow, dir.is_empty());
+        let ents = listing.ents;
         // One buffer for every entry's absolute path (the ignore matcher
         // wants one), instead of an allocation per entry.
         let mut abs_buf = abs_dir.clone();
@@ -818,42 +774,24 @@ fn skip_non_utf8(
     let mut stack: Vec<(PathBuf, String, Option<Rc<Rules>>)> =
         vec![(abs.to_path_buf(), shown.clone(), rules.clone())];
     while let Some((dir, dir_shown, parent_rules)) = stack.pop() {
-        let rd = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                out.skip(reason::VANISHED);
-                continue;
-            }
-            Err(_) => {
+        let listing = match list_dir(&dir, out) {
+            Listed::Entries(l) => l,
+            Listed::Vanished => continue,
+            Listed::Unreadable => {
                 // What it holds cannot be listed: the directory is named.
                 held = true;
                 out.skip_path(&format!("{dir_shown}/"), reason::NON_UTF8_NAME);
                 continue;
             }
         };
-        let Listing {
-            ents,
-            has_git,
-            has_ignore_file,
-            is_store,
-            unreadable,
-        } = Listing::of(rd);
-        for _ in 0..unreadable {
-            held = true;
-            out.skip(reason::UNREADABLE);
-        }
-        if is_store {
+        held |= listing.unreadable > 0;
+        if listing.is_store {
             held = true;
             out.skip(reason::NESTED_STORE);
             continue;
         }
-        let rules = if follow && (has_ignore_file || has_git) {
-            push_rules(&parent_rules, &dir, has_git)
-        } else if follow {
-            parent_rules
-        } else {
-            None
-        };
+        let rules = rules_below(&listing, parent_rules, &dir, follow, false);
+        let ents = listing.ents;
         for ent in ents {
             let name = ent.file_name();
             let Ok(ft) = ent.file_type() else {

@@ -43,8 +43,8 @@ use parking_lot::{Condvar, Mutex};
 use cairn_codec::BlobHash;
 
 use crate::error::{Result, SnapshotError};
+use crate::relpath::CAIRNIGNORE;
 use crate::relpath::GIT_DIR_NAME;
-use crate::scan::CAIRNIGNORE;
 
 /// How long a checkpoint waits for the watcher to report its barrier file
 /// before giving up on the watched change set and scanning in full. Events

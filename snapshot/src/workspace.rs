@@ -11,8 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use cairn_codec::BlobHash;
 
+use crate::durable::write_atomic;
 use crate::error::{Result, SnapshotError};
+use crate::list_cache::ListCacheFile;
 use crate::relpath;
+use crate::stat_cache::StatCacheFile;
 use crate::watch::{WatchStats, Watcher};
 
 /// Files larger than this are skipped by default (and counted as
@@ -132,16 +135,12 @@ pub struct Workspace {
     own: Vec<String>,
     /// The file watcher, once [`Workspace::watch`] started it.
     watcher: Mutex<Option<Arc<Watcher>>>,
-    /// The stat cache as this process last saved or loaded it, with the
-    /// identity of the file it matches (so a long-lived embedder does not
-    /// re-read it for every checkpoint).
-    stat_cache: StatCacheSlot,
-    /// A stat cache being written on a background thread, with the cache
-    /// it writes (see `StatCache::save_in_background`).
-    pending_save: Mutex<Option<PendingSave>>,
-    /// The checkpoint list as this process last folded it, and how far the
-    /// file copy is folded (see `checkpoint::list_checkpoints`).
-    pub(crate) checkpoint_list: Mutex<Option<(crate::checkpoint::ListCache, cairn_codec::Lsn)>>,
+    /// The stat cache file, with the copy this process last saved or
+    /// loaded and a save running in the background.
+    stat_cache: StatCacheFile,
+    /// The checkpoint list file, with the list as this process last
+    /// folded it (see `list::list_checkpoints`).
+    checkpoint_list: ListCacheFile,
     /// Held while the tracked-path file is read, changed and written back
     /// (see [`Workspace::update_track`]), so concurrent updates (a rollback
     /// marks paths dirty while its pre-rollback checkpoint clears others) do
@@ -161,23 +160,12 @@ pub struct Workspace {
     read_only: bool,
 }
 
-/// A background stat-cache save: the thread (which returns the identity of
-/// the file it wrote) and the cache it writes.
-pub(crate) type PendingSave = (
-    std::thread::JoinHandle<Option<crate::capture::FileId>>,
-    Arc<crate::capture::StatCache>,
-);
-
 impl Drop for Workspace {
     fn drop(&mut self) {
-        self.finish_cache_save();
-        crate::checkpoint::save_list_if_behind(self);
+        self.stat_cache.finish_save();
+        self.checkpoint_list.save_if_behind();
     }
 }
-
-/// The in-memory copy of the stat cache and the file identity it matches.
-pub(crate) type StatCacheSlot =
-    Mutex<Option<(crate::capture::FileId, Arc<crate::capture::StatCache>)>>;
 
 impl Workspace {
     /// Opens the workspace at `root` (which must be a directory), keeping
@@ -246,9 +234,8 @@ impl Workspace {
             excluded,
             own: Vec::new(),
             watcher: Mutex::new(None),
-            stat_cache: Mutex::new(None),
-            pending_save: Mutex::new(None),
-            checkpoint_list: Mutex::new(None),
+            stat_cache: StatCacheFile::new(cache_dir.join(STAT_CACHE_FILE), read_only),
+            checkpoint_list: ListCacheFile::new(cache_dir.join(CHECKPOINTS_FILE), read_only),
             track_lock: Mutex::new(BTreeSet::new()),
             warnings: Mutex::new(Vec::new()),
             flow: Mutex::new(()),
@@ -256,7 +243,7 @@ impl Workspace {
         };
         ws.own_dir(&cache_dir);
         // What a killed rollback staged is removed at any open.
-        crate::restore::clean_staging(&ws.cache_dir);
+        crate::staging::clean_staging(&ws.cache_dir);
         Ok(ws)
     }
 
@@ -284,12 +271,14 @@ impl Workspace {
         Ok(())
     }
 
-    pub(crate) fn stat_cache_slot(&self) -> &StatCacheSlot {
-        &self.stat_cache
+    /// The checkpoint list file (see [`crate::list_cache`]).
+    pub(crate) fn checkpoint_list(&self) -> &ListCacheFile {
+        &self.checkpoint_list
     }
 
-    pub(crate) fn pending_cache_save(&self) -> &Mutex<Option<PendingSave>> {
-        &self.pending_save
+    /// The stat cache file (see [`crate::stat_cache`]).
+    pub(crate) fn stat_cache(&self) -> &StatCacheFile {
+        &self.stat_cache
     }
 
     /// Waits until the stat cache a checkpoint saves in the background is
@@ -297,16 +286,7 @@ impl Workspace {
     /// dropping the workspace, wait for it); useful to keep that work out
     /// of a measurement that follows.
     pub fn wait_for_caches(&self) {
-        self.finish_cache_save();
-    }
-
-    /// Waits for a background stat-cache save, then remembers the cache it
-    /// wrote as the in-memory copy of that file.
-    pub(crate) fn finish_cache_save(&self) {
-        let Some((handle, cache)) = self.pending_save.lock().take() else {
-            return;
-        };
-        *self.stat_cache.lock() = handle.join().ok().flatten().map(|id| (id, cache));
+        self.stat_cache.finish_save();
     }
 
     /// Stops the file watcher (checkpoints scan in full again).
@@ -631,63 +611,6 @@ impl Workspace {
             },
         }
     }
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same
-/// directory, then a rename; with `durable`, the file and the directory are
-/// fsync'd too.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    // Unique per call: two threads may write the same file at once (a
-    // checkpoint's background stat-cache save and a gc's, say).
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| SnapshotError::io("create", &tmp, e))?;
-    f.write_all(bytes)
-        .map_err(|e| SnapshotError::io("write", &tmp, e))?;
-    if durable {
-        f.sync_all()
-            .map_err(|e| SnapshotError::io("fsync", &tmp, e))?;
-    }
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| SnapshotError::io("rename into place", path, e))?;
-    if durable {
-        sync_dir(dir)?;
-    }
-    Ok(())
-}
-
-/// Test hook: an fsync of a directory under this path fails, as on a
-/// failing disk.
-#[cfg(test)]
-pub(crate) static FAIL_DIR_SYNC_UNDER: std::sync::Mutex<Option<PathBuf>> =
-    std::sync::Mutex::new(None);
-
-/// fsyncs a directory (after a rename or delete in it).
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    #[cfg(test)]
-    if FAIL_DIR_SYNC_UNDER
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_deref()
-        .is_some_and(|p| dir.starts_with(p))
-    {
-        let e = std::io::Error::other("injected I/O error");
-        return Err(SnapshotError::io("fsync directory", dir, e));
-    }
-    let d = match std::fs::File::open(dir) {
-        Ok(d) => d,
-        // A directory this user may not read (mode 300, restored so by a
-        // rollback) cannot be opened to fsync: its entries reach the disk
-        // with the file system's own write-back.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(()),
-        Err(e) => return Err(SnapshotError::io("open directory", dir, e)),
-    };
-    d.sync_all()
-        .map_err(|e| SnapshotError::io("fsync directory", dir, e))
 }
 
 #[cfg(test)]
