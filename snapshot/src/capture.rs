@@ -135,6 +135,37 @@ fn hash_one<B: BlobAccess + ?Sized>(blobs: &B, root: &Path, f: &Found) -> Result
 /// checkpoint up for long.
 pub const MAX_READ_ATTEMPTS: usize = 3;
 
+/// A file whose mtime is this close to the moment its read starts is
+/// "racy", as git calls it: a write that lands during the read in the same
+/// tick of the file system's clock (the kernel stamps files from a coarse
+/// clock, 1-10 ms a tick) leaves the stat unchanged, so the stat alone
+/// cannot prove the bytes are one version. Such a file is read twice and
+/// kept only if both reads agree. 100 ms covers the coarsest tick of the
+/// file systems cairn runs on with room to spare; a file saved that
+/// recently is rare and small to read again.
+pub const RACY_WINDOW_NS: i64 = 100_000_000;
+
+/// True if `stat`'s mtime is within [`RACY_WINDOW_NS`] of now (or after
+/// it: a clock that moved back).
+fn racy(stat: &Stat) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(i64::MAX, |d| {
+            i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+        });
+    now.saturating_sub(stat.mtime_ns) < RACY_WINDOW_NS
+}
+
+/// The blake3 digest of the whole file open as `file`, read again from
+/// its start; `None` if it cannot be read.
+fn digest_again(file: &mut std::fs::File) -> Option<blake3::Hash> {
+    use std::io::Seek;
+    file.seek(std::io::SeekFrom::Start(0)).ok()?;
+    let mut h = blake3::Hasher::new();
+    std::io::copy(file, &mut h).ok()?;
+    Some(h.finalize())
+}
+
 /// One read of a regular file: its entry, or `Changed` when its stat
 /// (size, mtime, ctime on the open handle; device and inode at its path)
 /// after the read is not the one before it, or the bytes read are not the
@@ -157,6 +188,7 @@ fn read_file_once<B: BlobAccess + ?Sized>(blobs: &B, abs: &Path) -> Result<ReadO
     };
     // The stat recorded is the one taken before reading.
     let stat = Stat::of(&m);
+    let mut first_read = racy(&stat).then(blake3::Hasher::new);
     let (hash, size) = if stat.size > STREAM_THRESHOLD_BYTES {
         // From the handle opened without following a symlink, not by path
         // again: a file swapped for a link meanwhile is not followed out
@@ -168,6 +200,7 @@ fn read_file_once<B: BlobAccess + ?Sized>(blobs: &B, abs: &Path) -> Result<ReadO
             before: stat,
             since_check: 0,
             changed: false,
+            digest: first_read.as_mut(),
         };
         match blobs.put_stream(&mut watched, abs) {
             Ok(x) => x,
@@ -183,10 +216,19 @@ fn read_file_once<B: BlobAccess + ?Sized>(blobs: &B, abs: &Path) -> Result<ReadO
             // Checked before storing: a mix is not even put.
             return Ok(ReadOnce::Changed);
         }
+        if let Some(h) = first_read.as_mut() {
+            h.update(&buf);
+        }
         (blobs.put(&buf)?, buf.len() as u64)
     };
     if changed_during_read(&file, abs, &stat, size) {
         return Ok(ReadOnce::Changed);
+    }
+    // A racy file: the bytes count only if a second read agrees.
+    if let Some(first) = first_read {
+        if digest_again(&mut file) != Some(first.finalize()) {
+            return Ok(ReadOnce::Changed);
+        }
     }
     Ok(ReadOnce::Done(Hashed::Ok(
         Entry {
@@ -213,6 +255,8 @@ struct Watched<'a> {
     since_check: u64,
     /// True once it stopped for that reason.
     changed: bool,
+    /// For a racy file, the digest of the bytes as they are read.
+    digest: Option<&'a mut blake3::Hasher>,
 }
 
 impl Read for Watched<'_> {
@@ -229,6 +273,9 @@ impl Read for Watched<'_> {
         }
         let n = self.file.read(buf)?;
         self.since_check += n as u64;
+        if let Some(h) = self.digest.as_mut() {
+            h.update(&buf[..n]);
+        }
         Ok(n)
     }
 }
