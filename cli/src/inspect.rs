@@ -638,6 +638,14 @@ fn spec_path(settings: &Settings, typed: &str) -> String {
 /// outside the workspace (`../x` from the root) is refused as such, not
 /// looked up; one under `.git` is looked up, as records may name it.
 fn lookup_path(store: &cairn::Store, path: &str, typed: &str) -> Result<String> {
+    // A path outside the workspace that records name is history only: say
+    // so, rather than that no such file is in the workspace.
+    if let Some(why) = cairn::query::replay::history_only(typed) {
+        let named = store.query(|q| Ok(!q.index().path(typed).is_empty()))?;
+        if named {
+            anyhow::bail!("`{typed}` {why}");
+        }
+    }
     Ok(match store.workspace_dir() {
         Some(root) => {
             cairn::snapshot::relpath::normalize_for_reading(root, path).map_err(|e| match e {
