@@ -481,6 +481,16 @@ pub enum Command {
         #[arg(long, value_name = "MODE", value_parser = collected_modes())]
         collected_checkpoints: Option<String>,
     },
+    /// Claude Code hooks: record one hook payload (`hooks claude-code`), or
+    /// add or remove cairn's hooks in Claude Code's settings.
+    #[command(
+        after_help = "Example:\n  cairn hooks install claude-code --scope project\n  cairn hooks uninstall claude-code"
+    )]
+    Hooks {
+        /// What to do.
+        #[command(subcommand)]
+        action: super::hooks::HooksAction,
+    },
     /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
     #[command(
         after_help = "Example:\n  cairn demo\n  cairn demo ./my-project   # works on a copy; your files are never touched"

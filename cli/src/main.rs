@@ -31,6 +31,7 @@ pub mod args;
 pub mod blob;
 pub mod checkpoint;
 pub mod demo;
+pub mod hooks;
 pub mod discover;
 pub mod inspect;
 pub mod interop;
@@ -558,6 +559,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             interop::import(&settings, &format, &files, json, opts)
         }),
         Command::Demo(a) => demo::run(&settings, a),
+        Command::Hooks { action } => hooks::run(action),
         Command::Completions { shell } => completions(&shell),
     };
     if settings.in_memory {

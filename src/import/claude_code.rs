@@ -758,6 +758,28 @@ fn file_event(
     Ok(Some(e.with_meta("contents", contents)))
 }
 
+/// The file event of one finished tool call, from what a Claude Code
+/// `PostToolUse` hook is given (`tool_name`, `tool_input`,
+/// `tool_response`): as the transcript import makes it from the same
+/// call's result, with exact contents or none. `None` for a tool that
+/// writes no file. The second value names the call when its contents
+/// disagree with its `structuredPatch` (the event then has no `after`).
+pub fn tool_file_event(
+    tool: &str,
+    input: &Value,
+    response: &Value,
+    cwd: Option<&str>,
+    put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
+) -> Result<(Option<Event>, Vec<String>)> {
+    let Some(r) = response.as_object() else {
+        return Ok((None, Vec::new()));
+    };
+    let call = (tool.to_string(), None, input.clone());
+    let mut mismatches = Vec::new();
+    let e = file_event(r, Some(&call), cwd, put, &mut mismatches, "hook", 0)?;
+    Ok((e, mismatches))
+}
+
 /// `text` with `old` replaced by `new` (the first occurrence, or all with
 /// `all`); `None` when `old` is not in it (the edit cannot have been so).
 fn replace(text: &str, old: &str, new: &str, all: bool) -> Option<String> {
