@@ -105,7 +105,10 @@ fn a_file_event_must_name_a_workspace_relative_path() {
     for outside in ["../elsewhere/x.rs", "/home/u/x.rs"] {
         let e = s.event(EventKind::FileWrite).with_path(outside);
         let lsn = store.append(&e).unwrap();
-        assert_eq!(store.record(lsn).unwrap().event.path.as_deref(), Some(outside));
+        assert_eq!(
+            store.record(lsn).unwrap().event.path.as_deref(),
+            Some(outside)
+        );
     }
     store
         .append(&s.event(EventKind::FileDelete).with_path("src/x.rs"))

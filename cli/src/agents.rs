@@ -67,10 +67,7 @@ fn report_words(r: &ClaudeCodeReport) -> String {
     }
     if !r.unknown.is_empty() {
         let t: Vec<String> = r.unknown.iter().map(|(k, n)| format!("{k}: {n}")).collect();
-        s += &format!(
-            "; record types kept as generic records: {}",
-            t.join(", ")
-        );
+        s += &format!("; record types kept as generic records: {}", t.join(", "));
     }
     if r.backups + r.backups_missing > 0 {
         s += &format!(

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use cairn::codec::{EventKind, Event};
+use cairn::codec::{Event, EventKind};
 use cairn::import::claude_code::{relative, tool_file_event};
 use cairn::query::Filter;
 use cairn::Store;
@@ -123,7 +123,9 @@ fn open_waiting(cwd: &Path) -> Result<Store> {
             {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(e) => return Err(e).with_context(|| format!("open the store of {}", cwd.display())),
+            Err(e) => {
+                return Err(e).with_context(|| format!("open the store of {}", cwd.display()))
+            }
         }
     }
 }
@@ -235,7 +237,10 @@ const HOOK_EVENTS: [(&str, Option<&str>); 5] = [
     ("SessionStart", None),
     ("UserPromptSubmit", None),
     ("PreToolUse", Some("Edit|Write|MultiEdit|NotebookEdit")),
-    ("PostToolUse", Some("Edit|Write|MultiEdit|NotebookEdit|Bash")),
+    (
+        "PostToolUse",
+        Some("Edit|Write|MultiEdit|NotebookEdit|Bash"),
+    ),
     ("Stop", None),
 ];
 
@@ -256,7 +261,10 @@ fn install(scope: &str, add: bool) -> Result<ExitCode> {
         Ok(t) if t.trim().is_empty() => Map::new(),
         Ok(t) => match serde_json::from_str(&t) {
             Ok(Value::Object(o)) => o,
-            Ok(_) => bail!("{}: the settings are not a JSON object; not changed", file.display()),
+            Ok(_) => bail!(
+                "{}: the settings are not a JSON object; not changed",
+                file.display()
+            ),
             Err(e) => bail!("{}: not JSON ({e}); not changed", file.display()),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Map::new(),
@@ -273,7 +281,11 @@ fn install(scope: &str, add: bool) -> Result<ExitCode> {
         eprintln!(
             "{}: {}",
             file.display(),
-            if add { "cairn's hooks are installed already; nothing changed" } else { "no cairn hooks; nothing changed" }
+            if add {
+                "cairn's hooks are installed already; nothing changed"
+            } else {
+                "no cairn hooks; nothing changed"
+            }
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -297,9 +309,8 @@ fn install(scope: &str, add: bool) -> Result<ExitCode> {
 /// `hooks claude-code` of a `cairn` binary).
 fn is_ours(h: &Value) -> bool {
     h.get("command").and_then(Value::as_str).is_some_and(|c| {
-        c.strip_suffix(" hooks claude-code").is_some_and(|exe| {
-            Path::new(exe).file_name().is_some_and(|n| n == "cairn")
-        })
+        c.strip_suffix(" hooks claude-code")
+            .is_some_and(|exe| Path::new(exe).file_name().is_some_and(|n| n == "cairn"))
     })
 }
 
@@ -337,7 +348,9 @@ fn remove_hooks(settings: &mut Map<String, Value>) {
         return;
     };
     for groups in hooks.values_mut() {
-        let Some(groups) = groups.as_array_mut() else { continue };
+        let Some(groups) = groups.as_array_mut() else {
+            continue;
+        };
         groups.retain_mut(|g| {
             let Some(a) = g.get_mut("hooks").and_then(Value::as_array_mut) else {
                 return true;

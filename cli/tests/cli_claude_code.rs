@@ -53,7 +53,9 @@ fn fixtures() -> PathBuf {
 }
 
 fn json_lines(s: &str) -> Vec<Value> {
-    s.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn import(ws: &Path, paths: &[&Path]) -> Value {
@@ -109,7 +111,14 @@ fn a_project_directory_imports_with_exact_contents_and_again_adds_nothing() {
     assert_eq!(blame[1]["model"], "claude-opus-4-6");
     let rec = json_lines(&ok(&cairn(
         ws,
-        &["log", "--json", "--kind", "file.edit", "--path", "src/a.txt"],
+        &[
+            "log",
+            "--json",
+            "--kind",
+            "file.edit",
+            "--path",
+            "src/a.txt",
+        ],
     )));
     assert_eq!(rec.last().unwrap()["tool"], "MultiEdit");
 
@@ -128,9 +137,16 @@ fn a_project_directory_imports_with_exact_contents_and_again_adds_nothing() {
     assert_eq!(h[0]["kind"], "file.create");
     let o = cairn(ws, &["show", &format!("head:{plan}")]);
     assert!(!o.status.success());
-    assert!(err(&o).contains("recorded as history only, outside the workspace"), "{}", err(&o));
+    assert!(
+        err(&o).contains("recorded as history only, outside the workspace"),
+        "{}",
+        err(&o)
+    );
     let tree = ok(&cairn(ws, &["tree", "head"]));
-    assert!(!tree.contains("p.md") && tree.contains("src/a.txt"), "{tree}");
+    assert!(
+        !tree.contains("p.md") && tree.contains("src/a.txt"),
+        "{tree}"
+    );
 
     // Compaction markers, a failed Bash call, the rewind's parent kept
     // (the prompt "try again" is a second child of the first prompt).
@@ -183,7 +199,10 @@ fn a_malformed_line_names_file_and_line_and_records_nothing() {
     let ws = tmp.path();
     ok(&cairn(ws, &["init"]));
     let bad = fixtures().join("bad.jsonl");
-    let o = cairn(ws, &["import", "--format", "claude-code", bad.to_str().unwrap()]);
+    let o = cairn(
+        ws,
+        &["import", "--format", "claude-code", bad.to_str().unwrap()],
+    );
     assert!(!o.status.success());
     assert!(err(&o).contains("bad.jsonl:2: not JSON"), "{}", err(&o));
     assert_eq!(ok(&cairn(ws, &["log", "--json"])), "");

@@ -44,7 +44,11 @@ fn hook(ws: &Path, mut payload: Value) {
     payload["transcript_path"] = json!("/tmp/t.jsonl");
     let o = cairn(ws, &["hooks", "claude-code"], &payload.to_string());
     ok(&o);
-    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// An Edit of `a.txt` from `old` to `new`, as the agent makes it: the
@@ -72,7 +76,10 @@ fn rollback_to_every_before_prompt_is_byte_exact_with_shell_edits() {
     let ws = tmp.path();
     std::fs::write(ws.join("a.txt"), "v0\n").unwrap();
     std::fs::write(ws.join("b.txt"), "b0\n").unwrap();
-    hook(ws, json!({"hook_event_name": "SessionStart", "source": "startup"}));
+    hook(
+        ws,
+        json!({"hook_event_name": "SessionStart", "source": "startup"}),
+    );
     let mut want = Vec::new();
     for (n, (old, new)) in [("v0", "v1"), ("v1-sed", "v2")].into_iter().enumerate() {
         want.push((
@@ -102,7 +109,12 @@ fn rollback_to_every_before_prompt_is_byte_exact_with_shell_edits() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let labels: Vec<&str> = cps.iter().filter_map(|c| c["label"].as_str()).collect();
-    for l in ["Before prompt 1", "Before prompt 2", "After turn 1", "After turn 2"] {
+    for l in [
+        "Before prompt 1",
+        "Before prompt 2",
+        "After turn 1",
+        "After turn 2",
+    ] {
         assert!(labels.contains(&l), "{l}: {labels:?}");
     }
     // The edits are recorded with exact contents.
@@ -133,7 +145,11 @@ fn rollback_to_every_before_prompt_is_byte_exact_with_shell_edits() {
     .join("\n");
     let t = tmp.path().join("t.jsonl");
     std::fs::write(&t, transcript + "\n").unwrap();
-    ok(&cairn(ws, &["import", "--format", "claude-code", t.to_str().unwrap()], ""));
+    ok(&cairn(
+        ws,
+        &["import", "--format", "claude-code", t.to_str().unwrap()],
+        "",
+    ));
     let again: Vec<Value> = ok(&cairn(ws, &["history", "a.txt", "--json"], ""))
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -141,7 +157,10 @@ fn rollback_to_every_before_prompt_is_byte_exact_with_shell_edits() {
     let n = again.iter().filter(|r| r["kind"] == "file.edit").count();
     assert_eq!(n, 2, "no second copy of the hooked edit");
     let log = ok(&cairn(ws, &["log", "--json", "--kind", "tool_call"], ""));
-    assert!(log.contains("\"Edit\""), "the conversation's call is added: {log}");
+    assert!(
+        log.contains("\"Edit\""),
+        "the conversation's call is added: {log}"
+    );
     for (n, (a, b)) in want.iter().enumerate() {
         let label = format!("Before prompt {}", n + 1);
         let id = cps.iter().find(|c| c["label"] == label.as_str()).unwrap()["id"]
@@ -157,7 +176,11 @@ fn rollback_to_every_before_prompt_is_byte_exact_with_shell_edits() {
 #[test]
 fn a_bad_payload_exits_0_with_one_line() {
     let tmp = tempfile::tempdir().unwrap();
-    for bad in ["not json", "{}", r#"{"cwd":"/nonexistent/x","session_id":"s","hook_event_name":"Stop"}"#] {
+    for bad in [
+        "not json",
+        "{}",
+        r#"{"cwd":"/nonexistent/x","session_id":"s","hook_event_name":"Stop"}"#,
+    ] {
         let o = cairn(tmp.path(), &["hooks", "claude-code"], bad);
         assert_eq!(o.status.code(), Some(0), "{bad}");
         let err = String::from_utf8(o.stderr).unwrap();
@@ -181,17 +204,34 @@ fn install_keeps_the_users_settings_and_uninstall_removes_exactly_its_own() {
     let once = std::fs::read_to_string(&file).unwrap();
     let v: Value = serde_json::from_str(&once).unwrap();
     assert_eq!(v["model"], "opus");
-    assert_eq!(v["hooks"]["PostToolUse"][0], mine["hooks"]["PostToolUse"][0]);
-    for e in ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"] {
+    assert_eq!(
+        v["hooks"]["PostToolUse"][0],
+        mine["hooks"]["PostToolUse"][0]
+    );
+    for e in [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+        "Stop",
+    ] {
         let cmds = v["hooks"][e].to_string();
         assert!(cmds.contains("hooks claude-code"), "{e}: {cmds}");
     }
     ok(&cairn(ws, &["hooks", "install", "claude-code"], ""));
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), once, "twice changes nothing");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        once,
+        "twice changes nothing"
+    );
     ok(&cairn(ws, &["hooks", "uninstall", "claude-code"], ""));
     let back: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(back, mine);
     // The local scope writes its own file.
-    ok(&cairn(ws, &["hooks", "install", "claude-code", "--scope", "local"], ""));
+    ok(&cairn(
+        ws,
+        &["hooks", "install", "claude-code", "--scope", "local"],
+        "",
+    ));
     assert!(ws.join(".claude/settings.local.json").exists());
 }

@@ -768,11 +768,7 @@ fn import_refuses_a_bad_file_whole_and_names_the_line() {
     let good = tmp.path().join("good.jsonl");
     std::fs::write(&good, format!("{}\n{}\n", line("src/a.rs"), line("b.rs"))).unwrap();
     let bad = tmp.path().join("bad.jsonl");
-    std::fs::write(
-        &bad,
-        format!("{}\n\n{}\n", line("c.rs"), line(".")),
-    )
-    .unwrap();
+    std::fs::write(&bad, format!("{}\n\n{}\n", line("c.rs"), line("."))).unwrap();
     let o = cairn(
         &b,
         &[

@@ -989,7 +989,10 @@ mod tests {
         let e = parse_event(r#"{"kind":"file.write","path":"src/x/../a.rs"}"#).unwrap();
         assert_eq!(e.path.as_deref(), Some("src/a.rs"));
         assert_eq!(outside_workspace("a/../b"), None);
-        assert_eq!(outside_workspace("a/../../b"), Some("leaves the workspace (`..`)"));
+        assert_eq!(
+            outside_workspace("a/../../b"),
+            Some("leaves the workspace (`..`)")
+        );
         assert_eq!(outside_workspace("/w/a"), Some("is absolute"));
     }
 

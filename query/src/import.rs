@@ -15,8 +15,7 @@ use serde_json::{Map, Value};
 
 use cairn_codec::event::Meta;
 use cairn_codec::json::{
-    check_paths, line_error, normalize_paths, parse_event, UniqueKeys,
-    MAX_JSON_LINE_BYTES,
+    check_paths, line_error, normalize_paths, parse_event, UniqueKeys, MAX_JSON_LINE_BYTES,
 };
 use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
 

@@ -80,9 +80,7 @@ pub struct ClaudeCodeOptions {
 impl ClaudeCodeOptions {
     /// These options, with the backups looked for under `dir`.
     pub fn with_file_history(self, dir: Option<PathBuf>) -> ClaudeCodeOptions {
-        ClaudeCodeOptions {
-            file_history: dir,
-        }
+        ClaudeCodeOptions { file_history: dir }
     }
 }
 
@@ -196,7 +194,8 @@ impl Store {
             .events
             .into_iter()
             .filter(|e| {
-                let hooked = file_tool_use(e).is_some_and(|id| seen.contains(&format!("tool:{id}")));
+                let hooked =
+                    file_tool_use(e).is_some_and(|id| seen.contains(&format!("tool:{id}")));
                 !hooked && line_key(e).is_none_or(|k| !seen.contains(k))
             })
             .collect();
@@ -261,7 +260,7 @@ fn transcripts(p: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         }
     }
     // Sessions in name order, each followed by its subagents.
-    found.sort_by(|a, b| session_order(a).cmp(&session_order(b)));
+    found.sort_by_key(|p| session_order(p));
     out.extend(found);
     Ok(())
 }
@@ -270,7 +269,9 @@ fn transcripts(p: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 fn session_order(p: &Path) -> (PathBuf, PathBuf) {
     match p.parent().filter(|d| d.ends_with("subagents")) {
         Some(d) => (
-            d.parent().map(|s| s.with_extension("jsonl")).unwrap_or_default(),
+            d.parent()
+                .map(|s| s.with_extension("jsonl"))
+                .unwrap_or_default(),
             p.to_path_buf(),
         ),
         None => (p.to_path_buf(), PathBuf::new()),
@@ -404,9 +405,10 @@ pub fn parse_transcript(
         }
     }
     let file_session = file_session.unwrap_or_else(|| {
-        Path::new(name)
-            .file_stem()
-            .map_or_else(|| "claude-code".into(), |s| s.to_string_lossy().into_owned())
+        Path::new(name).file_stem().map_or_else(
+            || "claude-code".into(),
+            |s| s.to_string_lossy().into_owned(),
+        )
     });
     let mut replied: HashSet<String> = HashSet::new();
     let mut last_ts: Option<Timestamp> = None;
@@ -464,7 +466,9 @@ pub fn parse_transcript(
                         })
                         .unwrap_or("");
                     let call = calls.get(id);
-                    if let Some(mut e) = file_event(r, call, cwd, put, &mut out.mismatches, name, *n)? {
+                    if let Some(mut e) =
+                        file_event(r, call, cwd, put, &mut out.mismatches, name, *n)?
+                    {
                         e.session = session.clone();
                         e.ts = ts;
                         e.ok = !failed.get(id).copied().unwrap_or(false);
@@ -583,7 +587,11 @@ pub fn parse_transcript(
                     Some(s) => format!("{other}:{s}"),
                     None => other.to_string(),
                 };
-                e.label = Some(if label.is_empty() { "unknown".into() } else { label });
+                e.label = Some(if label.is_empty() {
+                    "unknown".into()
+                } else {
+                    label
+                });
                 let record = if raw.len() <= MAX_GENERIC_RECORD_BYTES {
                     Value::Object(o.clone())
                 } else {
@@ -630,10 +638,7 @@ fn common_meta(o: &Map<String, Value>) -> Map<String, Value> {
             m.insert(to.into(), v.clone());
         }
     }
-    if let (Some(s), Some(_)) = (
-        o.get("sessionId").and_then(Value::as_str),
-        o.get("agentId"),
-    ) {
+    if let (Some(s), Some(_)) = (o.get("sessionId").and_then(Value::as_str), o.get("agentId")) {
         m.insert("parent_session".into(), json!(s));
     }
     m
@@ -687,8 +692,10 @@ fn file_event(
     };
     let tool = call.map(|c| c.0.as_str()).unwrap_or("");
     let original = r.get("originalFile").and_then(Value::as_str);
-    let (kind, after): (EventKind, Option<String>) = if let Some(c) =
-        r.get("content").and_then(Value::as_str).filter(|_| r.contains_key("type"))
+    let (kind, after): (EventKind, Option<String>) = if let Some(c) = r
+        .get("content")
+        .and_then(Value::as_str)
+        .filter(|_| r.contains_key("type"))
     {
         // Write: `type` is `create` or `update`.
         let kind = if r.get("type").and_then(Value::as_str) == Some("create") {
@@ -701,19 +708,24 @@ fn file_event(
         r.get("oldString").and_then(Value::as_str),
         r.get("newString").and_then(Value::as_str),
     ) {
-        let all = r.get("replaceAll").and_then(Value::as_bool).unwrap_or(false);
+        let all = r
+            .get("replaceAll")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         let after = original.map(|f| replace(f, old, new, all));
         (EventKind::FileEdit, after.flatten())
-    } else if let Some(edits) = r
-        .get("edits")
-        .and_then(Value::as_array)
-        .or_else(|| call.and_then(|c| c.2.get("edits")).and_then(Value::as_array))
-    {
+    } else if let Some(edits) = r.get("edits").and_then(Value::as_array).or_else(|| {
+        call.and_then(|c| c.2.get("edits"))
+            .and_then(Value::as_array)
+    }) {
         let mut cur = original.map(str::to_string);
         for ed in edits {
             let old = ed.get("old_string").and_then(Value::as_str);
             let new = ed.get("new_string").and_then(Value::as_str);
-            let all = ed.get("replace_all").and_then(Value::as_bool).unwrap_or(false);
+            let all = ed
+                .get("replace_all")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
             cur = match (cur, old, new) {
                 (Some(c), Some(o), Some(n)) => replace(&c, o, n, all),
                 _ => None,
