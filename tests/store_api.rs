@@ -91,20 +91,29 @@ fn a_file_event_must_name_a_workspace_relative_path() {
         err.contains("missing field `path`") && err.contains("file.delete"),
         "{err}"
     );
-    let mut outside = s.event(EventKind::FileWrite).with_path("../elsewhere/x.rs");
+    let mut itself = s.event(EventKind::FileWrite).with_path("src/..");
     let err = store
-        .append_batch(&[outside.clone()])
+        .append_batch(&[itself.clone()])
         .unwrap_err()
         .to_string();
-    assert!(err.contains("leaves the workspace"), "{err}");
-    outside.path = Some("/home/u/x.rs".into());
-    let err = s.record(&outside).unwrap_err().to_string();
-    assert!(err.contains("is absolute"), "{err}");
+    assert!(err.contains("names the workspace itself"), "{err}");
+    itself.path = Some(String::new());
+    let err = s.record(&itself).unwrap_err().to_string();
+    assert!(err.contains("is empty"), "{err}");
     assert_eq!(store.head().last_lsn.0, 0, "nothing was appended");
+    // Paths outside the workspace are kept as given: history only.
+    for outside in ["../elsewhere/x.rs", "/home/u/x.rs"] {
+        let e = s.event(EventKind::FileWrite).with_path(outside);
+        let lsn = store.append(&e).unwrap();
+        assert_eq!(
+            store.record(lsn).unwrap().event.path.as_deref(),
+            Some(outside)
+        );
+    }
     store
         .append(&s.event(EventKind::FileDelete).with_path("src/x.rs"))
         .unwrap();
-    assert_eq!(store.head().last_lsn.0, 1);
+    assert_eq!(store.head().last_lsn.0, 3);
 }
 
 #[test]

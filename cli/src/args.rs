@@ -73,6 +73,20 @@ fn formats() -> Listed {
     ])
 }
 
+/// `import --format`: the JSONL shapes, and the agent transcripts
+/// `agents.rs` imports.
+fn import_formats() -> Listed {
+    Listed::described(&[
+        ("jsonl", "cairn's canonical JSONL"),
+        ("cortexide", "the cortexide IDE audit shape"),
+        ("comma", "the comma file-tool audit shape"),
+        (
+            "claude-code",
+            "Claude Code transcripts: a session's .jsonl or a project directory",
+        ),
+    ])
+}
+
 /// `import --collected-checkpoints`: the modes `CollectedCheckpoints`
 /// reads.
 fn collected_modes() -> Listed {
@@ -422,12 +436,18 @@ pub enum Command {
         after_help = "Example:\n  cairn export --format comma --session thread-1 --output audit.jsonl\n  cairn export --follow | jq ."
     )]
     Export(ExportArgs),
-    /// Import JSONL written by other tools (cortexide or comma shapes).
-    #[command(after_help = "Example:\n  cairn import --format comma .comma/audit/default.jsonl")]
+    /// Import JSONL written by other tools (cortexide or comma shapes) or agent transcripts (claude-code).
+    #[command(
+        after_help = "Example:\n  cairn import --format comma .comma/audit/default.jsonl\n  cairn import --format claude-code ~/.claude/projects/-home-me-proj"
+    )]
     Import {
-        /// cortexide | comma | jsonl.
-        #[arg(long, value_parser = formats())]
+        /// cortexide | comma | jsonl | claude-code.
+        #[arg(long, value_parser = import_formats())]
         format: String,
+        /// claude-code: where Claude Code's file-history backups are
+        /// (`DIR/<session>/<backupFileName>`; default `~/.claude/file-history`).
+        #[arg(long, value_name = "DIR")]
+        file_history: Option<PathBuf>,
         /// Files to read; `-` reads stdin.
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -460,6 +480,16 @@ pub enum Command {
         /// which cannot be rolled back to, and the summary counts them.
         #[arg(long, value_name = "MODE", value_parser = collected_modes())]
         collected_checkpoints: Option<String>,
+    },
+    /// Claude Code hooks: record one hook payload (`hooks claude-code`), or
+    /// add or remove cairn's hooks in Claude Code's settings.
+    #[command(
+        after_help = "Example:\n  cairn hooks install claude-code --scope project\n  cairn hooks uninstall claude-code"
+    )]
+    Hooks {
+        /// What to do.
+        #[command(subcommand)]
+        action: super::hooks::HooksAction,
     },
     /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
     #[command(

@@ -26,12 +26,14 @@ macro_rules! out {
     };
 }
 
+pub mod agents;
 pub mod args;
 pub mod blob;
 pub mod checkpoint;
 pub mod demo;
 pub mod discover;
 pub mod health;
+pub mod hooks;
 pub mod interop;
 pub mod memory;
 pub mod output;
@@ -532,10 +534,27 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             format,
             files,
             json,
+            file_history,
+            ..
+        } if agents::AGENT_FORMATS.contains(&format.as_str()) => {
+            agents::import(&settings, &files, json, file_history)
+        }
+        Command::Import {
+            format,
+            file_history: Some(_),
+            ..
+        } => Err(usage(format!(
+            "--file-history is for --format claude-code, not {format}"
+        ))),
+        Command::Import {
+            format,
+            files,
+            json,
             again,
             resume,
             skip_torn_tail,
             collected_checkpoints,
+            ..
         } => interop::collected_mode(collected_checkpoints.as_deref()).and_then(|collected| {
             let opts = interop::import_options(again, resume)
                 .with_skip_torn_tail(skip_torn_tail)
@@ -544,6 +563,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }),
         Command::Report(a) => report::run(&settings, a),
         Command::Demo(a) => demo::run(&settings, a),
+        Command::Hooks { action } => hooks::run(action),
         Command::Completions { shell } => completions(&shell),
     };
     if settings.in_memory {

@@ -61,6 +61,14 @@ fn spec_path(settings: &Settings, typed: &str) -> String {
 /// outside the workspace (`../x` from the root) is refused as such, not
 /// looked up; one under `.git` is looked up, as records may name it.
 fn lookup_path(store: &cairn::Store, path: &str, typed: &str) -> Result<String> {
+    // A path outside the workspace that records name is history only: say
+    // so, rather than that no such file is in the workspace.
+    if let Some(why) = cairn::query::replay::history_only(typed) {
+        let named = store.query(|q| Ok(!q.index().path(typed).is_empty()))?;
+        if named {
+            anyhow::bail!("`{typed}` {why}");
+        }
+    }
     Ok(match store.workspace_dir() {
         Some(root) => {
             cairn::snapshot::relpath::normalize_for_reading(root, path).map_err(|e| match e {
@@ -754,10 +762,10 @@ pub fn history(
     let outside =
         std::path::Path::new(&path).is_absolute() || path == ".." || path.starts_with("../");
     if records.is_empty() && outside {
-        // Kept as typed, since a tool's record may name any path: say why
-        // no file event can match it.
+        // Kept as typed, since a record may name any path: say that none
+        // named this one, and that it would be history only.
         eprintln!(
-            "note: {} lies outside the workspace: only records of tools that named it (a tool_call, say) could match; file events name workspace paths",
+            "note: {} lies outside the workspace: no record names it (records that do are kept as history only, never part of the workspace's files)",
             quote_path(&path)
         );
     }

@@ -523,12 +523,17 @@ pub fn check_fields(e: &Event) -> Result<(), CodecError> {
 
 /// Checks the paths of an event: a file event names the file it touched
 /// (`path`; a patch may name them in `files` instead), a move names its
-/// destination (`to_path`), no path is empty,
-/// and the paths of events about the workspace (every kind but `prompt`,
-/// `reply`, `tool_call` and `custom`, whose paths may lie anywhere, such as
-/// a file a tool read) are relative to it, as the audit shapes cairn
-/// exports require (an empty or absolute `path` would be exported as a line
-/// those tools reject).
+/// destination (`to_path`), no path is empty, and the paths of events about
+/// the workspace (every kind but `prompt`, `reply`, `tool_call` and
+/// `custom`, whose paths may lie anywhere, such as a file a tool read)
+/// neither hold a NUL byte nor name the workspace itself, and are in
+/// normal form when they lie in it ([`normal_path`]).
+///
+/// A path outside the workspace (absolute, or climbing out of it with
+/// `..`: see [`outside_workspace`]) is accepted and kept exactly as given:
+/// an attempt to write `/etc/passwd` is the record an audit log exists to
+/// keep. Such paths are history only; replay never puts them in the
+/// workspace tree ([`outside_workspace`] says which they are).
 pub fn check_paths(e: &Event) -> Result<(), CodecError> {
     use EventKind::*;
     let needs_path = matches!(
@@ -562,20 +567,20 @@ pub fn check_paths(e: &Event) -> Result<(), CodecError> {
         let why = if p.is_empty() {
             Some("is empty")
         } else if in_workspace {
-            not_workspace_relative(p)
+            not_a_path(p)
         } else {
             None
         };
         if let Some(why) = why {
             return Err(CodecError::Json(format!(
-                "field `{field}`: `{p}` {why}; a `{}` event's paths are relative to the workspace, like `src/main.rs`",
+                "field `{field}`: `{p}` {why}; a `{}` event names a file, like `src/main.rs` (or one outside the workspace, like `/etc/hosts`, kept as history only)",
                 e.kind.name()
             )));
         }
-        if in_workspace {
+        if in_workspace && outside_workspace(p).is_none() {
             if let Cow::Owned(n) = normal_path(p) {
                 return Err(CodecError::Json(format!(
-                    "field `{field}`: `{p}` is not in normal form: write `{n}` (no empty or `.` component; cairn's JSON input puts paths so itself)"
+                    "field `{field}`: `{p}` is not in normal form: write `{n}` (no empty, `.` or inner `..` component; cairn's JSON input puts paths so itself)"
                 )));
             }
         }
@@ -593,25 +598,35 @@ fn about_workspace(kind: EventKind) -> bool {
 
 /// `p` in the normal form cairn stores workspace paths in: `/` between
 /// components, no empty or `.` component (`./src//a.rs/` is `src/a.rs`),
-/// as git spells a path. Borrowed when `p` is already normal.
+/// and a `..` taking back the component before it (`a/../b` is `b`), by
+/// name, never by asking the disk (as `cairn show` reads a path: a symlink
+/// `a` does not make `a/../b` another file). Borrowed when `p` is already
+/// normal. Only for a path that [`outside_workspace`] passes: a `..` that
+/// climbs above the workspace is left in place.
 pub fn normal_path(p: &str) -> Cow<'_, str> {
-    let odd = |c: &str| c.is_empty() || c == ".";
+    let odd = |c: &str| c.is_empty() || c == "." || c == "..";
     if !p.split('/').any(odd) {
         return Cow::Borrowed(p);
     }
-    Cow::Owned(
-        p.split('/')
-            .filter(|c| !odd(c))
-            .collect::<Vec<_>>()
-            .join("/"),
-    )
+    let mut out: Vec<&str> = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." if out.last().is_some_and(|l| *l != "..") => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out.join("/"))
 }
 
 /// Puts the paths of an event about the workspace in normal form (see
-/// [`normal_path`]), as input from JSON is: an agent's `./src/a.rs` and
-/// `src//a.rs` are the file `src/a.rs`, and queries find them as such. A
-/// path that is not workspace-relative (absolute, `..`, the workspace
-/// itself) is left as written, for [`check_paths`] to refuse by name.
+/// [`normal_path`]), as input from JSON is: an agent's `./src/a.rs`,
+/// `src//a.rs` and `src/x/../a.rs` are the file `src/a.rs`, and queries
+/// find them as such. A path outside the workspace (absolute, or climbing
+/// out with `..`) is kept exactly as written, as is one that names the
+/// workspace itself, for [`check_paths`] to refuse by name.
 pub fn normalize_paths(e: &mut Event) {
     if !about_workspace(e.kind) {
         return;
@@ -630,27 +645,57 @@ pub fn normalize_paths(e: &mut Event) {
         .for_each(fix);
 }
 
-/// Why `p` is not a workspace-relative path, if it is not: empty,
-/// absolute (`/x`, `\\x`, `C:x`), leaving the workspace (a `..`
-/// component), holding a NUL byte, or naming the workspace itself (`.`).
-/// The phrase completes "`p` ...", as in "`/etc/passwd` is absolute".
-pub fn not_workspace_relative(p: &str) -> Option<&'static str> {
+/// Why `p` lies outside the workspace, if it does: it is absolute (`/x`,
+/// `\\x`, `C:x`), or its `..` components climb above the workspace by
+/// name (`../x`, `a/../../x`; `a/../b` is `b`, inside). An absolute path is
+/// outside even when it names a file under the workspace's root: a record
+/// keeps what the agent said, and is never resolved against the disk. Such
+/// paths are recorded as history only: no workspace tree holds them.
+pub fn outside_workspace(p: &str) -> Option<&'static str> {
     let b = p.as_bytes();
-    if b.is_empty() {
-        Some("is empty")
-    } else if b[0] == b'/'
-        || b[0] == b'\\'
+    if b.first().is_some_and(|c| *c == b'/' || *c == b'\\')
         || (b.len() >= 2 && b[1] == b':' && b[0].is_ascii_alphabetic())
     {
-        Some("is absolute")
-    } else if p.split(['/', '\\']).any(|c| c == "..") {
-        Some("leaves the workspace (`..`)")
-    } else if p.contains('\0') {
+        return Some("is absolute");
+    }
+    let mut depth: usize = 0;
+    for c in p.split(['/', '\\']) {
+        match c {
+            "" | "." => {}
+            ".." => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return Some("leaves the workspace (`..`)"),
+            },
+            _ => depth += 1,
+        }
+    }
+    None
+}
+
+/// Why `p` is no path a record can name, if it is not: it holds a NUL
+/// byte, or names the workspace itself (`.`, `a/..`). Empty paths are
+/// refused before this is asked. The phrase completes "`p` ...".
+fn not_a_path(p: &str) -> Option<&'static str> {
+    if p.contains('\0') {
         Some("holds a NUL byte")
-    } else if p.split('/').all(|c| c.is_empty() || c == ".") {
+    } else if outside_workspace(p).is_none() && normal_path(p).is_empty() {
         Some("names the workspace itself, not a file in it")
     } else {
         None
+    }
+}
+
+/// Why `p` is not a path in the workspace, if it is not: empty, outside it
+/// ([`outside_workspace`]: absolute, or climbing out with `..`), holding a
+/// NUL byte, or naming the workspace itself (`.`). The phrase completes
+/// "`p` ...", as in "`/etc/passwd` is absolute".
+pub fn not_workspace_relative(p: &str) -> Option<&'static str> {
+    if p.is_empty() {
+        Some("is empty")
+    } else if let Some(why) = outside_workspace(p) {
+        Some(why)
+    } else {
+        not_a_path(p)
     }
 }
 
@@ -886,23 +931,14 @@ mod tests {
             (r#"{"kind":"file.write","path":""}"#, "`path`: `` is empty"),
             (r#"{"kind":"file.patch"}"#, "`path` or `files`"),
             (
-                r#"{"kind":"file.edit","path":"/etc/passwd"}"#,
-                "is absolute",
-            ),
-            (r#"{"kind":"file.edit","path":"C:\\x"}"#, "is absolute"),
-            (
-                r#"{"kind":"file.edit","path":"src/../../x"}"#,
-                "leaves the workspace",
+                r#"{"kind":"file.edit","path":"a/\u0000b"}"#,
+                "holds a NUL byte",
             ),
             (
-                r#"{"kind":"apply","files":["ok.rs","/abs"]}"#,
-                "field `files`: `/abs`",
+                r#"{"kind":"file.edit","path":"a/.."}"#,
+                "names the workspace itself",
             ),
             (r#"{"kind":"tool_call","path":""}"#, "`path`: `` is empty"),
-            (
-                r#"{"kind":"file.move","path":"a","to_path":"../b"}"#,
-                "field `to_path`",
-            ),
         ];
         for (line, want) in cases {
             let e = parse_event(line).unwrap_err().to_string();
@@ -924,6 +960,40 @@ mod tests {
         ] {
             parse_event(line).unwrap();
         }
+    }
+
+    /// Regression (refused outside writes): an attempt to write outside
+    /// the workspace was refused at input, so the audit record of a refused
+    /// write could not be kept. It is now kept exactly as given.
+    #[test]
+    fn refused_outside_writes_are_kept_as_given() {
+        for (line, path) in [
+            (
+                r#"{"kind":"file.write","session":"x","path":"/etc/passwd","ok":false,"error_kind":"PathOutsideWorkspace"}"#,
+                "/etc/passwd",
+            ),
+            (r#"{"kind":"file.edit","path":"C:\\x"}"#, "C:\\x"),
+            (
+                r#"{"kind":"file.edit","path":"src/../../x"}"#,
+                "src/../../x",
+            ),
+            (r#"{"kind":"file.write","path":"/w//a.rs"}"#, "/w//a.rs"),
+        ] {
+            let e = parse_event(line).unwrap();
+            assert_eq!(e.path.as_deref(), Some(path), "{line}");
+            assert!(outside_workspace(path).is_some(), "{path}");
+        }
+        let e = parse_event(r#"{"kind":"file.move","path":"a","to_path":"../b"}"#).unwrap();
+        assert_eq!(e.to_path.as_deref(), Some("../b"));
+        // A `..` that stays inside is taken back by name.
+        let e = parse_event(r#"{"kind":"file.write","path":"src/x/../a.rs"}"#).unwrap();
+        assert_eq!(e.path.as_deref(), Some("src/a.rs"));
+        assert_eq!(outside_workspace("a/../b"), None);
+        assert_eq!(
+            outside_workspace("a/../../b"),
+            Some("leaves the workspace (`..`)")
+        );
+        assert_eq!(outside_workspace("/w/a"), Some("is absolute"));
     }
 
     proptest! {

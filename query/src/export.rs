@@ -300,13 +300,10 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
     } else {
         e.files.iter().map(String::as_str).collect()
     };
-    // The shape's files are workspace-relative; a prompt's or a tool
-    // call's paths may lie anywhere (a file a tool read), and then go to
-    // `meta.cairn` instead, which an import reads back.
-    let off_workspace = files
-        .iter()
-        .any(|p| cairn_codec::json::not_workspace_relative(p).is_some());
-    if !files.is_empty() && !off_workspace {
+    // Paths outside the workspace (`/etc/passwd`, a plan file under the
+    // user's home) are written as given, as the import reads them: the
+    // record of an attempt round-trips byte for byte.
+    if !files.is_empty() {
         o.insert("files".into(), json!(files));
     }
     if let Some(d) = e.diff_stats {
@@ -357,15 +354,12 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
             extra.insert(k.into(), json!(h.to_hex()));
         }
     }
-    if !e.files.is_empty() || off_workspace {
+    if !e.files.is_empty() {
         for (k, v) in [("path", &e.path), ("to_path", &e.to_path)] {
             if let Some(v) = v {
                 extra.insert(k.into(), json!(v));
             }
         }
-    }
-    if off_workspace && !e.files.is_empty() {
-        extra.insert("files".into(), json!(e.files));
     }
     if e.kind.is_file_op() {
         extra.insert("kind".into(), json!(e.kind.name()));

@@ -19,6 +19,11 @@
 //!   `to_path`) moves the entry to `to_path`, with `after` as its new
 //!   contents when given; when the source did not exist and no `after` is
 //!   given, the destination does not exist afterwards either;
+//! - a path outside the workspace (absolute, or climbing out with `..`:
+//!   [`cairn_codec::json::outside_workspace`]) is history only and never
+//!   in the tree: a record naming one changes nothing, except that a move
+//!   out of the workspace removes its source, and a move into it sets its
+//!   destination when the record gives the contents (`after`);
 //! - failed records (`ok: false`) and everything else change nothing.
 //!
 //! The same rules, applied backwards per path, answer point queries from
@@ -111,6 +116,23 @@ pub fn file_changes<'a>(
     };
     let dest = to_path.filter(|t| *t != path);
     let mut out = Vec::new();
+    // A path outside the workspace is history only: no tree holds it. A
+    // move out of the workspace removes its source; a move in sets its
+    // destination only when the record gives the contents.
+    let outside = |p: &str| cairn_codec::json::outside_workspace(p).is_some();
+    if outside(path) || dest.is_some_and(outside) {
+        let moves = matches!(k, EventKind::FileMove | EventKind::FilePatch);
+        match dest {
+            Some(to) if moves && !outside(to) => {
+                if let Some(a) = after {
+                    out.push((to, PathChange::Set(a)));
+                }
+            }
+            Some(_) if moves && !outside(path) => out.push((path, PathChange::Remove)),
+            _ => {}
+        }
+        return TreeChange::Paths(out);
+    }
     match (k, dest) {
         (EventKind::FileDelete, _) => out.push((path, PathChange::Remove)),
         (EventKind::FileMove | EventKind::FilePatch, Some(to)) => {
@@ -124,6 +146,24 @@ pub fn file_changes<'a>(
         }
     }
     TreeChange::Paths(out)
+}
+
+/// Why the records naming `path` are history only, if they are: it lies
+/// outside the workspace (absolute, or climbing out with `..`), so no tree
+/// holds it and no contents are shown, diffed, blamed or restored for it.
+/// The phrase completes "`path` ...", as in "`/etc/passwd` is recorded as
+/// history only, outside the workspace (an absolute path): ...".
+pub fn history_only(path: &str) -> Option<String> {
+    cairn_codec::json::outside_workspace(path).map(|why| {
+        let why = if why == "is absolute" {
+            "an absolute path"
+        } else {
+            "its `..` leaves it"
+        };
+        format!(
+            "is recorded as history only, outside the workspace ({why}): `cairn history` lists what was done to it; show, tree, diff, blame and rollback cover the workspace's files"
+        )
+    })
 }
 
 /// The `rollback` record's meta keys replay reads, as the snapshot crate
@@ -650,5 +690,47 @@ mod tests {
         assert_eq!(s.base, Some(CheckpointId(Lsn(1))));
         assert_eq!(s.open_run.as_deref(), Some("r2"));
         assert!(state_at(&log, &m, Lsn(0)).unwrap().tree().is_empty());
+    }
+
+    /// Regression (outside paths in the tree): a record naming a path
+    /// outside the workspace must never put it in the tree, and a move
+    /// across the workspace's edge removes or sets only the inside end.
+    #[test]
+    fn paths_outside_the_workspace_are_history_only() {
+        let log = MemLog::new();
+        let m = MemManifests::new();
+        let mut w = Event::new(EventKind::FileWrite, "s").with_path("/etc/passwd");
+        w.after = Some(h(b"root"));
+        log.append(w).unwrap(); // 1
+        let mut w = Event::new(EventKind::FileWrite, "s").with_path("../sibling/x");
+        w.after = Some(h(b"x"));
+        log.append(w).unwrap(); // 2
+        let mut w = Event::new(EventKind::FileWrite, "s").with_path("a");
+        w.after = Some(h(b"a"));
+        log.append(w).unwrap(); // 3
+        let mut out = Event::new(EventKind::FileMove, "s").with_path("a");
+        out.to_path = Some("/tmp/a".into());
+        log.append(out).unwrap(); // 4
+        let mut back = Event::new(EventKind::FileMove, "s").with_path("/tmp/a");
+        back.to_path = Some("b".into());
+        back.after = Some(h(b"a"));
+        log.append(back).unwrap(); // 5
+        let mut blind = Event::new(EventKind::FileMove, "s").with_path("/tmp/c");
+        blind.to_path = Some("c".into());
+        log.append(blind).unwrap(); // 6
+        assert!(state_at(&log, &m, Lsn(2)).unwrap().tree().is_empty());
+        let keys = |l: u64| {
+            state_at(&log, &m, Lsn(l))
+                .unwrap()
+                .tree()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(3), ["a"]);
+        assert!(keys(4).is_empty());
+        assert_eq!(keys(6), ["b"]);
+        assert!(history_only("/etc/passwd").is_some_and(|w| w.contains("history only")));
+        assert!(history_only("src/a.rs").is_none());
     }
 }

@@ -351,39 +351,24 @@ fn cortexide_import_then_export_is_identity() {
     round_trip(Format::Cortexide, input);
 }
 
-/// A prompt's or a reply's paths may lie outside the workspace; the
-/// shape's `files` may not. Such paths are exported under `meta.cairn`
-/// (not as `files`, which the import would refuse) and read back.
+/// Regression (refused outside writes): a cortexide or comma line naming
+/// `/etc/passwd` (a refused write, the line an audit log exists to keep)
+/// stopped the import of its whole file. Paths outside the workspace are
+/// now kept as given and round-trip byte for byte, in `files` as the
+/// shape has them.
 #[test]
-fn paths_outside_the_workspace_go_through_cortexide_under_meta() {
-    let log = MemLog::new();
-    let blobs = MemBlobs::new();
-    let mut prompt = Event::new(EventKind::Prompt, "s");
-    prompt.path = Some("/etc/hosts".into());
-    let mut call = Event::new(EventKind::Reply, "s");
-    call.files = vec!["src/a.rs".into(), "../elsewhere/b.rs".into()];
-    let mut inside = Event::new(EventKind::Reply, "s");
-    inside.files = vec!["src/a.rs".into()];
-    for e in [&prompt, &call, &inside] {
-        log.append(e.clone()).unwrap();
-    }
-    let mut out = Vec::new();
-    export::export(&log, &blobs, &Filter::all(), Format::Cortexide, &mut out).unwrap();
-    let v = lines(&out);
-    assert!(
-        v[0].get("files").is_none() && v[1].get("files").is_none(),
-        "{v:?}"
-    );
-    assert_eq!(v[0]["meta"]["cairn"]["path"], json!("/etc/hosts"));
-    assert_eq!(v[1]["meta"]["cairn"]["files"], json!(call.files));
-    assert_eq!(v[2]["files"], json!(["src/a.rs"]));
-    let text = String::from_utf8(out).unwrap();
-    let back = import_lines(Format::Cortexide, text.as_bytes(), "out.jsonl").unwrap();
-    for (b, e) in back.iter().zip([&prompt, &call, &inside]) {
-        assert_eq!(b.event.path, e.path);
-        assert_eq!(b.event.files, e.files);
-        assert!(b.event.meta.is_none(), "{:?}", b.event.meta);
-    }
+fn paths_outside_the_workspace_round_trip_as_given() {
+    let cortexide = r#"{"ts":1700000000000,"action":"apply","ok":false,"files":["/etc/passwd"],"meta":{"error":"PathOutsideWorkspace"}}
+{"ts":1700000000001,"action":"prompt","ok":true,"files":["a.rs","../elsewhere/b.rs"]}
+{"ts":1700000000002,"action":"apply","ok":true,"files":["src/a.rs"]}
+"#;
+    round_trip(Format::Cortexide, cortexide);
+    let comma = [
+        json!({"timestamp":"2026-11-22T02:04:57.123Z","sessionId":"x","agentName":"coder","toolName":"write_file","operation":"write","path":"/etc/passwd","ok":false,"errorKind":"PathOutsideWorkspace"}),
+        json!({"timestamp":"2026-11-22T02:04:58.000Z","sessionId":"x","agentName":"coder","toolName":"move_file","operation":"move","path":"a.txt","toPath":"../out.txt","ok":true}),
+    ];
+    let input: String = comma.iter().map(|l| format!("{l}\n")).collect();
+    round_trip(Format::Comma, &input);
 }
 
 #[test]

@@ -19,6 +19,7 @@ use cairn_query::Filter;
 use crate::error::{Error, Result};
 use crate::Store;
 
+pub mod claude_code;
 pub(crate) mod journal;
 
 use journal::{Checkpoint, Entry, Hashing, Key, KeyFile};

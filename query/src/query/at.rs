@@ -7,7 +7,7 @@ use cairn_snapshot::checkpoint::NotCaptured;
 
 use crate::error::{QueryError, Result};
 use crate::point::Point;
-use crate::replay::{apply_paths, path_change, tree_change, PathChange, TreeChange};
+use crate::replay::{apply_paths, history_only, path_change, tree_change, PathChange, TreeChange};
 use crate::source::{EntryKind, Record, Tree, TreeEntry};
 
 use super::*;
@@ -261,7 +261,9 @@ impl Query<'_> {
     /// The error for `path`, which is no file at `at`: it is a directory
     /// (some file lies under it), or it does not exist.
     pub fn not_a_file(&self, at: Lsn, path: &str) -> QueryError {
-        if self.is_dir_at(at, path) {
+        if let Some(why) = history_only(path) {
+            QueryError::Invalid(format!("`{path}` {why}"))
+        } else if self.is_dir_at(at, path) {
             QueryError::Invalid(format!(
                 "`{path}` is a directory at LSN {at}, not a file: `cairn tree` lists its files"
             ))
@@ -280,6 +282,9 @@ impl Query<'_> {
     /// gives for it is then the contents from before that record (or
     /// nothing, for a file it created), until a checkpoint captures them.
     pub fn unrecorded_write(&self, at: Lsn, path: &str) -> Result<Option<Record>> {
+        if history_only(path).is_some() {
+            return Ok(None);
+        }
         let lsns = self.index.path(path);
         let Some(&last) = lsns[..lsns.partition_point(|l| *l <= at)].last() else {
             return Ok(None);

@@ -1,0 +1,367 @@
+//! `cairn hooks claude-code` (record one hook payload) and `cairn hooks
+//! install|uninstall claude-code` (add or remove those hooks in Claude
+//! Code's settings).
+//!
+//! A hook runs inside the agent's loop: whatever goes wrong, it exits 0
+//! and says one line on stderr, so a broken store never stops the agent.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use cairn::codec::{Event, EventKind};
+use cairn::import::claude_code::{relative, tool_file_event};
+use cairn::query::Filter;
+use cairn::Store;
+use clap::Subcommand;
+use serde_json::{json, Map, Value};
+
+/// `cairn hooks ...`.
+#[derive(Debug, Subcommand)]
+pub enum HooksAction {
+    /// Record one Claude Code hook payload read from stdin, in the store of
+    /// its `cwd` (created on first use). What the installed hooks run.
+    #[command(name = "claude-code")]
+    ClaudeCode,
+    /// Add cairn's hooks to Claude Code's settings (keeping every other
+    /// setting and hook; running it twice changes nothing).
+    Install {
+        /// The agent: claude-code.
+        #[arg(value_parser = ["claude-code"])]
+        agent: String,
+        /// project: .claude/settings.json; local: .claude/settings.local.json;
+        /// user: ~/.claude/settings.json.
+        #[arg(long, default_value = "project", value_parser = ["project", "local", "user"])]
+        scope: String,
+    },
+    /// Remove exactly the hooks `install` added.
+    Uninstall {
+        /// The agent: claude-code.
+        #[arg(value_parser = ["claude-code"])]
+        agent: String,
+        /// As for install.
+        #[arg(long, default_value = "project", value_parser = ["project", "local", "user"])]
+        scope: String,
+    },
+}
+
+/// The most bytes of a hook payload: a Write's payload holds the whole
+/// file twice (input and response).
+const MAX_HOOK_PAYLOAD_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How long a hook waits for another writer (a hook of a parallel tool
+/// call, a `cairn checkpoint`) to let go of the store, before it gives up
+/// saying so: a hook must not hold up the agent.
+const HOOK_LOCK_WAIT_MS: u64 = 2_000;
+
+/// The tools whose calls write a file the payload names.
+const FILE_TOOLS: [&str; 4] = ["Edit", "Write", "MultiEdit", "NotebookEdit"];
+
+/// `cairn hooks ...`.
+pub fn run(action: HooksAction) -> Result<ExitCode> {
+    match action {
+        HooksAction::ClaudeCode => {
+            if let Err(e) = record_stdin() {
+                eprintln!("cairn hooks claude-code: {}", one_line(&format!("{e:#}")));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        HooksAction::Install { scope, .. } => install(&scope, true),
+        HooksAction::Uninstall { scope, .. } => install(&scope, false),
+    }
+}
+
+/// `s` on one line.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Reads one payload from stdin and records it.
+fn record_stdin() -> Result<()> {
+    let mut text = String::new();
+    std::io::stdin()
+        .take(MAX_HOOK_PAYLOAD_BYTES + 1)
+        .read_to_string(&mut text)
+        .context("read the payload from stdin")?;
+    if text.len() as u64 > MAX_HOOK_PAYLOAD_BYTES {
+        bail!("the payload is over {MAX_HOOK_PAYLOAD_BYTES} bytes; nothing recorded");
+    }
+    let p: Value = serde_json::from_str(&text).context("the payload is not JSON")?;
+    let field = |k: &str| {
+        p.get(k)
+            .and_then(Value::as_str)
+            .ok_or_else(|| anyhow!("the payload has no `{k}`"))
+    };
+    let cwd = field("cwd")?;
+    let sid = field("session_id")?;
+    let hook = field("hook_event_name")?;
+    let store = open_waiting(Path::new(cwd))?;
+    let got = record(&store, &p, cwd, sid, hook);
+    if let Err(e) = &got {
+        // Recorded where it can be: the store is open.
+        let mut ev = Event::new(EventKind::Custom, sid);
+        ev.label = Some("hook.failed".into());
+        ev.ok = false;
+        ev.text = Some(format!("{hook}: {e:#}"));
+        let _ = store.append(&ev);
+    }
+    store.close()?;
+    got
+}
+
+/// The store of `cwd`, waiting up to [`HOOK_LOCK_WAIT_MS`] for another
+/// writer to let go of it.
+fn open_waiting(cwd: &Path) -> Result<Store> {
+    let start = Instant::now();
+    loop {
+        match Store::open(cwd) {
+            Ok(s) => return Ok(s),
+            Err(cairn::Error::Engine(cairn::engine::EngineError::Locked { .. }))
+                if start.elapsed() < Duration::from_millis(HOOK_LOCK_WAIT_MS) =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("open the store of {}", cwd.display()))
+            }
+        }
+    }
+}
+
+/// How many prompts session `sid` has recorded.
+fn prompts(store: &Store, sid: &str) -> Result<usize> {
+    let f = Filter {
+        session: Some(sid.to_string()),
+        kind: Some(EventKind::Prompt),
+        ..Filter::all()
+    };
+    Ok(store.query(|q| q.list(&f))?.len())
+}
+
+/// Records one payload (see the module docs of `docs/CLI.md`, "Hooks").
+fn record(store: &Store, p: &Value, cwd: &str, sid: &str, hook: &str) -> Result<()> {
+    let s = store.session(sid);
+    let tool = p.get("tool_name").and_then(Value::as_str).unwrap_or("");
+    let input = p.get("tool_input").cloned().unwrap_or(Value::Null);
+    let tool_path = || {
+        input
+            .get("file_path")
+            .or_else(|| input.get("notebook_path"))
+            .and_then(Value::as_str)
+            .map(|f| relative(f, Some(cwd)))
+    };
+    let meta = |e: Event| {
+        let mut e = e;
+        if let Some(id) = p.get("tool_use_id").and_then(Value::as_str) {
+            e = e.with_meta("tool_use_id", id);
+        }
+        e.with_meta("hook", hook)
+    };
+    match hook {
+        "SessionStart" => {
+            let mut e = s.event(EventKind::Custom).with_text("session start");
+            e.label = Some("session.start".into());
+            if let Some(t) = p.get("transcript_path").and_then(Value::as_str) {
+                e = e.with_meta("transcript_path", t);
+            }
+            s.record(&meta(e))?;
+        }
+        "UserPromptSubmit" => {
+            let n = prompts(store, sid)? + 1;
+            s.checkpoint(&format!("Before prompt {n}"))?;
+            let text = p.get("prompt").and_then(Value::as_str).unwrap_or("");
+            s.record(&meta(s.event(EventKind::Prompt).with_text(text)))?;
+        }
+        "PreToolUse" if FILE_TOOLS.contains(&tool) => {
+            if let Some(path) = tool_path() {
+                if cairn::codec::json::outside_workspace(&path).is_none() {
+                    s.track(&path)?;
+                }
+            }
+        }
+        "PostToolUse" if FILE_TOOLS.contains(&tool) => {
+            let response = p.get("tool_response").cloned().unwrap_or(Value::Null);
+            let mut put = |b: &[u8]| store.put_blob(b);
+            let (e, disagree) = tool_file_event(tool, &input, &response, Some(cwd), &mut put)?;
+            let mut e = match e {
+                Some(e) => e,
+                // No contents in the response: the path, written.
+                None => {
+                    let mut e = s.event(EventKind::FileWrite);
+                    e.path = tool_path();
+                    e.tool = Some(tool.to_string());
+                    e.with_meta("contents", "not in the hook's payload")
+                }
+            };
+            e.session = sid.to_string();
+            e.ts = cairn::Timestamp::now();
+            if e.path.is_some() {
+                s.record(&meta(e))?;
+            }
+            if !disagree.is_empty() {
+                bail!("{tool}: the result disagrees with its structuredPatch; recorded without the new contents");
+            }
+        }
+        "PostToolUse" if tool == "Bash" => {
+            let mut e = s.event(EventKind::ToolCall);
+            e.tool = Some("Bash".into());
+            if let Some(c) = input.get("command").and_then(Value::as_str) {
+                e = e.with_meta("command", c);
+            }
+            s.record(&meta(e))?;
+            s.checkpoint("After Bash")?;
+        }
+        "Stop" => {
+            let n = prompts(store, sid)?;
+            s.checkpoint(&format!("After turn {n}"))?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The command the installed hooks run.
+fn hook_command() -> String {
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.to_str().map(str::to_string))
+        .filter(|p| !p.contains(['\'', '"', ' ', '\\', '$', '`']))
+        .unwrap_or_else(|| "cairn".into());
+    format!("{exe} hooks claude-code")
+}
+
+/// The hook events cairn installs, with the matcher of each (tool names).
+const HOOK_EVENTS: [(&str, Option<&str>); 5] = [
+    ("SessionStart", None),
+    ("UserPromptSubmit", None),
+    ("PreToolUse", Some("Edit|Write|MultiEdit|NotebookEdit")),
+    (
+        "PostToolUse",
+        Some("Edit|Write|MultiEdit|NotebookEdit|Bash"),
+    ),
+    ("Stop", None),
+];
+
+/// The settings file of `scope`.
+fn settings_file(scope: &str) -> Result<PathBuf> {
+    Ok(match scope {
+        "project" => std::env::current_dir()?.join(".claude/settings.json"),
+        "local" => std::env::current_dir()?.join(".claude/settings.local.json"),
+        _ => PathBuf::from(std::env::var_os("HOME").ok_or_else(|| anyhow!("HOME is not set"))?)
+            .join(".claude/settings.json"),
+    })
+}
+
+/// `cairn hooks install|uninstall claude-code --scope SCOPE`.
+fn install(scope: &str, add: bool) -> Result<ExitCode> {
+    let file = settings_file(scope)?;
+    let mut settings: Map<String, Value> = match std::fs::read_to_string(&file) {
+        Ok(t) if t.trim().is_empty() => Map::new(),
+        Ok(t) => match serde_json::from_str(&t) {
+            Ok(Value::Object(o)) => o,
+            Ok(_) => bail!(
+                "{}: the settings are not a JSON object; not changed",
+                file.display()
+            ),
+            Err(e) => bail!("{}: not JSON ({e}); not changed", file.display()),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Map::new(),
+        Err(e) => return Err(e).with_context(|| format!("read {}", file.display())),
+    };
+    let before = settings.clone();
+    let cmd = hook_command();
+    if add {
+        add_hooks(&mut settings, &cmd)?;
+    } else {
+        remove_hooks(&mut settings);
+    }
+    if settings == before {
+        eprintln!(
+            "{}: {}",
+            file.display(),
+            if add {
+                "cairn's hooks are installed already; nothing changed"
+            } else {
+                "no cairn hooks; nothing changed"
+            }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&Value::Object(settings))? + "\n";
+    let tmp = file.with_extension("json.cairn-tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &file).with_context(|| format!("write {}", file.display()))?;
+    eprintln!(
+        "{}: cairn's hooks {} ({})",
+        file.display(),
+        if add { "added" } else { "removed" },
+        HOOK_EVENTS.map(|(e, _)| e).join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// True if `h` is a hook cairn's install added (its command runs
+/// `hooks claude-code` of a `cairn` binary).
+fn is_ours(h: &Value) -> bool {
+    h.get("command").and_then(Value::as_str).is_some_and(|c| {
+        c.strip_suffix(" hooks claude-code")
+            .is_some_and(|exe| Path::new(exe).file_name().is_some_and(|n| n == "cairn"))
+    })
+}
+
+/// Adds cairn's hook to each event that lacks it.
+fn add_hooks(settings: &mut Map<String, Value>, cmd: &str) -> Result<()> {
+    let hooks = settings.entry("hooks").or_insert_with(|| json!({}));
+    let Some(hooks) = hooks.as_object_mut() else {
+        bail!("the settings' `hooks` is not an object; not changed");
+    };
+    for (event, matcher) in HOOK_EVENTS {
+        let groups = hooks.entry(event).or_insert_with(|| json!([]));
+        let Some(groups) = groups.as_array_mut() else {
+            bail!("the settings' `hooks.{event}` is not a list; not changed");
+        };
+        let have = groups.iter().any(|g| {
+            g.get("hooks")
+                .and_then(Value::as_array)
+                .is_some_and(|a| a.iter().any(is_ours))
+        });
+        if !have {
+            let mut g = json!({"hooks": [{"type": "command", "command": cmd}]});
+            if let Some(m) = matcher {
+                g["matcher"] = json!(m);
+            }
+            groups.push(g);
+        }
+    }
+    Ok(())
+}
+
+/// Removes cairn's hooks, and the groups, event lists and `hooks` object
+/// they leave empty.
+fn remove_hooks(settings: &mut Map<String, Value>) {
+    let Some(Value::Object(hooks)) = settings.get_mut("hooks") else {
+        return;
+    };
+    for groups in hooks.values_mut() {
+        let Some(groups) = groups.as_array_mut() else {
+            continue;
+        };
+        groups.retain_mut(|g| {
+            let Some(a) = g.get_mut("hooks").and_then(Value::as_array_mut) else {
+                return true;
+            };
+            let had = a.len();
+            a.retain(|h| !is_ours(h));
+            !(a.is_empty() && had > 0)
+        });
+    }
+    hooks.retain(|_, g| !g.as_array().is_some_and(Vec::is_empty));
+    if hooks.is_empty() {
+        settings.remove("hooks");
+    }
+}

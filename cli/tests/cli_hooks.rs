@@ -1,0 +1,237 @@
+//! `cairn hooks claude-code` fed payload sequences through the binary, as
+//! Claude Code runs it, with a `sed -i` between two edits; and `cairn hooks
+//! install|uninstall claude-code` on a settings file with the user's own.
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+fn cairn(dir: &Path, args: &[&str], stdin: &str) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut i = c.stdin.take().unwrap();
+    i.write_all(stdin.as_bytes()).unwrap();
+    drop(i);
+    c.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+/// Runs the hook with `payload` (in the session `s`, cwd `ws`): it must
+/// exit 0 and say nothing.
+fn hook(ws: &Path, mut payload: Value) {
+    payload["session_id"] = json!("s");
+    payload["cwd"] = json!(ws.to_str().unwrap());
+    payload["transcript_path"] = json!("/tmp/t.jsonl");
+    let o = cairn(ws, &["hooks", "claude-code"], &payload.to_string());
+    ok(&o);
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// An Edit of `a.txt` from `old` to `new`, as the agent makes it: the
+/// hooks before and after, the file changed on disk between.
+fn edit(ws: &Path, id: &str, old: &str, new: &str) {
+    let file = ws.join("a.txt");
+    let input = json!({"file_path": file, "old_string": old, "new_string": new});
+    hook(
+        ws,
+        json!({"hook_event_name": "PreToolUse", "tool_name": "Edit", "tool_input": input, "tool_use_id": id}),
+    );
+    let before = std::fs::read_to_string(&file).unwrap();
+    let after = before.replacen(old, new, 1);
+    std::fs::write(&file, &after).unwrap();
+    let response = json!({"filePath": file, "oldString": old, "newString": new, "originalFile": before, "replaceAll": false, "structuredPatch": [{"oldStart": 1, "oldLines": 1, "newStart": 1, "newLines": 1, "lines": [format!("-{}", before.trim_end()), format!("+{}", after.trim_end())]}]});
+    hook(
+        ws,
+        json!({"hook_event_name": "PostToolUse", "tool_name": "Edit", "tool_input": input, "tool_response": response, "tool_use_id": id}),
+    );
+}
+
+#[test]
+fn rollback_to_every_before_prompt_is_byte_exact_with_shell_edits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::write(ws.join("a.txt"), "v0\n").unwrap();
+    std::fs::write(ws.join("b.txt"), "b0\n").unwrap();
+    hook(
+        ws,
+        json!({"hook_event_name": "SessionStart", "source": "startup"}),
+    );
+    let mut want = Vec::new();
+    for (n, (old, new)) in [("v0", "v1"), ("v1-sed", "v2")].into_iter().enumerate() {
+        want.push((
+            std::fs::read(ws.join("a.txt")).unwrap(),
+            std::fs::read(ws.join("b.txt")).unwrap(),
+        ));
+        hook(
+            ws,
+            json!({"hook_event_name": "UserPromptSubmit", "prompt": format!("prompt {}", n + 1)}),
+        );
+        edit(ws, &format!("t{n}"), old, new);
+        // A shell edit between two edits, which no record names.
+        let sed = Command::new("sed")
+            .args(["-i", "s/v1$/v1-sed/; s/b0/b-sed/", "a.txt", "b.txt"])
+            .current_dir(ws)
+            .status()
+            .unwrap();
+        assert!(sed.success());
+        hook(
+            ws,
+            json!({"hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_input": {"command": "sed -i ..."}, "tool_response": {"stdout": ""}, "tool_use_id": format!("b{n}")}),
+        );
+        hook(ws, json!({"hook_event_name": "Stop"}));
+    }
+    let cps: Vec<Value> = ok(&cairn(ws, &["checkpoints", "--json"], ""))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let labels: Vec<&str> = cps.iter().filter_map(|c| c["label"].as_str()).collect();
+    for l in [
+        "Before prompt 1",
+        "Before prompt 2",
+        "After turn 1",
+        "After turn 2",
+    ] {
+        assert!(labels.contains(&l), "{l}: {labels:?}");
+    }
+    // The edits are recorded with exact contents.
+    let h: Vec<Value> = ok(&cairn(ws, &["history", "a.txt", "--json"], ""))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let edits: Vec<&Value> = h.iter().filter(|r| r["kind"] == "file.edit").collect();
+    assert_eq!(edits.len(), 2);
+    let at = format!("@{}:a.txt", edits[1]["lsn"]);
+    assert_eq!(ok(&cairn(ws, &["show", &at], "")), "v2\n");
+    // The session's transcript imported later adds the conversation, not
+    // a second copy of the edits the hooks recorded (same tool_use_id).
+    let file = ws.join("a.txt");
+    let base = json!({"sessionId": "s", "cwd": ws, "timestamp": "2026-02-12T14:00:00.000Z"});
+    let line = |extra: Value| {
+        let mut o = base.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            o[k] = v.clone();
+        }
+        o.to_string()
+    };
+    let transcript = [
+        line(json!({"type": "user", "uuid": "u1", "message": {"role": "user", "content": "prompt 1"}})),
+        line(json!({"type": "assistant", "uuid": "a1", "message": {"id": "m1", "model": "m", "content": [{"type": "tool_use", "id": "t0", "name": "Edit", "input": {"file_path": file}}]}})),
+        line(json!({"type": "user", "uuid": "r1", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t0", "content": "ok"}]}, "toolUseResult": {"filePath": file, "oldString": "v0", "newString": "v1", "originalFile": "v0\n", "replaceAll": false, "structuredPatch": []}})),
+    ]
+    .join("\n");
+    let t = tmp.path().join("t.jsonl");
+    std::fs::write(&t, transcript + "\n").unwrap();
+    ok(&cairn(
+        ws,
+        &["import", "--format", "claude-code", t.to_str().unwrap()],
+        "",
+    ));
+    let again: Vec<Value> = ok(&cairn(ws, &["history", "a.txt", "--json"], ""))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let n = again.iter().filter(|r| r["kind"] == "file.edit").count();
+    assert_eq!(n, 2, "no second copy of the hooked edit");
+    let log = ok(&cairn(ws, &["log", "--json", "--kind", "tool_call"], ""));
+    assert!(
+        log.contains("\"Edit\""),
+        "the conversation's call is added: {log}"
+    );
+    for (n, (a, b)) in want.iter().enumerate() {
+        let label = format!("Before prompt {}", n + 1);
+        let id = cps.iter().find(|c| c["label"] == label.as_str()).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        ok(&cairn(ws, &["rollback", "-q", &id], ""));
+        assert_eq!(&std::fs::read(ws.join("a.txt")).unwrap(), a, "{label}");
+        assert_eq!(&std::fs::read(ws.join("b.txt")).unwrap(), b, "{label}");
+    }
+}
+
+#[test]
+fn a_bad_payload_exits_0_with_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    for bad in [
+        "not json",
+        "{}",
+        r#"{"cwd":"/nonexistent/x","session_id":"s","hook_event_name":"Stop"}"#,
+    ] {
+        let o = cairn(tmp.path(), &["hooks", "claude-code"], bad);
+        assert_eq!(o.status.code(), Some(0), "{bad}");
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{bad}: {err}");
+        assert!(err.starts_with("cairn hooks claude-code: "), "{err}");
+    }
+}
+
+#[test]
+fn install_keeps_the_users_settings_and_uninstall_removes_exactly_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::create_dir_all(ws.join(".claude")).unwrap();
+    let mine = json!({
+        "model": "opus",
+        "hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "my-linter"}]}]}
+    });
+    let file = ws.join(".claude/settings.json");
+    std::fs::write(&file, mine.to_string()).unwrap();
+    ok(&cairn(ws, &["hooks", "install", "claude-code"], ""));
+    let once = std::fs::read_to_string(&file).unwrap();
+    let v: Value = serde_json::from_str(&once).unwrap();
+    assert_eq!(v["model"], "opus");
+    assert_eq!(
+        v["hooks"]["PostToolUse"][0],
+        mine["hooks"]["PostToolUse"][0]
+    );
+    for e in [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+        "Stop",
+    ] {
+        let cmds = v["hooks"][e].to_string();
+        assert!(cmds.contains("hooks claude-code"), "{e}: {cmds}");
+    }
+    ok(&cairn(ws, &["hooks", "install", "claude-code"], ""));
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        once,
+        "twice changes nothing"
+    );
+    ok(&cairn(ws, &["hooks", "uninstall", "claude-code"], ""));
+    let back: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(back, mine);
+    // The local scope writes its own file.
+    ok(&cairn(
+        ws,
+        &["hooks", "install", "claude-code", "--scope", "local"],
+        "",
+    ));
+    assert!(ws.join(".claude/settings.local.json").exists());
+}

@@ -1,0 +1,853 @@
+//! Claude Code session transcripts in: `Store::import_claude_code`.
+//!
+//! Claude Code writes one JSONL transcript per session
+//! (`~/.claude/projects/<project>/<session>.jsonl`, its subagents under
+//! `<session>/subagents/`). Each line becomes zero or more events:
+//!
+//! - a user's text: `prompt`; an assistant's text blocks: `reply` (the
+//!   blocks of one `message.id` are one reply, in order, recorded at the
+//!   message's first text line);
+//! - `tool_use`: `tool_call` (tool name, a summary of its input bounded to
+//!   [`MAX_TOOL_SUMMARY_BYTES`], `ok` from the matching `tool_result`'s
+//!   `is_error`); a Bash call keeps its command and is marked
+//!   `may_change_unrecorded_files`;
+//! - an Edit, Write or MultiEdit whose result (`toolUseResult`) holds the
+//!   file's contents: a file event with exact contents, the before blob
+//!   `originalFile` and the after blob computed from it (Write: `content`;
+//!   Edit: `oldString` replaced by `newString`, every occurrence with
+//!   `replaceAll`; MultiEdit: each edit in order), checked against
+//!   `structuredPatch`. Where they disagree the event keeps no after
+//!   contents and says so (`meta.claude_code.contents`), never a guess;
+//!   NotebookEdit, whose result holds no whole file, is a file write
+//!   without contents;
+//! - `file-history-snapshot`: a `custom` record naming the files and the
+//!   backups Claude Code keeps of them, with their contents as blobs where
+//!   the backups are found;
+//! - a compaction (`system` `compact_boundary`, `summary`, a compact
+//!   summary prompt): a `custom` marker labelled `compaction`;
+//! - every other record (progress, other `system` records, types this
+//!   importer does not know): a `custom` record holding it, labelled with
+//!   its type; those of unknown types are counted in the report.
+//!
+//! Every event keeps the line's `uuid`, `parentUuid`, `cwd`, `gitBranch`
+//! and `version` under `meta.claude_code`, and a key naming the line
+//! (a hash of its bytes and the event's place among the line's events), by
+//! which an import again skips what is recorded already: importing the same
+//! transcript twice adds nothing, and a transcript that grew adds only its
+//! new lines. Paths are made relative to the session's `cwd` by name; a path
+//! outside it is kept as given (history only, see
+//! [`cairn_codec::json::outside_workspace`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use cairn_codec::event::Meta;
+use cairn_codec::{BlobHash, Event, EventKind, Lsn, Timestamp};
+use cairn_query::Filter;
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+use crate::Store;
+
+/// The most bytes of a tool call's input kept as its summary (`text`):
+/// enough for a command or a search, while a Write's whole file is in its
+/// blob, not repeated in the call.
+pub const MAX_TOOL_SUMMARY_BYTES: usize = 4096;
+
+/// The most bytes of a record kept whole in a generic record's meta: a
+/// progress record with a tool's whole output would otherwise repeat it.
+/// Larger ones keep their type and a note that they were cut.
+pub const MAX_GENERIC_RECORD_BYTES: usize = 16 * 1024;
+
+/// The most bytes of one transcript line: Claude Code writes a Write's
+/// whole file into a line, twice (input and result), so lines are large,
+/// but a line past this is no transcript.
+pub const MAX_TRANSCRIPT_LINE_BYTES: usize = cairn_codec::json::MAX_JSON_LINE_BYTES;
+
+/// The meta key under which every imported event keeps its Claude Code
+/// fields.
+pub const META_CLAUDE_CODE: &str = "claude_code";
+
+/// How [`Store::import_claude_code`] imports.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ClaudeCodeOptions {
+    /// Where the file-history backups are (`<dir>/<session>/<backupFileName>`);
+    /// `None`: `~/.claude/file-history`.
+    pub file_history: Option<PathBuf>,
+}
+
+impl ClaudeCodeOptions {
+    /// These options, with the backups looked for under `dir`.
+    pub fn with_file_history(self, dir: Option<PathBuf>) -> ClaudeCodeOptions {
+        ClaudeCodeOptions { file_history: dir }
+    }
+}
+
+/// What [`Store::import_claude_code`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClaudeCodeReport {
+    /// Transcript files read.
+    pub files: u64,
+    /// Lines read.
+    pub lines: u64,
+    /// Records appended.
+    pub records: u64,
+    /// Events skipped because an earlier import recorded them.
+    pub already: u64,
+    /// The LSNs appended, if any.
+    pub range: Option<(Lsn, Lsn)>,
+    /// Sessions seen (a subagent is its own session).
+    pub sessions: Vec<String>,
+    /// Records of types the importer does not know, by type, kept as
+    /// generic records.
+    pub unknown: BTreeMap<String, u64>,
+    /// File events whose computed contents disagree with the transcript's
+    /// `structuredPatch` (recorded without after contents): file, line and path.
+    pub mismatches: Vec<String>,
+    /// File-history backups stored as blobs.
+    pub backups: u64,
+    /// Backups named but not found.
+    pub backups_missing: u64,
+}
+
+impl Store {
+    /// Imports Claude Code transcripts: each of `paths` a session's
+    /// `.jsonl`, or a project directory (every `.jsonl` in it and the
+    /// subagent transcripts under `<session>/subagents/`). See the module
+    /// docs for what each line becomes. A line that is not JSON is an
+    /// error naming the file and line, and nothing of that file is
+    /// recorded; files before it stay recorded.
+    pub fn import_claude_code(
+        &self,
+        paths: &[PathBuf],
+        opts: &ClaudeCodeOptions,
+    ) -> Result<ClaudeCodeReport> {
+        let mut report = ClaudeCodeReport::default();
+        let mut files = Vec::new();
+        for p in paths {
+            transcripts(p, &mut files)?;
+        }
+        let history = opts.file_history.clone().or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".claude/file-history"))
+        });
+        for f in files {
+            self.import_transcript(&f, history.as_deref(), &mut report)?;
+        }
+        Ok(report)
+    }
+
+    fn import_transcript(
+        &self,
+        file: &Path,
+        history: Option<&Path>,
+        report: &mut ClaudeCodeReport,
+    ) -> Result<()> {
+        let text = std::fs::read(file).map_err(|source| Error::Io {
+            op: "read",
+            path: file.to_path_buf(),
+            source,
+        })?;
+        let name = file.display().to_string();
+        let mut put = |b: &[u8]| self.put_blob(b);
+        let mut backup = |session: &str, name: &str| -> Option<Vec<u8>> {
+            let dir = history?;
+            std::fs::read(dir.join(session).join(name)).ok()
+        };
+        let parsed = parse_transcript(&text, &name, &mut put, &mut backup)?;
+        report.files += 1;
+        report.lines += parsed.lines;
+        report.backups += parsed.backups;
+        report.backups_missing += parsed.backups_missing;
+        report.mismatches.extend(parsed.mismatches);
+        for (t, n) in parsed.unknown {
+            *report.unknown.entry(t).or_default() += n;
+        }
+        let mut seen: HashSet<String> = HashSet::new();
+        let sessions: Vec<String> = {
+            let mut s: Vec<String> = parsed.events.iter().map(|e| e.session.clone()).collect();
+            s.sort();
+            s.dedup();
+            s
+        };
+        for s in &sessions {
+            if !report.sessions.contains(s) {
+                report.sessions.push(s.clone());
+            }
+            let f = Filter {
+                session: Some(s.clone()),
+                ..Filter::all()
+            };
+            for r in self.query(|q| q.list(&f))? {
+                if let Some(k) = line_key(&r.event) {
+                    seen.insert(k.to_string());
+                } else if let Some(id) = file_tool_use(&r.event) {
+                    // A file event the hooks recorded live: the
+                    // transcript's copy of it is not recorded again.
+                    seen.insert(format!("tool:{id}"));
+                }
+            }
+        }
+        let total = parsed.events.len();
+        let fresh: Vec<Event> = parsed
+            .events
+            .into_iter()
+            .filter(|e| {
+                let hooked =
+                    file_tool_use(e).is_some_and(|id| seen.contains(&format!("tool:{id}")));
+                !hooked && line_key(e).is_none_or(|k| !seen.contains(k))
+            })
+            .collect();
+        report.already += (total - fresh.len()) as u64;
+        for chunk in fresh.chunks(IMPORT_BATCH_EVENTS) {
+            if let Some((a, b)) = self.append_batch(chunk)? {
+                report.records += b.0 - a.0 + 1;
+                report.range = Some(match report.range {
+                    Some((first, _)) => (first, b),
+                    None => (a, b),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The most events appended in one batch: each batch is atomic, and a
+/// transcript of thousands of lines need not be held in one.
+const IMPORT_BATCH_EVENTS: usize = 1024;
+
+/// The `tool_use_id` of a file event, if it names one.
+fn file_tool_use(e: &Event) -> Option<&str> {
+    if !e.kind.is_file_op() {
+        return None;
+    }
+    e.meta.as_ref()?.get("tool_use_id")?.as_str()
+}
+
+/// The key naming the transcript line an event came from, if it came from one.
+fn line_key(e: &Event) -> Option<&str> {
+    e.meta.as_ref()?.get(META_CLAUDE_CODE)?.get("key")?.as_str()
+}
+
+/// The transcripts `p` names: itself if a file; if a directory, every
+/// `.jsonl` in it (sorted) and in each `<session>/subagents/`.
+fn transcripts(p: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let io = |op, source| Error::Io {
+        op,
+        path: p.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(p).map_err(|e| io("read", e))?;
+    if !meta.is_dir() {
+        out.push(p.to_path_buf());
+        return Ok(());
+    }
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(p).map_err(|e| io("list", e))? {
+        let path = entry.map_err(|e| io("list", e))?.path();
+        if path.extension().is_some_and(|x| x == "jsonl") && path.is_file() {
+            found.push(path.clone());
+            let sub = path.with_extension("").join("subagents");
+            if let Ok(rd) = std::fs::read_dir(&sub) {
+                let mut subs: Vec<PathBuf> = rd
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|s| s.extension().is_some_and(|x| x == "jsonl"))
+                    .collect();
+                subs.sort();
+                found.extend(subs);
+            }
+        }
+    }
+    // Sessions in name order, each followed by its subagents.
+    found.sort_by_key(|p| session_order(p));
+    out.extend(found);
+    Ok(())
+}
+
+/// Sort key: the session transcript's path, then its subagents'.
+fn session_order(p: &Path) -> (PathBuf, PathBuf) {
+    match p.parent().filter(|d| d.ends_with("subagents")) {
+        Some(d) => (
+            d.parent()
+                .map(|s| s.with_extension("jsonl"))
+                .unwrap_or_default(),
+            p.to_path_buf(),
+        ),
+        None => (p.to_path_buf(), PathBuf::new()),
+    }
+}
+
+/// What one transcript gives: its events, in order, and what the report
+/// counts.
+#[derive(Debug, Default)]
+pub struct ParsedTranscript {
+    /// The events, in the transcript's order.
+    pub events: Vec<Event>,
+    /// Lines read.
+    pub lines: u64,
+    /// Records of unknown types, by type.
+    pub unknown: BTreeMap<String, u64>,
+    /// File events whose contents disagree with `structuredPatch`.
+    pub mismatches: Vec<String>,
+    /// Backups stored.
+    pub backups: u64,
+    /// Backups named but not found.
+    pub backups_missing: u64,
+}
+
+/// Record types this importer knows (others are counted as unknown).
+const KNOWN_TYPES: [&str; 7] = [
+    "user",
+    "assistant",
+    "system",
+    "file-history-snapshot",
+    "progress",
+    "summary",
+    "queue-operation",
+];
+
+/// Parses a whole transcript (`name` names it in errors) into events.
+/// `put` stores a blob; `backup(session, backupFileName)` gives a
+/// file-history backup's bytes if it is found. No I/O of its own.
+pub fn parse_transcript(
+    text: &[u8],
+    name: &str,
+    put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
+    backup: &mut dyn FnMut(&str, &str) -> Option<Vec<u8>>,
+) -> Result<ParsedTranscript> {
+    let mut out = ParsedTranscript::default();
+    // First pass: every line as JSON, so a malformed one refuses the file
+    // before anything is made of it, and results can be matched to calls.
+    let mut lines: Vec<(usize, &[u8], Map<String, Value>)> = Vec::new();
+    for (i, raw) in text.split(|b| *b == b'\n').enumerate() {
+        let n = i + 1;
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if raw.len() > MAX_TRANSCRIPT_LINE_BYTES {
+            return Err(Error::Rejected(format!(
+                "{name}:{n}: the line is {} bytes, over the {MAX_TRANSCRIPT_LINE_BYTES}-byte limit of a transcript line; nothing of this file was recorded",
+                raw.len()
+            )));
+        }
+        match serde_json::from_slice::<Value>(raw) {
+            Ok(Value::Object(o)) => lines.push((n, raw, o)),
+            Ok(_) => {
+                return Err(Error::Rejected(format!(
+                    "{name}:{n}: expected a JSON object; nothing of this file was recorded"
+                )))
+            }
+            Err(e) => {
+                return Err(Error::Rejected(format!(
+                    "{name}:{n}: not JSON: {e}; nothing of this file was recorded"
+                )))
+            }
+        }
+    }
+    out.lines = lines.len() as u64;
+    // Results of tool calls by id: whether each failed; names and models of
+    // calls by id; the joined text of each assistant message.
+    let mut failed: HashMap<String, bool> = HashMap::new();
+    let mut calls: HashMap<String, (String, Option<String>, Value)> = HashMap::new();
+    let mut texts: HashMap<String, String> = HashMap::new();
+    let mut file_session: Option<String> = None;
+    for (_, _, o) in &lines {
+        if file_session.is_none() {
+            file_session = session_of(o);
+        }
+        let Some(content) = o
+            .get("message")
+            .and_then(|m| m.get("content"))
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        let mid = o
+            .get("message")
+            .and_then(|m| m.get("id"))
+            .and_then(Value::as_str);
+        let model = o
+            .get("message")
+            .and_then(|m| m.get("model"))
+            .and_then(Value::as_str);
+        for b in content {
+            match b.get("type").and_then(Value::as_str) {
+                Some("tool_result") => {
+                    if let Some(id) = b.get("tool_use_id").and_then(Value::as_str) {
+                        let err = b.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+                        failed.insert(id.to_string(), err);
+                    }
+                }
+                Some("tool_use") => {
+                    if let (Some(id), Some(n)) = (
+                        b.get("id").and_then(Value::as_str),
+                        b.get("name").and_then(Value::as_str),
+                    ) {
+                        calls.insert(
+                            id.to_string(),
+                            (
+                                n.to_string(),
+                                model.map(str::to_string),
+                                b.get("input").cloned().unwrap_or(Value::Null),
+                            ),
+                        );
+                    }
+                }
+                Some("text") => {
+                    if let (Some(mid), Some(t)) = (mid, b.get("text").and_then(Value::as_str)) {
+                        texts.entry(mid.to_string()).or_default().push_str(t);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let file_session = file_session.unwrap_or_else(|| {
+        Path::new(name).file_stem().map_or_else(
+            || "claude-code".into(),
+            |s| s.to_string_lossy().into_owned(),
+        )
+    });
+    let mut replied: HashSet<String> = HashSet::new();
+    let mut last_ts: Option<Timestamp> = None;
+    for (n, raw, o) in &lines {
+        let key_base = blake3::hash(raw).to_hex()[..32].to_string();
+        let session = session_of(o).unwrap_or_else(|| file_session.clone());
+        let ts = o
+            .get("timestamp")
+            .or_else(|| o.get("snapshot").and_then(|s| s.get("timestamp")))
+            .and_then(Value::as_str)
+            .and_then(|t| Timestamp::parse(t).ok())
+            .or(last_ts)
+            .unwrap_or(Timestamp(0));
+        last_ts = Some(ts);
+        let mut made: Vec<Event> = Vec::new();
+        let cc = common_meta(o);
+        let cwd = o.get("cwd").and_then(Value::as_str);
+        let kind = o.get("type").and_then(Value::as_str).unwrap_or("");
+        let new = |k: EventKind| {
+            let mut e = Event::new(k, session.clone());
+            e.ts = ts;
+            e
+        };
+        match kind {
+            "user" => {
+                let content = o.get("message").and_then(|m| m.get("content"));
+                let compact = o.get("isCompactSummary").and_then(Value::as_bool) == Some(true);
+                let text = match content {
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(Value::Array(a)) => {
+                        let t: Vec<&str> = a
+                            .iter()
+                            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                            .filter_map(|b| b.get("text").and_then(Value::as_str))
+                            .collect();
+                        (!t.is_empty()).then(|| t.join("\n"))
+                    }
+                    _ => None,
+                };
+                if let Some(t) = text {
+                    if compact {
+                        let mut e = new(EventKind::Custom).with_text(t);
+                        e.label = Some("compaction".into());
+                        made.push(e);
+                    } else {
+                        made.push(new(EventKind::Prompt).with_text(t));
+                    }
+                }
+                if let Some(Value::Object(r)) = o.get("toolUseResult") {
+                    let id = content
+                        .and_then(Value::as_array)
+                        .and_then(|a| {
+                            a.iter()
+                                .find_map(|b| b.get("tool_use_id").and_then(Value::as_str))
+                        })
+                        .unwrap_or("");
+                    let call = calls.get(id);
+                    if let Some(mut e) =
+                        file_event(r, call, cwd, put, &mut out.mismatches, name, *n)?
+                    {
+                        e.session = session.clone();
+                        e.ts = ts;
+                        e.ok = !failed.get(id).copied().unwrap_or(false);
+                        e.meta
+                            .get_or_insert_with(Meta::new)
+                            .insert("tool_use_id", id.to_string());
+                        made.push(e);
+                    }
+                }
+            }
+            "assistant" => {
+                let msg = o.get("message");
+                let mid = msg.and_then(|m| m.get("id")).and_then(Value::as_str);
+                let model = msg
+                    .and_then(|m| m.get("model"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                let usage = msg.and_then(|m| m.get("usage")).cloned();
+                let blocks = msg
+                    .and_then(|m| m.get("content"))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for b in &blocks {
+                    match b.get("type").and_then(Value::as_str) {
+                        Some("text") => {
+                            let Some(mid) = mid else { continue };
+                            if !replied.insert(mid.to_string()) {
+                                continue;
+                            }
+                            let mut e = new(EventKind::Reply)
+                                .with_text(texts.get(mid).cloned().unwrap_or_default());
+                            e.model = model.clone();
+                            if let Some(u) = &usage {
+                                e = e.with_meta("usage", u.clone());
+                            }
+                            made.push(e.with_meta("message_id", mid));
+                        }
+                        Some("tool_use") => {
+                            let id = b.get("id").and_then(Value::as_str).unwrap_or("");
+                            let tool = b.get("name").and_then(Value::as_str).unwrap_or("?");
+                            let input = b.get("input").cloned().unwrap_or(Value::Null);
+                            let mut e = new(EventKind::ToolCall).with_text(summary(&input));
+                            e.tool = Some(tool.to_string());
+                            e.model = model.clone();
+                            e.ok = !failed.get(id).copied().unwrap_or(false);
+                            let mut e = e.with_meta("tool_use_id", id);
+                            if tool == "Bash" {
+                                if let Some(c) = input.get("command").and_then(Value::as_str) {
+                                    e = e.with_meta("command", c);
+                                }
+                                e = e.with_meta("may_change_unrecorded_files", true);
+                            }
+                            if let Some(mid) = mid {
+                                e = e.with_meta("message_id", mid);
+                            }
+                            made.push(e);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            "file-history-snapshot" => {
+                let mut e = new(EventKind::Custom);
+                e.label = Some("file-history-snapshot".into());
+                let mut files = Map::new();
+                let backups = o
+                    .get("snapshot")
+                    .and_then(|s| s.get("trackedFileBackups"))
+                    .and_then(Value::as_object);
+                for (path, b) in backups.into_iter().flatten() {
+                    let mut f = Map::new();
+                    if let Some(v) = b.get("version") {
+                        f.insert("version".into(), v.clone());
+                    }
+                    if let Some(bn) = b.get("backupFileName").and_then(Value::as_str) {
+                        f.insert("backup".into(), json!(bn));
+                        match backup(&session, bn) {
+                            Some(bytes) => {
+                                f.insert("blob".into(), json!(put(&bytes)?.to_hex()));
+                                out.backups += 1;
+                            }
+                            None => out.backups_missing += 1,
+                        }
+                    }
+                    let rel = relative(path, cwd);
+                    e.files.push(rel.clone());
+                    files.insert(rel, Value::Object(f));
+                }
+                e = e.with_meta("files", Value::Object(files));
+                if let Some(m) = o.get("messageId") {
+                    e = e.with_meta("message_id", m.clone());
+                }
+                made.push(e);
+            }
+            "system" if o.get("subtype").and_then(Value::as_str) == Some("compact_boundary") => {
+                let mut e = new(EventKind::Custom).with_text("Conversation compacted");
+                e.label = Some("compaction".into());
+                if let Some(m) = o.get("compactMetadata") {
+                    e = e.with_meta("compact", m.clone());
+                }
+                made.push(e);
+            }
+            "summary" => {
+                let mut e = new(EventKind::Custom);
+                e.text = o.get("summary").and_then(Value::as_str).map(str::to_string);
+                e.label = Some("compaction".into());
+                made.push(e);
+            }
+            other => {
+                if !KNOWN_TYPES.contains(&other) {
+                    *out.unknown.entry(other.to_string()).or_default() += 1;
+                }
+                let mut e = new(EventKind::Custom);
+                let label = match o.get("subtype").and_then(Value::as_str) {
+                    Some(s) => format!("{other}:{s}"),
+                    None => other.to_string(),
+                };
+                e.label = Some(if label.is_empty() {
+                    "unknown".into()
+                } else {
+                    label
+                });
+                let record = if raw.len() <= MAX_GENERIC_RECORD_BYTES {
+                    Value::Object(o.clone())
+                } else {
+                    json!({"type": other, "cut": raw.len()})
+                };
+                made.push(e.with_meta("record", record));
+            }
+        }
+        for (i, mut e) in made.into_iter().enumerate() {
+            let mut c = cc.clone();
+            c.insert("key".into(), json!(format!("{key_base}#{i}")));
+            e.meta
+                .get_or_insert_with(Meta::new)
+                .insert(META_CLAUDE_CODE, Value::Object(c));
+            out.events.push(e);
+        }
+    }
+    Ok(out)
+}
+
+/// The session a line belongs to: its `sessionId`, and for a subagent's
+/// line (`agentId`) a session of its own, `<sessionId>:<agentId>`.
+fn session_of(o: &Map<String, Value>) -> Option<String> {
+    let s = o.get("sessionId").and_then(Value::as_str)?;
+    Some(match o.get("agentId").and_then(Value::as_str) {
+        Some(a) => format!("{s}:{a}"),
+        None => s.to_string(),
+    })
+}
+
+/// The line's fields every event keeps under `meta.claude_code`.
+fn common_meta(o: &Map<String, Value>) -> Map<String, Value> {
+    let mut m = Map::new();
+    for (from, to) in [
+        ("uuid", "uuid"),
+        ("parentUuid", "parent_uuid"),
+        ("logicalParentUuid", "logical_parent_uuid"),
+        ("cwd", "cwd"),
+        ("gitBranch", "git_branch"),
+        ("version", "version"),
+        ("isSidechain", "sidechain"),
+    ] {
+        if let Some(v) = o.get(from).filter(|v| !v.is_null()) {
+            m.insert(to.into(), v.clone());
+        }
+    }
+    if let (Some(s), Some(_)) = (o.get("sessionId").and_then(Value::as_str), o.get("agentId")) {
+        m.insert("parent_session".into(), json!(s));
+    }
+    m
+}
+
+/// A tool input's summary: its JSON, cut at a character boundary to
+/// [`MAX_TOOL_SUMMARY_BYTES`].
+fn summary(input: &Value) -> String {
+    let s = input.to_string();
+    if s.len() <= MAX_TOOL_SUMMARY_BYTES {
+        return s;
+    }
+    let mut end = MAX_TOOL_SUMMARY_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// `path` relative to `cwd` by name (`/w/src/a.rs` in `/w` is `src/a.rs`);
+/// as given when it lies outside `cwd` or there is no `cwd`.
+pub fn relative(path: &str, cwd: Option<&str>) -> String {
+    if let Some(cwd) = cwd {
+        let cwd = cwd.trim_end_matches('/');
+        if let Some(rest) = path.strip_prefix(cwd).and_then(|r| r.strip_prefix('/')) {
+            if !rest.is_empty() && cairn_codec::json::outside_workspace(rest).is_none() {
+                return cairn_codec::json::normal_path(rest).into_owned();
+            }
+        }
+    }
+    path.to_string()
+}
+
+/// The file event of a tool result that holds a file's contents (Edit,
+/// Write, MultiEdit, NotebookEdit), or `None` for any other result.
+fn file_event(
+    r: &Map<String, Value>,
+    call: Option<&(String, Option<String>, Value)>,
+    cwd: Option<&str>,
+    put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
+    mismatches: &mut Vec<String>,
+    name: &str,
+    line: usize,
+) -> Result<Option<Event>> {
+    let Some(path) = r
+        .get("filePath")
+        .or_else(|| r.get("notebook_path"))
+        .and_then(Value::as_str)
+    else {
+        return Ok(None);
+    };
+    let tool = call.map(|c| c.0.as_str()).unwrap_or("");
+    let original = r.get("originalFile").and_then(Value::as_str);
+    let (kind, after): (EventKind, Option<String>) = if let Some(c) = r
+        .get("content")
+        .and_then(Value::as_str)
+        .filter(|_| r.contains_key("type"))
+    {
+        // Write: `type` is `create` or `update`.
+        let kind = if r.get("type").and_then(Value::as_str) == Some("create") {
+            EventKind::FileCreate
+        } else {
+            EventKind::FileWrite
+        };
+        (kind, Some(c.to_string()))
+    } else if let (Some(old), Some(new)) = (
+        r.get("oldString").and_then(Value::as_str),
+        r.get("newString").and_then(Value::as_str),
+    ) {
+        let all = r
+            .get("replaceAll")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let after = original.map(|f| replace(f, old, new, all));
+        (EventKind::FileEdit, after.flatten())
+    } else if let Some(edits) = r.get("edits").and_then(Value::as_array).or_else(|| {
+        call.and_then(|c| c.2.get("edits"))
+            .and_then(Value::as_array)
+    }) {
+        let mut cur = original.map(str::to_string);
+        for ed in edits {
+            let old = ed.get("old_string").and_then(Value::as_str);
+            let new = ed.get("new_string").and_then(Value::as_str);
+            let all = ed
+                .get("replace_all")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            cur = match (cur, old, new) {
+                (Some(c), Some(o), Some(n)) => replace(&c, o, n, all),
+                _ => None,
+            };
+        }
+        (EventKind::FileEdit, cur)
+    } else if tool == "NotebookEdit" || r.contains_key("notebook_path") {
+        (EventKind::FileWrite, None)
+    } else {
+        return Ok(None);
+    };
+    let mut e = Event::new(kind, "");
+    e.path = Some(relative(path, cwd));
+    e.tool = call.map(|c| c.0.clone());
+    e.model = call.and_then(|c| c.1.clone());
+    if let Some(o) = original {
+        e.before = Some(put(o.as_bytes())?);
+    }
+    let mut contents = "exact";
+    let after = match (after, r.get("structuredPatch").and_then(Value::as_array)) {
+        (Some(a), Some(hunks)) if !hunks.is_empty() && kind != EventKind::FileCreate => {
+            match apply_hunks(original.unwrap_or(""), hunks) {
+                // The patch has no "no newline at end of file" marker:
+                // a file that ends without one agrees without it.
+                Some(p) if p == a || p.strip_suffix('\n') == Some(a.as_str()) => Some(a),
+                _ => {
+                    contents = "disagrees with structuredPatch: not recorded";
+                    mismatches.push(format!("{name}:{line}: {path}"));
+                    None
+                }
+            }
+        }
+        (Some(a), _) => Some(a),
+        (None, _) => {
+            contents = "not in the transcript";
+            None
+        }
+    };
+    if let Some(a) = after {
+        e.after = Some(put(a.as_bytes())?);
+    }
+    Ok(Some(e.with_meta("contents", contents)))
+}
+
+/// The file event of one finished tool call, from what a Claude Code
+/// `PostToolUse` hook is given (`tool_name`, `tool_input`,
+/// `tool_response`): as the transcript import makes it from the same
+/// call's result, with exact contents or none. `None` for a tool that
+/// writes no file. The second value names the call when its contents
+/// disagree with its `structuredPatch` (the event then has no `after`).
+pub fn tool_file_event(
+    tool: &str,
+    input: &Value,
+    response: &Value,
+    cwd: Option<&str>,
+    put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
+) -> Result<(Option<Event>, Vec<String>)> {
+    let Some(r) = response.as_object() else {
+        return Ok((None, Vec::new()));
+    };
+    let call = (tool.to_string(), None, input.clone());
+    let mut mismatches = Vec::new();
+    let e = file_event(r, Some(&call), cwd, put, &mut mismatches, "hook", 0)?;
+    Ok((e, mismatches))
+}
+
+/// `text` with `old` replaced by `new` (the first occurrence, or all with
+/// `all`); `None` when `old` is not in it (the edit cannot have been so).
+fn replace(text: &str, old: &str, new: &str, all: bool) -> Option<String> {
+    if old.is_empty() || !text.contains(old) {
+        return None;
+    }
+    Some(if all {
+        text.replace(old, new)
+    } else {
+        text.replacen(old, new, 1)
+    })
+}
+
+/// `text` with `structuredPatch` hunks applied (each `oldStart`, and
+/// `lines` prefixed ` `, `-` or `+`); `None` when a hunk does not match.
+pub fn apply_hunks(text: &str, hunks: &[Value]) -> Option<String> {
+    let src: Vec<&str> = text.split_inclusive('\n').collect();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0usize;
+    for h in hunks {
+        let start = h.get("oldStart")?.as_u64()? as usize;
+        let lines = h.get("lines")?.as_array()?;
+        // `oldStart` counts from 1; 0 for a hunk at the start of an empty file.
+        let from = start.saturating_sub(1);
+        if from < at || from > src.len() {
+            return None;
+        }
+        out.extend(src[at..from].iter().copied());
+        at = from;
+        for l in lines {
+            let l = l.as_str()?;
+            let (tag, body) = l.split_at(l.len().min(1));
+            // The patch's lines have no line ends; the source's do, but for
+            // its last line when the file does not end with one.
+            match tag {
+                " " | "-" => {
+                    let have = src.get(at)?;
+                    if have.trim_end_matches('\n').trim_end_matches('\r') != body
+                        && have.trim_end_matches('\n') != body
+                    {
+                        return None;
+                    }
+                    if tag == " " {
+                        out.push_str(have);
+                    }
+                    at += 1;
+                }
+                "+" => {
+                    out.push_str(body);
+                    out.push('\n');
+                }
+                "\\" => {}
+                _ => return None,
+            }
+        }
+    }
+    out.extend(src[at..].iter().copied());
+    Some(out)
+}
