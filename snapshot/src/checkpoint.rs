@@ -163,7 +163,7 @@ pub fn is_imported_checkpoint(e: &Event) -> bool {
 /// (`checkpoint`, an id of the store it was imported into) and where that
 /// one was discarded (`discarded_at`, an LSN). The record has no `root`,
 /// so it is no checkpoint: a rollback to it is refused
-/// ([`SnapshotError::CollectedCheckpoint`]).
+/// ([`crate::SnapshotError::CollectedCheckpoint`]).
 pub const COLLECTED_KEY: &str = "collected";
 
 /// The [`COLLECTED_KEY`] object of an imported checkpoint record, if it

@@ -1,5 +1,5 @@
 //! Listing and finding checkpoints (through the workspace's checkpoint
-//! list cache, see [`crate::list_cache`]).
+//! list cache, see `list_cache.rs`).
 
 use cairn_codec::CheckpointId;
 

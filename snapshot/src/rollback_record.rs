@@ -18,7 +18,7 @@ pub const ROLLBACK_META_FILES_TOTAL: &str = "files_total";
 pub const ROLLBACK_META_SCOPE: &str = "scope";
 
 /// Meta key of a `rollback` record listing the paths it left as they were
-/// (`[{"path", "why"}]`; see [`restore::keep_uncaptured`]).
+/// (`[{"path", "why"}]`; see `restore::keep_uncaptured`).
 pub const ROLLBACK_META_KEPT: &str = "kept";
 
 /// The `error_kind` of a `rollback` record whose rollback stopped part way
