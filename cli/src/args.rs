@@ -776,6 +776,6 @@ pub struct ReportArgs {
     #[arg(long, value_name = "POINT")]
     pub until: Option<String>,
     /// `html` (default) or `md`.
-    #[arg(long, default_value = "html", value_name = "FORMAT")]
+    #[arg(long, default_value = "html", value_name = "FORMAT", value_parser = ["html", "md"])]
     pub format: String,
 }

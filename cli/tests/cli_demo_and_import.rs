@@ -264,11 +264,17 @@ fn completion_and_help_offer_the_values_of_fixed_set_options() {
     let kinds = "prompt reply tool_call diff_preview apply undo file.create file.write \
                  file.edit file.delete file.move file.patch checkpoint.create \
                  checkpoint.discard rollback git.stash git.stash_restore custom";
+    // `--format` of export, of import (which also reads agent
+    // transcripts) and of report.
+    let import_formats = format!("{formats} claude-code");
     for (option, values) in [
-        ("--durability", "always interval never"),
-        ("--load-format", formats),
-        ("--format", formats),
-        ("--kind", kinds),
+        ("--durability", vec!["always interval never"]),
+        ("--load-format", vec![formats]),
+        (
+            "--format",
+            vec![formats, import_formats.as_str(), "html md"],
+        ),
+        ("--kind", vec![kinds]),
     ] {
         let lines: Vec<&str> = script.lines().collect();
         let cases: Vec<usize> = (0..lines.len())
@@ -277,7 +283,9 @@ fn completion_and_help_offer_the_values_of_fixed_set_options() {
         assert!(!cases.is_empty(), "{option} is not in the script");
         for i in cases {
             assert!(
-                lines[i + 1].contains(&format!("compgen -W \"{values}\"")),
+                values
+                    .iter()
+                    .any(|v| lines[i + 1].contains(&format!("compgen -W \"{v}\""))),
                 "{option} completes {}",
                 lines[i + 1]
             );

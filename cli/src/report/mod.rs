@@ -42,7 +42,7 @@ const MAX_DIFFED_FILE_EVENTS: usize = 2_000;
 pub fn run(settings: &Settings, a: ReportArgs) -> Result<ExitCode> {
     let format = match a.format.as_str() {
         "html" => Format::Html,
-        "md" | "markdown" => Format::Md,
+        "md" => Format::Md,
         other => {
             return Err(super::usage(format!(
                 "--format: `{other}` is not a report format: expected `html` or `md`"
