@@ -209,7 +209,7 @@ test('a bad event is an InvalidEventError and appends nothing', async () => {
     [{ kind: 'no.such' }, /no\.such/],
     [{ kind: 'prompt', latency_ms: -1 }, /latency_ms/],
     [{ kind: 'prompt', unknown_field: 1 }, /unknown_field/],
-    [{ kind: 'file.write', path: '/abs' }, /path/],
+    [{ kind: 'file.write', path: '' }, /path/],
   ]) {
     assert.throws(() => s.record(event), (e) => e instanceof cairn.InvalidEventError && word.test(e.message))
   }
