@@ -3,37 +3,17 @@
 //! install|uninstall claude-code` on a settings file with the user's own.
 #![allow(clippy::unwrap_used)]
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+mod common;
 
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::ok;
 use serde_json::{json, Value};
 
+/// Runs `cairn ARGS` in `dir` with `stdin` as its input.
 fn cairn(dir: &Path, args: &[&str], stdin: &str) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CAIRN_STORE")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut i = c.stdin.take().unwrap();
-    i.write_all(stdin.as_bytes()).unwrap();
-    drop(i);
-    c.wait_with_output().unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
+    common::cairn_stdin(dir, args, Some(stdin))
 }
 
 /// Runs the hook with `payload` (in the session `s`, cwd `ws`): it must
