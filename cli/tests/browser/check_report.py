@@ -4,6 +4,11 @@ would, through the Chrome DevTools Protocol (standard library only: a
 minimal WebSocket client is below).
 
     check_report.py CHROMIUM REPORT.html EXPECT.json [SCREENSHOT.png]
+    check_report.py --time CHROMIUM REPORT.html
+
+The second form is the benchmark's: it opens the page once and prints
+how long it took to load (the browser's own navigation timing, from the
+request to the end of the load event) and how many rows were laid out.
 
 EXPECT.json names what the page must show: the number of records, a
 label of a checkpoint whose diff a click opens and a path in that diff,
@@ -144,33 +149,63 @@ def check(name, ok, detail=""):
         sys.exit(1)
 
 
+class open_page:
+    """A headless Chromium with `report` loaded: `with open_page(c, r) as page`."""
+
+    def __init__(self, chromium, report):
+        self.chromium, self.report = chromium, report
+
+    def __enter__(self):
+        self.profile = tempfile.mkdtemp(prefix="cairn-chromium-")
+        self.proc, port = start_browser(self.chromium, self.profile)
+        try:
+            targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list"))
+            page_target = next(t for t in targets if t.get("type") == "page")
+            page = Page(WebSocket(page_target["webSocketDebuggerUrl"]))
+            page.call("Page.enable")
+            page.call("Page.navigate", url="file://" + os.path.abspath(self.report))
+            deadline = time.time() + LOAD_TIMEOUT_S
+            while page.eval("document.readyState") != "complete" or page.eval("location.protocol") != "file:":
+                if time.time() > deadline:
+                    check("the page loads", False, f"not loaded within {LOAD_TIMEOUT_S} s")
+                time.sleep(0.05)
+            return page
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.profile, ignore_errors=True)
+        return False
+
+
+def time_load(chromium, report):
+    """Prints the page's load time by the browser's navigation timing."""
+    with open_page(chromium, report) as page:
+        ms = page.eval(
+            "(() => { const n = performance.getEntriesByType('navigation')[0];"
+            " return Math.round(n.loadEventEnd - n.startTime); })()"
+        )
+        rows = page.eval("document.querySelectorAll('#tl>li').length")
+        print(f"open: {ms / 1000:.2f} s, {rows} rows laid out")
+
+
 def main():
+    if sys.argv[1:2] == ["--time"]:
+        time_load(*sys.argv[2:4])
+        return
     chromium, report, expect_file = sys.argv[1:4]
     shot = sys.argv[4] if len(sys.argv) > 4 else None
     expect = json.load(open(expect_file))
-    profile = tempfile.mkdtemp(prefix="cairn-chromium-")
-    proc, port = start_browser(chromium, profile)
-    try:
-        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list"))
-        page_target = next(t for t in targets if t.get("type") == "page")
-        page = Page(WebSocket(page_target["webSocketDebuggerUrl"]))
-        page.call("Page.enable")
-        page.call("Page.navigate", url="file://" + os.path.abspath(report))
-        deadline = time.time() + LOAD_TIMEOUT_S
-        while page.eval("document.readyState") != "complete" or page.eval("location.protocol") != "file:":
-            if time.time() > deadline:
-                check("the page loads", False, f"not loaded within {LOAD_TIMEOUT_S} s")
-            time.sleep(0.05)
+    with open_page(chromium, report) as page:
         run_checks(page, expect)
         if shot:
             png = page.call("Page.captureScreenshot", format="png")["data"]
             with open(shot, "wb") as f:
                 f.write(base64.b64decode(png))
             check("a screenshot is taken", os.path.getsize(shot) > 1000)
-    finally:
-        proc.kill()
-        proc.wait()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def run_lazy_checks(page, expect):
