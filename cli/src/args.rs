@@ -776,6 +776,15 @@ pub struct ReportArgs {
     #[arg(long, value_name = "POINT")]
     pub until: Option<String>,
     /// `html` (default) or `md`.
-    #[arg(long, default_value = "html", value_name = "FORMAT", value_parser = ["html", "md"])]
-    pub format: String,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Html, value_name = "FORMAT")]
+    pub format: ReportFormat,
+}
+
+/// `report --format`: what the page is written as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// One self-contained HTML page.
+    Html,
+    /// Markdown: the sessions table and the timeline.
+    Md,
 }

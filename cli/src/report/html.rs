@@ -7,7 +7,7 @@
 
 use std::io::Write;
 
-use super::{Detail, FileChange, Report, Row};
+use super::{Detail, FileChange, Report, Row, SESSION_COLUMNS};
 
 /// The most lanes drawn side by side; sessions past it share the last.
 const MAX_LANES: usize = 16;
@@ -16,7 +16,7 @@ const MAX_LANES: usize = 16;
 /// JavaScript, the script lays out this many rows at a time, more as the
 /// reader scrolls, so a history of 100,000 records opens as fast as one
 /// of a few thousand.
-pub const INLINE_ROWS: usize = 2_000;
+const INLINE_ROWS: usize = 2_000;
 
 const STYLE: &str = r#"
 :root{--fg:#1d1f21;--dim:#6b7280;--bg:#fff;--line:#e5e7eb;--add:#e6ffec;--del:#ffebe9;--hunk:#ddf4ff;--cp:#0969da;--rb:#bf8700;--bad:#cf222e}
@@ -146,32 +146,25 @@ pub fn write(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
 
 /// The summary table: one row per session.
 fn sessions(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
-    writeln!(out, "<h2>Sessions</h2><table><thead><tr><th>lane</th><th>session</th><th>prompts</th><th>replies</th><th>tool calls</th><th>failures</th><th>files</th><th>checkpoints</th><th>rollbacks</th><th>from</th><th>to</th><th>tokens in/out</th></tr></thead><tbody>")?;
+    write!(
+        out,
+        "<h2>Sessions</h2><table><thead><tr><th>lane</th><th>session</th>"
+    )?;
+    for (name, _) in SESSION_COLUMNS {
+        write!(out, "<th>{name}</th>")?;
+    }
+    writeln!(out, "</tr></thead><tbody>")?;
     for (i, s) in r.sessions.iter().enumerate() {
-        let (from, to) = s
-            .span
-            .map(|(a, b)| (a.to_iso(), b.to_iso()))
-            .unwrap_or_default();
-        writeln!(
-            out,
-            "<tr><td class=n>{}</td><td>{}{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{from}</td><td>{to}</td><td class=n>{}</td></tr>",
-            i + 1,
-            esc(&s.id),
-            s.parent
-                .as_deref()
-                .map(|p| format!(" <span class=dim>(subagent of {})</span>", esc(p)))
-                .unwrap_or_default(),
-            s.prompts,
-            s.replies,
-            s.tool_calls,
-            s.failures,
-            s.files,
-            s.checkpoints,
-            s.rollbacks,
-            s.tokens
-                .map(|(i, o)| format!("{i} / {o}"))
-                .unwrap_or_default()
-        )?;
+        write!(out, "<tr><td class=n>{}</td><td>{}", i + 1, esc(&s.id))?;
+        if let Some(p) = &s.parent {
+            write!(out, " <span class=dim>(subagent of {})</span>", esc(p))?;
+        }
+        write!(out, "</td>")?;
+        for ((_, numeric), cell) in SESSION_COLUMNS.iter().zip(s.cells()) {
+            let class = if *numeric { " class=n" } else { "" };
+            write!(out, "<td{class}>{cell}</td>")?;
+        }
+        writeln!(out, "</tr>")?;
     }
     writeln!(out, "</tbody></table>")
 }

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use super::{Detail, Report};
+use super::{Detail, Report, SESSION_COLUMNS};
 
 /// Escapes what Markdown (and the HTML it allows) would read as markup.
 fn esc(s: &str) -> String {
@@ -38,32 +38,25 @@ pub fn write(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
         )?;
     }
     writeln!(out, "## Sessions\n")?;
-    writeln!(out, "| session | prompts | replies | tool calls | failures | files | checkpoints | rollbacks | from | to | tokens in/out |")?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|")?;
+    write!(out, "| session |")?;
+    for (name, _) in SESSION_COLUMNS {
+        write!(out, " {name} |")?;
+    }
+    write!(out, "\n|---|")?;
+    for (_, numeric) in SESSION_COLUMNS {
+        write!(out, "{}", if numeric { "---:|" } else { "---|" })?;
+    }
+    writeln!(out)?;
     for s in &r.sessions {
-        let (from, to) = s
-            .span
-            .map(|(a, b)| (a.to_iso(), b.to_iso()))
-            .unwrap_or_default();
-        writeln!(
-            out,
-            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {from} | {to} | {} |",
-            esc(&s.id),
-            s.parent
-                .as_deref()
-                .map(|p| format!(" (subagent of {})", esc(p)))
-                .unwrap_or_default(),
-            s.prompts,
-            s.replies,
-            s.tool_calls,
-            s.failures,
-            s.files,
-            s.checkpoints,
-            s.rollbacks,
-            s.tokens
-                .map(|(i, o)| format!("{i} / {o}"))
-                .unwrap_or_default()
-        )?;
+        write!(out, "| {}", esc(&s.id))?;
+        if let Some(p) = &s.parent {
+            write!(out, " (subagent of {})", esc(p))?;
+        }
+        write!(out, " |")?;
+        for cell in s.cells() {
+            write!(out, " {cell} |")?;
+        }
+        writeln!(out)?;
     }
     for (lane, s) in r.sessions.iter().enumerate() {
         writeln!(out, "\n## Timeline: {}\n", esc(&s.id))?;

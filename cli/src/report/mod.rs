@@ -15,7 +15,8 @@ use cairn::query::source::Record;
 use cairn::query::{Filter, Point};
 use cairn::{EventKind, Lsn};
 
-use super::args::ReportArgs;
+use super::args::{ReportArgs, ReportFormat};
+use super::output::one_line;
 use super::records::{parse_point, summary};
 use super::Settings;
 
@@ -40,23 +41,14 @@ const MAX_DIFFED_FILE_EVENTS: usize = 2_000;
 
 /// `cairn report`.
 pub fn run(settings: &Settings, a: ReportArgs) -> Result<ExitCode> {
-    let format = match a.format.as_str() {
-        "html" => Format::Html,
-        "md" => Format::Md,
-        other => {
-            return Err(super::usage(format!(
-                "--format: `{other}` is not a report format: expected `html` or `md`"
-            )))
-        }
-    };
     let since = a.since.as_deref().map(parse_point).transpose()?;
     let until = a.until.as_deref().map(parse_point).transpose()?;
     let store = settings.open_read()?;
     let report = Report::gather(&store, &a.session, since, until)?;
     let mut bytes = Vec::new();
-    match format {
-        Format::Html => html::write(&report, &mut bytes)?,
-        Format::Md => md::write(&report, &mut bytes)?,
+    match a.format {
+        ReportFormat::Html => html::write(&report, &mut bytes)?,
+        ReportFormat::Md => md::write(&report, &mut bytes)?,
     }
     store.close()?;
     match &a.output {
@@ -78,13 +70,6 @@ pub fn run(settings: &Settings, a: ReportArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// What the report is written as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
-    Html,
-    Md,
 }
 
 /// A history, as the page shows it.
@@ -130,6 +115,47 @@ pub struct SessionSummary {
     /// Tokens in and out, where its records carry them.
     pub tokens: Option<(u64, u64)>,
     paths: std::collections::BTreeSet<String>,
+}
+
+/// The sessions table's columns after the session itself, each with
+/// whether it holds a number (right-aligned), in the order of
+/// [`SessionSummary::cells`]; the HTML and Markdown tables share them.
+pub const SESSION_COLUMNS: [(&str, bool); 10] = [
+    ("prompts", true),
+    ("replies", true),
+    ("tool calls", true),
+    ("failures", true),
+    ("files", true),
+    ("checkpoints", true),
+    ("rollbacks", true),
+    ("from", false),
+    ("to", false),
+    ("tokens in/out", true),
+];
+
+impl SessionSummary {
+    /// The row's cells in the order of [`SESSION_COLUMNS`], as plain text
+    /// (numbers and times: nothing a renderer needs to escape).
+    pub fn cells(&self) -> [String; 10] {
+        let (from, to) = self
+            .span
+            .map(|(a, b)| (a.to_iso(), b.to_iso()))
+            .unwrap_or_default();
+        [
+            self.prompts.to_string(),
+            self.replies.to_string(),
+            self.tool_calls.to_string(),
+            self.failures.to_string(),
+            self.files.to_string(),
+            self.checkpoints.to_string(),
+            self.rollbacks.to_string(),
+            from,
+            to,
+            self.tokens
+                .map(|(i, o)| format!("{i} / {o}"))
+                .unwrap_or_default(),
+        ]
+    }
 }
 
 /// One record's row of the timeline.
@@ -190,10 +216,20 @@ impl Report {
             .query(|q| {
                 let lo = since.map(|p| q.resolve(p)).transpose()?;
                 let hi = until.map(|p| q.resolve(p)).transpose()?;
+                // The bounds and a single session go to the index; several
+                // sessions are one pass over the bounded range.
+                let filter = Filter {
+                    since_lsn: lo,
+                    until_lsn: hi,
+                    session: match sessions {
+                        [one] => Some(one.clone()),
+                        _ => None,
+                    },
+                    ..Filter::default()
+                };
                 let records: Vec<Record> = q
-                    .list(&Filter::default())?
+                    .list(&filter)?
                     .into_iter()
-                    .filter(|r| lo.is_none_or(|l| r.lsn >= l) && hi.is_none_or(|h| r.lsn <= h))
                     .filter(|r| sessions.is_empty() || sessions.contains(&r.event.session))
                     .collect();
                 let parents: BTreeMap<Lsn, Lsn> = q
@@ -254,11 +290,11 @@ impl Builder {
             // only hold it when the one line could not.
             let (line, whole) = match (&e.text, e.kind) {
                 (Some(t), EventKind::Prompt | EventKind::Reply) => {
-                    let line = one_line(t);
+                    let line = one_line(t, SUMMARY_CHARS);
                     let whole = line == *t;
                     (line, whole)
                 }
-                _ => (one_line(&summary(&r)), false),
+                _ => (one_line(&summary(&r), SUMMARY_CHARS), false),
             };
             let detail = if whole {
                 Detail::None
@@ -561,18 +597,4 @@ fn cut_text(t: &str, max: usize) -> (&str, bool) {
         end -= 1;
     }
     (&t[..end], true)
-}
-
-/// A summary as one line of at most [`SUMMARY_CHARS`] characters.
-fn one_line(s: &str) -> String {
-    let flat: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if flat.chars().count() <= SUMMARY_CHARS {
-        return flat;
-    }
-    let mut out: String = flat.chars().take(SUMMARY_CHARS - 1).collect();
-    out.push('…');
-    out
 }
