@@ -38,7 +38,7 @@ pub enum Error {
     },
     /// An input line was refused (an import): the message names the file,
     /// the line and why, and what was recorded before it.
-    Rejected(String),
+    Rejected(crate::import::Refusal),
     /// An event was refused before it was appended ([`Store::append`](crate::Store::append),
     /// [`Session::record`](crate::Session::record)): a field the log does
     /// not take (an empty session, a time out of range, a file event
@@ -120,7 +120,8 @@ impl fmt::Display for Error {
                 store.display(),
                 bound.display()
             ),
-            Error::Rejected(s) | Error::InvalidEvent(s) | Error::Other(s) => f.write_str(s),
+            Error::Rejected(r) => write!(f, "{r}"),
+            Error::InvalidEvent(s) | Error::Other(s) => f.write_str(s),
             Error::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
         }
     }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use cairn::import::{ImportOption, Refusal};
 use cairn::query::export::Format;
 use cairn::query::Filter;
 use cairn::{Lsn, Store};
@@ -238,43 +239,29 @@ pub fn import_options(again: bool, resume: bool) -> cairn::import::ImportOptions
     }
 }
 
-/// The import options an error of the library names, each with the flag
-/// that sets it for `import` and for `--load`: what a user of `cairn` can
-/// type.
+/// The flag that sets `option` for `purpose`: what a user of `cairn` can
+/// type where the library's refusal names its own call.
 /// (`--load` has no flag for collected checkpoints: the in-memory store
 /// it loads into holds no checkpoint gc collected, so no line of a load
 /// can copy one.)
-pub const OPTION_FLAGS: [(&str, &str, &str); 4] = [
-    ("`ImportOptions::again()`", "--again", "--load-again"),
-    ("`ImportOptions::resume()`", "--resume", "--load-resume"),
-    (
-        "`ImportOptions::skip_torn_tail`",
-        "--skip-torn-tail",
-        "--load-skip-torn-tail",
-    ),
-    (
-        cairn::import::RECORD_COLLECTED_OPTION,
-        "--collected-checkpoints record",
-        "`cairn import --collected-checkpoints record`",
-    ),
-];
-
-/// `text`, a library message, in the words of `purpose`: the flags of
-/// [`OPTION_FLAGS`] for the import options it names. (A refusal of input
-/// loaded before says `--load-again`, not `import`'s `--again`.)
-pub fn in_flag_words(text: String, purpose: Purpose) -> String {
-    if !text.contains("`ImportOptions::") {
-        return text;
+pub fn option_flag(option: ImportOption, purpose: Purpose) -> &'static str {
+    match (option, purpose) {
+        (ImportOption::Again, Purpose::Import) => "--again",
+        (ImportOption::Again, Purpose::Load) => "--load-again",
+        (ImportOption::Resume, Purpose::Import) => "--resume",
+        (ImportOption::Resume, Purpose::Load) => "--load-resume",
+        (ImportOption::SkipTornTail, Purpose::Import) => "--skip-torn-tail",
+        (ImportOption::SkipTornTail, Purpose::Load) => "--load-skip-torn-tail",
+        (ImportOption::RecordCollected, Purpose::Import) => "--collected-checkpoints record",
+        (ImportOption::RecordCollected, Purpose::Load) => {
+            "`cairn import --collected-checkpoints record`"
+        }
     }
-    OPTION_FLAGS.iter().fold(text, |t, (option, import, load)| {
-        t.replace(
-            option,
-            match purpose {
-                Purpose::Import => import,
-                Purpose::Load => load,
-            },
-        )
-    })
+}
+
+/// A refusal's message with its options named by their flags for `purpose`.
+pub fn in_flag_words(r: &Refusal, purpose: Purpose) -> String {
+    r.render(|o| option_flag(o, purpose).to_string())
 }
 
 /// Why files are imported: it changes what an error says.
@@ -348,8 +335,9 @@ fn import_files_counting(
         };
         let got = got
             .map_err(|e| match e {
-                cairn::Error::Rejected(text) => {
-                    cairn::Error::Rejected(in_flag_words(text, purpose))
+                // Still a refusal (its exit status), now in this command's words.
+                cairn::Error::Rejected(r) => {
+                    cairn::Error::Rejected(Refusal::new(in_flag_words(&r, purpose)))
                 }
                 e => e,
             })

@@ -177,8 +177,9 @@ pub fn describe(e: &anyhow::Error) -> String {
                 bound.display(),
                 store.display()
             ),
-            // A library message names the import options `import`'s flags set.
-            _ => interop::in_flag_words(cause.to_string(), interop::Purpose::Import),
+            // A refusal names the import options `import`'s flags set.
+            Some(Error::Rejected(r)) => interop::in_flag_words(r, interop::Purpose::Import),
+            _ => cause.to_string(),
         };
         let text = output::escape_controls(&text).into_owned();
         if !out.contains(&text) {

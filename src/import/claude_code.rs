@@ -330,19 +330,22 @@ pub fn parse_transcript(
             return Err(Error::Rejected(format!(
                 "{name}:{n}: the line is {} bytes, over the {MAX_TRANSCRIPT_LINE_BYTES}-byte limit of a transcript line; nothing of this file was recorded",
                 raw.len()
-            )));
+            ).into()));
         }
         match serde_json::from_slice::<Value>(raw) {
             Ok(Value::Object(o)) => lines.push((n, raw, o)),
             Ok(_) => {
-                return Err(Error::Rejected(format!(
-                    "{name}:{n}: expected a JSON object; nothing of this file was recorded"
-                )))
+                return Err(Error::Rejected(
+                    format!(
+                        "{name}:{n}: expected a JSON object; nothing of this file was recorded"
+                    )
+                    .into(),
+                ))
             }
             Err(e) => {
-                return Err(Error::Rejected(format!(
-                    "{name}:{n}: not JSON: {e}; nothing of this file was recorded"
-                )))
+                return Err(Error::Rejected(
+                    format!("{name}:{n}: not JSON: {e}; nothing of this file was recorded").into(),
+                ))
             }
         }
     }

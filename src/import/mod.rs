@@ -21,6 +21,9 @@ use crate::Store;
 
 pub mod claude_code;
 pub(crate) mod journal;
+mod refusal;
+
+pub use refusal::{ImportOption, Refusal};
 
 use journal::{Checkpoint, Entry, Hashing, Key, KeyFile};
 
@@ -103,12 +106,6 @@ impl std::str::FromStr for CollectedCheckpoints {
         }
     }
 }
-
-/// The words of an import error for the option that records a checkpoint
-/// line whose files gc collected ([`CollectedCheckpoints::Record`]); the
-/// command line puts its flag in their place.
-pub const RECORD_COLLECTED_OPTION: &str =
-    "`ImportOptions::with_collected_checkpoints(CollectedCheckpoints::Record)`";
 
 impl ImportOptions {
     /// Options that import input recorded already, again.
@@ -495,9 +492,13 @@ impl Store {
                 }
             }
             let cannot_tell = |why: String| {
-                Error::Rejected(format!(
-                    "{name}: cairn cannot tell which lines of the input are recorded: {why}; import only the lines the store lacks (`tail -n +LINE`), or all of it again with `ImportOptions::again()` (nothing from {name} was recorded)"
-                ))
+                Error::Rejected(
+                    Refusal::new(format!(
+                        "{name}: cairn cannot tell which lines of the input are recorded: {why}; import only the lines the store lacks (`tail -n +LINE`), or all of it again with "
+                    ))
+                    .option(ImportOption::Again)
+                    .text(format!(" (nothing from {name} was recorded)")),
+                )
             };
             match newest {
                 Some(j) if cps[j].matches(seen) => {
@@ -799,10 +800,10 @@ impl Store {
     /// Checks an imported line's event as an append would, saying which
     /// line it came from. Its own blobs count as present (they are stored
     /// before it is appended).
-    fn check_imported(&self, item: &Imported, file_name: &str) -> std::result::Result<(), String> {
-        let at = |why: String| format!("{file_name}:{}: {why}", item.line);
-        cairn_codec::json::check_fields(&item.event).map_err(|e| at(e.to_string()))?;
-        cairn_codec::json::check_paths(&item.event).map_err(|e| at(e.to_string()))?;
+    fn check_imported(&self, item: &Imported, file_name: &str) -> std::result::Result<(), Refusal> {
+        let at = |why: Refusal| why.after(format!("{file_name}:{}: ", item.line));
+        cairn_codec::json::check_fields(&item.event).map_err(|e| at(e.to_string().into()))?;
+        cairn_codec::json::check_paths(&item.event).map_err(|e| at(e.to_string().into()))?;
         let own: Vec<BlobHash> = item.blobs.iter().map(|b| BlobHash::of(b)).collect();
         let mut e = item.event.clone();
         for h in [
@@ -822,9 +823,12 @@ impl Store {
                 None => format!(
                     "the {} event refers to blob {h}, which is not in this store (canonical JSONL carries blob hashes, not contents: import an export into the store it came from, or a store holding its blobs)",
                     e.kind
-                ),
+                )
+                .into(),
             })),
-            None => self.bad_root(&item.event).map_or(Ok(()), |why| Err(at(why))),
+            None => self
+                .bad_root(&item.event)
+                .map_or(Ok(()), |why| Err(at(why.into()))),
         }
     }
 
@@ -872,7 +876,7 @@ impl Store {
         item: &mut Imported,
         mode: CollectedCheckpoints,
         file_name: &str,
-    ) -> std::result::Result<Option<CollectedCopy>, String> {
+    ) -> std::result::Result<Option<CollectedCopy>, Refusal> {
         if mode != CollectedCheckpoints::Record {
             return Ok(None);
         }
@@ -901,18 +905,22 @@ struct CollectedCopy {
 impl CollectedCopy {
     /// Why the line is refused without [`CollectedCheckpoints::Record`],
     /// and the option that records it.
-    fn refusal(&self) -> String {
+    fn refusal(&self) -> Refusal {
         let (field, h) = self.missing;
         let what = match field {
             "root" => "tree",
             "state" => "application state",
             _ => "blob",
         };
-        format!(
-            "the checkpoint.create event's `{field}` {h} is the {what} of checkpoint {id} of this store, discarded at LSN {at}, whose contents gc has since deleted: the line copies that checkpoint's record, which could never be restored; {RECORD_COLLECTED_OPTION} imports it as a checkpoint record without its files (one that says gc collected them, and cannot be rolled back to), or import into a store that still holds that {what}",
+        Refusal::new(format!(
+            "the checkpoint.create event's `{field}` {h} is the {what} of checkpoint {id} of this store, discarded at LSN {at}, whose contents gc has since deleted: the line copies that checkpoint's record, which could never be restored; ",
             id = self.id,
             at = self.discarded_at,
-        )
+        ))
+        .option(ImportOption::RecordCollected)
+        .text(format!(
+            " imports it as a checkpoint record without its files (one that says gc collected them, and cannot be rolled back to), or import into a store that still holds that {what}"
+        ))
     }
 }
 
@@ -1079,20 +1087,22 @@ enum Read {
 fn bad_line<R>(
     e: cairn_query::import::ImportError,
     lines: &cairn_query::import::Lines<R>,
-) -> String {
+) -> Refusal {
     if lines.torn() {
-        format!(
-            "{e}; it is the last line and has no line end: its writer may have stopped part way through it (`ImportOptions::skip_torn_tail` imports the lines before it)"
-        )
+        Refusal::new(format!(
+            "{e}; it is the last line and has no line end: its writer may have stopped part way through it ("
+        ))
+        .option(ImportOption::SkipTornTail)
+        .text(" imports the lines before it)")
     } else {
-        e.to_string()
+        e.to_string().into()
     }
 }
 
 /// Why an input is refused as imported before, by the journal: its lines
 /// 1 to `r.line` are recorded, and line `rest` is the first that is not
 /// (`None`: every line is).
-fn journal_imported_before(file: &str, r: &Recorded, rest: Option<u64>) -> String {
+fn journal_imported_before(file: &str, r: &Recorded, rest: Option<u64>) -> Refusal {
     let head = format!("{file}: the input looks imported before");
     recorded_lines(head, (r.line, r.lsns.0, r.lsns.1), rest)
 }
@@ -1100,7 +1110,12 @@ fn journal_imported_before(file: &str, r: &Recorded, rest: Option<u64>) -> Strin
 /// Why an input is refused as imported before: its first event (at
 /// `line`) and the `n` lines from it are recorded as LSN `a` to `b`, and
 /// line `rest` is the first that is not (`None`: every line is).
-fn imported_before(file: &str, line: u64, (n, a, b): (u64, Lsn, Lsn), rest: Option<u64>) -> String {
+fn imported_before(
+    file: &str,
+    line: u64,
+    (n, a, b): (u64, Lsn, Lsn),
+    rest: Option<u64>,
+) -> Refusal {
     let head = format!("{file}:{line}: this event is recorded already, as LSN {a}: the input looks imported before");
     recorded_lines(head, (n, a, b), rest)
 }
@@ -1108,20 +1123,25 @@ fn imported_before(file: &str, line: u64, (n, a, b): (u64, Lsn, Lsn), rest: Opti
 /// `head`, then that the input's first `n` lines are recorded as LSN `a`
 /// to `b`, and line `rest` is the first that is not (`None`: every line
 /// is), and what to do.
-fn recorded_lines(head: String, (n, a, b): (u64, Lsn, Lsn), rest: Option<u64>) -> String {
+fn recorded_lines(head: String, (n, a, b): (u64, Lsn, Lsn), rest: Option<u64>) -> Refusal {
     let lsns = if n == 1 {
         format!("LSN {a}")
     } else {
         format!("LSN {a} to {b}")
     };
+    let again = |r: Refusal| r.option(ImportOption::Again).text(")");
     match rest {
-        None if n == 1 => format!("{head} (import it again with `ImportOptions::again()`)"),
-        None => format!(
-            "{head}: all its {n} lines are recorded, as {lsns} (import it again with `ImportOptions::again()`)"
-        ),
-        Some(rest) => format!(
-            "{head}: its first {} recorded, as {lsns}, and the rest (from line {rest}) is not (import only the rest with `ImportOptions::resume()`, or all of it again with `ImportOptions::again()`)",
-            if n == 1 { "line is".to_string() } else { format!("{n} lines are") },
+        None if n == 1 => again(Refusal::new(format!("{head} (import it again with "))),
+        None => again(Refusal::new(format!(
+            "{head}: all its {n} lines are recorded, as {lsns} (import it again with "
+        ))),
+        Some(rest) => again(
+            Refusal::new(format!(
+                "{head}: its first {} recorded, as {lsns}, and the rest (from line {rest}) is not (import only the rest with ",
+                if n == 1 { "line is".to_string() } else { format!("{n} lines are") },
+            ))
+            .option(ImportOption::Resume)
+            .text(", or all of it again with "),
         ),
     }
 }
@@ -1144,15 +1164,20 @@ impl ImportDone {
     }
 
     /// A line of `file` refused ([`Error::Rejected`]): `reason` names it.
-    fn rejected(&self, reason: String, file: &str) -> Error {
-        Error::Rejected(self.say(reason, file))
+    fn rejected(&self, reason: impl Into<Refusal>, file: &str) -> Error {
+        Error::Rejected(reason.into().text(self.recorded_before(file)))
     }
 
     fn say(&self, reason: String, file: &str) -> String {
+        reason + &self.recorded_before(file)
+    }
+
+    /// What of `file` was recorded before a refusal, to end its message.
+    fn recorded_before(&self, file: &str) -> String {
         match self.range {
-            None => format!("{reason} (nothing from {file} was recorded)"),
+            None => format!(" (nothing from {file} was recorded)"),
             Some((a, b)) => format!(
-                "{reason} (lines 1 to {} of {file} were recorded before it, as LSN {a} to {b})",
+                " (lines 1 to {} of {file} were recorded before it, as LSN {a} to {b})",
                 self.lines
             ),
         }

@@ -558,7 +558,7 @@ fn a_stores_own_export_after_gc_imports_back_with_its_collected_checkpoints_reco
     assert!(
         err.starts_with("ex.jsonl:1: the checkpoint.create event's `root` ")
             && err.contains("is the tree of checkpoint c1 of this store, discarded at LSN 4, whose contents gc has since deleted")
-            && err.contains(RECORD_COLLECTED_OPTION)
+            && err.contains(ImportOption::RecordCollected.library_call())
             && !err.contains("import the lines after it")
             && err.ends_with("(nothing from ex.jsonl was recorded)"),
         "{err}"
