@@ -518,23 +518,15 @@ fn write(store: &Path, workspace: &Path) -> Result<()> {
     }
     let bytes = serde_json::to_vec(&file).map_err(|e| Error::Other(e.to_string()))?;
     let path = store.join(BINDING_FILE);
-    let tmp = store.join(format!(".{BINDING_FILE}.tmp-{}", std::process::id()));
-    let io = |what: &str, p: &Path, e: std::io::Error| {
-        Error::Other(format!("{what} {}: {e}", p.display()))
-    };
-    {
-        use std::io::Write;
-        // Synced before the rename: a crash never leaves an empty binding,
-        // which would read as damaged.
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
-        f.write_all(&bytes).map_err(|e| io("write", &tmp, e))?;
-        f.sync_all().map_err(|e| io("fsync", &tmp, e))?;
-    }
-    std::fs::rename(&tmp, &path).map_err(|e| io("rename into place", &path, e))?;
-    // The rename itself, durable with the store directory's entry.
-    std::fs::File::open(store)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io("fsync", store, e))
+    // Synced before the rename: a crash never leaves an empty binding,
+    // which would read as damaged; the rename durable with the directory.
+    cairn_engine::atomic::write_atomic(
+        &cairn_engine::RealVfs,
+        &path,
+        &bytes,
+        &cairn_engine::atomic::AtomicOptions::durable(),
+    )?;
+    Ok(())
 }
 
 fn canonical(p: &Path) -> Result<PathBuf> {

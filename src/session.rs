@@ -590,7 +590,9 @@ impl SafePoint<'_> {
 }
 
 /// Writes `contents` to `full` atomically and durably: a temporary file in
-/// the same directory (created like any new file, so the umask applies),
+/// the same directory (created like any new file, so the umask applies:
+/// the engine's `atomic::write_atomic` makes store files, private 0600,
+/// which is wrong for the user's own),
 /// fsynced, renamed into place, then the directory fsynced. A file being
 /// replaced keeps its permissions (`keep`, as [`read_regular`] read them
 /// with its contents); a new one gets the mode any program creating it

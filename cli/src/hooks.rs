@@ -293,9 +293,19 @@ fn install(scope: &str, add: bool) -> Result<ExitCode> {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     }
     let text = serde_json::to_string_pretty(&Value::Object(settings))? + "\n";
-    let tmp = file.with_extension("json.cairn-tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &file).with_context(|| format!("write {}", file.display()))?;
+    // Whole or not at all, durably, and with the mode the user gave it
+    // (a new file: readable by all, as an editor would make it, not the
+    // private mode of the store's own files).
+    let mode = std::fs::metadata(&file).map_or_else(
+        |_| std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        |m| m.permissions(),
+    );
+    let opts = cairn::engine::atomic::AtomicOptions {
+        durable: true,
+        permissions: Some(mode),
+    };
+    cairn::engine::atomic::write_atomic(&cairn::engine::RealVfs, &file, text.as_bytes(), &opts)
+        .with_context(|| format!("write {}", file.display()))?;
     eprintln!(
         "{}: cairn's hooks {} ({})",
         file.display(),

@@ -180,7 +180,12 @@ fn install_keeps_the_users_settings_and_uninstall_removes_exactly_its_own() {
     });
     let file = ws.join(".claude/settings.json");
     std::fs::write(&file, mine.to_string()).unwrap();
+    // A private settings file stays private: the rewrite keeps its mode.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     ok(&cairn(ws, &["hooks", "install", "claude-code"], ""));
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the settings file's mode is kept");
     let once = std::fs::read_to_string(&file).unwrap();
     let v: Value = serde_json::from_str(&once).unwrap();
     assert_eq!(v["model"], "opus");

@@ -25,10 +25,11 @@ pub struct AtomicOptions {
     /// write is still atomic (old or new, never a mix) but a crash may
     /// bring back the old file: for caches rebuilt when lost.
     pub durable: bool,
-    /// Permissions given to the new file before it is renamed into place
-    /// (a file being replaced keeps its mode); `None`: the mode any new
-    /// file gets. Applied through `std::fs`, so only on the real file
-    /// system.
+    /// Permissions given to the new file before it is renamed into place;
+    /// `None`: the mode the [`Vfs`] gives a new file ([`crate::RealVfs`]:
+    /// 0600, private to the store's owner, as every store file is), also
+    /// when it replaces a file of another mode. Applied through
+    /// `std::fs`, so only on the real file system.
     pub permissions: Option<std::fs::Permissions>,
 }
 
