@@ -652,8 +652,7 @@ impl Store {
     /// refuses is an [`Error::InvalidEvent`].
     pub(crate) fn check_event(&self, event: &Event) -> Result<()> {
         let invalid = |e: cairn_codec::CodecError| Error::InvalidEvent(e.to_string());
-        cairn_codec::json::check_fields(event).map_err(invalid)?;
-        cairn_codec::json::check_paths(event).map_err(invalid)?;
+        event.check().map_err(invalid)?;
         match self.missing_blob(event) {
             Some(h) => Err(Error::InvalidEvent(format!(
                 "the {} event refers to blob {h}, which is not in the store: put the blob first (`cairn blob put`, or Store::put_blob)",

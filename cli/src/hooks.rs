@@ -176,7 +176,7 @@ fn record(store: &Store, p: &Value, cwd: &str, sid: &str, hook: &str) -> Result<
         }
         "PreToolUse" if FILE_TOOLS.contains(&tool) => {
             if let Some(path) = tool_path() {
-                if cairn::codec::json::outside_workspace(&path).is_none() {
+                if cairn::codec::paths::outside_workspace(&path).is_none() {
                     s.track(&path)?;
                 }
             }

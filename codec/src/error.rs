@@ -46,6 +46,9 @@ pub enum CodecError {
     Body(String),
     /// A JSON input line was not a valid event.
     Json(String),
+    /// An event has a field the log does not take (an empty session, a
+    /// time out of range, a path that is no file): [`Event::check`](crate::Event::check).
+    BadField(String),
     /// A zstd frame needs a dictionary that is missing or damaged: the
     /// data is intact but cannot be read until the dictionary file
     /// ([`zdict::file_name`](crate::zdict::file_name)) is restored.
@@ -75,7 +78,7 @@ impl fmt::Display for CodecError {
             CodecError::BadMagic { what } => write!(f, "not a cairn {what} (bad magic or version)"),
             CodecError::Invalid { what } => f.write_str(what),
             CodecError::Body(e) => write!(f, "record body: {e}"),
-            CodecError::Json(e) => write!(f, "{e}"),
+            CodecError::Json(e) | CodecError::BadField(e) => write!(f, "{e}"),
             CodecError::MissingDictionary { id } => write!(
                 f,
                 "needs zstd dictionary {}, which is missing or damaged",

@@ -5,10 +5,14 @@
 //! only ever appended, as `Option`s, at the end.
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::paths::{
+    about_workspace, normal_path, not_a_path, not_workspace_relative, outside_workspace,
+};
 use crate::{BlobHash, CheckpointId, CodecError, Lsn, Timestamp};
 
 /// The largest MessagePack body an event may have, uncompressed. Large
@@ -467,6 +471,124 @@ impl Event {
     }
 }
 
+/// The checks every event passes before the log takes it, whichever way it
+/// came (a JSON line, `Store::append`, an import): so every record exports
+/// to a line that imports back.
+impl Event {
+    /// [`Event::check_fields`], then [`Event::check_paths`].
+    pub fn check(&self) -> Result<(), CodecError> {
+        self.check_fields()?;
+        self.check_paths()
+    }
+
+    /// Checks what JSON input checks of an event built some other way (the
+    /// library's `Store::append`): a session that is not empty, and a time
+    /// within the range an ISO-8601 line can say (see
+    /// [`Timestamp::from_millis`]). So every record exports to a line that
+    /// imports back.
+    pub fn check_fields(&self) -> Result<(), CodecError> {
+        if self.session.is_empty() {
+            return Err(CodecError::BadField(
+                "field `session` must not be empty".into(),
+            ));
+        }
+        Timestamp::from_millis(self.ts.millis())
+            .map_err(|err| CodecError::BadField(format!("field `ts`: {err}")))?;
+        Ok(())
+    }
+
+    /// Checks the paths of an event: a file event names the file it touched
+    /// (`path`; a patch may name them in `files` instead), a move names its
+    /// destination (`to_path`), no path is empty, and the paths of events about
+    /// the workspace (every kind but `prompt`, `reply`, `tool_call` and
+    /// `custom`, whose paths may lie anywhere, such as a file a tool read)
+    /// neither hold a NUL byte nor name the workspace itself, and are in
+    /// normal form when they lie in it ([`normal_path`]).
+    ///
+    /// A path outside the workspace (absolute, or climbing out of it with
+    /// `..`: see [`outside_workspace`]) is accepted and kept exactly as given:
+    /// an attempt to write `/etc/passwd` is the record an audit log exists to
+    /// keep. Such paths are history only; replay never puts them in the
+    /// workspace tree ([`outside_workspace`] says which they are).
+    pub fn check_paths(&self) -> Result<(), CodecError> {
+        use EventKind::*;
+        let needs_path = matches!(
+            self.kind,
+            FileCreate | FileWrite | FileEdit | FileDelete | FileMove
+        );
+        if needs_path && self.path.is_none() {
+            return Err(CodecError::BadField(format!(
+                "missing field `path`: a `{}` event names the file it touched",
+                self.kind.name()
+            )));
+        }
+        if self.kind == FileMove && self.to_path.is_none() {
+            return Err(CodecError::BadField(
+                "missing field `to_path`: a `file.move` event names where the file went (`path` is where it was)".into(),
+            ));
+        }
+        if self.kind == FilePatch && self.path.is_none() && self.files.is_empty() {
+            return Err(CodecError::BadField(
+                "a `file.patch` event names the files it touched: `path` or `files`".into(),
+            ));
+        }
+        let in_workspace = about_workspace(self.kind);
+        let named = [
+            ("path", self.path.as_deref()),
+            ("to_path", self.to_path.as_deref()),
+        ];
+        let files = self.files.iter().map(|f| ("files", Some(f.as_str())));
+        for (field, p) in named.into_iter().chain(files) {
+            let Some(p) = p else { continue };
+            let why = if p.is_empty() {
+                Some("is empty")
+            } else if in_workspace {
+                not_a_path(p)
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(CodecError::BadField(format!(
+                    "field `{field}`: `{p}` {why}; a `{}` event names a file, like `src/main.rs` (or one outside the workspace, like `/etc/hosts`, kept as history only)",
+                    self.kind.name()
+                )));
+            }
+            if in_workspace && outside_workspace(p).is_none() {
+                if let Cow::Owned(n) = normal_path(p) {
+                    return Err(CodecError::BadField(format!(
+                        "field `{field}`: `{p}` is not in normal form: write `{n}` (no empty, `.` or inner `..` component; cairn's JSON input puts paths so itself)"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts the paths of an event about the workspace in normal form (see
+    /// [`normal_path`]), as input from JSON is: an agent's `./src/a.rs`,
+    /// `src//a.rs` and `src/x/../a.rs` are the file `src/a.rs`, and queries
+    /// find them as such. A path outside the workspace (absolute, or climbing
+    /// out with `..`) is kept exactly as written, as is one that names the
+    /// workspace itself, for [`Event::check_paths`] to refuse by name.
+    pub fn normalize_paths(&mut self) {
+        if !about_workspace(self.kind) {
+            return;
+        }
+        let fix = |p: &mut String| {
+            if not_workspace_relative(p).is_none() {
+                if let Cow::Owned(n) = normal_path(p) {
+                    *p = n;
+                }
+            }
+        };
+        self.path
+            .iter_mut()
+            .chain(self.to_path.iter_mut())
+            .chain(self.files.iter_mut())
+            .for_each(fix);
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -475,7 +597,7 @@ pub(crate) mod tests {
     pub fn arb_event() -> impl Strategy<Value = Event> {
         let s = || proptest::option::of("[a-z0-9_./-]{0,12}");
         let h = || proptest::option::of(any::<[u8; 32]>().prop_map(BlobHash));
-        // Workspace-relative paths, as JSON input requires (`json::check_paths`).
+        // Workspace-relative paths, as JSON input requires (`Event::check_paths`).
         let path = || "[a-z0-9_-]{1,6}(/[a-z0-9_-]{1,5}(\\.[a-z]{1,3})?){0,2}";
         (
             (

@@ -9,7 +9,6 @@
 //! `meta`, and `hash` (the chain value). Empty fields are omitted; `ok` is
 //! always present.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
@@ -393,8 +392,8 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
         target: input.target,
         meta: input.meta.map(Meta),
     };
-    normalize_paths(&mut e);
-    check_paths(&e)?;
+    e.normalize_paths();
+    e.check_paths()?;
     Ok(e)
 }
 
@@ -507,202 +506,12 @@ fn not_an_object(line: &str) -> Option<&'static str> {
     }
 }
 
-/// Checks what JSON input checks of an event built some other way (the
-/// library's `Store::append`): a session that is not empty, and a time
-/// within the range an ISO-8601 line can say (see
-/// [`Timestamp::from_millis`]). So every record exports to a line that
-/// imports back.
-pub fn check_fields(e: &Event) -> Result<(), CodecError> {
-    if e.session.is_empty() {
-        return Err(CodecError::Json("field `session` must not be empty".into()));
-    }
-    Timestamp::from_millis(e.ts.millis())
-        .map_err(|err| CodecError::Json(format!("field `ts`: {err}")))?;
-    Ok(())
-}
-
-/// Checks the paths of an event: a file event names the file it touched
-/// (`path`; a patch may name them in `files` instead), a move names its
-/// destination (`to_path`), no path is empty, and the paths of events about
-/// the workspace (every kind but `prompt`, `reply`, `tool_call` and
-/// `custom`, whose paths may lie anywhere, such as a file a tool read)
-/// neither hold a NUL byte nor name the workspace itself, and are in
-/// normal form when they lie in it ([`normal_path`]).
-///
-/// A path outside the workspace (absolute, or climbing out of it with
-/// `..`: see [`outside_workspace`]) is accepted and kept exactly as given:
-/// an attempt to write `/etc/passwd` is the record an audit log exists to
-/// keep. Such paths are history only; replay never puts them in the
-/// workspace tree ([`outside_workspace`] says which they are).
-pub fn check_paths(e: &Event) -> Result<(), CodecError> {
-    use EventKind::*;
-    let needs_path = matches!(
-        e.kind,
-        FileCreate | FileWrite | FileEdit | FileDelete | FileMove
-    );
-    if needs_path && e.path.is_none() {
-        return Err(CodecError::Json(format!(
-            "missing field `path`: a `{}` event names the file it touched",
-            e.kind.name()
-        )));
-    }
-    if e.kind == FileMove && e.to_path.is_none() {
-        return Err(CodecError::Json(
-            "missing field `to_path`: a `file.move` event names where the file went (`path` is where it was)".into(),
-        ));
-    }
-    if e.kind == FilePatch && e.path.is_none() && e.files.is_empty() {
-        return Err(CodecError::Json(
-            "a `file.patch` event names the files it touched: `path` or `files`".into(),
-        ));
-    }
-    let in_workspace = about_workspace(e.kind);
-    let named = [
-        ("path", e.path.as_deref()),
-        ("to_path", e.to_path.as_deref()),
-    ];
-    let files = e.files.iter().map(|f| ("files", Some(f.as_str())));
-    for (field, p) in named.into_iter().chain(files) {
-        let Some(p) = p else { continue };
-        let why = if p.is_empty() {
-            Some("is empty")
-        } else if in_workspace {
-            not_a_path(p)
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(CodecError::Json(format!(
-                "field `{field}`: `{p}` {why}; a `{}` event names a file, like `src/main.rs` (or one outside the workspace, like `/etc/hosts`, kept as history only)",
-                e.kind.name()
-            )));
-        }
-        if in_workspace && outside_workspace(p).is_none() {
-            if let Cow::Owned(n) = normal_path(p) {
-                return Err(CodecError::Json(format!(
-                    "field `{field}`: `{p}` is not in normal form: write `{n}` (no empty, `.` or inner `..` component; cairn's JSON input puts paths so itself)"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Whether an event of `kind` is about the workspace: its paths are then
-/// workspace-relative. Every kind is but `prompt`, `reply`, `tool_call` and
-/// `custom`, whose paths may lie anywhere (a file a tool read, say).
-fn about_workspace(kind: EventKind) -> bool {
-    use EventKind::*;
-    !matches!(kind, Prompt | Reply | ToolCall | Custom)
-}
-
-/// `p` in the normal form cairn stores workspace paths in: `/` between
-/// components, no empty or `.` component (`./src//a.rs/` is `src/a.rs`),
-/// and a `..` taking back the component before it (`a/../b` is `b`), by
-/// name, never by asking the disk (as `cairn show` reads a path: a symlink
-/// `a` does not make `a/../b` another file). Borrowed when `p` is already
-/// normal. Only for a path that [`outside_workspace`] passes: a `..` that
-/// climbs above the workspace is left in place.
-pub fn normal_path(p: &str) -> Cow<'_, str> {
-    let odd = |c: &str| c.is_empty() || c == "." || c == "..";
-    if !p.split('/').any(odd) {
-        return Cow::Borrowed(p);
-    }
-    let mut out: Vec<&str> = Vec::new();
-    for c in p.split('/') {
-        match c {
-            "" | "." => {}
-            ".." if out.last().is_some_and(|l| *l != "..") => {
-                out.pop();
-            }
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out.join("/"))
-}
-
-/// Puts the paths of an event about the workspace in normal form (see
-/// [`normal_path`]), as input from JSON is: an agent's `./src/a.rs`,
-/// `src//a.rs` and `src/x/../a.rs` are the file `src/a.rs`, and queries
-/// find them as such. A path outside the workspace (absolute, or climbing
-/// out with `..`) is kept exactly as written, as is one that names the
-/// workspace itself, for [`check_paths`] to refuse by name.
-pub fn normalize_paths(e: &mut Event) {
-    if !about_workspace(e.kind) {
-        return;
-    }
-    let fix = |p: &mut String| {
-        if not_workspace_relative(p).is_none() {
-            if let Cow::Owned(n) = normal_path(p) {
-                *p = n;
-            }
-        }
-    };
-    e.path
-        .iter_mut()
-        .chain(e.to_path.iter_mut())
-        .chain(e.files.iter_mut())
-        .for_each(fix);
-}
-
-/// Why `p` lies outside the workspace, if it does: it is absolute (`/x`,
-/// `\\x`, `C:x`), or its `..` components climb above the workspace by
-/// name (`../x`, `a/../../x`; `a/../b` is `b`, inside). An absolute path is
-/// outside even when it names a file under the workspace's root: a record
-/// keeps what the agent said, and is never resolved against the disk. Such
-/// paths are recorded as history only: no workspace tree holds them.
-pub fn outside_workspace(p: &str) -> Option<&'static str> {
-    let b = p.as_bytes();
-    if b.first().is_some_and(|c| *c == b'/' || *c == b'\\')
-        || (b.len() >= 2 && b[1] == b':' && b[0].is_ascii_alphabetic())
-    {
-        return Some("is absolute");
-    }
-    let mut depth: usize = 0;
-    for c in p.split(['/', '\\']) {
-        match c {
-            "" | "." => {}
-            ".." => match depth.checked_sub(1) {
-                Some(d) => depth = d,
-                None => return Some("leaves the workspace (`..`)"),
-            },
-            _ => depth += 1,
-        }
-    }
-    None
-}
-
-/// Why `p` is no path a record can name, if it is not: it holds a NUL
-/// byte, or names the workspace itself (`.`, `a/..`). Empty paths are
-/// refused before this is asked. The phrase completes "`p` ...".
-fn not_a_path(p: &str) -> Option<&'static str> {
-    if p.contains('\0') {
-        Some("holds a NUL byte")
-    } else if outside_workspace(p).is_none() && normal_path(p).is_empty() {
-        Some("names the workspace itself, not a file in it")
-    } else {
-        None
-    }
-}
-
-/// Why `p` is not a path in the workspace, if it is not: empty, outside it
-/// ([`outside_workspace`]: absolute, or climbing out with `..`), holding a
-/// NUL byte, or naming the workspace itself (`.`). The phrase completes
-/// "`p` ...", as in "`/etc/passwd` is absolute".
-pub fn not_workspace_relative(p: &str) -> Option<&'static str> {
-    if p.is_empty() {
-        Some("is empty")
-    } else if let Some(why) = outside_workspace(p) {
-        Some(why)
-    } else {
-        not_a_path(p)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::paths::{normal_path, outside_workspace};
     use proptest::prelude::*;
+    use std::borrow::Cow;
 
     #[test]
     fn minimal_line_gets_defaults() {
@@ -772,7 +581,7 @@ mod tests {
         // An event built in code must already be normal: it is not rewritten.
         let mut e = Event::new(EventKind::FileWrite, "s");
         e.path = Some("src//a.rs".into());
-        let err = check_paths(&e).unwrap_err().to_string();
+        let err = e.check_paths().unwrap_err().to_string();
         assert!(
             err.contains("`src//a.rs` is not in normal form: write `src/a.rs`"),
             "{err}"

@@ -30,6 +30,7 @@ pub mod frame;
 pub mod ids;
 pub mod json;
 pub mod json_line;
+pub mod paths;
 pub mod segment;
 pub mod time;
 pub mod zdict;

@@ -14,9 +14,7 @@ use std::io::{BufRead, Read};
 use serde_json::{Map, Value};
 
 use cairn_codec::event::Meta;
-use cairn_codec::json::{
-    check_paths, line_error, normalize_paths, parse_event, UniqueKeys, MAX_JSON_LINE_BYTES,
-};
+use cairn_codec::json::{line_error, parse_event, UniqueKeys, MAX_JSON_LINE_BYTES};
 use cairn_codec::{BlobHash, DiffStats, Event, EventKind, Timestamp};
 
 use crate::export::{
@@ -295,8 +293,8 @@ fn without_bom(line: &str) -> &str {
 /// (workspace-relative; a file event names its file).
 fn checked(imported: Result<Imported, String>) -> Result<Imported, String> {
     let mut imported = imported?;
-    normalize_paths(&mut imported.event);
-    check_paths(&imported.event).map_err(|e| e.to_string())?;
+    imported.event.normalize_paths();
+    imported.event.check_paths().map_err(|e| e.to_string())?;
     Ok(imported)
 }
 
@@ -571,7 +569,7 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     // In normal form before `meta.cairn` is read back, whose check wants
     // it: `src//a.rs` kept a line's cairn fields from being read back,
     // until its re-export (with `src/a.rs`) imported differently.
-    normalize_paths(&mut e);
+    e.normalize_paths();
     let plain = e.clone();
     restore_cairn_fields(&mut e);
     let names_blobs = e.before.is_some() || e.after.is_some() || e.diff.is_some();
@@ -658,7 +656,7 @@ fn restore_cairn_fields(e: &mut Event) {
             r.meta = None;
         }
     }
-    if check_paths(&r).is_ok() && to_cortexide(&r) == to_cortexide(e) {
+    if r.check_paths().is_ok() && to_cortexide(&r) == to_cortexide(e) {
         *e = r;
     }
 }

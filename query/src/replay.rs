@@ -20,7 +20,7 @@
 //!   contents when given; when the source did not exist and no `after` is
 //!   given, the destination does not exist afterwards either;
 //! - a path outside the workspace (absolute, or climbing out with `..`:
-//!   [`cairn_codec::json::outside_workspace`]) is history only and never
+//!   [`cairn_codec::paths::outside_workspace`]) is history only and never
 //!   in the tree: a record naming one changes nothing, except that a move
 //!   out of the workspace removes its source, and a move into it sets its
 //!   destination when the record gives the contents (`after`);
@@ -119,7 +119,7 @@ pub fn file_changes<'a>(
     // A path outside the workspace is history only: no tree holds it. A
     // move out of the workspace removes its source; a move in sets its
     // destination only when the record gives the contents.
-    let outside = |p: &str| cairn_codec::json::outside_workspace(p).is_some();
+    let outside = |p: &str| cairn_codec::paths::outside_workspace(p).is_some();
     if outside(path) || dest.is_some_and(outside) {
         let moves = matches!(k, EventKind::FileMove | EventKind::FilePatch);
         match dest {
@@ -154,7 +154,7 @@ pub fn file_changes<'a>(
 /// The phrase completes "`path` ...", as in "`/etc/passwd` is recorded as
 /// history only, outside the workspace (an absolute path): ...".
 pub fn history_only(path: &str) -> Option<String> {
-    cairn_codec::json::outside_workspace(path).map(|why| {
+    cairn_codec::paths::outside_workspace(path).map(|why| {
         let why = if why == "is absolute" {
             "an absolute path"
         } else {

@@ -36,7 +36,7 @@
 //! transcript twice adds nothing, and a transcript that grew adds only its
 //! new lines. Paths are made relative to the session's `cwd` by name; a path
 //! outside it is kept as given (history only, see
-//! [`cairn_codec::json::outside_workspace`]).
+//! [`cairn_codec::paths::outside_workspace`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -667,8 +667,8 @@ pub fn relative(path: &str, cwd: Option<&str>) -> String {
     if let Some(cwd) = cwd {
         let cwd = cwd.trim_end_matches('/');
         if let Some(rest) = path.strip_prefix(cwd).and_then(|r| r.strip_prefix('/')) {
-            if !rest.is_empty() && cairn_codec::json::outside_workspace(rest).is_none() {
-                return cairn_codec::json::normal_path(rest).into_owned();
+            if !rest.is_empty() && cairn_codec::paths::outside_workspace(rest).is_none() {
+                return cairn_codec::paths::normal_path(rest).into_owned();
             }
         }
     }

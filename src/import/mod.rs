@@ -802,8 +802,7 @@ impl Store {
     /// before it is appended).
     fn check_imported(&self, item: &Imported, file_name: &str) -> std::result::Result<(), Refusal> {
         let at = |why: Refusal| why.after(format!("{file_name}:{}: ", item.line));
-        cairn_codec::json::check_fields(&item.event).map_err(|e| at(e.to_string().into()))?;
-        cairn_codec::json::check_paths(&item.event).map_err(|e| at(e.to_string().into()))?;
+        item.event.check().map_err(|e| at(e.to_string().into()))?;
         let own: Vec<BlobHash> = item.blobs.iter().map(|b| BlobHash::of(b)).collect();
         let mut e = item.event.clone();
         for h in [
