@@ -177,8 +177,46 @@ impl Reader<'_> {
 }
 
 impl Node {
-    /// Encodes the node (entries must already be sorted by name).
+    /// Encodes the node. What [`Node::decode`] checks of entries is
+    /// asserted first (TigerBeetle's pair assertions): a writer bug that
+    /// builds an unsorted node, or one with a name no reader takes, stops
+    /// the process here instead of storing a tree every later read
+    /// refuses. The whole round trip is checked in debug builds.
+    ///
+    /// # Panics
+    ///
+    /// When the entries are not strictly sorted by name, a name is not a
+    /// single path component, or a missing path is not one a manifest
+    /// holds: a writer bug, never bad input.
     pub fn encode(&self) -> Vec<u8> {
+        for pair in self.entries.windows(2) {
+            assert!(
+                pair[0].0.as_bytes() < pair[1].0.as_bytes(),
+                "manifest node entries not strictly sorted: `{}` then `{}`",
+                pair[0].0,
+                pair[1].0
+            );
+        }
+        for (name, _) in &self.entries {
+            assert!(valid_name(name), "manifest node entry name `{name}`");
+        }
+        for p in &self.missing {
+            assert!(
+                check_manifest_path(p).is_ok(),
+                "manifest missing path `{p}`"
+            );
+        }
+        let out = self.encode_unchecked();
+        debug_assert!(
+            Node::decode(BlobHash::ZERO, &out).is_ok_and(|n| n == *self),
+            "an encoded manifest node does not decode to itself"
+        );
+        out
+    }
+
+    /// The bytes of the node, unchecked: for tests that build the damaged
+    /// nodes a reader must refuse.
+    fn encode_unchecked(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(8 + self.entries.len() * 64);
         out.extend_from_slice(NODE_MAGIC);
         out.push(if self.missing.is_empty() {
@@ -642,7 +680,7 @@ mod tests {
             entries: vec![n.entries[1].clone(), n.entries[0].clone()],
             missing: vec![],
         };
-        assert!(Node::decode(h, &unsorted.encode())
+        assert!(Node::decode(h, &unsorted.encode_unchecked())
             .unwrap_err()
             .to_string()
             .contains("not sorted"));
@@ -650,12 +688,30 @@ mod tests {
             entries: vec![("..".into(), n.entries[0].1)],
             missing: vec![],
         };
-        assert!(Node::decode(h, &evil.encode()).is_err());
+        assert!(Node::decode(h, &evil.encode_unchecked()).is_err());
         let evil = Node {
             entries: vec![],
             missing: vec![".git/config".into()],
         };
-        assert!(Node::decode(h, &evil.encode()).is_err());
+        assert!(Node::decode(h, &evil.encode_unchecked()).is_err());
+    }
+
+    /// The writer asserts what the reader checks: an unsorted node is a
+    /// bug caught before it is stored.
+    #[test]
+    #[should_panic(expected = "not strictly sorted")]
+    fn encoding_an_unsorted_node_panics_before_it_is_stored() {
+        let e = Entry {
+            kind: EntryKind::File,
+            mode: 0o644,
+            size: 1,
+            hash: BlobHash::of(b"x"),
+        };
+        let n = Node {
+            entries: vec![("b".into(), e), ("a".into(), e)],
+            missing: vec![],
+        };
+        let _ = n.encode();
     }
 
     #[test]

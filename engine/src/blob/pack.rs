@@ -284,8 +284,39 @@ pub fn encode_entry(
     hash: &BlobHash,
     payload: &[u8],
 ) {
-    debug_assert!(payload.len() as u64 <= MAX_ENTRY_RAW_BYTES);
+    // What a reader checks, asserted before the bytes go to disk (a
+    // length past the limit would be stored, then refused by every read).
+    assert!(
+        payload.len() as u64 <= MAX_ENTRY_RAW_BYTES
+            && (kind == EntryKind::ChunkList || raw_len <= MAX_ENTRY_RAW_BYTES),
+        "blob entry of {} stored, {raw_len} raw bytes is over the entry limit",
+        payload.len()
+    );
     let start = out.len();
+    write_entry(out, kind, flags, raw_len, hash, payload);
+    #[cfg(debug_assertions)]
+    {
+        let written = &out[start..];
+        let check = EntryHeader::decode(written).and_then(|e| e.check_crc(written).map(|()| e));
+        assert!(
+            check
+                .as_ref()
+                .is_ok_and(|e| e.entry_len() == written.len() as u64),
+            "an encoded blob entry does not decode as written: {check:?}"
+        );
+    }
+}
+
+/// The bytes of an entry, unchecked: [`encode_entry`]'s, and the damaged
+/// entries tests build for readers to refuse.
+fn write_entry(
+    out: &mut Vec<u8>,
+    kind: EntryKind,
+    flags: u8,
+    raw_len: u64,
+    hash: &BlobHash,
+    payload: &[u8],
+) {
     let mut h = [0u8; ENTRY_HEADER_LEN];
     h[0..4].copy_from_slice(&ENTRY_MAGIC.to_le_bytes());
     h[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -298,7 +329,6 @@ pub fn encode_entry(
     out.reserve(ENTRY_HEADER_LEN + payload.len());
     out.extend_from_slice(&h);
     out.extend_from_slice(payload);
-    debug_assert_eq!(out.len() - start, ENTRY_HEADER_LEN + payload.len());
 }
 
 /// Encodes a blob or chunk entry: zstd at `level` (with `dict` if given)
@@ -449,7 +479,7 @@ mod tests {
             (EntryKind::Blob, 4),
         ] {
             let mut bad = Vec::new();
-            encode_entry(
+            write_entry(
                 &mut bad,
                 kind,
                 flags,
@@ -538,6 +568,23 @@ mod tests {
         }
     }
 
+    /// The writer asserts what the reader checks: an entry claiming more
+    /// raw bytes than any entry may hold is a bug caught before it is
+    /// stored, not a pack every later read refuses.
+    #[test]
+    #[should_panic(expected = "over the entry limit")]
+    fn encoding_an_entry_over_the_limit_panics_before_it_is_stored() {
+        let mut e = Vec::new();
+        encode_entry(
+            &mut e,
+            EntryKind::Blob,
+            FLAG_ZSTD,
+            MAX_ENTRY_RAW_BYTES + 1,
+            &BlobHash::ZERO,
+            b"x",
+        );
+    }
+
     #[test]
     fn zero_filled_entry_is_rejected() {
         assert!(EntryHeader::decode(&[0u8; ENTRY_HEADER_LEN + 10]).is_err());
@@ -546,7 +593,7 @@ mod tests {
     #[test]
     fn huge_lengths_are_refused_before_allocation() {
         let mut e = Vec::new();
-        encode_entry(
+        write_entry(
             &mut e,
             EntryKind::Blob,
             FLAG_ZSTD,
@@ -559,7 +606,7 @@ mod tests {
             Err(CodecError::TooLarge { .. })
         ));
         let mut e = Vec::new();
-        encode_entry(&mut e, EntryKind::Blob, 0, 1, &BlobHash::ZERO, b"x");
+        write_entry(&mut e, EntryKind::Blob, 0, 1, &BlobHash::ZERO, b"x");
         e[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(
             EntryHeader::decode(&e),
@@ -573,7 +620,7 @@ mod tests {
         let raw = vec![b'a'; 10_000];
         let z = zstd::bulk::compress(&raw, 3).unwrap();
         let mut e = Vec::new();
-        encode_entry(
+        write_entry(
             &mut e,
             EntryKind::Blob,
             FLAG_ZSTD,
@@ -587,7 +634,7 @@ mod tests {
         assert!(matches!(err, CodecError::TooLarge { .. }), "{err:?}");
         // And one that records more than it holds.
         let mut e = Vec::new();
-        encode_entry(
+        write_entry(
             &mut e,
             EntryKind::Blob,
             FLAG_ZSTD,
@@ -602,7 +649,7 @@ mod tests {
     #[test]
     fn chunk_list_entries_may_not_be_compressed() {
         let mut e = Vec::new();
-        encode_entry(
+        write_entry(
             &mut e,
             EntryKind::ChunkList,
             FLAG_ZSTD,
