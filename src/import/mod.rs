@@ -19,7 +19,9 @@ use cairn_query::Filter;
 use crate::error::{Error, Result};
 use crate::Store;
 
+pub(crate) mod agent;
 pub mod claude_code;
+pub mod codex;
 pub(crate) mod journal;
 
 use journal::{Checkpoint, Entry, Hashing, Key, KeyFile};
