@@ -88,6 +88,7 @@ fn import_formats() -> Listed {
             "codex",
             "Codex CLI rollouts: a rollout-*.jsonl or a directory of them",
         ),
+        ("swe-agent", "SWE-agent trajectories: .traj files"),
     ])
 }
 

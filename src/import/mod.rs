@@ -23,6 +23,7 @@ pub(crate) mod agent;
 pub mod claude_code;
 pub mod codex;
 pub(crate) mod journal;
+pub mod swe_agent;
 
 use journal::{Checkpoint, Entry, Hashing, Key, KeyFile};
 
