@@ -919,6 +919,25 @@ mod tests {
         );
     }
 
+    /// Codex makes an update's diff with `similar` (`unified_diff()` with
+    /// a context radius, no file headers); such a diff applies, also
+    /// where a file has no final newline.
+    #[test]
+    fn a_diff_as_codex_makes_it_applies_with_or_without_a_final_newline() {
+        for (a, b) in [
+            ("one\ntwo\nthree\n", "one\n2\nthree\nfour\n"),
+            ("one\ntwo\nthree", "one\ntwo\nthree!"),
+            ("", "new\nfile"),
+            ("x\ny", ""),
+        ] {
+            let d = similar::TextDiff::from_lines(a, b)
+                .unified_diff()
+                .context_radius(1)
+                .to_string();
+            assert_eq!(apply_diff(a.as_bytes(), &d).unwrap(), b.as_bytes(), "{d}");
+        }
+    }
+
     #[test]
     fn an_output_reports_failure_by_exit_code_or_success() {
         assert!(output_of(&json!("fine")).ok);
