@@ -69,6 +69,12 @@ pub(crate) fn summary(input: &Value) -> String {
     }
 }
 
+/// A tool input's summary as JSON text (a string quoted), cut as
+/// [`summary`] cuts: Claude Code's calls, whose inputs are objects.
+pub(crate) fn summary_json(input: &Value) -> String {
+    bounded(&input.to_string(), MAX_TOOL_SUMMARY_BYTES)
+}
+
 /// `s` cut at a character boundary to `max` bytes, with `…` when cut.
 pub(crate) fn bounded(s: &str, max: usize) -> String {
     if s.len() <= max {

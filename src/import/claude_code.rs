@@ -50,7 +50,7 @@ use crate::error::{Error, Result};
 use crate::Store;
 
 pub use super::agent::MAX_TOOL_SUMMARY_BYTES;
-use super::agent::{json_lines, summary, IMPORT_BATCH_EVENTS};
+use super::agent::{json_lines, summary_json as summary, IMPORT_BATCH_EVENTS};
 
 /// The most bytes of a record kept whole in a generic record's meta: a
 /// progress record with a tool's whole output would otherwise repeat it.
