@@ -1,23 +1,197 @@
-//! `cairn import --format claude-code`: agent transcripts in, through the
-//! library's importer (`cairn::import::claude_code`).
+//! `cairn import --format claude-code|codex|swe-agent`: agent histories
+//! in, through the library's importers (`cairn::import::claude_code`,
+//! `cairn::import::codex`, `cairn::import::swe_agent`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use cairn::import::claude_code::{ClaudeCodeOptions, ClaudeCodeReport};
+use cairn::import::codex::{CodexOptions, CodexReport};
+use cairn::import::swe_agent::{SweAgentOptions, SweAgentReport};
 
 use super::Settings;
 
-/// The `--format` values this module imports (the agent transcript
-/// shapes, beside the JSONL shapes `interop` imports).
-pub const AGENT_FORMATS: [&str; 1] = ["claude-code"];
+/// The `--format` values this module imports (the agent history shapes,
+/// beside the JSONL shapes `interop` imports).
+pub const AGENT_FORMATS: [&str; 3] = ["claude-code", "codex", "swe-agent"];
+
+/// `cairn import --format FORMAT PATH...` for the agent formats: checks
+/// that each flag given is one of the format's, and imports.
+pub fn import(
+    settings: &Settings,
+    format: &str,
+    files: &[PathBuf],
+    json: bool,
+    file_history: Option<PathBuf>,
+    base: Option<PathBuf>,
+) -> Result<ExitCode> {
+    if file_history.is_some() && format != "claude-code" {
+        return Err(super::usage(format!(
+            "--file-history is for --format claude-code, not {format}"
+        )));
+    }
+    if base.is_some() && format == "claude-code" {
+        return Err(super::usage(
+            "--base is for --format codex or swe-agent, not claude-code",
+        ));
+    }
+    if let Some(b) = &base {
+        if !b.is_dir() {
+            return Err(super::usage(format!(
+                "--base {}: not a directory (the tree the session started from)",
+                b.display()
+            )));
+        }
+    }
+    match format {
+        "codex" => import_codex(settings, files, json, base),
+        "swe-agent" => import_swe_agent(settings, files, json, base),
+        _ => import_claude_code(settings, files, json, file_history),
+    }
+}
+
+/// `cairn import --format codex PATH...`: each PATH a rollout or a
+/// directory of them. Prints what was recorded, what was recorded before,
+/// the record types kept as generic records, and each update whose diff
+/// was not applied (recorded without contents).
+fn import_codex(
+    settings: &Settings,
+    files: &[PathBuf],
+    json: bool,
+    base: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let store = settings.open_write()?;
+    let report = store.import_codex(files, &CodexOptions::default().with_base(base))?;
+    if json {
+        outln!("{}", codex_json(&report));
+    } else if !settings.quiet {
+        eprintln!("{}", codex_words(&report));
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The summary `--json` prints for a Codex import.
+fn codex_json(r: &CodexReport) -> serde_json::Value {
+    let not_applied: Vec<serde_json::Value> = r
+        .not_applied
+        .iter()
+        .map(|n| serde_json::json!({"file": n.file, "line": n.line, "path": n.path, "reason": n.reason}))
+        .collect();
+    serde_json::json!({
+        "count": r.records,
+        "first_lsn": r.range.map(|x| x.0 .0),
+        "last_lsn": r.range.map(|x| x.1 .0),
+        "files": r.files,
+        "lines": r.lines,
+        "already_recorded": r.already,
+        "sessions": r.sessions,
+        "unknown_types": r.unknown,
+        "diffs_not_applied": not_applied,
+    })
+}
+
+/// The summary of a Codex import in words, for stderr.
+fn codex_words(r: &CodexReport) -> String {
+    use super::output::count;
+    let mut s = format!(
+        "imported {} from {} ({}, {})",
+        count(r.records, "record"),
+        count(r.files, "rollout"),
+        count(r.sessions.len() as u64, "session"),
+        count(r.lines, "line"),
+    );
+    if r.already > 0 {
+        s += &format!("; {} recorded before, skipped", count(r.already, "event"));
+    }
+    if !r.unknown.is_empty() {
+        let t: Vec<String> = r.unknown.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        s += &format!("; record types kept as generic records: {}", t.join(", "));
+    }
+    for n in &r.not_applied {
+        s += &format!(
+            "\n{}:{}: {}: {}; recorded without contents",
+            n.file, n.line, n.path, n.reason
+        );
+    }
+    s
+}
+
+/// `cairn import --format swe-agent FILE.traj...`. Prints what was
+/// recorded, what was recorded before, the trajectories whose submission
+/// made no file events (no `--base`), and each submitted file whose hunks
+/// were not applied (recorded without contents).
+fn import_swe_agent(
+    settings: &Settings,
+    files: &[PathBuf],
+    json: bool,
+    base: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let store = settings.open_write()?;
+    let report = store.import_swe_agent(files, &SweAgentOptions::default().with_base(base))?;
+    if json {
+        outln!("{}", swe_agent_json(&report));
+    } else if !settings.quiet {
+        eprintln!("{}", swe_agent_words(&report));
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The summary `--json` prints for a SWE-agent import.
+fn swe_agent_json(r: &SweAgentReport) -> serde_json::Value {
+    let not_applied: Vec<serde_json::Value> = r
+        .not_applied
+        .iter()
+        .map(|n| serde_json::json!({"file": n.file, "path": n.path, "reason": n.reason}))
+        .collect();
+    serde_json::json!({
+        "count": r.records,
+        "first_lsn": r.range.map(|x| x.0 .0),
+        "last_lsn": r.range.map(|x| x.1 .0),
+        "files": r.files,
+        "steps": r.steps,
+        "already_recorded": r.already,
+        "sessions": r.sessions,
+        "submitted_files": r.submitted_files,
+        "submissions_without_base": r.without_base,
+        "diffs_not_applied": not_applied,
+    })
+}
+
+/// The summary of a SWE-agent import in words, for stderr.
+fn swe_agent_words(r: &SweAgentReport) -> String {
+    use super::output::count;
+    let mut s = format!(
+        "imported {} from {} ({}, {} of submissions)",
+        count(r.records, "record"),
+        count(r.files, "trajectory file"),
+        count(r.steps, "step"),
+        count(r.submitted_files, "file"),
+    );
+    if r.already > 0 {
+        s += &format!("; {} recorded before, skipped", count(r.already, "event"));
+    }
+    for f in &r.without_base {
+        s += &format!(
+            "\n{f}: its submission is recorded as a patch only: give --base DIR (the tree the run started from) for its file events"
+        );
+    }
+    for n in &r.not_applied {
+        s += &format!(
+            "\n{}: {}: {}; recorded without contents",
+            n.file, n.path, n.reason
+        );
+    }
+    s
+}
 
 /// `cairn import --format claude-code PATH...`: each PATH a session's
 /// transcript or a project directory. Prints what was recorded, what was
 /// recorded before, the record types kept as generic records, and the
 /// edits whose contents disagree with the transcript's own patch.
-pub fn import(
+fn import_claude_code(
     settings: &Settings,
     files: &[PathBuf],
     json: bool,

@@ -84,6 +84,11 @@ fn import_formats() -> Listed {
             "claude-code",
             "Claude Code transcripts: a session's .jsonl or a project directory",
         ),
+        (
+            "codex",
+            "Codex CLI rollouts: a rollout-*.jsonl or a directory of them",
+        ),
+        ("swe-agent", "SWE-agent trajectories: .traj files"),
     ])
 }
 
@@ -436,18 +441,23 @@ pub enum Command {
         after_help = "Example:\n  cairn export --format comma --session thread-1 --output audit.jsonl\n  cairn export --follow | jq ."
     )]
     Export(ExportArgs),
-    /// Import JSONL written by other tools (cortexide or comma shapes) or agent transcripts (claude-code).
+    /// Import JSONL written by other tools (cortexide or comma shapes) or agent histories (claude-code, codex, swe-agent).
     #[command(
-        after_help = "Example:\n  cairn import --format comma .comma/audit/default.jsonl\n  cairn import --format claude-code ~/.claude/projects/-home-me-proj"
+        after_help = "Example:\n  cairn import --format comma .comma/audit/default.jsonl\n  cairn import --format claude-code ~/.claude/projects/-home-me-proj\n  cairn import --format codex --base ./repo ~/.codex/sessions/2026/11/28\n  cairn import --format swe-agent --base ./repo run.traj"
     )]
     Import {
-        /// cortexide | comma | jsonl | claude-code.
+        /// cortexide | comma | jsonl | claude-code | codex | swe-agent.
         #[arg(long, value_parser = import_formats())]
         format: String,
         /// claude-code: where Claude Code's file-history backups are
         /// (`DIR/<session>/<backupFileName>`; default `~/.claude/file-history`).
         #[arg(long, value_name = "DIR")]
         file_history: Option<PathBuf>,
+        /// codex, swe-agent: the tree the session started from, to which
+        /// the diffs of its edits are applied (codex: default, what the
+        /// store holds; swe-agent: needed for the submission's file events).
+        #[arg(long, value_name = "DIR")]
+        base: Option<PathBuf>,
         /// Files to read; `-` reads stdin.
         #[arg(required = true)]
         files: Vec<PathBuf>,

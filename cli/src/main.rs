@@ -536,9 +536,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             files,
             json,
             file_history,
+            base,
             ..
         } if agents::AGENT_FORMATS.contains(&format.as_str()) => {
-            agents::import(&settings, &files, json, file_history)
+            agents::import(&settings, &format, &files, json, file_history, base)
         }
         Command::Import {
             format,
@@ -546,6 +547,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             ..
         } => Err(usage(format!(
             "--file-history is for --format claude-code, not {format}"
+        ))),
+        Command::Import {
+            format,
+            base: Some(_),
+            ..
+        } => Err(usage(format!(
+            "--base is for --format codex or swe-agent, not {format}"
         ))),
         Command::Import {
             format,

@@ -266,7 +266,7 @@ fn completion_and_help_offer_the_values_of_fixed_set_options() {
                  checkpoint.discard rollback git.stash git.stash_restore custom";
     // `--format` of export, of import (which also reads agent
     // transcripts) and of report.
-    let import_formats = format!("{formats} claude-code");
+    let import_formats = format!("{formats} claude-code codex swe-agent");
     for (option, values) in [
         ("--durability", vec!["always interval never"]),
         ("--load-format", vec![formats]),

@@ -49,10 +49,8 @@ use serde_json::{json, Map, Value};
 use crate::error::{Error, Result};
 use crate::Store;
 
-/// The most bytes of a tool call's input kept as its summary (`text`):
-/// enough for a command or a search, while a Write's whole file is in its
-/// blob, not repeated in the call.
-pub const MAX_TOOL_SUMMARY_BYTES: usize = 4096;
+pub use super::agent::MAX_TOOL_SUMMARY_BYTES;
+use super::agent::{json_lines, summary_json as summary, IMPORT_BATCH_EVENTS};
 
 /// The most bytes of a record kept whole in a generic record's meta: a
 /// progress record with a tool's whole output would otherwise repeat it.
@@ -213,10 +211,6 @@ impl Store {
     }
 }
 
-/// The most events appended in one batch: each batch is atomic, and a
-/// transcript of thousands of lines need not be held in one.
-const IMPORT_BATCH_EVENTS: usize = 1024;
-
 /// The `tool_use_id` of a file event, if it names one.
 fn file_tool_use(e: &Event) -> Option<&str> {
     if !e.kind.is_file_op() {
@@ -319,36 +313,7 @@ pub fn parse_transcript(
     let mut out = ParsedTranscript::default();
     // First pass: every line as JSON, so a malformed one refuses the file
     // before anything is made of it, and results can be matched to calls.
-    let mut lines: Vec<(usize, &[u8], Map<String, Value>)> = Vec::new();
-    for (i, raw) in text.split(|b| *b == b'\n').enumerate() {
-        let n = i + 1;
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        if raw.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        if raw.len() > MAX_TRANSCRIPT_LINE_BYTES {
-            return Err(Error::Rejected(format!(
-                "{name}:{n}: the line is {} bytes, over the {MAX_TRANSCRIPT_LINE_BYTES}-byte limit of a transcript line; nothing of this file was recorded",
-                raw.len()
-            ).into()));
-        }
-        match serde_json::from_slice::<Value>(raw) {
-            Ok(Value::Object(o)) => lines.push((n, raw, o)),
-            Ok(_) => {
-                return Err(Error::Rejected(
-                    format!(
-                        "{name}:{n}: expected a JSON object; nothing of this file was recorded"
-                    )
-                    .into(),
-                ))
-            }
-            Err(e) => {
-                return Err(Error::Rejected(
-                    format!("{name}:{n}: not JSON: {e}; nothing of this file was recorded").into(),
-                ))
-            }
-        }
-    }
+    let lines = json_lines(text, name, MAX_TRANSCRIPT_LINE_BYTES)?;
     out.lines = lines.len() as u64;
     // Results of tool calls by id: whether each failed; names and models of
     // calls by id; the joined text of each assistant message.
@@ -645,20 +610,6 @@ fn common_meta(o: &Map<String, Value>) -> Map<String, Value> {
         m.insert("parent_session".into(), json!(s));
     }
     m
-}
-
-/// A tool input's summary: its JSON, cut at a character boundary to
-/// [`MAX_TOOL_SUMMARY_BYTES`].
-fn summary(input: &Value) -> String {
-    let s = input.to_string();
-    if s.len() <= MAX_TOOL_SUMMARY_BYTES {
-        return s;
-    }
-    let mut end = MAX_TOOL_SUMMARY_BYTES;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 /// `path` relative to `cwd` by name (`/w/src/a.rs` in `/w` is `src/a.rs`);

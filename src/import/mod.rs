@@ -19,9 +19,12 @@ use cairn_query::Filter;
 use crate::error::{Error, Result};
 use crate::Store;
 
+pub(crate) mod agent;
 pub mod claude_code;
+pub mod codex;
 pub(crate) mod journal;
 mod refusal;
+pub mod swe_agent;
 
 pub use refusal::{ImportOption, Refusal};
 
