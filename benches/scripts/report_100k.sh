@@ -30,7 +30,7 @@ for c in range(200):
         else:
             e["path"] = f"src/f{i % 50}.rs"
         lines.append(json.dumps(e))
-    subprocess.run([cairn, "record"], input="\n".join(lines) + "\n", text=True, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([cairn, "record"], input="\n".join(lines) + "\n", text=True, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(f"src/f{c % 50}.rs", "a") as f:
         f.write(f"// change {c}\n")
     subprocess.run([cairn, "checkpoint", "--session", f"s{c % 10}", "--label", f"turn {c}"], check=True, stdout=subprocess.DEVNULL)
