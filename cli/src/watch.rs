@@ -218,12 +218,7 @@ fn foreground(p: &Place) -> Result<ExitCode> {
         let mut o = std::io::stdout().lock();
         let _ = writeln!(o, "ready");
         let _ = o.flush();
-        eprintln!(
-            "{}: watching {} (pid {})",
-            s.since,
-            s.root.display(),
-            s.pid
-        );
+        eprintln!("{}: watching {} (pid {})", s.since, s.root.display(), s.pid);
     });
     match started {
         Ok(why) => {

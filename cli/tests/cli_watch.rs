@@ -62,7 +62,10 @@ fn full_tree(dir: &Path) -> String {
     let copy = tempfile::tempdir().unwrap();
     copy_tree(dir, copy.path());
     init(copy.path());
-    checkpoint(copy.path())["root"].as_str().unwrap().to_string()
+    checkpoint(copy.path())["root"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 fn copy_tree(from: &Path, to: &Path) {

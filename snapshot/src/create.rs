@@ -210,9 +210,7 @@ fn journal_span<B: BlobAccess + ?Sized>(
     to: &JournalPoint,
 ) -> Result<std::result::Result<(LastCapture, watch_journal::Span), String>> {
     let Some(from) = watch_journal::load_consumed(ws.cache_dir()) else {
-        return Ok(Err(
-            "the first checkpoint since the watcher started".into()
-        ));
+        return Ok(Err("the first checkpoint since the watcher started".into()));
     };
     if from.point.epoch != to.epoch {
         return Ok(Err(

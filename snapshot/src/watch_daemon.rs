@@ -37,8 +37,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{Result, SnapshotError};
 use crate::watch::{classify, PathClass};
 use crate::watch_journal::{
-    encode_frame, encode_header, push_path, FRAME_OVERHEAD, DaemonStatus, JournalPoint, HEADER_BYTES, JOURNAL_FILE,
-    KIND_FLUSH, KIND_PATHS, KIND_RESCAN, LOCK_FILE,
+    encode_frame, encode_header, push_path, DaemonStatus, JournalPoint, FRAME_OVERHEAD,
+    HEADER_BYTES, JOURNAL_FILE, KIND_FLUSH, KIND_PATHS, KIND_RESCAN, LOCK_FILE,
 };
 
 /// How long a flush waits for its barrier file's event before it answers
@@ -482,14 +482,15 @@ struct Server {
 }
 
 impl Server {
-    fn answer(&self, conn: std::os::unix::net::UnixStream, status: &dyn Fn(&State) -> DaemonStatus) {
+    fn answer(
+        &self,
+        conn: std::os::unix::net::UnixStream,
+        status: &dyn Fn(&State) -> DaemonStatus,
+    ) {
         let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
         let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
         let mut line = String::new();
-        if std::io::BufReader::new(&conn)
-            .take_line(&mut line)
-            .is_err()
-        {
+        if std::io::BufReader::new(&conn).take_line(&mut line).is_err() {
             return;
         }
         let line = line.trim_end();
@@ -532,7 +533,12 @@ impl Server {
             if st.barrier_seen >= n {
                 break true;
             }
-            if self.shared.changed.wait_until(&mut st, deadline).timed_out() {
+            if self
+                .shared
+                .changed
+                .wait_until(&mut st, deadline)
+                .timed_out()
+            {
                 break st.barrier_seen >= n;
             }
         };

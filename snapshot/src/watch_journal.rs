@@ -342,7 +342,8 @@ pub fn read_span(path: &Path, from: &JournalPoint, to: &JournalPoint) -> Result<
     if from.seq > to.seq || from.offset > to.offset || from.offset < HEADER_BYTES {
         return Err("the journal point of the last checkpoint is not in this journal".into());
     }
-    let mut f = std::fs::File::open(path).map_err(|e| format!("the journal cannot be read: {e}"))?;
+    let mut f =
+        std::fs::File::open(path).map_err(|e| format!("the journal cannot be read: {e}"))?;
     let mut head = [0u8; HEADER_BYTES as usize];
     f.read_exact(&mut head)
         .map_err(|_| "the journal header is cut short".to_string())?;
