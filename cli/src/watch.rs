@@ -10,6 +10,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+#[cfg(unix)]
 use cairn::snapshot::watch_daemon::{self, DaemonConfig};
 use cairn::snapshot::watch_journal::{self, DaemonStatus};
 
@@ -62,7 +63,14 @@ fn status_json(s: Option<&DaemonStatus>) -> serde_json::Value {
     }
 }
 
+/// `cairn watch` (Unix only: elsewhere it says so).
+#[cfg(not(unix))]
+pub fn run(_settings: &Settings, _a: WatchArgs) -> Result<ExitCode> {
+    bail!("`cairn watch` runs on Unix only; checkpoints here always scan in full")
+}
+
 /// `cairn watch`.
+#[cfg(unix)]
 pub fn run(settings: &Settings, a: WatchArgs) -> Result<ExitCode> {
     let p = place(settings)?;
     if a.foreground {
@@ -91,6 +99,7 @@ pub fn run(settings: &Settings, a: WatchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[cfg(unix)]
 fn start(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
     let st = Style::stdout();
     if let Some(s) = watch_journal::status(&p.cache_dir) {
@@ -172,6 +181,7 @@ fn start(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[cfg(unix)]
 fn stop(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
     let was = watch_journal::status(&p.cache_dir);
     if was.is_some() {
@@ -205,6 +215,7 @@ fn stop(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
 /// The watcher process itself (`cairn watch --foreground`, which
 /// `--daemon` starts): says `ready` on stdout once it watches, then runs
 /// until it stops; why it stopped goes to stderr (the log).
+#[cfg(unix)]
 fn foreground(p: &Place) -> Result<ExitCode> {
     let mut cfg = DaemonConfig::new(&p.workspace, &p.cache_dir, &p.store);
     if let Some(n) = std::env::var(MAX_SPAN_PATHS_ENV)
