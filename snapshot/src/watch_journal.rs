@@ -339,8 +339,13 @@ pub fn read_span(path: &Path, from: &JournalPoint, to: &JournalPoint) -> Result<
     if from.epoch != to.epoch {
         return Err("the watcher restarted since the last checkpoint".into());
     }
-    if from.seq > to.seq || from.offset > to.offset || from.offset < HEADER_BYTES {
-        return Err("the journal point of the last checkpoint is not in this journal".into());
+    // Every flush writes a new frame: a flush point that is not after the
+    // last one consumed is not an answer to this checkpoint's flush.
+    if from.seq >= to.seq || from.offset >= to.offset || from.offset < HEADER_BYTES {
+        return Err(
+            "the journal point of the last checkpoint is not before the watcher's flush point"
+                .into(),
+        );
     }
     let mut f =
         std::fs::File::open(path).map_err(|e| format!("the journal cannot be read: {e}"))?;
@@ -429,9 +434,45 @@ pub struct DaemonStatus {
 pub fn connect(cache_dir: &Path) -> Option<std::os::unix::net::UnixStream> {
     let s = socket_addr(cache_dir).ok()?;
     let stream = std::os::unix::net::UnixStream::connect_addr(&s).ok()?;
+    if !same_user(&stream) {
+        // An abstract socket name can be taken by any local user: only a
+        // watcher of this user is believed.
+        return None;
+    }
     let _ = stream.set_read_timeout(Some(FLUSH_TIMEOUT));
     let _ = stream.set_write_timeout(Some(FLUSH_TIMEOUT));
     Some(stream)
+}
+
+/// True when the process at the other end of `s` runs as this user.
+#[cfg(target_os = "linux")]
+fn same_user(s: &std::os::unix::net::UnixStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a `ucred` of the length given; both point
+    // to locals that outlive the call.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: geteuid has no preconditions.
+    r == 0 && cred.uid == unsafe { libc::geteuid() }
+}
+
+/// Elsewhere the socket is a file in the owner-only cache directory.
+#[cfg(all(unix, not(target_os = "linux")))]
+fn same_user(_s: &std::os::unix::net::UnixStream) -> bool {
+    true
 }
 
 /// The socket address of the daemon of `cache_dir`: an abstract name on
@@ -596,6 +637,17 @@ mod tests {
         };
         let e = read_span(&p, &from, &pt(3, ends[2])).unwrap_err();
         assert!(e.contains("restarted"), "{e}");
+    }
+
+    #[test]
+    fn a_flush_point_not_after_the_consumed_one_refuses_the_span() {
+        // A stale or forged answer naming the point already consumed
+        // would otherwise read as "nothing changed".
+        let (_d, p, ends) = journal(&[(KIND_FLUSH, 1, vec![]), (KIND_FLUSH, 2, vec![])]);
+        for to in [pt(1, ends[0]), pt(2, ends[0])] {
+            let e = read_span(&p, &pt(1, ends[0]), &to).unwrap_err();
+            assert!(e.contains("not before"), "{e}");
+        }
     }
 
     #[test]
