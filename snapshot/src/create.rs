@@ -119,17 +119,14 @@ fn capture_any<B: BlobAccess + ?Sized>(
             ));
             // Without the dirty set a tracked-only capture could miss a
             // change: scan everything.
-            let mut cap = capture::capture_full(ws, blobs, &BTreeSet::new(), &BTreeSet::new())?;
-            cap.scan = ScanReport::full("the tracked-path file is damaged");
-            return Ok(cap);
+            // A full scan (its report says so), with the warning above as the reason.
+            return capture::capture_full(ws, blobs, &BTreeSet::new(), &BTreeSet::new());
         }
     };
     if track.rescan {
         // `track` found the file damaged and started afresh: what was
         // tracked or dirty before is unknown.
-        let mut cap = capture::capture_full(ws, blobs, &track.tracked, &track.dirty)?;
-        cap.scan = ScanReport::full("the tracked paths were started afresh");
-        return Ok(cap);
+        return capture::capture_full(ws, blobs, &track.tracked, &track.dirty);
     }
     if let Some(w) = ws.watcher() {
         // With a watcher, both scan modes use the watched change set (it
