@@ -29,6 +29,10 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// `max_span_paths` (tests force a journal overflow with it).
 pub const MAX_SPAN_PATHS_ENV: &str = "CAIRN_WATCH_MAX_SPAN_PATHS";
 
+/// The environment variable that shortens the daemon's idle stop, in
+/// milliseconds (tests see it stop without waiting an hour).
+pub const IDLE_STOP_MS_ENV: &str = "CAIRN_WATCH_IDLE_STOP_MS";
+
 /// The daemon's log in the cache directory: why it stopped, or failed to start.
 const LOG_FILE: &str = "watch.log";
 
@@ -223,6 +227,12 @@ fn foreground(p: &Place) -> Result<ExitCode> {
         .and_then(|v| v.parse::<usize>().ok())
     {
         cfg.max_span_paths = n;
+    }
+    if let Some(ms) = std::env::var(IDLE_STOP_MS_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        cfg.idle_stop = Duration::from_millis(ms);
     }
     let started = watch_daemon::run(cfg, |s| {
         use std::io::Write;

@@ -309,3 +309,40 @@ fn a_rollback_under_the_watcher_then_a_journal_checkpoint() {
     assert_eq!(scan(&c), "journal", "{c}");
     assert_eq!(c["root"], c1["root"]);
 }
+
+/// Waits (a bounded number of polls, without asking the daemon anything,
+/// which would count as activity) until the process `pid` is gone.
+fn wait_exit(pid: i64) -> bool {
+    for _ in 0..MAX_POLLS {
+        // SAFETY: signal 0 only asks whether the process exists.
+        if unsafe { libc::kill(pid as i32, 0) } != 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn the_watcher_stops_by_itself_when_idle() {
+    let d = workspace(3);
+    let ws = d.path();
+    let o = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["watch", "--daemon", "--json"])
+        .current_dir(ws)
+        .env_remove("CAIRN_STORE")
+        .env("CAIRN_WATCH_IDLE_STOP_MS", "300")
+        .output()
+        .unwrap();
+    let _g = Daemon(ws);
+    // The pid as `--daemon` reported it: asking again might come after
+    // the idle stop already.
+    let started: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    let pid = started["pid"].as_i64().unwrap();
+    assert!(wait_exit(pid), "an idle watcher still runs");
+    let log = std::fs::read_to_string(ws.join(".cairn/snapshot/watch.log")).unwrap();
+    assert!(log.contains("stopped (idle)"), "{log}");
+    // A checkpoint now says no watcher runs, and scans in full.
+    let c = checkpoint(ws);
+    assert!(reason(&c).contains("no watcher running"), "{c}");
+}
