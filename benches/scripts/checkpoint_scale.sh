@@ -44,7 +44,7 @@ now() { date +%s%N; }
 # ms since $1 (ns)
 since() { echo $(( ($(now) - $1) / 1000000 )); }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-git_q() { git -c user.email=b@b -c user.name=b -c commit.gpgsign=false "$@" >/dev/null 2>&1; }
+git_q() { git -c user.email=b@b -c user.name=b -c commit.gpgsign=false -c gc.auto=0 "$@" >/dev/null 2>&1; }
 edit_one() { echo "// edit $RANDOM$RANDOM" >> "$1/src/d0000/f000000.rs"; }
 edit_five() { for i in 1 2 3 4 5; do echo "// edit $RANDOM" >> "$1/src/d0000/f00000$i.rs"; done; }
 
