@@ -501,6 +501,12 @@ pub enum Command {
         #[command(subcommand)]
         action: super::hooks::HooksAction,
     },
+    /// Start, stop or ask about the store's watcher: a process whose
+    /// journal of changed paths lets every checkpoint re-read only what changed.
+    #[command(
+        after_help = "A checkpoint that cannot prove from the journal that it saw every change\n(no watcher, a restart, a queue overflow, ...) scans in full and says why\n(`scan` and `scan_reason` in `cairn checkpoint --json`). The watcher stops by\nitself after an hour without a checkpoint, or when its store is gone.\n\nExample:\n  cairn watch --daemon\n  cairn watch --status\n  cairn watch --stop"
+    )]
+    Watch(WatchArgs),
     /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
     #[command(
         after_help = "Example:\n  cairn demo\n  cairn demo ./my-project   # works on a copy; your files are never touched"
@@ -655,6 +661,26 @@ pub struct StampArgs {
     /// Model name, recorded on what this command writes (`cairn blame` shows it).
     #[arg(long)]
     pub model: Option<String>,
+}
+
+/// `cairn watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Start the watcher (returns once it watches; does nothing if one runs).
+    #[arg(long, conflicts_with_all = ["stop", "status", "foreground"], required_unless_present_any = ["stop", "status", "foreground"])]
+    pub daemon: bool,
+    /// Stop the watcher.
+    #[arg(long, conflicts_with_all = ["status", "foreground"])]
+    pub stop: bool,
+    /// Say whether a watcher runs, and since when.
+    #[arg(long, conflicts_with = "foreground")]
+    pub status: bool,
+    /// Be the watcher process itself (what `--daemon` starts).
+    #[arg(long, hide = true)]
+    pub foreground: bool,
+    /// Print as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `cairn checkpoint`.

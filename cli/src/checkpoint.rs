@@ -19,7 +19,7 @@ pub fn parse_id(s: &str) -> Result<CheckpointId> {
 }
 
 fn info_json(c: &CheckpointInfo) -> serde_json::Value {
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "id": c.id.to_string(),
         "lsn": c.lsn.0,
         "ts": c.ts.to_iso(),
@@ -37,7 +37,14 @@ fn info_json(c: &CheckpointInfo) -> serde_json::Value {
         "skipped_by_reason": c.counts.skipped,
         "discarded": c.discarded,
         "not_captured": c.not_captured,
-    })
+    });
+    // How the checkpoint found what changed: known to the command that
+    // took it, not to a listing.
+    if let (Some(s), Some(m)) = (&c.scan, v.as_object_mut()) {
+        m.insert("scan".into(), serde_json::json!(s.how));
+        m.insert("scan_reason".into(), serde_json::json!(s.reason));
+    }
+    v
 }
 
 /// `cairn track PATH...`.
@@ -153,6 +160,12 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
                     .map(|l| format!("  \"{}\"", cell(l)))
                     .unwrap_or_default()
             );
+            // A watcher runs, yet this checkpoint walked everything: say why.
+            if let Some(why) = info.scan.as_ref().and_then(|s| s.reason.as_deref()) {
+                if why != cairn::snapshot::watch_journal::NO_WATCHER {
+                    outln!("  full scan: {why}");
+                }
+            }
             if skipped > 0 {
                 let reasons: Vec<String> = info
                     .counts

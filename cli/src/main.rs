@@ -44,6 +44,7 @@ pub mod records;
 pub mod report;
 pub mod travel;
 pub mod turns;
+pub mod watch;
 
 fn main() -> ExitCode {
     let args = args::Cli::parse();
@@ -573,6 +574,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Report(a) => report::run(&settings, a),
         Command::Demo(a) => demo::run(&settings, a),
         Command::Hooks { action } => hooks::run(action),
+        Command::Watch(a) => watch::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
     };
     if settings.in_memory {

@@ -16,6 +16,7 @@ use crate::manifest::{self, DirHashes, Entry, EntryKind, Manifest, Node};
 use crate::relpath;
 use crate::scan::{self, Found, ScanOut};
 use crate::stat_cache::{Cached, Stat, StatCache};
+use crate::watch_journal::{JournalPoint, ScanReport};
 use crate::workspace::{LastCapture, Workspace, CLOCK_FILE, MAX_HASH_THREADS};
 
 /// Files up to this size are read into memory and stored with one `put`;
@@ -44,6 +45,13 @@ pub struct Capture {
     pub(crate) new_cache: Option<Arc<StatCache>>,
     /// The dirty tracked paths this capture read.
     pub(crate) captured_dirty: BTreeSet<String>,
+    /// How it found what changed (set by the caller that chose how).
+    pub(crate) scan: ScanReport,
+    /// The `cairn watch` journal point this capture began after (see
+    /// [`crate::watch_journal`]): recorded with its tree once the
+    /// checkpoint is durable. Only a full or journal capture has one: a
+    /// tracked-only capture does not see every change.
+    pub(crate) journal_point: Option<JournalPoint>,
 }
 
 impl Capture {
@@ -566,6 +574,8 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         not_captured,
         new_cache: Some(Arc::new(new_cache)),
         captured_dirty: dirty_now.clone(),
+        scan: ScanReport::kind(crate::watch_journal::SCAN_FULL),
+        journal_point: None,
     })
 }
 
@@ -755,6 +765,12 @@ fn patch<B: BlobAccess + ?Sized>(
         not_captured,
         new_cache: None,
         captured_dirty: dirty_now.clone(),
+        scan: ScanReport::kind(if tracked.is_some() {
+            crate::watch_journal::SCAN_WATCHED
+        } else {
+            crate::watch_journal::SCAN_TRACKED
+        }),
+        journal_point: None,
     })
 }
 

@@ -83,6 +83,11 @@ pub struct CheckpointInfo {
     /// back. From the record's `meta.not_captured`.
     #[serde(default)]
     pub not_captured: Vec<NotCaptured>,
+    /// How the checkpoint that returned this found what changed (a full
+    /// scan, the `cairn watch` journal, ...) and, for a full scan, why:
+    /// known only to the call that took it, `None` when listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<crate::watch_journal::ScanReport>,
 }
 
 /// A file a checkpoint did not capture, and why (`too_large`,
@@ -133,6 +138,7 @@ impl CheckpointInfo {
             discarded_at: None,
             discarded_by_retention: false,
             not_captured: NotCaptured::named_by(e),
+            scan: None,
         })
     }
 }

@@ -15,7 +15,8 @@ use crate::error::{Result, SnapshotError};
 use crate::interrupted::record_interrupted_rollback;
 use crate::log_access::LogAccess;
 use crate::restore;
-use crate::workspace::Workspace;
+use crate::watch_journal::{self, Consumed, JournalPoint, ScanReport};
+use crate::workspace::{LastCapture, Workspace};
 
 fn capture_for<B: BlobAccess + ?Sized>(
     ws: &Workspace,
@@ -118,6 +119,7 @@ fn capture_any<B: BlobAccess + ?Sized>(
             ));
             // Without the dirty set a tracked-only capture could miss a
             // change: scan everything.
+            // A full scan (its report says so), with the warning above as the reason.
             return capture::capture_full(ws, blobs, &BTreeSet::new(), &BTreeSet::new());
         }
     };
@@ -146,8 +148,44 @@ fn capture_any<B: BlobAccess + ?Sized>(
             }
         }
         w.count(false);
-        return capture::capture_full(ws, blobs, &track.tracked, &track.dirty);
+        let mut cap = capture::capture_full(ws, blobs, &track.tracked, &track.dirty)?;
+        cap.scan = ScanReport::full("this process's watcher could not show it saw every change");
+        return Ok(cap);
     }
+    // A `cairn watch` daemon, if one runs: flushed first, so the capture
+    // below (journal or full) reads every path after the flush point.
+    let flushed = if ws.is_read_only() {
+        Err(watch_journal::NO_WATCHER.to_string())
+    } else {
+        watch_journal::flush(ws.cache_dir(), ws.root())
+    };
+    let reason = match flushed {
+        Ok(to) => match journal_span(ws, blobs, &to)? {
+            Ok((last, span)) => {
+                let mut cap = capture::capture_watched(
+                    ws,
+                    blobs,
+                    &last,
+                    &span.paths,
+                    &track.tracked,
+                    &track.dirty,
+                )?;
+                cap.scan = ScanReport::kind(watch_journal::SCAN_JOURNAL);
+                cap.journal_point = Some(to);
+                return Ok(cap);
+            }
+            Err(why) => {
+                if mode != ScanMode::TrackedOnly {
+                    let mut cap = capture::capture_full(ws, blobs, &track.tracked, &track.dirty)?;
+                    cap.scan = ScanReport::full(why);
+                    cap.journal_point = Some(to);
+                    return Ok(cap);
+                }
+                why
+            }
+        },
+        Err(why) => why,
+    };
     if mode == ScanMode::TrackedOnly {
         if let Some(last) = ws.load_last() {
             if blobs.contains(&last.root)? {
@@ -155,7 +193,40 @@ fn capture_any<B: BlobAccess + ?Sized>(
             }
         }
     }
-    capture::capture_full(ws, blobs, &track.tracked, &track.dirty)
+    let mut cap = capture::capture_full(ws, blobs, &track.tracked, &track.dirty)?;
+    cap.scan = ScanReport::full(reason);
+    Ok(cap)
+}
+
+/// The tree to patch and the journalled paths since it, when the journal
+/// can prove it saw every change since that tree was captured (see
+/// [`crate::watch_journal`]); else why not.
+fn journal_span<B: BlobAccess + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    to: &JournalPoint,
+) -> Result<std::result::Result<(LastCapture, watch_journal::Span), String>> {
+    let Some(from) = watch_journal::load_consumed(ws.cache_dir()) else {
+        return Ok(Err("the first checkpoint since the watcher started".into()));
+    };
+    if from.point.epoch != to.epoch {
+        return Ok(Err(
+            "the watcher restarted (or started its journal afresh) since the last checkpoint that used it".into(),
+        ));
+    }
+    let Some(last) = ws.load_last() else {
+        return Ok(Err("no earlier capture to start from".into()));
+    };
+    if last.root != from.root {
+        return Ok(Err(
+            "the last capture did not start from the journal (a tracked-only checkpoint, or one without the watcher)".into(),
+        ));
+    }
+    if !blobs.contains(&last.root)? {
+        return Ok(Err("the last captured tree is not in the store".into()));
+    }
+    let journal = ws.cache_dir().join(watch_journal::JOURNAL_FILE);
+    Ok(watch_journal::read_span(&journal, &from.point, to).map(|span| (last, span)))
 }
 
 fn create_inner<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
@@ -277,14 +348,27 @@ fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         ws.stat_cache().save_in_background(c.clone());
     }
     ws.save_last(Some(&cap.last()))?;
+    if let Some(point) = cap.journal_point {
+        // Best effort: a point not saved leaves the previous one, whose
+        // tree no longer matches, so the next checkpoint scans in full.
+        let c = Consumed {
+            point,
+            root: cap.root,
+        };
+        if let Err(e) = watch_journal::save_consumed(ws.cache_dir(), &c) {
+            ws.warn(format!("the watcher's journal point was not saved: {e}"));
+        }
+    }
     // A damaged tracked-path file was read as empty by the capture; the
     // checkpoint is recorded, so set it aside for `track` to start afresh.
     if let Some(to) = ws.set_aside_damaged_track()? {
         ws.warn(format!("the damaged file was moved to {}", to.display()));
     }
     ws.clear_dirty(&cap.captured_dirty, cap.new_cache.is_some())?;
-    CheckpointInfo::from_record(lsn, &ev)
-        .ok_or_else(|| SnapshotError::Invalid("internal: checkpoint record without root".into()))
+    let mut info = CheckpointInfo::from_record(lsn, &ev)
+        .ok_or_else(|| SnapshotError::Invalid("internal: checkpoint record without root".into()))?;
+    info.scan = Some(cap.scan.clone());
+    Ok(info)
 }
 
 /// Takes a checkpoint: captures the workspace, makes its blobs durable,

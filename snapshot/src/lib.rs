@@ -50,6 +50,9 @@ pub mod scan;
 mod staging;
 mod stat_cache;
 pub mod watch;
+#[cfg(unix)]
+pub mod watch_daemon;
+pub mod watch_journal;
 pub mod whole_fs;
 pub mod workspace;
 
@@ -79,4 +82,5 @@ pub use rollback_record::{
     ROLLBACK_META_SCOPE,
 };
 pub use watch::WatchStats;
+pub use watch_journal::ScanReport;
 pub use workspace::{SnapshotOptions, Workspace};

@@ -130,7 +130,7 @@ fn is_ignore_file(name: &str) -> bool {
 }
 
 /// Classifies one workspace-relative path of an event.
-enum PathClass {
+pub(crate) enum PathClass {
     /// Not workspace content (inside `.git/` or the store): dropped.
     Drop,
     /// Changes which paths a scan includes: next checkpoint scans in full.
@@ -139,7 +139,7 @@ enum PathClass {
     Keep,
 }
 
-fn classify(rel: &str) -> PathClass {
+pub(crate) fn classify(rel: &str) -> PathClass {
     if rel.is_empty() {
         return PathClass::Drop; // the root itself: not an entry
     }

@@ -366,6 +366,7 @@ fn checkpoint_list_is_persisted_and_rebuilt() {
                 ..Default::default()
             },
         )
+        .map(|c| CheckpointInfo { scan: None, ..c })
         .unwrap()
     };
     let a = mk("s1", "one");
