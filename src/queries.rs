@@ -26,6 +26,14 @@ impl LogHandle {
             LogHandle::Reader(r) => r.lock().head(),
         }
     }
+    /// The sealed segments that hold records, in LSN order.
+    pub(crate) fn sealed_spans(&self) -> Vec<cairn_engine::log::SegmentSpan> {
+        match self {
+            LogHandle::Writer(l) => l.sealed_spans(),
+            LogHandle::Reader(r) => r.lock().sealed_spans(),
+        }
+    }
+
     /// Runs `f` with this log as a query record source.
     pub(crate) fn with_source<T>(&self, f: impl FnOnce(&dyn RecordSource) -> T) -> T {
         match self {
@@ -99,6 +107,40 @@ impl Store {
             let q = Query::new(src, &*self.blobs, &manifests, index);
             Ok(f(&q)?)
         })
+    }
+
+    /// Calls `each` with every record `filter` selects, in its order, up
+    /// to its limit; `each` returns false to stop.
+    ///
+    /// A process that has not loaded the query index yet (a command line,
+    /// a hook) answers a filter with a session, run, kind, agent, model or
+    /// path from the per-segment index files
+    /// ([`cairn_query::index::cold`]): it reads their headers and the
+    /// postings it needs, then only the records it hands out, so the time
+    /// to answer does not grow with the history. Otherwise (the index is
+    /// loaded, or no indexed condition is set) it is [`Query::scan`].
+    pub fn scan(
+        &self,
+        filter: &Filter,
+        each: &mut dyn FnMut(Record) -> cairn_query::Result<bool>,
+    ) -> Result<()> {
+        if self.index().lock().is_none() && cairn_query::index::cold::ColdIndex::answers(filter) {
+            let spans = self.log.sealed_spans();
+            let write = !self.is_read_only() || self.save_index_read_only;
+            let done = self.log.with_source(|src| {
+                let dir = self
+                    .root()
+                    .join("index")
+                    .join(cairn_query::index::cold::SEGMENTS_DIR);
+                let cold =
+                    cairn_query::index::cold::ColdIndex::new(self.vfs(), &dir, src, &spans, write)?;
+                cold.scan(filter, each)
+            })?;
+            if done {
+                return Ok(());
+            }
+        }
+        self.query(|q| q.scan(filter, each))
     }
 
     /// The record at `lsn` (its event and chain hash), read back from the

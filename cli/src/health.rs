@@ -19,14 +19,12 @@ pub fn log(settings: &Settings, a: LogArgs) -> Result<ExitCode> {
     filter.path = filter.path.map(|p| record_path(&p, store.workspace_dir()));
     let mut printer = RecordPrinter::new(a.json);
     let mut failed: Option<std::io::Error> = None;
-    let scanned = store.query(|q| {
-        q.scan(&filter, &mut |r| match printer.print(&r) {
-            Ok(()) => Ok(true),
-            Err(e) => {
-                failed = Some(e);
-                Ok(false)
-            }
-        })
+    let scanned = store.scan(&filter, &mut |r| match printer.print(&r) {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            failed = Some(e);
+            Ok(false)
+        }
     });
     if let Some(e) = failed {
         return Err(e.into());
