@@ -57,6 +57,10 @@ pub struct StoreVerifyReport {
     /// contents, diffs) which are missing or damaged, with the checkpoints,
     /// records and paths that lost their contents.
     pub lost: crate::verify_refs::LostContents,
+    /// The per-segment query index files: damaged ones fail the check
+    /// (the next query that needs one rebuilds it from the log), stale
+    /// ones are only listed.
+    pub index: cairn_query::index::cold::FilesReport,
 }
 
 impl StoreVerifyReport {
@@ -65,6 +69,7 @@ impl StoreVerifyReport {
         self.log.is_ok()
             && self.blobs.is_ok()
             && self.lost.is_ok()
+            && self.index.damaged.is_empty()
             && self.pinned.is_none_or(|(_, at)| at.is_some())
     }
 }
@@ -188,6 +193,14 @@ impl Store {
         };
         let blobs = self.blobs.verify()?;
         let lost = crate::verify_refs::check(&self.log, &self.blobs, &blobs)?;
+        let index = cairn_query::index::cold::ColdIndex::verify_files(
+            self.vfs(),
+            &self
+                .root()
+                .join("index")
+                .join(cairn_query::index::cold::SEGMENTS_DIR),
+            &self.log.sealed_spans(),
+        )?;
         let pinned = match pinned {
             None => None,
             Some(h) => {
@@ -210,6 +223,7 @@ impl Store {
             blobs,
             pinned,
             lost,
+            index,
         })
     }
 

@@ -272,7 +272,7 @@ fn damaged_index_file_is_detected_and_rebuilt() {
     assert!(ev
         .iter()
         .all(|e| matches!(e, FileEvent::Built(_, r) if r == "no index file")));
-    assert!(ColdIndex::verify_files(&vfs, &dir, &sp).unwrap().is_empty());
+    assert_eq!(ColdIndex::verify_files(&vfs, &dir, &sp).unwrap().checked, 2);
     let (_, ev) = cold(&vfs, &dir, &log, &sp, &f);
     assert_eq!(ev, vec![FileEvent::Used(Lsn(81)), FileEvent::Used(Lsn(1))]);
 
@@ -283,7 +283,7 @@ fn damaged_index_file_is_detected_and_rebuilt() {
     let n = bytes.len();
     bytes[n - 12] ^= 0x01;
     std::fs::write(&path, &bytes).unwrap();
-    let problems = ColdIndex::verify_files(&vfs, &dir, &sp).unwrap();
+    let problems = ColdIndex::verify_files(&vfs, &dir, &sp).unwrap().damaged;
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(
         problems[0].contains("00000000000000000081.qix"),
@@ -300,7 +300,7 @@ fn damaged_index_file_is_detected_and_rebuilt() {
             .any(|e| matches!(e, FileEvent::Built(Lsn(81), r) if r.contains("checksum"))),
         "{ev:?}"
     );
-    assert!(ColdIndex::verify_files(&vfs, &dir, &sp).unwrap().is_empty());
+    assert_eq!(ColdIndex::verify_files(&vfs, &dir, &sp).unwrap().checked, 2);
 
     // Cut short, as by a writer killed midway (without the atomic rename).
     std::fs::write(&path, &std::fs::read(&path).unwrap()[..100]).unwrap();
@@ -329,6 +329,10 @@ fn damaged_index_file_is_detected_and_rebuilt() {
         "{ev:?}"
     );
     // The old history's files no longer match it.
-    let problems = ColdIndex::verify_files(&vfs, &dir, &sp).unwrap();
-    assert!(!problems.is_empty());
+    let r = ColdIndex::verify_files(&vfs, &dir, &sp).unwrap();
+    assert_eq!(
+        (r.checked, r.stale.len(), r.damaged.len()),
+        (0, 2, 0),
+        "{r:?}"
+    );
 }

@@ -452,17 +452,17 @@ impl<'a> ColdIndex<'a> {
     }
 
     /// Checks every index file in `dir` whole (header, directory, every
-    /// block) and against the segment it names; returns one line per file
-    /// that is damaged or stale. Files of segments the log no longer has
-    /// are stale too.
+    /// block) and against the segment it names (what `cairn verify` runs).
+    /// A file of segments the log does not have as it names them is stale,
+    /// which is no damage: queries never use it and rebuild it.
     pub fn verify_files(
         vfs: &Arc<dyn Vfs>,
         dir: &Path,
         sealed: &[SegmentSpan],
-    ) -> Result<Vec<String>> {
-        let mut problems = Vec::new();
+    ) -> Result<FilesReport> {
+        let mut report = FilesReport::default();
         if !vfs.exists(dir) {
-            return Ok(problems);
+            return Ok(report);
         }
         let mut names = vfs.list(dir).map_err(|e| {
             QueryError::Engine(cairn_engine::EngineError::io("list index dir", dir, e))
@@ -480,7 +480,7 @@ impl<'a> ColdIndex<'a> {
                 .and_then(|m| SegIndex::open(m, &what).map_err(|e| e.to_string()))
                 .and_then(|ix| ix.check_all().map(|()| ix).map_err(|e| e.to_string()));
             match checked {
-                Err(e) => problems.push(e),
+                Err(e) => report.damaged.push(e),
                 Ok(ix) => {
                     let h = ix.header();
                     let fits = sealed.iter().any(|s| {
@@ -489,14 +489,27 @@ impl<'a> ColdIndex<'a> {
                             && h.covered == s.last
                             && h.chain == s.last_chain
                     });
-                    if !fits {
-                        problems.push(format!(
-                            "index file {what} is stale: it does not match a sealed segment of the log"
+                    if fits {
+                        report.checked += 1;
+                    } else {
+                        report.stale.push(format!(
+                            "index file {what} is stale: it matches no sealed segment of the log"
                         ));
                     }
                 }
             }
         }
-        Ok(problems)
+        Ok(report)
     }
+}
+
+/// What [`ColdIndex::verify_files`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FilesReport {
+    /// Files checked whole and matching their segment.
+    pub checked: u64,
+    /// Files that fail a check (each line names the file and what is wrong).
+    pub damaged: Vec<String>,
+    /// Intact files that match no sealed segment.
+    pub stale: Vec<String>,
 }
