@@ -200,6 +200,10 @@ impl Store {
                 .join("index")
                 .join(cairn_query::index::cold::SEGMENTS_DIR),
             &self.log.sealed_spans(),
+            &|lsn| {
+                self.log
+                    .with_source(|src| src.read(lsn).ok().map(|r| r.chain))
+            },
         )?;
         let pinned = match pinned {
             None => None,

@@ -104,7 +104,19 @@ fn cold(
     sp: &[SegmentSpan],
     f: &Filter,
 ) -> (Vec<Lsn>, Vec<FileEvent>) {
-    let ix = ColdIndex::new(vfs, dir, log, sp, true).unwrap();
+    cold_t(vfs, dir, log, sp, f, u64::MAX)
+}
+
+/// [`cold`] with the tail's file rebuilt past `tail` records.
+fn cold_t(
+    vfs: &Arc<dyn Vfs>,
+    dir: &Path,
+    log: &MemLog,
+    sp: &[SegmentSpan],
+    f: &Filter,
+    tail: u64,
+) -> (Vec<Lsn>, Vec<FileEvent>) {
+    let ix = ColdIndex::with_tail_reindex(vfs, dir, log, sp, true, tail).unwrap();
     let mut got = Vec::new();
     assert!(ix
         .scan(f, &mut |r| {
@@ -171,6 +183,8 @@ proptest! {
         cuts in proptest::collection::vec(any::<u64>(), 0..5),
         filters in proptest::collection::vec(fspec(), 1..6),
         damage in (0..4u8, any::<usize>(), any::<u8>()),
+        tail in 1..40u64,
+        more in proptest::collection::vec(spec(), 0..30),
     ) {
         let log = MemLog::new();
         for s in &events {
@@ -186,21 +200,41 @@ proptest! {
                 continue;
             }
             let want = model(&log, &f);
-            let (got, _) = cold(&vfs, &dir, &log, &sp, &f);
+            let (got, _) = cold_t(&vfs, &dir, &log, &sp, &f, tail);
             prop_assert_eq!(&got, &want, "first pass, {:?}", f);
             // Again, from the files the first pass wrote.
-            let (got, _) = cold(&vfs, &dir, &log, &sp, &f);
+            let (got, _) = cold_t(&vfs, &dir, &log, &sp, &f, tail);
             prop_assert_eq!(&got, &want, "from the files, {:?}", f);
+        }
+        // Records appended to the tail after its file was written: the
+        // file covers a prefix, the rest is indexed in memory.
+        for s in &more {
+            log.append(event(s)).unwrap();
+        }
+        for fs in &filters {
+            let f = filter(fs);
+            if ColdIndex::answers(&f) {
+                let (got, _) = cold_t(&vfs, &dir, &log, &sp, &f, tail);
+                prop_assert_eq!(got, model(&log, &f), "grown tail, {:?}", f);
+            }
         }
         // Damage one file: cut short (a writer killed midway), a byte
         // flipped, replaced by another history's, or removed.
-        let Some(victim) = sp.get(damage.1 % sp.len().max(1)) else {
-            return Ok(());
+        let mut files: Vec<_> = match std::fs::read_dir(&dir) {
+            Ok(d) => d.map(|e| e.unwrap().path()).collect(),
+            Err(_) => return Ok(()),
         };
-        let path = dir.join(seg_index_name(victim.first));
-        if !path.exists() {
+        if files.is_empty() {
             return Ok(());
         }
+        files.sort();
+        let path = files[damage.1 % files.len()].clone();
+        let first = Lsn(path.file_stem().unwrap().to_str().unwrap().parse().unwrap());
+        let victim = sp.iter().find(|s| s.first == first).copied().unwrap_or(SegmentSpan {
+            first,
+            last: log.head().unwrap().last_lsn,
+            last_chain: log.head().unwrap().chain,
+        });
         let mut bytes = std::fs::read(&path).unwrap();
         match damage.0 {
             0 => bytes.truncate(damage.2 as usize % bytes.len()),
@@ -211,12 +245,12 @@ proptest! {
             2 => {
                 // The same LSNs, another history: its chain differs.
                 let other = MemLog::new();
-                for s in &events {
+                for s in events.iter().chain(&more) {
                     other.append(event(s).with_text("other")).unwrap();
                 }
                 let osp = SegmentSpan {
                     last_chain: other.read(victim.last).unwrap().chain,
-                    ..*victim
+                    ..victim
                 };
                 let odir = tmp.path().join("other");
                 let f = Filter { session: Some("s1".into()), ..Filter::all() };
@@ -236,7 +270,7 @@ proptest! {
             if !ColdIndex::answers(&f) {
                 continue;
             }
-            let (got, _) = cold(&vfs, &dir, &log, &sp, &f);
+            let (got, _) = cold_t(&vfs, &dir, &log, &sp, &f, tail);
             prop_assert_eq!(got, model(&log, &f), "after damage {:?}, {:?}", damage, f);
         }
         // A damaged file is found by the whole check, and rebuilt by use.
@@ -272,7 +306,12 @@ fn damaged_index_file_is_detected_and_rebuilt() {
     assert!(ev
         .iter()
         .all(|e| matches!(e, FileEvent::Built(_, r) if r == "no index file")));
-    assert_eq!(ColdIndex::verify_files(&vfs, &dir, &sp).unwrap().checked, 2);
+    assert_eq!(
+        ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain))
+            .unwrap()
+            .checked,
+        2
+    );
     let (_, ev) = cold(&vfs, &dir, &log, &sp, &f);
     assert_eq!(ev, vec![FileEvent::Used(Lsn(81)), FileEvent::Used(Lsn(1))]);
 
@@ -283,7 +322,9 @@ fn damaged_index_file_is_detected_and_rebuilt() {
     let n = bytes.len();
     bytes[n - 12] ^= 0x01;
     std::fs::write(&path, &bytes).unwrap();
-    let problems = ColdIndex::verify_files(&vfs, &dir, &sp).unwrap().damaged;
+    let problems = ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain))
+        .unwrap()
+        .damaged;
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(
         problems[0].contains("00000000000000000081.qix"),
@@ -300,7 +341,12 @@ fn damaged_index_file_is_detected_and_rebuilt() {
             .any(|e| matches!(e, FileEvent::Built(Lsn(81), r) if r.contains("checksum"))),
         "{ev:?}"
     );
-    assert_eq!(ColdIndex::verify_files(&vfs, &dir, &sp).unwrap().checked, 2);
+    assert_eq!(
+        ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain))
+            .unwrap()
+            .checked,
+        2
+    );
 
     // Cut short, as by a writer killed midway (without the atomic rename).
     std::fs::write(&path, &std::fs::read(&path).unwrap()[..100]).unwrap();
@@ -329,10 +375,54 @@ fn damaged_index_file_is_detected_and_rebuilt() {
         "{ev:?}"
     );
     // The old history's files no longer match it.
-    let r = ColdIndex::verify_files(&vfs, &dir, &sp).unwrap();
+    let r =
+        ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain)).unwrap();
     assert_eq!(
         (r.checked, r.stale.len(), r.damaged.len()),
         (0, 2, 0),
         "{r:?}"
+    );
+}
+
+/// The unsealed tail gets a file once enough of it is not in one; records
+/// appended after it are indexed in memory, the file's prefix used as is.
+#[test]
+fn tail_file_covers_a_prefix_and_the_rest_is_folded() {
+    let log = MemLog::new();
+    let add = |n: u64| {
+        for i in 0..n {
+            let mut e = Event::new(KINDS[(i % 4) as usize], SESSIONS[(i % 3) as usize]);
+            e.path = Some(PATHS[(i % 5) as usize].into());
+            log.append(e).unwrap();
+        }
+    };
+    add(100);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let f = Filter {
+        path: Some("src".into()),
+        ..Filter::all()
+    };
+    let (got, ev) = cold_t(&vfs, &dir, &log, &[], &f, 10);
+    assert_eq!(got, model(&log, &f));
+    assert!(
+        matches!(ev.as_slice(), [FileEvent::Built(Lsn(1), _)]),
+        "{ev:?}"
+    );
+    add(5);
+    let (got, ev) = cold_t(&vfs, &dir, &log, &[], &f, 10);
+    assert_eq!(got, model(&log, &f));
+    assert_eq!(ev, vec![FileEvent::Used(Lsn(1))]);
+    let r =
+        ColdIndex::verify_files(&vfs, &dir, &[], &|l| log.read(l).ok().map(|r| r.chain)).unwrap();
+    assert_eq!((r.checked, r.damaged.len(), r.stale.len()), (1, 0, 0));
+    // Past the threshold, the tail's file is rebuilt to the head.
+    add(10);
+    let (got, ev) = cold_t(&vfs, &dir, &log, &[], &f, 10);
+    assert_eq!(got, model(&log, &f));
+    assert!(
+        matches!(ev.as_slice(), [FileEvent::Built(Lsn(1), _)]),
+        "{ev:?}"
     );
 }

@@ -30,6 +30,13 @@ use crate::source::{Record, RecordSource};
 /// The directory of the segment index files, inside the store's `index/`.
 pub const SEGMENTS_DIR: &str = "segments";
 
+/// Records of the unsealed tail past its file (or all of it, when it has
+/// none) from which a query that may write (re)builds the tail's file:
+/// below it, the tail's new records are indexed in memory on each query
+/// (a few milliseconds), above it, once into the file, so a new process
+/// never folds more than this many records.
+pub const TAIL_REINDEX_RECORDS: u64 = 4096;
+
 /// One condition a segment index can answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Cond {
@@ -117,8 +124,21 @@ impl<'a> ColdIndex<'a> {
         sealed: &[SegmentSpan],
         write: bool,
     ) -> Result<ColdIndex<'a>> {
+        ColdIndex::with_tail_reindex(vfs, dir, src, sealed, write, TAIL_REINDEX_RECORDS)
+    }
+
+    /// [`ColdIndex::new`] with the tail's file rebuilt past `tail_reindex`
+    /// records instead of [`TAIL_REINDEX_RECORDS`] (tests use small logs).
+    pub fn with_tail_reindex(
+        vfs: &'a Arc<dyn Vfs>,
+        dir: &Path,
+        src: &'a dyn RecordSource,
+        sealed: &[SegmentSpan],
+        write: bool,
+        tail_reindex: u64,
+    ) -> Result<ColdIndex<'a>> {
         let head = src.head()?;
-        let mut parts: Vec<Part> = sealed
+        let parts: Vec<Part> = sealed
             .iter()
             .filter(|s| s.last <= head.last_lsn && s.first <= s.last)
             .map(|s| Part {
@@ -128,22 +148,76 @@ impl<'a> ColdIndex<'a> {
             })
             .collect();
         let tail_first = parts.last().map_or(Lsn::FIRST, |p| p.last.next());
+        let mut me = ColdIndex {
+            vfs,
+            dir: dir.to_path_buf(),
+            src,
+            loaded: Vec::new(),
+            parts,
+            write,
+            events: Mutex::new(Vec::new()),
+        };
         if tail_first <= head.last_lsn {
-            parts.push(Part {
-                first: tail_first,
+            me.tail_parts(tail_first, head, tail_reindex.max(1))?;
+        }
+        me.loaded = me.parts.iter().map(|_| Mutex::new(None)).collect();
+        Ok(me)
+    }
+
+    /// Adds the parts of the unsealed tail `first..=head`: the prefix a
+    /// tail file covers (a file named as the segment, which the log still
+    /// has as it was indexed), and the records after it, indexed in memory.
+    /// When [`TAIL_REINDEX_RECORDS`] or more records are not in a file
+    /// and this index may write, the whole tail becomes one part whose
+    /// file is (re)built on first use.
+    fn tail_parts(
+        &mut self,
+        first: Lsn,
+        head: cairn_engine::log::Head,
+        reindex: u64,
+    ) -> Result<()> {
+        let prefix = self
+            .open_file(first)
+            .ok()
+            .map(|ix| *ix.header())
+            .filter(|h| h.first == first && h.covered >= first && h.covered <= head.last_lsn);
+        let prefix = match prefix {
+            Some(h) if self.src.read(h.covered)?.chain == h.chain => Some(h),
+            _ => None,
+        };
+        let indexed = prefix.map_or(first, |h| h.covered.next());
+        let unindexed = head.last_lsn.0 + 1 - indexed.0;
+        if self.write && unindexed >= reindex {
+            self.parts.push(Part {
+                first,
+                last: head.last_lsn,
+                span: Some(SegmentSpan {
+                    first,
+                    last: head.last_lsn,
+                    last_chain: head.chain,
+                }),
+            });
+            return Ok(());
+        }
+        if let Some(h) = prefix {
+            self.parts.push(Part {
+                first,
+                last: h.covered,
+                span: Some(SegmentSpan {
+                    first,
+                    last: h.covered,
+                    last_chain: h.chain,
+                }),
+            });
+        }
+        if indexed <= head.last_lsn {
+            self.parts.push(Part {
+                first: indexed,
                 last: head.last_lsn,
                 span: None,
             });
         }
-        Ok(ColdIndex {
-            vfs,
-            dir: dir.to_path_buf(),
-            src,
-            loaded: parts.iter().map(|_| Mutex::new(None)).collect(),
-            parts,
-            write,
-            events: Mutex::new(Vec::new()),
-        })
+        Ok(())
     }
 
     /// True if [`ColdIndex::scan`] can narrow `f` by an index (a session,
@@ -223,25 +297,31 @@ impl<'a> ColdIndex<'a> {
         self.dir.join(seg_index_name(span.first))
     }
 
-    /// A sealed segment's file, its header checked against the segment's
-    /// identity; why it cannot be used otherwise.
-    fn load_file(&self, span: SegmentSpan) -> std::result::Result<SegIndex, String> {
-        let path = self.file_path(span);
+    /// The file of the segment starting at `first`, its header checked
+    /// (not yet against the log); why it cannot be used otherwise.
+    fn open_file(&self, first: Lsn) -> std::result::Result<SegIndex, String> {
+        let path = self.dir.join(seg_index_name(first));
         if !self.vfs.exists(&path) {
             return Err("no index file".to_string());
         }
         let what = path.display().to_string();
-        let ix = self
-            .vfs
+        self.vfs
             .map(&path)
             .map_err(|e| format!("index file {what} cannot be read: {e}"))
-            .and_then(|m| SegIndex::open(m, &what).map_err(|e| e.to_string()))?;
+            .and_then(|m| SegIndex::open(m, &what).map_err(|e| e.to_string()))
+    }
+
+    /// A sealed segment's file, its header checked against the segment's
+    /// identity; why it cannot be used otherwise.
+    fn load_file(&self, span: SegmentSpan) -> std::result::Result<SegIndex, String> {
+        let ix = self.open_file(span.first)?;
+        let what = self.file_path(span).display().to_string();
         let h = ix.header();
         if h.first == span.first && h.covered == span.last && h.chain == span.last_chain {
             Ok(ix)
         } else {
             Err(format!(
-                "index file {what} is stale: it covers LSNs {} to {} of another history than the segment's {} to {}",
+                "index file {what} is stale: it covers LSNs {} to {}, not the log's {} to {} as they are now",
                 h.first, h.covered, span.first, span.last
             ))
         }
@@ -453,13 +533,18 @@ impl<'a> ColdIndex<'a> {
 
     /// Checks every index file in `dir` whole (header, directory, every
     /// block) and against the segment it names (what `cairn verify` runs).
-    /// A file of segments the log does not have as it names them is stale,
-    /// which is no damage: queries never use it and rebuild it.
+    /// The file of the unsealed tail (named by the first LSN after the
+    /// last sealed segment) fits when `chain_at` (the log's chain value
+    /// after an LSN, if it has it) agrees with its last LSN. A file of
+    /// segments the log does not have as it names them is stale, which is
+    /// no damage: queries never use it and rebuild it.
     pub fn verify_files(
         vfs: &Arc<dyn Vfs>,
         dir: &Path,
         sealed: &[SegmentSpan],
+        chain_at: &dyn Fn(Lsn) -> Option<cairn_codec::ChainHash>,
     ) -> Result<FilesReport> {
+        let tail_first = sealed.last().map_or(Lsn::FIRST, |s| s.last.next());
         let mut report = FilesReport::default();
         if !vfs.exists(dir) {
             return Ok(report);
@@ -483,12 +568,12 @@ impl<'a> ColdIndex<'a> {
                 Err(e) => report.damaged.push(e),
                 Ok(ix) => {
                     let h = ix.header();
-                    let fits = sealed.iter().any(|s| {
-                        s.first == first
-                            && h.first == first
-                            && h.covered == s.last
-                            && h.chain == s.last_chain
-                    });
+                    let fits = h.first == first
+                        && (sealed.iter().any(|s| {
+                            s.first == first && h.covered == s.last && h.chain == s.last_chain
+                        }) || (first == tail_first
+                            && h.covered >= first
+                            && chain_at(h.covered) == Some(h.chain)));
                     if fits {
                         report.checked += 1;
                     } else {
