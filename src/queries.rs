@@ -148,6 +148,27 @@ impl Store {
         self.query(|q| q.scan(filter, each))
     }
 
+    /// The `checkpoint.create` records without a manifest (imported from
+    /// another tool's audit log) of `session`, or of every session, in LSN
+    /// order (as [`cairn_query::Query::imported_checkpoints`]), through
+    /// [`Store::scan`]: a new process reads the postings of the kind (and
+    /// session), not the whole query index.
+    pub fn imported_checkpoints(&self, session: Option<&str>) -> Result<Vec<Record>> {
+        let filter = Filter {
+            kind: Some(cairn_codec::EventKind::CheckpointCreate),
+            session: session.map(str::to_string),
+            ..Filter::all()
+        };
+        let mut out = Vec::new();
+        self.scan(&filter, &mut |r| {
+            if cairn_snapshot::checkpoint::is_imported_checkpoint(&r.event) {
+                out.push(r);
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
     /// The record at `lsn` (its event and chain hash), read back from the
     /// log and checked as every read is: what `cairn log --json` prints.
     pub fn record(&self, lsn: Lsn) -> Result<Record> {

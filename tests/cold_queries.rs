@@ -16,6 +16,13 @@ fn events(n: u64) -> Vec<Event> {
             e.path = Some(format!("src/f{}.rs", i % 7));
             e.text = Some(format!("event {i} with some words to fill the segment"));
             e.model = Some(format!("m{}", i % 2));
+            if i % 37 == 5 {
+                // A checkpoint record without a manifest, as imported
+                // from another tool's audit log.
+                e.kind = EventKind::CheckpointCreate;
+                e.path = None;
+                e.label = Some(format!("imported {i}"));
+            }
             e
         })
         .collect()
@@ -94,6 +101,14 @@ fn old_store_index_upgrades_in_place_and_verify_checks_the_files() {
                 .collect()
         })
         .collect();
+    let imported: Vec<Vec<Lsn>> = [Some("s1"), None]
+        .iter()
+        .map(|s| {
+            let r = reference.query(|q| q.imported_checkpoints(*s)).unwrap();
+            r.iter().map(|r| r.lsn).collect()
+        })
+        .collect();
+    assert!(!imported[0].is_empty() && imported[1].len() > imported[0].len());
     let sealed = reference.stats().log.sealed_segments;
     reference.close().unwrap();
     assert!(sealed >= 3, "{sealed} sealed segments");
@@ -110,6 +125,15 @@ fn old_store_index_upgrades_in_place_and_verify_checks_the_files() {
     let r = reader();
     for (f, w) in filters().iter().zip(&want) {
         assert_eq!(&scan(&r, f), w, "{f:?}");
+    }
+    for (s, w) in [Some("s1"), None].iter().zip(&imported) {
+        let got: Vec<Lsn> = r
+            .imported_checkpoints(*s)
+            .unwrap()
+            .iter()
+            .map(|r| r.lsn)
+            .collect();
+        assert_eq!(&got, w, "imported checkpoints of {s:?}");
     }
     r.close().unwrap();
     // Upgraded in place: a file per sealed segment, beside the old file.

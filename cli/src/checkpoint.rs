@@ -228,7 +228,7 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
     if let Some(w) = store.unfinished_rollback_warning() {
         eprintln!("warning: {w}");
     }
-    let imported = store.query(|q| q.imported_checkpoints(session))?;
+    let imported = store.imported_checkpoints(session)?;
     if json {
         for c in &all {
             outln!("{}", info_json(c));
