@@ -148,6 +148,65 @@ impl Store {
         self.query(|q| q.scan(filter, each))
     }
 
+    /// One session's checkpoints (every one with `None`), oldest first, as
+    /// [`Store::checkpoints`] lists them. A process that has not loaded
+    /// the query index reads a session's through [`Store::scan`]: the
+    /// postings of its `checkpoint.create` records and of the
+    /// `checkpoint.discard` records after the first, then only those
+    /// records, instead of folding the log into the checkpoint list.
+    pub fn session_checkpoints(
+        &self,
+        session: Option<&str>,
+    ) -> Result<Vec<cairn_snapshot::CheckpointInfo>> {
+        let Some(s) = session else {
+            return self.checkpoints(None);
+        };
+        if self.index().lock().is_some() {
+            return self.checkpoints(session);
+        }
+        let s = if s.is_empty() {
+            cairn_codec::event::DEFAULT_SESSION
+        } else {
+            s
+        };
+        let mut list: Vec<cairn_snapshot::CheckpointInfo> = Vec::new();
+        let creates = Filter {
+            session: Some(s.to_string()),
+            kind: Some(cairn_codec::EventKind::CheckpointCreate),
+            ..Filter::all()
+        };
+        self.scan(&creates, &mut |r| {
+            list.extend(cairn_snapshot::CheckpointInfo::from_record(r.lsn, &r.event));
+            Ok(true)
+        })?;
+        let Some(first) = list.first().map(|c| c.lsn) else {
+            return Ok(list);
+        };
+        // A discard evicts a checkpoint before it (the first one counts),
+        // whichever session recorded it, as the checkpoint list folds them.
+        let discards = Filter {
+            kind: Some(cairn_codec::EventKind::CheckpointDiscard),
+            since_lsn: Some(first.next()),
+            ..Filter::all()
+        };
+        self.scan(&discards, &mut |r| {
+            let Some(id) = r.event.checkpoint else {
+                return Ok(true);
+            };
+            if let Ok(i) = list.binary_search_by_key(&id, |c| c.id) {
+                let c = &mut list[i];
+                if !c.discarded && c.lsn < r.lsn {
+                    c.discarded = true;
+                    c.discarded_at = Some(r.lsn);
+                    c.discarded_by_retention =
+                        cairn_snapshot::retention::discarded_by_retention(&r.event);
+                }
+            }
+            Ok(true)
+        })?;
+        Ok(list)
+    }
+
     /// The `checkpoint.create` records without a manifest (imported from
     /// another tool's audit log) of `session`, or of every session, in LSN
     /// order (as [`cairn_query::Query::imported_checkpoints`]), through

@@ -163,3 +163,47 @@ fn old_store_index_upgrades_in_place_and_verify_checks_the_files() {
     }
     assert!(r.verify(None).unwrap().is_ok());
 }
+
+/// `checkpoints --session S` from a new process lists what the checkpoint
+/// list does (labels, counts, discards by any session), read through the
+/// segment indexes.
+#[test]
+fn session_checkpoints_through_the_segment_indexes_match_the_list() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let w = Store::builder()
+        .workspace(ws)
+        .segment_size_bytes(4096)
+        .open()
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        std::fs::write(ws.join("a.txt"), format!("v{i}\n")).unwrap();
+        let s = w.session(if i % 3 == 2 { "s2" } else { "s1" });
+        ids.push(s.checkpoint(&format!("step {i}")).unwrap().id);
+        for b in events(30).chunks(10) {
+            w.append_batch(b).unwrap();
+        }
+    }
+    let mut discard = Event::new(EventKind::CheckpointDiscard, "s2");
+    discard.checkpoint = Some(ids[1]);
+    w.append(&discard).unwrap();
+    w.close().unwrap();
+    let open = || {
+        Store::builder()
+            .workspace(ws)
+            .read_only()
+            .save_index_read_only(true)
+            .open()
+            .unwrap()
+    };
+    for s in ["s1", "s2", "nobody"] {
+        let want = open().checkpoints(Some(s)).unwrap();
+        let got = open().session_checkpoints(Some(s)).unwrap();
+        assert_eq!(got, want, "session {s}");
+    }
+    let s1 = open().session_checkpoints(Some("s1")).unwrap();
+    assert_eq!(s1.len(), 4);
+    assert!(s1[1].discarded && !s1[0].discarded);
+    assert!(ws.join(".cairn/index/segments").exists());
+}
