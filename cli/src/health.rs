@@ -195,7 +195,7 @@ fn verdict(st: &Style, report: &cairn::StoreVerifyReport, ok: bool) -> String {
         && report.lost.is_ok()
         && report.pinned.is_none_or(|(_, at)| at.is_some())
     {
-        st.red("query index files (named above) are damaged: the history is intact; the next query that needs one rebuilds it from the log (or delete them)")
+        st.red("query index files (named above) are damaged: the history is intact; delete them and the next query rebuilds them from the log (a query that reads a damaged part rebuilds that file itself)")
     } else if report
         .log
         .problems
