@@ -26,6 +26,14 @@ impl LogHandle {
             LogHandle::Reader(r) => r.lock().head(),
         }
     }
+    /// The sealed segments that hold records, in LSN order.
+    pub(crate) fn sealed_spans(&self) -> Vec<cairn_engine::log::SegmentSpan> {
+        match self {
+            LogHandle::Writer(l) => l.sealed_spans(),
+            LogHandle::Reader(r) => r.lock().sealed_spans(),
+        }
+    }
+
     /// Runs `f` with this log as a query record source.
     pub(crate) fn with_source<T>(&self, f: impl FnOnce(&dyn RecordSource) -> T) -> T {
         match self {
@@ -49,6 +57,10 @@ pub struct StoreVerifyReport {
     /// contents, diffs) which are missing or damaged, with the checkpoints,
     /// records and paths that lost their contents.
     pub lost: crate::verify_refs::LostContents,
+    /// The per-segment query index files: damaged ones fail the check
+    /// (the next query that needs one rebuilds it from the log), stale
+    /// ones are only listed.
+    pub index: cairn_query::index::cold::FilesReport,
 }
 
 impl StoreVerifyReport {
@@ -57,6 +69,7 @@ impl StoreVerifyReport {
         self.log.is_ok()
             && self.blobs.is_ok()
             && self.lost.is_ok()
+            && self.index.damaged.is_empty()
             && self.pinned.is_none_or(|(_, at)| at.is_some())
     }
 }
@@ -99,6 +112,120 @@ impl Store {
             let q = Query::new(src, &*self.blobs, &manifests, index);
             Ok(f(&q)?)
         })
+    }
+
+    /// Calls `each` with every record `filter` selects, in its order, up
+    /// to its limit; `each` returns false to stop.
+    ///
+    /// A process that has not loaded the query index yet (a command line,
+    /// a hook) answers a filter with a session, run, kind, agent, model or
+    /// path from the per-segment index files
+    /// ([`cairn_query::index::cold`]): it reads their headers and the
+    /// postings it needs, then only the records it hands out, so the time
+    /// to answer does not grow with the history. Otherwise (the index is
+    /// loaded, or no indexed condition is set) it is [`Query::scan`].
+    pub fn scan(
+        &self,
+        filter: &Filter,
+        each: &mut dyn FnMut(Record) -> cairn_query::Result<bool>,
+    ) -> Result<()> {
+        if self.index().lock().is_none() && cairn_query::index::cold::ColdIndex::answers(filter) {
+            let spans = self.log.sealed_spans();
+            let write = !self.is_read_only() || self.save_index_read_only;
+            let done = self.log.with_source(|src| {
+                let dir = self
+                    .root()
+                    .join("index")
+                    .join(cairn_query::index::cold::SEGMENTS_DIR);
+                let cold =
+                    cairn_query::index::cold::ColdIndex::new(self.vfs(), &dir, src, &spans, write)?;
+                cold.scan(filter, each)
+            })?;
+            if done {
+                return Ok(());
+            }
+        }
+        self.query(|q| q.scan(filter, each))
+    }
+
+    /// One session's checkpoints (every one with `None`), oldest first, as
+    /// [`Store::checkpoints`] lists them. A process that has not loaded
+    /// the query index reads a session's through [`Store::scan`]: the
+    /// postings of its `checkpoint.create` records and of the
+    /// `checkpoint.discard` records after the first, then only those
+    /// records, instead of folding the log into the checkpoint list.
+    pub fn session_checkpoints(
+        &self,
+        session: Option<&str>,
+    ) -> Result<Vec<cairn_snapshot::CheckpointInfo>> {
+        let Some(s) = session else {
+            return self.checkpoints(None);
+        };
+        if self.index().lock().is_some() {
+            return self.checkpoints(session);
+        }
+        let s = if s.is_empty() {
+            cairn_codec::event::DEFAULT_SESSION
+        } else {
+            s
+        };
+        let mut list: Vec<cairn_snapshot::CheckpointInfo> = Vec::new();
+        let creates = Filter {
+            session: Some(s.to_string()),
+            kind: Some(cairn_codec::EventKind::CheckpointCreate),
+            ..Filter::all()
+        };
+        self.scan(&creates, &mut |r| {
+            list.extend(cairn_snapshot::CheckpointInfo::from_record(r.lsn, &r.event));
+            Ok(true)
+        })?;
+        let Some(first) = list.first().map(|c| c.lsn) else {
+            return Ok(list);
+        };
+        // A discard evicts a checkpoint before it (the first one counts),
+        // whichever session recorded it, as the checkpoint list folds them.
+        let discards = Filter {
+            kind: Some(cairn_codec::EventKind::CheckpointDiscard),
+            since_lsn: Some(first.next()),
+            ..Filter::all()
+        };
+        self.scan(&discards, &mut |r| {
+            let Some(id) = r.event.checkpoint else {
+                return Ok(true);
+            };
+            if let Ok(i) = list.binary_search_by_key(&id, |c| c.id) {
+                let c = &mut list[i];
+                if !c.discarded && c.lsn < r.lsn {
+                    c.discarded = true;
+                    c.discarded_at = Some(r.lsn);
+                    c.discarded_by_retention =
+                        cairn_snapshot::retention::discarded_by_retention(&r.event);
+                }
+            }
+            Ok(true)
+        })?;
+        Ok(list)
+    }
+
+    /// The `checkpoint.create` records without a manifest (imported from
+    /// another tool's audit log) of `session`, or of every session, in LSN
+    /// order (as [`cairn_query::Query::imported_checkpoints`]), through
+    /// [`Store::scan`]: a new process reads the postings of the kind (and
+    /// session), not the whole query index.
+    pub fn imported_checkpoints(&self, session: Option<&str>) -> Result<Vec<Record>> {
+        let filter = Filter {
+            kind: Some(cairn_codec::EventKind::CheckpointCreate),
+            session: session.map(str::to_string),
+            ..Filter::all()
+        };
+        let mut out = Vec::new();
+        self.scan(&filter, &mut |r| {
+            if cairn_snapshot::checkpoint::is_imported_checkpoint(&r.event) {
+                out.push(r);
+            }
+            Ok(true)
+        })?;
+        Ok(out)
     }
 
     /// The record at `lsn` (its event and chain hash), read back from the
@@ -146,6 +273,18 @@ impl Store {
         };
         let blobs = self.blobs.verify()?;
         let lost = crate::verify_refs::check(&self.log, &self.blobs, &blobs)?;
+        let index = cairn_query::index::cold::ColdIndex::verify_files(
+            self.vfs(),
+            &self
+                .root()
+                .join("index")
+                .join(cairn_query::index::cold::SEGMENTS_DIR),
+            &self.log.sealed_spans(),
+            &|lsn| {
+                self.log
+                    .with_source(|src| src.read(lsn).ok().map(|r| r.chain))
+            },
+        )?;
         let pinned = match pinned {
             None => None,
             Some(h) => {
@@ -168,6 +307,7 @@ impl Store {
             blobs,
             pinned,
             lost,
+            index,
         })
     }
 

@@ -237,11 +237,11 @@ fn not_captured(info: &CheckpointInfo) -> Option<String> {
 pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<ExitCode> {
     // Read-only: listing never waits for (or blocks) a recording process.
     let store = settings.open_read()?;
-    let all = store.checkpoints(session)?;
+    let all = store.session_checkpoints(session)?;
     if let Some(w) = store.unfinished_rollback_warning() {
         eprintln!("warning: {w}");
     }
-    let imported = store.query(|q| q.imported_checkpoints(session))?;
+    let imported = store.imported_checkpoints(session)?;
     if json {
         for c in &all {
             outln!("{}", info_json(c));

@@ -19,14 +19,12 @@ pub fn log(settings: &Settings, a: LogArgs) -> Result<ExitCode> {
     filter.path = filter.path.map(|p| record_path(&p, store.workspace_dir()));
     let mut printer = RecordPrinter::new(a.json);
     let mut failed: Option<std::io::Error> = None;
-    let scanned = store.query(|q| {
-        q.scan(&filter, &mut |r| match printer.print(&r) {
-            Ok(()) => Ok(true),
-            Err(e) => {
-                failed = Some(e);
-                Ok(false)
-            }
-        })
+    let scanned = store.scan(&filter, &mut |r| match printer.print(&r) {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            failed = Some(e);
+            Ok(false)
+        }
     });
     if let Some(e) = failed {
         return Err(e.into());
@@ -101,6 +99,9 @@ fn verify_json(report: &cairn::StoreVerifyReport, ok: bool) -> serde_json::Value
         "referenced_blobs": report.lost.checked_blobs,
         "lost_contents": &report.lost.lost,
         "lost_contents_not_listed": report.lost.not_listed,
+        "index_files": report.index.checked,
+        "index_problems": &report.index.damaged,
+        "stale_index_files": &report.index.stale,
         "pinned_head": report.pinned.map(|(h, at)| serde_json::json!({"hash": h.to_hex(), "found_at_lsn": at.map(|l| l.0)})),
     })
 }
@@ -134,6 +135,14 @@ fn print_verify(settings: &Settings, report: &cairn::StoreVerifyReport, ok: bool
     }
     for l in &report.lost.lost {
         outln!("{} {l}", st.red("LOST"));
+    }
+    for p in &report.index.damaged {
+        outln!("{} {p}", st.red("INDEX"));
+    }
+    if !settings.quiet {
+        for p in &report.index.stale {
+            outln!("note: {p} (queries rebuild it; nothing reads it as it is)");
+        }
     }
     if report.lost.not_listed > 0 {
         outln!(
@@ -181,6 +190,12 @@ fn print_verify(settings: &Settings, report: &cairn::StoreVerifyReport, ok: bool
 fn verdict(st: &Style, report: &cairn::StoreVerifyReport, ok: bool) -> String {
     if ok {
         st.green("ok: no damage found")
+    } else if report.log.problems.is_empty()
+        && report.blobs.problems.is_empty()
+        && report.lost.is_ok()
+        && report.pinned.is_none_or(|(_, at)| at.is_some())
+    {
+        st.red("query index files (named above) are damaged: the history is intact; delete them and the next query rebuilds them from the log (a query that reads a damaged part rebuilds that file itself)")
     } else if report
         .log
         .problems

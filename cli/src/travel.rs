@@ -752,12 +752,27 @@ pub fn history(
             "history needs a file or directory below the workspace root (`src/`, `README.md`); `cairn log` lists every record",
         ));
     }
-    let records = store.query(|q| match (follow, checkpoints) {
-        (true, true) => q.history_following_with_resets(&path),
-        (true, false) => q.history_following(&path),
-        (false, true) => q.history_with_resets(&path),
-        (false, false) => q.history(&path),
-    })?;
+    let records = match (follow, checkpoints) {
+        // The plain history is the records naming the path: answered from
+        // the per-segment indexes without loading the whole query index.
+        (false, false) => {
+            let mut recs = Vec::new();
+            let filter = cairn::query::Filter {
+                path: Some(path.clone()),
+                ..cairn::query::Filter::all()
+            };
+            store.scan(&filter, &mut |r| {
+                recs.push(r);
+                Ok(true)
+            })?;
+            recs
+        }
+        _ => store.query(|q| match (follow, checkpoints) {
+            (true, true) => q.history_following_with_resets(&path),
+            (true, false) => q.history_following(&path),
+            _ => q.history_with_resets(&path),
+        })?,
+    };
     print_records(&records, json)?;
     let outside =
         std::path::Path::new(&path).is_absolute() || path == ".." || path.starts_with("../");

@@ -16,6 +16,9 @@
 //! chain value: if the log no longer has that record with that chain value
 //! (the log was replaced or truncated), the index is stale and rebuilt.
 
+pub mod cold;
+pub mod seg;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;

@@ -117,7 +117,10 @@ impl NotCaptured {
 }
 
 impl CheckpointInfo {
-    pub(crate) fn from_record(lsn: Lsn, e: &Event) -> Option<CheckpointInfo> {
+    /// The checkpoint a `checkpoint.create` record at `lsn` creates, not
+    /// yet discarded; `None` for any other record or one without a
+    /// manifest (an imported checkpoint record).
+    pub fn from_record(lsn: Lsn, e: &Event) -> Option<CheckpointInfo> {
         if e.kind != EventKind::CheckpointCreate {
             return None;
         }

@@ -76,6 +76,20 @@ impl Default for Head {
     }
 }
 
+/// A sealed segment's place in the log: the LSNs it holds and the chain
+/// value after its last record (from its footer). Immutable once sealed,
+/// so a file derived from a segment (the query crate's per-segment index)
+/// names the segment by these and is stale when they no longer match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentSpan {
+    /// Its first LSN (also its file name).
+    pub first: Lsn,
+    /// Its last LSN.
+    pub last: Lsn,
+    /// The chain value after its last record.
+    pub last_chain: ChainHash,
+}
+
 /// Counts and sizes of a log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogStats {

@@ -246,6 +246,12 @@ impl LogReader {
         self.view.head()
     }
 
+    /// The sealed segments seen by the last refresh that hold records, in
+    /// LSN order (their bounds come from their footers: no frame is read).
+    pub fn sealed_spans(&self) -> Vec<super::SegmentSpan> {
+        self.view.sealed_spans()
+    }
+
     /// Records from `from` (clamped to 1) to the head.
     pub fn iter_from(&self, from: Lsn) -> LogIter {
         self.view.iter_from(from)

@@ -89,6 +89,19 @@ impl View {
         })
     }
 
+    /// The sealed segments that hold records, in LSN order.
+    pub fn sealed_spans(&self) -> Vec<super::SegmentSpan> {
+        self.sealed
+            .iter()
+            .filter(|s| s.footer.record_count > 0)
+            .map(|s| super::SegmentSpan {
+                first: s.header.first_lsn,
+                last: s.footer.last_lsn,
+                last_chain: s.footer.last_chain,
+            })
+            .collect()
+    }
+
     /// Records from `from` (clamped to 1) to the current head.
     pub fn iter_from(&self, from: Lsn) -> LogIter {
         self.iter_range(from, self.head().last_lsn)

@@ -420,6 +420,12 @@ impl Log {
         self.inner.view.read().head()
     }
 
+    /// The sealed segments that hold records, in LSN order (see
+    /// [`SegmentSpan`](super::SegmentSpan)).
+    pub fn sealed_spans(&self) -> Vec<super::SegmentSpan> {
+        self.inner.view.read().sealed_spans()
+    }
+
     /// Committed records from `from` (clamped to 1) to the head as it is now.
     pub fn iter_from(&self, from: Lsn) -> LogIter {
         self.inner.view.read().iter_from(from)

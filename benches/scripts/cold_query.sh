@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Queries from a new process: `cairn log --session S --kind K --limit 5`,
+# `cairn history PATH` and `cairn checkpoints --session S` through the
+# binary, each paired with the `sqlite3` command line answering the same
+# question on the same EVENTS events (default 1,000,000) in one table
+# indexed on session, path and kind.
+#
+#   cargo build --release
+#   benches/scripts/cold_query.sh [EVENTS] [RUNS] [PAIR]
+#
+# PAIR is the command that times two commands as whole processes,
+# alternating, and prints the ratio run by run; the default is
+# /usr/bin/time in a loop (figures: median wall seconds, then
+# cairn/sqlite3). Each cairn command is run once before it is timed: the
+# first query of a store builds the per-segment index files it needs
+# (the time of that first run is printed too).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+events=${1:-1000000}
+runs=${2:-5}
+pair=${3:-}
+cairn=$PWD/target/release/cairn
+# KEEP=DIR keeps the store and the database in DIR (reused if there).
+if [ -n "${KEEP:-}" ]; then
+  dir=$KEEP; mkdir -p "$dir"
+else
+  dir=$(mktemp -d)
+  trap 'rm -rf "$dir"' EXIT
+fi
+
+[ -f "$dir/events.db" ] || python3 - "$events" "$dir" <<'PY'
+import json, sqlite3, sys
+n, d = int(sys.argv[1]), sys.argv[2]
+kinds = ["prompt", "reply", "tool_call", "file.write"]
+db = sqlite3.connect(f"{d}/events.db")
+db.execute("create table ev (lsn integer primary key, session text, kind text, path text, text text)")
+with open(f"{d}/events.jsonl", "w") as out:
+    rows = []
+    for i in range(n):
+        k = kinds[i % 4]
+        # Sessions and paths change every 4 events, so each session has
+        # every kind and each path 1 in 50 of the file writes.
+        e = {"kind": k, "session": "s%d" % (i // 4 % 50)}
+        if k == "file.write":
+            e["path"] = "src/f%d.rs" % (i // 4 % 50)
+            e["tool"] = "edit"
+        else:
+            e["text"] = "turn %d: make the tests pass" % i
+        out.write(json.dumps(e) + "\n")
+        rows.append((i + 1, e["session"], k, e.get("path"), e.get("text")))
+    db.executemany("insert into ev values (?, ?, ?, ?, ?)", rows)
+db.execute("create index ev_session on ev (session, kind)")
+db.execute("create index ev_path on ev (path)")
+db.commit()
+PY
+[ -d "$dir/ws/.cairn" ] || (cd "$dir" && mkdir -p ws && cd ws && ("$cairn" init -q . 2>/dev/null || "$cairn" init .) >/dev/null \
+  && "$cairn" --durability never import --format jsonl ../events.jsonl >/dev/null)
+store=$dir/ws/.cairn
+echo "store: $events events, $(du -sh "$store/log" | cut -f1) of log in $(ls "$store/log" | grep -c '\.seg$') segments; sqlite3 file $(du -sh "$dir/events.db" | cut -f1)"
+echo "machine: $(nproc) cores, $(uname -sr)"
+
+# name | cairn arguments | sqlite3 query
+cases=(
+  "log --session s1 --kind prompt --limit 5|log --session s1 --kind prompt --limit 5 --json|select * from ev where session='s1' and kind='prompt' order by lsn limit 5"
+  "history src/f8.rs|history src/f8.rs --json|select * from ev where path='src/f8.rs' order by lsn"
+  "checkpoints --session s1|checkpoints --session s1 --json|select * from ev where session='s1' and kind='checkpoint.create' order by lsn"
+)
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+for c in "${cases[@]}"; do
+  IFS='|' read -r name args query <<<"$c"
+  # shellcheck disable=SC2086
+  first=$( { /usr/bin/time -f %e "$cairn" --store "$store" $args >/dev/null; } 2>&1 | tail -1 )
+  echo "== $name (first run, building index files: ${first} s)"
+  if [ -n "$pair" ]; then
+    # shellcheck disable=SC2086
+    $pair -n "$runs" --vs "sqlite3 -json $dir/events.db \"$query\"" -- "$cairn" --store "$store" $args
+    continue
+  fi
+  a=(); b=()
+  for _ in $(seq "$runs"); do
+    # shellcheck disable=SC2086
+    a+=( "$( { /usr/bin/time -f %e "$cairn" --store "$store" $args >/dev/null; } 2>&1 | tail -1 )" )
+    b+=( "$( { /usr/bin/time -f %e sqlite3 -json "$dir/events.db" "$query" >/dev/null; } 2>&1 | tail -1 )" )
+  done
+  ma=$(printf '%s\n' "${a[@]}" | median); mb=$(printf '%s\n' "${b[@]}" | median)
+  echo "cairn $ma s, sqlite3 $mb s (medians of $runs)"
+done

@@ -1,0 +1,600 @@
+//! Queries from a new process without loading an index whole: the
+//! per-segment index files ([`super::seg`]) for the sealed segments, built
+//! on first use and kept under `.cairn/index/segments/`, plus an index of
+//! the unsealed tail built in memory from the tail alone.
+//!
+//! [`ColdIndex::scan`] answers a [`Filter`] with a session, run, kind,
+//! agent, model or path: it walks the segments in the filter's order,
+//! opens only the files it reaches, reads only the postings of the keys
+//! the filter names (the shortest list drives, the others are probed by
+//! binary search), and reads from the log only the records it hands out.
+//! Each record read is checked against the whole filter, so a condition
+//! no index holds (ok, phase, time) is applied there, and an index can at
+//! worst cost a read, never add a record that does not match.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_codec::Lsn;
+use cairn_engine::atomic::{write_atomic, AtomicOptions};
+use cairn_engine::log::SegmentSpan;
+use cairn_engine::vfs::Mapped;
+use cairn_engine::Vfs;
+use parking_lot::Mutex;
+
+use super::seg::{seg_index_name, KeyTag, Postings, SegIndex, SegIndexBuilder};
+use crate::error::{QueryError, Result};
+use crate::filter::Filter;
+use crate::source::{Record, RecordSource};
+
+/// The directory of the segment index files, inside the store's `index/`.
+pub const SEGMENTS_DIR: &str = "segments";
+
+/// Records of the unsealed tail past its file (or all of it, when it has
+/// none) from which a query that may write (re)builds the tail's file:
+/// below it, the tail's new records are indexed in memory on each query
+/// (a few milliseconds), above it, once into the file, so a new process
+/// never folds more than this many records.
+pub const TAIL_REINDEX_RECORDS: u64 = 4096;
+
+/// One condition a segment index can answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Cond {
+    /// Records with this key.
+    Key(KeyTag, String),
+    /// Records naming this path or one under it.
+    Under(String),
+}
+
+/// The conditions of `f` that a segment index answers; empty when none.
+fn conditions(f: &Filter) -> Vec<Cond> {
+    let mut out = Vec::new();
+    for (tag, v) in [
+        (KeyTag::Session, &f.session),
+        (KeyTag::Run, &f.run),
+        (KeyTag::Agent, &f.agent),
+        (KeyTag::Model, &f.model),
+    ] {
+        if let Some(v) = v {
+            out.push(Cond::Key(tag, v.clone()));
+        }
+    }
+    if let Some(k) = f.kind {
+        out.push(Cond::Key(KeyTag::Kind, k.name().to_string()));
+    }
+    if let Some(p) = f.path.as_deref() {
+        let p = p.trim_end_matches('/');
+        // The whole workspace: every record that names a path, which no
+        // one list holds.
+        if !p.is_empty() {
+            out.push(Cond::Under(p.to_string()));
+        }
+    }
+    out
+}
+
+/// A part of the log and its index: a sealed segment, or the tail.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    first: Lsn,
+    last: Lsn,
+    span: Option<SegmentSpan>,
+}
+
+/// What happened to a segment's index file when it was needed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileEvent {
+    /// Opened and used as it was.
+    Used(Lsn),
+    /// Built from the log, for this reason (missing, damaged, stale).
+    Built(Lsn, String),
+}
+
+/// The per-segment indexes of one log as of one head (see the module docs).
+pub struct ColdIndex<'a> {
+    vfs: &'a Arc<dyn Vfs>,
+    dir: PathBuf,
+    src: &'a dyn RecordSource,
+    parts: Vec<Part>,
+    loaded: Vec<Mutex<Option<Arc<SegIndex>>>>,
+    write: bool,
+    events: Mutex<Vec<FileEvent>>,
+}
+
+impl std::fmt::Debug for ColdIndex<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ColdIndex")
+            .field("dir", &self.dir)
+            .field("parts", &self.parts)
+            .finish()
+    }
+}
+
+impl<'a> ColdIndex<'a> {
+    /// The index of `src` up to its head, whose sealed segments are
+    /// `sealed` (in LSN order; the records after the last are the tail).
+    /// Files live in `dir` (`.cairn/index/segments`); with `write`, a file
+    /// built because it was missing, damaged or stale is written there
+    /// (atomically; a failure to write is no error, the file is a cache).
+    /// Opens nothing yet: each file is opened when a query first needs it.
+    pub fn new(
+        vfs: &'a Arc<dyn Vfs>,
+        dir: &Path,
+        src: &'a dyn RecordSource,
+        sealed: &[SegmentSpan],
+        write: bool,
+    ) -> Result<ColdIndex<'a>> {
+        ColdIndex::with_tail_reindex(vfs, dir, src, sealed, write, TAIL_REINDEX_RECORDS)
+    }
+
+    /// [`ColdIndex::new`] with the tail's file rebuilt past `tail_reindex`
+    /// records instead of [`TAIL_REINDEX_RECORDS`] (tests use small logs).
+    pub fn with_tail_reindex(
+        vfs: &'a Arc<dyn Vfs>,
+        dir: &Path,
+        src: &'a dyn RecordSource,
+        sealed: &[SegmentSpan],
+        write: bool,
+        tail_reindex: u64,
+    ) -> Result<ColdIndex<'a>> {
+        let head = src.head()?;
+        let parts: Vec<Part> = sealed
+            .iter()
+            .filter(|s| s.last <= head.last_lsn && s.first <= s.last)
+            .map(|s| Part {
+                first: s.first,
+                last: s.last,
+                span: Some(*s),
+            })
+            .collect();
+        let tail_first = parts.last().map_or(Lsn::FIRST, |p| p.last.next());
+        let mut me = ColdIndex {
+            vfs,
+            dir: dir.to_path_buf(),
+            src,
+            loaded: Vec::new(),
+            parts,
+            write,
+            events: Mutex::new(Vec::new()),
+        };
+        if tail_first <= head.last_lsn {
+            me.tail_parts(tail_first, head, tail_reindex.max(1))?;
+        }
+        me.loaded = me.parts.iter().map(|_| Mutex::new(None)).collect();
+        Ok(me)
+    }
+
+    /// Adds the parts of the unsealed tail `first..=head`: the prefix a
+    /// tail file covers (a file named as the segment, which the log still
+    /// has as it was indexed), and the records after it, indexed in memory.
+    /// When [`TAIL_REINDEX_RECORDS`] or more records are not in a file
+    /// and this index may write, the whole tail becomes one part whose
+    /// file is (re)built on first use.
+    fn tail_parts(
+        &mut self,
+        first: Lsn,
+        head: cairn_engine::log::Head,
+        reindex: u64,
+    ) -> Result<()> {
+        let prefix = self
+            .open_file(first)
+            .ok()
+            .map(|ix| *ix.header())
+            .filter(|h| h.first == first && h.covered >= first && h.covered <= head.last_lsn);
+        let prefix = match prefix {
+            Some(h) if self.src.read(h.covered)?.chain == h.chain => Some(h),
+            _ => None,
+        };
+        let indexed = prefix.map_or(first, |h| h.covered.next());
+        let unindexed = head.last_lsn.0 + 1 - indexed.0;
+        if self.write && unindexed >= reindex {
+            self.parts.push(Part {
+                first,
+                last: head.last_lsn,
+                span: Some(SegmentSpan {
+                    first,
+                    last: head.last_lsn,
+                    last_chain: head.chain,
+                }),
+            });
+            return Ok(());
+        }
+        if let Some(h) = prefix {
+            self.parts.push(Part {
+                first,
+                last: h.covered,
+                span: Some(SegmentSpan {
+                    first,
+                    last: h.covered,
+                    last_chain: h.chain,
+                }),
+            });
+        }
+        if indexed <= head.last_lsn {
+            self.parts.push(Part {
+                first: indexed,
+                last: head.last_lsn,
+                span: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// True if [`ColdIndex::scan`] can narrow `f` by an index (a session,
+    /// run, kind, agent, model or path other than the whole workspace).
+    pub fn answers(f: &Filter) -> bool {
+        !conditions(f).is_empty()
+    }
+
+    /// The last LSN this index covers (the head when it was made).
+    pub fn covered(&self) -> Lsn {
+        self.parts.last().map_or(Lsn(0), |p| p.last)
+    }
+
+    /// What each file needed so far went through, in order.
+    pub fn events(&self) -> Vec<FileEvent> {
+        self.events.lock().clone()
+    }
+
+    fn build(&self, part: &Part) -> Result<Vec<u8>> {
+        let mut b = SegIndexBuilder::new(part.first);
+        self.src.for_each_ref(part.first, &mut |lsn, chain, e| {
+            if lsn > part.last {
+                return Ok(false);
+            }
+            b.observe(lsn, chain, e)?;
+            Ok(lsn < part.last)
+        })?;
+        if b.covered() != part.last {
+            return Err(QueryError::Invalid(format!(
+                "indexing LSNs {} to {}: the log ended at {}",
+                part.first,
+                part.last,
+                b.covered()
+            )));
+        }
+        b.encode()
+    }
+
+    /// Part `i`'s index: its file if there is a good one, else built.
+    fn part(&self, i: usize) -> Result<Arc<SegIndex>> {
+        if let Some(ix) = self.loaded[i].lock().as_ref() {
+            return Ok(ix.clone());
+        }
+        let part = self.parts[i];
+        let ix = match part.span {
+            None => {
+                let bytes = self.build(&part)?;
+                SegIndex::open(Mapped::Bytes(Arc::from(bytes)), "the tail's index")?
+            }
+            Some(span) => match self.load_file(span) {
+                Ok(ix) => {
+                    self.events.lock().push(FileEvent::Used(span.first));
+                    ix
+                }
+                Err(reason) => self.rebuild(span, reason)?,
+            },
+        };
+        let ix = Arc::new(ix);
+        *self.loaded[i].lock() = Some(ix.clone());
+        Ok(ix)
+    }
+
+    /// Replaces part `i`'s index, found damaged while reading it, by one
+    /// built from the log (and written back).
+    fn replace(&self, i: usize, why: &QueryError) -> Result<Arc<SegIndex>> {
+        let span = self.parts[i].span.ok_or_else(|| {
+            QueryError::Invalid(format!(
+                "the tail's index, built in memory, is damaged: {why}"
+            ))
+        })?;
+        let ix = Arc::new(self.rebuild(span, why.to_string())?);
+        *self.loaded[i].lock() = Some(ix.clone());
+        Ok(ix)
+    }
+
+    fn file_path(&self, span: SegmentSpan) -> PathBuf {
+        self.dir.join(seg_index_name(span.first))
+    }
+
+    /// The file of the segment starting at `first`, its header checked
+    /// (not yet against the log); why it cannot be used otherwise.
+    fn open_file(&self, first: Lsn) -> std::result::Result<SegIndex, String> {
+        let path = self.dir.join(seg_index_name(first));
+        if !self.vfs.exists(&path) {
+            return Err("no index file".to_string());
+        }
+        let what = path.display().to_string();
+        self.vfs
+            .map(&path)
+            .map_err(|e| format!("index file {what} cannot be read: {e}"))
+            .and_then(|m| SegIndex::open(m, &what).map_err(|e| e.to_string()))
+    }
+
+    /// A sealed segment's file, its header checked against the segment's
+    /// identity; why it cannot be used otherwise.
+    fn load_file(&self, span: SegmentSpan) -> std::result::Result<SegIndex, String> {
+        let ix = self.open_file(span.first)?;
+        let what = self.file_path(span).display().to_string();
+        let h = ix.header();
+        if h.first == span.first && h.covered == span.last && h.chain == span.last_chain {
+            Ok(ix)
+        } else {
+            Err(format!(
+                "index file {what} is stale: it covers LSNs {} to {}, not the log's {} to {} as they are now",
+                h.first, h.covered, span.first, span.last
+            ))
+        }
+    }
+
+    /// Builds a sealed segment's index from the log and, when this index
+    /// may write, writes its file (atomically: temporary file, rename).
+    fn rebuild(&self, span: SegmentSpan, reason: String) -> Result<SegIndex> {
+        let path = self.file_path(span);
+        let part = Part {
+            first: span.first,
+            last: span.last,
+            span: Some(span),
+        };
+        let bytes = self.build(&part)?;
+        let ix = SegIndex::open(
+            Mapped::Bytes(Arc::from(bytes.clone())),
+            &path.display().to_string(),
+        )?;
+        if ix.header().chain != span.last_chain {
+            return Err(QueryError::Invalid(format!(
+                "the log's record {} does not end with the chain value its segment's footer records",
+                span.last
+            )));
+        }
+        if self.write {
+            // A cache: a store that cannot be written to still answers.
+            let _ = self
+                .vfs
+                .create_dir_all(&self.dir)
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    write_atomic(&**self.vfs, &path, &bytes, &AtomicOptions::not_durable())
+                        .map_err(|e| e.to_string())
+                });
+        }
+        self.events
+            .lock()
+            .push(FileEvent::Built(span.first, reason));
+        Ok(ix)
+    }
+
+    /// Calls `each` with every record `f` selects, in the filter's order,
+    /// up to its limit, as [`crate::Query::scan`] does; returns false
+    /// (having called nothing) when no condition of `f` is one an index
+    /// answers ([`ColdIndex::answers`]).
+    pub fn scan(&self, f: &Filter, each: &mut dyn FnMut(Record) -> Result<bool>) -> Result<bool> {
+        let conds = conditions(f);
+        if conds.is_empty() {
+            return Ok(false);
+        }
+        let Some((lo, hi)) = f.lsn_bounds(self.covered()) else {
+            return Ok(true);
+        };
+        let limit = f.limit.unwrap_or(usize::MAX);
+        if limit == 0 {
+            return Ok(true);
+        }
+        let mut n = 0usize;
+        let order: Vec<usize> = if f.newest_first {
+            (0..self.parts.len()).rev().collect()
+        } else {
+            (0..self.parts.len()).collect()
+        };
+        for i in order {
+            let p = self.parts[i];
+            if p.last < lo || p.first > hi {
+                continue;
+            }
+            let mut ix = self.part(i)?;
+            let h = *ix.header();
+            if f.since.is_some_and(|t| h.max_ts < t) || f.until.is_some_and(|t| h.min_ts > t) {
+                continue;
+            }
+            let (mut from, mut to) = (lo.max(p.first), hi.min(p.last));
+            let mut go = true;
+            // The last candidate visited: after damage found midway, the
+            // rebuilt index resumes past it, so nothing is handed out twice.
+            let mut visited: Option<Lsn> = None;
+            let mut rebuilt = false;
+            loop {
+                let r = self.candidates(&ix, &conds, from, to, f.newest_first, &mut |lsn| {
+                    visited = Some(lsn);
+                    let r = self.src.read(lsn)?;
+                    if r.lsn != lsn {
+                        return Err(QueryError::Invalid(format!(
+                            "reading LSN {lsn} gave the record at LSN {}",
+                            r.lsn
+                        )));
+                    }
+                    if f.matches(&r) {
+                        n += 1;
+                        go = each(r)? && n < limit;
+                    }
+                    Ok(go)
+                });
+                match r {
+                    Err(e @ QueryError::IndexCorrupt { .. }) if !rebuilt => {
+                        ix = self.replace(i, &e)?;
+                        rebuilt = true;
+                        match (visited, f.newest_first) {
+                            (Some(v), false) => from = v.next(),
+                            (Some(v), true) => to = Lsn(v.0 - 1),
+                            (None, _) => {}
+                        }
+                        if from > to {
+                            break;
+                        }
+                    }
+                    r => break r?,
+                }
+            }
+            if !go {
+                break;
+            }
+        }
+        Ok(true)
+    }
+
+    /// The LSNs in `lo..=hi` of one part that meet every condition, in
+    /// order (reversed with `rev`), to `f` until it returns false.
+    fn candidates(
+        &self,
+        ix: &SegIndex,
+        conds: &[Cond],
+        lo: Lsn,
+        hi: Lsn,
+        rev: bool,
+        f: &mut dyn FnMut(Lsn) -> Result<bool>,
+    ) -> Result<()> {
+        let mut lists: Vec<Vec<Postings<'_>>> = Vec::with_capacity(conds.len());
+        for c in conds {
+            let l = match c {
+                Cond::Key(tag, key) => vec![ix.lookup(*tag, key)?],
+                Cond::Under(p) => {
+                    let mut l = vec![ix.lookup(KeyTag::Path, p)?];
+                    l.extend(ix.lookup_prefix(KeyTag::Path, &format!("{p}/"))?);
+                    l
+                }
+            };
+            let l: Vec<Postings<'_>> = l.into_iter().filter(|p| !p.is_empty()).collect();
+            if l.is_empty() {
+                return Ok(());
+            }
+            lists.push(l);
+        }
+        let total = |l: &Vec<Postings<'_>>| l.iter().map(|p| p.len()).sum::<usize>();
+        let (d, _) = lists
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, l)| total(l))
+            .map(|(i, l)| (i, total(l)))
+            .unwrap_or((0, 0));
+        let driver = lists.swap_remove(d);
+        let others = lists;
+        let mut check = |lsn: Lsn| -> Result<bool> {
+            for alts in &others {
+                let mut any = false;
+                for p in alts {
+                    if p.contains(lsn)? {
+                        any = true;
+                        break;
+                    }
+                }
+                if !any {
+                    return Ok(true);
+                }
+            }
+            f(lsn)
+        };
+        if let [one] = driver.as_slice() {
+            let from = one.rank(lo)?;
+            let to = one.rank(hi.next())?;
+            if rev {
+                for i in (from..to).rev() {
+                    if !check(one.get(i)?)? {
+                        break;
+                    }
+                }
+            } else {
+                for i in from..to {
+                    if !check(one.get(i)?)? {
+                        break;
+                    }
+                }
+            }
+            return Ok(());
+        }
+        // Several paths under a directory: their lists merged.
+        let mut all = Vec::new();
+        for p in &driver {
+            let (from, to) = (p.rank(lo)?, p.rank(hi.next())?);
+            for i in from..to {
+                all.push(p.get(i)?);
+            }
+        }
+        all.sort_unstable();
+        all.dedup();
+        if rev {
+            all.reverse();
+        }
+        for l in all {
+            if !check(l)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every index file in `dir` whole (header, directory, every
+    /// block) and against the segment it names (what `cairn verify` runs).
+    /// The file of the unsealed tail (named by the first LSN after the
+    /// last sealed segment) fits when `chain_at` (the log's chain value
+    /// after an LSN, if it has it) agrees with its last LSN. A file of
+    /// segments the log does not have as it names them is stale, which is
+    /// no damage: queries never use it and rebuild it.
+    pub fn verify_files(
+        vfs: &Arc<dyn Vfs>,
+        dir: &Path,
+        sealed: &[SegmentSpan],
+        chain_at: &dyn Fn(Lsn) -> Option<cairn_codec::ChainHash>,
+    ) -> Result<FilesReport> {
+        let tail_first = sealed.last().map_or(Lsn::FIRST, |s| s.last.next());
+        let mut report = FilesReport::default();
+        if !vfs.exists(dir) {
+            return Ok(report);
+        }
+        let mut names = vfs.list(dir).map_err(|e| {
+            QueryError::Engine(cairn_engine::EngineError::io("list index dir", dir, e))
+        })?;
+        names.sort();
+        for name in names {
+            let Some(first) = super::seg::parse_seg_index_name(&name) else {
+                continue;
+            };
+            let path = dir.join(&name);
+            let what = path.display().to_string();
+            let checked = vfs
+                .map(&path)
+                .map_err(|e| format!("index file {what} cannot be read: {e}"))
+                .and_then(|m| SegIndex::open(m, &what).map_err(|e| e.to_string()))
+                .and_then(|ix| ix.check_all().map(|()| ix).map_err(|e| e.to_string()));
+            match checked {
+                Err(e) => report.damaged.push(e),
+                Ok(ix) => {
+                    let h = ix.header();
+                    let fits = h.first == first
+                        && (sealed.iter().any(|s| {
+                            s.first == first && h.covered == s.last && h.chain == s.last_chain
+                        }) || (first == tail_first
+                            && h.covered >= first
+                            && chain_at(h.covered) == Some(h.chain)));
+                    if fits {
+                        report.checked += 1;
+                    } else {
+                        report.stale.push(format!(
+                            "index file {what} is stale: it matches no sealed segment of the log"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// What [`ColdIndex::verify_files`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FilesReport {
+    /// Files checked whole and matching their segment.
+    pub checked: u64,
+    /// Files that fail a check (each line names the file and what is wrong).
+    pub damaged: Vec<String>,
+    /// Intact files that match no sealed segment.
+    pub stale: Vec<String>,
+}

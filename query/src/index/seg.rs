@@ -1,0 +1,704 @@
+//! One immutable query-index file per sealed log segment: sorted keys
+//! (session, run, kind, path, agent, model, ...) each with the sorted LSNs
+//! of the segment's records that carry it. A new process maps the file
+//! and reads only its header, the directory entries a binary search visits
+//! and the posting blocks it needs: nothing is loaded whole.
+//!
+//! # Layout (`.cairn/index/segments/<first LSN, 20 digits>.qix`, all LE)
+//!
+//! ```text
+//! header, SEG_HEADER_LEN (112) bytes:
+//!   0  8  magic "CAIRNSQX"
+//!   8  4  version (SEG_INDEX_VERSION)
+//!  12  4  reserved (0)
+//!  16  8  first LSN of the segment (its id and file name)
+//!  24  8  last LSN covered          \ the segment's identity: a file whose
+//!  32 32  chain value after it      / pair differs from the log is stale
+//!  64  8  least record time (ms)
+//!  72  8  greatest record time (ms)
+//!  80  4  key count K
+//!  84  4  reserved (0)
+//!  88  8  postings count P
+//!  96  8  key bytes S
+//! 104  4  reserved (0)
+//! 108  4  CRC32 (seeded) of bytes 0..108
+//! directory, K entries of 24 bytes, sorted by (tag, key bytes):
+//!   0  1  tag (KeyTag)
+//!   1  3  reserved (0)
+//!   4  4  key offset in the key bytes
+//!   8  4  key length
+//!  12  4  first posting (index into the postings)
+//!  16  4  posting count (at least 1)
+//!  20  4  CRC32 (seeded) of bytes 0..20 and the key's bytes
+//! key bytes, S bytes
+//! postings, P x u32: LSN - first LSN, ascending within each key
+//! block CRCs, ceil(P / POSTINGS_BLOCK) x u32: CRC32 (seeded) of each
+//!   block of POSTINGS_BLOCK postings (the last one may be shorter)
+//! ```
+//!
+//! Every byte a query uses is checked before it is trusted: the header by
+//! its CRC, each directory entry a search visits by its own CRC (which
+//! covers its key), each block of postings read by its block CRC. The
+//! sizes in the header must add up to the file's length.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cairn_codec::bytes::{crc32_seeded as crc, crc32_seeded_parts as crc_parts};
+use cairn_codec::{ChainHash, EventKind, EventRef, Lsn, Timestamp};
+use cairn_engine::vfs::Mapped;
+
+use crate::error::{QueryError, Result};
+
+/// The magic at the start of a segment index file.
+pub const SEG_INDEX_MAGIC: &[u8; 8] = b"CAIRNSQX";
+/// The layout's version; a file of another version is rebuilt.
+pub const SEG_INDEX_VERSION: u32 = 1;
+/// Bytes of the header.
+pub const SEG_HEADER_LEN: usize = 112;
+const ENTRY_LEN: usize = 24;
+/// Postings per checksummed block: 2 KiB, so a query that needs five
+/// LSNs of a list checks (and faults in) a page or two, not the list.
+pub const POSTINGS_BLOCK: usize = 512;
+/// Offsets and counts are u32: a segment index may hold at most this many
+/// postings and key bytes (a 4 GiB segment of the smallest records with a
+/// handful of keys each stays below it; a build past it is an error).
+pub const MAX_SEG_INDEX_ENTRIES: u64 = u32::MAX as u64;
+
+/// What a key of a segment index names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum KeyTag {
+    /// A record's session.
+    Session = 1,
+    /// A record's run.
+    Run = 2,
+    /// A record's kind (its name, `file.write`).
+    Kind = 3,
+    /// A path a record names (`path`, `to_path` or one of `files`).
+    Path = 4,
+    /// A record's agent.
+    Agent = 5,
+    /// A record's model.
+    Model = 6,
+}
+
+impl KeyTag {
+    fn from_u8(b: u8) -> Option<KeyTag> {
+        Some(match b {
+            1 => KeyTag::Session,
+            2 => KeyTag::Run,
+            3 => KeyTag::Kind,
+            4 => KeyTag::Path,
+            5 => KeyTag::Agent,
+            6 => KeyTag::Model,
+            _ => return None,
+        })
+    }
+}
+
+/// Collects the postings of a run of records, then encodes the file.
+#[derive(Debug)]
+pub struct SegIndexBuilder {
+    first: Lsn,
+    covered: Lsn,
+    chain: ChainHash,
+    min_ts: i64,
+    max_ts: i64,
+    keys: HashMap<(KeyTag, String), Vec<u32>>,
+}
+
+impl SegIndexBuilder {
+    /// A builder for the records from `first` on.
+    pub fn new(first: Lsn) -> SegIndexBuilder {
+        SegIndexBuilder {
+            first,
+            covered: Lsn(first.0.saturating_sub(1)),
+            chain: ChainHash::ZERO,
+            min_ts: i64::MAX,
+            max_ts: i64::MIN,
+            keys: HashMap::new(),
+        }
+    }
+
+    /// The last LSN observed.
+    pub fn covered(&self) -> Lsn {
+        self.covered
+    }
+
+    fn add(&mut self, tag: KeyTag, key: &str, delta: u32) {
+        let list = match self.keys.get_mut(&(tag, key.to_string())) {
+            Some(l) => l,
+            None => self.keys.entry((tag, key.to_string())).or_default(),
+        };
+        if list.last() != Some(&delta) {
+            list.push(delta);
+        }
+    }
+
+    /// Adds the next record (`covered + 1`).
+    pub fn observe(&mut self, lsn: Lsn, chain: ChainHash, e: &EventRef<'_>) -> Result<()> {
+        if lsn != self.covered.next() {
+            return Err(QueryError::Invalid(format!(
+                "segment index covers up to LSN {}, cannot add LSN {lsn} (records must come in order)",
+                self.covered
+            )));
+        }
+        let delta = u32::try_from(lsn.0 - self.first.0).map_err(|_| {
+            QueryError::Invalid(format!(
+                "segment index from LSN {} cannot hold LSN {lsn}: more than 2^32 records",
+                self.first
+            ))
+        })?;
+        self.covered = lsn;
+        self.chain = chain;
+        self.min_ts = self.min_ts.min(e.ts.0);
+        self.max_ts = self.max_ts.max(e.ts.0);
+        self.add(KeyTag::Session, e.session, delta);
+        self.add(KeyTag::Kind, e.kind.name(), delta);
+        for (tag, v) in [
+            (KeyTag::Run, e.run),
+            (KeyTag::Agent, e.agent),
+            (KeyTag::Model, e.model),
+            (KeyTag::Path, e.path),
+            (KeyTag::Path, e.to_path),
+        ] {
+            if let Some(v) = v {
+                self.add(tag, v, delta);
+            }
+        }
+        for p in &e.files {
+            self.add(KeyTag::Path, p, delta);
+        }
+        Ok(())
+    }
+
+    /// Encodes the file (see the module docs).
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let mut keys: Vec<(&(KeyTag, String), &Vec<u32>)> = self.keys.iter().collect();
+        keys.sort_unstable_by(|a, b| (a.0 .0, a.0 .1.as_bytes()).cmp(&(b.0 .0, b.0 .1.as_bytes())));
+        let postings: u64 = keys.iter().map(|(_, l)| l.len() as u64).sum();
+        let key_bytes: u64 = keys.iter().map(|((_, k), _)| k.len() as u64).sum();
+        if postings > MAX_SEG_INDEX_ENTRIES || key_bytes > MAX_SEG_INDEX_ENTRIES {
+            return Err(QueryError::Invalid(format!(
+                "segment index from LSN {}: {postings} postings and {key_bytes} key bytes, more than the {MAX_SEG_INDEX_ENTRIES} a file holds",
+                self.first
+            )));
+        }
+        let blocks = postings.div_ceil(POSTINGS_BLOCK as u64);
+        let len = SEG_HEADER_LEN as u64
+            + keys.len() as u64 * ENTRY_LEN as u64
+            + key_bytes
+            + postings * 4
+            + blocks * 4;
+        let mut out = Vec::with_capacity(len as usize);
+        out.extend_from_slice(SEG_INDEX_MAGIC);
+        out.extend_from_slice(&SEG_INDEX_VERSION.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&self.first.0.to_le_bytes());
+        out.extend_from_slice(&self.covered.0.to_le_bytes());
+        out.extend_from_slice(self.chain.as_bytes());
+        let (lo, hi) = if self.min_ts <= self.max_ts {
+            (self.min_ts, self.max_ts)
+        } else {
+            (0, 0)
+        };
+        out.extend_from_slice(&lo.to_le_bytes());
+        out.extend_from_slice(&hi.to_le_bytes());
+        out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&postings.to_le_bytes());
+        out.extend_from_slice(&key_bytes.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        let h = crc(&out);
+        out.extend_from_slice(&h.to_le_bytes());
+        debug_assert_eq!(out.len(), SEG_HEADER_LEN);
+        let (mut key_off, mut post_at) = (0u32, 0u32);
+        for ((tag, key), list) in &keys {
+            let mut e = [0u8; ENTRY_LEN];
+            e[0] = *tag as u8;
+            e[4..8].copy_from_slice(&key_off.to_le_bytes());
+            e[8..12].copy_from_slice(&(key.len() as u32).to_le_bytes());
+            e[12..16].copy_from_slice(&post_at.to_le_bytes());
+            e[16..20].copy_from_slice(&(list.len() as u32).to_le_bytes());
+            let h = crc_parts(&[&e[..20], key.as_bytes()]);
+            e[20..24].copy_from_slice(&h.to_le_bytes());
+            out.extend_from_slice(&e);
+            key_off += key.len() as u32;
+            post_at += list.len() as u32;
+        }
+        for ((_, key), _) in &keys {
+            out.extend_from_slice(key.as_bytes());
+        }
+        let post_start = out.len();
+        for (_, list) in &keys {
+            for d in list.iter() {
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+        }
+        let post_end = out.len();
+        for block in out[post_start..post_end]
+            .to_vec()
+            .chunks(POSTINGS_BLOCK * 4)
+        {
+            out.extend_from_slice(&crc(block).to_le_bytes());
+        }
+        debug_assert_eq!(out.len() as u64, len);
+        Ok(out)
+    }
+}
+
+/// The fixed fields of a segment index file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegHeader {
+    /// The segment's first LSN.
+    pub first: Lsn,
+    /// The last LSN the file covers.
+    pub covered: Lsn,
+    /// The chain value after it.
+    pub chain: ChainHash,
+    /// The least record time.
+    pub min_ts: Timestamp,
+    /// The greatest record time.
+    pub max_ts: Timestamp,
+    keys: u32,
+    postings: u64,
+    key_bytes: u64,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut x = [0u8; 4];
+    x.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(x)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+/// An open segment index file: mapped, its header checked, everything else
+/// checked as it is read.
+pub struct SegIndex {
+    data: Mapped,
+    what: String,
+    header: SegHeader,
+    dir_at: usize,
+    keys_at: usize,
+    post_at: usize,
+    blocks_at: usize,
+    /// Blocks of postings whose CRC was checked already.
+    checked: Vec<AtomicBool>,
+}
+
+impl std::fmt::Debug for SegIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegIndex")
+            .field("what", &self.what)
+            .field("header", &self.header)
+            .finish()
+    }
+}
+
+impl SegIndex {
+    /// Opens the file's bytes; `what` names it in errors. Checks the header
+    /// (magic, version, CRC) and that its sizes add up to the length.
+    pub fn open(data: Mapped, what: &str) -> Result<SegIndex> {
+        let bad = |detail: String| QueryError::IndexCorrupt {
+            path: what.to_string(),
+            detail,
+        };
+        if data.len() < SEG_HEADER_LEN {
+            return Err(bad(format!(
+                "{} bytes, shorter than its header",
+                data.len()
+            )));
+        }
+        if &data[..8] != SEG_INDEX_MAGIC {
+            return Err(bad("bad magic".into()));
+        }
+        if crc(&data[..108]) != u32_at(&data, 108) {
+            return Err(bad("header checksum mismatch".into()));
+        }
+        let version = u32_at(&data, 8);
+        if version != SEG_INDEX_VERSION {
+            return Err(bad(format!(
+                "version {version}, expected {SEG_INDEX_VERSION}"
+            )));
+        }
+        let mut chain = [0u8; 32];
+        chain.copy_from_slice(&data[32..64]);
+        let header = SegHeader {
+            first: Lsn(u64_at(&data, 16)),
+            covered: Lsn(u64_at(&data, 24)),
+            chain: ChainHash(chain),
+            min_ts: Timestamp(u64_at(&data, 64) as i64),
+            max_ts: Timestamp(u64_at(&data, 72) as i64),
+            keys: u32_at(&data, 80),
+            postings: u64_at(&data, 88),
+            key_bytes: u64_at(&data, 96),
+        };
+        if header.postings > MAX_SEG_INDEX_ENTRIES || header.key_bytes > MAX_SEG_INDEX_ENTRIES {
+            return Err(bad("header counts out of range".into()));
+        }
+        let blocks = header.postings.div_ceil(POSTINGS_BLOCK as u64);
+        let want = SEG_HEADER_LEN as u64
+            + header.keys as u64 * ENTRY_LEN as u64
+            + header.key_bytes
+            + header.postings * 4
+            + blocks * 4;
+        if want != data.len() as u64 {
+            return Err(bad(format!(
+                "{} bytes where its header says {want}",
+                data.len()
+            )));
+        }
+        let dir_at = SEG_HEADER_LEN;
+        let keys_at = dir_at + header.keys as usize * ENTRY_LEN;
+        let post_at = keys_at + header.key_bytes as usize;
+        let blocks_at = post_at + header.postings as usize * 4;
+        Ok(SegIndex {
+            data,
+            what: what.to_string(),
+            header,
+            dir_at,
+            keys_at,
+            post_at,
+            blocks_at,
+            checked: (0..blocks).map(|_| AtomicBool::new(false)).collect(),
+        })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &SegHeader {
+        &self.header
+    }
+
+    fn bad(&self, detail: String) -> QueryError {
+        QueryError::IndexCorrupt {
+            path: self.what.clone(),
+            detail,
+        }
+    }
+
+    /// Directory entry `i`, its CRC checked: (tag, key, first posting, count).
+    fn entry(&self, i: usize) -> Result<(u8, &[u8], u32, u32)> {
+        let at = self.dir_at + i * ENTRY_LEN;
+        let e = &self.data[at..at + ENTRY_LEN];
+        let (off, len) = (u32_at(e, 4) as u64, u32_at(e, 8) as u64);
+        if off + len > self.header.key_bytes {
+            return Err(self.bad(format!("directory entry {i}: key out of range")));
+        }
+        let key = &self.data[self.keys_at + off as usize..self.keys_at + (off + len) as usize];
+        if crc_parts(&[&e[..20], key]) != u32_at(e, 20) {
+            return Err(self.bad(format!("directory entry {i}: checksum mismatch")));
+        }
+        let (start, count) = (u32_at(e, 12), u32_at(e, 16));
+        if count == 0 || start as u64 + count as u64 > self.header.postings {
+            return Err(self.bad(format!("directory entry {i}: postings out of range")));
+        }
+        Ok((e[0], key, start, count))
+    }
+
+    /// The first directory entry not below `(tag, key)`.
+    fn lower_bound(&self, tag: KeyTag, key: &[u8]) -> Result<usize> {
+        let (mut lo, mut hi) = (0usize, self.header.keys as usize);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let (t, k, _, _) = self.entry(mid)?;
+            if (t, k) < (tag as u8, key) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// The postings of `(tag, key)` (none if the segment has no such key).
+    pub fn lookup(&self, tag: KeyTag, key: &str) -> Result<Postings<'_>> {
+        let i = self.lower_bound(tag, key.as_bytes())?;
+        if i < self.header.keys as usize {
+            let (t, k, start, count) = self.entry(i)?;
+            if t == tag as u8 && k == key.as_bytes() {
+                return Ok(Postings {
+                    ix: self,
+                    start: start as usize,
+                    len: count as usize,
+                });
+            }
+        }
+        Ok(Postings::empty(self))
+    }
+
+    /// The postings of every key of `tag` that starts with `prefix`
+    /// (sorted keys make them one run of the directory).
+    pub fn lookup_prefix(&self, tag: KeyTag, prefix: &str) -> Result<Vec<Postings<'_>>> {
+        let mut i = self.lower_bound(tag, prefix.as_bytes())?;
+        let mut out = Vec::new();
+        while i < self.header.keys as usize {
+            let (t, k, start, count) = self.entry(i)?;
+            if t != tag as u8 || !k.starts_with(prefix.as_bytes()) {
+                break;
+            }
+            out.push(Postings {
+                ix: self,
+                start: start as usize,
+                len: count as usize,
+            });
+            i += 1;
+        }
+        Ok(out)
+    }
+
+    /// Posting `i` of the file (an LSN), its block checked first.
+    fn posting(&self, i: usize) -> Result<Lsn> {
+        let b = i / POSTINGS_BLOCK;
+        if !self.checked[b].load(Ordering::Relaxed) {
+            let from = self.post_at + b * POSTINGS_BLOCK * 4;
+            let to = (from + POSTINGS_BLOCK * 4).min(self.blocks_at);
+            if crc(&self.data[from..to]) != u32_at(&self.data, self.blocks_at + b * 4) {
+                return Err(self.bad(format!("postings block {b}: checksum mismatch")));
+            }
+            self.checked[b].store(true, Ordering::Relaxed);
+        }
+        let d = u32_at(&self.data, self.post_at + i * 4) as u64;
+        let lsn = Lsn(self.header.first.0 + d);
+        if lsn > self.header.covered {
+            return Err(self.bad(format!(
+                "posting {i} names LSN {lsn}, past the {} the file covers",
+                self.header.covered
+            )));
+        }
+        Ok(lsn)
+    }
+
+    /// Checks the whole file: every entry, every block, the directory's
+    /// order and each list's order (what `cairn verify` runs).
+    pub fn check_all(&self) -> Result<()> {
+        let mut prev: Option<(u8, Vec<u8>)> = None;
+        let mut next_start = 0u64;
+        for i in 0..self.header.keys as usize {
+            let (t, k, start, count) = self.entry(i)?;
+            if KeyTag::from_u8(t).is_none() {
+                return Err(self.bad(format!("directory entry {i}: unknown tag {t}")));
+            }
+            if prev
+                .as_ref()
+                .is_some_and(|(pt, pk)| (*pt, pk.as_slice()) >= (t, k))
+            {
+                return Err(self.bad(format!("directory entry {i}: keys out of order")));
+            }
+            if start as u64 != next_start {
+                return Err(self.bad(format!("directory entry {i}: postings overlap or gap")));
+            }
+            next_start += count as u64;
+            let list = Postings {
+                ix: self,
+                start: start as usize,
+                len: count as usize,
+            };
+            let mut last = None;
+            for j in 0..list.len() {
+                let l = list.get(j)?;
+                if last.is_some_and(|p| p >= l) {
+                    return Err(self.bad(format!("directory entry {i}: postings out of order")));
+                }
+                last = Some(l);
+            }
+            prev = Some((t, k.to_vec()));
+        }
+        if next_start != self.header.postings {
+            return Err(self.bad("postings not all listed by the directory".into()));
+        }
+        for b in 0..self.checked.len() {
+            self.posting(b * POSTINGS_BLOCK)?;
+        }
+        Ok(())
+    }
+}
+
+/// One key's sorted LSNs in a segment index, read (and checked) on demand.
+#[derive(Clone, Copy, Debug)]
+pub struct Postings<'a> {
+    ix: &'a SegIndex,
+    start: usize,
+    len: usize,
+}
+
+impl<'a> Postings<'a> {
+    fn empty(ix: &'a SegIndex) -> Postings<'a> {
+        Postings {
+            ix,
+            start: 0,
+            len: 0,
+        }
+    }
+
+    /// How many LSNs.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `i`th LSN.
+    pub fn get(&self, i: usize) -> Result<Lsn> {
+        debug_assert!(i < self.len);
+        self.ix.posting(self.start + i)
+    }
+
+    /// The number of LSNs below `lsn` (binary search; reads log2(len) of them).
+    pub fn rank(&self, lsn: Lsn) -> Result<usize> {
+        let (mut lo, mut hi) = (0, self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.get(mid)? < lsn {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// True if `lsn` is in the list.
+    pub fn contains(&self, lsn: Lsn) -> Result<bool> {
+        let i = self.rank(lsn)?;
+        Ok(i < self.len && self.get(i)? == lsn)
+    }
+
+    /// Every LSN, in order.
+    pub fn to_vec(&self) -> Result<Vec<Lsn>> {
+        (0..self.len).map(|i| self.get(i)).collect()
+    }
+}
+
+/// The name of the index file of the segment starting at `first`.
+pub fn seg_index_name(first: Lsn) -> String {
+    format!("{:020}.qix", first.0)
+}
+
+/// The first LSN a segment index file's name gives, if it is one.
+pub fn parse_seg_index_name(name: &str) -> Option<Lsn> {
+    let digits = name.strip_suffix(".qix")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok().map(Lsn))
+        .flatten()
+}
+
+/// The kind a [`KeyTag::Kind`] key names.
+pub fn kind_key(k: EventKind) -> &'static str {
+    k.name()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use cairn_codec::Event;
+    use std::sync::Arc;
+
+    fn build(n: u64) -> Vec<u8> {
+        let mut b = SegIndexBuilder::new(Lsn(10));
+        for i in 0..n {
+            let kind = if i % 3 == 0 {
+                EventKind::Prompt
+            } else {
+                EventKind::FileWrite
+            };
+            let mut e = Event::new(kind, if i % 2 == 0 { "a" } else { "b" });
+            e.ts = Timestamp(1000 + i as i64);
+            if kind == EventKind::FileWrite {
+                e = e.with_path(format!("src/f{}.rs", i % 4));
+            }
+            b.observe(Lsn(10 + i), ChainHash([i as u8; 32]), &EventRef::of(&e))
+                .unwrap();
+        }
+        b.encode().unwrap()
+    }
+
+    fn open(bytes: Vec<u8>) -> Result<SegIndex> {
+        SegIndex::open(Mapped::Bytes(Arc::from(bytes)), "f.qix")
+    }
+
+    #[test]
+    fn round_trip_lookups() {
+        let ix = open(build(2000)).unwrap();
+        ix.check_all().unwrap();
+        let h = ix.header();
+        assert_eq!((h.first, h.covered), (Lsn(10), Lsn(2009)));
+        assert_eq!((h.min_ts, h.max_ts), (Timestamp(1000), Timestamp(2999)));
+        let a = ix.lookup(KeyTag::Session, "a").unwrap();
+        assert_eq!(a.len(), 1000);
+        assert_eq!(a.get(0).unwrap(), Lsn(10));
+        assert_eq!(a.get(999).unwrap(), Lsn(2008));
+        assert!(a.contains(Lsn(12)).unwrap());
+        assert!(!a.contains(Lsn(11)).unwrap());
+        assert!(ix.lookup(KeyTag::Session, "c").unwrap().is_empty());
+        assert!(ix.lookup(KeyTag::Run, "a").unwrap().is_empty());
+        let p = ix.lookup(KeyTag::Kind, "prompt").unwrap();
+        assert_eq!(p.len(), 667);
+        let under = ix.lookup_prefix(KeyTag::Path, "src/").unwrap();
+        assert_eq!(under.len(), 4);
+        assert_eq!(under.iter().map(|p| p.len()).sum::<usize>(), 1333);
+    }
+
+    #[test]
+    fn out_of_order_is_refused() {
+        let mut b = SegIndexBuilder::new(Lsn(1));
+        let e = Event::new(EventKind::Prompt, "s");
+        assert!(b
+            .observe(Lsn(2), ChainHash::ZERO, &EventRef::of(&e))
+            .is_err());
+    }
+
+    #[test]
+    fn every_damaged_byte_is_detected_or_harmless() {
+        let good = build(1200);
+        let truth = open(good.clone()).unwrap();
+        let want: Vec<Vec<Lsn>> = [("a", KeyTag::Session), ("prompt", KeyTag::Kind)]
+            .iter()
+            .map(|(k, t)| truth.lookup(*t, k).unwrap().to_vec().unwrap())
+            .collect();
+        // Every header and directory byte, and a sample of the rest.
+        let step = |i: usize| if i < 400 { 1 } else { 97 };
+        let mut i = 0;
+        while i < good.len() {
+            let mut b = good.clone();
+            b[i] ^= 0x21;
+            if let Ok(ix) = open(b) {
+                let r = ix.check_all();
+                assert!(r.is_err(), "byte {i}: damage not found by check_all");
+                for ((k, t), w) in [("a", KeyTag::Session), ("prompt", KeyTag::Kind)]
+                    .iter()
+                    .zip(&want)
+                {
+                    // A lookup either fails or gives the right answer.
+                    if let Ok(got) = ix.lookup(*t, k).and_then(|p| p.to_vec()) {
+                        assert_eq!(&got, w, "byte {i}: wrong answer for {k}");
+                    }
+                }
+            }
+            i += step(i);
+        }
+        for cut in [0, 50, SEG_HEADER_LEN, good.len() - 1] {
+            assert!(open(good[..cut].to_vec()).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(seg_index_name(Lsn(42)), "00000000000000000042.qix");
+        assert_eq!(
+            parse_seg_index_name(&seg_index_name(Lsn(42))),
+            Some(Lsn(42))
+        );
+        assert_eq!(parse_seg_index_name("42.qix"), None);
+        assert_eq!(parse_seg_index_name("00000000000000000042.seg"), None);
+    }
+}

@@ -1,0 +1,428 @@
+//! The per-segment query index (`index::cold`) against a full scan of the
+//! log: random logs cut into random segments, random filters, and index
+//! files that are missing, cut short (a writer killed midway), damaged or
+//! from another history. Every answer must equal the scan's.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn_codec::{Event, EventKind, Lsn, Timestamp};
+use cairn_engine::log::SegmentSpan;
+use cairn_engine::{RealVfs, Vfs};
+use cairn_query::index::cold::{ColdIndex, FileEvent};
+use cairn_query::index::seg::seg_index_name;
+use cairn_query::source::{MemLog, RecordSource};
+use cairn_query::Filter;
+use proptest::prelude::*;
+
+const SESSIONS: [&str; 3] = ["s1", "s2", "s3"];
+const PATHS: [&str; 5] = ["a.txt", "src/a.rs", "src/b.rs", "src/deep/c.rs", "srcx.rs"];
+const KINDS: [EventKind; 4] = [
+    EventKind::Prompt,
+    EventKind::FileWrite,
+    EventKind::FileMove,
+    EventKind::ToolCall,
+];
+
+/// One generated event: (session, kind, path, to_path, model, ok, ts).
+type Spec = (
+    usize,
+    usize,
+    Option<usize>,
+    Option<usize>,
+    Option<usize>,
+    bool,
+    i64,
+);
+
+fn event(s: &Spec) -> Event {
+    let mut e = Event::new(KINDS[s.1], SESSIONS[s.0]);
+    e.path = s.2.map(|p| PATHS[p].to_string());
+    e.to_path = s.3.map(|p| PATHS[p].to_string());
+    e.model = s.4.map(|m| format!("m{m}"));
+    e.agent = s.4.map(|m| format!("agent{}", m % 2));
+    e.ok = s.5;
+    e.ts = Timestamp(1_700_000_000_000 + s.6);
+    e
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    (
+        0..3usize,
+        0..4usize,
+        proptest::option::of(0..5usize),
+        proptest::option::weighted(0.2, 0..5usize),
+        proptest::option::of(0..3usize),
+        proptest::bool::weighted(0.8),
+        0..10_000i64,
+    )
+}
+
+/// The log cut into sealed segments at `cuts` (the rest is the tail).
+fn spans(log: &MemLog, cuts: &[u64]) -> Vec<SegmentSpan> {
+    let head = log.head().unwrap().last_lsn.0;
+    let mut ends: Vec<u64> = cuts
+        .iter()
+        .map(|c| c % (head + 1))
+        .filter(|c| *c > 0)
+        .collect();
+    ends.sort_unstable();
+    ends.dedup();
+    let mut out = Vec::new();
+    let mut first = 1;
+    for end in ends {
+        out.push(SegmentSpan {
+            first: Lsn(first),
+            last: Lsn(end),
+            last_chain: log.read(Lsn(end)).unwrap().chain,
+        });
+        first = end + 1;
+    }
+    out
+}
+
+/// What a full scan of the log gives for `f`.
+fn model(log: &MemLog, f: &Filter) -> Vec<Lsn> {
+    let mut all: Vec<Lsn> = log
+        .iter_from(Lsn::FIRST)
+        .map(|r| r.unwrap())
+        .filter(|r| f.matches(r))
+        .map(|r| r.lsn)
+        .collect();
+    if f.newest_first {
+        all.reverse();
+    }
+    all.truncate(f.limit.unwrap_or(usize::MAX));
+    all
+}
+
+fn cold(
+    vfs: &Arc<dyn Vfs>,
+    dir: &Path,
+    log: &MemLog,
+    sp: &[SegmentSpan],
+    f: &Filter,
+) -> (Vec<Lsn>, Vec<FileEvent>) {
+    cold_t(vfs, dir, log, sp, f, u64::MAX)
+}
+
+/// [`cold`] with the tail's file rebuilt past `tail` records.
+fn cold_t(
+    vfs: &Arc<dyn Vfs>,
+    dir: &Path,
+    log: &MemLog,
+    sp: &[SegmentSpan],
+    f: &Filter,
+    tail: u64,
+) -> (Vec<Lsn>, Vec<FileEvent>) {
+    let ix = ColdIndex::with_tail_reindex(vfs, dir, log, sp, true, tail).unwrap();
+    let mut got = Vec::new();
+    assert!(ix
+        .scan(f, &mut |r| {
+            got.push(r.lsn);
+            Ok(true)
+        })
+        .unwrap());
+    (got, ix.events())
+}
+
+/// (session, kind, path, model, ok, since, until, since_lsn, limit, newest)
+type FSpec = (
+    Option<usize>,
+    Option<usize>,
+    Option<usize>,
+    Option<usize>,
+    Option<bool>,
+    Option<i64>,
+    Option<u64>,
+    Option<usize>,
+    bool,
+);
+
+fn filter(s: &FSpec) -> Filter {
+    let paths = [
+        "a.txt", "src", "src/", "src/a.rs", "src/deep", "srcx.rs", "nope",
+    ];
+    Filter {
+        session: s.0.map(|i| SESSIONS[i].to_string()),
+        kind: s.1.map(|i| KINDS[i]),
+        path: s.2.map(|i| paths[i].to_string()),
+        model: s.3.map(|m| format!("m{m}")),
+        ok: s.4,
+        since: s.5.map(|t| Timestamp(1_700_000_000_000 + t)),
+        since_lsn: s.6.map(Lsn),
+        limit: s.7,
+        newest_first: s.8,
+        ..Filter::all()
+    }
+}
+
+fn fspec() -> impl Strategy<Value = FSpec> {
+    (
+        proptest::option::of(0..3usize),
+        proptest::option::of(0..4usize),
+        proptest::option::of(0..7usize),
+        proptest::option::weighted(0.3, 0..3usize),
+        proptest::option::weighted(0.2, any::<bool>()),
+        proptest::option::weighted(0.2, 0..10_000i64),
+        proptest::option::weighted(0.2, 0..120u64),
+        proptest::option::of(0..8usize),
+        any::<bool>(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Every filter, on random segmentations and with every kind of damage
+    /// to the files, answers as the full scan does.
+    #[test]
+    fn cold_index_answers_as_a_full_scan(
+        events in proptest::collection::vec(spec(), 1..120),
+        cuts in proptest::collection::vec(any::<u64>(), 0..5),
+        filters in proptest::collection::vec(fspec(), 1..6),
+        damage in (0..4u8, any::<usize>(), any::<u8>()),
+        tail in 1..40u64,
+        more in proptest::collection::vec(spec(), 0..30),
+    ) {
+        let log = MemLog::new();
+        for s in &events {
+            log.append(event(s)).unwrap();
+        }
+        let sp = spans(&log, &cuts);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("segments");
+        let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+        for fs in &filters {
+            let f = filter(fs);
+            if !ColdIndex::answers(&f) {
+                continue;
+            }
+            let want = model(&log, &f);
+            let (got, _) = cold_t(&vfs, &dir, &log, &sp, &f, tail);
+            prop_assert_eq!(&got, &want, "first pass, {:?}", f);
+            // Again, from the files the first pass wrote.
+            let (got, _) = cold_t(&vfs, &dir, &log, &sp, &f, tail);
+            prop_assert_eq!(&got, &want, "from the files, {:?}", f);
+        }
+        // Records appended to the tail after its file was written: the
+        // file covers a prefix, the rest is indexed in memory.
+        for s in &more {
+            log.append(event(s)).unwrap();
+        }
+        for fs in &filters {
+            let f = filter(fs);
+            if ColdIndex::answers(&f) {
+                let (got, _) = cold_t(&vfs, &dir, &log, &sp, &f, tail);
+                prop_assert_eq!(got, model(&log, &f), "grown tail, {:?}", f);
+            }
+        }
+        // Damage one file: cut short (a writer killed midway), a byte
+        // flipped, replaced by another history's, or removed.
+        let mut files: Vec<_> = match std::fs::read_dir(&dir) {
+            Ok(d) => d.map(|e| e.unwrap().path()).collect(),
+            Err(_) => return Ok(()),
+        };
+        if files.is_empty() {
+            return Ok(());
+        }
+        files.sort();
+        let path = files[damage.1 % files.len()].clone();
+        let first = Lsn(path.file_stem().unwrap().to_str().unwrap().parse().unwrap());
+        let victim = sp.iter().find(|s| s.first == first).copied().unwrap_or(SegmentSpan {
+            first,
+            last: log.head().unwrap().last_lsn,
+            last_chain: log.head().unwrap().chain,
+        });
+        let mut bytes = std::fs::read(&path).unwrap();
+        match damage.0 {
+            0 => bytes.truncate(damage.2 as usize % bytes.len()),
+            1 => {
+                let i = damage.1 % bytes.len();
+                bytes[i] ^= damage.2 | 1;
+            }
+            2 => {
+                // The same LSNs, another history: its chain differs.
+                let other = MemLog::new();
+                for s in events.iter().chain(&more) {
+                    other.append(event(s).with_text("other")).unwrap();
+                }
+                let osp = SegmentSpan {
+                    last_chain: other.read(victim.last).unwrap().chain,
+                    ..victim
+                };
+                let odir = tmp.path().join("other");
+                let f = Filter { session: Some("s1".into()), ..Filter::all() };
+                cold(&vfs, &odir, &other, &[osp], &f);
+                bytes = std::fs::read(odir.join(seg_index_name(victim.first))).unwrap();
+                prop_assert_ne!(osp.last_chain, victim.last_chain);
+            }
+            _ => bytes.clear(),
+        }
+        if damage.0 == 3 {
+            std::fs::remove_file(&path).unwrap();
+        } else {
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        for fs in &filters {
+            let f = filter(fs);
+            if !ColdIndex::answers(&f) {
+                continue;
+            }
+            let (got, _) = cold_t(&vfs, &dir, &log, &sp, &f, tail);
+            prop_assert_eq!(got, model(&log, &f), "after damage {:?}, {:?}", damage, f);
+        }
+        // A damaged file is found by the whole check, and rebuilt by use.
+        let every = Filter { kind: Some(EventKind::Prompt), ..Filter::all() };
+        cold(&vfs, &dir, &log, &sp, &every);
+        cold(&vfs, &dir, &log, &sp, &Filter { session: Some("s1".into()), ..Filter::all() });
+    }
+}
+
+/// A file cut short, damaged or stale is detected, rebuilt from the log,
+/// written back, and then found intact by the whole-file check.
+#[test]
+fn damaged_index_file_is_detected_and_rebuilt() {
+    let log = MemLog::new();
+    for i in 0..200u64 {
+        let mut e = Event::new(KINDS[(i % 4) as usize], SESSIONS[(i % 3) as usize]);
+        e.path = Some(PATHS[(i % 5) as usize].into());
+        log.append(e).unwrap();
+    }
+    let sp = spans(&log, &[80, 160]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let f = Filter {
+        session: Some("s2".into()),
+        newest_first: true,
+        ..Filter::all()
+    };
+    let want = model(&log, &f);
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &f);
+    assert_eq!(got, want);
+    assert_eq!(ev.len(), 2, "both sealed segments indexed: {ev:?}");
+    assert!(ev
+        .iter()
+        .all(|e| matches!(e, FileEvent::Built(_, r) if r == "no index file")));
+    assert_eq!(
+        ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain))
+            .unwrap()
+            .checked,
+        2
+    );
+    let (_, ev) = cold(&vfs, &dir, &log, &sp, &f);
+    assert_eq!(ev, vec![FileEvent::Used(Lsn(81)), FileEvent::Used(Lsn(1))]);
+
+    // A postings byte flipped: the whole check names the file; a query
+    // that reads that block refuses the file and rebuilds it.
+    let path = dir.join(seg_index_name(Lsn(81)));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let n = bytes.len();
+    bytes[n - 12] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let problems = ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain))
+        .unwrap()
+        .damaged;
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("00000000000000000081.qix"),
+        "{problems:?}"
+    );
+    let every = Filter {
+        path: Some("src".into()),
+        ..Filter::all()
+    };
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &every);
+    assert_eq!(got, model(&log, &every));
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, FileEvent::Built(Lsn(81), r) if r.contains("checksum"))),
+        "{ev:?}"
+    );
+    assert_eq!(
+        ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain))
+            .unwrap()
+            .checked,
+        2
+    );
+
+    // Cut short, as by a writer killed midway (without the atomic rename).
+    std::fs::write(&path, &std::fs::read(&path).unwrap()[..100]).unwrap();
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &f);
+    assert_eq!(got, want);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, FileEvent::Built(Lsn(81), r) if r.contains("shorter"))),
+        "{ev:?}"
+    );
+
+    // Stale: the log was replaced by another history of the same length.
+    let other = MemLog::new();
+    for i in 0..200u64 {
+        let mut e = Event::new(EventKind::Prompt, "s2");
+        e.ts = Timestamp(i as i64 + 1);
+        other.append(e).unwrap();
+    }
+    let osp = spans(&other, &[80, 160]);
+    assert_ne!(osp[0].last_chain, sp[0].last_chain);
+    let (got, ev) = cold(&vfs, &dir, &other, &osp, &f);
+    assert_eq!(got, model(&other, &f));
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, FileEvent::Built(Lsn(1), r) if r.contains("stale"))),
+        "{ev:?}"
+    );
+    // The old history's files no longer match it.
+    let r =
+        ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain)).unwrap();
+    assert_eq!(
+        (r.checked, r.stale.len(), r.damaged.len()),
+        (0, 2, 0),
+        "{r:?}"
+    );
+}
+
+/// The unsealed tail gets a file once enough of it is not in one; records
+/// appended after it are indexed in memory, the file's prefix used as is.
+#[test]
+fn tail_file_covers_a_prefix_and_the_rest_is_folded() {
+    let log = MemLog::new();
+    let add = |n: u64| {
+        for i in 0..n {
+            let mut e = Event::new(KINDS[(i % 4) as usize], SESSIONS[(i % 3) as usize]);
+            e.path = Some(PATHS[(i % 5) as usize].into());
+            log.append(e).unwrap();
+        }
+    };
+    add(100);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let f = Filter {
+        path: Some("src".into()),
+        ..Filter::all()
+    };
+    let (got, ev) = cold_t(&vfs, &dir, &log, &[], &f, 10);
+    assert_eq!(got, model(&log, &f));
+    assert!(
+        matches!(ev.as_slice(), [FileEvent::Built(Lsn(1), _)]),
+        "{ev:?}"
+    );
+    add(5);
+    let (got, ev) = cold_t(&vfs, &dir, &log, &[], &f, 10);
+    assert_eq!(got, model(&log, &f));
+    assert_eq!(ev, vec![FileEvent::Used(Lsn(1))]);
+    let r =
+        ColdIndex::verify_files(&vfs, &dir, &[], &|l| log.read(l).ok().map(|r| r.chain)).unwrap();
+    assert_eq!((r.checked, r.damaged.len(), r.stale.len()), (1, 0, 0));
+    // Past the threshold, the tail's file is rebuilt to the head.
+    add(10);
+    let (got, ev) = cold_t(&vfs, &dir, &log, &[], &f, 10);
+    assert_eq!(got, model(&log, &f));
+    assert!(
+        matches!(ev.as_slice(), [FileEvent::Built(Lsn(1), _)]),
+        "{ev:?}"
+    );
+}

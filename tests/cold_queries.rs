@@ -1,0 +1,209 @@
+//! Filtered scans from a new process through the per-segment index files:
+//! an old store (its query index in the single-file form only) upgraded
+//! in place, answers equal to the loaded index's, and `verify` checking
+//! the files.
+#![allow(clippy::unwrap_used)]
+
+use cairn::query::Filter;
+use cairn::{Event, EventKind, Lsn, Store};
+
+fn events(n: u64) -> Vec<Event> {
+    (0..n)
+        .map(|i| {
+            let kind =
+                [EventKind::Prompt, EventKind::FileWrite, EventKind::ToolCall][(i % 3) as usize];
+            let mut e = Event::new(kind, format!("s{}", i % 4));
+            e.path = Some(format!("src/f{}.rs", i % 7));
+            e.text = Some(format!("event {i} with some words to fill the segment"));
+            e.model = Some(format!("m{}", i % 2));
+            if i % 37 == 5 {
+                // A checkpoint record without a manifest, as imported
+                // from another tool's audit log.
+                e.kind = EventKind::CheckpointCreate;
+                e.path = None;
+                e.label = Some(format!("imported {i}"));
+            }
+            e
+        })
+        .collect()
+}
+
+fn scan(store: &Store, f: &Filter) -> Vec<Lsn> {
+    let mut out = Vec::new();
+    store
+        .scan(f, &mut |r| {
+            out.push(r.lsn);
+            Ok(true)
+        })
+        .unwrap();
+    out
+}
+
+fn filters() -> Vec<Filter> {
+    vec![
+        Filter {
+            session: Some("s1".into()),
+            kind: Some(EventKind::Prompt),
+            limit: Some(5),
+            ..Filter::all()
+        },
+        Filter {
+            path: Some("src/f3.rs".into()),
+            ..Filter::all()
+        },
+        Filter {
+            path: Some("src".into()),
+            model: Some("m1".into()),
+            newest_first: true,
+            limit: Some(7),
+            ..Filter::all()
+        },
+        Filter {
+            session: Some("nobody".into()),
+            ..Filter::all()
+        },
+    ]
+}
+
+#[test]
+fn old_store_index_upgrades_in_place_and_verify_checks_the_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let open_writer = || {
+        Store::builder()
+            .workspace(tmp.path())
+            .segment_size_bytes(4096)
+            .open()
+            .unwrap()
+    };
+    let w = open_writer();
+    // In small batches: a batch goes into one segment whole.
+    for b in events(400).chunks(10) {
+        w.append_batch(b).unwrap();
+    }
+    // The old form: the whole index in one file, written at close.
+    w.query(|_| Ok(())).unwrap();
+    w.close().unwrap();
+    let idx = tmp.path().join(".cairn/index");
+    assert!(idx.join("query.idx").exists());
+    let segs = idx.join("segments");
+    assert!(!segs.exists());
+
+    // The answers of the loaded (single-file) index, the reference.
+    let reference = open_writer();
+    let want: Vec<Vec<Lsn>> = filters()
+        .iter()
+        .map(|f| {
+            reference
+                .query(|q| q.list(f))
+                .unwrap()
+                .iter()
+                .map(|r| r.lsn)
+                .collect()
+        })
+        .collect();
+    let imported: Vec<Vec<Lsn>> = [Some("s1"), None]
+        .iter()
+        .map(|s| {
+            let r = reference.query(|q| q.imported_checkpoints(*s)).unwrap();
+            r.iter().map(|r| r.lsn).collect()
+        })
+        .collect();
+    assert!(!imported[0].is_empty() && imported[1].len() > imported[0].len());
+    let sealed = reference.stats().log.sealed_segments;
+    reference.close().unwrap();
+    assert!(sealed >= 3, "{sealed} sealed segments");
+    assert!(want[0].len() == 5 && !want[1].is_empty() && want[3].is_empty());
+
+    let reader = || {
+        Store::builder()
+            .workspace(tmp.path())
+            .read_only()
+            .save_index_read_only(true)
+            .open()
+            .unwrap()
+    };
+    let r = reader();
+    for (f, w) in filters().iter().zip(&want) {
+        assert_eq!(&scan(&r, f), w, "{f:?}");
+    }
+    for (s, w) in [Some("s1"), None].iter().zip(&imported) {
+        let got: Vec<Lsn> = r
+            .imported_checkpoints(*s)
+            .unwrap()
+            .iter()
+            .map(|r| r.lsn)
+            .collect();
+        assert_eq!(&got, w, "imported checkpoints of {s:?}");
+    }
+    r.close().unwrap();
+    // Upgraded in place: a file per sealed segment, beside the old file.
+    let files = std::fs::read_dir(&segs).unwrap().count() as u64;
+    assert_eq!(files, sealed);
+    let r = reader();
+    let v = r.verify(None).unwrap();
+    assert_eq!(v.index.checked, sealed);
+    assert!(v.is_ok());
+
+    // A damaged file: verify names it; a query still answers right and
+    // rebuilds it.
+    let first = std::fs::read_dir(&segs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .min()
+        .unwrap();
+    let mut bytes = std::fs::read(&first).unwrap();
+    let n = bytes.len();
+    bytes[n - 9] ^= 0x10;
+    std::fs::write(&first, &bytes).unwrap();
+    let v = r.verify(None).unwrap();
+    assert_eq!(v.index.damaged.len(), 1, "{:?}", v.index);
+    assert!(!v.is_ok());
+    for (f, w) in filters().iter().zip(&want) {
+        assert_eq!(&scan(&r, f), w, "{f:?}");
+    }
+    assert!(r.verify(None).unwrap().is_ok());
+}
+
+/// `checkpoints --session S` from a new process lists what the checkpoint
+/// list does (labels, counts, discards by any session), read through the
+/// segment indexes.
+#[test]
+fn session_checkpoints_through_the_segment_indexes_match_the_list() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let w = Store::builder()
+        .workspace(ws)
+        .segment_size_bytes(4096)
+        .open()
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        std::fs::write(ws.join("a.txt"), format!("v{i}\n")).unwrap();
+        let s = w.session(if i % 3 == 2 { "s2" } else { "s1" });
+        ids.push(s.checkpoint(&format!("step {i}")).unwrap().id);
+        for b in events(30).chunks(10) {
+            w.append_batch(b).unwrap();
+        }
+    }
+    let mut discard = Event::new(EventKind::CheckpointDiscard, "s2");
+    discard.checkpoint = Some(ids[1]);
+    w.append(&discard).unwrap();
+    w.close().unwrap();
+    let open = || {
+        Store::builder()
+            .workspace(ws)
+            .read_only()
+            .save_index_read_only(true)
+            .open()
+            .unwrap()
+    };
+    for s in ["s1", "s2", "nobody"] {
+        let want = open().checkpoints(Some(s)).unwrap();
+        let got = open().session_checkpoints(Some(s)).unwrap();
+        assert_eq!(got, want, "session {s}");
+    }
+    let s1 = open().session_checkpoints(Some("s1")).unwrap();
+    assert_eq!(s1.len(), 4);
+    assert!(s1[1].discarded && !s1[0].discarded);
+    assert!(ws.join(".cairn/index/segments").exists());
+}
