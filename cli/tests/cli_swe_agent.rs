@@ -6,39 +6,15 @@
 //! not apply to the base; and a file that is not JSON.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use common::{cairn, json_lines, ok};
 use serde_json::Value;
-
-fn cairn(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CAIRN_STORE")
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/swe-agent")
-}
-
-fn json_lines(s: &str) -> Vec<Value> {
-    s.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn import(ws: &Path, base: Option<&Path>, traj: &Path) -> Value {
