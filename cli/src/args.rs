@@ -667,12 +667,13 @@ pub struct StampArgs {
 #[derive(Debug, Args)]
 pub struct WatchArgs {
     /// Start the watcher (returns once it watches; does nothing if one runs).
-    #[arg(long, conflicts_with_all = ["stop", "status", "foreground"], required_unless_present_any = ["stop", "status", "foreground"])]
+    #[arg(long, conflicts_with_all = ["stop", "status", "foreground"])]
     pub daemon: bool,
     /// Stop the watcher.
     #[arg(long, conflicts_with_all = ["status", "foreground"])]
     pub stop: bool,
-    /// Say whether a watcher runs, and since when.
+    /// Say whether a watcher runs, and since when (also what `cairn
+    /// watch` alone does).
     #[arg(long, conflicts_with = "foreground")]
     pub status: bool,
     /// Be the watcher process itself (what `--daemon` starts).

@@ -97,7 +97,10 @@ pub fn run(settings: &Settings, a: WatchArgs) -> Result<ExitCode> {
                 s.since,
                 s.pid
             ),
-            None => outln!("not watching {}", p.workspace.display()),
+            None => outln!(
+                "not watching {} (`cairn watch --daemon` starts a watcher)",
+                p.workspace.display()
+            ),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -210,7 +213,10 @@ fn stop(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
     } else if !settings.quiet {
         match was {
             Some(s) => outln!("stopped watching {} (pid {})", s.root.display(), s.pid),
-            None => outln!("not watching {}", p.workspace.display()),
+            None => outln!(
+                "not watching {} (`cairn watch --daemon` starts a watcher)",
+                p.workspace.display()
+            ),
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -108,6 +108,12 @@ fn daemon_status_and_stop() {
     let d = workspace(10);
     let ws = d.path();
     assert_eq!(status(ws)["watching"], false);
+    // `cairn watch` alone says what `--status` says, and how to start one.
+    let alone = ok(&cairn(ws, &["watch"]));
+    assert!(
+        alone.contains("not watching") && alone.contains("--daemon"),
+        "{alone}"
+    );
     let _g = start(ws);
     let s = status(ws);
     assert_eq!(s["watching"], true, "{s}");
