@@ -138,6 +138,36 @@ pub(crate) enum PathClass {
     /// Re-read at the next checkpoint.
     Keep,
 }
+/// Whether an event of `kind` may change a file: opens and reads do not;
+/// a close after writing does (mmap writes raise no modify event).
+pub(crate) fn changes_files(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+/// Whether an event of `kind` may have added a directory (made, or moved
+/// in), whose watch must be in place before a flush is answered.
+pub(crate) fn may_add_dir(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Create(CreateKind::Folder | CreateKind::Any)
+            | EventKind::Modify(ModifyKind::Name(_))
+    )
+}
+
+/// The number of the barrier file `p` is, when it is `prefix`N in
+/// `cache_dir`.
+pub(crate) fn barrier_number(p: &Path, cache_dir: &Path, prefix: &str) -> Option<u64> {
+    p.strip_prefix(cache_dir)
+        .ok()?
+        .to_str()?
+        .strip_prefix(prefix)?
+        .parse()
+        .ok()
+}
 
 pub(crate) fn classify(rel: &str) -> PathClass {
     if rel.is_empty() {
@@ -308,30 +338,14 @@ impl notify::EventHandler for Handler {
                 if ev.need_rescan() {
                     st.overflow = true;
                 }
-                // Opens and reads (ours included) change nothing; a close
-                // after writing does (mmap writes raise no modify event).
-                let relevant = match ev.kind {
-                    EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
-                    EventKind::Access(_) => false,
-                    _ => true,
-                };
-                if matches!(
-                    ev.kind,
-                    EventKind::Create(CreateKind::Folder | CreateKind::Any)
-                        | EventKind::Modify(ModifyKind::Name(_))
-                ) {
+                let relevant = changes_files(&ev.kind);
+                if may_add_dir(&ev.kind) {
                     st.dir_added = true;
                 }
                 for p in &ev.paths {
-                    if let Ok(rel) = p.strip_prefix(&self.cache_dir) {
-                        let n = rel
-                            .to_str()
-                            .and_then(|s| s.strip_prefix(BARRIER_PREFIX))
-                            .and_then(|s| s.parse::<u64>().ok());
-                        if let Some(n) = n {
-                            st.barrier_seen = st.barrier_seen.max(n);
-                            continue;
-                        }
+                    if let Some(n) = barrier_number(p, &self.cache_dir, BARRIER_PREFIX) {
+                        st.barrier_seen = st.barrier_seen.max(n);
+                        continue;
                     }
                     if !relevant {
                         continue;

@@ -30,12 +30,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
-use notify::{EventKind, RecursiveMode, Watcher as _};
+use notify::{RecursiveMode, Watcher as _};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Result, SnapshotError};
-use crate::watch::{classify, PathClass};
+use crate::watch::{barrier_number, changes_files, classify, may_add_dir, PathClass};
 use crate::watch_journal::{
     encode_frame, encode_header, push_path, DaemonStatus, JournalPoint, FRAME_OVERHEAD,
     HEADER_BYTES, JOURNAL_FILE, KIND_FLUSH, KIND_PATHS, KIND_RESCAN, LOCK_FILE,
@@ -300,30 +299,14 @@ impl notify::EventHandler for Handler {
                 if ev.need_rescan() {
                     st.journal.rescan("the kernel's event queue overflowed");
                 }
-                // Opens and reads change nothing; a close after writing
-                // does (mmap writes raise no modify event).
-                let relevant = match ev.kind {
-                    EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
-                    EventKind::Access(_) => false,
-                    _ => true,
-                };
-                if matches!(
-                    ev.kind,
-                    EventKind::Create(CreateKind::Folder | CreateKind::Any)
-                        | EventKind::Modify(ModifyKind::Name(_))
-                ) {
+                let relevant = changes_files(&ev.kind);
+                if may_add_dir(&ev.kind) {
                     st.dir_added = true;
                 }
                 for p in &ev.paths {
-                    if let Ok(rel) = p.strip_prefix(&self.cache_dir) {
-                        let n = rel
-                            .to_str()
-                            .and_then(|s| s.strip_prefix(BARRIER_PREFIX))
-                            .and_then(|s| s.parse::<u64>().ok());
-                        if let Some(n) = n {
-                            st.barrier_seen = st.barrier_seen.max(n);
-                            continue;
-                        }
+                    if let Some(n) = barrier_number(p, &self.cache_dir, BARRIER_PREFIX) {
+                        st.barrier_seen = st.barrier_seen.max(n);
+                        continue;
                     }
                     if !relevant {
                         continue;
