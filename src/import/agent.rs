@@ -107,6 +107,23 @@ pub(crate) struct Appended {
 }
 
 impl Appended {
+    /// Adds these counts to an import's report: its records, events
+    /// recorded before, and the range of LSNs, widened to this append's.
+    pub(crate) fn add_to(
+        &self,
+        records: &mut u64,
+        already: &mut u64,
+        range: &mut Option<(Lsn, Lsn)>,
+    ) {
+        *records += self.records;
+        *already += self.already;
+        if let Some((a, b)) = self.range {
+            *range = Some((range.map_or(a, |r| r.0), b));
+        }
+    }
+}
+
+impl Appended {
     /// Adds what another append did.
     pub fn add(&mut self, o: Appended) {
         self.records += o.records;

@@ -269,14 +269,7 @@ impl Store {
             report.sessions.push(session);
         }
         let done = agent::append_fresh(self, parsed.events, META_CODEX, &seen)?;
-        report.records += done.records;
-        report.already += done.already;
-        if let Some((a, b)) = done.range {
-            report.range = Some(match report.range {
-                Some((first, _)) => (first, b),
-                None => (a, b),
-            });
-        }
+        done.add_to(&mut report.records, &mut report.already, &mut report.range);
         Ok(())
     }
 }

@@ -209,14 +209,7 @@ impl Store {
             }
         }
         let done = agent::append_fresh(self, parsed.events, META_SWE_AGENT, &seen)?;
-        report.records += done.records;
-        report.already += done.already;
-        if let Some((a, b)) = done.range {
-            report.range = Some(match report.range {
-                Some((first, _)) => (first, b),
-                None => (a, b),
-            });
-        }
+        done.add_to(&mut report.records, &mut report.already, &mut report.range);
         Ok(())
     }
 }
