@@ -4,7 +4,7 @@
 //! the files.
 #![allow(clippy::unwrap_used)]
 
-use cairn::query::Filter;
+use cairn::Filter;
 use cairn::{Event, EventKind, Lsn, Store};
 
 fn events(n: u64) -> Vec<Event> {

@@ -46,16 +46,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use cairn::engine::log::LogReader;
-use cairn::engine::vfs::{Fault, OpenMode, SimVfs, Vfs};
-use cairn::query::index::{Index, INDEX_FILE};
-use cairn::query::point::Point;
-use cairn::query::source::ReaderSource;
-use cairn::query::Filter;
+use cairn::Filter;
+use cairn::Point;
 use cairn::{
     BlobHash, CheckpointId, Durability, Event, EventKind, Lsn, RetentionPolicy, RollbackRequest,
     Store,
 };
+use cairn_engine::log::LogReader;
+use cairn_engine::vfs::{Fault, OpenMode, SimVfs, Vfs};
+use cairn_query::index::{Index, INDEX_FILE};
+use cairn_query::source::ReaderSource;
 
 /// Seeds run by `cargo test` (CI).
 const CI_SEEDS: u64 = 64;
@@ -1027,7 +1027,7 @@ impl World {
     }
 
     /// Blobs the records name are exact; verify is clean; checkpoints read back exactly.
-    fn check_contents(&mut self, all: &[cairn::engine::log::Record]) -> Check {
+    fn check_contents(&mut self, all: &[cairn_engine::log::Record]) -> Check {
         let cps = self.fold_checkpoints();
         let store = self.store.as_ref().unwrap();
         for r in all {
@@ -1150,7 +1150,7 @@ impl World {
                     );
                 }
                 // Whatever retention discarded, the head's tree stays readable.
-                q.tree_at(cairn::query::Point::Head)?;
+                q.tree_at(cairn::Point::Head)?;
                 Ok((cps, h, q.index().clone()))
             })
             .map_err(|e| format!("query: {e}"))?;

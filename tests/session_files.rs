@@ -382,7 +382,7 @@ fn u13_meta_is_built_without_serde_json_and_everyday_types_are_at_the_root() {
 /// which has no workspace.
 #[test]
 fn u13_a_read_only_workspace_names_the_in_memory_store_over_it() {
-    let e = cairn::engine::EngineError::ReadOnly {
+    let e = cairn::EngineError::ReadOnly {
         path: "/ro/.cairn".into(),
         source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
     };

@@ -4,8 +4,8 @@
 
 mod common;
 
-use cairn::query::export::Format;
-use cairn::query::Filter;
+use cairn::Filter;
+use cairn::Format;
 use cairn::{BlobHash, Error, EventKind, Store};
 
 #[test]
@@ -240,7 +240,7 @@ fn a_point_whose_checkpoint_retention_discarded_says_so() {
         })
         .unwrap();
     assert!(!report.discarded.is_empty(), "{report:?}");
-    let at_old: cairn::query::Point = format!("{}", old.id).parse().unwrap();
+    let at_old: cairn::Point = format!("{}", old.id).parse().unwrap();
     let err = store
         .query(|q| q.file_at(at_old, "a.txt"))
         .unwrap_err()
@@ -336,7 +336,7 @@ fn the_head_stays_readable_after_retention_evicts_a_rollbacks_target() {
         })
         .unwrap();
     assert!(report.discarded.contains(&old.id), "{report:?}");
-    let head: cairn::query::Point = "head".parse().unwrap();
+    let head: cairn::Point = "head".parse().unwrap();
     let bytes = store.query(|q| q.file_at(head, "a.txt")).unwrap();
     assert_eq!(bytes, b"old\n");
 }
@@ -422,7 +422,7 @@ fn threads_checkpointing_and_collecting_at_once_all_succeed() {
     let errors = errors.into_inner().unwrap();
     assert!(errors.is_empty(), "{errors:#?}");
     assert!(store.verify(None).unwrap().is_ok());
-    let head: cairn::query::Point = "head".parse().unwrap();
+    let head: cairn::Point = "head".parse().unwrap();
     for t in 0..4 {
         let bytes = store
             .query(|q| q.file_at(head, &format!("t{t}/f0.txt")))
@@ -433,7 +433,7 @@ fn threads_checkpointing_and_collecting_at_once_all_succeed() {
 
 /// The paths of the tree at head.
 fn head_paths(store: &Store) -> Vec<String> {
-    let head: cairn::query::Point = "head".parse().unwrap();
+    let head: cairn::Point = "head".parse().unwrap();
     store
         .query(|q| q.tree_at(head))
         .unwrap()
@@ -592,7 +592,7 @@ fn records_must_name_checkpoints_and_parents_that_exist() {
 /// writer would carry out; everything that would write is refused by name.
 #[test]
 fn a_read_only_handle_lists_checkpoints_and_plans_rollbacks_only() {
-    use cairn::snapshot::{CheckpointRequest, RollbackRequest};
+    use cairn::{CheckpointRequest, RollbackRequest};
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("a.txt"), "one").unwrap();
     let writer = Store::open(tmp.path()).unwrap();
@@ -657,10 +657,10 @@ fn a_read_only_handle_lists_checkpoints_and_plans_rollbacks_only() {
 /// the target.
 #[test]
 fn a_rollback_of_more_files_than_its_record_lists_replays_exactly() {
-    use cairn::snapshot::{CheckpointRequest, RollbackRequest, SnapshotOptions};
+    use cairn::{CheckpointRequest, RollbackRequest, SnapshotOptions};
     let tmp = tempfile::tempdir().unwrap();
     let w = tmp.path();
-    let many = cairn::snapshot::MAX_ROLLBACK_FILES_LISTED + 20;
+    let many = cairn::checkpoint::MAX_ROLLBACK_FILES_LISTED + 20;
     std::fs::create_dir(w.join("many")).unwrap();
     let write_many = |v: &str| {
         for i in 0..many {
@@ -682,7 +682,7 @@ fn a_rollback_of_more_files_than_its_record_lists_replays_exactly() {
     std::fs::write(w.join("other.txt"), "o2").unwrap();
     std::fs::write(w.join("data.bin"), "x".repeat(100)).unwrap(); // too large now
     let file_at_head = |p: &str| {
-        let head: cairn::query::Point = "head".parse().unwrap();
+        let head: cairn::Point = "head".parse().unwrap();
         store.query(|q| q.file_at(head, p)).ok()
     };
     let rollback = |paths: Vec<String>| {
@@ -713,7 +713,7 @@ fn a_rollback_of_more_files_than_its_record_lists_replays_exactly() {
     // A reopened store (its index saved and read back) agrees.
     store.close().unwrap();
     let store = Store::open(w).unwrap();
-    let head: cairn::query::Point = "head".parse().unwrap();
+    let head: cairn::Point = "head".parse().unwrap();
     assert!(store.query(|q| q.file_at(head, "data.bin")).is_err());
 }
 
@@ -721,7 +721,7 @@ fn a_rollback_of_more_files_than_its_record_lists_replays_exactly() {
 /// rollbacks at which anything under it changed, and no other.
 #[test]
 fn history_with_checkpoints_of_a_directory() {
-    use cairn::snapshot::{CheckpointRequest, RollbackRequest};
+    use cairn::{CheckpointRequest, RollbackRequest};
     let tmp = tempfile::tempdir().unwrap();
     let w = tmp.path();
     std::fs::create_dir(w.join("src")).unwrap();
@@ -815,7 +815,7 @@ fn a_second_handle_in_this_process_is_told_who_holds_the_lock() {
     let first = Store::open(tmp.path()).unwrap();
     let e = Store::open(tmp.path()).unwrap_err();
     assert!(
-        matches!(&e, cairn::Error::Engine(cairn::engine::EngineError::Locked { holder: Some(p), .. }) if *p == std::process::id()),
+        matches!(&e, cairn::Error::Engine(cairn::EngineError::Locked { holder: Some(p), .. }) if *p == std::process::id()),
         "{e:?}"
     );
     assert!(
@@ -836,9 +836,7 @@ fn the_query_index_is_saved_only_when_it_grew() {
         if append {
             store.session("s").prompt("hi").unwrap();
         }
-        store
-            .query(|q| q.list(&cairn::query::Filter::all()))
-            .unwrap();
+        store.query(|q| q.list(&cairn::Filter::all())).unwrap();
         store.close().unwrap();
         std::fs::metadata(&index).unwrap().modified().unwrap()
     };
@@ -1179,7 +1177,7 @@ fn query_diff_refuses_bad_or_empty_path_filters() {
 /// relative path through a link.
 #[test]
 fn a_rollback_report_names_its_absolute_workspace() {
-    use cairn::snapshot::{CheckpointRequest, RollbackRequest};
+    use cairn::{CheckpointRequest, RollbackRequest};
     let tmp = tempfile::tempdir().unwrap();
     let top = tmp.path().canonicalize().unwrap();
     let ws = top.join("ws");

@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use cairn::snapshot::{CheckpointRequest, RetentionPolicy, RollbackRequest, ScanMode};
 use cairn::{CheckpointId, CheckpointInfo, Timestamp};
+use cairn::{CheckpointRequest, RetentionPolicy, RollbackRequest, ScanMode};
 
 use super::args::{CheckpointArgs, GcArgs, RollbackArgs, StampArgs};
 use super::output::{
@@ -127,7 +127,7 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
     let info = store.checkpoint(CheckpointRequest {
         session: a
             .session
-            .unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
+            .unwrap_or_else(|| cairn::DEFAULT_SESSION.to_string()),
         run: a.stamp.run,
         phase: a.stamp.phase,
         agent: a.stamp.agent,
@@ -162,7 +162,7 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
             );
             // A watcher runs, yet this checkpoint walked everything: say why.
             if let Some(why) = info.scan.as_ref().and_then(|s| s.reason.as_deref()) {
-                if why != cairn::snapshot::watch_journal::NO_WATCHER {
+                if why != cairn::watcher::NO_WATCHER {
                     outln!("  full scan: {why}");
                 }
             }
@@ -207,7 +207,7 @@ fn not_captured(info: &CheckpointInfo) -> Option<String> {
         .map(|n| format!("{} ({})", quote_not_captured(n), reason_words(&n.why)))
         .collect();
     // The record names at most 100; the counts have them all.
-    use cairn::snapshot::scan::reason;
+    use cairn::checkpoint::reason;
     let total = reason::NAMED
         .iter()
         .filter_map(|r| info.counts.skipped.get(*r))
@@ -291,7 +291,7 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
         // takes them for restore points.
         let collected = imported
             .iter()
-            .any(|r| cairn::snapshot::collected_note(&r.event).is_some());
+            .any(|r| cairn::checkpoint::collected_note(&r.event).is_some());
         outln!(
             "imported checkpoint records (from another tool's audit log{}; no files, not restorable):",
             if collected {
@@ -316,7 +316,7 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
 /// gc had collected (`import --collected-checkpoints record`), the words
 /// that say so after its label; nothing for any other record.
 fn collected_copy_words(e: &cairn::Event) -> String {
-    let Some(note) = cairn::snapshot::collected_note(e) else {
+    let Some(note) = cairn::checkpoint::collected_note(e) else {
         return String::new();
     };
     match note.get("checkpoint").and_then(|c| c.as_str()) {
@@ -368,7 +368,7 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
             dry_run: a.dry_run,
             session: a
                 .session
-                .unwrap_or_else(|| cairn::codec::event::DEFAULT_SESSION.to_string()),
+                .unwrap_or_else(|| cairn::DEFAULT_SESSION.to_string()),
             run: a.stamp.run,
             phase: a.stamp.phase,
             agent: a.stamp.agent,
@@ -661,7 +661,7 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
 
 /// The dead share past which gc rewrites a pack (the store's default, the
 /// one `cairn gc` runs with).
-const REWRITE_THRESHOLD: f64 = cairn::engine::blob::DEFAULT_REWRITE_THRESHOLD;
+const REWRITE_THRESHOLD: f64 = cairn::checkpoint::DEFAULT_REWRITE_THRESHOLD;
 
 /// [`REWRITE_THRESHOLD`] in words: "30%".
 fn threshold_percent() -> String {
@@ -670,7 +670,7 @@ fn threshold_percent() -> String {
 
 /// What gc says when the blob store is still `over` bytes over the
 /// `--max-bytes` budget on disk after collecting.
-fn stored_over_budget(report: &cairn::snapshot::RetentionReport, over: u64) -> String {
+fn stored_over_budget(report: &cairn::RetentionReport, over: u64) -> String {
     let max = report.budget.as_ref().map_or(0, |b| b.max_bytes);
     let left = report.gc.left();
     let mut s = format!(
@@ -692,7 +692,7 @@ fn stored_over_budget(report: &cairn::snapshot::RetentionReport, over: u64) -> S
 }
 
 /// What gc says when `--max-bytes` could not be met.
-fn budget_not_met(b: &cairn::snapshot::retention::BudgetOutcome) -> String {
+fn budget_not_met(b: &cairn::checkpoint::BudgetOutcome) -> String {
     format!(
         "budget not met: the retained checkpoints hold {} of contents, over the budget of {}; {} of it no eviction can free (the newest checkpoint of each session is always kept, and contents records or a rollback still name stay)",
         super::output::bytes(b.kept_bytes),

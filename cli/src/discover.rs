@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use cairn::engine::store_dir::STORE_DIR_NAME;
+use cairn::store_dir::STORE_DIR_NAME;
 
 /// Where the store is and how it was found.
 #[derive(Debug, Clone)]

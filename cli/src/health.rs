@@ -275,7 +275,7 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
             "log_bytes": s.log.bytes,
             "durability": durability.to_string(),
             "in_memory": settings.in_memory,
-            "log_dictionary": s.log.dictionary.map(cairn::codec::zdict::file_name),
+            "log_dictionary": s.log.dictionary.map(cairn::store_dir::dictionary_file_name),
             "head_lsn": s.head.last_lsn.0,
             "head_hash": s.head.chain.to_hex(),
             "blobs": s.blobs.blobs,
@@ -312,7 +312,7 @@ pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
             "log dictionary".into(),
             s.log
                 .dictionary
-                .map_or_else(|| "none yet".into(), cairn::codec::zdict::file_name),
+                .map_or_else(|| "none yet".into(), cairn::store_dir::dictionary_file_name),
         ]);
         t.row(vec![
             "head".into(),

@@ -11,10 +11,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use cairn::codec::{Event, EventKind};
 use cairn::import::claude_code::{relative, tool_file_event};
-use cairn::query::Filter;
+use cairn::Filter;
 use cairn::Store;
+use cairn::{Event, EventKind};
 use clap::Subcommand;
 use serde_json::{json, Map, Value};
 
@@ -118,7 +118,7 @@ fn open_waiting(cwd: &Path) -> Result<Store> {
     loop {
         match Store::open(cwd) {
             Ok(s) => return Ok(s),
-            Err(cairn::Error::Engine(cairn::engine::EngineError::Locked { .. }))
+            Err(cairn::Error::Engine(cairn::EngineError::Locked { .. }))
                 if start.elapsed() < Duration::from_millis(HOOK_LOCK_WAIT_MS) =>
             {
                 std::thread::sleep(Duration::from_millis(20));
@@ -176,7 +176,7 @@ fn record(store: &Store, p: &Value, cwd: &str, sid: &str, hook: &str) -> Result<
         }
         "PreToolUse" if FILE_TOOLS.contains(&tool) => {
             if let Some(path) = tool_path() {
-                if cairn::codec::paths::outside_workspace(&path).is_none() {
+                if cairn::paths::outside_workspace(&path).is_none() {
                     s.track(&path)?;
                 }
             }
@@ -300,11 +300,11 @@ fn install(scope: &str, add: bool) -> Result<ExitCode> {
         |_| std::os::unix::fs::PermissionsExt::from_mode(0o644),
         |m| m.permissions(),
     );
-    let opts = cairn::engine::atomic::AtomicOptions {
+    let opts = cairn::store_dir::AtomicOptions {
         durable: true,
         permissions: Some(mode),
     };
-    cairn::engine::atomic::write_atomic(&cairn::engine::RealVfs, &file, text.as_bytes(), &opts)
+    cairn::store_dir::write_atomic(&cairn::store_dir::RealVfs, &file, text.as_bytes(), &opts)
         .with_context(|| format!("write {}", file.display()))?;
     eprintln!(
         "{}: cairn's hooks {} ({})",

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use cairn::import::{ImportOption, Refusal};
-use cairn::query::export::Format;
-use cairn::query::Filter;
+use cairn::Filter;
+use cairn::Format;
 use cairn::{Lsn, Store};
 
 use super::args::ExportArgs;

@@ -63,8 +63,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use cairn::engine::log::Durability;
-use cairn::engine::EngineError;
+use cairn::Durability;
+use cairn::EngineError;
 use cairn::{Error, Store};
 use clap::Parser;
 
@@ -246,7 +246,7 @@ pub struct Settings {
     /// `--load` files, to import into the in-memory store.
     pub loads: Vec<std::path::PathBuf>,
     /// `--load-format`, parsed (default: canonical JSONL).
-    pub load_format: cairn::query::export::Format,
+    pub load_format: cairn::Format,
     /// `--load-again`, `--load-resume`, `--load-skip-torn-tail`: how the
     /// `--load` files are imported.
     pub load_options: cairn::import::ImportOptions,
@@ -304,7 +304,7 @@ impl Settings {
             ),
         };
         let load_format = match &cli.load_format {
-            None => cairn::query::export::Format::Jsonl,
+            None => cairn::Format::Jsonl,
             Some(s) => interop::parse_format_flag("--load-format", s)?,
         };
         Ok(Settings {
@@ -413,7 +413,7 @@ impl Settings {
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
         // Reading a store another user owns, or others may read, is
         // allowed (it writes nothing) but said: writing it is refused.
-        if let Err(e) = cairn::engine::store_dir::check_owner_and_mode(&found.store) {
+        if let Err(e) = cairn::store_dir::check_owner_and_mode(&found.store) {
             eprintln!("warning: {e} (reading it anyway; writing it is refused)");
         }
         // Likewise a store reached through a link it does not record, or
@@ -598,7 +598,7 @@ fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCod
     let store_dir = settings
         .store
         .clone()
-        .unwrap_or_else(|| workspace.join(cairn::engine::store_dir::STORE_DIR_NAME));
+        .unwrap_or_else(|| workspace.join(cairn::store_dir::STORE_DIR_NAME));
     let existed = store_dir.join("log").is_dir();
     let store = Store::builder()
         .store_dir(&store_dir)
@@ -650,10 +650,7 @@ mod write_hint_tests {
         let hint = |kind| {
             let io = std::io::Error::new(kind, "lock");
             let path = std::path::Path::new("/ws/.cairn/LOCK");
-            with_write_hint(Error::Engine(cairn::engine::EngineError::io(
-                "lock", path, io,
-            )))
-            .to_string()
+            with_write_hint(Error::Engine(cairn::EngineError::io("lock", path, io))).to_string()
         };
         let ro = hint(std::io::ErrorKind::ReadOnlyFilesystem);
         assert!(
@@ -681,7 +678,7 @@ mod disk_full_tests {
     fn a_full_disk_says_to_free_space_or_run_gc() {
         let io = std::io::Error::from_raw_os_error(28); // ENOSPC
         let path = std::path::Path::new("/ws/.cairn/blobs/pack-00000001.pack");
-        let e = anyhow::Error::new(Error::Engine(cairn::engine::EngineError::io(
+        let e = anyhow::Error::new(Error::Engine(cairn::EngineError::io(
             "append to pack",
             path,
             io,

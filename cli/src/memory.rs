@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use cairn::query::export::Format;
+use cairn::Format;
 use cairn::Store;
 
 use super::args::{BlobCommand, Command};
@@ -163,11 +163,11 @@ pub fn finish(
 fn names_no_checkpoint(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         matches!(
-            c.downcast_ref::<cairn::snapshot::SnapshotError>(),
-            Some(cairn::snapshot::SnapshotError::UnknownCheckpoint { .. })
+            c.downcast_ref::<cairn::SnapshotError>(),
+            Some(cairn::SnapshotError::UnknownCheckpoint { .. })
         ) || matches!(
-            c.downcast_ref::<cairn::query::QueryError>(),
-            Some(cairn::query::QueryError::NoSuchCheckpoint { .. })
+            c.downcast_ref::<cairn::QueryError>(),
+            Some(cairn::QueryError::NoSuchCheckpoint { .. })
         )
     })
 }

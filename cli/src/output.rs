@@ -4,10 +4,10 @@
 use std::borrow::Cow;
 use std::io::IsTerminal;
 
-use cairn::codec::Timestamp;
-use cairn::snapshot::checkpoint::NotCaptured;
-use cairn::snapshot::relpath;
-use cairn::snapshot::scan::reason;
+use cairn::checkpoint::reason;
+use cairn::checkpoint::NotCaptured;
+use cairn::paths;
+use cairn::Timestamp;
 
 /// Whether to colour output written to stdout.
 pub fn color_enabled() -> bool {
@@ -246,7 +246,7 @@ pub fn one_line(s: &str, max: usize) -> String {
 /// controls are escaped too, as [`quote_path`] escapes them.
 pub fn escape_controls(s: &str) -> Cow<'_, str> {
     use std::fmt::Write;
-    let escaped = |c: char| relpath::acts_on_a_terminal(c) && c != '\n' && c != '\t';
+    let escaped = |c: char| paths::acts_on_a_terminal(c) && c != '\n' && c != '\t';
     if !s.chars().any(escaped) {
         return Cow::Borrowed(s);
     }
@@ -308,18 +308,18 @@ pub fn quote_path(p: &str) -> Cow<'_, str> {
 /// it escapes with, and the bidirectional formatting characters that make
 /// a terminal show a name's text in another order than it has.
 fn needs_quoting(c: char) -> bool {
-    relpath::acts_on_a_terminal(c) || matches!(c, '"' | '\\')
+    paths::acts_on_a_terminal(c) || matches!(c, '"' | '\\')
 }
 
 /// The path of a file a checkpoint did not capture, as every listing
 /// prints it: as [`quote_path`] prints a path, but for a name that is not
 /// UTF-8, whose record holds it escaped already (`dir\xff/a.txt`, see
-/// `relpath::escape_bytes`): in double quotes as it is, as git quotes such
+/// `paths::escape_bytes`): in double quotes as it is, as git quotes such
 /// a name (with hex escapes where git writes octal), not escaped twice.
 pub fn quote_not_captured(n: &NotCaptured) -> Cow<'_, str> {
     let escaped = n.why == reason::NON_UTF8_NAME
         // Only what `escape_bytes` gives: nothing a terminal acts on.
-        && !n.path.chars().any(relpath::acts_on_a_terminal);
+        && !n.path.chars().any(paths::acts_on_a_terminal);
     if escaped {
         Cow::Owned(format!("\"{}\"", n.path))
     } else {
@@ -425,7 +425,7 @@ mod tests {
             path: path.into(),
             why: why.into(),
         };
-        let escaped = relpath::escape_bytes(b"dir\xff/caf\xe9 \"x\".txt");
+        let escaped = paths::escape_bytes(b"dir\xff/caf\xe9 \"x\".txt");
         assert_eq!(
             quote_not_captured(&n(&escaped, reason::NON_UTF8_NAME)),
             "\"dir\\xff/caf\\xe9 \\\"x\\\".txt\""

@@ -31,11 +31,11 @@ use std::io::{BufReader, Read, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use cairn::codec::json::{parse_event, MAX_JSON_LINE_BYTES};
-use cairn::codec::json_line::write_json_line;
-use cairn::codec::EventRef;
-use cairn::engine::log::Durability;
-use cairn::query::import::read_bounded_line;
+use cairn::jsonl::read_bounded_line;
+use cairn::jsonl::write_json_line;
+use cairn::jsonl::{parse_event, MAX_JSON_LINE_BYTES};
+use cairn::Durability;
+use cairn::EventRef;
 use cairn::{Lsn, Store};
 
 use super::args::RecordArgs;

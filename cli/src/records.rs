@@ -4,12 +4,12 @@
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use cairn::codec::json_line::write_json_line;
-use cairn::codec::EventRef;
-use cairn::query::filter::{parse_time_bound, TimeBound};
-use cairn::query::source::Record;
-use cairn::query::{Filter, Point};
+use cairn::jsonl::write_json_line;
+use cairn::jsonl::Record;
+use cairn::EventRef;
+use cairn::{parse_time_bound, TimeBound};
 use cairn::{EventKind, Timestamp};
+use cairn::{Filter, Point};
 
 use super::args::FilterArgs;
 use super::output::{cell, count, one_line, quote_path, relative, Style, Table};

@@ -5,9 +5,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use cairn::query::query::DiffStatus;
-use cairn::query::source::Record;
-use cairn::query::Point;
+use cairn::diff::DiffStatus;
+use cairn::jsonl::Record;
+use cairn::Point;
 use cairn::{EventKind, Lsn};
 
 use super::output::{
@@ -63,7 +63,7 @@ fn spec_path(settings: &Settings, typed: &str) -> String {
 fn lookup_path(store: &cairn::Store, path: &str, typed: &str) -> Result<String> {
     // A path outside the workspace that records name is history only: say
     // so, rather than that no such file is in the workspace.
-    if let Some(why) = cairn::query::replay::history_only(typed) {
+    if let Some(why) = cairn::paths::history_only(typed) {
         let named = store.query(|q| Ok(!q.index().path(typed).is_empty()))?;
         if named {
             anyhow::bail!("`{typed}` {why}");
@@ -71,10 +71,10 @@ fn lookup_path(store: &cairn::Store, path: &str, typed: &str) -> Result<String> 
     }
     Ok(match store.workspace_dir() {
         Some(root) => {
-            cairn::snapshot::relpath::normalize_for_reading(root, path).map_err(|e| match e {
+            cairn::paths::normalize_for_reading(root, path).map_err(|e| match e {
                 // Named as typed, not as resolved from the current directory.
-                cairn::snapshot::SnapshotError::BadPath { reason, .. } => {
-                    cairn::snapshot::SnapshotError::bad_path(typed, reason)
+                cairn::SnapshotError::BadPath { reason, .. } => {
+                    cairn::SnapshotError::bad_path(typed, reason)
                 }
                 e => e,
             })?
@@ -111,8 +111,8 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
 /// file's contents) is missing, unless retention discarded that checkpoint
 /// (then gc removing its tree is no loss, and the error says so).
 fn names_lost_data(store: &cairn::Store, e: &anyhow::Error) -> bool {
-    use cairn::engine::EngineError;
-    use cairn::query::QueryError;
+    use cairn::EngineError;
+    use cairn::QueryError;
     e.chain().any(|c| {
         if matches!(
             c.downcast_ref::<EngineError>(),
@@ -291,8 +291,8 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
         } else {
             // A symlink has no permission bits: shown as git shows it.
             let mode = match entry.kind {
-                cairn::query::source::EntryKind::Symlink => "120000".to_string(),
-                cairn::query::source::EntryKind::File => format!("{:o}", entry.mode),
+                cairn::EntryKind::Symlink => "120000".to_string(),
+                cairn::EntryKind::File => format!("{:o}", entry.mode),
             };
             writeln!(
                 out,
@@ -357,11 +357,8 @@ pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
 /// The files in the workspace at point `p` whose contents no record holds
 /// (too large or unreadable for a checkpoint then: absent from its tree,
 /// though they were there); see `Query::not_captured_at_lsn`. A record
-/// names at most [`cairn::snapshot::scan::MAX_NOT_CAPTURED_NAMED`].
-fn not_captured_at(
-    store: &cairn::Store,
-    p: &Point,
-) -> Result<Vec<cairn::snapshot::checkpoint::NotCaptured>> {
+/// names at most [`cairn::checkpoint::MAX_NOT_CAPTURED_NAMED`].
+fn not_captured_at(store: &cairn::Store, p: &Point) -> Result<Vec<cairn::checkpoint::NotCaptured>> {
     Ok(store.query(|q| q.not_captured_at(*p))?)
 }
 
@@ -380,7 +377,7 @@ pub fn diff(
     let paths = match store.workspace_dir() {
         Some(root) => paths
             .iter()
-            .map(|p| cairn::snapshot::relpath::normalize_for_reading(root, p))
+            .map(|p| cairn::paths::normalize_for_reading(root, p))
             .collect::<std::result::Result<Vec<_>, _>>()?,
         None => paths.to_vec(),
     };
@@ -390,7 +387,7 @@ pub fn diff(
         let diffs = q.diff(pa, pb, &paths)?;
         // Between the two points, in either order, within the filter.
         let mut unrecorded = q.unrecorded_writes(la.min(lb), la.max(lb))?;
-        unrecorded.retain(|(path, _)| cairn::query::replay::in_scope(path, &paths));
+        unrecorded.retain(|(path, _)| cairn::paths::in_scope(path, &paths));
         Ok((diffs, unrecorded))
     })?;
     let view = DiffView::new(
@@ -425,7 +422,7 @@ pub fn diff(
 
 /// Says when too many files were left unpaired each way (as the query's
 /// second pass counted them) to look for moved-and-edited files.
-fn note_renames_not_compared(diffs: &[cairn::query::query::FileDiff]) {
+fn note_renames_not_compared(diffs: &[cairn::diff::FileDiff]) {
     let left = |status: DiffStatus| {
         diffs
             .iter()
@@ -433,15 +430,15 @@ fn note_renames_not_compared(diffs: &[cairn::query::query::FileDiff]) {
             .filter(|d| {
                 d.old
                     .or(d.new)
-                    .is_some_and(|e| e.kind == cairn::query::EntryKind::File)
+                    .is_some_and(|e| e.kind == cairn::EntryKind::File)
             })
             .count()
     };
     let (gone, new) = (left(DiffStatus::Removed), left(DiffStatus::Added));
-    if cairn::query::renames::too_many_to_compare(gone, new) {
+    if cairn::diff::too_many_to_compare(gone, new) {
         eprintln!(
             "note: {gone} files removed and {new} added are too many to compare for moved-and-edited files (over {} pairs): only renames with unchanged contents are shown",
-            cairn::query::renames::MAX_SIMILARITY_PAIRS
+            cairn::diff::MAX_SIMILARITY_PAIRS
         );
     }
 }
@@ -450,18 +447,18 @@ fn note_renames_not_compared(diffs: &[cairn::query::query::FileDiff]) {
 /// each end's name and the files its checkpoint did not capture.
 struct DiffView<'a> {
     /// The first point as typed, and what its checkpoint did not capture.
-    a: (&'a str, Vec<cairn::snapshot::checkpoint::NotCaptured>),
+    a: (&'a str, Vec<cairn::checkpoint::NotCaptured>),
     /// The second point, the same.
-    b: (&'a str, Vec<cairn::snapshot::checkpoint::NotCaptured>),
+    b: (&'a str, Vec<cairn::checkpoint::NotCaptured>),
     /// The changes whose path one end did not capture.
     not_captured: std::collections::HashSet<(String, DiffStatus)>,
 }
 
 impl<'a> DiffView<'a> {
     fn new(
-        a: (&'a str, Vec<cairn::snapshot::checkpoint::NotCaptured>),
-        b: (&'a str, Vec<cairn::snapshot::checkpoint::NotCaptured>),
-        diffs: &[cairn::query::query::FileDiff],
+        a: (&'a str, Vec<cairn::checkpoint::NotCaptured>),
+        b: (&'a str, Vec<cairn::checkpoint::NotCaptured>),
+        diffs: &[cairn::diff::FileDiff],
     ) -> DiffView<'a> {
         let mut view = DiffView {
             a,
@@ -479,7 +476,7 @@ impl<'a> DiffView<'a> {
     /// A file a checkpoint did not capture is absent from its tree, but was
     /// in the workspace: not "added" or "removed" there. The end's name and
     /// why it was not captured.
-    fn uncaptured(&self, d: &cairn::query::query::FileDiff) -> Option<(&str, &str)> {
+    fn uncaptured(&self, d: &cairn::diff::FileDiff) -> Option<(&str, &str)> {
         let (side, list) = match d.status {
             DiffStatus::Added => (self.a.0, &self.a.1),
             DiffStatus::Removed => (self.b.0, &self.b.1),
@@ -503,10 +500,7 @@ impl<'a> DiffView<'a> {
     }
 
     /// The path this one was renamed from and to, where the rename is real.
-    fn renames<'d>(
-        &self,
-        d: &'d cairn::query::query::FileDiff,
-    ) -> (Option<&'d str>, Option<&'d str>) {
+    fn renames<'d>(&self, d: &'d cairn::diff::FileDiff) -> (Option<&'d str>, Option<&'d str>) {
         let from = d
             .renamed_from
             .as_deref()
@@ -519,7 +513,7 @@ impl<'a> DiffView<'a> {
     }
 
     /// One `diff --json` line.
-    fn json(&self, d: &cairn::query::query::FileDiff) -> serde_json::Value {
+    fn json(&self, d: &cairn::diff::FileDiff) -> serde_json::Value {
         let (renamed_from, renamed_to) = self.renames(d);
         let mut v = serde_json::json!({"path": d.path, "status": status_name(d.status), "binary": d.binary, "too_large": d.too_large, "unified": d.unified});
         if let Some((side, why)) = self.uncaptured(d) {
@@ -554,12 +548,7 @@ impl<'a> DiffView<'a> {
     }
 
     /// One path's change as `diff` prints it for a person.
-    fn print(
-        &self,
-        out: &mut impl Write,
-        st: &Style,
-        d: &cairn::query::query::FileDiff,
-    ) -> Result<()> {
+    fn print(&self, out: &mut impl Write, st: &Style, d: &cairn::diff::FileDiff) -> Result<()> {
         let (renamed_from, renamed_to) = self.renames(d);
         // A rename is one line, printed at its new path (as git's
         // `rename from`/`rename to`); its removed end says nothing more.
@@ -611,7 +600,7 @@ fn status_name(s: DiffStatus) -> &'static str {
 fn print_change(
     out: &mut impl Write,
     st: &Style,
-    d: &cairn::query::query::FileDiff,
+    d: &cairn::diff::FileDiff,
     shown: &str,
 ) -> Result<()> {
     let status = status_name(d.status);
@@ -626,7 +615,7 @@ fn print_change(
             out,
             "{} {shown} ({status}; over {} MiB, not compared line by line)",
             st.bold("Large file"),
-            cairn::query::query::MAX_LINE_DIFF_BYTES >> 20
+            cairn::diff::MAX_LINE_DIFF_BYTES >> 20
         )?;
     } else if d.binary {
         writeln!(out, "{} {shown} ({status})", st.bold("Binary file"))?;
@@ -661,8 +650,8 @@ fn print_change(
 
 /// How a path's mode or kind changed between the two ends of a diff, when
 /// it did: `mode 644 -> 755`, `file -> symlink`.
-fn mode_change(d: &cairn::query::query::FileDiff) -> Option<String> {
-    use cairn::query::EntryKind;
+fn mode_change(d: &cairn::diff::FileDiff) -> Option<String> {
+    use cairn::EntryKind;
     let (a, b) = (d.old?, d.new?);
     let kind = |k: EntryKind| match k {
         EntryKind::File => "file",
@@ -679,15 +668,15 @@ fn mode_change(d: &cairn::query::query::FileDiff) -> Option<String> {
 
 /// A tree entry's mode as `--json` spells it: octal digits, as `tree
 /// --json` gives them (`644`, `755`).
-fn json_mode(e: &cairn::query::source::TreeEntry) -> String {
+fn json_mode(e: &cairn::TreeEntry) -> String {
     format!("{:o}", e.mode)
 }
 
 /// A tree entry's kind as `tree --json` and `diff --json` name it.
-fn kind_name(k: cairn::query::source::EntryKind) -> &'static str {
+fn kind_name(k: cairn::EntryKind) -> &'static str {
     match k {
-        cairn::query::source::EntryKind::File => "file",
-        cairn::query::source::EntryKind::Symlink => "symlink",
+        cairn::EntryKind::File => "file",
+        cairn::EntryKind::Symlink => "symlink",
     }
 }
 
@@ -715,8 +704,8 @@ fn print_hunks(out: &mut impl Write, st: &Style, header: &[String], hunks: &str)
     for line in header {
         writeln!(out, "{}", st.bold(line))?;
     }
-    for whole in cairn::query::query::split_lines(hunks) {
-        let line = cairn::query::query::line_text(whole);
+    for whole in cairn::diff::split_lines(hunks) {
+        let line = cairn::diff::line_text(whole);
         // A last line without one ends the output with one.
         let ending = Some(&whole[line.len()..])
             .filter(|e| !e.is_empty())
@@ -757,9 +746,9 @@ pub fn history(
         // the per-segment indexes without loading the whole query index.
         (false, false) => {
             let mut recs = Vec::new();
-            let filter = cairn::query::Filter {
+            let filter = cairn::Filter {
                 path: Some(path.clone()),
-                ..cairn::query::Filter::all()
+                ..cairn::Filter::all()
             };
             store.scan(&filter, &mut |r| {
                 recs.push(r);
@@ -863,10 +852,10 @@ pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -
 
 /// The node `branches ID` lists from: a checkpoint id (`c12`), or `@N` for
 /// a rollback record as NODE names it.
-fn parse_branch_point(typed: &str) -> Result<cairn::codec::CheckpointId> {
+fn parse_branch_point(typed: &str) -> Result<cairn::CheckpointId> {
     let id = match typed.strip_prefix('@') {
         Some(_) => match parse_point(typed)? {
-            Point::Lsn(l) => cairn::codec::CheckpointId(l),
+            Point::Lsn(l) => cairn::CheckpointId(l),
             _ => {
                 return Err(super::usage(format!(
                     "{typed} is neither a checkpoint nor a rollback record (`cairn branches` lists them)"
@@ -880,11 +869,7 @@ fn parse_branch_point(typed: &str) -> Result<cairn::codec::CheckpointId> {
 
 /// A usage error naming what `typed` is when it names a node of the other
 /// kind (`c5` for a rollback record) or none at all.
-fn check_branch_point(
-    store: &cairn::Store,
-    typed: &str,
-    id: cairn::codec::CheckpointId,
-) -> Result<()> {
+fn check_branch_point(store: &cairn::Store, typed: &str, id: cairn::CheckpointId) -> Result<()> {
     let kind = store.query(|q| Ok(q.index().node(id.0).map(|n| n.kind)))?;
     match kind {
         Some(EventKind::Rollback) if typed.starts_with('c') => Err(super::usage(format!(

@@ -30,8 +30,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use cairn::engine::store_dir::{lock_holder, LOCK_FILE_NAME};
-use cairn::engine::RealVfs;
+use cairn::store_dir::RealVfs;
+use cairn::store_dir::{lock_holder, LOCK_FILE_NAME};
 
 /// The name of the announcement file, beside the lock file in the store
 /// directory.

@@ -10,9 +10,9 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use cairn::watcher::DaemonStatus;
 #[cfg(unix)]
-use cairn::snapshot::watch_daemon::{self, DaemonConfig};
-use cairn::snapshot::watch_journal::{self, DaemonStatus};
+use cairn::watcher::{self, DaemonConfig};
 
 use super::args::WatchArgs;
 use super::output::Style;
@@ -86,7 +86,7 @@ pub fn run(settings: &Settings, a: WatchArgs) -> Result<ExitCode> {
     if a.daemon {
         return start(settings, &p, a.json);
     }
-    let s = watch_journal::status(&p.cache_dir);
+    let s = watcher::status(&p.cache_dir);
     if a.json {
         outln!("{}", status_json(s.as_ref()));
     } else {
@@ -109,7 +109,7 @@ pub fn run(settings: &Settings, a: WatchArgs) -> Result<ExitCode> {
 #[cfg(unix)]
 fn start(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
     let st = Style::stdout();
-    if let Some(s) = watch_journal::status(&p.cache_dir) {
+    if let Some(s) = watcher::status(&p.cache_dir) {
         if json {
             outln!("{}", status_json(Some(&s)));
         } else if !settings.quiet {
@@ -174,7 +174,7 @@ fn start(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
             p.cache_dir.join(LOG_FILE).display()
         );
     }
-    let s = watch_journal::status(&p.cache_dir);
+    let s = watcher::status(&p.cache_dir);
     if json {
         outln!("{}", status_json(s.as_ref()));
     } else if !settings.quiet {
@@ -190,11 +190,11 @@ fn start(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
 
 #[cfg(unix)]
 fn stop(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
-    let was = watch_journal::status(&p.cache_dir);
+    let was = watcher::status(&p.cache_dir);
     if was.is_some() {
-        let _ = watch_journal::request(&p.cache_dir, "stop");
+        let _ = watcher::request(&p.cache_dir, "stop");
         let deadline = Instant::now() + STOP_TIMEOUT;
-        while watch_daemon::is_locked(&p.cache_dir) {
+        while watcher::is_locked(&p.cache_dir) {
             if Instant::now() >= deadline {
                 bail!(
                     "the watcher for {} was asked to stop but still runs after {}s",
@@ -240,7 +240,7 @@ fn foreground(p: &Place) -> Result<ExitCode> {
     {
         cfg.idle_stop = Duration::from_millis(ms);
     }
-    let started = watch_daemon::run(cfg, |s| {
+    let started = watcher::run(cfg, |s| {
         use std::io::Write;
         let mut o = std::io::stdout().lock();
         let _ = writeln!(o, "ready");
@@ -249,14 +249,11 @@ fn foreground(p: &Place) -> Result<ExitCode> {
     });
     match started {
         Ok(why) => {
-            eprintln!(
-                "{}: stopped ({why})",
-                cairn::codec::Timestamp::now().to_iso()
-            );
+            eprintln!("{}: stopped ({why})", cairn::Timestamp::now().to_iso());
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("{}: {e}", cairn::codec::Timestamp::now().to_iso());
+            eprintln!("{}: {e}", cairn::Timestamp::now().to_iso());
             Err(e.into())
         }
     }

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn::engine::vfs::{LockGuard, Mapped, OpenMode, SimVfs, Vfs, VfsFile};
 use cairn::Store;
+use cairn_engine::vfs::{LockGuard, Mapped, OpenMode, SimVfs, Vfs, VfsFile};
 use common::{cairn, ok, spawn_cairn};
 
 /// How many `record` pipes write at once, as in the report of the bug.

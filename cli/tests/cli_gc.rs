@@ -326,7 +326,7 @@ fn gc_help_tells_of_the_threshold_and_compact() {
     let out = ok(&cairn(d.path(), &["gc", "--help"]));
     let pct = format!(
         "over {:.0}% of one is dead",
-        cairn::engine::blob::DEFAULT_REWRITE_THRESHOLD * 100.0
+        cairn::checkpoint::DEFAULT_REWRITE_THRESHOLD * 100.0
     );
     assert!(out.contains(&pct), "{out}");
     assert!(out.contains("--compact"), "{out}");

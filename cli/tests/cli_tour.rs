@@ -1503,7 +1503,7 @@ fn tree_and_diff_name_a_file_a_checkpoint_did_not_capture() {
     std::fs::write(ws.join("small.txt"), "kept\n").unwrap();
     // Over the 256 MiB a checkpoint stores, sparse: nothing is written.
     let big = std::fs::File::create(ws.join("big.bin")).unwrap();
-    big.set_len(cairn::snapshot::workspace::DEFAULT_MAX_FILE_BYTES + 1)
+    big.set_len(cairn::checkpoint::DEFAULT_MAX_FILE_BYTES + 1)
         .unwrap();
     drop(big);
     ok(&cairn(ws, &["checkpoint", "-q"])); // c1
@@ -1624,7 +1624,7 @@ fn a_file_not_captured_is_named_so_at_any_spelling_of_the_point() {
         .write(true)
         .open(ws.join("big.bin"))
         .unwrap();
-    big.set_len(cairn::snapshot::workspace::DEFAULT_MAX_FILE_BYTES + 1)
+    big.set_len(cairn::checkpoint::DEFAULT_MAX_FILE_BYTES + 1)
         .unwrap();
     drop(big);
     ok(&cairn(ws, &["checkpoint", "-q"])); // c2, @2
@@ -1667,7 +1667,7 @@ fn a_file_not_captured_is_named_so_at_any_spelling_of_the_point() {
     // A file too large since before c1's time that neither tree holds is
     // in no rollback's plan: still on disk, still not captured after it.
     let huge = std::fs::File::create(ws.join("huge.bin")).unwrap();
-    huge.set_len(cairn::snapshot::workspace::DEFAULT_MAX_FILE_BYTES + 1)
+    huge.set_len(cairn::checkpoint::DEFAULT_MAX_FILE_BYTES + 1)
         .unwrap();
     drop(huge);
     ok(&cairn(ws, &["checkpoint", "-q"])); // c5
@@ -1687,7 +1687,7 @@ fn a_file_not_captured_is_named_so_at_any_spelling_of_the_point() {
     // A recorded move of a file not captured carries the mark to its new
     // path, until a record gives that path contents.
     let f = std::fs::File::create(ws.join("huge2.bin")).unwrap();
-    f.set_len(cairn::snapshot::workspace::DEFAULT_MAX_FILE_BYTES + 1)
+    f.set_len(cairn::checkpoint::DEFAULT_MAX_FILE_BYTES + 1)
         .unwrap();
     drop(f);
     ok(&cairn(ws, &["checkpoint", "-q"]));

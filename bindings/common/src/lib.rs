@@ -24,9 +24,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cairn::engine::store_dir::STORE_DIR_NAME;
 use cairn::json::{json, Map, Value};
-use cairn::query::filter::{parse_time_bound, TimeBound};
+use cairn::store_dir::STORE_DIR_NAME;
+use cairn::{parse_time_bound, TimeBound};
 use cairn::{
     CheckpointId, CheckpointInfo, Durability, Event, EventKind, Filter, Format, Lsn, Point,
     RetentionPolicy, RollbackReport, Session, Store,
@@ -113,8 +113,8 @@ impl From<cairn::Error> for BindError {
     }
 }
 
-impl From<cairn::query::QueryError> for BindError {
-    fn from(e: cairn::query::QueryError) -> BindError {
+impl From<cairn::QueryError> for BindError {
+    fn from(e: cairn::QueryError) -> BindError {
         BindError::from(cairn::Error::from(e))
     }
 }
@@ -124,8 +124,8 @@ pub type Result<T> = std::result::Result<T, BindError>;
 
 /// Which family `e` belongs to.
 pub fn classify(e: &cairn::Error) -> ErrorKind {
-    use cairn::engine::EngineError;
-    use cairn::query::QueryError;
+    use cairn::EngineError;
+    use cairn::QueryError;
     use cairn::SnapshotError;
     fn engine(e: &EngineError) -> ErrorKind {
         match e {
@@ -200,7 +200,7 @@ impl Shared {
     pub fn open(path: &Path, create: bool, durability: &str, read_only: bool) -> Result<Shared> {
         let durability: Durability = durability
             .parse()
-            .map_err(|e: cairn::engine::EngineError| BindError::invalid(e.to_string()))?;
+            .map_err(|e: cairn::EngineError| BindError::invalid(e.to_string()))?;
         let store_dir = path.join(STORE_DIR_NAME);
         if !create && !store_dir.join("log").is_dir() {
             return Err(BindError::new(
@@ -334,7 +334,7 @@ impl SessionSpec {
         stamp("agent", self.agent.as_deref());
         stamp("model", self.model.as_deref());
         let line = Value::Object(map).to_string();
-        cairn::codec::json::parse_event(&line)
+        cairn::jsonl::parse_event(&line)
             .map_err(|e| BindError::new(ErrorKind::InvalidEvent, format!("bad event: {e}")))
     }
 }
@@ -342,7 +342,7 @@ impl SessionSpec {
 /// A record as cairn's canonical JSON (what `cairn log --json` and a JSONL
 /// export print): `lsn`, `ts`, `session`, `kind`, ..., `hash`.
 pub fn record_json(lsn: Lsn, chain: cairn::ChainHash, e: &Event) -> Value {
-    let rec = cairn::codec::json::JsonRecord::new(lsn, chain, e);
+    let rec = cairn::jsonl::JsonRecord::new(lsn, chain, e);
     serde_json::to_value(&rec).unwrap_or(Value::Null)
 }
 
@@ -398,20 +398,20 @@ pub fn rollback_json(r: &RollbackReport) -> Value {
 /// Reads a checkpoint id (`c42`), naming the argument when it is not one.
 pub fn checkpoint_id(text: &str) -> Result<CheckpointId> {
     text.parse()
-        .map_err(|e: cairn::codec::CodecError| BindError::invalid(e.to_string()))
+        .map_err(|e: cairn::CodecError| BindError::invalid(e.to_string()))
 }
 
 /// Reads a point in history: `head`, `@12` (an LSN), `c42` (a checkpoint)
 /// or an ISO-8601 time.
 pub fn point(text: &str) -> Result<Point> {
     text.parse()
-        .map_err(|e: cairn::query::QueryError| BindError::invalid(e.to_string()))
+        .map_err(|e: cairn::QueryError| BindError::invalid(e.to_string()))
 }
 
 /// Reads an export/import format: `jsonl`, `cortexide` or `comma`.
 pub fn format(text: &str) -> Result<Format> {
     text.parse()
-        .map_err(|e: cairn::query::QueryError| BindError::invalid(e.to_string()))
+        .map_err(|e: cairn::QueryError| BindError::invalid(e.to_string()))
 }
 
 /// Reads an event kind (`prompt`, `file.write`, ...).
@@ -542,8 +542,8 @@ pub fn tree_json(store: &Store, at: Point) -> Result<Value> {
     let mut out = Map::new();
     for (path, e) in tree {
         let kind = match e.kind {
-            cairn::query::source::EntryKind::File => "file",
-            cairn::query::source::EntryKind::Symlink => "symlink",
+            cairn::EntryKind::File => "file",
+            cairn::EntryKind::Symlink => "symlink",
         };
         out.insert(
             path,

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use cairn::query::source::Record;
-use cairn::query::{Filter, Point};
+use cairn::jsonl::Record;
 use cairn::{EventKind, Lsn};
+use cairn::{Filter, Point};
 
 use super::args::{ReportArgs, ReportFormat};
 use super::output::one_line;
@@ -394,7 +394,7 @@ impl Builder {
             let body = if d.too_large {
                 Err(format!(
                     "over {} MiB: not compared line by line",
-                    cairn::query::query::MAX_LINE_DIFF_BYTES >> 20
+                    cairn::diff::MAX_LINE_DIFF_BYTES >> 20
                 ))
             } else if d.binary {
                 Err("binary".to_string())
