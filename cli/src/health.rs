@@ -6,18 +6,18 @@ use std::process::ExitCode;
 use anyhow::Result;
 use cairn::ChainHash;
 
-use super::args::{LogArgs, VerifyArgs};
+use super::hiargs::RecordFilter;
 use super::output::{bytes, count, Style, Table};
-use super::records::{check_record_bounds, filter_from, record_path, RecordPrinter};
+use super::records::{check_record_bounds, record_path, RecordPrinter};
 use super::{Settings, EXIT_CORRUPT};
 
 /// `cairn log`: streamed, so a log of any length prints in bounded memory.
-pub fn log(settings: &Settings, a: LogArgs) -> Result<ExitCode> {
-    let mut filter = filter_from(&a.filter)?;
+pub fn log(settings: &Settings, filter: RecordFilter, json: bool) -> Result<ExitCode> {
     let store = settings.open_read()?;
-    check_record_bounds(&store, &a.filter)?;
+    check_record_bounds(&store, &filter)?;
+    let mut filter = filter.filter;
     filter.path = filter.path.map(|p| record_path(&p, store.workspace_dir()));
-    let mut printer = RecordPrinter::new(a.json);
+    let mut printer = RecordPrinter::new(json);
     let mut failed: Option<std::io::Error> = None;
     let scanned = store.scan(&filter, &mut |r| match printer.print(&r) {
         Ok(()) => Ok(true),
@@ -37,13 +37,7 @@ pub fn log(settings: &Settings, a: LogArgs) -> Result<ExitCode> {
 }
 
 /// `cairn verify`.
-pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
-    let pinned = match &a.head {
-        None => None,
-        Some(h) => {
-            Some(ChainHash::from_hex(h.trim()).map_err(|e| super::usage(format!("--head: {e}")))?)
-        }
-    };
+pub fn verify(settings: &Settings, pinned: Option<ChainHash>, json: bool) -> Result<ExitCode> {
     let spin = super::progress::Spinner::start(settings.quiet, "verifying every record and blob");
     let opened = settings
         .open_read()
@@ -51,7 +45,7 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
     drop(spin);
     let (report, store) = match opened {
         Ok(x) => x,
-        Err(e) if a.json => {
+        Err(e) if json => {
             // Damage that stops the log from being read at all is still a
             // report to a script: not-ok, with the reason.
             let v = serde_json::json!({"ok": false, "error": super::describe(&e)});
@@ -66,7 +60,7 @@ pub fn verify(settings: &Settings, a: VerifyArgs) -> Result<ExitCode> {
     if let Some(w) = store.unfinished_rollback_warning() {
         eprintln!("warning: {w}");
     }
-    if a.json {
+    if json {
         outln!("{}", verify_json(&report, ok));
     } else if settings.quiet && ok {
         // Quiet, an intact store is said by the exit code alone.

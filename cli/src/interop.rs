@@ -11,19 +11,8 @@ use cairn::Filter;
 use cairn::Format;
 use cairn::{Lsn, Store};
 
-use super::args::ExportArgs;
-use super::records::filter_from;
+use super::hiargs::ExportPlan;
 use super::Settings;
-
-fn parse_format(s: &str) -> Result<Format> {
-    parse_format_flag("--format", s)
-}
-
-/// `s` as an export/import shape; a bad one is a usage error naming `flag`.
-pub fn parse_format_flag(flag: &str, s: &str) -> Result<Format> {
-    s.parse::<Format>()
-        .map_err(|e| super::usage(format!("{flag} {s}: {e}")))
-}
 
 /// Exports the whole log as canonical JSONL to `path` (atomically: temp file, then rename).
 pub fn export_to_file(store: &Store, path: &Path) -> Result<u64> {
@@ -43,16 +32,11 @@ pub fn export_to_file(store: &Store, path: &Path) -> Result<u64> {
 }
 
 /// `cairn export`.
-pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
-    let format = parse_format(&a.format)?;
-    let mut filter = filter_from(&a.filter)?;
-    if a.follow && filter.newest_first {
-        return Err(super::usage(
-            "--follow prints records in the order they are committed; it cannot be combined with --newest-first",
-        ));
-    }
+pub fn export(settings: &Settings, a: ExportPlan) -> Result<ExitCode> {
+    let format = a.format;
     let store = settings.open_read()?;
     super::records::check_record_bounds(&store, &a.filter)?;
+    let mut filter = a.filter.filter;
     filter.path = filter
         .path
         .map(|p| super::records::record_path(&p, store.workspace_dir()));
@@ -114,12 +98,11 @@ pub fn export(settings: &Settings, a: ExportArgs) -> Result<ExitCode> {
 /// `cairn import`.
 pub fn import(
     settings: &Settings,
-    format: &str,
+    format: Format,
     files: &[PathBuf],
     json: bool,
     opts: cairn::import::ImportOptions,
 ) -> Result<ExitCode> {
-    let format = parse_format(format)?;
     let mut done = Done::default();
     let got = settings.open_write().and_then(|store| {
         import_files_counting(
@@ -214,29 +197,6 @@ fn collected_words(collected: &[(String, cairn::CollectedCheckpoint)]) -> String
         super::output::short_list(&made),
         if n == 1 { "it" } else { "they" },
     )
-}
-
-/// The mode of `import --collected-checkpoints` (`refuse` when not
-/// given); another word is a usage error naming the flag.
-pub fn collected_mode(s: Option<&str>) -> Result<cairn::CollectedCheckpoints> {
-    match s {
-        None => Ok(cairn::CollectedCheckpoints::default()),
-        Some(s) => s
-            .parse()
-            .map_err(|e| super::usage(format!("--collected-checkpoints {s}: {e}"))),
-    }
-}
-
-/// The options of `--again` and `--resume` (or `--load-again` and
-/// `--load-resume`), which exclude each other.
-pub fn import_options(again: bool, resume: bool) -> cairn::import::ImportOptions {
-    if again {
-        cairn::import::ImportOptions::again()
-    } else if resume {
-        cairn::import::ImportOptions::resume()
-    } else {
-        cairn::import::ImportOptions::default()
-    }
 }
 
 /// The flag that sets `option` for `purpose`: what a user of `cairn` can

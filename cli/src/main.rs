@@ -33,6 +33,7 @@ pub mod checkpoint;
 pub mod demo;
 pub mod discover;
 pub mod health;
+pub mod hiargs;
 pub mod hooks;
 pub mod interop;
 pub mod memory;
@@ -305,7 +306,7 @@ impl Settings {
         };
         let load_format = match &cli.load_format {
             None => cairn::Format::Jsonl,
-            Some(s) => interop::parse_format_flag("--load-format", s)?,
+            Some(s) => hiargs::parse_format_flag("--load-format", s)?,
         };
         Ok(Settings {
             store: cli.store.clone(),
@@ -315,7 +316,7 @@ impl Settings {
             in_memory: cli.in_memory,
             loads: cli.load.clone(),
             load_format,
-            load_options: interop::import_options(cli.load_again, cli.load_resume)
+            load_options: hiargs::import_options(cli.load_again, cli.load_resume)
                 .with_skip_torn_tail(cli.load_skip_torn_tail),
             memory: std::cell::RefCell::new(None),
         })
@@ -503,84 +504,79 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     } else {
         None
     };
-    let result = match command {
-        Command::Init { dir, rebind } => init(&settings, dir.as_deref(), rebind),
-        Command::Record(a) => record::run(&settings, a),
-        Command::Log(a) => health::log(&settings, a),
-        Command::Verify(a) => health::verify(&settings, a),
-        Command::Repair { json } => health::repair(&settings, json),
-        Command::Stats { json } => health::stats(&settings, json),
-        Command::Blob(b) => blob::run(&settings, b),
-        Command::Track { paths } => checkpoint::track(&settings, &paths),
-        Command::Checkpoint(a) => checkpoint::create(&settings, a),
-        Command::Checkpoints { session, json } => {
-            checkpoint::list(&settings, session.as_deref(), json)
-        }
-        Command::Rollback(a) => checkpoint::rollback(&settings, a),
-        Command::Gc(a) => checkpoint::gc(&settings, a),
-        Command::Show { spec } => travel::show(&settings, &spec),
-        Command::Tree { point, json } => travel::tree(&settings, &point, json),
-        Command::Diff { a, b, paths, json } => travel::diff(&settings, &a, &b, &paths, json),
-        Command::History {
-            path,
-            checkpoints,
-            follow,
-            json,
-        } => travel::history(&settings, &path, checkpoints, follow, json),
-        Command::Blame { point, path, json } => {
-            travel::blame(&settings, &point, path.as_deref(), json)
-        }
-        Command::Branches { id, json } => travel::branches(&settings, id.as_deref(), json),
-        Command::Export(a) => interop::export(&settings, a),
-        Command::Import {
-            format,
-            files,
-            json,
-            file_history,
-            base,
-            ..
-        } if agents::AGENT_FORMATS.contains(&format.as_str()) => {
-            agents::import(&settings, &format, &files, json, file_history, base)
-        }
-        Command::Import {
-            format,
-            file_history: Some(_),
-            ..
-        } => Err(usage(format!(
-            "--file-history is for --format claude-code, not {format}"
-        ))),
-        Command::Import {
-            format,
-            base: Some(_),
-            ..
-        } => Err(usage(format!(
-            "--base is for --format codex or swe-agent, not {format}"
-        ))),
-        Command::Import {
-            format,
-            files,
-            json,
-            again,
-            resume,
-            skip_torn_tail,
-            collected_checkpoints,
-            ..
-        } => interop::collected_mode(collected_checkpoints.as_deref()).and_then(|collected| {
-            let opts = interop::import_options(again, resume)
-                .with_skip_torn_tail(skip_torn_tail)
-                .with_collected_checkpoints(collected);
-            interop::import(&settings, &format, &files, json, opts)
-        }),
-        Command::Report(a) => report::run(&settings, a),
-        Command::Demo(a) => demo::run(&settings, a),
-        Command::Hooks { action } => hooks::run(action),
-        Command::Watch(a) => watch::run(&settings, a),
-        Command::Completions { shell } => completions(&shell),
+    let result = match hiargs::Plan::new(command) {
+        Err(e) => Err(e),
+        Ok(plan) => dispatch(&settings, plan),
     };
     if settings.in_memory {
         return memory::finish(&settings, gone, result);
     }
     result
+}
+
+/// Runs a validated command.
+fn dispatch(settings: &Settings, plan: hiargs::Plan) -> Result<ExitCode> {
+    use hiargs::{ImportPlan, Plan};
+    let command = match plan {
+        Plan::Log { filter, json } => return health::log(settings, filter, json),
+        Plan::Export(p) => return interop::export(settings, p),
+        Plan::Tree { point, json } => return travel::tree(settings, point, json),
+        Plan::Diff { a, b, paths, json } => return travel::diff(settings, a, b, &paths, json),
+        Plan::Verify { head, json } => return health::verify(settings, head, json),
+        Plan::Report(p) => return report::run(settings, p),
+        Plan::Import(ImportPlan::Agent {
+            format,
+            files,
+            json,
+            file_history,
+            base,
+        }) => return agents::import(settings, &format, &files, json, file_history, base),
+        Plan::Import(ImportPlan::Records {
+            format,
+            files,
+            json,
+            options,
+        }) => return interop::import(settings, format, &files, json, options),
+        Plan::Other(command) => command,
+    };
+    match command {
+        Command::Init { dir, rebind } => init(settings, dir.as_deref(), rebind),
+        Command::Record(a) => record::run(settings, a),
+        Command::Repair { json } => health::repair(settings, json),
+        Command::Stats { json } => health::stats(settings, json),
+        Command::Blob(b) => blob::run(settings, b),
+        Command::Track { paths } => checkpoint::track(settings, &paths),
+        Command::Checkpoint(a) => checkpoint::create(settings, a),
+        Command::Checkpoints { session, json } => {
+            checkpoint::list(settings, session.as_deref(), json)
+        }
+        Command::Rollback(a) => checkpoint::rollback(settings, a),
+        Command::Gc(a) => checkpoint::gc(settings, a),
+        Command::Show { spec } => travel::show(settings, &spec),
+        Command::History {
+            path,
+            checkpoints,
+            follow,
+            json,
+        } => travel::history(settings, &path, checkpoints, follow, json),
+        Command::Blame { point, path, json } => {
+            travel::blame(settings, &point, path.as_deref(), json)
+        }
+        Command::Branches { id, json } => travel::branches(settings, id.as_deref(), json),
+        Command::Demo(a) => demo::run(settings, a),
+        Command::Hooks { action } => hooks::run(action),
+        Command::Watch(a) => watch::run(settings, a),
+        Command::Completions { shell } => completions(&shell),
+        Command::Log(_)
+        | Command::Export(_)
+        | Command::Tree { .. }
+        | Command::Diff { .. }
+        | Command::Verify(_)
+        | Command::Report(_)
+        | Command::Import { .. } => {
+            unreachable!("hiargs::Plan::new validates these into their own plans")
+        }
+    }
 }
 
 fn init(settings: &Settings, dir: Option<&Path>, rebind: bool) -> Result<ExitCode> {

@@ -7,79 +7,25 @@ use anyhow::{Context, Result};
 use cairn::jsonl::write_json_line;
 use cairn::jsonl::Record;
 use cairn::EventRef;
-use cairn::{parse_time_bound, TimeBound};
+use cairn::Point;
 use cairn::{EventKind, Timestamp};
-use cairn::{Filter, Point};
 
-use super::args::FilterArgs;
+use super::hiargs::RecordFilter;
 use super::output::{cell, count, one_line, quote_path, relative, Style, Table};
 use super::Settings;
-
-/// Turns the filter flags into a validated [`Filter`].
-pub fn filter_from(a: &FilterArgs) -> Result<Filter> {
-    let time = |flag: &str, v: &Option<String>, b: TimeBound| -> Result<Option<Timestamp>> {
-        v.as_deref()
-            .map(|s| parse_time_bound(s, b).map_err(|e| super::usage(format!("--{flag}: {e}"))))
-            .transpose()
-    };
-    let kind = match &a.kind {
-        None => None,
-        Some(k) => Some(
-            k.parse::<EventKind>()
-                .map_err(|e| super::usage(format!("--kind: {e}")))?,
-        ),
-    };
-    // `@LSN` and `c12` bound by record; anything else is a time.
-    let (since_lsn, since) = match record_bound(&a.since) {
-        Some(l) => (Some(l), None),
-        None => (None, time("since", &a.since, TimeBound::Since)?),
-    };
-    let (until_lsn, until) = match record_bound(&a.until) {
-        Some(l) => (Some(l), None),
-        None => (None, time("until", &a.until, TimeBound::Until)?),
-    };
-    Ok(Filter {
-        session: a.session.clone(),
-        run: a.run.clone(),
-        phase: a.phase.clone(),
-        kind,
-        agent: a.agent.clone(),
-        model: a.model.clone(),
-        ok: a.ok,
-        path: a.path.clone(),
-        since,
-        until,
-        since_lsn,
-        until_lsn,
-        limit: a.limit,
-        newest_first: a.newest_first,
-    })
-}
-
-/// The LSN of a `--since`/`--until` value that names a record (`@12`, or
-/// a checkpoint id `c12`); `None` for a time (or nothing).
-fn record_bound(v: &Option<String>) -> Option<cairn::Lsn> {
-    match v.as_deref()?.parse::<Point>() {
-        Ok(Point::Lsn(l)) => Some(l),
-        Ok(Point::Checkpoint(c)) => Some(c.0),
-        _ => None,
-    }
-}
 
 /// Refuses a `--since`/`--until` checkpoint id that names no checkpoint of
 /// this store (`c7` where LSN 7 is a prompt), as every other command that
 /// takes a point does. A checkpoint record imported without a manifest
 /// bounds the log as well as any: it is a record, though it holds no tree.
-pub fn check_record_bounds(store: &cairn::Store, a: &FilterArgs) -> Result<()> {
-    for (flag, v) in [("since", &a.since), ("until", &a.until)] {
-        if let Some(Ok(p @ Point::Checkpoint(c))) = v.as_deref().map(str::parse::<Point>) {
-            store
-                .query(|q| match q.resolve(p) {
-                    Err(_) if q.is_imported_checkpoint(c) => Ok(c.0),
-                    r => r,
-                })
-                .with_context(|| format!("--{flag} {}", v.as_deref().unwrap_or_default()))?;
-        }
+pub fn check_record_bounds(store: &cairn::Store, filter: &RecordFilter) -> Result<()> {
+    for &(flag, c) in &filter.checkpoint_bounds {
+        store
+            .query(|q| match q.resolve(Point::Checkpoint(c)) {
+                Err(_) if q.is_imported_checkpoint(c) => Ok(c.0),
+                r => r,
+            })
+            .with_context(|| format!("--{flag} {c}"))?;
     }
     Ok(())
 }
@@ -100,11 +46,6 @@ pub fn record_path(p: &str, workspace: Option<&std::path::Path>) -> String {
         return String::new();
     }
     p.to_string()
-}
-
-/// A point (`@LSN`, `c12`, a time, `head`), a usage error when it is none.
-pub fn parse_point(s: &str) -> Result<Point> {
-    s.parse::<Point>().map_err(|e| super::usage(e.to_string()))
 }
 
 /// Says on stderr (unless `--quiet`) when a time point falls where the

@@ -10,10 +10,11 @@ use cairn::jsonl::Record;
 use cairn::Point;
 use cairn::{EventKind, Lsn};
 
+use super::hiargs::{parse_point, PointArg};
 use super::output::{
     cell, count, one_line, quote_not_captured, quote_path, reason_words, Style, Table,
 };
-use super::records::{note_time_points, parse_point, print_records, record_path};
+use super::records::{note_time_points, print_records, record_path};
 use super::{Settings, EXIT_CORRUPT};
 
 /// Splits `POINT:PATH` at the rightmost colon whose left side is a point,
@@ -271,8 +272,8 @@ fn unrecorded_note(list: &[(String, Record)], consequence: &str) -> Option<Strin
 }
 
 /// `cairn tree POINT`.
-pub fn tree(settings: &Settings, point: &str, json: bool) -> Result<ExitCode> {
-    let p = parse_point(point)?;
+pub fn tree(settings: &Settings, point: PointArg, json: bool) -> Result<ExitCode> {
+    let (p, point) = (point.point, point.typed);
     let store = settings.open_read()?;
     note_time_points(settings, &store, &[p])?;
     let (tree, unrecorded) = store.query(|q| {
@@ -365,12 +366,13 @@ fn not_captured_at(store: &cairn::Store, p: &Point) -> Result<Vec<cairn::checkpo
 /// `cairn diff A B [-- PATH...]`.
 pub fn diff(
     settings: &Settings,
-    a: &str,
-    b: &str,
+    a: PointArg,
+    b: PointArg,
     paths: &[String],
     json: bool,
 ) -> Result<ExitCode> {
-    let (pa, pb) = (parse_point(a)?, parse_point(b)?);
+    let (pa, pb) = (a.point, b.point);
+    let (a, b) = (a.typed.as_str(), b.typed.as_str());
     let store = settings.open_read()?;
     // Paths as `rollback --path` reads them: relative (`./src/`) or absolute
     // inside the workspace; one outside it is refused, not an empty diff.

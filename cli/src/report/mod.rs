@@ -15,9 +15,10 @@ use cairn::jsonl::Record;
 use cairn::{EventKind, Lsn};
 use cairn::{Filter, Point};
 
-use super::args::{ReportArgs, ReportFormat};
+use super::args::ReportFormat;
+use super::hiargs::ReportPlan;
 use super::output::one_line;
-use super::records::{parse_point, summary};
+use super::records::summary;
 use super::Settings;
 
 /// The most characters of an event's summary line in the timeline: a row
@@ -40,9 +41,12 @@ const MAX_DIFFED_NODES: usize = 5_000;
 const MAX_DIFFED_FILE_EVENTS: usize = 2_000;
 
 /// `cairn report`.
-pub fn run(settings: &Settings, a: ReportArgs) -> Result<ExitCode> {
-    let since = a.since.as_deref().map(parse_point).transpose()?;
-    let until = a.until.as_deref().map(parse_point).transpose()?;
+pub fn run(settings: &Settings, plan: ReportPlan) -> Result<ExitCode> {
+    let ReportPlan {
+        args: a,
+        since,
+        until,
+    } = plan;
     let store = settings.open_read()?;
     let report = Report::gather(&store, &a.session, since, until)?;
     let mut bytes = Vec::new();
