@@ -55,7 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let r = store.import_claude_code(&paths, &ClaudeCodeOptions::default())?;
         store.close()?;
         import_best = import_best.min(t.elapsed());
-        records = r.records;
+        records = r.imported.records;
         store_bytes = du(&dir.path().join(".cairn"))?;
     }
     let mb = bytes as f64 / 1e6;

@@ -9,15 +9,17 @@ use anyhow::Result;
 use cairn::import::claude_code::{ClaudeCodeOptions, ClaudeCodeReport};
 use cairn::import::codex::{CodexOptions, CodexReport};
 use cairn::import::swe_agent::{SweAgentOptions, SweAgentReport};
+use cairn::import::AgentCounts;
 
+use super::output::count;
 use super::Settings;
 
 /// The `--format` values this module imports (the agent history shapes,
 /// beside the JSONL shapes `interop` imports).
 pub const AGENT_FORMATS: [&str; 3] = ["claude-code", "codex", "swe-agent"];
 
-/// `cairn import --format FORMAT PATH...` for the agent formats: checks
-/// that each flag given is one of the format's, and imports.
+/// `cairn import --format FORMAT PATH...` for the agent formats (whose
+/// flags [`crate::hiargs`] has checked).
 pub fn import(
     settings: &Settings,
     format: &str,
@@ -26,24 +28,6 @@ pub fn import(
     file_history: Option<PathBuf>,
     base: Option<PathBuf>,
 ) -> Result<ExitCode> {
-    if file_history.is_some() && format != "claude-code" {
-        return Err(super::usage(format!(
-            "--file-history is for --format claude-code, not {format}"
-        )));
-    }
-    if base.is_some() && format == "claude-code" {
-        return Err(super::usage(
-            "--base is for --format codex or swe-agent, not claude-code",
-        ));
-    }
-    if let Some(b) = &base {
-        if !b.is_dir() {
-            return Err(super::usage(format!(
-                "--base {}: not a directory (the tree the session started from)",
-                b.display()
-            )));
-        }
-    }
     match format {
         "codex" => import_codex(settings, files, json, base),
         "swe-agent" => import_swe_agent(settings, files, json, base),
@@ -79,36 +63,27 @@ fn codex_json(r: &CodexReport) -> serde_json::Value {
         .iter()
         .map(|n| serde_json::json!({"file": n.file, "line": n.line, "path": n.path, "reason": n.reason}))
         .collect();
-    serde_json::json!({
-        "count": r.records,
-        "first_lsn": r.range.map(|x| x.0 .0),
-        "last_lsn": r.range.map(|x| x.1 .0),
-        "files": r.files,
-        "lines": r.lines,
-        "already_recorded": r.already,
-        "sessions": r.sessions,
-        "unknown_types": r.unknown,
-        "diffs_not_applied": not_applied,
-    })
+    counts_json(
+        &r.imported,
+        serde_json::json!({
+            "lines": r.lines,
+            "unknown_types": r.unknown,
+            "diffs_not_applied": not_applied,
+        }),
+    )
 }
 
 /// The summary of a Codex import in words, for stderr.
 fn codex_words(r: &CodexReport) -> String {
-    use super::output::count;
-    let mut s = format!(
-        "imported {} from {} ({}, {})",
-        count(r.records, "record"),
-        count(r.files, "rollout"),
-        count(r.sessions.len() as u64, "session"),
-        count(r.lines, "line"),
+    let mut s = counts_words(
+        &r.imported,
+        "rollout",
+        &[
+            count(r.imported.sessions.len() as u64, "session"),
+            count(r.lines, "line"),
+        ],
     );
-    if r.already > 0 {
-        s += &format!("; {} recorded before, skipped", count(r.already, "event"));
-    }
-    if !r.unknown.is_empty() {
-        let t: Vec<String> = r.unknown.iter().map(|(k, n)| format!("{k}: {n}")).collect();
-        s += &format!("; record types kept as generic records: {}", t.join(", "));
-    }
+    s += &unknown_words(&r.unknown);
     for n in &r.not_applied {
         s += &format!(
             "\n{}:{}: {}: {}; recorded without contents",
@@ -116,6 +91,47 @@ fn codex_words(r: &CodexReport) -> String {
         );
     }
     s
+}
+
+/// What every agent import's `--json` summary says (`count`, the LSNs,
+/// `files`, `already_recorded`, `sessions`), with `own`'s fields added.
+fn counts_json(c: &AgentCounts, own: serde_json::Value) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "count": c.records,
+        "first_lsn": c.range.map(|x| x.0 .0),
+        "last_lsn": c.range.map(|x| x.1 .0),
+        "files": c.files,
+        "already_recorded": c.already,
+        "sessions": c.sessions,
+    });
+    if let (Some(all), serde_json::Value::Object(own)) = (v.as_object_mut(), own) {
+        all.extend(own);
+    }
+    v
+}
+
+/// "imported N records from M FILES (DETAILS)", and the events recorded
+/// before, as every agent import says it.
+fn counts_words(c: &AgentCounts, file_noun: &str, details: &[String]) -> String {
+    let mut s = format!(
+        "imported {} from {} ({})",
+        count(c.records, "record"),
+        count(c.files, file_noun),
+        details.join(", "),
+    );
+    if c.already > 0 {
+        s += &format!("; {} recorded before, skipped", count(c.already, "event"));
+    }
+    s
+}
+
+/// The record types an import kept as generic records, in words ("" for none).
+fn unknown_words(unknown: &std::collections::BTreeMap<String, u64>) -> String {
+    if unknown.is_empty() {
+        return String::new();
+    }
+    let t: Vec<String> = unknown.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+    format!("; record types kept as generic records: {}", t.join(", "))
 }
 
 /// `cairn import --format swe-agent FILE.traj...`. Prints what was
@@ -146,33 +162,27 @@ fn swe_agent_json(r: &SweAgentReport) -> serde_json::Value {
         .iter()
         .map(|n| serde_json::json!({"file": n.file, "path": n.path, "reason": n.reason}))
         .collect();
-    serde_json::json!({
-        "count": r.records,
-        "first_lsn": r.range.map(|x| x.0 .0),
-        "last_lsn": r.range.map(|x| x.1 .0),
-        "files": r.files,
-        "steps": r.steps,
-        "already_recorded": r.already,
-        "sessions": r.sessions,
-        "submitted_files": r.submitted_files,
-        "submissions_without_base": r.without_base,
-        "diffs_not_applied": not_applied,
-    })
+    counts_json(
+        &r.imported,
+        serde_json::json!({
+            "steps": r.steps,
+            "submitted_files": r.submitted_files,
+            "submissions_without_base": r.without_base,
+            "diffs_not_applied": not_applied,
+        }),
+    )
 }
 
 /// The summary of a SWE-agent import in words, for stderr.
 fn swe_agent_words(r: &SweAgentReport) -> String {
-    use super::output::count;
-    let mut s = format!(
-        "imported {} from {} ({}, {} of submissions)",
-        count(r.records, "record"),
-        count(r.files, "trajectory file"),
-        count(r.steps, "step"),
-        count(r.submitted_files, "file"),
+    let mut s = counts_words(
+        &r.imported,
+        "trajectory file",
+        &[
+            count(r.steps, "step"),
+            format!("{} of submissions", count(r.submitted_files, "file")),
+        ],
     );
-    if r.already > 0 {
-        s += &format!("; {} recorded before, skipped", count(r.already, "event"));
-    }
     for f in &r.without_base {
         s += &format!(
             "\n{f}: its submission is recorded as a patch only: give --base DIR (the tree the run started from) for its file events"
@@ -211,38 +221,29 @@ fn import_claude_code(
 
 /// The summary `--json` prints.
 fn report_json(r: &ClaudeCodeReport) -> serde_json::Value {
-    serde_json::json!({
-        "count": r.records,
-        "first_lsn": r.range.map(|x| x.0 .0),
-        "last_lsn": r.range.map(|x| x.1 .0),
-        "files": r.files,
-        "lines": r.lines,
-        "already_recorded": r.already,
-        "sessions": r.sessions,
-        "unknown_types": r.unknown,
-        "contents_disagree": r.mismatches,
-        "backups": r.backups,
-        "backups_missing": r.backups_missing,
-    })
+    counts_json(
+        &r.imported,
+        serde_json::json!({
+            "lines": r.lines,
+            "unknown_types": r.unknown,
+            "contents_disagree": r.mismatches,
+            "backups": r.backups,
+            "backups_missing": r.backups_missing,
+        }),
+    )
 }
 
 /// The summary in words, for stderr.
 fn report_words(r: &ClaudeCodeReport) -> String {
-    use super::output::count;
-    let mut s = format!(
-        "imported {} from {} ({}, {})",
-        count(r.records, "record"),
-        count(r.files, "transcript"),
-        count(r.sessions.len() as u64, "session"),
-        count(r.lines, "line"),
+    let mut s = counts_words(
+        &r.imported,
+        "transcript",
+        &[
+            count(r.imported.sessions.len() as u64, "session"),
+            count(r.lines, "line"),
+        ],
     );
-    if r.already > 0 {
-        s += &format!("; {} recorded before, skipped", count(r.already, "event"));
-    }
-    if !r.unknown.is_empty() {
-        let t: Vec<String> = r.unknown.iter().map(|(k, n)| format!("{k}: {n}")).collect();
-        s += &format!("; record types kept as generic records: {}", t.join(", "));
-    }
+    s += &unknown_words(&r.unknown);
     if r.backups + r.backups_missing > 0 {
         s += &format!(
             "; {} stored ({} not found)",

@@ -107,33 +107,53 @@ pub(crate) struct Appended {
 }
 
 impl Appended {
-    /// Adds these counts to an import's report: its records, events
-    /// recorded before, and the range of LSNs, widened to this append's.
-    pub(crate) fn add_to(
-        &self,
-        records: &mut u64,
-        already: &mut u64,
-        range: &mut Option<(Lsn, Lsn)>,
-    ) {
-        *records += self.records;
-        *already += self.already;
-        if let Some((a, b)) = self.range {
-            *range = Some((range.map_or(a, |r| r.0), b));
-        }
-    }
-}
-
-impl Appended {
     /// Adds what another append did.
     pub fn add(&mut self, o: Appended) {
         self.records += o.records;
         self.already += o.already;
-        if let Some((a, b)) = o.range {
-            self.range = Some(match self.range {
-                Some((first, _)) => (first, b),
-                None => (a, b),
-            });
+        widen(&mut self.range, o.range);
+    }
+}
+
+/// Widens `range` (the LSNs appended so far) to end at a later append's.
+fn widen(range: &mut Option<(Lsn, Lsn)>, later: Option<(Lsn, Lsn)>) {
+    if let Some((a, b)) = later {
+        *range = Some((range.map_or(a, |r| r.0), b));
+    }
+}
+
+/// What every agent-history import did, whatever its format: the part of
+/// [`ClaudeCodeReport`](super::claude_code::ClaudeCodeReport),
+/// [`CodexReport`](super::codex::CodexReport) and
+/// [`SweAgentReport`](super::swe_agent::SweAgentReport) they share.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgentCounts {
+    /// Files read (transcripts, rollouts, trajectories).
+    pub files: u64,
+    /// Records appended.
+    pub records: u64,
+    /// Events skipped because an earlier import recorded them.
+    pub already: u64,
+    /// The LSNs appended, if any.
+    pub range: Option<(Lsn, Lsn)>,
+    /// Sessions seen, in the order first seen.
+    pub sessions: Vec<String>,
+}
+
+impl AgentCounts {
+    /// Notes a session seen (once, however often it is seen).
+    pub(crate) fn saw_session(&mut self, session: &str) {
+        if !self.sessions.iter().any(|s| s == session) {
+            self.sessions.push(session.to_string());
         }
+    }
+
+    /// Adds what one append did.
+    pub(crate) fn add(&mut self, done: &Appended) {
+        self.records += done.records;
+        self.already += done.already;
+        widen(&mut self.range, done.range);
     }
 }
 

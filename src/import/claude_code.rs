@@ -42,7 +42,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use cairn_codec::event::Meta;
-use cairn_codec::{BlobHash, Event, EventKind, Lsn, Timestamp};
+use cairn_codec::{BlobHash, Event, EventKind, Timestamp};
 use cairn_query::Filter;
 use serde_json::{json, Map, Value};
 
@@ -50,7 +50,9 @@ use crate::error::{Error, Result};
 use crate::Store;
 
 pub use super::agent::MAX_TOOL_SUMMARY_BYTES;
-use super::agent::{json_lines, summary_json as summary, IMPORT_BATCH_EVENTS};
+use super::agent::{
+    json_lines, summary_json as summary, AgentCounts, Appended, IMPORT_BATCH_EVENTS,
+};
 
 /// The most bytes of a record kept whole in a generic record's meta: a
 /// progress record with a tool's whole output would otherwise repeat it.
@@ -86,18 +88,10 @@ impl ClaudeCodeOptions {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClaudeCodeReport {
-    /// Transcript files read.
-    pub files: u64,
+    /// Files read, records appended and skipped, LSNs and sessions.
+    pub imported: AgentCounts,
     /// Lines read.
     pub lines: u64,
-    /// Records appended.
-    pub records: u64,
-    /// Events skipped because an earlier import recorded them.
-    pub already: u64,
-    /// The LSNs appended, if any.
-    pub range: Option<(Lsn, Lsn)>,
-    /// Sessions seen (a subagent is its own session).
-    pub sessions: Vec<String>,
     /// Records of types the importer does not know, by type, kept as
     /// generic records.
     pub unknown: BTreeMap<String, u64>,
@@ -154,7 +148,7 @@ impl Store {
             std::fs::read(dir.join(session).join(name)).ok()
         };
         let parsed = parse_transcript(&text, &name, &mut put, &mut backup)?;
-        report.files += 1;
+        report.imported.files += 1;
         report.lines += parsed.lines;
         report.backups += parsed.backups;
         report.backups_missing += parsed.backups_missing;
@@ -170,9 +164,7 @@ impl Store {
             s
         };
         for s in &sessions {
-            if !report.sessions.contains(s) {
-                report.sessions.push(s.clone());
-            }
+            report.imported.saw_session(s);
             let f = Filter {
                 session: Some(s.clone()),
                 ..Filter::all()
@@ -197,13 +189,13 @@ impl Store {
                 !hooked && line_key(e).is_none_or(|k| !seen.contains(k))
             })
             .collect();
-        report.already += (total - fresh.len()) as u64;
+        report.imported.already += (total - fresh.len()) as u64;
         for chunk in fresh.chunks(IMPORT_BATCH_EVENTS) {
             if let Some((a, b)) = self.append_batch(chunk)? {
-                report.records += b.0 - a.0 + 1;
-                report.range = Some(match report.range {
-                    Some((first, _)) => (first, b),
-                    None => (a, b),
+                report.imported.add(&Appended {
+                    records: b.0 - a.0 + 1,
+                    already: 0,
+                    range: Some((a, b)),
                 });
             }
         }

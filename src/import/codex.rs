@@ -67,7 +67,9 @@ use cairn_codec::event::Meta;
 use cairn_codec::{BlobHash, Event, EventKind, Lsn, Timestamp};
 use serde_json::{json, Map, Value};
 
-use super::agent::{self, bounded, json_lines, summary, JsonLine, MAX_TOOL_SUMMARY_BYTES};
+use super::agent::{
+    self, bounded, json_lines, summary, AgentCounts, JsonLine, MAX_TOOL_SUMMARY_BYTES,
+};
 use super::claude_code::{relative, MAX_GENERIC_RECORD_BYTES, MAX_TRANSCRIPT_LINE_BYTES};
 use crate::error::{Error, Result};
 use crate::Store;
@@ -176,18 +178,10 @@ pub struct NotApplied {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CodexReport {
-    /// Rollout files read.
-    pub files: u64,
+    /// Files read, records appended and skipped, LSNs and sessions.
+    pub imported: AgentCounts,
     /// Lines read.
     pub lines: u64,
-    /// Records appended.
-    pub records: u64,
-    /// Events skipped because an earlier import recorded them.
-    pub already: u64,
-    /// The LSNs appended, if any.
-    pub range: Option<(Lsn, Lsn)>,
-    /// Sessions seen.
-    pub sessions: Vec<String>,
     /// Records of types the importer does not know, by type, kept as
     /// generic records.
     pub unknown: BTreeMap<String, u64>,
@@ -253,7 +247,7 @@ impl Store {
         };
         let mut put = |b: &[u8]| self.put_blob(b);
         let parsed = rollout_events(&lines, &name, &session, &mut put, &mut seed)?;
-        report.files += 1;
+        report.imported.files += 1;
         report.lines += lines.len() as u64;
         // Named once: by the import that records the line.
         report
@@ -265,11 +259,9 @@ impl Store {
         for (t, n) in parsed.unknown {
             *report.unknown.entry(t).or_default() += n;
         }
-        if !report.sessions.contains(&session) {
-            report.sessions.push(session);
-        }
+        report.imported.saw_session(&session);
         let done = agent::append_fresh(self, parsed.events, META_CODEX, &seen)?;
-        done.add_to(&mut report.records, &mut report.already, &mut report.range);
+        report.imported.add(&done);
         Ok(())
     }
 }

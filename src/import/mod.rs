@@ -26,6 +26,7 @@ pub(crate) mod journal;
 mod refusal;
 pub mod swe_agent;
 
+pub use agent::AgentCounts;
 pub use refusal::{ImportOption, Refusal};
 
 use journal::{Checkpoint, Entry, Hashing, Key, KeyFile};

@@ -33,10 +33,10 @@
 use std::path::{Path, PathBuf};
 
 use cairn_codec::event::Meta;
-use cairn_codec::{BlobHash, Event, EventKind, Lsn, Timestamp};
+use cairn_codec::{BlobHash, Event, EventKind, Timestamp};
 use serde_json::{json, Map, Value};
 
-use super::agent::{self, bounded, MAX_TOOL_SUMMARY_BYTES};
+use super::agent::{self, bounded, AgentCounts, MAX_TOOL_SUMMARY_BYTES};
 use super::codex::apply_diff;
 use crate::error::{Error, Result};
 use crate::Store;
@@ -87,18 +87,10 @@ pub struct SubmissionNotApplied {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SweAgentReport {
-    /// Trajectory files read.
-    pub files: u64,
+    /// Files read, records appended and skipped, LSNs and sessions.
+    pub imported: AgentCounts,
     /// Steps read.
     pub steps: u64,
-    /// Records appended.
-    pub records: u64,
-    /// Events skipped because an earlier import recorded them.
-    pub already: u64,
-    /// The LSNs appended, if any.
-    pub range: Option<(Lsn, Lsn)>,
-    /// Sessions seen (one per trajectory).
-    pub sessions: Vec<String>,
     /// File events made of submissions.
     pub submitted_files: u64,
     /// Trajectories whose submission made no file events, as no base was
@@ -192,11 +184,9 @@ impl Store {
             opts.base.is_some(),
         )?;
         let (seen, _) = agent::recorded_keys(self, &session, META_SWE_AGENT)?;
-        report.files += 1;
+        report.imported.files += 1;
         report.steps += parsed.steps;
-        if !report.sessions.contains(&session) {
-            report.sessions.push(session);
-        }
+        report.imported.saw_session(&session);
         let fresh_submission = parsed
             .submission_key
             .as_ref()
@@ -209,7 +199,7 @@ impl Store {
             }
         }
         let done = agent::append_fresh(self, parsed.events, META_SWE_AGENT, &seen)?;
-        done.add_to(&mut report.records, &mut report.already, &mut report.range);
+        report.imported.add(&done);
         Ok(())
     }
 }
