@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use cairn::{CheckpointId, CheckpointInfo, Timestamp};
-use cairn::{CheckpointRequest, RetentionPolicy, RollbackRequest, ScanMode};
+use cairn::{
+    CheckpointRequest, RetentionPolicy, RetentionReport, RollbackReport, RollbackRequest, ScanMode,
+};
 
 use super::args::{CheckpointArgs, GcArgs, RollbackArgs, StampArgs};
 use super::output::{
@@ -379,122 +381,141 @@ pub fn rollback(settings: &Settings, a: RollbackArgs) -> Result<ExitCode> {
     drop(spin);
     print_warnings(&store);
     if a.json {
-        let v = serde_json::json!({
-            "workspace": report.workspace.to_string_lossy(),
-            "target": report.target.to_string(),
-            "source": report.source.map(|s| s.to_string()),
-            "lsn": report.lsn.map(|l| l.0),
-            "dry_run": a.dry_run,
-            "written": report.written,
-            "deleted": report.deleted,
-            "created_dirs": report.created_dirs,
-            "removed_dirs": report.removed_dirs,
-            "dir_modes": report.dir_modes,
-            "kept": report.kept,
-            "state": report.state_hash.map(|h| h.to_hex()),
-            "interrupted_temporaries": report.interrupted_temporaries,
-        });
-        outln!("{v}");
+        outln!("{}", rollback_json(&report, a.dry_run));
     } else if settings.quiet && !a.dry_run {
-        // Quiet, a rollback says only what needs the user: the paths it
-        // left as they are, as warnings. (A dry run's plan is its answer.)
-        for k in &report.kept {
-            eprintln!(
-                "warning: kept {} as it is on disk ({}): move it aside to roll it back",
-                quote_path(&k.path),
-                k.why
-            );
-        }
+        warn_kept(&report);
     } else {
-        let st = Style::stdout();
-        let verb = if a.dry_run { "would" } else { "did" };
-        if report.interrupted_temporaries > 0 {
-            // Not in the plan: cairn's own, removed before the rollback
-            // takes its undo point (the real one warns how many it removed).
-            outln!(
-                "first, the rollback would remove the {} a rollback interrupted part way left (.cairn-restore-*.tmp; not listed below)",
-                count(report.interrupted_temporaries as u64, "temporary file")
-            );
-        }
-        // Each group: the dry run's word, the real run's, the paths, a
-        // suffix (directories), the colour.
-        type Paint = fn(&Style, &str) -> String;
-        let groups: [(&str, &str, &[String], &str, Paint); 5] = [
-            ("write ", "wrote  ", &report.written, "", Style::green),
-            ("delete", "deleted", &report.deleted, "", Style::red),
-            ("mkdir ", "created", &report.created_dirs, "/", Style::cyan),
-            ("rmdir ", "removed", &report.removed_dirs, "/", Style::red),
-            ("chmod ", "chmod'd", &report.dir_modes, "/", Style::cyan),
-        ];
-        for (would, did, paths, suffix, paint) in groups {
-            // A dry run cannot know whether a directory holds files no
-            // checkpoint tracks (ignored ones), which keep it.
-            let suffix = if a.dry_run && would == "rmdir " {
-                "/ (if it ends up empty)"
-            } else {
-                suffix
-            };
-            for p in paths {
-                let word = if a.dry_run { would } else { did };
-                outln!("  {} {}{suffix}", paint(&st, word), quote_path(p));
-            }
-        }
-        for k in &report.kept {
-            outln!(
-                "  {} {} ({})",
-                st.yellow(if a.dry_run { "keep  " } else { "kept   " }),
-                quote_path(&k.path),
-                k.why
-            );
-        }
-        if !report.kept.is_empty() {
-            let (are, them) = match report.kept.len() {
-                1 => ("it is", "it"),
-                _ => ("they are", "them"),
-            };
-            outln!(
-                "{} left as {are} on disk: move {them} aside to roll {them} back",
-                count(report.kept.len() as u64, "path"),
-            );
-        }
-        let mut dirs = String::new();
-        if !report.removed_dirs.is_empty() {
-            dirs += &format!(
-                ", remove {}",
-                count(report.removed_dirs.len() as u64, "dir")
-            );
-        }
-        if !report.dir_modes.is_empty() {
-            dirs += &format!(
-                ", set the mode of {}",
-                count(report.dir_modes.len() as u64, "dir")
-            );
-        }
-        outln!(
-            "{} {verb} write {}, delete {}, create {}{dirs}",
-            if a.dry_run {
-                "dry run:"
-            } else {
-                "rolled back:"
-            },
-            report.written.len(),
-            report.deleted.len(),
-            count(report.created_dirs.len() as u64, "dir")
-        );
-        if let Some(h) = report.state_hash {
-            let size = report.state.as_deref().map_or(0, <[u8]>::len);
-            outln!(
-                "{}'s application state is blob {h} ({}): `cairn blob get {h}` prints it",
-                report.target,
-                super::output::bytes(size as u64)
-            );
-        }
-        if let Some(src) = report.source {
-            outln!("the state before the rollback is checkpoint {src}: `cairn rollback {src}` undoes it");
-        }
+        print_rollback(&report, a.dry_run)?;
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `rollback --json`'s one object.
+fn rollback_json(report: &RollbackReport, dry_run: bool) -> serde_json::Value {
+    serde_json::json!({
+        "workspace": report.workspace.to_string_lossy(),
+        "target": report.target.to_string(),
+        "source": report.source.map(|s| s.to_string()),
+        "lsn": report.lsn.map(|l| l.0),
+        "dry_run": dry_run,
+        "written": report.written,
+        "deleted": report.deleted,
+        "created_dirs": report.created_dirs,
+        "removed_dirs": report.removed_dirs,
+        "dir_modes": report.dir_modes,
+        "kept": report.kept,
+        "state": report.state_hash.map(|h| h.to_hex()),
+        "interrupted_temporaries": report.interrupted_temporaries,
+    })
+}
+
+/// A quiet real rollback says only what needs the user: the paths it
+/// left as they are, as warnings. (A dry run's plan is its answer.)
+fn warn_kept(report: &RollbackReport) {
+    for k in &report.kept {
+        eprintln!(
+            "warning: kept {} as it is on disk ({}): move it aside to roll it back",
+            quote_path(&k.path),
+            k.why
+        );
+    }
+}
+
+/// A rollback's plan (dry run) or what it did, path by path, then in a
+/// line of counts.
+fn print_rollback(report: &RollbackReport, dry_run: bool) -> Result<()> {
+    let st = Style::stdout();
+    if report.interrupted_temporaries > 0 {
+        // Not in the plan: cairn's own, removed before the rollback
+        // takes its undo point (the real one warns how many it removed).
+        outln!(
+            "first, the rollback would remove the {} a rollback interrupted part way left (.cairn-restore-*.tmp; not listed below)",
+            count(report.interrupted_temporaries as u64, "temporary file")
+        );
+    }
+    // Each group: the dry run's word, the real run's, the paths, a
+    // suffix (directories), the colour.
+    type Paint = fn(&Style, &str) -> String;
+    let groups: [(&str, &str, &[String], &str, Paint); 5] = [
+        ("write ", "wrote  ", &report.written, "", Style::green),
+        ("delete", "deleted", &report.deleted, "", Style::red),
+        ("mkdir ", "created", &report.created_dirs, "/", Style::cyan),
+        ("rmdir ", "removed", &report.removed_dirs, "/", Style::red),
+        ("chmod ", "chmod'd", &report.dir_modes, "/", Style::cyan),
+    ];
+    for (would, did, paths, suffix, paint) in groups {
+        // A dry run cannot know whether a directory holds files no
+        // checkpoint tracks (ignored ones), which keep it.
+        let suffix = if dry_run && would == "rmdir " {
+            "/ (if it ends up empty)"
+        } else {
+            suffix
+        };
+        for p in paths {
+            let word = if dry_run { would } else { did };
+            outln!("  {} {}{suffix}", paint(&st, word), quote_path(p));
+        }
+    }
+    for k in &report.kept {
+        outln!(
+            "  {} {} ({})",
+            st.yellow(if dry_run { "keep  " } else { "kept   " }),
+            quote_path(&k.path),
+            k.why
+        );
+    }
+    if !report.kept.is_empty() {
+        let (are, them) = match report.kept.len() {
+            1 => ("it is", "it"),
+            _ => ("they are", "them"),
+        };
+        outln!(
+            "{} left as {are} on disk: move {them} aside to roll {them} back",
+            count(report.kept.len() as u64, "path"),
+        );
+    }
+    print_rollback_counts(report, dry_run)
+}
+
+/// The line of counts that ends [`print_rollback`], and where the state
+/// and the undo point are.
+fn print_rollback_counts(report: &RollbackReport, dry_run: bool) -> Result<()> {
+    let verb = if dry_run { "would" } else { "did" };
+    let mut dirs = String::new();
+    if !report.removed_dirs.is_empty() {
+        dirs += &format!(
+            ", remove {}",
+            count(report.removed_dirs.len() as u64, "dir")
+        );
+    }
+    if !report.dir_modes.is_empty() {
+        dirs += &format!(
+            ", set the mode of {}",
+            count(report.dir_modes.len() as u64, "dir")
+        );
+    }
+    outln!(
+        "{} {verb} write {}, delete {}, create {}{dirs}",
+        if dry_run { "dry run:" } else { "rolled back:" },
+        report.written.len(),
+        report.deleted.len(),
+        count(report.created_dirs.len() as u64, "dir")
+    );
+    if let Some(h) = report.state_hash {
+        let size = report.state.as_deref().map_or(0, <[u8]>::len);
+        outln!(
+            "{}'s application state is blob {h} ({}): `cairn blob get {h}` prints it",
+            report.target,
+            super::output::bytes(size as u64)
+        );
+    }
+    if let Some(src) = report.source {
+        outln!(
+            "the state before the rollback is checkpoint {src}: `cairn rollback {src}` undoes it"
+        );
+    }
+    Ok(())
 }
 
 /// `cairn gc`.
@@ -516,52 +537,8 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
         eprintln!("warning: gc: {p}");
     }
     let discarded: Vec<String> = report.discarded.iter().map(|c| c.to_string()).collect();
-    let left = report.gc.left();
-    let (below, damaged_packs) = (
-        report.gc.left_below_threshold,
-        report.gc.left_in_damaged_packs,
-    );
     if a.json {
-        let v = serde_json::json!({
-            "discarded": discarded,
-            "retained": report.retained,
-            "live_blobs": report.live_blobs,
-            "removed_blobs": report.gc.removed_blobs,
-            "freed_bytes": report.gc.freed_bytes,
-            "damaged": report.damaged.iter().map(|(c, why)| serde_json::json!({"checkpoint": c.to_string(), "reason": why})).collect::<Vec<_>>(),
-            "collected": report.collected,
-            "budget": report.budget.as_ref().map(|b| serde_json::json!({
-                "max_bytes": b.max_bytes,
-                "kept_bytes": b.kept_bytes,
-                "floor_bytes": b.floor_bytes,
-                "met": b.met(),
-                "stored_bytes": report.gc.stored_bytes,
-                "stored_over_by": report.stored_over_budget().unwrap_or(0),
-            })),
-            "compact": a.compact,
-            "stored_bytes": report.gc.stored_bytes,
-            "left_blobs": left.blobs,
-            "left_bytes": left.dead_bytes,
-            "left_below_threshold": {
-                "blobs": below.blobs,
-                "bytes": below.dead_bytes,
-                "rewrite_threshold": REWRITE_THRESHOLD,
-                "free_with": "cairn gc --compact",
-            },
-            "left_in_damaged_packs": {
-                "blobs": damaged_packs.blobs,
-                "bytes": damaged_packs.dead_bytes,
-            },
-            "packs_rewritten_for_budget": report.gc.packs_rewritten_for_budget,
-            "problems": report.gc.problems,
-            "budget_met": report.budget.as_ref().map(|b| b.met()),
-            "collected_discarded": report.collected_discarded.iter().map(|c| serde_json::json!({
-                "checkpoint": c.id.to_string(),
-                "discarded_at": c.discarded_at.0,
-                "by_retention": c.by_retention,
-            })).collect::<Vec<_>>(),
-        });
-        outln!("{v}");
+        outln!("{}", gc_json(&report, &discarded, a.compact));
     } else if settings.quiet {
         // Quiet, only a budget not met is said, as a warning.
         if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
@@ -571,80 +548,7 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
             eprintln!("warning: {}", stored_over_budget(&report, over));
         }
     } else {
-        if policy.keep_per_session.is_none() && policy.max_bytes.is_none() {
-            outln!("no retention policy given: no checkpoint evicted (see --keep-per-session, --max-bytes)");
-        } else if discarded.is_empty() {
-            outln!("no checkpoint evicted");
-        } else {
-            outln!(
-                "evicted {}: {}",
-                count(discarded.len() as u64, "checkpoint"),
-                super::output::short_list(&discarded)
-            );
-        }
-        outln!(
-            "{} retained; {}; removed {}, freed {}",
-            count(report.retained as u64, "checkpoint"),
-            count(report.live_blobs as u64, "live blob"),
-            count(report.gc.removed_blobs, "unreferenced blob"),
-            super::output::bytes(report.gc.freed_bytes)
-        );
-        if below.blobs > 0 {
-            let (their_packs_are, they_stay, them) = if below.blobs == 1 {
-                ("its pack is", "it stays", "it")
-            } else {
-                ("their packs are", "they stay", "them")
-            };
-            outln!(
-                "left {} ({}) in place: {their_packs_are} at most {} dead, under the rewrite threshold, so rewriting would copy more than twice what it frees; {they_stay} readable until a later gc rewrites the pack: `cairn gc --compact` removes {them} now",
-                count(below.blobs, "unreferenced blob"),
-                super::output::bytes(below.dead_bytes),
-                threshold_percent()
-            );
-        }
-        if damaged_packs.blobs > 0 {
-            outln!(
-                "left {} ({}) in packs kept because a live blob in them is damaged (see the warnings above and `cairn verify`)",
-                count(damaged_packs.blobs, "unreferenced blob"),
-                super::output::bytes(damaged_packs.dead_bytes)
-            );
-        }
-        if report.gc.packs_rewritten_for_budget > 0 {
-            outln!(
-                "rewrote {} under the rewrite threshold to fit the budget on disk: the blob store takes {}",
-                count(report.gc.packs_rewritten_for_budget, "pack"),
-                super::output::bytes(report.gc.stored_bytes)
-            );
-        }
-        if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
-            outln!("{}", budget_not_met(b));
-        }
-        if let Some(over) = report.stored_over_budget() {
-            outln!("{}", stored_over_budget(&report, over));
-        }
-        if !report.collected_discarded.is_empty() {
-            let named: Vec<String> = report
-                .collected_discarded
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{} (discarded at LSN {} {})",
-                        c.id,
-                        c.discarded_at,
-                        if c.by_retention {
-                            "by an earlier gc"
-                        } else {
-                            "by a recorded checkpoint.discard event"
-                        }
-                    )
-                })
-                .collect();
-            outln!(
-                "collected the contents of {} discarded before this gc: {}",
-                count(named.len() as u64, "checkpoint"),
-                named.join(", ")
-            );
-        }
+        print_gc(&report, &policy, &discarded)?;
     }
     for (c, why) in &report.damaged {
         eprintln!("warning: checkpoint {c}: its tree cannot be read whole: {why}");
@@ -657,6 +561,140 @@ pub fn gc(settings: &Settings, a: GcArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(super::EXIT_CORRUPT));
     }
     Ok(ExitCode::SUCCESS)
+}
+/// `gc --json`'s one object.
+fn gc_json(report: &RetentionReport, discarded: &[String], compact: bool) -> serde_json::Value {
+    let left = report.gc.left();
+    let (below, damaged_packs) = (
+        report.gc.left_below_threshold,
+        report.gc.left_in_damaged_packs,
+    );
+    serde_json::json!({
+        "discarded": discarded,
+        "retained": report.retained,
+        "live_blobs": report.live_blobs,
+        "removed_blobs": report.gc.removed_blobs,
+        "freed_bytes": report.gc.freed_bytes,
+        "damaged": report.damaged.iter().map(|(c, why)| serde_json::json!({"checkpoint": c.to_string(), "reason": why})).collect::<Vec<_>>(),
+        "collected": report.collected,
+        "budget": report.budget.as_ref().map(|b| serde_json::json!({
+            "max_bytes": b.max_bytes,
+            "kept_bytes": b.kept_bytes,
+            "floor_bytes": b.floor_bytes,
+            "met": b.met(),
+            "stored_bytes": report.gc.stored_bytes,
+            "stored_over_by": report.stored_over_budget().unwrap_or(0),
+        })),
+        "compact": compact,
+        "stored_bytes": report.gc.stored_bytes,
+        "left_blobs": left.blobs,
+        "left_bytes": left.dead_bytes,
+        "left_below_threshold": {
+            "blobs": below.blobs,
+            "bytes": below.dead_bytes,
+            "rewrite_threshold": REWRITE_THRESHOLD,
+            "free_with": "cairn gc --compact",
+        },
+        "left_in_damaged_packs": {
+            "blobs": damaged_packs.blobs,
+            "bytes": damaged_packs.dead_bytes,
+        },
+        "packs_rewritten_for_budget": report.gc.packs_rewritten_for_budget,
+        "problems": report.gc.problems,
+        "budget_met": report.budget.as_ref().map(|b| b.met()),
+        "collected_discarded": report.collected_discarded.iter().map(|c| serde_json::json!({
+            "checkpoint": c.id.to_string(),
+            "discarded_at": c.discarded_at.0,
+            "by_retention": c.by_retention,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// What a gc did, in words.
+fn print_gc(
+    report: &RetentionReport,
+    policy: &RetentionPolicy,
+    discarded: &[String],
+) -> Result<()> {
+    let (below, damaged_packs) = (
+        report.gc.left_below_threshold,
+        report.gc.left_in_damaged_packs,
+    );
+    if policy.keep_per_session.is_none() && policy.max_bytes.is_none() {
+        outln!("no retention policy given: no checkpoint evicted (see --keep-per-session, --max-bytes)");
+    } else if discarded.is_empty() {
+        outln!("no checkpoint evicted");
+    } else {
+        outln!(
+            "evicted {}: {}",
+            count(discarded.len() as u64, "checkpoint"),
+            super::output::short_list(discarded)
+        );
+    }
+    outln!(
+        "{} retained; {}; removed {}, freed {}",
+        count(report.retained as u64, "checkpoint"),
+        count(report.live_blobs as u64, "live blob"),
+        count(report.gc.removed_blobs, "unreferenced blob"),
+        super::output::bytes(report.gc.freed_bytes)
+    );
+    if below.blobs > 0 {
+        let (their_packs_are, they_stay, them) = if below.blobs == 1 {
+            ("its pack is", "it stays", "it")
+        } else {
+            ("their packs are", "they stay", "them")
+        };
+        outln!(
+            "left {} ({}) in place: {their_packs_are} at most {} dead, under the rewrite threshold, so rewriting would copy more than twice what it frees; {they_stay} readable until a later gc rewrites the pack: `cairn gc --compact` removes {them} now",
+            count(below.blobs, "unreferenced blob"),
+            super::output::bytes(below.dead_bytes),
+            threshold_percent()
+        );
+    }
+    if damaged_packs.blobs > 0 {
+        outln!(
+            "left {} ({}) in packs kept because a live blob in them is damaged (see the warnings above and `cairn verify`)",
+            count(damaged_packs.blobs, "unreferenced blob"),
+            super::output::bytes(damaged_packs.dead_bytes)
+        );
+    }
+    if report.gc.packs_rewritten_for_budget > 0 {
+        outln!(
+            "rewrote {} under the rewrite threshold to fit the budget on disk: the blob store takes {}",
+            count(report.gc.packs_rewritten_for_budget, "pack"),
+            super::output::bytes(report.gc.stored_bytes)
+        );
+    }
+    if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
+        outln!("{}", budget_not_met(b));
+    }
+    if let Some(over) = report.stored_over_budget() {
+        outln!("{}", stored_over_budget(report, over));
+    }
+    if !report.collected_discarded.is_empty() {
+        let named: Vec<String> = report
+            .collected_discarded
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} (discarded at LSN {} {})",
+                    c.id,
+                    c.discarded_at,
+                    if c.by_retention {
+                        "by an earlier gc"
+                    } else {
+                        "by a recorded checkpoint.discard event"
+                    }
+                )
+            })
+            .collect();
+        outln!(
+            "collected the contents of {} discarded before this gc: {}",
+            count(named.len() as u64, "checkpoint"),
+            named.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// The dead share past which gc rewrites a pack (the store's default, the
