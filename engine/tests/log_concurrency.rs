@@ -382,12 +382,11 @@ fn reader_never_sees_part_of_a_batch() {
     }
 }
 
-#[test]
-fn reader_names_damage_that_intact_records_follow() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("log");
+/// A log of ten records closed cleanly, then the fifth frame's body
+/// damaged in place; the segment's path and the damaged byte's offset.
+fn log_damaged_at_the_fifth_record(dir: &std::path::Path) -> (std::path::PathBuf, usize) {
     {
-        let log = Log::open(Arc::new(RealVfs), &dir, opts(1 << 20, Durability::Never)).unwrap();
+        let log = Log::open(Arc::new(RealVfs), dir, opts(1 << 20, Durability::Never)).unwrap();
         for i in 1..=10 {
             log.append(&ev(i)).unwrap();
         }
@@ -395,17 +394,18 @@ fn reader_names_damage_that_intact_records_follow() {
     }
     let name = dir.join("00000000000000000001.seg");
     let mut bytes = std::fs::read(&name).unwrap();
-    // The fifth frame's body.
     let off = frame_offset(&bytes, 4);
     bytes[off + 30] ^= 0x40;
     std::fs::write(&name, &bytes).unwrap();
-    // A reader used to stop there, as at a record being written, and show
-    // a log of four records as if whole. It reads the four, and reading to
-    // its head then fails naming the damage.
-    let r = LogReader::open(Arc::new(RealVfs), &dir).unwrap();
-    assert_eq!(r.head().last_lsn, Lsn(4));
+    (name, off)
+}
+
+/// Reading from `r` to its head gives the four records before the damage,
+/// then an error naming the segment, the byte offset and LSN 5.
+fn reads_four_then_names_the_damage(r: &LogReader, off: usize) {
     let got: Vec<_> = r.iter_from(Lsn(1)).collect();
     assert_eq!(got.len(), 5);
+    assert!(got[..4].iter().all(|g| g.is_ok()));
     let err = got.into_iter().last().unwrap().unwrap_err();
     assert!(err.is_corruption(), "{err}");
     let text = err.to_string();
@@ -415,6 +415,40 @@ fn reader_names_damage_that_intact_records_follow() {
             && text.contains("LSN 5"),
         "{text}"
     );
+}
+
+#[test]
+fn reader_names_damage_that_intact_records_follow() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let (_, off) = log_damaged_at_the_fifth_record(&dir);
+    // No clean close's description of the tail (a crash): the reader reads
+    // and chains every frame. It used to stop at the damage, as at a
+    // record being written, and show a log of four records as if whole. It
+    // reads the four, and reading to its head then fails naming the damage.
+    std::fs::remove_file(dir.join("tail.state")).unwrap();
+    let r = LogReader::open(Arc::new(RealVfs), &dir).unwrap();
+    assert_eq!(r.head().last_lsn, Lsn(4));
+    reads_four_then_names_the_damage(&r, off);
+}
+
+#[test]
+fn reader_trusts_a_clean_close_as_the_writer_does_and_still_never_returns_damage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let (_, off) = log_damaged_at_the_fifth_record(&dir);
+    // The tail is as the clean close described it (length, last frame,
+    // LSN, chain): the reader opens without reading its frames, as the
+    // writer's open does, so its head is the tenth record. The damaged
+    // frame fails its CRC when it is read: an error naming it, never a
+    // record.
+    let r = LogReader::open(Arc::new(RealVfs), &dir).unwrap();
+    assert_eq!(r.head().last_lsn, Lsn(10));
+    reads_four_then_names_the_damage(&r, off);
+    assert!(r.read(Lsn(5)).unwrap_err().is_corruption());
+    // verify reads and chains every frame: it names the damage.
+    let report = r.verify().unwrap();
+    assert!(!report.problems.is_empty(), "{report:?}");
 }
 
 #[test]

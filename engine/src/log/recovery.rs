@@ -177,7 +177,7 @@ impl TailState {
     /// True if this state describes `file` (whose header is `header`) exactly:
     /// same segment, same length, and the last frame is where it says, with
     /// the LSN and chain it says, ending the file and not inside a batch.
-    fn matches(&self, file: &dyn VfsFile, header: &SegmentHeader, len: u64) -> bool {
+    pub(crate) fn matches(&self, file: &dyn VfsFile, header: &SegmentHeader, len: u64) -> bool {
         if self.first_lsn != header.first_lsn || self.valid_len != len {
             return false;
         }
