@@ -442,10 +442,19 @@ fn reader_trusts_a_clean_close_as_the_writer_does_and_still_never_returns_damage
     // writer's open does, so its head is the tenth record. The damaged
     // frame fails its CRC when it is read: an error naming it, never a
     // record.
-    let r = LogReader::open(Arc::new(RealVfs), &dir).unwrap();
+    let mut r = LogReader::open(Arc::new(RealVfs), &dir).unwrap();
     assert_eq!(r.head().last_lsn, Lsn(10));
     reads_four_then_names_the_damage(&r, off);
-    assert!(r.read(Lsn(5)).unwrap_err().is_corruption());
+    let err = r.read(Lsn(5)).unwrap_err();
+    assert!(err.is_corruption());
+    // Told of it, the reader ends where one that read every frame at open
+    // ends: at the fourth record, and reading to its head names the damage
+    // (what the query index folds up to).
+    assert!(r.note_damage(&err));
+    assert_eq!(r.head().last_lsn, Lsn(4));
+    assert_eq!(r.refresh().unwrap().last_lsn, Lsn(4));
+    reads_four_then_names_the_damage(&r, off);
+    assert!(!r.note_damage(&err), "taken in once");
     // verify reads and chains every frame: it names the damage.
     let report = r.verify().unwrap();
     assert!(!report.problems.is_empty(), "{report:?}");

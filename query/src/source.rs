@@ -193,6 +193,17 @@ impl ReaderSource {
     }
 }
 
+impl ReaderSource {
+    /// `e` as a query error, after the reader has taken in the damage it
+    /// names (see [`LogReader::note_damage`]).
+    fn noting_damage(&self, e: cairn_engine::EngineError) -> QueryError {
+        if let Some(mut g) = self.0.try_lock() {
+            g.note_damage(&e);
+        }
+        e.into()
+    }
+}
+
 impl RecordSource for ReaderSource {
     fn head(&self) -> Result<Head> {
         Ok(self.0.lock().refresh()?)
@@ -202,18 +213,22 @@ impl RecordSource for ReaderSource {
             self.0
                 .lock()
                 .iter_from(from)
-                .map(|r| r.map_err(QueryError::from)),
+                .map(|r| r.map_err(|e| self.noting_damage(e))),
         )
     }
     fn read(&self, lsn: Lsn) -> Result<Record> {
         let mut g = self.0.lock();
-        match g.read(lsn) {
+        let r = match g.read(lsn) {
             Err(cairn_engine::EngineError::LsnOutOfRange { .. }) => {
                 g.refresh()?;
-                Ok(g.read(lsn)?)
+                g.read(lsn)
             }
-            r => Ok(r?),
-        }
+            r => r,
+        };
+        r.map_err(|e| {
+            g.note_damage(&e);
+            e.into()
+        })
     }
     fn for_each_ref(
         &self,
@@ -221,10 +236,14 @@ impl RecordSource for ReaderSource {
         f: &mut dyn FnMut(Lsn, ChainHash, &EventRef<'_>) -> Result<bool>,
     ) -> Result<()> {
         let mut failed = None;
-        let reader = self.0.lock();
-        reader.frames_while(from, |fr| {
+        let mut reader = self.0.lock();
+        let walked = reader.frames_while(from, |fr| {
             visit_frame(fr, &|fr| reader.body(fr), f, &mut failed)
-        })?;
+        });
+        if let Err(e) = walked {
+            reader.note_damage(&e);
+            return Err(e.into());
+        }
         failed.map_or(Ok(()), Err)
     }
 }

@@ -260,6 +260,73 @@ impl LogReader {
         }))
     }
 
+    /// Takes in damage a read found inside a tail that was opened on a
+    /// clean close's word (its frames not read at open): from now on this
+    /// reader's head is the last whole record (or batch) before the damaged
+    /// frame, and reading to the head fails naming it, exactly as when the
+    /// damage is found at open. `e` must be the corruption error of that
+    /// read; any other error, or damage outside the tail's committed
+    /// records, changes nothing. True if it was taken in.
+    pub fn note_damage(&mut self, e: &EngineError) -> bool {
+        let EngineError::Corrupt {
+            path,
+            offset,
+            lsn: Some(lsn),
+            detail,
+        } = e
+        else {
+            return false;
+        };
+        let Some(t) = &self.view.tail else {
+            return false;
+        };
+        let first = t.header.first_lsn;
+        if *path != t.path
+            || t.damage.is_some()
+            || *lsn < first
+            || *lsn > t.head.last_lsn
+            || *offset < SEGMENT_HEADER_LEN as u64
+            || *offset >= t.committed_len
+        {
+            return false;
+        }
+        // The last frame before the damage that ends a batch: a reader
+        // never shows part of one.
+        let mut head = Head {
+            last_lsn: Lsn(first.0 - 1),
+            chain: t.header.prev_chain,
+        };
+        let walked = self.view.frames_while(first, |fr| {
+            if fr.lsn >= *lsn {
+                return false;
+            }
+            if !fr.batch_continues() {
+                head = Head {
+                    last_lsn: fr.lsn,
+                    chain: fr.chain,
+                };
+            }
+            true
+        });
+        if walked.is_err() && head.last_lsn.next() != *lsn {
+            // Something before it is damaged too: the first damage is the
+            // one to name, and a read from the start will find it.
+            return false;
+        }
+        let Some(t) = &mut self.view.tail else {
+            return false;
+        };
+        t.head = head;
+        t.committed_len = *offset;
+        t.index.truncate_to(*offset);
+        t.damage = Some(TailDamage {
+            offset: *offset,
+            lsn: *lsn,
+            detail: detail.clone(),
+        });
+        true
+    }
+
     /// The last committed record seen by the last refresh.
     pub fn head(&self) -> Head {
         self.view.head()
