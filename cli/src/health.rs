@@ -258,104 +258,118 @@ pub fn repair(settings: &Settings, json: bool) -> Result<ExitCode> {
 pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
     let store = settings.open_read()?;
     let s = store.stats();
-    // Not a property of the files: each writing process chooses it when it
-    // opens the store. What a cairn command given these options would use.
-    let durability = settings.durability.unwrap_or_default();
     if json {
-        let v = serde_json::json!({
-            "segments": s.log.segments,
-            "sealed_segments": s.log.sealed_segments,
-            "records": s.log.records,
-            "log_bytes": s.log.bytes,
-            "durability": durability.to_string(),
-            "in_memory": settings.in_memory,
-            "log_dictionary": s.log.dictionary.map(cairn::store_dir::dictionary_file_name),
-            "head_lsn": s.head.last_lsn.0,
-            "head_hash": s.head.chain.to_hex(),
-            "blobs": s.blobs.blobs,
-            "chunks": s.blobs.chunks,
-            "packs": s.blobs.packs,
-            "blob_raw_bytes": s.blobs.raw_bytes,
-            "blob_stored_bytes": s.blobs.stored_bytes,
-            "dedup_ratio": s.blobs.dedup_ratio,
-            "compression_ratio": s.blobs.compression_ratio,
-            "blob_dictionary": s.blobs.dictionary,
-        });
-        outln!("{v}");
+        outln!("{}", stats_json(settings, &s));
     } else {
-        let mut t = Table::new(&["", ""]);
         let place = if settings.in_memory {
             "in memory (--in-memory: gone when this command exits)".to_string()
         } else {
             store.root().display().to_string()
         };
-        t.row(vec!["store".into(), place]);
-        t.row(vec!["records".into(), s.log.records.to_string()]);
-        t.row(vec![
-            "segments".into(),
-            format!("{} ({} sealed)", s.log.segments, s.log.sealed_segments),
-        ]);
-        t.row(vec!["log bytes".into(), bytes(s.log.bytes)]);
-        let durability = if settings.in_memory {
-            "none: the store is in memory".to_string()
-        } else {
-            format!("{durability} (for writes by cairn with these options; each writer chooses at open)")
-        };
-        t.row(vec!["durability".into(), durability]);
-        t.row(vec![
-            "log dictionary".into(),
-            s.log
-                .dictionary
-                .map_or_else(|| "none yet".into(), cairn::store_dir::dictionary_file_name),
-        ]);
-        t.row(vec![
-            "head".into(),
-            format!("LSN {} hash {}", s.head.last_lsn, s.head.chain.to_hex()),
-        ]);
-        t.row(vec![
-            "blobs".into(),
-            format!(
-                "{} ({} chunks, {} packs)",
-                s.blobs.blobs, s.blobs.chunks, s.blobs.packs
-            ),
-        ]);
-        t.row(vec![
-            "blob bytes".into(),
-            format!(
-                "{} raw, {} stored",
-                bytes(s.blobs.raw_bytes),
-                bytes(s.blobs.stored_bytes)
-            ),
-        ]);
-        t.row(vec![
-            "ratios".into(),
-            format!(
-                "dedup {:.2}x, compression {:.2}x (raw ÷ stored: stored is {:.0}% of raw)",
-                s.blobs.dedup_ratio,
-                s.blobs.compression_ratio,
-                if s.blobs.raw_bytes == 0 {
-                    100.0
-                } else {
-                    100.0 * s.blobs.stored_bytes as f64 / s.blobs.raw_bytes as f64
-                }
-            ),
-        ]);
-        t.row(vec![
-            "blob dictionary".into(),
-            s.blobs
-                .dictionary
-                .clone()
-                .unwrap_or_else(|| "none yet".into()),
-        ]);
-        out!(
-            "{}",
-            t.render()
-                .lines()
-                .skip(1)
-                .map(|l| format!("{l}\n"))
-                .collect::<String>()
-        );
+        out!("{}", stats_table(settings, &s, place));
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The durability a cairn command given these options writes with. Not a
+/// property of the files: each writing process chooses it when it opens
+/// the store.
+fn durability(settings: &Settings) -> cairn::Durability {
+    settings.durability.unwrap_or_default()
+}
+
+/// `stats --json`'s one object.
+fn stats_json(settings: &Settings, s: &cairn::StoreStats) -> serde_json::Value {
+    let durability = durability(settings);
+    serde_json::json!({
+        "segments": s.log.segments,
+        "sealed_segments": s.log.sealed_segments,
+        "records": s.log.records,
+        "log_bytes": s.log.bytes,
+        "durability": durability.to_string(),
+        "in_memory": settings.in_memory,
+        "log_dictionary": s.log.dictionary.map(cairn::store_dir::dictionary_file_name),
+        "head_lsn": s.head.last_lsn.0,
+        "head_hash": s.head.chain.to_hex(),
+        "blobs": s.blobs.blobs,
+        "chunks": s.blobs.chunks,
+        "packs": s.blobs.packs,
+        "blob_raw_bytes": s.blobs.raw_bytes,
+        "blob_stored_bytes": s.blobs.stored_bytes,
+        "dedup_ratio": s.blobs.dedup_ratio,
+        "compression_ratio": s.blobs.compression_ratio,
+        "blob_dictionary": s.blobs.dictionary,
+    })
+}
+
+/// `cairn stats` as a table of two columns, without its header row.
+fn stats_table(settings: &Settings, s: &cairn::StoreStats, place: String) -> String {
+    let mut t = Table::new(&["", ""]);
+    t.row(vec!["store".into(), place]);
+    t.row(vec!["records".into(), s.log.records.to_string()]);
+    t.row(vec![
+        "segments".into(),
+        format!("{} ({} sealed)", s.log.segments, s.log.sealed_segments),
+    ]);
+    t.row(vec!["log bytes".into(), bytes(s.log.bytes)]);
+    let durability = durability(settings);
+    let durability = if settings.in_memory {
+        "none: the store is in memory".to_string()
+    } else {
+        format!(
+            "{durability} (for writes by cairn with these options; each writer chooses at open)"
+        )
+    };
+    t.row(vec!["durability".into(), durability]);
+    t.row(vec![
+        "log dictionary".into(),
+        s.log
+            .dictionary
+            .map_or_else(|| "none yet".into(), cairn::store_dir::dictionary_file_name),
+    ]);
+    t.row(vec![
+        "head".into(),
+        format!("LSN {} hash {}", s.head.last_lsn, s.head.chain.to_hex()),
+    ]);
+    t.row(vec![
+        "blobs".into(),
+        format!(
+            "{} ({} chunks, {} packs)",
+            s.blobs.blobs, s.blobs.chunks, s.blobs.packs
+        ),
+    ]);
+    t.row(vec![
+        "blob bytes".into(),
+        format!(
+            "{} raw, {} stored",
+            bytes(s.blobs.raw_bytes),
+            bytes(s.blobs.stored_bytes)
+        ),
+    ]);
+    t.row(vec![
+        "ratios".into(),
+        format!(
+            "dedup {:.2}x, compression {:.2}x (raw ÷ stored: stored is {:.0}% of raw)",
+            s.blobs.dedup_ratio,
+            s.blobs.compression_ratio,
+            if s.blobs.raw_bytes == 0 {
+                100.0
+            } else {
+                100.0 * s.blobs.stored_bytes as f64 / s.blobs.raw_bytes as f64
+            }
+        ),
+    ]);
+    t.row(vec![
+        "blob dictionary".into(),
+        s.blobs
+            .dictionary
+            .clone()
+            .unwrap_or_else(|| "none yet".into()),
+    ]);
+    t.render()
+        .lines()
+        .skip(1)
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
 }
