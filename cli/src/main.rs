@@ -41,6 +41,7 @@ pub mod paths;
 pub mod progress;
 pub mod record;
 pub mod records;
+pub mod replicate;
 pub mod report;
 pub mod travel;
 pub mod turns;
@@ -109,6 +110,7 @@ pub fn exit_status_for(e: &anyhow::Error) -> u8 {
         c.downcast_ref::<Error>().is_some_and(Error::is_corruption)
             || c.downcast_ref::<EngineError>()
                 .is_some_and(EngineError::is_corruption)
+            || replicate::is_damaged_archive(c)
     });
     // Input refused: lines of an import, or an event the log would not take.
     let rejected = e.chain().any(|c| {
@@ -576,6 +578,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Hooks { action } => hooks::run(action),
         Command::Watch(a) => watch::run(&settings, a),
         Command::Completions { shell } => completions(&shell),
+        Command::Replicate(a) => replicate::replicate(&settings, a),
+        Command::Restore(a) => replicate::restore(a),
+        Command::Archive(a) => replicate::archive(a),
     };
     if settings.in_memory {
         return memory::finish(&settings, gone, result);
