@@ -42,8 +42,8 @@ fn open(url: &str) -> Result<Archive> {
 pub fn replicate(settings: &Settings, a: ReplicateArgs) -> Result<ExitCode> {
     let found = crate::discover::find(settings.store.as_deref(), settings.workspace.as_deref())?;
     let archive = open(&a.url)?;
-    let mut r = Replicator::new(archive, &found.store)?
-        .workspace(found.workspace.display().to_string());
+    let mut r =
+        Replicator::new(archive, &found.store)?.workspace(found.workspace.display().to_string());
     // A round that sent nothing prints nothing (except with --once).
     let print = |rep: &RoundReport, json: bool, always: bool| -> Result<()> {
         if !always && rep.manifest.is_none() && rep.objects_uploaded == 0 {
@@ -75,7 +75,9 @@ pub fn replicate(settings: &Settings, a: ReplicateArgs) -> Result<ExitCode> {
         Ok(())
     };
     if a.once {
-        let rep = r.round().with_context(|| format!("replicate to {}", a.url))?;
+        let rep = r
+            .round()
+            .with_context(|| format!("replicate to {}", a.url))?;
         if a.json || rep.manifest.is_some() || rep.objects_uploaded > 0 {
             print(&rep, a.json, true)?;
         } else {
@@ -102,24 +104,28 @@ pub fn replicate(settings: &Settings, a: ReplicateArgs) -> Result<ExitCode> {
     }
     let mut failure: Option<String> = None;
     let mut write_err: Option<anyhow::Error> = None;
-    r.run(Duration::from_millis(a.max_lag_ms), &STOP, |res| match res {
-        Ok(rep) => {
-            if failure.take().is_some() {
-                eprintln!("note: replication resumed");
+    r.run(
+        Duration::from_millis(a.max_lag_ms),
+        &STOP,
+        |res| match res {
+            Ok(rep) => {
+                if failure.take().is_some() {
+                    eprintln!("note: replication resumed");
+                }
+                if let Err(e) = print(rep, a.json, false) {
+                    write_err.get_or_insert(e);
+                    STOP.store(true, Ordering::Relaxed);
+                }
             }
-            if let Err(e) = print(rep, a.json, false) {
-                write_err.get_or_insert(e);
-                STOP.store(true, Ordering::Relaxed);
+            Err(e) => {
+                let text = e.to_string();
+                if failure.as_deref() != Some(text.as_str()) {
+                    eprintln!("warning: replication round failed, retrying: {text}");
+                }
+                failure = Some(text);
             }
-        }
-        Err(e) => {
-            let text = e.to_string();
-            if failure.as_deref() != Some(text.as_str()) {
-                eprintln!("warning: replication round failed, retrying: {text}");
-            }
-            failure = Some(text);
-        }
-    });
+        },
+    );
     if let Some(e) = write_err {
         return Err(e);
     }
@@ -148,10 +154,13 @@ fn prune(archive: &Archive, json: bool) -> Result<()> {
 
 /// `cairn restore URL DIR [--at POINT]`.
 pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
-    let at = a.at.as_deref().map(crate::records::parse_point).transpose()?;
+    let at =
+        a.at.as_deref()
+            .map(crate::records::parse_point)
+            .transpose()?;
     let archive = open(&a.url)?;
-    let dir = std::path::absolute(&a.dir)
-        .with_context(|| format!("resolve {}", a.dir.display()))?;
+    let dir =
+        std::path::absolute(&a.dir).with_context(|| format!("resolve {}", a.dir.display()))?;
     let rep = cairn::replicate::restore(&archive, &dir, at)
         .with_context(|| format!("restore {} into {}", a.url, dir.display()))?;
     if a.json {

@@ -56,7 +56,10 @@ fn manifests(root: &Path) -> Vec<(PathBuf, Manifest)> {
         for m in std::fs::read_dir(g.unwrap().path()).unwrap() {
             let p = m.unwrap().path();
             let b = std::fs::read(&p).unwrap();
-            out.push((p.clone(), Manifest::decode(&p.display().to_string(), &b).unwrap()));
+            out.push((
+                p.clone(),
+                Manifest::decode(&p.display().to_string(), &b).unwrap(),
+            ));
         }
     }
     out.sort_by_key(|(p, _)| p.clone());
@@ -89,7 +92,10 @@ fn replicate_restore_round_trip_is_byte_identical_and_rolls_back() {
     let d = workspace();
     let ws = d.path();
     let arch = tempfile::tempdir().unwrap();
-    let rep = json_lines(&ok(&cairn(ws, &["replicate", &url(arch.path()), "--once", "--json"])));
+    let rep = json_lines(&ok(&cairn(
+        ws,
+        &["replicate", &url(arch.path()), "--once", "--json"],
+    )));
     assert!(rep[0]["objects_uploaded"].as_u64().unwrap() > 1, "{rep:?}");
     assert!(rep[0]["new_generation"].is_string(), "{rep:?}");
 
@@ -104,7 +110,10 @@ fn replicate_restore_round_trip_is_byte_identical_and_rolls_back() {
     assert_eq!(export(&dest, &[]), export(ws, &[]));
     ok(&cairn(&dest, &["verify"]));
     ok(&cairn(&dest, &["rollback", "c1", "-q"]));
-    assert_eq!(std::fs::read_to_string(dest.join("a.txt")).unwrap(), "first\n");
+    assert_eq!(
+        std::fs::read_to_string(dest.join("a.txt")).unwrap(),
+        "first\n"
+    );
     assert_eq!(
         std::fs::read(dest.join("src/lib.rs")).unwrap(),
         std::fs::read(ws.join("src/lib.rs")).unwrap()
@@ -112,17 +121,29 @@ fn replicate_restore_round_trip_is_byte_identical_and_rolls_back() {
 
     // More records: the archive follows, sending only what is new.
     record(ws, 5..9);
-    let rep = json_lines(&ok(&cairn(ws, &["replicate", &url(arch.path()), "--once", "--json"])));
+    let rep = json_lines(&ok(&cairn(
+        ws,
+        &["replicate", &url(arch.path()), "--once", "--json"],
+    )));
     assert!(rep[0]["new_generation"].is_null(), "{rep:?}");
     let uploaded = rep[0]["objects_uploaded"].as_u64().unwrap();
-    assert!((1..=3).contains(&uploaded), "only the tail piece(s) and a manifest: {rep:?}");
-    let again = json_lines(&ok(&cairn(ws, &["replicate", &url(arch.path()), "--once", "--json"])));
+    assert!(
+        (1..=3).contains(&uploaded),
+        "only the tail piece(s) and a manifest: {rep:?}"
+    );
+    let again = json_lines(&ok(&cairn(
+        ws,
+        &["replicate", &url(arch.path()), "--once", "--json"],
+    )));
     assert_eq!(again[0]["objects_uploaded"], 0, "{again:?}");
     assert!(again[0]["manifest"].is_null(), "{again:?}");
 
     let newest = tempfile::tempdir().unwrap();
     let dest2 = newest.path().join("ws");
-    ok(&cairn(newest.path(), &["restore", &url(arch.path()), dest2.to_str().unwrap()]));
+    ok(&cairn(
+        newest.path(),
+        &["restore", &url(arch.path()), dest2.to_str().unwrap()],
+    ));
     assert_eq!(export(&dest2, &[]), export(ws, &[]));
 
     // A point in the past: the export up to it, byte for byte.
@@ -130,14 +151,24 @@ fn replicate_restore_round_trip_is_byte_identical_and_rolls_back() {
     let dest3 = past.path().join("ws");
     let out = ok(&cairn(
         past.path(),
-        &["restore", &url(arch.path()), dest3.to_str().unwrap(), "--at", "c1", "--json"],
+        &[
+            "restore",
+            &url(arch.path()),
+            dest3.to_str().unwrap(),
+            "--at",
+            "c1",
+            "--json",
+        ],
     ));
     let r = &json_lines(&out)[0];
     assert_eq!(export(&dest3, &[]), export(ws, &["--until", "c1"]), "{r}");
     ok(&cairn(&dest3, &["verify"]));
 
     // An existing store is never overwritten.
-    let e = failed(&cairn(ws, &["restore", &url(arch.path()), dest.to_str().unwrap()]));
+    let e = failed(&cairn(
+        ws,
+        &["restore", &url(arch.path()), dest.to_str().unwrap()],
+    ));
     assert!(e.contains("already there"), "{e}");
 }
 
@@ -153,12 +184,18 @@ fn an_interrupted_run_never_leaves_a_lying_manifest_and_sends_nothing_twice() {
         let o = common_env_cairn(ws, &["replicate", &url(arch.path()), "--once"], fail_after);
         let e = failed(&o);
         assert!(e.contains("injected fault"), "{e}");
-        assert!(manifests(arch.path()).is_empty(), "no manifest before every object");
+        assert!(
+            manifests(arch.path()).is_empty(),
+            "no manifest before every object"
+        );
         assert_no_manifest_lies(arch.path());
     }
     let before = object_count(arch.path());
     assert!(before >= 2, "the interrupted runs sent some objects");
-    let rep = json_lines(&ok(&cairn(ws, &["replicate", &url(arch.path()), "--once", "--json"])));
+    let rep = json_lines(&ok(&cairn(
+        ws,
+        &["replicate", &url(arch.path()), "--once", "--json"],
+    )));
     let uploaded = rep[0]["objects_uploaded"].as_u64().unwrap() as usize;
     // Every PUT of the final run made a new object (the manifest is one
     // of them, outside objects/): nothing was sent twice.
@@ -167,7 +204,11 @@ fn an_interrupted_run_never_leaves_a_lying_manifest_and_sends_nothing_twice() {
 
     // Interrupted again after more records: the old manifest still holds.
     record(ws, 10..20);
-    let e = failed(&common_env_cairn(ws, &["replicate", &url(arch.path()), "--once"], 1));
+    let e = failed(&common_env_cairn(
+        ws,
+        &["replicate", &url(arch.path()), "--once"],
+        1,
+    ));
     assert!(e.contains("injected fault"), "{e}");
     assert_eq!(manifests(arch.path()).len(), 1);
     assert_no_manifest_lies(arch.path());
@@ -175,7 +216,10 @@ fn an_interrupted_run_never_leaves_a_lying_manifest_and_sends_nothing_twice() {
     assert_eq!(manifests(arch.path()).len(), 2);
     let there = tempfile::tempdir().unwrap();
     let dest = there.path().join("ws");
-    ok(&cairn(there.path(), &["restore", &url(arch.path()), dest.to_str().unwrap()]));
+    ok(&cairn(
+        there.path(),
+        &["restore", &url(arch.path()), dest.to_str().unwrap()],
+    ));
     assert_eq!(export(&dest, &[]), export(ws, &[]));
 }
 
@@ -210,10 +254,16 @@ fn a_damaged_object_is_named_by_restore() {
         std::fs::write(&path, &b).unwrap();
         let there = tempfile::tempdir().unwrap();
         let dest = there.path().join("ws");
-        let o = cairn(there.path(), &["restore", &url(arch.path()), dest.to_str().unwrap()]);
+        let o = cairn(
+            there.path(),
+            &["restore", &url(arch.path()), dest.to_str().unwrap()],
+        );
         let e = failed(&o);
         assert_eq!(o.status.code(), Some(3), "{e}");
-        assert!(e.contains(victim.as_str()) && e.contains(&m.files[0].path), "{damage}: {e}");
+        assert!(
+            e.contains(victim.as_str()) && e.contains(&m.files[0].path),
+            "{damage}: {e}"
+        );
         assert!(!dest.join(".cairn").exists(), "{damage}");
         std::fs::write(&path, good).unwrap();
     }
@@ -243,7 +293,10 @@ fn continuous_replication_follows_and_stops_on_sigterm_and_archive_list_shows_it
         if newest.is_some_and(|h| h >= head) {
             break;
         }
-        assert!(Instant::now() < deadline, "the archive did not follow (at {newest:?})");
+        assert!(
+            Instant::now() < deadline,
+            "the archive did not follow (at {newest:?})"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // SAFETY: signalling our own child.
@@ -253,7 +306,10 @@ fn continuous_replication_follows_and_stops_on_sigterm_and_archive_list_shows_it
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(Instant::now() < deadline, "replicate did not stop on SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "replicate did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status:?}");
@@ -261,11 +317,20 @@ fn continuous_replication_follows_and_stops_on_sigterm_and_archive_list_shows_it
 
     // A second store under the same prefix.
     let other = workspace();
-    ok(&cairn(other.path(), &["replicate", &url(&base.path().join("agents/ci")), "--once"]));
-    let list = json_lines(&ok(&cairn(ws, &["archive", "list", &url(base.path()), "--json"])));
+    ok(&cairn(
+        other.path(),
+        &["replicate", &url(&base.path().join("agents/ci")), "--once"],
+    ));
+    let list = json_lines(&ok(&cairn(
+        ws,
+        &["archive", "list", &url(base.path()), "--json"],
+    )));
     assert_eq!(list.len(), 2, "{list:?}");
     let urls: Vec<&str> = list.iter().map(|l| l["url"].as_str().unwrap()).collect();
-    assert!(urls[0].ends_with("agents/ci") && urls[1].ends_with("agents/laptop"), "{urls:?}");
+    assert!(
+        urls[0].ends_with("agents/ci") && urls[1].ends_with("agents/laptop"),
+        "{urls:?}"
+    );
     assert_eq!(
         list[1]["workspace"].as_str().unwrap(),
         std::fs::canonicalize(ws).unwrap().to_str().unwrap()
@@ -425,7 +490,10 @@ impl Weed {
             .env("AWS_ACCESS_KEY_ID", S3_KEY)
             .env("AWS_SECRET_ACCESS_KEY", S3_SECRET)
             .env("AWS_REGION", "us-east-1")
-            .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{}", self.ports[0]))
+            .env(
+                "AWS_ENDPOINT_URL",
+                format!("http://127.0.0.1:{}", self.ports[0]),
+            )
             .env("AWS_ALLOW_HTTP", "true");
         c
     }
@@ -461,7 +529,10 @@ fn s3_round_trip_survives_a_server_killed_mid_upload() {
     ok(&weed.cairn(there.path(), &["restore", &url, dest.to_str().unwrap()]));
     assert_eq!(export(&dest, &[]), export(ws, &[]));
     ok(&cairn(&dest, &["rollback", "c1", "-q"]));
-    assert_eq!(std::fs::read_to_string(dest.join("a.txt")).unwrap(), "first\n");
+    assert_eq!(
+        std::fs::read_to_string(dest.join("a.txt")).unwrap(),
+        "first\n"
+    );
     let shipped = export(ws, &[]);
 
     // Much more to send (incompressible files), and the server killed
@@ -469,9 +540,12 @@ fn s3_round_trip_survives_a_server_killed_mid_upload() {
     for i in 0..3u64 {
         std::fs::write(ws.join(format!("big{i}.bin")), noise(i + 1, 6 << 20)).unwrap();
     }
-    ok(&cairn(ws, &["checkpoint", "-q", "--label", "big"]));
+    let big = json_lines(&ok(&cairn(ws, &["checkpoint", "--json", "--label", "big"])))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     record(ws, 200..210);
-    let mut run = weed
+    let run = weed
         .command(ws, &["replicate", &url, "--once"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -493,25 +567,35 @@ fn s3_round_trip_survives_a_server_killed_mid_upload() {
     let dest_mid = mid.path().join("ws");
     ok(&weed.cairn(mid.path(), &["restore", &url, dest_mid.to_str().unwrap()]));
     let got = export(&dest_mid, &[]);
-    assert!(got.starts_with(&shipped), "the restore lost replicated records");
+    assert!(
+        got.starts_with(&shipped),
+        "the restore lost replicated records"
+    );
     assert!(export(ws, &[]).starts_with(&got));
 
     // Resumed: the archive follows to the head.
-    let rep = json_lines(&ok(&weed.cairn(ws, &["replicate", &url, "--once", "--json"])));
+    let rep = json_lines(&ok(
+        &weed.cairn(ws, &["replicate", &url, "--once", "--json"])
+    ));
     assert!(rep[0]["new_generation"].is_null(), "{rep:?}");
     let last = tempfile::tempdir().unwrap();
     let dest_last = last.path().join("ws");
     ok(&weed.cairn(last.path(), &["restore", &url, dest_last.to_str().unwrap()]));
     assert_eq!(export(&dest_last, &[]), export(ws, &[]));
-    ok(&cairn(&dest_last, &["rollback", "c3", "-q"]));
+    ok(&cairn(&dest_last, &["rollback", &big, "-q"]));
     assert_eq!(
         std::fs::read(dest_last.join("big2.bin")).unwrap(),
         noise(3, 6 << 20)
     );
 
-    let list = json_lines(&ok(&weed.cairn(ws, &["archive", "list", &weed.url("agents"), "--json"])));
+    let list = json_lines(&ok(
+        &weed.cairn(ws, &["archive", "list", &weed.url("agents"), "--json"])
+    ));
     assert_eq!(list.len(), 1, "{list:?}");
-    assert!(list[0]["url"].as_str().unwrap().ends_with("agents/laptop"), "{list:?}");
+    assert!(
+        list[0]["url"].as_str().unwrap().ends_with("agents/laptop"),
+        "{list:?}"
+    );
 }
 
 /// Replication running while four writers record and a checkpoint loop
@@ -554,19 +638,35 @@ fn replication_under_four_writers_and_checkpoints_restores_whole() {
     assert_no_manifest_lies(arch.path());
     let ms = manifests(arch.path());
     assert_eq!(
-        ms.iter().map(|(_, m)| &m.generation).collect::<std::collections::HashSet<_>>().len(),
+        ms.iter()
+            .map(|(_, m)| &m.generation)
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
         1,
         "one generation"
     );
     // The first manifest written while the writers ran, and the last.
-    for (i, (_, m)) in [ms.first().unwrap(), ms.last().unwrap()].into_iter().enumerate() {
+    for (i, (_, m)) in [ms.first().unwrap(), ms.last().unwrap()]
+        .into_iter()
+        .enumerate()
+    {
         let there = tempfile::tempdir().unwrap();
         let dest = there.path().join("ws");
         let at = format!("@{}", m.head_lsn);
         ok(&cairn(
             there.path(),
-            &["restore", &url(arch.path()), dest.to_str().unwrap(), "--at", &at],
+            &[
+                "restore",
+                &url(arch.path()),
+                dest.to_str().unwrap(),
+                "--at",
+                &at,
+            ],
         ));
-        assert_eq!(export(&dest, &[]), export(&ws, &["--until", &at]), "manifest {i}");
+        assert_eq!(
+            export(&dest, &[]),
+            export(&ws, &["--until", &at]),
+            "manifest {i}"
+        );
     }
 }

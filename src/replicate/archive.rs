@@ -74,13 +74,21 @@ impl Archive {
                 retry_timeout: Duration::from_millis(RETRY_TIMEOUT_MS),
                 ..Default::default()
             };
-            let client = object_store::ClientOptions::new()
-                .with_timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
-                .with_connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
+            // The timeouts are set key by key: `with_client_options` would
+            // replace what `from_env` read (AWS_ALLOW_HTTP among it).
+            use object_store::aws::AmazonS3ConfigKey as Key;
+            use object_store::ClientConfigKey as Client;
             let s3 = object_store::aws::AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_retry(retry)
-                .with_client_options(client)
+                .with_config(
+                    Key::Client(Client::Timeout),
+                    format!("{REQUEST_TIMEOUT_MS}ms"),
+                )
+                .with_config(
+                    Key::Client(Client::ConnectTimeout),
+                    format!("{CONNECT_TIMEOUT_MS}ms"),
+                )
                 .build()
                 .map_err(|e| bad(&e.to_string()))?;
             Archive::with_store(Arc::new(s3), prefix, url)

@@ -110,10 +110,12 @@ pub(crate) fn log_cursor_holds(path: &Path, c: &LogCursor) -> Result<bool, Repli
 /// chain; the walk ends at the first that does not (a tail being written,
 /// or prepared zeros). A sealed segment (footer present and matching the
 /// walk) is valid to its end.
-pub(crate) fn walk_segment(path: &Path, from: Option<LogCursor>) -> Result<LogCursor, ReplicateError> {
-    let st = stat(path)?.ok_or_else(|| {
-        ReplicateError::io("read", path, std::io::ErrorKind::NotFound.into())
-    })?;
+pub(crate) fn walk_segment(
+    path: &Path,
+    from: Option<LogCursor>,
+) -> Result<LogCursor, ReplicateError> {
+    let st = stat(path)?
+        .ok_or_else(|| ReplicateError::io("read", path, std::io::ErrorKind::NotFound.into()))?;
     let mut c = match from {
         Some(c) => c,
         None => {
@@ -196,7 +198,10 @@ pub(crate) fn pack_cursor_holds(path: &Path, c: &PackCursor) -> Result<bool, Rep
 /// Walks a pack from a cursor that holds, or from its header, with the
 /// engine's entry reader; `None` when the header does not check out yet
 /// (a pack header is written with its first entries' sync).
-pub(crate) fn walk_pack(path: &Path, from: Option<PackCursor>) -> Result<Option<PackCursor>, ReplicateError> {
+pub(crate) fn walk_pack(
+    path: &Path,
+    from: Option<PackCursor>,
+) -> Result<Option<PackCursor>, ReplicateError> {
     let Some(st) = stat(path)? else {
         return Ok(None);
     };
@@ -215,12 +220,9 @@ pub(crate) fn walk_pack(path: &Path, from: Option<PackCursor>) -> Result<Option<
             }
         }
     };
-    let file = cairn_engine::vfs::Vfs::open(
-        &cairn_engine::RealVfs,
-        path,
-        cairn_engine::OpenMode::Read,
-    )
-    .map_err(|e| ReplicateError::io("open", path, e))?;
+    let file =
+        cairn_engine::vfs::Vfs::open(&cairn_engine::RealVfs, path, cairn_engine::OpenMode::Read)
+            .map_err(|e| ReplicateError::io("open", path, e))?;
     loop {
         match cairn_engine::blob::scan::read_entry_at(file.as_ref(), c.valid, st.len) {
             Ok(Ok((header, entry))) => {

@@ -129,8 +129,8 @@ impl Manifest {
                 "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
             )));
         }
-        let m: Manifest =
-            serde_json::from_slice(body).map_err(|e| bad(format!("body is not a manifest: {e}")))?;
+        let m: Manifest = serde_json::from_slice(body)
+            .map_err(|e| bad(format!("body is not a manifest: {e}")))?;
         if m.version != MANIFEST_VERSION {
             return Err(bad(format!(
                 "manifest version {} (this cairn reads {MANIFEST_VERSION})",
@@ -148,7 +148,10 @@ impl Manifest {
             }
             for p in &f.pieces {
                 if !is_hash(&p.hash) {
-                    return Err(bad(format!("{}: piece name {:?} is not a hash", f.path, p.hash)));
+                    return Err(bad(format!(
+                        "{}: piece name {:?} is not a hash",
+                        f.path, p.hash
+                    )));
                 }
             }
         }
@@ -235,7 +238,9 @@ mod tests {
         for i in 0..b.len() {
             let mut c = b.clone();
             c[i] ^= 0x20;
-            let e = Manifest::decode("manifests/g/x", &c).unwrap_err().to_string();
+            let e = Manifest::decode("manifests/g/x", &c)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("manifests/g/x"), "{e}");
         }
         for n in 0..b.len() {
@@ -245,11 +250,21 @@ mod tests {
 
     #[test]
     fn a_path_leaving_the_store_is_refused() {
-        for path in ["../x", "log/../../x", "snapshot/x", "log/a/b", "/etc/passwd", "log/.."] {
+        for path in [
+            "../x",
+            "log/../../x",
+            "snapshot/x",
+            "log/a/b",
+            "/etc/passwd",
+            "log/..",
+        ] {
             let mut m = sample();
             m.files[0].path = path.into();
             let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
-            assert!(e.contains("outside") || e.contains("DIR/NAME"), "{path}: {e}");
+            assert!(
+                e.contains("outside") || e.contains("DIR/NAME"),
+                "{path}: {e}"
+            );
         }
     }
 

@@ -202,7 +202,10 @@ impl std::fmt::Display for ReplicateError {
                 write!(f, "archive object {object} is damaged: {detail}")
             }
             ReplicateError::Empty { url } => {
-                write!(f, "the archive {url} holds no manifest (nothing replicated there yet)")
+                write!(
+                    f,
+                    "the archive {url} holds no manifest (nothing replicated there yet)"
+                )
             }
             ReplicateError::Io { op, path, source } => {
                 write!(f, "could not {op} {}: {source}", path.display())

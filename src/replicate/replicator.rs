@@ -224,10 +224,14 @@ impl Replicator {
             let prev = self.tracked.get(&rel).cloned();
             let (start_cursor, mut keep) = match &prev {
                 Some(t) => match t.cursor {
-                    Cursor::Log(c) if t.stat.ino == st.ino && local::log_cursor_holds(&path, &c)? => {
+                    Cursor::Log(c)
+                        if t.stat.ino == st.ino && local::log_cursor_holds(&path, &c)? =>
+                    {
                         (Some(c), Some((t.len, t.pieces.clone())))
                     }
-                    Cursor::Adopted if t.stat.ino == st.ino => (None, Some((t.len, t.pieces.clone()))),
+                    Cursor::Adopted if t.stat.ino == st.ino => {
+                        (None, Some((t.len, t.pieces.clone())))
+                    }
                     _ => {
                         diverged.get_or_insert(format!("{rel} changed in place"));
                         (None, None)
@@ -262,7 +266,11 @@ impl Replicator {
         }
         // A segment the last manifest named that is gone: history was cut.
         if let Some(m) = &self.last {
-            for f in m.files.iter().filter(|f| f.path.starts_with("log/") && f.path.ends_with(".seg")) {
+            for f in m
+                .files
+                .iter()
+                .filter(|f| f.path.starts_with("log/") && f.path.ends_with(".seg"))
+            {
                 if !files.iter().any(|g| g.path == f.path) {
                     diverged.get_or_insert(format!("{} is gone", f.path));
                 }
@@ -374,7 +382,9 @@ impl Replicator {
         let prev = self.tracked.get(rel).cloned();
         let (len, pieces, cursor) = match want {
             Want::Index | Want::Dict => match prev {
-                Some(t) if t.stat == st || (matches!(t.cursor, Cursor::Adopted) && t.len == st.len) => {
+                Some(t)
+                    if t.stat == st || (matches!(t.cursor, Cursor::Adopted) && t.len == st.len) =>
+                {
                     (t.len, t.pieces, Cursor::Whole)
                 }
                 _ => {

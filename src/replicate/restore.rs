@@ -97,7 +97,8 @@ pub fn restore(
         objects: 0,
     };
     write_files(archive, &manifest, &staging, &mut report)?;
-    std::fs::rename(&staging, &store).map_err(|e| ReplicateError::io("move into place", &store, e))?;
+    std::fs::rename(&staging, &store)
+        .map_err(|e| ReplicateError::io("move into place", &store, e))?;
     sync_dir(dir)?;
 
     let open = || {
@@ -119,6 +120,7 @@ pub fn restore(
         s.close()?;
         if lsn.0 < expected.0 .0 {
             expected = cut_log(&store.join("log"), lsn)?;
+            forget_derived(&store)?;
         }
     }
     let s = open()?;
@@ -186,7 +188,11 @@ fn write_files(
             if bytes.len() as u64 != p.len {
                 return Err(ReplicateError::Damaged {
                     object: obj,
-                    detail: format!("{} bytes, the manifest says {} ({what})", bytes.len(), p.len),
+                    detail: format!(
+                        "{} bytes, the manifest says {} ({what})",
+                        bytes.len(),
+                        p.len
+                    ),
                 });
             }
             let got = blake3::hash(&bytes).to_hex();
@@ -269,6 +275,34 @@ fn cut_log(log: &Path, lsn: Lsn) -> Result<(Lsn, ChainHash), ReplicateError> {
     }
     sync_dir(log)?;
     Ok(head)
+}
+
+/// Removes what the open that resolved the point derived from the
+/// uncut log: `tail.state` and the sparse indexes certify records the cut
+/// removed (an open would take the cut for damage), and the query index
+/// and caches describe them. All are rebuilt by the next open.
+fn forget_derived(store: &Path) -> Result<(), ReplicateError> {
+    let log = store.join("log");
+    for e in std::fs::read_dir(&log).map_err(|e| ReplicateError::io("list", &log, e))? {
+        let p = e.map_err(|e| ReplicateError::io("list", &log, e))?.path();
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        if name == "tail.state" || name.ends_with(".idx") {
+            std::fs::remove_file(&p).map_err(|e| ReplicateError::io("remove", &p, e))?;
+        }
+    }
+    for sub in ["index", "snapshot"] {
+        let d = store.join(sub);
+        match std::fs::remove_dir_all(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ReplicateError::io("remove", &d, e)),
+        }
+    }
+    sync_dir(&log)?;
+    sync_dir(store)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), ReplicateError> {
