@@ -52,6 +52,8 @@ pub mod error;
 pub mod import;
 pub mod queries;
 pub mod repair;
+#[cfg(feature = "replicate")]
+pub mod replicate;
 pub mod session;
 pub mod store;
 pub mod verify_refs;

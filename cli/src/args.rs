@@ -528,6 +528,64 @@ pub enum Command {
         #[arg(value_parser = shells())]
         shell: String,
     },
+    /// Ship the store to S3-compatible object storage (or a directory), continuously or --once.
+    #[command(after_help = crate::replicate::REPLICATE_HELP)]
+    Replicate(ReplicateArgs),
+    /// Create DIR/.cairn from an archive, at its newest head or at a point.
+    #[command(after_help = crate::replicate::RESTORE_HELP)]
+    Restore(RestoreArgs),
+    /// Look at archives: `cairn archive list URL`.
+    #[command(subcommand)]
+    Archive(ArchiveCommand),
+}
+
+/// `cairn replicate`.
+#[derive(Debug, Args)]
+pub struct ReplicateArgs {
+    /// Where to: s3://bucket/prefix or file:///dir.
+    pub url: String,
+    /// Ship what is there now and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// The longest a committed record waits before it is shipped, in ms.
+    #[arg(long, value_name = "MS", default_value_t = cairn::replicate::DEFAULT_MAX_LAG_MS,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub max_lag_ms: u64,
+    /// After shipping, delete what no manifest of the newest generation
+    /// needs: older generations, and pieces only they name.
+    #[arg(long)]
+    pub prune: bool,
+    /// Print one JSON object per round.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cairn restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The archive: s3://bucket/prefix or file:///dir.
+    pub url: String,
+    /// The workspace to restore the store for (DIR/.cairn is created).
+    pub dir: PathBuf,
+    /// A point: @LSN, a checkpoint (c12), a time (ISO-8601) or head.
+    #[arg(long, value_name = "POINT")]
+    pub at: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cairn archive`.
+#[derive(Debug, Subcommand)]
+pub enum ArchiveCommand {
+    /// The stores archived under a prefix: workspace, sessions, head, bytes, last upload.
+    List {
+        /// s3://bucket/prefix or file:///dir.
+        url: String,
+        /// Print as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `cairn record`.

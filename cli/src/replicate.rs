@@ -1,0 +1,244 @@
+//! `cairn replicate`, `cairn restore` and `cairn archive list`: the CLI
+//! over [`cairn::replicate`].
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use cairn::replicate::{Archive, ReplicateError, Replicator, RoundReport};
+use cairn::Timestamp;
+
+use crate::args::{ArchiveCommand, ReplicateArgs, RestoreArgs};
+use crate::Settings;
+
+/// `cairn replicate --help`, after the flags.
+pub const REPLICATE_HELP: &str = "Objects are immutable and named by the blake3 of their bytes; a manifest naming them is written last, so an archive never names an object it lacks. A run that is stopped or loses the server leaves nothing a reader would trust, and the next run sends nothing twice.\n\nS3 is configured from the standard AWS variables: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL (an S3-compatible server) and AWS_ALLOW_HTTP=true (one over plain HTTP). TLS by default.\n\nExample:\n  cairn replicate s3://backups/agents/laptop --once\n  cairn replicate file:///mnt/backup/myproject --max-lag-ms 500   # until Ctrl-C";
+
+/// `cairn restore --help`, after the flags.
+pub const RESTORE_HELP: &str = "Every object is checked against its name as it is read; the restored store's head is compared with the archive's and the store verified. `cairn rollback` to any of its checkpoints then rebuilds that workspace.\n\nExample:\n  cairn restore s3://backups/agents/laptop ~/src/myproject\n  cairn restore file:///mnt/backup/myproject /tmp/then --at c12";
+
+/// Set by SIGINT and SIGTERM: a continuous run finishes its round and exits.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn open(url: &str) -> Result<Archive> {
+    let a = Archive::open(url)?;
+    // A test knob: fail every write after this many, as a lost server
+    // would, to check that an interrupted run leaves a sound archive.
+    if let Some(n) = std::env::var("CAIRN_TEST_FAIL_AFTER_PUTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        a.fail_after_puts(n);
+    }
+    Ok(a)
+}
+
+/// `cairn replicate URL [--once] [--max-lag-ms MS] [--prune]`.
+pub fn replicate(settings: &Settings, a: ReplicateArgs) -> Result<ExitCode> {
+    let found = crate::discover::find(settings.store.as_deref(), settings.workspace.as_deref())?;
+    let archive = open(&a.url)?;
+    let mut r =
+        Replicator::new(archive, &found.store)?.workspace(found.workspace.display().to_string());
+    // A round that sent nothing prints nothing (except with --once).
+    let print = |rep: &RoundReport, json: bool, always: bool| -> Result<()> {
+        if !always && rep.manifest.is_none() && rep.objects_uploaded == 0 {
+            return Ok(());
+        }
+        if json {
+            outln!(
+                "{}",
+                serde_json::json!({
+                    "generation": rep.generation,
+                    "head_lsn": rep.head_lsn,
+                    "objects_uploaded": rep.objects_uploaded,
+                    "bytes_uploaded": rep.bytes_uploaded,
+                    "manifest": rep.manifest,
+                    "new_generation": rep.new_generation,
+                })
+            );
+        } else {
+            if let Some(why) = &rep.new_generation {
+                eprintln!("note: new generation {} ({why})", rep.generation);
+            }
+            outln!(
+                "shipped up to LSN {}: {} objects, {} bytes uploaded",
+                rep.head_lsn,
+                rep.objects_uploaded,
+                rep.bytes_uploaded
+            );
+        }
+        Ok(())
+    };
+    if a.once {
+        let rep = r
+            .round()
+            .with_context(|| format!("replicate to {}", a.url))?;
+        if a.json || rep.manifest.is_some() || rep.objects_uploaded > 0 {
+            print(&rep, a.json, true)?;
+        } else {
+            outln!("up to date at LSN {}", rep.head_lsn);
+        }
+        if a.prune {
+            prune(r.archive(), a.json)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    // SAFETY: the handler only stores to an atomic, which is
+    // async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    if !settings.quiet {
+        eprintln!(
+            "replicating {} to {} (lag at most {} ms); Ctrl-C stops",
+            found.store.display(),
+            a.url,
+            a.max_lag_ms
+        );
+    }
+    let mut failure: Option<String> = None;
+    let mut write_err: Option<anyhow::Error> = None;
+    r.run(
+        Duration::from_millis(a.max_lag_ms),
+        &STOP,
+        |res| match res {
+            Ok(rep) => {
+                if failure.take().is_some() {
+                    eprintln!("note: replication resumed");
+                }
+                if let Err(e) = print(rep, a.json, false) {
+                    write_err.get_or_insert(e);
+                    STOP.store(true, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if failure.as_deref() != Some(text.as_str()) {
+                    eprintln!("warning: replication round failed, retrying: {text}");
+                }
+                failure = Some(text);
+            }
+        },
+    );
+    if let Some(e) = write_err {
+        return Err(e);
+    }
+    if a.prune {
+        prune(r.archive(), a.json)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn prune(archive: &Archive, json: bool) -> Result<()> {
+    let p = cairn::replicate::prune(archive)?;
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({"pruned_manifests": p.manifests, "pruned_objects": p.objects})
+        );
+    } else {
+        outln!(
+            "pruned {} manifests and {} objects of older generations",
+            p.manifests,
+            p.objects
+        );
+    }
+    Ok(())
+}
+
+/// `cairn restore URL DIR [--at POINT]`.
+pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
+    let at =
+        a.at.as_deref()
+            .map(crate::hiargs::parse_point)
+            .transpose()?;
+    let archive = open(&a.url)?;
+    let dir =
+        std::path::absolute(&a.dir).with_context(|| format!("resolve {}", a.dir.display()))?;
+    let rep = cairn::replicate::restore(&archive, &dir, at)
+        .with_context(|| format!("restore {} into {}", a.url, dir.display()))?;
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "store": rep.store,
+                "manifest": rep.manifest,
+                "generation": rep.generation,
+                "head_lsn": rep.head_lsn,
+                "head_chain": rep.head_chain,
+                "files": rep.files,
+                "bytes": rep.bytes,
+                "objects": rep.objects,
+            })
+        );
+    } else {
+        outln!(
+            "restored {} at LSN {} (chain {}): {} files, {} bytes from {} objects; verified",
+            rep.store.display(),
+            rep.head_lsn,
+            &rep.head_chain[..16],
+            rep.files,
+            rep.bytes,
+            rep.objects
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cairn archive list URL`.
+pub fn archive(c: ArchiveCommand) -> Result<ExitCode> {
+    let ArchiveCommand::List { url, json } = c;
+    let archive = open(&url)?;
+    let list = cairn::replicate::list_archives(&archive)?;
+    let base = url.trim_end_matches('/');
+    for s in &list {
+        let at = if s.prefix.is_empty() {
+            base.to_string()
+        } else {
+            format!("{base}/{}", s.prefix)
+        };
+        let when = Timestamp::from_millis(s.last_upload_ms)
+            .map(|t| t.to_iso())
+            .unwrap_or_else(|_| s.last_upload_ms.to_string());
+        if json {
+            outln!(
+                "{}",
+                serde_json::json!({
+                    "url": at,
+                    "workspace": s.workspace,
+                    "sessions": s.sessions,
+                    "head_lsn": s.head_lsn,
+                    "bytes": s.bytes,
+                    "last_upload": when,
+                    "generation": s.generation,
+                })
+            );
+        } else {
+            let sessions = s.sessions.map_or("?".to_string(), |n| n.to_string());
+            outln!(
+                "{at}\n  workspace {}  sessions {sessions}  head LSN {}  {} bytes  last upload {when}",
+                s.workspace.as_deref().unwrap_or("?"),
+                s.head_lsn,
+                s.bytes
+            );
+        }
+    }
+    if list.is_empty() && !json {
+        eprintln!("no archive under {url}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `e` says an archive object is damaged (exit 3, as corruption).
+pub fn is_damaged_archive(e: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(
+        e.downcast_ref::<ReplicateError>(),
+        Some(ReplicateError::Damaged { .. })
+    )
+}

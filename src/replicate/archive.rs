@@ -1,0 +1,265 @@
+//! An archive: a place in an object store (`s3://bucket/prefix`,
+//! `file:///dir`) and the blocking calls cairn makes on it.
+//!
+//! `object_store` is async; the archive keeps a current-thread tokio
+//! runtime of its own and blocks on it, so none of it leaks into cairn's
+//! synchronous API. Each call runs on the caller's thread.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use super::ReplicateError;
+
+/// How long one request may take before it is retried (a stalled
+/// connection to a killed server must not hang a replication round).
+pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// How long to try to connect before giving up on an attempt.
+pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// Retries of a failed request (object_store backs off between them).
+pub const MAX_RETRIES: usize = 3;
+/// The total time a request is retried for: a round that cannot reach
+/// the server fails in about this long and the next one tries again.
+pub const RETRY_TIMEOUT_MS: u64 = 15_000;
+
+/// What [`Archive::list`] gives for one object.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    /// Its name under the archive root (`objects/ab12...`).
+    pub name: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// When it was last written, milliseconds since the epoch.
+    pub modified_ms: i64,
+}
+
+/// An archive: an object store and the prefix the archive lives under.
+pub struct Archive {
+    store: Arc<dyn ObjectStore>,
+    root: ObjPath,
+    url: String,
+    rt: tokio::runtime::Runtime,
+    puts: AtomicU64,
+    put_budget: AtomicU64,
+}
+
+impl std::fmt::Debug for Archive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Archive").field("url", &self.url).finish()
+    }
+}
+
+impl Archive {
+    /// Opens the archive at `url`: `s3://bucket/prefix` (configured from
+    /// the standard AWS variables, `AWS_ENDPOINT_URL` and
+    /// `AWS_ALLOW_HTTP=true` for an S3-compatible server over plain HTTP)
+    /// or `file:///absolute/dir` (created if missing).
+    pub fn open(url: &str) -> Result<Archive, ReplicateError> {
+        let bad = |detail: &str| ReplicateError::Url {
+            url: url.to_string(),
+            detail: detail.to_string(),
+        };
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(bad("no bucket name after s3://"));
+            }
+            install_tls_provider();
+            let retry = object_store::RetryConfig {
+                max_retries: MAX_RETRIES,
+                retry_timeout: Duration::from_millis(RETRY_TIMEOUT_MS),
+                ..Default::default()
+            };
+            // The timeouts are set key by key: `with_client_options` would
+            // replace what `from_env` read (AWS_ALLOW_HTTP among it).
+            use object_store::aws::AmazonS3ConfigKey as Key;
+            use object_store::ClientConfigKey as Client;
+            let s3 = object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry)
+                .with_config(
+                    Key::Client(Client::Timeout),
+                    format!("{REQUEST_TIMEOUT_MS}ms"),
+                )
+                .with_config(
+                    Key::Client(Client::ConnectTimeout),
+                    format!("{CONNECT_TIMEOUT_MS}ms"),
+                )
+                .build()
+                .map_err(|e| bad(&e.to_string()))?;
+            Archive::with_store(Arc::new(s3), prefix, url)
+        } else if let Some(path) = url.strip_prefix("file://") {
+            if !path.starts_with('/') {
+                return Err(bad("a file:// URL needs an absolute path (file:///dir)"));
+            }
+            std::fs::create_dir_all(path).map_err(|e| ReplicateError::Io {
+                op: "create the archive directory",
+                path: path.into(),
+                source: e,
+            })?;
+            let fs = object_store::local::LocalFileSystem::new_with_prefix(path)
+                .map_err(|e| bad(&e.to_string()))?;
+            Archive::with_store(Arc::new(fs), "", url)
+        } else {
+            Err(bad("the URL must start with s3:// or file:///"))
+        }
+    }
+
+    /// An archive under `prefix` of `store` (any `ObjectStore`: tests wrap
+    /// one to count or fail requests). `url` names it in messages.
+    pub fn with_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        url: &str,
+    ) -> Result<Archive, ReplicateError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ReplicateError::Io {
+                op: "start the replication runtime",
+                path: url.into(),
+                source: e,
+            })?;
+        Ok(Archive {
+            store,
+            root: ObjPath::from(prefix.trim_matches('/')),
+            url: url.to_string(),
+            rt,
+            puts: AtomicU64::new(0),
+            put_budget: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// The URL the archive was opened with.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Objects written by this handle so far.
+    pub fn puts(&self) -> u64 {
+        self.puts.load(Ordering::Relaxed)
+    }
+
+    /// For fault tests: after `n` more writes, every write fails as a lost
+    /// connection would (the replicator must then leave the archive as
+    /// consistent as before the round).
+    pub fn fail_after_puts(&self, n: u64) {
+        self.put_budget.store(n, Ordering::Relaxed);
+    }
+
+    fn path(&self, name: &str) -> ObjPath {
+        if self.root.as_ref().is_empty() {
+            ObjPath::from(name)
+        } else {
+            ObjPath::from(format!("{}/{name}", self.root.as_ref()))
+        }
+    }
+
+    fn err(&self, op: &'static str, name: &str, e: object_store::Error) -> ReplicateError {
+        ReplicateError::Remote {
+            op,
+            object: format!("{}/{name}", self.url.trim_end_matches('/')),
+            detail: e.to_string(),
+        }
+    }
+
+    /// Writes the object `name`.
+    pub fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), ReplicateError> {
+        let left = self.put_budget.load(Ordering::Relaxed);
+        if left == 0 {
+            return Err(ReplicateError::Remote {
+                op: "write",
+                object: name.to_string(),
+                detail: "injected fault: the write budget set by fail_after_puts is spent".into(),
+            });
+        }
+        if left != u64::MAX {
+            self.put_budget.store(left - 1, Ordering::Relaxed);
+        }
+        let path = self.path(name);
+        self.rt
+            .block_on(self.store.put(&path, PutPayload::from(bytes)))
+            .map_err(|e| self.err("write", name, e))?;
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reads the object `name`; `None` if there is none.
+    pub fn get(&self, name: &str) -> Result<Option<Vec<u8>>, ReplicateError> {
+        let path = self.path(name);
+        let r = self.rt.block_on(async {
+            match self.store.get(&path).await {
+                Ok(g) => g.bytes().await.map(Some),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        r.map(|b| b.map(|b| b.to_vec()))
+            .map_err(|e| self.err("read", name, e))
+    }
+
+    /// Whether the object `name` exists.
+    pub fn exists(&self, name: &str) -> Result<bool, ReplicateError> {
+        let path = self.path(name);
+        match self.rt.block_on(self.store.head(&path)) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.err("look up", name, e)),
+        }
+    }
+
+    /// Deletes the object `name` (gone already is fine).
+    pub fn delete(&self, name: &str) -> Result<(), ReplicateError> {
+        let path = self.path(name);
+        match self.rt.block_on(self.store.delete(&path)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err("delete", name, e)),
+        }
+    }
+
+    /// Every object whose name (under the archive root) starts with the
+    /// folder `under` (`objects`, `manifests/<generation>`, or "" for all).
+    pub fn list(&self, under: &str) -> Result<Vec<Listed>, ReplicateError> {
+        let prefix = if under.is_empty() {
+            self.root.clone()
+        } else {
+            self.path(under)
+        };
+        let root = self.root.as_ref().to_string();
+        let prefix_opt = (!prefix.as_ref().is_empty()).then_some(&prefix);
+        let found = self.rt.block_on(async {
+            let mut out = Vec::new();
+            let mut s = self.store.list(prefix_opt);
+            while let Some(m) = s.next().await {
+                let m = m?;
+                let full = m.location.as_ref();
+                let name = if root.is_empty() {
+                    full.to_string()
+                } else {
+                    full.strip_prefix(&root)
+                        .map(|s| s.trim_start_matches('/').to_string())
+                        .unwrap_or_else(|| full.to_string())
+                };
+                out.push(Listed {
+                    name,
+                    size: m.size,
+                    modified_ms: m.last_modified.timestamp_millis(),
+                });
+            }
+            Ok::<_, object_store::Error>(out)
+        });
+        found.map_err(|e| self.err("list", under, e))
+    }
+}
+
+/// reqwest is built without a TLS provider of its own (its default would
+/// build aws-lc from C); ring is installed as the process's provider
+/// before the first client is made. A provider already installed (by the
+/// embedder) is kept.
+fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,0 +1,239 @@
+//! Reading the local store for replication: which files make it up, and
+//! how much of each is whole enough to ship (a log tail up to its last
+//! complete batch, a pack up to its last entry that checks out). Frames,
+//! segment headers and footers are read with `cairn_codec`, pack entries
+//! with the engine's own reader.
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+
+use cairn_codec::frame::{self, ChainForm};
+use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
+use cairn_codec::{ChainHash, Lsn};
+use cairn_engine::blob::pack::{PackHeader, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
+
+use super::ReplicateError;
+
+/// What kind of store file a name is, for shipping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A log segment (`log/<first LSN>.seg`).
+    Segment,
+    /// A file written once and never changed in place: dictionaries and
+    /// their copies, the blob index (replaced by rename).
+    Whole,
+    /// A blob pack (`blobs/pack-N.pack`), append-only.
+    Pack,
+}
+
+/// The kind of `dir/name`, or `None` for a file not shipped: sparse
+/// indexes and `tail.state` (rebuilt, and a shorter tail would contradict
+/// the latter), temporary files, repair's leftovers.
+pub(crate) fn kind_of(dir: &str, name: &str) -> Option<Kind> {
+    let is_dict =
+        name.starts_with("dict-") && (name.ends_with(".zstd") || name.ends_with(".zstd.copy"));
+    match dir {
+        "log" if name.ends_with(".seg") && name.len() == 24 => Some(Kind::Segment),
+        "log" if is_dict => Some(Kind::Whole),
+        "blobs" if name == "index" || is_dict => Some(Kind::Whole),
+        "blobs" if name.starts_with("pack-") && name.ends_with(".pack") => Some(Kind::Pack),
+        _ => None,
+    }
+}
+
+/// A file's identity and size now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stat {
+    pub ino: u64,
+    pub len: u64,
+    pub mtime_ns: i64,
+}
+
+pub(crate) fn stat(path: &Path) -> Result<Option<Stat>, ReplicateError> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(Some(Stat {
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ReplicateError::io("read the size of", path, e)),
+    }
+}
+
+/// Reads `len` bytes at `off` of `path`.
+pub(crate) fn read_range(path: &Path, off: u64, len: u64) -> Result<Vec<u8>, ReplicateError> {
+    let f = File::open(path).map_err(|e| ReplicateError::io("open", path, e))?;
+    let mut buf = vec![0u8; len as usize];
+    f.read_exact_at(&mut buf, off)
+        .map_err(|e| ReplicateError::io("read", path, e))?;
+    Ok(buf)
+}
+
+/// Where a walk of a log segment stopped: after its last complete batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LogCursor {
+    /// Bytes of the file up to the end of the last complete batch.
+    pub valid: u64,
+    /// Offset of the last frame of that batch (`None`: no frame yet).
+    pub last_frame: Option<u64>,
+    /// The LSN and chain after it (the header's first LSN - 1 and chain
+    /// before it, when there is no frame).
+    pub lsn: Lsn,
+    pub chain: ChainHash,
+    pub form: ChainForm,
+    /// The segment is sealed: its footer is the last 64 bytes, `valid` is
+    /// its length, and nothing is appended to it again.
+    pub sealed: bool,
+}
+
+/// Checks that the frame a cursor ends at is still there, with the same
+/// LSN and chain: then the bytes before it are the ones walked (the chain
+/// value covers them), and a walk may go on from `valid`.
+pub(crate) fn log_cursor_holds(path: &Path, c: &LogCursor) -> Result<bool, ReplicateError> {
+    let Some(off) = c.last_frame else {
+        return Ok(true);
+    };
+    let Some(st) = stat(path)? else {
+        return Ok(false);
+    };
+    if st.len < c.valid {
+        return Ok(false);
+    }
+    let buf = read_range(path, off, c.valid - off)?;
+    Ok(matches!(frame::decode(&buf), Ok(f) if f.lsn == c.lsn && f.chain == c.chain))
+}
+
+/// Walks a log segment from `from` (a cursor that holds) or from its
+/// header: every frame must check out, have the next LSN and follow the
+/// chain; the walk ends at the first that does not (a tail being written,
+/// or prepared zeros). A sealed segment (footer present and matching the
+/// walk) is valid to its end.
+pub(crate) fn walk_segment(
+    path: &Path,
+    from: Option<LogCursor>,
+) -> Result<LogCursor, ReplicateError> {
+    let st = stat(path)?
+        .ok_or_else(|| ReplicateError::io("read", path, std::io::ErrorKind::NotFound.into()))?;
+    let mut c = match from {
+        Some(c) => c,
+        None => {
+            let head = read_range(path, 0, (SEGMENT_HEADER_LEN as u64).min(st.len))?;
+            let h = SegmentHeader::decode(&head).map_err(|e| ReplicateError::Local {
+                path: path.to_path_buf(),
+                detail: format!("segment header: {e}"),
+            })?;
+            LogCursor {
+                valid: SEGMENT_HEADER_LEN as u64,
+                last_frame: None,
+                lsn: Lsn(h.first_lsn.0.saturating_sub(1)),
+                chain: h.prev_chain,
+                form: h.chain_form,
+                sealed: false,
+            }
+        }
+    };
+    if c.sealed {
+        return Ok(c);
+    }
+    let base = c.valid;
+    let buf = read_range(path, base, st.len.saturating_sub(base))?;
+    let (mut off, mut lsn, mut chain) = (0usize, c.lsn, c.chain);
+    while off < buf.len() {
+        let Ok(f) = frame::decode(&buf[off..]) else {
+            break;
+        };
+        if f.lsn != lsn.next() || !f.chain_follows(chain, c.form) {
+            break;
+        }
+        let at = off;
+        off += f.len();
+        lsn = f.lsn;
+        chain = f.chain;
+        if !f.batch_continues() {
+            c.valid = base + off as u64;
+            c.last_frame = Some(base + at as u64);
+            c.lsn = lsn;
+            c.chain = chain;
+        }
+    }
+    // A sealed segment: the footer follows the last frame and agrees
+    // with the walk.
+    let rest = &buf[(c.valid - base) as usize..];
+    if rest.len() == SEGMENT_FOOTER_LEN {
+        let mut probe = vec![0u8; SEGMENT_HEADER_LEN];
+        probe.extend_from_slice(rest);
+        if let Ok(Some(foot)) = SegmentFooter::decode_tail(&probe) {
+            if foot.last_lsn == c.lsn && foot.last_chain == c.chain {
+                c.valid = st.len;
+                c.sealed = true;
+            }
+        }
+    }
+    Ok(c)
+}
+
+/// Where a walk of a pack stopped: after its last entry that checks out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PackCursor {
+    /// Bytes of the file up to the end of that entry (the header alone
+    /// when there is none).
+    pub valid: u64,
+    /// That entry's offset and its header's bytes.
+    pub last_entry: Option<(u64, [u8; ENTRY_HEADER_LEN])>,
+}
+
+/// Checks that the entry a pack cursor ends at is still there unchanged.
+pub(crate) fn pack_cursor_holds(path: &Path, c: &PackCursor) -> Result<bool, ReplicateError> {
+    let Some((off, head)) = c.last_entry else {
+        return Ok(stat(path)?.is_some_and(|s| s.len >= c.valid));
+    };
+    match stat(path)? {
+        Some(s) if s.len >= c.valid => Ok(read_range(path, off, ENTRY_HEADER_LEN as u64)? == head),
+        _ => Ok(false),
+    }
+}
+
+/// Walks a pack from a cursor that holds, or from its header, with the
+/// engine's entry reader; `None` when the header does not check out yet
+/// (a pack header is written with its first entries' sync).
+pub(crate) fn walk_pack(
+    path: &Path,
+    from: Option<PackCursor>,
+) -> Result<Option<PackCursor>, ReplicateError> {
+    let Some(st) = stat(path)? else {
+        return Ok(None);
+    };
+    let mut c = match from {
+        Some(c) => c,
+        None => {
+            if st.len < PACK_HEADER_LEN as u64 {
+                return Ok(None);
+            }
+            if PackHeader::decode(&read_range(path, 0, PACK_HEADER_LEN as u64)?).is_err() {
+                return Ok(None);
+            }
+            PackCursor {
+                valid: PACK_HEADER_LEN as u64,
+                last_entry: None,
+            }
+        }
+    };
+    let file =
+        cairn_engine::vfs::Vfs::open(&cairn_engine::RealVfs, path, cairn_engine::OpenMode::Read)
+            .map_err(|e| ReplicateError::io("open", path, e))?;
+    loop {
+        match cairn_engine::blob::scan::read_entry_at(file.as_ref(), c.valid, st.len) {
+            Ok(Ok((header, entry))) => {
+                let mut head = [0u8; ENTRY_HEADER_LEN];
+                head.copy_from_slice(&entry[..ENTRY_HEADER_LEN]);
+                c.last_entry = Some((c.valid, head));
+                c.valid += header.entry_len();
+            }
+            Ok(Err(_)) => break,
+            Err(e) => return Err(ReplicateError::io("read", path, e)),
+        }
+    }
+    Ok(Some(c))
+}

@@ -1,0 +1,481 @@
+//! The replicator: ships a store's files to an archive as immutable,
+//! content-named pieces, then writes the manifest that names them.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cairn_codec::{ChainHash, Lsn};
+
+use super::archive::Archive;
+use super::local::{self, Kind, LogCursor, PackCursor, Stat};
+use super::manifest::{FileEntry, Manifest, Piece, MANIFEST_VERSION};
+use super::{manifest_name, object_name, ReplicateError, OBJECTS_DIR};
+
+/// The largest piece: a file longer than this (a 256 MiB pack) is shipped
+/// as several objects, so a round never holds more than this in memory
+/// per object and a failed upload repeats at most this much.
+pub const MAX_PIECE_BYTES: u64 = 16 << 20;
+
+/// The default bound on how long a committed record waits before it is
+/// in the archive (`cairn replicate --max-lag-ms`).
+pub const DEFAULT_MAX_LAG_MS: u64 = 1000;
+
+/// What one round shipped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// The generation the round's manifest belongs to.
+    pub generation: String,
+    /// The head it shipped.
+    pub head_lsn: u64,
+    /// Objects uploaded (pieces not already in the archive, and the manifest).
+    pub objects_uploaded: u64,
+    /// Bytes in those pieces.
+    pub bytes_uploaded: u64,
+    /// The manifest written, `None` when the head had not moved.
+    pub manifest: Option<String>,
+    /// A new generation was started this round (first run, or the store's
+    /// log no longer continues the archive's), and why.
+    pub new_generation: Option<String>,
+}
+
+/// What the replicator knows of one store file.
+#[derive(Clone, Debug)]
+struct Tracked {
+    stat: Stat,
+    /// The pieces shipped: the file's first `len` bytes.
+    len: u64,
+    pieces: Vec<Piece>,
+    cursor: Cursor,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Cursor {
+    /// A whole file: unchanged while its identity, size and time are.
+    Whole,
+    Log(LogCursor),
+    Pack(PackCursor),
+    /// Pieces taken over from the archive's manifest, checked against the
+    /// file's bytes; the file is walked again from its start.
+    Adopted,
+}
+
+/// Ships a store to an archive. Run [`Replicator::round`] now and then
+/// (`cairn replicate --once` runs one), or [`Replicator::run`] on a thread
+/// of its own until a flag is set. It only reads the store, without its
+/// lock: writers go on as usual.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cairn::replicate::ReplicateError> {
+/// let archive = cairn::replicate::Archive::open("file:///backups/myproject")?;
+/// let mut r = cairn::replicate::Replicator::new(archive, "/src/myproject/.cairn")?;
+/// let report = r.round()?;
+/// println!("shipped up to LSN {}", report.head_lsn);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Replicator {
+    archive: Archive,
+    store: PathBuf,
+    workspace: Option<String>,
+    known: HashSet<String>,
+    last: Option<Manifest>,
+    tracked: BTreeMap<String, Tracked>,
+    started: bool,
+    /// The store opened read-only, kept across rounds so its query index
+    /// catches up instead of being rebuilt: it counts the sessions each
+    /// manifest reports. `None` until first needed, or when it cannot be
+    /// opened (the manifest then says nothing of sessions).
+    reader: Option<crate::Store>,
+}
+
+impl Replicator {
+    /// A replicator of the store directory `store` (`.cairn`) to `archive`.
+    /// Nothing is read or sent until the first round.
+    pub fn new(archive: Archive, store: impl Into<PathBuf>) -> Result<Replicator, ReplicateError> {
+        let store = store.into();
+        if !store.join("log").is_dir() {
+            return Err(ReplicateError::Local {
+                path: store,
+                detail: "not a cairn store (no log/ inside)".into(),
+            });
+        }
+        Ok(Replicator {
+            archive,
+            store,
+            workspace: None,
+            known: HashSet::new(),
+            last: None,
+            tracked: BTreeMap::new(),
+            started: false,
+            reader: None,
+        })
+    }
+
+    /// Names the workspace in the manifests (shown by `cairn archive list`).
+    pub fn workspace(mut self, dir: impl Into<String>) -> Replicator {
+        self.workspace = Some(dir.into());
+        self
+    }
+
+    /// The archive it ships to.
+    pub fn archive(&self) -> &Archive {
+        &self.archive
+    }
+
+    /// Learns what the archive holds: the objects there (so none is sent
+    /// twice) and the newest manifest, whose pieces are taken over where
+    /// the local files still hold the same bytes.
+    fn start(&mut self) -> Result<(), ReplicateError> {
+        self.known = self
+            .archive
+            .list(OBJECTS_DIR)?
+            .into_iter()
+            .filter_map(|l| l.name.strip_prefix("objects/").map(str::to_string))
+            .collect();
+        self.last = super::newest_manifest(&self.archive, None)?.map(|(_, m)| m);
+        if let Some(m) = &self.last {
+            for f in &m.files {
+                let path = self.store.join(&f.path);
+                let Some(st) = local::stat(&path)? else {
+                    continue;
+                };
+                if st.len < f.len || !self.pieces_match(&path, &f.pieces)? {
+                    continue;
+                }
+                self.tracked.insert(
+                    f.path.clone(),
+                    Tracked {
+                        stat: st,
+                        len: f.len,
+                        pieces: f.pieces.clone(),
+                        cursor: Cursor::Adopted,
+                    },
+                );
+            }
+        }
+        self.started = true;
+        Ok(())
+    }
+
+    fn pieces_match(&self, path: &Path, pieces: &[Piece]) -> Result<bool, ReplicateError> {
+        let mut off = 0;
+        for p in pieces {
+            let b = local::read_range(path, off, p.len)?;
+            if blake3::hash(&b).to_hex().as_str() != p.hash {
+                return Ok(false);
+            }
+            off += p.len;
+        }
+        Ok(true)
+    }
+
+    /// Ships `path`'s bytes `from..to` as pieces, uploading those the
+    /// archive does not have.
+    fn ship(
+        &mut self,
+        path: &Path,
+        from: u64,
+        to: u64,
+        report: &mut RoundReport,
+    ) -> Result<Vec<Piece>, ReplicateError> {
+        let mut out = Vec::new();
+        let mut off = from;
+        while off < to {
+            let len = (to - off).min(MAX_PIECE_BYTES);
+            let bytes = local::read_range(path, off, len)?;
+            let hash = blake3::hash(&bytes).to_hex().to_string();
+            if !self.known.contains(&hash) {
+                self.archive.put(&object_name(&hash), bytes)?;
+                report.objects_uploaded += 1;
+                report.bytes_uploaded += len;
+                self.known.insert(hash.clone());
+            }
+            out.push(Piece { hash, len });
+            off += len;
+        }
+        Ok(out)
+    }
+
+    /// One round: ships what is new in the store and, when the head moved,
+    /// writes a manifest naming every piece (after all of them are in the
+    /// archive). Files are read in the order that keeps the manifest whole:
+    /// the log first, then the blob index and packs (a record's blobs are
+    /// durable before the record), then dictionaries (one is durable
+    /// before anything uses it).
+    pub fn round(&mut self) -> Result<RoundReport, ReplicateError> {
+        if !self.started {
+            self.start()?;
+        }
+        let mut report = RoundReport::default();
+        let mut diverged: Option<String> = None;
+        let mut files: Vec<FileEntry> = Vec::new();
+        let mut head = (Lsn(0), ChainHash::ZERO);
+
+        // The log's segments, oldest first.
+        let log_names = self.names("log", |k| k == Kind::Segment)?;
+        for name in &log_names {
+            let rel = format!("log/{name}");
+            let path = self.store.join(&rel);
+            let Some(st) = local::stat(&path)? else {
+                continue;
+            };
+            let prev = self.tracked.get(&rel).cloned();
+            let (start_cursor, mut keep) = match &prev {
+                Some(t) => match t.cursor {
+                    Cursor::Log(c)
+                        if t.stat.ino == st.ino && local::log_cursor_holds(&path, &c)? =>
+                    {
+                        (Some(c), Some((t.len, t.pieces.clone())))
+                    }
+                    Cursor::Adopted if t.stat.ino == st.ino => {
+                        (None, Some((t.len, t.pieces.clone())))
+                    }
+                    _ => {
+                        diverged.get_or_insert(format!("{rel} changed in place"));
+                        (None, None)
+                    }
+                },
+                None => (None, None),
+            };
+            let c = local::walk_segment(&path, start_cursor)?;
+            if let Some((len, _)) = &keep {
+                if c.valid < *len {
+                    diverged.get_or_insert(format!("{rel} is shorter than the archive's copy"));
+                    keep = None;
+                }
+            }
+            let (len, mut pieces) = keep.unwrap_or((0, Vec::new()));
+            pieces.extend(self.ship(&path, len, c.valid, &mut report)?);
+            head = (c.lsn, c.chain);
+            self.tracked.insert(
+                rel.clone(),
+                Tracked {
+                    stat: st,
+                    len: c.valid,
+                    pieces: pieces.clone(),
+                    cursor: Cursor::Log(c),
+                },
+            );
+            files.push(FileEntry {
+                path: rel,
+                len: c.valid,
+                pieces,
+            });
+        }
+        // A segment the last manifest named that is gone: history was cut.
+        if let Some(m) = &self.last {
+            for f in m
+                .files
+                .iter()
+                .filter(|f| f.path.starts_with("log/") && f.path.ends_with(".seg"))
+            {
+                if !files.iter().any(|g| g.path == f.path) {
+                    diverged.get_or_insert(format!("{} is gone", f.path));
+                }
+            }
+            if diverged.is_none() && head.0 .0 < m.head_lsn {
+                diverged = Some(format!(
+                    "the log ends at LSN {} before the archive's head {}",
+                    head.0 .0, m.head_lsn
+                ));
+            }
+        }
+
+        // The blob index, the packs, then dictionaries.
+        for (dir, want) in [
+            ("blobs", Want::Index),
+            ("blobs", Want::Pack),
+            ("log", Want::Dict),
+            ("blobs", Want::Dict),
+        ] {
+            let names = self.names(dir, |k| match want {
+                Want::Pack => k == Kind::Pack,
+                Want::Index | Want::Dict => k == Kind::Whole,
+            })?;
+            for name in names {
+                let is_index = name == "index";
+                if matches!(want, Want::Index) != is_index {
+                    continue;
+                }
+                let rel = format!("{dir}/{name}");
+                let path = self.store.join(&rel);
+                if let Some(f) = self.ship_file(&rel, &path, want, &mut report)? {
+                    files.push(f);
+                }
+            }
+        }
+
+        // A new generation when the log does not continue the archive's.
+        let generation = match (&self.last, &diverged) {
+            (Some(m), None) => m.generation.clone(),
+            (last, why) => {
+                report.new_generation = Some(match (last, why) {
+                    (None, _) => "the archive has no manifest yet".to_string(),
+                    (_, Some(w)) => w.clone(),
+                    _ => String::new(),
+                });
+                super::new_generation_name()
+            }
+        };
+        report.generation = generation.clone();
+        report.head_lsn = head.0 .0;
+        let moved = match &self.last {
+            Some(m) => m.generation != generation || m.head_lsn != head.0 .0,
+            None => true,
+        };
+        if moved {
+            files.sort_by(|a, b| a.path.cmp(&b.path));
+            let m = Manifest {
+                version: MANIFEST_VERSION,
+                generation: generation.clone(),
+                head_lsn: head.0 .0,
+                head_chain: head.1.to_hex(),
+                created_ms: cairn_codec::Timestamp::now().millis(),
+                store: self.store.display().to_string(),
+                workspace: self.workspace.clone(),
+                sessions: self.count_sessions(head.0),
+                files,
+            };
+            let name = manifest_name(&generation, head.0);
+            if !self.archive.exists(&name)? {
+                self.archive.put(&name, m.encode())?;
+                report.objects_uploaded += 1;
+            }
+            report.manifest = Some(name);
+            self.last = Some(m);
+        }
+        Ok(report)
+    }
+
+    /// Sessions with records up to `head`, from the store read-only.
+    fn count_sessions(&mut self, head: Lsn) -> Option<u64> {
+        if self.reader.is_none() {
+            self.reader = crate::Store::builder()
+                .store_dir(&self.store)
+                .read_only()
+                .open()
+                .ok();
+        }
+        let s = self.reader.as_ref()?;
+        s.refresh().ok()?;
+        if s.head().last_lsn < head {
+            return None;
+        }
+        s.query(|q| Ok(q.index().sessions().count() as u64)).ok()
+    }
+
+    /// Ships one blob-side or dictionary file; `None` when there is
+    /// nothing of it to ship (gone, or a pack whose header is not written).
+    fn ship_file(
+        &mut self,
+        rel: &str,
+        path: &Path,
+        want: Want,
+        report: &mut RoundReport,
+    ) -> Result<Option<FileEntry>, ReplicateError> {
+        let Some(st) = local::stat(path)? else {
+            self.tracked.remove(rel);
+            return Ok(None);
+        };
+        let prev = self.tracked.get(rel).cloned();
+        let (len, pieces, cursor) = match want {
+            Want::Index | Want::Dict => match prev {
+                Some(t)
+                    if t.stat == st || (matches!(t.cursor, Cursor::Adopted) && t.len == st.len) =>
+                {
+                    (t.len, t.pieces, Cursor::Whole)
+                }
+                _ => {
+                    let pieces = self.ship(path, 0, st.len, report)?;
+                    (st.len, pieces, Cursor::Whole)
+                }
+            },
+            Want::Pack => {
+                let (from, kept) = match prev {
+                    Some(t) if t.stat.ino == st.ino => match t.cursor {
+                        Cursor::Pack(c) if local::pack_cursor_holds(path, &c)? => {
+                            (Some(c), Some((t.len, t.pieces)))
+                        }
+                        Cursor::Adopted => (None, Some((t.len, t.pieces))),
+                        _ => (None, None),
+                    },
+                    _ => (None, None),
+                };
+                let Some(c) = local::walk_pack(path, from)? else {
+                    self.tracked.remove(rel);
+                    return Ok(None);
+                };
+                let (len, mut pieces) = match kept {
+                    Some((len, p)) if len <= c.valid => (len, p),
+                    _ => (0, Vec::new()),
+                };
+                pieces.extend(self.ship(path, len, c.valid, report)?);
+                (c.valid, pieces, Cursor::Pack(c))
+            }
+        };
+        self.tracked.insert(
+            rel.to_string(),
+            Tracked {
+                stat: st,
+                len,
+                pieces: pieces.clone(),
+                cursor,
+            },
+        );
+        Ok(Some(FileEntry {
+            path: rel.to_string(),
+            len,
+            pieces,
+        }))
+    }
+
+    /// The shippable files of `dir` of kinds `keep`, sorted.
+    fn names(&self, dir: &str, keep: impl Fn(Kind) -> bool) -> Result<Vec<String>, ReplicateError> {
+        let path = self.store.join(dir);
+        let mut out = Vec::new();
+        let rd = std::fs::read_dir(&path).map_err(|e| ReplicateError::io("list", &path, e))?;
+        for e in rd {
+            let e = e.map_err(|e| ReplicateError::io("list", &path, e))?;
+            let name = e.file_name().to_string_lossy().to_string();
+            if local::kind_of(dir, &name).is_some_and(&keep) {
+                out.push(name);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Runs rounds until `stop` is set: a round, then a wait of half of
+    /// `max_lag` (so a record committed just after a round starts is
+    /// shipped within `max_lag` when a round takes less than half of it).
+    /// A round that fails (the server unreachable) is reported to
+    /// `on_round` and tried again at the next tick; nothing it sent is
+    /// named by a manifest until a later round completes.
+    pub fn run(
+        &mut self,
+        max_lag: Duration,
+        stop: &AtomicBool,
+        mut on_round: impl FnMut(&Result<RoundReport, ReplicateError>),
+    ) {
+        /// How often a wait checks the stop flag.
+        const STOP_POLL: Duration = Duration::from_millis(20);
+        let tick = (max_lag / 2).max(Duration::from_millis(1));
+        while !stop.load(Ordering::Relaxed) {
+            let started = Instant::now();
+            let r = self.round();
+            on_round(&r);
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < tick {
+                std::thread::sleep(STOP_POLL.min(tick));
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Want {
+    Index,
+    Pack,
+    Dict,
+}

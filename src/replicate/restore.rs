@@ -1,0 +1,415 @@
+//! Restoring a store from an archive, and listing the archives under a
+//! prefix.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use cairn_codec::frame;
+use cairn_codec::segment::SEGMENT_HEADER_LEN;
+use cairn_codec::{ChainHash, Lsn};
+use cairn_engine::store_dir::STORE_DIR_NAME;
+use cairn_query::point::Point;
+
+use super::archive::Archive;
+use super::manifest::Manifest;
+use super::{manifests, object_name, parse_manifest_name, read_manifest, ReplicateError};
+
+/// What a restore did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// The store directory created (`DIR/.cairn`).
+    pub store: PathBuf,
+    /// The manifest restored from.
+    pub manifest: String,
+    /// Its generation.
+    pub generation: String,
+    /// The head of the restored store: the manifest's, or the point's.
+    pub head_lsn: u64,
+    /// The chain value after it, 64 hex digits.
+    pub head_chain: String,
+    /// Files written.
+    pub files: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Objects read.
+    pub objects: u64,
+}
+
+/// Restores the store `dir/.cairn` (for the workspace `dir`) from
+/// `archive`: from its newest manifest, or, with `at`, cut back to that
+/// point (the manifest restored is the first of the newest generation
+/// whose head is at or after an LSN point, else the newest). Every piece
+/// is checked against its name (blake3) and length as it is read; the
+/// files are written to `dir/.cairn.restoring` and moved into place only
+/// when all are there; then the store is opened, its head compared with
+/// the manifest's (LSN and chain hash), and verified. A store that
+/// already exists is refused.
+pub fn restore(
+    archive: &Archive,
+    dir: &Path,
+    at: Option<Point>,
+) -> Result<RestoreReport, ReplicateError> {
+    let store = dir.join(STORE_DIR_NAME);
+    if store.exists() {
+        return Err(ReplicateError::Local {
+            path: store,
+            detail: "a store is already there; restore into a directory without one".into(),
+        });
+    }
+    let all = manifests(archive)?;
+    let Some((gen, _, _)) = all.last() else {
+        return Err(ReplicateError::Empty {
+            url: archive.url().to_string(),
+        });
+    };
+    let gen = gen.clone();
+    let of_gen: Vec<&(String, u64, String)> = all.iter().filter(|(g, _, _)| *g == gen).collect();
+    let chosen = match at {
+        Some(Point::Lsn(n)) => of_gen
+            .iter()
+            .find(|(_, lsn, _)| *lsn >= n.0)
+            .or(of_gen.last()),
+        _ => of_gen.last(),
+    };
+    let Some((_, _, name)) = chosen else {
+        return Err(ReplicateError::Empty {
+            url: archive.url().to_string(),
+        });
+    };
+    let manifest = read_manifest(archive, name)?;
+
+    std::fs::create_dir_all(dir).map_err(|e| ReplicateError::io("create", dir, e))?;
+    let staging = dir.join(format!("{STORE_DIR_NAME}.restoring"));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging)
+            .map_err(|e| ReplicateError::io("remove the unfinished restore", &staging, e))?;
+    }
+    let mut report = RestoreReport {
+        store: store.clone(),
+        manifest: name.clone(),
+        generation: manifest.generation.clone(),
+        head_lsn: manifest.head_lsn,
+        head_chain: manifest.head_chain.clone(),
+        files: 0,
+        bytes: 0,
+        objects: 0,
+    };
+    write_files(archive, &manifest, &staging, &mut report)?;
+    std::fs::rename(&staging, &store)
+        .map_err(|e| ReplicateError::io("move into place", &store, e))?;
+    sync_dir(dir)?;
+
+    let open = || {
+        crate::Store::builder()
+            .workspace(dir)
+            .store_dir(&store)
+            .open()
+    };
+    let mut expected = (
+        Lsn(manifest.head_lsn),
+        ChainHash::from_hex(&manifest.head_chain).map_err(|e| ReplicateError::Damaged {
+            object: name.clone(),
+            detail: format!("head chain: {e}"),
+        })?,
+    );
+    if let Some(point) = at {
+        let s = open()?;
+        let lsn = s.query(|q| q.resolve(point))?;
+        s.close()?;
+        if lsn.0 < expected.0 .0 {
+            expected = cut_log(&store.join("log"), lsn)?;
+            forget_derived(&store)?;
+        }
+    }
+    let s = open()?;
+    let head = s.head();
+    if (head.last_lsn, head.chain) != expected {
+        return Err(ReplicateError::Local {
+            path: store,
+            detail: format!(
+                "restored head is LSN {} ({}), the archive's is LSN {} ({}): the archive is damaged",
+                head.last_lsn.0,
+                head.chain.to_hex(),
+                expected.0 .0,
+                expected.1.to_hex()
+            ),
+        });
+    }
+    let v = s.verify(Some(expected.1))?;
+    if !v.is_ok() {
+        return Err(ReplicateError::Local {
+            path: store.clone(),
+            detail: format!(
+                "the restored store fails verify ({} log problems, {} blob problems): run `cairn --store {} verify` for details",
+                v.log.problems.len(),
+                v.blobs.problems.len(),
+                store.display()
+            ),
+        });
+    }
+    s.close()?;
+    report.head_lsn = expected.0 .0;
+    report.head_chain = expected.1.to_hex();
+    Ok(report)
+}
+
+/// Writes every file of `m` under `root`, each piece checked.
+fn write_files(
+    archive: &Archive,
+    m: &Manifest,
+    root: &Path,
+    report: &mut RestoreReport,
+) -> Result<(), ReplicateError> {
+    for sub in ["", "log", "blobs"] {
+        let d = root.join(sub);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(&d)
+            .map_err(|e| ReplicateError::io("create", &d, e))?;
+    }
+    for f in &m.files {
+        let path = root.join(&f.path);
+        let mut out = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| ReplicateError::io("create", &path, e))?;
+        for (i, p) in f.pieces.iter().enumerate() {
+            let obj = object_name(&p.hash);
+            let what = format!("piece {} of {} of {}", i + 1, f.pieces.len(), f.path);
+            let bytes = archive.get(&obj)?.ok_or_else(|| ReplicateError::Damaged {
+                object: obj.clone(),
+                detail: format!("missing ({what})"),
+            })?;
+            if bytes.len() as u64 != p.len {
+                return Err(ReplicateError::Damaged {
+                    object: obj,
+                    detail: format!(
+                        "{} bytes, the manifest says {} ({what})",
+                        bytes.len(),
+                        p.len
+                    ),
+                });
+            }
+            let got = blake3::hash(&bytes).to_hex();
+            if got.as_str() != p.hash {
+                return Err(ReplicateError::Damaged {
+                    object: obj,
+                    detail: format!("its contents hash to {got}, not to its name ({what})"),
+                });
+            }
+            out.write_all(&bytes)
+                .map_err(|e| ReplicateError::io("write", &path, e))?;
+            report.objects += 1;
+        }
+        out.sync_all()
+            .map_err(|e| ReplicateError::io("sync", &path, e))?;
+        report.files += 1;
+        report.bytes += f.len;
+    }
+    for sub in ["log", "blobs", ""] {
+        sync_dir(&root.join(sub))?;
+    }
+    Ok(())
+}
+
+/// Cuts the log in `log` after the record `lsn`, at the end of the atomic
+/// batch before it when `lsn` is inside one: later segments are removed,
+/// the one holding it is cut (it becomes the tail). Returns the new head.
+fn cut_log(log: &Path, lsn: Lsn) -> Result<(Lsn, ChainHash), ReplicateError> {
+    let mut segs: Vec<(u64, PathBuf)> = std::fs::read_dir(log)
+        .map_err(|e| ReplicateError::io("list", log, e))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let first = name.strip_suffix(".seg")?.parse().ok()?;
+            Some((first, e.path()))
+        })
+        .collect();
+    segs.sort();
+    let mut head = (Lsn(0), ChainHash::ZERO);
+    for (first, path) in segs {
+        if first > lsn.0 && first > 1 {
+            std::fs::remove_file(&path).map_err(|e| ReplicateError::io("remove", &path, e))?;
+            continue;
+        }
+        let bytes = std::fs::read(&path).map_err(|e| ReplicateError::io("read", &path, e))?;
+        let h = cairn_codec::segment::SegmentHeader::decode(&bytes).map_err(|e| {
+            ReplicateError::Local {
+                path: path.clone(),
+                detail: format!("segment header: {e}"),
+            }
+        })?;
+        head = (Lsn(first.saturating_sub(1)), h.prev_chain);
+        let (mut off, mut cut, mut beyond) = (SEGMENT_HEADER_LEN, SEGMENT_HEADER_LEN, false);
+        while off < bytes.len() {
+            let Ok(fr) = frame::decode(&bytes[off..]) else {
+                break;
+            };
+            if fr.lsn > lsn {
+                beyond = true;
+                break;
+            }
+            off += fr.len();
+            if !fr.batch_continues() {
+                cut = off;
+                head = (fr.lsn, fr.chain);
+            }
+        }
+        // A segment that ends before the point is kept whole (footer
+        // and all); the one holding it is cut after the point's batch.
+        if beyond {
+            let f = OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|e| ReplicateError::io("open", &path, e))?;
+            f.set_len(cut as u64)
+                .map_err(|e| ReplicateError::io("cut", &path, e))?;
+            f.sync_all()
+                .map_err(|e| ReplicateError::io("sync", &path, e))?;
+        }
+    }
+    sync_dir(log)?;
+    Ok(head)
+}
+
+/// Removes what the open that resolved the point derived from the
+/// uncut log: `tail.state` and the sparse indexes certify records the cut
+/// removed (an open would take the cut for damage), and the query index
+/// and caches describe them. All are rebuilt by the next open.
+fn forget_derived(store: &Path) -> Result<(), ReplicateError> {
+    let log = store.join("log");
+    for e in std::fs::read_dir(&log).map_err(|e| ReplicateError::io("list", &log, e))? {
+        let p = e.map_err(|e| ReplicateError::io("list", &log, e))?.path();
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        if name == "tail.state" || name.ends_with(".idx") {
+            std::fs::remove_file(&p).map_err(|e| ReplicateError::io("remove", &p, e))?;
+        }
+    }
+    for sub in ["index", "snapshot"] {
+        let d = store.join(sub);
+        match std::fs::remove_dir_all(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ReplicateError::io("remove", &d, e)),
+        }
+    }
+    sync_dir(&log)?;
+    sync_dir(store)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), ReplicateError> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| ReplicateError::io("sync", dir, e))
+}
+
+/// One archive found under a prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchiveSummary {
+    /// Its place under the prefix listed ("" for the prefix itself).
+    pub prefix: String,
+    /// Its newest generation.
+    pub generation: String,
+    /// The workspace of the store replicated there, when known.
+    pub workspace: Option<String>,
+    /// Sessions in the store at its newest head, when counted.
+    pub sessions: Option<u64>,
+    /// The newest head shipped.
+    pub head_lsn: u64,
+    /// Bytes of the store at that head.
+    pub bytes: u64,
+    /// When that manifest was written, milliseconds since the epoch.
+    pub last_upload_ms: i64,
+}
+
+/// Every archive under `archive`'s prefix (each folder holding
+/// `manifests/`), with its newest manifest's summary, sorted by prefix.
+pub fn list_archives(archive: &Archive) -> Result<Vec<ArchiveSummary>, ReplicateError> {
+    let mut newest: std::collections::BTreeMap<String, (String, u64, String)> = Default::default();
+    for l in archive.list("")? {
+        let (prefix, rest) = match l.name.rfind("/manifests/") {
+            Some(i) if !l.name.starts_with("manifests/") => {
+                (l.name[..i].to_string(), &l.name[i + 1..])
+            }
+            _ => (String::new(), l.name.as_str()),
+        };
+        let Some((g, lsn)) = parse_manifest_name(rest) else {
+            continue;
+        };
+        let key = (g.to_string(), lsn, l.name.clone());
+        let e = newest.entry(prefix).or_insert_with(|| key.clone());
+        if (&key.0, key.1) > (&e.0, e.1) {
+            *e = key;
+        }
+    }
+    let mut out = Vec::new();
+    for (prefix, (_, _, name)) in newest {
+        let m = read_manifest(archive, &name)?;
+        out.push(ArchiveSummary {
+            prefix,
+            generation: m.generation.clone(),
+            workspace: m.workspace.clone(),
+            sessions: m.sessions,
+            head_lsn: m.head_lsn,
+            bytes: m.bytes(),
+            last_upload_ms: m.created_ms,
+        });
+    }
+    Ok(out)
+}
+
+/// What [`prune`] deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Manifests of older generations.
+    pub manifests: u64,
+    /// Objects no remaining manifest names.
+    pub objects: u64,
+}
+
+/// Deletes from `archive` the manifests of every generation but the
+/// newest, then the objects no remaining manifest names (pieces of files
+/// the store has since dropped, e.g. packs its gc rewrote, stay while a
+/// manifest of the newest generation names them: each is a point a
+/// restore can go back to). Manifests go first, so no manifest is left
+/// naming a deleted object. Only asked for: `cairn replicate --prune`.
+/// Run it where no other replicator writes to the same archive (an object
+/// sent but not yet named by a manifest would be deleted, and sent again).
+pub fn prune(archive: &Archive) -> Result<PruneReport, ReplicateError> {
+    let all = manifests(archive)?;
+    let Some((newest, _, _)) = all.last() else {
+        return Ok(PruneReport::default());
+    };
+    let newest = newest.clone();
+    let mut report = PruneReport::default();
+    let mut named = std::collections::HashSet::new();
+    for (g, _, name) in &all {
+        if *g == newest {
+            let m = read_manifest(archive, name)?;
+            for f in m.files {
+                named.extend(f.pieces.into_iter().map(|p| p.hash));
+            }
+        } else {
+            archive.delete(name)?;
+            report.manifests += 1;
+        }
+    }
+    for l in archive.list(super::OBJECTS_DIR)? {
+        let Some(hash) = l.name.strip_prefix("objects/") else {
+            continue;
+        };
+        if !named.contains(hash) {
+            archive.delete(&l.name)?;
+            report.objects += 1;
+        }
+    }
+    Ok(report)
+}
