@@ -413,6 +413,22 @@ mod tests {
         assert!(locked.to_string().contains("cannot be known"), "{locked}");
     }
 
+    /// The lock file is written over in place (no truncation to zero per
+    /// open); a longer line left by an earlier holder is cut to the new
+    /// one, never left as a tail that changes the pid read back.
+    #[test]
+    fn the_lock_file_names_this_process_after_a_longer_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        drop(StoreDir::open(Arc::new(RealVfs), &root).unwrap());
+        std::fs::write(root.join(LOCK_FILE_NAME), "pid 4194305999999\n").unwrap();
+        let _held = StoreDir::open(Arc::new(RealVfs), &root).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join(LOCK_FILE_NAME)).unwrap(),
+            format!("pid {}\n", std::process::id())
+        );
+    }
+
     #[test]
     fn store_dir_is_owner_only() {
         use std::os::unix::fs::PermissionsExt;
