@@ -271,8 +271,13 @@ impl StoreDir {
     /// and takes its lock. A second process gets [`EngineError::Locked`];
     /// a directory that cannot be created gets [`EngineError::ReadOnly`].
     pub fn open(vfs: Arc<dyn Vfs>, root: &Path) -> Result<StoreDir> {
+        let mut created = false;
         for sub in ["", LOG_DIR_NAME, BLOB_DIR_NAME, "index", "snapshot"] {
             let dir = root.join(sub);
+            if vfs.exists(&dir) {
+                continue;
+            }
+            created = true;
             vfs.create_dir_all(&dir).map_err(|e| match e.kind() {
                 std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
                     EngineError::ReadOnly {
@@ -283,26 +288,36 @@ impl StoreDir {
                 _ => EngineError::io("create directory", &dir, e),
             })?;
         }
+        // The directory fsyncs below are needed only the first time: they
+        // make the creation of `.cairn` and its subdirectories durable
+        // (without them a power loss right after the first acknowledged
+        // append could lose the whole log directory of a new store). The
+        // `.gitignore` is created only after they succeeded, so its
+        // presence proves an earlier open made the directories durable;
+        // a crash between the creation and the fsyncs leaves no
+        // `.gitignore`, and the next open fsyncs again. Every later open
+        // (each hook process) skips two directory fsyncs that would protect
+        // nothing.
+        let gitignore = root.join(GITIGNORE_FILE);
+        if created || !vfs.exists(&gitignore) {
+            vfs.sync_dir(root)
+                .map_err(|e| EngineError::io("sync directory", root, e))?;
+            if let Some(parent) = root.parent() {
+                // Make the creation of `.cairn` itself durable; a parent we
+                // cannot open for syncing (e.g. "") is not an error.
+                let _ = vfs.sync_dir(if parent.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    parent
+                });
+            }
+        }
         // A store in a git repository stays out of it: `git add -A` would
         // otherwise commit every checkpointed file (tracked `.env`s too).
         // Written once, never replaced (the user may have edited it).
         // (`CreateNew` fails when it exists.)
-        if let Ok(f) = vfs.open(&root.join(GITIGNORE_FILE), crate::vfs::OpenMode::CreateNew) {
+        if let Ok(f) = vfs.open(&gitignore, crate::vfs::OpenMode::CreateNew) {
             let _ = f.write_all_at(GITIGNORE_TEXT.as_bytes(), 0);
-        }
-        // Make the subdirectories' entries in `.cairn` durable: without this,
-        // a power loss right after the first acknowledged append could lose
-        // the whole log directory of a new store.
-        vfs.sync_dir(root)
-            .map_err(|e| EngineError::io("sync directory", root, e))?;
-        if let Some(parent) = root.parent() {
-            // Make the creation of `.cairn` itself durable; a parent we cannot
-            // open for syncing (e.g. "") is not an error.
-            let _ = vfs.sync_dir(if parent.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                parent
-            });
         }
         let lock_file = root.join(LOCK_FILE_NAME);
         let lock = vfs.lock_exclusive(&lock_file).map_err(|e| match e.kind() {
@@ -396,6 +411,22 @@ mod tests {
             holder: None,
         };
         assert!(locked.to_string().contains("cannot be known"), "{locked}");
+    }
+
+    /// The lock file is written over in place (no truncation to zero per
+    /// open); a longer line left by an earlier holder is cut to the new
+    /// one, never left as a tail that changes the pid read back.
+    #[test]
+    fn the_lock_file_names_this_process_after_a_longer_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        drop(StoreDir::open(Arc::new(RealVfs), &root).unwrap());
+        std::fs::write(root.join(LOCK_FILE_NAME), "pid 4194305999999\n").unwrap();
+        let _held = StoreDir::open(Arc::new(RealVfs), &root).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join(LOCK_FILE_NAME)).unwrap(),
+            format!("pid {}\n", std::process::id())
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use cairn_engine::blob::index::{IndexSnapshot, INDEX_FILE};
 use cairn_engine::blob::pack::{
     decode_contents, EntryHeader, PackHeader, ENTRY_HEADER_LEN, PACK_HEADER_LEN,
 };
+use cairn_engine::blob::sorted::{self, SortedIndex};
 use cairn_engine::blob::{BlobOptions, BlobStore};
 use cairn_engine::vfs::{SimVfs, Vfs};
 use proptest::prelude::*;
@@ -36,11 +37,25 @@ fn check_entry(data: &[u8]) {
     let _ = decode_chunk_list(payload, h.raw_len);
 }
 
-/// The `blob_index` fuzz target's body.
+/// The `blob_index` fuzz target's body: both index file versions.
 fn check_index(data: &[u8]) {
     if let Ok(s) = IndexSnapshot::decode(data) {
         let again = IndexSnapshot::decode(&s.encode()).unwrap();
         assert_eq!(s, again);
+    }
+    let mapped = cairn_engine::vfs::Mapped::Bytes(Arc::from(data.to_vec()));
+    if let Ok(idx) = SortedIndex::open(mapped) {
+        if let Ok(entries) = idx.entries() {
+            for (h, l) in &entries {
+                assert_eq!(idx.get(h).unwrap(), Some(*l));
+            }
+            let mut e = entries.clone();
+            let again = sorted::encode(idx.packs(), &mut e);
+            let back =
+                SortedIndex::open(cairn_engine::vfs::Mapped::Bytes(Arc::from(again))).unwrap();
+            assert_eq!(back.entries().unwrap(), entries);
+        }
+        let _ = idx.get(&cairn_codec::BlobHash::of(data));
     }
 }
 
@@ -113,8 +128,12 @@ proptest! {
     #[test]
     fn index_damaged(at in any::<usize>(), mask in any::<u8>(), cut in any::<bool>()) {
         let (_, index) = real_files();
-        prop_assert!(IndexSnapshot::decode(&index).is_ok());
-        check_index(&damage(index, at, mask, cut));
+        prop_assert!(sorted_index(&index).entries().is_ok());
+        check_index(&damage(index.clone(), at, mask, cut));
+        // The version 1 file of the same entries, damaged the same way.
+        let v1 = sorted_index(&index).to_snapshot().unwrap().encode();
+        prop_assert!(IndexSnapshot::decode(&v1).is_ok());
+        check_index(&damage(v1, at, mask, cut));
     }
 }
 
@@ -129,5 +148,9 @@ fn real_files_decode() {
         decode_contents(&h, &entry[ENTRY_HEADER_LEN..], &|_| None).unwrap(),
         b"small"
     );
-    assert!(!IndexSnapshot::decode(&index).unwrap().entries.is_empty());
+    assert!(!sorted_index(&index).entries().unwrap().is_empty());
+}
+
+fn sorted_index(b: &[u8]) -> SortedIndex {
+    SortedIndex::open(cairn_engine::vfs::Mapped::Bytes(Arc::from(b.to_vec()))).unwrap()
 }

@@ -211,7 +211,7 @@ impl BlobStore {
         // Packs holding a live chunk list that cannot be read: kept whole.
         let mut damaged_list_packs = HashSet::new();
         for h in live {
-            let Some(loc) = self.index.read().get(h).copied() else {
+            let Some(loc) = self.find(h) else {
                 report.missing_roots.push(*h);
                 continue;
             };
@@ -249,13 +249,15 @@ impl BlobStore {
                 },
             );
         }
-        for (h, l) in self.index.read().iter() {
-            if marked.contains(h) {
-                if let Some(u) = usage.get_mut(&l.pack) {
-                    u.live_bytes += l.entry_len();
+        self.with_index_map(|index| {
+            for (h, l) in index.iter() {
+                if marked.contains(h) {
+                    if let Some(u) = usage.get_mut(&l.pack) {
+                        u.live_bytes += l.entry_len();
+                    }
                 }
             }
-        }
+        })?;
         let mut usage: Vec<PackUsage> = usage.into_values().collect();
         usage.sort_by_key(|u| u.id);
         let mut chosen: Vec<PackId> = choose(&usage, opts.rewrite_threshold)
@@ -339,11 +341,13 @@ impl BlobStore {
                 .chain(done_first.iter().copied())
                 .collect();
             let mut unreferenced: HashMap<PackId, u64> = HashMap::new();
-            for (h, l) in self.index.read().iter() {
-                if !marked.contains(h) {
-                    *unreferenced.entry(l.pack).or_default() += 1;
+            self.with_index_map(|index| {
+                for (h, l) in index.iter() {
+                    if !marked.contains(h) {
+                        *unreferenced.entry(l.pack).or_default() += 1;
+                    }
                 }
-            }
+            })?;
             for u in usage.iter().filter(|u| !retired_ids.contains(&u.id)) {
                 let left = if attempted.contains(&u.id) || damaged_list_packs.contains(&u.id) {
                     &mut report.left_in_kept_packs
@@ -369,10 +373,11 @@ impl BlobStore {
         // Forget the retired packs and every index entry still in them (dead).
         {
             let ids: HashSet<PackId> = retired.iter().map(|p| p.id).collect();
-            let mut index = self.index.write();
-            let before = index.len();
-            index.retain(|_, l| !ids.contains(&l.pack));
-            report.blobs_removed = (before - index.len()) as u64;
+            report.blobs_removed = self.with_index_map(|index| {
+                let before = index.len();
+                index.retain(|_, l| !ids.contains(&l.pack));
+                (before - index.len()) as u64
+            })?;
             let mut packs = self.packs.write();
             for id in &ids {
                 packs.remove(id);
@@ -399,13 +404,12 @@ impl BlobStore {
     /// index that does not match the packs, which the next open rebuilds
     /// from the packs (the entries it named were all dead).
     fn delete_dead_pack(&self, pack: &Arc<PackFile>, report: &mut GcReport) -> Result<()> {
-        let dropped = {
-            let mut index = self.index.write();
+        let dropped = self.with_index_map(|index| {
             let before = index.len();
             index.retain(|_, l| l.pack != pack.id);
-            self.packs.write().remove(&pack.id);
             (before - index.len()) as u64
-        };
+        })?;
+        self.packs.write().remove(&pack.id);
         self.vfs
             .remove_file(&pack.path)
             .map_err(|e| EngineError::io("remove pack", &pack.path, e))?;
@@ -431,12 +435,13 @@ impl BlobStore {
             .len()
             .map_err(|e| EngineError::io("size pack", &pack.path, e))?;
         let live_end = self
-            .index
-            .read()
-            .iter()
-            .filter(|(h, l)| l.pack == pack.id && marked.contains(*h))
-            .map(|(_, l)| l.offset + l.entry_len())
-            .max()
+            .with_index_map(|index| {
+                index
+                    .iter()
+                    .filter(|(h, l)| l.pack == pack.id && marked.contains(*h))
+                    .map(|(_, l)| l.offset + l.entry_len())
+                    .max()
+            })?
             .unwrap_or(PACK_HEADER_LEN as u64)
             .max(PACK_HEADER_LEN as u64);
         if live_end >= len {
@@ -448,12 +453,11 @@ impl BlobStore {
         pack.file
             .sync_data()
             .map_err(|e| EngineError::io("fsync pack", &pack.path, e))?;
-        let dropped = {
-            let mut index = self.index.write();
+        let dropped = self.with_index_map(|index| {
             let before = index.len();
             index.retain(|_, l| !(l.pack == pack.id && l.offset >= live_end));
             (before - index.len()) as u64
-        };
+        })?;
         report.blobs_removed += dropped;
         Ok(Some(live_end))
     }
@@ -471,11 +475,10 @@ impl BlobStore {
         damaged_list_packs: &HashSet<PackId>,
     ) {
         let dead_lists: Vec<(BlobHash, Loc)> = self
-            .index
-            .read()
-            .iter()
-            .filter(|(h, l)| l.kind == EntryKind::ChunkList && !marked.contains(*h))
-            .map(|(h, l)| (*h, *l))
+            .index_entries()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(h, l)| l.kind == EntryKind::ChunkList && !marked.contains(h))
             .collect();
         if dead_lists.is_empty() {
             return;
@@ -491,13 +494,12 @@ impl BlobStore {
             .collect();
         loop {
             let set: HashSet<PackId> = chosen.iter().copied().collect();
-            let index = self.index.read();
             let more: HashSet<PackId> = named
                 .iter()
                 .filter(|(pack, _)| !set.contains(pack) && !damaged_list_packs.contains(pack))
                 .filter(|(_, chunks)| {
                     chunks.iter().any(|c| {
-                        !marked.contains(c) && index.get(c).is_some_and(|l| set.contains(&l.pack))
+                        !marked.contains(c) && self.find(c).is_some_and(|l| set.contains(&l.pack))
                     })
                 })
                 .map(|(pack, _)| *pack)
@@ -530,9 +532,7 @@ impl BlobStore {
         for e in &scan.entries {
             let is_live = marked.contains(&e.header.hash)
                 && self
-                    .index
-                    .read()
-                    .get(&e.header.hash)
+                    .find(&e.header.hash)
                     .is_some_and(|l| l.pack == pack.id && l.offset == e.offset);
             if !is_live {
                 dropped += 1;
@@ -564,12 +564,12 @@ impl BlobStore {
         }
         // Every indexed entry of this pack must have been seen, or the pack
         // holds something the scan could not read: keep it.
-        let indexed_live = self
-            .index
-            .read()
-            .iter()
-            .filter(|(h, l)| l.pack == pack.id && marked.contains(h))
-            .count();
+        let indexed_live = self.with_index_map(|index| {
+            index
+                .iter()
+                .filter(|(h, l)| l.pack == pack.id && marked.contains(h))
+                .count()
+        })?;
         if indexed_live != copies.len() {
             report.problems.push(format!(
                 "{} kept: {} live entries indexed there, {} readable",

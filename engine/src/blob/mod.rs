@@ -46,6 +46,7 @@ use crate::vfs::{OpenMode, Vfs, VfsFile};
 use crate::{EngineError, Result};
 
 pub mod chunking;
+pub mod delta;
 pub mod dict;
 mod gc;
 pub mod index;
@@ -53,7 +54,9 @@ pub mod options;
 pub mod pack;
 mod recovery;
 pub mod scan;
+pub mod sorted;
 mod stats;
+mod table;
 mod verify;
 
 pub use gc::{GcReport, LeftBehind};
@@ -62,11 +65,13 @@ pub use stats::BlobStats;
 pub use verify::{BlobProblem, BlobVerifyReport};
 
 use chunking::{cut_points, decode_chunk_list, encode_chunk_list, stream_chunks, ChunkRef};
-use index::{IndexSnapshot, Loc, PackCover, INDEX_FILE};
+use index::{Loc, PackCover, INDEX_FILE};
 use pack::{
     decode_contents, encode_contents, encode_entry, EntryHeader, EntryKind, PackHeader, PackId,
     ENTRY_HEADER_LEN, PACK_HEADER_LEN,
 };
+use sorted::SortedIndex;
+use table::Index;
 
 /// The operation named in errors reading a blob's input.
 const READ_INPUT: &str = "read blob input";
@@ -104,6 +109,12 @@ struct Writer {
     since_snapshot: u64,
     /// Set when a write or fsync failed: every later write is refused.
     poisoned: Option<String>,
+    /// Entries neither in the index file nor in the index delta: appended
+    /// by this process, or found in a pack tail on open.
+    unrecorded: Vec<(BlobHash, Loc)>,
+    /// Where the next index delta frame is written (the end of the valid
+    /// frames).
+    delta_len: u64,
 }
 
 /// The blob store of one `.cairn/blobs` directory. See the module docs.
@@ -113,7 +124,7 @@ pub struct BlobStore {
     dir: PathBuf,
     opts: BlobOptions,
     read_only: bool,
-    index: RwLock<HashMap<BlobHash, Loc>>,
+    index: RwLock<Index>,
     packs: RwLock<BTreeMap<PackId, Arc<PackFile>>>,
     writer: Mutex<Writer>,
     /// Incremented by every append (under the writer lock), before its
@@ -129,6 +140,9 @@ pub struct BlobStore {
     scanned: Mutex<HashMap<PackId, u64>>,
     /// The store's zstd dictionaries (see [`dict`]).
     dicts: crate::dicts::Dicts,
+    /// Set when the persisted index was found damaged after open and
+    /// rebuilt from the packs: closing writes a new one.
+    index_damaged: std::sync::atomic::AtomicBool,
 }
 
 fn integrity(hash: BlobHash, path: &Path, offset: u64, detail: impl Into<String>) -> EngineError {
@@ -306,9 +320,7 @@ impl BlobStore {
     /// entry serves a chunk; a top-level blob needs a top-level entry (so it
     /// is listed by [`hashes`](Self::hashes) even after an index rebuild).
     fn present_as(&self, kind: EntryKind, hash: &BlobHash) -> bool {
-        self.index
-            .read()
-            .get(hash)
+        self.find(hash)
             .is_some_and(|l| kind == EntryKind::Chunk || l.kind.is_top_level())
     }
 
@@ -319,7 +331,7 @@ impl BlobStore {
     /// damaged by bit rot, instead of a new checkpoint naming a blob that
     /// cannot be read back.
     fn stored_intact(&self, hash: &BlobHash) -> Result<bool> {
-        let Some(loc) = self.index.read().get(hash).copied() else {
+        let Some(loc) = self.find(hash) else {
             return Ok(false);
         };
         if loc.kind != EntryKind::ChunkList {
@@ -331,7 +343,7 @@ impl BlobStore {
             Err(e) => return Err(e),
         };
         for r in refs {
-            let chunk = self.index.read().get(&r.hash).copied();
+            let chunk = self.find(&r.hash);
             match chunk {
                 Some(cl) if self.entry_intact(&r.hash, &cl)? => {}
                 _ => return Ok(false),
@@ -371,7 +383,7 @@ impl BlobStore {
         // is present then needs only its own entry intact.
         let replace = self.present_as(EntryKind::ChunkList, &hash);
         if replace {
-            let loc = self.index.read().get(&hash).copied();
+            let loc = self.find(&hash);
             if let Some(l) = loc {
                 if self.entry_intact(&hash, &l)? {
                     return Ok(());
@@ -483,6 +495,7 @@ impl BlobStore {
         // `write_seq` that covers it, or it would skip the fsync.
         self.write_seq.fetch_add(1, Ordering::AcqRel);
         self.index.write().insert(hash, loc);
+        w.unrecorded.push((hash, loc));
         Ok(())
     }
 
@@ -569,7 +582,7 @@ impl BlobStore {
 
     /// [`persist_index`](Self::persist_index) with `sync_lock` held.
     fn persist_index_locked(&self) -> Result<()> {
-        let snapshot = {
+        let (covers, entries) = {
             // Holding the writer lock throughout: nothing is appended
             // meanwhile, so the lengths recorded are exactly what was fsynced.
             let mut w = self.writer.lock();
@@ -587,12 +600,39 @@ impl BlobStore {
             let seq = self.write_seq.load(Ordering::Acquire);
             self.synced_seq.fetch_max(seq, Ordering::AcqRel);
             w.since_snapshot = 0;
-            self.snapshot(&w)?
+            // Every entry goes into the new file.
+            w.unrecorded.clear();
+            // Read under the writer lock (the lock order is writer, then
+            // index; a rebuild of a damaged base takes only the index
+            // lock): every entry appended before the lengths recorded is
+            // in the file, and later ones are past them and stay in memory.
+            let entries = self.index_entries()?;
+            self.snapshot(&w, entries)?
         };
-        self.write_index_file(&snapshot)
+        self.write_index_file(&covers, entries)
     }
 
-    fn snapshot(&self, w: &Writer) -> Result<IndexSnapshot> {
+    /// The pack table of a new index and the entries it holds: `all`
+    /// filtered to the packs that still exist.
+    #[allow(clippy::type_complexity)]
+    fn snapshot(
+        &self,
+        w: &Writer,
+        all: Vec<(BlobHash, Loc)>,
+    ) -> Result<(Vec<PackCover>, Vec<(BlobHash, Loc)>)> {
+        let covers = self.covers(w)?;
+        // Only entries inside the covered part of a listed pack: a row
+        // outside it would make the file damaged (the old format's
+        // snapshot dropped entries of packs gone the same way).
+        let entries = all
+            .into_iter()
+            .filter(|(_, l)| covered_by(&covers, l))
+            .collect();
+        Ok((covers, entries))
+    }
+
+    /// Every pack and its length now (the caller has fsynced them).
+    fn covers(&self, w: &Writer) -> Result<Vec<PackCover>> {
         let packs = self.packs.read();
         let mut covers = Vec::with_capacity(packs.len());
         for p in packs.values() {
@@ -609,26 +649,105 @@ impl BlobStore {
                 covered_len,
             });
         }
-        let entries = self
-            .index
-            .read()
-            .iter()
-            .filter(|(_, l)| packs.contains_key(&l.pack))
-            .map(|(h, l)| (*h, *l))
-            .collect();
-        Ok(IndexSnapshot {
-            packs: covers,
-            entries,
-        })
+        Ok(covers)
     }
 
-    fn write_index_file(&self, snapshot: &IndexSnapshot) -> Result<()> {
+    /// Writes the index file and switches lookups to it, keeping in memory
+    /// only the entries it does not cover.
+    fn write_index_file(
+        &self,
+        covers: &[PackCover],
+        mut entries: Vec<(BlobHash, Loc)>,
+    ) -> Result<()> {
         let tmp = unique_tmp_name(INDEX_FILE);
-        let wrote = write_durably(&*self.vfs, &self.dir, &tmp, INDEX_FILE, &snapshot.encode());
+        let bytes = sorted::encode(covers, &mut entries);
+        drop(entries);
+        let wrote = write_durably(&*self.vfs, &self.dir, &tmp, INDEX_FILE, &bytes);
         if wrote.is_err() {
             let _ = self.vfs.remove_file(&self.dir.join(&tmp));
+            return wrote;
         }
-        wrote
+        drop(bytes);
+        // The file was just written whole; if mapping it back fails the
+        // entries simply stay in memory.
+        let path = self.dir.join(INDEX_FILE);
+        if let Ok(base) = self
+            .vfs
+            .map(&path)
+            .map_err(|_| ())
+            .and_then(|m| SortedIndex::open(m).map_err(|_| ()))
+        {
+            self.index.write().rebase(base, |l| !covered_by(covers, l));
+        }
+        // The delta extended the old file: emptied (its frames name the
+        // old file's id, so a crash before this only leaves frames the
+        // next open skips). Best effort for the same reason.
+        let mut w = self.writer.lock();
+        let delta = self.dir.join(delta::DELTA_FILE);
+        if w.delta_len > 0 || self.vfs.exists(&delta) {
+            if let Ok(f) = self.vfs.open(&delta, OpenMode::ReadWrite) {
+                let _ = f.set_len(0);
+            }
+        }
+        w.delta_len = 0;
+        Ok(())
+    }
+
+    /// Appends one index delta frame naming the entries not yet in the
+    /// index file nor the delta, after fsyncing the packs they are in (a
+    /// frame names only synced bytes). Not fsynced itself: see [`delta`].
+    fn append_delta(&self) -> Result<()> {
+        self.sync()?;
+        let _s = self.sync_lock.lock();
+        let mut w = self.writer.lock();
+        if w.unrecorded.is_empty() || w.poisoned.is_some() {
+            return Ok(());
+        }
+        let Some(base_id) = self.index.read().base().map(SortedIndex::id) else {
+            return Ok(());
+        };
+        let covers = self.covers(&w)?;
+        let entries: Vec<(BlobHash, Loc)> = w
+            .unrecorded
+            .iter()
+            .filter(|(_, l)| covered_by(&covers, l))
+            .copied()
+            .collect();
+        let frame = delta::Frame {
+            base_id,
+            packs: covers,
+            entries,
+        }
+        .encode();
+        let path = self.dir.join(delta::DELTA_FILE);
+        let mode = if self.vfs.exists(&path) {
+            OpenMode::ReadWrite
+        } else {
+            OpenMode::CreateNew
+        };
+        let f = self
+            .vfs
+            .open(&path, mode)
+            .map_err(|e| EngineError::io("open index delta", &path, e))?;
+        f.write_all_at(&frame, w.delta_len)
+            .map_err(|e| EngineError::io("append to index delta", &path, e))?;
+        w.delta_len += frame.len() as u64;
+        w.unrecorded.clear();
+        Ok(())
+    }
+
+    /// True if closing should write a new index file: the store has none
+    /// it can use (new, rebuilt, damaged), or the entries outside it have
+    /// reached [`options::INDEX_TAIL_MAX_ENTRIES`].
+    fn index_rewrite_due(&self, since_snapshot: u64) -> bool {
+        if self.index_damaged.load(Ordering::Acquire) {
+            return true;
+        }
+        let index = self.index.read();
+        if !index.has_base() {
+            return since_snapshot > 0 || index.added_len() > 0;
+        }
+        index.added_len() >= options::INDEX_TAIL_MAX_ENTRIES
     }
 
     /// The contents of a blob or chunk entry, decompressed (with the
@@ -647,13 +766,50 @@ impl BlobStore {
     }
 
     fn lookup(&self, h: &BlobHash) -> Option<Loc> {
-        if let Some(l) = self.index.read().get(h) {
-            return Some(*l);
+        if let Some(l) = self.find(h) {
+            return Some(l);
         }
         if self.read_only && recovery::refresh(self).is_ok() {
-            return self.index.read().get(h).copied();
+            return self.find(h);
         }
         None
+    }
+
+    /// Where `h` is, by the index as it stands. A damaged bucket of the
+    /// persisted index is never trusted: the index is rebuilt from the
+    /// packs and the lookup asked again.
+    fn find(&self, h: &BlobHash) -> Option<Loc> {
+        if let Ok(l) = self.index.read().get(h) {
+            return l;
+        }
+        if recovery::rebuild_after_damage(self).is_err() {
+            return None;
+        }
+        self.index.read().get(h).ok().flatten()
+    }
+
+    /// Runs `f` on the whole index in memory (loading the persisted file
+    /// into memory first, and rebuilding it from the packs if it turns out
+    /// damaged), for garbage collection, which changes and drops entries.
+    pub(crate) fn with_index_map<R>(
+        &self,
+        f: impl FnOnce(&mut HashMap<BlobHash, Loc>) -> R,
+    ) -> Result<R> {
+        if self.index.write().materialize().is_err() {
+            recovery::rebuild_after_damage(self)?;
+        }
+        let mut index = self.index.write();
+        Ok(f(index.materialize()?))
+    }
+
+    /// Every index entry (hash, location), rebuilding the index from the
+    /// packs first if the persisted one turns out damaged.
+    pub(crate) fn index_entries(&self) -> Result<Vec<(BlobHash, Loc)>> {
+        if let Ok(all) = self.index.read().all() {
+            return Ok(all);
+        }
+        recovery::rebuild_after_damage(self)?;
+        Ok(self.index.read().all()?)
     }
 
     fn pack_file(&self, id: PackId) -> Option<Arc<PackFile>> {
@@ -829,12 +985,15 @@ impl BlobStore {
 
     /// Every top-level blob (whole blobs and chunked blobs, not their
     /// chunks), in no particular order.
+    ///
+    /// Reading a damaged persisted index rebuilds it from the packs; if
+    /// that fails too (an I/O error), the list is empty.
     pub fn hashes(&self) -> Vec<BlobHash> {
-        self.index
-            .read()
-            .iter()
+        self.index_entries()
+            .unwrap_or_default()
+            .into_iter()
             .filter(|(_, l)| l.kind.is_top_level())
-            .map(|(h, _)| *h)
+            .map(|(h, _)| h)
             .collect()
     }
 }
@@ -877,22 +1036,37 @@ impl BlobStore {
 }
 
 impl Drop for BlobStore {
-    /// Best effort: a store closed cleanly leaves an index covering all of
-    /// its packs, so the next open scans nothing. A dictionary being trained
+    /// Best effort: a store closed cleanly leaves an index whose uncovered
+    /// pack tails are short (see [`options::INDEX_TAIL_MAX_ENTRIES`]), so
+    /// the next open scans little, and a short process does not rewrite the
+    /// whole index for the few blobs it stored. A dictionary being trained
     /// is waited for, so no thread writes into the directory after close.
     fn drop(&mut self) {
         self.dicts.finish();
         if self.read_only {
             return;
         }
-        let pending = {
+        let (merge, record) = {
             let w = self.writer.lock();
-            w.poisoned.is_none() && w.since_snapshot > 0
+            let ok = w.poisoned.is_none();
+            (
+                ok && self.index_rewrite_due(w.since_snapshot),
+                ok && !w.unrecorded.is_empty(),
+            )
         };
-        if pending {
+        if merge {
             let _ = self.persist_index();
+        } else if record {
+            let _ = self.append_delta();
         }
     }
+}
+
+/// True if `l` lies inside the covered part of a pack in `covers`.
+fn covered_by(covers: &[PackCover], l: &Loc) -> bool {
+    covers
+        .iter()
+        .any(|c| c.id == l.pack && l.offset.saturating_add(l.entry_len()) <= c.covered_len)
 }
 
 #[cfg(test)]

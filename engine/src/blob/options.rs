@@ -36,6 +36,15 @@ pub const MIN_PACK_SIZE_BYTES: u64 = 64 * 1024;
 /// `open` has to scan stays short.
 pub const INDEX_SNAPSHOT_EVERY_BYTES: u64 = 64 * 1024 * 1024;
 
+/// A store closing with fewer than this many index entries outside its
+/// index file (in the index delta and its own appends) appends its own
+/// to the delta (`index.delta`, a few hundred bytes) for the next open to
+/// read; at this many it merges them all into a new index file. Writing
+/// one costs time in proportion to every blob in the store (6.4 MB at
+/// 100,000 blobs), so a short process, a hook storing two blobs, must not
+/// pay it each time; the delta an open reads stays under 32 KiB.
+pub const INDEX_TAIL_MAX_ENTRIES: usize = 512;
+
 /// Bytes of small blobs sampled before the store trains its zstd
 /// dictionary (4 MiB, a few hundred source files: enough for a dictionary
 /// that shrinks later small blobs by about a seventh; see [`super::dict`]).

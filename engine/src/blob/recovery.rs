@@ -12,9 +12,14 @@ use parking_lot::{Mutex, RwLock};
 use cairn_codec::BlobHash;
 
 use super::chunking::decode_chunk_list;
-use super::index::{IndexSnapshot, Loc, INDEX_FILE};
+use cairn_codec::CodecError;
+
+use super::delta;
+use super::index::{IndexSnapshot, Loc, PackCover, INDEX_FILE, INDEX_MAGIC};
 use super::pack::{PackHeader, PackId, PACK_HEADER_LEN};
 use super::scan::{scan_pack, Scan};
+use super::sorted::{SortedIndex, SORTED_INDEX_MAGIC};
+use super::table::Index;
 use super::{Active, BlobOptions, BlobStore, PackFile, Writer};
 use crate::vfs::{OpenMode, Vfs, VfsFile};
 use crate::{EngineError, Result};
@@ -41,24 +46,33 @@ pub(super) fn new_nonce(path: &Path) -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// Inserts a found entry, keeping an existing one unless the new one is
-/// top-level and the existing one only a chunk.
-fn insert_found(index: &mut HashMap<BlobHash, Loc>, hash: BlobHash, loc: Loc) {
-    match index.get(&hash) {
-        Some(old) if old.kind.is_top_level() || !loc.kind.is_top_level() => {}
+/// Inserts a found entry. Entries are found in the order they were
+/// written (packs by id, each from its start), so a later entry of the
+/// same hash replaces the earlier one: a copy put to replace a damaged
+/// entry, or gc's copy, both intact (a scan returns only entries whose CRC
+/// checks). Only a chunk never replaces a top-level entry (a blob or chunk
+/// list must stay listed as one). The persisted index counts as earliest:
+/// the tails were written after it. An error means the persisted index is
+/// damaged.
+fn insert_found(index: &mut Index, hash: BlobHash, loc: Loc) -> Result<(), CodecError> {
+    match index.get(&hash)? {
+        Some(old) if old.kind.is_top_level() && !loc.kind.is_top_level() => {}
         _ => {
             index.insert(hash, loc);
         }
     }
+    Ok(())
 }
 
+/// Adds the entries of a scan. An error means the persisted index is
+/// damaged.
 fn add_scan(
-    index: &mut HashMap<BlobHash, Loc>,
+    index: &mut Index,
     lists: &mut Vec<(BlobHash, Loc, Vec<u8>)>,
     id: PackId,
-    scan: Scan,
-) {
-    for e in scan.entries {
+    scan: &Scan,
+) -> Result<(), CodecError> {
+    for e in &scan.entries {
         let loc = Loc {
             pack: id,
             offset: e.offset,
@@ -67,29 +81,184 @@ fn add_scan(
             kind: e.header.kind,
             flags: e.header.flags,
         };
-        insert_found(index, e.header.hash, loc);
-        if let Some(p) = e.list_payload {
-            lists.push((e.header.hash, loc, p));
+        insert_found(index, e.header.hash, loc)?;
+        if let Some(p) = &e.list_payload {
+            lists.push((e.header.hash, loc, p.clone()));
         }
     }
+    Ok(())
 }
 
 /// Drops chunk lists (found in scanned tails) whose chunks are not all
 /// stored: after a crash the list may have reached the disk without one of
 /// its chunks. Such a list was never synced, so no one refers to it, and
 /// keeping it would make a later put of the same blob dedup against it.
-fn drop_incomplete_lists(index: &mut HashMap<BlobHash, Loc>, lists: Vec<(BlobHash, Loc, Vec<u8>)>) {
+///
+/// An error means the persisted index is damaged.
+fn drop_incomplete_lists(
+    index: &mut Index,
+    lists: Vec<(BlobHash, Loc, Vec<u8>)>,
+) -> Result<(), CodecError> {
     for (hash, loc, payload) in lists {
-        if index.get(&hash) != Some(&loc) {
+        if index.get(&hash)? != Some(loc) {
             continue;
         }
-        let complete = decode_chunk_list(&payload, loc.raw_len)
-            .map(|refs| refs.iter().all(|r| index.contains_key(&r.hash)))
-            .unwrap_or(false);
+        let complete = match decode_chunk_list(&payload, loc.raw_len) {
+            Ok(refs) => {
+                let mut all = true;
+                for r in refs {
+                    if index.get(&r.hash)?.is_none() {
+                        all = false;
+                        break;
+                    }
+                }
+                all
+            }
+            Err(_) => false,
+        };
         if !complete {
             index.remove(&hash);
         }
     }
+    Ok(())
+}
+
+/// A persisted index as found on open.
+enum Persisted {
+    /// The current format, mapped.
+    Sorted(SortedIndex),
+    /// A version 1 file (`CAIRNBX1`), decoded whole; a writer rewrites it
+    /// in the current format on open.
+    Legacy(IndexSnapshot),
+}
+
+impl Persisted {
+    fn packs(&self) -> &[PackCover] {
+        match self {
+            Persisted::Sorted(s) => s.packs(),
+            Persisted::Legacy(s) => &s.packs,
+        }
+    }
+}
+
+fn read_persisted(vfs: &dyn Vfs, path: &Path) -> Result<Persisted> {
+    let map = vfs.map(path).map_err(io_err("map index", path))?;
+    if map.len() >= 8 && map[..8] == INDEX_MAGIC {
+        return Ok(Persisted::Legacy(IndexSnapshot::decode(&map)?));
+    }
+    if map.len() >= 8 && map[..8] != SORTED_INDEX_MAGIC {
+        return Err(CodecError::BadMagic { what: "blob index" }.into());
+    }
+    Ok(Persisted::Sorted(SortedIndex::open(map)?))
+}
+
+/// The frames of the index delta, if there is a readable one, and the
+/// length of their valid part.
+fn read_delta(vfs: &dyn Vfs, dir: &Path) -> (Vec<delta::Frame>, u64) {
+    let path = dir.join(delta::DELTA_FILE);
+    let Ok(f) = vfs.open(&path, OpenMode::Read) else {
+        return (Vec::new(), 0);
+    };
+    let Ok(len) = f.len() else {
+        return (Vec::new(), 0);
+    };
+    if len > delta::MAX_DELTA_FILE_BYTES {
+        return (Vec::new(), 0);
+    }
+    let mut b = vec![0u8; len as usize];
+    if f.read_exact_at(&mut b, 0).is_err() {
+        return (Vec::new(), 0);
+    }
+    delta::decode_frames(&b)
+}
+
+/// Adds the entries of the delta frames that extend `index`'s file, in
+/// order, and raises `covered` to what they say was synced. Stops at the
+/// first frame whose packs do not match the packs found (one gone,
+/// replaced, or shorter than it says): it and later ones are ignored, and
+/// the tails past the last applied frame are scanned. A frame of another
+/// file is skipped. An error means the index file is damaged.
+fn apply_delta(
+    index: &mut Index,
+    covered: &mut HashMap<PackId, u64>,
+    frames: Vec<delta::Frame>,
+    found: &[Found],
+) -> Result<(), CodecError> {
+    let Some(base_id) = index.base().map(SortedIndex::id) else {
+        return Ok(());
+    };
+    for f in frames {
+        if f.base_id != base_id {
+            continue;
+        }
+        if !covers_match(&f.packs, found) {
+            break;
+        }
+        for (h, l) in f.entries {
+            insert_found(index, h, l)?;
+        }
+        for c in &f.packs {
+            let e = covered.entry(c.id).or_insert(PACK_HEADER_LEN as u64);
+            *e = (*e).max(c.covered_len);
+        }
+    }
+    Ok(())
+}
+
+/// What a scan of one pack's tail found.
+struct Tail {
+    from: u64,
+    end: u64,
+    scan: Scan,
+}
+
+/// Scans every pack from `covered` (or its header) to its end; a writer
+/// truncates a torn tail (and fsyncs the cut).
+fn scan_tails(
+    found: &[Found],
+    covered: &HashMap<PackId, u64>,
+    read_only: bool,
+) -> Result<Vec<Tail>> {
+    let mut out = Vec::with_capacity(found.len());
+    for f in found {
+        let from = covered
+            .get(&f.id)
+            .copied()
+            .unwrap_or(PACK_HEADER_LEN as u64);
+        let len = if read_only {
+            f.len
+        } else {
+            // A first pass may have cut a torn tail already.
+            f.file.len().map_err(io_err("size pack", &f.path))?
+        };
+        let scan = scan_pack(f.file.as_ref(), from, len).map_err(io_err("scan pack", &f.path))?;
+        let mut end = len;
+        if let Some(torn) = scan.torn_at {
+            if !read_only {
+                f.file
+                    .set_len(torn)
+                    .map_err(io_err("truncate torn pack tail", &f.path))?;
+                // Needed: the cut must be durable before anything is
+                // appended after it, or a crash could bring back the torn
+                // bytes in the middle of the pack.
+                f.file.sync_data().map_err(io_err("fsync pack", &f.path))?;
+            }
+            end = torn;
+        }
+        out.push(Tail { from, end, scan });
+    }
+    Ok(out)
+}
+
+/// The index over `base` plus the scanned tails.
+fn merge_tails(base: Index, found: &[Found], tails: &[Tail]) -> Result<Index, CodecError> {
+    let mut index = base;
+    let mut lists = Vec::new();
+    for (f, t) in found.iter().zip(tails) {
+        add_scan(&mut index, &mut lists, f.id, &t.scan)?;
+    }
+    drop_incomplete_lists(&mut index, lists)?;
+    Ok(index)
 }
 
 struct Found {
@@ -195,68 +364,94 @@ pub(super) fn open(
             .map_err(io_err("fsync blob directory", dir))?;
     }
 
-    // The persisted snapshot, if it is intact and matches the packs.
+    // The persisted index, if it is intact and matches the packs.
     let index_path = dir.join(INDEX_FILE);
-    let snapshot = if vfs.exists(&index_path) {
-        read_snapshot(vfs.as_ref(), &index_path)
+    let persisted = if vfs.exists(&index_path) {
+        read_persisted(vfs.as_ref(), &index_path)
             .ok()
-            .filter(|s| snapshot_matches(s, &found))
+            .filter(|p| covers_match(p.packs(), &found))
     } else {
         None
     };
-    let rebuilt = snapshot.is_none();
-
-    let mut index: HashMap<BlobHash, Loc> = HashMap::new();
+    let migrated = matches!(persisted, Some(Persisted::Legacy(_)));
     let mut covered: HashMap<PackId, u64> = HashMap::new();
-    if let Some(s) = snapshot {
-        index.reserve(s.entries.len());
-        for p in &s.packs {
-            covered.insert(p.id, p.covered_len);
+    let base = match persisted {
+        Some(p) => {
+            for c in p.packs() {
+                covered.insert(c.id, c.covered_len);
+            }
+            match p {
+                Persisted::Sorted(s) => Index::new(Some(s), HashMap::new()),
+                Persisted::Legacy(s) => Index::new(None, s.entries.into_iter().collect()),
+            }
         }
-        for (h, l) in s.entries {
-            index.insert(h, l);
-        }
+        None => Index::default(),
+    };
+    let mut rebuilt = covered.is_empty() && !found.is_empty();
+    let (frames, mut delta_len) = if base.has_base() {
+        read_delta(vfs.as_ref(), dir)
+    } else {
+        (Vec::new(), 0)
+    };
+    let mut base = base;
+    if apply_delta(&mut base, &mut covered, frames, &found).is_err() {
+        // A damaged bucket met while applying the delta: scan everything.
+        base = Index::default();
+        covered.clear();
+        rebuilt = true;
+    }
+    if !base.has_base() {
+        delta_len = 0;
     }
 
-    // Scan what the snapshot does not cover.
-    let mut lists = Vec::new();
-    let mut recovered = false;
+    // Scan what the index does not cover. A damaged bucket met while
+    // merging the tails means the file is not trusted: scan everything.
+    let mut tails = scan_tails(&found, &covered, read_only)?;
+    let index = match merge_tails(base, &found, &tails) {
+        Ok(index) => index,
+        Err(_) => {
+            rebuilt = true;
+            covered.clear();
+            tails = scan_tails(&found, &covered, read_only)?;
+            merge_tails(Index::default(), &found, &tails)?
+        }
+    };
+    // Entries found in the tails are in neither the file nor the delta:
+    // the next delta frame (or merge) records them.
+    let mut unrecorded = Vec::new();
+    for (f, t) in found.iter().zip(&tails) {
+        for e in &t.scan.entries {
+            let loc = Loc {
+                pack: f.id,
+                offset: e.offset,
+                stored_len: e.header.stored_len,
+                raw_len: e.header.raw_len,
+                kind: e.header.kind,
+                flags: e.header.flags,
+            };
+            if index.get(&e.header.hash).ok().flatten() == Some(loc) {
+                unrecorded.push((e.header.hash, loc));
+            }
+        }
+    }
     let mut scanned = HashMap::new();
     let mut packs = BTreeMap::new();
     let mut dirty = Vec::new();
-    for f in found {
-        let from = covered
-            .get(&f.id)
-            .copied()
-            .unwrap_or(PACK_HEADER_LEN as u64);
-        let scan = scan_pack(f.file.as_ref(), from, f.len).map_err(io_err("scan pack", &f.path))?;
-        let mut end = f.len;
-        if let Some(torn) = scan.torn_at {
-            if !read_only {
-                f.file
-                    .set_len(torn)
-                    .map_err(io_err("truncate torn pack tail", &f.path))?;
-                f.file.sync_data().map_err(io_err("fsync pack", &f.path))?;
-            }
-            end = torn;
-        }
-        if !scan.entries.is_empty() {
-            recovered = true;
-        }
-        add_scan(&mut index, &mut lists, f.id, scan);
-        scanned.insert(f.id, end);
+    let mut tail_bytes = 0u64;
+    for (f, t) in found.into_iter().zip(tails) {
+        scanned.insert(f.id, t.end);
         let pack = Arc::new(PackFile {
             id: f.id,
             path: f.path,
             nonce: f.header.map(|h| h.nonce).unwrap_or(0),
             file: f.file,
         });
-        if from < end {
+        if t.from < t.end {
+            tail_bytes += t.end - t.from;
             dirty.push(pack.clone());
         }
-        packs.insert(f.id, (pack, end, f.header.is_some()));
+        packs.insert(f.id, (pack, t.end, f.header.is_some()));
     }
-    drop_incomplete_lists(&mut index, lists);
 
     // Keep appending to the newest pack if it has room.
     let active = packs
@@ -267,6 +462,11 @@ pub(super) fn open(
             pack: p.clone(),
             len: *len,
         });
+    // The tails may hold entries a crashed writer never fsynced (a put
+    // here that dedups against one writes nothing): counting them as one
+    // unsynced write makes the first sync fsync their packs (cheap when
+    // they are clean) before anything found there can back a log record.
+    let write_seq = u64::from(!dirty.is_empty());
     let store = BlobStore {
         vfs,
         dir: dir.to_path_buf(),
@@ -277,48 +477,64 @@ pub(super) fn open(
         writer: Mutex::new(Writer {
             active,
             next_id,
+            // The tails past the index file count as appended since it.
+            since_snapshot: tail_bytes,
             dirty,
             dir_dirty: false,
-            since_snapshot: 0,
             poisoned: None,
+            unrecorded,
+            delta_len,
         }),
-        write_seq: AtomicU64::new(0),
+        write_seq: AtomicU64::new(write_seq),
         synced_seq: AtomicU64::new(0),
         sync_lock: Mutex::new(()),
         gc_gate: RwLock::new(()),
         scanned: Mutex::new(scanned),
         dicts,
+        index_damaged: std::sync::atomic::AtomicBool::new(false),
     };
-    if !read_only && (rebuilt || recovered) {
+    let tail_due = {
+        let w = store.writer.lock();
+        store.index_rewrite_due(w.since_snapshot)
+    };
+    if !read_only && (rebuilt || migrated || tail_due) {
         store.persist_index()?;
     }
     Ok(store)
 }
 
-fn read_snapshot(vfs: &dyn Vfs, path: &Path) -> Result<IndexSnapshot> {
-    let f = vfs
-        .open(path, OpenMode::Read)
-        .map_err(io_err("open index", path))?;
-    let len = f.len().map_err(io_err("size index", path))?;
-    let mut b = vec![
-        0u8;
-        usize::try_from(len).map_err(|_| EngineError::TooLarge {
-            what: format!("blob index {} of {len} bytes", path.display()),
-        })?
-    ];
-    f.read_exact_at(&mut b, 0)
-        .map_err(io_err("read index", path))?;
-    Ok(IndexSnapshot::decode(&b)?)
-}
-
-/// A snapshot is usable only if every pack it lists is still there, is the
-/// same file (nonce), and is at least as long as the part it covers.
-fn snapshot_matches(s: &IndexSnapshot, found: &[Found]) -> bool {
-    s.packs.iter().all(|c| {
+/// A persisted index is usable only if every pack it lists is still
+/// there, is the same file (nonce), and is at least as long as the part it
+/// covers.
+fn covers_match(covers: &[PackCover], found: &[Found]) -> bool {
+    covers.iter().all(|c| {
         found.iter().any(|f| {
             f.id == c.id && f.header.is_some_and(|h| h.nonce == c.nonce) && f.len >= c.covered_len
         })
     })
+}
+
+/// Stops using a persisted index found damaged after open (a bucket that
+/// fails its checksum): rebuilds the index from every pack, keeping the
+/// entries this process added, and marks the file for rewriting at close.
+pub(super) fn rebuild_after_damage(store: &BlobStore) -> Result<()> {
+    let mut index = store.index.write();
+    if !index.has_base() {
+        return Ok(());
+    }
+    let packs: Vec<Arc<PackFile>> = store.packs.read().values().cloned().collect();
+    let mut fresh = Index::default();
+    let mut lists = Vec::new();
+    for p in packs {
+        let len = p.file.len().map_err(io_err("size pack", &p.path))?;
+        let scan = scan_pack(p.file.as_ref(), PACK_HEADER_LEN as u64, len)
+            .map_err(io_err("scan pack", &p.path))?;
+        add_scan(&mut fresh, &mut lists, p.id, &scan)?;
+    }
+    drop_incomplete_lists(&mut fresh, lists)?;
+    index.replace_all(fresh.into_added());
+    store.index_damaged.store(true, Ordering::Release);
+    Ok(())
 }
 
 /// Read-only stores: picks up packs and entries the writer added since
@@ -376,8 +592,8 @@ pub(super) fn refresh(store: &BlobStore) -> Result<()> {
     }
     let mut index = store.index.write();
     for (id, scan) in found {
-        add_scan(&mut index, &mut lists, id, scan);
+        add_scan(&mut index, &mut lists, id, &scan)?;
     }
-    drop_incomplete_lists(&mut index, lists);
+    drop_incomplete_lists(&mut index, lists)?;
     Ok(())
 }

@@ -46,7 +46,9 @@ impl BlobStore {
     /// The store's figures (see [`BlobStats`] for what each one means).
     pub fn stats(&self) -> BlobStats {
         let mut s = BlobStats::default();
-        for l in self.index.read().values() {
+        // A damaged index file is rebuilt from the packs; if even that
+        // fails (an I/O error), the figures count nothing.
+        for (_, l) in &self.index_entries().unwrap_or_default() {
             match l.kind {
                 super::pack::EntryKind::Blob => {
                     s.blobs += 1;

@@ -2,7 +2,7 @@
 //! decompression within the recorded size, blake3 against the name), every
 //! chunk list complete, every index entry pointing at a good entry.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use cairn_codec::BlobHash;
@@ -206,7 +206,19 @@ impl BlobStore {
                 }
             }
         }
-        let index = self.index.read();
+        // The persisted index file: every bucket and row checked. A damaged
+        // one is reported, and the store rebuilds its index from the packs.
+        let damage = self.index.read().base().and_then(|b| b.entries().err());
+        if let Some(e) = damage {
+            report.problems.push(BlobProblem {
+                hash: None,
+                path: self.dir.join(super::index::INDEX_FILE),
+                offset: 0,
+                detail: format!("the index file is damaged ({e}); rebuilt from the packs"),
+            });
+        }
+        let index: HashMap<BlobHash, super::index::Loc> =
+            self.index_entries()?.into_iter().collect();
         for (claims, pack, found) in suspects {
             let intact_elsewhere = claims.into_iter().find(|h| {
                 index.get(h).is_some_and(|l| {

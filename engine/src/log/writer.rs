@@ -561,11 +561,11 @@ impl Log {
         let mut st = self.inner.w.lock();
         // `sync` wrote every held-back frame; nothing can append since.
         debug_assert!(st.pending.is_empty());
-        if self.inner.trim_tail(&mut st)? {
-            st.file
-                .sync_data()
-                .map_err(|e| EngineError::io("fsync log segment", &st.path, e))?;
-        }
+        // Not fsynced: the cut only removes padding after the last record.
+        // If a crash undoes it, the padding is what recovery meets after
+        // any crash mid-run, and the `tail.state` below no longer matches
+        // the segment's length, so the next open scans the tail instead.
+        self.inner.trim_tail(&mut st)?;
         let state = TailState {
             first_lsn: st.header.first_lsn,
             valid_len: st.end,
@@ -575,13 +575,23 @@ impl Log {
             index: st.index.clone(),
         };
         let path = self.inner.dir.join(TAIL_STATE_FILE);
+        let bytes = state.encode();
+        // A process that appended nothing leaves the same state: not
+        // rewritten (a truncation and a write per process otherwise).
+        if recovery::read_small(&*self.inner.vfs, &path).as_deref() == Some(&bytes[..]) {
+            return Ok(());
+        }
         let f = self
             .inner
             .vfs
             .open(&path, OpenMode::CreateTruncate)
             .map_err(|e| EngineError::io("create log tail state", &path, e))?;
-        f.write_all_at(&state.encode(), 0)
-            .and_then(|_| f.sync_data())
+        // Not fsynced: the state only lets the next open skip scanning the
+        // tail, and it names records the `sync` above made durable. Lost
+        // or torn by a crash, it fails its checksum or no longer matches
+        // the segment, and the next open scans the tail; an older state
+        // that survives certifies a prefix of what is durable now.
+        f.write_all_at(&bytes, 0)
             .map_err(|e| EngineError::io("write log tail state", &path, e))?;
         Ok(())
     }

@@ -773,8 +773,14 @@ impl Vfs for RealVfs {
         match f.try_lock() {
             Ok(()) => {
                 // Record who holds it, for the humans reading the lock file.
-                let _ = f.set_len(0);
-                let _ = f.write_all_at(format!("pid {}\n", std::process::id()).as_bytes(), 0);
+                // Written over the old line, and cut only when the length
+                // differs: a truncation to zero first cost a journalled
+                // metadata update (milliseconds on a busy disk) per open.
+                let line = format!("pid {}\n", std::process::id());
+                let _ = f.write_all_at(line.as_bytes(), 0);
+                if f.metadata().map(|m| m.len()).ok() != Some(line.len() as u64) {
+                    let _ = f.set_len(line.len() as u64);
+                }
                 Ok(LockGuard(Box::new(f)))
             }
             Err(fs::TryLockError::WouldBlock) => {
