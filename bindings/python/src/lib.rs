@@ -881,8 +881,10 @@ impl Session {
         self.run(py, |s| s.record(&e)).map(|l| l.0)
     }
 
-    /// Records events atomically (after a crash, all of them or none), as
-    /// one append; returns `(first, last)` LSNs, or None for an empty list.
+    /// Records events (a list, tuple or any iterable of dicts) atomically
+    /// (after a crash, all of them or none), as one append; returns
+    /// `(first, last)` LSNs, or None for none. A bad event raises
+    /// InvalidEventError naming its index, and nothing is appended.
     fn record_batch(
         &self,
         py: Python<'_>,
