@@ -91,7 +91,9 @@ pub use verify_refs::{LostContent, LostContents};
 /// Events as JSON lines: the canonical one-line JSON of an event, read and
 /// written (docs/FORMAT.md).
 pub mod jsonl {
-    pub use cairn_codec::json::{parse_event, JsonRecord, MAX_JSON_LINE_BYTES};
+    pub use cairn_codec::json::{
+        parse_event, parse_event_with, EventDefaults, JsonRecord, MAX_JSON_LINE_BYTES,
+    };
     pub use cairn_codec::json_line::write_json_line;
     pub use cairn_query::import::read_bounded_line;
     /// A record as a read yields it: its LSN and the event.

@@ -127,11 +127,12 @@ if (Symbol.asyncDispose) {
 const SESSION_EXTRA = {
   /**
    * Records events atomically as one append; resolves to `[first, last]`
-   * (null for none). Each event goes to the addon as a line of JSON.
+   * (null for none). The events go to the addon as one JSON array text
+   * (one JSON.stringify for the batch: the fastest way out of V8).
    */
   recordBatch(events) {
     if (!Array.isArray(events)) throw new TypeError('recordBatch takes an array of event objects')
-    return this.recordBatchJson(events.map((e) => JSON.stringify(e === undefined ? null : e)).join('\n'))
+    return this.recordBatchJson(JSON.stringify(events))
   },
 }
 

@@ -321,12 +321,37 @@ fn unexpected(v: &Value) -> de::Unexpected<'_> {
     }
 }
 
+/// The stamps [`parse_event_with`] gives an event whose line leaves them
+/// out (or gives them as `null`): a binding's session handle, whose
+/// events carry its session, run, phase, agent and model unless a line
+/// says otherwise. The default stamps nothing (`session` is then
+/// [`DEFAULT_SESSION`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventDefaults<'a> {
+    /// Session id.
+    pub session: Option<&'a str>,
+    /// Run id.
+    pub run: Option<&'a str>,
+    /// Phase id.
+    pub phase: Option<&'a str>,
+    /// Agent name.
+    pub agent: Option<&'a str>,
+    /// Model name.
+    pub model: Option<&'a str>,
+}
+
 /// Parses one canonical JSON line into an event. `kind` is required; `ts`
 /// defaults to now, `session` to `default`, `ok` to true (a `null` `ok` is
 /// refused: it would read as a success); `lsn` and `hash`
 /// (present in cairn's own export) are accepted and ignored. An unknown
 /// field, an unknown kind or a wrong type is an error that names it.
 pub fn parse_event(line: &str) -> Result<Event, CodecError> {
+    parse_event_with(line, &EventDefaults::default())
+}
+
+/// [`parse_event`], with `defaults` for the stamps a line leaves out: one
+/// pass over the line, so a binding need not rewrite it to add them.
+pub fn parse_event_with(line: &str, defaults: &EventDefaults<'_>) -> Result<Event, CodecError> {
     if line.len() > MAX_JSON_LINE_BYTES {
         return Err(CodecError::TooLarge {
             what: "JSON line",
@@ -356,18 +381,19 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
             return Err(CodecError::Json("field `session` must not be empty".into()))
         }
         Some(s) => s,
-        None => DEFAULT_SESSION.to_string(),
+        None => defaults.session.unwrap_or(DEFAULT_SESSION).to_string(),
     };
+    let stamp = |given: Option<String>, default: Option<&str>| given.or(default.map(str::to_owned));
     let mut e = Event {
         ts,
         session,
-        run: input.run,
-        phase: input.phase,
+        run: stamp(input.run, defaults.run),
+        phase: stamp(input.phase, defaults.phase),
         kind,
-        agent: input.agent,
+        agent: stamp(input.agent, defaults.agent),
         user: input.user,
         tool: input.tool,
-        model: input.model,
+        model: stamp(input.model, defaults.model),
         latency_ms: match &input.latency_ms {
             None => None,
             Some(n) => Some(latency_ms("latency_ms", n).map_err(CodecError::Json)?),
@@ -520,6 +546,26 @@ mod tests {
         assert!(e.ok);
         assert_eq!(e.text.as_deref(), Some("hi"));
         assert!((Timestamp::now().0 - e.ts.0).abs() < 60_000);
+    }
+
+    #[test]
+    fn defaults_stamp_only_what_a_line_leaves_out() {
+        let d = EventDefaults {
+            session: Some("t1"),
+            run: Some("r1"),
+            agent: Some("coder"),
+            ..EventDefaults::default()
+        };
+        let e = parse_event_with(r#"{"kind":"prompt","agent":"other","model":null}"#, &d).unwrap();
+        assert_eq!(
+            (e.session.as_str(), e.run.as_deref(), e.agent.as_deref()),
+            ("t1", Some("r1"), Some("other"))
+        );
+        assert_eq!((e.phase.as_deref(), e.model.as_deref()), (None, None));
+        let own = parse_event_with(r#"{"kind":"prompt","session":"s2"}"#, &d).unwrap();
+        assert_eq!(own.session, "s2");
+        let empty = parse_event_with(r#"{"kind":"prompt","session":""}"#, &d).unwrap_err();
+        assert!(empty.to_string().contains("session"), "{empty}");
     }
 
     #[test]

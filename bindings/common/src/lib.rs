@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cairn::json::{json, Map, Value};
+use cairn::jsonl::EventDefaults;
 use cairn::store_dir::STORE_DIR_NAME;
 use cairn::{parse_time_bound, TimeBound};
 use cairn::{
@@ -307,34 +308,36 @@ impl SessionSpec {
         s
     }
 
+    /// The stamps this handle gives events that leave them out.
+    pub fn defaults(&self) -> EventDefaults<'_> {
+        EventDefaults {
+            session: (!self.id.is_empty()).then_some(self.id.as_str()),
+            run: self.run.as_deref(),
+            phase: self.phase.as_deref(),
+            agent: self.agent.as_deref(),
+            model: self.model.as_deref(),
+        }
+    }
+
     /// An event from a JSON object with cairn's canonical field names (as
     /// `cairn record` reads a line): `kind` is required; `session`, `run`,
     /// `phase`, `agent` and `model` default to this handle's. A bad field
     /// is an [`ErrorKind::InvalidEvent`] naming it.
     pub fn event_from_json(&self, value: Value) -> Result<Event> {
-        let Value::Object(mut map) = value else {
+        if !value.is_object() {
             return Err(BindError::new(
                 ErrorKind::InvalidEvent,
                 "an event is a dict/object with a `kind` field",
             ));
-        };
-        let id = if self.id.is_empty() {
-            cairn::DEFAULT_SESSION
-        } else {
-            &self.id
-        };
-        let mut stamp = |key: &str, v: Option<&str>| {
-            if let (Some(v), false) = (v, map.contains_key(key)) {
-                map.insert(key.to_string(), Value::String(v.to_string()));
-            }
-        };
-        stamp("session", Some(id));
-        stamp("run", self.run.as_deref());
-        stamp("phase", self.phase.as_deref());
-        stamp("agent", self.agent.as_deref());
-        stamp("model", self.model.as_deref());
-        let line = Value::Object(map).to_string();
-        cairn::jsonl::parse_event(&line)
+        }
+        self.event_from_line(&value.to_string())
+    }
+
+    /// An event from one line of JSON text, read once (no intermediate
+    /// JSON value): what [`SessionSpec::event_from_json`] does, for a
+    /// binding that has the text already.
+    pub fn event_from_line(&self, line: &str) -> Result<Event> {
+        cairn::jsonl::parse_event_with(line, &self.defaults())
             .map_err(|e| BindError::new(ErrorKind::InvalidEvent, format!("bad event: {e}")))
     }
 }

@@ -92,9 +92,16 @@ async function main() {
   const c = await cairnWriters()
   const j = jsonlWriters()
   rows.push(['8 concurrent sessions, prompts, durability always', `${fmt(c)} events/s`, `appendFileSync + fsync per event: ${fmt(j)} events/s`, `${(c / j).toFixed(1)}x`])
-  rows.push(['1 caller, recordBatch of 1,000, durability never', `${fmt(await cairnBatches())} events/s`, '', ''])
-  const us = await cairnCalls()
+  const b = await cairnBatches()
+  // The Rust side right after, so both see the same load.
   const rust = rustCalls()
+  rows.push([
+    '1 caller, recordBatch of 1,000, durability never',
+    `${fmt(b)} events/s`,
+    rust ? `Rust append_batch of 1,000, same run: ${fmt(rust.batch_events_per_s)} events/s` : 'Rust: build the call_cost example',
+    rust ? `${(b / rust.batch_events_per_s).toFixed(2)}x` : '',
+  ])
+  const us = await cairnCalls()
   rows.push([
     'one call: await session.prompt, durability never',
     `${us.toFixed(2)} us`,

@@ -215,8 +215,29 @@ test('a bad event is an InvalidEventError and appends nothing', async () => {
   }
   await assert.rejects(s.recordBatch([{ kind: 'prompt' }, { kind: 'nope' }]), (e) => e instanceof cairn.InvalidEventError && /event 2 of the batch/.test(e.message))
   await assert.rejects(s.recordBatch(['not an object']), cairn.InvalidEventError)
+  await assert.rejects(s.recordBatch([{ kind: 'prompt' }, undefined]), (e) => e instanceof cairn.InvalidEventError && /event 2 of the batch/.test(e.message))
   assert.throws(() => s.recordBatch('nope'), TypeError)
   assert.equal(await store.head(), 1)
+  await store.close()
+})
+
+test('recordBatch stamps the session on events that leave it out, in one read of each line', async () => {
+  const store = await cairn.Store.open(workspace(), { create: true, durability: 'never' })
+  const s = store.session('t1', { agent: 'coder', model: 'm1' })
+  const events = [
+    // Commas, brackets, quotes and backslashes inside strings do not split the batch.
+    { kind: 'prompt', text: 'line\nbreak, "quoted\\", ] } [ { caf\u00e9' },
+    { kind: 'tool_call', tool: 'bash', ok: false, latency_ms: 7, agent: 'other' },
+    { kind: 'reply', session: 't2', model: null, meta: { n: 1 } },
+  ]
+  assert.deepEqual(await s.recordBatch(events), [1, 3])
+  const got = await collect(store.events())
+  assert.equal(got[0].text, 'line\nbreak, "quoted\\", ] } [ { caf\u00e9')
+  assert.deepEqual([got[0].session, got[0].agent, got[0].model], ['t1', 'coder', 'm1'])
+  assert.deepEqual([got[1].agent, got[1].ok, got[1].latency_ms], ['other', false, 7])
+  assert.deepEqual([got[2].session, got[2].model, got[2].meta], ['t2', 'm1', { n: 1 }])
+  await assert.rejects(s.recordBatch([{ kind: 'prompt' }, { kind: 'prompt', session: '' }]), (e) => e instanceof cairn.InvalidEventError && /event 2 of the batch: .*session/.test(e.message))
+  assert.equal(await store.head(), 3)
   await store.close()
 })
 

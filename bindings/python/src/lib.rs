@@ -177,81 +177,211 @@ fn from_py(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     )))
 }
 
-/// The event of a dict with only plain fields (`kind`, `text`, `tool`,
-/// `ok`, `latency_ms` and the stamps), built without a round trip through
-/// JSON text: the common case of `record_batch`, whose rate is the
-/// binding's. None when the dict has anything else (or a value of another
-/// type): the caller then reads it as JSON, which checks and names every
-/// field.
-fn plain_event(spec: &SessionSpec, obj: &Bound<'_, PyAny>) -> PyResult<Option<cairn::Event>> {
-    let Ok(d) = obj.downcast::<PyDict>() else {
-        return Ok(None);
-    };
-    let mut kind = None;
-    let mut fields: [Option<String>; 7] = Default::default();
-    let mut ok = true;
-    let mut latency = None;
-    const NAMES: [&str; 7] = ["text", "tool", "session", "run", "phase", "agent", "model"];
-    for (k, v) in d.iter() {
-        let Ok(k) = k.downcast::<PyString>() else {
-            return Ok(None);
+/// The plain fields [`Converter::plain`] reads without a round trip
+/// through JSON text, in the order of [`Converter::names`].
+const PLAIN_FIELDS: [&str; 10] = [
+    "kind",
+    "ok",
+    "latency_ms",
+    "text",
+    "tool",
+    "session",
+    "run",
+    "phase",
+    "agent",
+    "model",
+];
+
+/// The index in [`PLAIN_FIELDS`] of the first string field (`text`); the
+/// ones before it (`kind`, `ok`, `latency_ms`) are read apart.
+const FIRST_TEXT_FIELD: usize = 3;
+
+/// Kind strings one [`Converter`] remembers: one per event kind is all a
+/// batch needs (a batch that spells a kind with many distinct str
+/// objects just decodes the others, so the cache stays this small).
+const KIND_CACHE: usize = cairn::EventKind::ALL.len();
+
+/// A Python str's UTF-8 text, copied once into a `String`.
+///
+/// Outside Windows it reads the str's own UTF-8 form with
+/// `PyUnicode_AsUTF8AndSize`, exported by every CPython 3 (in the limited
+/// API only from 3.10, so PyO3's abi3-py39 build does not use it): for an
+/// ASCII str that is the str's own buffer, where PyO3's abi3 path
+/// (`to_cow`) makes a bytes object per str. On Windows the abi3 module
+/// links python3.dll, which lacks it before 3.10, so it takes that path.
+fn owned_text(s: &Bound<'_, PyString>) -> PyResult<String> {
+    #[cfg(not(windows))]
+    {
+        extern "C" {
+            fn PyUnicode_AsUTF8AndSize(
+                unicode: *mut pyo3::ffi::PyObject,
+                size: *mut pyo3::ffi::Py_ssize_t,
+            ) -> *const std::os::raw::c_char;
+        }
+        let mut len: pyo3::ffi::Py_ssize_t = 0;
+        // SAFETY: `s` is a live str and the GIL is held (a `Bound` proves
+        // both); the call returns the str's UTF-8 form, owned by the str
+        // and valid while it lives, or NULL with an exception set (a lone
+        // surrogate).
+        let p = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut len) };
+        if p.is_null() {
+            return Err(PyErr::fetch(s.py()));
+        }
+        let len = usize::try_from(len).map_err(|_| PyTypeError::new_err("negative str length"))?;
+        // SAFETY: `p` points to `len` bytes owned by `s`, which outlives
+        // this borrow; CPython's UTF-8 form is valid UTF-8.
+        let text = unsafe {
+            std::str::from_utf8_unchecked(std::slice::from_raw_parts(p.cast::<u8>(), len))
         };
-        let k = k.to_cow()?;
-        if k == "ok" {
-            match v.downcast::<PyBool>() {
-                Ok(b) => ok = b.is_true(),
-                Err(_) => return Ok(None),
-            }
-            continue;
-        }
-        if k == "latency_ms" {
-            match v.extract::<u64>() {
-                Ok(n) if v.downcast::<PyBool>().is_err() => latency = Some(n),
-                _ => return Ok(None),
-            }
-            continue;
-        }
-        let Ok(v) = v.downcast::<PyString>() else {
-            return Ok(None);
-        };
-        if k == "kind" {
-            match common::kind(&v.to_cow()?) {
-                Ok(kd) if !kd.is_file_op() => kind = Some(kd),
-                _ => return Ok(None),
-            }
-            continue;
-        }
-        match NAMES.iter().position(|n| *n == k) {
-            Some(i) => fields[i] = Some(v.to_cow()?.into_owned()),
-            None => return Ok(None),
-        }
+        Ok(text.to_owned())
     }
-    let Some(kind) = kind else { return Ok(None) };
-    let [text, tool, session, run, phase, agent, model] = fields;
-    let session = match session {
-        Some(s) if s.is_empty() => return Ok(None),
-        Some(s) => s,
-        None if spec.id.is_empty() => cairn::DEFAULT_SESSION.to_owned(),
-        None => spec.id.clone(),
-    };
-    let mut e = cairn::Event::new(kind, session);
-    e.text = text;
-    e.tool = tool;
-    e.run = run.or_else(|| spec.run.clone());
-    e.phase = phase.or_else(|| spec.phase.clone());
-    e.agent = agent.or_else(|| spec.agent.clone());
-    e.model = model.or_else(|| spec.model.clone());
-    e.ok = ok;
-    e.latency_ms = latency;
-    Ok(Some(e))
+    #[cfg(windows)]
+    {
+        Ok(s.to_cow()?.into_owned())
+    }
 }
 
-/// An event from a dict: [`plain_event`], else read as JSON.
-fn event_arg(spec: &SessionSpec, obj: &Bound<'_, PyAny>) -> PyResult<cairn::Event> {
-    if let Some(e) = plain_event(spec, obj)? {
-        return Ok(e);
+/// Turns dicts into events for one call (`record`, or all of one
+/// `record_batch`), holding what every event of the call shares: the
+/// interned field names (a dict written as a literal has these very key
+/// objects, so a key is found by identity, not by its text), the kind
+/// strings already read, and a template event with the session's stamps
+/// and the call's time (one clock read per call: the events of a batch
+/// are appended at once).
+struct Converter<'py> {
+    spec: &'py SessionSpec,
+    names: [Bound<'py, PyString>; 10],
+    kinds: Vec<(Bound<'py, PyString>, cairn::EventKind)>,
+    template: cairn::Event,
+}
+
+impl<'py> Converter<'py> {
+    fn new(py: Python<'py>, spec: &'py SessionSpec) -> Converter<'py> {
+        let names = PLAIN_FIELDS.map(|n| PyString::intern(py, n));
+        let session = if spec.id.is_empty() {
+            cairn::DEFAULT_SESSION.to_owned()
+        } else {
+            spec.id.clone()
+        };
+        let mut template = cairn::Event::new(cairn::EventKind::Prompt, session);
+        template.run = spec.run.clone();
+        template.phase = spec.phase.clone();
+        template.agent = spec.agent.clone();
+        template.model = spec.model.clone();
+        Converter {
+            spec,
+            names,
+            kinds: Vec::new(),
+            template,
+        }
     }
-    spec.event_from_json(from_py(obj, 0)?).map_err(py_err)
+
+    /// Which plain field key `k` names (by identity, else by its text).
+    fn field(&self, k: &Bound<'py, PyString>) -> PyResult<Option<usize>> {
+        if let Some(i) = self.names.iter().position(|n| n.as_ptr() == k.as_ptr()) {
+            return Ok(Some(i));
+        }
+        let k = k.to_cow()?;
+        Ok(PLAIN_FIELDS.iter().position(|n| *n == k))
+    }
+
+    /// The kind `v` names, if it is one the plain path takes (not a file
+    /// operation, whose paths the JSON path checks and names).
+    fn kind(&mut self, v: &Bound<'py, PyString>) -> PyResult<Option<cairn::EventKind>> {
+        if let Some((_, k)) = self.kinds.iter().find(|(s, _)| s.as_ptr() == v.as_ptr()) {
+            return Ok(Some(*k));
+        }
+        let kind = match common::kind(&v.to_cow()?) {
+            Ok(k) if !k.is_file_op() => k,
+            _ => return Ok(None),
+        };
+        if self.kinds.len() < KIND_CACHE {
+            // Holding the str keeps its address from being reused by another.
+            self.kinds.push((v.clone(), kind));
+        }
+        Ok(Some(kind))
+    }
+
+    /// The event of a dict with only plain fields (`kind`, `text`, `tool`,
+    /// `ok`, `latency_ms` and the stamps), built without a round trip
+    /// through JSON text: the common case of `record_batch`, whose rate is
+    /// the binding's. None when the dict has anything else (or a value of
+    /// another type): the caller then reads it as JSON, which checks and
+    /// names every field. Either way the store checks the event again
+    /// (`Event::check`) before it appends it.
+    fn plain(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<Option<cairn::Event>> {
+        let Ok(d) = obj.downcast::<PyDict>() else {
+            return Ok(None);
+        };
+        let mut e = self.template.clone();
+        let mut kind = None;
+        for (k, v) in d.iter() {
+            let Ok(k) = k.downcast::<PyString>() else {
+                return Ok(None);
+            };
+            let Some(field) = self.field(k)? else {
+                return Ok(None);
+            };
+            match field {
+                0 => {
+                    let Ok(v) = v.downcast::<PyString>() else {
+                        return Ok(None);
+                    };
+                    match self.kind(v)? {
+                        Some(k) => kind = Some(k),
+                        None => return Ok(None),
+                    }
+                }
+                1 => match v.downcast::<PyBool>() {
+                    Ok(b) => e.ok = b.is_true(),
+                    Err(_) => return Ok(None),
+                },
+                2 => match v.extract::<u64>() {
+                    Ok(n) if v.downcast::<PyBool>().is_err() => e.latency_ms = Some(n),
+                    _ => return Ok(None),
+                },
+                _ => {
+                    let Ok(v) = v.downcast::<PyString>() else {
+                        return Ok(None);
+                    };
+                    let text = owned_text(v).map_err(|e| {
+                        InvalidEventError::new_err(format!(
+                            "field `{}`: {}",
+                            PLAIN_FIELDS[field],
+                            e.value(obj.py())
+                        ))
+                    })?;
+                    let slot = match field - FIRST_TEXT_FIELD {
+                        0 => &mut e.text,
+                        1 => &mut e.tool,
+                        2 => {
+                            if text.is_empty() {
+                                return Ok(None);
+                            }
+                            e.session = text;
+                            continue;
+                        }
+                        3 => &mut e.run,
+                        4 => &mut e.phase,
+                        5 => &mut e.agent,
+                        _ => &mut e.model,
+                    };
+                    *slot = Some(text);
+                }
+            }
+        }
+        let Some(kind) = kind else { return Ok(None) };
+        e.kind = kind;
+        Ok(Some(e))
+    }
+
+    /// An event from a dict: [`Converter::plain`], else read as JSON.
+    fn event(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<cairn::Event> {
+        if let Some(e) = self.plain(obj)? {
+            return Ok(e);
+        }
+        self.spec.event_from_json(from_py(obj, 0)?).map_err(py_err)
+    }
 }
 
 /// A checkpoint id from `c42` or a `Checkpoint`.
@@ -747,20 +877,30 @@ impl Session {
     /// (`kind` required; `session`, `run`, `agent`, `model` default to this
     /// session's); returns its LSN. A bad one raises InvalidEventError.
     fn record(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let e = event_arg(&self.spec, event)?;
+        let e = Converter::new(py, &self.spec).event(event)?;
         self.run(py, |s| s.record(&e)).map(|l| l.0)
     }
 
-    /// Records events atomically (after a crash, all of them or none), as
-    /// one append; returns `(first, last)` LSNs, or None for an empty list.
+    /// Records events (a list, tuple or any iterable of dicts) atomically
+    /// (after a crash, all of them or none), as one append; returns
+    /// `(first, last)` LSNs, or None for none. A bad event raises
+    /// InvalidEventError naming its index, and nothing is appended.
     fn record_batch(
         &self,
         py: Python<'_>,
         events: &Bound<'_, PyAny>,
     ) -> PyResult<Option<(u64, u64)>> {
-        let mut batch = Vec::new();
+        let mut conv = Converter::new(py, &self.spec);
+        // A list or tuple says how many it holds (and holds them already,
+        // so the vector is no larger than memory allows); any other
+        // iterable grows it.
+        let known = match events.downcast::<PyList>() {
+            Ok(l) => l.len(),
+            Err(_) => events.downcast::<PyTuple>().map_or(0, |t| t.len()),
+        };
+        let mut batch = Vec::with_capacity(known);
         for (i, item) in events.try_iter()?.enumerate() {
-            let e = event_arg(&self.spec, &item?).map_err(|e| {
+            let e = conv.event(&item?).map_err(|e| {
                 let msg = e.value(py).to_string();
                 py_err(BindError::new(
                     ErrorKind::InvalidEvent,

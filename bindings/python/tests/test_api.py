@@ -249,6 +249,42 @@ def test_plain_and_json_event_paths_record_the_same(store):
         s.record({"kind": "prompt", "ok": "yes"})
 
 
+def test_record_batch_reads_keys_and_kinds_not_written_as_literals(store):
+    # The batch path finds a literal's (interned) keys and kind strings by
+    # identity; keys built at run time (json.loads, joins) are the same
+    # fields, found by their text.
+    s = store.session("t1", agent="a1")
+    key = "".join(["ki", "nd"])
+    built = {key: "".join(["to", "ol_call"]), "".join(["to", "ol"]): "bash", "ok": False}
+    parsed = json.loads('{"kind": "reply", "text": "caf\\u00e9 \\u2603", "model": "m2"}')
+    literal = {"kind": "prompt", "text": "plain"}
+    assert s.record_batch([built, parsed, literal, built, parsed]) == (1, 5)
+    events = list(store.events())
+    assert [e["kind"] for e in events] == ["tool_call", "reply", "prompt", "tool_call", "reply"]
+    assert events[0]["tool"] == "bash" and events[0]["ok"] is False and events[0]["agent"] == "a1"
+    assert events[1]["text"] == "caf\u00e9 \u2603" and events[1]["model"] == "m2"
+    assert events[2]["text"] == "plain" and events[2]["ok"] is True
+
+
+def test_record_batch_takes_tuples_and_generators(store):
+    s = store.session("t1")
+    assert s.record_batch(tuple({"kind": "prompt", "text": f"t{i}"} for i in range(3))) == (1, 3)
+    assert s.record_batch({"kind": "reply", "text": f"g{i}"} for i in range(2)) == (4, 5)
+    assert s.record_batch(iter([])) is None
+    assert [e["text"] for e in store.events()] == ["t0", "t1", "t2", "g0", "g1"]
+
+
+def test_record_batch_names_the_event_whose_text_is_not_utf8(store):
+    s = store.session("t1")
+    with pytest.raises(cairn.InvalidEventError, match="event 2 of the batch: field `text`: .*surrogate"):
+        s.record_batch([{"kind": "prompt", "text": "ok"}, {"kind": "prompt", "text": "lone \ud800"}])
+    with pytest.raises(cairn.InvalidEventError, match="field `agent`"):
+        s.record({"kind": "prompt", "agent": "\udfff"})
+    with pytest.raises(cairn.InvalidEventError, match="event 1 of the batch"):
+        s.record_batch([{"kind": "prompt", "tool": 3}])
+    assert store.head == 0
+
+
 def test_the_readme_example_runs(tmp_path, capsys):
     import pathlib
     import re

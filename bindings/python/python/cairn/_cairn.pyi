@@ -2,7 +2,7 @@
 
 import os
 from types import TracebackType
-from typing import IO, Any, Dict, Iterator, List, Optional, Tuple, Type, Union
+from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Tuple, Type, Union
 
 Point = Union[str, int, "Checkpoint"]
 """``"head"``, ``"@12"`` (an LSN), ``"c42"`` (a checkpoint), an ISO-8601
@@ -92,8 +92,12 @@ class Session:
         """Records a tool call; returns its LSN."""
     def record(self, event: Dict[str, Any]) -> int:
         """Records an event dict (``kind`` required); returns its LSN."""
-    def record_batch(self, events: List[Dict[str, Any]]) -> Optional[Tuple[int, int]]:
-        """Records events atomically as one append; returns (first, last) LSNs."""
+    def record_batch(self, events: Iterable[Dict[str, Any]]) -> Optional[Tuple[int, int]]:
+        """Records events (a list, tuple or any iterable of dicts) atomically
+        as one append; returns (first, last) LSNs, or None for none. A bad
+        event raises InvalidEventError naming its index; nothing is appended.
+        Dicts of plain fields (kind, text, tool, ok, latency_ms and the
+        stamps) are read directly, the fastest shape."""
     def track(self, path: str) -> None:
         """Tells cairn this workspace path is about to be written."""
     def write_file(self, path: str, data: bytes) -> int:
