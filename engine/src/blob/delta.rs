@@ -25,8 +25,9 @@
 use cairn_codec::bytes::{u32_le as u32_at, u64_le as u64_at};
 use cairn_codec::BlobHash;
 
-use super::index::{Loc, PackCover};
-use super::pack::{EntryKind, PackId, PACK_HEADER_LEN};
+use super::index::{
+    decode_entry_row, decode_pack_rows, encode_entry_row, encode_pack_row, Loc, PackCover,
+};
 
 /// The delta's file name in the blob directory.
 pub const DELTA_FILE: &str = "index.delta";
@@ -62,20 +63,10 @@ impl Frame {
         p.extend_from_slice(&(self.packs.len() as u32).to_le_bytes());
         p.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
         for c in &self.packs {
-            p.extend_from_slice(&c.id.0.to_le_bytes());
-            p.extend_from_slice(&0u32.to_le_bytes());
-            p.extend_from_slice(&c.nonce.to_le_bytes());
-            p.extend_from_slice(&c.covered_len.to_le_bytes());
+            encode_pack_row(&mut p, c);
         }
         for (h, l) in &self.entries {
-            p.extend_from_slice(&h.0);
-            p.extend_from_slice(&l.pack.0.to_le_bytes());
-            p.extend_from_slice(&l.stored_len.to_le_bytes());
-            p.extend_from_slice(&l.offset.to_le_bytes());
-            p.extend_from_slice(&l.raw_len.to_le_bytes());
-            p.push(l.kind as u8);
-            p.push(l.flags);
-            p.extend_from_slice(&[0u8; 6]);
+            encode_entry_row(&mut p, h, l);
         }
         let mut out = Vec::with_capacity(FRAME_HEAD_LEN + p.len());
         out.extend_from_slice(&(p.len() as u32).to_le_bytes());
@@ -100,44 +91,13 @@ impl Frame {
         if need != p.len() as u64 {
             return None;
         }
-        let mut packs = Vec::with_capacity(pc);
-        let mut at = PAYLOAD_HEAD_LEN;
-        for _ in 0..pc {
-            let c = PackCover {
-                id: PackId(u32_at(p, at)),
-                nonce: u64_at(p, at + 8),
-                covered_len: u64_at(p, at + 16),
-            };
-            if u32_at(p, at + 4) != 0 || c.covered_len < PACK_HEADER_LEN as u64 {
-                return None;
-            }
-            packs.push(c);
-            at += PACK_ROW_LEN;
-        }
-        let mut entries = Vec::with_capacity(ec);
-        for _ in 0..ec {
-            let r = &p[at..at + ENTRY_ROW_LEN];
-            let mut hash = [0u8; 32];
-            hash.copy_from_slice(&r[0..32]);
-            let kind = EntryKind::from_u8(r[56])?;
-            let loc = Loc {
-                pack: PackId(u32_at(r, 32)),
-                stored_len: u32_at(r, 36),
-                offset: u64_at(r, 40),
-                raw_len: u64_at(r, 48),
-                kind,
-                flags: r[57],
-            };
-            let cover = packs.iter().find(|c| c.id == loc.pack)?;
-            if loc.offset < PACK_HEADER_LEN as u64
-                || loc.offset.saturating_add(loc.entry_len()) > cover.covered_len
-                || r[58..64].iter().any(|&x| x != 0)
-            {
-                return None;
-            }
-            entries.push((BlobHash(hash), loc));
-            at += ENTRY_ROW_LEN;
-        }
+        let packs = decode_pack_rows(p, PAYLOAD_HEAD_LEN, pc).ok()?;
+        let at = PAYLOAD_HEAD_LEN + pc * PACK_ROW_LEN;
+        let entries = p[at..]
+            .chunks_exact(ENTRY_ROW_LEN)
+            .map(|r| decode_entry_row(r, &packs))
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
         Some(Frame {
             base_id,
             packs,
@@ -177,6 +137,7 @@ pub fn decode_frames(b: &[u8]) -> (Vec<Frame>, u64) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::blob::pack::{EntryKind, PackId};
 
     fn frame(n: u64) -> Frame {
         Frame {

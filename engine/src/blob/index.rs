@@ -86,6 +86,89 @@ fn invalid(what: impl Into<String>) -> CodecError {
     CodecError::Invalid { what: what.into() }
 }
 
+/// Appends a pack's row, as every index file and delta frame holds it:
+/// id, 4 zero bytes, nonce, covered length ([`PACK_ROW_LEN`] bytes).
+pub(crate) fn encode_pack_row(out: &mut Vec<u8>, p: &PackCover) {
+    out.extend_from_slice(&p.id.0.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&p.nonce.to_le_bytes());
+    out.extend_from_slice(&p.covered_len.to_le_bytes());
+}
+
+/// Decodes `n` pack rows from `b[at..]` (the caller has checked the
+/// length), refusing a malformed row or a pack listed twice.
+pub(crate) fn decode_pack_rows(
+    b: &[u8],
+    at: usize,
+    n: usize,
+) -> Result<Vec<PackCover>, CodecError> {
+    let mut packs: Vec<PackCover> = Vec::with_capacity(n);
+    for i in 0..n {
+        let at = at + i * PACK_ROW_LEN;
+        let p = PackCover {
+            id: PackId(u32_at(b, at)),
+            nonce: u64_at(b, at + 8),
+            covered_len: u64_at(b, at + 16),
+        };
+        if u32_at(b, at + 4) != 0 || p.covered_len < PACK_HEADER_LEN as u64 {
+            return Err(invalid(format!("blob index row for {} is malformed", p.id)));
+        }
+        if packs.iter().any(|q| q.id == p.id) {
+            return Err(invalid(format!("blob index lists {} twice", p.id)));
+        }
+        packs.push(p);
+    }
+    Ok(packs)
+}
+
+/// Appends an entry's row: hash, pack, stored length, offset, raw length,
+/// kind, flags, 6 zero bytes ([`ENTRY_ROW_LEN`] bytes).
+pub(crate) fn encode_entry_row(out: &mut Vec<u8>, h: &BlobHash, l: &Loc) {
+    out.extend_from_slice(&h.0);
+    out.extend_from_slice(&l.pack.0.to_le_bytes());
+    out.extend_from_slice(&l.stored_len.to_le_bytes());
+    out.extend_from_slice(&l.offset.to_le_bytes());
+    out.extend_from_slice(&l.raw_len.to_le_bytes());
+    out.push(l.kind as u8);
+    out.push(l.flags);
+    out.extend_from_slice(&[0u8; 6]);
+}
+
+/// Decodes one entry row (`r` is [`ENTRY_ROW_LEN`] bytes) and checks it: a
+/// known kind, zero reserved bytes, a pack of `packs`, inside its covered
+/// part.
+pub(crate) fn decode_entry_row(
+    r: &[u8],
+    packs: &[PackCover],
+) -> Result<(BlobHash, Loc), CodecError> {
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(&r[0..32]);
+    let kind = EntryKind::from_u8(r[56])
+        .ok_or_else(|| invalid(format!("blob index entry kind {} is unknown", r[56])))?;
+    let loc = Loc {
+        pack: PackId(u32_at(r, 32)),
+        stored_len: u32_at(r, 36),
+        offset: u64_at(r, 40),
+        raw_len: u64_at(r, 48),
+        kind,
+        flags: r[57],
+    };
+    let cover = packs
+        .iter()
+        .find(|p| p.id == loc.pack)
+        .ok_or_else(|| invalid(format!("blob index entry names unlisted {}", loc.pack)))?;
+    if loc.offset < PACK_HEADER_LEN as u64
+        || loc.offset.saturating_add(loc.entry_len()) > cover.covered_len
+        || r[58..64].iter().any(|&x| x != 0)
+    {
+        return Err(invalid(format!(
+            "blob index entry at {} offset {} lies outside the covered part",
+            loc.pack, loc.offset
+        )));
+    }
+    Ok((BlobHash(hash), loc))
+}
+
 impl IndexSnapshot {
     /// The file bytes.
     pub fn encode(&self) -> Vec<u8> {
@@ -100,20 +183,10 @@ impl IndexSnapshot {
         out.extend_from_slice(&0u32.to_le_bytes());
         out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
         for p in &self.packs {
-            out.extend_from_slice(&p.id.0.to_le_bytes());
-            out.extend_from_slice(&0u32.to_le_bytes());
-            out.extend_from_slice(&p.nonce.to_le_bytes());
-            out.extend_from_slice(&p.covered_len.to_le_bytes());
+            encode_pack_row(&mut out, p);
         }
         for (h, l) in &self.entries {
-            out.extend_from_slice(&h.0);
-            out.extend_from_slice(&l.pack.0.to_le_bytes());
-            out.extend_from_slice(&l.stored_len.to_le_bytes());
-            out.extend_from_slice(&l.offset.to_le_bytes());
-            out.extend_from_slice(&l.raw_len.to_le_bytes());
-            out.push(l.kind as u8);
-            out.push(l.flags);
-            out.extend_from_slice(&[0u8; 6]);
+            encode_entry_row(&mut out, h, l);
         }
         let sum = blake3::hash(&out);
         out.extend_from_slice(sum.as_bytes());
@@ -151,54 +224,12 @@ impl IndexSnapshot {
                 b.len()
             )));
         }
-        let mut packs = Vec::with_capacity(pack_count);
-        let mut at = HEADER_LEN;
-        for _ in 0..pack_count {
-            let p = PackCover {
-                id: PackId(u32_at(b, at)),
-                nonce: u64_at(b, at + 8),
-                covered_len: u64_at(b, at + 16),
-            };
-            if u32_at(b, at + 4) != 0 || p.covered_len < PACK_HEADER_LEN as u64 {
-                return Err(invalid(format!("blob index row for {} is malformed", p.id)));
-            }
-            if packs.iter().any(|q: &PackCover| q.id == p.id) {
-                return Err(invalid(format!("blob index lists {} twice", p.id)));
-            }
-            packs.push(p);
-            at += PACK_ROW_LEN;
-        }
-        let mut entries = Vec::with_capacity(entry_count as usize);
-        for _ in 0..entry_count {
-            let r = &b[at..at + ENTRY_ROW_LEN];
-            let mut hash = [0u8; 32];
-            hash.copy_from_slice(&r[0..32]);
-            let kind = EntryKind::from_u8(r[56])
-                .ok_or_else(|| invalid(format!("blob index entry kind {} is unknown", r[56])))?;
-            let loc = Loc {
-                pack: PackId(u32_at(r, 32)),
-                stored_len: u32_at(r, 36),
-                offset: u64_at(r, 40),
-                raw_len: u64_at(r, 48),
-                kind,
-                flags: r[57],
-            };
-            let cover = packs
-                .iter()
-                .find(|p| p.id == loc.pack)
-                .ok_or_else(|| invalid(format!("blob index entry names unlisted {}", loc.pack)))?;
-            if loc.offset < PACK_HEADER_LEN as u64
-                || loc.offset.saturating_add(loc.entry_len()) > cover.covered_len
-                || r[58..64].iter().any(|&x| x != 0)
-            {
-                return Err(invalid(format!(
-                    "blob index entry at {} offset {} lies outside the covered part",
-                    loc.pack, loc.offset
-                )));
-            }
-            entries.push((BlobHash(hash), loc));
-            at += ENTRY_ROW_LEN;
-        }
+        let packs = decode_pack_rows(b, HEADER_LEN, pack_count)?;
+        let at = HEADER_LEN + pack_count * PACK_ROW_LEN;
+        let entries = b[at..at + entry_count as usize * ENTRY_ROW_LEN]
+            .chunks_exact(ENTRY_ROW_LEN)
+            .map(|r| decode_entry_row(r, &packs))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(IndexSnapshot { packs, entries })
     }
 }

@@ -33,8 +33,10 @@
 use cairn_codec::bytes::{u32_le as u32_at, u64_le as u64_at};
 use cairn_codec::{BlobHash, CodecError};
 
-use super::index::{IndexSnapshot, Loc, PackCover};
-use super::pack::{EntryKind, PackId, PACK_HEADER_LEN};
+use super::index::{
+    decode_entry_row, decode_pack_rows, encode_entry_row, encode_pack_row, IndexSnapshot, Loc,
+    PackCover,
+};
 use crate::vfs::Mapped;
 
 /// Version 2 index file magic.
@@ -73,17 +75,6 @@ fn bucket_of(h: &BlobHash, bits: u8) -> usize {
     (u32::from_be_bytes([h.0[0], h.0[1], h.0[2], h.0[3]]) >> (32 - u32::from(bits))) as usize
 }
 
-fn encode_row(out: &mut Vec<u8>, h: &BlobHash, l: &Loc) {
-    out.extend_from_slice(&h.0);
-    out.extend_from_slice(&l.pack.0.to_le_bytes());
-    out.extend_from_slice(&l.stored_len.to_le_bytes());
-    out.extend_from_slice(&l.offset.to_le_bytes());
-    out.extend_from_slice(&l.raw_len.to_le_bytes());
-    out.push(l.kind as u8);
-    out.push(l.flags);
-    out.extend_from_slice(&[0u8; 6]);
-}
-
 /// Encodes an index file from `packs` and `entries` (any order; sorted
 /// here).
 pub fn encode(packs: &[PackCover], entries: &mut [(BlobHash, Loc)]) -> Vec<u8> {
@@ -99,17 +90,14 @@ pub fn encode(packs: &[PackCover], entries: &mut [(BlobHash, Loc)]) -> Vec<u8> {
     out.extend_from_slice(&[0u8; 3]);
     out.extend_from_slice(&n.to_le_bytes());
     for p in packs {
-        out.extend_from_slice(&p.id.0.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&p.nonce.to_le_bytes());
-        out.extend_from_slice(&p.covered_len.to_le_bytes());
+        encode_pack_row(&mut out, p);
     }
     let mut rows = Vec::with_capacity(entries.len() * ENTRY_ROW_LEN);
     let mut at = 0usize;
     for b in 0..buckets {
         let start = rows.len();
         while at < entries.len() && bucket_of(&entries[at].0, bits) == b {
-            encode_row(&mut rows, &entries[at].0, &entries[at].1);
+            encode_entry_row(&mut rows, &entries[at].0, &entries[at].1);
             at += 1;
         }
         out.extend_from_slice(&(at as u32).to_le_bytes());
@@ -172,23 +160,8 @@ impl SortedIndex {
         if blake3::hash(&b[..head_len]).as_bytes()[..] != b[head_len..head_len + HEAD_SUM_LEN] {
             return Err(invalid("blob index head checksum does not match"));
         }
-        let mut packs = Vec::with_capacity(pack_count);
-        let mut at = HEADER_LEN;
-        for _ in 0..pack_count {
-            let p = PackCover {
-                id: PackId(u32_at(b, at)),
-                nonce: u64_at(b, at + 8),
-                covered_len: u64_at(b, at + 16),
-            };
-            if u32_at(b, at + 4) != 0 || p.covered_len < PACK_HEADER_LEN as u64 {
-                return Err(invalid(format!("blob index row for {} is malformed", p.id)));
-            }
-            if packs.iter().any(|q: &PackCover| q.id == p.id) {
-                return Err(invalid(format!("blob index lists {} twice", p.id)));
-            }
-            packs.push(p);
-            at += PACK_ROW_LEN;
-        }
+        let packs = decode_pack_rows(b, HEADER_LEN, pack_count)?;
+        let at = HEADER_LEN + pack_count * PACK_ROW_LEN;
         let buckets_at = at;
         let mut prev = 0u32;
         for i in 0..buckets as usize {
@@ -261,33 +234,7 @@ impl SortedIndex {
     /// Decodes one row and checks it: a known kind, zero reserved bytes, a
     /// listed pack, inside the covered part.
     fn row(&self, r: &[u8]) -> Result<(BlobHash, Loc), CodecError> {
-        let mut hash = [0u8; 32];
-        hash.copy_from_slice(&r[0..32]);
-        let kind = EntryKind::from_u8(r[56])
-            .ok_or_else(|| invalid(format!("blob index entry kind {} is unknown", r[56])))?;
-        let loc = Loc {
-            pack: PackId(u32_at(r, 32)),
-            stored_len: u32_at(r, 36),
-            offset: u64_at(r, 40),
-            raw_len: u64_at(r, 48),
-            kind,
-            flags: r[57],
-        };
-        let cover = self
-            .packs
-            .iter()
-            .find(|p| p.id == loc.pack)
-            .ok_or_else(|| invalid(format!("blob index entry names unlisted {}", loc.pack)))?;
-        if loc.offset < PACK_HEADER_LEN as u64
-            || loc.offset.saturating_add(loc.entry_len()) > cover.covered_len
-            || r[58..64].iter().any(|&x| x != 0)
-        {
-            return Err(invalid(format!(
-                "blob index entry at {} offset {} lies outside the covered part",
-                loc.pack, loc.offset
-            )));
-        }
-        Ok((BlobHash(hash), loc))
+        decode_entry_row(r, &self.packs)
     }
 
     /// Where `h` is, if indexed. An error means the file is damaged.
@@ -351,6 +298,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::blob::pack::{EntryKind, PackId};
 
     fn loc(pack: u32, offset: u64) -> Loc {
         Loc {
