@@ -292,6 +292,8 @@ pub fn encode_entry(
         "blob entry of {} stored, {raw_len} raw bytes is over the entry limit",
         payload.len()
     );
+    // Where the entry starts, for the debug build's read-back check.
+    #[cfg(debug_assertions)]
     let start = out.len();
     write_entry(out, kind, flags, raw_len, hash, payload);
     #[cfg(debug_assertions)]
