@@ -552,6 +552,13 @@ impl<'a> Reader<'a> {
         };
         let at = self.pos;
         let bytes = self.take(field, n)?;
+        if bytes.is_ascii() {
+            // SAFETY: every ASCII byte sequence is valid UTF-8. Most
+            // stored strings (sessions, kinds, paths, tool names) are
+            // short ASCII, where this word-at-a-time check is several
+            // times cheaper than `from_utf8`'s general validation.
+            return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
+        }
         match std::str::from_utf8(bytes) {
             Ok(s) => Ok(s),
             Err(e) => {

@@ -7,8 +7,27 @@
 //! this is its hot loop; the property tests below hold it to serde_json's
 //! output byte for byte.
 
+use std::cell::Cell;
+
 use crate::event_ref::{EventRef, MetaRef};
+use crate::time::{IsoDay, Timestamp};
 use crate::{BlobHash, ChainHash, CheckpointId, CodecError, Lsn};
+
+thread_local! {
+    /// The calendar day this thread's last line was stamped with: an
+    /// export writes records in time order, so most lines reuse it.
+    static LAST_DAY: Cell<IsoDay> = const { Cell::new(IsoDay::EMPTY) };
+}
+
+/// `ts` in ISO-8601 form, reusing this thread's last formatted date.
+fn iso(ts: Timestamp) -> [u8; 24] {
+    LAST_DAY.with(|c| {
+        let mut day = c.get();
+        let bytes = ts.iso_bytes_cached(&mut day);
+        c.set(day);
+        bytes
+    })
+}
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
@@ -25,7 +44,7 @@ pub fn write_json_line(
     out.extend_from_slice(b"{\"lsn\":");
     uint(out, lsn.0);
     out.extend_from_slice(b",\"ts\":\"");
-    out.extend_from_slice(&e.ts.iso_bytes());
+    out.extend_from_slice(&iso(e.ts));
     out.extend_from_slice(b"\",\"session\":");
     string(out, e.session);
     opt_str(out, "run", e.run);

@@ -66,22 +66,36 @@ impl Timestamp {
     /// The ISO-8601 UTC form with milliseconds as 24 ASCII bytes
     /// (`2026-11-22T05:30:00.000Z`), written without allocating.
     pub fn iso_bytes(self) -> [u8; 24] {
+        self.iso_bytes_cached(&mut IsoDay::default())
+    }
+
+    /// [`Timestamp::iso_bytes`], reusing the date part `day` holds when
+    /// this timestamp falls on the same day, and leaving this day there.
+    /// A log's records come in time order, so an export computes the
+    /// calendar date (divisions by 146,097, 36,524, 1,461, ...) about
+    /// once per day of history instead of once per record.
+    pub fn iso_bytes_cached(self, day: &mut IsoDay) -> [u8; 24] {
         let ms = self.0.clamp(MIN_MS, MAX_MS);
         let days = ms.div_euclid(86_400_000);
         let rem = ms.rem_euclid(86_400_000);
-        let (y, m, d) = civil_from_days(days);
+        let mut buf = [0u8; 24];
+        if day.days != Some(days) {
+            let (y, m, d) = civil_from_days(days);
+            let date = &mut day.date;
+            put(&mut date[0..4], y as u32);
+            date[4] = b'-';
+            put(&mut date[5..7], m);
+            date[7] = b'-';
+            put(&mut date[8..10], d);
+            day.days = Some(days);
+        }
+        buf[..10].copy_from_slice(&day.date);
         let (h, mi, s, milli) = (
             rem / 3_600_000,
             rem / 60_000 % 60,
             rem / 1000 % 60,
             rem % 1000,
         );
-        let mut buf = [0u8; 24];
-        put(&mut buf[0..4], y as u32);
-        buf[4] = b'-';
-        put(&mut buf[5..7], m);
-        buf[7] = b'-';
-        put(&mut buf[8..10], d);
         buf[10] = b'T';
         put(&mut buf[11..13], h as u32);
         buf[13] = b':';
@@ -178,6 +192,22 @@ fn put(dst: &mut [u8], mut v: u32) {
     }
 }
 
+/// The last calendar day [`Timestamp::iso_bytes_cached`] formatted: its
+/// number of days since the epoch and its `YYYY-MM-DD` bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IsoDay {
+    days: Option<i64>,
+    date: [u8; 10],
+}
+
+impl IsoDay {
+    /// No day formatted yet.
+    pub const EMPTY: IsoDay = IsoDay {
+        days: None,
+        date: [0; 10],
+    };
+}
+
 /// Howard Hinnant's `civil_from_days`: days since 1970-01-01 to (y, m, d).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -209,6 +239,21 @@ impl FromStr for Timestamp {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        /// The cached form equals the uncached one whatever day the cache
+        /// last held: the same day, the day before, a far-off one.
+        #[test]
+        fn cached_iso_matches_uncached(ms in proptest::collection::vec(MIN_MS..=MAX_MS, 1..20),
+                                      near in proptest::collection::vec(-2 * 86_400_000i64..2 * 86_400_000, 1..20)) {
+            let mut day = IsoDay::EMPTY;
+            let base = ms[0];
+            for t in ms.iter().copied().chain(near.iter().map(|d| (base + d).clamp(MIN_MS, MAX_MS))) {
+                let ts = Timestamp(t);
+                prop_assert_eq!(ts.iso_bytes_cached(&mut day), ts.iso_bytes());
+            }
+        }
+    }
 
     #[test]
     fn known_values() {
