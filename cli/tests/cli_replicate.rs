@@ -596,6 +596,43 @@ fn s3_round_trip_survives_a_server_killed_mid_upload() {
         list[0]["url"].as_str().unwrap().ends_with("agents/laptop"),
         "{list:?}"
     );
+
+    // The same archive through an AWS profile instead of the variables:
+    // the right keys list it; a profile with a wrong secret is refused by
+    // the server, which shows the profile's keys are the ones sent.
+    let aws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        aws.path().join("credentials"),
+        format!("[good]\naws_access_key_id = {S3_KEY}\naws_secret_access_key = {S3_SECRET}\n[bad]\naws_access_key_id = {S3_KEY}\naws_secret_access_key = wrong\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        aws.path().join("config"),
+        format!(
+            "[profile good]\nregion = us-east-1\nendpoint_url = http://127.0.0.1:{port}\n[profile bad]\nregion = us-east-1\nendpoint_url = http://127.0.0.1:{port}\n",
+            port = weed.ports[0]
+        ),
+    )
+    .unwrap();
+    let with_profile = |profile: &str| {
+        weed.command(ws, &["archive", "list", &weed.url("agents"), "--json"])
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_REGION")
+            .env_remove("AWS_ENDPOINT_URL")
+            .env("AWS_PROFILE", profile)
+            .env("AWS_SHARED_CREDENTIALS_FILE", aws.path().join("credentials"))
+            .env("AWS_CONFIG_FILE", aws.path().join("config"))
+            .output()
+            .unwrap()
+    };
+    assert_eq!(json_lines(&ok(&with_profile("good"))), list);
+    let bad = with_profile("bad");
+    assert!(!bad.status.success(), "a wrong secret was accepted");
+    let missing = with_profile("nobody");
+    assert!(!missing.status.success());
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("`nobody`"), "{err}");
 }
 
 /// Replication running while four writers record and a checkpoint loop

@@ -26,6 +26,38 @@ pub const MAX_RETRIES: usize = 3;
 /// the server fails in about this long and the next one tries again.
 pub const RETRY_TIMEOUT_MS: u64 = 15_000;
 
+/// `b` with what the AWS profile gives and the environment does not: a
+/// variable set wins over the profile, as in the AWS CLI.
+fn with_profile(
+    mut b: object_store::aws::AmazonS3Builder,
+) -> Result<object_store::aws::AmazonS3Builder, ReplicateError> {
+    let Some(p) = super::aws_profile::load(&super::aws_profile::Sources::from_env())? else {
+        return Ok(b);
+    };
+    let unset = |k: &str| std::env::var_os(k).is_none_or(|v| v.is_empty());
+    if unset("AWS_ACCESS_KEY_ID") && unset("AWS_SECRET_ACCESS_KEY") {
+        if let (Some(k), Some(s)) = (p.access_key_id, p.secret_access_key) {
+            b = b.with_access_key_id(k).with_secret_access_key(s);
+            if let Some(t) = p.session_token.filter(|_| unset("AWS_SESSION_TOKEN")) {
+                b = b.with_token(t);
+            }
+        }
+    }
+    if let Some(r) = p
+        .region
+        .filter(|_| unset("AWS_REGION") && unset("AWS_DEFAULT_REGION"))
+    {
+        b = b.with_region(r);
+    }
+    if let Some(e) = p
+        .endpoint_url
+        .filter(|_| unset("AWS_ENDPOINT_URL") && unset("AWS_ENDPOINT"))
+    {
+        b = b.with_endpoint(e);
+    }
+    Ok(b)
+}
+
 /// What [`Archive::list`] gives for one object.
 #[derive(Clone, Debug)]
 pub struct Listed {
@@ -56,7 +88,9 @@ impl std::fmt::Debug for Archive {
 impl Archive {
     /// Opens the archive at `url`: `s3://bucket/prefix` (configured from
     /// the standard AWS variables, `AWS_ENDPOINT_URL` and
-    /// `AWS_ALLOW_HTTP=true` for an S3-compatible server over plain HTTP)
+    /// `AWS_ALLOW_HTTP=true` for an S3-compatible server over plain HTTP,
+    /// then from the AWS profile for what the variables leave unset: see
+    /// [`super::aws_profile`])
     /// or `file:///absolute/dir` (created if missing).
     pub fn open(url: &str) -> Result<Archive, ReplicateError> {
         let bad = |detail: &str| ReplicateError::Url {
@@ -78,7 +112,7 @@ impl Archive {
             // replace what `from_env` read (AWS_ALLOW_HTTP among it).
             use object_store::aws::AmazonS3ConfigKey as Key;
             use object_store::ClientConfigKey as Client;
-            let s3 = object_store::aws::AmazonS3Builder::from_env()
+            let s3 = with_profile(object_store::aws::AmazonS3Builder::from_env())?
                 .with_bucket_name(bucket)
                 .with_retry(retry)
                 .with_config(

@@ -26,6 +26,7 @@
 //! into this API.
 
 mod archive;
+pub mod aws_profile;
 mod local;
 mod manifest;
 mod replicator;
@@ -179,6 +180,8 @@ pub enum ReplicateError {
     /// The restored store failed its checks, or the store could not be
     /// opened.
     Store(Box<crate::Error>),
+    /// The AWS configuration (a profile, its files) cannot be used.
+    Config(String),
 }
 
 impl ReplicateError {
@@ -212,6 +215,7 @@ impl std::fmt::Display for ReplicateError {
             }
             ReplicateError::Local { path, detail } => write!(f, "{}: {detail}", path.display()),
             ReplicateError::Store(e) => write!(f, "{e}"),
+            ReplicateError::Config(what) => write!(f, "{what}"),
         }
     }
 }
