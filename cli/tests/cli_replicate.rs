@@ -621,7 +621,10 @@ fn s3_round_trip_survives_a_server_killed_mid_upload() {
             .env_remove("AWS_REGION")
             .env_remove("AWS_ENDPOINT_URL")
             .env("AWS_PROFILE", profile)
-            .env("AWS_SHARED_CREDENTIALS_FILE", aws.path().join("credentials"))
+            .env(
+                "AWS_SHARED_CREDENTIALS_FILE",
+                aws.path().join("credentials"),
+            )
             .env("AWS_CONFIG_FILE", aws.path().join("config"))
             .output()
             .unwrap()

@@ -125,7 +125,10 @@ pub fn load(src: &Sources) -> Result<Option<Profile>, ReplicateError> {
         access_key_id: get("aws_access_key_id"),
         secret_access_key: get("aws_secret_access_key"),
         session_token: get("aws_session_token"),
-        region: f.and_then(|s| s.get("region")).cloned().or_else(|| get("region")),
+        region: f
+            .and_then(|s| s.get("region"))
+            .cloned()
+            .or_else(|| get("region")),
         endpoint_url: get("endpoint_url"),
     };
     if p.access_key_id.is_none() {
@@ -162,10 +165,13 @@ fn shown(p: &Option<PathBuf>) -> String {
         .map_or_else(|| "(no file)".to_string(), |p| p.display().to_string())
 }
 
+/// An INI file's sections: section name -> key -> value.
+type Sections = BTreeMap<String, BTreeMap<String, String>>;
+
 /// One INI file: section name -> key -> value. A missing file is empty.
 /// Keys are lower-cased; values are trimmed; `#` and `;` start comment
 /// lines; nested (indented) `s3 =` sub-sections are skipped.
-fn read_ini(path: &Path) -> Result<BTreeMap<String, BTreeMap<String, String>>, ReplicateError> {
+fn read_ini(path: &Path) -> Result<Sections, ReplicateError> {
     let io = |e: std::io::Error| ReplicateError::Io {
         op: "read the AWS profile file",
         path: path.to_path_buf(),
@@ -190,10 +196,8 @@ fn read_ini(path: &Path) -> Result<BTreeMap<String, BTreeMap<String, String>>, R
 }
 
 /// [`read_ini`]'s parser; an error is (line number, what is wrong).
-fn parse_ini(
-    text: &str,
-) -> Result<BTreeMap<String, BTreeMap<String, String>>, (usize, &'static str)> {
-    let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+fn parse_ini(text: &str) -> Result<Sections, (usize, &'static str)> {
+    let mut out = Sections::new();
     let mut section: Option<String> = None;
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
@@ -214,9 +218,10 @@ fn parse_ini(
             section = Some(name);
             continue;
         }
-        let (k, v) = line
-            .split_once('=')
-            .ok_or((i + 1, "a line that is neither `[section]` nor `key = value`"))?;
+        let (k, v) = line.split_once('=').ok_or((
+            i + 1,
+            "a line that is neither `[section]` nor `key = value`",
+        ))?;
         let Some(s) = &section else {
             return Err((i + 1, "a `key = value` line before any `[section]`"));
         };
@@ -299,7 +304,10 @@ mod tests {
         for key in UNSUPPORTED_SOURCES {
             let (_d, src) = files("", &format!("[profile r]\n{key} = x\n"), Some("r"));
             let err = load(&src).unwrap_err().to_string();
-            assert!(err.contains(key) && err.contains("export-credentials"), "{err}");
+            assert!(
+                err.contains(key) && err.contains("export-credentials"),
+                "{err}"
+            );
         }
     }
 
@@ -310,7 +318,10 @@ mod tests {
         assert!(err.contains("aws_secret_access_key"), "{err}");
         let (_d, src) = files("[default\n", "", None);
         let err = load(&src).unwrap_err().to_string();
-        assert!(err.contains("credentials:1") && err.contains("`]`"), "{err}");
+        assert!(
+            err.contains("credentials:1") && err.contains("`]`"),
+            "{err}"
+        );
         let (_d, src) = files("key = v\n", "", None);
         let err = load(&src).unwrap_err().to_string();
         assert!(err.contains("before any"), "{err}");
