@@ -108,8 +108,65 @@ fn record_stdin() -> Result<()> {
         let _ = store.append(&ev);
     }
     store.close()?;
+    if matches!(hook, "SessionStart" | "UserPromptSubmit") {
+        ensure_watcher(Path::new(cwd));
+    }
     got
 }
+
+/// The environment variable that keeps the hooks from starting a watcher
+/// (`0`, `off`, `no` or `false`).
+pub const HOOKS_WATCH_ENV: &str = "CAIRN_HOOKS_WATCH";
+
+/// Starts `cairn watch --daemon` for the store of `cwd` if none runs, and
+/// returns without waiting for it: the checkpoints the hooks take at each
+/// prompt and after each Bash call then re-read only what changed. A
+/// session's first prompt and one after the watcher stopped itself (an
+/// hour without a checkpoint) start it again. A failure to start is in
+/// the watcher's log (`.cairn/snapshot/watch.log`); the hook itself never
+/// fails for it.
+#[cfg(unix)]
+fn ensure_watcher(cwd: &Path) {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let off = std::env::var(HOOKS_WATCH_ENV).is_ok_and(|v| {
+        matches!(
+            v.to_ascii_lowercase().as_str(),
+            "0" | "off" | "no" | "false"
+        )
+    });
+    let store = cwd.join(cairn::store_dir::STORE_DIR_NAME);
+    if off || cairn::watcher::status(&store.join("snapshot")).is_some() {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let mut cmd = Command::new(exe);
+    cmd.arg("--store")
+        .arg(&store)
+        .arg("--workspace")
+        .arg(cwd)
+        .args(["--quiet", "watch", "--daemon"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setsid is async-signal-safe and touches no memory of this
+    // process; in its own session the starter outlives the hook (Claude
+    // Code may end the hook's process group once it returns).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    // Reaped by init once this process exits; not waited for.
+    let _ = cmd.spawn();
+}
+
+/// Elsewhere checkpoints always scan in full: there is no watcher to start.
+#[cfg(not(unix))]
+fn ensure_watcher(_cwd: &Path) {}
 
 /// The store of `cwd`, waiting up to [`HOOK_LOCK_WAIT_MS`] for another
 /// writer to let go of it.

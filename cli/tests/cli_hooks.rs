@@ -220,3 +220,74 @@ fn install_keeps_the_users_settings_and_uninstall_removes_exactly_its_own() {
     ));
     assert!(ws.join(".claude/settings.local.json").exists());
 }
+
+/// Whether a watcher runs for the store of `ws` (`cairn watch --status --json`).
+fn watching(ws: &Path) -> bool {
+    let o = cairn(ws, &["watch", "--status", "--json"], "");
+    let v: Value = serde_json::from_str(ok(&o).trim()).unwrap();
+    v["watching"] == json!(true)
+}
+
+#[test]
+fn session_start_starts_a_watcher_unless_told_not_to() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::write(ws.join("a.txt"), "v0\n").unwrap();
+    // Told not to: the hook records and no watcher is started.
+    let payload =
+        json!({"hook_event_name": "SessionStart", "session_id": "s", "cwd": ws.to_str().unwrap()});
+    let o = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["hooks", "claude-code"])
+        .current_dir(ws)
+        .env("CAIRN_HOOKS_WATCH", "off")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(payload.to_string().as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    ok(&o);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(!watching(ws), "CAIRN_HOOKS_WATCH=off started a watcher");
+    // By default: the session's start starts one, in the background.
+    hook(ws, json!({"hook_event_name": "SessionStart"}));
+    let mut waited = 0;
+    while !watching(ws) {
+        assert!(waited < 600, "no watcher 60 s after SessionStart");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        waited += 1;
+    }
+    // A prompt's checkpoint after the watcher's first is read from its
+    // journal; the second prompt finds the watcher and starts no other.
+    hook(
+        ws,
+        json!({"hook_event_name": "UserPromptSubmit", "prompt": "one"}),
+    );
+    std::fs::write(ws.join("a.txt"), "v1\n").unwrap();
+    hook(
+        ws,
+        json!({"hook_event_name": "UserPromptSubmit", "prompt": "two"}),
+    );
+    assert!(watching(ws));
+    ok(&cairn(ws, &["watch", "--stop"], ""));
+    assert!(!watching(ws));
+    // The checkpoint before prompt 2 holds the change made after prompt 1.
+    let cps = ok(&cairn(ws, &["checkpoints", "--json"], ""));
+    let id = cps
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|c| c["label"] == "Before prompt 2")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shown = ok(&cairn(ws, &["show", &format!("{id}:a.txt")], ""));
+    assert_eq!(shown, "v1\n");
+}
