@@ -352,22 +352,7 @@ pub fn parse_event(line: &str) -> Result<Event, CodecError> {
 /// [`parse_event`], with `defaults` for the stamps a line leaves out: one
 /// pass over the line, so a binding need not rewrite it to add them.
 pub fn parse_event_with(line: &str, defaults: &EventDefaults<'_>) -> Result<Event, CodecError> {
-    if line.len() > MAX_JSON_LINE_BYTES {
-        return Err(CodecError::TooLarge {
-            what: "JSON line",
-            len: line.len() as u64,
-            max: MAX_JSON_LINE_BYTES as u64,
-        });
-    }
-    // A byte-order mark, as some Windows tools write before the first line.
-    let line = line.strip_prefix('\u{feff}').unwrap_or(line);
-    if let Some(what) = not_an_object(line) {
-        return Err(CodecError::Json(format!(
-            "an event is a JSON object ({{\"kind\": ...}}), not {what}"
-        )));
-    }
-    let input: EventInput =
-        serde_json::from_str(line).map_err(|e| CodecError::Json(line_error(&e)))?;
+    let input = read_event_input(line)?;
     let _ = (input.lsn, input.hash);
     let kind = input
         .kind
@@ -421,6 +406,27 @@ pub fn parse_event_with(line: &str, defaults: &EventDefaults<'_>) -> Result<Even
     e.normalize_paths();
     e.check_paths()?;
     Ok(e)
+}
+
+/// Reads one canonical JSON line's fields, refusing a line over
+/// [`MAX_JSON_LINE_BYTES`] or one that is not a JSON object; a leading
+/// byte-order mark (as some Windows tools write before the first line) is
+/// skipped.
+fn read_event_input(line: &str) -> Result<EventInput, CodecError> {
+    if line.len() > MAX_JSON_LINE_BYTES {
+        return Err(CodecError::TooLarge {
+            what: "JSON line",
+            len: line.len() as u64,
+            max: MAX_JSON_LINE_BYTES as u64,
+        });
+    }
+    let line = line.strip_prefix('\u{feff}').unwrap_or(line);
+    if let Some(what) = not_an_object(line) {
+        return Err(CodecError::Json(format!(
+            "an event is a JSON object ({{\"kind\": ...}}), not {what}"
+        )));
+    }
+    serde_json::from_str(line).map_err(|e| CodecError::Json(line_error(&e)))
 }
 
 /// A latency in milliseconds as JSON input gives it (`latency_ms` of a

@@ -319,8 +319,13 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
         o.insert("latencyMs".into(), json!(l));
     }
     o.insert("ok".into(), json!(e.ok));
+    add_cortexide_meta(e, &mut o, cortexide_cairn_fields(e));
+    Some(Value::Object(o))
+}
 
-    // cairn-only fields, so nothing is lost on the way to a dashboard.
+/// The cairn-only fields of `e` a cortexide line keeps under
+/// `meta.cairn`, so nothing is lost on the way to a dashboard.
+fn cortexide_cairn_fields(e: &Event) -> Map<String, Value> {
     let mut extra = Map::new();
     if e.session != cairn_codec::event::DEFAULT_SESSION {
         extra.insert("session".into(), json!(e.session));
@@ -364,7 +369,14 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
     if e.kind.is_file_op() {
         extra.insert("kind".into(), json!(e.kind.name()));
     }
+    extra
+}
 
+/// Writes the `meta` of the cortexide line `o` of `e`: the event's own
+/// (without what the import keeps under cairn's reserved keys) with the
+/// cairn-only fields `extra`; then writes back the import's hints (the
+/// fields the shape does not define, a `null` given for an optional one).
+fn add_cortexide_meta(e: &Event, o: &mut Map<String, Value>, extra: Map<String, Value>) {
     let hints = e
         .meta
         .as_ref()
@@ -400,7 +412,6 @@ pub fn to_cortexide(e: &Event) -> Option<Value> {
             }
         }
     }
-    Some(Value::Object(o))
 }
 
 /// The comma lines of `e`: none for kinds other than `file.*`, one per file
@@ -552,25 +563,7 @@ pub fn to_comma(e: &Event, blobs: &dyn BlobSource) -> Result<Option<Value>> {
     if let Some(t) = &e.to_path {
         o.insert("toPath".into(), json!(t));
     }
-    let sha = |key: &str, hash: Option<BlobHash>, omit: bool| -> Result<Option<String>> {
-        if let Some(s) = meta_str(e, key) {
-            return Ok(Some(s.to_string()));
-        }
-        match hash {
-            Some(h) if !omit => Ok(Some(sha256_hex(&blobs.get(&h)?))),
-            _ => Ok(None),
-        }
-    };
-    if let Some(s) = sha(
-        META_BEFORE_SHA256,
-        e.before,
-        e.kind == EventKind::FileCreate,
-    )? {
-        o.insert("beforeSha256".into(), json!(s));
-    }
-    if let Some(s) = sha(META_AFTER_SHA256, e.after, e.kind == EventKind::FileDelete)? {
-        o.insert("afterSha256".into(), json!(s));
-    }
+    add_comma_hashes(e, blobs, &mut o)?;
     if let Some(d) = e.diff {
         let bytes = blobs.get(&d)?;
         o.insert(
@@ -594,6 +587,32 @@ pub fn to_comma(e: &Event, blobs: &dyn BlobSource) -> Result<Option<Value>> {
         }
     }
     Ok(Some(Value::Object(o)))
+}
+
+/// Writes the comma line `o`'s `beforeSha256` and `afterSha256`: as the
+/// import kept them, else the SHA-256 of the contents (none before a
+/// create, none after a delete).
+fn add_comma_hashes(e: &Event, blobs: &dyn BlobSource, o: &mut Map<String, Value>) -> Result<()> {
+    let sha = |key: &str, hash: Option<BlobHash>, omit: bool| -> Result<Option<String>> {
+        if let Some(s) = meta_str(e, key) {
+            return Ok(Some(s.to_string()));
+        }
+        match hash {
+            Some(h) if !omit => Ok(Some(sha256_hex(&blobs.get(&h)?))),
+            _ => Ok(None),
+        }
+    };
+    if let Some(s) = sha(
+        META_BEFORE_SHA256,
+        e.before,
+        e.kind == EventKind::FileCreate,
+    )? {
+        o.insert("beforeSha256".into(), json!(s));
+    }
+    if let Some(s) = sha(META_AFTER_SHA256, e.after, e.kind == EventKind::FileDelete)? {
+        o.insert("afterSha256".into(), json!(s));
+    }
+    Ok(())
 }
 
 /// Writes records in a format, buffering output. Used by [`export`],

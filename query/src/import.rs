@@ -8,6 +8,7 @@
 //! A line that does not fit the shape is an error naming the file, line and
 //! reason; nothing from it is returned.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io::{BufRead, Read};
 
@@ -389,47 +390,9 @@ fn cortexide_kind(action: &str) -> Option<EventKind> {
 }
 
 fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
-    // A field the shape does not define (a newer version of the product
-    // may write more) is kept verbatim in the hints, which the export
-    // writes back: refusing it would refuse the whole file, dropping it
-    // would lose what the producer wrote.
-    let mut hints: Map<String, Value> = o
-        .iter()
-        .filter(|(k, _)| !CORTEXIDE_FIELDS.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    // An optional field given as `null` is absent; a hint writes the
-    // `null` back on export. (The line is copied only when it has one.)
-    let nulls: Vec<&str> = CORTEXIDE_OPTIONAL
-        .into_iter()
-        .filter(|k| o.get(*k) == Some(&Value::Null))
-        .collect();
-    let without_nulls;
-    let o = if nulls.is_empty() {
-        o
-    } else {
-        let mut m = o.clone();
-        for k in nulls {
-            m.remove(k);
-            hints.insert(k.to_string(), Value::Null);
-        }
-        without_nulls = m;
-        &without_nulls
-    };
-    let ts = match req(o, "ts")? {
-        Value::Number(n) => match cairn_codec::json::whole_millis(n) {
-            // A negative one is before 1970: odd for an agent's event, but
-            // a time cairn holds (years 0001..=9999) and exports as such,
-            // so its own export of it imports.
-            Some(ms) => Timestamp::from_millis(ms).map_err(|e| format!("field `ts`: {e}"))?,
-            None => {
-                return Err(format!(
-                    "field `ts` must be whole epoch milliseconds, got {n}"
-                ))
-            }
-        },
-        v => return Err(format!("field `ts` must be a number, got {}", type_name(v))),
-    };
+    let (mut hints, o) = cortexide_hints(o);
+    let o = o.as_ref();
+    let ts = cortexide_ts(o)?;
     let action = req_string(o, "action")?;
     let kind = cortexide_kind(&action).ok_or_else(|| {
         format!("unknown action `{action}` (known: prompt, reply, diff_preview, apply, undo, rollback, snapshot:create, snapshot:restore, snapshot:discard, git:stash, git:stash:restore)")
@@ -439,6 +402,75 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
     e.ok = boolean(o, "ok")?;
     e.user = string(o, "user")?;
     e.model = string(o, "model")?;
+    cortexide_files(o, &mut e, &mut hints)?;
+    cortexide_diff_stats(o, &mut e, &mut hints)?;
+    cortexide_latency(o, &mut e, &mut hints)?;
+    e.meta = cortexide_meta(o, kind, &action, hints)?.map(Meta);
+    // In normal form before `meta.cairn` is read back, whose check wants
+    // it: `src//a.rs` kept a line's cairn fields from being read back,
+    // until its re-export (with `src/a.rs`) imported differently.
+    e.normalize_paths();
+    let plain = e.clone();
+    restore_cairn_fields(&mut e);
+    let names_blobs = e.before.is_some() || e.after.is_some() || e.diff.is_some();
+    Ok(Imported {
+        event: e,
+        blobs: Vec::new(),
+        line: 0,
+        without_blobs: names_blobs.then(|| Box::new(plain)),
+    })
+}
+
+/// The hints a cortexide line starts with, and the line to read the
+/// fields from. A field the shape does not define (a newer version of the
+/// product may write more) is kept verbatim in the hints, which the
+/// export writes back: refusing it would refuse the whole file, dropping
+/// it would lose what the producer wrote. An optional field given as
+/// `null` is absent; a hint writes the `null` back on export. (The line
+/// is copied only when it has one.)
+fn cortexide_hints(o: &Map<String, Value>) -> (Map<String, Value>, Cow<'_, Map<String, Value>>) {
+    let mut hints: Map<String, Value> = o
+        .iter()
+        .filter(|(k, _)| !CORTEXIDE_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let nulls: Vec<&str> = CORTEXIDE_OPTIONAL
+        .into_iter()
+        .filter(|k| o.get(*k) == Some(&Value::Null))
+        .collect();
+    if nulls.is_empty() {
+        return (hints, Cow::Borrowed(o));
+    }
+    let mut m = o.clone();
+    for k in nulls {
+        m.remove(k);
+        hints.insert(k.to_string(), Value::Null);
+    }
+    (hints, Cow::Owned(m))
+}
+
+/// The line's `ts`: whole epoch milliseconds.
+fn cortexide_ts(o: &Map<String, Value>) -> Result<Timestamp, String> {
+    match req(o, "ts")? {
+        Value::Number(n) => match cairn_codec::json::whole_millis(n) {
+            // A negative one is before 1970: odd for an agent's event, but
+            // a time cairn holds (years 0001..=9999) and exports as such,
+            // so its own export of it imports.
+            Some(ms) => Timestamp::from_millis(ms).map_err(|e| format!("field `ts`: {e}")),
+            None => Err(format!(
+                "field `ts` must be whole epoch milliseconds, got {n}"
+            )),
+        },
+        v => Err(format!("field `ts` must be a number, got {}", type_name(v))),
+    }
+}
+
+/// Reads the line's `files` into `e`; an empty list is kept as a hint.
+fn cortexide_files(
+    o: &Map<String, Value>,
+    e: &mut Event,
+    hints: &mut Map<String, Value>,
+) -> Result<(), String> {
     match o.get("files") {
         None => {}
         Some(Value::Array(a)) => {
@@ -467,53 +499,71 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
             ))
         }
     }
-    match o.get("diffStats") {
-        None => {}
-        Some(v @ Value::Object(d)) => {
-            for k in ["linesAdded", "linesRemoved", "hunks"] {
-                match d.get(k) {
-                    None => {}
-                    Some(Value::Number(n)) if !negative(n) => {}
-                    Some(Value::Number(n)) => {
-                        return Err(format!(
-                            "field `diffStats.{k}` is a count, not negative: got {n}"
-                        ))
-                    }
-                    Some(v) => {
-                        return Err(format!(
-                            "field `diffStats.{k}` must be a number, got {}",
-                            type_name(v)
-                        ))
-                    }
-                }
-            }
-            let n = |k: &str| d.get(k).and_then(Value::as_u64);
-            match (n("linesAdded"), n("linesRemoved"), n("hunks")) {
-                (Some(a), Some(r), Some(h)) if d.len() == 3 => {
-                    e.diff_stats = Some(DiffStats {
-                        lines_added: a,
-                        lines_removed: r,
-                        hunks: h,
-                    })
-                }
-                // Kept verbatim: the shape's producer wrote something the
-                // event model cannot hold exactly (a float, an extra key).
-                _ => {
-                    hints.insert("diffStats".into(), v.clone());
-                }
-            }
-        }
+    Ok(())
+}
+
+/// Reads the line's `diffStats` into `e`; what the event model cannot
+/// hold exactly is kept as a hint.
+fn cortexide_diff_stats(
+    o: &Map<String, Value>,
+    e: &mut Event,
+    hints: &mut Map<String, Value>,
+) -> Result<(), String> {
+    let (v, d) = match o.get("diffStats") {
+        None => return Ok(()),
+        Some(v @ Value::Object(d)) => (v, d),
         Some(v) => {
             return Err(format!(
                 "field `diffStats` must be an object, got {}",
                 type_name(v)
             ))
         }
+    };
+    for k in ["linesAdded", "linesRemoved", "hunks"] {
+        match d.get(k) {
+            None => {}
+            Some(Value::Number(n)) if !negative(n) => {}
+            Some(Value::Number(n)) => {
+                return Err(format!(
+                    "field `diffStats.{k}` is a count, not negative: got {n}"
+                ))
+            }
+            Some(v) => {
+                return Err(format!(
+                    "field `diffStats.{k}` must be a number, got {}",
+                    type_name(v)
+                ))
+            }
+        }
     }
+    let n = |k: &str| d.get(k).and_then(Value::as_u64);
+    match (n("linesAdded"), n("linesRemoved"), n("hunks")) {
+        (Some(a), Some(r), Some(h)) if d.len() == 3 => {
+            e.diff_stats = Some(DiffStats {
+                lines_added: a,
+                lines_removed: r,
+                hunks: h,
+            })
+        }
+        // Kept verbatim: the shape's producer wrote something the
+        // event model cannot hold exactly (a float, an extra key).
+        _ => {
+            hints.insert("diffStats".into(), v.clone());
+        }
+    }
+    Ok(())
+}
+
+/// Reads the line's `latencyMs` into `e`, as `cairn record` reads
+/// `latency_ms`: a fraction is rounded to whole milliseconds, a negative
+/// or too large number refused.
+fn cortexide_latency(
+    o: &Map<String, Value>,
+    e: &mut Event,
+    hints: &mut Map<String, Value>,
+) -> Result<(), String> {
     match o.get("latencyMs") {
         None => {}
-        // Read as `cairn record` reads `latency_ms`: a fraction is rounded
-        // to whole milliseconds, a negative or too large number refused.
         Some(v @ Value::Number(n)) => {
             e.latency_ms = Some(cairn_codec::json::latency_ms("latencyMs", n)?);
             // A fraction of a millisecond (JavaScript's performance.now()
@@ -529,6 +579,18 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
             ))
         }
     }
+    Ok(())
+}
+
+/// The event's `meta`: the line's, with the action (for a
+/// `snapshot:restore`) and the hints under cairn's reserved keys, which
+/// the line itself may not use.
+fn cortexide_meta(
+    o: &Map<String, Value>,
+    kind: EventKind,
+    action: &str,
+    mut hints: Map<String, Value>,
+) -> Result<Option<Map<String, Value>>, String> {
     let mut meta = match o.get("meta") {
         None => None,
         Some(Value::Object(m)) => Some(m.clone()),
@@ -555,8 +617,10 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
         if meta.is_none() {
             hints.entry("meta").or_insert(Value::Bool(false));
         }
-        meta.get_or_insert_with(Map::new)
-            .insert(META_CORTEXIDE_ACTION.into(), Value::String(action.clone()));
+        meta.get_or_insert_with(Map::new).insert(
+            META_CORTEXIDE_ACTION.into(),
+            Value::String(action.to_string()),
+        );
     }
     if !hints.is_empty() {
         if meta.is_none() {
@@ -565,20 +629,7 @@ fn parse_cortexide(o: &Map<String, Value>) -> Result<Imported, String> {
         meta.get_or_insert_with(Map::new)
             .insert(META_CORTEXIDE_HINTS.into(), Value::Object(hints));
     }
-    e.meta = meta.map(Meta);
-    // In normal form before `meta.cairn` is read back, whose check wants
-    // it: `src//a.rs` kept a line's cairn fields from being read back,
-    // until its re-export (with `src/a.rs`) imported differently.
-    e.normalize_paths();
-    let plain = e.clone();
-    restore_cairn_fields(&mut e);
-    let names_blobs = e.before.is_some() || e.after.is_some() || e.diff.is_some();
-    Ok(Imported {
-        event: e,
-        blobs: Vec::new(),
-        line: 0,
-        without_blobs: names_blobs.then(|| Box::new(plain)),
-    })
+    Ok(meta)
 }
 
 /// cairn's own cortexide export keeps what the shape has no place for
@@ -673,6 +724,53 @@ fn comma_kind(op: &str) -> Option<EventKind> {
     })
 }
 
+/// The line's `toolName`. The tool is not tied to the operation:
+/// FORMATS.md lists the two independently (the shape would not need both
+/// if it were), a `write_file` of a new file is a create, an
+/// `apply_patch` may move a file, and cairn's own export keeps an event's
+/// tool whatever its kind. So any of the six tools goes with any
+/// operation.
+fn comma_tool(o: &Map<String, Value>) -> Result<String, String> {
+    let tool = req_string(o, "toolName")?;
+    if !COMMA_TOOLS.contains(&tool.as_str()) {
+        return Err(format!(
+            "unknown toolName `{tool}` (known: {})",
+            COMMA_TOOLS.join(", ")
+        ));
+    }
+    Ok(tool)
+}
+
+/// The event's `meta` for a comma line: the fields the shape does not
+/// define (`extra`), the timestamp as written when it is not in normal
+/// form, and the contents' hashes.
+fn comma_meta(
+    o: &Map<String, Value>,
+    extra: Map<String, Value>,
+    ts: Timestamp,
+    ts_text: String,
+) -> Result<Map<String, Value>, String> {
+    let mut meta = Map::new();
+    if !extra.is_empty() {
+        meta.insert(META_COMMA_EXTRA.into(), Value::Object(extra));
+    }
+    if ts.to_iso() != ts_text {
+        meta.insert(META_COMMA_TIMESTAMP.into(), Value::String(ts_text));
+    }
+    for (field, key) in [
+        ("beforeSha256", META_BEFORE_SHA256),
+        ("afterSha256", META_AFTER_SHA256),
+    ] {
+        if let Some(s) = string(o, field)? {
+            if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("field `{field}` must be 64 hex digits, got `{s}`"));
+            }
+            meta.insert(key.into(), Value::String(s));
+        }
+    }
+    Ok(meta)
+}
+
 fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
     // A field the shape does not define is kept verbatim in meta (the
     // shape has no meta of its own), and the export writes it back: see
@@ -695,18 +793,7 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
     let kind = comma_kind(&op).ok_or_else(|| {
         format!("unknown operation `{op}` (known: create, write, edit, delete, move, patch)")
     })?;
-    // The tool is not tied to the operation: FORMATS.md lists the two
-    // independently (the shape would not need both if it were), a
-    // `write_file` of a new file is a create, an `apply_patch` may move a
-    // file, and cairn's own export keeps an event's tool whatever its
-    // kind. So any of the six tools goes with any operation.
-    let tool = req_string(o, "toolName")?;
-    if !COMMA_TOOLS.contains(&tool.as_str()) {
-        return Err(format!(
-            "unknown toolName `{tool}` (known: {})",
-            COMMA_TOOLS.join(", ")
-        ));
-    }
+    let tool = comma_tool(o)?;
     let mut e = Event::new(kind, session);
     e.ts = ts;
     e.agent = Some(req_string(o, "agentName")?);
@@ -724,24 +811,7 @@ fn parse_comma(o: &Map<String, Value>) -> Result<Imported, String> {
     if e.ok && e.error_kind.is_some() {
         return Err("field `errorKind` is only allowed when `ok` is false".into());
     }
-    let mut meta = Map::new();
-    if !extra.is_empty() {
-        meta.insert(META_COMMA_EXTRA.into(), Value::Object(extra));
-    }
-    if ts.to_iso() != ts_text {
-        meta.insert(META_COMMA_TIMESTAMP.into(), Value::String(ts_text));
-    }
-    for (field, key) in [
-        ("beforeSha256", META_BEFORE_SHA256),
-        ("afterSha256", META_AFTER_SHA256),
-    ] {
-        if let Some(s) = string(o, field)? {
-            if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(format!("field `{field}` must be 64 hex digits, got `{s}`"));
-            }
-            meta.insert(key.into(), Value::String(s));
-        }
-    }
+    let meta = comma_meta(o, extra, ts, ts_text)?;
     let mut blobs = Vec::new();
     if let Some(d) = string(o, "diff")? {
         e.diff = Some(BlobHash::of(d.as_bytes()));

@@ -142,22 +142,7 @@ fn pair_similar(
     if nr == 0 || na == 0 || too_many_to_compare(nr, na) {
         return Vec::new();
     }
-    // Only files, of a size that can be compared, and not empty.
-    let sized = |list: &[(&str, TreeEntry)]| -> Vec<(usize, u64)> {
-        list.iter()
-            .enumerate()
-            .filter(|(_, (_, e))| e.kind == EntryKind::File)
-            .filter_map(|(i, (_, e))| {
-                let n = match blobs.len(&e.blob) {
-                    Some(n) => n,
-                    None => blobs.get(&e.blob).ok()?.len() as u64,
-                };
-                (n > 0 && n <= MAX_SIMILARITY_FILE_BYTES).then_some((i, n))
-            })
-            .collect()
-    };
-    let (gone, new) = (sized(removed), sized(added));
-    let can_reach = |a: u64, b: u64| a.min(b) * 100 >= a.max(b) * u64::from(MIN_SIMILARITY_PERCENT);
+    let (gone, new) = (comparable(removed, blobs), comparable(added, blobs));
     // Each file's chunks, read once, and only if some pair's sizes allow
     // it to reach the threshold (`None` inside: it could not be read).
     let mut chunks: HashMap<BlobHash, Option<Chunks>> = HashMap::new();
@@ -195,7 +180,39 @@ fn pair_similar(
             }
         }
     }
-    // The most alike first, then the same name, then path order.
+    take_most_alike(found, removed, added)
+}
+
+/// The files of `list` that can be compared: files, of a size that can
+/// be compared, and not empty; each by its index in `list`, with its size.
+fn comparable(list: &[(&str, TreeEntry)], blobs: &dyn BlobSource) -> Vec<(usize, u64)> {
+    list.iter()
+        .enumerate()
+        .filter(|(_, (_, e))| e.kind == EntryKind::File)
+        .filter_map(|(i, (_, e))| {
+            let n = match blobs.len(&e.blob) {
+                Some(n) => n,
+                None => blobs.get(&e.blob).ok()?.len() as u64,
+            };
+            (n > 0 && n <= MAX_SIMILARITY_FILE_BYTES).then_some((i, n))
+        })
+        .collect()
+}
+
+/// True if files of sizes `a` and `b` could be alike enough: the smaller
+/// is at least [`MIN_SIMILARITY_PERCENT`] of the larger.
+fn can_reach(a: u64, b: u64) -> bool {
+    a.min(b) * 100 >= a.max(b) * u64::from(MIN_SIMILARITY_PERCENT)
+}
+
+/// Pairs from `found` (similarity, same file name, added index, removed
+/// index), each file in at most one pair: the most alike first, then the
+/// same name, then path order.
+fn take_most_alike(
+    mut found: Vec<(u8, bool, usize, usize)>,
+    removed: &[(&str, TreeEntry)],
+    added: &[(&str, TreeEntry)],
+) -> Vec<Rename> {
     found.sort_by(|x, y| {
         y.0.cmp(&x.0)
             .then(y.1.cmp(&x.1))

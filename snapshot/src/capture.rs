@@ -430,27 +430,28 @@ fn dir_entry(mode: u32) -> Entry {
     }
 }
 
-/// A full capture: walk, re-read only files whose stat changed (or racy
-/// ones), store new contents and the directory nodes that changed.
-pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
-    ws: &Workspace,
-    blobs: &B,
-    tracked: &BTreeSet<String>,
-    dirty_now: &BTreeSet<String>,
-) -> Result<Capture> {
-    let clock_ns = fs_clock(ws)?;
-    let cache = ws.stat_cache().load();
-    let ScanOut {
-        leaves,
-        dirs,
-        missing,
-        mut skipped,
-        mut not_captured,
-        ..
-    } = scan::scan_full(ws, tracked)?;
+/// Counts a file skipped while hashing, naming its path when the reason
+/// is one a checkpoint names (see [`scan::names_the_path`]).
+fn count_skip(
+    skipped: &mut BTreeMap<String, u64>,
+    not_captured: &mut BTreeMap<String, &'static str>,
+    rel: &str,
+    why: &'static str,
+) {
+    *skipped.entry(why.to_string()).or_default() += 1;
+    if scan::names_the_path(why) {
+        not_captured.insert(rel.to_string(), why);
+    }
+}
 
-    // Every path -> (entry, stat); files whose stat matches the cache (and
-    // are not racy) take the cached entry, the others are read below.
+/// Every path the scan found -> (entry, stat), with the files to read:
+/// files whose stat matches the cache (and are not racy) take the cached
+/// entry, the others are returned to be read.
+fn cached_or_to_read(
+    cache: &StatCache,
+    leaves: Vec<Found>,
+    dirs: Vec<(String, u32)>,
+) -> (BTreeMap<String, Cached>, Vec<Found>) {
     let mut flat: BTreeMap<String, Cached> = BTreeMap::new();
     for (d, mode) in dirs {
         flat.insert(
@@ -474,6 +475,23 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
             _ => jobs.push(f),
         }
     }
+    (flat, jobs)
+}
+
+/// Reads (hashes and stores) the files `jobs` whose cached entry could
+/// not be used, adding them to `flat`; what cannot be read is counted as
+/// skipped (`skips`: the counts and the paths named).
+fn read_changed<B: BlobAccess + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    jobs: Vec<Found>,
+    flat: &mut BTreeMap<String, Cached>,
+    skips: (
+        &mut BTreeMap<String, u64>,
+        &mut BTreeMap<String, &'static str>,
+    ),
+) -> Result<()> {
+    let (skipped, not_captured) = skips;
     let refs: Vec<&Found> = jobs.iter().collect();
     prime_dictionary(blobs, ws, &refs);
     let hashed = hash_all(blobs, ws, &refs)?;
@@ -489,32 +507,59 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
                     },
                 );
             }
-            Hashed::Skip(why) => {
-                *skipped.entry(why.to_string()).or_default() += 1;
-                if scan::names_the_path(why) {
-                    not_captured.insert(f.rel.clone(), why);
-                }
-            }
+            Hashed::Skip(why) => count_skip(skipped, not_captured, &f.rel, why),
         }
     }
+    Ok(())
+}
 
-    // What changed since the cached scan: counts, and which directories
-    // need new nodes. Both maps are sorted by path: one merge pass.
-    let mut changed = 0u64;
-    let mut files = 0u64;
-    let mut dirty: HashSet<String> = HashSet::new();
-    let mut old = cache.entries.iter().peekable();
-    for (p, c) in &flat {
-        let e = &c.entry;
+/// Sets each directory's node hash and size in `flat` from the tree just
+/// built; the directories with their hashes, for the stat cache.
+fn note_dir_hashes(
+    flat: &mut BTreeMap<String, Cached>,
+    dir_hashes: DirHashes,
+) -> Vec<(String, BlobHash, u64)> {
+    let mut dirs_out: Vec<(String, BlobHash, u64)> = Vec::with_capacity(dir_hashes.len());
+    for (d, (h, s)) in dir_hashes {
+        if let Some(c) = flat.get_mut(&d) {
+            c.entry.hash = h;
+            c.entry.size = s;
+        }
+        dirs_out.push((d, h, s));
+    }
+    dirs_out
+}
+
+/// What changed since the cached scan.
+struct Changes {
+    /// Files added, changed or gone.
+    changed: u64,
+    /// Files (and symlinks) now.
+    files: u64,
+    /// Directories that need new nodes.
+    dirty: HashSet<String>,
+}
+
+/// Compares the cached scan `old` with `flat`. Both maps are sorted by
+/// path: one merge pass.
+fn changes_since(old: &BTreeMap<String, Cached>, flat: &BTreeMap<String, Cached>) -> Changes {
+    let mut c = Changes {
+        changed: 0,
+        files: 0,
+        dirty: HashSet::new(),
+    };
+    let mut old = old.iter().peekable();
+    for (p, now) in flat {
+        let e = &now.entry;
         if e.is_leaf() {
-            files += 1;
+            c.files += 1;
         }
         // Old paths before `p` are gone.
         while let Some((op, oc)) = old.next_if(|(op, _)| op.as_str() < p.as_str()) {
             if oc.entry.is_leaf() {
-                changed += 1;
+                c.changed += 1;
             }
-            mark_ancestors(op, &mut dirty);
+            mark_ancestors(op, &mut c.dirty);
         }
         let prev = old
             .next_if(|(op, _)| op.as_str() == p.as_str())
@@ -528,17 +573,52 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
             // A file that became a directory is a file gone (what is
             // under the directory counts on its own).
             if e.is_leaf() || prev.is_some_and(|o| o.is_leaf()) {
-                changed += 1;
+                c.changed += 1;
             }
-            mark_ancestors(p, &mut dirty);
+            mark_ancestors(p, &mut c.dirty);
         }
     }
     for (op, oc) in old {
         if oc.entry.is_leaf() {
-            changed += 1;
+            c.changed += 1;
         }
-        mark_ancestors(op, &mut dirty);
+        mark_ancestors(op, &mut c.dirty);
     }
+    c
+}
+
+/// A full capture: walk, re-read only files whose stat changed (or racy
+/// ones), store new contents and the directory nodes that changed.
+pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    tracked: &BTreeSet<String>,
+    dirty_now: &BTreeSet<String>,
+) -> Result<Capture> {
+    let clock_ns = fs_clock(ws)?;
+    let cache = ws.stat_cache().load();
+    let ScanOut {
+        leaves,
+        dirs,
+        missing,
+        mut skipped,
+        mut not_captured,
+        ..
+    } = scan::scan_full(ws, tracked)?;
+
+    let (mut flat, jobs) = cached_or_to_read(&cache, leaves, dirs);
+    read_changed(
+        ws,
+        blobs,
+        jobs,
+        &mut flat,
+        (&mut skipped, &mut not_captured),
+    )?;
+    let Changes {
+        changed,
+        files,
+        dirty,
+    } = changes_since(&cache.entries, &flat);
     let reuse = cache.dir_hashes();
     let dirty_opt = if cache.root.is_some() {
         Some(&dirty)
@@ -547,14 +627,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
     };
     let (root, dir_hashes) =
         manifest::build_from(blobs, &flat, |c| c.entry, &missing, &reuse, dirty_opt)?;
-    let mut dirs_out: Vec<(String, BlobHash, u64)> = Vec::with_capacity(dir_hashes.len());
-    for (d, (h, s)) in dir_hashes {
-        if let Some(c) = flat.get_mut(&d) {
-            c.entry.hash = h;
-            c.entry.size = s;
-        }
-        dirs_out.push((d, h, s));
-    }
+    let dirs_out = note_dir_hashes(&mut flat, dir_hashes);
     let base = cache.root;
     let new_cache = StatCache {
         clock_ns,
@@ -653,22 +726,7 @@ fn patch<B: BlobAccess + ?Sized>(
         mut not_captured,
         ..
     } = out;
-    let refs: Vec<&Found> = leaves.iter().collect();
-    let hashed = hash_all(blobs, ws, &refs)?;
-    let mut flat: BTreeMap<String, Entry> = BTreeMap::new();
-    for (f, h) in leaves.iter().zip(hashed) {
-        match h {
-            Hashed::Ok(e, _) => {
-                flat.insert(f.rel.clone(), e);
-            }
-            Hashed::Skip(why) => {
-                *skipped.entry(why.to_string()).or_default() += 1;
-                if scan::names_the_path(why) {
-                    not_captured.insert(f.rel.clone(), why);
-                }
-            }
-        }
-    }
+    let mut flat = hash_leaves(ws, blobs, &leaves, &mut skipped, &mut not_captured)?;
     let dir_modes: HashMap<&str, u32> = dirs.iter().map(|(d, m)| (d.as_str(), *m)).collect();
     for (d, m) in &dirs {
         flat.insert(d.clone(), dir_entry(*m));
@@ -689,46 +747,118 @@ fn patch<B: BlobAccess + ?Sized>(
     let mut changed = 0u64;
     for p in paths {
         let old = manifest::list_under(blobs, &root, p)?;
-        let new: Option<Entry> = match flat.get(p) {
-            None => None,
-            Some(e) if e.kind != EntryKind::Dir => Some(*e),
-            Some(_) => {
-                // Build the subtree re-rooted at `p`.
-                let prefix = format!("{p}/");
-                let sub: BTreeMap<String, Entry> = flat
-                    .range(prefix.clone()..)
-                    .take_while(|(k, _)| k.starts_with(&prefix))
-                    .map(|(k, e)| (k[prefix.len()..].to_string(), *e))
-                    .collect();
-                let (h, dh) =
-                    manifest::build(blobs, &sub, &BTreeSet::new(), &DirHashes::new(), None)?;
-                let size = dh.get("").map_or(0, |v| v.1);
-                Some(Entry {
-                    kind: EntryKind::Dir,
-                    mode: dir_modes.get(p.as_str()).copied().unwrap_or(0o755),
-                    size,
-                    hash: h,
-                })
-            }
-        };
-        let new_files: BTreeMap<&str, Entry> = flat
-            .iter()
-            .filter(|(k, e)| e.is_leaf() && relpath::in_scope(k, std::slice::from_ref(p)))
-            .map(|(k, e)| (k.as_str(), *e))
-            .collect();
-        let old_files: BTreeMap<&str, Entry> = old.files().map(|(k, e)| (k.as_str(), *e)).collect();
-        files += new_files.len() as i64 - old_files.len() as i64;
-        changed += new_files
-            .iter()
-            .filter(|(k, e)| old_files.get(*k) != Some(*e))
-            .count() as u64;
-        changed += old_files
-            .keys()
-            .filter(|k| !new_files.contains_key(*k))
-            .count() as u64;
+        let new = entry_at(blobs, &flat, &dir_modes, p)?;
+        let (more_files, changed_here) = file_changes_under(&flat, &old, p);
+        files += more_files;
+        changed += changed_here;
         root = set_path(blobs, root, p, new, &dir_mode)?;
     }
-    // The root's list of tracked paths that do not exist.
+    let root = update_missing(blobs, root, paths, tracked, &missing)?;
+    Ok(Capture {
+        root,
+        missing: BTreeSet::new(),
+        counts: CheckpointCounts {
+            files: files.max(0) as u64,
+            changed,
+            skipped,
+        },
+        base: Some(last.root),
+        not_captured,
+        new_cache: None,
+        captured_dirty: dirty_now.clone(),
+        scan: ScanReport::kind(if tracked.is_some() {
+            crate::watch_journal::SCAN_WATCHED
+        } else {
+            crate::watch_journal::SCAN_TRACKED
+        }),
+        journal_point: None,
+    })
+}
+
+/// Hashes (and stores) the files and symlinks a patch re-reads; the
+/// entries, by path. What cannot be read is counted as skipped.
+fn hash_leaves<B: BlobAccess + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    leaves: &[Found],
+    skipped: &mut BTreeMap<String, u64>,
+    not_captured: &mut BTreeMap<String, &'static str>,
+) -> Result<BTreeMap<String, Entry>> {
+    let refs: Vec<&Found> = leaves.iter().collect();
+    let hashed = hash_all(blobs, ws, &refs)?;
+    let mut flat: BTreeMap<String, Entry> = BTreeMap::new();
+    for (f, h) in leaves.iter().zip(hashed) {
+        match h {
+            Hashed::Ok(e, _) => {
+                flat.insert(f.rel.clone(), e);
+            }
+            Hashed::Skip(why) => count_skip(skipped, not_captured, &f.rel, why),
+        }
+    }
+    Ok(flat)
+}
+
+/// How the files at or under `p` changed from `old` (the tree there
+/// before) to `flat`: files more (or fewer), and files added, changed or
+/// gone.
+fn file_changes_under(flat: &BTreeMap<String, Entry>, old: &Manifest, p: &String) -> (i64, u64) {
+    let new_files: BTreeMap<&str, Entry> = flat
+        .iter()
+        .filter(|(k, e)| e.is_leaf() && relpath::in_scope(k, std::slice::from_ref(p)))
+        .map(|(k, e)| (k.as_str(), *e))
+        .collect();
+    let old_files: BTreeMap<&str, Entry> = old.files().map(|(k, e)| (k.as_str(), *e)).collect();
+    let more = new_files.len() as i64 - old_files.len() as i64;
+    let mut changed = new_files
+        .iter()
+        .filter(|(k, e)| old_files.get(*k) != Some(*e))
+        .count() as u64;
+    changed += old_files
+        .keys()
+        .filter(|k| !new_files.contains_key(*k))
+        .count() as u64;
+    (more, changed)
+}
+
+/// The entry a patch sets at the re-read path `p`: none if it is gone, the
+/// file's, or for a directory the subtree re-rooted at `p`, built.
+fn entry_at<B: BlobAccess + ?Sized>(
+    blobs: &B,
+    flat: &BTreeMap<String, Entry>,
+    dir_modes: &HashMap<&str, u32>,
+    p: &str,
+) -> Result<Option<Entry>> {
+    Ok(match flat.get(p) {
+        None => None,
+        Some(e) if e.kind != EntryKind::Dir => Some(*e),
+        Some(_) => {
+            let prefix = format!("{p}/");
+            let sub: BTreeMap<String, Entry> = flat
+                .range(prefix.clone()..)
+                .take_while(|(k, _)| k.starts_with(&prefix))
+                .map(|(k, e)| (k[prefix.len()..].to_string(), *e))
+                .collect();
+            let (h, dh) = manifest::build(blobs, &sub, &BTreeSet::new(), &DirHashes::new(), None)?;
+            let size = dh.get("").map_or(0, |v| v.1);
+            Some(Entry {
+                kind: EntryKind::Dir,
+                mode: dir_modes.get(p).copied().unwrap_or(0o755),
+                size,
+                hash: h,
+            })
+        }
+    })
+}
+
+/// Updates the root's list of tracked paths that do not exist for the
+/// paths a patch concerns (see [`patch`]); returns the new root.
+fn update_missing<B: BlobAccess + ?Sized>(
+    blobs: &B,
+    root: BlobHash,
+    paths: &BTreeSet<String>,
+    tracked: Option<&BTreeSet<String>>,
+    missing: &BTreeSet<String>,
+) -> Result<BlobHash> {
     let mut node = manifest::read_node(blobs, &root)?;
     let mut miss: BTreeSet<String> = node.missing.iter().cloned().collect();
     let concerned: Vec<&String> = match tracked {
@@ -751,27 +881,9 @@ fn patch<B: BlobAccess + ?Sized>(
     }
     if node.missing.iter().ne(miss.iter()) {
         node.missing = miss.into_iter().collect();
-        root = blobs.put(&node.encode())?;
+        return blobs.put(&node.encode());
     }
-    Ok(Capture {
-        root,
-        missing: BTreeSet::new(),
-        counts: CheckpointCounts {
-            files: files.max(0) as u64,
-            changed,
-            skipped,
-        },
-        base: Some(last.root),
-        not_captured,
-        new_cache: None,
-        captured_dirty: dirty_now.clone(),
-        scan: ScanReport::kind(if tracked.is_some() {
-            crate::watch_journal::SCAN_WATCHED
-        } else {
-            crate::watch_journal::SCAN_TRACKED
-        }),
-        journal_point: None,
-    })
+    Ok(root)
 }
 
 fn node_set(node: &mut Node, name: &str, e: Option<Entry>) {

@@ -129,61 +129,10 @@ fn capture_any<B: BlobAccess + ?Sized>(
         return capture::capture_full(ws, blobs, &track.tracked, &track.dirty);
     }
     if let Some(w) = ws.watcher() {
-        // With a watcher, both scan modes use the watched change set (it
-        // covers tracked writes too, and edits by shell commands).
-        let last = ws.load_last();
-        if let Some(d) = w.drain(last.as_ref().map(|l| l.root)) {
-            if let Some(last) = last.filter(|l| l.root == d.base) {
-                if blobs.contains(&last.root)? {
-                    w.count(true);
-                    return capture::capture_watched(
-                        ws,
-                        blobs,
-                        &last,
-                        &d.paths,
-                        &track.tracked,
-                        &track.dirty,
-                    );
-                }
-            }
-        }
-        w.count(false);
-        let mut cap = capture::capture_full(ws, blobs, &track.tracked, &track.dirty)?;
-        cap.scan = ScanReport::full("this process's watcher could not show it saw every change");
-        return Ok(cap);
+        return capture_with_watcher(ws, blobs, &w, &track);
     }
-    // A `cairn watch` daemon, if one runs: flushed first, so the capture
-    // below (journal or full) reads every path after the flush point.
-    let flushed = if ws.is_read_only() {
-        Err(watch_journal::NO_WATCHER.to_string())
-    } else {
-        watch_journal::flush(ws.cache_dir(), ws.root())
-    };
-    let reason = match flushed {
-        Ok(to) => match journal_span(ws, blobs, &to)? {
-            Ok((last, span)) => {
-                let mut cap = capture::capture_watched(
-                    ws,
-                    blobs,
-                    &last,
-                    &span.paths,
-                    &track.tracked,
-                    &track.dirty,
-                )?;
-                cap.scan = ScanReport::kind(watch_journal::SCAN_JOURNAL);
-                cap.journal_point = Some(to);
-                return Ok(cap);
-            }
-            Err(why) => {
-                if mode != ScanMode::TrackedOnly {
-                    let mut cap = capture::capture_full(ws, blobs, &track.tracked, &track.dirty)?;
-                    cap.scan = ScanReport::full(why);
-                    cap.journal_point = Some(to);
-                    return Ok(cap);
-                }
-                why
-            }
-        },
+    let reason = match capture_with_daemon(ws, blobs, mode, &track)? {
+        Ok(cap) => return Ok(cap),
         Err(why) => why,
     };
     if mode == ScanMode::TrackedOnly {
@@ -196,6 +145,81 @@ fn capture_any<B: BlobAccess + ?Sized>(
     let mut cap = capture::capture_full(ws, blobs, &track.tracked, &track.dirty)?;
     cap.scan = ScanReport::full(reason);
     Ok(cap)
+}
+
+/// A capture with this process's watcher: both scan modes use the watched
+/// change set (it covers tracked writes too, and edits by shell
+/// commands); a full scan when the watcher cannot show it saw every
+/// change.
+fn capture_with_watcher<B: BlobAccess + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    w: &crate::watch::Watcher,
+    track: &crate::workspace::TrackState,
+) -> Result<Capture> {
+    let last = ws.load_last();
+    if let Some(d) = w.drain(last.as_ref().map(|l| l.root)) {
+        if let Some(last) = last.filter(|l| l.root == d.base) {
+            if blobs.contains(&last.root)? {
+                w.count(true);
+                return capture::capture_watched(
+                    ws,
+                    blobs,
+                    &last,
+                    &d.paths,
+                    &track.tracked,
+                    &track.dirty,
+                );
+            }
+        }
+    }
+    w.count(false);
+    let mut cap = capture::capture_full(ws, blobs, &track.tracked, &track.dirty)?;
+    cap.scan = ScanReport::full("this process's watcher could not show it saw every change");
+    Ok(cap)
+}
+
+/// A capture with a `cairn watch` daemon, if one runs: flushed first, so
+/// the capture (journal or full) reads every path after the flush point.
+/// Why not, when no daemon journal can serve and `mode` is tracked-only
+/// (or no daemon answers): the caller then chooses the capture.
+fn capture_with_daemon<B: BlobAccess + ?Sized>(
+    ws: &Workspace,
+    blobs: &B,
+    mode: ScanMode,
+    track: &crate::workspace::TrackState,
+) -> Result<std::result::Result<Capture, String>> {
+    let flushed = if ws.is_read_only() {
+        Err(watch_journal::NO_WATCHER.to_string())
+    } else {
+        watch_journal::flush(ws.cache_dir(), ws.root())
+    };
+    let to = match flushed {
+        Ok(to) => to,
+        Err(why) => return Ok(Err(why)),
+    };
+    let mut cap = match journal_span(ws, blobs, &to)? {
+        Ok((last, span)) => {
+            let mut cap = capture::capture_watched(
+                ws,
+                blobs,
+                &last,
+                &span.paths,
+                &track.tracked,
+                &track.dirty,
+            )?;
+            cap.scan = ScanReport::kind(watch_journal::SCAN_JOURNAL);
+            cap
+        }
+        Err(why) if mode != ScanMode::TrackedOnly => {
+            let mut cap = capture::capture_full(ws, blobs, &track.tracked, &track.dirty)?;
+            cap.scan = ScanReport::full(why);
+            cap
+        }
+        Err(why) => return Ok(Err(why)),
+    };
+    cap.journal_point = Some(to);
+    Ok(Ok(cap))
 }
 
 /// The tree to patch and the journalled paths since it, when the journal

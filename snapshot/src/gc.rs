@@ -119,74 +119,170 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     record_interrupted_rollback(log, blobs, ws)?;
     let listed = list_checkpoints(log, ws, None)?;
     let all: Vec<CheckpointInfo> = listed.iter().filter(|c| !c.discarded).cloned().collect();
-    let mut evict: Vec<CheckpointId> = Vec::new();
-    let mut budget = None;
-    if !policy.is_empty() {
-        let mut cands = Vec::with_capacity(all.len());
-        for c in &all {
-            let mut bl = Vec::new();
-            if policy.max_bytes.is_some() {
-                // A tree that cannot be listed counts as holding nothing:
-                // the sizes only choose what to evict, never what to
-                // collect (it is reported below if it is kept).
-                if let Ok(m) = manifest::list(blobs, &c.root) {
-                    bl = m.files().map(|(_, e)| (e.hash, e.size)).collect();
-                }
-            }
-            cands.push(Candidate {
-                id: c.id,
-                session: c.session.clone(),
-                blobs: bl,
-            });
-        }
-        let pinned = if policy.max_bytes.is_some() {
-            pinned_blobs(log, blobs, &listed, keep)?
-        } else {
-            HashSet::new()
-        };
-        let choice = retention::decide(&cands, &pinned, policy);
-        evict = choice.evict;
-        budget = choice.budget;
-        let events: Vec<Event> = evict
-            .iter()
-            .filter_map(|id| all.iter().find(|c| c.id == *id))
-            .map(|c| {
-                let mut e = Event::new(EventKind::CheckpointDiscard, c.session.clone());
-                e.checkpoint = Some(c.id);
-                e.parents = vec![c.lsn];
-                e.text = Some(policy.describe());
-                e
-            })
-            .collect();
-        log.append_batch(&events)?;
-    }
-    let evicted: HashSet<CheckpointId> = evict.iter().copied().collect();
+    let choice = if policy.is_empty() {
+        retention::Choice::default()
+    } else {
+        record_evictions(log, blobs, policy, &listed, &all, keep)?
+    };
+    let evicted: HashSet<CheckpointId> = choice.evict.iter().copied().collect();
     let retained: Vec<&CheckpointInfo> = all.iter().filter(|c| !evicted.contains(&c.id)).collect();
-    let mut live: HashSet<BlobHash> = keep.clone();
-    let mut seen = HashSet::new();
-    // One damaged tree must not stop retention for good (the newest
-    // checkpoint of a session is always retained): it is reported, and
-    // when what it names cannot be known, nothing is collected.
-    let mut damaged: Vec<(CheckpointId, String)> = Vec::new();
-    let mut collect = true;
-    let mut keep_tree = |id: CheckpointId, root: &BlobHash, live: &mut HashSet<BlobHash>| {
+    let every = list_checkpoints(log, ws, None)?;
+    let mut marked = mark_live(log, blobs, &retained, &every, keep)?;
+    marked.damaged.sort();
+    marked.damaged.dedup();
+    let live = marked.live;
+    if !marked.collect {
+        // Nothing collected, so no cache can name a collected blob.
+        return Ok(RetentionReport {
+            discarded: choice.evict,
+            retained: retained.len(),
+            live_blobs: live.len(),
+            gc: GcSummary::default(),
+            damaged: marked.damaged,
+            collected: false,
+            budget: choice.budget,
+            collected_discarded: Vec::new(),
+        });
+    }
+    let earlier = discarded_trees_here(blobs, &every, &evicted, &live)?;
+    let gc = blobs.gc(
+        &live,
+        GcMode {
+            compact,
+            max_stored_bytes: policy.max_bytes,
+        },
+    )?;
+    let collected_discarded = collected_among(blobs, earlier)?;
+    forget_collected_in_caches(ws, &live)?;
+    Ok(RetentionReport {
+        discarded: choice.evict,
+        retained: retained.len(),
+        live_blobs: live.len(),
+        gc,
+        damaged: marked.damaged,
+        collected: true,
+        budget: choice.budget,
+        collected_discarded,
+    })
+}
+
+/// Decides which checkpoints `policy` evicts and records their discard
+/// events.
+fn record_evictions<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    policy: &RetentionPolicy,
+    listed: &[CheckpointInfo],
+    all: &[CheckpointInfo],
+    keep: &HashSet<BlobHash>,
+) -> Result<retention::Choice> {
+    let mut cands = Vec::with_capacity(all.len());
+    for c in all {
+        let mut bl = Vec::new();
+        if policy.max_bytes.is_some() {
+            // A tree that cannot be listed counts as holding nothing:
+            // the sizes only choose what to evict, never what to
+            // collect (it is reported if it is kept).
+            if let Ok(m) = manifest::list(blobs, &c.root) {
+                bl = m.files().map(|(_, e)| (e.hash, e.size)).collect();
+            }
+        }
+        cands.push(Candidate {
+            id: c.id,
+            session: c.session.clone(),
+            blobs: bl,
+        });
+    }
+    let pinned = if policy.max_bytes.is_some() {
+        pinned_blobs(log, blobs, listed, keep)?
+    } else {
+        HashSet::new()
+    };
+    let choice = retention::decide(&cands, &pinned, policy);
+    let events: Vec<Event> = choice
+        .evict
+        .iter()
+        .filter_map(|id| all.iter().find(|c| c.id == *id))
+        .map(|c| {
+            let mut e = Event::new(EventKind::CheckpointDiscard, c.session.clone());
+            e.checkpoint = Some(c.id);
+            e.parents = vec![c.lsn];
+            e.text = Some(policy.describe());
+            e
+        })
+        .collect();
+    log.append_batch(&events)?;
+    Ok(choice)
+}
+
+/// What gc must keep, as far as the trees could be read.
+struct LiveBlobs {
+    /// Every blob kept: whole trees (a root with everything below it),
+    /// and the blobs records name.
+    live: HashSet<BlobHash>,
+    /// Trees found damaged, by checkpoint.
+    damaged: Vec<(CheckpointId, String)>,
+    /// False when a damaged tree means what it names cannot be known:
+    /// nothing is collected then.
+    collect: bool,
+}
+
+/// Adds whole trees to a [`LiveBlobs`]; one damaged tree must not stop
+/// retention for good (the newest checkpoint of a session is always
+/// retained): it is reported, and when what it names cannot be known,
+/// nothing is collected.
+struct TreeKeeper<'b, B: ?Sized> {
+    blobs: &'b B,
+    seen: HashSet<BlobHash>,
+    out: LiveBlobs,
+}
+
+impl<B: BlobAccess + ?Sized> TreeKeeper<'_, B> {
+    fn keep_tree(&mut self, id: CheckpointId, root: &BlobHash) {
         let mut not_nodes = Vec::new();
-        match manifest::reachable_past_non_nodes(blobs, root, live, &mut seen, &mut not_nodes) {
+        let r = manifest::reachable_past_non_nodes(
+            self.blobs,
+            root,
+            &mut self.out.live,
+            &mut self.seen,
+            &mut not_nodes,
+        );
+        match r {
             Ok(()) => {
                 for n in not_nodes {
-                    damaged.push((id, format!("blob {n} in its tree is not a manifest node")));
+                    let why = format!("blob {n} in its tree is not a manifest node");
+                    self.out.damaged.push((id, why));
                 }
             }
             Err(e) => {
-                collect = false;
-                damaged.push((id, e.to_string()));
+                self.out.collect = false;
+                self.out.damaged.push((id, e.to_string()));
             }
         }
-    };
-    for c in &retained {
-        keep_tree(c.id, &c.root, &mut live);
     }
-    let every = list_checkpoints(log, ws, None)?;
+}
+
+/// Marks what gc keeps: `keep`, the trees of the retained checkpoints,
+/// what records name, and the trees (and states) rollbacks still need.
+fn mark_live<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
+    log: &L,
+    blobs: &B,
+    retained: &[&CheckpointInfo],
+    every: &[CheckpointInfo],
+    keep: &HashSet<BlobHash>,
+) -> Result<LiveBlobs> {
+    let mut k = TreeKeeper {
+        blobs,
+        seen: HashSet::new(),
+        out: LiveBlobs {
+            live: keep.clone(),
+            damaged: Vec::new(),
+            collect: true,
+        },
+    };
+    for c in retained {
+        k.keep_tree(c.id, &c.root);
+    }
     let dead: HashSet<Lsn> = every
         .iter()
         .filter(|c| c.discarded)
@@ -203,7 +299,7 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let mut targets: HashSet<CheckpointId> = HashSet::new();
     log.for_each_from(Lsn::FIRST, &mut |r| {
         if !(r.event.kind == EventKind::CheckpointCreate && dead.contains(&r.lsn)) {
-            live.extend(blobs_named(&r.event));
+            k.out.live.extend(blobs_named(&r.event));
         }
         if r.event.kind == EventKind::Rollback && r.event.ok {
             targets.extend(r.event.target);
@@ -220,9 +316,10 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     for (id, root) in &restored {
         // A manifest an older gc already collected has nothing left to keep.
         if blobs.contains(root)? {
-            keep_tree(*id, root, &mut live);
+            k.keep_tree(*id, root);
         }
     }
+    let mut out = k.out;
     // A rollback target whose whole tree stays (kept by the rule above, or
     // the tree of a checkpoint retained) can still be rolled back to, and
     // that hands back its application state: the state stays with the tree
@@ -230,29 +327,23 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     // holds whole trees only: a root is in it with everything below it.
     for c in every.iter().filter(|c| targets.contains(&c.id)) {
         if let Some(state) = c.state {
-            if live.contains(&c.root) && blobs.contains(&state)? {
-                live.insert(state);
+            if out.live.contains(&c.root) && blobs.contains(&state)? {
+                out.live.insert(state);
             }
         }
     }
-    damaged.sort();
-    damaged.dedup();
-    if !collect {
-        // Nothing collected, so no cache can name a collected blob.
-        return Ok(RetentionReport {
-            discarded: evict,
-            retained: retained.len(),
-            live_blobs: live.len(),
-            gc: GcSummary::default(),
-            damaged,
-            collected: false,
-            budget,
-            collected_discarded: Vec::new(),
-        });
-    }
-    // Checkpoints discarded before this gc (by a recorded event, or by a gc
-    // that stopped before collecting) whose tree is still here: if this gc
-    // collects it, the report names them.
+    Ok(out)
+}
+
+/// Checkpoints discarded before this gc (by a recorded event, or by a gc
+/// that stopped before collecting; not `evicted` now) whose tree is still
+/// here and not `live`: if this gc collects it, the report names them.
+fn discarded_trees_here<'c, B: BlobAccess + ?Sized>(
+    blobs: &B,
+    every: &'c [CheckpointInfo],
+    evicted: &HashSet<CheckpointId>,
+    live: &HashSet<BlobHash>,
+) -> Result<Vec<&'c CheckpointInfo>> {
     let mut earlier: Vec<&CheckpointInfo> = Vec::new();
     for c in every
         .iter()
@@ -262,26 +353,32 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
             earlier.push(c);
         }
     }
-    let gc = blobs.gc(
-        &live,
-        GcMode {
-            compact,
-            max_stored_bytes: policy.max_bytes,
-        },
-    )?;
-    let mut collected_discarded = Vec::new();
+    Ok(earlier)
+}
+
+/// The checkpoints among `earlier` whose tree the gc collected.
+fn collected_among<B: BlobAccess + ?Sized>(
+    blobs: &B,
+    earlier: Vec<&CheckpointInfo>,
+) -> Result<Vec<CollectedDiscard>> {
+    let mut collected = Vec::new();
     for c in earlier {
         if !blobs.contains(&c.root)? {
-            collected_discarded.push(CollectedDiscard {
+            collected.push(CollectedDiscard {
                 id: c.id,
                 discarded_at: c.discarded_at.unwrap_or(c.lsn),
                 by_retention: c.discarded_by_retention,
             });
         }
     }
-    // Caches must never name a collected blob; durable, so a crash cannot bring one back.
+    Ok(collected)
+}
+
+/// Caches must never name a collected blob; durable, so a crash cannot
+/// bring one back.
+fn forget_collected_in_caches(ws: &Workspace, live: &HashSet<BlobHash>) -> Result<()> {
     let mut cache = (*ws.stat_cache().load()).clone();
-    cache.retain_live(&live);
+    cache.retain_live(live);
     if let Err(e) = ws.stat_cache().save(std::sync::Arc::new(cache), true) {
         // On a full disk (the case gc must get a store out of) the cache
         // cannot be written again: removed instead, which needs no space,
@@ -296,16 +393,7 @@ pub fn apply_retention_keeping<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     if ws.load_last().is_some_and(|l| !live.contains(&l.root)) {
         ws.save_last(None)?;
     }
-    Ok(RetentionReport {
-        discarded: evict,
-        retained: retained.len(),
-        live_blobs: live.len(),
-        gc,
-        damaged,
-        collected: true,
-        budget,
-        collected_discarded,
-    })
+    Ok(())
 }
 
 /// The blobs a record names besides a checkpoint's tree (`before`,

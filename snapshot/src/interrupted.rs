@@ -428,6 +428,34 @@ pub fn record_interrupted_rollback<L: LogAccess + ?Sized, B: BlobRead + Sync + ?
     // next run does all of this again.)
     let removed = remove_temporaries(ws, blobs, &r, target_root(log, &r), undo_root);
     let reached = workspace_reached(log, blobs, ws, &r, undo);
+    let (ev, meta) = interrupted_record(&r, undo, reached);
+    let (state, next) = state_words(&r, undo, reached);
+    let why = format!(
+        "interrupted: the process stopped part way (the rollback started at {}); {state}",
+        r.started.to_iso(),
+    );
+    let lsn = record_incomplete(log, ev, meta, why)?;
+    remove_marker(ws);
+    ws.warn(format!(
+        "a rollback {} started at {} was interrupted (the process stopped part way): {state}; {next} (recorded as a failed rollback at LSN {lsn}){}",
+        r.what(),
+        r.started.to_iso(),
+        temporaries_words(removed),
+    ));
+    Ok(Some(lsn))
+}
+
+/// The `rollback` record of the interrupted rollback `r` from its undo
+/// point `undo`, and its `meta` (when it started, its process, and how
+/// far it got).
+fn interrupted_record(
+    r: &UnfinishedRollback,
+    undo: CheckpointId,
+    reached: Reached,
+) -> (
+    cairn_codec::Event,
+    serde_json::Map<String, serde_json::Value>,
+) {
     let mut ev = rollback_event(&r.session, undo, r.target, &r.scope);
     ev.run = r.run.clone();
     ev.phase = r.phase.clone();
@@ -439,7 +467,13 @@ pub fn record_interrupted_rollback<L: LogAccess + ?Sized, B: BlobRead + Sync + ?
     }
     let mut meta = serde_json::Map::new();
     meta.insert(ROLLBACK_META_INTERRUPTED.into(), interrupted);
-    let (state, next) = match reached {
+    (ev, meta)
+}
+
+/// What the workspace holds after the interrupted rollback `r`, and what
+/// the user can run next, in words.
+fn state_words(r: &UnfinishedRollback, undo: CheckpointId, reached: Reached) -> (String, String) {
+    match reached {
         Reached::Unchanged => (
             format!("it stopped before it changed any file: the workspace is as at {undo}"),
             format!("`{}` runs it again", r.finish_command()),
@@ -465,20 +499,7 @@ pub fn record_interrupted_rollback<L: LogAccess + ?Sized, B: BlobRead + Sync + ?
                 r.finish_command()
             ),
         ),
-    };
-    let why = format!(
-        "interrupted: the process stopped part way (the rollback started at {}); {state}",
-        r.started.to_iso(),
-    );
-    let lsn = record_incomplete(log, ev, meta, why)?;
-    remove_marker(ws);
-    ws.warn(format!(
-        "a rollback {} started at {} was interrupted (the process stopped part way): {state}; {next} (recorded as a failed rollback at LSN {lsn}){}",
-        r.what(),
-        r.started.to_iso(),
-        temporaries_words(removed),
-    ));
-    Ok(Some(lsn))
+    }
 }
 
 /// How far an interrupted rollback got, from the workspace as it is now

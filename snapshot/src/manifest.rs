@@ -515,25 +515,8 @@ pub fn build_from<B: BlobAccess + ?Sized, V>(
                 continue;
             }
         }
-        let mut node = Node::default();
-        let mut total = 0u64;
-        let mut kids: Vec<(&str, Entry)> = children.remove(d).unwrap_or_default();
-        kids.sort_by(|a, b| {
-            relpath::file_name(a.0)
-                .as_bytes()
-                .cmp(relpath::file_name(b.0).as_bytes())
-        });
-        for (c, mut e) in kids {
-            if e.kind == EntryKind::Dir {
-                let (h, s) = out.get(c).copied().ok_or_else(|| {
-                    SnapshotError::Invalid(format!("internal: directory `{c}` built out of order"))
-                })?;
-                e.hash = h;
-                e.size = s;
-            }
-            total = total.saturating_add(e.size);
-            node.entries.push((relpath::file_name(c).to_string(), e));
-        }
+        let kids: Vec<(&str, Entry)> = children.remove(d).unwrap_or_default();
+        let (mut node, total) = dir_node(kids, &out)?;
         if d.is_empty() {
             node.missing = missing.iter().cloned().collect();
         }
@@ -545,6 +528,31 @@ pub fn build_from<B: BlobAccess + ?Sized, V>(
         .map(|v| v.0)
         .ok_or_else(|| SnapshotError::Invalid("internal: no root".into()))?;
     Ok((root, out))
+}
+
+/// The node of a directory whose entries are `kids` (full paths), with
+/// the total size under it; its child directories' hashes and sizes come
+/// from `built`, which must hold them already.
+fn dir_node(mut kids: Vec<(&str, Entry)>, built: &DirHashes) -> Result<(Node, u64)> {
+    let mut node = Node::default();
+    let mut total = 0u64;
+    kids.sort_by(|a, b| {
+        relpath::file_name(a.0)
+            .as_bytes()
+            .cmp(relpath::file_name(b.0).as_bytes())
+    });
+    for (c, mut e) in kids {
+        if e.kind == EntryKind::Dir {
+            let (h, s) = built.get(c).copied().ok_or_else(|| {
+                SnapshotError::Invalid(format!("internal: directory `{c}` built out of order"))
+            })?;
+            e.hash = h;
+            e.size = s;
+        }
+        total = total.saturating_add(e.size);
+        node.entries.push((relpath::file_name(c).to_string(), e));
+    }
+    Ok((node, total))
 }
 
 /// Every blob reachable from `root`: the nodes themselves, file contents and

@@ -204,11 +204,7 @@ pub fn plan_pruned(
 ) -> Result<Plan> {
     let cur = &current.entries;
     let tgt = &target.entries;
-    let mut delete = BTreeSet::new();
-    let mut remove_dirs = BTreeSet::new();
-    let mut create_dirs: BTreeMap<String, u32> = BTreeMap::new();
-    let mut write = Vec::new();
-    let mut dir_modes = Vec::new();
+    let mut parts = PlanParts::default();
 
     // A manifest written before nested stores were skipped may list one
     // (`sub/.cairn/...`): it is left as it is, never deleted or replaced.
@@ -226,75 +222,106 @@ pub fn plan_pruned(
         if !in_scope(p, scope) || under_same(p, same) || store_dir(p) {
             continue;
         }
-        let t = tgt.get(p);
-        match (e.kind, t.map(|t| t.kind)) {
-            (EntryKind::Dir, Some(EntryKind::Dir)) => {}
-            (EntryKind::Dir, _) => {
-                remove_dirs.insert(p.clone());
-            }
-            // A leaf replaced by another leaf is renamed over; no delete needed.
-            (_, Some(EntryKind::File | EntryKind::Symlink)) => {}
-            (_, _) => {
-                delete.insert(p.clone());
-            }
-        }
+        parts.leave(p, e, tgt.get(p));
     }
     for (p, t) in tgt {
         if !in_scope(p, scope) || under_same(p, same) || store_dir(p) {
             continue;
         }
         check_manifest_path(p)?;
-        let c = cur.get(p);
+        parts.arrive(p, t, cur.get(p));
+        parts.make_way(p, cur, tgt);
+    }
+    Ok(parts.into_plan())
+}
+
+/// A [`Plan`] being built, its parts in the order that makes it.
+#[derive(Default)]
+struct PlanParts {
+    delete: BTreeSet<String>,
+    remove_dirs: BTreeSet<String>,
+    create_dirs: BTreeMap<String, u32>,
+    write: Vec<Write>,
+    dir_modes: Vec<(String, u32)>,
+}
+
+impl PlanParts {
+    /// The current entry `e` at `p` when the target holds `t` there.
+    fn leave(&mut self, p: &str, e: &Entry, t: Option<&Entry>) {
+        match (e.kind, t.map(|t| t.kind)) {
+            (EntryKind::Dir, Some(EntryKind::Dir)) => {}
+            (EntryKind::Dir, _) => {
+                self.remove_dirs.insert(p.to_string());
+            }
+            // A leaf replaced by another leaf is renamed over; no delete needed.
+            (_, Some(EntryKind::File | EntryKind::Symlink)) => {}
+            (_, _) => {
+                self.delete.insert(p.to_string());
+            }
+        }
+    }
+
+    /// The target entry `t` at `p` when the current tree holds `c` there.
+    fn arrive(&mut self, p: &str, t: &Entry, c: Option<&Entry>) {
         match t.kind {
             EntryKind::Dir => match c {
                 Some(c) if c.kind == EntryKind::Dir => {
                     if c.mode != t.mode {
-                        dir_modes.push((p.clone(), t.mode));
+                        self.dir_modes.push((p.to_string(), t.mode));
                     }
                 }
                 _ => {
-                    create_dirs.insert(p.clone(), t.mode);
+                    self.create_dirs.insert(p.to_string(), t.mode);
                 }
             },
             _ => {
                 let same_contents = c.is_some_and(|c| c.kind == t.kind && c.hash == t.hash);
                 if same_contents && c.is_some_and(|c| c.mode == t.mode) {
-                    continue;
+                    return;
                 }
-                write.push(Write {
-                    path: p.clone(),
+                self.write.push(Write {
+                    path: p.to_string(),
                     entry: *t,
                     mode_only: same_contents && t.kind == EntryKind::File,
                 });
             }
         }
-        // Parents outside the scope may be missing too (a path-scoped
-        // rollback of a file in a deleted directory), or be a file now.
+    }
+
+    /// Parents of the target path `p` outside the scope may be missing too
+    /// (a path-scoped rollback of a file in a deleted directory), or be a
+    /// file now.
+    fn make_way(&mut self, p: &str, cur: &BTreeMap<String, Entry>, tgt: &BTreeMap<String, Entry>) {
         let mut a = relpath::parent(p);
         while !a.is_empty() {
             match cur.get(a).map(|c| c.kind) {
                 Some(EntryKind::Dir) => break,
                 Some(_) => {
-                    delete.insert(a.to_string());
-                    create_dirs.insert(a.to_string(), tgt.get(a).map_or(0o755, |e| e.mode));
+                    self.delete.insert(a.to_string());
+                    self.create_dirs
+                        .insert(a.to_string(), tgt.get(a).map_or(0o755, |e| e.mode));
                 }
                 None => {
-                    create_dirs.insert(a.to_string(), tgt.get(a).map_or(0o755, |e| e.mode));
+                    self.create_dirs
+                        .insert(a.to_string(), tgt.get(a).map_or(0o755, |e| e.mode));
                 }
             }
             a = relpath::parent(a);
         }
     }
-    let mut remove_dirs: Vec<String> = remove_dirs.into_iter().collect();
-    remove_dirs.sort_by_key(|d| std::cmp::Reverse(depth(d)));
-    Ok(Plan {
-        delete: delete.into_iter().collect(),
-        remove_dirs,
-        // BTreeMap order puts every parent before its children.
-        create_dirs: create_dirs.into_iter().collect(),
-        write,
-        dir_modes,
-    })
+
+    fn into_plan(self) -> Plan {
+        let mut remove_dirs: Vec<String> = self.remove_dirs.into_iter().collect();
+        remove_dirs.sort_by_key(|d| std::cmp::Reverse(depth(d)));
+        Plan {
+            delete: self.delete.into_iter().collect(),
+            remove_dirs,
+            // BTreeMap order puts every parent before its children.
+            create_dirs: self.create_dirs.into_iter().collect(),
+            write: self.write,
+            dir_modes: self.dir_modes,
+        }
+    }
 }
 
 /// A path a rollback leaves as it is, and why (serialised as
@@ -375,53 +402,11 @@ pub fn keep_uncaptured(ws: &Workspace, current: &Manifest, plan: &mut Plan) -> V
             || kept
                 .iter()
                 .any(|k| in_scope(p, std::slice::from_ref(&k.path)))
+            || under_current_leaf(cur, p)
         {
             continue;
         }
-        // Under a path the current tree holds as a symlink or a file (which
-        // the plan replaces by a directory), the disk path leads out of the
-        // workspace or nowhere: nothing of the workspace is there to lose.
-        let mut a = relpath::parent(p);
-        let mut through_leaf = false;
-        while !a.is_empty() && !through_leaf {
-            through_leaf = cur.get(a).is_some_and(|e| e.kind != EntryKind::Dir);
-            a = relpath::parent(a);
-        }
-        if through_leaf {
-            continue;
-        }
-        let abs = ws.root().join(p);
-        let meta = match std::fs::symlink_metadata(&abs) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue, // nothing to lose
-            // An ancestor on disk is not a directory (a FIFO, say, that the
-            // plan replaces by one): nothing is at this path. The ancestor
-            // is a candidate of its own, kept if it holds something.
-            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => continue,
-            Err(e) => {
-                // Under a directory this user may not search (mode 000): what
-                // is there cannot be seen, so the undo point does not hold it.
-                kept.push(Kept {
-                    path: p.to_string(),
-                    why: format!("cannot be looked at ({e}): the undo point does not hold what is there, so overwriting it could not be undone"),
-                });
-                continue;
-            }
-        };
-        let ft = meta.file_type();
-        if !(ft.is_file() || ft.is_dir() || ft.is_symlink()) {
-            continue; // a FIFO, socket or device holds no data to lose
-        }
-        let why = match now {
-            // A directory to create over a directory is no change.
-            None if ft.is_dir() && creates_dir => None,
-            None => Some(uncaptured_reason(ws, &abs, &meta)),
-            Some(_) if ft.is_dir() && !creates_dir => untracked_inside(ws, p, cur).map(|inner| {
-                format!("the directory holds `{inner}`, which the undo point does not (ignored or skipped), so it cannot become a file")
-            }),
-            Some(_) => None,
-        };
-        if let Some(why) = why {
+        if let Some(why) = why_keep(ws, cur, p, now, creates_dir) {
             kept.push(Kept {
                 path: p.to_string(),
                 why,
@@ -440,6 +425,59 @@ pub fn keep_uncaptured(ws: &Workspace, current: &Manifest, plan: &mut Plan) -> V
     plan.delete.retain(|d| !under_kept(d));
     plan.remove_dirs.retain(|d| !under_kept(d));
     kept
+}
+
+/// True when `p` is under a path the current tree holds as a symlink or a
+/// file (which the plan replaces by a directory): the disk path leads out
+/// of the workspace or nowhere, so nothing of the workspace is there to
+/// lose.
+fn under_current_leaf(cur: &BTreeMap<String, Entry>, p: &str) -> bool {
+    let mut a = relpath::parent(p);
+    let mut through_leaf = false;
+    while !a.is_empty() && !through_leaf {
+        through_leaf = cur.get(a).is_some_and(|e| e.kind != EntryKind::Dir);
+        a = relpath::parent(a);
+    }
+    through_leaf
+}
+
+/// Why the plan must leave `p` as it is (see [`keep_uncaptured`]), looking
+/// at the disk: `now` is what the current tree holds there (nothing or a
+/// directory), `creates_dir` whether the plan makes it a directory.
+fn why_keep(
+    ws: &Workspace,
+    cur: &BTreeMap<String, Entry>,
+    p: &str,
+    now: Option<EntryKind>,
+    creates_dir: bool,
+) -> Option<String> {
+    let abs = ws.root().join(p);
+    let meta = match std::fs::symlink_metadata(&abs) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None, // nothing to lose
+        // An ancestor on disk is not a directory (a FIFO, say, that the
+        // plan replaces by one): nothing is at this path. The ancestor
+        // is a candidate of its own, kept if it holds something.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return None,
+        Err(e) => {
+            // Under a directory this user may not search (mode 000): what
+            // is there cannot be seen, so the undo point does not hold it.
+            return Some(format!("cannot be looked at ({e}): the undo point does not hold what is there, so overwriting it could not be undone"));
+        }
+    };
+    let ft = meta.file_type();
+    if !(ft.is_file() || ft.is_dir() || ft.is_symlink()) {
+        return None; // a FIFO, socket or device holds no data to lose
+    }
+    match now {
+        // A directory to create over a directory is no change.
+        None if ft.is_dir() && creates_dir => None,
+        None => Some(uncaptured_reason(ws, &abs, &meta)),
+        Some(_) if ft.is_dir() && !creates_dir => untracked_inside(ws, p, cur).map(|inner| {
+            format!("the directory holds `{inner}`, which the undo point does not (ignored or skipped), so it cannot become a file")
+        }),
+        Some(_) => None,
+    }
 }
 
 /// Why the checkpoint did not capture `abs`, which is on disk.
@@ -766,161 +804,242 @@ fn apply_inner<B: BlobRead + ?Sized>(
     plan: &Plan,
     mut pre: Prestaged,
 ) -> Result<(Applied, DirsToSync)> {
-    let mut g = Guard {
-        ws,
-        checked: HashSet::new(),
+    let mut a = Applying {
+        g: Guard {
+            ws,
+            checked: HashSet::new(),
+        },
+        done: Applied::default(),
+        touched_dirs: BTreeSet::new(),
+        replaced: Replaced::default(),
+        modes: BTreeMap::new(),
     };
-    let mut done = Applied::default();
-    let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
     let staging = Staging::open(ws);
     let durable = ws.options().fsync_restored_files;
-    let mut replaced = Replaced::default();
-    // Directory modes to set at the end, by absolute path.
-    let mut modes: BTreeMap<PathBuf, u32> = BTreeMap::new();
-    // Directories whose entries change but that this user may not write
-    // (555, say) are opened up for the rollback, and get their mode back
-    // (or the target's) at the end with the others.
-    for d in dirs_changed(plan) {
-        // Only a real directory there now (one the plan creates is
-        // writable); the guard then checks the way to it.
-        let Ok(m) = std::fs::symlink_metadata(ws.root().join(d)) else {
-            continue;
-        };
-        if !m.is_dir() {
-            continue;
-        }
-        let abs = if d.is_empty() {
-            ws.root().to_path_buf()
+    a.open_up_dirs(plan)?;
+    a.delete_files(plan)?;
+    a.remove_dirs(plan)?;
+    a.create_dirs(plan)?;
+    let writes = FileWrites::for_plan(ws, plan, staging, durable);
+    for (b, batch) in plan.write.chunks(writes.batch_files).enumerate() {
+        a.write_batch(blobs, &writes, batch, b * writes.batch_files, &mut pre)?;
+    }
+    std::mem::take(&mut a.replaced).release_in_background();
+    a.set_dir_modes(plan)?;
+    let dirs = if durable {
+        DirsToSync(a.touched_dirs.into_iter().collect())
+    } else {
+        DirsToSync::default()
+    };
+    Ok((a.done, dirs))
+}
+
+/// A restore under way: what it did so far, and what it still owes.
+struct Applying<'a> {
+    g: Guard<'a>,
+    done: Applied,
+    /// Directories whose entries changed, to fsync at the end.
+    touched_dirs: BTreeSet<PathBuf>,
+    /// Files replaced or deleted, held open until the end.
+    replaced: Replaced,
+    /// Directory modes to set at the end, by absolute path.
+    modes: BTreeMap<PathBuf, u32>,
+}
+
+/// How a restore writes its files: in batches (see
+/// [`Applying::write_batch`]).
+struct FileWrites {
+    staging: Option<Staging>,
+    /// Set when a plan this large is made durable by one syncfs.
+    whole_fs: Option<WholeFs>,
+    durable: bool,
+    batch_files: usize,
+}
+
+impl FileWrites {
+    /// Files are written in batches: each file of a batch to its temporary,
+    /// then the batch's temporaries fsync'd together (the file system
+    /// commits concurrent fsyncs in one journal transaction, so a batch
+    /// costs about one fsync), then each renamed into place. A large plan
+    /// is one batch whose temporaries are closed as they are written and
+    /// made durable by one syncfs (see `crate::whole_fs`), opened once
+    /// the plan's directories exist.
+    fn for_plan(
+        ws: &Workspace,
+        plan: &Plan,
+        staging: Option<Staging>,
+        durable: bool,
+    ) -> FileWrites {
+        let whole_fs = if durable {
+            let files = plan.write.iter().filter(|w| !w.mode_only).count();
+            let parents = plan.write.iter().map(|w| relpath::parent(&w.path));
+            WholeFs::for_restore(ws.root(), files, parents)
         } else {
-            g.check(d)?
+            None
         };
-        if !may_write_into(&abs) {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = m.permissions().mode() & 0o3777;
-            set_mode(&abs, mode | 0o700)?;
-            modes.entry(abs).or_insert(mode);
+        let batch_files = match whole_fs {
+            Some(_) => plan.write.len().max(1),
+            None => RESTORE_BATCH_FILES,
+        };
+        FileWrites {
+            staging,
+            whole_fs,
+            durable,
+            batch_files,
         }
+    }
+}
+
+impl Applying<'_> {
+    /// Directories whose entries change but that this user may not write
+    /// (555, say) are opened up for the rollback, and get their mode back
+    /// (or the target's) at the end with the others.
+    fn open_up_dirs(&mut self, plan: &Plan) -> Result<()> {
+        let root = self.g.ws.root().to_path_buf();
+        for d in dirs_changed(plan) {
+            // Only a real directory there now (one the plan creates is
+            // writable); the guard then checks the way to it.
+            let Ok(m) = std::fs::symlink_metadata(root.join(d)) else {
+                continue;
+            };
+            if !m.is_dir() {
+                continue;
+            }
+            let abs = if d.is_empty() {
+                root.clone()
+            } else {
+                self.g.check(d)?
+            };
+            if !may_write_into(&abs) {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = m.permissions().mode() & 0o3777;
+                set_mode(&abs, mode | 0o700)?;
+                self.modes.entry(abs).or_insert(mode);
+            }
+        }
+        Ok(())
     }
 
-    for p in &plan.delete {
-        let abs = g.check(p)?;
-        replaced.hold(&abs);
-        match std::fs::remove_file(&abs) {
-            Ok(()) => done.deleted.push(p.clone()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(SnapshotError::io("delete", abs, e)),
+    /// Deletes the files and symlinks the plan deletes.
+    fn delete_files(&mut self, plan: &Plan) -> Result<()> {
+        for p in &plan.delete {
+            let abs = self.g.check(p)?;
+            self.replaced.hold(&abs);
+            match std::fs::remove_file(&abs) {
+                Ok(()) => self.done.deleted.push(p.clone()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(SnapshotError::io("delete", abs, e)),
+            }
+            if let Some(d) = abs.parent() {
+                self.touched_dirs.insert(d.to_path_buf());
+            }
         }
-        if let Some(d) = abs.parent() {
-            touched_dirs.insert(d.to_path_buf());
-        }
+        Ok(())
     }
-    let leaf_targets: HashSet<&str> = plan.write.iter().map(|w| w.path.as_str()).collect();
-    for d in &plan.remove_dirs {
-        let abs = g.check(d)?;
-        match std::fs::symlink_metadata(&abs) {
-            Ok(m) if m.is_dir() => {}
-            _ => continue,
-        }
-        match std::fs::remove_dir(&abs) {
-            Ok(()) => {
-                g.checked.remove(d.as_str());
-                modes.remove(&abs); // opened up for the rollback, now gone
-                done.removed_dirs.push(d.clone());
-                // The directory is gone: sync its parent instead of it.
-                touched_dirs.remove(&abs);
-                if let Some(p) = abs.parent() {
-                    touched_dirs.insert(p.to_path_buf());
+
+    /// Removes the directories the plan removes; one that still holds
+    /// files cairn does not manage is left alone, unless a file must
+    /// take its place.
+    fn remove_dirs(&mut self, plan: &Plan) -> Result<()> {
+        let leaf_targets: HashSet<&str> = plan.write.iter().map(|w| w.path.as_str()).collect();
+        for d in &plan.remove_dirs {
+            let abs = self.g.check(d)?;
+            match std::fs::symlink_metadata(&abs) {
+                Ok(m) if m.is_dir() => {}
+                _ => continue,
+            }
+            match std::fs::remove_dir(&abs) {
+                Ok(()) => {
+                    self.g.checked.remove(d.as_str());
+                    self.modes.remove(&abs); // opened up for the rollback, now gone
+                    self.done.removed_dirs.push(d.clone());
+                    // The directory is gone: sync its parent instead of it.
+                    self.touched_dirs.remove(&abs);
+                    if let Some(p) = abs.parent() {
+                        self.touched_dirs.insert(p.to_path_buf());
+                    }
+                }
+                Err(_) if !leaf_targets.contains(d.as_str()) => {
+                    // Still holds files cairn does not manage (ignored ones): left alone.
+                }
+                Err(e) => {
+                    return Err(SnapshotError::bad_path(
+                        d.clone(),
+                        format!("cannot replace this directory by a file: it still holds files cairn does not track ({e})"),
+                    ))
                 }
             }
-            Err(_) if !leaf_targets.contains(d.as_str()) => {
-                // Still holds files cairn does not manage (ignored ones): left alone.
-            }
-            Err(e) => {
-                return Err(SnapshotError::bad_path(
-                    d.clone(),
-                    format!("cannot replace this directory by a file: it still holds files cairn does not track ({e})"),
-                ))
-            }
         }
+        Ok(())
     }
-    for (d, mode) in &plan.create_dirs {
-        let abs = g.check(d)?;
-        match std::fs::symlink_metadata(&abs) {
-            Ok(m) if m.is_dir() => continue,
-            Ok(m) if is_special(&m) => {
-                // A FIFO, socket or device holds no data: replaced, as a
-                // file written over one is (`precheck` let it through).
-                std::fs::remove_file(&abs)
-                    .map_err(|e| SnapshotError::io("remove special file", &abs, e))?;
+
+    /// Creates the directories the plan creates (their modes are set at
+    /// the end).
+    fn create_dirs(&mut self, plan: &Plan) -> Result<()> {
+        for (d, mode) in &plan.create_dirs {
+            let abs = self.g.check(d)?;
+            match std::fs::symlink_metadata(&abs) {
+                Ok(m) if m.is_dir() => continue,
+                Ok(m) if is_special(&m) => {
+                    // A FIFO, socket or device holds no data: replaced, as a
+                    // file written over one is (`precheck` let it through).
+                    std::fs::remove_file(&abs)
+                        .map_err(|e| SnapshotError::io("remove special file", &abs, e))?;
+                }
+                Ok(_) => {
+                    return Err(SnapshotError::bad_path(
+                        d.clone(),
+                        "a file cairn does not track is in the way of a directory to restore",
+                    ))
+                }
+                Err(_) => {}
             }
-            Ok(_) => {
-                return Err(SnapshotError::bad_path(
-                    d.clone(),
-                    "a file cairn does not track is in the way of a directory to restore",
-                ))
+            std::fs::create_dir(&abs)
+                .map_err(|e| SnapshotError::io("create directory", &abs, e))?;
+            // Its mode is set once the files under it are written (a
+            // read-only directory could not be written into).
+            self.modes.insert(abs.clone(), *mode);
+            self.done.created_dirs.push(d.clone());
+            if let Some(p) = abs.parent() {
+                self.touched_dirs.insert(p.to_path_buf());
             }
-            Err(_) => {}
         }
-        std::fs::create_dir(&abs).map_err(|e| SnapshotError::io("create directory", &abs, e))?;
-        // Its mode is set once the files under it are written (a
-        // read-only directory could not be written into).
-        modes.insert(abs.clone(), *mode);
-        done.created_dirs.push(d.clone());
-        if let Some(p) = abs.parent() {
-            touched_dirs.insert(p.to_path_buf());
-        }
+        Ok(())
     }
-    // Files are written in batches: each file of a batch to its temporary,
-    // then the batch's temporaries fsync'd together (the file system
-    // commits concurrent fsyncs in one journal transaction, so a batch costs
-    // about one fsync), then each renamed into place. A large plan is one
-    // batch whose temporaries are closed as they are written and made
-    // durable by one syncfs (see `crate::whole_fs`).
-    let whole_fs = if durable {
-        let files = plan.write.iter().filter(|w| !w.mode_only).count();
-        let parents = plan.write.iter().map(|w| relpath::parent(&w.path));
-        WholeFs::for_restore(ws.root(), files, parents)
-    } else {
-        None
-    };
-    let batch_files = match whole_fs {
-        Some(_) => plan.write.len().max(1),
-        None => RESTORE_BATCH_FILES,
-    };
-    for (b, batch) in plan.write.chunks(batch_files).enumerate() {
+
+    /// Writes one batch of the plan's files, the first numbered `first`:
+    /// each to its temporary, the temporaries made durable together, then
+    /// each renamed into place. On failure, the temporaries are removed.
+    fn write_batch<B: BlobRead + ?Sized>(
+        &mut self,
+        blobs: &B,
+        writes: &FileWrites,
+        batch: &[Write],
+        first: usize,
+        pre: &mut Prestaged,
+    ) -> Result<()> {
         let mut staged: Vec<Staged> = Vec::with_capacity(batch.len());
         let res = (|| -> Result<()> {
             for (i, w) in batch.iter().enumerate() {
-                let abs = g.check(&w.path)?;
+                let abs = self.g.check(&w.path)?;
                 let file = if w.mode_only {
                     set_mode(&abs, w.entry.mode)?;
                     None
-                } else if let Some(tmp) = pre.temps.remove(&(b * batch_files + i)) {
+                } else if let Some(tmp) = pre.temps.remove(&(first + i)) {
                     Some((tmp, None)) // written and fsync'd already
                 } else {
-                    let (tmp, f) =
-                        stage_entry(blobs, staging.as_ref(), &abs, &w.entry, b * batch_files + i)?;
+                    let staging = writes.staging.as_ref();
+                    let (tmp, f) = stage_entry(blobs, staging, &abs, &w.entry, first + i)?;
                     // Synced whole: closed now, so a plan of any size holds
                     // no descriptors.
-                    Some((tmp, f.filter(|_| whole_fs.is_none())))
+                    Some((tmp, f.filter(|_| writes.whole_fs.is_none())))
                 };
                 staged.push(Staged { abs, file });
             }
-            if let Some(fs) = &whole_fs {
-                fs.sync()?;
-            } else if durable {
-                let files: Vec<&std::fs::File> = staged
-                    .iter()
-                    .filter_map(|s| s.file.as_ref().and_then(|f| f.1.as_ref()))
-                    .collect();
-                in_parallel(&files, |f| {
-                    f.sync_all()
-                        .map_err(|e| SnapshotError::io("fsync", "<restored file>", e))
-                })?;
-            }
+            sync_staged(writes, &staged)?;
             for s in &staged {
                 if let Some((tmp, _)) = &s.file {
-                    replaced.hold(&s.abs);
+                    self.replaced.hold(&s.abs);
                     std::fs::rename(tmp, &s.abs)
                         .map_err(|e| SnapshotError::io("rename into place", &s.abs, e))?;
                 }
@@ -936,36 +1055,54 @@ fn apply_inner<B: BlobRead + ?Sized>(
         }
         res?;
         for (w, s) in batch.iter().zip(&staged) {
-            done.written.push(w.path.clone());
+            self.done.written.push(w.path.clone());
             if let Some(p) = s.abs.parent() {
-                touched_dirs.insert(p.to_path_buf());
+                self.touched_dirs.insert(p.to_path_buf());
             }
         }
+        Ok(())
     }
-    replaced.release_in_background();
-    for (d, mode) in &plan.dir_modes {
-        let abs = g.check(d)?;
-        match std::fs::symlink_metadata(&abs) {
-            Ok(m) if m.is_dir() => {}
-            _ => continue, // not there (it was checked when planned): nothing to set
+
+    /// Sets every directory mode the restore owes: the plan's, those of
+    /// the directories it created, and those it opened up; deepest first,
+    /// so a directory made read-only is set after its children.
+    fn set_dir_modes(&mut self, plan: &Plan) -> Result<()> {
+        for (d, mode) in &plan.dir_modes {
+            let abs = self.g.check(d)?;
+            match std::fs::symlink_metadata(&abs) {
+                Ok(m) if m.is_dir() => {}
+                _ => continue, // not there (it was checked when planned): nothing to set
+            }
+            self.modes.insert(abs, *mode);
+            self.done.dir_modes.push(d.clone());
         }
-        modes.insert(abs, *mode);
-        done.dir_modes.push(d.clone());
+        let mut modes: Vec<(PathBuf, u32)> = std::mem::take(&mut self.modes).into_iter().collect();
+        modes.sort_by_key(|(abs, _)| std::cmp::Reverse(abs.components().count()));
+        for (abs, mode) in &modes {
+            set_mode(abs, *mode)?;
+            // The mode is the directory's own metadata: its fsync makes it durable.
+            self.touched_dirs.insert(abs.clone());
+        }
+        Ok(())
     }
-    // Deepest first, so a directory made read-only is set after its children.
-    let mut modes: Vec<(PathBuf, u32)> = modes.into_iter().collect();
-    modes.sort_by_key(|(abs, _)| std::cmp::Reverse(abs.components().count()));
-    for (abs, mode) in &modes {
-        set_mode(abs, *mode)?;
-        // The mode is the directory's own metadata: its fsync makes it durable.
-        touched_dirs.insert(abs.clone());
+}
+
+/// Makes a batch's temporaries durable: by one syncfs, or by fsyncing
+/// them together.
+fn sync_staged(writes: &FileWrites, staged: &[Staged]) -> Result<()> {
+    if let Some(fs) = &writes.whole_fs {
+        fs.sync()?;
+    } else if writes.durable {
+        let files: Vec<&std::fs::File> = staged
+            .iter()
+            .filter_map(|s| s.file.as_ref().and_then(|f| f.1.as_ref()))
+            .collect();
+        in_parallel(&files, |f| {
+            f.sync_all()
+                .map_err(|e| SnapshotError::io("fsync", "<restored file>", e))
+        })?;
     }
-    let dirs = if durable {
-        DirsToSync(touched_dirs.into_iter().collect())
-    } else {
-        DirsToSync::default()
-    };
-    Ok((done, dirs))
+    Ok(())
 }
 
 /// Files a restore replaces or deletes, held open across the rename or

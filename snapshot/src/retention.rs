@@ -179,111 +179,139 @@ pub fn decide(
 ) -> Choice {
     let mut sorted: Vec<&Candidate> = candidates.iter().collect();
     sorted.sort_by_key(|c| c.id);
-    // The candidates are the checkpoints not discarded: the newest of each
-    // session is never evicted (`may_discard`'s rule).
+    let newest = newest_per_session(&sorted);
+    let protected = |c: &Candidate| newest.get(c.session.as_str()) == Some(&Some(c.id));
+    let mut evict: BTreeMap<CheckpointId, ()> = BTreeMap::new();
+    if let Some(n) = policy.keep_per_session {
+        evict_past_count(&sorted, n, &mut evict);
+    }
+    let budget = policy
+        .max_bytes
+        .map(|max| evict_for_budget(&sorted, pinned, max, &protected, &mut evict));
+    Choice {
+        evict: evict.into_keys().collect(),
+        budget,
+    }
+}
+
+/// The newest checkpoint of each session among the candidates (`sorted`
+/// by id), which is never evicted. The candidates are the checkpoints not
+/// discarded (`may_discard`'s rule).
+fn newest_per_session<'c>(sorted: &[&'c Candidate]) -> HashMap<&'c str, Option<CheckpointId>> {
     let mut of_session: HashMap<&str, Vec<(CheckpointId, Option<Lsn>)>> = HashMap::new();
-    for c in &sorted {
+    for c in sorted {
         of_session
             .entry(c.session.as_str())
             .or_default()
             .push((c.id, None));
     }
-    let newest: HashMap<&str, Option<CheckpointId>> = of_session
+    of_session
         .iter()
         .map(|(s, all)| (*s, newest_kept(all)))
-        .collect();
-    let protected = |c: &Candidate| newest.get(c.session.as_str()) == Some(&Some(c.id));
-    let mut evict: BTreeMap<CheckpointId, ()> = BTreeMap::new();
-    if let Some(n) = policy.keep_per_session {
-        let mut per: HashMap<&str, Vec<CheckpointId>> = HashMap::new();
-        for c in &sorted {
-            per.entry(c.session.as_str()).or_default().push(c.id);
-        }
-        for ids in per.values() {
-            let keep = n.max(1);
-            if ids.len() > keep {
-                for id in &ids[..ids.len() - keep] {
-                    evict.insert(*id, ());
-                }
+        .collect()
+}
+
+/// Evicts all but the newest `n` (at least one) checkpoints of each
+/// session.
+fn evict_past_count(sorted: &[&Candidate], n: usize, evict: &mut BTreeMap<CheckpointId, ()>) {
+    let mut per: HashMap<&str, Vec<CheckpointId>> = HashMap::new();
+    for c in sorted {
+        per.entry(c.session.as_str()).or_default().push(c.id);
+    }
+    for ids in per.values() {
+        let keep = n.max(1);
+        if ids.len() > keep {
+            for id in &ids[..ids.len() - keep] {
+                evict.insert(*id, ());
             }
         }
     }
-    let mut budget = None;
-    if let Some(max) = policy.max_bytes {
-        // Pinned contents any checkpoint holds stay whatever is evicted.
-        let mut pinned_sizes: HashMap<BlobHash, u64> = HashMap::new();
-        for c in &sorted {
-            for (h, s) in c.blobs.iter().filter(|(h, _)| pinned.contains(h)) {
-                pinned_sizes.insert(*h, *s);
-            }
+}
+
+/// Evicts checkpoints oldest first (not `protected` ones) while the store
+/// would keep more than `max` bytes, and only while that frees bytes (see
+/// [`decide`]); how the budget stands after.
+fn evict_for_budget(
+    sorted: &[&Candidate],
+    pinned: &HashSet<BlobHash>,
+    max: u64,
+    protected: &dyn Fn(&Candidate) -> bool,
+    evict: &mut BTreeMap<CheckpointId, ()>,
+) -> BudgetOutcome {
+    let pinned_bytes = pinned_bytes(sorted, pinned);
+    let mut refs: HashMap<BlobHash, (u64, u64)> = HashMap::new();
+    for c in sorted.iter().filter(|c| !evict.contains_key(&c.id)) {
+        for (h, s) in c.blobs.iter().filter(|(h, _)| !pinned.contains(h)) {
+            refs.entry(*h).or_insert((0, *s)).0 += 1;
         }
-        let pinned_bytes = pinned_sizes
-            .values()
-            .fold(0, |a: u64, s| a.saturating_add(*s));
-        let mut refs: HashMap<BlobHash, (u64, u64)> = HashMap::new();
-        for c in sorted.iter().filter(|c| !evict.contains_key(&c.id)) {
-            for (h, s) in c.blobs.iter().filter(|(h, _)| !pinned.contains(h)) {
-                refs.entry(*h).or_insert((0, *s)).0 += 1;
-            }
+    }
+    let mut total: u64 = refs
+        .values()
+        .map(|v| v.1)
+        .fold(pinned_bytes, u64::saturating_add);
+    // Evictions that freed nothing yet: made only once a later one
+    // frees a blob they hold too (two checkpoints sharing a blob free
+    // it together), dropped at the end otherwise. Their counts stay
+    // lowered: they freed nothing, so `total` is what the store keeps
+    // with them retained.
+    let mut pending: Vec<&Candidate> = Vec::new();
+    for c in sorted {
+        if total <= max {
+            break;
         }
-        let mut total: u64 = refs
-            .values()
-            .map(|v| v.1)
-            .fold(pinned_bytes, u64::saturating_add);
-        // Evictions that freed nothing yet: made only once a later one
-        // frees a blob they hold too (two checkpoints sharing a blob free
-        // it together), dropped at the end otherwise. Their counts stay
-        // lowered: they freed nothing, so `total` is what the store keeps
-        // with them retained.
-        let mut pending: Vec<&Candidate> = Vec::new();
-        for c in &sorted {
-            if total <= max {
-                break;
-            }
-            if protected(c) || evict.contains_key(&c.id) {
-                continue;
-            }
-            let mut freed: HashSet<BlobHash> = HashSet::new();
-            for (h, _) in &c.blobs {
-                if let Some(v) = refs.get_mut(h) {
-                    v.0 -= 1;
-                    if v.0 == 0 {
-                        total = total.saturating_sub(v.1);
-                        refs.remove(h);
-                        freed.insert(*h);
-                    }
-                }
-            }
-            pending.push(c);
-            if !freed.is_empty() {
-                pending.retain(|p| {
-                    let holds = p.blobs.iter().any(|(h, _)| freed.contains(h));
-                    if holds {
-                        evict.insert(p.id, ());
-                    }
-                    !holds
-                });
-            }
+        if protected(c) || evict.contains_key(&c.id) {
+            continue;
         }
-        let mut floor: HashSet<BlobHash> = HashSet::new();
-        let mut floor_bytes = pinned_bytes;
-        for c in sorted.iter().filter(|c| protected(c)) {
-            for (h, s) in &c.blobs {
-                if !pinned.contains(h) && floor.insert(*h) {
-                    floor_bytes = floor_bytes.saturating_add(*s);
+        let mut freed: HashSet<BlobHash> = HashSet::new();
+        for (h, _) in &c.blobs {
+            if let Some(v) = refs.get_mut(h) {
+                v.0 -= 1;
+                if v.0 == 0 {
+                    total = total.saturating_sub(v.1);
+                    refs.remove(h);
+                    freed.insert(*h);
                 }
             }
         }
-        budget = Some(BudgetOutcome {
-            max_bytes: max,
-            kept_bytes: total,
-            floor_bytes,
-        });
+        pending.push(c);
+        if !freed.is_empty() {
+            pending.retain(|p| {
+                let holds = p.blobs.iter().any(|(h, _)| freed.contains(h));
+                if holds {
+                    evict.insert(p.id, ());
+                }
+                !holds
+            });
+        }
     }
-    Choice {
-        evict: evict.into_keys().collect(),
-        budget,
+    let mut floor: HashSet<BlobHash> = HashSet::new();
+    let mut floor_bytes = pinned_bytes;
+    for c in sorted.iter().filter(|c| protected(c)) {
+        for (h, s) in &c.blobs {
+            if !pinned.contains(h) && floor.insert(*h) {
+                floor_bytes = floor_bytes.saturating_add(*s);
+            }
+        }
     }
+    BudgetOutcome {
+        max_bytes: max,
+        kept_bytes: total,
+        floor_bytes,
+    }
+}
+
+/// The bytes of the pinned contents any checkpoint holds: they stay
+/// whatever is evicted.
+fn pinned_bytes(sorted: &[&Candidate], pinned: &HashSet<BlobHash>) -> u64 {
+    let mut pinned_sizes: HashMap<BlobHash, u64> = HashMap::new();
+    for c in sorted {
+        for (h, s) in c.blobs.iter().filter(|(h, _)| pinned.contains(h)) {
+            pinned_sizes.insert(*h, *s);
+        }
+    }
+    pinned_sizes
+        .values()
+        .fold(0, |a: u64, s| a.saturating_add(*s))
 }
 
 #[cfg(test)]

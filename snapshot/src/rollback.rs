@@ -203,10 +203,11 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let _flow = ws.flow();
     let target = find_checkpoint(log, ws, req.target)?;
     check_restorable(blobs, &target)?;
-    let mut scope = Vec::with_capacity(req.paths.len());
-    for p in &req.paths {
-        scope.push(ws.normalize(p)?);
-    }
+    let scope = req
+        .paths
+        .iter()
+        .map(|p| ws.normalize(p))
+        .collect::<Result<Vec<String>>>()?;
     let state = target.state.map(|h| blobs.get(&h)).transpose()?;
     if req.dry_run {
         return dry_run(log, blobs, ws, &target, &scope, state);
@@ -228,11 +229,7 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         (&target, &scope),
         (&marker, &unfinished),
     )?;
-    let mut ev = rollback_event(&req.session, ready.undo.id, target.id, &scope);
-    ev.run = req.run;
-    ev.phase = req.phase;
-    ev.agent = req.agent;
-    ev.model = req.model;
+    let ev = request_event(req, ready.undo.id, target.id, &scope);
     let Ready {
         undo,
         undo_cap,
@@ -265,6 +262,22 @@ pub fn rollback<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
         lsn: Some(lsn),
         interrupted_temporaries: 0,
     })
+}
+
+/// The `rollback` record of `req` from the undo point `undo` to `target`,
+/// naming the run, phase, agent and model the request gives.
+fn request_event(
+    req: RollbackRequest,
+    undo: CheckpointId,
+    target: CheckpointId,
+    scope: &[String],
+) -> Event {
+    let mut ev = rollback_event(&req.session, undo, target, scope);
+    ev.run = req.run;
+    ev.phase = req.phase;
+    ev.agent = req.agent;
+    ev.model = req.model;
+    ev
 }
 
 /// Refuses a discarded target whose tree or application state the store

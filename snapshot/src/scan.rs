@@ -422,6 +422,16 @@ fn leaf(ws: &Workspace, rel: &str, m: &Metadata, out: &mut ScanOut) {
     }
 }
 
+/// What every directory of one walk shares.
+#[derive(Clone, Copy)]
+struct WalkOpts<'a> {
+    ws: &'a Workspace,
+    /// Ignore rules are applied.
+    follow: bool,
+    /// Tracked paths: captured whole, ignore rules or not.
+    tracked: &'a BTreeSet<String>,
+}
+
 /// Walks the directory `start` (workspace-relative; `""` is the root).
 fn walk(
     ws: &Workspace,
@@ -430,22 +440,20 @@ fn walk(
     tracked: &BTreeSet<String>,
     out: &mut ScanOut,
 ) -> Result<()> {
-    let root = ws.root();
-    // Rules from the directories above `start` (for a walk that starts below the root).
-    let mut rules: Option<Rc<Rules>> = None;
-    if follow && !start.is_empty() {
-        let mut abs = root.to_path_buf();
-        rules = push_rules(&rules, &abs, true);
-        let comps: Vec<&str> = start.split('/').collect();
-        for c in &comps[..comps.len() - 1] {
-            abs.push(c);
-            rules = push_rules(&rules, &abs, abs.join(GIT_DIR_NAME).exists());
-        }
-    }
+    let w = WalkOpts {
+        ws,
+        follow,
+        tracked,
+    };
+    let rules = if follow && !start.is_empty() {
+        rules_above(ws.root(), start)
+    } else {
+        None
+    };
     let mut stack: Vec<Frame> = vec![(start.to_string(), rules)];
     // The first directory on this thread: its subdirectories are then shared
     // out between threads, each walking whole subtrees.
-    drain(ws, follow, tracked, &mut stack, out, true)?;
+    drain(w, &mut stack, out, true)?;
     let want = match ws.options().hash_threads {
         0 => crate::workspace::parallelism(),
         n => n,
@@ -454,11 +462,33 @@ fn walk(
         .clamp(1, crate::workspace::MAX_HASH_THREADS)
         .min(stack.len());
     if threads <= 1 {
-        return drain(ws, follow, tracked, &mut stack, out, false);
+        return drain(w, &mut stack, out, false);
     }
-    let items = std::mem::take(&mut stack);
+    let parts = drain_in_parallel(w, std::mem::take(&mut stack), threads)?;
+    for p in parts {
+        merge_part(out, p);
+    }
+    Ok(())
+}
+
+/// The ignore rules from the directories above `start` (for a walk that
+/// starts below the root `root`).
+fn rules_above(root: &Path, start: &str) -> Option<Rc<Rules>> {
+    let mut abs = root.to_path_buf();
+    let mut rules = push_rules(&None, &abs, true);
+    let comps: Vec<&str> = start.split('/').collect();
+    for c in &comps[..comps.len() - 1] {
+        abs.push(c);
+        rules = push_rules(&rules, &abs, abs.join(GIT_DIR_NAME).exists());
+    }
+    rules
+}
+
+/// Walks the subtrees `items` on `threads` threads, each taking whole
+/// subtrees in turn; what each thread found.
+fn drain_in_parallel(w: WalkOpts<'_>, items: Vec<Frame>, threads: usize) -> Result<Vec<ScanOut>> {
     let next = AtomicUsize::new(0);
-    let parts = std::thread::scope(|s| -> Result<Vec<ScanOut>> {
+    std::thread::scope(|s| -> Result<Vec<ScanOut>> {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| -> Result<ScanOut> {
@@ -467,7 +497,7 @@ fn walk(
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(item) = items.get(i) else { break };
                         let mut st = vec![item.clone()];
-                        drain(ws, follow, tracked, &mut st, &mut local, false)?;
+                        drain(w, &mut st, &mut local, false)?;
                     }
                     Ok(local)
                 })
@@ -480,26 +510,27 @@ fn walk(
             })??);
         }
         Ok(parts)
-    })?;
-    for p in parts {
-        out.leaves.extend(p.leaves);
-        out.dirs.extend(p.dirs);
-        out.missing.extend(p.missing);
-        for (k, v) in p.skipped {
-            *out.skipped.entry(k).or_default() += v;
-        }
-        // The paths to name, as `ScanOut::skip_path` keeps them: one
-        // named twice (the threads walk disjoint subtrees, so never in
-        // practice) is counted once.
-        for (rel, why) in p.not_captured {
-            if out.not_captured.insert(rel, why).is_some() {
-                if let Some(n) = out.skipped.get_mut(why) {
-                    *n = n.saturating_sub(1);
-                }
+    })
+}
+
+/// Adds what one thread of a walk found to `out`.
+fn merge_part(out: &mut ScanOut, p: ScanOut) {
+    out.leaves.extend(p.leaves);
+    out.dirs.extend(p.dirs);
+    out.missing.extend(p.missing);
+    for (k, v) in p.skipped {
+        *out.skipped.entry(k).or_default() += v;
+    }
+    // The paths to name, as `ScanOut::skip_path` keeps them: one
+    // named twice (the threads walk disjoint subtrees, so never in
+    // practice) is counted once.
+    for (rel, why) in p.not_captured {
+        if out.not_captured.insert(rel, why).is_some() {
+            if let Some(n) = out.skipped.get_mut(why) {
+                *n = n.saturating_sub(1);
             }
         }
     }
-    Ok(())
 }
 
 type Frame = (String, Option<Rc<Rules>>);
@@ -609,15 +640,8 @@ fn rules_below(
 
 /// Walks the directories on `stack` (and everything below them), or only
 /// the first one with `one`.
-fn drain(
-    ws: &Workspace,
-    follow: bool,
-    tracked: &BTreeSet<String>,
-    stack: &mut Vec<Frame>,
-    out: &mut ScanOut,
-    one: bool,
-) -> Result<()> {
-    let root = ws.root();
+fn drain(w: WalkOpts<'_>, stack: &mut Vec<Frame>, out: &mut ScanOut, one: bool) -> Result<()> {
+    let root = w.ws.root();
     let mut first = true;
     while let Some((dir, parent_rules)) = stack.pop() {
         if one && !first {
@@ -630,103 +654,153 @@ fn drain(
         } else {
             root.join(&dir)
         };
-        let listing = match list_dir(&abs_dir, out) {
-            Listed::Entries(l) => l,
-            Listed::Vanished => continue,
-            Listed::Unreadable => {
-                out.skip_path(if dir.is_empty() { "." } else { &dir }, reason::UNREADABLE);
-                continue;
-            }
-        };
-        if listing.is_store && !dir.is_empty() {
-            out.dirs.retain(|d| d.0 != dir);
-            if !ws.is_own_path(&dir) {
-                out.skip(reason::NESTED_STORE);
-            }
+        let Some(listing) = list_walked_dir(w.ws, &dir, &abs_dir, out) else {
             continue;
-        }
-        let rules = rules_below(&listing, parent_rules, &abs_dir, follow, dir.is_empty());
-        let ents = listing.ents;
+        };
+        let rules = rules_below(&listing, parent_rules, &abs_dir, w.follow, dir.is_empty());
         // One buffer for every entry's absolute path (the ignore matcher
         // wants one), instead of an allocation per entry.
         let mut abs_buf = abs_dir.clone();
-        for ent in ents {
-            let name_os = ent.file_name();
-            let Some(name) = name_os.to_str().filter(|n| relpath::valid_name(n)) else {
-                abs_buf.push(&name_os);
-                let shown = relpath::join(
-                    &relpath::escape_bytes(dir.as_bytes()),
-                    &relpath::escape_bytes(name_os.as_encoded_bytes()),
-                );
-                skip_non_utf8(&abs_buf, shown, follow, &rules, out);
-                abs_buf.pop();
-                continue;
-            };
-            if name == GIT_DIR_NAME {
-                if !dir.is_empty() {
-                    out.skip(reason::NESTED_GIT);
-                }
-                continue;
-            }
-            let rel = relpath::join(&dir, name);
-            // A directory named `.cairn` is a store (the workspace's own
-            // at the root, or a nested workspace's): never content. A
-            // file of that name below the root is ordinary content.
-            if name == relpath::STORE_DIR_NAME
-                && (dir.is_empty() || ent.file_type().map_or(true, |t| t.is_dir()))
-            {
-                // The workspace's own store is not counted; a nested one is.
-                if !dir.is_empty() && !ws.is_own_path(&rel) {
-                    out.skip(reason::NESTED_STORE);
-                }
-                continue;
-            }
-            // The directory itself is not excluded, so only this name can
-            // make `rel` so (a configured exclude, the cache directory, a
-            // store directory not named `.cairn`).
-            if ws.has_excludes() && ws.is_excluded(&rel) {
-                // The cache and store directories are cairn's, not the user's: not counted.
-                if !ws.is_own_path(&rel) {
-                    out.skip(reason::EXCLUDED);
-                }
-                continue;
-            }
-            // On unix this is an lstat relative to the open directory: never follows a symlink.
-            let m = match ent.metadata() {
-                Ok(m) => m,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    out.skip(reason::VANISHED);
-                    continue;
-                }
-                Err(_) => {
-                    out.skip_path(&rel, reason::UNREADABLE);
-                    continue;
-                }
-            };
-            let is_dir = m.file_type().is_dir();
-            if is_dir && tracked.contains(&rel) {
-                // A tracked directory is captured whole, ignore rules or not:
-                // `scan_full` walks it after this walk.
-                continue;
-            }
-            if follow && rules.is_some() && !tracked.contains(&rel) {
-                abs_buf.push(name);
-                let ignored = is_ignored(&rules, &abs_buf, is_dir);
-                abs_buf.pop();
-                if ignored {
-                    out.skip(reason::IGNORED);
-                    continue;
-                }
-            }
-            if is_dir {
-                out.dirs.push((rel.clone(), Stat::of(&m).dir_perm()));
-                stack.push((rel, rules.clone()));
-            } else {
-                leaf(ws, &rel, &m, out);
+        for ent in listing.ents {
+            if let Some(sub) = visit_entry(w, &dir, &ent, &rules, &mut abs_buf, out) {
+                stack.push((sub, rules.clone()));
             }
         }
     }
     Ok(())
+}
+
+/// Lists the directory `dir` of a walk; `None` when there is nothing to
+/// walk in it: it vanished, cannot be read (named), or is a store (a
+/// store not at the root is taken back out of the directories found).
+fn list_walked_dir(
+    ws: &Workspace,
+    dir: &str,
+    abs_dir: &Path,
+    out: &mut ScanOut,
+) -> Option<Listing> {
+    let listing = match list_dir(abs_dir, out) {
+        Listed::Entries(l) => l,
+        Listed::Vanished => return None,
+        Listed::Unreadable => {
+            out.skip_path(if dir.is_empty() { "." } else { dir }, reason::UNREADABLE);
+            return None;
+        }
+    };
+    if listing.is_store && !dir.is_empty() {
+        out.dirs.retain(|d| d.0 != dir);
+        if !ws.is_own_path(dir) {
+            out.skip(reason::NESTED_STORE);
+        }
+        return None;
+    }
+    Some(listing)
+}
+
+/// True (counted in `out` when the user would want it counted) for an
+/// entry of the walked directory `dir` that its name leaves out: a `.git`,
+/// a store, an excluded path.
+fn left_out_by_name(
+    ws: &Workspace,
+    dir: &str,
+    name: &str,
+    rel: &str,
+    ent: &std::fs::DirEntry,
+    out: &mut ScanOut,
+) -> bool {
+    if name == GIT_DIR_NAME {
+        if !dir.is_empty() {
+            out.skip(reason::NESTED_GIT);
+        }
+        return true;
+    }
+    // A directory named `.cairn` is a store (the workspace's own
+    // at the root, or a nested workspace's): never content. A
+    // file of that name below the root is ordinary content.
+    if name == relpath::STORE_DIR_NAME
+        && (dir.is_empty() || ent.file_type().map_or(true, |t| t.is_dir()))
+    {
+        // The workspace's own store is not counted; a nested one is.
+        if !dir.is_empty() && !ws.is_own_path(rel) {
+            out.skip(reason::NESTED_STORE);
+        }
+        return true;
+    }
+    // The directory itself is not excluded, so only this name can
+    // make `rel` so (a configured exclude, the cache directory, a
+    // store directory not named `.cairn`).
+    if ws.has_excludes() && ws.is_excluded(rel) {
+        // The cache and store directories are cairn's, not the user's: not counted.
+        if !ws.is_own_path(rel) {
+            out.skip(reason::EXCLUDED);
+        }
+        return true;
+    }
+    false
+}
+
+/// Looks at one entry of the walked directory `dir` (`abs_buf` is its
+/// absolute path, and is left so): a file or symlink is added to `out`,
+/// what is left out is counted there; a directory to walk is added to
+/// `out` and its path returned.
+fn visit_entry(
+    w: WalkOpts<'_>,
+    dir: &str,
+    ent: &std::fs::DirEntry,
+    rules: &Option<Rc<Rules>>,
+    abs_buf: &mut PathBuf,
+    out: &mut ScanOut,
+) -> Option<String> {
+    let ws = w.ws;
+    let name_os = ent.file_name();
+    let Some(name) = name_os.to_str().filter(|n| relpath::valid_name(n)) else {
+        abs_buf.push(&name_os);
+        let shown = relpath::join(
+            &relpath::escape_bytes(dir.as_bytes()),
+            &relpath::escape_bytes(name_os.as_encoded_bytes()),
+        );
+        skip_non_utf8(abs_buf, shown, w.follow, rules, out);
+        abs_buf.pop();
+        return None;
+    };
+    let rel = relpath::join(dir, name);
+    if left_out_by_name(ws, dir, name, &rel, ent, out) {
+        return None;
+    }
+    // On unix this is an lstat relative to the open directory: never follows a symlink.
+    let m = match ent.metadata() {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            out.skip(reason::VANISHED);
+            return None;
+        }
+        Err(_) => {
+            out.skip_path(&rel, reason::UNREADABLE);
+            return None;
+        }
+    };
+    let is_dir = m.file_type().is_dir();
+    if is_dir && w.tracked.contains(&rel) {
+        // A tracked directory is captured whole, ignore rules or not:
+        // `scan_full` walks it after this walk.
+        return None;
+    }
+    if w.follow && rules.is_some() && !w.tracked.contains(&rel) {
+        abs_buf.push(name);
+        let ignored = is_ignored(rules, abs_buf, is_dir);
+        abs_buf.pop();
+        if ignored {
+            out.skip(reason::IGNORED);
+            return None;
+        }
+    }
+    if is_dir {
+        out.dirs.push((rel.clone(), Stat::of(&m).dir_perm()));
+        Some(rel)
+    } else {
+        leaf(ws, &rel, &m, out);
+        None
+    }
 }
 
 /// Names what a checkpoint cannot capture because its name `shown` (the
@@ -768,6 +842,18 @@ fn skip_non_utf8(
         out.skip(reason::SPECIAL);
         return;
     }
+    skip_non_utf8_dir(abs, shown, follow, rules, out);
+}
+
+/// [`skip_non_utf8`] of a directory: every file and symlink under it is
+/// named, or if it holds none, the directory itself (`shown/`).
+fn skip_non_utf8_dir(
+    abs: &Path,
+    shown: String,
+    follow: bool,
+    rules: &Option<Rc<Rules>>,
+    out: &mut ScanOut,
+) {
     // Anything but directories met below (named, ignored, special, a
     // nested `.git` or store): else the directory itself is named.
     let mut held = false;
@@ -791,45 +877,56 @@ fn skip_non_utf8(
             continue;
         }
         let rules = rules_below(&listing, parent_rules, &dir, follow, false);
-        let ents = listing.ents;
-        for ent in ents {
-            let name = ent.file_name();
-            let Ok(ft) = ent.file_type() else {
-                held = true;
-                out.skip(reason::VANISHED);
-                continue;
-            };
-            if name == GIT_DIR_NAME {
-                held = true;
-                out.skip(reason::NESTED_GIT);
-                continue;
-            }
-            if name == relpath::STORE_DIR_NAME && ft.is_dir() {
-                held = true;
-                out.skip(reason::NESTED_STORE);
-                continue;
-            }
-            let path = ent.path();
-            if follow && is_ignored(&rules, &path, ft.is_dir()) {
-                held = true;
-                out.skip(reason::IGNORED);
-                continue;
-            }
-            let rel = relpath::join(&dir_shown, &relpath::escape_bytes(name.as_encoded_bytes()));
-            if ft.is_dir() {
-                stack.push((path, rel, rules.clone()));
-            } else if ft.is_file() || ft.is_symlink() {
-                held = true;
-                out.skip_path(&rel, reason::NON_UTF8_NAME);
-            } else {
-                held = true;
-                out.skip(reason::SPECIAL);
+        for ent in listing.ents {
+            match non_utf8_entry(&ent, &dir_shown, follow, &rules, out) {
+                Some((path, rel)) => stack.push((path, rel, rules.clone())),
+                None => held = true,
             }
         }
     }
     if !held {
         out.skip_path(&format!("{shown}/"), reason::NON_UTF8_NAME);
     }
+}
+
+/// Looks at one entry under a directory whose name is not UTF-8 (shown as
+/// `dir_shown`): names or counts it in `out`, or returns a directory to
+/// walk (its path and how it is shown).
+fn non_utf8_entry(
+    ent: &std::fs::DirEntry,
+    dir_shown: &str,
+    follow: bool,
+    rules: &Option<Rc<Rules>>,
+    out: &mut ScanOut,
+) -> Option<(PathBuf, String)> {
+    let name = ent.file_name();
+    let Ok(ft) = ent.file_type() else {
+        out.skip(reason::VANISHED);
+        return None;
+    };
+    if name == GIT_DIR_NAME {
+        out.skip(reason::NESTED_GIT);
+        return None;
+    }
+    if name == relpath::STORE_DIR_NAME && ft.is_dir() {
+        out.skip(reason::NESTED_STORE);
+        return None;
+    }
+    let path = ent.path();
+    if follow && is_ignored(rules, &path, ft.is_dir()) {
+        out.skip(reason::IGNORED);
+        return None;
+    }
+    let rel = relpath::join(dir_shown, &relpath::escape_bytes(name.as_encoded_bytes()));
+    if ft.is_dir() {
+        return Some((path, rel));
+    }
+    if ft.is_file() || ft.is_symlink() {
+        out.skip_path(&rel, reason::NON_UTF8_NAME);
+    } else {
+        out.skip(reason::SPECIAL);
+    }
+    None
 }
 
 /// Opens a file for reading without following a symlink at its end and

@@ -196,6 +196,25 @@ pub(crate) fn classify(rel: &str) -> PathClass {
     PathClass::Keep
 }
 
+/// Starts a file watcher that sends its events to `handler`: on `root`,
+/// recursively, and on `cache_dir` (where barrier files are made) if it
+/// lies outside the root. The in-process watcher and the daemon share it.
+pub(crate) fn watch_workspace(
+    handler: impl notify::EventHandler,
+    root: &Path,
+    cache_dir: &Path,
+) -> Result<notify::RecommendedWatcher> {
+    let werr = |e: notify::Error| SnapshotError::Invalid(format!("file watcher: {e}"));
+    let mut inner = notify::recommended_watcher(handler).map_err(werr)?;
+    inner.watch(root, RecursiveMode::Recursive).map_err(werr)?;
+    if !cache_dir.starts_with(root) {
+        inner
+            .watch(cache_dir, RecursiveMode::NonRecursive)
+            .map_err(werr)?;
+    }
+    Ok(inner)
+}
+
 impl Watcher {
     /// Starts watching `root` (recursively) and, if it lies outside the
     /// root, the cache directory (where barrier files are made).
@@ -206,14 +225,7 @@ impl Watcher {
             root: root.to_path_buf(),
             cache_dir: cache_dir.to_path_buf(),
         };
-        let werr = |e: notify::Error| SnapshotError::Invalid(format!("file watcher: {e}"));
-        let mut inner = notify::recommended_watcher(handler).map_err(werr)?;
-        inner.watch(root, RecursiveMode::Recursive).map_err(werr)?;
-        if !cache_dir.starts_with(root) {
-            inner
-                .watch(cache_dir, RecursiveMode::NonRecursive)
-                .map_err(werr)?;
-        }
+        let inner = watch_workspace(handler, root, cache_dir)?;
         Ok(Watcher {
             shared,
             cache_dir: cache_dir.to_path_buf(),

@@ -30,7 +30,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use notify::{RecursiveMode, Watcher as _};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Result, SnapshotError};
@@ -279,6 +278,22 @@ struct Shared {
     changed: Condvar,
 }
 
+impl Shared {
+    /// A daemon's state as it starts, writing to `journal`.
+    fn new(journal: Journal) -> Shared {
+        Shared {
+            state: Mutex::new(State {
+                journal,
+                barrier_seen: 0,
+                dir_added: false,
+                last_request: Instant::now(),
+                stop: None,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+}
+
 struct Handler {
     shared: Arc<Shared>,
     root: PathBuf,
@@ -376,37 +391,14 @@ pub fn run(cfg: DaemonConfig, ready: impl FnOnce(&DaemonStatus)) -> Result<Stopp
         )));
     };
     let journal = Journal::create(&cache_dir.join(JOURNAL_FILE), cfg.max_span_paths)?;
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            journal,
-            barrier_seen: 0,
-            dir_added: false,
-            last_request: Instant::now(),
-            stop: None,
-        }),
-        changed: Condvar::new(),
-    });
+    let shared = Arc::new(Shared::new(journal));
     let handler = Handler {
         shared: shared.clone(),
         root: root.clone(),
         cache_dir: cache_dir.clone(),
     };
-    let werr = |e: notify::Error| SnapshotError::Invalid(format!("file watcher: {e}"));
-    let mut watcher = notify::recommended_watcher(handler).map_err(werr)?;
-    watcher
-        .watch(&root, RecursiveMode::Recursive)
-        .map_err(werr)?;
-    if !cache_dir.starts_with(&root) {
-        watcher
-            .watch(&cache_dir, RecursiveMode::NonRecursive)
-            .map_err(werr)?;
-    }
-    let addr = crate::watch_journal::socket_addr(&cache_dir)
-        .map_err(|e| SnapshotError::io("name the watcher socket", &cache_dir, e))?;
-    #[cfg(not(target_os = "linux"))]
-    let _ = std::fs::remove_file(cache_dir.join("watch.sock"));
-    let listener = std::os::unix::net::UnixListener::bind_addr(&addr)
-        .map_err(|e| SnapshotError::io("listen on the watcher socket", &cache_dir, e))?;
+    let watcher = crate::watch::watch_workspace(handler, &root, &cache_dir)?;
+    let (listener, addr) = listen(&cache_dir)?;
     let since = cairn_codec::Timestamp::now().to_iso();
     let status = |st: &State| DaemonStatus {
         pid: std::process::id(),
@@ -433,21 +425,7 @@ pub fn run(cfg: DaemonConfig, ready: impl FnOnce(&DaemonStatus)) -> Result<Stopp
                 server.answer(conn, &status);
             }
         });
-        let why = loop {
-            let mut st = shared.state.lock();
-            if st.stop.is_none() {
-                shared.changed.wait_for(&mut st, STORE_CHECK_INTERVAL);
-            }
-            if st.stop.is_none() && !cfg.store_dir.join("log").is_dir() {
-                st.stop = Some(Stopped::StoreGone);
-            }
-            if st.stop.is_none() && st.last_request.elapsed() >= cfg.idle_stop {
-                st.stop = Some(Stopped::Idle);
-            }
-            if let Some(w) = &st.stop {
-                break w.clone();
-            }
-        };
+        let why = wait_for_stop(&shared, &cfg);
         // Wake the request thread so it sees the stop.
         let _ = std::os::unix::net::UnixStream::connect_addr(&addr);
         drop(watcher);
@@ -455,6 +433,45 @@ pub fn run(cfg: DaemonConfig, ready: impl FnOnce(&DaemonStatus)) -> Result<Stopp
         let _ = std::fs::remove_file(cache_dir.join("watch.sock"));
         Ok(why)
     })
+}
+
+/// Binds the daemon's socket for the workspace whose cache directory is
+/// `cache_dir`.
+#[cfg(unix)]
+fn listen(
+    cache_dir: &Path,
+) -> Result<(
+    std::os::unix::net::UnixListener,
+    std::os::unix::net::SocketAddr,
+)> {
+    let addr = crate::watch_journal::socket_addr(cache_dir)
+        .map_err(|e| SnapshotError::io("name the watcher socket", cache_dir, e))?;
+    #[cfg(not(target_os = "linux"))]
+    let _ = std::fs::remove_file(cache_dir.join("watch.sock"));
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr)
+        .map_err(|e| SnapshotError::io("listen on the watcher socket", cache_dir, e))?;
+    Ok((listener, addr))
+}
+
+/// Waits until the daemon is told to stop, its store is gone, or no
+/// request came for `cfg.idle_stop`; why it stops.
+#[cfg(unix)]
+fn wait_for_stop(shared: &Shared, cfg: &DaemonConfig) -> Stopped {
+    loop {
+        let mut st = shared.state.lock();
+        if st.stop.is_none() {
+            shared.changed.wait_for(&mut st, STORE_CHECK_INTERVAL);
+        }
+        if st.stop.is_none() && !cfg.store_dir.join("log").is_dir() {
+            st.stop = Some(Stopped::StoreGone);
+        }
+        if st.stop.is_none() && st.last_request.elapsed() >= cfg.idle_stop {
+            st.stop = Some(Stopped::Idle);
+        }
+        if let Some(w) = &st.stop {
+            return w.clone();
+        }
+    }
 }
 
 struct Server {

@@ -38,7 +38,7 @@ use cairn_codec::BlobHash;
 use super::chunking::decode_chunk_list;
 use super::index::Loc;
 use super::options::GcOptions;
-use super::pack::{EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
+use super::pack::{EntryHeader, EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
 use super::scan::{read_entry_at, scan_pack};
 use super::{BlobStore, PackFile};
 use crate::{EngineError, Result};
@@ -184,6 +184,26 @@ pub fn choose_for_budget(
     out
 }
 
+/// What gc's mark step found.
+#[derive(Default)]
+struct Marked {
+    /// Every live blob: the roots found and the chunks of live chunk lists.
+    live: HashSet<BlobHash>,
+    /// Packs holding a live chunk list that cannot be read: kept whole.
+    damaged_list_packs: HashSet<PackId>,
+}
+
+/// What freeing space first did to the chosen packs.
+struct FreedFirst {
+    /// A pack was deleted or cut: the directory was fsynced and the index
+    /// must be written.
+    freed: bool,
+    /// Packs done with: deleted, or cut and left with nothing dead.
+    done: HashSet<PackId>,
+    /// The chosen packs whose live entries are still to be copied out.
+    to_copy: Vec<PackId>,
+}
+
 impl BlobStore {
     /// Mark and sweep. `live` holds the roots: every top-level blob still
     /// referenced (the chunks of live chunk lists are kept with them).
@@ -207,33 +227,85 @@ impl BlobStore {
         self.writer.lock().active = None;
 
         // 2. Mark.
-        let mut marked: HashSet<BlobHash> = HashSet::new();
-        // Packs holding a live chunk list that cannot be read: kept whole.
-        let mut damaged_list_packs = HashSet::new();
+        let marked = self.mark(live, &mut report)?;
+
+        // 3. Usage per pack, and the packs to rewrite.
+        let packs: Vec<Arc<PackFile>> = self.packs.read().values().cloned().collect();
+        let mut usage = self.pack_usage(&packs, &marked.live, &mut report)?;
+        let (chosen, for_budget) = self.choose_packs(&usage, &marked, opts, report.bytes_before);
+        let attempted: HashSet<PackId> = chosen.iter().copied().collect();
+
+        // 4. Free space before using any, then copy live entries out of
+        // the other chosen packs.
+        let first = self.free_space_first(chosen, &packs, &mut usage, &marked.live, &mut report)?;
+        let mut retired = Vec::new();
+        for id in &first.to_copy {
+            let Some(pack) = packs.iter().find(|p| p.id == *id).cloned() else {
+                continue;
+            };
+            if self.rewrite_pack(&pack, &marked.live, &mut report)? {
+                retired.push(pack);
+            }
+        }
+        let retired_ids: HashSet<PackId> = retired
+            .iter()
+            .map(|p| p.id)
+            .chain(first.done.iter().copied())
+            .collect();
+        self.count_left_behind(&usage, &retired_ids, &attempted, &marked, &mut report)?;
+        report.packs_rewritten_for_budget = for_budget.intersection(&retired_ids).count() as u64;
+        if retired.is_empty() {
+            if first.freed {
+                // The index must stop naming what was deleted or cut off.
+                self.persist_index()?;
+                report.bytes_after = self.stats().stored_bytes;
+            } else {
+                report.bytes_after = report.bytes_before;
+            }
+            return Ok(report);
+        }
+        // 5 and 6.
+        self.retire_packs(&retired, &mut report)?;
+        report.bytes_after = self.stats().stored_bytes;
+        Ok(report)
+    }
+
+    /// Step 2 of [`BlobStore::gc`]: the roots found, plus the chunks of
+    /// every live chunk list. A root not found is reported missing; a live
+    /// chunk list that cannot be read is reported and its pack kept whole.
+    fn mark(&self, live: &HashSet<BlobHash>, report: &mut GcReport) -> Result<Marked> {
+        let mut marked = Marked::default();
         for h in live {
             let Some(loc) = self.find(h) else {
                 report.missing_roots.push(*h);
                 continue;
             };
-            marked.insert(*h);
+            marked.live.insert(*h);
             if loc.kind == EntryKind::ChunkList {
                 match self.read_list(h, &loc) {
-                    Ok((_, refs)) => marked.extend(refs.iter().map(|r| r.hash)),
+                    Ok((_, refs)) => marked.live.extend(refs.iter().map(|r| r.hash)),
                     Err(e @ EngineError::BlobIntegrity { .. }) => {
                         report.problems.push(format!("{e}; its pack is kept"));
-                        damaged_list_packs.insert(loc.pack);
+                        marked.damaged_list_packs.insert(loc.pack);
                     }
                     Err(e) => return Err(e),
                 }
             }
         }
-        report.marked = marked.len() as u64;
+        report.marked = marked.live.len() as u64;
+        Ok(marked)
+    }
 
-        // 3. Usage per pack, from the index (the entries it points at are
-        // the only ones that can be live).
-        let packs: Vec<Arc<PackFile>> = self.packs.read().values().cloned().collect();
+    /// Usage per pack (sorted by id), from the index: the entries it points
+    /// at are the only ones that can be live. Counts the bytes before gc.
+    fn pack_usage(
+        &self,
+        packs: &[Arc<PackFile>],
+        marked: &HashSet<BlobHash>,
+        report: &mut GcReport,
+    ) -> Result<Vec<PackUsage>> {
         let mut usage: HashMap<PackId, PackUsage> = HashMap::new();
-        for p in &packs {
+        for p in packs {
             let len = p
                 .file
                 .len()
@@ -260,33 +332,57 @@ impl BlobStore {
         })?;
         let mut usage: Vec<PackUsage> = usage.into_values().collect();
         usage.sort_by_key(|u| u.id);
-        let mut chosen: Vec<PackId> = choose(&usage, opts.rewrite_threshold)
+        Ok(usage)
+    }
+
+    /// Step 3 of [`BlobStore::gc`]: the packs to rewrite (sorted), and
+    /// which of them were added to meet the budget.
+    fn choose_packs(
+        &self,
+        usage: &[PackUsage],
+        marked: &Marked,
+        opts: GcOptions,
+        bytes_before: u64,
+    ) -> (Vec<PackId>, HashSet<PackId>) {
+        let damaged = &marked.damaged_list_packs;
+        let mut chosen: Vec<PackId> = choose(usage, opts.rewrite_threshold)
             .into_iter()
-            .filter(|id| !damaged_list_packs.contains(id))
+            .filter(|id| !damaged.contains(id))
             .collect();
         let mut for_budget: HashSet<PackId> = HashSet::new();
         if let Some(max) = opts.max_stored_bytes {
             let open: Vec<PackUsage> = usage
                 .iter()
-                .filter(|u| !damaged_list_packs.contains(&u.id))
+                .filter(|u| !damaged.contains(&u.id))
                 .copied()
                 .collect();
-            for_budget.extend(choose_for_budget(&open, &chosen, report.bytes_before, max));
+            for_budget.extend(choose_for_budget(&open, &chosen, bytes_before, max));
             chosen.extend(for_budget.iter().copied());
             chosen.sort_unstable();
         }
-        self.close_over_dead_lists(&mut chosen, &marked, &damaged_list_packs);
-        let attempted: HashSet<PackId> = chosen.iter().copied().collect();
+        self.close_over_dead_lists(&mut chosen, &marked.live, damaged);
+        (chosen, for_budget)
+    }
 
-        // 4. Free space before using any: on a full disk, copying live
-        // entries (or writing the index) would fail before anything is
-        // freed. Packs with no live entry are deleted outright, and a
-        // pack whose dead entries are all at its end (what a checkpoint
-        // that failed part way leaves) is cut to its last live entry.
-        let mut freed_first = false;
-        // Packs done with here: deleted, or cut and left with nothing dead.
-        let mut done_first: HashSet<PackId> = HashSet::new();
-        let mut to_copy = Vec::with_capacity(chosen.len());
+    /// Step 4 of [`BlobStore::gc`], its first half: free space before
+    /// using any. On a full disk, copying live entries (or writing the
+    /// index) would fail before anything is freed. Chosen packs with no
+    /// live entry are deleted outright, and a pack whose dead entries are
+    /// all at its end (what a checkpoint that failed part way leaves) is
+    /// cut to its last live entry.
+    fn free_space_first(
+        &self,
+        chosen: Vec<PackId>,
+        packs: &[Arc<PackFile>],
+        usage: &mut [PackUsage],
+        marked: &HashSet<BlobHash>,
+        report: &mut GcReport,
+    ) -> Result<FreedFirst> {
+        let mut first = FreedFirst {
+            freed: false,
+            done: HashSet::new(),
+            to_copy: Vec::with_capacity(chosen.len()),
+        };
         for id in chosen {
             let Some(pack) = packs.iter().find(|p| p.id == id).cloned() else {
                 continue;
@@ -296,88 +392,74 @@ impl BlobStore {
                 .find(|u| u.id == id)
                 .map_or(0, |u| u.live_bytes);
             if live == 0 {
-                self.delete_dead_pack(&pack, &mut report)?;
-                freed_first = true;
-                done_first.insert(id);
-            } else if let Some(cut_to) = self.cut_dead_tail(&pack, &marked, &mut report)? {
-                freed_first = true;
+                self.delete_dead_pack(&pack, report)?;
+                first.freed = true;
+                first.done.insert(id);
+            } else if let Some(cut_to) = self.cut_dead_tail(&pack, marked, report)? {
+                first.freed = true;
                 if let Some(u) = usage.iter_mut().find(|u| u.id == id) {
                     u.total_bytes = cut_to.saturating_sub(PACK_HEADER_LEN as u64);
                     if u.dead_bytes() > 0 {
-                        to_copy.push(id); // dead entries between live ones too
+                        first.to_copy.push(id); // dead entries between live ones too
                     } else {
                         report.packs_rewritten += 1;
-                        done_first.insert(id);
+                        first.done.insert(id);
                     }
                 }
             } else {
-                to_copy.push(id);
+                first.to_copy.push(id);
             }
         }
-        if freed_first {
+        if first.freed {
             self.vfs
                 .sync_dir(&self.dir)
                 .map_err(|e| EngineError::io("fsync directory", &self.dir, e))?;
         }
+        Ok(first)
+    }
 
-        // Then copy live entries out of the other chosen packs.
-        let mut retired = Vec::new();
-        let chosen = to_copy;
-        for id in chosen {
-            let Some(pack) = packs.iter().find(|p| p.id == id).cloned() else {
-                continue;
-            };
-            match self.rewrite_pack(&pack, &marked, &mut report) {
-                Ok(true) => retired.push(pack),
-                Ok(false) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        // What stays dead in the packs not rewritten, and why.
-        {
-            let retired_ids: HashSet<PackId> = retired
-                .iter()
-                .map(|p| p.id)
-                .chain(done_first.iter().copied())
-                .collect();
-            let mut unreferenced: HashMap<PackId, u64> = HashMap::new();
-            self.with_index_map(|index| {
-                for (h, l) in index.iter() {
-                    if !marked.contains(h) {
-                        *unreferenced.entry(l.pack).or_default() += 1;
-                    }
+    /// Counts what stays dead in the packs not rewritten, and why: kept
+    /// though chosen (or holding a damaged live list), or below the
+    /// threshold.
+    fn count_left_behind(
+        &self,
+        usage: &[PackUsage],
+        retired_ids: &HashSet<PackId>,
+        attempted: &HashSet<PackId>,
+        marked: &Marked,
+        report: &mut GcReport,
+    ) -> Result<()> {
+        let mut unreferenced: HashMap<PackId, u64> = HashMap::new();
+        self.with_index_map(|index| {
+            for (h, l) in index.iter() {
+                if !marked.live.contains(h) {
+                    *unreferenced.entry(l.pack).or_default() += 1;
                 }
-            })?;
-            for u in usage.iter().filter(|u| !retired_ids.contains(&u.id)) {
-                let left = if attempted.contains(&u.id) || damaged_list_packs.contains(&u.id) {
-                    &mut report.left_in_kept_packs
-                } else {
-                    &mut report.left_below_threshold
-                };
-                left.blobs += unreferenced.get(&u.id).copied().unwrap_or(0);
-                left.dead_bytes += u.dead_bytes();
             }
-            report.packs_rewritten_for_budget =
-                for_budget.intersection(&retired_ids).count() as u64;
-        }
-        if retired.is_empty() {
-            if freed_first {
-                // The index must stop naming what was deleted or cut off.
-                self.persist_index()?;
-                report.bytes_after = self.stats().stored_bytes;
+        })?;
+        for u in usage.iter().filter(|u| !retired_ids.contains(&u.id)) {
+            let left = if attempted.contains(&u.id) || marked.damaged_list_packs.contains(&u.id) {
+                &mut report.left_in_kept_packs
             } else {
-                report.bytes_after = report.bytes_before;
-            }
-            return Ok(report);
+                &mut report.left_below_threshold
+            };
+            left.blobs += unreferenced.get(&u.id).copied().unwrap_or(0);
+            left.dead_bytes += u.dead_bytes();
         }
-        // Forget the retired packs and every index entry still in them (dead).
+        Ok(())
+    }
+
+    /// Steps 5 and 6 of [`BlobStore::gc`]: forgets the retired packs and
+    /// every index entry still in them (dead), makes the new pack(s) and
+    /// index durable, and only then deletes the old packs.
+    fn retire_packs(&self, retired: &[Arc<PackFile>], report: &mut GcReport) -> Result<()> {
+        let ids: HashSet<PackId> = retired.iter().map(|p| p.id).collect();
+        report.blobs_removed = self.with_index_map(|index| {
+            let before = index.len();
+            index.retain(|_, l| !ids.contains(&l.pack));
+            (before - index.len()) as u64
+        })?;
         {
-            let ids: HashSet<PackId> = retired.iter().map(|p| p.id).collect();
-            report.blobs_removed = self.with_index_map(|index| {
-                let before = index.len();
-                index.retain(|_, l| !ids.contains(&l.pack));
-                (before - index.len()) as u64
-            })?;
             let mut packs = self.packs.write();
             for id in &ids {
                 packs.remove(id);
@@ -386,7 +468,7 @@ impl BlobStore {
         // 5. New pack(s) and index durable.
         self.persist_index()?;
         // 6. Delete the old packs.
-        for p in &retired {
+        for p in retired {
             self.vfs
                 .remove_file(&p.path)
                 .map_err(|e| EngineError::io("remove pack", &p.path, e))?;
@@ -394,9 +476,7 @@ impl BlobStore {
         }
         self.vfs
             .sync_dir(&self.dir)
-            .map_err(|e| EngineError::io("fsync directory", &self.dir, e))?;
-        report.bytes_after = self.stats().stored_bytes;
-        Ok(report)
+            .map_err(|e| EngineError::io("fsync directory", &self.dir, e))
     }
 
     /// Deletes a pack that holds no live entry (step 4 of [`BlobStore::gc`]),
@@ -512,6 +592,28 @@ impl BlobStore {
         }
     }
 
+    /// Reads the entry at `offset` of `pack` and checks that its payload
+    /// decodes (a blob or chunk to its hash, a chunk list as a list); the
+    /// entry, or what is wrong with it.
+    fn read_checked_entry(
+        &self,
+        pack: &PackFile,
+        offset: u64,
+        end: u64,
+    ) -> Result<Result<(EntryHeader, Vec<u8>), String>> {
+        let read = read_entry_at(pack.file.as_ref(), offset, end)
+            .map_err(|err| EngineError::io("read pack", &pack.path, err))?;
+        Ok(read.and_then(|(hdr, entry)| {
+            if hdr.kind != EntryKind::ChunkList {
+                self.decode_verified(&hdr, &entry[ENTRY_HEADER_LEN..])?;
+            } else {
+                decode_chunk_list(&entry[ENTRY_HEADER_LEN..], hdr.raw_len)
+                    .map_err(|err| err.to_string())?;
+            }
+            Ok((hdr, entry))
+        }))
+    }
+
     /// Copies the live entries of `pack` into the active pack, checking
     /// each first. `Ok(false)` if a live entry is damaged: the pack is kept.
     fn rewrite_pack(
@@ -538,18 +640,7 @@ impl BlobStore {
                 dropped += 1;
                 continue;
             }
-            let checked = read_entry_at(pack.file.as_ref(), e.offset, end)
-                .map_err(|err| EngineError::io("read pack", &pack.path, err))?
-                .and_then(|(hdr, entry)| {
-                    if hdr.kind != EntryKind::ChunkList {
-                        self.decode_verified(&hdr, &entry[ENTRY_HEADER_LEN..])?;
-                    } else {
-                        decode_chunk_list(&entry[ENTRY_HEADER_LEN..], hdr.raw_len)
-                            .map_err(|err| err.to_string())?;
-                    }
-                    Ok((hdr, entry))
-                });
-            match checked {
+            match self.read_checked_entry(pack, e.offset, end)? {
                 Ok((hdr, entry)) => copies.push((hdr.hash, entry)),
                 Err(detail) => {
                     report.problems.push(format!(

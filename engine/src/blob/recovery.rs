@@ -273,6 +273,8 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     move |e| EngineError::io(op, path, e)
 }
 
+/// Opens the blob store in `dir`: cleans up what a crash left, opens every
+/// pack, gets the index back and resumes writing.
 pub(super) fn open(
     vfs: Arc<dyn Vfs>,
     dir: &Path,
@@ -287,89 +289,212 @@ pub(super) fn open(
     // A damaged dictionary is not fatal here: the entries that need it fail
     // to read, naming it, and verify reports them; no new one is trained.
     let dicts = crate::dicts::Dicts::load(&*vfs, dir, &names, !read_only, super::dict::SAMPLING);
-    let mut dir_changed = false;
+    let (pack_ids, removed_tmp) = list_pack_ids(vfs.as_ref(), dir, &names, read_only)?;
+    let opened = open_packs(vfs.as_ref(), dir, pack_ids, read_only)?;
+    if removed_tmp || opened.dir_changed {
+        vfs.sync_dir(dir)
+            .map_err(io_err("fsync blob directory", dir))?;
+    }
+    let found = opened.found;
+    let loaded = load_index(vfs.as_ref(), dir, &found, read_only)?;
+    let unrecorded = unrecorded_entries(&loaded.index, &found, &loaded.tails);
+    let packs = PackTable::from_tails(found, loaded.tails);
+
+    let active = packs.active(opts.pack_size_bytes);
+    // The tails may hold entries a crashed writer never fsynced (a put
+    // here that dedups against one writes nothing): counting them as one
+    // unsynced write makes the first sync fsync their packs (cheap when
+    // they are clean) before anything found there can back a log record.
+    let write_seq = u64::from(!packs.dirty.is_empty());
+    let store = BlobStore {
+        vfs,
+        dir: dir.to_path_buf(),
+        opts,
+        read_only,
+        index: RwLock::new(loaded.index),
+        packs: RwLock::new(
+            packs
+                .packs
+                .into_iter()
+                .map(|(id, (p, _, _))| (id, p))
+                .collect(),
+        ),
+        writer: Mutex::new(Writer {
+            active,
+            next_id: opened.next_id,
+            // The tails past the index file count as appended since it.
+            since_snapshot: packs.tail_bytes,
+            dirty: packs.dirty,
+            dir_dirty: false,
+            poisoned: None,
+            unrecorded,
+            delta_len: loaded.delta_len,
+        }),
+        write_seq: AtomicU64::new(write_seq),
+        synced_seq: AtomicU64::new(0),
+        sync_lock: Mutex::new(()),
+        gc_gate: RwLock::new(()),
+        scanned: Mutex::new(packs.scanned),
+        dicts,
+        index_damaged: std::sync::atomic::AtomicBool::new(false),
+    };
+    let tail_due = {
+        let w = store.writer.lock();
+        store.index_rewrite_due(w.since_snapshot)
+    };
+    if !read_only && (loaded.rebuilt || loaded.migrated || tail_due) {
+        store.persist_index()?;
+    }
+    Ok(store)
+}
+
+/// The pack ids named in the directory listing, sorted, and whether a
+/// temporary file a crash left was removed (so the directory needs an
+/// fsync).
+fn list_pack_ids(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    names: &[String],
+    read_only: bool,
+) -> Result<(Vec<PackId>, bool)> {
+    let mut removed = false;
     let mut pack_ids = Vec::new();
-    for name in &names {
+    for name in names {
         if name.ends_with(TMP_SUFFIX) {
             if !read_only {
                 let p = dir.join(name);
                 vfs.remove_file(&p)
                     .map_err(io_err("remove temporary file", &p))?;
-                dir_changed = true;
+                removed = true;
             }
         } else if let Some(id) = PackId::parse_file_name(name) {
             pack_ids.push(id);
         }
     }
     pack_ids.sort();
+    Ok((pack_ids, removed))
+}
+
+/// Every pack opened with its header read, the id the next new pack takes,
+/// and whether a torn pack was removed from the directory.
+struct OpenedPacks {
+    found: Vec<Found>,
+    next_id: u32,
+    dir_changed: bool,
+}
+
+/// Opens every pack in `pack_ids` (in order) and reads its header.
+fn open_packs(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    pack_ids: Vec<PackId>,
+    read_only: bool,
+) -> Result<OpenedPacks> {
+    let mut opened = OpenedPacks {
+        found: Vec::new(),
+        next_id: 1,
+        dir_changed: false,
+    };
+    for id in pack_ids {
+        opened.next_id = opened.next_id.max(id.0.saturating_add(1));
+        match open_pack(vfs, dir.join(id.file_name()), id, read_only)? {
+            OpenedPack::Found(f) => opened.found.push(f),
+            OpenedPack::Removed => opened.dir_changed = true,
+            OpenedPack::Skipped => {}
+        }
+    }
+    Ok(opened)
+}
+
+/// What opening one pack came to.
+enum OpenedPack {
+    /// The pack, open, with its header if it reads (or was rewritten).
+    Found(Found),
+    /// A torn pack, removed from the directory.
+    Removed,
+    /// A pack gone or torn that a reader leaves alone.
+    Skipped,
+}
+
+/// Opens one pack and reads its header; a writer removes a pack a crash
+/// cut short before its header and rewrites a bad header.
+fn open_pack(vfs: &dyn Vfs, path: PathBuf, id: PackId, read_only: bool) -> Result<OpenedPack> {
     let mode = if read_only {
         OpenMode::Read
     } else {
         OpenMode::ReadWrite
     };
-
-    // Open every pack and read its header.
-    let mut found = Vec::new();
-    let mut next_id = 1u32;
-    for id in pack_ids {
-        next_id = next_id.max(id.0.saturating_add(1));
-        let path = dir.join(id.file_name());
-        let file = match vfs.open(&path, mode) {
-            Ok(f) => f,
-            // A reader races the writer's gc, which may delete a pack
-            // between the listing and the open: its blobs are elsewhere.
-            Err(e) if read_only && e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(EngineError::io("open pack", &path, e)),
-        };
-        let len = file.len().map_err(io_err("size pack", &path))?;
-        if len < PACK_HEADER_LEN as u64 {
-            // A pack whose creation a crash cut short: nothing in it was
-            // ever synced (a sync covers the header too).
-            if !read_only {
-                drop(file);
-                vfs.remove_file(&path)
-                    .map_err(io_err("remove torn pack", &path))?;
-                dir_changed = true;
-            }
-            continue;
+    let file = match vfs.open(&path, mode) {
+        Ok(f) => f,
+        // A reader races the writer's gc, which may delete a pack
+        // between the listing and the open: its blobs are elsewhere.
+        Err(e) if read_only && e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(OpenedPack::Skipped)
         }
-        let mut hb = [0u8; PACK_HEADER_LEN];
-        file.read_exact_at(&mut hb, 0)
-            .map_err(io_err("read pack header", &path))?;
-        let mut header = PackHeader::decode(&hb).ok().filter(|h| h.id == id);
-        if header.is_none() && !read_only {
-            // The header is never synced apart from the entries after it, so
-            // a bad header means a crash before the first sync of this pack
-            // (or damage to the header alone). Entries are self-describing:
-            // write a fresh header and keep whatever entries check out.
-            let fresh = PackHeader {
-                id,
-                nonce: new_nonce(&path),
-            };
-            file.write_all_at(&fresh.encode(), 0)
-                .map_err(io_err("rewrite pack header", &path))?;
-            file.sync_data().map_err(io_err("fsync pack", &path))?;
-            header = Some(fresh);
+        Err(e) => return Err(EngineError::io("open pack", &path, e)),
+    };
+    let len = file.len().map_err(io_err("size pack", &path))?;
+    if len < PACK_HEADER_LEN as u64 {
+        // A pack whose creation a crash cut short: nothing in it was
+        // ever synced (a sync covers the header too).
+        if read_only {
+            return Ok(OpenedPack::Skipped);
         }
-        found.push(Found {
+        drop(file);
+        vfs.remove_file(&path)
+            .map_err(io_err("remove torn pack", &path))?;
+        return Ok(OpenedPack::Removed);
+    }
+    let mut hb = [0u8; PACK_HEADER_LEN];
+    file.read_exact_at(&mut hb, 0)
+        .map_err(io_err("read pack header", &path))?;
+    let mut header = PackHeader::decode(&hb).ok().filter(|h| h.id == id);
+    if header.is_none() && !read_only {
+        // The header is never synced apart from the entries after it, so
+        // a bad header means a crash before the first sync of this pack
+        // (or damage to the header alone). Entries are self-describing:
+        // write a fresh header and keep whatever entries check out.
+        let fresh = PackHeader {
             id,
-            path,
-            file,
-            len,
-            header,
-        });
+            nonce: new_nonce(&path),
+        };
+        file.write_all_at(&fresh.encode(), 0)
+            .map_err(io_err("rewrite pack header", &path))?;
+        file.sync_data().map_err(io_err("fsync pack", &path))?;
+        header = Some(fresh);
     }
-    if dir_changed {
-        vfs.sync_dir(dir)
-            .map_err(io_err("fsync blob directory", dir))?;
-    }
+    Ok(OpenedPack::Found(Found {
+        id,
+        path,
+        file,
+        len,
+        header,
+    }))
+}
 
+/// The index got back on open, the pack tails scanned past what it
+/// covered, and what that means for the files on disk.
+struct LoadedIndex {
+    index: Index,
+    tails: Vec<Tail>,
+    /// The index was rebuilt from the packs: the file is rewritten.
+    rebuilt: bool,
+    /// The index file is in the legacy format: the file is rewritten.
+    migrated: bool,
+    /// Bytes of the delta file that still count.
+    delta_len: u64,
+}
+
+/// Gets the index back: the persisted index and its delta if they are
+/// intact and match the packs, plus a scan of what they do not cover; or
+/// a scan of every pack.
+fn load_index(vfs: &dyn Vfs, dir: &Path, found: &[Found], read_only: bool) -> Result<LoadedIndex> {
     // The persisted index, if it is intact and matches the packs.
     let index_path = dir.join(INDEX_FILE);
     let persisted = if vfs.exists(&index_path) {
-        read_persisted(vfs.as_ref(), &index_path)
+        read_persisted(vfs, &index_path)
             .ok()
-            .filter(|p| covers_match(p.packs(), &found))
+            .filter(|p| covers_match(p.packs(), found))
     } else {
         None
     };
@@ -389,12 +514,12 @@ pub(super) fn open(
     };
     let mut rebuilt = covered.is_empty() && !found.is_empty();
     let (frames, mut delta_len) = if base.has_base() {
-        read_delta(vfs.as_ref(), dir)
+        read_delta(vfs, dir)
     } else {
         (Vec::new(), 0)
     };
     let mut base = base;
-    if apply_delta(&mut base, &mut covered, frames, &found).is_err() {
+    if apply_delta(&mut base, &mut covered, frames, found).is_err() {
         // A damaged bucket met while applying the delta: scan everything.
         base = Index::default();
         covered.clear();
@@ -406,20 +531,30 @@ pub(super) fn open(
 
     // Scan what the index does not cover. A damaged bucket met while
     // merging the tails means the file is not trusted: scan everything.
-    let mut tails = scan_tails(&found, &covered, read_only)?;
-    let index = match merge_tails(base, &found, &tails) {
+    let mut tails = scan_tails(found, &covered, read_only)?;
+    let index = match merge_tails(base, found, &tails) {
         Ok(index) => index,
         Err(_) => {
             rebuilt = true;
             covered.clear();
-            tails = scan_tails(&found, &covered, read_only)?;
-            merge_tails(Index::default(), &found, &tails)?
+            tails = scan_tails(found, &covered, read_only)?;
+            merge_tails(Index::default(), found, &tails)?
         }
     };
-    // Entries found in the tails are in neither the file nor the delta:
-    // the next delta frame (or merge) records them.
+    Ok(LoadedIndex {
+        index,
+        tails,
+        rebuilt,
+        migrated,
+        delta_len,
+    })
+}
+
+/// Entries found in the tails are in neither the file nor the delta: the
+/// next delta frame (or merge) records them.
+fn unrecorded_entries(index: &Index, found: &[Found], tails: &[Tail]) -> Vec<(BlobHash, Loc)> {
     let mut unrecorded = Vec::new();
-    for (f, t) in found.iter().zip(&tails) {
+    for (f, t) in found.iter().zip(tails) {
         for e in &t.scan.entries {
             let loc = Loc {
                 pack: f.id,
@@ -434,73 +569,59 @@ pub(super) fn open(
             }
         }
     }
-    let mut scanned = HashMap::new();
-    let mut packs = BTreeMap::new();
-    let mut dirty = Vec::new();
-    let mut tail_bytes = 0u64;
-    for (f, t) in found.into_iter().zip(tails) {
-        scanned.insert(f.id, t.end);
-        let pack = Arc::new(PackFile {
-            id: f.id,
-            path: f.path,
-            nonce: f.header.map(|h| h.nonce).unwrap_or(0),
-            file: f.file,
-        });
-        if t.from < t.end {
-            tail_bytes += t.end - t.from;
-            dirty.push(pack.clone());
+    unrecorded
+}
+
+/// The open packs as the store keeps them, with what the tail scans found.
+struct PackTable {
+    /// Each pack with its scanned length and whether its header is good.
+    packs: BTreeMap<PackId, (Arc<PackFile>, u64, bool)>,
+    /// How far each pack was scanned.
+    scanned: HashMap<PackId, u64>,
+    /// Packs with a tail past the index: not known to be synced.
+    dirty: Vec<Arc<PackFile>>,
+    /// Bytes in those tails.
+    tail_bytes: u64,
+}
+
+impl PackTable {
+    /// Keeps each pack found, with what its tail scan found.
+    fn from_tails(found: Vec<Found>, tails: Vec<Tail>) -> PackTable {
+        let mut table = PackTable {
+            packs: BTreeMap::new(),
+            scanned: HashMap::new(),
+            dirty: Vec::new(),
+            tail_bytes: 0,
+        };
+        for (f, t) in found.into_iter().zip(tails) {
+            table.scanned.insert(f.id, t.end);
+            let pack = Arc::new(PackFile {
+                id: f.id,
+                path: f.path,
+                nonce: f.header.map(|h| h.nonce).unwrap_or(0),
+                file: f.file,
+            });
+            if t.from < t.end {
+                table.tail_bytes += t.end - t.from;
+                table.dirty.push(pack.clone());
+            }
+            table.packs.insert(f.id, (pack, t.end, f.header.is_some()));
         }
-        packs.insert(f.id, (pack, t.end, f.header.is_some()));
+        table
     }
 
-    // Keep appending to the newest pack if it has room.
-    let active = packs
-        .values()
-        .next_back()
-        .filter(|(_, len, header_ok)| *header_ok && *len < opts.pack_size_bytes)
-        .map(|(p, len, _)| Active {
-            pack: p.clone(),
-            len: *len,
-        });
-    // The tails may hold entries a crashed writer never fsynced (a put
-    // here that dedups against one writes nothing): counting them as one
-    // unsynced write makes the first sync fsync their packs (cheap when
-    // they are clean) before anything found there can back a log record.
-    let write_seq = u64::from(!dirty.is_empty());
-    let store = BlobStore {
-        vfs,
-        dir: dir.to_path_buf(),
-        opts,
-        read_only,
-        index: RwLock::new(index),
-        packs: RwLock::new(packs.into_iter().map(|(id, (p, _, _))| (id, p)).collect()),
-        writer: Mutex::new(Writer {
-            active,
-            next_id,
-            // The tails past the index file count as appended since it.
-            since_snapshot: tail_bytes,
-            dirty,
-            dir_dirty: false,
-            poisoned: None,
-            unrecorded,
-            delta_len,
-        }),
-        write_seq: AtomicU64::new(write_seq),
-        synced_seq: AtomicU64::new(0),
-        sync_lock: Mutex::new(()),
-        gc_gate: RwLock::new(()),
-        scanned: Mutex::new(scanned),
-        dicts,
-        index_damaged: std::sync::atomic::AtomicBool::new(false),
-    };
-    let tail_due = {
-        let w = store.writer.lock();
-        store.index_rewrite_due(w.since_snapshot)
-    };
-    if !read_only && (rebuilt || migrated || tail_due) {
-        store.persist_index()?;
+    /// The pack to keep appending to: the newest, if its header is good
+    /// and it has room.
+    fn active(&self, pack_size_bytes: u64) -> Option<Active> {
+        self.packs
+            .values()
+            .next_back()
+            .filter(|(_, len, header_ok)| *header_ok && *len < pack_size_bytes)
+            .map(|(p, len, _)| Active {
+                pack: p.clone(),
+                len: *len,
+            })
     }
-    Ok(store)
 }
 
 /// A persisted index is usable only if every pack it lists is still

@@ -8,11 +8,12 @@ use std::path::PathBuf;
 use cairn_codec::BlobHash;
 
 use super::chunking::decode_chunk_list;
+use super::index::Loc;
 use super::pack::{
     decode_contents, EntryHeader, EntryKind, PackId, ENTRY_HEADER_LEN, PACK_HEADER_LEN,
 };
 use super::scan::{read_entry_at, scan_pack};
-use super::BlobStore;
+use super::{BlobStore, PackFile};
 use crate::{EngineError, Result};
 
 /// One problem verify found.
@@ -124,11 +125,7 @@ impl BlobStore {
             .active
             .as_ref()
             .map(|a| (a.pack.id, a.len));
-        let mut good = HashSet::new();
-        let mut lists = Vec::new();
-        // Damaged entries whose blob may have an intact copy: decided once
-        // every pack's good entries are known.
-        let mut suspects: Vec<(Vec<BlobHash>, PackId, BlobProblem)> = Vec::new();
+        let mut found = PackFindings::default();
         for p in &packs {
             report.packs += 1;
             let end = match active {
@@ -139,72 +136,7 @@ impl BlobStore {
                     .map_err(|e| EngineError::io("size pack", &p.path, e))?,
             };
             report.bytes += end;
-            let scan = scan_pack(p.file.as_ref(), PACK_HEADER_LEN as u64, end)
-                .map_err(|e| EngineError::io("scan pack", &p.path, e))?;
-            let problem = |hash, offset, detail: String| BlobProblem {
-                hash,
-                path: p.path.clone(),
-                offset,
-                detail,
-            };
-            for (off, detail) in scan.damaged {
-                let found = problem(None, off, format!("damaged entry: {detail}"));
-                // The span up to the next good entry (or the torn tail).
-                let span_end = scan
-                    .entries
-                    .iter()
-                    .map(|e| e.offset)
-                    .find(|&o| o > off)
-                    .or(scan.torn_at)
-                    .unwrap_or(end);
-                let claims = self
-                    .sole_entry_claims(p.file.as_ref(), off, span_end)
-                    .map_err(|e| EngineError::io("read pack", &p.path, e))?;
-                if claims.is_empty() {
-                    report.problems.push(found);
-                } else {
-                    suspects.push((claims, p.id, found));
-                }
-            }
-            if let Some(off) = scan.torn_at {
-                report.problems.push(problem(
-                    None,
-                    off,
-                    "partial entry at the end of the pack".into(),
-                ));
-            }
-            for e in scan.entries {
-                report.entries += 1;
-                let h = e.header;
-                if h.kind == EntryKind::ChunkList {
-                    if let Some(payload) = e.list_payload {
-                        lists.push((h.hash, p.path.clone(), e.offset, h.raw_len, payload));
-                    }
-                    good.insert((p.id, e.offset));
-                    continue;
-                }
-                // Re-read the entry: the scan keeps only chunk-list payloads.
-                let checked = match read_entry_at(p.file.as_ref(), e.offset, end)
-                    .map_err(|err| EngineError::io("read pack", &p.path, err))?
-                {
-                    Ok((hdr, entry)) => self
-                        .decode_verified(&hdr, &entry[ENTRY_HEADER_LEN..])
-                        .map(|_| ()),
-                    Err(detail) => Err(detail),
-                };
-                match checked {
-                    Ok(()) => {
-                        good.insert((p.id, e.offset));
-                    }
-                    Err(detail) => {
-                        suspects.push((
-                            vec![h.hash],
-                            p.id,
-                            problem(Some(h.hash), e.offset, detail),
-                        ));
-                    }
-                }
-            }
+            self.verify_pack(p, end, &mut report, &mut found)?;
         }
         // The persisted index file: every bucket and row checked. A damaged
         // one is reported, and the store rebuilds its index from the packs.
@@ -217,48 +149,106 @@ impl BlobStore {
                 detail: format!("the index file is damaged ({e}); rebuilt from the packs"),
             });
         }
-        let index: HashMap<BlobHash, super::index::Loc> =
-            self.index_entries()?.into_iter().collect();
-        for (claims, pack, found) in suspects {
-            let intact_elsewhere = claims.into_iter().find(|h| {
-                index.get(h).is_some_and(|l| {
-                    (l.pack, l.offset) != (pack, found.offset) && good.contains(&(l.pack, l.offset))
-                })
-            });
-            match intact_elsewhere {
-                Some(h) => report.superseded.push(BlobProblem {
-                    hash: Some(h),
-                    ..found
-                }),
-                None => report.problems.push(found),
+        let index: HashMap<BlobHash, Loc> = self.index_entries()?.into_iter().collect();
+        settle_suspects(found.suspects, &index, &found.good, &mut report);
+        check_chunk_lists(found.lists, &index, &found.good, &mut report);
+        self.check_index_entries(&index, &found.good, &mut report);
+        Ok(report)
+    }
+
+    /// Scans one pack up to `end`: reports its damaged spans and torn
+    /// tail, and checks each entry, adding what it finds to `found`.
+    fn verify_pack(
+        &self,
+        p: &PackFile,
+        end: u64,
+        report: &mut BlobVerifyReport,
+        found: &mut PackFindings,
+    ) -> Result<()> {
+        let scan = scan_pack(p.file.as_ref(), PACK_HEADER_LEN as u64, end)
+            .map_err(|e| EngineError::io("scan pack", &p.path, e))?;
+        let problem = |hash, offset, detail: String| BlobProblem {
+            hash,
+            path: p.path.clone(),
+            offset,
+            detail,
+        };
+        for (off, detail) in &scan.damaged {
+            let damaged = problem(None, *off, format!("damaged entry: {detail}"));
+            // The span up to the next good entry (or the torn tail).
+            let span_end = scan
+                .entries
+                .iter()
+                .map(|e| e.offset)
+                .find(|&o| o > *off)
+                .or(scan.torn_at)
+                .unwrap_or(end);
+            let claims = self
+                .sole_entry_claims(p.file.as_ref(), *off, span_end)
+                .map_err(|e| EngineError::io("read pack", &p.path, e))?;
+            if claims.is_empty() {
+                report.problems.push(damaged);
+            } else {
+                found.suspects.push((claims, p.id, damaged));
             }
         }
-        for (hash, path, offset, raw_len, payload) in lists {
-            report.chunk_lists += 1;
-            match decode_chunk_list(&payload, raw_len) {
-                Ok(refs) => {
-                    for (i, r) in refs.iter().enumerate() {
-                        let ok = index.get(&r.hash).is_some_and(|l| {
-                            good.contains(&(l.pack, l.offset)) && l.raw_len == r.len
-                        });
-                        if !ok {
-                            report.problems.push(BlobProblem {
-                                hash: Some(hash),
-                                path: path.clone(),
-                                offset,
-                                detail: format!("chunk {i} ({}) is missing or damaged", r.hash),
-                            });
-                        }
-                    }
+        if let Some(off) = scan.torn_at {
+            report.problems.push(problem(
+                None,
+                off,
+                "partial entry at the end of the pack".into(),
+            ));
+        }
+        for e in scan.entries {
+            report.entries += 1;
+            let h = e.header;
+            if h.kind == EntryKind::ChunkList {
+                if let Some(payload) = e.list_payload {
+                    found
+                        .lists
+                        .push((h.hash, p.path.clone(), e.offset, h.raw_len, payload));
                 }
-                Err(e) => report.problems.push(BlobProblem {
-                    hash: Some(hash),
-                    path,
-                    offset,
-                    detail: e.to_string(),
-                }),
+                found.good.insert((p.id, e.offset));
+                continue;
+            }
+            match self.check_entry(p, e.offset, end)? {
+                Ok(()) => {
+                    found.good.insert((p.id, e.offset));
+                }
+                Err(detail) => {
+                    found.suspects.push((
+                        vec![h.hash],
+                        p.id,
+                        problem(Some(h.hash), e.offset, detail),
+                    ));
+                }
             }
         }
+        Ok(())
+    }
+
+    /// Re-reads the blob or chunk entry at `offset` (the scan keeps only
+    /// chunk-list payloads) and checks that it decodes to its name.
+    fn check_entry(&self, p: &PackFile, offset: u64, end: u64) -> Result<Result<(), String>> {
+        let read = read_entry_at(p.file.as_ref(), offset, end)
+            .map_err(|err| EngineError::io("read pack", &p.path, err))?;
+        Ok(match read {
+            Ok((hdr, entry)) => self
+                .decode_verified(&hdr, &entry[ENTRY_HEADER_LEN..])
+                .map(|_| ()),
+            Err(detail) => Err(detail),
+        })
+    }
+
+    /// Reports every index entry that does not point at a good entry (once:
+    /// not again when the pack scan already named it), counting the
+    /// top-level blobs.
+    fn check_index_entries(
+        &self,
+        index: &HashMap<BlobHash, Loc>,
+        good: &HashSet<(PackId, u64)>,
+        report: &mut BlobVerifyReport,
+    ) {
         for (hash, l) in index.iter() {
             if l.kind.is_top_level() {
                 report.blobs += 1;
@@ -279,6 +269,84 @@ impl BlobStore {
                 }
             }
         }
-        Ok(report)
+    }
+}
+
+/// A chunk list to check once every pack's good entries are known: its
+/// hash, pack path, offset, raw length and payload.
+type ListToCheck = (BlobHash, PathBuf, u64, u64, Vec<u8>);
+
+/// A damaged entry whose blob may have an intact copy: the blobs it may
+/// be a copy of, its pack, and the problem to report if none is intact.
+type Suspect = (Vec<BlobHash>, PackId, BlobProblem);
+
+/// What the pack scans found, decided on once every pack is read.
+#[derive(Default)]
+struct PackFindings {
+    /// Good entries, by pack and offset.
+    good: HashSet<(PackId, u64)>,
+    /// Chunk lists to check for completeness.
+    lists: Vec<ListToCheck>,
+    /// Damaged entries whose blob may have an intact copy.
+    suspects: Vec<Suspect>,
+}
+
+/// A damaged entry whose blob the index finds intact elsewhere is
+/// superseded; any other is a problem.
+fn settle_suspects(
+    suspects: Vec<Suspect>,
+    index: &HashMap<BlobHash, Loc>,
+    good: &HashSet<(PackId, u64)>,
+    report: &mut BlobVerifyReport,
+) {
+    for (claims, pack, found) in suspects {
+        let intact_elsewhere = claims.into_iter().find(|h| {
+            index.get(h).is_some_and(|l| {
+                (l.pack, l.offset) != (pack, found.offset) && good.contains(&(l.pack, l.offset))
+            })
+        });
+        match intact_elsewhere {
+            Some(h) => report.superseded.push(BlobProblem {
+                hash: Some(h),
+                ..found
+            }),
+            None => report.problems.push(found),
+        }
+    }
+}
+
+/// Checks that every chunk each list names is indexed, good, and of the
+/// length the list gives.
+fn check_chunk_lists(
+    lists: Vec<ListToCheck>,
+    index: &HashMap<BlobHash, Loc>,
+    good: &HashSet<(PackId, u64)>,
+    report: &mut BlobVerifyReport,
+) {
+    for (hash, path, offset, raw_len, payload) in lists {
+        report.chunk_lists += 1;
+        match decode_chunk_list(&payload, raw_len) {
+            Ok(refs) => {
+                for (i, r) in refs.iter().enumerate() {
+                    let ok = index
+                        .get(&r.hash)
+                        .is_some_and(|l| good.contains(&(l.pack, l.offset)) && l.raw_len == r.len);
+                    if !ok {
+                        report.problems.push(BlobProblem {
+                            hash: Some(hash),
+                            path: path.clone(),
+                            offset,
+                            detail: format!("chunk {i} ({}) is missing or damaged", r.hash),
+                        });
+                    }
+                }
+            }
+            Err(e) => report.problems.push(BlobProblem {
+                hash: Some(hash),
+                path,
+                offset,
+                detail: e.to_string(),
+            }),
+        }
     }
 }

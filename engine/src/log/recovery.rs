@@ -347,14 +347,7 @@ pub(crate) struct OpenTail {
 /// segment of an empty log or a fresh tail after a sealed last segment.
 pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Sealed>>, OpenTail)> {
     if !vfs.exists(dir) {
-        vfs.create_dir_all(dir)
-            .map_err(|e| EngineError::io("create log directory", dir, e))?;
-        // Make the new directory's own entry durable, or the first segment
-        // could be lost with it in a crash.
-        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            vfs.sync_dir(parent)
-                .map_err(|e| EngineError::io("fsync directory", parent, e))?;
-        }
+        create_log_dir(vfs, dir)?;
     }
     super::salvage::finish_pending(vfs, dir)?;
     let segs = segment::list_segments(vfs, dir)?;
@@ -399,26 +392,41 @@ pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Seale
             return Err(corrupt(&r.file, 0, Some(expect), d));
         }
     }
-    let (path, file) = create_segment(vfs, dir, expect, prev)?;
-    Ok((
-        sealed,
-        OpenTail {
-            path,
-            file,
-            header: SegmentHeader {
-                first_lsn: expect,
-                prev_chain: prev,
-                chain_form: ChainForm::CURRENT,
-            },
-            len: SEGMENT_HEADER_LEN as u64,
-            head: Head {
-                last_lsn: Lsn(expect.0.saturating_sub(1)),
-                chain: prev,
-            },
-            index: SparseIndex::default(),
-            last_frame_off: 0,
+    Ok((sealed, new_tail(vfs, dir, expect, prev)?))
+}
+
+/// Creates the log directory, durably: the new directory's own entry is
+/// fsynced, or the first segment could be lost with it in a crash.
+fn create_log_dir(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
+    vfs.create_dir_all(dir)
+        .map_err(|e| EngineError::io("create log directory", dir, e))?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        vfs.sync_dir(parent)
+            .map_err(|e| EngineError::io("fsync directory", parent, e))?;
+    }
+    Ok(())
+}
+
+/// Creates an empty tail segment whose first record will be `first`,
+/// chained from `prev`.
+fn new_tail(vfs: &dyn Vfs, dir: &Path, first: Lsn, prev: ChainHash) -> Result<OpenTail> {
+    let (path, file) = create_segment(vfs, dir, first, prev)?;
+    Ok(OpenTail {
+        path,
+        file,
+        header: SegmentHeader {
+            first_lsn: first,
+            prev_chain: prev,
+            chain_form: ChainForm::CURRENT,
         },
-    ))
+        len: SEGMENT_HEADER_LEN as u64,
+        head: Head {
+            last_lsn: Lsn(first.0.saturating_sub(1)),
+            chain: prev,
+        },
+        index: SparseIndex::default(),
+        last_frame_off: 0,
+    })
 }
 
 /// Reads a small file whole, if it exists and can be read.
@@ -461,24 +469,7 @@ fn recover_tail(
     let len = file
         .len()
         .map_err(|e| EngineError::io("stat log segment", path, e))?;
-    let mut hb = vec![0u8; len.min(SEGMENT_HEADER_LEN as u64) as usize];
-    file.read_exact_at(&mut hb, 0)
-        .map_err(|e| EngineError::io("read log segment", path, e))?;
-    let header = match SegmentHeader::decode(&hb) {
-        Err(_) if len <= SEGMENT_HEADER_LEN as u64 => {
-            // The crash came while the segment was being created, before its
-            // header was durable: nothing was ever appended. Write it again.
-            file.set_len(0)
-                .map_err(|e| EngineError::io("truncate log segment", path, e))?;
-            segment::write_header(&*file, path, first, prev)?;
-            SegmentHeader {
-                first_lsn: first,
-                prev_chain: prev,
-                chain_form: ChainForm::CURRENT,
-            }
-        }
-        _ => check_header(path, &hb, first, prev)?,
-    };
+    let header = tail_header(&*file, path, len, first, prev)?;
     let len = file
         .len()
         .map_err(|e| EngineError::io("stat log segment", path, e))?;
@@ -527,6 +518,34 @@ fn recover_tail(
         index: scan.index,
         last_frame_off,
     })
+}
+
+/// The tail segment's header, checked against `first` and `prev`; written
+/// again if the crash came while the segment was being created, before
+/// its header was durable (nothing was ever appended then).
+fn tail_header(
+    file: &dyn VfsFile,
+    path: &Path,
+    len: u64,
+    first: Lsn,
+    prev: ChainHash,
+) -> Result<SegmentHeader> {
+    let mut hb = vec![0u8; len.min(SEGMENT_HEADER_LEN as u64) as usize];
+    file.read_exact_at(&mut hb, 0)
+        .map_err(|e| EngineError::io("read log segment", path, e))?;
+    match SegmentHeader::decode(&hb) {
+        Err(_) if len <= SEGMENT_HEADER_LEN as u64 => {
+            file.set_len(0)
+                .map_err(|e| EngineError::io("truncate log segment", path, e))?;
+            segment::write_header(file, path, first, prev)?;
+            Ok(SegmentHeader {
+                first_lsn: first,
+                prev_chain: prev,
+                chain_form: ChainForm::CURRENT,
+            })
+        }
+        _ => check_header(path, &hb, first, prev),
+    }
 }
 
 /// Offset of the last frame in `buf` (0 if none), walking from the last index entry.

@@ -31,7 +31,7 @@ use cairn_codec::{zdict, ChainHash, Event, EventKind, Lsn, Timestamp};
 use super::dict::LogDicts;
 use super::options::DEFAULT_SEGMENT_SIZE_BYTES;
 use super::recovery::{
-    looks_sealed, read_small, recorded_reach, scan_tail, TailState, TAIL_STATE_FILE,
+    looks_sealed, read_small, recorded_reach, scan_tail, Reached, TailState, TAIL_STATE_FILE,
 };
 use super::scan::{walk, Step};
 use super::segment::{index_path, list_segments, segment_name};
@@ -113,57 +113,26 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
     check_dictionaries(vfs, &segs, &dicts)?;
     let closed = TailState::load(vfs, dir);
     let reach = recorded_reach(vfs, dir, &segs)?;
-    // Find the first damaged segment.
-    let mut expect = Lsn::FIRST;
-    let mut chain = ChainHash::ZERO;
-    let mut first_bad = None;
-    // Where each segment starts: (next LSN, chain) before it.
-    let mut starts = Vec::with_capacity(segs.len());
-    for (i, (name_lsn, path)) in segs.iter().enumerate() {
-        starts.push((expect, chain));
-        let buf = read_all(vfs, path)?;
-        let is_last = i + 1 == segs.len();
-        let intact = (*name_lsn == expect)
-            .then(|| segment_intact(path, &buf, is_last, expect, chain, &dicts, closed.as_ref()));
-        match intact {
-            Some(Some((e, c))) => (expect, chain) = (e, c),
-            _ => {
-                first_bad = Some(i);
-                break;
-            }
-        }
-    }
-    // An intact log that ends before what its side files record it reached
-    // lost its newest segments: the lost LSNs get placeholders after its
-    // last record, written after the segments kept (an unsealed last
-    // segment is carried over into the new files, as it cannot be sealed
-    // in place).
-    let short = reach
-        .as_ref()
-        .is_some_and(|r| r.unmet_by(Lsn(expect.0 - 1)).is_some());
-    let first_bad = match first_bad {
-        Some(k) => Some(k),
-        None if short => match segs.last() {
-            Some((_, p)) if !looks_sealed(vfs, p)? => Some(segs.len() - 1),
-            _ => Some(segs.len()),
-        },
-        None => None,
-    };
-    let Some(k) = first_bad else {
+    let prefix = intact_prefix(vfs, &segs, &dicts, closed.as_ref())?;
+    let Some(k) = first_to_rewrite(vfs, &segs, &prefix, reach.as_ref())? else {
         return Ok(SalvageReport {
-            kept_records: expect.0 - 1,
+            kept_records: prefix.next.0 - 1,
             placeholders: 0,
             dropped: Vec::new(),
             dropped_bytes: 0,
             damaged_dir: None,
             moved: Vec::new(),
             head: Head {
-                last_lsn: Lsn(expect.0 - 1),
-                chain,
+                last_lsn: Lsn(prefix.next.0 - 1),
+                chain: prefix.chain,
             },
         });
     };
-    let (expect, chain) = starts.get(k).copied().unwrap_or((expect, chain));
+    let (expect, chain) = prefix
+        .starts
+        .get(k)
+        .copied()
+        .unwrap_or((prefix.next, prefix.chain));
     let kept_before = expect.0 - 1;
     let mut out = Rewriter::new(vfs, dir, expect, chain, &dicts)?;
     // Placeholders carry the time of the last record before them: the
@@ -182,22 +151,103 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
             old_files.push(idx);
         }
     }
-    // Records at the end that the log's clean close had certified were
-    // durable and acknowledged: placeholders keep their LSNs from being
-    // given to other events (a torn tail, never acknowledged, is dropped).
-    // So are the records that the side files record the log reaching,
-    // past the end of the segments left (a deleted newest segment).
+    fill_lost_tail(&mut out, &segs, closed.as_ref(), reach.as_ref())?;
+    let (new_files, mut report) = out.finish()?;
+    report.kept_records += kept_before;
+    set_aside_side_files(vfs, dir, &segs, &mut old_files)?;
+    let damaged = switch_files(vfs, dir, &old_files, new_files)?;
+    report.damaged_dir = Some(dir.join(damaged));
+    report.moved = old_files;
+    Ok(report)
+}
+
+/// How far the log checks out from its first segment on.
+struct IntactPrefix {
+    /// The index of the first damaged segment, if any.
+    first_bad: Option<usize>,
+    /// Where each segment up to the first damaged one starts: (next LSN,
+    /// chain) before it.
+    starts: Vec<(Lsn, ChainHash)>,
+    /// The LSN after the intact prefix.
+    next: Lsn,
+    /// The chain at the end of the intact prefix.
+    chain: ChainHash,
+}
+
+/// Checks the segments in order up to the first damaged one.
+fn intact_prefix(
+    vfs: &dyn Vfs,
+    segs: &[(Lsn, PathBuf)],
+    dicts: &LogDicts,
+    closed: Option<&TailState>,
+) -> Result<IntactPrefix> {
+    let mut prefix = IntactPrefix {
+        first_bad: None,
+        starts: Vec::with_capacity(segs.len()),
+        next: Lsn::FIRST,
+        chain: ChainHash::ZERO,
+    };
+    for (i, (name_lsn, path)) in segs.iter().enumerate() {
+        let (expect, chain) = (prefix.next, prefix.chain);
+        prefix.starts.push((expect, chain));
+        let buf = read_all(vfs, path)?;
+        let is_last = i + 1 == segs.len();
+        let intact = (*name_lsn == expect)
+            .then(|| segment_intact(path, &buf, is_last, expect, chain, dicts, closed));
+        match intact {
+            Some(Some((e, c))) => (prefix.next, prefix.chain) = (e, c),
+            _ => {
+                prefix.first_bad = Some(i);
+                break;
+            }
+        }
+    }
+    Ok(prefix)
+}
+
+/// The index of the first segment to rewrite (`segs.len()` to rewrite
+/// none but add placeholders after them), or `None` when the log needs
+/// no salvage. An intact log that ends before what its side files record
+/// it reached lost its newest segments: the lost LSNs get placeholders
+/// after its last record, written after the segments kept (an unsealed
+/// last segment is carried over into the new files, as it cannot be
+/// sealed in place).
+fn first_to_rewrite(
+    vfs: &dyn Vfs,
+    segs: &[(Lsn, PathBuf)],
+    prefix: &IntactPrefix,
+    reach: Option<&Reached>,
+) -> Result<Option<usize>> {
+    let short = reach.is_some_and(|r| r.unmet_by(Lsn(prefix.next.0 - 1)).is_some());
+    Ok(match prefix.first_bad {
+        Some(k) => Some(k),
+        None if short => match segs.last() {
+            Some((_, p)) if !looks_sealed(vfs, p)? => Some(segs.len() - 1),
+            _ => Some(segs.len()),
+        },
+        None => None,
+    })
+}
+
+/// Placeholders for the records at the end that the log's clean close had
+/// certified were durable and acknowledged keep their LSNs from being
+/// given to other events (a torn tail, never acknowledged, is dropped).
+/// So do placeholders for the records that the side files record the log
+/// reaching, past the end of the segments left (a deleted newest segment).
+fn fill_lost_tail(
+    out: &mut Rewriter<'_>,
+    segs: &[(Lsn, PathBuf)],
+    closed: Option<&TailState>,
+    reach: Option<&Reached>,
+) -> Result<()> {
     let tail_first = segs.last().map(|(lsn, _)| *lsn);
-    if let Some(st) = closed
-        .as_ref()
-        .filter(|st| Some(st.first_lsn) == tail_first)
-    {
+    if let Some(st) = closed.filter(|st| Some(st.first_lsn) == tail_first) {
         out.fill_to(
             st.last_lsn,
             "damaged or cut off at the end of the log, which its clean close had left holding them",
         )?;
     }
-    if let Some(r) = &reach {
+    if let Some(r) = reach {
         let gap = r.lsn.0.saturating_sub(out.next.0);
         if gap >= MAX_PLACEHOLDER_GAP {
             return Err(EngineError::Invalid(format!(
@@ -217,14 +267,23 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
             ),
         )?;
     }
-    let (new_files, mut report) = out.finish()?;
-    report.kept_records += kept_before;
+    Ok(())
+}
+
+/// Adds to `old_files` the side files that salvage sets aside with the
+/// replaced segments: the tail state, and the sparse indexes of segments
+/// that are gone (the placeholders now account for the LSNs they
+/// recorded).
+fn set_aside_side_files(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    segs: &[(Lsn, PathBuf)],
+    old_files: &mut Vec<PathBuf>,
+) -> Result<()> {
     let state = dir.join(TAIL_STATE_FILE);
     if vfs.exists(&state) {
         old_files.push(state);
     }
-    // The sparse indexes of segments that are gone are set aside with the
-    // rest: the placeholders now account for the LSNs they recorded.
     for name in vfs.list(dir).map_err(io("list log directory", dir))? {
         let Some(stem) = name.strip_suffix(".idx") else {
             continue;
@@ -237,6 +296,18 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
             old_files.push(p);
         }
     }
+    Ok(())
+}
+
+/// Switches to the new segments, crash-safely: writes and fsyncs the
+/// marker that lists the moves and renames, then does them. Returns the
+/// name of the directory the old files were moved into.
+fn switch_files(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    old_files: &[PathBuf],
+    new_files: Vec<String>,
+) -> Result<String> {
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
@@ -258,9 +329,7 @@ pub fn salvage(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<SalvageReport> {
         .map_err(io("write salvage marker", &pending))?;
     vfs.sync_dir(dir).map_err(io("fsync log directory", dir))?;
     finish_pending(vfs, dir)?;
-    report.damaged_dir = Some(dir.join(damaged));
-    report.moved = old_files;
-    Ok(report)
+    Ok(damaged)
 }
 
 /// Fails, naming the file, if a record with a valid CRC needs a zstd

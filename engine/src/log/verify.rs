@@ -150,6 +150,71 @@ impl Checker<'_> {
         }
     }
 
+    /// Notes that the record `lsn` at `off` needs dictionary `id`, missing
+    /// or damaged. One problem per segment and dictionary, not one per
+    /// record: it names the first record and counts the rest.
+    fn missing_dict(
+        &mut self,
+        missing: &mut Option<MissingDict>,
+        path: &Path,
+        off: u64,
+        lsn: Lsn,
+        id: u32,
+    ) {
+        match missing {
+            Some(m) if m.id == id => {
+                m.count += 1;
+                m.last = lsn;
+            }
+            _ => {
+                if let Some(m) = missing {
+                    self.problems[m.at].detail = m.detail();
+                }
+                let diagnosis = self.dicts.diagnose(id);
+                self.problem(path, off, Some(lsn), String::new());
+                if let Some(p) = self.problems.last_mut() {
+                    p.missing_dictionary = Some(self.dicts.path_of(id));
+                }
+                *missing = Some(MissingDict {
+                    at: self.problems.len() - 1,
+                    id,
+                    first: lsn,
+                    last: lsn,
+                    count: 1,
+                    diagnosis,
+                });
+            }
+        }
+    }
+
+    /// Checks a sealed segment: its header, its frames, and that its
+    /// footer (if it still has one) agrees with them.
+    fn sealed(&mut self, path: &Path, data: &[u8]) {
+        self.header(path, data);
+        let footer_at = data.len().saturating_sub(SEGMENT_FOOTER_LEN);
+        match SegmentFooter::decode_tail(data) {
+            Ok(Some(f)) => {
+                let n = self.frames(path, data, footer_at);
+                let last = Lsn(self.expect.0.saturating_sub(1));
+                if f.record_count != n || f.last_lsn != last || f.last_chain != self.chain {
+                    let d = format!(
+                        "footer says {} records ending at LSN {} (chain {}), the frames hold {n} ending at LSN {last} (chain {})",
+                        f.record_count, f.last_lsn, f.last_chain, self.chain
+                    );
+                    self.problem(path, footer_at as u64, Some(last), d);
+                }
+            }
+            other => {
+                let d = match other {
+                    Err(e) => format!("segment footer: {e}"),
+                    _ => "sealed segment has lost its footer".to_string(),
+                };
+                self.problem(path, footer_at as u64, None, d);
+                self.frames(path, data, data.len());
+            }
+        }
+    }
+
     /// Checks the frames in `data[64..end]`; returns the records seen.
     fn frames(&mut self, path: &Path, data: &[u8], end: usize) -> u64 {
         let mut seen = 0;
@@ -174,33 +239,7 @@ impl Checker<'_> {
                     match self.dicts.body(&f).and_then(|b| Event::decode_body(&b)) {
                         Ok(_) => {}
                         Err(CodecError::MissingDictionary { id }) => {
-                            // One problem per segment and dictionary, not
-                            // one per record: it names the first record
-                            // and counts the rest.
-                            match &mut missing {
-                                Some(m) if m.id == id => {
-                                    m.count += 1;
-                                    m.last = f.lsn;
-                                }
-                                _ => {
-                                    if let Some(m) = &missing {
-                                        self.problems[m.at].detail = m.detail();
-                                    }
-                                    let diagnosis = self.dicts.diagnose(id);
-                                    self.problem(path, off, Some(f.lsn), String::new());
-                                    if let Some(p) = self.problems.last_mut() {
-                                        p.missing_dictionary = Some(self.dicts.path_of(id));
-                                    }
-                                    missing = Some(MissingDict {
-                                        at: self.problems.len() - 1,
-                                        id,
-                                        first: f.lsn,
-                                        last: f.lsn,
-                                        count: 1,
-                                        diagnosis,
-                                    });
-                                }
-                            }
+                            self.missing_dict(&mut missing, path, off, f.lsn, id);
                         }
                         Err(e) => self.problem(path, off, Some(f.lsn), format!("record body: {e}")),
                     }
@@ -260,29 +299,7 @@ impl View {
             segments += 1;
             let data: &[u8] = &s.data;
             bytes += data.len() as u64;
-            c.header(&s.path, data);
-            let footer_at = data.len().saturating_sub(SEGMENT_FOOTER_LEN);
-            match SegmentFooter::decode_tail(data) {
-                Ok(Some(f)) => {
-                    let n = c.frames(&s.path, data, footer_at);
-                    let last = Lsn(c.expect.0.saturating_sub(1));
-                    if f.record_count != n || f.last_lsn != last || f.last_chain != c.chain {
-                        let d = format!(
-                            "footer says {} records ending at LSN {} (chain {}), the frames hold {n} ending at LSN {last} (chain {})",
-                            f.record_count, f.last_lsn, f.last_chain, c.chain
-                        );
-                        c.problem(&s.path, footer_at as u64, Some(last), d);
-                    }
-                }
-                other => {
-                    let d = match other {
-                        Err(e) => format!("segment footer: {e}"),
-                        _ => "sealed segment has lost its footer".to_string(),
-                    };
-                    c.problem(&s.path, footer_at as u64, None, d);
-                    c.frames(&s.path, data, data.len());
-                }
-            }
+            c.sealed(&s.path, data);
         }
         let problems_before_tail = c.problems.len();
         if let Some(t) = &self.tail {

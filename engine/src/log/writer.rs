@@ -92,6 +92,26 @@ const BATCH_BUF_KEEP_BYTES: usize = 1 << 20;
 const PENDING_MAX_BYTES: usize = 256 << 10;
 
 impl WriterState {
+    /// The writer's state on open: appending at the end of the tail that
+    /// recovery left.
+    fn after_recovery(tail: recovery::OpenTail, opts: &LogOptions) -> WriterState {
+        WriterState {
+            path: tail.path,
+            file: tail.file,
+            header: tail.header,
+            end: tail.len,
+            next_lsn: tail.head.last_lsn.next(),
+            chain: tail.head.chain,
+            last_frame_off: tail.last_frame_off,
+            index: tail.index,
+            poisoned: None,
+            batch_buf: Vec::new(),
+            pending: Vec::new(),
+            pending_at: 0,
+            out: TailOut::initial(opts),
+        }
+    }
+
     fn records(&self) -> u64 {
         self.next_lsn.0 - self.header.first_lsn.0
     }
@@ -193,6 +213,31 @@ pub struct GroupCommitStats {
     pub sync_time: Duration,
     /// Time leaders spent gathering records before their fdatasync.
     pub gather_time: Duration,
+}
+
+impl SyncState {
+    /// No sync run or running yet.
+    fn idle() -> SyncState {
+        SyncState {
+            gathering: false,
+            started: 0,
+            ended: 0,
+            covering: Lsn(0),
+            poisoned: None,
+            last_group: 0,
+            last_sync: Duration::ZERO,
+        }
+    }
+}
+
+/// Starts the thread that syncs the log every `ms` milliseconds (the
+/// interval durability policy).
+fn spawn_flusher(inner: &Arc<Inner>, ms: u64, dir: &Path) -> Result<JoinHandle<()>> {
+    let inner = inner.clone();
+    std::thread::Builder::new()
+        .name("cairn-log-flush".into())
+        .spawn(move || inner.flush_loop(Duration::from_millis(ms)))
+        .map_err(|e| EngineError::io("spawn log flusher thread", dir, e))
 }
 
 /// The longest a group-commit leader waits for concurrent appenders to
@@ -301,21 +346,7 @@ impl Log {
         let dicts = LogDicts::load(vfs.clone(), dir, true)?;
         let view = recovery::initial_view(sealed, &tail, dicts.clone());
         let head = tail.head;
-        let state = WriterState {
-            path: tail.path,
-            file: tail.file,
-            header: tail.header,
-            end: tail.len,
-            next_lsn: head.last_lsn.next(),
-            chain: head.chain,
-            last_frame_off: tail.last_frame_off,
-            index: tail.index,
-            poisoned: None,
-            batch_buf: Vec::new(),
-            pending: Vec::new(),
-            pending_at: 0,
-            out: TailOut::initial(&opts),
-        };
+        let state = WriterState::after_recovery(tail, &opts);
         let inner = Arc::new(Inner {
             vfs,
             dir: dir.to_path_buf(),
@@ -323,15 +354,7 @@ impl Log {
             dicts,
             w: Mutex::new(state),
             view: RwLock::new(view),
-            sync: Mutex::new(SyncState {
-                gathering: false,
-                started: 0,
-                ended: 0,
-                covering: Lsn(0),
-                poisoned: None,
-                last_group: 0,
-                last_sync: Duration::ZERO,
-            }),
+            sync: Mutex::new(SyncState::idle()),
             durable_at: AtomicU64::new(head.last_lsn.0),
             sync_epoch: Epoch::default(),
             inside: AtomicU64::new(0),
@@ -354,15 +377,7 @@ impl Log {
             stop_cv: Condvar::new(),
         });
         let flusher = match opts.durability {
-            Durability::Interval { ms } => {
-                let inner = inner.clone();
-                Some(
-                    std::thread::Builder::new()
-                        .name("cairn-log-flush".into())
-                        .spawn(move || inner.flush_loop(Duration::from_millis(ms)))
-                        .map_err(|e| EngineError::io("spawn log flusher thread", dir, e))?,
-                )
-            }
+            Durability::Interval { ms } => Some(spawn_flusher(&inner, ms, dir)?),
             _ => None,
         };
         Ok(Log {
@@ -661,6 +676,37 @@ impl Inner {
         if let Err(e) = self.put_frames(&mut st, items, at, total) {
             return Err(self.fail_write(st, e));
         }
+        let (new_entries, last_off) = Self::note_offsets(&mut st, items, first, at);
+        let last = Lsn(first.0 + items.len() as u64 - 1);
+        st.end = at + total;
+        self.written.store(last.0, Ordering::SeqCst);
+        // This record completes the group a leader is gathering: claim its
+        // sync, which the caller runs at once.
+        let want = self.gather_target.load(Ordering::SeqCst);
+        let claimed = want != 0 && last.0 >= want && self.claim_gathering();
+        st.next_lsn = last.next();
+        st.chain = chain;
+        st.last_frame_off = last_off;
+        let publish_now = !matches!(self.opts.durability, Durability::Always);
+        if publish_now || !new_entries.is_empty() {
+            self.publish_written(&st, new_entries, publish_now);
+        }
+        drop(st);
+        if publish_now {
+            self.notify_heads();
+        }
+        Ok((first, last, claimed))
+    }
+
+    /// Notes in the tail's sparse index the offsets of the frames of
+    /// `items`, written from `at` with LSNs from `first`: the entries added,
+    /// and the offset of the last frame.
+    fn note_offsets(
+        st: &mut WriterState,
+        items: &[Prepared],
+        first: Lsn,
+        at: u64,
+    ) -> (Vec<(Lsn, u64)>, u64) {
         let mut new_entries = Vec::new();
         let mut off = at;
         let mut last_off = at;
@@ -675,35 +721,23 @@ impl Inner {
             last_off = off;
             off += item.len() as u64;
         }
-        let last = Lsn(first.0 + items.len() as u64 - 1);
-        st.end = at + total;
-        self.written.store(last.0, Ordering::SeqCst);
-        // This record completes the group a leader is gathering: claim its
-        // sync, which the caller runs at once.
-        let want = self.gather_target.load(Ordering::SeqCst);
-        let claimed = want != 0 && last.0 >= want && self.claim_gathering();
-        st.next_lsn = last.next();
-        st.chain = chain;
-        st.last_frame_off = last_off;
-        let publish_now = !matches!(self.opts.durability, Durability::Always);
-        if publish_now || !new_entries.is_empty() {
-            let mut v = self.view.write();
-            if let Some(t) = &mut v.tail {
-                if t.header.first_lsn == st.header.first_lsn {
-                    for (l, o) in new_entries {
-                        t.index.push(l, o);
-                    }
+        (new_entries, last_off)
+    }
+
+    /// Shows readers what a write added: the tail's new sparse index
+    /// entries, and with `publish_now` the records themselves.
+    fn publish_written(&self, st: &WriterState, new_entries: Vec<(Lsn, u64)>, publish_now: bool) {
+        let mut v = self.view.write();
+        if let Some(t) = &mut v.tail {
+            if t.header.first_lsn == st.header.first_lsn {
+                for (l, o) in new_entries {
+                    t.index.push(l, o);
                 }
             }
-            if publish_now {
-                Self::apply_mark(&mut v, &st.mark());
-            }
         }
-        drop(st);
         if publish_now {
-            self.notify_heads();
+            Self::apply_mark(&mut v, &st.mark());
         }
-        Ok((first, last, claimed))
     }
 
     /// A failed write to the tail: the writer is poisoned (the file may
@@ -849,30 +883,7 @@ impl Inner {
             last_chain: st.chain,
             frames_len: (st.end - SEGMENT_HEADER_LEN as u64) as u32,
         };
-        let path = st.path.clone();
-        let sealed = (|| -> Result<Sealed> {
-            let io = |op, e| EngineError::io(op, &path, e);
-            Self::flush_pending(st).map_err(|e| io("append to log segment", e))?;
-            self.trim_tail(&mut *st)?;
-            st.file
-                .sync_data()
-                .map_err(|e| io("fsync log segment", e))?;
-            st.file
-                .write_all_at(&footer.encode(), st.end)
-                .map_err(|e| io("write segment footer", e))?;
-            st.file
-                .sync_data()
-                .map_err(|e| io("fsync log segment", e))?;
-            segment::write_index(&*self.vfs, &path, &st.index, st.header.first_lsn, &footer);
-            let data = self.vfs.map(&path).map_err(|e| io("map log segment", e))?;
-            Ok(Sealed {
-                path: path.clone(),
-                header: st.header,
-                footer,
-                data,
-                index: st.index.clone(),
-            })
-        })();
+        let sealed = self.seal_tail(st, footer);
         let created = sealed.and_then(|s| {
             segment::create_segment(&*self.vfs, &self.dir, st.next_lsn, st.chain).map(|n| (s, n))
         });
@@ -920,6 +931,33 @@ impl Inner {
         }
         self.notify_heads();
         Ok(())
+    }
+
+    /// Seals the tail segment: writes out what is held back, fsyncs, then
+    /// writes `footer` and the segment's index, and maps it for readers.
+    fn seal_tail(&self, st: &mut WriterState, footer: SegmentFooter) -> Result<Sealed> {
+        let path = st.path.clone();
+        let io = |op, e| EngineError::io(op, &path, e);
+        Self::flush_pending(st).map_err(|e| io("append to log segment", e))?;
+        self.trim_tail(st)?;
+        st.file
+            .sync_data()
+            .map_err(|e| io("fsync log segment", e))?;
+        st.file
+            .write_all_at(&footer.encode(), st.end)
+            .map_err(|e| io("write segment footer", e))?;
+        st.file
+            .sync_data()
+            .map_err(|e| io("fsync log segment", e))?;
+        segment::write_index(&*self.vfs, &path, &st.index, st.header.first_lsn, &footer);
+        let data = self.vfs.map(&path).map_err(|e| io("map log segment", e))?;
+        Ok(Sealed {
+            path: path.clone(),
+            header: st.header,
+            footer,
+            data,
+            index: st.index.clone(),
+        })
     }
 
     /// Publishes `mark` to readers if it is newer than what they see.

@@ -116,6 +116,80 @@ impl Query<'_> {
         depth: usize,
         cuts: &mut HashSet<Lsn>,
     ) -> Result<(String, Vec<Lsn>)> {
+        let points = self.blame_points(at, path);
+        let (rollback_to, mut at_target) = self.rollback_targets(&points);
+        let mut w = BlameWalk::default();
+        let mut prev: Option<Lsn> = None;
+        let events = self.index.path(path);
+        for l in points {
+            // What the walk holds now is the file at the previous point:
+            // kept there for a later rollback to that point.
+            if let Some(kept) = prev.and_then(|p| at_target.get_mut(&p)) {
+                *kept = (w.text.clone(), w.attr.clone());
+            }
+            prev = Some(l);
+            // The record at `l`, if it is one of the path's own.
+            let rec = events.binary_search(&l).is_ok().then(|| self.src.read(l));
+            let rec = rec.transpose()?;
+            let reset_here = self.index.last_reset(l).is_some_and(|r| r.lsn == l);
+            let change = rec.as_ref().filter(|_| !reset_here);
+            let blob = match self.version_at(l, path, change)? {
+                Version::Blob(b) => b,
+                Version::Cut => {
+                    w.cut();
+                    continue;
+                }
+            };
+            if blob == w.blob {
+                continue;
+            }
+            let was_absent = w.blob.is_none();
+            w.blob = blob;
+            // The first version readable after the cut: its lines were
+            // written here or before (unless a record created the file
+            // here, which says nothing came before).
+            let created = change.is_some_and(|r| r.event.kind == EventKind::FileCreate);
+            if blob.is_some() && std::mem::take(&mut w.after_cut) && !created {
+                cuts.insert(l);
+            }
+            let new_text = self.blame_text(blob)?;
+            let restored = reset_here
+                .then(|| rollback_to.get(&l).and_then(|t| at_target.get(t)))
+                .flatten();
+            if let Some((t, a)) = restored.filter(|_| blob.is_some()) {
+                // A rollback: the lines it brought back are compared with the
+                // file as it was at its target, with their writers of then.
+                w.text = t.clone();
+                w.attr = a.clone();
+            } else if depth < MAX_BLAME_MOVES {
+                let found_here = reset_here && was_absent && blob.is_some();
+                if let Some(from) = self.moved_from(rec.as_ref(), path, l, found_here)? {
+                    (w.text, w.attr) = self.blame_attr(Lsn(l.0 - 1), &from, depth + 1, cuts)?;
+                }
+            }
+            // The store's first capture of the workspace finding a file no
+            // record wrote before: its lines predate the history.
+            let first_capture = reset_here
+                && was_absent
+                && restored.is_none()
+                && w.attr.is_empty()
+                && self.is_first_capture_of(l, events);
+            w.take(new_text, if first_capture { BEFORE_HISTORY } else { l });
+        }
+        Ok((w.text, w.attr))
+    }
+
+    /// True when `l` is the store's first capture of the workspace and no
+    /// record among the path's `events` came before it.
+    fn is_first_capture_of(&self, l: Lsn, events: &[Lsn]) -> bool {
+        events.first().is_none_or(|e| *e >= l)
+            && self.index.resets().first().is_some_and(|r| r.lsn == l)
+    }
+
+    /// The points blame takes versions of `path` at, up to `at`: each
+    /// record naming the path, and each checkpoint or rollback (which
+    /// capture edits no file event reported); sorted.
+    fn blame_points(&self, at: Lsn, path: &str) -> Vec<Lsn> {
         let mut points: Vec<Lsn> = self
             .index
             .path(path)
@@ -130,10 +204,16 @@ impl Query<'_> {
         }
         points.sort_unstable();
         points.dedup();
-        // A rollback brings back the file as it was at its target, so its
-        // lines keep the records that wrote them then: the text and
-        // attribution at each rollback's target (a checkpoint, so one of
-        // the points) are kept for it as the loop passes.
+        points
+    }
+
+    /// The rollbacks among `points`, each with its target, and a place for
+    /// the file's text and attribution at each target. A rollback brings
+    /// back the file as it was at its target, so its lines keep the
+    /// records that wrote them then: the text and attribution at each
+    /// rollback's target (a checkpoint, so one of the points) are kept for
+    /// it as the walk passes.
+    fn rollback_targets(&self, points: &[Lsn]) -> (HashMap<Lsn, Lsn>, AtTarget) {
         let rollback_to: HashMap<Lsn, Lsn> = points
             .iter()
             .filter_map(|l| {
@@ -142,137 +222,127 @@ impl Query<'_> {
                 (n.kind == EventKind::Rollback).then_some((*l, target))
             })
             .collect();
-        let mut at_target: HashMap<Lsn, (String, Vec<Lsn>)> = rollback_to
+        let at_target = rollback_to
             .values()
             .map(|t| (*t, (String::new(), Vec::new())))
             .collect();
-
-        let mut cur_blob: Option<BlobHash> = None;
-        let mut text = String::new();
-        let mut attr: Vec<Lsn> = Vec::new();
-        // After retention cut the history, until the next version.
-        let mut after_cut = false;
-        let mut prev: Option<Lsn> = None;
-        let events = self.index.path(path);
-        for l in points {
-            // What the walk holds now is the file at the previous point:
-            // kept there for a later rollback to that point.
-            if let Some(kept) = prev.and_then(|p| at_target.get_mut(&p)) {
-                *kept = (text.clone(), attr.clone());
-            }
-            prev = Some(l);
-            // The record at `l`, if it is one of the path's own.
-            let rec = match events.binary_search(&l) {
-                Ok(_) => Some(self.src.read(l)?),
-                Err(_) => None,
-            };
-            let reset_here = self.index.last_reset(l).is_some_and(|r| r.lsn == l);
-            // A record that sets the path's contents says what they are:
-            // only its mode would need the walk back through the path's
-            // history that `entry_at` makes (once per version, that walk
-            // made blame quadratic: 2,000 versions read 2 million records).
-            // At a reset, the manifest decides.
-            let change = rec.as_ref().filter(|_| !reset_here);
-            let set_here = match change.and_then(|r| path_change(&r.event, path)) {
-                Some(PathChange::Set(b) | PathChange::MoveIn { after: Some(b), .. }) => {
-                    Some(Some(b))
-                }
-                Some(PathChange::Remove) => Some(None),
-                _ => None,
-            };
-            let found = match set_here {
-                Some(b) => Ok(b.map(TreeEntry::file)),
-                None => self.entry_at(l, path),
-            };
-            let blob = match found {
-                Ok(e) => e.map(|e| e.blob),
-                Err(e) if self.beyond_retention(&e) => {
-                    // History before this point is gone: the next version
-                    // readable is where the file's known history starts.
-                    cur_blob = None;
-                    text.clear();
-                    attr.clear();
-                    after_cut = true;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if blob == cur_blob {
-                continue;
-            }
-            let was_absent = cur_blob.is_none();
-            cur_blob = blob;
-            if blob.is_some() && std::mem::take(&mut after_cut) {
-                // The first version readable after the cut: its lines were
-                // written here or before (unless a record created the file
-                // here, which says nothing came before).
-                let created = change.is_some_and(|r| r.event.kind == EventKind::FileCreate);
-                if !created {
-                    cuts.insert(l);
-                }
-            }
-            let new_text = match blob {
-                None => String::new(),
-                Some(b) => {
-                    let bytes = self.blobs.get(&b)?;
-                    if is_binary(&bytes) {
-                        String::new()
-                    } else {
-                        String::from_utf8_lossy(&bytes).into_owned()
-                    }
-                }
-            };
-            let restored = reset_here
-                .then(|| rollback_to.get(&l).and_then(|t| at_target.get(t)))
-                .flatten();
-            if let Some((t, a)) = restored.filter(|_| blob.is_some()) {
-                // A rollback: the lines it brought back are compared with the
-                // file as it was at its target, with their writers of then.
-                text = t.clone();
-                attr = a.clone();
-            } else if depth < MAX_BLAME_MOVES {
-                // A move brings the source's lines, with their history: a move
-                // recorded, or one a checkpoint found (the same contents gone
-                // from another path as this one appeared: a shell `mv`).
-                let from = match rec.as_ref().and_then(|r| path_change(&r.event, path)) {
-                    Some(PathChange::MoveIn { from, .. }) => Some(from.to_string()),
-                    _ if reset_here && was_absent && blob.is_some() => {
-                        self.renamed_at_reset(l, path)?
-                    }
-                    _ => None,
-                };
-                if let Some(from) = from {
-                    let (t, a) = self.blame_attr(Lsn(l.0 - 1), &from, depth + 1, cuts)?;
-                    text = t;
-                    attr = a;
-                }
-            }
-            // The store's first capture of the workspace finding a file no
-            // record wrote before: its lines predate the history.
-            let first_capture = reset_here
-                && was_absent
-                && restored.is_none()
-                && attr.is_empty()
-                && events.first().is_none_or(|e| *e >= l)
-                && self.index.resets().first().is_some_and(|r| r.lsn == l);
-            let credit = if first_capture { BEFORE_HISTORY } else { l };
-            let (old_lines, new_lines) = (split_lines(&text), split_lines(&new_text));
-            let diff = line_diff(&old_lines, &new_lines);
-            let mut new_attr = vec![credit; new_lines.len()];
-            for op in diff.ops() {
-                if let DiffOp::Equal {
-                    old_index,
-                    new_index,
-                    len,
-                } = *op
-                {
-                    new_attr[new_index..new_index + len]
-                        .copy_from_slice(&attr[old_index..old_index + len]);
-                }
-            }
-            attr = new_attr;
-            text = new_text;
-        }
-        Ok((text, attr))
+        (rollback_to, at_target)
     }
+
+    /// The contents of `path` at `l`. A record that sets the path's
+    /// contents (`change`, not at a reset) says what they are: only its
+    /// mode would need the walk back through the path's history that
+    /// `entry_at` makes (once per version, that walk made blame quadratic:
+    /// 2,000 versions read 2 million records). At a reset, the manifest
+    /// decides.
+    fn version_at(&self, l: Lsn, path: &str, change: Option<&Record>) -> Result<Version> {
+        let set_here = match change.and_then(|r| path_change(&r.event, path)) {
+            Some(PathChange::Set(b) | PathChange::MoveIn { after: Some(b), .. }) => Some(Some(b)),
+            Some(PathChange::Remove) => Some(None),
+            _ => None,
+        };
+        let found = match set_here {
+            Some(b) => Ok(b.map(TreeEntry::file)),
+            None => self.entry_at(l, path),
+        };
+        match found {
+            Ok(e) => Ok(Version::Blob(e.map(|e| e.blob))),
+            Err(e) if self.beyond_retention(&e) => Ok(Version::Cut),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The text blame compares: the blob's contents, or nothing for a
+    /// binary file or none.
+    fn blame_text(&self, blob: Option<BlobHash>) -> Result<String> {
+        Ok(match blob {
+            None => String::new(),
+            Some(b) => {
+                let bytes = self.blobs.get(&b)?;
+                if is_binary(&bytes) {
+                    String::new()
+                } else {
+                    String::from_utf8_lossy(&bytes).into_owned()
+                }
+            }
+        })
+    }
+
+    /// The path `path` was moved from at `l`, bringing the source's lines
+    /// with their history: a move recorded (`rec`), or one a checkpoint
+    /// found where the file appeared (`found_here`: the same contents gone
+    /// from another path as this one appeared, a shell `mv`).
+    fn moved_from(
+        &self,
+        rec: Option<&Record>,
+        path: &str,
+        l: Lsn,
+        found_here: bool,
+    ) -> Result<Option<String>> {
+        match rec.and_then(|r| path_change(&r.event, path)) {
+            Some(PathChange::MoveIn { from, .. }) => Ok(Some(from.to_string())),
+            _ if found_here => self.renamed_at_reset(l, path),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// The text and attribution of a file at each rollback target, by target.
+type AtTarget = HashMap<Lsn, (String, Vec<Lsn>)>;
+
+/// A blame walk over one path's versions: the file as it stands at the
+/// last point taken, with the LSN that wrote each line.
+#[derive(Default)]
+struct BlameWalk {
+    blob: Option<BlobHash>,
+    text: String,
+    attr: Vec<Lsn>,
+    /// After retention cut the history, until the next version.
+    after_cut: bool,
+}
+
+impl BlameWalk {
+    /// History before this point is gone: the next version readable is
+    /// where the file's known history starts.
+    fn cut(&mut self) {
+        self.blob = None;
+        self.text.clear();
+        self.attr.clear();
+        self.after_cut = true;
+    }
+
+    /// Takes the next version, `new_text`: the lines carried over keep
+    /// their writers, the others are credited to `credit`.
+    fn take(&mut self, new_text: String, credit: Lsn) {
+        self.attr = carry_attribution(&self.text, &self.attr, &new_text, credit);
+        self.text = new_text;
+    }
+}
+
+/// What a blame walk finds of a file at one of its points.
+enum Version {
+    /// Its contents (none: the file is not there).
+    Blob(Option<BlobHash>),
+    /// Retention discarded the history before this point.
+    Cut,
+}
+
+/// The attribution of `new_text`'s lines: those a line diff carries over
+/// unchanged from `text` keep their record in `attr`, the others are
+/// credited to `credit`.
+fn carry_attribution(text: &str, attr: &[Lsn], new_text: &str, credit: Lsn) -> Vec<Lsn> {
+    let (old_lines, new_lines) = (split_lines(text), split_lines(new_text));
+    let diff = line_diff(&old_lines, &new_lines);
+    let mut new_attr = vec![credit; new_lines.len()];
+    for op in diff.ops() {
+        if let DiffOp::Equal {
+            old_index,
+            new_index,
+            len,
+        } = *op
+        {
+            new_attr[new_index..new_index + len].copy_from_slice(&attr[old_index..old_index + len]);
+        }
+    }
+    new_attr
 }

@@ -154,77 +154,102 @@ impl Query<'_> {
                     pairs.push(((*k).clone(), ta.get(*k).copied(), tb.get(*k).copied()));
                 }
             }
-            let mut uncaptured = self.not_captured_at_lsn(la)?;
-            uncaptured.extend(self.not_captured_at_lsn(lb)?);
-            for p in paths {
-                let names = |k: &str| crate::replay::in_scope(k, std::slice::from_ref(p));
-                // Named by a record up to the later point (one without
-                // contents, say), it is no typo: the answer is empty.
-                let recorded = self
-                    .index
-                    .paths_under(p)
-                    .first()
-                    .is_some_and(|l| *l <= la.max(lb));
-                if !keys.iter().any(|k| names(k))
-                    && !uncaptured.iter().any(|n| names(&n.path))
-                    && !recorded
-                {
-                    return Err(QueryError::Invalid(format!(
-                        "`{p}` names no file at LSN {la} or at LSN {lb} (nor a directory holding one)"
-                    )));
-                }
-            }
+            self.check_paths_name_something(la, lb, paths, &keys)?;
         }
         let mut out = Vec::new();
         for (path, old, new) in pairs {
             if old == new {
                 continue;
             }
-            let status = match (&old, &new) {
-                (None, _) => DiffStatus::Added,
-                (_, None) => DiffStatus::Removed,
-                _ => DiffStatus::Modified,
-            };
-            let (mut unified, mut binary) = (None, false);
-            let too_large = [old, new].iter().flatten().any(|e| {
-                self.blobs
-                    .len(&e.blob)
-                    .is_some_and(|n| n > MAX_LINE_DIFF_BYTES)
-            });
-            if old.map(|e| e.blob) != new.map(|e| e.blob) && !too_large {
-                let ob = old
-                    .map(|e| self.blobs.get(&e.blob))
-                    .transpose()?
-                    .unwrap_or_default();
-                let nb = new
-                    .map(|e| self.blobs.get(&e.blob))
-                    .transpose()?
-                    .unwrap_or_default();
-                binary = is_binary(&ob) || is_binary(&nb);
-                if !binary {
-                    let header = |side: Option<TreeEntry>, prefix: &str| match side {
-                        Some(_) => format!("{prefix}/{path}"),
-                        None => "/dev/null".into(),
-                    };
-                    unified = Some(unified_diff(&ob, &nb, &header(old, "a"), &header(new, "b")));
-                }
-            }
-            out.push(FileDiff {
-                path,
-                status,
-                unified,
-                binary,
-                too_large,
-                old,
-                new,
-                renamed_from: None,
-                renamed_to: None,
-                similarity: None,
-                rename_unified: None,
-            });
+            out.push(self.file_diff(path, old, new)?);
         }
         self.mark_renames(&mut out)?;
         Ok(out)
+    }
+
+    /// Refuses a path of a diff that names nothing at `la` or `lb` (no
+    /// file there or under it among `keys`, none the checkpoints there
+    /// could not capture, no record up to the later point naming it).
+    fn check_paths_name_something(
+        &self,
+        la: Lsn,
+        lb: Lsn,
+        paths: &[String],
+        keys: &[&String],
+    ) -> Result<()> {
+        let mut uncaptured = self.not_captured_at_lsn(la)?;
+        uncaptured.extend(self.not_captured_at_lsn(lb)?);
+        for p in paths {
+            let names = |k: &str| crate::replay::in_scope(k, std::slice::from_ref(p));
+            // Named by a record up to the later point (one without
+            // contents, say), it is no typo: the answer is empty.
+            let recorded = self
+                .index
+                .paths_under(p)
+                .first()
+                .is_some_and(|l| *l <= la.max(lb));
+            if !keys.iter().any(|k| names(k))
+                && !uncaptured.iter().any(|n| names(&n.path))
+                && !recorded
+            {
+                return Err(QueryError::Invalid(format!(
+                    "`{p}` names no file at LSN {la} or at LSN {lb} (nor a directory holding one)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The diff of `path` from `old` to `new` (which differ): its status,
+    /// and its unified diff unless a side is binary or too large.
+    fn file_diff(
+        &self,
+        path: String,
+        old: Option<TreeEntry>,
+        new: Option<TreeEntry>,
+    ) -> Result<FileDiff> {
+        let status = match (&old, &new) {
+            (None, _) => DiffStatus::Added,
+            (_, None) => DiffStatus::Removed,
+            _ => DiffStatus::Modified,
+        };
+        let (mut unified, mut binary) = (None, false);
+        let too_large = [old, new].iter().flatten().any(|e| {
+            self.blobs
+                .len(&e.blob)
+                .is_some_and(|n| n > MAX_LINE_DIFF_BYTES)
+        });
+        if old.map(|e| e.blob) != new.map(|e| e.blob) && !too_large {
+            let ob = old
+                .map(|e| self.blobs.get(&e.blob))
+                .transpose()?
+                .unwrap_or_default();
+            let nb = new
+                .map(|e| self.blobs.get(&e.blob))
+                .transpose()?
+                .unwrap_or_default();
+            binary = is_binary(&ob) || is_binary(&nb);
+            if !binary {
+                let header = |side: Option<TreeEntry>, prefix: &str| match side {
+                    Some(_) => format!("{prefix}/{path}"),
+                    None => "/dev/null".into(),
+                };
+                unified = Some(unified_diff(&ob, &nb, &header(old, "a"), &header(new, "b")));
+            }
+        }
+        Ok(FileDiff {
+            path,
+            status,
+            unified,
+            binary,
+            too_large,
+            old,
+            new,
+            renamed_from: None,
+            renamed_to: None,
+            similarity: None,
+            rename_unified: None,
+        })
     }
 
     /// Pairs the removed and added paths of a diff that hold the same or

@@ -56,13 +56,6 @@ impl Query<'_> {
             recs.dedup_by_key(|r| r.lsn);
             return Ok(recs);
         }
-        // Only records of these kinds can move a file: the others are read
-        // once, at the end.
-        let moving = |l: &Lsn| {
-            [EventKind::FileMove, EventKind::FilePatch]
-                .iter()
-                .any(|k| self.index.kind(*k).binary_search(l).is_ok())
-        };
         let mut lsns: Vec<Lsn> = Vec::new();
         let mut cur = path.to_string();
         let mut before = Lsn(u64::MAX);
@@ -73,15 +66,7 @@ impl Query<'_> {
                 .into_iter()
                 .filter(|l| *l < before)
                 .collect();
-            // The latest move that brought `cur` here, among its records.
-            let mut came_from = None;
-            for l in here.iter().rev().filter(|l| moving(l)) {
-                let r = self.src.read(*l)?;
-                if let Some(PathChange::MoveIn { from, .. }) = path_change(&r.event, &cur) {
-                    came_from = Some((from.to_string(), *l));
-                    break;
-                }
-            }
+            let mut came_from = self.recorded_move_in(&here, &cur)?;
             // Or a move a checkpoint found, if it came later.
             let after_recorded = came_from.as_ref().map_or(Lsn(0), |(_, at)| *at);
             let changed_at = self.resets_changing(&cur)?;
@@ -119,6 +104,25 @@ impl Query<'_> {
         lsns.sort_unstable();
         lsns.dedup();
         lsns.iter().map(|l| self.src.read(*l)).collect()
+    }
+
+    /// The latest move among the records `here` of `cur` that brought it
+    /// there: the path it came from, and the move's LSN.
+    fn recorded_move_in(&self, here: &[Lsn], cur: &str) -> Result<Option<(String, Lsn)>> {
+        // Only records of these kinds can move a file: the others are read
+        // once, at the end.
+        let moving = |l: &&Lsn| {
+            [EventKind::FileMove, EventKind::FilePatch]
+                .iter()
+                .any(|k| self.index.kind(*k).binary_search(l).is_ok())
+        };
+        for l in here.iter().rev().filter(moving) {
+            let r = self.src.read(*l)?;
+            if let Some(PathChange::MoveIn { from, .. }) = path_change(&r.event, cur) {
+                return Ok(Some((from.to_string(), *l)));
+            }
+        }
+        Ok(None)
     }
 
     /// [`Query::history`] and the checkpoints and rollbacks at which the
