@@ -870,7 +870,7 @@ impl Inner {
                 header: st.header,
                 footer,
                 data,
-                index: st.index.clone(),
+                index: segment::SealedIndex::loaded(st.index.clone()),
             })
         })();
         let created = sealed.and_then(|s| {
