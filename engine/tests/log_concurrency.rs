@@ -689,3 +689,114 @@ fn held_back_frames_reach_the_file_in_order_through_rolls_and_large_batches() {
     let log = Log::open(Arc::new(RealVfs), dir, o).unwrap();
     check(&log);
 }
+
+/// A log of `n` small records in segments of about 4 KiB on `sim`, closed
+/// cleanly (its tail described by `tail.state`).
+fn small_segments(sim: &Arc<cairn_engine::vfs::SimVfs>, dir: &Path, n: usize) {
+    let o = LogOptions {
+        segment_size_bytes: 4096,
+        durability: Durability::Never,
+        ..LogOptions::default()
+    };
+    let log = Log::open(sim.clone(), dir, o).unwrap();
+    for i in 0..n {
+        let e = Event::new(EventKind::Prompt, "s").with_text(format!("turn {i}: make it pass"));
+        log.append(&e).unwrap();
+    }
+    log.close().unwrap();
+}
+
+/// The files a reader opens while `f` runs, by name.
+fn opened_during(sim: &Arc<cairn_engine::vfs::SimVfs>, f: impl FnOnce()) -> Vec<String> {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    sim.set_fault_hook(move |op| {
+        if let cairn_engine::vfs::sim::SimOp::Open { path, .. } = op {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            s.lock().unwrap().push(name);
+        }
+        None
+    });
+    f();
+    sim.clear_faults();
+    let v = seen.lock().unwrap().clone();
+    v
+}
+
+/// Regression (cold reader open read every sealed segment's sparse index
+/// whole, and `tail.state` twice): a reader's open and its loss check read
+/// no `.idx` file and `tail.state` once, so a new process's open does not
+/// grow with the sealed history; a read opens the `.idx` of the one
+/// segment it reads.
+#[test]
+fn reader_open_reads_no_sparse_index_and_tail_state_once() {
+    let sim = Arc::new(cairn_engine::vfs::SimVfs::new());
+    let dir = Path::new("/log");
+    small_segments(&sim, dir, 200);
+    let vfs: Arc<dyn Vfs> = sim.clone();
+    let mut reader = None;
+    let at_open = opened_during(&sim, || {
+        let r = LogReader::open(vfs.clone(), dir).unwrap();
+        assert_eq!(r.recorded_loss().unwrap(), None);
+        reader = Some(r);
+    });
+    let r = reader.unwrap();
+    let spans = r.sealed_spans();
+    assert!(spans.len() >= 3, "{} sealed segments", spans.len());
+    assert!(!at_open.iter().any(|n| n.ends_with(".idx")), "{at_open:?}");
+    let states = at_open.iter().filter(|n| *n == "tail.state").count();
+    assert_eq!(states, 1, "{at_open:?}");
+    let want = Lsn(spans[1].first.0 + 3);
+    let at_read = opened_during(&sim, || {
+        let rec = r.read(want).unwrap();
+        assert_eq!(rec.lsn, want);
+        let text = rec.event.text.as_deref().unwrap();
+        assert_eq!(text, format!("turn {}: make it pass", want.0 - 1));
+    });
+    let idx = format!("{:020}.idx", spans[1].first.0);
+    assert_eq!(at_read, vec![idx]);
+}
+
+/// A point read checks the frame it hands out (CRC and LSN) and steps
+/// over the frames before it in its sparse-index interval by their
+/// headers: damage inside an earlier frame's body is not its error (a
+/// read of that record, and `verify`, name it), while a step that lands
+/// anywhere but on the record asked for is one.
+#[test]
+fn point_read_checks_the_frame_it_hands_out() {
+    let sim = Arc::new(cairn_engine::vfs::SimVfs::new());
+    let dir = Path::new("/log");
+    small_segments(&sim, dir, 200);
+    let vfs: Arc<dyn Vfs> = sim.clone();
+    let r = LogReader::open(vfs.clone(), dir).unwrap();
+    let span = r.sealed_spans()[1];
+    // Offsets of the segment's first frames (its sparse index has one
+    // entry, the first frame: the segment is one interval long).
+    let mut offs = vec![64u64];
+    r.frames_while(span.first, |fr| {
+        offs.push(offs.last().unwrap() + fr.len() as u64);
+        offs.len() < 6
+    })
+    .unwrap();
+    let seg = dir.join(format!("{:020}.seg", span.first.0));
+    let second = Lsn(span.first.0 + 1);
+    let want = Lsn(span.first.0 + 3);
+    // A flipped byte in the second frame's body.
+    sim.corrupt(&seg, offs[1] + frame::HEADER_LEN as u64 + 2, b"#")
+        .unwrap();
+    let r = LogReader::open(vfs.clone(), dir).unwrap();
+    assert_eq!(r.read(want).unwrap().lsn, want);
+    let e = r.read(second).unwrap_err();
+    assert!(
+        e.to_string().contains("CRC") || e.to_string().contains("checksum"),
+        "{e}"
+    );
+    // A damaged LSN in the second frame's header: the step stops there.
+    sim.corrupt(&seg, offs[1] + 12, &[0xff]).unwrap();
+    let r = LogReader::open(vfs.clone(), dir).unwrap();
+    let e = r.read(want).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("where LSN {second} was expected")),
+        "{e}"
+    );
+}

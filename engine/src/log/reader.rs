@@ -13,7 +13,9 @@ use cairn_codec::{ChainHash, Lsn};
 use super::dict::LogDicts;
 use super::recovery::looks_sealed;
 use super::scan::find_next_valid;
-use super::segment::{check_header, corrupt, list_segments, open_sealed, sequence_gap};
+use super::segment::{
+    check_header, corrupt, list_segments, open_sealed_lazy, segments_in, sequence_gap,
+};
 use super::sparse_index::SparseIndex;
 use super::view::{LogIter, Tail, TailDamage, View};
 use super::{Durability, Head, LogStats, Record, VerifyReport};
@@ -34,6 +36,11 @@ pub struct LogReader {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     view: View,
+    /// The log directory's file names as the last refresh listed them.
+    names: Vec<String>,
+    /// The last LSN of the `tail.state` read when the tail was first
+    /// looked at (`Some(None)`: there was none intact); `None` if not read.
+    closed: Option<Option<Lsn>>,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -57,6 +64,8 @@ impl LogReader {
                 tail: None,
                 dicts,
             },
+            names: Vec::new(),
+            closed: None,
         };
         r.refresh()?;
         Ok(r)
@@ -67,7 +76,11 @@ impl LogReader {
         // List before reading the tail: the writer seals a segment (footer)
         // before it creates the next, so a newer segment in this listing
         // means the footer is already there to be read.
-        let segs = list_segments(&*self.vfs, &self.dir)?;
+        self.names = self
+            .vfs
+            .list(&self.dir)
+            .map_err(|e| EngineError::io("list log directory", &self.dir, e))?;
+        let segs = segments_in(&self.dir, &self.names);
         self.extend_tail()?;
         let known = match (&self.view.tail, self.view.sealed.last()) {
             (Some(t), _) => Some(t.header.first_lsn),
@@ -94,7 +107,7 @@ impl LogReader {
                 return Err(corrupt(&path, 0, Some(expect), sequence_gap(first, expect)));
             }
             if i + 1 < n || looks_sealed(&*self.vfs, &path)? {
-                let s = open_sealed(&*self.vfs, &path, expect, head.chain, false)?;
+                let s = open_sealed_lazy(&self.vfs, &path, expect, head.chain)?;
                 self.view.sealed.push(Arc::new(s));
                 continue;
             }
@@ -191,7 +204,9 @@ impl LogReader {
             // again here. Each frame's CRC is still checked when it is
             // read, so damage inside is an error then, never a record; and
             // `verify` reads and chains every frame.
-            if let Some(st) = super::recovery::TailState::load(&*self.vfs, &self.dir) {
+            let st = super::recovery::TailState::load(&*self.vfs, &self.dir);
+            self.closed = Some(st.as_ref().map(|s| s.last_lsn));
+            if let Some(st) = st {
                 if st.matches(&*t.file, &t.header, len) {
                     t.committed_len = st.valid_len;
                     t.head = Head {
@@ -237,7 +252,7 @@ impl LogReader {
         let rest = &buf[(t.committed_len - base) as usize..];
         if rest.len() == SEGMENT_FOOTER_LEN && rest.starts_with(b"CAIRNEND") {
             let (path, first, prev) = (t.path.clone(), t.header.first_lsn, t.header.prev_chain);
-            let s = open_sealed(&*self.vfs, &path, first, prev, false)?;
+            let s = open_sealed_lazy(&self.vfs, &path, first, prev)?;
             self.view.tail = None;
             self.view.sealed.push(Arc::new(s));
             return Ok(None);
@@ -383,9 +398,17 @@ impl LogReader {
     /// newest segment files deleted: see `recovery::Reached`), the loss in
     /// words, naming the lost LSNs. A reader reads what is left; a
     /// writable open refuses such a log.
+    ///
+    /// It reads what the last refresh read (the directory listing, the
+    /// `tail.state`), so it describes that view and costs no more I/O.
     pub fn recorded_loss(&self) -> Result<Option<String>> {
-        let segs = list_segments(&*self.vfs, &self.dir)?;
-        let reach = super::recovery::recorded_reach(&*self.vfs, &self.dir, &segs)?;
+        let closed = match self.closed {
+            Some(c) => c,
+            None => super::recovery::TailState::load(&*self.vfs, &self.dir).map(|s| s.last_lsn),
+        };
+        let segs = segments_in(&self.dir, &self.names);
+        let reach =
+            super::recovery::recorded_reach_in(&*self.vfs, &self.dir, &self.names, &segs, closed);
         Ok(reach.and_then(|r| r.unmet_by(self.view.head().last_lsn)))
     }
 

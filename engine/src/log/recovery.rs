@@ -285,22 +285,36 @@ pub(crate) fn recorded_reach(
     dir: &Path,
     segs: &[(Lsn, std::path::PathBuf)],
 ) -> Result<Option<Reached>> {
+    let names = vfs
+        .list(dir)
+        .map_err(|e| EngineError::io("list log directory", dir, e))?;
+    let closed = TailState::load(vfs, dir).map(|st| st.last_lsn);
+    Ok(recorded_reach_in(vfs, dir, &names, segs, closed))
+}
+
+/// [`recorded_reach`] from the log directory's file `names` as listed and
+/// the last LSN of its `tail.state` (`closed`), both read by the caller:
+/// a reader has read them at open and reads neither again.
+pub(crate) fn recorded_reach_in(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    names: &[String],
+    segs: &[(Lsn, std::path::PathBuf)],
+    closed: Option<Lsn>,
+) -> Option<Reached> {
     let mut best: Option<Reached> = None;
     let mut note = |r: Reached| {
         if best.as_ref().is_none_or(|b| r.lsn > b.lsn) {
             best = Some(r);
         }
     };
-    if let Some(st) = TailState::load(vfs, dir) {
+    if let Some(lsn) = closed {
         note(Reached {
-            lsn: st.last_lsn,
+            lsn,
             file: dir.join(TAIL_STATE_FILE),
             what: "written by the log's last clean close",
         });
     }
-    let names = vfs
-        .list(dir)
-        .map_err(|e| EngineError::io("list log directory", dir, e))?;
     for name in names {
         let Some(stem) = name.strip_suffix(segment::INDEX_EXT) else {
             continue;
@@ -316,7 +330,7 @@ pub(crate) fn recorded_reach(
         // segment was sealed (every record in it durable). Its header's
         // last LSN, when it reads back whole; else the name alone says the
         // log reached the LSN before the segment's first.
-        let path = dir.join(&name);
+        let path = dir.join(name);
         let last = read_small(vfs, &path)
             .and_then(|b| super::sparse_index::recorded_last_lsn(&b))
             .filter(|l| *l >= first)
@@ -327,7 +341,7 @@ pub(crate) fn recorded_reach(
             what: "the sparse index of a sealed segment whose file is gone",
         });
     }
-    Ok(best)
+    best
 }
 
 /// The writer's view of the tail after recovery.
@@ -367,7 +381,7 @@ pub(crate) fn open_for_write(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<Arc<Seale
             ));
         }
         if i + 1 < n || looks_sealed(vfs, &path)? {
-            let s = open_sealed(vfs, &path, expect, prev, true)?;
+            let s = open_sealed(vfs, &path, expect, prev)?;
             expect = s.footer.last_lsn.next();
             prev = s.footer.last_chain;
             sealed.push(Arc::new(s));

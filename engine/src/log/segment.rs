@@ -35,14 +35,20 @@ pub(crate) fn parse_segment_name(name: &str) -> Option<Lsn> {
 
 /// The segments in `dir`, sorted by first LSN.
 pub(crate) fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
-    let mut segs: Vec<(Lsn, PathBuf)> = vfs
+    let names = vfs
         .list(dir)
-        .map_err(|e| EngineError::io("list log directory", dir, e))?
-        .into_iter()
-        .filter_map(|n| parse_segment_name(&n).map(|l| (l, dir.join(n))))
+        .map_err(|e| EngineError::io("list log directory", dir, e))?;
+    Ok(segments_in(dir, &names))
+}
+
+/// The segments among the file `names` of `dir`, sorted by first LSN.
+pub(crate) fn segments_in(dir: &Path, names: &[String]) -> Vec<(Lsn, PathBuf)> {
+    let mut segs: Vec<(Lsn, PathBuf)> = names
+        .iter()
+        .filter_map(|n| parse_segment_name(n).map(|l| (l, dir.join(n))))
         .collect();
     segs.sort();
-    Ok(segs)
+    segs
 }
 
 /// The path of the sparse index persisted next to segment `seg`.
@@ -101,6 +107,43 @@ pub(crate) fn write_header(
         .map_err(|e| EngineError::io("fsync log segment", path, e))
 }
 
+/// A sealed segment's sparse index: in memory already (the writer's, or
+/// loaded at a writable open), or loaded from its `.idx` file the first
+/// time a read seeks into the segment. A reader's open then costs the same
+/// however many sealed segments there are: a query reads the index files
+/// of the segments it reads, not all of them.
+pub(crate) struct SealedIndex {
+    cell: std::sync::OnceLock<SparseIndex>,
+    /// Where to load it from, when not loaded at open.
+    vfs: Option<Arc<dyn Vfs>>,
+}
+
+impl std::fmt::Debug for SealedIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealedIndex")
+            .field("loaded", &self.cell.get().is_some())
+            .finish()
+    }
+}
+
+impl SealedIndex {
+    /// An index already in memory.
+    pub(crate) fn loaded(idx: SparseIndex) -> SealedIndex {
+        SealedIndex {
+            cell: std::sync::OnceLock::from(idx),
+            vfs: None,
+        }
+    }
+
+    /// An index read from `vfs` on first use.
+    fn lazy(vfs: Arc<dyn Vfs>) -> SealedIndex {
+        SealedIndex {
+            cell: std::sync::OnceLock::new(),
+            vfs: Some(vfs),
+        }
+    }
+}
+
 /// A sealed, immutable segment, mapped into memory.
 #[derive(Debug)]
 pub(crate) struct Sealed {
@@ -112,11 +155,29 @@ pub(crate) struct Sealed {
     pub footer: SegmentFooter,
     /// The whole file.
     pub data: Mapped,
-    /// Its sparse index.
-    pub index: SparseIndex,
+    /// Its sparse index (see [`Sealed::index`]).
+    pub index: SealedIndex,
 }
 
 impl Sealed {
+    /// Its sparse index, read from its `.idx` file on first use if it was
+    /// not loaded at open. A file that is missing, damaged or stale is
+    /// never trusted: the index is rebuilt from the mapped frames (not
+    /// written back: a reader writes nothing). If the frames themselves
+    /// are damaged, the index is empty and reads scan from the segment's
+    /// first frame, which names the damage when they reach it.
+    pub fn index(&self) -> &SparseIndex {
+        self.index.cell.get_or_init(|| {
+            let first = self.header.first_lsn;
+            self.index
+                .vfs
+                .as_ref()
+                .and_then(|vfs| read_index(&**vfs, &self.path, first, &self.footer))
+                .or_else(|| build_index(&self.path, &self.data, first, self.frames_end()).ok())
+                .unwrap_or_default()
+        })
+    }
+
     /// Offset just past the last frame (where the footer starts).
     pub fn frames_end(&self) -> u64 {
         (self.data.len() - SEGMENT_FOOTER_LEN) as u64
@@ -140,15 +201,75 @@ pub(crate) fn sequence_gap(named: Lsn, expect: Lsn) -> String {
 
 /// Opens a sealed segment, checking only its header and footer against the
 /// expected first LSN and previous chain value; the frames are not rescanned.
-/// The sparse index is loaded from its `.idx` file, or rebuilt (and, with
-/// `persist_index`, written back) when missing or stale.
+/// The sparse index is loaded from its `.idx` file, or rebuilt (and written
+/// back) when missing or stale: what a writable open does.
 pub(crate) fn open_sealed(
     vfs: &dyn Vfs,
     path: &Path,
     first: Lsn,
     prev_chain: ChainHash,
-    persist_index: bool,
 ) -> Result<Sealed> {
+    let (data, header, footer) = open_sealed_file(vfs, path, first, prev_chain)?;
+    let index = match read_index(vfs, path, first, &footer) {
+        Some(i) => i,
+        None => {
+            let idx = build_index(path, &data, first, (data.len() - SEGMENT_FOOTER_LEN) as u64)?;
+            write_index(vfs, path, &idx, first, &footer);
+            idx
+        }
+    };
+    Ok(Sealed {
+        path: path.to_path_buf(),
+        header,
+        footer,
+        data,
+        index: SealedIndex::loaded(index),
+    })
+}
+
+/// [`open_sealed`] for a reader: the sparse index is read on first use
+/// (see [`Sealed::index`]), and never written.
+pub(crate) fn open_sealed_lazy(
+    vfs: &Arc<dyn Vfs>,
+    path: &Path,
+    first: Lsn,
+    prev_chain: ChainHash,
+) -> Result<Sealed> {
+    let (data, header, footer) = open_sealed_file(&**vfs, path, first, prev_chain)?;
+    Ok(Sealed {
+        path: path.to_path_buf(),
+        header,
+        footer,
+        data,
+        index: SealedIndex::lazy(vfs.clone()),
+    })
+}
+
+/// The sparse index in segment `seg`'s `.idx` file, if it is there, whole
+/// and describes this segment (see [`SparseIndex::decode`]).
+fn read_index(
+    vfs: &dyn Vfs,
+    seg: &Path,
+    first: Lsn,
+    footer: &SegmentFooter,
+) -> Option<SparseIndex> {
+    let f = vfs.open(&index_path(seg), OpenMode::Read).ok()?;
+    let len = f.len().ok()?;
+    if len > super::sparse_index::MAX_FILE_LEN {
+        return None;
+    }
+    let mut b = vec![0u8; len as usize];
+    f.read_exact_at(&mut b, 0).ok()?;
+    SparseIndex::decode(&b, first, footer)
+}
+
+/// Maps a sealed segment and checks its header and footer.
+fn open_sealed_file(
+    vfs: &dyn Vfs,
+    path: &Path,
+    first: Lsn,
+    prev_chain: ChainHash,
+) -> Result<(Mapped, SegmentHeader, SegmentFooter)> {
     let data = vfs
         .map(path)
         .map_err(|e| EngineError::io("map log segment", path, e))?;
@@ -184,30 +305,7 @@ pub(crate) fn open_sealed(
             ),
         ));
     }
-    let idx_path = index_path(path);
-    let loaded = vfs.open(&idx_path, OpenMode::Read).ok().and_then(|f| {
-        let len = f.len().ok()? as usize;
-        let mut b = vec![0u8; len];
-        f.read_exact_at(&mut b, 0).ok()?;
-        SparseIndex::decode(&b, first, &footer)
-    });
-    let index = match loaded {
-        Some(i) => i,
-        None => {
-            let idx = build_index(path, &data, first, (data.len() - SEGMENT_FOOTER_LEN) as u64)?;
-            if persist_index {
-                write_index(vfs, path, &idx, first, &footer);
-            }
-            idx
-        }
-    };
-    Ok(Sealed {
-        path: path.to_path_buf(),
-        header,
-        footer,
-        data,
-        index,
-    })
+    Ok((data, header, footer))
 }
 
 /// Checks a segment header: valid, and naming the LSN and chain expected.

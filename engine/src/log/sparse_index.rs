@@ -32,6 +32,8 @@ const ENTRY_LEN: usize = 16;
 /// The most entries an index file may claim; a segment is at most 4 GiB, so
 /// this bounds the allocation made from a (CRC-checked) count.
 const MAX_ENTRIES: u64 = (u32::MAX as u64 / SPARSE_INDEX_INTERVAL_BYTES + 1) * 2;
+/// The largest `.idx` file that can be whole: longer ones are not read.
+pub(crate) const MAX_FILE_LEN: u64 = FIXED_LEN as u64 + ENTRY_LEN as u64 * MAX_ENTRIES + 4;
 
 /// (LSN, byte offset in the segment file) entries, ascending in both.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

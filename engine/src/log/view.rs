@@ -124,6 +124,10 @@ impl View {
                 .partition_point(|s| s.header.first_lsn <= from)
                 .saturating_sub(1);
             for s in self.sealed.iter().skip(i) {
+                if s.header.first_lsn > end {
+                    // Past the range: a point read names one segment.
+                    break;
+                }
                 if s.footer.last_lsn < from || s.footer.record_count == 0 {
                     continue;
                 }
@@ -131,7 +135,7 @@ impl View {
                     path: s.path.clone(),
                     first: s.header.first_lsn,
                     start: if segs.is_empty() {
-                        s.index.seek(from)
+                        s.index().seek(from)
                     } else {
                         None
                     },
@@ -140,7 +144,10 @@ impl View {
                 });
             }
             if let Some(t) = &self.tail {
-                if t.head.last_lsn >= from && t.head.last_lsn >= t.header.first_lsn {
+                if t.head.last_lsn >= from
+                    && t.head.last_lsn >= t.header.first_lsn
+                    && t.header.first_lsn <= end
+                {
                     segs.push(SegRef {
                         path: t.path.clone(),
                         first: t.header.first_lsn,
@@ -324,6 +331,59 @@ impl Cursor {
         }
     }
 
+    /// Steps over the next frame, which precedes the records asked for,
+    /// reading only its header: its length (bounded as in
+    /// [`Cursor::next_frame`]) and its LSN, which must be the one
+    /// expected. Its CRC is not computed: nothing of it is handed out, and
+    /// the frame that is handed out is checked whole (CRC and LSN), so a
+    /// damaged length here can only end in an error, never in a wrong
+    /// record. A point read (blame, history, the index files' postings)
+    /// thus costs one CRC, not one per frame of a sparse-index interval.
+    /// `None` at the limit.
+    fn skip_frame(&mut self) -> Option<Result<()>> {
+        let off = self.off;
+        let limit = self.seg.limit;
+        if off >= limit {
+            return None;
+        }
+        let expect = self.expect;
+        let remain = limit - off;
+        if remain < HEADER_LEN as u64 {
+            return Some(Err(corrupt(
+                &self.seg.path,
+                off,
+                Some(expect),
+                format!("{remain} bytes at the end of the committed records are not a whole frame"),
+            )));
+        }
+        let h = match self.bytes(off, HEADER_LEN) {
+            Ok(h) => h,
+            Err(e) => return Some(Err(e)),
+        };
+        let body_len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as u64;
+        let mut lsn = [0u8; 8];
+        lsn.copy_from_slice(&h[12..20]);
+        let lsn = Lsn(u64::from_le_bytes(lsn));
+        let total = HEADER_LEN as u64 + body_len;
+        let bad = if body_len > MAX_STORED_BODY_BYTES as u64 || total > remain {
+            Some(format!(
+                "record frame claims {body_len} body bytes, more than the {remain} committed bytes left"
+            ))
+        } else if lsn != expect {
+            Some(format!(
+                "record has LSN {lsn} where LSN {expect} was expected"
+            ))
+        } else {
+            None
+        };
+        if let Some(d) = bad {
+            return Some(Err(corrupt(&self.seg.path, off, Some(expect), d)));
+        }
+        self.off += total;
+        self.expect = expect.next();
+        Some(Ok(()))
+    }
+
     /// Decodes the next frame and hands it to `f`; `None` at the limit.
     fn next_frame<R>(&mut self, f: impl FnOnce(Frame<'_>) -> Result<R>) -> Option<Result<R>> {
         /// A failure, turned into an error naming the place only when it happens
@@ -436,6 +496,14 @@ impl Iterator for LogIter {
                 },
             };
             let wanted = self.next;
+            if cur.expect < wanted {
+                match cur.skip_frame() {
+                    None => self.cur = None,
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => return self.fail(e),
+                }
+                continue;
+            }
             let dicts = &self.dicts;
             let step = cur.next_frame(|fr| {
                 if fr.lsn < wanted {

@@ -956,7 +956,7 @@ impl Inner {
             header: st.header,
             footer,
             data,
-            index: st.index.clone(),
+            index: segment::SealedIndex::loaded(st.index.clone()),
         })
     }
 
