@@ -338,10 +338,7 @@ pub(super) fn open(
         dicts,
         index_damaged: std::sync::atomic::AtomicBool::new(false),
     };
-    let tail_due = {
-        let w = store.writer.lock();
-        store.index_rewrite_due(w.since_snapshot)
-    };
+    let tail_due = store.index_rewrite_due(store.writer.lock().since_snapshot);
     if !read_only && (loaded.rebuilt || loaded.migrated || tail_due) {
         store.persist_index()?;
     }
