@@ -290,152 +290,217 @@ impl std::fmt::Display for WorkspaceMismatch {
 /// directory holding the store without proof that it was made for this
 /// store directory (see [`UntrustedBinding`]).
 pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
-    let path = store.join(BINDING_FILE);
-    let holder = store
-        .canonicalize()
-        .unwrap_or_else(|_| store.to_path_buf())
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let damaged = |why: &str| {
+    let at = BindingAt::of(store);
+    let link = store_link(store);
+    let Some(file) = at.read()? else {
+        return match link {
+            None => Ok(None),
+            // Bound when created through the link (or rebound): a
+            // store with no binding reached by one is another's.
+            Some(link) => Err(Error::Other(
+                UntrustedLink {
+                    link,
+                    store: canonical(store)?,
+                    claimed: None,
+                    why: "it has no binding file".to_string(),
+                }
+                .to_string(),
+            )),
+        };
+    };
+    let store = canonical(store)?;
+    let claimed = match at.claimed_workspace(&file, &store)? {
+        // The directory that holds the store: where it may act whatever
+        // its binding says (reached through a link, the link must be
+        // proven below).
+        Claim::Holder(ws) if link.is_none() => return Ok(Some(ws)),
+        Claim::Holder(ws) | Claim::Named(ws) => ws,
+    };
+    let here = BoundStore::of(&store, link.as_deref())?;
+    let why = match link {
+        Some(_) => unproven_link(file.bound_store.as_ref(), &here),
+        None => unproven_binding(file.bound_store.as_ref(), &here),
+    };
+    let Some(why) = why else {
+        return Ok(Some(claimed));
+    };
+    Err(Error::Other(match link {
+        Some(link) => UntrustedLink {
+            link,
+            store,
+            claimed: Some(claimed),
+            why,
+        }
+        .to_string(),
+        None => UntrustedBinding {
+            store,
+            claimed,
+            why,
+        }
+        .to_string(),
+    }))
+}
+
+/// A store's binding file, with what its "damaged" message names.
+struct BindingAt<'s> {
+    /// The binding file.
+    path: PathBuf,
+    /// The store, as given.
+    store: &'s Path,
+    /// The directory that holds the store, which a rebind binds it to.
+    holder: PathBuf,
+}
+
+/// The workspace a binding file names.
+enum Claim {
+    /// The directory directly holding the store.
+    Holder(PathBuf),
+    /// Any other directory, which needs proof that the binding was made
+    /// for this store directory.
+    Named(PathBuf),
+}
+
+impl<'s> BindingAt<'s> {
+    fn of(store: &'s Path) -> Self {
+        let holder = store
+            .canonicalize()
+            .unwrap_or_else(|_| store.to_path_buf())
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        BindingAt {
+            path: store.join(BINDING_FILE),
+            store,
+            holder,
+        }
+    }
+
+    /// The error for a damaged binding file, saying `why` and how to bind
+    /// the store again.
+    fn damaged(&self, why: &str) -> Error {
         Error::Other(format!(
             "{} is damaged ({why}); bind the store again: `cairn --store {} init {} --rebind` \
              for the directory that holds it (in the library: `StoreBuilder::rebind_workspace(true)`)",
-            path.display(),
-            store.display(),
-            holder.display(),
+            self.path.display(),
+            self.store.display(),
+            self.holder.display(),
         ))
-    };
-    let link = store_link(store);
-    // Looked at before it is read: a link (to `/dev/zero`), a FIFO (which
-    // would block) or a huge file is not a binding.
-    let meta = match std::fs::symlink_metadata(&path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return match link {
-                None => Ok(None),
-                // Bound when created through the link (or rebound): a
-                // store with no binding reached by one is another's.
-                Some(link) => Err(Error::Other(
-                    UntrustedLink {
-                        link,
-                        store: canonical(store)?,
-                        claimed: None,
-                        why: "it has no binding file".to_string(),
-                    }
-                    .to_string(),
-                )),
-            };
-        }
-        Err(e) => return Err(Error::Other(format!("read {}: {e}", path.display()))),
-    };
-    if !meta.file_type().is_file() {
-        return Err(damaged("it is not a regular file"));
     }
-    if meta.len() > MAX_BINDING_BYTES {
-        return Err(damaged(&format!(
-            "{} bytes, more than a binding's {MAX_BINDING_BYTES}",
-            meta.len()
-        )));
-    }
-    let bytes =
-        std::fs::read(&path).map_err(|e| Error::Other(format!("read {}: {e}", path.display())))?;
-    let file: BindingFile = serde_json::from_slice(&bytes).map_err(|e| damaged(&e.to_string()))?;
-    if file.version != BINDING_VERSION {
-        return Err(damaged(&format!(
-            "version {}, this cairn reads {BINDING_VERSION}",
-            file.version
-        )));
-    }
-    let store = canonical(store)?;
-    let claimed = match (file.store_in_workspace, file.workspace) {
-        (Some(rel), None) => {
-            // Plain names only: `..` or an absolute path would bind the
-            // store to some other tree.
-            let plain = Path::new(&rel)
-                .components()
-                .all(|c| matches!(c, std::path::Component::Normal(_)));
-            if !plain || rel.is_empty() {
-                return Err(damaged(&format!(
-                    "store_in_workspace `{rel}` is not a relative path of plain names"
-                )));
-            }
-            let depth = Path::new(&rel).components().count();
-            let mut ws = store.as_path();
-            for _ in 0..depth {
-                ws = ws
-                    .parent()
-                    .ok_or_else(|| damaged("the store is not that deep in the tree"))?;
-            }
-            if depth == 1 {
-                // The directory that holds the store: where it may act
-                // whatever its binding says (reached through a link, the
-                // link must be proven below).
-                if link.is_none() {
-                    return Ok(Some(ws.to_path_buf()));
-                }
-            } else if !store.ends_with(&rel) {
-                return Err(damaged(&format!(
-                    "store_in_workspace `{rel}` is not where the store {} is",
-                    store.display()
-                )));
-            }
-            ws.to_path_buf()
-        }
-        (None, Some(abs)) => {
-            let abs = PathBuf::from(abs);
-            if !abs.is_absolute() {
-                return Err(damaged(&format!(
-                    "workspace `{}` is not an absolute path",
-                    abs.display()
-                )));
-            }
-            abs
-        }
-        _ => return Err(damaged("it names no workspace")),
-    };
-    let here = BoundStore::of(&store, link.as_deref())?;
-    if let Some(link) = link {
-        let why = match &file.bound_store {
-            None | Some(BoundStore { link: None, .. }) => "it records no link to it".to_string(),
-            Some(b) if b.link != here.link => format!(
-                "it records the link {}, not this one",
-                b.link.as_deref().unwrap_or_default()
-            ),
-            Some(b) if b.path != here.path => format!("it was made for the store {}", b.path),
-            Some(b) if b.inode != here.inode => format!(
-                "it was made for another directory at {} (inode {}, this one is {}): a copy",
-                b.path, b.inode, here.inode
-            ),
-            Some(_) => return Ok(Some(claimed)),
+
+    /// The binding file, `None` if there is none: a regular file of at
+    /// most [`MAX_BINDING_BYTES`] in this version's format.
+    fn read(&self) -> Result<Option<BindingFile>> {
+        let path = &self.path;
+        // Looked at before it is read: a link (to `/dev/zero`), a FIFO (which
+        // would block) or a huge file is not a binding.
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::Other(format!("read {}: {e}", path.display()))),
         };
-        return Err(Error::Other(
-            UntrustedLink {
-                link,
-                store,
-                claimed: Some(claimed),
-                why,
-            }
-            .to_string(),
-        ));
+        if !meta.file_type().is_file() {
+            return Err(self.damaged("it is not a regular file"));
+        }
+        if meta.len() > MAX_BINDING_BYTES {
+            return Err(self.damaged(&format!(
+                "{} bytes, more than a binding's {MAX_BINDING_BYTES}",
+                meta.len()
+            )));
+        }
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error::Other(format!("read {}: {e}", path.display())))?;
+        let file: BindingFile =
+            serde_json::from_slice(&bytes).map_err(|e| self.damaged(&e.to_string()))?;
+        if file.version != BINDING_VERSION {
+            return Err(self.damaged(&format!(
+                "version {}, this cairn reads {BINDING_VERSION}",
+                file.version
+            )));
+        }
+        Ok(Some(file))
     }
-    let why = match &file.bound_store {
+
+    /// The workspace `file` names for the canonical `store`: its path in
+    /// the workspace, or the workspace's absolute path.
+    fn claimed_workspace(&self, file: &BindingFile, store: &Path) -> Result<Claim> {
+        match (&file.store_in_workspace, &file.workspace) {
+            (Some(rel), None) => self.workspace_holding(rel, store),
+            (None, Some(abs)) => {
+                let abs = PathBuf::from(abs);
+                if !abs.is_absolute() {
+                    return Err(self.damaged(&format!(
+                        "workspace `{}` is not an absolute path",
+                        abs.display()
+                    )));
+                }
+                Ok(Claim::Named(abs))
+            }
+            _ => Err(self.damaged("it names no workspace")),
+        }
+    }
+
+    /// The workspace that holds `store` at the relative path `rel`.
+    fn workspace_holding(&self, rel: &str, store: &Path) -> Result<Claim> {
+        // Plain names only: `..` or an absolute path would bind the
+        // store to some other tree.
+        let plain = Path::new(rel)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !plain || rel.is_empty() {
+            return Err(self.damaged(&format!(
+                "store_in_workspace `{rel}` is not a relative path of plain names"
+            )));
+        }
+        let depth = Path::new(rel).components().count();
+        let mut ws = store;
+        for _ in 0..depth {
+            ws = ws
+                .parent()
+                .ok_or_else(|| self.damaged("the store is not that deep in the tree"))?;
+        }
+        if depth == 1 {
+            return Ok(Claim::Holder(ws.to_path_buf()));
+        }
+        if !store.ends_with(rel) {
+            return Err(self.damaged(&format!(
+                "store_in_workspace `{rel}` is not where the store {} is",
+                store.display()
+            )));
+        }
+        Ok(Claim::Named(ws.to_path_buf()))
+    }
+}
+
+/// Why a binding's proof `bound` does not show that it was made for the
+/// store `here` reached through its link, or `None` when it does.
+fn unproven_link(bound: Option<&BoundStore>, here: &BoundStore) -> Option<String> {
+    Some(match bound {
+        None | Some(BoundStore { link: None, .. }) => "it records no link to it".to_string(),
+        Some(b) if b.link != here.link => format!(
+            "it records the link {}, not this one",
+            b.link.as_deref().unwrap_or_default()
+        ),
+        Some(b) if b.path != here.path => format!("it was made for the store {}", b.path),
+        Some(b) if b.inode != here.inode => format!(
+            "it was made for another directory at {} (inode {}, this one is {}): a copy",
+            b.path, b.inode, here.inode
+        ),
+        Some(_) => return None,
+    })
+}
+
+/// Why a binding's proof `bound` does not show that it was made for the
+/// store directory `here`, or `None` when it does.
+fn unproven_binding(bound: Option<&BoundStore>, here: &BoundStore) -> Option<String> {
+    Some(match bound {
         None => "it records no proof of the store directory it was made for".to_string(),
         Some(b) if b.path != here.path => format!("it was made for the store {}", b.path),
         Some(b) if b.inode != here.inode => format!(
             "it was made for another directory at this path (inode {}, this one is {}): a copy",
             b.inode, here.inode
         ),
-        Some(_) => return Ok(Some(claimed)),
-    };
-    Err(Error::Other(
-        UntrustedBinding {
-            store,
-            claimed,
-            why,
-        }
-        .to_string(),
-    ))
+        Some(_) => return None,
+    })
 }
 
 /// Checks that `store` belongs to `workspace`: `Ok(None)` if it does, or

@@ -213,94 +213,111 @@ impl StoreBuilder {
         })?;
         let custom_vfs = self.vfs.is_some();
         if let (Some(w), false) = (&self.workspace, custom_vfs) {
-            // A typo in the path would otherwise make a new, empty store.
-            // (A store that exists reports a workspace gone from where it
-            // is bound, with the way to rebind it: see `binding`.)
-            if !w.is_dir() && !root.join(cairn_engine::store_dir::LOG_DIR_NAME).is_dir() {
-                return Err(Error::Other(format!(
-                    "the workspace {} is not a directory{}: create it first (its store goes in {})",
-                    w.display(),
-                    if w.exists() {
-                        ""
-                    } else {
-                        " (it does not exist)"
-                    },
-                    root.display()
-                )));
-            }
-            refuse_workspace_in_store(w, &root)?;
+            check_workspace_given(w, &root)?;
         }
-        // Without a workspace, the one the store is bound to; else the
-        // directory that holds the store. A binding that cannot be
-        // trusted leaves the holder: the binding check below refuses the
-        // writing open with the reason, and a read-only one keeps its
-        // queries and says why it has no workspace.
-        let bound = match (&self.workspace, custom_vfs) {
-            (None, false) => crate::binding::bound_workspace(&root).ok().flatten(),
-            _ => None,
-        };
-        let workspace_dir = self
-            .workspace
-            .clone()
-            .or(bound)
-            .or_else(|| root.parent().map(Path::to_path_buf));
+        let workspace_dir = self.workspace_dir(&root, custom_vfs);
         let vfs: Arc<dyn Vfs> = self.vfs.clone().unwrap_or_else(|| Arc::new(RealVfs));
         if !custom_vfs {
             // Read-only opens too: a reader saves the query index.
             cairn_engine::store_dir::check_no_links(&root)?;
         }
         if self.read_only {
-            if !vfs.exists(&root.join("log")) {
-                return Err(Error::NoStore(format!(
-                    "no cairn store at {}: run `cairn init`",
-                    root.display()
-                )));
-            }
-            let reader = LogReader::open(vfs.clone(), &root.join("log"))?;
-            let blobs = BlobStore::open_read_only(vfs.clone(), &root.join("blobs"))?;
-            // To list checkpoints and plan rollbacks, the workspace's caches
-            // are read, never written. A workspace that cannot be opened (gone, its binding
-            // damaged) leaves the queries working; listing checkpoints and
-            // planning rollbacks then fail with the reason.
-            let mut unavailable = None;
-            let mut mismatch = None;
-            let mut workspace = None;
-            if let (Some(w), false) = (&workspace_dir, custom_vfs) {
-                let cache = self
-                    .snapshot_cache_dir
-                    .clone()
-                    .unwrap_or_else(|| root.join("snapshot"));
-                match crate::binding::check(&root, w, false, false) {
-                    Ok(m) => mismatch = m.map(Box::new),
-                    Err(e) => unavailable = Some(e.to_string()),
-                }
-                // A binding that cannot be read or trusted leaves no
-                // workspace: a dry run refuses what the real run refuses.
-                if unavailable.is_none() {
-                    match Workspace::open_read_only(w, &cache, self.snapshot.clone()) {
-                        Ok(ws) => workspace = Some(ws.with_store_dir(&root)),
-                        Err(e) => unavailable = Some(e.to_string()),
-                    }
-                }
-            }
-            return Ok(Store {
-                root,
-                workspace_dir,
-                vfs,
-                _dir: None,
-                log: LogHandle::Reader(Box::new(ReaderSource::new(reader))),
-                blobs: Arc::new(blobs),
-                workspace,
-                mismatch,
-                unavailable,
-                index: Mutex::new(None),
-                index_saved: std::sync::atomic::AtomicU64::new(0),
-                unreferenced: Mutex::new(HashSet::new()),
-                gc_gate: RwLock::new(()),
-                _tmp: None,
-                save_index_read_only: self.save_index_read_only,
-            });
+            return self.open_read_only(root, workspace_dir, vfs);
         }
+        self.open_writable(root, workspace_dir, vfs)
+    }
+
+    /// The workspace the store works on: the one given; without one, the
+    /// one the store is bound to; else the directory that holds the store.
+    fn workspace_dir(&self, root: &Path, custom_vfs: bool) -> Option<PathBuf> {
+        // A binding that cannot be trusted leaves the holder: the binding
+        // check refuses the writing open with the reason, and a read-only
+        // one keeps its queries and says why it has no workspace.
+        let bound = match (&self.workspace, custom_vfs) {
+            (None, false) => crate::binding::bound_workspace(root).ok().flatten(),
+            _ => None,
+        };
+        self.workspace
+            .clone()
+            .or(bound)
+            .or_else(|| root.parent().map(Path::to_path_buf))
+    }
+
+    /// Opens the store at `root` for queries only: its log through a
+    /// reader, its blobs read-only, its workspace's caches read, never
+    /// written.
+    fn open_read_only(
+        self,
+        root: PathBuf,
+        workspace_dir: Option<PathBuf>,
+        vfs: Arc<dyn Vfs>,
+    ) -> Result<Store> {
+        if !vfs.exists(&root.join("log")) {
+            return Err(Error::NoStore(format!(
+                "no cairn store at {}: run `cairn init`",
+                root.display()
+            )));
+        }
+        let reader = LogReader::open(vfs.clone(), &root.join("log"))?;
+        let blobs = BlobStore::open_read_only(vfs.clone(), &root.join("blobs"))?;
+        let ws = match (&workspace_dir, self.vfs.is_some()) {
+            (Some(w), false) => self.read_only_workspace(&root, w),
+            _ => ReadOnlyWorkspace::default(),
+        };
+        Ok(Store {
+            root,
+            workspace_dir,
+            vfs,
+            _dir: None,
+            log: LogHandle::Reader(Box::new(ReaderSource::new(reader))),
+            blobs: Arc::new(blobs),
+            workspace: ws.workspace,
+            mismatch: ws.mismatch,
+            unavailable: ws.unavailable,
+            index: Mutex::new(None),
+            index_saved: std::sync::atomic::AtomicU64::new(0),
+            unreferenced: Mutex::new(HashSet::new()),
+            gc_gate: RwLock::new(()),
+            _tmp: None,
+            save_index_read_only: self.save_index_read_only,
+        })
+    }
+
+    /// The workspace `w` of a read-only open of the store at `root`, to
+    /// list checkpoints and plan rollbacks. A workspace that cannot be
+    /// opened (gone, its binding damaged) leaves the queries working;
+    /// listing checkpoints and planning rollbacks then fail with the
+    /// reason.
+    fn read_only_workspace(&self, root: &Path, w: &Path) -> ReadOnlyWorkspace {
+        let mut ws = ReadOnlyWorkspace::default();
+        let cache = self
+            .snapshot_cache_dir
+            .clone()
+            .unwrap_or_else(|| root.join("snapshot"));
+        match crate::binding::check(root, w, false, false) {
+            Ok(m) => ws.mismatch = m.map(Box::new),
+            Err(e) => ws.unavailable = Some(e.to_string()),
+        }
+        // A binding that cannot be read or trusted leaves no
+        // workspace: a dry run refuses what the real run refuses.
+        if ws.unavailable.is_none() {
+            match Workspace::open_read_only(w, &cache, self.snapshot.clone()) {
+                Ok(opened) => ws.workspace = Some(opened.with_store_dir(root)),
+                Err(e) => ws.unavailable = Some(e.to_string()),
+            }
+        }
+        ws
+    }
+
+    /// Opens the store at `root` for writing, creating it if needed, and
+    /// binds it to its workspace (or notes that it is bound to another).
+    fn open_writable(
+        self,
+        root: PathBuf,
+        workspace_dir: Option<PathBuf>,
+        vfs: Arc<dyn Vfs>,
+    ) -> Result<Store> {
+        let custom_vfs = self.vfs.is_some();
         if !custom_vfs {
             // Who owns the store and who else may use it, before anything
             // in it is trusted to say where to write.
@@ -411,6 +428,37 @@ impl StoreBuilder {
             save_index_read_only: false,
         })
     }
+}
+
+/// What a read-only open knows of its workspace: the workspace opened
+/// read-only, or why it is unavailable, and whether the store is bound to
+/// another.
+#[derive(Default)]
+struct ReadOnlyWorkspace {
+    workspace: Option<Workspace>,
+    mismatch: Option<Box<WorkspaceMismatch>>,
+    unavailable: Option<String>,
+}
+
+/// Refuses a workspace `w` given for the store `root` that is not a
+/// directory (a typo in the path would otherwise make a new, empty store)
+/// or that lies inside the store. A store that exists reports a
+/// workspace gone from where it is bound, with the way to rebind it: see
+/// `binding`.
+fn check_workspace_given(w: &Path, root: &Path) -> Result<()> {
+    if !w.is_dir() && !root.join(cairn_engine::store_dir::LOG_DIR_NAME).is_dir() {
+        return Err(Error::Other(format!(
+            "the workspace {} is not a directory{}: create it first (its store goes in {})",
+            w.display(),
+            if w.exists() {
+                ""
+            } else {
+                " (it does not exist)"
+            },
+            root.display()
+        )));
+    }
+    refuse_workspace_in_store(w, root)
 }
 
 /// Refuses a workspace that is the store directory or lies inside it: its

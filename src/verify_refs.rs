@@ -235,14 +235,27 @@ pub(crate) fn check(
 ) -> Result<LostContents> {
     let mut c = Checker {
         blobs,
-        damaged: HashMap::new(),
+        damaged: damaged_blobs(blob_report),
         seen: HashMap::new(),
         whole: HashSet::new(),
         out: LostContents::default(),
     };
+    let (checkpoints, discarded) = check_records(&mut c, log);
+    for f in checkpoints {
+        if !discarded.contains(&CheckpointId(f.lsn)) {
+            check_checkpoint(&mut c, f);
+        }
+    }
+    c.out.checked_blobs = c.seen.len() as u64;
+    Ok(c.out)
+}
+
+/// The blobs `blob_report` found damaged, each with where and why.
+fn damaged_blobs(blob_report: &BlobVerifyReport) -> HashMap<BlobHash, String> {
+    let mut damaged = HashMap::new();
     for p in &blob_report.problems {
         if let Some(h) = p.hash {
-            c.damaged.entry(h).or_insert_with(|| {
+            damaged.entry(h).or_insert_with(|| {
                 format!(
                     "{} at byte offset {}: {}",
                     p.path.display(),
@@ -252,6 +265,13 @@ pub(crate) fn check(
             });
         }
     }
+    damaged
+}
+
+/// Checks the blobs every record of `log` names but checkpoints, which it
+/// returns to be checked once the discards (always later) are known, with
+/// the checkpoints discarded.
+fn check_records(c: &mut Checker<'_>, log: &LogHandle) -> (Vec<Found>, HashSet<CheckpointId>) {
     let iter = match log {
         LogHandle::Writer(l) => l.iter_from(Lsn::FIRST),
         LogHandle::Reader(r) => r.lock().iter_from(Lsn::FIRST),
@@ -263,7 +283,6 @@ pub(crate) fn check(
         let e = &r.event;
         match e.kind {
             EventKind::CheckpointCreate => {
-                // Checked once the discards (always later) are known.
                 checkpoints.push(Found {
                     lsn: r.lsn,
                     root: e.root,
@@ -282,35 +301,33 @@ pub(crate) fn check(
             ("diff", e.diff),
             ("state", e.state),
         ] {
-            record_blob(&mut c, r.lsn, e.path.as_deref(), role, h);
+            record_blob(c, r.lsn, e.path.as_deref(), role, h);
         }
     }
-    for f in checkpoints {
-        let id = CheckpointId(f.lsn);
-        if discarded.contains(&id) {
-            continue;
-        }
-        for (role, h) in f.others {
-            record_blob(&mut c, f.lsn, f.path.as_deref(), role, h);
-        }
-        // A checkpoint record without a tree was imported without one
-        // (`is_imported_checkpoint`): it names no blobs to check.
-        let Some(root) = f.root else { continue };
-        c.out.checkpoints += 1;
-        let at = At {
-            lsn: f.lsn,
-            id,
-            path: "",
-        };
-        c.tree(&at, &root, 0);
-        if let Some(s) = f.state {
-            if let Some(why) = c.status(&s) {
-                c.lost(&at, None, "state", &s, why);
-            }
+    (checkpoints, discarded)
+}
+
+/// Checks the blobs of one checkpoint not discarded: those its record
+/// names, its tree and its state.
+fn check_checkpoint(c: &mut Checker<'_>, f: Found) {
+    for (role, h) in f.others {
+        record_blob(c, f.lsn, f.path.as_deref(), role, h);
+    }
+    // A checkpoint record without a tree was imported without one
+    // (`is_imported_checkpoint`): it names no blobs to check.
+    let Some(root) = f.root else { return };
+    c.out.checkpoints += 1;
+    let at = At {
+        lsn: f.lsn,
+        id: CheckpointId(f.lsn),
+        path: "",
+    };
+    c.tree(&at, &root, 0);
+    if let Some(s) = f.state {
+        if let Some(why) = c.status(&s) {
+            c.lost(&at, None, "state", &s, why);
         }
     }
-    c.out.checked_blobs = c.seen.len() as u64;
-    Ok(c.out)
 }
 
 /// Checks one blob a record names (not a checkpoint's tree).

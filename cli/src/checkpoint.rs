@@ -147,49 +147,57 @@ pub fn create(settings: &Settings, a: CheckpointArgs) -> Result<ExitCode> {
     if a.json {
         outln!("{}", info_json(&info));
     } else {
-        let skipped: u64 = info.counts.skipped.values().sum();
-        let st = Style::stdout();
-        if !settings.quiet {
-            outln!(
-                "{} {}  {}, {} changed, {} skipped{}",
-                st.green("checkpoint"),
-                st.bold(&info.id.to_string()),
-                count(info.counts.files, "file"),
-                info.counts.changed,
-                skipped,
-                info.label
-                    .as_deref()
-                    .map(|l| format!("  \"{}\"", cell(l)))
-                    .unwrap_or_default()
-            );
-            // A watcher runs, yet this checkpoint walked everything: say why.
-            if let Some(why) = info.scan.as_ref().and_then(|s| s.reason.as_deref()) {
-                if why != cairn::watcher::NO_WATCHER {
-                    outln!("  full scan: {why}");
-                }
-            }
-            if skipped > 0 {
-                let reasons: Vec<String> = info
-                    .counts
-                    .skipped
-                    .iter()
-                    .map(|(k, v)| format!("{k}: {v}"))
-                    .collect();
-                outln!("  skipped: {}", reasons.join(", "));
-            }
-        }
-        if let Some(named) = not_captured(&info) {
-            // Quiet, it is still said, as a warning: these files are not
-            // in the checkpoint, which the user may not expect.
-            if settings.quiet {
-                eprintln!("warning: not captured in {}: {named}", info.id);
-            } else {
-                outln!("  {} {named}", st.yellow("not captured:"));
-            }
-        }
+        print_created(settings, &info)?;
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says what `cairn checkpoint` captured: its id, counts and label, why
+/// it scanned everything, what it skipped, and (even with `--quiet`, as
+/// a warning) the files it could not capture.
+fn print_created(settings: &Settings, info: &CheckpointInfo) -> Result<()> {
+    let skipped: u64 = info.counts.skipped.values().sum();
+    let st = Style::stdout();
+    if !settings.quiet {
+        outln!(
+            "{} {}  {}, {} changed, {} skipped{}",
+            st.green("checkpoint"),
+            st.bold(&info.id.to_string()),
+            count(info.counts.files, "file"),
+            info.counts.changed,
+            skipped,
+            info.label
+                .as_deref()
+                .map(|l| format!("  \"{}\"", cell(l)))
+                .unwrap_or_default()
+        );
+        // A watcher runs, yet this checkpoint walked everything: say why.
+        if let Some(why) = info.scan.as_ref().and_then(|s| s.reason.as_deref()) {
+            if why != cairn::watcher::NO_WATCHER {
+                outln!("  full scan: {why}");
+            }
+        }
+        if skipped > 0 {
+            let reasons: Vec<String> = info
+                .counts
+                .skipped
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
+            outln!("  skipped: {}", reasons.join(", "));
+        }
+    }
+    if let Some(named) = not_captured(info) {
+        // Quiet, it is still said, as a warning: these files are not
+        // in the checkpoint, which the user may not expect.
+        if settings.quiet {
+            eprintln!("warning: not captured in {}: {named}", info.id);
+        } else {
+            outln!("  {} {named}", st.yellow("not captured:"));
+        }
+    }
+    Ok(())
 }
 
 /// The files a checkpoint could not capture (too large, unreadable, a
@@ -263,55 +271,66 @@ pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<Ex
     } else if all.is_empty() {
         outln!("no checkpoints yet: create one with `cairn checkpoint --label NAME`");
     } else {
-        let st = Style::stdout();
-        let now = Timestamp::now();
-        let mut t = Table::new(&["ID", "WHEN", "SESSION", "FILES", "CHANGED", "LABEL"]);
-        for c in &all {
-            let id = if c.discarded {
-                st.dim(&format!("{} (discarded)", c.id))
-            } else {
-                st.bold(&c.id.to_string())
-            };
-            t.row(vec![
-                id,
-                format!(
-                    "{} {}",
-                    c.ts.to_iso(),
-                    st.dim(&format!("({})", relative(c.ts, now)))
-                ),
-                cell(&c.session),
-                c.counts.files.to_string(),
-                c.counts.changed.to_string(),
-                cell(c.label.as_deref().unwrap_or_default()),
-            ]);
-        }
-        out!("{}", t.render());
+        out!("{}", checkpoints_table(&all).render());
     }
     store.close()?;
     if !json && !imported.is_empty() {
-        // Records, not checkpoints of this store: listed apart, so no one
-        // takes them for restore points.
-        let collected = imported
-            .iter()
-            .any(|r| cairn::checkpoint::collected_note(&r.event).is_some());
-        outln!(
-            "imported checkpoint records (from another tool's audit log{}; no files, not restorable):",
-            if collected {
-                ", or copies of checkpoints whose files gc had collected"
-            } else {
-                ""
-            }
-        );
-        for r in &imported {
-            outln!(
-                "  c{}  {}{}",
-                r.lsn,
-                super::output::one_line(r.event.label.as_deref().unwrap_or("-"), 60),
-                collected_copy_words(&r.event)
-            );
-        }
+        print_imported(&imported)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The checkpoints `all` as `cairn checkpoints` lists them.
+fn checkpoints_table(all: &[CheckpointInfo]) -> Table {
+    let st = Style::stdout();
+    let now = Timestamp::now();
+    let mut t = Table::new(&["ID", "WHEN", "SESSION", "FILES", "CHANGED", "LABEL"]);
+    for c in all {
+        let id = if c.discarded {
+            st.dim(&format!("{} (discarded)", c.id))
+        } else {
+            st.bold(&c.id.to_string())
+        };
+        t.row(vec![
+            id,
+            format!(
+                "{} {}",
+                c.ts.to_iso(),
+                st.dim(&format!("({})", relative(c.ts, now)))
+            ),
+            cell(&c.session),
+            c.counts.files.to_string(),
+            c.counts.changed.to_string(),
+            cell(c.label.as_deref().unwrap_or_default()),
+        ]);
+    }
+    t
+}
+
+/// Lists checkpoint records imported without files after the table:
+/// records, not checkpoints of this store, listed apart so no one takes
+/// them for restore points.
+fn print_imported(imported: &[cairn::Record]) -> Result<()> {
+    let collected = imported
+        .iter()
+        .any(|r| cairn::checkpoint::collected_note(&r.event).is_some());
+    outln!(
+        "imported checkpoint records (from another tool's audit log{}; no files, not restorable):",
+        if collected {
+            ", or copies of checkpoints whose files gc had collected"
+        } else {
+            ""
+        }
+    );
+    for r in imported {
+        outln!(
+            "  c{}  {}{}",
+            r.lsn,
+            super::output::one_line(r.event.label.as_deref().unwrap_or("-"), 60),
+            collected_copy_words(&r.event)
+        );
+    }
+    Ok(())
 }
 
 /// For an imported checkpoint record that copies a checkpoint whose files
@@ -616,10 +635,6 @@ fn print_gc(
     policy: &RetentionPolicy,
     discarded: &[String],
 ) -> Result<()> {
-    let (below, damaged_packs) = (
-        report.gc.left_below_threshold,
-        report.gc.left_in_damaged_packs,
-    );
     if policy.keep_per_session.is_none() && policy.max_bytes.is_none() {
         outln!("no retention policy given: no checkpoint evicted (see --keep-per-session, --max-bytes)");
     } else if discarded.is_empty() {
@@ -637,6 +652,27 @@ fn print_gc(
         count(report.live_blobs as u64, "live blob"),
         count(report.gc.removed_blobs, "unreferenced blob"),
         super::output::bytes(report.gc.freed_bytes)
+    );
+    print_gc_packs(report)?;
+    if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
+        outln!("{}", budget_not_met(b));
+    }
+    if let Some(over) = report.stored_over_budget() {
+        outln!("{}", stored_over_budget(report, over));
+    }
+    if let Some(line) = collected_discarded(report) {
+        outln!("{line}");
+    }
+    Ok(())
+}
+
+/// What gc left in packs it did not rewrite (under the rewrite threshold,
+/// or kept for a damaged live blob), and the packs it rewrote under the
+/// threshold to fit the budget.
+fn print_gc_packs(report: &RetentionReport) -> Result<()> {
+    let (below, damaged_packs) = (
+        report.gc.left_below_threshold,
+        report.gc.left_in_damaged_packs,
     );
     if below.blobs > 0 {
         let (their_packs_are, they_stay, them) = if below.blobs == 1 {
@@ -665,36 +701,37 @@ fn print_gc(
             super::output::bytes(report.gc.stored_bytes)
         );
     }
-    if let Some(b) = report.budget.as_ref().filter(|b| !b.met()) {
-        outln!("{}", budget_not_met(b));
-    }
-    if let Some(over) = report.stored_over_budget() {
-        outln!("{}", stored_over_budget(report, over));
-    }
-    if !report.collected_discarded.is_empty() {
-        let named: Vec<String> = report
-            .collected_discarded
-            .iter()
-            .map(|c| {
-                format!(
-                    "{} (discarded at LSN {} {})",
-                    c.id,
-                    c.discarded_at,
-                    if c.by_retention {
-                        "by an earlier gc"
-                    } else {
-                        "by a recorded checkpoint.discard event"
-                    }
-                )
-            })
-            .collect();
-        outln!(
-            "collected the contents of {} discarded before this gc: {}",
-            count(named.len() as u64, "checkpoint"),
-            named.join(", ")
-        );
-    }
     Ok(())
+}
+
+/// The line naming the checkpoints discarded before this gc whose
+/// contents it collected, and what discarded each; `None` when there are
+/// none.
+fn collected_discarded(report: &RetentionReport) -> Option<String> {
+    if report.collected_discarded.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = report
+        .collected_discarded
+        .iter()
+        .map(|c| {
+            format!(
+                "{} (discarded at LSN {} {})",
+                c.id,
+                c.discarded_at,
+                if c.by_retention {
+                    "by an earlier gc"
+                } else {
+                    "by a recorded checkpoint.discard event"
+                }
+            )
+        })
+        .collect();
+    Some(format!(
+        "collected the contents of {} discarded before this gc: {}",
+        count(named.len() as u64, "checkpoint"),
+        named.join(", ")
+    ))
 }
 
 /// The dead share past which gc rewrites a pack (the store's default, the

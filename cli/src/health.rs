@@ -121,6 +121,33 @@ fn print_verify(settings: &Settings, report: &cairn::StoreVerifyReport, ok: bool
             report.log.head.chain.to_hex()
         );
     }
+    print_problems(settings, &st, report)?;
+    if !report.blobs.superseded.is_empty() && !settings.quiet {
+        print_superseded(report)?;
+    }
+    if let Some((h, at)) = report.pinned {
+        match at {
+            Some(_) if settings.quiet => {}
+            Some(lsn) => outln!("pinned head {} found at LSN {lsn}", &h.to_hex()[..16]),
+            None => outln!(
+                "{} pinned head {} is not in this history: records were removed or rewritten",
+                st.red("TAMPERED"),
+                h.to_hex()
+            ),
+        }
+    }
+    outln!("{}", verdict(&st, report, ok));
+    Ok(())
+}
+
+/// Each problem `verify` found, a line each: damaged log and blob
+/// records, lost contents, damaged index files, and (unless quiet) stale
+/// ones.
+fn print_problems(
+    settings: &Settings,
+    st: &Style,
+    report: &cairn::StoreVerifyReport,
+) -> Result<()> {
     for p in &report.log.problems {
         outln!("{} {p}", st.red("CORRUPT"));
     }
@@ -146,36 +173,28 @@ fn print_verify(settings: &Settings, report: &cairn::StoreVerifyReport, ok: bool
             cairn::verify_refs::MAX_LOST_LISTED
         );
     }
-    if !report.blobs.superseded.is_empty() && !settings.quiet {
-        let n = report.blobs.superseded.len();
-        outln!(
-            "note: {} left in the packs, {}; nothing reads {}, and a gc that rewrites {} drops {}:",
-            count(n as u64, "damaged entry"),
-            if n == 1 {
-                "replaced by an intact copy of its blob"
-            } else {
-                "each replaced by an intact copy of its blob"
-            },
-            if n == 1 { "it" } else { "them" },
-            if n == 1 { "its pack" } else { "their packs" },
-            if n == 1 { "it" } else { "them" },
-        );
-        for p in &report.blobs.superseded {
-            outln!("  {p}");
-        }
+    Ok(())
+}
+
+/// The damaged entries left in the packs that an intact copy of their
+/// blob replaces, and what becomes of them.
+fn print_superseded(report: &cairn::StoreVerifyReport) -> Result<()> {
+    let n = report.blobs.superseded.len();
+    outln!(
+        "note: {} left in the packs, {}; nothing reads {}, and a gc that rewrites {} drops {}:",
+        count(n as u64, "damaged entry"),
+        if n == 1 {
+            "replaced by an intact copy of its blob"
+        } else {
+            "each replaced by an intact copy of its blob"
+        },
+        if n == 1 { "it" } else { "them" },
+        if n == 1 { "its pack" } else { "their packs" },
+        if n == 1 { "it" } else { "them" },
+    );
+    for p in &report.blobs.superseded {
+        outln!("  {p}");
     }
-    if let Some((h, at)) = report.pinned {
-        match at {
-            Some(_) if settings.quiet => {}
-            Some(lsn) => outln!("pinned head {} found at LSN {lsn}", &h.to_hex()[..16]),
-            None => outln!(
-                "{} pinned head {} is not in this history: records were removed or rewritten",
-                st.red("TAMPERED"),
-                h.to_hex()
-            ),
-        }
-    }
-    outln!("{}", verdict(&st, report, ok));
     Ok(())
 }
 

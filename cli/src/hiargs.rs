@@ -298,16 +298,7 @@ fn import_plan(command: Command) -> Result<ImportPlan> {
         unreachable!("import_plan is given `cairn import`")
     };
     if !super::agents::AGENT_FORMATS.contains(&format.as_str()) {
-        if file_history.is_some() {
-            return Err(usage(format!(
-                "--file-history is for --format claude-code, not {format}"
-            )));
-        }
-        if base.is_some() {
-            return Err(usage(format!(
-                "--base is for --format codex or swe-agent, not {format}"
-            )));
-        }
+        refuse_agent_flags(&format, file_history.is_some(), base.is_some())?;
         let options = import_options(again, resume)
             .with_skip_torn_tail(skip_torn_tail)
             .with_collected_checkpoints(collected_mode(collected_checkpoints.as_deref())?);
@@ -318,21 +309,61 @@ fn import_plan(command: Command) -> Result<ImportPlan> {
             options,
         });
     }
-    // An agent history is re-imported by each line's key (what the store
-    // holds already is skipped), so the options of a JSONL import's
-    // journal do not apply to it.
     let journal_flags = [
         ("--again", again),
         ("--resume", resume),
         ("--skip-torn-tail", skip_torn_tail),
         ("--collected-checkpoints", collected_checkpoints.is_some()),
     ];
+    check_agent_flags(
+        &format,
+        &journal_flags,
+        file_history.is_some(),
+        base.as_deref(),
+    )?;
+    Ok(ImportPlan::Agent {
+        format,
+        files,
+        json,
+        file_history,
+        base,
+    })
+}
+
+/// Refuses, for the records format `format` (not an agent history's), the
+/// flags only an agent history takes: `--file-history` and `--base`.
+fn refuse_agent_flags(format: &str, file_history: bool, base: bool) -> Result<()> {
+    if file_history {
+        return Err(usage(format!(
+            "--file-history is for --format claude-code, not {format}"
+        )));
+    }
+    if base {
+        return Err(usage(format!(
+            "--base is for --format codex or swe-agent, not {format}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the flags given for the agent history format `format`: no
+/// `journal_flags` (flag, given) of a records import, `--file-history`
+/// only for claude-code, `--base` only for the others and a directory.
+fn check_agent_flags(
+    format: &str,
+    journal_flags: &[(&str, bool)],
+    file_history: bool,
+    base: Option<&std::path::Path>,
+) -> Result<()> {
+    // An agent history is re-imported by each line's key (what the store
+    // holds already is skipped), so the options of a JSONL import's
+    // journal do not apply to it.
     if let Some((flag, _)) = journal_flags.iter().find(|(_, given)| *given) {
         return Err(usage(format!(
             "{flag} is for --format jsonl, cortexide or comma, not {format}: an agent history is imported again by running the same command (what the store holds already is skipped)"
         )));
     }
-    if file_history.is_some() && format != "claude-code" {
+    if file_history && format != "claude-code" {
         return Err(usage(format!(
             "--file-history is for --format claude-code, not {format}"
         )));
@@ -342,7 +373,7 @@ fn import_plan(command: Command) -> Result<ImportPlan> {
             "--base is for --format codex or swe-agent, not claude-code",
         ));
     }
-    if let Some(b) = &base {
+    if let Some(b) = base {
         if !b.is_dir() {
             return Err(usage(format!(
                 "--base {}: not a directory (the tree the session started from)",
@@ -350,13 +381,7 @@ fn import_plan(command: Command) -> Result<ImportPlan> {
             )));
         }
     }
-    Ok(ImportPlan::Agent {
-        format,
-        files,
-        json,
-        file_history,
-        base,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

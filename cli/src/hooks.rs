@@ -200,22 +200,8 @@ fn prompts(store: &Store, sid: &str) -> Result<usize> {
 /// Records one payload (see the module docs of `docs/CLI.md`, "Hooks").
 fn record(store: &Store, p: &Value, cwd: &str, sid: &str, hook: &str) -> Result<()> {
     let s = store.session(sid);
-    let tool = p.get("tool_name").and_then(Value::as_str).unwrap_or("");
-    let input = p.get("tool_input").cloned().unwrap_or(Value::Null);
-    let tool_path = || {
-        input
-            .get("file_path")
-            .or_else(|| input.get("notebook_path"))
-            .and_then(Value::as_str)
-            .map(|f| relative(f, Some(cwd)))
-    };
-    let meta = |e: Event| {
-        let mut e = e;
-        if let Some(id) = p.get("tool_use_id").and_then(Value::as_str) {
-            e = e.with_meta("tool_use_id", id);
-        }
-        e.with_meta("hook", hook)
-    };
+    let pl = Payload::of(p, cwd, hook);
+    let tool = pl.tool;
     match hook {
         "SessionStart" => {
             let mut e = s.event(EventKind::Custom).with_text("session start");
@@ -223,51 +209,29 @@ fn record(store: &Store, p: &Value, cwd: &str, sid: &str, hook: &str) -> Result<
             if let Some(t) = p.get("transcript_path").and_then(Value::as_str) {
                 e = e.with_meta("transcript_path", t);
             }
-            s.record(&meta(e))?;
+            s.record(&pl.meta(e))?;
         }
         "UserPromptSubmit" => {
             let n = prompts(store, sid)? + 1;
             s.checkpoint(&format!("Before prompt {n}"))?;
             let text = p.get("prompt").and_then(Value::as_str).unwrap_or("");
-            s.record(&meta(s.event(EventKind::Prompt).with_text(text)))?;
+            s.record(&pl.meta(s.event(EventKind::Prompt).with_text(text)))?;
         }
         "PreToolUse" if FILE_TOOLS.contains(&tool) => {
-            if let Some(path) = tool_path() {
+            if let Some(path) = pl.tool_path() {
                 if cairn::paths::outside_workspace(&path).is_none() {
                     s.track(&path)?;
                 }
             }
         }
-        "PostToolUse" if FILE_TOOLS.contains(&tool) => {
-            let response = p.get("tool_response").cloned().unwrap_or(Value::Null);
-            let mut put = |b: &[u8]| store.put_blob(b);
-            let (e, disagree) = tool_file_event(tool, &input, &response, Some(cwd), &mut put)?;
-            let mut e = match e {
-                Some(e) => e,
-                // No contents in the response: the path, written.
-                None => {
-                    let mut e = s.event(EventKind::FileWrite);
-                    e.path = tool_path();
-                    e.tool = Some(tool.to_string());
-                    e.with_meta("contents", "not in the hook's payload")
-                }
-            };
-            e.session = sid.to_string();
-            e.ts = cairn::Timestamp::now();
-            if e.path.is_some() {
-                s.record(&meta(e))?;
-            }
-            if !disagree.is_empty() {
-                bail!("{tool}: the result disagrees with its structuredPatch; recorded without the new contents");
-            }
-        }
+        "PostToolUse" if FILE_TOOLS.contains(&tool) => record_file_tool(store, &s, &pl)?,
         "PostToolUse" if tool == "Bash" => {
             let mut e = s.event(EventKind::ToolCall);
             e.tool = Some("Bash".into());
-            if let Some(c) = input.get("command").and_then(Value::as_str) {
+            if let Some(c) = pl.input.get("command").and_then(Value::as_str) {
                 e = e.with_meta("command", c);
             }
-            s.record(&meta(e))?;
+            s.record(&pl.meta(e))?;
             s.checkpoint("After Bash")?;
         }
         "Stop" => {
@@ -275,6 +239,79 @@ fn record(store: &Store, p: &Value, cwd: &str, sid: &str, hook: &str) -> Result<
             s.checkpoint(&format!("After turn {n}"))?;
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// One hook payload, with what every record made of it needs.
+struct Payload<'p> {
+    /// The payload as the hook gave it.
+    p: &'p Value,
+    /// The workspace directory the hook ran in.
+    cwd: &'p str,
+    /// The hook's event name (`PostToolUse`, ...).
+    hook: &'p str,
+    /// The tool's name, empty for a hook about no tool.
+    tool: &'p str,
+    /// The tool's input, `null` for a hook about no tool.
+    input: Value,
+}
+
+impl<'p> Payload<'p> {
+    fn of(p: &'p Value, cwd: &'p str, hook: &'p str) -> Self {
+        Payload {
+            p,
+            cwd,
+            hook,
+            tool: p.get("tool_name").and_then(Value::as_str).unwrap_or(""),
+            input: p.get("tool_input").cloned().unwrap_or(Value::Null),
+        }
+    }
+
+    /// The file the tool works on, relative to the workspace.
+    fn tool_path(&self) -> Option<String> {
+        self.input
+            .get("file_path")
+            .or_else(|| self.input.get("notebook_path"))
+            .and_then(Value::as_str)
+            .map(|f| relative(f, Some(self.cwd)))
+    }
+
+    /// `e` with the hook's name and the tool use's id in its meta.
+    fn meta(&self, e: Event) -> Event {
+        let mut e = e;
+        if let Some(id) = self.p.get("tool_use_id").and_then(Value::as_str) {
+            e = e.with_meta("tool_use_id", id);
+        }
+        e.with_meta("hook", self.hook)
+    }
+}
+
+/// Records what a file tool wrote, with its contents when the response
+/// holds them; a result that disagrees with its structuredPatch is
+/// recorded without the new contents and reported as an error.
+fn record_file_tool(store: &Store, s: &cairn::Session<'_>, pl: &Payload<'_>) -> Result<()> {
+    let tool = pl.tool;
+    let response = pl.p.get("tool_response").cloned().unwrap_or(Value::Null);
+    let mut put = |b: &[u8]| store.put_blob(b);
+    let (e, disagree) = tool_file_event(tool, &pl.input, &response, Some(pl.cwd), &mut put)?;
+    let mut e = match e {
+        Some(e) => e,
+        // No contents in the response: the path, written.
+        None => {
+            let mut e = s.event(EventKind::FileWrite);
+            e.path = pl.tool_path();
+            e.tool = Some(tool.to_string());
+            e.with_meta("contents", "not in the hook's payload")
+        }
+    };
+    e.session = s.id().to_string();
+    e.ts = cairn::Timestamp::now();
+    if e.path.is_some() {
+        s.record(&pl.meta(e))?;
+    }
+    if !disagree.is_empty() {
+        bail!("{tool}: the result disagrees with its structuredPatch; recorded without the new contents");
     }
     Ok(())
 }

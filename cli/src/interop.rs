@@ -301,41 +301,51 @@ fn import_files_counting(
                 }
                 e => e,
             })
-            .with_context(|| {
-                let total = done.count;
-                let before = if total > 0 && purpose == Purpose::Import {
-                    format!(
-                        "; the {} of the files before it {} recorded",
-                        super::output::count(total, "record"),
-                        if total == 1 { "was" } else { "were" }
-                    )
-                } else {
-                    String::new()
-                };
-                format!("{what} stopped in {name}{before}")
-            })?;
+            .with_context(|| stopped_in(what, &name, done.count, purpose))?;
         drop(spin);
-        if let Some((first, last)) = got.range {
-            done.count += last.0 - first.0 + 1;
-            done.range = Some((done.range.map_or(first, |r| r.0), last));
-        }
-        done.collected
-            .extend(got.collected.into_iter().map(|c| (name.clone(), c)));
-        if let Some(t) = got.torn_tail {
-            // A warning, printed with --quiet too: input left out.
-            let then = match purpose {
-                Purpose::Import => {
-                    "; once its writer has completed it, `cairn import --resume` imports it"
-                }
-                Purpose::Load => "",
-            };
-            eprintln!(
-                "warning: {name}:{}: skipped its torn last line ({} with no line end, its JSON cut short: its writer stopped part way through it){then}",
-                t.line,
-                super::output::count(t.bytes, "byte"),
-            );
-            done.torn_tails.push((name, t));
-        }
+        add_file(done, name, got, purpose);
     }
     Ok(())
+}
+
+/// What an import that failed in the file `name` says: that it stopped
+/// there, and, for `import`, that the `total` records of the files before
+/// it were recorded.
+fn stopped_in(what: &str, name: &str, total: u64, purpose: Purpose) -> String {
+    let before = if total > 0 && purpose == Purpose::Import {
+        format!(
+            "; the {} of the files before it {} recorded",
+            super::output::count(total, "record"),
+            if total == 1 { "was" } else { "were" }
+        )
+    } else {
+        String::new()
+    };
+    format!("{what} stopped in {name}{before}")
+}
+
+/// Adds what the file `name` recorded (`got`) to `done`, warning of a
+/// torn last line it skipped.
+fn add_file(done: &mut Done, name: String, got: cairn::import::ImportReport, purpose: Purpose) {
+    if let Some((first, last)) = got.range {
+        done.count += last.0 - first.0 + 1;
+        done.range = Some((done.range.map_or(first, |r| r.0), last));
+    }
+    done.collected
+        .extend(got.collected.into_iter().map(|c| (name.clone(), c)));
+    if let Some(t) = got.torn_tail {
+        // A warning, printed with --quiet too: input left out.
+        let then = match purpose {
+            Purpose::Import => {
+                "; once its writer has completed it, `cairn import --resume` imports it"
+            }
+            Purpose::Load => "",
+        };
+        eprintln!(
+            "warning: {name}:{}: skipped its torn last line ({} with no line end, its JSON cut short: its writer stopped part way through it){then}",
+            t.line,
+            super::output::count(t.bytes, "byte"),
+        );
+        done.torn_tails.push((name, t));
+    }
 }

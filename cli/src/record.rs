@@ -85,42 +85,11 @@ pub fn run(settings: &Settings, args: RecordArgs) -> Result<ExitCode> {
 }
 
 fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Result<ExitCode> {
-    // With `always`, the log is opened without its own per-append fsync and
-    // this loop syncs once per burst before acknowledging.
-    let policy = settings.durability.unwrap_or(Durability::Always);
-    let burst_sync = matches!(policy, Durability::Always);
-    let open_policy = Some(if burst_sync {
-        Durability::Never
-    } else {
-        policy
-    });
     // Opened here, so a store that cannot be opened is reported before any
     // input is read; closed while the input is idle (see the module docs).
-    let mut store = Some(settings.open_write_waiting(open_policy, true)?);
-    // Only a pipe goes idle; an in-memory store would be lost if closed,
-    // so it neither idles out nor takes turns.
-    let idle_fd = (args.file.is_none() && !settings.in_memory).then_some(0);
-    let mut turns = match &store {
-        Some(s) if !settings.in_memory => Some(Watch::new(s.root())),
-        _ => None,
-    };
-    if settings.in_memory && !args.echo && !settings.quiet {
-        eprintln!(
-            "note: --in-memory: what is recorded is gone when cairn exits; `record --echo` prints each record as canonical JSONL as it is recorded"
-        );
-    }
-    if !burst_sync && !settings.quiet {
-        eprintln!(
-            "note: durability {policy}: a record is acknowledged once written, before it is on disk; a crash of the machine may lose the last ones (the default, always, loses none)"
-        );
-    }
-    let (input, name): (Box<dyn Read>, String) = match &args.file {
-        Some(p) => (
-            Box::new(File::open(p).with_context(|| format!("open {}", p.display()))?),
-            p.display().to_string(),
-        ),
-        None => (Box::new(std::io::stdin()), "stdin".to_string()),
-    };
+    let mut held = Held::open(settings, &args)?;
+    print_notes(settings, &args, &held);
+    let (input, name) = open_input(&args)?;
     let mut reader = BufReader::with_capacity(1 << 16, input);
     let mut stdout = std::io::stdout().lock();
     // The answers not yet printed, in input order: a rejection waits
@@ -130,87 +99,248 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
     let mut buf = Vec::new();
     loop {
         let line_buffered = reader.buffer().contains(&b'\n');
-        let letting_go = match (&store, turns.as_mut()) {
-            (Some(_), Some(t)) => let_go(t, idle_fd, line_buffered),
-            _ => None,
-        };
-        if let Some(why) = letting_go {
-            if let Some(s) = store.take() {
-                // Everything appended is acknowledged before the lock goes,
-                // and, as always, only once it is durable.
-                if has_records(&pending) {
-                    if burst_sync {
-                        s.sync().context("make records durable")?;
-                    }
-                    acknowledge(Some(&s), &args, &mut pending, &mut stdout)?;
-                }
-                s.close().context(match why {
-                    LetGo::Idle => "close the store while the input is idle",
-                    LetGo::Wanted => "close the store for a waiting writer",
-                })?;
-            }
-            if let (LetGo::Wanted, Some(t)) = (why, &turns) {
-                t.let_in();
-            }
-        }
+        held.let_go_if_due(line_buffered, &args, &mut pending, &mut stdout)?;
         let got = read_bounded_line(&mut reader, MAX_JSON_LINE_BYTES, &mut buf)
             .with_context(|| format!("read {name}"))?;
         let Some(got) = got else { break };
         line_no += 1;
-        let outcome = match got {
-            Err(len) => Err(format!(
-                "line is {len} bytes, over the limit of {MAX_JSON_LINE_BYTES}"
-            )),
-            Ok(()) => match std::str::from_utf8(&buf) {
-                Err(e) => Err(format!("not UTF-8: {e}")),
-                Ok(text) if text.trim().is_empty() => continue,
-                Ok(text) => parse_event(text).map_err(|e| e.to_string()),
-            },
+        let Some(outcome) = parse_line(got, &buf) else {
+            continue;
         };
         let outcome = match outcome {
             Err(reason) => Err(reason),
-            Ok(event) => reopened(&mut store, &mut turns, settings, open_policy)?
-                .append(&event)
-                .map_err(|e| e.to_string()),
+            Ok(event) => held.store()?.append(&event).map_err(|e| e.to_string()),
         };
-        match outcome {
-            Err(reason) => {
-                tally.rejected += 1;
-                eprintln!(
-                    "{name}:{line_no}: rejected: {}",
-                    super::output::escape_controls(&reason)
-                );
-                pending.push(Answer::Rejected {
-                    line: line_no,
-                    reason,
-                });
-            }
-            Ok(lsn) => {
-                tally.first.get_or_insert(lsn);
-                tally.last = Some(lsn);
-                tally.count += 1;
-                pending.push(Answer::Recorded(lsn));
-            }
-        }
+        note_outcome(tally, &mut pending, &name, line_no, outcome);
         let more_waiting = reader.buffer().contains(&b'\n');
-        if !more_waiting && has_records(&pending) {
-            let store = reopened(&mut store, &mut turns, settings, open_policy)?;
+        if !more_waiting {
+            held.acknowledge_burst(&args, &mut pending, &mut stdout)?;
+        }
+    }
+    held.finish(&args, &mut pending, &mut stdout)?;
+    print_summary(settings, &args, tally, &mut stdout)?;
+    Ok(if tally.rejected > 0 {
+        ExitCode::from(EXIT_REJECTED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The store as `record` holds it between lines: open, or closed while
+/// the input is idle or another writer takes its turn, with what it
+/// needs to open it again.
+struct Held<'s> {
+    settings: &'s Settings,
+    /// The open store; `None` while `record` has let go of the lock.
+    store: Option<Store>,
+    /// Turn-taking with other writers; `None` for an in-memory store.
+    turns: Option<Watch>,
+    /// The durability asked for (`always` by default).
+    policy: Durability,
+    /// The durability the log is opened with.
+    open_policy: Option<Durability>,
+    /// Whether `record` syncs once per burst itself before acknowledging.
+    burst_sync: bool,
+    /// The input descriptor watched for idleness: only a pipe goes idle.
+    idle_fd: Option<i32>,
+}
+
+impl<'s> Held<'s> {
+    /// Opens the store for writing, waiting for the lock.
+    fn open(settings: &'s Settings, args: &RecordArgs) -> Result<Self> {
+        // With `always`, the log is opened without its own per-append fsync
+        // and `record` syncs once per burst before acknowledging.
+        let policy = settings.durability.unwrap_or(Durability::Always);
+        let burst_sync = matches!(policy, Durability::Always);
+        let open_policy = Some(if burst_sync {
+            Durability::Never
+        } else {
+            policy
+        });
+        let store = settings.open_write_waiting(open_policy, true)?;
+        // An in-memory store would be lost if closed, so it neither idles
+        // out nor takes turns.
+        let turns = (!settings.in_memory).then(|| Watch::new(store.root()));
+        Ok(Held {
+            settings,
+            store: Some(store),
+            turns,
+            policy,
+            open_policy,
+            burst_sync,
+            // Only a pipe goes idle.
+            idle_fd: (args.file.is_none() && !settings.in_memory).then_some(0),
+        })
+    }
+
+    /// The open store, opened again if `record` let go of it.
+    fn store(&mut self) -> Result<&Store> {
+        reopened(
+            &mut self.store,
+            &mut self.turns,
+            self.settings,
+            self.open_policy,
+        )
+    }
+
+    /// Lets go of the lock if the input is idle or another writer waits,
+    /// acknowledging everything appended first, and lets a waiter in.
+    fn let_go_if_due(
+        &mut self,
+        line_buffered: bool,
+        args: &RecordArgs,
+        pending: &mut Vec<Answer>,
+        stdout: &mut impl Write,
+    ) -> Result<()> {
+        let letting_go = match (&self.store, self.turns.as_mut()) {
+            (Some(_), Some(t)) => let_go(t, self.idle_fd, line_buffered),
+            _ => None,
+        };
+        let Some(why) = letting_go else {
+            return Ok(());
+        };
+        if let Some(s) = self.store.take() {
+            // Everything appended is acknowledged before the lock goes,
+            // and, as always, only once it is durable.
+            if has_records(pending) {
+                if self.burst_sync {
+                    s.sync().context("make records durable")?;
+                }
+                acknowledge(Some(&s), args, pending, stdout)?;
+            }
+            s.close().context(match why {
+                LetGo::Idle => "close the store while the input is idle",
+                LetGo::Wanted => "close the store for a waiting writer",
+            })?;
+        }
+        if let (LetGo::Wanted, Some(t)) = (why, &self.turns) {
+            t.let_in();
+        }
+        Ok(())
+    }
+
+    /// Answers the `pending` lines at the end of a burst: records once
+    /// durable, rejections alone without opening the store.
+    fn acknowledge_burst(
+        &mut self,
+        args: &RecordArgs,
+        pending: &mut Vec<Answer>,
+        stdout: &mut impl Write,
+    ) -> Result<()> {
+        if has_records(pending) {
+            let burst_sync = self.burst_sync;
+            let store = self.store()?;
             if burst_sync {
                 store.sync().context("make records durable")?;
             }
-            acknowledge(Some(store), &args, &mut pending, &mut stdout)?;
-        } else if !more_waiting && !pending.is_empty() {
+            acknowledge(Some(store), args, pending, stdout)?;
+        } else if !pending.is_empty() {
             // Only rejections: nothing to make durable, no store needed.
-            acknowledge(None, &args, &mut pending, &mut stdout)?;
+            acknowledge(None, args, pending, stdout)?;
+        }
+        Ok(())
+    }
+
+    /// At the end of the input: makes everything durable, answers what is
+    /// left and closes the store.
+    fn finish(
+        self,
+        args: &RecordArgs,
+        pending: &mut Vec<Answer>,
+        stdout: &mut impl Write,
+    ) -> Result<()> {
+        if let Some(store) = self.store {
+            store.sync().context("make records durable")?;
+            acknowledge(Some(&store), args, pending, stdout)?;
+            store.close().context("close the store")?;
+        } else {
+            acknowledge(None, args, pending, stdout)?;
+        }
+        Ok(())
+    }
+}
+
+/// The notes on stderr about what `--in-memory` and a durability weaker
+/// than `always` mean for what is recorded.
+fn print_notes(settings: &Settings, args: &RecordArgs, held: &Held<'_>) {
+    if settings.in_memory && !args.echo && !settings.quiet {
+        eprintln!(
+            "note: --in-memory: what is recorded is gone when cairn exits; `record --echo` prints each record as canonical JSONL as it is recorded"
+        );
+    }
+    if !held.burst_sync && !settings.quiet {
+        eprintln!(
+            "note: durability {}: a record is acknowledged once written, before it is on disk; a crash of the machine may lose the last ones (the default, always, loses none)",
+            held.policy
+        );
+    }
+}
+
+/// The input `record` reads, `--file` or stdin, and its name in messages.
+fn open_input(args: &RecordArgs) -> Result<(Box<dyn Read>, String)> {
+    Ok(match &args.file {
+        Some(p) => (
+            Box::new(File::open(p).with_context(|| format!("open {}", p.display()))?),
+            p.display().to_string(),
+        ),
+        None => (Box::new(std::io::stdin()), "stdin".to_string()),
+    })
+}
+
+/// The event on one input line `buf`, or why it is rejected; `None` for a
+/// blank line, which is no event. `got` is `Err(len)` for a line over
+/// [`MAX_JSON_LINE_BYTES`].
+fn parse_line(got: Result<(), usize>, buf: &[u8]) -> Option<Result<cairn::Event, String>> {
+    Some(match got {
+        Err(len) => Err(format!(
+            "line is {len} bytes, over the limit of {MAX_JSON_LINE_BYTES}"
+        )),
+        Ok(()) => match std::str::from_utf8(buf) {
+            Err(e) => Err(format!("not UTF-8: {e}")),
+            Ok(text) if text.trim().is_empty() => return None,
+            Ok(text) => parse_event(text).map_err(|e| e.to_string()),
+        },
+    })
+}
+
+/// Counts one line's outcome in `tally` and queues its answer; a
+/// rejection is also reported on stderr as `NAME:LINE: rejected: REASON`.
+fn note_outcome(
+    tally: &mut Tally,
+    pending: &mut Vec<Answer>,
+    name: &str,
+    line_no: u64,
+    outcome: std::result::Result<Lsn, String>,
+) {
+    match outcome {
+        Err(reason) => {
+            tally.rejected += 1;
+            eprintln!(
+                "{name}:{line_no}: rejected: {}",
+                super::output::escape_controls(&reason)
+            );
+            pending.push(Answer::Rejected {
+                line: line_no,
+                reason,
+            });
+        }
+        Ok(lsn) => {
+            tally.first.get_or_insert(lsn);
+            tally.last = Some(lsn);
+            tally.count += 1;
+            pending.push(Answer::Recorded(lsn));
         }
     }
-    if let Some(store) = store {
-        store.sync().context("make records durable")?;
-        acknowledge(Some(&store), &args, &mut pending, &mut stdout)?;
-        store.close().context("close the store")?;
-    } else {
-        acknowledge(None, &args, &mut pending, &mut stdout)?;
-    }
+}
+
+/// The closing summary: the `--json` object on stdout, or a line on
+/// stderr unless `--quiet`.
+fn print_summary(
+    settings: &Settings,
+    args: &RecordArgs,
+    tally: &Tally,
+    stdout: &mut impl Write,
+) -> Result<()> {
     if args.json {
         writeln!(stdout, "{}", tally.json())?;
     } else if !settings.quiet {
@@ -227,11 +357,7 @@ fn run_counting(settings: &Settings, args: RecordArgs, tally: &mut Tally) -> Res
             _ => eprintln!("recorded 0 records, rejected {rejected}"),
         }
     }
-    Ok(if tally.rejected > 0 {
-        ExitCode::from(EXIT_REJECTED)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(())
 }
 
 /// The open store, opened again (waiting for the lock) if `record`

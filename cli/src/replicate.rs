@@ -44,60 +44,49 @@ pub fn replicate(settings: &Settings, a: ReplicateArgs) -> Result<ExitCode> {
     let archive = open(&a.url)?;
     let mut r =
         Replicator::new(archive, &found.store)?.workspace(found.workspace.display().to_string());
-    // A round that sent nothing prints nothing (except with --once).
-    let print = |rep: &RoundReport, json: bool, always: bool| -> Result<()> {
-        if !always && rep.manifest.is_none() && rep.objects_uploaded == 0 {
-            return Ok(());
-        }
-        if json {
-            outln!(
-                "{}",
-                serde_json::json!({
-                    "generation": rep.generation,
-                    "head_lsn": rep.head_lsn,
-                    "objects_uploaded": rep.objects_uploaded,
-                    "bytes_uploaded": rep.bytes_uploaded,
-                    "manifest": rep.manifest,
-                    "new_generation": rep.new_generation,
-                })
-            );
-        } else {
-            if let Some(why) = &rep.new_generation {
-                eprintln!("note: new generation {} ({why})", rep.generation);
-            }
-            outln!(
-                "shipped up to LSN {}: {} objects, {} bytes uploaded",
-                rep.head_lsn,
-                rep.objects_uploaded,
-                rep.bytes_uploaded
-            );
-        }
-        Ok(())
-    };
     if a.once {
-        let rep = r
-            .round()
-            .with_context(|| format!("replicate to {}", a.url))?;
-        if a.json || rep.manifest.is_some() || rep.objects_uploaded > 0 {
-            print(&rep, a.json, true)?;
-        } else {
-            outln!("up to date at LSN {}", rep.head_lsn);
-        }
-        if a.prune {
-            prune(r.archive(), a.json)?;
-        }
-        return Ok(ExitCode::SUCCESS);
+        replicate_once(&mut r, &a)?;
+    } else {
+        replicate_until_stopped(&mut r, &a, settings.quiet, &found.store)?;
     }
+    if a.prune {
+        prune(r.archive(), a.json)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--once`: one round, its report printed even when it sent nothing.
+fn replicate_once(r: &mut Replicator, a: &ReplicateArgs) -> Result<()> {
+    let rep = r
+        .round()
+        .with_context(|| format!("replicate to {}", a.url))?;
+    if a.json || rep.manifest.is_some() || rep.objects_uploaded > 0 {
+        print_round(&rep, a.json, true)?;
+    } else {
+        outln!("up to date at LSN {}", rep.head_lsn);
+    }
+    Ok(())
+}
+
+/// Rounds at most `--max-lag-ms` apart until SIGINT or SIGTERM; a failed
+/// round is reported once (until a different failure) and retried.
+fn replicate_until_stopped(
+    r: &mut Replicator,
+    a: &ReplicateArgs,
+    quiet: bool,
+    store: &std::path::Path,
+) -> Result<()> {
     // SAFETY: the handler only stores to an atomic, which is
     // async-signal-safe.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    if !settings.quiet {
+    // Said once the signals are handled, so a Ctrl-C after it is clean.
+    if !quiet {
         eprintln!(
             "replicating {} to {} (lag at most {} ms); Ctrl-C stops",
-            found.store.display(),
+            store.display(),
             a.url,
             a.max_lag_ms
         );
@@ -112,7 +101,7 @@ pub fn replicate(settings: &Settings, a: ReplicateArgs) -> Result<ExitCode> {
                 if failure.take().is_some() {
                     eprintln!("note: replication resumed");
                 }
-                if let Err(e) = print(rep, a.json, false) {
+                if let Err(e) = print_round(rep, a.json, false) {
                     write_err.get_or_insert(e);
                     STOP.store(true, Ordering::Relaxed);
                 }
@@ -126,13 +115,42 @@ pub fn replicate(settings: &Settings, a: ReplicateArgs) -> Result<ExitCode> {
             }
         },
     );
-    if let Some(e) = write_err {
-        return Err(e);
+    match write_err {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    if a.prune {
-        prune(r.archive(), a.json)?;
+}
+
+/// Prints what a round shipped; a round that sent nothing prints nothing
+/// unless `always`.
+fn print_round(rep: &RoundReport, json: bool, always: bool) -> Result<()> {
+    if !always && rep.manifest.is_none() && rep.objects_uploaded == 0 {
+        return Ok(());
     }
-    Ok(ExitCode::SUCCESS)
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "generation": rep.generation,
+                "head_lsn": rep.head_lsn,
+                "objects_uploaded": rep.objects_uploaded,
+                "bytes_uploaded": rep.bytes_uploaded,
+                "manifest": rep.manifest,
+                "new_generation": rep.new_generation,
+            })
+        );
+    } else {
+        if let Some(why) = &rep.new_generation {
+            eprintln!("note: new generation {} ({why})", rep.generation);
+        }
+        outln!(
+            "shipped up to LSN {}: {} objects, {} bytes uploaded",
+            rep.head_lsn,
+            rep.objects_uploaded,
+            rep.bytes_uploaded
+        );
+    }
+    Ok(())
 }
 
 fn prune(archive: &Archive, json: bool) -> Result<()> {

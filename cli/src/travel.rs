@@ -282,6 +282,29 @@ pub fn tree(settings: &Settings, point: PointArg, json: bool) -> Result<ExitCode
     })?;
     let uncaptured = not_captured_at(&store, &p)?;
     let mut out = std::io::stdout().lock();
+    write_tree(&mut out, &tree, json)?;
+    if !json && tree.is_empty() && uncaptured.is_empty() && unrecorded.is_empty() {
+        eprintln!("note: no files at {point}");
+    }
+    if let Some(note) = unrecorded_note(
+        &unrecorded,
+        "the tree has them as they were before, or not at all",
+    ) {
+        eprintln!("{note}");
+    }
+    if !uncaptured.is_empty() {
+        if json {
+            note_uncaptured(&uncaptured, &point);
+        } else {
+            write_uncaptured(&mut out, &uncaptured, &p, &point)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `tree`'s entries, one a line: a JSON object with `--json`, else
+/// mode, short blob hash and path.
+fn write_tree(out: &mut impl Write, tree: &cairn::Tree, json: bool) -> Result<()> {
     for (path, entry) in tree.iter() {
         if json {
             let v = serde_json::json!({
@@ -303,56 +326,57 @@ pub fn tree(settings: &Settings, point: PointArg, json: bool) -> Result<ExitCode
             )?;
         }
     }
-    if !json && tree.is_empty() && uncaptured.is_empty() && unrecorded.is_empty() {
-        eprintln!("note: no files at {point}");
-    }
-    if let Some(note) = unrecorded_note(
-        &unrecorded,
-        "the tree has them as they were before, or not at all",
-    ) {
-        eprintln!("{note}");
-    }
-    if json && !uncaptured.is_empty() {
-        // The lines stay one shape (each a tree entry with its blob); the
-        // files without contents are named on stderr, as the text says.
-        let names: Vec<String> = uncaptured
-            .iter()
-            .map(|n| quote_not_captured(n).into_owned())
-            .collect();
-        let verb = if uncaptured.len() == 1 { "was" } else { "were" };
-        eprintln!(
-            "note: {} {verb} not captured at {point} (in the workspace then, contents not stored), so not listed: {}",
-            count(uncaptured.len() as u64, "file"),
-            names.join(", ")
-        );
-    }
-    if !json && !uncaptured.is_empty() {
-        // Only a checkpoint is a rollback's target.
-        let rollback = match p {
-            Point::Checkpoint(_) => "; a rollback to it keeps them as they are",
-            _ => "",
-        };
+    Ok(())
+}
+
+/// With `--json`, names the files not captured at `point` on stderr: the
+/// lines stay one shape (each a tree entry with its blob).
+fn note_uncaptured(uncaptured: &[cairn::checkpoint::NotCaptured], point: &str) {
+    let names: Vec<String> = uncaptured
+        .iter()
+        .map(|n| quote_not_captured(n).into_owned())
+        .collect();
+    let verb = if uncaptured.len() == 1 { "was" } else { "were" };
+    eprintln!(
+        "note: {} {verb} not captured at {point} (in the workspace then, contents not stored), so not listed: {}",
+        count(uncaptured.len() as u64, "file"),
+        names.join(", ")
+    );
+}
+
+/// Lists the files not captured at `p` (typed as `point`) after the tree,
+/// each with its reason.
+fn write_uncaptured(
+    out: &mut impl Write,
+    uncaptured: &[cairn::checkpoint::NotCaptured],
+    p: &Point,
+    point: &str,
+) -> Result<()> {
+    // Only a checkpoint is a rollback's target.
+    let rollback = match p {
+        Point::Checkpoint(_) => "; a rollback to it keeps them as they are",
+        _ => "",
+    };
+    writeln!(
+        out,
+        "not captured at {point} (in the workspace then, contents not stored{rollback}):"
+    )?;
+    // The reasons in one column, as wide as the longest.
+    let width = uncaptured
+        .iter()
+        .map(|n| reason_words(&n.why).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(12);
+    for n in uncaptured {
         writeln!(
             out,
-            "not captured at {point} (in the workspace then, contents not stored{rollback}):"
+            "     -  {:<width$}  {}",
+            reason_words(&n.why),
+            quote_not_captured(n)
         )?;
-        // The reasons in one column, as wide as the longest.
-        let width = uncaptured
-            .iter()
-            .map(|n| reason_words(&n.why).chars().count())
-            .max()
-            .unwrap_or(0)
-            .max(12);
-        for n in &uncaptured {
-            writeln!(
-                out,
-                "     -  {:<width$}  {}",
-                reason_words(&n.why),
-                quote_not_captured(n)
-            )?;
-        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The files in the workspace at point `p` whose contents no record holds
@@ -822,9 +846,16 @@ pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -
             unrecorded_words(path, r)
         );
     }
+    write_blame(&mut std::io::stdout().lock(), &lines, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes blame's `lines`, one a line: a JSON object with `--json`, else
+/// the record that wrote it (marked when history was cut or began
+/// later), its session and model, the line number and its text.
+fn write_blame(out: &mut impl Write, lines: &[cairn::BlameLine], json: bool) -> Result<()> {
     let st = Style::stdout();
-    let mut out = std::io::stdout().lock();
-    for l in &lines {
+    for l in lines {
         if json {
             let v = serde_json::json!({
                 "line": l.line_no, "lsn": l.lsn.0, "session": l.session, "model": l.model, "kind": l.kind.name(), "text": l.text,
@@ -849,7 +880,7 @@ pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -
             writeln!(out, "{} {:>5} {}", st.dim(&who), l.line_no, l.text)?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The node `branches ID` lists from: a checkpoint id (`c12`), or `@N` for
@@ -893,6 +924,43 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
     if let (Some(id), Some(typed)) = (id, typed) {
         check_branch_point(&store, typed, id)?;
     }
+    let g = branch_graph(&store, id)?;
+    if json {
+        print_branches_json(&g)?;
+    } else if g.nodes.is_empty() {
+        match typed {
+            Some(c) => {
+                outln!("nothing continues from {c} yet: no checkpoint or rollback has it as parent")
+            }
+            None if g.rollbacks == 0 => outln!("no checkpoints or rollbacks yet"),
+            None => outln!(
+                "no checkpoints yet; the log's {} {} no checkpoint of this store \
+                 (an imported one, say), so it is not a branch point",
+                count(g.rollbacks as u64, "rollback record"),
+                if g.rollbacks == 1 { "names" } else { "name" }
+            ),
+        }
+    } else {
+        out!("{}", branches_table(&g).render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `cairn branches` lists: the nodes in LSN order, with what their
+/// FROM column needs.
+struct BranchGraph {
+    /// The checkpoints and rollback records listed, in LSN order.
+    nodes: Vec<cairn::Branch>,
+    /// The parents that are checkpoints, named by id as NODE names them.
+    checkpoints: std::collections::HashSet<Lsn>,
+    /// The checkpoint each rollback to a checkpoint lost to damage restored.
+    lost_target: std::collections::HashMap<Lsn, cairn::CheckpointId>,
+    /// How many rollback records the log holds.
+    rollbacks: usize,
+}
+
+/// The nodes continuing from `id`, or the whole graph.
+fn branch_graph(store: &cairn::Store, id: Option<cairn::CheckpointId>) -> Result<BranchGraph> {
     let (nodes, rollbacks, lost) = store.query(|q| {
         // Rollbacks whose checkpoint was lost to damage are listed too
         // (with the whole graph), naming the id they restored.
@@ -924,57 +992,55 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
         lost.iter().map(|(b, t)| (b.lsn, *t)).collect();
     nodes.extend(lost.into_iter().map(|(b, _)| b));
     nodes.sort_by_key(|n| n.lsn);
-    if json {
-        for n in &nodes {
-            let mut v = serde_json::json!({
-                "lsn": n.lsn.0, "id": (n.kind == EventKind::CheckpointCreate).then(|| format!("c{}", n.lsn.0)),
-                "kind": n.kind.name(), "session": n.session, "parent": n.parent.map(|p| p.0),
-                "label": n.label, "ts": n.ts.to_iso(), "children": n.children,
-            });
-            if let Some(t) = lost_target.get(&n.lsn) {
-                v["lost_target"] = serde_json::json!(t.to_string());
-            }
-            outln!("{v}");
+    Ok(BranchGraph {
+        nodes,
+        checkpoints,
+        lost_target,
+        rollbacks,
+    })
+}
+
+/// `cairn branches --json`: one object per node.
+fn print_branches_json(g: &BranchGraph) -> Result<()> {
+    for n in &g.nodes {
+        let mut v = serde_json::json!({
+            "lsn": n.lsn.0, "id": (n.kind == EventKind::CheckpointCreate).then(|| format!("c{}", n.lsn.0)),
+            "kind": n.kind.name(), "session": n.session, "parent": n.parent.map(|p| p.0),
+            "label": n.label, "ts": n.ts.to_iso(), "children": n.children,
+        });
+        if let Some(t) = g.lost_target.get(&n.lsn) {
+            v["lost_target"] = serde_json::json!(t.to_string());
         }
-    } else if nodes.is_empty() {
-        match typed {
-            Some(c) => {
-                outln!("nothing continues from {c} yet: no checkpoint or rollback has it as parent")
-            }
-            None if rollbacks == 0 => outln!("no checkpoints or rollbacks yet"),
-            None => outln!(
-                "no checkpoints yet; the log's {} {} no checkpoint of this store \
-                 (an imported one, say), so it is not a branch point",
-                count(rollbacks as u64, "rollback record"),
-                if rollbacks == 1 { "names" } else { "name" }
-            ),
-        }
-    } else {
-        let mut t = Table::new(&["NODE", "KIND", "SESSION", "FROM", "CHILDREN", "LABEL"]);
-        for n in &nodes {
-            let node = if n.kind == EventKind::CheckpointCreate {
-                format!("c{}", n.lsn)
-            } else {
-                format!("@{}", n.lsn)
-            };
-            t.row(vec![
-                node,
-                n.kind.name().into(),
-                cell(&n.session),
-                // A checkpoint parent by its id, as NODE names it.
-                match (n.parent, lost_target.get(&n.lsn)) {
-                    (Some(p), _) if checkpoints.contains(&p) => format!("c{p}"),
-                    (Some(p), _) => format!("@{p}"),
-                    (None, Some(t)) => format!("{t} (lost to damage)"),
-                    (None, None) => String::new(),
-                },
-                n.children.to_string(),
-                cell(n.label.as_deref().unwrap_or_default()),
-            ]);
-        }
-        out!("{}", t.render());
+        outln!("{v}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+/// `cairn branches` as a table.
+fn branches_table(g: &BranchGraph) -> Table {
+    let mut t = Table::new(&["NODE", "KIND", "SESSION", "FROM", "CHILDREN", "LABEL"]);
+    for n in &g.nodes {
+        let node = if n.kind == EventKind::CheckpointCreate {
+            format!("c{}", n.lsn)
+        } else {
+            format!("@{}", n.lsn)
+        };
+        t.row(vec![
+            node,
+            n.kind.name().into(),
+            cell(&n.session),
+            // A checkpoint parent by its id, as NODE names it.
+            match (n.parent, g.lost_target.get(&n.lsn)) {
+                (Some(p), _) if g.checkpoints.contains(&p) => format!("c{p}"),
+                (Some(p), _) => format!("@{p}"),
+                (None, Some(t)) => format!("{t} (lost to damage)"),
+                (None, None) => String::new(),
+            },
+            n.children.to_string(),
+            cell(n.label.as_deref().unwrap_or_default()),
+        ]);
+    }
+    t
 }
 
 #[cfg(test)]

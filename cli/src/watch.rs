@@ -122,6 +122,27 @@ fn start(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    let child = spawn_watcher(p)?;
+    let s = watcher::status(&p.cache_dir);
+    if json {
+        outln!("{}", status_json(s.as_ref()));
+    } else if !settings.quiet {
+        outln!(
+            "{} {} (pid {}); checkpoints now re-read only what changed",
+            st.green("watching"),
+            p.workspace.display(),
+            s.map_or(child.id(), |s| s.pid)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts `cairn watch --foreground` for `p` in its own session, its
+/// stderr appended to the watch log, and waits (at most
+/// [`START_TIMEOUT`]) for it to say `ready`; one that does not is killed
+/// and the last line of its log reported.
+#[cfg(unix)]
+fn spawn_watcher(p: &Place) -> Result<std::process::Child> {
     std::fs::create_dir_all(&p.cache_dir)
         .with_context(|| format!("create {}", p.cache_dir.display()))?;
     let exe = std::env::current_exe().context("find the cairn executable")?;
@@ -174,18 +195,7 @@ fn start(settings: &Settings, p: &Place, json: bool) -> Result<ExitCode> {
             p.cache_dir.join(LOG_FILE).display()
         );
     }
-    let s = watcher::status(&p.cache_dir);
-    if json {
-        outln!("{}", status_json(s.as_ref()));
-    } else if !settings.quiet {
-        outln!(
-            "{} {} (pid {}); checkpoints now re-read only what changed",
-            st.green("watching"),
-            p.workspace.display(),
-            s.map_or(child.id(), |s| s.pid)
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(child)
 }
 
 #[cfg(unix)]

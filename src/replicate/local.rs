@@ -12,6 +12,7 @@ use cairn_codec::frame::{self, ChainForm};
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{ChainHash, Lsn};
 use cairn_engine::blob::pack::{PackHeader, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
+use cairn_engine::log::{walk_chained, Head};
 
 use super::ReplicateError;
 
@@ -139,24 +140,17 @@ pub(crate) fn walk_segment(
     }
     let base = c.valid;
     let buf = read_range(path, base, st.len.saturating_sub(base))?;
-    let (mut off, mut lsn, mut chain) = (0usize, c.lsn, c.chain);
-    while off < buf.len() {
-        let Ok(f) = frame::decode(&buf[off..]) else {
-            break;
-        };
-        if f.lsn != lsn.next() || !f.chain_follows(chain, c.form) {
-            break;
-        }
-        let at = off;
-        off += f.len();
-        lsn = f.lsn;
-        chain = f.chain;
-        if !f.batch_continues() {
-            c.valid = base + off as u64;
-            c.last_frame = Some(base + at as u64);
-            c.lsn = lsn;
-            c.chain = chain;
-        }
+    // The walk the log reader makes of its tail.
+    let from = Head {
+        last_lsn: c.lsn,
+        chain: c.chain,
+    };
+    let w = walk_chained(&buf, from, c.form, |_, _| {});
+    if let Some(at) = w.last_frame {
+        c.valid = base + w.committed as u64;
+        c.last_frame = Some(base + at as u64);
+        c.lsn = w.head.last_lsn;
+        c.chain = w.head.chain;
     }
     // A sealed segment: the footer follows the last frame and agrees
     // with the walk.

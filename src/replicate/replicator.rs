@@ -209,11 +209,34 @@ impl Replicator {
             self.start()?;
         }
         let mut report = RoundReport::default();
-        let mut diverged: Option<String> = None;
-        let mut files: Vec<FileEntry> = Vec::new();
-        let mut head = (Lsn(0), ChainHash::ZERO);
+        let mut shipped = Shipped {
+            files: Vec::new(),
+            head: (Lsn(0), ChainHash::ZERO),
+            diverged: None,
+        };
+        self.ship_log(&mut shipped, &mut report)?;
+        self.note_cut_history(&mut shipped);
+        self.ship_blobs_and_dicts(&mut shipped.files, &mut report)?;
+        let generation = self.generation(shipped.diverged.as_deref(), &mut report);
+        let head = shipped.head;
+        report.generation = generation.clone();
+        report.head_lsn = head.0 .0;
+        let moved = match &self.last {
+            Some(m) => m.generation != generation || m.head_lsn != head.0 .0,
+            None => true,
+        };
+        if moved {
+            self.write_manifest(generation, head, shipped.files, &mut report)?;
+        }
+        Ok(report)
+    }
 
-        // The log's segments, oldest first.
+    /// Ships the log's segments, oldest first, into `shipped`.
+    fn ship_log(
+        &mut self,
+        shipped: &mut Shipped,
+        report: &mut RoundReport,
+    ) -> Result<(), ReplicateError> {
         let log_names = self.names("log", |k| k == Kind::Segment)?;
         for name in &log_names {
             let rel = format!("log/{name}");
@@ -221,34 +244,19 @@ impl Replicator {
             let Some(st) = local::stat(&path)? else {
                 continue;
             };
-            let prev = self.tracked.get(&rel).cloned();
-            let (start_cursor, mut keep) = match &prev {
-                Some(t) => match t.cursor {
-                    Cursor::Log(c)
-                        if t.stat.ino == st.ino && local::log_cursor_holds(&path, &c)? =>
-                    {
-                        (Some(c), Some((t.len, t.pieces.clone())))
-                    }
-                    Cursor::Adopted if t.stat.ino == st.ino => {
-                        (None, Some((t.len, t.pieces.clone())))
-                    }
-                    _ => {
-                        diverged.get_or_insert(format!("{rel} changed in place"));
-                        (None, None)
-                    }
-                },
-                None => (None, None),
-            };
+            let (start_cursor, mut keep) =
+                self.segment_resume(&rel, &path, &st, &mut shipped.diverged)?;
             let c = local::walk_segment(&path, start_cursor)?;
             if let Some((len, _)) = &keep {
                 if c.valid < *len {
-                    diverged.get_or_insert(format!("{rel} is shorter than the archive's copy"));
+                    let why = format!("{rel} is shorter than the archive's copy");
+                    shipped.diverged.get_or_insert(why);
                     keep = None;
                 }
             }
             let (len, mut pieces) = keep.unwrap_or((0, Vec::new()));
-            pieces.extend(self.ship(&path, len, c.valid, &mut report)?);
-            head = (c.lsn, c.chain);
+            pieces.extend(self.ship(&path, len, c.valid, report)?);
+            shipped.head = (c.lsn, c.chain);
             self.tracked.insert(
                 rel.clone(),
                 Tracked {
@@ -258,32 +266,75 @@ impl Replicator {
                     cursor: Cursor::Log(c),
                 },
             );
-            files.push(FileEntry {
+            shipped.files.push(FileEntry {
                 path: rel,
                 len: c.valid,
                 pieces,
             });
         }
-        // A segment the last manifest named that is gone: history was cut.
-        if let Some(m) = &self.last {
-            for f in m
-                .files
-                .iter()
-                .filter(|f| f.path.starts_with("log/") && f.path.ends_with(".seg"))
-            {
-                if !files.iter().any(|g| g.path == f.path) {
-                    diverged.get_or_insert(format!("{} is gone", f.path));
-                }
+        Ok(())
+    }
+
+    /// Where the walk of the segment `rel` (at `path`, now `st`) resumes,
+    /// and the length and pieces already shipped that it keeps; nothing
+    /// for a new segment or one that changed in place (noted in
+    /// `diverged`).
+    fn segment_resume(
+        &self,
+        rel: &str,
+        path: &Path,
+        st: &Stat,
+        diverged: &mut Option<String>,
+    ) -> Result<(Option<LogCursor>, Option<Kept>), ReplicateError> {
+        let Some(t) = self.tracked.get(rel) else {
+            return Ok((None, None));
+        };
+        Ok(match t.cursor {
+            Cursor::Log(c) if t.stat.ino == st.ino && local::log_cursor_holds(path, &c)? => {
+                (Some(c), Some((t.len, t.pieces.clone())))
             }
-            if diverged.is_none() && head.0 .0 < m.head_lsn {
-                diverged = Some(format!(
-                    "the log ends at LSN {} before the archive's head {}",
-                    head.0 .0, m.head_lsn
-                ));
+            Cursor::Adopted if t.stat.ino == st.ino => (None, Some((t.len, t.pieces.clone()))),
+            _ => {
+                diverged.get_or_insert(format!("{rel} changed in place"));
+                (None, None)
+            }
+        })
+    }
+
+    /// Notes in `shipped.diverged` a segment the last manifest named that
+    /// is gone, or a log that ends before the archive's head: history was
+    /// cut.
+    fn note_cut_history(&self, shipped: &mut Shipped) {
+        let Some(m) = &self.last else {
+            return;
+        };
+        for f in m
+            .files
+            .iter()
+            .filter(|f| f.path.starts_with("log/") && f.path.ends_with(".seg"))
+        {
+            if !shipped.files.iter().any(|g| g.path == f.path) {
+                shipped
+                    .diverged
+                    .get_or_insert(format!("{} is gone", f.path));
             }
         }
+        let head = shipped.head.0 .0;
+        if shipped.diverged.is_none() && head < m.head_lsn {
+            shipped.diverged = Some(format!(
+                "the log ends at LSN {head} before the archive's head {}",
+                m.head_lsn
+            ));
+        }
+    }
 
-        // The blob index, the packs, then dictionaries.
+    /// Ships the blob index, the packs, then dictionaries, adding them to
+    /// `files`.
+    fn ship_blobs_and_dicts(
+        &mut self,
+        files: &mut Vec<FileEntry>,
+        report: &mut RoundReport,
+    ) -> Result<(), ReplicateError> {
         for (dir, want) in [
             ("blobs", Want::Index),
             ("blobs", Want::Pack),
@@ -301,52 +352,60 @@ impl Replicator {
                 }
                 let rel = format!("{dir}/{name}");
                 let path = self.store.join(&rel);
-                if let Some(f) = self.ship_file(&rel, &path, want, &mut report)? {
+                if let Some(f) = self.ship_file(&rel, &path, want, report)? {
                     files.push(f);
                 }
             }
         }
+        Ok(())
+    }
 
-        // A new generation when the log does not continue the archive's.
-        let generation = match (&self.last, &diverged) {
+    /// The generation this round's manifest belongs to: the archive's, or
+    /// a new one (saying why in `report`) when the log does not continue
+    /// the archive's.
+    fn generation(&self, diverged: Option<&str>, report: &mut RoundReport) -> String {
+        match (&self.last, diverged) {
             (Some(m), None) => m.generation.clone(),
             (last, why) => {
                 report.new_generation = Some(match (last, why) {
                     (None, _) => "the archive has no manifest yet".to_string(),
-                    (_, Some(w)) => w.clone(),
+                    (_, Some(w)) => w.to_string(),
                     _ => String::new(),
                 });
                 super::new_generation_name()
             }
-        };
-        report.generation = generation.clone();
-        report.head_lsn = head.0 .0;
-        let moved = match &self.last {
-            Some(m) => m.generation != generation || m.head_lsn != head.0 .0,
-            None => true,
-        };
-        if moved {
-            files.sort_by(|a, b| a.path.cmp(&b.path));
-            let m = Manifest {
-                version: MANIFEST_VERSION,
-                generation: generation.clone(),
-                head_lsn: head.0 .0,
-                head_chain: head.1.to_hex(),
-                created_ms: cairn_codec::Timestamp::now().millis(),
-                store: self.store.display().to_string(),
-                workspace: self.workspace.clone(),
-                sessions: self.count_sessions(head.0),
-                files,
-            };
-            let name = manifest_name(&generation, head.0);
-            if !self.archive.exists(&name)? {
-                self.archive.put(&name, m.encode())?;
-                report.objects_uploaded += 1;
-            }
-            report.manifest = Some(name);
-            self.last = Some(m);
         }
-        Ok(report)
+    }
+
+    /// Writes the manifest of `files` at `head` in `generation`, unless the
+    /// archive has it already, and remembers it as the last.
+    fn write_manifest(
+        &mut self,
+        generation: String,
+        head: (Lsn, ChainHash),
+        mut files: Vec<FileEntry>,
+        report: &mut RoundReport,
+    ) -> Result<(), ReplicateError> {
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let name = manifest_name(&generation, head.0);
+        let m = Manifest {
+            version: MANIFEST_VERSION,
+            generation,
+            head_lsn: head.0 .0,
+            head_chain: head.1.to_hex(),
+            created_ms: cairn_codec::Timestamp::now().millis(),
+            store: self.store.display().to_string(),
+            workspace: self.workspace.clone(),
+            sessions: self.count_sessions(head.0),
+            files,
+        };
+        if !self.archive.exists(&name)? {
+            self.archive.put(&name, m.encode())?;
+            report.objects_uploaded += 1;
+        }
+        report.manifest = Some(name);
+        self.last = Some(m);
+        Ok(())
     }
 
     /// Sessions with records up to `head`, from the store read-only.
@@ -478,4 +537,16 @@ enum Want {
     Index,
     Pack,
     Dict,
+}
+
+/// The length of a file already shipped and its pieces, kept when a
+/// round continues it.
+type Kept = (u64, Vec<Piece>);
+
+/// What a round has shipped so far: the files of its manifest, the log's
+/// head, and why the log does not continue the archive's, if it does not.
+struct Shipped {
+    files: Vec<FileEntry>,
+    head: (Lsn, ChainHash),
+    diverged: Option<String>,
 }

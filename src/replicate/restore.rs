@@ -58,6 +58,45 @@ pub fn restore(
             detail: "a store is already there; restore into a directory without one".into(),
         });
     }
+    let name = choose_manifest(archive, at)?;
+    let manifest = read_manifest(archive, &name)?;
+    let mut report = RestoreReport {
+        store: store.clone(),
+        manifest: name.clone(),
+        generation: manifest.generation.clone(),
+        head_lsn: manifest.head_lsn,
+        head_chain: manifest.head_chain.clone(),
+        files: 0,
+        bytes: 0,
+        objects: 0,
+    };
+    write_store(archive, &manifest, dir, &store, &mut report)?;
+    let mut expected = (
+        Lsn(manifest.head_lsn),
+        ChainHash::from_hex(&manifest.head_chain).map_err(|e| ReplicateError::Damaged {
+            object: name.clone(),
+            detail: format!("head chain: {e}"),
+        })?,
+    );
+    if let Some(point) = at {
+        let s = open_restored(dir, &store)?;
+        let lsn = s.query(|q| q.resolve(point))?;
+        s.close()?;
+        if lsn.0 < expected.0 .0 {
+            expected = cut_log(&store.join("log"), lsn)?;
+            forget_derived(&store)?;
+        }
+    }
+    check_restored(dir, &store, expected)?;
+    report.head_lsn = expected.0 .0;
+    report.head_chain = expected.1.to_hex();
+    Ok(report)
+}
+
+/// The name of the manifest to restore from `archive`: in the newest
+/// generation, the first whose head is at or after the LSN point `at`,
+/// else the newest.
+fn choose_manifest(archive: &Archive, at: Option<Point>) -> Result<String, ReplicateError> {
     let all = manifests(archive)?;
     let Some((gen, _, _)) = all.last() else {
         return Err(ReplicateError::Empty {
@@ -73,61 +112,56 @@ pub fn restore(
             .or(of_gen.last()),
         _ => of_gen.last(),
     };
-    let Some((_, _, name)) = chosen else {
-        return Err(ReplicateError::Empty {
+    match chosen {
+        Some((_, _, name)) => Ok(name.clone()),
+        None => Err(ReplicateError::Empty {
             url: archive.url().to_string(),
-        });
-    };
-    let manifest = read_manifest(archive, name)?;
+        }),
+    }
+}
 
+/// Writes the files of `manifest` to `dir/.cairn.restoring` (left over
+/// from an unfinished restore, it is removed first) and moves them into
+/// place as `store` once all are there.
+fn write_store(
+    archive: &Archive,
+    manifest: &Manifest,
+    dir: &Path,
+    store: &Path,
+    report: &mut RestoreReport,
+) -> Result<(), ReplicateError> {
     std::fs::create_dir_all(dir).map_err(|e| ReplicateError::io("create", dir, e))?;
     let staging = dir.join(format!("{STORE_DIR_NAME}.restoring"));
     if staging.exists() {
         std::fs::remove_dir_all(&staging)
             .map_err(|e| ReplicateError::io("remove the unfinished restore", &staging, e))?;
     }
-    let mut report = RestoreReport {
-        store: store.clone(),
-        manifest: name.clone(),
-        generation: manifest.generation.clone(),
-        head_lsn: manifest.head_lsn,
-        head_chain: manifest.head_chain.clone(),
-        files: 0,
-        bytes: 0,
-        objects: 0,
-    };
-    write_files(archive, &manifest, &staging, &mut report)?;
-    std::fs::rename(&staging, &store)
-        .map_err(|e| ReplicateError::io("move into place", &store, e))?;
-    sync_dir(dir)?;
+    write_files(archive, manifest, &staging, report)?;
+    std::fs::rename(&staging, store)
+        .map_err(|e| ReplicateError::io("move into place", store, e))?;
+    sync_dir(dir)
+}
 
-    let open = || {
-        crate::Store::builder()
-            .workspace(dir)
-            .store_dir(&store)
-            .open()
-    };
-    let mut expected = (
-        Lsn(manifest.head_lsn),
-        ChainHash::from_hex(&manifest.head_chain).map_err(|e| ReplicateError::Damaged {
-            object: name.clone(),
-            detail: format!("head chain: {e}"),
-        })?,
-    );
-    if let Some(point) = at {
-        let s = open()?;
-        let lsn = s.query(|q| q.resolve(point))?;
-        s.close()?;
-        if lsn.0 < expected.0 .0 {
-            expected = cut_log(&store.join("log"), lsn)?;
-            forget_derived(&store)?;
-        }
-    }
-    let s = open()?;
+/// Opens the restored `store` for the workspace `dir`.
+fn open_restored(dir: &Path, store: &Path) -> crate::Result<crate::Store> {
+    crate::Store::builder()
+        .workspace(dir)
+        .store_dir(store)
+        .open()
+}
+
+/// Checks that the restored `store` ends at the `expected` LSN and chain
+/// hash and passes verify.
+fn check_restored(
+    dir: &Path,
+    store: &Path,
+    expected: (Lsn, ChainHash),
+) -> Result<(), ReplicateError> {
+    let s = open_restored(dir, store)?;
     let head = s.head();
     if (head.last_lsn, head.chain) != expected {
         return Err(ReplicateError::Local {
-            path: store,
+            path: store.to_path_buf(),
             detail: format!(
                 "restored head is LSN {} ({}), the archive's is LSN {} ({}): the archive is damaged",
                 head.last_lsn.0,
@@ -140,7 +174,7 @@ pub fn restore(
     let v = s.verify(Some(expected.1))?;
     if !v.is_ok() {
         return Err(ReplicateError::Local {
-            path: store.clone(),
+            path: store.to_path_buf(),
             detail: format!(
                 "the restored store fails verify ({} log problems, {} blob problems): run `cairn --store {} verify` for details",
                 v.log.problems.len(),
@@ -150,9 +184,7 @@ pub fn restore(
         });
     }
     s.close()?;
-    report.head_lsn = expected.0 .0;
-    report.head_chain = expected.1.to_hex();
-    Ok(report)
+    Ok(())
 }
 
 /// Writes every file of `m` under `root`, each piece checked.

@@ -211,16 +211,7 @@ fn filters(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
 /// The timeline: a row per record, its session's lane marked.
 fn timeline(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
     let lanes = r.sessions.len().min(MAX_LANES);
-    // Each lane is drawn from its session's first record to its last.
-    let mut first_last = vec![(u64::MAX, 0u64); lanes];
-    for row in &r.rows {
-        let l = row.lane.min(lanes.saturating_sub(1));
-        let (a, b) = &mut first_last[l];
-        *a = (*a).min(row.record.lsn.0);
-        *b = (*b).max(row.record.lsn.0);
-    }
-    let agent_ix = |a: &str| r.agents.iter().position(|x| x == a);
-    let model_ix = |m: &str| r.models.iter().position(|x| x == m);
+    let spans = lane_spans(r, lanes);
     let lazy = r.rows.len() > INLINE_ROWS;
     if lazy {
         writeln!(
@@ -232,72 +223,108 @@ fn timeline(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
     }
     let mut graph = String::new();
     for row in &r.rows {
-        let e = &row.record.event;
-        let lsn = row.record.lsn.0;
         graph.clear();
-        if lanes > 1 {
-            for (j, &(a, b)) in first_last.iter().enumerate() {
-                if j == row.lane.min(lanes - 1) {
-                    graph.push_str(node_glyph(row));
-                } else if a < lsn && lsn < b {
-                    graph.push('|');
-                } else {
-                    graph.push(' ');
-                }
-            }
-        } else {
-            graph.push_str(node_glyph(row));
-        }
-        let kind = e.kind.name();
-        write!(out, "<li id=r{lsn} data-k={kind}")?;
-        match (row.abandoned, e.ok) {
-            (true, false) => out.extend_from_slice(b" class=\"ab bad\""),
-            (true, true) => out.extend_from_slice(b" class=ab"),
-            (false, false) => out.extend_from_slice(b" class=bad"),
-            (false, true) => {}
-        }
-        if let Some(i) = e.agent.as_deref().and_then(agent_ix) {
-            write!(out, " data-a={i}")?;
-        }
-        if let Some(i) = e.model.as_deref().and_then(model_ix) {
-            write!(out, " data-m={i}")?;
-        }
-        if let Some(p) = &e.path {
-            write!(out, " data-p=\"{}\"", esc(p))?;
-        }
-        let has_detail = !matches!(row.detail, Detail::None);
-        write!(
-            out,
-            ">{}<code>{graph}</code> <i>@{lsn}</i> <s>{}</s> <u>{kind}</u> {}",
-            if has_detail {
-                "<details><summary>"
-            } else {
-                "<div>"
-            },
-            time_of_day(&e.ts.to_iso()),
-            esc(&row.summary),
-        )?;
-        if let Some((target, redo)) = row.edge {
-            write!(
-                out,
-                "<a class=e href=#r{t}>{} c{t}</a>",
-                if redo { "↪ redo to" } else { "↩ back to" },
-                t = target.0
-            )?;
-        }
-        if has_detail {
-            out.extend_from_slice(b"</summary><div class=x>");
-            detail(&row.detail, out)?;
-            out.extend_from_slice(b"</div></details></li>\n");
-        } else {
-            out.extend_from_slice(b"</div></li>\n");
-        }
+        lane_graph(row, &spans, &mut graph);
+        timeline_row(r, row, &graph, out)?;
     }
     if lazy {
         writeln!(out, "</ol></noscript>")
     } else {
         writeln!(out, "</ol>")
     }
+}
+
+/// Each of the first `lanes` lanes' first and last LSN: a lane is drawn
+/// from its session's first record to its last.
+fn lane_spans(r: &Report, lanes: usize) -> Vec<(u64, u64)> {
+    let mut first_last = vec![(u64::MAX, 0u64); lanes];
+    for row in &r.rows {
+        let l = row.lane.min(lanes.saturating_sub(1));
+        let (a, b) = &mut first_last[l];
+        *a = (*a).min(row.record.lsn.0);
+        *b = (*b).max(row.record.lsn.0);
+    }
+    first_last
+}
+
+/// Draws `row`'s lanes into `graph`: its own lane's glyph, a line for
+/// each other lane open across it.
+fn lane_graph(row: &Row, spans: &[(u64, u64)], graph: &mut String) {
+    let lanes = spans.len();
+    let lsn = row.record.lsn.0;
+    if lanes > 1 {
+        for (j, &(a, b)) in spans.iter().enumerate() {
+            if j == row.lane.min(lanes - 1) {
+                graph.push_str(node_glyph(row));
+            } else if a < lsn && lsn < b {
+                graph.push('|');
+            } else {
+                graph.push(' ');
+            }
+        }
+    } else {
+        graph.push_str(node_glyph(row));
+    }
+}
+
+/// One timeline row: the record's filter attributes, its lanes `graph`,
+/// LSN, time, kind and summary, a rollback's edge, and its detail.
+fn timeline_row(r: &Report, row: &Row, graph: &str, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let e = &row.record.event;
+    let lsn = row.record.lsn.0;
+    let kind = e.kind.name();
+    write!(out, "<li id=r{lsn} data-k={kind}")?;
+    match (row.abandoned, e.ok) {
+        (true, false) => out.extend_from_slice(b" class=\"ab bad\""),
+        (true, true) => out.extend_from_slice(b" class=ab"),
+        (false, false) => out.extend_from_slice(b" class=bad"),
+        (false, true) => {}
+    }
+    if let Some(i) = e
+        .agent
+        .as_deref()
+        .and_then(|a| r.agents.iter().position(|x| x == a))
+    {
+        write!(out, " data-a={i}")?;
+    }
+    if let Some(i) = e
+        .model
+        .as_deref()
+        .and_then(|m| r.models.iter().position(|x| x == m))
+    {
+        write!(out, " data-m={i}")?;
+    }
+    if let Some(p) = &e.path {
+        write!(out, " data-p=\"{}\"", esc(p))?;
+    }
+    let has_detail = !matches!(row.detail, Detail::None);
+    write!(
+        out,
+        ">{}<code>{graph}</code> <i>@{lsn}</i> <s>{}</s> <u>{kind}</u> {}",
+        if has_detail {
+            "<details><summary>"
+        } else {
+            "<div>"
+        },
+        time_of_day(&e.ts.to_iso()),
+        esc(&row.summary),
+    )?;
+    if let Some((target, redo)) = row.edge {
+        write!(
+            out,
+            "<a class=e href=#r{t}>{} c{t}</a>",
+            if redo { "↪ redo to" } else { "↩ back to" },
+            t = target.0
+        )?;
+    }
+    if has_detail {
+        out.extend_from_slice(b"</summary><div class=x>");
+        detail(&row.detail, out)?;
+        out.extend_from_slice(b"</div></details></li>\n");
+    } else {
+        out.extend_from_slice(b"</div></li>\n");
+    }
+    Ok(())
 }
 
 /// The glyph of a row's own lane: a checkpoint as a node, a rollback as

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use super::{Detail, Report, SESSION_COLUMNS};
+use super::{Detail, Report, Row, SESSION_COLUMNS};
 
 /// Escapes what Markdown (and the HTML it allows) would read as markup.
 fn esc(s: &str) -> String {
@@ -37,6 +37,18 @@ pub fn write(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
             r.rows.len()
         )?;
     }
+    sessions(r, out)?;
+    for (lane, s) in r.sessions.iter().enumerate() {
+        writeln!(out, "\n## Timeline: {}\n", esc(&s.id))?;
+        for row in r.rows.iter().filter(|row| row.lane == lane) {
+            timeline_item(row, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// The sessions table, a row per session.
+fn sessions(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
     writeln!(out, "## Sessions\n")?;
     write!(out, "| session |")?;
     for (name, _) in SESSION_COLUMNS {
@@ -58,49 +70,50 @@ pub fn write(r: &Report, out: &mut Vec<u8>) -> std::io::Result<()> {
         }
         writeln!(out)?;
     }
-    for (lane, s) in r.sessions.iter().enumerate() {
-        writeln!(out, "\n## Timeline: {}\n", esc(&s.id))?;
-        for row in r.rows.iter().filter(|row| row.lane == lane) {
-            let e = &row.record.event;
-            let mark = match e.kind {
-                cairn::EventKind::CheckpointCreate => "**",
-                _ => "",
-            };
-            write!(
-                out,
-                "- `@{}` {mark}{}{mark} {}",
-                row.record.lsn,
-                e.kind.name(),
-                esc(&row.summary)
-            )?;
-            if let Some((t, redo)) = row.edge {
-                write!(
-                    out,
-                    " {} c{}",
-                    if redo { "↪ redo to" } else { "↩ back to" },
-                    t.0
-                )?;
-            }
-            if row.abandoned {
-                write!(out, " _(abandoned)_")?;
-            }
-            if !e.ok {
-                write!(out, " **failed**")?;
-            }
-            if let Detail::Files(files) = &row.detail {
-                let changed: Vec<String> = files
-                    .iter()
-                    .map(|f| match f.stat {
-                        Some((a, d)) => format!("{} +{a} -{d}", esc(&f.path)),
-                        None => format!("{} ({})", esc(&f.path), f.status),
-                    })
-                    .collect();
-                if !changed.is_empty() {
-                    write!(out, " — {}", changed.join(", "))?;
-                }
-            }
-            writeln!(out)?;
+    Ok(())
+}
+
+/// One record of a session's timeline: LSN, kind (a checkpoint in bold),
+/// summary, a rollback's edge, marks for abandoned and failed, and the
+/// files it changed.
+fn timeline_item(row: &Row, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let e = &row.record.event;
+    let mark = match e.kind {
+        cairn::EventKind::CheckpointCreate => "**",
+        _ => "",
+    };
+    write!(
+        out,
+        "- `@{}` {mark}{}{mark} {}",
+        row.record.lsn,
+        e.kind.name(),
+        esc(&row.summary)
+    )?;
+    if let Some((t, redo)) = row.edge {
+        write!(
+            out,
+            " {} c{}",
+            if redo { "↪ redo to" } else { "↩ back to" },
+            t.0
+        )?;
+    }
+    if row.abandoned {
+        write!(out, " _(abandoned)_")?;
+    }
+    if !e.ok {
+        write!(out, " **failed**")?;
+    }
+    if let Detail::Files(files) = &row.detail {
+        let changed: Vec<String> = files
+            .iter()
+            .map(|f| match f.stat {
+                Some((a, d)) => format!("{} +{a} -{d}", esc(&f.path)),
+                None => format!("{} ({})", esc(&f.path), f.status),
+            })
+            .collect();
+        if !changed.is_empty() {
+            write!(out, " — {}", changed.join(", "))?;
         }
     }
-    Ok(())
+    writeln!(out)
 }

@@ -12,7 +12,7 @@ use cairn_codec::{ChainHash, Lsn};
 
 use super::dict::LogDicts;
 use super::recovery::looks_sealed;
-use super::scan::find_next_valid;
+use super::scan::{find_next_valid, walk_chained};
 use super::segment::{
     check_header, corrupt, list_segments, open_sealed_lazy, segments_in, sequence_gap,
 };
@@ -229,25 +229,13 @@ impl LogReader {
             }
         }
         buf.truncate(got);
-        let mut off = 0;
-        let mut expect = t.head.last_lsn.next();
-        let mut chain = t.head.chain;
-        while let Ok(f) = frame::decode(&buf[off..]) {
-            if f.lsn != expect || !f.chain_follows(chain, t.header.chain_form) {
-                break;
-            }
-            t.index.note(f.lsn, base + off as u64);
-            off += f.len();
-            expect = expect.next();
-            chain = f.chain;
-            if !f.batch_continues() {
-                t.committed_len = base + off as u64;
-                t.head = Head {
-                    last_lsn: f.lsn,
-                    chain,
-                };
-            }
-        }
+        let index = &mut t.index;
+        let w = walk_chained(&buf, t.head, t.header.chain_form, |lsn, at| {
+            index.note(lsn, base + at as u64);
+        });
+        let (off, expect) = (w.intact, w.next_lsn);
+        t.committed_len = base + w.committed as u64;
+        t.head = w.head;
         t.index.truncate_to(t.committed_len);
         let rest = &buf[(t.committed_len - base) as usize..];
         if rest.len() == SEGMENT_FOOTER_LEN && rest.starts_with(b"CAIRNEND") {
