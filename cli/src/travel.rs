@@ -931,6 +931,10 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
                 "kind": n.kind.name(), "session": n.session, "parent": n.parent.map(|p| p.0),
                 "label": n.label, "ts": n.ts.to_iso(), "children": n.children,
             });
+            if !n.tree {
+                // A point of an imported conversation: no tree to restore.
+                v["tree"] = serde_json::json!(false);
+            }
             if let Some(t) = lost_target.get(&n.lsn) {
                 v["lost_target"] = serde_json::json!(t.to_string());
             }
@@ -969,7 +973,11 @@ pub fn branches(settings: &Settings, id: Option<&str>, json: bool) -> Result<Exi
                     (None, None) => String::new(),
                 },
                 n.children.to_string(),
-                cell(n.label.as_deref().unwrap_or_default()),
+                match (n.tree, n.label.as_deref().unwrap_or_default()) {
+                    (true, l) => cell(l),
+                    // A point of an imported conversation: no tree.
+                    (false, l) => format!("{} (no tree)", cell(l)),
+                },
             ]);
         }
         out!("{}", t.render());
