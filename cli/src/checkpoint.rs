@@ -314,10 +314,17 @@ fn print_imported(imported: &[cairn::Record]) -> Result<()> {
     let collected = imported
         .iter()
         .any(|r| cairn::checkpoint::collected_note(&r.event).is_some());
+    // Points of imported conversations name what they continue from.
+    let points = imported.iter().any(|r| !r.event.parents.is_empty());
     outln!(
-        "imported checkpoint records (from another tool's audit log{}; no files, not restorable):",
+        "imported checkpoint records (from another tool's audit log{}{}; no files, not restorable):",
         if collected {
             ", or copies of checkpoints whose files gc had collected"
+        } else {
+            ""
+        },
+        if points {
+            ", or points of conversations imported from their transcripts"
         } else {
             ""
         }

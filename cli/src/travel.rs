@@ -1008,6 +1008,10 @@ fn print_branches_json(g: &BranchGraph) -> Result<()> {
             "kind": n.kind.name(), "session": n.session, "parent": n.parent.map(|p| p.0),
             "label": n.label, "ts": n.ts.to_iso(), "children": n.children,
         });
+        if !n.tree {
+            // A point of an imported conversation: no tree to restore.
+            v["tree"] = serde_json::json!(false);
+        }
         if let Some(t) = g.lost_target.get(&n.lsn) {
             v["lost_target"] = serde_json::json!(t.to_string());
         }
@@ -1037,7 +1041,11 @@ fn branches_table(g: &BranchGraph) -> Table {
                 (None, None) => String::new(),
             },
             n.children.to_string(),
-            cell(n.label.as_deref().unwrap_or_default()),
+            match (n.tree, n.label.as_deref().unwrap_or_default()) {
+                (true, l) => cell(l),
+                // A point of an imported conversation: no tree.
+                (false, l) => format!("{} (no tree)", cell(l)),
+            },
         ]);
     }
     t

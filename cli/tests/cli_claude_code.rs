@@ -122,8 +122,12 @@ fn a_project_directory_imports_with_exact_contents_and_again_adds_nothing() {
     let rewound = log
         .iter()
         .filter(|r| r["meta"]["claude_code"]["parent_uuid"] == "u1")
+        .filter(|r| r["kind"] != "checkpoint.create")
         .count();
-    assert_eq!(rewound, 2, "two children of one parent");
+    assert_eq!(
+        rewound, 2,
+        "two children of one parent (the point before a prompt shares its line's meta)"
+    );
 
     // Again: nothing new.
     let again = import(ws, &[&proj]);
@@ -189,4 +193,53 @@ fn a_refused_write_outside_the_workspace_is_recorded() {
     );
     let o = cairn(ws, &["blame", "@1", "/etc/passwd"]);
     assert!(err(&o).contains("history only"), "{}", err(&o));
+}
+
+/// A rewind (two prompts with the same `parentUuid`) shows as a fork in
+/// `cairn branches`: a point before each prompt, with no tree (the
+/// transcript does not say what the files were), whose parent is the
+/// point of the prompt the conversation continued from. A rollback to one
+/// refuses, saying why; importing again adds no second point.
+#[test]
+fn a_rewound_conversation_shows_as_a_branch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let t = fixtures().join("rewind/r1.jsonl");
+    import(ws, &[&t]);
+    let nodes = json_lines(&ok(&cairn(ws, &["branches", "--json"])));
+    let labels: Vec<&str> = nodes.iter().map(|n| n["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        [
+            "Before prompt 1",
+            "Before prompt 2",
+            "Before prompt 3",
+            "Before prompt 4"
+        ]
+    );
+    assert!(nodes.iter().all(|n| n["tree"] == false), "{nodes:?}");
+    let (p1, p2, p3, p4) = (&nodes[0], &nodes[1], &nodes[2], &nodes[3]);
+    assert!(p1["parent"].is_null(), "{p1}");
+    assert_eq!(p1["children"], 2, "the rewind forks here: {nodes:?}");
+    assert_eq!(p2["parent"], p1["lsn"]);
+    assert_eq!(p3["parent"], p1["lsn"], "the rewound prompt: {p3}");
+    assert_eq!(p4["parent"], p3["lsn"], "continues the rewound branch");
+
+    let id = p2["id"].as_str().unwrap();
+    let o = cairn(ws, &["rollback", id]);
+    assert!(!o.status.success());
+    assert!(
+        err(&o).contains("a point of a conversation imported from its transcript")
+            && err(&o).contains("does not say what the files were"),
+        "{}",
+        err(&o)
+    );
+
+    let again = import(ws, &[&t]);
+    assert_eq!(again["count"], 0, "{again}");
+    assert_eq!(
+        json_lines(&ok(&cairn(ws, &["branches", "--json"]))).len(),
+        4
+    );
 }

@@ -217,3 +217,58 @@ fn a_malformed_line_names_file_and_line_and_records_nothing() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
 }
+
+/// A rollout in the shape Codex CLI wrote before `{timestamp, type,
+/// payload}` (a bare session meta, then bare response items and
+/// `record_type: state` lines) is read with the same mapping, and
+/// importing it again adds nothing.
+#[test]
+fn an_older_rollout_without_the_wrapping_is_read_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    ok(&cairn(ws, &["init"]));
+    let f = fixtures().join("legacy/rollout-2025-05-07T17-24-21-5973b6c0.jsonl");
+    let r = import(ws, None, &[&f]);
+    let session = "5973b6c0-94b8-487b-a530-2aeb6098ae0e";
+    assert_eq!(r["sessions"], serde_json::json!([session]), "{r}");
+    assert_eq!(r["unknown_types"], serde_json::json!({}), "{r}");
+    let log = json_lines(&ok(&cairn(ws, &["log", "--json", "--session", session])));
+    let kinds: Vec<String> = log
+        .iter()
+        .map(|e| match e["label"].as_str() {
+            Some(l) => format!("{}:{l}", e["kind"].as_str().unwrap()),
+            None => e["kind"].as_str().unwrap().to_string(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "custom:session.start",
+            "custom:state",
+            "prompt",
+            "custom:state",
+            "custom:reasoning",
+            "tool_call",
+            "tool_call",
+            "reply",
+            "custom:state"
+        ],
+        "{log:?}"
+    );
+    assert_eq!(log[0]["meta"]["instructions"], "Be brief.");
+    assert_eq!(log[0]["meta"]["git"]["branch"], "main");
+    assert_eq!(log[2]["text"], "list the files");
+    let ts = &log[0]["ts"];
+    assert!(
+        log.iter().all(|e| &e["ts"] == ts),
+        "items take the meta's time"
+    );
+    assert_eq!(log[5]["meta"]["command"], "ls");
+    assert_eq!(
+        (&log[5]["ok"], &log[6]["ok"]),
+        (&Value::Bool(true), &Value::Bool(false))
+    );
+    assert_eq!(log[7]["text"], "There is a.txt.");
+    let again = import(ws, None, &[&f]);
+    assert_eq!(again["count"], 0, "{again}");
+}

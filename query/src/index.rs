@@ -5,9 +5,11 @@
 //! and path (`path`, `to_path` and `files`), records by time, checkpoints
 //! by session, the tree resets (checkpoints and rollbacks, with the manifest
 //! root each one restores) and the branch graph of checkpoints and
-//! rollbacks. The facade calls [`Index::observe`] after each append (or
-//! [`Index::catch_up`] to the head); [`Index::open`] loads the persisted
-//! file and reads only the records appended since it was written.
+//! rollbacks (and of the points of imported conversations: checkpoint
+//! records without a manifest that name `parents`). The facade calls
+//! [`Index::observe`] after each append (or [`Index::catch_up`] to the
+//! head); [`Index::open`] loads the persisted file and reads only the
+//! records appended since it was written.
 //!
 //! # File format (`.cairn/index/query.idx`)
 //! `magic "CAIRNQIX"` (8 bytes), format version (u32 LE), body length (u64
@@ -41,8 +43,10 @@ const MAGIC: &[u8; 8] = b"CAIRNQIX";
 /// scope is a `RollbackScope` (a rollback whose list of paths was cut
 /// keeps its own scope and its kept paths). 4: a directory a rollback
 /// lists with files under it no longer stands for all of it
-/// (`replay::rollback_scope`).
-pub const INDEX_VERSION: u32 = 4;
+/// (`replay::rollback_scope`). 5: a checkpoint record without a manifest
+/// that names `parents` (a point of an imported conversation) is a node of
+/// the branch graph, and every node says whether it has a tree.
+pub const INDEX_VERSION: u32 = 5;
 const HEADER_LEN: usize = 8 + 4 + 8 + 32;
 /// The largest index body cairn will load. The index of 1,000,000 events is
 /// tens of MB; this bounds the allocation a damaged length could cause.
@@ -100,6 +104,11 @@ pub struct Node {
     pub label: Option<String>,
     /// Time of the record.
     pub ts: Timestamp,
+    /// True for a rollback, and for a checkpoint with a manifest; false for
+    /// a point of an imported conversation (a checkpoint record without a
+    /// manifest that names `parents`): a point the history forked at,
+    /// with no tree to show or restore.
+    pub tree: bool,
 }
 
 /// The query indexes (see the module docs).
@@ -279,10 +288,18 @@ impl Index {
                 }
                 return;
             }
-            // A checkpoint record without a manifest (one imported from
-            // another tool's audit log) is no checkpoint of this store:
-            // no tree to show or restore, no branch point.
             EventKind::CheckpointCreate if e.ok && e.root.is_some() => {}
+            // A checkpoint record without a manifest is no checkpoint of
+            // this store: no tree to show or restore. One naming what it
+            // continues from (`parents`: a point of a conversation an
+            // importer recorded, as the Claude Code importer records one
+            // before each prompt) is a point of the branch graph, so a
+            // rewound conversation shows as a fork; one naming nothing
+            // (imported from another tool's audit log) is no branch point.
+            EventKind::CheckpointCreate if e.ok && !e.parents.is_empty() => {
+                self.observe_point(lsn, e);
+                return;
+            }
             EventKind::Rollback if e.ok => {}
             _ => return,
         }
@@ -353,9 +370,45 @@ impl Index {
                 children: Vec::new(),
                 label: e.label.clone(),
                 ts: e.ts,
+                tree: true,
             },
         );
         self.session_node.insert(e.session.clone(), lsn);
+    }
+
+    /// Folds in a point of an imported conversation: a checkpoint record
+    /// without a manifest that names `parents`, the records it continues
+    /// from. Its parent is the newest node of its session at or before the
+    /// newest of them: the point the conversation was at when that record
+    /// was written (so two prompts that continue from the same message
+    /// are two children of one node). It is not the session's last node
+    /// for the checkpoints that follow: they continue from the workspace's
+    /// scans, which this point has no part in.
+    fn observe_point(&mut self, lsn: Lsn, e: &Event) {
+        let from = e.parents.iter().copied().filter(|p| *p < lsn).max();
+        let parent = from.and_then(|from| {
+            self.nodes
+                .range(..=from)
+                .rev()
+                .find(|(_, n)| n.session == e.session)
+                .map(|(l, _)| *l)
+        });
+        if let Some(p) = parent.and_then(|p| self.nodes.get_mut(&p)) {
+            p.children.push(lsn);
+        }
+        self.nodes.insert(
+            lsn,
+            Node {
+                lsn,
+                kind: e.kind,
+                session: e.session.clone(),
+                parent,
+                children: Vec::new(),
+                label: e.label.clone(),
+                ts: e.ts,
+                tree: false,
+            },
+        );
     }
 
     /// LSNs of a session's records.
@@ -711,6 +764,34 @@ mod tests {
         let r = log.read(Lsn(1)).unwrap();
         let mut ix2 = ix.clone();
         assert!(ix2.observe(&r).is_err(), "out of order is refused");
+    }
+
+    /// Points of an imported conversation (checkpoint records without a
+    /// manifest naming `parents`) form the branch graph: two prompts that
+    /// continue from one reply are two children of the point before it,
+    /// and a tree-less record naming nothing is no node.
+    #[test]
+    fn a_rewound_conversation_forks_at_its_points() {
+        let log = MemLog::new();
+        let point = |from: u64| {
+            let mut e = ev(EventKind::CheckpointCreate, "s", 0);
+            e.parents = vec![Lsn(from)];
+            e
+        };
+        log.append(ev(EventKind::Custom, "s", 0)).unwrap(); // 1
+        log.append(point(1)).unwrap(); // 2: before prompt 1, a root
+        log.append(ev(EventKind::Reply, "s", 0)).unwrap(); // 3
+        log.append(point(3)).unwrap(); // 4: before prompt 2
+        log.append(ev(EventKind::Reply, "s", 0)).unwrap(); // 5
+        log.append(point(3)).unwrap(); // 6: prompt 2 again, rewound
+        log.append(ev(EventKind::CheckpointCreate, "s", 0)).unwrap(); // 7
+        let ix = Index::build(&log).unwrap();
+        let root = ix.node(Lsn(2)).unwrap();
+        assert_eq!((root.parent, root.tree), (None, false));
+        assert_eq!(root.children, vec![Lsn(4), Lsn(6)]);
+        assert_eq!(ix.node(Lsn(6)).unwrap().parent, Some(Lsn(2)));
+        assert!(ix.node(Lsn(7)).is_none(), "names no parents: no node");
+        assert!(ix.checkpoint(CheckpointId(Lsn(2))).is_none(), "no tree");
     }
 
     #[test]

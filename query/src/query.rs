@@ -50,6 +50,10 @@ pub struct Branch {
     pub ts: Timestamp,
     /// How many nodes continue from it.
     pub children: usize,
+    /// False for a point of an imported conversation (see
+    /// [`Node::tree`](crate::index::Node::tree)): no tree to show or
+    /// restore.
+    pub tree: bool,
 }
 
 /// Queries over a log, its blobs and manifests, answered from `index`
@@ -148,7 +152,9 @@ impl<'a> Query<'a> {
         let note = record
             .as_ref()
             .and_then(|r| cairn_snapshot::checkpoint::collected_note(&r.event));
+        let point = record.as_ref().is_some_and(|r| !r.event.parents.is_empty());
         match note.map(|n| n.get("checkpoint").and_then(|c| c.as_str())) {
+            None if point => "a point of a conversation imported from its transcript, which does not say what the files were then".to_string(),
             None => "imported from another tool's audit log".to_string(),
             Some(Some(of)) => {
                 format!("imported as a copy of checkpoint {of}, whose files gc had collected")
@@ -164,7 +170,7 @@ impl<'a> Query<'a> {
             QueryError::BadPoint {
                 point: c.to_string(),
                 reason: format!(
-                    "the record at LSN {} is a checkpoint record without a manifest ({}): it holds no tree, and nothing branches from it; use @{} for the tree by the records up to it",
+                    "the record at LSN {} is a checkpoint record without a manifest ({}): it holds no tree; use @{} for the tree by the records up to it",
                     c.0,
                     self.imported_checkpoint_origin(c),
                     c.0
@@ -295,6 +301,7 @@ impl<'a> Query<'a> {
             label: n.label.clone(),
             ts: n.ts,
             children: n.children.len(),
+            tree: n.tree,
         };
         match of {
             None => Ok(self.index.nodes().map(to_branch).collect()),
@@ -339,6 +346,7 @@ impl<'a> Query<'a> {
                         label: r.event.label.clone(),
                         ts: r.event.ts,
                         children: 0,
+                        tree: true,
                     },
                     target,
                 ));

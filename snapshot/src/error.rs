@@ -53,6 +53,15 @@ pub enum SnapshotError {
         /// The id asked for.
         id: CheckpointId,
     },
+    /// The id names a point of a conversation imported from its
+    /// transcript (a `checkpoint.create` record without a manifest that
+    /// names `parents`, as the Claude Code importer records one before
+    /// each prompt): the transcript does not say what the files were then,
+    /// so there is nothing to restore.
+    ConversationPoint {
+        /// The id asked for.
+        id: CheckpointId,
+    },
     /// The id names a `checkpoint.create` record imported without its
     /// files: the line was a copy of a checkpoint whose files gc had
     /// collected (`cairn import --collected-checkpoints record`), so the
@@ -146,6 +155,11 @@ impl fmt::Display for SnapshotError {
             SnapshotError::ImportedCheckpoint { id } => write!(
                 f,
                 "{id} is a checkpoint record without a manifest (imported from another tool's audit log): it captured no files, so it cannot be restored or branched from; `cairn log --until {id}` lists the records up to it"
+            ),
+            SnapshotError::ConversationPoint { id } => write!(
+                f,
+                "{id} is a point of a conversation imported from its transcript (a checkpoint record without a manifest): the transcript does not say what the files were then, so there is nothing to restore; `cairn show @{}:PATH` gives a file by the records up to it, and `cairn log --until {id}` lists them",
+                id.0
             ),
             SnapshotError::CollectedCheckpoint { id, copy_of } => write!(
                 f,

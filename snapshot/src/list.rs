@@ -47,6 +47,7 @@ pub fn find_checkpoint<L: LogAccess + ?Sized>(
                     .and_then(|c| c.as_str())
                     .and_then(|c| c.parse().ok()),
             },
+            None if !r.event.parents.is_empty() => SnapshotError::ConversationPoint { id },
             None => SnapshotError::ImportedCheckpoint { id },
         },
         None => SnapshotError::UnknownCheckpoint { id },

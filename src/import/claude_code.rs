@@ -7,6 +7,17 @@
 //! - a user's text: `prompt`; an assistant's text blocks: `reply` (the
 //!   blocks of one `message.id` are one reply, in order, recorded at the
 //!   message's first text line);
+//! - before each prompt of the user (not a subagent's): a point labelled
+//!   `Before prompt N`, a `checkpoint.create` record without a manifest
+//!   (a transcript does not say what the files were, so no tree is
+//!   invented) whose `parents` names the record the prompt continues
+//!   from (by `parentUuid`, see [`ParsedTranscript::points`]). The branch
+//!   graph makes each point a child of the point of the prompt the
+//!   conversation continued from, so a rewind (two prompts with the same
+//!   `parentUuid`) is a fork in `cairn branches`; a rollback to a point
+//!   refuses ([`cairn_snapshot::SnapshotError::ConversationPoint`]). A
+//!   session whose prompts the hooks took checkpoints before, with the
+//!   files, gets no points;
 //! - `tool_use`: `tool_call` (tool name, a summary of its input bounded to
 //!   [`MAX_TOOL_SUMMARY_BYTES`], `ok` from the matching `tool_result`'s
 //!   `is_error`); a Bash call keeps its command and is marked
@@ -42,7 +53,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use cairn_codec::event::Meta;
-use cairn_codec::{BlobHash, Event, EventKind, Timestamp};
+use cairn_codec::{BlobHash, Event, EventKind, Lsn, Timestamp};
 use cairn_query::Filter;
 use serde_json::{json, Map, Value};
 
@@ -147,60 +158,149 @@ impl Store {
             let dir = history?;
             std::fs::read(dir.join(session).join(name)).ok()
         };
-        let parsed = parse_transcript(&text, &name, &mut put, &mut backup)?;
+        let mut parsed = parse_transcript(&text, &name, &mut put, &mut backup)?;
         report.imported.files += 1;
         report.lines += parsed.lines;
         report.backups += parsed.backups;
         report.backups_missing += parsed.backups_missing;
-        report.mismatches.extend(parsed.mismatches);
-        for (t, n) in parsed.unknown {
+        report
+            .mismatches
+            .extend(std::mem::take(&mut parsed.mismatches));
+        for (t, n) in std::mem::take(&mut parsed.unknown) {
             *report.unknown.entry(t).or_default() += n;
         }
-        let mut seen: HashSet<String> = HashSet::new();
-        let sessions: Vec<String> = {
-            let mut s: Vec<String> = parsed.events.iter().map(|e| e.session.clone()).collect();
-            s.sort();
-            s.dedup();
-            s
-        };
+        let mut sessions: Vec<String> = parsed.events.iter().map(|e| e.session.clone()).collect();
+        sessions.sort();
+        sessions.dedup();
+        let mut recorded = Recorded::default();
         for s in &sessions {
             report.imported.saw_session(s);
-            let f = Filter {
-                session: Some(s.clone()),
-                ..Filter::all()
-            };
-            for r in self.query(|q| q.list(&f))? {
-                if let Some(k) = line_key(&r.event) {
-                    seen.insert(k.to_string());
-                } else if let Some(id) = file_tool_use(&r.event) {
-                    // A file event the hooks recorded live: the
-                    // transcript's copy of it is not recorded again.
-                    seen.insert(format!("tool:{id}"));
-                }
-            }
+            self.recorded_lines(s, &mut recorded)?;
         }
         let total = parsed.events.len();
-        let fresh: Vec<Event> = parsed
-            .events
+        let fresh: Vec<Event> = std::mem::take(&mut parsed.events)
             .into_iter()
-            .filter(|e| {
-                let hooked =
-                    file_tool_use(e).is_some_and(|id| seen.contains(&format!("tool:{id}")));
-                !hooked && line_key(e).is_none_or(|k| !seen.contains(k))
-            })
+            .filter(|e| recorded.is_fresh(e))
             .collect();
         report.imported.already += (total - fresh.len()) as u64;
-        for chunk in fresh.chunks(IMPORT_BATCH_EVENTS) {
-            if let Some((a, b)) = self.append_batch(chunk)? {
-                report.imported.add(&Appended {
-                    records: b.0 - a.0 + 1,
-                    already: 0,
-                    range: Some((a, b)),
-                });
+        self.append_transcript(fresh, &parsed.points, &mut recorded, report)
+    }
+
+    /// Notes what the store holds of `session` in `recorded`: the line key
+    /// and LSN of each record an import made, the file events the hooks
+    /// recorded live, its first record, and whether the hooks recorded its
+    /// prompts' checkpoints.
+    fn recorded_lines(&self, session: &str, recorded: &mut Recorded) -> Result<()> {
+        let f = Filter {
+            session: Some(session.to_string()),
+            ..Filter::all()
+        };
+        for r in self.query(|q| q.list(&f))? {
+            if let Some(k) = line_key(&r.event) {
+                recorded.lines.insert(k.to_string(), r.lsn);
+            } else if let Some(id) = file_tool_use(&r.event) {
+                // A file event the hooks recorded live: the
+                // transcript's copy of it is not recorded again.
+                recorded.hooked_files.insert(id.to_string());
+            } else if is_hook_prompt_checkpoint(&r.event) {
+                recorded.hooked_prompts.insert(session.to_string());
             }
         }
         Ok(())
     }
+
+    /// Appends `fresh` (the events no earlier import recorded) in atomic
+    /// batches of [`IMPORT_BATCH_EVENTS`]. A point before a prompt ends
+    /// the batch before it, so that the record it continues from has its
+    /// LSN, which it names as its `parents`.
+    fn append_transcript(
+        &self,
+        fresh: Vec<Event>,
+        points: &HashMap<String, Vec<String>>,
+        recorded: &mut Recorded,
+        report: &mut ClaudeCodeReport,
+    ) -> Result<()> {
+        let mut batch: Vec<Event> = Vec::new();
+        for mut e in fresh {
+            if let Some(from) = line_key(&e).and_then(|k| points.get(k)) {
+                if recorded.hooked_prompts.contains(&e.session) {
+                    // The hooks took a checkpoint with the files before
+                    // each prompt: those are the points to rewind to.
+                    continue;
+                }
+                self.append_lines(std::mem::take(&mut batch), recorded, report)?;
+                match recorded.point_parent(from) {
+                    Some(p) => e.parents = vec![p],
+                    // Nothing before it to continue from: no point (the
+                    // same on every import of the transcript).
+                    None => continue,
+                }
+            }
+            batch.push(e);
+            if batch.len() >= IMPORT_BATCH_EVENTS {
+                self.append_lines(std::mem::take(&mut batch), recorded, report)?;
+            }
+        }
+        self.append_lines(batch, recorded, report)
+    }
+
+    /// Appends `batch` atomically, noting the LSN of each line key.
+    fn append_lines(
+        &self,
+        batch: Vec<Event>,
+        recorded: &mut Recorded,
+        report: &mut ClaudeCodeReport,
+    ) -> Result<()> {
+        let Some((a, b)) = self.append_batch(&batch)? else {
+            return Ok(());
+        };
+        for (i, e) in batch.iter().enumerate() {
+            let lsn = Lsn(a.0 + i as u64);
+            if let Some(k) = line_key(e) {
+                recorded.lines.insert(k.to_string(), lsn);
+            }
+        }
+        report.imported.add(&Appended {
+            records: b.0 - a.0 + 1,
+            already: 0,
+            range: Some((a, b)),
+        });
+        Ok(())
+    }
+}
+
+/// What the store holds of the sessions of a transcript being imported.
+#[derive(Debug, Default)]
+struct Recorded {
+    /// The LSN of each record an import made, by its line key.
+    lines: HashMap<String, Lsn>,
+    /// The `tool_use_id`s of the file events the hooks recorded.
+    hooked_files: HashSet<String>,
+    /// Sessions whose prompts the hooks took checkpoints before.
+    hooked_prompts: HashSet<String>,
+}
+
+impl Recorded {
+    /// True if no earlier import (or the hooks) recorded `e`.
+    fn is_fresh(&self, e: &Event) -> bool {
+        let hooked = file_tool_use(e).is_some_and(|id| self.hooked_files.contains(id));
+        !hooked && line_key(e).is_none_or(|k| !self.lines.contains_key(k))
+    }
+
+    /// The record a point before a prompt continues from: the first of
+    /// `from` (line keys, see [`ParsedTranscript::points`]) recorded.
+    fn point_parent(&self, from: &[String]) -> Option<Lsn> {
+        from.iter().find_map(|k| self.lines.get(k).copied())
+    }
+}
+
+/// True for a checkpoint the hooks took before a prompt (with the files).
+fn is_hook_prompt_checkpoint(e: &Event) -> bool {
+    e.kind == EventKind::CheckpointCreate
+        && e.root.is_some()
+        && e.label
+            .as_deref()
+            .is_some_and(|l| l.starts_with("Before prompt "))
 }
 
 /// The `tool_use_id` of a file event, if it names one.
@@ -280,6 +380,53 @@ pub struct ParsedTranscript {
     pub backups: u64,
     /// Backups named but not found.
     pub backups_missing: u64,
+    /// The points before prompts (`checkpoint.create` records without a
+    /// manifest) by their line key: the line keys of the records each one
+    /// may continue from, nearest first (the records made from the
+    /// prompt's `parentUuid` line and its ancestors, then the session's
+    /// first record in the transcript, which comes before every point of
+    /// it: a prompt the transcript says continues from nothing it holds is
+    /// a root). The import names the first one recorded as the point's
+    /// `parents`; a point with none (a prompt on the transcript's first
+    /// line) is not recorded.
+    pub points: HashMap<String, Vec<String>>,
+}
+
+/// The most records a point before a prompt looks for among the lines it
+/// continues from: the nearest one is nearly always recorded (only a file
+/// event the hooks recorded is skipped), and the walk up a long
+/// conversation stops soon after.
+pub const MAX_POINT_CANDIDATES: usize = 8;
+
+/// The line keys of the records of `from` and the lines it continues
+/// from, nearest first, at most [`MAX_POINT_CANDIDATES`]. The walk
+/// stops at a line the transcript does not hold, and after as many steps
+/// as there are lines (a transcript whose `parentUuid`s loop).
+fn ancestor_keys(
+    from: Option<&str>,
+    parent_of: &HashMap<String, String>,
+    key_of: &HashMap<String, String>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut at = from;
+    let mut steps = 0;
+    while let Some(u) = at {
+        if out.len() >= MAX_POINT_CANDIDATES || steps > parent_of.len() {
+            break;
+        }
+        if let Some(k) = key_of.get(u) {
+            out.push(k.clone());
+        }
+        at = parent_of.get(u).map(String::as_str);
+        steps += 1;
+    }
+    out
+}
+
+/// True for a subagent's line: its prompts come from the agent, not from
+/// the user, so they are no points to rewind to.
+fn is_subagent(o: &Map<String, Value>) -> bool {
+    o.contains_key("agentId") || o.get("isSidechain").and_then(Value::as_bool) == Some(true)
 }
 
 /// Record types this importer knows (others are counted as unknown).
@@ -293,29 +440,32 @@ const KNOWN_TYPES: [&str; 7] = [
     "queue-operation",
 ];
 
-/// Parses a whole transcript (`name` names it in errors) into events.
-/// `put` stores a blob; `backup(session, backupFileName)` gives a
-/// file-history backup's bytes if it is found. No I/O of its own.
-pub fn parse_transcript(
-    text: &[u8],
-    name: &str,
-    put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
-    backup: &mut dyn FnMut(&str, &str) -> Option<Vec<u8>>,
-) -> Result<ParsedTranscript> {
-    let mut out = ParsedTranscript::default();
-    // First pass: every line as JSON, so a malformed one refuses the file
-    // before anything is made of it, and results can be matched to calls.
-    let lines = json_lines(text, name, MAX_TRANSCRIPT_LINE_BYTES)?;
-    out.lines = lines.len() as u64;
-    // Results of tool calls by id: whether each failed; names and models of
-    // calls by id; the joined text of each assistant message.
-    let mut failed: HashMap<String, bool> = HashMap::new();
-    let mut calls: HashMap<String, (String, Option<String>, Value)> = HashMap::new();
-    let mut texts: HashMap<String, String> = HashMap::new();
-    let mut file_session: Option<String> = None;
-    for (_, _, o) in &lines {
+/// A tool call as the transcript gives it: its tool's name, the model
+/// that made it, its input.
+type Call = (String, Option<String>, Value);
+
+/// What a transcript's first pass finds.
+#[derive(Default)]
+struct Calls {
+    /// Whether each tool call failed, by `tool_use_id`.
+    failed: HashMap<String, bool>,
+    /// Each tool call, by id.
+    calls: HashMap<String, Call>,
+    /// The joined text of each assistant message, by `message.id`.
+    texts: HashMap<String, String>,
+    /// The session of the first line that names one.
+    session: Option<String>,
+}
+
+/// The first pass over a transcript's lines: results and calls can then
+/// be matched, and one message's text blocks joined.
+fn calls_of(lines: &[super::agent::JsonLine<'_>]) -> Calls {
+    let mut r = Calls::default();
+    let (failed, calls, texts, file_session) =
+        (&mut r.failed, &mut r.calls, &mut r.texts, &mut r.session);
+    for (_, _, o) in lines {
         if file_session.is_none() {
-            file_session = session_of(o);
+            *file_session = session_of(o);
         }
         let Some(content) = o
             .get("message")
@@ -364,6 +514,29 @@ pub fn parse_transcript(
             }
         }
     }
+    r
+}
+
+/// Parses a whole transcript (`name` names it in errors) into events.
+/// `put` stores a blob; `backup(session, backupFileName)` gives a
+/// file-history backup's bytes if it is found. No I/O of its own.
+pub fn parse_transcript(
+    text: &[u8],
+    name: &str,
+    put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
+    backup: &mut dyn FnMut(&str, &str) -> Option<Vec<u8>>,
+) -> Result<ParsedTranscript> {
+    let mut out = ParsedTranscript::default();
+    // First pass: every line as JSON, so a malformed one refuses the file
+    // before anything is made of it, and results can be matched to calls.
+    let lines = json_lines(text, name, MAX_TRANSCRIPT_LINE_BYTES)?;
+    out.lines = lines.len() as u64;
+    let Calls {
+        failed,
+        calls,
+        texts,
+        session: file_session,
+    } = calls_of(&lines);
     let file_session = file_session.unwrap_or_else(|| {
         Path::new(name).file_stem().map_or_else(
             || "claude-code".into(),
@@ -372,7 +545,21 @@ pub fn parse_transcript(
     });
     let mut replied: HashSet<String> = HashSet::new();
     let mut last_ts: Option<Timestamp> = None;
+    // The conversation's graph: each line's parent, by `uuid`; the key of
+    // the last event each line made; prompts counted by session.
+    let mut parent_of: HashMap<String, String> = HashMap::new();
+    let mut key_of: HashMap<String, String> = HashMap::new();
+    let mut prompts: HashMap<String, u64> = HashMap::new();
+    let mut first_key: HashMap<String, String> = HashMap::new();
     for (n, raw, o) in &lines {
+        let uuid = o.get("uuid").and_then(Value::as_str);
+        let parent_uuid = ["parentUuid", "logicalParentUuid"]
+            .iter()
+            .find_map(|k| o.get(*k).and_then(Value::as_str));
+        if let (Some(u), Some(p)) = (uuid, parent_uuid) {
+            parent_of.insert(u.to_string(), p.to_string());
+        }
+        let mut point: Option<Event> = None;
         let key_base = blake3::hash(raw).to_hex()[..32].to_string();
         let session = session_of(o).unwrap_or_else(|| file_session.clone());
         let ts = o
@@ -414,6 +601,16 @@ pub fn parse_transcript(
                         e.label = Some("compaction".into());
                         made.push(e);
                     } else {
+                        if !is_subagent(o) {
+                            let count = prompts.entry(session.clone()).or_default();
+                            *count += 1;
+                            let mut p = new(EventKind::CheckpointCreate);
+                            p.label = Some(format!("Before prompt {count}"));
+                            let mut from = ancestor_keys(parent_uuid, &parent_of, &key_of);
+                            from.extend(first_key.get(&session).cloned());
+                            out.points.insert(format!("{key_base}#point"), from);
+                            point = Some(p);
+                        }
                         made.push(new(EventKind::Prompt).with_text(t));
                     }
                 }
@@ -492,37 +689,8 @@ pub fn parse_transcript(
                 }
             }
             "file-history-snapshot" => {
-                let mut e = new(EventKind::Custom);
-                e.label = Some("file-history-snapshot".into());
-                let mut files = Map::new();
-                let backups = o
-                    .get("snapshot")
-                    .and_then(|s| s.get("trackedFileBackups"))
-                    .and_then(Value::as_object);
-                for (path, b) in backups.into_iter().flatten() {
-                    let mut f = Map::new();
-                    if let Some(v) = b.get("version") {
-                        f.insert("version".into(), v.clone());
-                    }
-                    if let Some(bn) = b.get("backupFileName").and_then(Value::as_str) {
-                        f.insert("backup".into(), json!(bn));
-                        match backup(&session, bn) {
-                            Some(bytes) => {
-                                f.insert("blob".into(), json!(put(&bytes)?.to_hex()));
-                                out.backups += 1;
-                            }
-                            None => out.backups_missing += 1,
-                        }
-                    }
-                    let rel = relative(path, cwd);
-                    e.files.push(rel.clone());
-                    files.insert(rel, Value::Object(f));
-                }
-                e = e.with_meta("files", Value::Object(files));
-                if let Some(m) = o.get("messageId") {
-                    e = e.with_meta("message_id", m.clone());
-                }
-                made.push(e);
+                let e = new(EventKind::Custom);
+                made.push(snapshot_event(e, o, &session, cwd, put, backup, &mut out)?);
             }
             "system" if o.get("subtype").and_then(Value::as_str) == Some("compact_boundary") => {
                 let mut e = new(EventKind::Custom).with_text("Conversation compacted");
@@ -560,7 +728,22 @@ pub fn parse_transcript(
                 made.push(e.with_meta("record", record));
             }
         }
-        for (i, mut e) in made.into_iter().enumerate() {
+        if let (Some(u), Some(last)) = (uuid, made.len().checked_sub(1)) {
+            key_of.insert(u.to_string(), format!("{key_base}#{last}"));
+        }
+        if !made.is_empty() {
+            first_key
+                .entry(session.clone())
+                .or_insert_with(|| format!("{key_base}#0"));
+        }
+        // The point is keyed apart from the line's other events, whose
+        // keys stay as they were before points were recorded.
+        let point = point.map(|p| (String::from("point"), p));
+        let made = made
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| (i.to_string(), e));
+        for (i, mut e) in point.into_iter().chain(made) {
             let mut c = cc.clone();
             c.insert("key".into(), json!(format!("{key_base}#{i}")));
             e.meta
@@ -570,6 +753,50 @@ pub fn parse_transcript(
         }
     }
     Ok(out)
+}
+
+/// `e` as the record of a `file-history-snapshot` line `o`: the files it
+/// names (relative to `cwd`), their versions and backups, and each backup
+/// found (`backup(session, backupFileName)`) stored as a blob.
+fn snapshot_event(
+    mut e: Event,
+    o: &Map<String, Value>,
+    session: &str,
+    cwd: Option<&str>,
+    put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
+    backup: &mut dyn FnMut(&str, &str) -> Option<Vec<u8>>,
+    out: &mut ParsedTranscript,
+) -> Result<Event> {
+    e.label = Some("file-history-snapshot".into());
+    let mut files = Map::new();
+    let backups = o
+        .get("snapshot")
+        .and_then(|s| s.get("trackedFileBackups"))
+        .and_then(Value::as_object);
+    for (path, b) in backups.into_iter().flatten() {
+        let mut f = Map::new();
+        if let Some(v) = b.get("version") {
+            f.insert("version".into(), v.clone());
+        }
+        if let Some(bn) = b.get("backupFileName").and_then(Value::as_str) {
+            f.insert("backup".into(), json!(bn));
+            match backup(session, bn) {
+                Some(bytes) => {
+                    f.insert("blob".into(), json!(put(&bytes)?.to_hex()));
+                    out.backups += 1;
+                }
+                None => out.backups_missing += 1,
+            }
+        }
+        let rel = relative(path, cwd);
+        e.files.push(rel.clone());
+        files.insert(rel, Value::Object(f));
+    }
+    e = e.with_meta("files", Value::Object(files));
+    if let Some(m) = o.get("messageId") {
+        e = e.with_meta("message_id", m.clone());
+    }
+    Ok(e)
 }
 
 /// The session a line belongs to: its `sessionId`, and for a subagent's

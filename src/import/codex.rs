@@ -31,6 +31,12 @@
 //!   event's `diff` blob and applied to the file's contents before it (see
 //!   below);
 //! - `compacted`: a `custom` marker labelled `compaction`;
+//! - older rollouts, before this wrapping (a first line with the session's
+//!   meta, `{"id", "timestamp", "instructions", "git"}`, then bare
+//!   response items and `{"record_type": "state"}` lines), are read with
+//!   the same mapping: the first line is the `session_meta`, each item a
+//!   `response_item` (timed as the line before it), each state line a
+//!   `custom` record labelled `state` (see `wrap_legacy`);
 //! - `event_msg` records that repeat a response item (`user_message`,
 //!   `agent_message`, `agent_reasoning`, ...) are not recorded; every other
 //!   record is a `custom` record holding it (up to
@@ -219,7 +225,7 @@ impl Store {
             source,
         })?;
         let name = file.display().to_string();
-        let lines = json_lines(&text, &name, MAX_TRANSCRIPT_LINE_BYTES)?;
+        let lines = wrap_legacy(json_lines(&text, &name, MAX_TRANSCRIPT_LINE_BYTES)?);
         let session = session_of(&lines, file);
         let (seen, first) = agent::recorded_keys(self, &session, META_CODEX)?;
         // The store's contents are read as they were before this session.
@@ -309,6 +315,47 @@ fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The lines of a rollout in the shape Codex CLI writes now, each
+/// `{"timestamp", "type", "payload"}`. Older rollouts begin with the
+/// session's meta as a bare object (`{"id", "timestamp", "instructions",
+/// "git"}`, no `type`), followed by bare response items (`{"type":
+/// "message", ...}`, `function_call`, `function_call_output`, ...) and
+/// `{"record_type": "state", ...}` lines: those become a `session_meta`,
+/// `response_item`s and `state` records, so one mapping reads both. A
+/// rollout whose first line has a `type` is taken as it is. The line's
+/// number and bytes (its key) stay as read.
+pub(crate) fn wrap_legacy(lines: Vec<JsonLine<'_>>) -> Vec<JsonLine<'_>> {
+    let legacy = lines.first().is_some_and(|(_, _, o)| {
+        !o.contains_key("type") && !o.contains_key("payload") && o.contains_key("id")
+    });
+    if !legacy {
+        return lines;
+    }
+    let wrap = |ts: Option<Value>, kind: &str, payload: Map<String, Value>| {
+        let mut w = Map::new();
+        if let Some(ts) = ts {
+            w.insert("timestamp".into(), ts);
+        }
+        w.insert("type".into(), json!(kind));
+        w.insert("payload".into(), Value::Object(payload));
+        w
+    };
+    lines
+        .into_iter()
+        .enumerate()
+        .map(|(i, (n, raw, o))| {
+            let o = if i == 0 {
+                wrap(o.get("timestamp").cloned(), "session_meta", o)
+            } else if o.contains_key("record_type") {
+                wrap(None, "state", o)
+            } else {
+                wrap(None, "response_item", o)
+            };
+            (n, raw, o)
+        })
+        .collect()
 }
 
 /// The session of a rollout: the id of its first `session_meta`, else
@@ -411,21 +458,19 @@ fn call_command(args: &Value) -> Option<String> {
         .and_then(command_text)
 }
 
-/// Makes the events of a rollout's `lines` (`name` names it, `session` is
-/// its session). `put` stores a blob; `seed(path)` gives a file's contents
-/// before the rollout wrote it (see the module docs). No I/O of its own.
-pub fn rollout_events(
-    lines: &[JsonLine<'_>],
-    name: &str,
-    session: &str,
-    put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
-    seed: &mut dyn FnMut(&str) -> Known,
-) -> Result<ParsedRollout> {
-    let mut out = ParsedRollout::default();
-    // First pass: outputs and exit codes by call id, and the calls there are.
-    let mut outputs: HashMap<String, Output> = HashMap::new();
-    let mut exits: HashMap<String, i64> = HashMap::new();
-    let mut calls: std::collections::HashSet<String> = std::collections::HashSet::new();
+/// What a rollout's first pass finds, by call id: each call's output and
+/// exit code, and the calls there are.
+#[derive(Default)]
+struct CallResults {
+    outputs: HashMap<String, Output>,
+    exits: HashMap<String, i64>,
+    calls: std::collections::HashSet<String>,
+}
+
+/// The outputs and exit codes of a rollout's calls, and its calls.
+fn call_results(lines: &[JsonLine<'_>]) -> CallResults {
+    let mut r = CallResults::default();
+    let (outputs, exits, calls) = (&mut r.outputs, &mut r.exits, &mut r.calls);
     for (_, _, o) in lines {
         let Some(p) = o.get("payload") else { continue };
         let id = p.get("call_id").and_then(Value::as_str);
@@ -459,6 +504,26 @@ pub fn rollout_events(
             _ => {}
         }
     }
+    r
+}
+
+/// Makes the events of a rollout's `lines` (`name` names it, `session` is
+/// its session). `put` stores a blob; `seed(path)` gives a file's contents
+/// before the rollout wrote it (see the module docs). No I/O of its own.
+pub fn rollout_events(
+    lines: &[JsonLine<'_>],
+    name: &str,
+    session: &str,
+    put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
+    seed: &mut dyn FnMut(&str) -> Known,
+) -> Result<ParsedRollout> {
+    let mut out = ParsedRollout::default();
+    // First pass: outputs and exit codes by call id, and the calls there are.
+    let CallResults {
+        outputs,
+        exits,
+        calls,
+    } = call_results(lines);
     let mut files: HashMap<String, Known> = HashMap::new();
     let mut cwd: Option<String> = None;
     let mut model: Option<String> = None;
@@ -515,6 +580,7 @@ pub fn rollout_events(
                     ("model_provider", "model_provider"),
                     ("model", "model"),
                     ("source", "source"),
+                    ("instructions", "instructions"),
                     ("git", "git"),
                 ] {
                     if let Some(v) = p.get(from).filter(|v| !v.is_null()) {
@@ -535,6 +601,8 @@ pub fn rollout_events(
                 e.model = model.clone();
                 made.push(e);
             }
+            // An older rollout's saved state (see `wrap_legacy`).
+            "state" => made.push(generic("state".into(), false, &mut out)),
             "compacted" => {
                 let mut e = new(EventKind::Custom);
                 e.text = p.get("message").and_then(Value::as_str).map(str::to_string);
