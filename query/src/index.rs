@@ -357,6 +357,13 @@ impl Index {
                 });
             }
         }
+        self.add_node(lsn, e, parent, true);
+        self.session_node.insert(e.session.clone(), lsn);
+    }
+
+    /// Adds the node of record `lsn` (event `e`) under `parent`; `tree`:
+    /// whether it has a tree to restore.
+    fn add_node(&mut self, lsn: Lsn, e: &Event, parent: Option<Lsn>, tree: bool) {
         if let Some(p) = parent.and_then(|p| self.nodes.get_mut(&p)) {
             p.children.push(lsn);
         }
@@ -370,10 +377,9 @@ impl Index {
                 children: Vec::new(),
                 label: e.label.clone(),
                 ts: e.ts,
-                tree: true,
+                tree,
             },
         );
-        self.session_node.insert(e.session.clone(), lsn);
     }
 
     /// Folds in a point of an imported conversation: a checkpoint record
@@ -393,22 +399,7 @@ impl Index {
                 .find(|(_, n)| n.session == e.session)
                 .map(|(l, _)| *l)
         });
-        if let Some(p) = parent.and_then(|p| self.nodes.get_mut(&p)) {
-            p.children.push(lsn);
-        }
-        self.nodes.insert(
-            lsn,
-            Node {
-                lsn,
-                kind: e.kind,
-                session: e.session.clone(),
-                parent,
-                children: Vec::new(),
-                label: e.label.clone(),
-                ts: e.ts,
-                tree: false,
-            },
-        );
+        self.add_node(lsn, e, parent, false);
     }
 
     /// LSNs of a session's records.
