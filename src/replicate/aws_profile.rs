@@ -131,8 +131,17 @@ pub fn load(src: &Sources) -> Result<Option<Profile>, ReplicateError> {
             .or_else(|| get("region")),
         endpoint_url: get("endpoint_url"),
     };
+    let unsupported = UNSUPPORTED_SOURCES.into_iter().find(|k| get(k).is_some());
+    check(&p, unsupported)?;
+    Ok(Some(p))
+}
+
+/// Refuses a profile cairn cannot use as it is: credentials from a source
+/// cairn does not fetch (`unsupported`, the key that names it) and no
+/// static keys, or half a key pair.
+fn check(p: &Profile, unsupported: Option<&str>) -> Result<(), ReplicateError> {
     if p.access_key_id.is_none() {
-        if let Some(k) = UNSUPPORTED_SOURCES.iter().find(|k| get(k).is_some()) {
+        if let Some(k) = unsupported {
             return Err(ReplicateError::Config(format!(
                 "the AWS profile `{}` gets its credentials through `{k}`, which cairn does not \
                  support; give it static keys, or export them first \
@@ -157,7 +166,7 @@ pub fn load(src: &Sources) -> Result<Option<Profile>, ReplicateError> {
             },
         )));
     }
-    Ok(Some(p))
+    Ok(())
 }
 
 fn shown(p: &Option<PathBuf>) -> String {
