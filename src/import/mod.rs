@@ -445,21 +445,7 @@ impl Store {
             }
         }
         drop(lines);
-        let known = match journal {
-            None => Known::Unread,
-            Some((key, file)) => {
-                let recorded = match opts.again {
-                    true => None,
-                    false => self.recorded_by(&file, &input, name)?,
-                };
-                Known::Read(Progress {
-                    key,
-                    file,
-                    recorded,
-                    entry: None,
-                })
-            }
-        };
+        let known = self.known_of(journal, &input, name, opts.again)?;
         let mut again = open()?;
         let mut input = Hashing::new(&mut *again, false);
         let read = self.import_read(format, &mut input, name, batch_bytes, opts, known)?;
@@ -470,6 +456,31 @@ impl Store {
                 "{name} changed while it was imported (nothing from it was recorded): import it again"
             ))),
         }
+    }
+
+    /// What the check of an input found in the import journal: nothing
+    /// if it read no line; else the journal's file for the input and,
+    /// unless importing `again`, what an earlier import recorded of it.
+    fn known_of(
+        &self,
+        journal: Option<(Key, KeyFile)>,
+        input: &Hashing<impl std::io::BufRead>,
+        name: &str,
+        again: bool,
+    ) -> Result<Known> {
+        let Some((key, file)) = journal else {
+            return Ok(Known::Unread);
+        };
+        let recorded = match again {
+            true => None,
+            false => self.recorded_by(&file, input, name)?,
+        };
+        Ok(Known::Read(Progress {
+            key,
+            file,
+            recorded,
+            entry: None,
+        }))
     }
 
     /// What an earlier import of the input `seen` (read through, hashed at
@@ -720,26 +731,14 @@ impl Store {
         }))
     }
 
-    /// Stores the blobs of `batch`, checks its events and appends them as
-    /// one atomic batch, after writing in the import journal (`progress`) that
-    /// the input up to `end` (whose first `end` bytes hash to `hash`) is
-    /// recorded; empties `batch`. `leading` is the LSN of the input's first
-    /// line when it was recorded before this import (found by its event).
-    /// `collected` names the lines of `batch` (by their place in it, and
-    /// their line number) made records without the files gc collected, which `done` then lists with
-    /// their LSNs; it is emptied too.
-    fn import_batch(
+    /// The events of `batch` (emptied), each checked and its blobs stored,
+    /// with the digest the import journal keeps of them.
+    fn batch_events(
         &self,
-        (batch, collected): (&mut Vec<Imported>, &mut Vec<(usize, u64, CollectedCopy)>),
+        batch: &mut Vec<Imported>,
         file_name: &str,
         done: &mut ImportDone,
-        progress: &mut Progress,
-        (end, hash): (u64, blake3::Hash),
-        leading: Option<Lsn>,
-    ) -> Result<()> {
-        let Some(last_line) = batch.last().map(|i| i.line) else {
-            return Ok(());
-        };
+    ) -> Result<(Vec<Event>, String)> {
         let mut events = Vec::with_capacity(batch.len());
         let mut digest = journal::Digest::default();
         for item in batch.drain(..) {
@@ -761,6 +760,30 @@ impl Store {
                 .map_err(|e| done.rejected(format!("{file_name}:{}: {e}", item.line), file_name))?;
             events.push(item.event);
         }
+        Ok((events, digest.finish()))
+    }
+
+    /// Stores the blobs of `batch`, checks its events and appends them as
+    /// one atomic batch, after writing in the import journal (`progress`) that
+    /// the input up to `end` (whose first `end` bytes hash to `hash`) is
+    /// recorded; empties `batch`. `leading` is the LSN of the input's first
+    /// line when it was recorded before this import (found by its event).
+    /// `collected` names the lines of `batch` (by their place in it, and
+    /// their line number) made records without the files gc collected, which `done` then lists with
+    /// their LSNs; it is emptied too.
+    fn import_batch(
+        &self,
+        (batch, collected): (&mut Vec<Imported>, &mut Vec<(usize, u64, CollectedCopy)>),
+        file_name: &str,
+        done: &mut ImportDone,
+        progress: &mut Progress,
+        (end, hash): (u64, blake3::Hash),
+        leading: Option<Lsn>,
+    ) -> Result<()> {
+        let Some(last_line) = batch.last().map(|i| i.line) else {
+            return Ok(());
+        };
+        let (events, digest) = self.batch_events(batch, file_name, done)?;
         // The import holds the writer: the batch takes the LSNs after the
         // head (unless a thread appends through this handle meanwhile,
         // which the checkpoint is corrected for below).
@@ -772,7 +795,7 @@ impl Store {
             line: last_line,
             first,
             last,
-            digest: digest.finish(),
+            digest,
         };
         let journal_error =
             |e: Error| done.error(format!("record where the import got to: {e}"), file_name);
