@@ -341,107 +341,85 @@ impl Cursor {
     /// thus costs one CRC, not one per frame of a sparse-index interval.
     /// `None` at the limit.
     fn skip_frame(&mut self) -> Option<Result<()>> {
-        let off = self.off;
-        let limit = self.seg.limit;
-        if off >= limit {
-            return None;
-        }
-        let expect = self.expect;
-        let remain = limit - off;
+        let (off, expect) = (self.off, self.expect);
+        let remain = self.seg.limit.checked_sub(off).filter(|r| *r > 0)?;
+        let result = self.header_at(off, remain).and_then(|(total, lsn)| {
+            if lsn != expect {
+                return Err(Fail::Detail(format!(
+                    "record has LSN {lsn} where LSN {expect} was expected"
+                )));
+            }
+            self.off += total;
+            self.expect = expect.next();
+            Ok(())
+        });
+        Some(result.map_err(|e| self.fail_at(off, expect, e)))
+    }
+
+    /// The frame header at `off`, `remain` committed bytes before the
+    /// limit: the frame's whole length (bounded by [`MAX_STORED_BODY_BYTES`]
+    /// and by what is left) and the LSN its header names.
+    fn header_at(&mut self, off: u64, remain: u64) -> std::result::Result<(u64, Lsn), Fail> {
         if remain < HEADER_LEN as u64 {
-            return Some(Err(corrupt(
-                &self.seg.path,
-                off,
-                Some(expect),
-                format!("{remain} bytes at the end of the committed records are not a whole frame"),
+            return Err(Fail::Detail(format!(
+                "{remain} bytes at the end of the committed records are not a whole frame"
             )));
         }
-        let h = match self.bytes(off, HEADER_LEN) {
-            Ok(h) => h,
-            Err(e) => return Some(Err(e)),
-        };
+        let h = self.bytes(off, HEADER_LEN).map_err(Fail::Engine)?;
         let body_len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as u64;
         let mut lsn = [0u8; 8];
         lsn.copy_from_slice(&h[12..20]);
-        let lsn = Lsn(u64::from_le_bytes(lsn));
         let total = HEADER_LEN as u64 + body_len;
-        let bad = if body_len > MAX_STORED_BODY_BYTES as u64 || total > remain {
-            Some(format!(
+        if body_len > MAX_STORED_BODY_BYTES as u64 || total > remain {
+            return Err(Fail::Detail(format!(
                 "record frame claims {body_len} body bytes, more than the {remain} committed bytes left"
-            ))
-        } else if lsn != expect {
-            Some(format!(
-                "record has LSN {lsn} where LSN {expect} was expected"
-            ))
-        } else {
-            None
-        };
-        if let Some(d) = bad {
-            return Some(Err(corrupt(&self.seg.path, off, Some(expect), d)));
+            )));
         }
-        self.off += total;
-        self.expect = expect.next();
-        Some(Ok(()))
+        Ok((total, Lsn(u64::from_le_bytes(lsn))))
+    }
+
+    /// `e`, found at `off` where `expect` was due, as an engine error
+    /// naming the place (built only on failure: the hot path never
+    /// clones the path).
+    fn fail_at(&self, off: u64, expect: Lsn, e: Fail) -> EngineError {
+        match e {
+            Fail::Detail(d) => corrupt(&self.seg.path, off, Some(expect), d),
+            Fail::Engine(e) => e,
+        }
     }
 
     /// Decodes the next frame and hands it to `f`; `None` at the limit.
     fn next_frame<R>(&mut self, f: impl FnOnce(Frame<'_>) -> Result<R>) -> Option<Result<R>> {
-        /// A failure, turned into an error naming the place only when it happens
-        /// (so the hot path never clones the path).
-        enum Fail {
-            Detail(String),
-            Engine(EngineError),
-        }
-        let off = self.off;
-        let limit = self.seg.limit;
-        if off >= limit {
-            return None;
-        }
-        let expect = self.expect;
-        let remain = limit - off;
-        let result = if remain < HEADER_LEN as u64 {
-            Err(Fail::Detail(format!(
-                "{remain} bytes at the end of the committed records are not a whole frame"
-            )))
-        } else {
-            match self.bytes(off, HEADER_LEN) {
+        let (off, expect) = (self.off, self.expect);
+        let remain = self.seg.limit.checked_sub(off).filter(|r| *r > 0)?;
+        let result = self.header_at(off, remain).and_then(|(total, _)| {
+            let r = match self.bytes(off, total as usize) {
                 Err(e) => Err(Fail::Engine(e)),
-                Ok(h) => {
-                    let body_len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as u64;
-                    let total = HEADER_LEN as u64 + body_len;
-                    if body_len > MAX_STORED_BODY_BYTES as u64 || total > remain {
-                        Err(Fail::Detail(format!(
-                            "record frame claims {body_len} body bytes, more than the {remain} committed bytes left"
-                        )))
-                    } else {
-                        let r = match self.bytes(off, total as usize) {
-                            Err(e) => Err(Fail::Engine(e)),
-                            Ok(b) => match frame::decode(b) {
-                                Err(e) => Err(Fail::Detail(format!("record frame: {e}"))),
-                                Ok(fr) if fr.lsn != expect => Err(Fail::Detail(format!(
-                                    "record has LSN {} where LSN {expect} was expected",
-                                    fr.lsn
-                                ))),
-                                Ok(fr) => f(fr).map_err(|e| match e {
-                                    EngineError::Codec(c) => {
-                                        Fail::Detail(format!("record body: {c}"))
-                                    }
-                                    other => Fail::Engine(other),
-                                }),
-                            },
-                        };
-                        self.off += total;
-                        self.expect = expect.next();
-                        r
-                    }
-                }
-            }
-        };
-        Some(result.map_err(|e| match e {
-            Fail::Detail(d) => corrupt(&self.seg.path, off, Some(expect), d),
-            Fail::Engine(e) => e,
-        }))
+                Ok(b) => match frame::decode(b) {
+                    Err(e) => Err(Fail::Detail(format!("record frame: {e}"))),
+                    Ok(fr) if fr.lsn != expect => Err(Fail::Detail(format!(
+                        "record has LSN {} where LSN {expect} was expected",
+                        fr.lsn
+                    ))),
+                    Ok(fr) => f(fr).map_err(|e| match e {
+                        EngineError::Codec(c) => Fail::Detail(format!("record body: {c}")),
+                        other => Fail::Engine(other),
+                    }),
+                },
+            };
+            self.off += total;
+            self.expect = expect.next();
+            r
+        });
+        Some(result.map_err(|e| self.fail_at(off, expect, e)))
     }
+}
+
+/// A failure reading a frame, turned into an error naming the place only
+/// when it happens ([`Cursor::fail_at`]).
+enum Fail {
+    Detail(String),
+    Engine(EngineError),
 }
 
 /// Committed records in LSN order, from [`Log::iter_from`](super::Log::iter_from)
