@@ -127,7 +127,6 @@ pub const HOOKS_WATCH_ENV: &str = "CAIRN_HOOKS_WATCH";
 /// fails for it.
 #[cfg(unix)]
 fn ensure_watcher(cwd: &Path) {
-    use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     let off = std::env::var(HOOKS_WATCH_ENV).is_ok_and(|v| {
         matches!(
@@ -151,15 +150,9 @@ fn ensure_watcher(cwd: &Path) {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: setsid is async-signal-safe and touches no memory of this
-    // process; in its own session the starter outlives the hook (Claude
-    // Code may end the hook's process group once it returns).
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
+    // The starter outlives the hook (Claude Code may end the hook's
+    // process group once it returns).
+    super::watch::in_own_session(&mut cmd);
     // Reaped by init once this process exits; not waited for.
     let _ = cmd.spawn();
 }

@@ -162,18 +162,7 @@ fn spawn_watcher(p: &Place) -> Result<std::process::Child> {
         .stderr(Stdio::from(log));
     // Its own session: a terminal closing or a Ctrl-C in the shell that
     // started it does not stop it.
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: setsid is async-signal-safe and touches no memory of
-        // this process; it only makes the child a session leader.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
-    }
+    in_own_session(&mut cmd);
     let mut child = cmd.spawn().context("start the watcher process")?;
     let out = child.stdout.take().context("the watcher's output")?;
     // The child says `ready` once it watches, or ends (its error is in the log).
@@ -266,5 +255,21 @@ fn foreground(p: &Place) -> Result<ExitCode> {
             eprintln!("{}: {e}", cairn::Timestamp::now().to_iso());
             Err(e.into())
         }
+    }
+}
+
+/// Makes the process `cmd` starts a session leader, so that whatever
+/// ends its starter's session or process group (a closed terminal, a
+/// Ctrl-C, a hook runner cleaning up) does not end it.
+#[cfg(unix)]
+pub fn in_own_session(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe and touches no memory of this
+    // process; it only makes the child a session leader.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
     }
 }
