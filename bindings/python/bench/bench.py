@@ -9,6 +9,11 @@ docs/BENCHMARKS.md, "Bindings"):
    same call in Rust (bindings/common/examples/call_cost.rs, if built).
 
     python bindings/python/bench/bench.py [--quick]
+
+`--cairn-durable-only` runs only cairn's side of (1) and prints its rate,
+so a syscall count of it (`strace -f -c -e trace=fdatasync python
+bindings/python/bench/bench.py --cairn-durable-only`) shows how many
+events share each sync.
 """
 
 import json
@@ -106,6 +111,11 @@ def rust_calls(d):
 
 
 def main():
+    if "--cairn-durable-only" in sys.argv:
+        with tempfile.TemporaryDirectory() as a:
+            print(f"8 threads, {THREADS * PER_THREAD} prompts, durability always: "
+                  f"{cairn_threads(a):,.0f} events/s")
+        return
     rows = []
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
         c = cairn_threads(a)
