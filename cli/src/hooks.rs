@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use cairn::import::claude_code::{relative, tool_file_event};
+use cairn::import::claude_code::{before_prompt_label, relative, tool_file_event};
 use cairn::Filter;
 use cairn::Store;
 use cairn::{Event, EventKind};
@@ -206,7 +206,7 @@ fn record(store: &Store, p: &Value, cwd: &str, sid: &str, hook: &str) -> Result<
         }
         "UserPromptSubmit" => {
             let n = prompts(store, sid)? + 1;
-            s.checkpoint(&format!("Before prompt {n}"))?;
+            s.checkpoint(&before_prompt_label(n as u64))?;
             let text = p.get("prompt").and_then(Value::as_str).unwrap_or("");
             s.record(&pl.meta(s.event(EventKind::Prompt).with_text(text)))?;
         }

@@ -300,7 +300,17 @@ fn is_hook_prompt_checkpoint(e: &Event) -> bool {
         && e.root.is_some()
         && e.label
             .as_deref()
-            .is_some_and(|l| l.starts_with("Before prompt "))
+            .is_some_and(|l| l.starts_with(BEFORE_PROMPT))
+}
+
+/// What the label of the point before a prompt starts with.
+const BEFORE_PROMPT: &str = "Before prompt ";
+
+/// The label of the point before the session's prompt `n` (from 1): the
+/// one the hooks give the checkpoint they take then, and the importer the
+/// tree-less point it records, so a user rewinds to either by one name.
+pub fn before_prompt_label(n: u64) -> String {
+    format!("{BEFORE_PROMPT}{n}")
 }
 
 /// The `tool_use_id` of a file event, if it names one.
@@ -605,7 +615,7 @@ pub fn parse_transcript(
                             let count = prompts.entry(session.clone()).or_default();
                             *count += 1;
                             let mut p = new(EventKind::CheckpointCreate);
-                            p.label = Some(format!("Before prompt {count}"));
+                            p.label = Some(before_prompt_label(*count));
                             let mut from = ancestor_keys(parent_uuid, &parent_of, &key_of);
                             from.extend(first_key.get(&session).cloned());
                             out.points.insert(format!("{key_base}#point"), from);
