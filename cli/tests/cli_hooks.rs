@@ -119,8 +119,9 @@ fn rollback_to_every_before_prompt_is_byte_exact_with_shell_edits() {
     };
     let transcript = [
         line(json!({"type": "user", "uuid": "u1", "message": {"role": "user", "content": "prompt 1"}})),
-        line(json!({"type": "assistant", "uuid": "a1", "message": {"id": "m1", "model": "m", "content": [{"type": "tool_use", "id": "t0", "name": "Edit", "input": {"file_path": file}}]}})),
-        line(json!({"type": "user", "uuid": "r1", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t0", "content": "ok"}]}, "toolUseResult": {"filePath": file, "oldString": "v0", "newString": "v1", "originalFile": "v0\n", "replaceAll": false, "structuredPatch": []}})),
+        line(json!({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": {"id": "m1", "model": "m", "content": [{"type": "tool_use", "id": "t0", "name": "Edit", "input": {"file_path": file}}]}})),
+        line(json!({"type": "user", "uuid": "r1", "parentUuid": "a1", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t0", "content": "ok"}]}, "toolUseResult": {"filePath": file, "oldString": "v0", "newString": "v1", "originalFile": "v0\n", "replaceAll": false, "structuredPatch": []}})),
+        line(json!({"type": "user", "uuid": "u2", "parentUuid": "r1", "message": {"role": "user", "content": "prompt 2"}})),
     ]
     .join("\n");
     let t = tmp.path().join("t.jsonl");
@@ -141,6 +142,20 @@ fn rollback_to_every_before_prompt_is_byte_exact_with_shell_edits() {
         log.contains("\"Edit\""),
         "the conversation's call is added: {log}"
     );
+    // The hooks' checkpoint before prompt 2, with the files, is the point
+    // a user rewinds to: the import adds no tree-less second one (as it
+    // would for a session the hooks did not see).
+    let points = ok(&cairn(
+        ws,
+        &["log", "--json", "--kind", "checkpoint.create"],
+        "",
+    ));
+    let before_2: Vec<&str> = points
+        .lines()
+        .filter(|l| l.contains("\"label\":\"Before prompt 2\""))
+        .collect();
+    assert_eq!(before_2.len(), 1, "{points}");
+    assert!(before_2[0].contains("\"root\""), "{}", before_2[0]);
     for (n, (a, b)) in want.iter().enumerate() {
         let label = format!("Before prompt {}", n + 1);
         let id = cps.iter().find(|c| c["label"] == label.as_str()).unwrap()["id"]
