@@ -27,10 +27,12 @@
 
 mod archive;
 pub mod aws_profile;
+mod cache;
 mod local;
 mod manifest;
 mod replicator;
 mod restore;
+mod vfs;
 
 pub use archive::{
     Archive, Listed, CONNECT_TIMEOUT_MS, MAX_RETRIES, REQUEST_TIMEOUT_MS, RETRY_TIMEOUT_MS,
@@ -40,6 +42,10 @@ pub use manifest::{
     MAX_MANIFEST_BODY_BYTES,
 };
 pub use replicator::{Replicator, RoundReport, DEFAULT_MAX_LAG_MS, MAX_PIECE_BYTES};
+pub use cache::{
+    default_cache_dir, PieceCache, DEFAULT_CACHE_BYTES, MEMORY_CACHE_BYTES, RANGE_CHUNK_BYTES,
+};
+pub use vfs::{open_read_only, ArchiveVfs, InPlaceOptions};
 pub use restore::{list_archives, prune, restore, ArchiveSummary, PruneReport, RestoreReport};
 
 use std::path::{Path, PathBuf};
