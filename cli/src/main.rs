@@ -379,9 +379,7 @@ impl Settings {
             return self.take_memory();
         }
         if let Some((url, _)) = &self.archive {
-            anyhow::bail!(
-                "an archive is read-only; restore it first: cairn restore {url} DIR"
-            );
+            anyhow::bail!("an archive is read-only; restore it first: cairn restore {url} DIR");
         }
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
         let mut b = self.builder(&found);

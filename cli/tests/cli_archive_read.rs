@@ -244,7 +244,9 @@ fn noise(seed: u64, n: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n + 32);
     let mut i = 0u64;
     while out.len() < n {
-        out.extend_from_slice(blake3::hash(&[seed.to_le_bytes(), i.to_le_bytes()].concat()).as_bytes());
+        out.extend_from_slice(
+            blake3::hash(&[seed.to_le_bytes(), i.to_le_bytes()].concat()).as_bytes(),
+        );
         i += 1;
     }
     out.truncate(n);
@@ -272,7 +274,10 @@ fn a_query_in_place_fetches_a_small_part_of_the_archive() {
     for i in 0..FILES {
         std::fs::write(ws.join(format!("f{i}.bin")), noise(i, FILE_BYTES)).unwrap();
         std::fs::write(ws.join("small.txt"), format!("version {i}\n")).unwrap();
-        ok(&cairn(ws, &["checkpoint", "-q", "--label", &format!("step {i}")]));
+        ok(&cairn(
+            ws,
+            &["checkpoint", "-q", "--label", &format!("step {i}")],
+        ));
         ok(&cairn(ws, &["replicate", &u, "--once"]));
     }
     let total = archive_bytes(arch.path());
@@ -323,9 +328,16 @@ fn a_query_in_place_fetches_a_small_part_of_the_archive() {
     let store = vfs.open_store().unwrap();
     let opened = vfs.archive().bytes_read();
     let hash = store
-        .query(|q| Ok(q.entry_at(store.head().last_lsn, "small.txt")?.unwrap().blob))
+        .query(|q| {
+            Ok(q.entry_at(store.head().last_lsn, "small.txt")?
+                .unwrap()
+                .blob)
+        })
         .unwrap();
-    assert_eq!(store.blob(&hash).unwrap(), format!("version {}\n", FILES - 1).as_bytes());
+    assert_eq!(
+        store.blob(&hash).unwrap(),
+        format!("version {}\n", FILES - 1).as_bytes()
+    );
     let show_read = vfs.archive().bytes_read() - opened;
     assert!(
         show_read <= 2 * cairn::replicate::RANGE_CHUNK_BYTES && (opened + show_read) * 5 < total,

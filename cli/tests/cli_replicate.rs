@@ -600,11 +600,14 @@ fn s3_round_trip_survives_a_server_killed_mid_upload() {
             .env("CAIRN_CACHE_DIR", cache.path().join("c"))
             .output()
             .unwrap();
-        ok(&o);
+        assert!(o.status.success(), "{args:?}: {}", all_output(&o));
         o.stdout
     };
     assert_eq!(in_place(&["export"]), export(ws, &[]));
-    assert_eq!(in_place(&["log", "--limit", "5"]), cairn(ws, &["log", "--limit", "5"]).stdout);
+    assert_eq!(
+        in_place(&["log", "--limit", "5"]),
+        cairn(ws, &["log", "--limit", "5"]).stdout
+    );
     assert_eq!(in_place(&["show", "head:big2.bin"]), noise(3, 6 << 20));
 
     let list = json_lines(&ok(

@@ -256,9 +256,7 @@ impl PieceCache {
 
     fn write(&self, entry: &Entry, name: &str, bytes: &[u8]) -> std::io::Result<()> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let tmp = self
-            .dir
-            .join(format!(".tmp-{}-{seq}", std::process::id()));
+        let tmp = self.dir.join(format!(".tmp-{}-{seq}", std::process::id()));
         let wrote = (|| {
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
