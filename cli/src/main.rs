@@ -237,6 +237,9 @@ const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 pub struct Settings {
     /// `--store`.
     pub store: Option<std::path::PathBuf>,
+    /// `--store URL` (or `$CAIRN_STORE` set to one): the archive read in
+    /// place, and the bound on its cache (see [`replicate::open_in_place`]).
+    pub archive: Option<(String, u64)>,
     /// `--workspace`.
     pub workspace: Option<std::path::PathBuf>,
     /// `--durability`, parsed.
@@ -291,6 +294,10 @@ impl Settings {
             let cwd = std::env::current_dir().ok()?.canonicalize().ok()?;
             return Some((root, cwd));
         }
+        if self.archive.is_some() {
+            // Paths in an archive are read as typed, from its workspace root.
+            return None;
+        }
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref()).ok()?;
         let root = found.workspace.canonicalize().ok()?;
         let cwd = std::env::current_dir().ok()?.canonicalize().ok()?;
@@ -310,8 +317,13 @@ impl Settings {
             None => cairn::Format::Jsonl,
             Some(s) => hiargs::parse_format_flag("--load-format", s)?,
         };
+        let archive = match replicate::archive_url(cli.store.as_deref(), cli.in_memory) {
+            Some(url) => Some((url, replicate::cache_bytes(cli.cache_bytes)?)),
+            None => None,
+        };
         Ok(Settings {
             store: cli.store.clone(),
+            archive,
             workspace: cli.workspace.clone(),
             durability,
             quiet: cli.quiet,
@@ -366,6 +378,9 @@ impl Settings {
         if self.in_memory {
             return self.take_memory();
         }
+        if let Some((url, _)) = &self.archive {
+            anyhow::bail!("an archive is read-only; restore it first: cairn restore {url} DIR");
+        }
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
         let mut b = self.builder(&found);
         if let Some(d) = durability {
@@ -412,6 +427,9 @@ impl Settings {
     pub fn open_read(&self) -> Result<Store> {
         if self.in_memory {
             return self.take_memory();
+        }
+        if let Some((url, cache_bytes)) = &self.archive {
+            return replicate::open_in_place(url, *cache_bytes);
         }
         let found = discover::find(self.store.as_deref(), self.workspace.as_deref())?;
         // Reading a store another user owns, or others may read, is
@@ -493,6 +511,11 @@ fn with_in_memory_example(e: Error) -> anyhow::Error {
 /// Runs one command.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let settings = Settings::from_cli(&cli)?;
+    if let Some((url, _)) = &settings.archive {
+        if let Some(why) = replicate::refuse_on_archive(&cli.command, url) {
+            anyhow::bail!("{why}");
+        }
+    }
     if settings.in_memory {
         memory::check(&cli.command, &settings.loads)?;
     }

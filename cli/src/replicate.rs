@@ -255,8 +255,103 @@ pub fn archive(c: ArchiveCommand) -> Result<ExitCode> {
 
 /// Whether `e` says an archive object is damaged (exit 3, as corruption).
 pub fn is_damaged_archive(e: &(dyn std::error::Error + 'static)) -> bool {
-    matches!(
-        e.downcast_ref::<ReplicateError>(),
-        Some(ReplicateError::Damaged { .. })
-    )
+    let damaged = |e: &(dyn std::error::Error + 'static)| {
+        matches!(
+            e.downcast_ref::<ReplicateError>(),
+            Some(ReplicateError::Damaged { .. })
+        )
+    };
+    // Read in place, a damaged piece reaches the engine as an I/O error
+    // carrying the archive's error (whose `source` skips it).
+    damaged(e)
+        || e.downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .is_some_and(|inner| damaged(inner))
+}
+
+/// The environment variable naming the cache of `--store URL` reads
+/// (default `$XDG_CACHE_HOME/cairn`, else `~/.cache/cairn`).
+pub const CACHE_DIR_ENV: &str = "CAIRN_CACHE_DIR";
+/// The environment variable bounding that cache, like `--cache-bytes`.
+pub const CACHE_BYTES_ENV: &str = "CAIRN_CACHE_BYTES";
+
+/// The archive URL `--store` (else `$CAIRN_STORE`) names, if it names one
+/// (`s3://...`, `file://...`: anything with a scheme) rather than a
+/// directory.
+pub fn archive_url(store: Option<&std::path::Path>, in_memory: bool) -> Option<String> {
+    let env = std::env::var_os("CAIRN_STORE").filter(|s| !s.is_empty() && !in_memory);
+    let s = match store {
+        Some(s) => s.as_os_str().to_owned(),
+        None => env?,
+    };
+    let s = s.to_str()?;
+    let (scheme, rest) = s.split_once("://")?;
+    let plain = !scheme.is_empty() && scheme.bytes().all(|c| c.is_ascii_alphanumeric());
+    (plain && !rest.is_empty()).then(|| s.to_string())
+}
+
+/// The cache bound for `--store URL`: `--cache-bytes`, else
+/// `$CAIRN_CACHE_BYTES`, else the library's default.
+pub fn cache_bytes(flag: Option<u64>) -> Result<u64> {
+    if let Some(n) = flag {
+        return Ok(n);
+    }
+    match std::env::var(CACHE_BYTES_ENV) {
+        Ok(v) if !v.is_empty() => v.trim().parse().map_err(|_| {
+            crate::usage(format!(
+                "{CACHE_BYTES_ENV}={v:?} is not a number of bytes (for example 1073741824)"
+            ))
+        }),
+        _ => Ok(cairn::replicate::DEFAULT_CACHE_BYTES),
+    }
+}
+
+/// Opens the store archived at `url` read-only, in place, its cache as
+/// the settings say.
+pub fn open_in_place(url: &str, cache_bytes: u64) -> Result<cairn::Store> {
+    let mut opts = cairn::replicate::InPlaceOptions::default().cache_bytes(cache_bytes);
+    if let Some(d) = std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
+        opts = opts.cache_dir(std::path::PathBuf::from(d));
+    }
+    cairn::replicate::open_read_only(url, &opts)
+        .with_context(|| format!("open the archive {url} read-only"))
+}
+
+/// Why `command` cannot run on the archive `url` (`--store URL`), or
+/// `None` when it can: the commands that only read the store run on it in
+/// place; those that write the store or its workspace are refused, with
+/// the way to a store that can be written.
+pub fn refuse_on_archive(command: &crate::args::Command, url: &str) -> Option<String> {
+    use crate::args::Command as C;
+    let name = match command {
+        C::Log(_)
+        | C::Show { .. }
+        | C::Tree { .. }
+        | C::Diff { .. }
+        | C::History { .. }
+        | C::Blame { .. }
+        | C::Export(_)
+        | C::Verify(_)
+        | C::Checkpoints { .. }
+        | C::Stats { .. }
+        | C::Branches { .. } => return None,
+        // No store is opened: `--store` is not used.
+        C::Hooks { .. } | C::Completions { .. } | C::Restore(_) | C::Archive(_) => return None,
+        C::Init { .. } => "init",
+        C::Record(_) => "record",
+        C::Repair { .. } => "repair",
+        C::Blob(_) => "blob",
+        C::Track { .. } => "track",
+        C::Checkpoint(_) => "checkpoint",
+        C::Rollback(_) => "rollback",
+        C::Gc(_) => "gc",
+        C::Import { .. } => "import",
+        C::Watch(_) => "watch",
+        C::Demo(_) => "demo",
+        C::Report(_) => "report",
+        C::Replicate(_) => "replicate",
+    };
+    Some(format!(
+        "`cairn {name}` cannot run on the archive {url}: an archive is read-only; restore it first: cairn restore {url} DIR (the commands that read in place: log, show, tree, diff, history, blame, export, verify, checkpoints, stats, branches)"
+    ))
 }

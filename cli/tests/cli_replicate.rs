@@ -512,7 +512,8 @@ impl Drop for Weed {
 /// Replicate to SeaweedFS, restore elsewhere (byte-identical export,
 /// rollback), kill the server in the middle of an upload, start it again:
 /// replication resumes, a restore gives every record of the last manifest
-/// and never meets a missing object; an altered object is named.
+/// and never meets a missing object; an altered object is named; the
+/// archive reads in place (`--store s3://...`) as the store.
 #[test]
 fn s3_round_trip_survives_a_server_killed_mid_upload() {
     let Some(bin) = weed_or_skip("s3_round_trip_survives_a_server_killed_mid_upload") else {
@@ -587,6 +588,27 @@ fn s3_round_trip_survives_a_server_killed_mid_upload() {
         std::fs::read(dest_last.join("big2.bin")).unwrap(),
         noise(3, 6 << 20)
     );
+
+    // Read in place from the server: the same log and export, and the
+    // newest big file by a ranged read of its pack.
+    let cache = tempfile::tempdir().unwrap();
+    let in_place = |args: &[&str]| {
+        let mut a = vec!["--store", url.as_str()];
+        a.extend_from_slice(args);
+        let o = weed
+            .command(cache.path(), &a)
+            .env("CAIRN_CACHE_DIR", cache.path().join("c"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", all_output(&o));
+        o.stdout
+    };
+    assert_eq!(in_place(&["export"]), export(ws, &[]));
+    assert_eq!(
+        in_place(&["log", "--limit", "5"]),
+        cairn(ws, &["log", "--limit", "5"]).stdout
+    );
+    assert_eq!(in_place(&["show", "head:big2.bin"]), noise(3, 6 << 20));
 
     let list = json_lines(&ok(
         &weed.cairn(ws, &["archive", "list", &weed.url("agents"), "--json"])

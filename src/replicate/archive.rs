@@ -77,6 +77,8 @@ pub struct Archive {
     rt: tokio::runtime::Runtime,
     puts: AtomicU64,
     put_budget: AtomicU64,
+    gets: AtomicU64,
+    bytes_read: AtomicU64,
 }
 
 impl std::fmt::Debug for Archive {
@@ -165,6 +167,8 @@ impl Archive {
             rt,
             puts: AtomicU64::new(0),
             put_budget: AtomicU64::new(u64::MAX),
+            gets: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
         })
     }
 
@@ -176,6 +180,21 @@ impl Archive {
     /// Objects written by this handle so far.
     pub fn puts(&self) -> u64 {
         self.puts.load(Ordering::Relaxed)
+    }
+
+    /// Objects (or ranges of objects) read by this handle so far.
+    pub fn gets(&self) -> u64 {
+        self.gets.load(Ordering::Relaxed)
+    }
+
+    /// Bytes those reads returned.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    fn count_read(&self, n: usize) {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// For fault tests: after `n` more writes, every write fails as a lost
@@ -232,8 +251,60 @@ impl Archive {
                 Err(e) => Err(e),
             }
         });
-        r.map(|b| b.map(|b| b.to_vec()))
-            .map_err(|e| self.err("read", name, e))
+        let got = r
+            .map(|b| b.map(|b| b.to_vec()))
+            .map_err(|e| self.err("read", name, e))?;
+        if let Some(b) = &got {
+            self.count_read(b.len());
+        }
+        Ok(got)
+    }
+
+    /// Reads the bytes `range` of the object `name` (one ranged GET);
+    /// `None` if there is no such object. A range past the object's end is
+    /// an error from the store, and a short answer one from here: the
+    /// caller asks only for ranges its manifest says are there.
+    pub fn get_range(
+        &self,
+        name: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Option<Vec<u8>>, ReplicateError> {
+        let path = self.path(name);
+        let want = range.end.saturating_sub(range.start);
+        let r = self.rt.block_on(self.store.get_range(&path, range.clone()));
+        let bytes = match r {
+            Ok(b) => b,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => {
+                // A range past the end of a truncated object fails as a
+                // request; its size says which it was.
+                if let Ok(meta) = self.rt.block_on(self.store.head(&path)) {
+                    if meta.size < range.end {
+                        return Err(ReplicateError::Damaged {
+                            object: name.to_string(),
+                            detail: format!(
+                                "{} bytes, but bytes up to {} were expected (truncated)",
+                                meta.size, range.end
+                            ),
+                        });
+                    }
+                }
+                return Err(self.err("read", name, e));
+            }
+        };
+        self.count_read(bytes.len());
+        if bytes.len() as u64 != want {
+            return Err(ReplicateError::Damaged {
+                object: name.to_string(),
+                detail: format!(
+                    "asked for bytes {}..{}, got {} bytes (the object is shorter than its manifest says)",
+                    range.start,
+                    range.end,
+                    bytes.len()
+                ),
+            });
+        }
+        Ok(Some(bytes.to_vec()))
     }
 
     /// Whether the object `name` exists.

@@ -11,6 +11,7 @@ use std::path::Path;
 use cairn_codec::frame::{self, ChainForm};
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{ChainHash, Lsn};
+use cairn_engine::blob::delta::DELTA_FILE;
 use cairn_engine::blob::pack::{PackHeader, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
 use cairn_engine::log::{walk_chained, Head};
 
@@ -37,7 +38,10 @@ pub(crate) fn kind_of(dir: &str, name: &str) -> Option<Kind> {
     match dir {
         "log" if name.ends_with(".seg") && name.len() == 24 => Some(Kind::Segment),
         "log" if is_dict => Some(Kind::Whole),
-        "blobs" if name == "index" || is_dict => Some(Kind::Whole),
+        // The index's delta too: without it a reader of the archive
+        // (restored, or read in place) scans every pack entry the index
+        // file does not cover, which in place means fetching them.
+        "blobs" if name == "index" || name == DELTA_FILE || is_dict => Some(Kind::Whole),
         "blobs" if name.starts_with("pack-") && name.ends_with(".pack") => Some(Kind::Pack),
         _ => None,
     }

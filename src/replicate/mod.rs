@@ -27,13 +27,18 @@
 
 mod archive;
 pub mod aws_profile;
+mod cache;
 mod local;
 mod manifest;
 mod replicator;
 mod restore;
+mod vfs;
 
 pub use archive::{
     Archive, Listed, CONNECT_TIMEOUT_MS, MAX_RETRIES, REQUEST_TIMEOUT_MS, RETRY_TIMEOUT_MS,
+};
+pub use cache::{
+    default_cache_dir, PieceCache, DEFAULT_CACHE_BYTES, MEMORY_CACHE_BYTES, RANGE_CHUNK_BYTES,
 };
 pub use manifest::{
     FileEntry, Manifest, Piece, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MANIFEST_VERSION,
@@ -41,6 +46,7 @@ pub use manifest::{
 };
 pub use replicator::{Replicator, RoundReport, DEFAULT_MAX_LAG_MS, MAX_PIECE_BYTES};
 pub use restore::{list_archives, prune, restore, ArchiveSummary, PruneReport, RestoreReport};
+pub use vfs::{open_read_only, ArchiveVfs, InPlaceOptions};
 
 use std::path::{Path, PathBuf};
 

@@ -346,7 +346,10 @@ impl Replicator {
                 Want::Index | Want::Dict => k == Kind::Whole,
             })?;
             for name in names {
-                let is_index = name == "index";
+                // The index, then its delta, before the packs they
+                // describe: a pack shipped after them is at least as long
+                // as they say.
+                let is_index = name == "index" || name == cairn_engine::blob::delta::DELTA_FILE;
                 if matches!(want, Want::Index) != is_index {
                     continue;
                 }
@@ -441,8 +444,13 @@ impl Replicator {
         let prev = self.tracked.get(rel).cloned();
         let (len, pieces, cursor) = match want {
             Want::Index | Want::Dict => match prev {
+                // An adopted file's stat is the one seen at start, not
+                // when its pieces were shipped: only its length says it
+                // is unchanged (a whole file that grows, the index's
+                // delta, was otherwise kept at the archive's length).
                 Some(t)
-                    if t.stat == st || (matches!(t.cursor, Cursor::Adopted) && t.len == st.len) =>
+                    if (matches!(t.cursor, Cursor::Whole) && t.stat == st)
+                        || (matches!(t.cursor, Cursor::Adopted) && t.len == st.len) =>
                 {
                     (t.len, t.pieces, Cursor::Whole)
                 }

@@ -1,0 +1,359 @@
+//! `cairn --store URL ...`: reading an archive in place. The read
+//! commands answer as on the original store; they fetch only part of the
+//! archive; the cache keeps its bound; a damaged piece is named, never
+//! read as good data; writing commands are refused.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::Output;
+
+use cairn::replicate::{Archive, ArchiveVfs, InPlaceOptions};
+
+mod common;
+use common::*;
+
+/// A workspace with a store, two checkpoints and records between them.
+fn workspace() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let ws = d.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    std::fs::write(ws.join("a.txt"), "first\n").unwrap();
+    std::fs::create_dir(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/lib.rs"), "fn main() {}\n".repeat(40)).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q", "--label", "one"]));
+    record(ws, 0..5);
+    std::fs::write(ws.join("a.txt"), "second\n").unwrap();
+    std::fs::write(ws.join("src/lib.rs"), "fn main() { run() }\n".repeat(40)).unwrap();
+    ok(&cairn(ws, &["checkpoint", "-q", "--label", "two"]));
+    d
+}
+
+fn record(ws: &Path, n: std::ops::Range<u32>) {
+    let lines: String = n
+        .map(|i| {
+            format!(
+                "{{\"kind\":\"file.write\",\"session\":\"s1\",\"path\":\"src/lib.rs\",\"text\":\"step {i}\"}}\n"
+            )
+        })
+        .collect();
+    ok(&cairn_stdin(ws, &["record"], Some(&lines)));
+}
+
+fn url(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+/// `cairn ARGS` in `dir` with its cache in `cache`.
+fn cairn_cached(dir: &Path, cache: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CAIRN_STORE")
+        .env_remove("CAIRN_CACHE_BYTES")
+        .env("CAIRN_CACHE_DIR", cache)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+/// The read commands the issue names, with arguments this workspace has.
+const READS: &[&[&str]] = &[
+    &["log"],
+    &["log", "--json", "--limit", "3"],
+    &["show", "c1:a.txt"],
+    &["show", "head:src/lib.rs"],
+    &["tree", "head"],
+    &["diff", "c1", "head"],
+    &["history", "src/lib.rs"],
+    &["blame", "head", "src/lib.rs"],
+    &["export"],
+    &["verify"],
+];
+
+/// Every file under `dir` with its bytes, sorted.
+fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_read_commands_on_an_archive_answer_as_on_the_store() {
+    let d = workspace();
+    let ws = d.path();
+    let arch = tempfile::tempdir().unwrap();
+    let u = url(arch.path());
+    ok(&cairn(ws, &["replicate", &u, "--once"]));
+    let before = snapshot(arch.path());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    for args in READS {
+        let local = cairn(ws, args);
+        ok(&local);
+        let mut remote_args = vec!["--store", u.as_str()];
+        remote_args.extend_from_slice(args);
+        // Twice: from the archive, then from the cache.
+        for round in ["cold", "cached"] {
+            let remote = cairn_cached(elsewhere.path(), cache.path(), &remote_args);
+            assert_eq!(
+                String::from_utf8_lossy(&remote.stdout),
+                String::from_utf8_lossy(&local.stdout),
+                "{args:?} ({round}): {}",
+                err(&remote)
+            );
+            assert_eq!(remote.status.code(), Some(0), "{args:?}: {}", err(&remote));
+        }
+    }
+    // Nothing was written to the archive, nor where the commands ran.
+    assert_eq!(snapshot(arch.path()), before);
+    assert!(snapshot(elsewhere.path()).is_empty());
+    assert!(!snapshot(cache.path()).is_empty(), "the cache was used");
+}
+
+#[test]
+fn a_tiny_cache_bound_still_answers_right_and_holds() {
+    let d = workspace();
+    let ws = d.path();
+    let arch = tempfile::tempdir().unwrap();
+    let u = url(arch.path());
+    ok(&cairn(ws, &["replicate", &u, "--once"]));
+    let cache = tempfile::tempdir().unwrap();
+    let want = ok(&cairn(ws, &["export"]));
+    let got = cairn_cached(
+        cache.path(),
+        cache.path(),
+        &["--store", &u, "--cache-bytes", "1", "export"],
+    );
+    assert_eq!(ok(&got), want);
+    let kept: u64 = snapshot(cache.path())
+        .iter()
+        .map(|(_, b)| b.len() as u64)
+        .sum();
+    assert!(kept <= 1, "{kept} bytes kept under a 1-byte bound");
+    // The environment variable sets the bound the same way; a bad one is
+    // a usage error naming it.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["--store", &u, "log"])
+        .current_dir(cache.path())
+        .env("CAIRN_CACHE_DIR", cache.path())
+        .env("CAIRN_CACHE_BYTES", "lots")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("CAIRN_CACHE_BYTES"), "{}", err(&o));
+}
+
+#[test]
+fn writing_commands_on_an_archive_are_refused_and_name_restore() {
+    let d = workspace();
+    let ws = d.path();
+    let arch = tempfile::tempdir().unwrap();
+    let u = url(arch.path());
+    ok(&cairn(ws, &["replicate", &u, "--once"]));
+    let before = snapshot(arch.path());
+    let cache = tempfile::tempdir().unwrap();
+    for args in [
+        &["checkpoint"][..],
+        &["record"],
+        &["rollback", "c1"],
+        &["gc"],
+        &["repair"],
+        &["init"],
+    ] {
+        let mut a = vec!["--store", u.as_str()];
+        a.extend_from_slice(args);
+        let o = cairn_cached(ws, cache.path(), &a);
+        assert!(!o.status.success(), "{args:?}");
+        let e = err(&o);
+        assert!(
+            e.contains(&format!("`cairn {}` cannot run on the archive", args[0]))
+                && e.contains(&format!(
+                    "an archive is read-only; restore it first: cairn restore {u} DIR"
+                )),
+            "{args:?}: {e}"
+        );
+    }
+    assert_eq!(snapshot(arch.path()), before);
+    // An empty archive (or none) is said to be one, and not created.
+    let none = arch.path().join("nothing-here");
+    let o = cairn_cached(ws, cache.path(), &["--store", &url(&none), "log"]);
+    assert!(err(&o).contains("holds no manifest"), "{}", err(&o));
+    assert!(!none.exists());
+}
+
+/// The object holding `piece` of the file `path` in the newest manifest.
+fn object_of(arch: &Path, path_prefix: &str, piece: usize) -> std::path::PathBuf {
+    let a = Archive::open(&url(arch)).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let vfs = ArchiveVfs::open(a, &InPlaceOptions::default().cache_dir(cache.path())).unwrap();
+    let m = manifest_files(arch, vfs.manifest());
+    let f = m
+        .iter()
+        .find(|f| f.path.starts_with(path_prefix))
+        .unwrap_or_else(|| panic!("no {path_prefix} in {m:?}"));
+    arch.join("objects").join(&f.pieces[piece].hash)
+}
+
+fn manifest_files(arch: &Path, name: &str) -> Vec<cairn::replicate::FileEntry> {
+    let b = std::fs::read(arch.join(name)).unwrap();
+    cairn::replicate::Manifest::decode(name, &b).unwrap().files
+}
+
+#[test]
+fn a_damaged_piece_is_named_never_read_as_good_data() {
+    let d = workspace();
+    let ws = d.path();
+    let arch = tempfile::tempdir().unwrap();
+    let u = url(arch.path());
+    ok(&cairn(ws, &["replicate", &u, "--once"]));
+    // One byte of the log's piece altered (same length).
+    let obj = object_of(arch.path(), "log/", 0);
+    let mut b = std::fs::read(&obj).unwrap();
+    let at = b.len() / 2;
+    b[at] ^= 0x01;
+    std::fs::write(&obj, &b).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    for args in [&["log"][..], &["export"], &["verify"]] {
+        let mut a = vec!["--store", u.as_str()];
+        a.extend_from_slice(args);
+        let o = cairn_cached(ws, cache.path(), &a);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {}", err(&o));
+        let name = obj.file_name().unwrap().to_str().unwrap();
+        assert!(
+            err(&o).contains(&format!("objects/{name}")) && err(&o).contains("damaged"),
+            "{args:?}: {}",
+            err(&o)
+        );
+        assert!(o.stdout.is_empty() || args[0] == "verify", "{args:?}");
+    }
+}
+
+/// Random bytes that do not compress: the packs hold what was written.
+fn noise(seed: u64, n: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n + 32);
+    let mut i = 0u64;
+    while out.len() < n {
+        out.extend_from_slice(
+            blake3::hash(&[seed.to_le_bytes(), i.to_le_bytes()].concat()).as_bytes(),
+        );
+        i += 1;
+    }
+    out.truncate(n);
+    out
+}
+
+/// Bytes of every object in the archive.
+fn archive_bytes(arch: &Path) -> u64 {
+    snapshot(&arch.join("objects"))
+        .iter()
+        .map(|(_, b)| b.len() as u64)
+        .sum()
+}
+
+#[test]
+fn a_query_in_place_fetches_a_small_part_of_the_archive() {
+    const FILES: u64 = 6;
+    const FILE_BYTES: usize = 1 << 20;
+    let d = tempfile::tempdir().unwrap();
+    let ws = d.path();
+    ok(&cairn(ws, &["init", "-q"]));
+    let arch = tempfile::tempdir().unwrap();
+    let u = url(arch.path());
+    // A round per checkpoint: the pack is shipped in pieces as it grows.
+    for i in 0..FILES {
+        std::fs::write(ws.join(format!("f{i}.bin")), noise(i, FILE_BYTES)).unwrap();
+        std::fs::write(ws.join("small.txt"), format!("version {i}\n")).unwrap();
+        ok(&cairn(
+            ws,
+            &["checkpoint", "-q", "--label", &format!("step {i}")],
+        ));
+        ok(&cairn(ws, &["replicate", &u, "--once"]));
+    }
+    let total = archive_bytes(arch.path());
+    assert!(total > FILES * FILE_BYTES as u64, "{total}");
+    let pieces: usize = {
+        let a = Archive::open(&u).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let vfs = ArchiveVfs::open(a, &InPlaceOptions::default().cache_dir(cache.path())).unwrap();
+        manifest_files(arch.path(), vfs.manifest())
+            .iter()
+            .map(|f| f.pieces.len())
+            .sum()
+    };
+    assert!(pieces as u64 > FILES, "{pieces} pieces");
+
+    let cache = tempfile::tempdir().unwrap();
+    let open = |bytes: u64| {
+        let a = Archive::open(&u).unwrap();
+        let opts = InPlaceOptions::default()
+            .cache_dir(cache.path())
+            .cache_bytes(bytes);
+        ArchiveVfs::open(a, &opts).unwrap()
+    };
+    // `log --limit 5`.
+    let vfs = open(1);
+    let store = vfs.open_store().unwrap();
+    let filter = cairn::Filter {
+        limit: Some(5),
+        ..cairn::Filter::all()
+    };
+    let mut seen = 0;
+    store
+        .scan(&filter, &mut |_| {
+            seen += 1;
+            Ok(true)
+        })
+        .unwrap();
+    assert_eq!(seen, 5);
+    let log_read = vfs.archive().bytes_read();
+    assert!(
+        log_read * 10 < total,
+        "log --limit 5 read {log_read} of {total} bytes in {} requests",
+        vfs.archive().gets()
+    );
+
+    // `show` of a small file: a chunk of one pack piece, not the pack.
+    let vfs = open(1);
+    let store = vfs.open_store().unwrap();
+    let opened = vfs.archive().bytes_read();
+    let hash = store
+        .query(|q| {
+            Ok(q.entry_at(store.head().last_lsn, "small.txt")?
+                .unwrap()
+                .blob)
+        })
+        .unwrap();
+    assert_eq!(
+        store.blob(&hash).unwrap(),
+        format!("version {}\n", FILES - 1).as_bytes()
+    );
+    let show_read = vfs.archive().bytes_read() - opened;
+    assert!(
+        show_read <= 2 * cairn::replicate::RANGE_CHUNK_BYTES && (opened + show_read) * 5 < total,
+        "show read {show_read} bytes after {opened} to open, of {total}"
+    );
+
+    // With a cache large enough, a second reader fetches nothing new for
+    // the same query.
+    let warm = open(1 << 30);
+    let _ = warm.open_store().unwrap();
+    let again = open(1 << 30);
+    let manifest_read = again.archive().bytes_read();
+    let _ = again.open_store().unwrap();
+    assert_eq!(
+        again.archive().bytes_read(),
+        manifest_read,
+        "only the manifest from the archive, the rest from the cache"
+    );
+}

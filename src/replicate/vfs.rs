@@ -1,0 +1,468 @@
+//! Reading an archive in place: an [`ArchiveVfs`] presents the store
+//! files a manifest lists as a read-only file system, so a
+//! [`crate::Store`] opened read-only on it answers queries without the
+//! archive being downloaded whole.
+//!
+//! A file is its pieces. [`VfsFile::read_at`] fetches only the pieces
+//! that cover the range asked for: a piece of at most
+//! [`RANGE_CHUNK_BYTES`] whole, a larger one by ranged reads of that size.
+//! [`Vfs::map`] (the engine maps sealed log segments and the blob index)
+//! fetches every piece of the file whole. What is fetched goes to a
+//! [`PieceCache`] on the local disk, bounded in size.
+//!
+//! What checks the bytes:
+//! - a whole piece is checked against its name (blake3) and length before
+//!   it is used, from the archive and from the cache alike; one that does
+//!   not match is an error naming the object ([`ReplicateError::Damaged`]
+//!   inside the I/O error), never data;
+//! - a range of a larger piece cannot be checked by the piece's hash
+//!   (that needs all of it). The reader that uses it checks it: every log
+//!   frame carries a CRC and the chain value that links it to the one
+//!   before, and a segment's footer the last; every blob pack entry a CRC,
+//!   and a blob read is checked against its blake3 name. Altered bytes
+//!   there are reported as damage to that segment or pack, as on a local
+//!   store. A cached range carries a CRC of its own against damage to the
+//!   cache file.
+//!
+//! Nothing is written to the archive: every call that would write fails
+//! with an error saying the archive is read-only and how to get a store
+//! that can be written (`cairn restore`).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_engine::vfs::{LockGuard, Mapped, OpenMode, Vfs, VfsFile};
+
+use super::archive::Archive;
+use super::cache::{default_cache_dir, Entry, PieceCache, DEFAULT_CACHE_BYTES, RANGE_CHUNK_BYTES};
+use super::manifest::{FileEntry, Manifest};
+use super::{newest_manifest, object_name, ReplicateError};
+
+/// How to read an archive in place: where the cache is and how large it
+/// may grow.
+#[derive(Clone, Debug)]
+pub struct InPlaceOptions {
+    cache_dir: Option<PathBuf>,
+    cache_bytes: u64,
+}
+
+impl Default for InPlaceOptions {
+    fn default() -> Self {
+        InPlaceOptions {
+            cache_dir: None,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
+impl InPlaceOptions {
+    /// The cache directory. Default: `$XDG_CACHE_HOME/cairn`, else
+    /// `~/.cache/cairn` (see [`default_cache_dir`]).
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// The bound on the cache's bytes on disk. Default
+    /// [`DEFAULT_CACHE_BYTES`]. A bound smaller than a piece still answers
+    /// right: the piece is fetched, used, and not kept.
+    pub fn cache_bytes(mut self, n: u64) -> Self {
+        self.cache_bytes = n;
+        self
+    }
+}
+
+/// One file of the store as the manifest lists it.
+#[derive(Debug)]
+struct ArchivedFile {
+    entry: FileEntry,
+    /// Where each piece starts in the file.
+    starts: Vec<u64>,
+}
+
+struct Inner {
+    archive: Archive,
+    cache: PieceCache,
+    root: PathBuf,
+    manifest: String,
+    /// The workspace the manifest names: paths in queries are read as
+    /// relative to it, as on the original store.
+    workspace: Option<PathBuf>,
+    files: BTreeMap<PathBuf, Arc<ArchivedFile>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArchiveVfs")
+            .field("archive", &self.archive.url())
+            .field("manifest", &self.manifest)
+            .field("files", &self.files.len())
+            .finish()
+    }
+}
+
+/// The store files of one manifest of an archive, as a read-only
+/// [`Vfs`] rooted at [`ArchiveVfs::root`] (see the module docs).
+///
+/// ```no_run
+/// # fn main() -> Result<(), cairn::replicate::ReplicateError> {
+/// use cairn::replicate::{Archive, ArchiveVfs, InPlaceOptions};
+/// let vfs = ArchiveVfs::open(Archive::open("s3://backups/agents/laptop")?, &InPlaceOptions::default())?;
+/// let store = vfs.open_store()?;
+/// println!("head LSN {}", store.head().last_lsn.0);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ArchiveVfs {
+    inner: Arc<Inner>,
+}
+
+impl ArchiveVfs {
+    /// The newest manifest of `archive` (of its newest generation) as a
+    /// file system, with its cache opened as `options` say.
+    pub fn open(archive: Archive, options: &InPlaceOptions) -> Result<ArchiveVfs, ReplicateError> {
+        let Some((name, manifest)) = newest_manifest(&archive, None)? else {
+            return Err(ReplicateError::Empty {
+                url: archive.url().to_string(),
+            });
+        };
+        let dir = match &options.cache_dir {
+            Some(d) => d.clone(),
+            None => default_cache_dir().ok_or_else(|| {
+                ReplicateError::Config(
+                    "no cache directory for reading an archive in place: set XDG_CACHE_HOME or HOME (or CAIRN_CACHE_DIR for the CLI)".into(),
+                )
+            })?,
+        };
+        let cache = PieceCache::open(&dir, options.cache_bytes)?;
+        Ok(ArchiveVfs::from_manifest(archive, cache, name, &manifest))
+    }
+
+    fn from_manifest(archive: Archive, cache: PieceCache, name: String, m: &Manifest) -> Self {
+        let root = PathBuf::from(archive.url().trim_end_matches('/'));
+        let files = m
+            .files
+            .iter()
+            .map(|f| {
+                let mut at = 0;
+                let starts = f
+                    .pieces
+                    .iter()
+                    .map(|p| {
+                        let s = at;
+                        at += p.len;
+                        s
+                    })
+                    .collect();
+                let file = ArchivedFile {
+                    entry: f.clone(),
+                    starts,
+                };
+                (root.join(&f.path), Arc::new(file))
+            })
+            .collect();
+        ArchiveVfs {
+            inner: Arc::new(Inner {
+                archive,
+                cache,
+                root,
+                manifest: name,
+                workspace: m.workspace.as_ref().map(PathBuf::from),
+                files,
+            }),
+        }
+    }
+
+    /// The store directory as this file system names it: the archive's URL.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// The manifest whose files this presents.
+    pub fn manifest(&self) -> &str {
+        &self.inner.manifest
+    }
+
+    /// The archive read (its counters say how much was fetched).
+    pub fn archive(&self) -> &Archive {
+        &self.inner.archive
+    }
+
+    /// The cache of fetched pieces.
+    pub fn cache(&self) -> &PieceCache {
+        &self.inner.cache
+    }
+
+    /// Opens the archived store read-only on this file system: queries,
+    /// exports and verify work; anything that writes fails.
+    pub fn open_store(&self) -> Result<crate::Store, ReplicateError> {
+        let mut b = crate::Store::builder()
+            .store_dir(self.root())
+            .vfs(Arc::new(self.clone()))
+            .read_only();
+        if let Some(w) = &self.inner.workspace {
+            b = b.workspace(w);
+        }
+        Ok(b.open()?)
+    }
+}
+
+/// Opens the store archived at `url` read-only, in place (see
+/// [`ArchiveVfs`]).
+pub fn open_read_only(url: &str, options: &InPlaceOptions) -> Result<crate::Store, ReplicateError> {
+    if let Some(dir) = url.strip_prefix("file://") {
+        // Opening a file:// archive creates its folder: a reader must not.
+        if !Path::new(dir).is_dir() {
+            return Err(ReplicateError::Empty {
+                url: url.to_string(),
+            });
+        }
+    }
+    ArchiveVfs::open(Archive::open(url)?, options)?.open_store()
+}
+
+/// The error every writing call gets.
+fn read_only(inner: &Inner, what: &str, path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ReadOnlyFilesystem,
+        format!(
+            "cannot {what} {}: an archive is read-only; restore it first: cairn restore {} DIR",
+            path.display(),
+            inner.archive.url()
+        ),
+    )
+}
+
+impl Inner {
+    fn file(&self, path: &Path) -> io::Result<&Arc<ArchivedFile>> {
+        self.files.get(path).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{} is not in the archive's manifest {}",
+                    path.display(),
+                    self.manifest
+                ),
+            )
+        })
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        path == self.root || self.files.keys().any(|f| f.parent() == Some(path))
+    }
+
+    /// The whole piece `i` of `f`, checked against its name.
+    fn whole_piece(&self, f: &ArchivedFile, i: usize) -> io::Result<Arc<[u8]>> {
+        let p = &f.entry.pieces[i];
+        let entry = Entry::Whole(p.hash.clone());
+        if let Some(b) = self.cache.get(&entry) {
+            return Ok(b);
+        }
+        let obj = object_name(&p.hash);
+        let what = || {
+            format!(
+                "piece {} of {} of {}",
+                i + 1,
+                f.entry.pieces.len(),
+                f.entry.path
+            )
+        };
+        let bytes = self
+            .archive
+            .get(&obj)
+            .map_err(to_io)?
+            .ok_or_else(|| damaged(&obj, format!("missing ({})", what())))?;
+        if bytes.len() as u64 != p.len {
+            return Err(damaged(
+                &obj,
+                format!(
+                    "{} bytes, the manifest says {} ({})",
+                    bytes.len(),
+                    p.len,
+                    what()
+                ),
+            ));
+        }
+        let got = blake3::hash(&bytes).to_hex();
+        if got.as_str() != p.hash {
+            return Err(damaged(
+                &obj,
+                format!("its contents hash to {got}, not to its name ({})", what()),
+            ));
+        }
+        let bytes: Arc<[u8]> = bytes.into();
+        self.cache.put(entry, bytes.clone());
+        Ok(bytes)
+    }
+
+    /// Bytes of piece `i` of `f` that hold offset `at` of the piece, and
+    /// where they start in it: the whole piece when it is cached or small,
+    /// else the chunk around `at`.
+    fn bytes_at(&self, f: &ArchivedFile, i: usize, at: u64) -> io::Result<(Arc<[u8]>, u64)> {
+        let p = &f.entry.pieces[i];
+        if p.len <= RANGE_CHUNK_BYTES {
+            return Ok((self.whole_piece(f, i)?, 0));
+        }
+        if let Some(b) = self.cache.get(&Entry::Whole(p.hash.clone())) {
+            return Ok((b, 0));
+        }
+        let n = at / RANGE_CHUNK_BYTES;
+        let start = n * RANGE_CHUNK_BYTES;
+        let entry = Entry::Chunk(p.hash.clone(), n);
+        if let Some(b) = self.cache.get(&entry) {
+            return Ok((b, start));
+        }
+        let end = (start + RANGE_CHUNK_BYTES).min(p.len);
+        let obj = object_name(&p.hash);
+        let bytes = self
+            .archive
+            .get_range(&obj, start..end)
+            .map_err(to_io)?
+            .ok_or_else(|| {
+                damaged(
+                    &obj,
+                    format!(
+                        "missing (piece {} of {} of {})",
+                        i + 1,
+                        f.entry.pieces.len(),
+                        f.entry.path
+                    ),
+                )
+            })?;
+        let bytes: Arc<[u8]> = bytes.into();
+        self.cache.put(entry, bytes.clone());
+        Ok((bytes, start))
+    }
+
+    fn read_at(&self, f: &ArchivedFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if offset >= f.entry.len || buf.is_empty() {
+            return Ok(0);
+        }
+        // The last piece starting at or before `offset`.
+        let i = f.starts.partition_point(|s| *s <= offset) - 1;
+        let in_piece = offset - f.starts[i];
+        let (bytes, start) = self.bytes_at(f, i, in_piece)?;
+        let from = (in_piece - start) as usize;
+        let n = buf.len().min(bytes.len() - from);
+        buf[..n].copy_from_slice(&bytes[from..from + n]);
+        Ok(n)
+    }
+}
+
+fn damaged(object: &str, detail: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        ReplicateError::Damaged {
+            object: object.to_string(),
+            detail,
+        },
+    )
+}
+
+fn to_io(e: ReplicateError) -> io::Error {
+    let kind = match e {
+        ReplicateError::Damaged { .. } => io::ErrorKind::InvalidData,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e)
+}
+
+/// An open file of an [`ArchiveVfs`].
+#[derive(Debug)]
+struct ArchiveFile {
+    inner: Arc<Inner>,
+    file: Arc<ArchivedFile>,
+    path: PathBuf,
+}
+
+impl VfsFile for ArchiveFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(&self.file, buf, offset)
+    }
+
+    fn write_all_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+        Err(read_only(&self.inner, "write", &self.path))
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.entry.len)
+    }
+
+    fn set_len(&self, _: u64) -> io::Result<()> {
+        Err(read_only(&self.inner, "truncate", &self.path))
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        Err(read_only(&self.inner, "sync", &self.path))
+    }
+}
+
+impl Vfs for ArchiveVfs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn VfsFile>> {
+        if mode != OpenMode::Read {
+            return Err(read_only(&self.inner, "open for writing", path));
+        }
+        let file = self.inner.file(path)?.clone();
+        Ok(Arc::new(ArchiveFile {
+            inner: self.inner.clone(),
+            file,
+            path: path.to_path_buf(),
+        }))
+    }
+
+    fn map(&self, path: &Path) -> io::Result<Mapped> {
+        let f = self.inner.file(path)?;
+        let mut out = Vec::with_capacity(f.entry.len as usize);
+        for i in 0..f.entry.pieces.len() {
+            out.extend_from_slice(&self.inner.whole_piece(f, i)?);
+        }
+        Ok(Mapped::Bytes(out.into()))
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        if !self.inner.is_dir(dir) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} is not a folder of the archived store", dir.display()),
+            ));
+        }
+        let mut names: Vec<String> = self
+            .inner
+            .files
+            .keys()
+            .filter_map(|p| {
+                let rel = p.strip_prefix(dir).ok()?;
+                let first = rel.components().next()?;
+                Some(first.as_os_str().to_string_lossy().to_string())
+            })
+            .collect();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        Err(read_only(&self.inner, "create", dir))
+    }
+
+    fn rename(&self, from: &Path, _: &Path) -> io::Result<()> {
+        Err(read_only(&self.inner, "rename", from))
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        Err(read_only(&self.inner, "remove", path))
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        Err(read_only(&self.inner, "sync", dir))
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.files.contains_key(path) || self.inner.is_dir(path)
+    }
+
+    fn lock_exclusive(&self, path: &Path) -> io::Result<LockGuard> {
+        Err(read_only(&self.inner, "lock", path))
+    }
+}
