@@ -633,7 +633,7 @@ impl<'l> TranscriptLine<'l> {
     }
 
     /// A new event of this line's session and time.
-    fn new(&self, k: EventKind) -> Event {
+    fn event(&self, k: EventKind) -> Event {
         let mut e = Event::new(k, self.session.clone());
         e.ts = self.ts;
         e
@@ -641,7 +641,7 @@ impl<'l> TranscriptLine<'l> {
 
     /// A compaction marker with `text`.
     fn compaction(&self, text: Option<String>) -> Event {
-        let mut e = self.new(EventKind::Custom);
+        let mut e = self.event(EventKind::Custom);
         e.text = text;
         e.label = Some("compaction".into());
         e
@@ -673,7 +673,7 @@ impl Conversation {
     fn point_before(&mut self, l: &TranscriptLine<'_>) -> (Event, Vec<String>) {
         let count = self.prompts.entry(l.session.clone()).or_default();
         *count += 1;
-        let mut p = l.new(EventKind::CheckpointCreate);
+        let mut p = l.event(EventKind::CheckpointCreate);
         p.label = Some(before_prompt_label(*count));
         let mut from = ancestor_keys(l.parent_uuid, &self.parent_of, &self.key_of);
         from.extend(self.first_key.get(&l.session).cloned());
@@ -722,7 +722,7 @@ impl Transcript<'_> {
             "user" => self.user(l, &mut point)?,
             "assistant" => self.assistant(l),
             "file-history-snapshot" => {
-                let e = l.new(EventKind::Custom);
+                let e = l.event(EventKind::Custom);
                 let (put, backup) = (&mut *self.put, &mut *self.backup);
                 let cwd = l.cwd;
                 vec![snapshot_event(
@@ -782,7 +782,7 @@ impl Transcript<'_> {
                         .insert(format!("{}#point", l.key_base), from);
                     *point = Some(p);
                 }
-                made.push(l.new(EventKind::Prompt).with_text(t));
+                made.push(l.event(EventKind::Prompt).with_text(t));
             }
         }
         if let Some(Value::Object(r)) = l.o.get("toolUseResult") {
@@ -842,7 +842,7 @@ impl Transcript<'_> {
             return None;
         }
         let text = self.calls.texts.get(mid).cloned().unwrap_or_default();
-        let mut e = l.new(EventKind::Reply).with_text(text);
+        let mut e = l.event(EventKind::Reply).with_text(text);
         e.model = m.model.clone();
         if let Some(u) = m.usage {
             e = e.with_meta("usage", u.clone());
@@ -855,7 +855,7 @@ impl Transcript<'_> {
         let id = b.get("id").and_then(Value::as_str).unwrap_or("");
         let tool = b.get("name").and_then(Value::as_str).unwrap_or("?");
         let input = b.get("input").cloned().unwrap_or(Value::Null);
-        let mut e = l.new(EventKind::ToolCall).with_text(summary(&input));
+        let mut e = l.event(EventKind::ToolCall).with_text(summary(&input));
         e.tool = Some(tool.to_string());
         e.model = m.model.clone();
         e.ok = !self.calls.failed.get(id).copied().unwrap_or(false);
@@ -876,7 +876,7 @@ impl Transcript<'_> {
         if !KNOWN_TYPES.contains(&kind) {
             *self.out.unknown.entry(kind.to_string()).or_default() += 1;
         }
-        let mut e = l.new(EventKind::Custom);
+        let mut e = l.event(EventKind::Custom);
         let label = match l.o.get("subtype").and_then(Value::as_str) {
             Some(s) => format!("{kind}:{s}"),
             None => kind.to_string(),

@@ -600,7 +600,7 @@ impl<'l> RolloutLine<'l> {
     }
 
     /// A new event of this line's session and time.
-    fn new(&self, k: EventKind) -> Event {
+    fn event(&self, k: EventKind) -> Event {
         let mut e = Event::new(k, self.session);
         e.ts = self.ts;
         e
@@ -617,7 +617,7 @@ impl<'l> RolloutLine<'l> {
         if unknown {
             *counts.entry(label.clone()).or_default() += 1;
         }
-        let mut e = self.new(EventKind::Custom);
+        let mut e = self.event(EventKind::Custom);
         e.label = Some(label);
         let record = kept_record(
             self.raw,
@@ -657,7 +657,7 @@ impl Rollout<'_> {
             // An older rollout's saved state (see `wrap_legacy`).
             "state" => vec![l.generic("state".into(), false, &mut self.out.unknown)],
             "compacted" => {
-                let mut e = l.new(EventKind::Custom);
+                let mut e = l.event(EventKind::Custom);
                 e.text = l.str("message").map(str::to_string);
                 e.label = Some("compaction".into());
                 vec![e]
@@ -683,7 +683,7 @@ impl Rollout<'_> {
 
     /// The `session.start` record of a `session_meta`.
     fn session_start(&self, l: &RolloutLine<'_>) -> Event {
-        let mut e = l.new(EventKind::Custom).with_text("session start");
+        let mut e = l.event(EventKind::Custom).with_text("session start");
         e.label = Some("session.start".into());
         for (from, to) in SESSION_META_FIELDS {
             if let Some(v) = l.p.get(from).filter(|v| !v.is_null()) {
@@ -700,7 +700,7 @@ impl Rollout<'_> {
             "message" => Some(self.message(l)),
             "reasoning" => {
                 let mut e = l
-                    .new(EventKind::Custom)
+                    .event(EventKind::Custom)
                     .with_text(texts_of(l.p.get("summary")));
                 e.label = Some("reasoning".into());
                 e.model = self.model.clone();
@@ -724,10 +724,10 @@ impl Rollout<'_> {
         let context = text.trim_start().starts_with("<environment_context>")
             || text.trim_start().starts_with("<user_instructions>");
         let mut e = match role {
-            "user" if !context => l.new(EventKind::Prompt),
-            "assistant" => l.new(EventKind::Reply),
+            "user" if !context => l.event(EventKind::Prompt),
+            "assistant" => l.event(EventKind::Reply),
             _ => {
-                let mut e = l.new(EventKind::Custom);
+                let mut e = l.event(EventKind::Custom);
                 e.label = Some("context".into());
                 e.with_meta("role", role)
             }
@@ -743,7 +743,7 @@ impl Rollout<'_> {
     fn tool_call(&self, l: &RolloutLine<'_>) -> Event {
         let id = l.str("call_id").unwrap_or("");
         let (tool, input) = tool_and_input(l);
-        let mut e = l.new(EventKind::ToolCall).with_text(summary(&input));
+        let mut e = l.event(EventKind::ToolCall).with_text(summary(&input));
         e.tool = Some(tool.to_string());
         e.model = self.model.clone();
         if !id.is_empty() {
@@ -789,7 +789,7 @@ impl Rollout<'_> {
                 .and_then(command_text)
                 .unwrap_or_default();
         let code = l.p.get("exit_code").and_then(Value::as_i64);
-        let mut e = l.new(EventKind::ToolCall).with_text(cmd.clone());
+        let mut e = l.event(EventKind::ToolCall).with_text(cmd.clone());
         let source = l.str("source").unwrap_or("agent");
         e.tool = Some(
             if source == "user_shell" {

@@ -331,7 +331,7 @@ struct Applying<'a, 'f> {
 
 impl Run<'_> {
     /// A new event of the run.
-    fn new(&self, k: EventKind) -> Event {
+    fn event(&self, k: EventKind) -> Event {
         let mut e = Event::new(k, self.session);
         e.ts = self.ts;
         e
@@ -340,7 +340,7 @@ impl Run<'_> {
     /// The run's start and its task (the first user message of
     /// `history`), with their key.
     fn start(&self, doc: &Map<String, Value>) -> (String, Vec<Event>) {
-        let mut start = self.new(EventKind::Custom).with_text("session start");
+        let mut start = self.event(EventKind::Custom).with_text("session start");
         start.label = Some("session.start".into());
         start.model = self.model.clone();
         if let Some(env) = doc.get("environment").filter(|v| !v.is_null()) {
@@ -358,7 +358,7 @@ impl Run<'_> {
             .find(|h| h.get("role").and_then(Value::as_str) == Some("user"))
             .and_then(|h| content_text(h.get("content")?));
         if let Some(t) = &task {
-            head.push(self.new(EventKind::Prompt).with_text(t.clone()));
+            head.push(self.event(EventKind::Prompt).with_text(t.clone()));
         }
         let key = format!(
             "start:{}",
@@ -377,13 +377,13 @@ impl Run<'_> {
         };
         let mut made = Vec::new();
         if let Some(t) = text("thought") {
-            let mut e = self.new(EventKind::Reply).with_text(t);
+            let mut e = self.event(EventKind::Reply).with_text(t);
             e.model = self.model.clone();
             made.push(e.with_meta("step", n));
         }
         if let Some(a) = text("action") {
             let mut e = self
-                .new(EventKind::ToolCall)
+                .event(EventKind::ToolCall)
                 .with_text(bounded(a, MAX_TOOL_SUMMARY_BYTES));
             e.tool = a.split_whitespace().next().map(str::to_string);
             e.model = self.model.clone();
@@ -396,7 +396,7 @@ impl Run<'_> {
         }
         if let Some(o) = s.get("observation").and_then(Value::as_str) {
             let mut e = self
-                .new(EventKind::Custom)
+                .event(EventKind::Custom)
                 .with_text(bounded(o, MAX_OBSERVATION_BYTES));
             e.label = Some("observation".into());
             e = e.with_meta("step", n);
@@ -431,7 +431,7 @@ impl Run<'_> {
             has_base,
         } = files;
         let sections = split_patch(patch);
-        let mut rec = self.new(EventKind::Custom);
+        let mut rec = self.event(EventKind::Custom);
         rec.label = Some("submission".into());
         rec.text = self
             .info
