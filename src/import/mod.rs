@@ -597,7 +597,7 @@ impl Store {
                 lines.get_mut().mark();
             }
             match lines.next() {
-                Some(Ok(mut item)) => {
+                Some(Ok(item)) => {
                     if let Known::Unread = known {
                         let Some(progress) = self.first_line_progress(lines.line_bytes(), &opts)?
                         else {
@@ -606,26 +606,15 @@ impl Store {
                         lines.get_mut().take_kept(); // not needed: keep no more
                         known = Known::Read(progress);
                     }
-                    item.settle_blobs(|h| self.blobs.contains(h));
-                    // A line skipped as recorded starts no batch: the next
-                    // one counts its input from after it.
                     let skipped = lines.get_ref().position();
-                    if skip.recorded_before(self, &item, &opts, file_name, &done)? {
-                        pending.from = skipped;
+                    let held = (&mut skip, &mut pending, &done);
+                    if !self.take_line(item, skipped, held, &opts, file_name)? {
                         continue;
                     }
-                    // (After the lines recorded before are found: they are
-                    // found by the line as it is, as the store recorded it.)
-                    let copy = self
-                        .settle_collected(&mut item, opts.collected_checkpoints, file_name)
-                        .map_err(|e| done.rejected(e, file_name))?;
-                    pending.push(item, copy);
                 }
                 Some(Err(_)) if opts.skip_torn_tail && lines.torn() => {
-                    torn_tail = Some(TornTail {
-                        line: lines.line(),
-                        bytes: lines.line_bytes().len() as u64,
-                    });
+                    let (line, bytes) = (lines.line(), lines.line_bytes().len() as u64);
+                    torn_tail = Some(TornTail { line, bytes });
                     break;
                 }
                 Some(Err(e)) => return Err(done.rejected(bad_line(e, &lines), file_name)),
@@ -635,15 +624,7 @@ impl Store {
             // (The journal is known once a line is read: a batch holds one.)
             if let (true, Known::Read(progress)) = (end - pending.from >= batch_bytes, &mut known) {
                 let at = (end, lines.get_ref().hash());
-                let batch = (&mut pending.batch, &mut pending.collected);
-                self.import_batch(
-                    batch,
-                    file_name,
-                    &mut done,
-                    progress,
-                    at,
-                    skip.leading_first,
-                )?;
+                pending.import(self, progress, at, file_name, &mut done, skip.leading_first)?;
                 pending.from = end;
             }
         }
@@ -658,21 +639,36 @@ impl Store {
                 Some(_) => input.marked(),
                 None => (input.position(), input.hash()),
             };
-            let batch = (&mut pending.batch, &mut pending.collected);
-            self.import_batch(
-                batch,
-                file_name,
-                &mut done,
-                progress,
-                at,
-                skip.leading_first,
-            )?;
+            pending.import(self, progress, at, file_name, &mut done, skip.leading_first)?;
         }
-        Ok(Read::Done(ImportReport {
-            range: done.range,
-            torn_tail,
-            collected: done.collected,
-        }))
+        Ok(done.report(torn_tail))
+    }
+
+    /// Takes a line read, `item`, which ends at `end` in the input: held
+    /// in `pending` for the next batch (`true`), or skipped as recorded by
+    /// an earlier import (`false`; a line skipped starts no batch, so the
+    /// next one counts its input from after it). `done` says what is
+    /// recorded, for a refusal.
+    fn take_line(
+        &self,
+        mut item: Imported,
+        end: u64,
+        (skip, pending, done): (&mut Skipping, &mut Pending, &ImportDone),
+        opts: &ImportOptions,
+        file_name: &str,
+    ) -> Result<bool> {
+        item.settle_blobs(|h| self.blobs.contains(h));
+        if skip.recorded_before(self, &item, opts, file_name, done)? {
+            pending.from = end;
+            return Ok(false);
+        }
+        // (After the lines recorded before are found: they are found by
+        // the line as it is, as the store recorded it.)
+        let copy = self
+            .settle_collected(&mut item, opts.collected_checkpoints, file_name)
+            .map_err(|e| done.rejected(e, file_name))?;
+        pending.push(item, copy);
+        Ok(true)
     }
 
     /// The journal's progress of an input whose first line is
@@ -1004,6 +1000,21 @@ impl Pending {
         }
         self.batch.push(item);
     }
+
+    /// Imports the lines held as one batch, whose input ends at `at`
+    /// (see [`Store::import_batch`]).
+    fn import(
+        &mut self,
+        store: &Store,
+        progress: &mut Progress,
+        at: (u64, blake3::Hash),
+        file_name: &str,
+        done: &mut ImportDone,
+        leading: Option<Lsn>,
+    ) -> Result<()> {
+        let batch = (&mut self.batch, &mut self.collected);
+        store.import_batch(batch, file_name, done, progress, at, leading)
+    }
 }
 
 /// What [`Store::import_read`] knows of the input's lines an earlier
@@ -1280,6 +1291,16 @@ impl ImportDone {
 
     fn say(&self, reason: String, file: &str) -> String {
         reason + &self.recorded_before(file)
+    }
+
+    /// How the import ended: what it recorded, and the torn last line
+    /// it skipped, if any.
+    fn report(self, torn_tail: Option<TornTail>) -> Read {
+        Read::Done(ImportReport {
+            range: self.range,
+            torn_tail,
+            collected: self.collected,
+        })
     }
 
     /// What of `file` was recorded before a refusal, to end its message.
