@@ -250,96 +250,32 @@ fn fields<'a>(r: &mut Reader<'a>) -> Res<EventRef<'a>> {
     let session = r.str("session")?;
     let run = r.opt_str("run")?;
     let phase = r.opt_str("phase")?;
-    let kind_at = r.pos;
-    let kind_name = r.str("kind")?;
-    let Some(kind) = kind_from_name(kind_name) else {
-        r.pos = kind_at;
-        return Err(r.invalid(
-            "kind",
-            format_args!("unknown event kind `{}`", kind_name.escape_debug()),
-        ));
-    };
+    let kind = r.kind()?;
     let agent = r.opt_str("agent")?;
     let user = r.opt_str("user")?;
     let tool = r.opt_str("tool")?;
     let model = r.opt_str("model")?;
-    let latency_ms = if r.nil() {
-        None
-    } else {
-        Some(r.uint("latency_ms")?)
-    };
+    let latency_ms = r.opt_uint("latency_ms")?;
     let ok = r.bool("ok")?;
     let error_kind = r.opt_str("error_kind")?;
     let text = r.opt_str("text")?;
     let path = r.opt_str("path")?;
     let to_path = r.opt_str("to_path")?;
-    let nfiles = r.array_len("files")?;
-    let mut files = Vec::with_capacity(nfiles as usize);
-    for _ in 0..nfiles {
-        files.push(r.str("files")?);
-    }
-    let diff_stats = if r.nil() {
-        None
-    } else {
-        let n = r.array_len("diff_stats")?;
-        if n != DIFF_STATS_FIELDS {
-            return Err(r.invalid(
-                "diff_stats",
-                format_args!("an array of {n} fields, expected 3"),
-            ));
-        }
-        Some(DiffStats {
-            lines_added: r.uint("diff_stats.lines_added")?,
-            lines_removed: r.uint("diff_stats.lines_removed")?,
-            hunks: r.uint("diff_stats.hunks")?,
-        })
-    };
+    let files = r.strs("files")?;
+    let diff_stats = r.opt_diff_stats()?;
     let diff = r.opt_hash("diff")?;
     let before = r.opt_hash("before")?;
     let after = r.opt_hash("after")?;
-    let nparents = r.array_len("parents")?;
-    let mut parents = Vec::with_capacity(nparents as usize);
-    for _ in 0..nparents {
-        parents.push(Lsn(r.uint("parents")?));
-    }
+    let parents = r.lsns("parents")?;
     let label = r.opt_str("label")?;
     let root = r.opt_hash("root")?;
     let state = r.opt_hash("state")?;
-    let counts = if r.nil() {
-        None
-    } else {
-        let n = r.array_len("counts")?;
-        if !(2..=COUNTS_FIELDS).contains(&n) {
-            return Err(r.invalid("counts", format_args!("an array of {n} fields, expected 3")));
-        }
-        let files = r.uint("counts.files")?;
-        let changed = r.uint("counts.changed")?;
-        let mut skipped = BTreeMap::new();
-        if n == COUNTS_FIELDS {
-            let m = r.map_len("counts.skipped")?;
-            for _ in 0..m {
-                let k = r.str("counts.skipped")?.to_owned();
-                let v = r.uint("counts.skipped")?;
-                skipped.insert(k, v);
-            }
-        }
-        Some(Cow::Owned(CheckpointCounts {
-            files,
-            changed,
-            skipped,
-        }))
-    };
+    let counts = r.opt_counts()?;
     let checkpoint = r.opt_checkpoint("checkpoint")?;
     let source = r.opt_checkpoint("source")?;
     let target = r.opt_checkpoint("target")?;
     let meta = r.opt_str("meta")?.map(MetaRef::Text);
-    if r.pos != r.b.len() {
-        let extra = r.b.len() - r.pos;
-        return Err(r.invalid(
-            "event",
-            format_args!("{extra} trailing bytes after the event"),
-        ));
-    }
+    r.end()?;
     Ok(EventRef {
         ts,
         session,
@@ -371,6 +307,118 @@ fn fields<'a>(r: &mut Reader<'a>) -> Res<EventRef<'a>> {
         target,
         meta,
     })
+}
+
+/// The parts of an event array that are more than one value: each read
+/// where [`fields`] names it, inlined into its loop.
+impl<'a> Reader<'a> {
+    /// The event's kind, by its name.
+    #[inline]
+    fn kind(&mut self) -> Res<EventKind> {
+        let kind_at = self.pos;
+        let kind_name = self.str("kind")?;
+        let Some(kind) = kind_from_name(kind_name) else {
+            self.pos = kind_at;
+            return Err(self.invalid(
+                "kind",
+                format_args!("unknown event kind `{}`", kind_name.escape_debug()),
+            ));
+        };
+        Ok(kind)
+    }
+
+    /// An unsigned integer, or nil.
+    #[inline]
+    fn opt_uint(&mut self, field: &str) -> Res<Option<u64>> {
+        if self.nil() {
+            Ok(None)
+        } else {
+            Ok(Some(self.uint(field)?))
+        }
+    }
+
+    /// An array of strings.
+    #[inline]
+    fn strs(&mut self, field: &str) -> Res<Vec<&'a str>> {
+        let n = self.array_len(field)?;
+        let mut out = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            out.push(self.str(field)?);
+        }
+        Ok(out)
+    }
+
+    /// An array of LSNs.
+    #[inline]
+    fn lsns(&mut self, field: &str) -> Res<Vec<Lsn>> {
+        let n = self.array_len(field)?;
+        let mut out = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            out.push(Lsn(self.uint(field)?));
+        }
+        Ok(out)
+    }
+
+    /// The `diff_stats` array, or nil.
+    #[inline]
+    fn opt_diff_stats(&mut self) -> Res<Option<DiffStats>> {
+        if self.nil() {
+            return Ok(None);
+        }
+        let n = self.array_len("diff_stats")?;
+        if n != DIFF_STATS_FIELDS {
+            return Err(self.invalid(
+                "diff_stats",
+                format_args!("an array of {n} fields, expected 3"),
+            ));
+        }
+        Ok(Some(DiffStats {
+            lines_added: self.uint("diff_stats.lines_added")?,
+            lines_removed: self.uint("diff_stats.lines_removed")?,
+            hunks: self.uint("diff_stats.hunks")?,
+        }))
+    }
+
+    /// The `counts` array (its `skipped` map optional), or nil.
+    #[inline]
+    fn opt_counts(&mut self) -> Res<Option<Cow<'a, CheckpointCounts>>> {
+        if self.nil() {
+            return Ok(None);
+        }
+        let n = self.array_len("counts")?;
+        if !(2..=COUNTS_FIELDS).contains(&n) {
+            return Err(self.invalid("counts", format_args!("an array of {n} fields, expected 3")));
+        }
+        let files = self.uint("counts.files")?;
+        let changed = self.uint("counts.changed")?;
+        let mut skipped = BTreeMap::new();
+        if n == COUNTS_FIELDS {
+            let m = self.map_len("counts.skipped")?;
+            for _ in 0..m {
+                let k = self.str("counts.skipped")?.to_owned();
+                let v = self.uint("counts.skipped")?;
+                skipped.insert(k, v);
+            }
+        }
+        Ok(Some(Cow::Owned(CheckpointCounts {
+            files,
+            changed,
+            skipped,
+        })))
+    }
+
+    /// The end of the event: no bytes after it.
+    #[inline]
+    fn end(&mut self) -> Res<()> {
+        if self.pos != self.b.len() {
+            let extra = self.b.len() - self.pos;
+            return Err(self.invalid(
+                "event",
+                format_args!("{extra} trailing bytes after the event"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The kind named `s` (a match, not a search: this runs once per record

@@ -9,6 +9,7 @@
 
 use std::cell::Cell;
 
+use crate::event::{CheckpointCounts, DiffStats};
 use crate::event_ref::{EventRef, MetaRef};
 use crate::time::{IsoDay, Timestamp};
 use crate::{BlobHash, ChainHash, CheckpointId, CodecError, Lsn};
@@ -70,76 +71,21 @@ pub fn write_json_line(
     opt_str(out, "text", e.text);
     opt_str(out, "path", e.path);
     opt_str(out, "to_path", e.to_path);
-    if !e.files.is_empty() {
-        key(out, "files");
-        out.push(b'[');
-        for (i, f) in e.files.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            string(out, f);
-        }
-        out.push(b']');
-    }
-    if let Some(d) = e.diff_stats {
-        key(out, "diff_stats");
-        out.extend_from_slice(b"{\"lines_added\":");
-        uint(out, d.lines_added);
-        out.extend_from_slice(b",\"lines_removed\":");
-        uint(out, d.lines_removed);
-        out.extend_from_slice(b",\"hunks\":");
-        uint(out, d.hunks);
-        out.push(b'}');
-    }
+    files(out, &e.files);
+    opt_diff_stats(out, e.diff_stats);
     opt_hash(out, "diff", e.diff);
     opt_hash(out, "before", e.before);
     opt_hash(out, "after", e.after);
-    if !e.parents.is_empty() {
-        key(out, "parents");
-        out.push(b'[');
-        for (i, p) in e.parents.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            uint(out, p.0);
-        }
-        out.push(b']');
-    }
+    parents(out, &e.parents);
     opt_str(out, "label", e.label);
     opt_hash(out, "root", e.root);
     opt_hash(out, "state", e.state);
-    if let Some(c) = &e.counts {
-        key(out, "counts");
-        out.extend_from_slice(b"{\"files\":");
-        uint(out, c.files);
-        out.extend_from_slice(b",\"changed\":");
-        uint(out, c.changed);
-        out.extend_from_slice(b",\"skipped\":{");
-        for (i, (k, v)) in c.skipped.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            string(out, k);
-            out.push(b':');
-            uint(out, *v);
-        }
-        out.extend_from_slice(b"}}");
-    }
+    opt_counts(out, e.counts.as_deref());
     opt_checkpoint(out, "checkpoint", e.checkpoint);
     opt_checkpoint(out, "source", e.source);
     opt_checkpoint(out, "target", e.target);
     if let Some(m) = e.meta {
-        key(out, "meta");
-        let written = match m {
-            MetaRef::Map(m) => serde_json::to_writer(&mut *out, &m.0),
-            // Parsed and re-serialized, so text that is not a JSON object
-            // is refused rather than passed through.
-            MetaRef::Text(t) => match serde_json::from_str::<serde_json::Map<_, _>>(t) {
-                Ok(map) => serde_json::to_writer(&mut *out, &map),
-                Err(err) => Err(err),
-            },
-        };
-        if let Err(err) = written {
+        if let Err(err) = meta(out, m) {
             out.truncate(start);
             return Err(CodecError::Body(format!(
                 "field `meta` of LSN {lsn}: {err}"
@@ -150,6 +96,89 @@ pub fn write_json_line(
     hex(out, &hash.0);
     out.extend_from_slice(b"}\n");
     Ok(())
+}
+
+/// `"files":[...]`, when there are any.
+#[inline]
+fn files(out: &mut Vec<u8>, files: &[&str]) {
+    if files.is_empty() {
+        return;
+    }
+    key(out, "files");
+    out.push(b'[');
+    for (i, f) in files.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, f);
+    }
+    out.push(b']');
+}
+
+/// `"diff_stats":{...}`, when there are some.
+#[inline]
+fn opt_diff_stats(out: &mut Vec<u8>, d: Option<DiffStats>) {
+    let Some(d) = d else { return };
+    key(out, "diff_stats");
+    out.extend_from_slice(b"{\"lines_added\":");
+    uint(out, d.lines_added);
+    out.extend_from_slice(b",\"lines_removed\":");
+    uint(out, d.lines_removed);
+    out.extend_from_slice(b",\"hunks\":");
+    uint(out, d.hunks);
+    out.push(b'}');
+}
+
+/// `"parents":[...]`, when there are any.
+#[inline]
+fn parents(out: &mut Vec<u8>, parents: &[Lsn]) {
+    if parents.is_empty() {
+        return;
+    }
+    key(out, "parents");
+    out.push(b'[');
+    for (i, p) in parents.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        uint(out, p.0);
+    }
+    out.push(b']');
+}
+
+/// `"counts":{...}`, when there are some.
+#[inline]
+fn opt_counts(out: &mut Vec<u8>, c: Option<&CheckpointCounts>) {
+    let Some(c) = c else { return };
+    key(out, "counts");
+    out.extend_from_slice(b"{\"files\":");
+    uint(out, c.files);
+    out.extend_from_slice(b",\"changed\":");
+    uint(out, c.changed);
+    out.extend_from_slice(b",\"skipped\":{");
+    for (i, (k, v)) in c.skipped.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, k);
+        out.push(b':');
+        uint(out, *v);
+    }
+    out.extend_from_slice(b"}}");
+}
+
+/// `"meta":{...}`. Stored text is parsed and re-serialized, so text that
+/// is not a JSON object is refused rather than passed through.
+#[inline]
+fn meta(out: &mut Vec<u8>, m: MetaRef<'_>) -> Result<(), serde_json::Error> {
+    key(out, "meta");
+    match m {
+        MetaRef::Map(m) => serde_json::to_writer(&mut *out, &m.0),
+        MetaRef::Text(t) => match serde_json::from_str::<serde_json::Map<_, _>>(t) {
+            Ok(map) => serde_json::to_writer(&mut *out, &map),
+            Err(err) => Err(err),
+        },
+    }
 }
 
 fn key(out: &mut Vec<u8>, k: &str) {

@@ -173,26 +173,13 @@ impl fmt::Display for SnapshotError {
                 id,
                 at,
                 by_retention,
-            } => write!(
-                f,
-                "checkpoint {id} was discarded at LSN {at} ({}) and its files are no longer all \
-                 in the store, so it can no longer be restored; list the remaining ones with \
-                 `cairn checkpoints`",
-                crate::retention::discarded_by_words(*by_retention)
-            ),
+            } => discarded(f, *id, *at, *by_retention, None),
             SnapshotError::DiscardedStateGone {
                 id,
                 at,
                 by_retention,
                 state,
-            } => write!(
-                f,
-                "checkpoint {id} was discarded at LSN {at} ({}); its files are all still in the \
-                 store, but its application state (blob {state}) is not, so it can no longer be \
-                 rolled back to (`cairn tree {id}` and `cairn show {id}:PATH` still read its \
-                 files)",
-                crate::retention::discarded_by_words(*by_retention)
-            ),
+            } => discarded(f, *id, *at, *by_retention, Some(state)),
             SnapshotError::RollbackIncomplete {
                 source_checkpoint,
                 cause,
@@ -207,6 +194,32 @@ impl fmt::Display for SnapshotError {
             ),
             SnapshotError::Invalid(s) => f.write_str(s),
         }
+    }
+}
+
+/// The refusal of checkpoint `id`, discarded at `at`: its files are gone,
+/// or (`state` given) only its application state is.
+fn discarded(
+    f: &mut fmt::Formatter<'_>,
+    id: CheckpointId,
+    at: cairn_codec::Lsn,
+    by_retention: bool,
+    state: Option<&BlobHash>,
+) -> fmt::Result {
+    let by = crate::retention::discarded_by_words(by_retention);
+    write!(f, "checkpoint {id} was discarded at LSN {at} ({by})")?;
+    match state {
+        None => write!(
+            f,
+            " and its files are no longer all in the store, so it can no longer be restored; \
+             list the remaining ones with `cairn checkpoints`"
+        ),
+        Some(state) => write!(
+            f,
+            "; its files are all still in the store, but its application state (blob {state}) \
+             is not, so it can no longer be rolled back to (`cairn tree {id}` and \
+             `cairn show {id}:PATH` still read its files)"
+        ),
     }
 }
 
@@ -231,5 +244,44 @@ impl From<EngineError> for SnapshotError {
 impl From<CodecError> for SnapshotError {
     fn from(e: CodecError) -> Self {
         SnapshotError::Codec(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_codec::Lsn;
+
+    /// The two refusals of a discarded checkpoint share their opening and
+    /// differ in what is gone: the files, or only the application state.
+    #[test]
+    fn a_discarded_checkpoint_says_by_whom_and_what_is_gone() {
+        let e = SnapshotError::Discarded {
+            id: CheckpointId(Lsn(7)),
+            at: Lsn(9),
+            by_retention: true,
+        };
+        assert_eq!(
+            e.to_string(),
+            "checkpoint c7 was discarded at LSN 9 (by retention) and its files are no longer \
+             all in the store, so it can no longer be restored; list the remaining ones with \
+             `cairn checkpoints`"
+        );
+        let state = BlobHash([0xab; 32]);
+        let e = SnapshotError::DiscardedStateGone {
+            id: CheckpointId(Lsn(7)),
+            at: Lsn(9),
+            by_retention: false,
+            state,
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "checkpoint c7 was discarded at LSN 9 (by a recorded checkpoint.discard event); \
+                 its files are all still in the store, but its application state (blob {state}) \
+                 is not, so it can no longer be rolled back to (`cairn tree c7` and \
+                 `cairn show c7:PATH` still read its files)"
+            )
+        );
     }
 }

@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 
+use cairn_codec::event::Meta;
 use cairn_codec::{Event, Lsn};
 use cairn_query::Filter;
 use serde_json::{Map, Value};
@@ -88,6 +89,40 @@ pub(crate) fn bounded(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+/// `e` marked as a call that runs a shell: its `command` when known, and
+/// `may_change_unrecorded_files`, as a shell may change files no record
+/// names.
+pub(crate) fn shell_call(e: Event, command: Option<String>) -> Event {
+    let e = match command {
+        Some(c) => e.with_meta("command", c),
+        None => e,
+    };
+    e.with_meta("may_change_unrecorded_files", true)
+}
+
+/// `e` keeping, under meta namespace `ns`, the line's `fields` and `key`,
+/// the key naming the line it came from.
+pub(crate) fn with_line_key(
+    mut e: Event,
+    ns: &str,
+    mut fields: Map<String, Value>,
+    key: String,
+) -> Event {
+    fields.insert("key".into(), Value::String(key));
+    e.meta
+        .get_or_insert_with(Meta::new)
+        .insert(ns, Value::Object(fields));
+    e
+}
+
+/// Pushes `made`, the events of one line, to `events`, each keeping its
+/// key `{base}#{i}` (`i` its place among them) under meta namespace `ns`.
+pub(crate) fn push_keyed(events: &mut Vec<Event>, made: Vec<Event>, ns: &str, base: &str) {
+    for (i, e) in made.into_iter().enumerate() {
+        events.push(with_line_key(e, ns, Map::new(), format!("{base}#{i}")));
+    }
 }
 
 /// The key naming the line an event came from, under meta namespace `ns`.

@@ -62,13 +62,28 @@ use crate::Store;
 
 pub use super::agent::MAX_TOOL_SUMMARY_BYTES;
 use super::agent::{
-    json_lines, summary_json as summary, AgentCounts, Appended, IMPORT_BATCH_EVENTS,
+    self, json_lines, summary_json as summary, AgentCounts, Appended, IMPORT_BATCH_EVENTS,
 };
 
 /// The most bytes of a record kept whole in a generic record's meta: a
 /// progress record with a tool's whole output would otherwise repeat it.
 /// Larger ones keep their type and a note that they were cut.
 pub const MAX_GENERIC_RECORD_BYTES: usize = 16 * 1024;
+
+/// A generic record's copy of its line `o` (`raw` its bytes): the whole
+/// object, or `cut()` (what names it) when it is over
+/// [`MAX_GENERIC_RECORD_BYTES`].
+pub(crate) fn kept_record(
+    raw: &[u8],
+    o: &Map<String, Value>,
+    cut: impl FnOnce() -> Value,
+) -> Value {
+    if raw.len() <= MAX_GENERIC_RECORD_BYTES {
+        Value::Object(o.clone())
+    } else {
+        cut()
+    }
+}
 
 /// The most bytes of one transcript line: Claude Code writes a Write's
 /// whole file into a line, twice (input and result), so lines are large,
@@ -536,42 +551,64 @@ pub fn parse_transcript(
     put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
     backup: &mut dyn FnMut(&str, &str) -> Option<Vec<u8>>,
 ) -> Result<ParsedTranscript> {
-    let mut out = ParsedTranscript::default();
     // First pass: every line as JSON, so a malformed one refuses the file
     // before anything is made of it, and results can be matched to calls.
     let lines = json_lines(text, name, MAX_TRANSCRIPT_LINE_BYTES)?;
-    out.lines = lines.len() as u64;
-    let Calls {
-        failed,
-        calls,
-        texts,
-        session: file_session,
-    } = calls_of(&lines);
-    let file_session = file_session.unwrap_or_else(|| {
+    let mut calls = calls_of(&lines);
+    let file_session = calls.session.take().unwrap_or_else(|| {
         Path::new(name).file_stem().map_or_else(
             || "claude-code".into(),
             |s| s.to_string_lossy().into_owned(),
         )
     });
-    let mut replied: HashSet<String> = HashSet::new();
+    let mut t = Transcript {
+        name,
+        calls,
+        replied: HashSet::new(),
+        graph: Conversation::default(),
+        put,
+        backup,
+        out: ParsedTranscript {
+            lines: lines.len() as u64,
+            ..ParsedTranscript::default()
+        },
+    };
     let mut last_ts: Option<Timestamp> = None;
-    // The conversation's graph: each line's parent, by `uuid`; the key of
-    // the last event each line made; prompts counted by session.
-    let mut parent_of: HashMap<String, String> = HashMap::new();
-    let mut key_of: HashMap<String, String> = HashMap::new();
-    let mut prompts: HashMap<String, u64> = HashMap::new();
-    let mut first_key: HashMap<String, String> = HashMap::new();
     for (n, raw, o) in &lines {
-        let uuid = o.get("uuid").and_then(Value::as_str);
-        let parent_uuid = ["parentUuid", "logicalParentUuid"]
-            .iter()
-            .find_map(|k| o.get(*k).and_then(Value::as_str));
-        if let (Some(u), Some(p)) = (uuid, parent_uuid) {
-            parent_of.insert(u.to_string(), p.to_string());
-        }
-        let mut point: Option<Event> = None;
-        let key_base = blake3::hash(raw).to_hex()[..32].to_string();
-        let session = session_of(o).unwrap_or_else(|| file_session.clone());
+        let line = TranscriptLine::of(*n, raw, o, &file_session, last_ts);
+        last_ts = Some(line.ts);
+        t.line(&line)?;
+    }
+    Ok(t.out)
+}
+
+/// One line of a transcript as it is mapped: where it is, its place in
+/// the conversation, its session and time (that of the line before when
+/// it has none).
+struct TranscriptLine<'l> {
+    n: usize,
+    raw: &'l [u8],
+    o: &'l Map<String, Value>,
+    uuid: Option<&'l str>,
+    /// The line it continues from (`parentUuid`, else `logicalParentUuid`).
+    parent_uuid: Option<&'l str>,
+    /// A hash of its bytes: its events' keys are `{key_base}#{i}`.
+    key_base: String,
+    session: String,
+    ts: Timestamp,
+    cwd: Option<&'l str>,
+    /// The record's `type`.
+    kind: &'l str,
+}
+
+impl<'l> TranscriptLine<'l> {
+    fn of(
+        n: usize,
+        raw: &'l [u8],
+        o: &'l Map<String, Value>,
+        file_session: &str,
+        last_ts: Option<Timestamp>,
+    ) -> TranscriptLine<'l> {
         let ts = o
             .get("timestamp")
             .or_else(|| o.get("snapshot").and_then(|s| s.get("timestamp")))
@@ -579,173 +616,139 @@ pub fn parse_transcript(
             .and_then(|t| Timestamp::parse(t).ok())
             .or(last_ts)
             .unwrap_or(Timestamp(0));
-        last_ts = Some(ts);
-        let mut made: Vec<Event> = Vec::new();
-        let cc = common_meta(o);
-        let cwd = o.get("cwd").and_then(Value::as_str);
-        let kind = o.get("type").and_then(Value::as_str).unwrap_or("");
-        let new = |k: EventKind| {
-            let mut e = Event::new(k, session.clone());
-            e.ts = ts;
-            e
-        };
-        match kind {
-            "user" => {
-                let content = o.get("message").and_then(|m| m.get("content"));
-                let compact = o.get("isCompactSummary").and_then(Value::as_bool) == Some(true);
-                let text = match content {
-                    Some(Value::String(s)) => Some(s.clone()),
-                    Some(Value::Array(a)) => {
-                        let t: Vec<&str> = a
-                            .iter()
-                            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-                            .filter_map(|b| b.get("text").and_then(Value::as_str))
-                            .collect();
-                        (!t.is_empty()).then(|| t.join("\n"))
-                    }
-                    _ => None,
-                };
-                if let Some(t) = text {
-                    if compact {
-                        let mut e = new(EventKind::Custom).with_text(t);
-                        e.label = Some("compaction".into());
-                        made.push(e);
-                    } else {
-                        if !is_subagent(o) {
-                            let count = prompts.entry(session.clone()).or_default();
-                            *count += 1;
-                            let mut p = new(EventKind::CheckpointCreate);
-                            p.label = Some(before_prompt_label(*count));
-                            let mut from = ancestor_keys(parent_uuid, &parent_of, &key_of);
-                            from.extend(first_key.get(&session).cloned());
-                            out.points.insert(format!("{key_base}#point"), from);
-                            point = Some(p);
-                        }
-                        made.push(new(EventKind::Prompt).with_text(t));
-                    }
-                }
-                if let Some(Value::Object(r)) = o.get("toolUseResult") {
-                    let id = content
-                        .and_then(Value::as_array)
-                        .and_then(|a| {
-                            a.iter()
-                                .find_map(|b| b.get("tool_use_id").and_then(Value::as_str))
-                        })
-                        .unwrap_or("");
-                    let call = calls.get(id);
-                    if let Some(mut e) =
-                        file_event(r, call, cwd, put, &mut out.mismatches, name, *n)?
-                    {
-                        e.session = session.clone();
-                        e.ts = ts;
-                        e.ok = !failed.get(id).copied().unwrap_or(false);
-                        e.meta
-                            .get_or_insert_with(Meta::new)
-                            .insert("tool_use_id", id.to_string());
-                        made.push(e);
-                    }
-                }
-            }
-            "assistant" => {
-                let msg = o.get("message");
-                let mid = msg.and_then(|m| m.get("id")).and_then(Value::as_str);
-                let model = msg
-                    .and_then(|m| m.get("model"))
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
-                let usage = msg.and_then(|m| m.get("usage")).cloned();
-                let blocks = msg
-                    .and_then(|m| m.get("content"))
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                for b in &blocks {
-                    match b.get("type").and_then(Value::as_str) {
-                        Some("text") => {
-                            let Some(mid) = mid else { continue };
-                            if !replied.insert(mid.to_string()) {
-                                continue;
-                            }
-                            let mut e = new(EventKind::Reply)
-                                .with_text(texts.get(mid).cloned().unwrap_or_default());
-                            e.model = model.clone();
-                            if let Some(u) = &usage {
-                                e = e.with_meta("usage", u.clone());
-                            }
-                            made.push(e.with_meta("message_id", mid));
-                        }
-                        Some("tool_use") => {
-                            let id = b.get("id").and_then(Value::as_str).unwrap_or("");
-                            let tool = b.get("name").and_then(Value::as_str).unwrap_or("?");
-                            let input = b.get("input").cloned().unwrap_or(Value::Null);
-                            let mut e = new(EventKind::ToolCall).with_text(summary(&input));
-                            e.tool = Some(tool.to_string());
-                            e.model = model.clone();
-                            e.ok = !failed.get(id).copied().unwrap_or(false);
-                            let mut e = e.with_meta("tool_use_id", id);
-                            if tool == "Bash" {
-                                if let Some(c) = input.get("command").and_then(Value::as_str) {
-                                    e = e.with_meta("command", c);
-                                }
-                                e = e.with_meta("may_change_unrecorded_files", true);
-                            }
-                            if let Some(mid) = mid {
-                                e = e.with_meta("message_id", mid);
-                            }
-                            made.push(e);
-                        }
-                        _ => {}
-                    }
-                }
-            }
+        TranscriptLine {
+            n,
+            raw,
+            o,
+            uuid: o.get("uuid").and_then(Value::as_str),
+            parent_uuid: ["parentUuid", "logicalParentUuid"]
+                .iter()
+                .find_map(|k| o.get(*k).and_then(Value::as_str)),
+            key_base: blake3::hash(raw).to_hex()[..32].to_string(),
+            session: session_of(o).unwrap_or_else(|| file_session.to_string()),
+            ts,
+            cwd: o.get("cwd").and_then(Value::as_str),
+            kind: o.get("type").and_then(Value::as_str).unwrap_or(""),
+        }
+    }
+
+    /// A new event of this line's session and time.
+    fn event(&self, k: EventKind) -> Event {
+        let mut e = Event::new(k, self.session.clone());
+        e.ts = self.ts;
+        e
+    }
+
+    /// A compaction marker with `text`.
+    fn compaction(&self, text: Option<String>) -> Event {
+        let mut e = self.event(EventKind::Custom);
+        e.text = text;
+        e.label = Some("compaction".into());
+        e
+    }
+}
+
+/// The conversation's graph as a transcript is read: each line's parent,
+/// by `uuid`; the key of the last event each line made; the key of each
+/// session's first event; prompts counted by session.
+#[derive(Default)]
+struct Conversation {
+    parent_of: HashMap<String, String>,
+    key_of: HashMap<String, String>,
+    first_key: HashMap<String, String>,
+    prompts: HashMap<String, u64>,
+}
+
+impl Conversation {
+    /// Notes the line's parent, before its events are made.
+    fn link(&mut self, l: &TranscriptLine<'_>) {
+        if let (Some(u), Some(p)) = (l.uuid, l.parent_uuid) {
+            self.parent_of.insert(u.to_string(), p.to_string());
+        }
+    }
+
+    /// The point before the prompt on line `l`, labelled by its number in
+    /// the session, and the line keys of the records it may continue
+    /// from (see [`ParsedTranscript::points`]).
+    fn point_before(&mut self, l: &TranscriptLine<'_>) -> (Event, Vec<String>) {
+        let count = self.prompts.entry(l.session.clone()).or_default();
+        *count += 1;
+        let mut p = l.event(EventKind::CheckpointCreate);
+        p.label = Some(before_prompt_label(*count));
+        let mut from = ancestor_keys(l.parent_uuid, &self.parent_of, &self.key_of);
+        from.extend(self.first_key.get(&l.session).cloned());
+        (p, from)
+    }
+
+    /// Notes the keys of the `made` events of line `l`.
+    fn made(&mut self, l: &TranscriptLine<'_>, made: usize) {
+        if let (Some(u), Some(last)) = (l.uuid, made.checked_sub(1)) {
+            self.key_of
+                .insert(u.to_string(), format!("{}#{last}", l.key_base));
+        }
+        if made > 0 {
+            self.first_key
+                .entry(l.session.clone())
+                .or_insert_with(|| format!("{}#0", l.key_base));
+        }
+    }
+}
+
+/// An assistant message's fields its events share.
+struct Message<'l> {
+    id: Option<&'l str>,
+    model: Option<String>,
+    usage: Option<&'l Value>,
+}
+
+/// What the reading of one transcript carries from line to line.
+struct Transcript<'r> {
+    name: &'r str,
+    calls: Calls,
+    /// The messages whose reply is made (at their first text line).
+    replied: HashSet<String>,
+    graph: Conversation,
+    put: &'r mut dyn FnMut(&[u8]) -> Result<BlobHash>,
+    backup: &'r mut dyn FnMut(&str, &str) -> Option<Vec<u8>>,
+    out: ParsedTranscript,
+}
+
+impl Transcript<'_> {
+    /// Makes the events of line `l` (and the point before its prompt).
+    fn line(&mut self, l: &TranscriptLine<'_>) -> Result<()> {
+        self.graph.link(l);
+        let mut point = None;
+        let made = match l.kind {
+            "user" => self.user(l, &mut point)?,
+            "assistant" => self.assistant(l),
             "file-history-snapshot" => {
-                let e = new(EventKind::Custom);
-                made.push(snapshot_event(e, o, &session, cwd, put, backup, &mut out)?);
+                let e = l.event(EventKind::Custom);
+                let (put, backup) = (&mut *self.put, &mut *self.backup);
+                let cwd = l.cwd;
+                vec![snapshot_event(
+                    e,
+                    l.o,
+                    &l.session,
+                    cwd,
+                    put,
+                    backup,
+                    &mut self.out,
+                )?]
             }
-            "system" if o.get("subtype").and_then(Value::as_str) == Some("compact_boundary") => {
-                let mut e = new(EventKind::Custom).with_text("Conversation compacted");
-                e.label = Some("compaction".into());
-                if let Some(m) = o.get("compactMetadata") {
+            "system" if l.o.get("subtype").and_then(Value::as_str) == Some("compact_boundary") => {
+                let mut e = l.compaction(Some("Conversation compacted".into()));
+                if let Some(m) = l.o.get("compactMetadata") {
                     e = e.with_meta("compact", m.clone());
                 }
-                made.push(e);
+                vec![e]
             }
             "summary" => {
-                let mut e = new(EventKind::Custom);
-                e.text = o.get("summary").and_then(Value::as_str).map(str::to_string);
-                e.label = Some("compaction".into());
-                made.push(e);
+                let text = l.o.get("summary").and_then(Value::as_str);
+                vec![l.compaction(text.map(str::to_string))]
             }
-            other => {
-                if !KNOWN_TYPES.contains(&other) {
-                    *out.unknown.entry(other.to_string()).or_default() += 1;
-                }
-                let mut e = new(EventKind::Custom);
-                let label = match o.get("subtype").and_then(Value::as_str) {
-                    Some(s) => format!("{other}:{s}"),
-                    None => other.to_string(),
-                };
-                e.label = Some(if label.is_empty() {
-                    "unknown".into()
-                } else {
-                    label
-                });
-                let record = if raw.len() <= MAX_GENERIC_RECORD_BYTES {
-                    Value::Object(o.clone())
-                } else {
-                    json!({"type": other, "cut": raw.len()})
-                };
-                made.push(e.with_meta("record", record));
-            }
-        }
-        if let (Some(u), Some(last)) = (uuid, made.len().checked_sub(1)) {
-            key_of.insert(u.to_string(), format!("{key_base}#{last}"));
-        }
-        if !made.is_empty() {
-            first_key
-                .entry(session.clone())
-                .or_insert_with(|| format!("{key_base}#0"));
-        }
+            other => vec![self.generic(l, other)],
+        };
+        self.graph.made(l, made.len());
         // The point is keyed apart from the line's other events, whose
         // keys stay as they were before points were recorded.
         let point = point.map(|p| (String::from("point"), p));
@@ -753,16 +756,156 @@ pub fn parse_transcript(
             .into_iter()
             .enumerate()
             .map(|(i, e)| (i.to_string(), e));
-        for (i, mut e) in point.into_iter().chain(made) {
-            let mut c = cc.clone();
-            c.insert("key".into(), json!(format!("{key_base}#{i}")));
-            e.meta
-                .get_or_insert_with(Meta::new)
-                .insert(META_CLAUDE_CODE, Value::Object(c));
-            out.events.push(e);
+        let cc = common_meta(l.o);
+        for (i, e) in point.into_iter().chain(made) {
+            let key = format!("{}#{i}", l.key_base);
+            let e = agent::with_line_key(e, META_CLAUDE_CODE, cc.clone(), key);
+            self.out.events.push(e);
         }
+        Ok(())
     }
-    Ok(out)
+
+    /// A user's line: its prompt (with the point before it, in `point`) or
+    /// compaction summary, and the file event of a tool result it holds.
+    fn user(&mut self, l: &TranscriptLine<'_>, point: &mut Option<Event>) -> Result<Vec<Event>> {
+        let content = l.o.get("message").and_then(|m| m.get("content"));
+        let compact = l.o.get("isCompactSummary").and_then(Value::as_bool) == Some(true);
+        let mut made = Vec::new();
+        if let Some(t) = user_text(content) {
+            if compact {
+                made.push(l.compaction(Some(t)));
+            } else {
+                if !is_subagent(l.o) {
+                    let (p, from) = self.graph.point_before(l);
+                    self.out
+                        .points
+                        .insert(format!("{}#point", l.key_base), from);
+                    *point = Some(p);
+                }
+                made.push(l.event(EventKind::Prompt).with_text(t));
+            }
+        }
+        if let Some(Value::Object(r)) = l.o.get("toolUseResult") {
+            let id = content
+                .and_then(Value::as_array)
+                .and_then(|a| {
+                    a.iter()
+                        .find_map(|b| b.get("tool_use_id").and_then(Value::as_str))
+                })
+                .unwrap_or("");
+            let call = self.calls.calls.get(id);
+            let mismatches = &mut self.out.mismatches;
+            if let Some(mut e) = file_event(r, call, l.cwd, self.put, mismatches, self.name, l.n)? {
+                e.session = l.session.clone();
+                e.ts = l.ts;
+                e.ok = !self.calls.failed.get(id).copied().unwrap_or(false);
+                e.meta
+                    .get_or_insert_with(Meta::new)
+                    .insert("tool_use_id", id.to_string());
+                made.push(e);
+            }
+        }
+        Ok(made)
+    }
+
+    /// An assistant's line: the reply of its message (at the message's
+    /// first text line) and its tool calls.
+    fn assistant(&mut self, l: &TranscriptLine<'_>) -> Vec<Event> {
+        let msg = l.o.get("message");
+        let m = Message {
+            id: msg.and_then(|m| m.get("id")).and_then(Value::as_str),
+            model: msg
+                .and_then(|m| m.get("model"))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            usage: msg.and_then(|m| m.get("usage")),
+        };
+        let blocks = msg
+            .and_then(|m| m.get("content"))
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice);
+        let mut made = Vec::new();
+        for b in blocks {
+            match b.get("type").and_then(Value::as_str) {
+                Some("text") => made.extend(self.reply(l, &m)),
+                Some("tool_use") => made.push(self.tool_use(l, &m, b)),
+                _ => {}
+            }
+        }
+        made
+    }
+
+    /// The reply of message `m`, its text blocks joined, once per message.
+    fn reply(&mut self, l: &TranscriptLine<'_>, m: &Message<'_>) -> Option<Event> {
+        let mid = m.id?;
+        if !self.replied.insert(mid.to_string()) {
+            return None;
+        }
+        let text = self.calls.texts.get(mid).cloned().unwrap_or_default();
+        let mut e = l.event(EventKind::Reply).with_text(text);
+        e.model = m.model.clone();
+        if let Some(u) = m.usage {
+            e = e.with_meta("usage", u.clone());
+        }
+        Some(e.with_meta("message_id", mid))
+    }
+
+    /// The `tool_call` of a `tool_use` block `b` of message `m`.
+    fn tool_use(&self, l: &TranscriptLine<'_>, m: &Message<'_>, b: &Value) -> Event {
+        let id = b.get("id").and_then(Value::as_str).unwrap_or("");
+        let tool = b.get("name").and_then(Value::as_str).unwrap_or("?");
+        let input = b.get("input").cloned().unwrap_or(Value::Null);
+        let mut e = l.event(EventKind::ToolCall).with_text(summary(&input));
+        e.tool = Some(tool.to_string());
+        e.model = m.model.clone();
+        e.ok = !self.calls.failed.get(id).copied().unwrap_or(false);
+        let mut e = e.with_meta("tool_use_id", id);
+        if tool == "Bash" {
+            let command = input.get("command").and_then(Value::as_str);
+            e = agent::shell_call(e, command.map(str::to_string));
+        }
+        if let Some(mid) = m.id {
+            e = e.with_meta("message_id", mid);
+        }
+        e
+    }
+
+    /// A `custom` record holding a line of type `kind` (cut when large),
+    /// labelled with its type and subtype; a type not known is counted.
+    fn generic(&mut self, l: &TranscriptLine<'_>, kind: &str) -> Event {
+        if !KNOWN_TYPES.contains(&kind) {
+            *self.out.unknown.entry(kind.to_string()).or_default() += 1;
+        }
+        let mut e = l.event(EventKind::Custom);
+        let label = match l.o.get("subtype").and_then(Value::as_str) {
+            Some(s) => format!("{kind}:{s}"),
+            None => kind.to_string(),
+        };
+        e.label = Some(if label.is_empty() {
+            "unknown".into()
+        } else {
+            label
+        });
+        let record = kept_record(l.raw, l.o, || json!({"type": kind, "cut": l.raw.len()}));
+        e.with_meta("record", record)
+    }
+}
+
+/// The text of a user's message `content`: a string, or its text blocks
+/// joined by newlines; `None` when it has none (a tool result).
+fn user_text(content: Option<&Value>) -> Option<String> {
+    match content {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(a)) => {
+            let t: Vec<&str> = a
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect();
+            (!t.is_empty()).then(|| t.join("\n"))
+        }
+        _ => None,
+    }
 }
 
 /// `e` as the record of a `file-history-snapshot` line `o`: the files it
@@ -873,51 +1016,8 @@ fn file_event(
     else {
         return Ok(None);
     };
-    let tool = call.map(|c| c.0.as_str()).unwrap_or("");
     let original = r.get("originalFile").and_then(Value::as_str);
-    let (kind, after): (EventKind, Option<String>) = if let Some(c) = r
-        .get("content")
-        .and_then(Value::as_str)
-        .filter(|_| r.contains_key("type"))
-    {
-        // Write: `type` is `create` or `update`.
-        let kind = if r.get("type").and_then(Value::as_str) == Some("create") {
-            EventKind::FileCreate
-        } else {
-            EventKind::FileWrite
-        };
-        (kind, Some(c.to_string()))
-    } else if let (Some(old), Some(new)) = (
-        r.get("oldString").and_then(Value::as_str),
-        r.get("newString").and_then(Value::as_str),
-    ) {
-        let all = r
-            .get("replaceAll")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let after = original.map(|f| replace(f, old, new, all));
-        (EventKind::FileEdit, after.flatten())
-    } else if let Some(edits) = r.get("edits").and_then(Value::as_array).or_else(|| {
-        call.and_then(|c| c.2.get("edits"))
-            .and_then(Value::as_array)
-    }) {
-        let mut cur = original.map(str::to_string);
-        for ed in edits {
-            let old = ed.get("old_string").and_then(Value::as_str);
-            let new = ed.get("new_string").and_then(Value::as_str);
-            let all = ed
-                .get("replace_all")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            cur = match (cur, old, new) {
-                (Some(c), Some(o), Some(n)) => replace(&c, o, n, all),
-                _ => None,
-            };
-        }
-        (EventKind::FileEdit, cur)
-    } else if tool == "NotebookEdit" || r.contains_key("notebook_path") {
-        (EventKind::FileWrite, None)
-    } else {
+    let Some((kind, after)) = written(r, call, original) else {
         return Ok(None);
     };
     let mut e = Event::new(kind, "");
@@ -927,30 +1027,113 @@ fn file_event(
     if let Some(o) = original {
         e.before = Some(put(o.as_bytes())?);
     }
-    let mut contents = "exact";
-    let after = match (after, r.get("structuredPatch").and_then(Value::as_array)) {
+    let after = checked_after(after, kind, r, original);
+    match &after {
+        After::Exact(a) => e.after = Some(put(a.as_bytes())?),
+        After::Disagrees => mismatches.push(format!("{name}:{line}: {path}")),
+        After::NotInTranscript => {}
+    }
+    Ok(Some(e.with_meta("contents", after.words())))
+}
+
+/// The kind of file event a tool result `r` makes and the contents after
+/// it, computed from the contents before it (`original`): a Write's
+/// `content`, an Edit's replacement, a MultiEdit's edits in order;
+/// `None` for a result that writes no file.
+fn written(
+    r: &Map<String, Value>,
+    call: Option<&Call>,
+    original: Option<&str>,
+) -> Option<(EventKind, Option<String>)> {
+    let str_of = |k: &str| r.get(k).and_then(Value::as_str);
+    if let Some(c) = str_of("content").filter(|_| r.contains_key("type")) {
+        // Write: `type` is `create` or `update`.
+        let kind = if str_of("type") == Some("create") {
+            EventKind::FileCreate
+        } else {
+            EventKind::FileWrite
+        };
+        Some((kind, Some(c.to_string())))
+    } else if let (Some(old), Some(new)) = (str_of("oldString"), str_of("newString")) {
+        let all = r
+            .get("replaceAll")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let after = original.map(|f| replace(f, old, new, all));
+        Some((EventKind::FileEdit, after.flatten()))
+    } else if let Some(edits) = r.get("edits").and_then(Value::as_array).or_else(|| {
+        call.and_then(|c| c.2.get("edits"))
+            .and_then(Value::as_array)
+    }) {
+        Some((EventKind::FileEdit, edited(original, edits)))
+    } else if call.map(|c| c.0.as_str()) == Some("NotebookEdit") || r.contains_key("notebook_path")
+    {
+        Some((EventKind::FileWrite, None))
+    } else {
+        None
+    }
+}
+
+/// `original` with a MultiEdit's `edits` made in order; `None` when it is
+/// not known or an edit cannot have been made to it.
+fn edited(original: Option<&str>, edits: &[Value]) -> Option<String> {
+    let mut cur = original.map(str::to_string);
+    for ed in edits {
+        let old = ed.get("old_string").and_then(Value::as_str);
+        let new = ed.get("new_string").and_then(Value::as_str);
+        let all = ed
+            .get("replace_all")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        cur = match (cur, old, new) {
+            (Some(c), Some(o), Some(n)) => replace(&c, o, n, all),
+            _ => None,
+        };
+    }
+    cur
+}
+
+/// What is recorded of a file event's contents after it.
+enum After {
+    /// These contents, exact.
+    Exact(String),
+    /// Computed, but they disagree with the result's `structuredPatch`.
+    Disagrees,
+    /// The transcript does not give them.
+    NotInTranscript,
+}
+
+impl After {
+    /// What `meta.contents` says of them.
+    fn words(&self) -> &'static str {
+        match self {
+            After::Exact(_) => "exact",
+            After::Disagrees => "disagrees with structuredPatch: not recorded",
+            After::NotInTranscript => "not in the transcript",
+        }
+    }
+}
+
+/// The contents `after` a file event of `kind`, checked against the
+/// result's `structuredPatch` applied to `original` where it has one.
+fn checked_after(
+    after: Option<String>,
+    kind: EventKind,
+    r: &Map<String, Value>,
+    original: Option<&str>,
+) -> After {
+    match (after, r.get("structuredPatch").and_then(Value::as_array)) {
         (Some(a), Some(hunks)) if !hunks.is_empty() && kind != EventKind::FileCreate => {
             match apply_hunks(original.unwrap_or(""), hunks) {
                 // The patch has no "no newline at end of file" marker:
                 // a file that ends without one agrees without it.
-                Some(p) if p == a || p.strip_suffix('\n') == Some(a.as_str()) => Some(a),
-                _ => {
-                    contents = "disagrees with structuredPatch: not recorded";
-                    mismatches.push(format!("{name}:{line}: {path}"));
-                    None
-                }
+                Some(p) if p == a || p.strip_suffix('\n') == Some(a.as_str()) => After::Exact(a),
+                _ => After::Disagrees,
             }
         }
-        (Some(a), _) => Some(a),
-        (None, _) => {
-            contents = "not in the transcript";
-            None
-        }
-    };
-    if let Some(a) = after {
-        e.after = Some(put(a.as_bytes())?);
+        (Some(a), _) => After::Exact(a),
+        (None, _) => After::NotInTranscript,
     }
-    Ok(Some(e.with_meta("contents", contents)))
 }
 
 /// The file event of one finished tool call, from what a Claude Code

@@ -76,7 +76,7 @@ use serde_json::{json, Map, Value};
 use super::agent::{
     self, bounded, json_lines, summary, AgentCounts, JsonLine, MAX_TOOL_SUMMARY_BYTES,
 };
-use super::claude_code::{relative, MAX_GENERIC_RECORD_BYTES, MAX_TRANSCRIPT_LINE_BYTES};
+use super::claude_code::{kept_record, relative, MAX_TRANSCRIPT_LINE_BYTES};
 use crate::error::{Error, Result};
 use crate::Store;
 
@@ -517,292 +517,372 @@ pub fn rollout_events(
     put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
     seed: &mut dyn FnMut(&str) -> Known,
 ) -> Result<ParsedRollout> {
-    let mut out = ParsedRollout::default();
-    // First pass: outputs and exit codes by call id, and the calls there are.
-    let CallResults {
-        outputs,
-        exits,
-        calls,
-    } = call_results(lines);
-    let mut files: HashMap<String, Known> = HashMap::new();
-    let mut cwd: Option<String> = None;
-    let mut model: Option<String> = None;
+    let mut r = Rollout {
+        name,
+        // First pass: outputs and exit codes by call id, and the calls there are.
+        calls: call_results(lines),
+        cwd: None,
+        model: None,
+        contents: Contents {
+            files: HashMap::new(),
+            put,
+            seed,
+        },
+        out: ParsedRollout::default(),
+    };
+    let empty = Map::new();
     let mut last_ts = Timestamp(0);
     for (n, raw, o) in lines {
+        let line = RolloutLine::of(*n, raw, o, session, last_ts, &empty);
+        last_ts = line.ts;
+        let made = r.line_events(&line)?;
         let key_base = format!("{n}:{}", &blake3::hash(raw).to_hex()[..32]);
+        agent::push_keyed(&mut r.out.events, made, META_CODEX, &key_base);
+    }
+    Ok(r.out)
+}
+
+/// The fields of a rollout's `session_meta` kept in its `session.start`
+/// record's meta: (field, meta key).
+const SESSION_META_FIELDS: [(&str, &str); 9] = [
+    ("id", "session_id"),
+    ("cwd", "cwd"),
+    ("cli_version", "cli_version"),
+    ("originator", "originator"),
+    ("model_provider", "model_provider"),
+    ("model", "model"),
+    ("source", "source"),
+    ("instructions", "instructions"),
+    ("git", "git"),
+];
+
+/// One line of a rollout as it is mapped: where it is, its record type
+/// and payload, and its time (that of the line before when it has none).
+struct RolloutLine<'l> {
+    n: usize,
+    raw: &'l [u8],
+    o: &'l Map<String, Value>,
+    session: &'l str,
+    ts: Timestamp,
+    /// The record's `type`.
+    kind: &'l str,
+    /// Its `payload` (empty when it has none).
+    p: &'l Map<String, Value>,
+    /// The payload's `type`.
+    ptype: &'l str,
+}
+
+impl<'l> RolloutLine<'l> {
+    fn of(
+        n: usize,
+        raw: &'l [u8],
+        o: &'l Map<String, Value>,
+        session: &'l str,
+        last_ts: Timestamp,
+        empty: &'l Map<String, Value>,
+    ) -> RolloutLine<'l> {
         let ts = o
             .get("timestamp")
             .and_then(Value::as_str)
             .and_then(|t| Timestamp::parse(t).ok())
             .unwrap_or(last_ts);
-        last_ts = ts;
-        let new = |k: EventKind| {
-            let mut e = Event::new(k, session);
-            e.ts = ts;
-            e
-        };
-        let kind = o.get("type").and_then(Value::as_str).unwrap_or("");
-        let empty = Map::new();
-        let p = o
-            .get("payload")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        let ptype = p.get("type").and_then(Value::as_str).unwrap_or("");
-        let generic = |label: String, unknown: bool, out: &mut ParsedRollout| {
-            if unknown {
-                *out.unknown.entry(label.clone()).or_default() += 1;
-            }
-            let mut e = new(EventKind::Custom);
-            e.label = Some(label);
-            let record = if raw.len() <= MAX_GENERIC_RECORD_BYTES {
-                Value::Object(o.clone())
-            } else {
-                json!({"type": kind, "payload_type": ptype, "cut": raw.len()})
-            };
-            e.with_meta("record", record)
-        };
-        let mut made: Vec<Event> = Vec::new();
-        match kind {
-            "session_meta" => {
-                if let Some(c) = p.get("cwd").and_then(Value::as_str) {
-                    cwd = Some(c.to_string());
-                }
-                if let Some(m) = p.get("model").and_then(Value::as_str) {
-                    model = Some(m.to_string());
-                }
-                let mut e = new(EventKind::Custom).with_text("session start");
-                e.label = Some("session.start".into());
-                for (from, to) in [
-                    ("id", "session_id"),
-                    ("cwd", "cwd"),
-                    ("cli_version", "cli_version"),
-                    ("originator", "originator"),
-                    ("model_provider", "model_provider"),
-                    ("model", "model"),
-                    ("source", "source"),
-                    ("instructions", "instructions"),
-                    ("git", "git"),
-                ] {
-                    if let Some(v) = p.get(from).filter(|v| !v.is_null()) {
-                        e = e.with_meta(to, v.clone());
-                    }
-                }
-                e.model = model.clone();
-                made.push(e);
-            }
-            "turn_context" => {
-                if let Some(c) = p.get("cwd").and_then(Value::as_str) {
-                    cwd = Some(c.to_string());
-                }
-                if let Some(m) = p.get("model").and_then(Value::as_str) {
-                    model = Some(m.to_string());
-                }
-                let mut e = generic("turn_context".into(), false, &mut out);
-                e.model = model.clone();
-                made.push(e);
-            }
-            // An older rollout's saved state (see `wrap_legacy`).
-            "state" => made.push(generic("state".into(), false, &mut out)),
-            "compacted" => {
-                let mut e = new(EventKind::Custom);
-                e.text = p.get("message").and_then(Value::as_str).map(str::to_string);
-                e.label = Some("compaction".into());
-                made.push(e);
-            }
-            "response_item" => match ptype {
-                "message" => {
-                    let role = p.get("role").and_then(Value::as_str).unwrap_or("");
-                    let text: Vec<&str> = p
-                        .get("content")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|c| c.get("text").and_then(Value::as_str))
-                        .collect();
-                    let text = text.join("\n");
-                    let context = text.trim_start().starts_with("<environment_context>")
-                        || text.trim_start().starts_with("<user_instructions>");
-                    let mut e = match role {
-                        "user" if !context => new(EventKind::Prompt),
-                        "assistant" => new(EventKind::Reply),
-                        _ => {
-                            let mut e = new(EventKind::Custom);
-                            e.label = Some("context".into());
-                            e.with_meta("role", role)
-                        }
-                    };
-                    e.text = Some(text);
-                    if role == "assistant" {
-                        e.model = model.clone();
-                    }
-                    made.push(e);
-                }
-                "reasoning" => {
-                    let text: Vec<&str> = p
-                        .get("summary")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|c| c.get("text").and_then(Value::as_str))
-                        .collect();
-                    let mut e = new(EventKind::Custom).with_text(text.join("\n"));
-                    e.label = Some("reasoning".into());
-                    e.model = model.clone();
-                    made.push(e);
-                }
-                "function_call" | "custom_tool_call" | "local_shell_call" | "web_search_call" => {
-                    let id = p.get("call_id").and_then(Value::as_str).unwrap_or("");
-                    let (tool, input) = match ptype {
-                        "function_call" => {
-                            let args = p.get("arguments").and_then(Value::as_str).unwrap_or("");
-                            let parsed = serde_json::from_str::<Value>(args)
-                                .unwrap_or_else(|_| Value::String(args.to_string()));
-                            (p.get("name").and_then(Value::as_str).unwrap_or("?"), parsed)
-                        }
-                        "custom_tool_call" => (
-                            p.get("name").and_then(Value::as_str).unwrap_or("?"),
-                            p.get("input").cloned().unwrap_or(Value::Null),
-                        ),
-                        "local_shell_call" => (
-                            "local_shell",
-                            p.get("action").cloned().unwrap_or(Value::Null),
-                        ),
-                        _ => (
-                            "web_search",
-                            p.get("action").cloned().unwrap_or(Value::Null),
-                        ),
-                    };
-                    let mut e = new(EventKind::ToolCall).with_text(summary(&input));
-                    e.tool = Some(tool.to_string());
-                    e.model = model.clone();
-                    if !id.is_empty() {
-                        e = e.with_meta("call_id", id);
-                    }
-                    if let Some(o) = outputs.get(id) {
-                        e.ok = o.ok;
-                        e = e.with_meta("output", o.text.clone());
-                    }
-                    if SHELL_TOOLS.contains(&tool) {
-                        if let Some(c) = call_command(&input) {
-                            e = e.with_meta("command", c);
-                        }
-                        e = e.with_meta("may_change_unrecorded_files", true);
-                    }
-                    if let Some(c) = exits.get(id) {
-                        e.ok &= *c == 0;
-                        e = e.with_meta("exit_code", *c);
-                    }
-                    made.push(e);
-                }
-                t if KNOWN_RESPONSE_ITEMS.contains(&t) => {
-                    // Outputs are on their calls' events.
-                    if !t.ends_with("_output") {
-                        made.push(generic(format!("response_item:{t}"), false, &mut out));
-                    }
-                }
-                t => made.push(generic(format!("response_item:{t}"), true, &mut out)),
-            },
-            "event_msg" => match ptype {
-                "exec_command_end" => {
-                    let id = p.get("call_id").and_then(Value::as_str).unwrap_or("");
-                    if !calls.contains(id) {
-                        let cmd = p.get("command").and_then(command_text).unwrap_or_default();
-                        let code = p.get("exit_code").and_then(Value::as_i64);
-                        let mut e = new(EventKind::ToolCall).with_text(cmd.clone());
-                        let source = p.get("source").and_then(Value::as_str).unwrap_or("agent");
-                        e.tool = Some(
-                            if source == "user_shell" {
-                                "user_shell"
-                            } else {
-                                "shell"
-                            }
-                            .into(),
-                        );
-                        e.ok = code == Some(0);
-                        e = e
-                            .with_meta("command", cmd)
-                            .with_meta("may_change_unrecorded_files", true);
-                        if let Some(c) = code {
-                            e = e.with_meta("exit_code", c);
-                        }
-                        if !id.is_empty() {
-                            e = e.with_meta("call_id", id);
-                        }
-                        made.push(e);
-                    }
-                }
-                "patch_apply_end" => {
-                    let ctx = Change {
-                        name,
-                        line: *n,
-                        cwd: cwd.as_deref(),
-                        ok: p.get("success").and_then(Value::as_bool).unwrap_or(true),
-                        call_id: p.get("call_id").and_then(Value::as_str),
-                        model: model.as_deref(),
-                    };
-                    let mut changes: Vec<(&String, &Value)> = p
-                        .get("changes")
-                        .and_then(Value::as_object)
-                        .into_iter()
-                        .flatten()
-                        .collect();
-                    changes.sort_by(|a, b| a.0.cmp(b.0));
-                    for (path, c) in changes {
-                        let e = file_change(
-                            &ctx,
-                            path,
-                            c,
-                            &mut files,
-                            put,
-                            seed,
-                            &mut out.not_applied,
-                        )?;
-                        let mut e = match e {
-                            Some(e) => e,
-                            None => generic(
-                                format!(
-                                    "change:{}",
-                                    c.get("type").and_then(Value::as_str).unwrap_or("")
-                                ),
-                                true,
-                                &mut out,
-                            ),
-                        };
-                        e.session = session.to_string();
-                        e.ts = ts;
-                        made.push(e);
-                    }
-                    if !ctx.ok {
-                        if let Some(last) = made.last_mut() {
-                            let err = p.get("stderr").and_then(Value::as_str).unwrap_or("");
-                            last.meta
-                                .get_or_insert_with(Meta::new)
-                                .insert("stderr", bounded(err, MAX_TOOL_SUMMARY_BYTES));
-                        }
-                    }
-                }
-                t if REPEATED_EVENT_MSGS.contains(&t) => {}
-                t => made.push(generic(
-                    format!("event_msg:{t}"),
-                    !KNOWN_EVENT_MSGS.contains(&t),
-                    &mut out,
-                )),
-            },
-            other => {
-                let label = if other.is_empty() { "unknown" } else { other };
-                made.push(generic(label.to_string(), true, &mut out));
-            }
-        }
-        for (i, mut e) in made.into_iter().enumerate() {
-            let mut m = Map::new();
-            m.insert("key".into(), json!(format!("{key_base}#{i}")));
-            e.meta
-                .get_or_insert_with(Meta::new)
-                .insert(META_CODEX, Value::Object(m));
-            out.events.push(e);
+        let p = o.get("payload").and_then(Value::as_object).unwrap_or(empty);
+        RolloutLine {
+            n,
+            raw,
+            o,
+            session,
+            ts,
+            kind: o.get("type").and_then(Value::as_str).unwrap_or(""),
+            p,
+            ptype: p.get("type").and_then(Value::as_str).unwrap_or(""),
         }
     }
-    Ok(out)
+
+    /// A new event of this line's session and time.
+    fn event(&self, k: EventKind) -> Event {
+        let mut e = Event::new(k, self.session);
+        e.ts = self.ts;
+        e
+    }
+
+    /// The payload's string field `k`.
+    fn str(&self, k: &str) -> Option<&'l str> {
+        self.p.get(k).and_then(Value::as_str)
+    }
+
+    /// A `custom` record labelled `label` holding this line (cut when
+    /// large), counted in `unknown` when it is of a type not known.
+    fn generic(&self, label: String, unknown: bool, counts: &mut BTreeMap<String, u64>) -> Event {
+        if unknown {
+            *counts.entry(label.clone()).or_default() += 1;
+        }
+        let mut e = self.event(EventKind::Custom);
+        e.label = Some(label);
+        let record = kept_record(
+            self.raw,
+            self.o,
+            || json!({"type": self.kind, "payload_type": self.ptype, "cut": self.raw.len()}),
+        );
+        e.with_meta("record", record)
+    }
+}
+
+/// What the reading of one rollout carries from line to line.
+struct Rollout<'r> {
+    name: &'r str,
+    calls: CallResults,
+    /// The working directory and model of the events that follow (from the
+    /// last `session_meta` or `turn_context`).
+    cwd: Option<String>,
+    model: Option<String>,
+    contents: Contents<'r>,
+    out: ParsedRollout,
+}
+
+impl Rollout<'_> {
+    /// The events of one line, before their keys are stamped.
+    fn line_events(&mut self, l: &RolloutLine<'_>) -> Result<Vec<Event>> {
+        Ok(match l.kind {
+            "session_meta" => {
+                self.follow(l);
+                vec![self.session_start(l)]
+            }
+            "turn_context" => {
+                self.follow(l);
+                let mut e = l.generic("turn_context".into(), false, &mut self.out.unknown);
+                e.model = self.model.clone();
+                vec![e]
+            }
+            // An older rollout's saved state (see `wrap_legacy`).
+            "state" => vec![l.generic("state".into(), false, &mut self.out.unknown)],
+            "compacted" => {
+                let mut e = l.event(EventKind::Custom);
+                e.text = l.str("message").map(str::to_string);
+                e.label = Some("compaction".into());
+                vec![e]
+            }
+            "response_item" => self.response_item(l).into_iter().collect(),
+            "event_msg" => self.event_msg(l)?,
+            other => {
+                let label = if other.is_empty() { "unknown" } else { other };
+                vec![l.generic(label.to_string(), true, &mut self.out.unknown)]
+            }
+        })
+    }
+
+    /// Takes the `cwd` and `model` a `session_meta` or `turn_context` names.
+    fn follow(&mut self, l: &RolloutLine<'_>) {
+        if let Some(c) = l.str("cwd") {
+            self.cwd = Some(c.to_string());
+        }
+        if let Some(m) = l.str("model") {
+            self.model = Some(m.to_string());
+        }
+    }
+
+    /// The `session.start` record of a `session_meta`.
+    fn session_start(&self, l: &RolloutLine<'_>) -> Event {
+        let mut e = l.event(EventKind::Custom).with_text("session start");
+        e.label = Some("session.start".into());
+        for (from, to) in SESSION_META_FIELDS {
+            if let Some(v) = l.p.get(from).filter(|v| !v.is_null()) {
+                e = e.with_meta(to, v.clone());
+            }
+        }
+        e.model = self.model.clone();
+        e
+    }
+
+    /// The event of a `response_item`, if it makes one.
+    fn response_item(&mut self, l: &RolloutLine<'_>) -> Option<Event> {
+        match l.ptype {
+            "message" => Some(self.message(l)),
+            "reasoning" => {
+                let mut e = l
+                    .event(EventKind::Custom)
+                    .with_text(texts_of(l.p.get("summary")));
+                e.label = Some("reasoning".into());
+                e.model = self.model.clone();
+                Some(e)
+            }
+            "function_call" | "custom_tool_call" | "local_shell_call" | "web_search_call" => {
+                Some(self.tool_call(l))
+            }
+            // Outputs are on their calls' events.
+            t if KNOWN_RESPONSE_ITEMS.contains(&t) => (!t.ends_with("_output"))
+                .then(|| l.generic(format!("response_item:{t}"), false, &mut self.out.unknown)),
+            t => Some(l.generic(format!("response_item:{t}"), true, &mut self.out.unknown)),
+        }
+    }
+
+    /// A message: a user's prompt, an assistant's reply, or context Codex
+    /// sends as a user's message.
+    fn message(&self, l: &RolloutLine<'_>) -> Event {
+        let role = l.str("role").unwrap_or("");
+        let text = texts_of(l.p.get("content"));
+        let context = text.trim_start().starts_with("<environment_context>")
+            || text.trim_start().starts_with("<user_instructions>");
+        let mut e = match role {
+            "user" if !context => l.event(EventKind::Prompt),
+            "assistant" => l.event(EventKind::Reply),
+            _ => {
+                let mut e = l.event(EventKind::Custom);
+                e.label = Some("context".into());
+                e.with_meta("role", role)
+            }
+        };
+        e.text = Some(text);
+        if role == "assistant" {
+            e.model = self.model.clone();
+        }
+        e
+    }
+
+    /// The `tool_call` of a call item, with its output and exit code.
+    fn tool_call(&self, l: &RolloutLine<'_>) -> Event {
+        let id = l.str("call_id").unwrap_or("");
+        let (tool, input) = tool_and_input(l);
+        let mut e = l.event(EventKind::ToolCall).with_text(summary(&input));
+        e.tool = Some(tool.to_string());
+        e.model = self.model.clone();
+        if !id.is_empty() {
+            e = e.with_meta("call_id", id);
+        }
+        if let Some(o) = self.calls.outputs.get(id) {
+            e.ok = o.ok;
+            e = e.with_meta("output", o.text.clone());
+        }
+        if SHELL_TOOLS.contains(&tool) {
+            e = agent::shell_call(e, call_command(&input));
+        }
+        if let Some(c) = self.calls.exits.get(id) {
+            e.ok &= *c == 0;
+            e = e.with_meta("exit_code", *c);
+        }
+        e
+    }
+
+    /// The events of an `event_msg`.
+    fn event_msg(&mut self, l: &RolloutLine<'_>) -> Result<Vec<Event>> {
+        Ok(match l.ptype {
+            "exec_command_end" => self.command_end(l).into_iter().collect(),
+            "patch_apply_end" => self.patch_apply_end(l)?,
+            t if REPEATED_EVENT_MSGS.contains(&t) => Vec::new(),
+            t => vec![l.generic(
+                format!("event_msg:{t}"),
+                !KNOWN_EVENT_MSGS.contains(&t),
+                &mut self.out.unknown,
+            )],
+        })
+    }
+
+    /// The `tool_call` of an `exec_command_end` no call names (a user's
+    /// `!cmd`); `None` for a call's, which is on the call's event.
+    fn command_end(&self, l: &RolloutLine<'_>) -> Option<Event> {
+        let id = l.str("call_id").unwrap_or("");
+        if self.calls.calls.contains(id) {
+            return None;
+        }
+        let cmd =
+            l.p.get("command")
+                .and_then(command_text)
+                .unwrap_or_default();
+        let code = l.p.get("exit_code").and_then(Value::as_i64);
+        let mut e = l.event(EventKind::ToolCall).with_text(cmd.clone());
+        let source = l.str("source").unwrap_or("agent");
+        e.tool = Some(
+            if source == "user_shell" {
+                "user_shell"
+            } else {
+                "shell"
+            }
+            .into(),
+        );
+        e.ok = code == Some(0);
+        e = agent::shell_call(e, Some(cmd));
+        if let Some(c) = code {
+            e = e.with_meta("exit_code", c);
+        }
+        if !id.is_empty() {
+            e = e.with_meta("call_id", id);
+        }
+        Some(e)
+    }
+
+    /// One file event per change of a `patch_apply_end`, in path order;
+    /// the last keeps the patch's `stderr` when it failed.
+    fn patch_apply_end(&mut self, l: &RolloutLine<'_>) -> Result<Vec<Event>> {
+        let ctx = Change {
+            name: self.name,
+            line: l.n,
+            cwd: self.cwd.as_deref(),
+            ok: l.p.get("success").and_then(Value::as_bool).unwrap_or(true),
+            call_id: l.str("call_id"),
+            model: self.model.as_deref(),
+        };
+        let mut changes: Vec<(&String, &Value)> =
+            l.p.get("changes")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .collect();
+        changes.sort_by(|a, b| a.0.cmp(b.0));
+        let mut made = Vec::new();
+        for (path, c) in changes {
+            let e = self
+                .contents
+                .change(&ctx, path, c, &mut self.out.not_applied)?;
+            let mut e = match e {
+                Some(e) => e,
+                None => {
+                    let t = c.get("type").and_then(Value::as_str).unwrap_or("");
+                    l.generic(format!("change:{t}"), true, &mut self.out.unknown)
+                }
+            };
+            e.session = l.session.to_string();
+            e.ts = l.ts;
+            made.push(e);
+        }
+        if !ctx.ok {
+            if let Some(last) = made.last_mut() {
+                let err = l.str("stderr").unwrap_or("");
+                last.meta
+                    .get_or_insert_with(Meta::new)
+                    .insert("stderr", bounded(err, MAX_TOOL_SUMMARY_BYTES));
+            }
+        }
+        Ok(made)
+    }
+}
+
+/// The tool a call item names and its input: a `function_call`'s
+/// arguments parsed (as text when they are not JSON), a
+/// `custom_tool_call`'s input, a shell's or a web search's action.
+fn tool_and_input<'l>(l: &RolloutLine<'l>) -> (&'l str, Value) {
+    let field = |k: &str| l.p.get(k).cloned().unwrap_or(Value::Null);
+    match l.ptype {
+        "function_call" => {
+            let args = l.str("arguments").unwrap_or("");
+            let parsed = serde_json::from_str::<Value>(args)
+                .unwrap_or_else(|_| Value::String(args.to_string()));
+            (l.str("name").unwrap_or("?"), parsed)
+        }
+        "custom_tool_call" => (l.str("name").unwrap_or("?"), field("input")),
+        "local_shell_call" => ("local_shell", field("action")),
+        _ => ("web_search", field("action")),
+    }
+}
+
+/// The `text` of each part of a content list, joined by newlines.
+fn texts_of(parts: Option<&Value>) -> String {
+    let text: Vec<&str> = parts
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("text").and_then(Value::as_str))
+        .collect();
+    text.join("\n")
 }
 
 /// Where a `patch_apply_end` is, and what its file events share.
@@ -815,123 +895,155 @@ struct Change<'a> {
     model: Option<&'a str>,
 }
 
-/// The file event of one change of a `patch_apply_end` (`None` for a
-/// change of a type this importer does not know), updating `files`, what
-/// is known of each path's contents, when the patch succeeded.
-fn file_change(
-    ctx: &Change<'_>,
-    path: &str,
-    c: &Value,
-    files: &mut HashMap<String, Known>,
-    put: &mut dyn FnMut(&[u8]) -> Result<BlobHash>,
-    seed: &mut dyn FnMut(&str) -> Known,
-    not_applied: &mut Vec<NotApplied>,
-) -> Result<Option<Event>> {
-    let rel = in_workspace(path, ctx.cwd);
-    let mut current = |p: &str, files: &mut HashMap<String, Known>| -> Known {
-        files
-            .entry(p.to_string())
-            .or_insert_with(|| seed(p))
+/// What is known of each path's contents while a rollout is read, and
+/// how to learn more: `put` stores a blob, `seed(path)` gives a file's
+/// contents before the rollout wrote it.
+struct Contents<'r> {
+    files: HashMap<String, Known>,
+    put: &'r mut dyn FnMut(&[u8]) -> Result<BlobHash>,
+    seed: &'r mut dyn FnMut(&str) -> Known,
+}
+
+impl Contents<'_> {
+    /// What is known of `path` now (seeded on first use).
+    fn known(&mut self, path: &str) -> Known {
+        let seed = &mut self.seed;
+        self.files
+            .entry(path.to_string())
+            .or_insert_with(|| seed(path))
             .clone()
-    };
-    let content = c.get("content").and_then(Value::as_str);
-    let mut e = match c.get("type").and_then(Value::as_str) {
-        Some("add") => {
-            let mut e = Event::new(EventKind::FileCreate, "");
-            let body = content.unwrap_or("");
-            e.after = Some(put(body.as_bytes())?);
-            if ctx.ok {
-                files.insert(rel.clone(), Known::Bytes(body.as_bytes().to_vec()));
-            }
-            e.with_meta("contents", "exact")
-        }
-        Some("delete") => {
-            let mut e = Event::new(EventKind::FileDelete, "");
-            let before = match content {
-                Some(c) => Known::Bytes(c.as_bytes().to_vec()),
-                None => current(&rel, files),
-            };
-            if let Known::Bytes(b) = &before {
-                e.before = Some(put(b)?);
-            }
-            if ctx.ok {
-                files.insert(rel.clone(), Known::Absent);
-            }
-            e
-        }
-        Some("update") => {
-            let diff = c.get("unified_diff").and_then(Value::as_str).unwrap_or("");
-            let to = c
-                .get("move_path")
-                .and_then(Value::as_str)
-                .map(|m| in_workspace(m, ctx.cwd));
-            let mut e = Event::new(
-                if to.is_some() {
-                    EventKind::FileMove
-                } else {
-                    EventKind::FileEdit
-                },
-                "",
-            );
-            e.to_path = to.clone();
-            e.diff = Some(put(diff.as_bytes())?);
-            let before = current(&rel, files);
-            let applied = match &before {
-                Known::Bytes(b) => apply_diff(b, diff),
-                Known::Absent => Err("the file does not exist before it".to_string()),
-                Known::Unapplied => Err(
-                    "its contents before it are not known: an earlier diff of it was not applied"
-                        .to_string(),
-                ),
-                Known::Unknown => Err(if cairn_codec::paths::outside_workspace(&rel).is_some() {
-                    "its contents before it are not known (a path outside the workspace is never read)".to_string()
-                } else {
-                    "its contents before it are not known (give --base DIR, the tree the session started from)".to_string()
-                }),
-            };
-            if let Known::Bytes(b) = &before {
-                e.before = Some(put(b)?);
-            }
-            let after = match applied {
-                Ok(a) => {
-                    e.after = Some(put(&a)?);
-                    e = e.with_meta("contents", "exact");
-                    Known::Bytes(a)
-                }
-                Err(why) => {
-                    not_applied.push(NotApplied {
-                        file: ctx.name.to_string(),
-                        line: ctx.line as u64,
-                        path: rel.clone(),
-                        reason: why.clone(),
-                    });
-                    e = e.with_meta("contents", format!("diff not applied: {why}; not recorded"));
-                    Known::Unapplied
-                }
-            };
-            if ctx.ok {
-                match to {
-                    Some(t) => {
-                        files.insert(rel.clone(), Known::Absent);
-                        files.insert(t, after);
-                    }
-                    None => {
-                        files.insert(rel.clone(), after);
-                    }
-                }
-            }
-            e
-        }
-        _ => return Ok(None),
-    };
-    e.path = Some(rel);
-    e.ok = ctx.ok;
-    e.tool = Some("apply_patch".into());
-    e.model = ctx.model.map(str::to_string);
-    if let Some(id) = ctx.call_id {
-        e = e.with_meta("call_id", id);
     }
-    Ok(Some(e))
+
+    /// Notes what `path` holds after a change, when the patch succeeded.
+    fn set(&mut self, ctx: &Change<'_>, path: &str, known: Known) {
+        if ctx.ok {
+            self.files.insert(path.to_string(), known);
+        }
+    }
+
+    /// The file event of one change of a `patch_apply_end` (`None` for a
+    /// change of a type this importer does not know), noting what it
+    /// leaves at each path when the patch succeeded.
+    fn change(
+        &mut self,
+        ctx: &Change<'_>,
+        path: &str,
+        c: &Value,
+        not_applied: &mut Vec<NotApplied>,
+    ) -> Result<Option<Event>> {
+        let rel = in_workspace(path, ctx.cwd);
+        let content = c.get("content").and_then(Value::as_str);
+        let mut e = match c.get("type").and_then(Value::as_str) {
+            Some("add") => self.add(ctx, &rel, content.unwrap_or(""))?,
+            Some("delete") => self.delete(ctx, &rel, content)?,
+            Some("update") => self.update(ctx, &rel, c, not_applied)?,
+            _ => return Ok(None),
+        };
+        e.path = Some(rel);
+        e.ok = ctx.ok;
+        e.tool = Some("apply_patch".into());
+        e.model = ctx.model.map(str::to_string);
+        if let Some(id) = ctx.call_id {
+            e = e.with_meta("call_id", id);
+        }
+        Ok(Some(e))
+    }
+
+    /// An `add`: the file created with `body`.
+    fn add(&mut self, ctx: &Change<'_>, rel: &str, body: &str) -> Result<Event> {
+        let mut e = Event::new(EventKind::FileCreate, "");
+        e.after = Some((self.put)(body.as_bytes())?);
+        self.set(ctx, rel, Known::Bytes(body.as_bytes().to_vec()));
+        Ok(e.with_meta("contents", "exact"))
+    }
+
+    /// A `delete`, with the contents before it when given or known.
+    fn delete(&mut self, ctx: &Change<'_>, rel: &str, content: Option<&str>) -> Result<Event> {
+        let mut e = Event::new(EventKind::FileDelete, "");
+        let before = match content {
+            Some(c) => Known::Bytes(c.as_bytes().to_vec()),
+            None => self.known(rel),
+        };
+        if let Known::Bytes(b) = &before {
+            e.before = Some((self.put)(b)?);
+        }
+        self.set(ctx, rel, Known::Absent);
+        Ok(e)
+    }
+
+    /// An `update` (a move with `move_path`): its diff kept, and applied
+    /// to the contents before it where they are known; where it is not
+    /// applied, the event has no after contents and `not_applied` names it.
+    fn update(
+        &mut self,
+        ctx: &Change<'_>,
+        rel: &str,
+        c: &Value,
+        not_applied: &mut Vec<NotApplied>,
+    ) -> Result<Event> {
+        let diff = c.get("unified_diff").and_then(Value::as_str).unwrap_or("");
+        let to = c
+            .get("move_path")
+            .and_then(Value::as_str)
+            .map(|m| in_workspace(m, ctx.cwd));
+        let kind = if to.is_some() {
+            EventKind::FileMove
+        } else {
+            EventKind::FileEdit
+        };
+        let mut e = Event::new(kind, "");
+        e.to_path = to.clone();
+        e.diff = Some((self.put)(diff.as_bytes())?);
+        let before = self.known(rel);
+        let applied = diff_applied(&before, rel, diff);
+        if let Known::Bytes(b) = &before {
+            e.before = Some((self.put)(b)?);
+        }
+        let after = match applied {
+            Ok(a) => {
+                e.after = Some((self.put)(&a)?);
+                e = e.with_meta("contents", "exact");
+                Known::Bytes(a)
+            }
+            Err(why) => {
+                not_applied.push(NotApplied {
+                    file: ctx.name.to_string(),
+                    line: ctx.line as u64,
+                    path: rel.to_string(),
+                    reason: why.clone(),
+                });
+                e = e.with_meta("contents", format!("diff not applied: {why}; not recorded"));
+                Known::Unapplied
+            }
+        };
+        match to {
+            Some(t) => {
+                self.set(ctx, rel, Known::Absent);
+                self.set(ctx, &t, after);
+            }
+            None => self.set(ctx, rel, after),
+        }
+        Ok(e)
+    }
+}
+
+/// `diff` applied to what is known of the contents of `rel` before it,
+/// or why it cannot be.
+fn diff_applied(before: &Known, rel: &str, diff: &str) -> std::result::Result<Vec<u8>, String> {
+    match before {
+        Known::Bytes(b) => apply_diff(b, diff),
+        Known::Absent => Err("the file does not exist before it".to_string()),
+        Known::Unapplied => Err(
+            "its contents before it are not known: an earlier diff of it was not applied"
+                .to_string(),
+        ),
+        Known::Unknown => Err(if cairn_codec::paths::outside_workspace(rel).is_some() {
+            "its contents before it are not known (a path outside the workspace is never read)"
+                .to_string()
+        } else {
+            "its contents before it are not known (give --base DIR, the tree the session started from)".to_string()
+        }),
+    }
 }
 
 /// `path` as recorded: relative to `cwd` when it lies in it, a relative

@@ -585,24 +585,10 @@ impl Store {
         opts: ImportOptions,
         mut known: Known,
     ) -> Result<Read> {
-        let journal_recorded = match &known {
-            Known::Read(p) => p.recorded.clone(),
-            Known::Unread => None,
-        };
+        let mut skip = Skipping::new(&known);
         let mut lines = cairn_query::import::lines(format, input, file_name);
-        let mut batch: Vec<Imported> = Vec::new();
-        // The lines of `batch` that copy a checkpoint whose files gc
-        // collected, recorded without them: where in it, their line
-        // number, and which checkpoint.
-        let mut collected: Vec<(usize, u64, CollectedCopy)> = Vec::new();
-        let mut batch_from = 0u64;
+        let mut pending = Pending::default();
         let mut done = ImportDone::default();
-        let mut first = true;
-        // The leading lines recorded already: how many, the LSNs of the
-        // first and the last; `None` once a line is not (or never was).
-        let mut recorded: Option<(u64, Lsn, Lsn)> = None;
-        let mut leading_first = None;
-        let mut first_line = 0;
         let mut torn_tail = None;
         loop {
             if opts.skip_torn_tail {
@@ -611,73 +597,24 @@ impl Store {
                 lines.get_mut().mark();
             }
             match lines.next() {
-                Some(Ok(mut item)) => {
+                Some(Ok(item)) => {
                     if let Known::Unread = known {
-                        let key = journal::key_of(lines.line_bytes());
-                        let file = journal::load(self.vfs(), self.root(), &key)?;
-                        if !opts.again && !file.entries.is_empty() {
+                        let Some(progress) = self.first_line_progress(lines.line_bytes(), &opts)?
+                        else {
                             return Ok(Read::SeenBefore);
-                        }
+                        };
                         lines.get_mut().take_kept(); // not needed: keep no more
-                        known = Known::Read(Progress {
-                            key,
-                            file,
-                            recorded: None,
-                            entry: None,
-                        });
+                        known = Known::Read(progress);
                     }
-                    item.settle_blobs(|h| self.blobs.contains(h));
-                    // A line skipped as recorded starts no batch: the next
-                    // one counts its input from after it.
                     let skipped = lines.get_ref().position();
-                    if let Some(r) = &journal_recorded {
-                        if item.line <= r.line {
-                            batch_from = skipped; // recorded by the import `r`
-                            continue;
-                        }
-                        if !opts.resume {
-                            return Err(done.rejected(
-                                journal_imported_before(file_name, r, Some(item.line)),
-                                file_name,
-                            ));
-                        }
-                    } else if std::mem::take(&mut first) && !opts.again {
-                        if let Some(at) = self.recorded_after(&item.event, None)? {
-                            recorded = Some((1, at, at));
-                            leading_first = Some(at);
-                            first_line = item.line;
-                            batch_from = skipped;
-                            continue;
-                        }
-                    } else if let Some((n, a, b)) = recorded {
-                        if let Some(at) = self.recorded_after(&item.event, Some(b))? {
-                            recorded = Some((n + 1, a, at));
-                            batch_from = skipped;
-                            continue;
-                        }
-                        if !opts.resume {
-                            return Err(done.rejected(
-                                imported_before(file_name, first_line, (n, a, b), Some(item.line)),
-                                file_name,
-                            ));
-                        }
-                        recorded = None;
+                    let held = (&mut skip, &mut pending, &done);
+                    if !self.take_line(item, skipped, held, &opts, file_name)? {
+                        continue;
                     }
-                    // (After the lines recorded before are found: they are
-                    // found by the line as it is, as the store recorded it.)
-                    let copy = self
-                        .settle_collected(&mut item, opts.collected_checkpoints, file_name)
-                        .map_err(|e| done.rejected(e, file_name))?;
-                    if let Some(copy) = copy {
-                        collected.push((batch.len(), item.line, copy));
-                    }
-                    batch.push(item)
                 }
                 Some(Err(_)) if opts.skip_torn_tail && lines.torn() => {
-                    torn_tail = Some(TornTail {
-                        line: lines.line(),
-                        bytes: lines.line_bytes().len() as u64,
-                    });
+                    let (line, bytes) = (lines.line(), lines.line_bytes().len() as u64);
+                    torn_tail = Some(TornTail { line, bytes });
                     break;
                 }
                 Some(Err(e)) => return Err(done.rejected(bad_line(e, &lines), file_name)),
@@ -685,28 +622,15 @@ impl Store {
             }
             let end = lines.get_ref().position();
             // (The journal is known once a line is read: a batch holds one.)
-            if let (true, Known::Read(progress)) = (end - batch_from >= batch_bytes, &mut known) {
+            if let (true, Known::Read(progress)) = (end - pending.from >= batch_bytes, &mut known) {
                 let at = (end, lines.get_ref().hash());
-                self.import_batch(
-                    (&mut batch, &mut collected),
-                    file_name,
-                    &mut done,
-                    progress,
-                    at,
-                    leading_first,
-                )?;
-                batch_from = end;
+                pending.import(self, progress, at, file_name, &mut done, skip.leading_first)?;
+                pending.from = end;
             }
         }
-        if let (Some(r), false) = (&journal_recorded, opts.resume) {
-            // (A torn last line skipped is the rest, once completed.)
-            let rest = torn_tail.map(|t| t.line);
-            return Err(done.rejected(journal_imported_before(file_name, r, rest), file_name));
-        }
-        if let (Some(r), false) = (recorded, opts.resume) {
-            let rest = torn_tail.map(|t| t.line);
-            return Err(done.rejected(imported_before(file_name, first_line, r, rest), file_name));
-        }
+        // (A torn last line skipped is the rest, once completed.)
+        let rest = torn_tail.map(|t| t.line);
+        skip.refuse_unless_resumed(&opts, file_name, &done, rest)?;
         // The last checkpoint covers the whole input, blank lines after its
         // last line too; all but a torn last line, which may be completed.
         if let Known::Read(progress) = &mut known {
@@ -715,19 +639,57 @@ impl Store {
                 Some(_) => input.marked(),
                 None => (input.position(), input.hash()),
             };
-            self.import_batch(
-                (&mut batch, &mut collected),
-                file_name,
-                &mut done,
-                progress,
-                at,
-                leading_first,
-            )?;
+            pending.import(self, progress, at, file_name, &mut done, skip.leading_first)?;
         }
-        Ok(Read::Done(ImportReport {
-            range: done.range,
-            torn_tail,
-            collected: done.collected,
+        Ok(done.report(torn_tail))
+    }
+
+    /// Takes a line read, `item`, which ends at `end` in the input: held
+    /// in `pending` for the next batch (`true`), or skipped as recorded by
+    /// an earlier import (`false`; a line skipped starts no batch, so the
+    /// next one counts its input from after it). `done` says what is
+    /// recorded, for a refusal.
+    fn take_line(
+        &self,
+        mut item: Imported,
+        end: u64,
+        (skip, pending, done): (&mut Skipping, &mut Pending, &ImportDone),
+        opts: &ImportOptions,
+        file_name: &str,
+    ) -> Result<bool> {
+        item.settle_blobs(|h| self.blobs.contains(h));
+        if skip.recorded_before(self, &item, opts, file_name, done)? {
+            pending.from = end;
+            return Ok(false);
+        }
+        // (After the lines recorded before are found: they are found by
+        // the line as it is, as the store recorded it.)
+        let copy = self
+            .settle_collected(&mut item, opts.collected_checkpoints, file_name)
+            .map_err(|e| done.rejected(e, file_name))?;
+        pending.push(item, copy);
+        Ok(true)
+    }
+
+    /// The journal's progress of an input whose first line is
+    /// `first_line`, or `None` when the journal knows inputs that start
+    /// with it (and `opts.again` is off): which of them this is cannot be
+    /// told in one pass.
+    fn first_line_progress(
+        &self,
+        first_line: &[u8],
+        opts: &ImportOptions,
+    ) -> Result<Option<Progress>> {
+        let key = journal::key_of(first_line);
+        let file = journal::load(self.vfs(), self.root(), &key)?;
+        if !opts.again && !file.entries.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Progress {
+            key,
+            file,
+            recorded: None,
+            entry: None,
         }))
     }
 
@@ -1017,6 +979,139 @@ fn refuse_gzip(reader: &mut dyn std::io::BufRead, name: &str, format: Format) ->
     Ok(())
 }
 
+/// The lines read but not yet imported, for [`Store::import_read`].
+#[derive(Default)]
+struct Pending {
+    /// The lines, in order.
+    batch: Vec<Imported>,
+    /// The lines of `batch` that copy a checkpoint whose files gc
+    /// collected, recorded without them: where in it, their line number,
+    /// and which checkpoint.
+    collected: Vec<(usize, u64, CollectedCopy)>,
+    /// Where in the input the batch's lines begin.
+    from: u64,
+}
+
+impl Pending {
+    /// Holds `item`, and `copy`, the checkpoint it copies without files.
+    fn push(&mut self, item: Imported, copy: Option<CollectedCopy>) {
+        if let Some(copy) = copy {
+            self.collected.push((self.batch.len(), item.line, copy));
+        }
+        self.batch.push(item);
+    }
+
+    /// Imports the lines held as one batch, whose input ends at `at`
+    /// (see [`Store::import_batch`]).
+    fn import(
+        &mut self,
+        store: &Store,
+        progress: &mut Progress,
+        at: (u64, blake3::Hash),
+        file_name: &str,
+        done: &mut ImportDone,
+        leading: Option<Lsn>,
+    ) -> Result<()> {
+        let batch = (&mut self.batch, &mut self.collected);
+        store.import_batch(batch, file_name, done, progress, at, leading)
+    }
+}
+
+/// What [`Store::import_read`] knows of the input's lines an earlier
+/// import recorded: by the journal, or (when the journal knows nothing of
+/// it) by finding its leading lines' events in the store.
+struct Skipping {
+    /// What the journal says an earlier import recorded.
+    journal: Option<Recorded>,
+    /// No line is read yet.
+    first: bool,
+    /// The leading lines recorded already: how many, the LSNs of the first
+    /// and the last; `None` once a line is not (or never was).
+    recorded: Option<(u64, Lsn, Lsn)>,
+    /// The LSN of the first line's record, when it was recorded already.
+    leading_first: Option<Lsn>,
+    /// The line number of the first line.
+    first_line: u64,
+}
+
+impl Skipping {
+    fn new(known: &Known) -> Skipping {
+        Skipping {
+            journal: match known {
+                Known::Read(p) => p.recorded.clone(),
+                Known::Unread => None,
+            },
+            first: true,
+            recorded: None,
+            leading_first: None,
+            first_line: 0,
+        }
+    }
+
+    /// Whether `item` was recorded by an earlier import, and so is
+    /// skipped. A line that was not, after lines that were, is refused
+    /// unless `opts.resume`.
+    fn recorded_before(
+        &mut self,
+        store: &Store,
+        item: &Imported,
+        opts: &ImportOptions,
+        file_name: &str,
+        done: &ImportDone,
+    ) -> Result<bool> {
+        if let Some(r) = &self.journal {
+            if item.line <= r.line {
+                return Ok(true); // recorded by the import `r`
+            }
+            if !opts.resume {
+                let why = journal_imported_before(file_name, r, Some(item.line));
+                return Err(done.rejected(why, file_name));
+            }
+        } else if std::mem::take(&mut self.first) && !opts.again {
+            if let Some(at) = store.recorded_after(&item.event, None)? {
+                self.recorded = Some((1, at, at));
+                self.leading_first = Some(at);
+                self.first_line = item.line;
+                return Ok(true);
+            }
+        } else if let Some((n, a, b)) = self.recorded {
+            if let Some(at) = store.recorded_after(&item.event, Some(b))? {
+                self.recorded = Some((n + 1, a, at));
+                return Ok(true);
+            }
+            if !opts.resume {
+                let why = imported_before(file_name, self.first_line, (n, a, b), Some(item.line));
+                return Err(done.rejected(why, file_name));
+            }
+            self.recorded = None;
+        }
+        Ok(false)
+    }
+
+    /// Once the input is read: refuses it, unless `opts.resume`, when its
+    /// lines up to the last read were recorded by an earlier import (`rest`:
+    /// the first line that was not, if any).
+    fn refuse_unless_resumed(
+        &self,
+        opts: &ImportOptions,
+        file_name: &str,
+        done: &ImportDone,
+        rest: Option<u64>,
+    ) -> Result<()> {
+        if opts.resume {
+            return Ok(());
+        }
+        if let Some(r) = &self.journal {
+            return Err(done.rejected(journal_imported_before(file_name, r, rest), file_name));
+        }
+        if let Some(r) = self.recorded {
+            let why = imported_before(file_name, self.first_line, r, rest);
+            return Err(done.rejected(why, file_name));
+        }
+        Ok(())
+    }
+}
+
 /// What the import journal says of an input, for [`Store::import_read`].
 enum Known {
     /// Its first line is not read yet.
@@ -1196,6 +1291,16 @@ impl ImportDone {
 
     fn say(&self, reason: String, file: &str) -> String {
         reason + &self.recorded_before(file)
+    }
+
+    /// How the import ended: what it recorded, and the torn last line
+    /// it skipped, if any.
+    fn report(self, torn_tail: Option<TornTail>) -> Read {
+        Read::Done(ImportReport {
+            range: self.range,
+            torn_tail,
+            collected: self.collected,
+        })
     }
 
     /// What of `file` was recorded before a refusal, to end its message.

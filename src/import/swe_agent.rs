@@ -32,9 +32,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cairn_codec::event::Meta;
 use cairn_codec::{BlobHash, Event, EventKind, Timestamp};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::agent::{self, bounded, AgentCounts, MAX_TOOL_SUMMARY_BYTES};
 use super::codex::apply_diff;
@@ -123,46 +122,13 @@ impl Store {
         opts: &SweAgentOptions,
         report: &mut SweAgentReport,
     ) -> Result<()> {
-        let io = |source| Error::Io {
-            op: "read",
-            path: file.to_path_buf(),
-            source,
-        };
-        let meta = std::fs::metadata(file).map_err(io)?;
         let name = file.display().to_string();
-        if meta.len() > MAX_TRAJECTORY_BYTES {
-            return Err(Error::Rejected(format!(
-                "{name}: {} bytes, over the {MAX_TRAJECTORY_BYTES}-byte limit of a trajectory; nothing of it was recorded",
-                meta.len()
-            ).into()));
-        }
-        let text = std::fs::read(file).map_err(io)?;
-        let doc: Map<String, Value> = match serde_json::from_slice(&text) {
-            Ok(Value::Object(o)) => o,
-            Ok(_) => {
-                return Err(Error::Rejected(format!(
-                    "{name}: expected a JSON object (a SWE-agent trajectory); nothing of it was recorded"
-                ).into()))
-            }
-            Err(e) => {
-                return Err(Error::Rejected(format!(
-                    "{name}:{}:{}: not JSON: {e}; nothing of it was recorded",
-                    e.line(),
-                    e.column()
-                ).into()))
-            }
-        };
+        let (doc, modified) = read_trajectory(file, &name)?;
         let session = file
             .file_name()
             .map(|n| n.to_string_lossy().trim_end_matches(".traj").to_string())
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "swe-agent".into());
-        let ts = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .and_then(|d| Timestamp::from_millis(d.as_millis() as i64).ok())
-            .unwrap_or(Timestamp(0));
         let mut put = |b: &[u8]| self.put_blob(b);
         let mut base = |path: &str| -> Option<Option<Vec<u8>>> {
             let dir = opts.base.as_ref()?;
@@ -178,7 +144,7 @@ impl Store {
             &doc,
             &name,
             &session,
-            ts,
+            modified,
             &mut put,
             &mut base,
             opts.base.is_some(),
@@ -202,6 +168,48 @@ impl Store {
         report.imported.add(&done);
         Ok(())
     }
+}
+
+/// The trajectory `file` (`name` names it) as a JSON object, and its
+/// modification time, the time of its events (a trajectory holds none).
+/// A file over [`MAX_TRAJECTORY_BYTES`], or not a JSON object, is an
+/// error naming it.
+fn read_trajectory(file: &Path, name: &str) -> Result<(Map<String, Value>, Timestamp)> {
+    let io = |source| Error::Io {
+        op: "read",
+        path: file.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(file).map_err(io)?;
+    if meta.len() > MAX_TRAJECTORY_BYTES {
+        return Err(Error::Rejected(format!(
+            "{name}: {} bytes, over the {MAX_TRAJECTORY_BYTES}-byte limit of a trajectory; nothing of it was recorded",
+            meta.len()
+        ).into()));
+    }
+    let text = std::fs::read(file).map_err(io)?;
+    let doc: Map<String, Value> = match serde_json::from_slice(&text) {
+        Ok(Value::Object(o)) => o,
+        Ok(_) => {
+            return Err(Error::Rejected(format!(
+                "{name}: expected a JSON object (a SWE-agent trajectory); nothing of it was recorded"
+            ).into()))
+        }
+        Err(e) => {
+            return Err(Error::Rejected(format!(
+                "{name}:{}:{}: not JSON: {e}; nothing of it was recorded",
+                e.line(),
+                e.column()
+            ).into()))
+        }
+    };
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| Timestamp::from_millis(d.as_millis() as i64).ok())
+        .unwrap_or(Timestamp(0));
+    Ok((doc, modified))
 }
 
 /// What one trajectory gives.
@@ -258,49 +266,14 @@ pub fn trajectory_events(
         ));
     };
     let mut out = ParsedTrajectory::default();
-    let model = model_of(doc);
-    let info = doc.get("info").and_then(Value::as_object);
-    let new = |k: EventKind| {
-        let mut e = Event::new(k, session);
-        e.ts = ts;
-        e
+    let run = Run {
+        session,
+        ts,
+        model: model_of(doc),
+        info: doc.get("info").and_then(Value::as_object),
     };
-    let push = |out: &mut ParsedTrajectory, key: &str, made: Vec<Event>| {
-        for (i, mut e) in made.into_iter().enumerate() {
-            let mut m = Map::new();
-            m.insert("key".into(), json!(format!("{key}#{i}")));
-            e.meta
-                .get_or_insert_with(Meta::new)
-                .insert(META_SWE_AGENT, Value::Object(m));
-            out.events.push(e);
-        }
-    };
-    // The run's start, and its task.
-    let mut start = new(EventKind::Custom).with_text("session start");
-    start.label = Some("session.start".into());
-    start.model = model.clone();
-    if let Some(env) = doc.get("environment").filter(|v| !v.is_null()) {
-        start = start.with_meta("environment", env.clone());
-    }
-    if let Some(v) = info.and_then(|i| i.get("swe_agent_version")) {
-        start = start.with_meta("swe_agent_version", v.clone());
-    }
-    let mut head = vec![start];
-    let task = doc
-        .get("history")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|h| h.get("role").and_then(Value::as_str) == Some("user"))
-        .and_then(|h| content_text(h.get("content")?));
-    if let Some(t) = &task {
-        head.push(new(EventKind::Prompt).with_text(t.clone()));
-    }
-    let head_key = format!(
-        "start:{}",
-        &blake3::hash(task.as_deref().unwrap_or("").as_bytes()).to_hex()[..32]
-    );
-    push(&mut out, &head_key, head);
+    let (key, head) = run.start(doc);
+    agent::push_keyed(&mut out.events, head, META_SWE_AGENT, &key);
     for (i, step) in steps.iter().enumerate() {
         let Some(s) = step.as_object() else {
             return Err(Error::Rejected(
@@ -312,6 +285,91 @@ pub fn trajectory_events(
             ));
         };
         out.steps += 1;
+        let key = format!(
+            "step{}:{}",
+            i + 1,
+            &blake3::hash(step.to_string().as_bytes()).to_hex()[..32]
+        );
+        agent::push_keyed(&mut out.events, run.step(i + 1, s), META_SWE_AGENT, &key);
+    }
+    if let Some(patch) = run.submission() {
+        let key = format!(
+            "submission:{}",
+            &blake3::hash(patch.as_bytes()).to_hex()[..32]
+        );
+        let files = Applying {
+            name,
+            put,
+            base,
+            has_base,
+        };
+        let made = run.submitted(patch, files, &mut out)?;
+        out.submission_key = Some(format!("{key}#0"));
+        agent::push_keyed(&mut out.events, made, META_SWE_AGENT, &key);
+    }
+    Ok(out)
+}
+
+/// What every event of a run shares: its session, time and model, and
+/// the trajectory's `info`.
+struct Run<'a> {
+    session: &'a str,
+    ts: Timestamp,
+    model: Option<String>,
+    info: Option<&'a Map<String, Value>>,
+}
+
+/// How a submission's files are made: `name` names the trajectory, `put`
+/// stores a blob, `base(path)` gives a file in the tree the run started
+/// from (see [`trajectory_events`]).
+struct Applying<'a, 'f> {
+    name: &'a str,
+    put: &'f mut dyn FnMut(&[u8]) -> Result<BlobHash>,
+    base: &'f mut dyn FnMut(&str) -> Option<Option<Vec<u8>>>,
+    has_base: bool,
+}
+
+impl Run<'_> {
+    /// A new event of the run.
+    fn event(&self, k: EventKind) -> Event {
+        let mut e = Event::new(k, self.session);
+        e.ts = self.ts;
+        e
+    }
+
+    /// The run's start and its task (the first user message of
+    /// `history`), with their key.
+    fn start(&self, doc: &Map<String, Value>) -> (String, Vec<Event>) {
+        let mut start = self.event(EventKind::Custom).with_text("session start");
+        start.label = Some("session.start".into());
+        start.model = self.model.clone();
+        if let Some(env) = doc.get("environment").filter(|v| !v.is_null()) {
+            start = start.with_meta("environment", env.clone());
+        }
+        if let Some(v) = self.info.and_then(|i| i.get("swe_agent_version")) {
+            start = start.with_meta("swe_agent_version", v.clone());
+        }
+        let mut head = vec![start];
+        let task = doc
+            .get("history")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|h| h.get("role").and_then(Value::as_str) == Some("user"))
+            .and_then(|h| content_text(h.get("content")?));
+        if let Some(t) = &task {
+            head.push(self.event(EventKind::Prompt).with_text(t.clone()));
+        }
+        let key = format!(
+            "start:{}",
+            &blake3::hash(task.as_deref().unwrap_or("").as_bytes()).to_hex()[..32]
+        );
+        (key, head)
+    }
+
+    /// The events of step `n` (from 1): its thought, action and
+    /// observation.
+    fn step(&self, n: usize, s: &Map<String, Value>) -> Vec<Event> {
         let text = |k: &str| {
             s.get(k)
                 .and_then(Value::as_str)
@@ -319,54 +377,64 @@ pub fn trajectory_events(
         };
         let mut made = Vec::new();
         if let Some(t) = text("thought") {
-            let mut e = new(EventKind::Reply).with_text(t);
-            e.model = model.clone();
-            made.push(e.with_meta("step", i + 1));
+            let mut e = self.event(EventKind::Reply).with_text(t);
+            e.model = self.model.clone();
+            made.push(e.with_meta("step", n));
         }
         if let Some(a) = text("action") {
-            let mut e = new(EventKind::ToolCall).with_text(bounded(a, MAX_TOOL_SUMMARY_BYTES));
+            let mut e = self
+                .event(EventKind::ToolCall)
+                .with_text(bounded(a, MAX_TOOL_SUMMARY_BYTES));
             e.tool = a.split_whitespace().next().map(str::to_string);
-            e.model = model.clone();
+            e.model = self.model.clone();
             e.latency_ms = s
                 .get("execution_time")
                 .and_then(Value::as_f64)
                 .filter(|t| t.is_finite() && *t >= 0.0)
                 .map(|t| (t * 1000.0) as u64);
-            made.push(
-                e.with_meta("step", i + 1)
-                    .with_meta("may_change_unrecorded_files", true),
-            );
+            made.push(agent::shell_call(e.with_meta("step", n), None));
         }
         if let Some(o) = s.get("observation").and_then(Value::as_str) {
-            let mut e = new(EventKind::Custom).with_text(bounded(o, MAX_OBSERVATION_BYTES));
+            let mut e = self
+                .event(EventKind::Custom)
+                .with_text(bounded(o, MAX_OBSERVATION_BYTES));
             e.label = Some("observation".into());
-            e = e.with_meta("step", i + 1);
+            e = e.with_meta("step", n);
             if o.len() > MAX_OBSERVATION_BYTES {
                 e = e.with_meta("cut", o.len());
             }
             made.push(e);
         }
-        let key = format!(
-            "step{}:{}",
-            i + 1,
-            &blake3::hash(step.to_string().as_bytes()).to_hex()[..32]
-        );
-        push(&mut out, &key, made);
+        made
     }
-    // The submission.
-    let submission = info
-        .and_then(|i| i.get("submission"))
-        .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty());
-    if let Some(patch) = submission {
-        let key = format!(
-            "submission:{}",
-            &blake3::hash(patch.as_bytes()).to_hex()[..32]
-        );
+
+    /// The run's patch (`info.submission`), if it has one.
+    fn submission(&self) -> Option<&str> {
+        self.info
+            .and_then(|i| i.get("submission"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+    }
+
+    /// The submission's record and one file event per file its `patch`
+    /// changes, counted in `out`.
+    fn submitted(
+        &self,
+        patch: &str,
+        files: Applying<'_, '_>,
+        out: &mut ParsedTrajectory,
+    ) -> Result<Vec<Event>> {
+        let Applying {
+            name,
+            put,
+            base,
+            has_base,
+        } = files;
         let sections = split_patch(patch);
-        let mut rec = new(EventKind::Custom);
+        let mut rec = self.event(EventKind::Custom);
         rec.label = Some("submission".into());
-        rec.text = info
+        rec.text = self
+            .info
             .and_then(|i| i.get("exit_status"))
             .and_then(Value::as_str)
             .map(str::to_string);
@@ -376,19 +444,17 @@ pub fn trajectory_events(
         for sec in &sections {
             match submission_event(sec, name, put, base, has_base, &mut out.not_applied)? {
                 Some(mut e) => {
-                    e.session = session.to_string();
-                    e.ts = ts;
-                    e.model = model.clone();
+                    e.session = self.session.to_string();
+                    e.ts = self.ts;
+                    e.model = self.model.clone();
                     out.submitted_files += 1;
                     made.push(e);
                 }
                 None => out.without_base = true,
             }
         }
-        out.submission_key = Some(format!("{key}#0"));
-        push(&mut out, &key, made);
+        Ok(made)
     }
-    Ok(out)
 }
 
 /// The text of a history message's `content`: a string, or the `text` of
