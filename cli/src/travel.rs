@@ -167,13 +167,8 @@ fn show_from(
             "`{spec}` names the workspace root, a directory: `cairn tree {point}` lists its files"
         )));
     }
-    // A new process reads the path's entry from the per-segment index
-    // files (its last change before the point, no replay from the start);
-    // every other case, and every error's wording, is the query index's.
-    if !typed.ends_with('/') {
-        if let Some(entry) = store.cold_entry_at(point, path) {
-            return print_contents(store, &entry);
-        }
+    if let Some(entry) = cold_entry(store, point, typed, path) {
+        return print_contents(store, &entry);
     }
     let (found, unrecorded) = store.query(|q| {
         let at = q.resolve(point)?;
@@ -225,6 +220,22 @@ fn show_from(
         )));
     }
     print_contents(store, &entry)
+}
+
+/// The entry of `path` at `point` as a new process reads it from the
+/// per-segment index files (its last change before the point, no replay
+/// from the start); `None` leaves every other case, and every error's
+/// wording, to the query index (as for a `typed` path ending in `/`).
+fn cold_entry(
+    store: &cairn::Store,
+    point: Point,
+    typed: &str,
+    path: &str,
+) -> Option<cairn::TreeEntry> {
+    if typed.ends_with('/') {
+        return None;
+    }
+    store.cold_entry_at(point, path)
 }
 
 /// Prints the contents of `entry`, streamed chunk by chunk (each
