@@ -5,7 +5,8 @@
 //! `.cairn/index/` on close and rebuilt from the log when missing or stale.
 
 use std::io::Write;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use cairn_codec::{ChainHash, Lsn};
 use cairn_engine::log::{Head, LogStats, Record, VerifyReport};
@@ -41,6 +42,41 @@ impl LogHandle {
             LogHandle::Reader(r) => f(&**r),
         }
     }
+}
+
+/// A writer's build of the index files of the segments it seals (see
+/// [`Store::index_new_seals`]).
+#[derive(Debug)]
+pub(crate) struct SealIndexer {
+    /// How many sealed segments the log had at the last look
+    /// (`usize::MAX`: not looked yet).
+    seen: AtomicUsize,
+    /// The build running or last run.
+    job: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Default for SealIndexer {
+    fn default() -> SealIndexer {
+        SealIndexer {
+            seen: AtomicUsize::new(usize::MAX),
+            job: Mutex::new(None),
+        }
+    }
+}
+
+/// Builds the index file of every sealed segment of the store at `root`
+/// that lacks a good one, reading the log through a read-only reader of
+/// its own (so the writer's log is not held). A cache: failing is no error.
+fn index_sealed_segments(vfs: Arc<dyn cairn_engine::Vfs>, root: std::path::PathBuf) {
+    let Ok(reader) = cairn_engine::log::LogReader::open(vfs.clone(), &root.join("log")) else {
+        return;
+    };
+    let spans = reader.sealed_spans();
+    let src = cairn_query::source::ReaderSource::new(reader);
+    let dir = root
+        .join("index")
+        .join(cairn_query::index::cold::SEGMENTS_DIR);
+    let _ = cairn_query::index::cold::ColdIndex::index_sealed(&vfs, &dir, &src, &spans);
 }
 
 /// What [`Store::verify`] found, over the log and the blobs.
@@ -129,23 +165,109 @@ impl Store {
         filter: &Filter,
         each: &mut dyn FnMut(Record) -> cairn_query::Result<bool>,
     ) -> Result<()> {
-        if self.index().lock().is_none() && cairn_query::index::cold::ColdIndex::answers(filter) {
-            let spans = self.log.sealed_spans();
-            let write = !self.is_read_only() || self.save_index_read_only;
-            let done = self.log.with_source(|src| {
-                let dir = self
-                    .root()
-                    .join("index")
-                    .join(cairn_query::index::cold::SEGMENTS_DIR);
-                let cold =
-                    cairn_query::index::cold::ColdIndex::new(self.vfs(), &dir, src, &spans, write)?;
-                cold.scan(filter, each)
-            })?;
-            if done {
-                return Ok(());
-            }
+        if cairn_query::index::cold::ColdIndex::answers(filter)
+            && self.with_cold(|cold, _| cold.scan(filter, each))? == Some(true)
+        {
+            return Ok(());
         }
         self.query(|q| q.scan(filter, each))
+    }
+
+    /// After an append: when `log` has sealed a segment since the last
+    /// look, starts a thread that builds the index files of the sealed
+    /// segments lacking one ([`cairn_query::index::cold::ColdIndex::index_sealed`]),
+    /// so a query from a new process never builds them. The append waits
+    /// for nothing: what it pays is this look (the count of sealed
+    /// segments). One build at a time; a seal during one is taken by the
+    /// next append after it. The first look only counts: segments sealed
+    /// before this handle opened are built by the first query needing them.
+    pub(crate) fn index_new_seals(&self, log: &cairn_engine::log::Log) {
+        let ix = &self.seal_indexer;
+        let n = log.sealed_spans().len();
+        let seen = ix.seen.load(Ordering::Relaxed);
+        if seen == usize::MAX {
+            ix.seen.store(n, Ordering::Relaxed);
+            return;
+        }
+        if n <= seen {
+            return;
+        }
+        let mut job = ix.job.lock();
+        if job.as_ref().is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        ix.seen.store(n, Ordering::Relaxed);
+        let (vfs, root) = (self.vfs().clone(), self.root().to_path_buf());
+        *job = std::thread::Builder::new()
+            .name("cairn-segment-index".into())
+            .spawn(move || index_sealed_segments(vfs, root))
+            .ok();
+    }
+
+    /// Waits for the build [`Store::index_new_seals`] started, if any, and
+    /// builds the files of segments sealed since it started (what a close
+    /// runs: every segment this writer sealed then has its file, and the
+    /// process never exits midway through one).
+    pub(crate) fn finish_seal_index(&self) {
+        if let Some(h) = self.seal_indexer.job.lock().take() {
+            let _ = h.join();
+        }
+        let LogHandle::Writer(log) = &self.log else {
+            return;
+        };
+        let seen = self.seal_indexer.seen.load(Ordering::Relaxed);
+        if seen != usize::MAX && log.sealed_spans().len() > seen {
+            index_sealed_segments(self.vfs().clone(), self.root().to_path_buf());
+        }
+    }
+
+    /// Runs `f` with the per-segment index files of the log up to its head
+    /// ([`cairn_query::index::cold::ColdIndex`]) and the log, when this
+    /// process has not loaded the query index; `None` when it has (the
+    /// loaded index answers without them).
+    fn with_cold<T>(
+        &self,
+        f: impl FnOnce(
+            &cairn_query::index::cold::ColdIndex<'_>,
+            &dyn RecordSource,
+        ) -> cairn_query::Result<T>,
+    ) -> Result<Option<T>> {
+        if self.index().lock().is_some() {
+            return Ok(None);
+        }
+        let spans = self.log.sealed_spans();
+        let write = !self.is_read_only() || self.save_index_read_only;
+        let dir = self
+            .root()
+            .join("index")
+            .join(cairn_query::index::cold::SEGMENTS_DIR);
+        Ok(Some(self.log.with_source(|src| {
+            let cold =
+                cairn_query::index::cold::ColdIndex::new(self.vfs(), &dir, src, &spans, write)?;
+            f(&cold, src)
+        })?))
+    }
+
+    /// `path`'s entry at point `p` read from the per-segment index files
+    /// by a process that has not loaded the query index (`cairn show`):
+    /// the path's last change at or before the point and the reset before
+    /// it, not a replay from the start ([`cairn_query::query::ColdAt`]).
+    /// `None` when there is no file there, when the files leave the
+    /// question to the whole index, when the index is loaded, or when a
+    /// read fails: [`Store::query`] then answers, and words any error.
+    pub fn cold_entry_at(
+        &self,
+        p: cairn_query::Point,
+        path: &str,
+    ) -> Option<cairn_query::TreeEntry> {
+        let manifests = SnapshotManifests(&*self.blobs);
+        let answer = self.with_cold(|cold, src| {
+            cairn_query::query::ColdAt::new(cold, src, &manifests).entry(p, path)
+        });
+        match answer {
+            Ok(Some(cairn_query::query::ColdAnswer::Entry(_, entry))) => entry,
+            _ => None,
+        }
     }
 
     /// One session's checkpoints (every one with `None`), oldest first, as

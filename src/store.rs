@@ -280,6 +280,7 @@ impl StoreBuilder {
             gc_gate: RwLock::new(()),
             _tmp: None,
             save_index_read_only: self.save_index_read_only,
+            seal_indexer: Default::default(),
         })
     }
 
@@ -426,6 +427,7 @@ impl StoreBuilder {
             gc_gate: RwLock::new(()),
             _tmp: tmp,
             save_index_read_only: false,
+            seal_indexer: Default::default(),
         })
     }
 }
@@ -544,6 +546,9 @@ pub struct Store {
     _tmp: Option<tempfile::TempDir>,
     /// See [`StoreBuilder::save_index_read_only`].
     pub(crate) save_index_read_only: bool,
+    /// The index files of segments this writer seals, built off its
+    /// append path (see [`Store::index_new_seals`]).
+    pub(crate) seal_indexer: crate::queries::SealIndexer,
     /// The store directory and its lock. Declared last, so dropped last:
     /// fields are dropped in declaration order, and the log's tail state,
     /// the blob index and any dictionary being trained are written when
@@ -940,6 +945,7 @@ impl Store {
         }
         let lsn = log.append(event)?;
         self.now_referenced(std::slice::from_ref(event));
+        self.index_new_seals(log);
         Ok(lsn)
     }
 
@@ -971,6 +977,7 @@ impl Store {
         }
         let range = log.append_batch(events)?;
         self.now_referenced(events);
+        self.index_new_seals(log);
         Ok(range)
     }
 
@@ -996,6 +1003,7 @@ impl Store {
 
     /// Closes the store cleanly (syncs; makes the next open cheap).
     pub fn close(self) -> Result<()> {
+        self.finish_seal_index();
         self.save_index()?;
         if !self.is_read_only() {
             self.blobs.sync()?;

@@ -82,11 +82,25 @@ fn old_store_index_upgrades_in_place_and_verify_checks_the_files() {
     }
     // The old form: the whole index in one file, written at close.
     w.query(|_| Ok(())).unwrap();
+    let sealed_by_writer = w.stats().log.sealed_segments;
     w.close().unwrap();
     let idx = tmp.path().join(".cairn/index");
     assert!(idx.join("query.idx").exists());
+    // The writer built the file of each segment it sealed, off its
+    // appends; an older binary did not: without them, the store is old.
     let segs = idx.join("segments");
-    assert!(!segs.exists());
+    let built = std::fs::read_dir(&segs)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".qix")
+        })
+        .count() as u64;
+    assert_eq!(built, sealed_by_writer);
+    std::fs::remove_dir_all(&segs).unwrap();
 
     // The answers of the loaded (single-file) index, the reference.
     let reference = open_writer();

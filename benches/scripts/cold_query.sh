@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Queries from a new process: `cairn log --session S --kind K --limit 5`,
-# `cairn history PATH` and `cairn checkpoints --session S` through the
-# binary, each paired with the `sqlite3` command line answering the same
-# question on the same EVENTS events (default 1,000,000) in one table
-# indexed on session, path and kind.
+# `cairn history PATH`, `cairn checkpoints --session S` and `cairn show
+# @LSN:PATH` (a file's contents mid-history) through the binary, each
+# paired with the `sqlite3` command line answering the same question on
+# the same EVENTS events (default 1,000,000) in one table indexed on
+# session, path and kind (the file contents in a second table, by hash).
 #
 #   cargo build --release
 #   benches/scripts/cold_query.sh [EVENTS] [RUNS] [PAIR]
@@ -28,42 +29,70 @@ else
   trap 'rm -rf "$dir"' EXIT
 fi
 
+store=$dir/ws/.cairn
+[ -d "$store" ] || (mkdir -p "$dir/ws" && cd "$dir/ws" && ("$cairn" init -q . 2>/dev/null || "$cairn" init .) >/dev/null)
+# The contents the file writes carry: VERSIONS versions of each of the 50
+# files, put in the store first (an imported record may only name blobs
+# the store holds), their hashes kept in contents.txt.
+if [ ! -f "$dir/contents.txt" ]; then
+  mkdir -p "$dir/contents"
+  for j in $(seq 0 49); do for v in $(seq 0 7); do
+    printf '// src/f%d.rs, version %d\npub fn f%d() -> u32 {\n    %d\n}\n' "$j" "$v" "$j" "$v" >"$dir/contents/f${j}_v${v}.rs"
+  done; done
+  "$cairn" --store "$store" blob put "$dir"/contents/*.rs >"$dir/contents.txt"
+fi
+
 [ -f "$dir/events.db" ] || python3 - "$events" "$dir" <<'PY'
 import json, sqlite3, sys
 n, d = int(sys.argv[1]), sys.argv[2]
 kinds = ["prompt", "reply", "tool_call", "file.write"]
+hashes, texts = {}, {}
+for line in open(f"{d}/contents.txt"):
+    h, _, path = line.split()
+    name = path.rsplit("/", 1)[1]
+    hashes[name] = h
+    texts[h] = open(path).read()
 db = sqlite3.connect(f"{d}/events.db")
-db.execute("create table ev (lsn integer primary key, session text, kind text, path text, text text)")
+db.execute("create table ev (lsn integer primary key, session text, kind text, path text, text text, after text)")
+db.execute("create table blob (hash text primary key, content text)")
+db.executemany("insert into blob values (?, ?)", texts.items())
 with open(f"{d}/events.jsonl", "w") as out:
     rows = []
     for i in range(n):
         k = kinds[i % 4]
         # Sessions and paths change every 4 events, so each session has
-        # every kind and each path 1 in 50 of the file writes.
+        # every kind and each path 1 in 50 of the file writes; each write
+        # of a file gives the next of its 8 versions.
         e = {"kind": k, "session": "s%d" % (i // 4 % 50)}
         if k == "file.write":
             e["path"] = "src/f%d.rs" % (i // 4 % 50)
             e["tool"] = "edit"
+            e["after"] = hashes["f%d_v%d.rs" % (i // 4 % 50, i // 200 % 8)]
         else:
             e["text"] = "turn %d: make the tests pass" % i
         out.write(json.dumps(e) + "\n")
-        rows.append((i + 1, e["session"], k, e.get("path"), e.get("text")))
-    db.executemany("insert into ev values (?, ?, ?, ?, ?)", rows)
+        rows.append((i + 1, e["session"], k, e.get("path"), e.get("text"), e.get("after")))
+        if len(rows) == 100000:
+            db.executemany("insert into ev values (?, ?, ?, ?, ?, ?)", rows)
+            rows = []
+    db.executemany("insert into ev values (?, ?, ?, ?, ?, ?)", rows)
 db.execute("create index ev_session on ev (session, kind)")
 db.execute("create index ev_path on ev (path)")
 db.commit()
 PY
-[ -d "$dir/ws/.cairn" ] || (cd "$dir" && mkdir -p ws && cd ws && ("$cairn" init -q . 2>/dev/null || "$cairn" init .) >/dev/null \
-  && "$cairn" --durability never import --format jsonl ../events.jsonl >/dev/null)
-store=$dir/ws/.cairn
+[ -f "$dir/imported" ] || { (cd "$dir/ws" && "$cairn" --durability never import --format jsonl ../events.jsonl >/dev/null) && touch "$dir/imported"; }
 echo "store: $events events, $(du -sh "$store/log" | cut -f1) of log in $(ls "$store/log" | grep -c '\.seg$') segments; sqlite3 file $(du -sh "$dir/events.db" | cut -f1)"
 echo "machine: $(nproc) cores, $(uname -sr)"
 
+# The point `show` asks at: mid-history, a few records past a write of
+# the file (its contents are those of the write before the point).
+mid=$((events / 2 + 7))
 # name | cairn arguments | sqlite3 query
 cases=(
   "log --session s1 --kind prompt --limit 5|log --session s1 --kind prompt --limit 5 --json|select * from ev where session='s1' and kind='prompt' order by lsn limit 5"
   "history src/f8.rs|history src/f8.rs --json|select * from ev where path='src/f8.rs' order by lsn"
   "checkpoints --session s1|checkpoints --session s1 --json|select * from ev where session='s1' and kind='checkpoint.create' order by lsn"
+  "show @$mid:src/f8.rs|show @$mid:src/f8.rs|select b.content from ev e join blob b on b.hash = e.after where e.path='src/f8.rs' and e.lsn <= $mid order by e.lsn desc limit 1"
 )
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for c in "${cases[@]}"; do

@@ -14,7 +14,7 @@ use super::hiargs::{parse_point, PointArg};
 use super::output::{
     cell, count, one_line, quote_not_captured, quote_path, reason_words, Style, Table,
 };
-use super::records::{note_time_points, print_records, record_path};
+use super::records::{note_time_points, print_records, record_path, RecordPrinter};
 use super::{Settings, EXIT_CORRUPT};
 
 /// Splits `POINT:PATH` at the rightmost colon whose left side is a point,
@@ -167,6 +167,9 @@ fn show_from(
             "`{spec}` names the workspace root, a directory: `cairn tree {point}` lists its files"
         )));
     }
+    if let Some(entry) = cold_entry(store, point, typed, path) {
+        return print_contents(store, &entry);
+    }
     let (found, unrecorded) = store.query(|q| {
         let at = q.resolve(point)?;
         let unrecorded = q.unrecorded_write(at, path)?;
@@ -216,8 +219,28 @@ fn show_from(
             quote_path(path)
         )));
     }
-    // Streamed chunk by chunk (each verified): a large file is never held
-    // whole in memory.
+    print_contents(store, &entry)
+}
+
+/// The entry of `path` at `point` as a new process reads it from the
+/// per-segment index files (its last change before the point, no replay
+/// from the start); `None` leaves every other case, and every error's
+/// wording, to the query index (as for a `typed` path ending in `/`).
+fn cold_entry(
+    store: &cairn::Store,
+    point: Point,
+    typed: &str,
+    path: &str,
+) -> Option<cairn::TreeEntry> {
+    if typed.ends_with('/') {
+        return None;
+    }
+    store.cold_entry_at(point, path)
+}
+
+/// Prints the contents of `entry`, streamed chunk by chunk (each
+/// verified): a large file is never held whole in memory.
+fn print_contents(store: &cairn::Store, entry: &cairn::TreeEntry) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     store.blobs().get_to(&entry.blob, &mut out)?;
     out.flush()?;
@@ -767,31 +790,48 @@ pub fn history(
             "history needs a file or directory below the workspace root (`src/`, `README.md`); `cairn log` lists every record",
         ));
     }
-    let records = match (follow, checkpoints) {
+    let printed = match (follow, checkpoints) {
         // The plain history is the records naming the path: answered from
-        // the per-segment indexes without loading the whole query index.
+        // the per-segment indexes without loading the whole query index,
+        // and printed as they are read (as `log` prints), never held.
         (false, false) => {
-            let mut recs = Vec::new();
             let filter = cairn::Filter {
                 path: Some(path.clone()),
                 ..cairn::Filter::all()
             };
-            store.scan(&filter, &mut |r| {
-                recs.push(r);
-                Ok(true)
-            })?;
-            recs
+            let mut printer = RecordPrinter::new(json);
+            let (mut n, mut failed) = (0usize, None);
+            let scanned = store.scan(&filter, &mut |r| match printer.print(&r) {
+                Ok(()) => {
+                    n += 1;
+                    Ok(true)
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    Ok(false)
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e.into());
+            }
+            // What was read before an error (damage) is printed, then it.
+            printer.finish()?;
+            scanned?;
+            n
         }
-        _ => store.query(|q| match (follow, checkpoints) {
-            (true, true) => q.history_following_with_resets(&path),
-            (true, false) => q.history_following(&path),
-            _ => q.history_with_resets(&path),
-        })?,
+        _ => {
+            let records = store.query(|q| match (follow, checkpoints) {
+                (true, true) => q.history_following_with_resets(&path),
+                (true, false) => q.history_following(&path),
+                _ => q.history_with_resets(&path),
+            })?;
+            print_records(&records, json)?;
+            records.len()
+        }
     };
-    print_records(&records, json)?;
     let outside =
         std::path::Path::new(&path).is_absolute() || path == ".." || path.starts_with("../");
-    if records.is_empty() && outside {
+    if printed == 0 && outside {
         // Kept as typed, since a record may name any path: say that none
         // named this one, and that it would be history only.
         eprintln!(

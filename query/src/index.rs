@@ -303,62 +303,82 @@ impl Index {
             EventKind::Rollback if e.ok => {}
             _ => return,
         }
-        let parent = if e.kind == EventKind::CheckpointCreate {
+        let Some(parent) = self.branch_parent(e) else {
+            return;
+        };
+        if e.kind == EventKind::CheckpointCreate {
+            self.observe_checkpoint(lsn, e);
+        } else if let Some(target) = e.target {
+            self.observe_rollback(lsn, e, target);
+        }
+        self.add_node(lsn, e, parent, true);
+        self.session_node.insert(e.session.clone(), lsn);
+    }
+
+    /// What the checkpoint or rollback `e` continues from in the branch
+    /// graph: for a checkpoint, the newest node its `parents` name, else
+    /// the last node of its session; for a rollback, its target. `None`
+    /// when `e` is no branch point (a rollback without a known target).
+    fn branch_parent(&self, e: &Event) -> Option<Option<Lsn>> {
+        if e.kind == EventKind::CheckpointCreate {
             let explicit = e
                 .parents
                 .iter()
                 .filter(|p| self.nodes.contains_key(p))
                 .max()
                 .copied();
-            explicit.or_else(|| self.session_node.get(&e.session).copied())
+            Some(explicit.or_else(|| self.session_node.get(&e.session).copied()))
         } else {
-            // A rollback without a known target is not a branch point.
-            match e.target.filter(|t| self.checkpoints.contains_key(&t.0)) {
-                Some(t) => Some(t.0),
-                None => return,
-            }
-        };
-        if e.kind == EventKind::CheckpointCreate {
-            self.checkpoints.insert(
-                lsn,
-                CheckpointInfo {
-                    id: CheckpointId(lsn),
-                    session: e.session.clone(),
-                    run: e.run.clone(),
-                    label: e.label.clone(),
-                    ts: e.ts,
-                    root: e.root,
-                    discarded_at: None,
-                },
-            );
-            push_sorted(
-                self.checkpoints_by_session
-                    .entry(e.session.clone())
-                    .or_default(),
-                lsn,
-            );
-            if let Some(root) = e.root {
-                self.resets.push(Reset {
-                    lsn,
-                    root,
-                    scope: crate::replay::RollbackScope::all(),
-                });
-            }
-        } else if let Some(target) = e.target {
-            self.rollbacks_by_session
-                .entry(e.session.clone())
-                .or_default()
-                .push((lsn, target));
-            if let Some(root) = self.checkpoints.get(&target.0).and_then(|c| c.root) {
-                self.resets.push(Reset {
-                    lsn,
-                    root,
-                    scope: crate::replay::rollback_scope(e),
-                });
-            }
+            e.target
+                .filter(|t| self.checkpoints.contains_key(&t.0))
+                .map(|t| Some(t.0))
         }
-        self.add_node(lsn, e, parent, true);
-        self.session_node.insert(e.session.clone(), lsn);
+    }
+
+    /// Folds in checkpoint `e` (with a tree) at `lsn`: its info, its
+    /// session's list, and the tree reset it is.
+    fn observe_checkpoint(&mut self, lsn: Lsn, e: &Event) {
+        self.checkpoints.insert(
+            lsn,
+            CheckpointInfo {
+                id: CheckpointId(lsn),
+                session: e.session.clone(),
+                run: e.run.clone(),
+                label: e.label.clone(),
+                ts: e.ts,
+                root: e.root,
+                discarded_at: None,
+            },
+        );
+        push_sorted(
+            self.checkpoints_by_session
+                .entry(e.session.clone())
+                .or_default(),
+            lsn,
+        );
+        if let Some(root) = e.root {
+            self.resets.push(Reset {
+                lsn,
+                root,
+                scope: crate::replay::RollbackScope::all(),
+            });
+        }
+    }
+
+    /// Folds in rollback `e` to `target` at `lsn`: its session's list, and
+    /// the tree reset it is (the target's tree, for the paths it sets).
+    fn observe_rollback(&mut self, lsn: Lsn, e: &Event, target: CheckpointId) {
+        self.rollbacks_by_session
+            .entry(e.session.clone())
+            .or_default()
+            .push((lsn, target));
+        if let Some(root) = self.checkpoints.get(&target.0).and_then(|c| c.root) {
+            self.resets.push(Reset {
+                lsn,
+                root,
+                scope: crate::replay::rollback_scope(e),
+            });
+        }
     }
 
     /// Adds the node of record `lsn` (event `e`) under `parent`; `tree`:

@@ -4,7 +4,8 @@
 //!
 //! [`Query`] itself (this file) resolves points, lists and exports records
 //! and walks branches; each other question has a file of its own: the
-//! state at a point (`at.rs`), diffs (`diff.rs`), a path's history
+//! state at a point (`at.rs`; from the per-segment index files,
+//! `cold_at.rs`), diffs (`diff.rs`), a path's history
 //! (`history.rs`) and blame (`blame.rs`); line utilities are in
 //! [`crate::lines`].
 
@@ -22,6 +23,7 @@ use crate::source::{BlobSource, ManifestSource, Record, RecordSource};
 
 mod at;
 mod blame;
+mod cold_at;
 mod diff;
 mod history;
 
@@ -30,6 +32,7 @@ pub use crate::lines::{
     MAX_LINE_DIFF_BYTES,
 };
 pub use blame::{BlameLine, MAX_BLAME_MOVES};
+pub use cold_at::{ColdAnswer, ColdAt};
 pub use diff::{DiffStatus, FileDiff, DIFF_CONTEXT_LINES};
 
 /// A node of the branch graph (a checkpoint or a rollback) as listed by

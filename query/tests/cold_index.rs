@@ -12,9 +12,14 @@ use cairn_engine::log::SegmentSpan;
 use cairn_engine::{RealVfs, Vfs};
 use cairn_query::index::cold::{ColdIndex, FileEvent};
 use cairn_query::index::seg::seg_index_name;
+use cairn_query::query::{ColdAnswer, ColdAt};
+use cairn_query::source::SnapshotManifests;
 use cairn_query::source::{MemLog, RecordSource};
 use cairn_query::Filter;
+use cairn_query::Point;
 use proptest::prelude::*;
+
+mod common;
 
 const SESSIONS: [&str; 3] = ["s1", "s2", "s3"];
 const PATHS: [&str; 5] = ["a.txt", "src/a.rs", "src/b.rs", "src/deep/c.rs", "srcx.rs"];
@@ -182,7 +187,7 @@ proptest! {
         events in proptest::collection::vec(spec(), 1..120),
         cuts in proptest::collection::vec(any::<u64>(), 0..5),
         filters in proptest::collection::vec(fspec(), 1..6),
-        damage in (0..4u8, any::<usize>(), any::<u8>()),
+        damage in (0..5u8, any::<usize>(), any::<u8>()),
         tail in 1..40u64,
         more in proptest::collection::vec(spec(), 0..30),
     ) {
@@ -219,9 +224,11 @@ proptest! {
             }
         }
         // Damage one file: cut short (a writer killed midway), a byte
-        // flipped, replaced by another history's, or removed.
+        // flipped, replaced by another history's, removed, or never
+        // renamed into place (a writer killed between its write and its
+        // rename: a temporary file, cut short, and no file).
         let mut files: Vec<_> = match std::fs::read_dir(&dir) {
-            Ok(d) => d.map(|e| e.unwrap().path()).collect(),
+            Ok(d) => d.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "qix")).collect(),
             Err(_) => return Ok(()),
         };
         if files.is_empty() {
@@ -258,9 +265,16 @@ proptest! {
                 bytes = std::fs::read(odir.join(seg_index_name(victim.first))).unwrap();
                 prop_assert_ne!(osp.last_chain, victim.last_chain);
             }
+            4 => {}
             _ => bytes.clear(),
         }
-        if damage.0 == 3 {
+        if damage.0 == 4 {
+            let name = path.file_name().unwrap().to_str().unwrap();
+            let tmp_name = cairn_engine::atomic::unique_tmp_name(&format!(".{name}"));
+            let cut = damage.2 as usize % bytes.len();
+            std::fs::write(dir.join(tmp_name), &bytes[..cut]).unwrap();
+            std::fs::remove_file(&path).unwrap();
+        } else if damage.0 == 3 {
             std::fs::remove_file(&path).unwrap();
         } else {
             std::fs::write(&path, &bytes).unwrap();
@@ -424,5 +438,129 @@ fn tail_file_covers_a_prefix_and_the_rest_is_folded() {
     assert!(
         matches!(ev.as_slice(), [FileEvent::Built(Lsn(1), _)]),
         "{ev:?}"
+    );
+}
+
+/// `show POINT:PATH` from the index files: a path's entry at every point
+/// of scripted sessions (writes, moves, deletes, shell edits, checkpoints,
+/// rollbacks), on random segmentations, equals the tree a full replay of
+/// the log gives there; then again with every index file damaged.
+#[test]
+fn entry_at_random_points_equals_a_full_replay() {
+    for seed in [1u64, 7, 42, 99, 123, 2024, 31337, 8] {
+        let s = common::script(seed, 250);
+        let manifests = SnapshotManifests(&s.blobs);
+        let head = s.log.head().unwrap().last_lsn.0;
+        let mut rng = common::Rng(seed * 31 + 1);
+        let cuts: Vec<u64> = (0..1 + rng.below(4)).map(|_| rng.below(head + 1)).collect();
+        let sp = spans(&s.log, &cuts);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("segments");
+        let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+        let tail = 1 + rng.below(64);
+        let (mut answered, mut asked) = (0, 0);
+        for pass in 0..2 {
+            if pass == 1 {
+                // Every file the first pass wrote, one byte flipped.
+                for f in std::fs::read_dir(&dir).unwrap() {
+                    let path = f.unwrap().path();
+                    let mut b = std::fs::read(&path).unwrap();
+                    let i = rng.below(b.len() as u64) as usize;
+                    b[i] ^= 0x10;
+                    std::fs::write(&path, &b).unwrap();
+                }
+            }
+            let ix = ColdIndex::with_tail_reindex(&vfs, &dir, &s.log, &sp, true, tail).unwrap();
+            let at = ColdAt::new(&ix, &s.log, &manifests);
+            for n in 0..=head {
+                for p in common::PATHS {
+                    let want = s.expected[n as usize].get(p).copied();
+                    let got = at.entry_at(Lsn(n), p).unwrap();
+                    assert_eq!(got, want, "seed {seed} pass {pass}: {p} at @{n}");
+                    match at.entry(Point::Lsn(Lsn(n)), p).unwrap() {
+                        ColdAnswer::Entry(l, e) => {
+                            assert_eq!((l, e), (Lsn(n), want), "seed {seed}: {p} at @{n}");
+                            answered += 1;
+                        }
+                        ColdAnswer::Ask => asked += 1,
+                    }
+                }
+            }
+            // A checkpoint's id resolves to its LSN, the head to the head,
+            // a time is left to the whole index.
+            let cp = s
+                .log
+                .iter_from(Lsn::FIRST)
+                .map(|r| r.unwrap())
+                .find(|r| r.event.kind == EventKind::CheckpointCreate && r.event.root.is_some())
+                .unwrap();
+            let id = cairn_codec::CheckpointId(cp.lsn);
+            assert_eq!(at.resolve(Point::Checkpoint(id)).unwrap(), Some(cp.lsn));
+            assert_eq!(at.resolve(Point::Head).unwrap(), Some(Lsn(head)));
+            assert_eq!(at.resolve(Point::Time(Timestamp(0))).unwrap(), None);
+        }
+        assert!(
+            answered > asked,
+            "seed {seed}: {answered} answered from the files, {asked} left to the whole index"
+        );
+    }
+}
+
+/// Once a later write gives a path's contents, a delete or a move between
+/// it and the last checkpoint still decides the mode: a file deleted and
+/// written again after a checkpoint that held it executable is a new file
+/// of the default mode, and one moved in takes its source's mode.
+#[test]
+fn a_removal_between_a_write_and_the_checkpoint_decides_the_mode() {
+    use cairn_query::source::{EntryKind, Tree, TreeEntry, DEFAULT_FILE_MODE};
+    let blobs = cairn_snapshot::MemBlobs::new();
+    let manifests = SnapshotManifests(&blobs);
+    let log = MemLog::new();
+    let put = |s: &str| cairn_snapshot::BlobAccess::put(&blobs, s.as_bytes()).unwrap();
+    let (one, two) = (put("one\n"), put("two\n"));
+    let exe = |blob| TreeEntry {
+        blob,
+        mode: 0o755,
+        kind: EntryKind::File,
+    };
+    let tree: Tree = [
+        ("a.sh".to_string(), exe(one)),
+        ("b.sh".to_string(), exe(one)),
+    ]
+    .into_iter()
+    .collect();
+    let mut cp = Event::new(EventKind::CheckpointCreate, "s");
+    cp.root = Some(common::store_tree(&blobs, &tree));
+    log.append(cp).unwrap(); // 1
+    log.append(Event::new(EventKind::FileDelete, "s").with_path("a.sh"))
+        .unwrap(); // 2
+    let mut w = Event::new(EventKind::FileWrite, "s").with_path("a.sh");
+    w.after = Some(two);
+    log.append(w.clone()).unwrap(); // 3
+    let mut mv = Event::new(EventKind::FileMove, "s").with_path("b.sh");
+    mv.to_path = Some("c.sh".into());
+    log.append(mv).unwrap(); // 4
+    w.path = Some("c.sh".into());
+    log.append(w).unwrap(); // 5
+    let tmp = tempfile::tempdir().unwrap();
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let ix = ColdIndex::new(&vfs, &tmp.path().join("segments"), &log, &[], true).unwrap();
+    let at = ColdAt::new(&ix, &log, &manifests);
+    assert_eq!(
+        at.entry_at(Lsn(1), "a.sh").unwrap(),
+        Some(exe(one)),
+        "as checkpointed"
+    );
+    assert_eq!(at.entry_at(Lsn(2), "a.sh").unwrap(), None, "deleted");
+    assert_eq!(
+        at.entry_at(Lsn(5), "a.sh").unwrap(),
+        Some(TreeEntry::file(two)),
+        "written again: a new file"
+    );
+    assert_eq!(TreeEntry::file(two).mode, DEFAULT_FILE_MODE);
+    assert_eq!(
+        at.entry_at(Lsn(5), "c.sh").unwrap(),
+        Some(exe(two)),
+        "moved in: the source's mode"
     );
 }

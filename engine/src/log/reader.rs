@@ -187,56 +187,22 @@ impl LogReader {
     /// One pass of [`LogReader::extend_tail`]: `Some` error if intact
     /// records follow the first frame that is not.
     fn extend_tail_once(&mut self) -> Result<Option<TailDamage>> {
-        let Some(t) = &mut self.view.tail else {
+        let Some(t) = &self.view.tail else {
             return Ok(None);
         };
         let len = t
             .file
             .len()
             .map_err(|e| EngineError::io("stat log segment", &t.path, e))?;
-        if len <= t.committed_len {
+        if len <= t.committed_len || self.take_clean_close(len) {
             return Ok(None);
         }
-        if t.committed_len == SEGMENT_HEADER_LEN as u64 {
-            // A tail a clean close described and nothing has changed since
-            // is taken as described, as the writer's open takes it (see
-            // `recovery::open_log`): its frames are not read and chained
-            // again here. Each frame's CRC is still checked when it is
-            // read, so damage inside is an error then, never a record; and
-            // `verify` reads and chains every frame.
-            let st = super::recovery::TailState::load(&*self.vfs, &self.dir);
-            self.closed = Some(st.as_ref().map(|s| s.last_lsn));
-            if let Some(st) = st {
-                if st.matches(&*t.file, &t.header, len) {
-                    t.committed_len = st.valid_len;
-                    t.head = Head {
-                        last_lsn: st.last_lsn,
-                        chain: st.chain,
-                    };
-                    t.index = st.index;
-                    return Ok(None);
-                }
-            }
-        }
+        let Some(t) = &mut self.view.tail else {
+            return Ok(None);
+        };
         let base = t.committed_len;
-        let mut buf = vec![0u8; (len - base) as usize];
-        let mut got = 0;
-        while got < buf.len() {
-            match t.file.read_at(&mut buf[got..], base + got as u64) {
-                Ok(0) => break,
-                Ok(k) => got += k,
-                Err(e) => return Err(EngineError::io("read log segment", &t.path, e)),
-            }
-        }
-        buf.truncate(got);
-        let index = &mut t.index;
-        let w = walk_chained(&buf, t.head, t.header.chain_form, |lsn, at| {
-            index.note(lsn, base + at as u64);
-        });
-        let (off, expect) = (w.intact, w.next_lsn);
-        t.committed_len = base + w.committed as u64;
-        t.head = w.head;
-        t.index.truncate_to(t.committed_len);
+        let buf = read_from(t, base, len)?;
+        let (off, expect) = take_intact_frames(t, &buf, base);
         let rest = &buf[(t.committed_len - base) as usize..];
         if rest.len() == SEGMENT_FOOTER_LEN && rest.starts_with(b"CAIRNEND") {
             let (path, first, prev) = (t.path.clone(), t.header.first_lsn, t.header.prev_chain);
@@ -245,22 +211,36 @@ impl LogReader {
             self.view.sealed.push(Arc::new(s));
             return Ok(None);
         }
-        // From the first frame that is not intact (past the intact frames
-        // of a batch still being written). The space the writer reserved
-        // ahead is zeros: nothing to look through (most refreshes end here).
-        let bad = &buf[off..];
-        if bad.iter().all(|&b| b == 0) {
-            return Ok(None);
+        Ok(damage_after(&buf[off..], base + off as u64, expect))
+    }
+
+    /// Takes the tail as a clean close described it, when nothing has
+    /// changed since (as the writer's open takes it, see
+    /// `recovery::open_log`): its frames are not read and chained again
+    /// here. Each frame's CRC is still checked when it is read, so damage
+    /// inside is an error then, never a record; and `verify` reads and
+    /// chains every frame. True if taken; `len` is the file's length.
+    fn take_clean_close(&mut self, len: u64) -> bool {
+        let Some(t) = &mut self.view.tail else {
+            return false;
+        };
+        if t.committed_len != SEGMENT_HEADER_LEN as u64 {
+            return false;
         }
-        let at = base + off as u64;
-        Ok(find_next_valid(bad, 1, expect).map(|next| TailDamage {
-            offset: at,
-            lsn: expect,
-            detail: format!(
-                "record frame is not intact, but intact records follow at byte {}, so this is damage, not a record being written (`cairn repair` keeps every intact record)",
-                at + next as u64
-            ),
-        }))
+        let st = super::recovery::TailState::load(&*self.vfs, &self.dir);
+        self.closed = Some(st.as_ref().map(|s| s.last_lsn));
+        match st {
+            Some(st) if st.matches(&*t.file, &t.header, len) => {
+                t.committed_len = st.valid_len;
+                t.head = Head {
+                    last_lsn: st.last_lsn,
+                    chain: st.chain,
+                };
+                t.index = st.index;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Takes in damage a read found inside a tail that was opened on a
@@ -404,4 +384,53 @@ impl LogReader {
     pub fn stats(&self) -> LogStats {
         self.view.stats(Durability::default())
     }
+}
+
+/// The bytes of the tail `t` from `base` to `len` (fewer if the file is
+/// shorter by the time it is read).
+fn read_from(t: &Tail, base: u64, len: u64) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; (len - base) as usize];
+    let mut got = 0;
+    while got < buf.len() {
+        match t.file.read_at(&mut buf[got..], base + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) => return Err(EngineError::io("read log segment", &t.path, e)),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
+/// Takes in the committed frames of `buf` (the tail's bytes from `base`):
+/// the tail's head, committed length and sparse index move past them.
+/// Gives the offset in `buf` of the first frame that is not intact and
+/// the LSN expected there.
+fn take_intact_frames(t: &mut Tail, buf: &[u8], base: u64) -> (usize, Lsn) {
+    let index = &mut t.index;
+    let w = walk_chained(buf, t.head, t.header.chain_form, |lsn, at| {
+        index.note(lsn, base + at as u64);
+    });
+    t.committed_len = base + w.committed as u64;
+    t.head = w.head;
+    t.index.truncate_to(t.committed_len);
+    (w.intact, w.next_lsn)
+}
+
+/// The damage `bad` (the tail's bytes from its first frame that is not
+/// intact, at byte `at`, where LSN `expect` was due) is, if intact records
+/// follow in it. The space the writer reserved ahead is zeros: nothing to
+/// look through (most refreshes end there).
+fn damage_after(bad: &[u8], at: u64, expect: Lsn) -> Option<TailDamage> {
+    if bad.iter().all(|&b| b == 0) {
+        return None;
+    }
+    find_next_valid(bad, 1, expect).map(|next| TailDamage {
+        offset: at,
+        lsn: expect,
+        detail: format!(
+            "record frame is not intact, but intact records follow at byte {}, so this is damage, not a record being written (`cairn repair` keeps every intact record)",
+            at + next as u64
+        ),
+    })
 }

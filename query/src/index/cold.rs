@@ -15,14 +15,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_codec::Lsn;
+use cairn_codec::{EventKind, Lsn};
 use cairn_engine::atomic::{write_atomic, AtomicOptions};
 use cairn_engine::log::SegmentSpan;
 use cairn_engine::vfs::Mapped;
 use cairn_engine::Vfs;
 use parking_lot::Mutex;
 
-use super::seg::{seg_index_name, KeyTag, Postings, SegIndex, SegIndexBuilder};
+use super::seg::{seg_index_name, KeyTag, Postings, SegHeader, SegIndex, SegIndexBuilder};
 use crate::error::{QueryError, Result};
 use crate::filter::Filter;
 use crate::source::{Record, RecordSource};
@@ -220,6 +220,43 @@ impl<'a> ColdIndex<'a> {
         Ok(())
     }
 
+    /// Makes sure each of the sealed segments `sealed` has its index file
+    /// in `dir`: one missing, damaged or stale is built from `src` and
+    /// written (see [`ColdIndex::rebuild`]). What a writer runs on a thread
+    /// of its own after a segment is sealed, off its append path, so that
+    /// a query from a new process finds the file. Gives what happened to
+    /// each file; holds one segment's index in memory at a time.
+    pub fn index_sealed(
+        vfs: &'a Arc<dyn Vfs>,
+        dir: &Path,
+        src: &'a dyn RecordSource,
+        sealed: &[SegmentSpan],
+    ) -> Result<Vec<FileEvent>> {
+        let parts: Vec<Part> = sealed
+            .iter()
+            .filter(|s| s.first <= s.last)
+            .map(|s| Part {
+                first: s.first,
+                last: s.last,
+                span: Some(*s),
+            })
+            .collect();
+        let me = ColdIndex {
+            vfs,
+            dir: dir.to_path_buf(),
+            src,
+            loaded: parts.iter().map(|_| Mutex::new(None)).collect(),
+            parts,
+            write: true,
+            events: Mutex::new(Vec::new()),
+        };
+        for i in 0..me.parts.len() {
+            me.part(i)?;
+            *me.loaded[i].lock() = None;
+        }
+        Ok(me.events())
+    }
+
     /// True if [`ColdIndex::scan`] can narrow `f` by an index (a session,
     /// run, kind, agent, model or path other than the whole workspace).
     pub fn answers(f: &Filter) -> bool {
@@ -328,7 +365,11 @@ impl<'a> ColdIndex<'a> {
     }
 
     /// Builds a sealed segment's index from the log and, when this index
-    /// may write, writes its file (atomically: temporary file, rename).
+    /// may write, writes its file atomically and durably (a temporary file
+    /// of this process's own, fsync, rename, directory fsync): a process
+    /// killed before the rename leaves no file, only its temporary, which
+    /// no query reads; and a file cut short or zero-filled by a crash
+    /// after it fails its length or checksums and is rebuilt.
     fn rebuild(&self, span: SegmentSpan, reason: String) -> Result<SegIndex> {
         let path = self.file_path(span);
         let part = Part {
@@ -354,7 +395,7 @@ impl<'a> ColdIndex<'a> {
                 .create_dir_all(&self.dir)
                 .map_err(|e| e.to_string())
                 .and_then(|()| {
-                    write_atomic(&**self.vfs, &path, &bytes, &AtomicOptions::not_durable())
+                    write_atomic(&**self.vfs, &path, &bytes, &AtomicOptions::durable())
                         .map_err(|e| e.to_string())
                 });
         }
@@ -381,7 +422,47 @@ impl<'a> ColdIndex<'a> {
             return Ok(true);
         }
         let mut n = 0usize;
-        let order: Vec<usize> = if f.newest_first {
+        let mut visit = |lsn: Lsn| -> Result<bool> {
+            let r = self.read_exact(lsn)?;
+            if !f.matches(&r) {
+                return Ok(true);
+            }
+            n += 1;
+            Ok(each(r)? && n < limit)
+        };
+        let skip_part = |h: &SegHeader| {
+            f.since.is_some_and(|t| h.max_ts < t) || f.until.is_some_and(|t| h.min_ts > t)
+        };
+        self.walk(&conds, lo, hi, f.newest_first, &skip_part, &mut visit)?;
+        Ok(true)
+    }
+
+    /// The record at `lsn`, which must be the one read.
+    fn read_exact(&self, lsn: Lsn) -> Result<Record> {
+        let r = self.src.read(lsn)?;
+        if r.lsn != lsn {
+            return Err(QueryError::Invalid(format!(
+                "reading LSN {lsn} gave the record at LSN {}",
+                r.lsn
+            )));
+        }
+        Ok(r)
+    }
+
+    /// Calls `f` with each LSN in `lo..=hi` that meets every condition, in
+    /// LSN order (newest first with `rev`), until it returns false; parts
+    /// whose header `skip` rejects are passed over. Returns false if `f`
+    /// stopped the walk.
+    fn walk(
+        &self,
+        conds: &[Cond],
+        lo: Lsn,
+        hi: Lsn,
+        rev: bool,
+        skip: &dyn Fn(&SegHeader) -> bool,
+        f: &mut dyn FnMut(Lsn) -> Result<bool>,
+    ) -> Result<bool> {
+        let order: Vec<usize> = if rev {
             (0..self.parts.len()).rev().collect()
         } else {
             (0..self.parts.len()).collect()
@@ -391,54 +472,103 @@ impl<'a> ColdIndex<'a> {
             if p.last < lo || p.first > hi {
                 continue;
             }
-            let mut ix = self.part(i)?;
-            let h = *ix.header();
-            if f.since.is_some_and(|t| h.max_ts < t) || f.until.is_some_and(|t| h.min_ts > t) {
-                continue;
-            }
-            let (mut from, mut to) = (lo.max(p.first), hi.min(p.last));
-            let mut go = true;
-            // The last candidate visited: after damage found midway, the
-            // rebuilt index resumes past it, so nothing is handed out twice.
-            let mut visited: Option<Lsn> = None;
-            let mut rebuilt = false;
-            loop {
-                let r = self.candidates(&ix, &conds, from, to, f.newest_first, &mut |lsn| {
-                    visited = Some(lsn);
-                    let r = self.src.read(lsn)?;
-                    if r.lsn != lsn {
-                        return Err(QueryError::Invalid(format!(
-                            "reading LSN {lsn} gave the record at LSN {}",
-                            r.lsn
-                        )));
-                    }
-                    if f.matches(&r) {
-                        n += 1;
-                        go = each(r)? && n < limit;
-                    }
-                    Ok(go)
-                });
-                match r {
-                    Err(e @ QueryError::IndexCorrupt { .. }) if !rebuilt => {
-                        ix = self.replace(i, &e)?;
-                        rebuilt = true;
-                        match (visited, f.newest_first) {
-                            (Some(v), false) => from = v.next(),
-                            (Some(v), true) => to = Lsn(v.0 - 1),
-                            (None, _) => {}
-                        }
-                        if from > to {
-                            break;
-                        }
-                    }
-                    r => break r?,
-                }
-            }
-            if !go {
-                break;
+            if !self.walk_part(i, conds, (lo.max(p.first), hi.min(p.last)), rev, skip, f)? {
+                return Ok(false);
             }
         }
         Ok(true)
+    }
+
+    /// [`ColdIndex::walk`] over part `i`, LSNs `range`. An index found
+    /// damaged midway is rebuilt from the log once and the walk resumes
+    /// past the last LSN handed out, so nothing is handed out twice.
+    fn walk_part(
+        &self,
+        i: usize,
+        conds: &[Cond],
+        range: (Lsn, Lsn),
+        rev: bool,
+        skip: &dyn Fn(&SegHeader) -> bool,
+        f: &mut dyn FnMut(Lsn) -> Result<bool>,
+    ) -> Result<bool> {
+        let mut ix = self.part(i)?;
+        if skip(ix.header()) {
+            return Ok(true);
+        }
+        let (mut from, mut to) = range;
+        let mut go = true;
+        let mut visited: Option<Lsn> = None;
+        let mut rebuilt = false;
+        loop {
+            let r = self.candidates(&ix, conds, from, to, rev, &mut |lsn| {
+                visited = Some(lsn);
+                go = f(lsn)?;
+                Ok(go)
+            });
+            match r {
+                Err(e @ QueryError::IndexCorrupt { .. }) if !rebuilt => {
+                    ix = self.replace(i, &e)?;
+                    rebuilt = true;
+                    match (visited, rev) {
+                        (Some(v), false) => from = v.next(),
+                        (Some(v), true) => to = Lsn(v.0 - 1),
+                        (None, _) => {}
+                    }
+                    if from > to {
+                        return Ok(go);
+                    }
+                }
+                r => {
+                    r?;
+                    return Ok(go);
+                }
+            }
+        }
+    }
+
+    /// The newest LSN in `lo..=hi` naming `path` itself (as `path`,
+    /// `to_path` or one of `files`) whose kind is `kind`, when given.
+    pub fn newest_naming(
+        &self,
+        path: &str,
+        kind: Option<EventKind>,
+        lo: Lsn,
+        hi: Lsn,
+    ) -> Result<Option<Lsn>> {
+        let mut conds = vec![Cond::Key(KeyTag::Path, path.to_string())];
+        if let Some(k) = kind {
+            conds.push(Cond::Key(KeyTag::Kind, k.name().to_string()));
+        }
+        self.newest(&conds, lo, hi)
+    }
+
+    /// The newest LSN in `lo..=hi` of a record of kind `kind`.
+    pub fn newest_of_kind(&self, kind: EventKind, lo: Lsn, hi: Lsn) -> Result<Option<Lsn>> {
+        self.newest(&[Cond::Key(KeyTag::Kind, kind.name().to_string())], lo, hi)
+    }
+
+    /// Calls `f` with the LSNs in `lo..=hi` naming `path` itself, newest
+    /// first, until it returns false.
+    pub fn naming_rev(
+        &self,
+        path: &str,
+        lo: Lsn,
+        hi: Lsn,
+        f: &mut dyn FnMut(Lsn) -> Result<bool>,
+    ) -> Result<()> {
+        let conds = [Cond::Key(KeyTag::Path, path.to_string())];
+        self.walk(&conds, lo, hi, true, &|_| false, f).map(|_| ())
+    }
+
+    fn newest(&self, conds: &[Cond], lo: Lsn, hi: Lsn) -> Result<Option<Lsn>> {
+        let mut found = None;
+        if lo <= hi {
+            self.walk(conds, lo, hi, true, &|_| false, &mut |l| {
+                found = Some(l);
+                Ok(false)
+            })?;
+        }
+        Ok(found)
     }
 
     /// The LSNs in `lo..=hi` of one part that meet every condition, in
@@ -452,85 +582,26 @@ impl<'a> ColdIndex<'a> {
         rev: bool,
         f: &mut dyn FnMut(Lsn) -> Result<bool>,
     ) -> Result<()> {
-        let mut lists: Vec<Vec<Postings<'_>>> = Vec::with_capacity(conds.len());
-        for c in conds {
-            let l = match c {
-                Cond::Key(tag, key) => vec![ix.lookup(*tag, key)?],
-                Cond::Under(p) => {
-                    let mut l = vec![ix.lookup(KeyTag::Path, p)?];
-                    l.extend(ix.lookup_prefix(KeyTag::Path, &format!("{p}/"))?);
-                    l
-                }
-            };
-            let l: Vec<Postings<'_>> = l.into_iter().filter(|p| !p.is_empty()).collect();
-            if l.is_empty() {
-                return Ok(());
-            }
-            lists.push(l);
-        }
-        let total = |l: &Vec<Postings<'_>>| l.iter().map(|p| p.len()).sum::<usize>();
-        let (d, _) = lists
+        let Some(mut lists) = condition_lists(ix, conds)? else {
+            return Ok(());
+        };
+        // The shortest list drives; the others are probed.
+        let d = lists
             .iter()
             .enumerate()
-            .min_by_key(|(_, l)| total(l))
-            .map(|(i, l)| (i, total(l)))
-            .unwrap_or((0, 0));
+            .min_by_key(|(_, l)| total_len(l))
+            .map_or(0, |(i, _)| i);
         let driver = lists.swap_remove(d);
         let others = lists;
         let mut check = |lsn: Lsn| -> Result<bool> {
-            for alts in &others {
-                let mut any = false;
-                for p in alts {
-                    if p.contains(lsn)? {
-                        any = true;
-                        break;
-                    }
-                }
-                if !any {
-                    return Ok(true);
-                }
-            }
-            f(lsn)
-        };
-        if let [one] = driver.as_slice() {
-            let from = one.rank(lo)?;
-            let to = one.rank(hi.next())?;
-            if rev {
-                for i in (from..to).rev() {
-                    if !check(one.get(i)?)? {
-                        break;
-                    }
-                }
+            if in_every(&others, lsn)? {
+                f(lsn)
             } else {
-                for i in from..to {
-                    if !check(one.get(i)?)? {
-                        break;
-                    }
-                }
+                Ok(true)
             }
-            return Ok(());
-        }
-        // Several paths under a directory: their lists merged.
-        let mut all = Vec::new();
-        for p in &driver {
-            let (from, to) = (p.rank(lo)?, p.rank(hi.next())?);
-            for i in from..to {
-                all.push(p.get(i)?);
-            }
-        }
-        all.sort_unstable();
-        all.dedup();
-        if rev {
-            all.reverse();
-        }
-        for l in all {
-            if !check(l)? {
-                break;
-            }
-        }
-        Ok(())
+        };
+        for_each_in(&driver, lo, hi, rev, &mut check)
     }
-
     /// Checks every index file in `dir` whole (header, directory, every
     /// block) and against the segment it names (what `cairn verify` runs).
     /// The file of the unsealed tail (named by the first LSN after the
@@ -586,6 +657,96 @@ impl<'a> ColdIndex<'a> {
         }
         Ok(report)
     }
+}
+
+/// For each condition, the posting lists that answer it (several for a
+/// directory: one per path under it); `None` when one has no record.
+fn condition_lists<'i>(ix: &'i SegIndex, conds: &[Cond]) -> Result<Option<Vec<Vec<Postings<'i>>>>> {
+    let mut lists = Vec::with_capacity(conds.len());
+    for c in conds {
+        let l = match c {
+            Cond::Key(tag, key) => vec![ix.lookup(*tag, key)?],
+            Cond::Under(p) => {
+                let mut l = vec![ix.lookup(KeyTag::Path, p)?];
+                l.extend(ix.lookup_prefix(KeyTag::Path, &format!("{p}/"))?);
+                l
+            }
+        };
+        let l: Vec<Postings<'_>> = l.into_iter().filter(|p| !p.is_empty()).collect();
+        if l.is_empty() {
+            return Ok(None);
+        }
+        lists.push(l);
+    }
+    Ok(Some(lists))
+}
+
+fn total_len(l: &[Postings<'_>]) -> usize {
+    l.iter().map(|p| p.len()).sum()
+}
+
+/// True if `lsn` is in one of the lists of every condition.
+fn in_every(conds: &[Vec<Postings<'_>>], lsn: Lsn) -> Result<bool> {
+    for alts in conds {
+        let mut any = false;
+        for p in alts {
+            if p.contains(lsn)? {
+                any = true;
+                break;
+            }
+        }
+        if !any {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Calls `f` with the LSNs of `lists` in `lo..=hi`, each once, in order
+/// (reversed with `rev`), until it returns false.
+fn for_each_in(
+    lists: &[Postings<'_>],
+    lo: Lsn,
+    hi: Lsn,
+    rev: bool,
+    f: &mut dyn FnMut(Lsn) -> Result<bool>,
+) -> Result<()> {
+    if let [one] = lists {
+        let (from, to) = (one.rank(lo)?, one.rank(hi.next())?);
+        if rev {
+            for i in (from..to).rev() {
+                if !f(one.get(i)?)? {
+                    break;
+                }
+            }
+        } else {
+            for i in from..to {
+                if !f(one.get(i)?)? {
+                    break;
+                }
+            }
+        }
+        return Ok(());
+    }
+    // Several paths under a directory: their lists merged.
+    let mut all = Vec::new();
+    for p in lists {
+        let (from, to) = (p.rank(lo)?, p.rank(hi.next())?);
+        for i in from..to {
+            all.push(p.get(i)?);
+        }
+    }
+    all.sort_unstable();
+    all.dedup();
+    if rev {
+        all.reverse();
+    }
+    for l in all {
+        if !f(l)? {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// What [`ColdIndex::verify_files`] found.

@@ -192,6 +192,15 @@ impl SegIndexBuilder {
             + postings * 4
             + blocks * 4;
         let mut out = Vec::with_capacity(len as usize);
+        self.encode_header(&mut out, keys.len() as u32, postings, key_bytes);
+        encode_directory(&mut out, &keys);
+        encode_postings(&mut out, &keys);
+        debug_assert_eq!(out.len() as u64, len);
+        Ok(out)
+    }
+
+    /// Appends the header (the counts checked against the limits already).
+    fn encode_header(&self, out: &mut Vec<u8>, keys: u32, postings: u64, key_bytes: u64) {
         out.extend_from_slice(SEG_INDEX_MAGIC);
         out.extend_from_slice(&SEG_INDEX_VERSION.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
@@ -205,46 +214,54 @@ impl SegIndexBuilder {
         };
         out.extend_from_slice(&lo.to_le_bytes());
         out.extend_from_slice(&hi.to_le_bytes());
-        out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+        out.extend_from_slice(&keys.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
         out.extend_from_slice(&postings.to_le_bytes());
         out.extend_from_slice(&key_bytes.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
-        let h = crc(&out);
+        let h = crc(out);
         out.extend_from_slice(&h.to_le_bytes());
         debug_assert_eq!(out.len(), SEG_HEADER_LEN);
-        let (mut key_off, mut post_at) = (0u32, 0u32);
-        for ((tag, key), list) in &keys {
-            let mut e = [0u8; ENTRY_LEN];
-            e[0] = *tag as u8;
-            e[4..8].copy_from_slice(&key_off.to_le_bytes());
-            e[8..12].copy_from_slice(&(key.len() as u32).to_le_bytes());
-            e[12..16].copy_from_slice(&post_at.to_le_bytes());
-            e[16..20].copy_from_slice(&(list.len() as u32).to_le_bytes());
-            let h = crc_parts(&[&e[..20], key.as_bytes()]);
-            e[20..24].copy_from_slice(&h.to_le_bytes());
-            out.extend_from_slice(&e);
-            key_off += key.len() as u32;
-            post_at += list.len() as u32;
+    }
+}
+
+/// Appends the directory (one checksummed entry per key, in order), then
+/// the key bytes.
+fn encode_directory(out: &mut Vec<u8>, keys: &[(&(KeyTag, String), &Vec<u32>)]) {
+    let (mut key_off, mut post_at) = (0u32, 0u32);
+    for ((tag, key), list) in keys {
+        let mut e = [0u8; ENTRY_LEN];
+        e[0] = *tag as u8;
+        e[4..8].copy_from_slice(&key_off.to_le_bytes());
+        e[8..12].copy_from_slice(&(key.len() as u32).to_le_bytes());
+        e[12..16].copy_from_slice(&post_at.to_le_bytes());
+        e[16..20].copy_from_slice(&(list.len() as u32).to_le_bytes());
+        let h = crc_parts(&[&e[..20], key.as_bytes()]);
+        e[20..24].copy_from_slice(&h.to_le_bytes());
+        out.extend_from_slice(&e);
+        key_off += key.len() as u32;
+        post_at += list.len() as u32;
+    }
+    for ((_, key), _) in keys {
+        out.extend_from_slice(key.as_bytes());
+    }
+}
+
+/// Appends every key's postings, then the CRC of each block of them.
+fn encode_postings(out: &mut Vec<u8>, keys: &[(&(KeyTag, String), &Vec<u32>)]) {
+    let post_start = out.len();
+    for (_, list) in keys {
+        for d in list.iter() {
+            out.extend_from_slice(&d.to_le_bytes());
         }
-        for ((_, key), _) in &keys {
-            out.extend_from_slice(key.as_bytes());
-        }
-        let post_start = out.len();
-        for (_, list) in &keys {
-            for d in list.iter() {
-                out.extend_from_slice(&d.to_le_bytes());
-            }
-        }
-        let post_end = out.len();
-        for block in out[post_start..post_end]
-            .to_vec()
-            .chunks(POSTINGS_BLOCK * 4)
-        {
-            out.extend_from_slice(&crc(block).to_le_bytes());
-        }
-        debug_assert_eq!(out.len() as u64, len);
-        Ok(out)
+    }
+    let post_end = out.len();
+    let crcs: Vec<u32> = out[post_start..post_end]
+        .chunks(POSTINGS_BLOCK * 4)
+        .map(crc)
+        .collect();
+    for c in crcs {
+        out.extend_from_slice(&c.to_le_bytes());
     }
 }
 

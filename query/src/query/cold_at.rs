@@ -1,0 +1,246 @@
+//! A path's entry at a point, answered from the per-segment index files
+//! ([`ColdIndex`]) by a process that has not loaded the query index: what
+//! `cairn show POINT:PATH` needs. It reads the path's postings newest
+//! first back to the last tree reset (checkpoint or rollback) at or before
+//! the point, the few records they name, and at most one manifest entry:
+//! nothing is replayed from the start and nothing is loaded whole.
+//!
+//! The walk is [`Query::entry_at`](crate::Query::entry_at)'s, over the
+//! index files instead of the in-memory lists; the model test in
+//! `query/tests/cold_index.rs` holds the two to the same answers. What
+//! the files cannot answer cheaply (a time point, a checkpoint id that is
+//! no checkpoint, a path last written by a record without its contents) is
+//! [`ColdAnswer::Ask`]: the caller asks the whole query index, which also
+//! words the errors.
+
+use cairn_codec::{BlobHash, EventKind, Lsn};
+
+use crate::error::Result;
+use crate::index::cold::ColdIndex;
+use crate::index::Reset;
+use crate::point::Point;
+use crate::replay::{history_only, path_change, rollback_scope, PathChange, RollbackScope};
+use crate::source::{EntryKind, ManifestSource, RecordSource, TreeEntry};
+
+/// The kinds whose records can remove a path or move another onto it
+/// (see [`crate::replay::file_changes`]): once a path's newest contents
+/// are known, only these records between them and the last reset can
+/// still change what its entry is (its mode, or that there is none).
+const REMOVING_KINDS: [EventKind; 3] = [
+    EventKind::FileDelete,
+    EventKind::FileMove,
+    EventKind::FilePatch,
+];
+
+/// What the per-segment indexes say of a path at a point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ColdAnswer {
+    /// The point's LSN and the path's entry there (`None`: no file).
+    Entry(Lsn, Option<TreeEntry>),
+    /// A question left to the whole query index (see the module docs).
+    Ask,
+}
+
+/// Point queries over the per-segment index files (see the module docs).
+pub struct ColdAt<'a> {
+    cold: &'a ColdIndex<'a>,
+    src: &'a dyn RecordSource,
+    manifests: &'a dyn ManifestSource,
+}
+
+impl<'a> ColdAt<'a> {
+    /// Point queries over `cold`, the log `src` it indexes and its manifests.
+    pub fn new(
+        cold: &'a ColdIndex<'a>,
+        src: &'a dyn RecordSource,
+        manifests: &'a dyn ManifestSource,
+    ) -> ColdAt<'a> {
+        ColdAt {
+            cold,
+            src,
+            manifests,
+        }
+    }
+
+    /// `path`'s entry at point `p`, or [`ColdAnswer::Ask`]. An error is
+    /// one reading the log or a manifest: the caller may ask the whole
+    /// query index, which words it.
+    pub fn entry(&self, p: Point, path: &str) -> Result<ColdAnswer> {
+        let Some(at) = self.resolve(p)? else {
+            return Ok(ColdAnswer::Ask);
+        };
+        if self.written_without_contents(at, path)? {
+            return Ok(ColdAnswer::Ask);
+        }
+        Ok(ColdAnswer::Entry(at, self.entry_at(at, path)?))
+    }
+
+    /// The LSN of a point that names one directly (the head, an LSN up to
+    /// it, a checkpoint with a tree); `None` for any other.
+    pub fn resolve(&self, p: Point) -> Result<Option<Lsn>> {
+        let head = self.cold.covered();
+        Ok(match p {
+            Point::Head => Some(head),
+            Point::Lsn(l) if l <= head => Some(l),
+            Point::Checkpoint(c) if self.checkpoint_root(c.0)?.is_some() => Some(c.0),
+            _ => None,
+        })
+    }
+
+    /// The manifest root of the checkpoint recorded at `lsn`, if the
+    /// record there is one of this store (ok, with a tree), as the query
+    /// index counts checkpoints.
+    fn checkpoint_root(&self, lsn: Lsn) -> Result<Option<BlobHash>> {
+        if lsn.0 == 0 || lsn > self.cold.covered() {
+            return Ok(None);
+        }
+        let e = self.src.read(lsn)?.event;
+        Ok(e.root
+            .filter(|_| e.kind == EventKind::CheckpointCreate && e.ok))
+    }
+
+    /// The tree reset the record at `lsn` makes, if it makes one (as the
+    /// query index folds them: a checkpoint with a tree, or an ok rollback
+    /// to an earlier one).
+    fn reset_at(&self, lsn: Lsn) -> Result<Option<Reset>> {
+        let e = self.src.read(lsn)?.event;
+        if !e.ok {
+            return Ok(None);
+        }
+        Ok(match e.kind {
+            EventKind::CheckpointCreate => e.root.map(|root| Reset {
+                lsn,
+                root,
+                scope: RollbackScope::all(),
+            }),
+            EventKind::Rollback => match e.target.filter(|t| t.0 < lsn) {
+                Some(t) => self.checkpoint_root(t.0)?.map(|root| Reset {
+                    lsn,
+                    root,
+                    scope: rollback_scope(&e),
+                }),
+                None => None,
+            },
+            _ => None,
+        })
+    }
+
+    /// The last tree reset at or before `at`.
+    pub fn last_reset(&self, at: Lsn) -> Result<Option<Reset>> {
+        let mut hi = at;
+        while hi.0 > 0 {
+            let c = self
+                .cold
+                .newest_of_kind(EventKind::CheckpointCreate, Lsn::FIRST, hi)?;
+            let r = self
+                .cold
+                .newest_of_kind(EventKind::Rollback, Lsn::FIRST, hi)?;
+            let Some(l) = c.max(r) else {
+                return Ok(None);
+            };
+            if let Some(reset) = self.reset_at(l)? {
+                return Ok(Some(reset));
+            }
+            hi = Lsn(l.0 - 1);
+        }
+        Ok(None)
+    }
+
+    /// True if the last record naming `path` at or before `at` wrote it
+    /// without its contents: the case
+    /// [`Query::unrecorded_write`](crate::Query::unrecorded_write) may
+    /// report, left to it. Any other last record (one that gives the
+    /// contents, or no write) means there is no such write.
+    fn written_without_contents(&self, at: Lsn, path: &str) -> Result<bool> {
+        if history_only(path).is_some() {
+            return Ok(false);
+        }
+        let Some(last) = self.cold.newest_naming(path, None, Lsn::FIRST, at)? else {
+            return Ok(false);
+        };
+        let e = self.src.read(last)?.event;
+        let writes = e.ok
+            && (e.kind.is_file_op() || matches!(e.kind, EventKind::Apply | EventKind::Undo))
+            && e.kind != EventKind::FileDelete;
+        Ok(writes && path_change(&e, path).is_none())
+    }
+
+    /// The newest record in `lo..=hi` naming `path` that can change its
+    /// entry still: any, while its contents are not known; once they are,
+    /// only one of [`REMOVING_KINDS`].
+    fn newest_change(
+        &self,
+        path: &str,
+        contents_known: bool,
+        lo: Lsn,
+        hi: Lsn,
+    ) -> Result<Option<Lsn>> {
+        if !contents_known {
+            return self.cold.newest_naming(path, None, lo, hi);
+        }
+        let mut newest = None;
+        for k in REMOVING_KINDS {
+            newest = newest.max(self.cold.newest_naming(path, Some(k), lo, hi)?);
+        }
+        Ok(newest)
+    }
+
+    /// `path`'s entry just after LSN `at`: the last change to the path
+    /// since the last tree reset, else the reset's manifest (as
+    /// [`Query::entry_at`](crate::Query::entry_at)).
+    pub fn entry_at(&self, at: Lsn, path: &str) -> Result<Option<TreeEntry>> {
+        let mut path = path.to_string();
+        let mut at = at;
+        // Contents set by a later write, while the mode is still looked for.
+        let mut blob: Option<BlobHash> = None;
+        'outer: loop {
+            let reset = self.last_reset(at)?;
+            let lo = reset.as_ref().map_or(Lsn(0), |r| r.lsn);
+            let mut hi = at;
+            while lo < hi {
+                let Some(l) = self.newest_change(&path, blob.is_some(), lo.next(), hi)? else {
+                    break;
+                };
+                let r = self.src.read(l)?;
+                match path_change(&r.event, &path) {
+                    None => {}
+                    Some(PathChange::Set(b)) => {
+                        blob.get_or_insert(b);
+                    }
+                    Some(PathChange::Remove) => return Ok(finish(blob, None)),
+                    Some(PathChange::MoveIn { from, after }) => {
+                        if blob.is_none() {
+                            blob = after;
+                        }
+                        path = from.to_string();
+                        at = Lsn(l.0 - 1);
+                        continue 'outer;
+                    }
+                }
+                hi = Lsn(l.0 - 1);
+            }
+            let base = match reset {
+                None => None,
+                Some(r) if r.scope.touches(&path) => self.manifests.entry(&r.root, &path)?,
+                Some(r) => {
+                    at = Lsn(r.lsn.0 - 1);
+                    continue 'outer;
+                }
+            };
+            return Ok(finish(blob, base));
+        }
+    }
+}
+
+/// The entry of contents `blob` (if a write set them) over `base`'s mode.
+fn finish(blob: Option<BlobHash>, base: Option<TreeEntry>) -> Option<TreeEntry> {
+    match (blob, base) {
+        (Some(b), Some(e)) => Some(TreeEntry {
+            blob: b,
+            mode: e.mode,
+            kind: EntryKind::File,
+        }),
+        (Some(b), None) => Some(TreeEntry::file(b)),
+        (None, base) => base,
+    }
+}
