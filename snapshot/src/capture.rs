@@ -89,7 +89,10 @@ fn fs_clock(ws: &Workspace) -> Result<i64> {
         return Ok(i64::try_from(now).unwrap_or(i64::MAX));
     }
     let p = ws.cache_path(CLOCK_FILE);
-    std::fs::write(&p, b"c").map_err(|e| SnapshotError::io("touch scan clock", &p, e))?;
+    // Its one byte written over itself: a write stamps the mtime, and
+    // unlike truncating first it never waits for a write-back (see
+    // `in_place`).
+    crate::in_place::touch(&p).map_err(|e| SnapshotError::io("touch scan clock", &p, e))?;
     let m = std::fs::metadata(&p).map_err(|e| SnapshotError::io("stat scan clock", &p, e))?;
     Ok(Stat::of(&m).mtime_ns)
 }
@@ -449,33 +452,39 @@ fn count_skip(
 /// entry, the others are returned to be read.
 fn cached_or_to_read(
     cache: &StatCache,
-    leaves: Vec<Found>,
+    mut leaves: Vec<Found>,
     dirs: Vec<(String, u32)>,
 ) -> (BTreeMap<String, Cached>, Vec<Found>) {
-    let mut flat: BTreeMap<String, Cached> = BTreeMap::new();
+    // In path order, the cache is read in one merge pass beside them (no
+    // search per file), and the map is built from a sorted run.
+    leaves.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
+    let mut sorted: Vec<(String, Cached)> = Vec::with_capacity(leaves.len() + dirs.len());
     for (d, mode) in dirs {
-        flat.insert(
+        sorted.push((
             d,
             Cached {
                 entry: dir_entry(mode),
                 stat: None,
             },
-        );
+        ));
     }
     let mut jobs: Vec<Found> = Vec::new();
+    let mut old = cache.entries.iter().peekable();
     for f in leaves {
-        match cache.entries.get(&f.rel) {
+        while old.next_if(|(p, _)| p.as_str() < f.rel.as_str()).is_some() {}
+        match old.next_if(|(p, _)| **p == f.rel).map(|(_, c)| c) {
             Some(c)
                 if c.stat == Some(f.stat)
                     && c.entry.kind == f.kind
                     && f.stat.mtime_ns < cache.clock_ns =>
             {
-                flat.insert(f.rel, *c);
+                sorted.push((f.rel, *c));
             }
             _ => jobs.push(f),
         }
     }
-    (flat, jobs)
+    sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    (sorted.into_iter().collect(), jobs)
 }
 
 /// Reads (hashes and stores) the files `jobs` whose cached entry could

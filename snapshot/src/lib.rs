@@ -35,6 +35,7 @@ pub mod create;
 mod durable;
 pub mod error;
 pub mod gc;
+mod in_place;
 pub mod interrupted;
 pub mod list;
 mod list_cache;

@@ -484,10 +484,21 @@ pub fn build_from<B: BlobAccess + ?Sized, V>(
         |d: &str| d.is_empty() || dirty.is_none_or(|s| s.contains(d)) || !reuse.contains_key(d);
     let mut children: HashMap<&str, Vec<(&str, Entry)>> = HashMap::new();
     let mut dirs: Vec<&str> = vec![""];
+    // Siblings are next to each other in path order: the last parent's
+    // answer is kept, so most entries cost no hash lookup.
+    let mut last: Option<(&str, bool)> = None;
     for (p, v) in flat {
         let e = entry(v);
         let par = relpath::parent(p);
-        if needs(par) {
+        let need = match last {
+            Some((l, n)) if l == par => n,
+            _ => {
+                let n = needs(par);
+                last = Some((par, n));
+                n
+            }
+        };
+        if need {
             if !par.is_empty() && flat.get(par).map(|v| entry(v).kind) != Some(EntryKind::Dir) {
                 return Err(SnapshotError::Invalid(format!(
                     "internal: manifest entry `{p}` has no parent directory entry"

@@ -8,11 +8,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc as Rc;
 
 use cairn_engine::store_dir::{BLOB_DIR_NAME, LOCK_FILE_NAME, LOG_DIR_NAME};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use parking_lot::{Condvar, Mutex};
 
 use crate::error::Result;
 use crate::manifest::EntryKind;
@@ -74,7 +74,8 @@ pub(crate) struct Found {
 #[derive(Debug, Default)]
 pub(crate) struct ScanOut {
     pub leaves: Vec<Found>,
-    /// Directories (relative path, permission bits), parents before children.
+    /// Directories (relative path, permission bits), in no set order (a
+    /// parallel walk lists them from several threads).
     pub dirs: Vec<(String, u32)>,
     /// Tracked paths that do not exist.
     pub missing: BTreeSet<String>,
@@ -217,10 +218,15 @@ pub(crate) fn scan_full(ws: &Workspace, tracked: &BTreeSet<String>) -> Result<Sc
         .cloned()
         .collect();
     drop(have);
+    // The walk alone finds each path once (a directory is listed by its
+    // parent only): only tracked paths scanned after it can repeat one.
+    let repeats = !todo.is_empty();
     for t in todo {
         scan_tracked(ws, &t, &mut out)?;
     }
-    dedup_dirs(&mut out);
+    if repeats {
+        dedup_dirs(&mut out);
+    }
     Ok(out)
 }
 
@@ -450,23 +456,31 @@ fn walk(
     } else {
         None
     };
-    let mut stack: Vec<Frame> = vec![(start.to_string(), rules)];
-    // The first directory on this thread: its subdirectories are then shared
-    // out between threads, each walking whole subtrees.
-    drain(w, &mut stack, out, true)?;
     let want = match ws.options().hash_threads {
         0 => crate::workspace::parallelism(),
         n => n,
     };
-    let threads = want
-        .clamp(1, crate::workspace::MAX_HASH_THREADS)
-        .min(stack.len());
-    if threads <= 1 {
-        return drain(w, &mut stack, out, false);
+    let threads = want.clamp(1, crate::workspace::MAX_HASH_THREADS);
+    let mut stack: Vec<Frame> = vec![(start.to_string(), rules)];
+    let mut stores: Vec<String> = Vec::new();
+    // On this thread until there are directories to share: a tree whose
+    // root holds one directory (`src/`) is still walked in parallel below it.
+    while stack.len() == 1 || (threads == 1 && !stack.is_empty()) {
+        if let Some((dir, rules)) = stack.pop() {
+            walk_dir(w, dir, rules, out, &mut stores, &mut |f| stack.push(f));
+        }
     }
-    let parts = drain_in_parallel(w, std::mem::take(&mut stack), threads)?;
-    for p in parts {
-        merge_part(out, p);
+    if !stack.is_empty() {
+        for p in walk_in_parallel(w, stack, threads)? {
+            stores.extend(p.1);
+            merge_part(out, p.0);
+        }
+    }
+    if !stores.is_empty() {
+        // A store below the root is not content: taken back out of the
+        // directories found (its parent's listing added it, maybe on
+        // another thread).
+        out.dirs.retain(|d| !stores.contains(&d.0));
     }
     Ok(())
 }
@@ -484,30 +498,87 @@ fn rules_above(root: &Path, start: &str) -> Option<Rc<Rules>> {
     rules
 }
 
-/// Walks the subtrees `items` on `threads` threads, each taking whole
-/// subtrees in turn; what each thread found.
-fn drain_in_parallel(w: WalkOpts<'_>, items: Vec<Frame>, threads: usize) -> Result<Vec<ScanOut>> {
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|s| -> Result<Vec<ScanOut>> {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| -> Result<ScanOut> {
-                    let mut local = ScanOut::default();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        let mut st = vec![item.clone()];
-                        drain(w, &mut st, &mut local, false)?;
+/// The directories of a parallel walk still to list, and how many
+/// threads are listing one (whose subdirectories may still come).
+struct Queue {
+    todo: Vec<Frame>,
+    busy: usize,
+    /// A thread stopped (panicked): the others stop too.
+    failed: bool,
+}
+
+/// Marks the queue failed if a thread unwinds while it holds a directory,
+/// so the threads waiting for its subdirectories do not wait forever.
+struct FailOnUnwind<'a>(&'a Mutex<Queue>, &'a Condvar);
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.lock().failed = true;
+            self.1.notify_all();
+        }
+    }
+}
+
+/// Walks the directories `items` and everything below them on `threads`
+/// threads, which share out every directory (not whole subtrees: one
+/// large subtree does not leave a thread idle); what each thread found,
+/// with the stores it met.
+fn walk_in_parallel(
+    w: WalkOpts<'_>,
+    items: Vec<Frame>,
+    threads: usize,
+) -> Result<Vec<(ScanOut, Vec<String>)>> {
+    let queue = Mutex::new(Queue {
+        todo: items,
+        busy: 0,
+        failed: false,
+    });
+    let more = Condvar::new();
+    let work = || {
+        let _guard = FailOnUnwind(&queue, &more);
+        let mut local = ScanOut::default();
+        let mut stores = Vec::new();
+        let mut found: Vec<Frame> = Vec::new();
+        loop {
+            let next = {
+                let mut q = queue.lock();
+                loop {
+                    if q.failed {
+                        break None;
                     }
-                    Ok(local)
-                })
-            })
-            .collect();
+                    if let Some(f) = q.todo.pop() {
+                        q.busy += 1;
+                        break Some(f);
+                    }
+                    if q.busy == 0 {
+                        break None; // nothing left, and nothing more to come
+                    }
+                    more.wait(&mut q);
+                }
+            };
+            let Some((dir, rules)) = next else {
+                more.notify_all();
+                break;
+            };
+            walk_dir(w, dir, rules, &mut local, &mut stores, &mut |f| {
+                found.push(f)
+            });
+            let mut q = queue.lock();
+            q.todo.append(&mut found);
+            q.busy -= 1;
+            drop(q);
+            more.notify_all();
+        }
+        (local, stores)
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
         let mut parts = Vec::with_capacity(handles.len());
         for h in handles {
             parts.push(h.join().map_err(|_| {
                 crate::error::SnapshotError::Invalid("a scanning thread panicked".into())
-            })??);
+            })?);
         }
         Ok(parts)
     })
@@ -638,46 +709,47 @@ fn rules_below(
     }
 }
 
-/// Walks the directories on `stack` (and everything below them), or only
-/// the first one with `one`.
-fn drain(w: WalkOpts<'_>, stack: &mut Vec<Frame>, out: &mut ScanOut, one: bool) -> Result<()> {
+/// Lists one directory of a walk, `dir` (with its parent's ignore
+/// rules): its files and symlinks go to `out`, a store met is added to
+/// `stores`, and each subdirectory to walk is handed to `push`.
+fn walk_dir(
+    w: WalkOpts<'_>,
+    dir: String,
+    parent_rules: Option<Rc<Rules>>,
+    out: &mut ScanOut,
+    stores: &mut Vec<String>,
+    push: &mut dyn FnMut(Frame),
+) {
     let root = w.ws.root();
-    let mut first = true;
-    while let Some((dir, parent_rules)) = stack.pop() {
-        if one && !first {
-            stack.push((dir, parent_rules));
-            break;
-        }
-        first = false;
-        let abs_dir = if dir.is_empty() {
-            root.to_path_buf()
-        } else {
-            root.join(&dir)
-        };
-        let Some(listing) = list_walked_dir(w.ws, &dir, &abs_dir, out) else {
-            continue;
-        };
-        let rules = rules_below(&listing, parent_rules, &abs_dir, w.follow, dir.is_empty());
-        // One buffer for every entry's absolute path (the ignore matcher
-        // wants one), instead of an allocation per entry.
-        let mut abs_buf = abs_dir.clone();
-        for ent in listing.ents {
-            if let Some(sub) = visit_entry(w, &dir, &ent, &rules, &mut abs_buf, out) {
-                stack.push((sub, rules.clone()));
-            }
+    let abs_dir = if dir.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(&dir)
+    };
+    let Some(listing) = list_walked_dir(w.ws, &dir, &abs_dir, out, stores) else {
+        return;
+    };
+    let rules = rules_below(&listing, parent_rules, &abs_dir, w.follow, dir.is_empty());
+    // One buffer for every entry's absolute path (the ignore matcher
+    // wants one), instead of an allocation per entry.
+    let mut abs_buf = abs_dir;
+    for ent in listing.ents {
+        if let Some(sub) = visit_entry(w, &dir, &ent, &rules, &mut abs_buf, out) {
+            push((sub, rules.clone()));
         }
     }
-    Ok(())
 }
 
 /// Lists the directory `dir` of a walk; `None` when there is nothing to
 /// walk in it: it vanished, cannot be read (named), or is a store (a
-/// store not at the root is taken back out of the directories found).
+/// store not at the root is added to `stores`, for the walk to take back
+/// out of the directories found).
 fn list_walked_dir(
     ws: &Workspace,
     dir: &str,
     abs_dir: &Path,
     out: &mut ScanOut,
+    stores: &mut Vec<String>,
 ) -> Option<Listing> {
     let listing = match list_dir(abs_dir, out) {
         Listed::Entries(l) => l,
@@ -688,7 +760,7 @@ fn list_walked_dir(
         }
     };
     if listing.is_store && !dir.is_empty() {
-        out.dirs.retain(|d| d.0 != dir);
+        stores.push(dir.to_string());
         if !ws.is_own_path(dir) {
             out.skip(reason::NESTED_STORE);
         }

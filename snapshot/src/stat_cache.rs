@@ -18,6 +18,9 @@ use crate::durable::write_atomic;
 use crate::error::{Result, SnapshotError};
 use crate::manifest::{DirHashes, Entry, EntryKind};
 
+mod delta;
+use delta::Delta;
+
 /// The stat data that decides whether a file must be re-read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stat {
@@ -170,43 +173,97 @@ fn kind_code(k: EntryKind) -> u8 {
     }
 }
 
+/// Encodes one cached path's entry and stat data (after its path).
+fn put_cached(out: &mut Vec<u8>, c: &Cached) {
+    out.push(kind_code(c.entry.kind));
+    out.extend_from_slice(&c.entry.mode.to_le_bytes());
+    out.extend_from_slice(&c.entry.size.to_le_bytes());
+    out.extend_from_slice(c.entry.hash.as_bytes());
+    match &c.stat {
+        Some(st) => {
+            out.push(1);
+            out.extend_from_slice(&st.size.to_le_bytes());
+            out.extend_from_slice(&st.mtime_ns.to_le_bytes());
+            out.extend_from_slice(&st.ctime_ns.to_le_bytes());
+            out.extend_from_slice(&st.ino.to_le_bytes());
+            out.extend_from_slice(&st.dev.to_le_bytes());
+            out.extend_from_slice(&st.mode.to_le_bytes());
+        }
+        None => out.push(0),
+    }
+}
+
+/// Encodes `text` as its length (u32) and its bytes.
+fn put_text(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// Encodes an optional root: a flag byte and the hash.
+fn put_root(out: &mut Vec<u8>, root: &Option<BlobHash>) {
+    match root {
+        Some(h) => {
+            out.push(1);
+            out.extend_from_slice(h.as_bytes());
+        }
+        None => out.push(0),
+    }
+}
+
+impl Cur<'_> {
+    /// What [`put_cached`] wrote.
+    fn cached(&mut self) -> Option<Cached> {
+        let kind = match self.u8()? {
+            1 => EntryKind::File,
+            2 => EntryKind::Symlink,
+            3 => EntryKind::Dir,
+            _ => return None,
+        };
+        let entry = Entry {
+            kind,
+            mode: self.u32()?,
+            size: self.u64()?,
+            hash: self.hash()?,
+        };
+        let stat = match self.u8()? {
+            0 => None,
+            1 => Some(Stat {
+                size: self.u64()?,
+                mtime_ns: self.i64()?,
+                ctime_ns: self.i64()?,
+                ino: self.u64()?,
+                dev: self.u64()?,
+                mode: self.u32()?,
+            }),
+            _ => return None,
+        };
+        Some(Cached { entry, stat })
+    }
+
+    /// What [`put_root`] wrote.
+    fn root(&mut self) -> Option<Option<BlobHash>> {
+        match self.u8()? {
+            0 => Some(None),
+            1 => Some(Some(self.hash()?)),
+            _ => None,
+        }
+    }
+}
+
 impl StatCache {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.entries.len() * 120 + self.dirs.len() * 80);
         out.extend_from_slice(STAT_CACHE_MAGIC);
         out.extend_from_slice(&self.clock_ns.to_le_bytes());
-        match &self.root {
-            Some(h) => {
-                out.push(1);
-                out.extend_from_slice(h.as_bytes());
-            }
-            None => out.push(0),
-        }
+        put_root(&mut out, &self.root);
         out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
         for (p, c) in &self.entries {
-            out.extend_from_slice(&(p.len() as u32).to_le_bytes());
-            out.extend_from_slice(p.as_bytes());
-            out.push(kind_code(c.entry.kind));
-            out.extend_from_slice(&c.entry.mode.to_le_bytes());
-            out.extend_from_slice(&c.entry.size.to_le_bytes());
-            out.extend_from_slice(c.entry.hash.as_bytes());
-            match &c.stat {
-                Some(st) => {
-                    out.push(1);
-                    out.extend_from_slice(&st.size.to_le_bytes());
-                    out.extend_from_slice(&st.mtime_ns.to_le_bytes());
-                    out.extend_from_slice(&st.ctime_ns.to_le_bytes());
-                    out.extend_from_slice(&st.ino.to_le_bytes());
-                    out.extend_from_slice(&st.dev.to_le_bytes());
-                    out.extend_from_slice(&st.mode.to_le_bytes());
-                }
-                None => out.push(0),
-            }
+            put_text(&mut out, p);
+            put_cached(&mut out, c);
         }
         out.extend_from_slice(&(self.dirs.len() as u32).to_le_bytes());
         for (d, h, size) in &self.dirs {
-            out.extend_from_slice(&(d.len() as u32).to_le_bytes());
-            out.extend_from_slice(d.as_bytes());
+            put_text(&mut out, d);
             out.extend_from_slice(h.as_bytes());
             out.extend_from_slice(&size.to_le_bytes());
         }
@@ -226,41 +283,22 @@ impl StatCache {
             return None;
         }
         let clock_ns = r.i64()?;
-        let root = match r.u8()? {
-            0 => None,
-            1 => Some(r.hash()?),
-            _ => return None,
-        };
+        let root = r.root()?;
         let n = r.u32()?;
-        let mut entries = BTreeMap::new();
+        // Collected first and built in one pass: the encoder writes them
+        // in path order, and a sorted run builds a map without a search
+        // per entry (out-of-order input is refused below).
+        let mut sorted: Vec<(String, Cached)> =
+            Vec::with_capacity((n as usize).min(body.len() / 64));
         for _ in 0..n {
             let p = r.text()?;
-            let kind = match r.u8()? {
-                1 => EntryKind::File,
-                2 => EntryKind::Symlink,
-                3 => EntryKind::Dir,
-                _ => return None,
-            };
-            let entry = Entry {
-                kind,
-                mode: r.u32()?,
-                size: r.u64()?,
-                hash: r.hash()?,
-            };
-            let stat = match r.u8()? {
-                0 => None,
-                1 => Some(Stat {
-                    size: r.u64()?,
-                    mtime_ns: r.i64()?,
-                    ctime_ns: r.i64()?,
-                    ino: r.u64()?,
-                    dev: r.u64()?,
-                    mode: r.u32()?,
-                }),
-                _ => return None,
-            };
-            entries.insert(p, Cached { entry, stat });
+            let c = r.cached()?;
+            if sorted.last().is_some_and(|(last, _)| *last >= p) {
+                return None;
+            }
+            sorted.push((p, c));
         }
+        let entries: BTreeMap<String, Cached> = sorted.into_iter().collect();
         let n = r.u32()?;
         let mut dirs = Vec::new();
         for _ in 0..n {
@@ -304,28 +342,60 @@ fn file_id(p: &Path) -> Option<FileId> {
     Some((st.dev, st.ino, st.size, st.mtime_ns, st.ctime_ns))
 }
 
-/// The stat cache file of one workspace, with the copy this process last
-/// saved or loaded (and the identity of the file it matches, so a
-/// long-lived embedder does not re-read it for every checkpoint) and a
-/// save running in the background.
+/// The versions of the base file and of the delta file a copy matches.
+type FilesId = (Option<FileId>, Option<FileId>);
+
+/// The base file a cache was loaded from or saved to: how many paths it
+/// holds, and the delta (maybe empty) that takes it to the cache.
+#[derive(Clone, Debug)]
+struct BaseRef {
+    paths: usize,
+    delta: Delta,
+}
+
+/// The copy of the cache this process last loaded or saved.
+#[derive(Debug)]
+struct Memo {
+    id: FilesId,
+    cache: Arc<StatCache>,
+    /// `None` when the files hold no base this copy can be written as a
+    /// delta over (none yet, damaged, or written by a save that failed).
+    base: Option<BaseRef>,
+}
+
+/// The stat cache file of one workspace (the base, `stat-cache.bin`, and
+/// its delta, `stat-cache.delta`: see [`delta`]), with the copy this
+/// process last saved or loaded (and the identity of the files it
+/// matches, so a long-lived embedder does not re-read them for every
+/// checkpoint) and a save running in the background.
 #[derive(Debug)]
 pub(crate) struct StatCacheFile {
     path: PathBuf,
+    delta_path: PathBuf,
     read_only: bool,
-    /// The in-memory copy and the identity of the file it matches.
-    memo: Mutex<Option<(FileId, Arc<StatCache>)>>,
+    /// The in-memory copy and the identity of the files it matches.
+    memo: Mutex<Option<Memo>>,
     /// A save running on another thread (which returns the identity of the
-    /// file it wrote), with the cache it writes.
+    /// files it wrote and the base they hold), with the cache it writes.
     pending: Mutex<Option<PendingSave>>,
 }
 
 /// A background save: the thread and the cache it writes.
-type PendingSave = (std::thread::JoinHandle<Option<FileId>>, Arc<StatCache>);
+type PendingSave = (
+    std::thread::JoinHandle<Option<(FilesId, Option<BaseRef>)>>,
+    Arc<StatCache>,
+);
+
+/// The delta file's name beside the base file `path`.
+fn delta_path_of(path: &Path) -> PathBuf {
+    path.with_extension("delta")
+}
 
 impl StatCacheFile {
     /// The cache file at `path`; `read_only`: never written.
     pub(crate) fn new(path: PathBuf, read_only: bool) -> StatCacheFile {
         StatCacheFile {
+            delta_path: delta_path_of(&path),
             path,
             read_only,
             memo: Mutex::new(None),
@@ -333,35 +403,61 @@ impl StatCacheFile {
         }
     }
 
-    /// Where the file is.
+    /// Where the base file is.
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    /// The cache: the copy this process last saved or loaded if the file is
-    /// still the one it saw, else read from the file (a missing, damaged or
-    /// old-format file gives an empty cache: one full re-read, never a
-    /// wrong checkpoint).
+    fn files_id(&self) -> FilesId {
+        (file_id(&self.path), file_id(&self.delta_path))
+    }
+
+    /// The cache: the copy this process last saved or loaded if the files
+    /// are still the ones it saw, else read from them (a missing, damaged
+    /// or old-format base gives an empty cache: one full re-read, never a
+    /// wrong checkpoint; a damaged delta, or one of another base, is left
+    /// out: the base alone is an older cache, as correct).
     pub(crate) fn load(&self) -> Arc<StatCache> {
         self.finish_save();
-        let id = file_id(&self.path);
-        if let (Some(id), Some((mid, c))) = (id, self.memo.lock().as_ref()) {
-            if id == *mid {
-                return c.clone();
+        let id = self.files_id();
+        if let Some(m) = self.memo.lock().as_ref() {
+            if id.0.is_some() && id == m.id {
+                return m.cache.clone();
             }
         }
         let Ok(b) = std::fs::read(&self.path) else {
             return Arc::default();
         };
-        let c = Arc::new(StatCache::decode(&b).unwrap_or_default());
-        if let Some(id) = id {
-            *self.memo.lock() = Some((id, c.clone()));
+        let Some(mut c) = StatCache::decode(&b) else {
+            return Arc::default();
+        };
+        let mut sum = [0u8; STAT_CACHE_SUM_BYTES];
+        sum.copy_from_slice(&b[b.len() - STAT_CACHE_SUM_BYTES..]);
+        let paths = c.entries.len();
+        let delta = std::fs::read(&self.delta_path)
+            .ok()
+            .and_then(|d| Delta::decode(crate::in_place::decode(&d)?))
+            .filter(|d| d.base_sum == sum);
+        let delta = match delta {
+            Some(d) => {
+                d.apply(&mut c);
+                d
+            }
+            None => Delta::over(sum),
+        };
+        let c = Arc::new(c);
+        if id.0.is_some() {
+            *self.memo.lock() = Some(Memo {
+                id,
+                cache: c.clone(),
+                base: Some(BaseRef { paths, delta }),
+            });
         }
         c
     }
 
-    /// Writes `cache` (atomically; with `durable`, fsync'd) and keeps it
-    /// in memory for the next load.
+    /// Writes `cache` whole (atomically; with `durable`, fsync'd) and
+    /// keeps it in memory for the next load.
     pub(crate) fn save(&self, cache: Arc<StatCache>, durable: bool) -> Result<()> {
         if self.read_only {
             return Err(SnapshotError::ReadOnly {
@@ -370,46 +466,103 @@ impl StatCacheFile {
         }
         self.finish_save();
         *self.memo.lock() = None;
-        write_atomic(&self.path, &cache.encode(), durable)?;
-        if let Some(id) = file_id(&self.path) {
-            *self.memo.lock() = Some((id, cache));
-        }
+        let base = write_whole(&self.path, &self.delta_path, &cache, durable)?;
+        *self.memo.lock() = Some(Memo {
+            id: self.files_id(),
+            cache,
+            base: Some(base),
+        });
         Ok(())
     }
 
     /// Saves `cache` (not durably) on a background thread, so a
     /// checkpoint returns without waiting for it: the next load or save
-    /// waits for it first, and so does dropping the workspace. A save that
-    /// fails or is lost in a crash leaves the previous file, which is still
-    /// correct (its stat data names the contents it was read with), only
-    /// older: the next scan re-reads more.
+    /// waits for it first, and so does dropping the workspace. When the
+    /// in-memory copy still matches the files, only what changed since
+    /// their base is written (the delta; the whole cache once the delta
+    /// grows past [`delta::max_delta_paths`]). A save that fails or is
+    /// lost in a crash leaves the previous files, which are still correct
+    /// (their stat data names the contents it was read with), only older:
+    /// the next scan re-reads more.
     pub(crate) fn save_in_background(&self, cache: Arc<StatCache>) {
         if self.read_only {
             return;
         }
         self.finish_save();
+        let id = self.files_id();
+        let prev = self
+            .memo
+            .lock()
+            .take()
+            .filter(|m| id.0.is_some() && m.id == id);
         let path = self.path.clone();
+        let delta_path = self.delta_path.clone();
         let writing = cache.clone();
         let handle = std::thread::spawn(move || {
-            write_atomic(&path, &writing.encode(), false).ok()?;
-            file_id(&path)
+            let over = prev.and_then(|m| Some((m.base?, m.cache)));
+            if let Some((base, prev_cache)) = over {
+                let mut delta = base.delta;
+                delta.add_changes(&prev_cache, &writing);
+                if delta.len() <= delta::max_delta_paths(base.paths) {
+                    crate::in_place::write(&delta_path, &delta.encode()).ok()?;
+                    let id = (file_id(&path), file_id(&delta_path));
+                    return Some((
+                        id,
+                        Some(BaseRef {
+                            paths: base.paths,
+                            delta,
+                        }),
+                    ));
+                }
+            }
+            let base = write_whole(&path, &delta_path, &writing, false).ok()?;
+            Some(((file_id(&path), file_id(&delta_path)), Some(base)))
         });
         *self.pending.lock() = Some((handle, cache));
     }
 
     /// Waits for a background save, then remembers the cache it wrote as
-    /// the in-memory copy of that file.
+    /// the in-memory copy of those files.
     pub(crate) fn finish_save(&self) {
         let Some((handle, cache)) = self.pending.lock().take() else {
             return;
         };
-        *self.memo.lock() = handle.join().ok().flatten().map(|id| (id, cache));
+        *self.memo.lock() = handle
+            .join()
+            .ok()
+            .flatten()
+            .map(|(id, base)| Memo { id, cache, base });
     }
 
     /// Forgets the in-memory copy (after the file was removed).
     pub(crate) fn forget(&self) {
         *self.memo.lock() = None;
     }
+}
+
+/// Writes `cache` as the base file `path` (atomically; with `durable`,
+/// fsync'd), then removes the delta file beside it, which no longer
+/// applies (and names the old base's checksum: left behind by a crash,
+/// it is ignored). The base written, with an empty delta.
+fn write_whole(
+    path: &Path,
+    delta_path: &Path,
+    cache: &StatCache,
+    durable: bool,
+) -> Result<BaseRef> {
+    let bytes = cache.encode();
+    write_atomic(path, &bytes, durable)?;
+    match std::fs::remove_file(delta_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(SnapshotError::io("remove", delta_path, e)),
+    }
+    let mut sum = [0u8; STAT_CACHE_SUM_BYTES];
+    sum.copy_from_slice(&bytes[bytes.len() - STAT_CACHE_SUM_BYTES..]);
+    Ok(BaseRef {
+        paths: cache.entries.len(),
+        delta: Delta::over(sum),
+    })
 }
 
 #[cfg(test)]
@@ -429,7 +582,7 @@ mod tests {
 
     /// A cache with a directory, a file with its stat data, and a
     /// directory node.
-    fn sample() -> StatCache {
+    pub(crate) fn sample() -> StatCache {
         let mut c = StatCache {
             clock_ns: 1_700_000_000_123_456_789,
             root: Some(BlobHash::of(b"root")),
@@ -465,7 +618,7 @@ mod tests {
         c
     }
 
-    fn same(a: &StatCache, b: &StatCache) -> bool {
+    pub(crate) fn same(a: &StatCache, b: &StatCache) -> bool {
         a.entries == b.entries && (a.clock_ns, a.root, &a.dirs) == (b.clock_ns, b.root, &b.dirs)
     }
 
@@ -508,6 +661,68 @@ mod tests {
         assert!(matches!(e, SnapshotError::ReadOnly { .. }), "{e}");
     }
 
+    /// `sample()` with one more file, `name`.
+    fn with_file(mut c: StatCache, name: &str, clock_ns: i64) -> StatCache {
+        let e = c.entries["src/a.rs"];
+        c.entries.insert(name.to_string(), e);
+        c.clock_ns = clock_ns;
+        c
+    }
+
+    /// A background save after a load writes a delta, which a fresh load
+    /// applies; a whole save (as gc makes) removes it, and a delta put
+    /// back over that new base is ignored, as is a damaged one; a change
+    /// past the delta's bound writes the whole file again.
+    #[test]
+    fn a_delta_of_another_base_is_ignored_and_gc_writes_the_whole_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stat-cache.bin");
+        let delta_path = delta_path_of(&path);
+        let file = StatCacheFile::new(path.clone(), false);
+        file.save(Arc::new(sample()), true).unwrap();
+        assert!(!delta_path.exists());
+        let base_bytes = std::fs::read(&path).unwrap();
+
+        let c2 = with_file(sample(), "src/b.rs", 11);
+        let _ = file.load();
+        file.save_in_background(Arc::new(c2.clone()));
+        file.finish_save();
+        assert_eq!(std::fs::read(&path).unwrap(), base_bytes, "base rewritten");
+        assert!(delta_path.exists());
+        let loaded = StatCacheFile::new(path.clone(), false).load();
+        assert!(same(&loaded, &c2), "{loaded:?}");
+        let old_delta = std::fs::read(&delta_path).unwrap();
+
+        // gc's whole, durable save: the delta goes.
+        let c3 = with_file(sample(), "src/c.rs", 12);
+        file.save(Arc::new(c3.clone()), true).unwrap();
+        assert!(!delta_path.exists());
+        std::fs::write(&delta_path, &old_delta).unwrap();
+        assert!(same(&StatCacheFile::new(path.clone(), false).load(), &c3));
+
+        // A damaged delta over the right base: the base alone.
+        let _ = file.load();
+        file.save_in_background(Arc::new(with_file(c3.clone(), "src/d.rs", 13)));
+        file.finish_save();
+        let mut bad = std::fs::read(&delta_path).unwrap();
+        let mid = bad.len() / 2;
+        bad[mid] ^= 1;
+        std::fs::write(&delta_path, &bad).unwrap();
+        assert!(same(&StatCacheFile::new(path.clone(), false).load(), &c3));
+
+        // Past the bound: whole again.
+        let mut big = c3.clone();
+        for i in 0..=delta::DELTA_MIN_PATHS {
+            big = with_file(big, &format!("many/{i}"), 14);
+        }
+        let file = StatCacheFile::new(path.clone(), false);
+        let _ = file.load();
+        file.save_in_background(Arc::new(big.clone()));
+        file.finish_save();
+        assert!(!delta_path.exists());
+        assert!(same(&StatCacheFile::new(path, false).load(), &big));
+    }
+
     fn arb_stat() -> impl Strategy<Value = Stat> {
         (
             any::<u64>(),
@@ -546,7 +761,7 @@ mod tests {
             })
     }
 
-    fn arb_cache() -> impl Strategy<Value = StatCache> {
+    pub(crate) fn arb_cache() -> impl Strategy<Value = StatCache> {
         (
             any::<i64>(),
             proptest::option::of(any::<[u8; 32]>()),

@@ -53,7 +53,9 @@
 //! at 1 in each epoch and follow on. Kinds: [`KIND_PATHS`] (payload:
 //! repeated `len u16 LE | UTF-8 workspace-relative path`), [`KIND_RESCAN`]
 //! (payload: the reason, UTF-8), [`KIND_FLUSH`] (empty payload: a point a
-//! checkpoint may consume up to). The `watch-consumed` file is one record:
+//! checkpoint may consume up to). The `watch-consumed` file holds one
+//! record, framed as [`crate::in_place`] frames it (written over itself,
+//! never renamed):
 //! magic "CAIRNWC1" | epoch u64 | seq u64 | offset u64 | root (32 bytes) |
 //! crc u32, all little-endian.
 
@@ -64,8 +66,6 @@ use std::time::Duration;
 use cairn_codec::bytes::crc32_seeded_parts;
 use cairn_codec::BlobHash;
 use serde::{Deserialize, Serialize};
-
-use crate::durable::write_atomic;
 
 /// The journal's file name in the workspace cache directory.
 pub const JOURNAL_FILE: &str = "watch-journal";
@@ -397,14 +397,20 @@ pub fn read_span(path: &Path, from: &JournalPoint, to: &JournalPoint) -> Result<
 
 /// Loads the consumed point from the cache directory.
 pub fn load_consumed(cache_dir: &Path) -> Option<Consumed> {
-    decode_consumed(&std::fs::read(cache_dir.join(CONSUMED_FILE)).ok()?)
+    let b = std::fs::read(cache_dir.join(CONSUMED_FILE)).ok()?;
+    if !crate::in_place::is_record(&b) {
+        // Written whole by an older version.
+        return decode_consumed(&b);
+    }
+    decode_consumed(crate::in_place::decode(&b)?)
 }
 
-/// Saves the consumed point (not fsync'd: lost or old after a crash, it
-/// no longer matches the last tree or the running epoch, and the next
+/// Saves the consumed point, in place (see [`crate::in_place`]; not
+/// fsync'd: lost, old or half written after a crash, it no longer matches
+/// the last tree or the running epoch, or reads as absent, and the next
 /// checkpoint scans in full).
 pub(crate) fn save_consumed(cache_dir: &Path, c: &Consumed) -> crate::error::Result<()> {
-    write_atomic(&cache_dir.join(CONSUMED_FILE), &encode_consumed(c), false)
+    crate::in_place::write(&cache_dir.join(CONSUMED_FILE), &encode_consumed(c))
 }
 
 /// The socket name the daemon of the cache directory `cache_dir` listens on.

@@ -590,9 +590,15 @@ impl Workspace {
         })
     }
 
+    /// What the last capture produced; `None` if unknown (no file, or a
+    /// damaged or half-written one: see [`crate::in_place`]).
     pub(crate) fn load_last(&self) -> Option<LastCapture> {
         let b = std::fs::read(self.cache_path(LAST_FILE)).ok()?;
-        serde_json::from_slice(&b).ok()
+        if !crate::in_place::is_record(&b) {
+            // Written whole by an older version.
+            return serde_json::from_slice(&b).ok();
+        }
+        serde_json::from_slice(crate::in_place::decode(&b)?).ok()
     }
 
     pub(crate) fn save_last(&self, last: Option<&LastCapture>) -> Result<()> {
@@ -602,7 +608,9 @@ impl Workspace {
             Some(l) => {
                 let bytes =
                     serde_json::to_vec(l).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
-                write_atomic(&p, &bytes, false)
+                // In place, not by rename: see `in_place` for why, and why
+                // a torn write is safe (it reads as unknown).
+                crate::in_place::write(&p, &bytes)
             }
             None => match std::fs::remove_file(&p) {
                 Ok(()) => Ok(()),

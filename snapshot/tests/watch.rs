@@ -274,3 +274,114 @@ fn rollback_with_the_watcher_restores_exactly_and_stays_watched() {
     let c = watched_checkpoint(&f, "after rollback");
     assert_eq!(c.root, c0.root);
 }
+
+/// A small deterministic generator (xorshift64*): the model test's
+/// operations are the same on every run, and a failure names its step.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    }
+}
+
+/// The files now present under `f.root` (not directories, which the
+/// listing names with a trailing `/`).
+fn present(f: &Fx) -> Vec<String> {
+    let mut out = std::collections::BTreeMap::new();
+    walk(&f.root, &f.root, &mut out, true);
+    out.into_keys().filter(|p| !p.ends_with('/')).collect()
+}
+
+/// Model test: random edits, creates, deletes, renames (of files and of
+/// directories) and mode changes, a checkpoint after each round. Every
+/// watched checkpoint's tree must be the one a full scan from scratch
+/// gives, and so must a full scan through a persistent stat cache (which
+/// after the first round is written as a delta, and whose walk shares
+/// directories between threads).
+#[test]
+fn random_changes_watched_and_cached_full_scans_match_a_fresh_full_scan() {
+    const ROUNDS: usize = 24;
+    const OPS_PER_ROUND: usize = 6;
+    let f = fx();
+    base(&f);
+    for i in 0..12 {
+        f.write(
+            &format!("src/m{}/f{i}.rs", i % 3),
+            &format!("fn f{i}() {{}}"),
+        );
+    }
+    f.ws.watch().unwrap();
+    full_checkpoint(&f, "first");
+    // A second handle with its own persistent stat cache: full scans only.
+    let cached_dir = tempfile::tempdir().unwrap();
+    // Each scan through it opens a new handle, as each `cairn checkpoint`
+    // is a new process: the cache is read back from its files (the base
+    // and the delta) every time.
+    let cached =
+        || Workspace::open(&f.root, cached_dir.path(), SnapshotOptions::default()).unwrap();
+    let (clog, cblobs) = (MemLog::new(), MemBlobs::new());
+    // Its first checkpoint counts every file as new: the rounds compare after it.
+    create_checkpoint(&clog, &cblobs, &cached(), CheckpointRequest::default()).unwrap();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for round in 0..ROUNDS {
+        for op in 0..OPS_PER_ROUND {
+            let files: Vec<String> = present(&f)
+                .into_iter()
+                .filter(|p| !p.starts_with("node_modules/") && p != ".gitignore")
+                .collect();
+            let pick = |rng: &mut Rng| files.get(rng.below(files.len().max(1))).cloned();
+            let n = round * OPS_PER_ROUND + op;
+            match rng.below(7) {
+                0 | 1 => {
+                    if let Some(p) = pick(&mut rng) {
+                        f.write(&p, &format!("edit {n}"));
+                    }
+                }
+                2 => f.write(&format!("src/m{}/new{n}.rs", rng.below(4)), "new"),
+                3 => {
+                    if let Some(p) = pick(&mut rng) {
+                        std::fs::remove_file(f.p(&p)).unwrap();
+                    }
+                }
+                4 => {
+                    if let Some(p) = pick(&mut rng) {
+                        let to = f.p(&format!("src/moved{n}.rs"));
+                        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                        std::fs::rename(f.p(&p), to).unwrap();
+                    }
+                }
+                5 => {
+                    let from = f.p(&format!("src/m{}", rng.below(4)));
+                    if from.is_dir() {
+                        std::fs::rename(&from, f.p(&format!("src/m{}x{n}", rng.below(4)))).unwrap();
+                    }
+                }
+                _ => {
+                    if let Some(p) = pick(&mut rng) {
+                        let mode = if rng.below(2) == 0 { 0o755 } else { 0o644 };
+                        let perm = std::fs::Permissions::from_mode(mode);
+                        std::fs::set_permissions(f.p(&p), perm).unwrap();
+                    }
+                }
+            }
+        }
+        let what = format!("round {round}");
+        let watched = watched_checkpoint(&f, &what);
+        let c = create_checkpoint(&clog, &cblobs, &cached(), CheckpointRequest::default()).unwrap();
+        assert_eq!(
+            c.root, watched.root,
+            "{what}: full scan through the stat cache"
+        );
+        // The counts too: a cache that kept a deleted path would count it
+        // as gone again at every scan.
+        assert_eq!(
+            (c.counts.files, c.counts.changed),
+            (watched.counts.files, watched.counts.changed),
+            "{what}: counts through the stat cache"
+        );
+    }
+}
