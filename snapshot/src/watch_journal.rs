@@ -54,7 +54,7 @@
 //! repeated `len u16 LE | UTF-8 workspace-relative path`), [`KIND_RESCAN`]
 //! (payload: the reason, UTF-8), [`KIND_FLUSH`] (empty payload: a point a
 //! checkpoint may consume up to). The `watch-consumed` file holds one
-//! record, framed as [`crate::in_place`] frames it (written over itself,
+//! record, framed as the in-place record format frames it (`in_place.rs`) (written over itself,
 //! never renamed):
 //! magic "CAIRNWC1" | epoch u64 | seq u64 | offset u64 | root (32 bytes) |
 //! crc u32, all little-endian.

@@ -40,7 +40,7 @@
 //! - `event_msg` records that repeat a response item (`user_message`,
 //!   `agent_message`, `agent_reasoning`, ...) are not recorded; every other
 //!   record is a `custom` record holding it (up to
-//!   [`MAX_GENERIC_RECORD_BYTES`]), and those of types this importer does
+//!   [`MAX_GENERIC_RECORD_BYTES`](super::claude_code::MAX_GENERIC_RECORD_BYTES)), and those of types this importer does
 //!   not know are counted in the report.
 //!
 //! **Contents of an update.** An `update` carries a unified diff, not

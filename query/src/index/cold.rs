@@ -222,7 +222,7 @@ impl<'a> ColdIndex<'a> {
 
     /// Makes sure each of the sealed segments `sealed` has its index file
     /// in `dir`: one missing, damaged or stale is built from `src` and
-    /// written (see [`ColdIndex::rebuild`]). What a writer runs on a thread
+    /// written (as a query does when it rebuilds one). What a writer runs on a thread
     /// of its own after a segment is sealed, off its append path, so that
     /// a query from a new process finds the file. Gives what happened to
     /// each file; holds one segment's index in memory at a time.
