@@ -8,7 +8,7 @@ use cairn::ChainHash;
 
 use super::hiargs::RecordFilter;
 use super::output::{bytes, count, Style, Table};
-use super::records::{check_record_bounds, record_path, RecordPrinter};
+use super::records::{check_record_bounds, print_scan, record_path};
 use super::{Settings, EXIT_CORRUPT};
 
 /// `cairn log`: streamed, so a log of any length prints in bounded memory.
@@ -17,21 +17,7 @@ pub fn log(settings: &Settings, filter: RecordFilter, json: bool) -> Result<Exit
     check_record_bounds(&store, &filter)?;
     let mut filter = filter.filter;
     filter.path = filter.path.map(|p| record_path(&p, store.workspace_dir()));
-    let mut printer = RecordPrinter::new(json);
-    let mut failed: Option<std::io::Error> = None;
-    let scanned = store.scan(&filter, &mut |r| match printer.print(&r) {
-        Ok(()) => Ok(true),
-        Err(e) => {
-            failed = Some(e);
-            Ok(false)
-        }
-    });
-    if let Some(e) = failed {
-        return Err(e.into());
-    }
-    // What was read before an error (damage) is printed, then the error.
-    printer.finish()?;
-    scanned?;
+    print_scan(&store, &filter, json)?;
     store.close()?;
     Ok(ExitCode::SUCCESS)
 }

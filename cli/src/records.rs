@@ -145,6 +145,31 @@ pub fn record_row(r: &Record, st: &Style, now: Timestamp) -> Vec<String> {
 /// column only ever widens from one part to the next).
 const LOG_TABLE_PART_ROWS: usize = 1000;
 
+/// Prints the records of `store` that `filter` selects as they are read
+/// (streamed: a log of any length in bounded memory), and gives how many.
+/// What was read before an error (damage) is printed, then the error; a
+/// failed write (a closed pipe) stops the scan and is the error.
+pub fn print_scan(store: &cairn::Store, filter: &cairn::Filter, json: bool) -> Result<usize> {
+    let mut printer = RecordPrinter::new(json);
+    let (mut n, mut failed) = (0usize, None);
+    let scanned = store.scan(filter, &mut |r| match printer.print(&r) {
+        Ok(()) => {
+            n += 1;
+            Ok(true)
+        }
+        Err(e) => {
+            failed = Some(e);
+            Ok(false)
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    printer.finish()?;
+    scanned?;
+    Ok(n)
+}
+
 /// Prints records as they come (see [`LOG_TABLE_PART_ROWS`]): a table, or
 /// canonical JSONL; as [`print_records`] prints a list.
 pub struct RecordPrinter {

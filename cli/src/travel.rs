@@ -14,7 +14,7 @@ use super::hiargs::{parse_point, PointArg};
 use super::output::{
     cell, count, one_line, quote_not_captured, quote_path, reason_words, Style, Table,
 };
-use super::records::{note_time_points, print_records, record_path, RecordPrinter};
+use super::records::{note_time_points, print_records, print_scan, record_path};
 use super::{Settings, EXIT_CORRUPT};
 
 /// Splits `POINT:PATH` at the rightmost colon whose left side is a point,
@@ -799,25 +799,7 @@ pub fn history(
                 path: Some(path.clone()),
                 ..cairn::Filter::all()
             };
-            let mut printer = RecordPrinter::new(json);
-            let (mut n, mut failed) = (0usize, None);
-            let scanned = store.scan(&filter, &mut |r| match printer.print(&r) {
-                Ok(()) => {
-                    n += 1;
-                    Ok(true)
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    Ok(false)
-                }
-            });
-            if let Some(e) = failed {
-                return Err(e.into());
-            }
-            // What was read before an error (damage) is printed, then it.
-            printer.finish()?;
-            scanned?;
-            n
+            print_scan(&store, &filter, json)?
         }
         _ => {
             let records = store.query(|q| match (follow, checkpoints) {
