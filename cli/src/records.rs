@@ -52,7 +52,10 @@ pub fn record_path(p: &str, workspace: Option<&std::path::Path>) -> String {
 /// log's times go backwards, so it leaves out records stamped before it
 /// (see [`Point::Time`]).
 pub fn note_time_points(settings: &Settings, store: &cairn::Store, points: &[Point]) -> Result<()> {
-    if settings.quiet {
+    // Only a time point can leave records out; asking the query index
+    // about any other would load it whole, which a new process answering
+    // from the index files (`show @LSN:PATH`) must not pay.
+    if settings.quiet || !points.iter().any(|p| matches!(p, Point::Time(_))) {
         return Ok(());
     }
     let notes = store.query(|q| {
