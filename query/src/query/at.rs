@@ -83,15 +83,6 @@ impl Query<'_> {
         let mut at = at;
         // Contents set by a later write, while the mode is still being looked for.
         let mut blob: Option<BlobHash> = None;
-        let finish = |blob: Option<BlobHash>, base: Option<TreeEntry>| match (blob, base) {
-            (Some(b), Some(e)) => Some(TreeEntry {
-                blob: b,
-                mode: e.mode,
-                kind: EntryKind::File,
-            }),
-            (Some(b), None) => Some(TreeEntry::file(b)),
-            (None, base) => base,
-        };
         'outer: loop {
             let reset = self.index.last_reset(at);
             let lo = reset.map_or(Lsn(0), |r| r.lsn);
@@ -100,17 +91,11 @@ impl Query<'_> {
             let start = lsns.partition_point(|l| *l <= lo);
             for &l in lsns[start..end].iter().rev() {
                 let r = self.src.read(l)?;
-                match path_change(&r.event, &path) {
-                    None => {}
-                    Some(PathChange::Set(b)) => {
-                        blob.get_or_insert(b);
-                    }
-                    Some(PathChange::Remove) => return Ok(finish(blob, None)),
-                    Some(PathChange::MoveIn { from, after }) => {
-                        if blob.is_none() {
-                            blob = after;
-                        }
-                        path = from.to_string();
+                match step_back(&r.event, &path, &mut blob) {
+                    Step::On => {}
+                    Step::Removed => return Ok(finish(blob, None)),
+                    Step::MovedFrom(from) => {
+                        path = from;
                         at = Lsn(l.0 - 1);
                         continue 'outer;
                     }
@@ -341,5 +326,49 @@ impl Query<'_> {
                     .next()
                     .is_some_and(|(p, _)| p.starts_with(&dir))
             })
+    }
+}
+
+/// What a record met walking a path's history back from a point does to
+/// the search for its entry (see [`step_back`]).
+pub(super) enum Step {
+    /// Go on to the path's next older record.
+    On,
+    /// The path was removed here: nothing older matters.
+    Removed,
+    /// The path came from this one: go on with its history before here.
+    MovedFrom(String),
+}
+
+/// Applies the record `e` to the search for `path`'s entry, newest record
+/// first: the first contents set win (`blob`); a move continues with its
+/// source. Shared by the in-memory and the index-file walks.
+pub(super) fn step_back(e: &cairn_codec::Event, path: &str, blob: &mut Option<BlobHash>) -> Step {
+    match path_change(e, path) {
+        None => Step::On,
+        Some(PathChange::Set(b)) => {
+            blob.get_or_insert(b);
+            Step::On
+        }
+        Some(PathChange::Remove) => Step::Removed,
+        Some(PathChange::MoveIn { from, after }) => {
+            if blob.is_none() {
+                *blob = after;
+            }
+            Step::MovedFrom(from.to_string())
+        }
+    }
+}
+
+/// The entry of contents `blob` (if a write set them) over `base`'s mode.
+pub(super) fn finish(blob: Option<BlobHash>, base: Option<TreeEntry>) -> Option<TreeEntry> {
+    match (blob, base) {
+        (Some(b), Some(e)) => Some(TreeEntry {
+            blob: b,
+            mode: e.mode,
+            kind: EntryKind::File,
+        }),
+        (Some(b), None) => Some(TreeEntry::file(b)),
+        (None, base) => base,
     }
 }

@@ -15,12 +15,13 @@
 
 use cairn_codec::{BlobHash, EventKind, Lsn};
 
+use super::at::{finish, step_back, Step};
 use crate::error::Result;
 use crate::index::cold::ColdIndex;
 use crate::index::Reset;
 use crate::point::Point;
-use crate::replay::{history_only, path_change, rollback_scope, PathChange, RollbackScope};
-use crate::source::{EntryKind, ManifestSource, RecordSource, TreeEntry};
+use crate::replay::{history_only, path_change, rollback_scope, RollbackScope};
+use crate::source::{ManifestSource, RecordSource, TreeEntry};
 
 /// The kinds whose records can remove a path or move another onto it
 /// (see [`crate::replay::file_changes`]): once a path's newest contents
@@ -202,17 +203,11 @@ impl<'a> ColdAt<'a> {
                     break;
                 };
                 let r = self.src.read(l)?;
-                match path_change(&r.event, &path) {
-                    None => {}
-                    Some(PathChange::Set(b)) => {
-                        blob.get_or_insert(b);
-                    }
-                    Some(PathChange::Remove) => return Ok(finish(blob, None)),
-                    Some(PathChange::MoveIn { from, after }) => {
-                        if blob.is_none() {
-                            blob = after;
-                        }
-                        path = from.to_string();
+                match step_back(&r.event, &path, &mut blob) {
+                    Step::On => {}
+                    Step::Removed => return Ok(finish(blob, None)),
+                    Step::MovedFrom(from) => {
+                        path = from;
                         at = Lsn(l.0 - 1);
                         continue 'outer;
                     }
@@ -229,18 +224,5 @@ impl<'a> ColdAt<'a> {
             };
             return Ok(finish(blob, base));
         }
-    }
-}
-
-/// The entry of contents `blob` (if a write set them) over `base`'s mode.
-fn finish(blob: Option<BlobHash>, base: Option<TreeEntry>) -> Option<TreeEntry> {
-    match (blob, base) {
-        (Some(b), Some(e)) => Some(TreeEntry {
-            blob: b,
-            mode: e.mode,
-            kind: EntryKind::File,
-        }),
-        (Some(b), None) => Some(TreeEntry::file(b)),
-        (None, base) => base,
     }
 }
