@@ -43,6 +43,16 @@ fn url(dir: &Path) -> String {
     format!("file://{}", dir.display())
 }
 
+/// [`workspace`] replicated once to a `file://` archive: the workspace,
+/// the archive's directory and its URL.
+fn replicated() -> (tempfile::TempDir, tempfile::TempDir, String) {
+    let d = workspace();
+    let arch = tempfile::tempdir().unwrap();
+    let u = url(arch.path());
+    ok(&cairn(d.path(), &["replicate", &u, "--once"]));
+    (d, arch, u)
+}
+
 /// `cairn ARGS` in `dir` with its cache in `cache`.
 fn cairn_cached(dir: &Path, cache: &Path, args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
@@ -90,11 +100,8 @@ fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
 
 #[test]
 fn the_read_commands_on_an_archive_answer_as_on_the_store() {
-    let d = workspace();
+    let (d, arch, u) = replicated();
     let ws = d.path();
-    let arch = tempfile::tempdir().unwrap();
-    let u = url(arch.path());
-    ok(&cairn(ws, &["replicate", &u, "--once"]));
     let before = snapshot(arch.path());
     let elsewhere = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
@@ -123,11 +130,8 @@ fn the_read_commands_on_an_archive_answer_as_on_the_store() {
 
 #[test]
 fn a_tiny_cache_bound_still_answers_right_and_holds() {
-    let d = workspace();
+    let (d, _arch, u) = replicated();
     let ws = d.path();
-    let arch = tempfile::tempdir().unwrap();
-    let u = url(arch.path());
-    ok(&cairn(ws, &["replicate", &u, "--once"]));
     let cache = tempfile::tempdir().unwrap();
     let want = ok(&cairn(ws, &["export"]));
     let got = cairn_cached(
@@ -156,11 +160,8 @@ fn a_tiny_cache_bound_still_answers_right_and_holds() {
 
 #[test]
 fn writing_commands_on_an_archive_are_refused_and_name_restore() {
-    let d = workspace();
+    let (d, arch, u) = replicated();
     let ws = d.path();
-    let arch = tempfile::tempdir().unwrap();
-    let u = url(arch.path());
-    ok(&cairn(ws, &["replicate", &u, "--once"]));
     let before = snapshot(arch.path());
     let cache = tempfile::tempdir().unwrap();
     for args in [
@@ -212,11 +213,8 @@ fn manifest_files(arch: &Path, name: &str) -> Vec<cairn::replicate::FileEntry> {
 
 #[test]
 fn a_damaged_piece_is_named_never_read_as_good_data() {
-    let d = workspace();
+    let (d, arch, u) = replicated();
     let ws = d.path();
-    let arch = tempfile::tempdir().unwrap();
-    let u = url(arch.path());
-    ok(&cairn(ws, &["replicate", &u, "--once"]));
     // One byte of the log's piece altered (same length).
     let obj = object_of(arch.path(), "log/", 0);
     let mut b = std::fs::read(&obj).unwrap();
