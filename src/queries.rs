@@ -183,7 +183,7 @@ impl Store {
     /// before this handle opened are built by the first query needing them.
     pub(crate) fn index_new_seals(&self, log: &cairn_engine::log::Log) {
         let ix = &self.seal_indexer;
-        let n = log.sealed_spans().len();
+        let n = log.sealed_count();
         let seen = ix.seen.load(Ordering::Relaxed);
         if seen == usize::MAX {
             ix.seen.store(n, Ordering::Relaxed);
@@ -216,7 +216,7 @@ impl Store {
             return;
         };
         let seen = self.seal_indexer.seen.load(Ordering::Relaxed);
-        if seen != usize::MAX && log.sealed_spans().len() > seen {
+        if seen != usize::MAX && log.sealed_count() > seen {
             index_sealed_segments(self.vfs().clone(), self.root().to_path_buf());
         }
     }

@@ -435,6 +435,13 @@ impl Log {
         self.inner.view.read().head()
     }
 
+    /// How many segments are sealed (empty ones too): a count that grows
+    /// by one at each seal, cheap enough to ask after every append (no
+    /// list is built, unlike [`Log::sealed_spans`]).
+    pub fn sealed_count(&self) -> usize {
+        self.inner.view.read().sealed.len()
+    }
+
     /// The sealed segments that hold records, in LSN order (see
     /// [`SegmentSpan`](super::SegmentSpan)).
     pub fn sealed_spans(&self) -> Vec<super::SegmentSpan> {
