@@ -9,7 +9,11 @@
 //    against the same call in Rust (bindings/common/examples/call_cost.rs,
 //    if built).
 //
-//     node bindings/node/bench/bench.js [--quick]
+//     node bindings/node/bench/bench.js [--quick] [--durable-only | --batch-only | --calls-only]
+//
+// --durable-only, --batch-only and --calls-only run one cairn part alone
+// (no peer), for profiling it, e.g.
+// `strace -f -c -e trace=fdatasync node bench/bench.js --durable-only`.
 
 const fs = require('node:fs')
 const os = require('node:os')
@@ -86,7 +90,17 @@ function rustCalls() {
   return JSON.parse(r.stdout)
 }
 
+async function only() {
+  const fmt = (n) => Math.round(n).toLocaleString('en-US')
+  if (process.argv.includes('--durable-only')) console.log(`durable: ${fmt(await cairnWriters())} events/s`)
+  else if (process.argv.includes('--batch-only')) console.log(`recordBatch: ${fmt(await cairnBatches())} events/s`)
+  else if (process.argv.includes('--calls-only')) console.log(`one call: ${(await cairnCalls()).toFixed(2)} us`)
+  else return false
+  return true
+}
+
 async function main() {
+  if (await only()) return
   const fmt = (n) => Math.round(n).toLocaleString('en-US')
   const rows = []
   const c = await cairnWriters()

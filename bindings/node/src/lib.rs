@@ -2,19 +2,24 @@
 //! embedded store from JavaScript and TypeScript, with every guarantee of
 //! the Rust library.
 //!
-//! Every call that touches the store runs on libuv's thread pool (an
-//! N-API async work item, [`Job`]) and resolves a promise: I/O never
-//! blocks Node's event loop, and concurrent appends share fsyncs through
-//! cairn's group commit. `index.js` wraps this addon: it turns errors into
+//! The recording calls (`prompt`, `reply`, `toolCall`, `record`,
+//! `recordBatch`) go to the store's committer thread ([`committer`]),
+//! which appends every call pending at once as one batch with one sync;
+//! every other call that touches the store runs on libuv's thread pool
+//! (an N-API async work item, [`Job`]). Each resolves a promise: I/O never
+//! blocks Node's event loop. `index.js` wraps this addon: it turns errors into
 //! `Error` subclasses by the family tag at the start of their message
 //! (`[LockedError] ...`) and makes `events()`/`follow()` async iterators.
 
-use std::sync::Arc;
+mod committer;
+
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cairn::json::Value;
-use cairn::{Filter, Point, ScanMode};
+use cairn::{Event, EventKind, Filter, Point, ScanMode};
 use cairn_bindings_common as common;
+use committer::{Committer, JsPromise, Work};
 use common::{BindError, SessionSpec, Shared};
 use napi::bindgen_prelude::{AsyncTask, Buffer, ToNapiValue, TypeName};
 use napi::{Env, Status, Task};
@@ -201,10 +206,34 @@ pub struct RollbackOptions {
     pub state: Option<Buffer>,
 }
 
+/// What the store's committer has appended: `batches` appends holding
+/// `events` events (with durability `always`, one sync per batch).
+#[napi(object)]
+pub struct CommitStats {
+    /// Appends the committer made (each one sync with durability `always`).
+    pub batches: f64,
+    /// Events in those appends.
+    pub events: f64,
+}
+
 /// An open cairn store, holding its writer lock until closed.
 #[napi]
 pub struct Store {
     shared: Arc<Shared>,
+    /// Started by the first session (it needs the JS thread's env).
+    committer: OnceLock<Arc<Committer>>,
+    /// Durability `always`: the committer gathers calls to share a sync.
+    sync_each: bool,
+}
+
+impl Store {
+    fn committer(&self, env: &Env) -> napi::Result<Arc<Committer>> {
+        if let Some(c) = self.committer.get() {
+            return Ok(c.clone());
+        }
+        let c = Committer::start(env, self.shared.clone(), self.sync_each)?;
+        Ok(self.committer.get_or_init(|| c).clone())
+    }
 }
 
 #[napi]
@@ -220,11 +249,14 @@ impl Store {
         let create = o.create.unwrap_or(false);
         let durability = o.durability.unwrap_or_else(|| "always".into());
         let read_only = o.read_only.unwrap_or(false);
+        let sync_each = durability == "always";
         Ok(Job::new(
             move || {
                 let s = Shared::open(path.as_ref(), create, &durability, read_only)?;
                 Ok(Store {
                     shared: Arc::new(s),
+                    committer: OnceLock::new(),
+                    sync_each,
                 })
             },
             same,
@@ -240,11 +272,37 @@ impl Store {
         )
     }
 
-    /// Closes the store cleanly (syncs, releases the lock); twice is no error.
+    /// Closes the store cleanly: commits the recording calls already
+    /// made, syncs and releases the lock; calls made after it are
+    /// refused. Twice is no error.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close(&self) -> AsyncTask<UnitJob> {
         let shared = self.shared.clone();
-        Job::new(move || shared.close(), same)
+        let committer = self.committer.get().cloned();
+        if let Some(c) = &committer {
+            c.refuse_new();
+        }
+        Job::new(
+            move || {
+                if let Some(c) = committer {
+                    c.stop();
+                }
+                shared.close()
+            },
+            same,
+        )
+    }
+
+    /// What the committer has appended so far (`{batches, events}`):
+    /// with durability `always`, `batches` is the number of syncs the
+    /// recording calls cost.
+    #[napi]
+    pub fn commit_stats(&self) -> CommitStats {
+        let (batches, events) = self.committer.get().map_or((0, 0), |c| c.counts());
+        CommitStats {
+            batches: batches as f64,
+            events: events as f64,
+        }
     }
 
     /// True once closed.
@@ -271,15 +329,21 @@ impl Store {
 
     /// A handle for recording into session `id`.
     #[napi]
-    pub fn session(&self, id: String, options: Option<SessionOptions>) -> Session {
+    pub fn session(
+        &self,
+        env: &Env,
+        id: String,
+        options: Option<SessionOptions>,
+    ) -> napi::Result<Session> {
         let o = options.unwrap_or(SessionOptions {
             run: None,
             agent: None,
             model: None,
             phase: None,
         });
-        Session {
+        Ok(Session {
             shared: self.shared.clone(),
+            committer: self.committer(env)?,
             spec: SessionSpec {
                 id,
                 run: o.run,
@@ -287,7 +351,7 @@ impl Store {
                 agent: o.agent,
                 model: o.model,
             },
-        }
+        })
     }
 
     /// The native page-at-a-time reader behind `events()` (index.js).
@@ -512,10 +576,32 @@ impl Store {
 #[napi]
 pub struct Session {
     shared: Arc<Shared>,
+    committer: Arc<Committer>,
     spec: SessionSpec,
 }
 
 impl Session {
+    /// A new event of `kind` with this session's id and stamps (as
+    /// `cairn::Session::event` makes it).
+    fn event(&self, kind: EventKind) -> Event {
+        let id = if self.spec.id.is_empty() {
+            cairn::DEFAULT_SESSION.to_owned()
+        } else {
+            self.spec.id.clone()
+        };
+        let mut e = Event::new(kind, id);
+        e.run = self.spec.run.clone();
+        e.phase = self.spec.phase.clone();
+        e.agent = self.spec.agent.clone();
+        e.model = self.spec.model.clone();
+        e
+    }
+
+    /// Queues `e` on the committer; its promise resolves to its LSN.
+    fn submit(&self, env: &Env, e: Event) -> napi::Result<JsPromise> {
+        self.committer.submit(env, Work::One(e))
+    }
+
     fn lsn_job(
         &self,
         f: impl FnOnce(&cairn::Session<'_>) -> cairn::Result<cairn::Lsn> + Send + 'static,
@@ -543,21 +629,23 @@ impl Session {
 
     /// Records a prompt; resolves to its LSN once durable.
     #[napi(ts_return_type = "Promise<number>")]
-    pub fn prompt(&self, text: String) -> AsyncTask<JsonJob> {
-        self.lsn_job(move |s| s.prompt(&text))
+    pub fn prompt(&self, env: &Env, text: String) -> napi::Result<JsPromise> {
+        self.submit(env, self.event(EventKind::Prompt).with_text(text))
     }
 
     /// Records a reply; resolves to its LSN.
     #[napi(ts_return_type = "Promise<number>")]
-    pub fn reply(&self, text: String) -> AsyncTask<JsonJob> {
-        self.lsn_job(move |s| s.reply(&text))
+    pub fn reply(&self, env: &Env, text: String) -> napi::Result<JsPromise> {
+        self.submit(env, self.event(EventKind::Reply).with_text(text))
     }
 
     /// Records a tool call; resolves to its LSN.
     #[napi(ts_return_type = "Promise<number>")]
-    pub fn tool_call(&self, name: String, ok: Option<bool>) -> AsyncTask<JsonJob> {
-        let ok = ok.unwrap_or(true);
-        self.lsn_job(move |s| s.tool_call(&name, ok))
+    pub fn tool_call(&self, env: &Env, name: String, ok: Option<bool>) -> napi::Result<JsPromise> {
+        let mut e = self.event(EventKind::ToolCall);
+        e.tool = Some(name);
+        e.ok = ok.unwrap_or(true);
+        self.submit(env, e)
     }
 
     /// Records an event object with cairn's canonical field names (`kind` required).
@@ -565,43 +653,22 @@ impl Session {
         ts_args_type = "event: Record<string, unknown>",
         ts_return_type = "Promise<number>"
     )]
-    pub fn record(&self, event: Value) -> napi::Result<AsyncTask<JsonJob>> {
+    pub fn record(&self, env: &Env, event: Value) -> napi::Result<JsPromise> {
         let e = self.spec.event_from_json(event).map_err(js_err)?;
-        Ok(self.lsn_job(move |s| s.record(&e)))
+        self.submit(env, e)
     }
 
     /// Records events atomically as one append; resolves to `[first, last]`
     /// (null for none). `array` is the JSON text of an array of event
     /// objects (index.js's `recordBatch` makes it with one
     /// `JSON.stringify`, which V8 does far faster than the addon could
-    /// read JS objects); it is read off the event loop, each element once,
-    /// and a bad one rejects the promise naming it, with nothing appended.
+    /// read JS objects); the committer thread reads it off the event loop,
+    /// each element once, and a bad one rejects the promise naming it,
+    /// with nothing of the batch appended.
     #[napi(ts_return_type = "Promise<[number, number] | null>")]
-    pub fn record_batch_json(&self, array: String) -> AsyncTask<JsonJob> {
-        let shared = self.shared.clone();
-        let spec = self.spec.clone();
-        Job::new(
-            move || {
-                let items = array_items(&array)?;
-                let mut batch = Vec::with_capacity(items.len());
-                for (i, item) in items.into_iter().enumerate() {
-                    let e = spec.event_from_line(item).map_err(|e| {
-                        BindError::new(
-                            e.kind,
-                            format!("event {} of the batch: {}", i + 1, e.message),
-                        )
-                    })?;
-                    batch.push(e);
-                }
-                shared.with(|s| {
-                    Ok(match s.append_batch(&batch)? {
-                        Some((a, b)) => Value::from(vec![a.0, b.0]),
-                        None => Value::Null,
-                    })
-                })
-            },
-            same,
-        )
+    pub fn record_batch_json(&self, env: &Env, array: String) -> napi::Result<JsPromise> {
+        self.committer
+            .submit(env, Work::Json(array, self.spec.clone()))
     }
 
     /// Tells cairn this workspace path is about to be written.
@@ -797,6 +864,24 @@ impl FollowCursor {
             same,
         )
     }
+}
+
+/// Reads the JSON text of an array of event objects (a `recordBatch`)
+/// into `out`, with `spec`'s stamps as defaults; an element that does not
+/// read fails the whole batch, naming it.
+fn read_batch(text: &str, spec: &SessionSpec, out: &mut Vec<Event>) -> common::Result<()> {
+    let items = array_items(text)?;
+    out.reserve(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let e = spec.event_from_line(item).map_err(|e| {
+            BindError::new(
+                e.kind,
+                format!("event {} of the batch: {}", i + 1, e.message),
+            )
+        })?;
+        out.push(e);
+    }
+    Ok(())
 }
 
 /// The texts of the elements of a JSON array (`[{...},{...}]`), each to

@@ -50,6 +50,63 @@ test('many concurrent sessions append with durability always: LSNs dense, nothin
   await again.close()
 })
 
+const TOGETHER = 50
+
+test('calls made together share one append: every promise resolves, LSNs dense, fewer syncs than events', async () => {
+  const ws = workspace()
+  const store = await cairn.Store.open(ws, { create: true, durability: 'always' })
+  // Every session queues all its prompts at once (none awaited): the
+  // committer appends whatever is queued as one batch with one sync.
+  const lsns = await Promise.all(
+    Array.from({ length: SESSIONS }, (_, t) => {
+      const s = store.session(`s${t}`)
+      return Promise.all(Array.from({ length: TOGETHER }, (_, i) => s.prompt(`${t}:${i}`)))
+    }),
+  )
+  for (const mine of lsns) for (let i = 1; i < mine.length; i++) assert.ok(mine[i] > mine[i - 1], 'a session kept its order')
+  assert.deepEqual(
+    lsns.flat().sort((a, b) => a - b),
+    Array.from({ length: SESSIONS * TOGETHER }, (_, i) => i + 1),
+  )
+  const { batches, events } = store.commitStats()
+  assert.equal(events, SESSIONS * TOGETHER)
+  // One append per sync: with libuv's pool it was one per call (at most
+  // 4 sharing a sync); here the 400 calls need a handful.
+  assert.ok(batches <= 10, `${batches} appends (syncs) for ${events} events`)
+  await store.close()
+})
+
+test('a refused event fails only its own call when it shares an append', async () => {
+  const store = await cairn.Store.open(workspace(), { create: true, durability: 'always' })
+  const s = store.session('mixed')
+  const missing = '0'.repeat(64)
+  const [a, bad, b] = await Promise.allSettled([
+    s.prompt('before'),
+    s.record({ kind: 'file.write', path: 'x.txt', after: missing }),
+    s.prompt('after'),
+  ])
+  assert.equal(bad.status, 'rejected')
+  assert.ok(bad.reason instanceof cairn.InvalidEventError, String(bad.reason))
+  assert.match(bad.reason.message, /not in the store/)
+  assert.deepEqual([a.value, b.value], [1, 2])
+  await store.close()
+})
+
+test('close commits the calls already made and refuses later ones', async () => {
+  const ws = workspace()
+  const store = await cairn.Store.open(ws, { create: true, durability: 'always' })
+  const s = store.session('closing')
+  const before = Array.from({ length: TOGETHER }, (_, i) => s.prompt(`p${i}`))
+  const closed = store.close()
+  await assert.rejects(s.prompt('after close'), (e) => e instanceof cairn.Error && /closed/.test(e.message))
+  assert.deepEqual(await Promise.all(before), Array.from({ length: TOGETHER }, (_, i) => i + 1))
+  await closed
+  await assert.rejects(s.recordBatch([{ kind: 'prompt', text: 'late' }]), /closed/)
+  const again = await cairn.Store.open(ws)
+  assert.equal((await collect(again.events())).length, TOGETHER)
+  await again.close()
+})
+
 const KILL_AFTER = 200
 const CHILD = `
 const cairn = require(${JSON.stringify(path.resolve(__dirname, '..'))})
