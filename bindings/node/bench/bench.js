@@ -83,8 +83,10 @@ async function cairnCalls() {
 }
 
 function rustCalls() {
-  const exe = path.join(REPO, 'target', 'release', 'examples', 'call_cost')
-  if (!fs.existsSync(exe)) return null
+  // target/<host>/release when built with the bindings' CARGO_BUILD_TARGET (scripts/test).
+  const host = `${process.arch === 'x64' ? 'x86_64' : process.arch === 'arm64' ? 'aarch64' : process.arch}-unknown-linux-gnu`
+  const exe = [path.join(REPO, 'target', 'release', 'examples', 'call_cost'), path.join(REPO, 'target', host, 'release', 'examples', 'call_cost')].find((p) => fs.existsSync(p))
+  if (!exe) return null
   const r = spawnSync(exe, [tmp()], { encoding: 'utf8' })
   if (r.status !== 0) throw new Error(r.stderr)
   return JSON.parse(r.stdout)

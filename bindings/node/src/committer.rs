@@ -50,9 +50,9 @@ const GATHER_MAX: Duration = Duration::from_millis(1);
 pub enum Work {
     /// One event (a `prompt`, `reply`, `toolCall` or `record`): resolves to its LSN.
     One(Event),
-    /// A `recordBatch` as the JSON text of its array, read with the
-    /// session's stamps: resolves to `[first, last]` (null for none).
-    Json(String, SessionSpec),
+    /// A `recordBatch` as the JSON text of its array (UTF-8 bytes), read
+    /// with the session's stamps: resolves to `[first, last]` (null for none).
+    Json(Vec<u8>, SessionSpec),
 }
 
 /// A promise's resolver, created and used only on the JS thread; the
@@ -359,7 +359,7 @@ fn run(inner: Arc<Inner>) {
             }
             std::mem::take(&mut q.pending)
         };
-        let settled = commit(&inner, batch);
+        let (settled, events) = commit(&inner, batch);
         let Some(t) = tsfn else { continue };
         let data = Box::into_raw(Box::new(Delivery {
             inner: inner.clone(),
@@ -379,6 +379,10 @@ fn run(inner: Arc<Inner>) {
             // SAFETY: not handed over (see above).
             drop(unsafe { Box::from_raw(data) });
         }
+        // Freed after the promises are on their way, not before: a batch
+        // of 1,000 events takes a while to drop, and its caller need not
+        // wait for that.
+        drop(events);
     }
     if let Some(t) = tsfn {
         // SAFETY: this thread's one acquisition (initial_thread_count 1).
@@ -391,8 +395,9 @@ fn run(inner: Arc<Inner>) {
 /// Appends the events of `batch` and says how each call went. Calls whose
 /// JSON does not read fail alone; the rest go in one append. If the store
 /// refuses that append as a bad event (nothing of it is written), each
-/// call is appended alone so that only the bad one fails.
-fn commit(inner: &Inner, batch: Vec<Pending>) -> Vec<(Deferred, Outcome)> {
+/// call is appended alone so that only the bad one fails. Also returns
+/// the events, for the caller to free once the outcomes are delivered.
+fn commit(inner: &Inner, batch: Vec<Pending>) -> (Vec<(Deferred, Outcome)>, Vec<Event>) {
     let mut events: Vec<Event> = Vec::new();
     // Per call: its deferred, and the events' range in `events` (or its error).
     let mut calls: Vec<(Deferred, bool, Result<(usize, usize), BindError>)> =
@@ -424,7 +429,7 @@ fn commit(inner: &Inner, batch: Vec<Pending>) -> Vec<(Deferred, Outcome)> {
             Outcome::Range(Some((lsn(range.0), lsn(range.1 - 1))))
         }
     };
-    match first {
+    let settled = match first {
         Ok(first) => calls
             .into_iter()
             .map(|(d, single, r)| match r {
@@ -446,7 +451,8 @@ fn commit(inner: &Inner, batch: Vec<Pending>) -> Vec<(Deferred, Outcome)> {
             .into_iter()
             .map(|(d, _, r)| (d, Outcome::Failed(r.err().unwrap_or_else(|| e.clone()))))
             .collect(),
-    }
+    };
+    (settled, events)
 }
 
 /// Appends `events` as one batch; returns the first one's LSN (for none,

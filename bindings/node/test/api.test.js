@@ -241,6 +241,28 @@ test('recordBatch stamps the session on events that leave it out, in one read of
   await store.close()
 })
 
+test('a long recordBatch is read in two halves with the same answers and errors', async () => {
+  const store = await cairn.Store.open(workspace(), { create: true, durability: 'never' })
+  const s = store.session('long')
+  // Over the addon's two-thread threshold (256 events): the second half
+  // holds the tricky strings and, in the refused batch, the bad element.
+  const n = 600
+  const tricky = (i) => `${i}: "q\\", ] } [ { caf\u00e9 \ud83d\ude00`
+  const events = Array.from({ length: n }, (_, i) => ({ kind: 'prompt', text: tricky(i) }))
+  assert.deepEqual(await s.recordBatch(events), [1, n])
+  const got = await collect(store.events())
+  assert.deepEqual(got.map((e) => e.text), events.map((e) => e.text))
+  assert.ok(got.every((e) => e.session === 'long'))
+  const bad = events.slice()
+  bad[450] = { kind: 'prompt', text: 'x', nope: 1 }
+  bad[500] = { kind: 'nope' }
+  await assert.rejects(s.recordBatch(bad), (e) => e instanceof cairn.InvalidEventError && /event 451 of the batch: .*nope/.test(e.message))
+  bad[10] = { text: 'no kind' }
+  await assert.rejects(s.recordBatch(bad), (e) => e instanceof cairn.InvalidEventError && /event 11 of the batch: .*kind/.test(e.message))
+  assert.equal(await store.head(), n)
+  await store.close()
+})
+
 test('a second writer gets LockedError; a reader does not', async () => {
   const ws = workspace()
   const store = await cairn.Store.open(ws, { create: true })
