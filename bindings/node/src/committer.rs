@@ -49,7 +49,7 @@ const GATHER_MAX: Duration = Duration::from_millis(1);
 /// an array (parsed on the committer thread, off the event loop).
 pub enum Work {
     /// One event (a `prompt`, `reply`, `toolCall` or `record`): resolves to its LSN.
-    One(Event),
+    One(Box<Event>),
     /// A `recordBatch` as the JSON text of its array (UTF-8 bytes), read
     /// with the session's stamps: resolves to `[first, last]` (null for none).
     Json(Vec<u8>, SessionSpec),
@@ -392,6 +392,11 @@ fn run(inner: Arc<Inner>) {
     }
 }
 
+/// A call of a batch being committed: its resolver, whether it is a single
+/// event (resolves to an LSN) or a batch (to `[first, last]`), and its
+/// events' range in the batch's event list (or why it could not be read).
+type Call = (Deferred, bool, Result<(usize, usize), BindError>);
+
 /// Appends the events of `batch` and says how each call went. Calls whose
 /// JSON does not read fail alone; the rest go in one append. If the store
 /// refuses that append as a bad event (nothing of it is written), each
@@ -400,13 +405,12 @@ fn run(inner: Arc<Inner>) {
 fn commit(inner: &Inner, batch: Vec<Pending>) -> (Vec<(Deferred, Outcome)>, Vec<Event>) {
     let mut events: Vec<Event> = Vec::new();
     // Per call: its deferred, and the events' range in `events` (or its error).
-    let mut calls: Vec<(Deferred, bool, Result<(usize, usize), BindError>)> =
-        Vec::with_capacity(batch.len());
+    let mut calls: Vec<Call> = Vec::with_capacity(batch.len());
     for p in batch {
         let start = events.len();
         match p.work {
             Work::One(e) => {
-                events.push(e);
+                events.push(*e);
                 calls.push((p.deferred, true, Ok((start, start + 1))));
             }
             Work::Json(text, spec) => match crate::read_batch(&text, &spec, &mut events) {

@@ -599,7 +599,7 @@ impl Session {
 
     /// Queues `e` on the committer; its promise resolves to its LSN.
     fn submit(&self, env: &Env, e: Event) -> napi::Result<JsPromise> {
-        self.committer.submit(env, Work::One(e))
+        self.committer.submit(env, Work::One(Box::new(e)))
     }
 
     fn lsn_job(
