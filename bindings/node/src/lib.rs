@@ -406,9 +406,19 @@ impl Store {
     #[napi(ts_return_type = "Promise<FollowCursor>")]
     pub fn follow_cursor(&self, from_lsn: Option<u32>) -> AsyncTask<FollowJob> {
         let shared = self.shared.clone();
+        // "Now" is when follow() is called, not when the pool runs this
+        // job: a recording call made meanwhile may already be committed
+        // (the committer does not queue behind the pool). A writer's head
+        // is in memory; a read-only handle's needs a refresh, in the job.
+        let from = from_lsn.map(u64::from).or_else(|| {
+            shared
+                .try_with(|s| Ok((!s.is_read_only()).then(|| s.head().last_lsn.0 + 1)))
+                .ok()
+                .flatten()
+        });
         Job::new(
             move || {
-                let f = shared.try_with(|s| common::Follower::new(s, from_lsn.map(u64::from)))?;
+                let f = shared.try_with(|s| common::Follower::new(s, from))?;
                 Ok(FollowCursor {
                     shared,
                     follower: Arc::new(Mutex::new(f)),

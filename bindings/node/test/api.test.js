@@ -166,6 +166,24 @@ test('follow waits for new records', async () => {
   await store.close()
 })
 
+test('follow() starts at the head when it is called, even while the thread pool is busy', async () => {
+  const store = await cairn.Store.open(workspace(), { create: true, durability: 'never' })
+  const s = store.session('t1')
+  await s.prompt('old')
+  // Hold libuv's 4 pool threads (waits on a cursor far past the head),
+  // so follow()'s own start runs only after the prompt below is
+  // committed, which the committer does without the pool.
+  const far = await store.followCursor(1000000)
+  const busy = Array.from({ length: 4 }, () => far.next(300))
+  const it = store.follow({ idleTimeoutMs: 3000 })
+  const first = it.next()
+  await s.prompt('right after follow()')
+  assert.equal((await first).value?.text, 'right after follow()')
+  await it.return()
+  await Promise.all(busy)
+  await store.close()
+})
+
 test('export, import, verify, stats, gc', async () => {
   const dir = workspace()
   const store = await cairn.Store.open(dir, { create: true, durability: 'never' })
