@@ -899,47 +899,11 @@ fn read_batch(text: &[u8], spec: &SessionSpec, out: &mut Vec<Event>) -> common::
     })?;
     let items = array_items(text)?;
     out.reserve(items.len());
-    if items.len() < PARALLEL_READ_MIN {
-        return read_items(&items, 0, spec, out);
-    }
-    // The second half on a thread of its own while this one reads the
-    // first: the JS thread waits meanwhile, so a second core is free.
-    let mid = items.len() / 2;
-    let (first, second) = items.split_at(mid);
-    let (a, b) = std::thread::scope(|scope| {
-        let reader = scope.spawn(|| {
-            let mut v = Vec::with_capacity(second.len());
-            read_items(second, mid, spec, &mut v).map(|()| v)
-        });
-        let a = read_items(first, 0, spec, out);
-        let b = reader
-            .join()
-            .unwrap_or_else(|_| Err(BindError::invalid("reading a batch panicked")));
-        (a, b)
-    });
-    // The first bad element is the one named, as a one-thread read would.
-    a?;
-    out.extend(b?);
-    Ok(())
-}
-
-/// Batches at least this long are read on two threads (see [`read_batch`]):
-/// below it, starting a thread (tens of microseconds) costs more than
-/// half the reading saves (about half a microsecond per event).
-const PARALLEL_READ_MIN: usize = 256;
-
-/// Reads `items`, the batch's elements from index `base` on, into `out`.
-fn read_items(
-    items: &[&str],
-    base: usize,
-    spec: &SessionSpec,
-    out: &mut Vec<Event>,
-) -> common::Result<()> {
-    for (i, item) in items.iter().enumerate() {
+    for (i, item) in items.into_iter().enumerate() {
         let e = spec.event_from_line(item).map_err(|e| {
             BindError::new(
                 e.kind,
-                format!("event {} of the batch: {}", base + i + 1, e.message),
+                format!("event {} of the batch: {}", i + 1, e.message),
             )
         })?;
         out.push(e);
