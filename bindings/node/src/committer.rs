@@ -5,7 +5,8 @@
 //! `recordBatch`) makes its promise on the JS thread, queues its event(s)
 //! and returns. The committer thread takes everything queued, appends it
 //! through [`cairn::Store::append_batch`] (one write, and with durability
-//! `always` one sync for all of it), and hands the outcomes back to the JS
+//! `always` one sync for all of it) once the JS turn that queued them is
+//! over (see [`Queue`]), and hands the outcomes back to the JS
 //! thread through one N-API thread-safe function call per batch, which
 //! resolves each promise with its LSN (or `[first, last]`). So every call
 //! pending while a sync runs shares the next one, however many there are
@@ -25,25 +26,12 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 use cairn::{Event, Lsn};
 use cairn_bindings_common as common;
 use common::{BindError, ErrorKind, SessionSpec, Shared};
 use napi::bindgen_prelude::{ToNapiValue, TypeName};
 use napi::{sys, Env, JsError, Status};
-
-/// How long the committer waits, after it wakes for a call, to see
-/// whether more calls arrive (durability `always` only): the calls whose
-/// previous event was just acknowledged resume one after another on the
-/// JS thread, a few microseconds each, so without this the first of them
-/// would take a sync to itself and the rest the next. Far shorter than
-/// one sync of a disk (0.1-10 ms), so it costs a durable call little.
-const GATHER_STEP: Duration = Duration::from_micros(50);
-
-/// The most the committer gathers calls before appending them, however
-/// many keep arriving: bounds the latency that gathering adds.
-const GATHER_MAX: Duration = Duration::from_millis(1);
 
 /// What one call queued: its events, ready or still as the JSON text of
 /// an array (parsed on the committer thread, off the event loop).
@@ -91,9 +79,22 @@ enum Outcome {
 }
 
 /// The queue the JS thread fills and the committer thread drains.
+///
+/// The committer takes the queue only once the JS thread's current turn
+/// is over (`ready`), so that every call made in one turn shares one
+/// append: callers that await each event all resume in the same turn
+/// (the one that settled their promises), one after another, and a
+/// committer woken by the first of them would append it alone and the
+/// rest the next time. The first call of a turn schedules a flush, a
+/// call of the thread-safe function from the JS thread itself, which
+/// runs after the turn (after its microtasks) and sets `ready`.
 #[derive(Default)]
 struct Queue {
     pending: Vec<Pending>,
+    /// A flush is scheduled and has not run yet.
+    flush_scheduled: bool,
+    /// A flush ran since the committer last took the queue.
+    ready: bool,
     /// Set by close (or when the last handle goes): the thread commits
     /// what is queued and stops; later calls are refused.
     closing: bool,
@@ -105,9 +106,6 @@ struct Inner {
     queue: Mutex<Queue>,
     ready: Condvar,
     tsfn: OnceLock<Tsfn>,
-    /// Gather calls before each append (see [`GATHER_STEP`]): set for
-    /// durability `always`, where a sync per append is the cost to share.
-    gather: bool,
     /// Calls queued whose promise is not settled yet. Changed only on the
     /// JS thread: the thread-safe function is ref'd (keeps Node running)
     /// while it is above zero and unref'd (lets Node exit) at zero.
@@ -166,12 +164,9 @@ fn error_value(env: sys::napi_env, e: BindError) -> sys::napi_value {
 
 impl Committer {
     /// Starts the committer of `shared` (on the JS thread of `env`).
-    /// With `gather` (durability `always`), it waits briefly for more
-    /// calls before each append (see [`GATHER_STEP`]).
-    pub fn start(env: &Env, shared: Arc<Shared>, gather: bool) -> napi::Result<Arc<Committer>> {
+    pub fn start(env: &Env, shared: Arc<Shared>) -> napi::Result<Arc<Committer>> {
         let inner = Arc::new(Inner {
             shared,
-            gather,
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
             tsfn: OnceLock::new(),
@@ -260,14 +255,31 @@ impl Committer {
             )?;
             return Ok(JsPromise(promise));
         }
-        let wake = q.pending.is_empty();
         q.pending.push(Pending {
             work,
             deferred: Deferred(deferred),
         });
+        let flush = !q.flush_scheduled;
+        q.flush_scheduled = true;
         drop(q);
-        if wake {
-            self.inner.ready.notify_one();
+        if flush {
+            if let Some(t) = self.inner.tsfn.get() {
+                let data = Box::into_raw(Box::new(Message::Flush(self.inner.clone())));
+                // SAFETY: as in `run`; a refused call hands `data` back.
+                let status = unsafe {
+                    sys::napi_call_threadsafe_function(
+                        t.0,
+                        data.cast(),
+                        sys::ThreadsafeFunctionCallMode::nonblocking,
+                    )
+                };
+                if status != sys::Status::napi_ok {
+                    // SAFETY: not handed over. Without a flush, wake the
+                    // committer now rather than never.
+                    drop(unsafe { Box::from_raw(data) });
+                    self.inner.flushed();
+                }
+            }
         }
         if self.inner.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
             if let Some(t) = self.inner.tsfn.get() {
@@ -322,6 +334,25 @@ impl Drop for Committer {
     }
 }
 
+impl Inner {
+    /// The JS thread's turn is over: the committer may take the queue.
+    fn flushed(&self) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.flush_scheduled = false;
+        q.ready = true;
+        drop(q);
+        self.ready.notify_one();
+    }
+}
+
+/// What the thread-safe function carries to the JS thread.
+enum Message {
+    /// A batch's outcomes, to settle its promises.
+    Settle(Delivery),
+    /// The end of a JS turn that queued calls (see [`Queue`]).
+    Flush(Arc<Inner>),
+}
+
 /// What one batch hands to the JS thread.
 struct Delivery {
     inner: Arc<Inner>,
@@ -334,37 +365,23 @@ fn run(inner: Arc<Inner>) {
     loop {
         let batch = {
             let mut q = inner.queue.lock().unwrap_or_else(|p| p.into_inner());
-            while q.pending.is_empty() && !q.closing {
+            // Until a flush (or close) lets it take calls that are there.
+            let take = |q: &Queue| q.closing || (q.ready && !q.pending.is_empty());
+            while !take(&q) {
                 q = inner.ready.wait(q).unwrap_or_else(|p| p.into_inner());
             }
             if q.pending.is_empty() {
                 break;
             }
-            if inner.gather {
-                let deadline = Instant::now() + GATHER_MAX;
-                let mut seen = q.pending.len();
-                while !q.closing && Instant::now() < deadline {
-                    // Nobody notifies while the queue is not empty: this
-                    // sleeps with the queue unlocked for the JS thread.
-                    q = inner
-                        .ready
-                        .wait_timeout(q, GATHER_STEP)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                    if q.pending.len() == seen {
-                        break;
-                    }
-                    seen = q.pending.len();
-                }
-            }
+            q.ready = false;
             std::mem::take(&mut q.pending)
         };
         let (settled, events) = commit(&inner, batch);
         let Some(t) = tsfn else { continue };
-        let data = Box::into_raw(Box::new(Delivery {
+        let data = Box::into_raw(Box::new(Message::Settle(Delivery {
             inner: inner.clone(),
             settled,
-        }));
+        })));
         // SAFETY: `t` is live until released below; `deliver` takes `data`
         // back. If Node is shutting down the call is refused and the data
         // is ours again to drop.
@@ -480,8 +497,12 @@ unsafe extern "C" fn deliver(
     _context: *mut c_void,
     data: *mut c_void,
 ) {
-    // SAFETY: `data` is the Box `run` handed over, taken back once here.
-    let d = unsafe { Box::from_raw(data.cast::<Delivery>()) };
+    // SAFETY: `data` is the Box `run` or `submit` handed over, taken
+    // back once here.
+    let d = match *unsafe { Box::from_raw(data.cast::<Message>()) } {
+        Message::Flush(inner) => return inner.flushed(),
+        Message::Settle(d) => d,
+    };
     if env.is_null() {
         // Node is tearing the thread-safe function down: nothing to settle.
         return;

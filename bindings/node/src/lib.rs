@@ -222,8 +222,6 @@ pub struct Store {
     shared: Arc<Shared>,
     /// Started by the first session (it needs the JS thread's env).
     committer: OnceLock<Arc<Committer>>,
-    /// Durability `always`: the committer gathers calls to share a sync.
-    sync_each: bool,
 }
 
 impl Store {
@@ -231,7 +229,7 @@ impl Store {
         if let Some(c) = self.committer.get() {
             return Ok(c.clone());
         }
-        let c = Committer::start(env, self.shared.clone(), self.sync_each)?;
+        let c = Committer::start(env, self.shared.clone())?;
         Ok(self.committer.get_or_init(|| c).clone())
     }
 }
@@ -249,14 +247,12 @@ impl Store {
         let create = o.create.unwrap_or(false);
         let durability = o.durability.unwrap_or_else(|| "always".into());
         let read_only = o.read_only.unwrap_or(false);
-        let sync_each = durability == "always";
         Ok(Job::new(
             move || {
                 let s = Shared::open(path.as_ref(), create, &durability, read_only)?;
                 Ok(Store {
                     shared: Arc::new(s),
                     committer: OnceLock::new(),
-                    sync_each,
                 })
             },
             same,
