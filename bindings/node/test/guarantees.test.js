@@ -107,6 +107,24 @@ test('close commits the calls already made and refuses later ones', async () => 
   await again.close()
 })
 
+const LEFT_OPEN = `
+const cairn = require(${JSON.stringify(path.resolve(__dirname, '..'))})
+cairn.Store.open(process.argv[1], { create: true, durability: 'always' }).then((store) => {
+  const s = store.session('open')
+  // Not awaited, and the store is never closed: the pending calls keep
+  // Node running until they settle, and an idle store does not.
+  s.prompt('one').then((lsn) => console.log('prompt', lsn))
+  s.recordBatch([{ kind: 'reply', text: 'two' }]).then((r) => console.log('batch', r.join(' ')))
+})
+`
+
+test('pending calls keep Node running until they settle; an idle store does not', () => {
+  const r = spawnSync(process.execPath, ['-e', LEFT_OPEN, workspace()], { encoding: 'utf8', timeout: 20000 })
+  assert.equal(r.error, undefined, 'the child did not exit by itself')
+  assert.equal(r.status, 0, r.stderr)
+  assert.deepEqual(r.stdout.trim().split('\n').sort(), ['batch 2 2', 'prompt 1'])
+})
+
 const KILL_AFTER = 200
 const CHILD = `
 const cairn = require(${JSON.stringify(path.resolve(__dirname, '..'))})
