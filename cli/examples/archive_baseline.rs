@@ -11,14 +11,15 @@
 //!
 //! `put` writes every file under DIR as objects of at most
 //! `MAX_PIECE_BYTES` (the pieces replication ships), named
-//! `baseline/<relative path>/<piece number>`, one at a time as the
-//! replicator does; `get` reads them back into DIR. Each prints one line:
-//! the bytes moved and the milliseconds it took.
+//! `baseline/<relative path>/<piece number>`, up to `MAX_PUTS_IN_FLIGHT`
+//! at a time as the replicator sends them; `get` reads them back into DIR,
+//! up to `MAX_GETS_IN_FLIGHT` at a time as a restore does. Each prints one
+//! line: the bytes moved and the milliseconds it took.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cairn::replicate::{Archive, MAX_PIECE_BYTES};
+use cairn::replicate::{Archive, MAX_PIECE_BYTES, MAX_PUTS_IN_FLIGHT};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -68,35 +69,49 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 
 fn put(archive: &Archive, dir: &Path) -> u64 {
     let mut total = 0;
+    let mut in_flight = std::collections::VecDeque::new();
     for rel in files(dir) {
         let bytes = std::fs::read(dir.join(&rel)).unwrap_or_else(|e| fail(&e.to_string()));
         total += bytes.len() as u64;
         for (n, piece) in bytes.chunks(MAX_PIECE_BYTES as usize).enumerate() {
+            if in_flight.len() >= MAX_PUTS_IN_FLIGHT {
+                if let Some(h) = in_flight.pop_front() {
+                    archive
+                        .finish_put(h)
+                        .unwrap_or_else(|e| fail(&e.to_string()));
+                }
+            }
             let name = format!("baseline/{}/{n}", rel.display());
-            archive
-                .put(&name, piece.to_vec())
-                .unwrap_or_else(|e| fail(&e.to_string()));
+            in_flight.push_back(archive.start_put(&name, piece.to_vec()));
         }
+    }
+    for h in in_flight {
+        archive
+            .finish_put(h)
+            .unwrap_or_else(|e| fail(&e.to_string()));
     }
     total
 }
 
 fn get(archive: &Archive, dir: &Path) -> u64 {
-    let mut total = 0;
-    for l in archive
+    let names: Vec<String> = archive
         .list("baseline")
         .unwrap_or_else(|e| fail(&e.to_string()))
-    {
-        let bytes = archive
-            .get(&l.name)
-            .unwrap_or_else(|e| fail(&e.to_string()))
-            .unwrap_or_else(|| fail(&format!("{} is gone", l.name)));
-        total += bytes.len() as u64;
-        let rel = l.name.trim_start_matches("baseline/");
-        let path = dir.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap_or(dir))
-            .unwrap_or_else(|e| fail(&e.to_string()));
-        std::fs::write(&path, &bytes).unwrap_or_else(|e| fail(&e.to_string()));
-    }
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    let mut total = 0;
+    archive
+        .get_each(&names, |i, bytes| {
+            let bytes = bytes.unwrap_or_else(|| fail(&format!("{} is gone", names[i])));
+            total += bytes.len() as u64;
+            let rel = names[i].trim_start_matches("baseline/");
+            let path = dir.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap_or(dir))
+                .unwrap_or_else(|e| fail(&e.to_string()));
+            std::fs::write(&path, &bytes).unwrap_or_else(|e| fail(&e.to_string()));
+            Ok(())
+        })
+        .unwrap_or_else(|e| fail(&e.to_string()));
     total
 }

@@ -2,8 +2,11 @@
 //! `file:///dir`) and the blocking calls cairn makes on it.
 //!
 //! `object_store` is async; the archive keeps a current-thread tokio
-//! runtime of its own and blocks on it, so none of it leaks into cairn's
-//! synchronous API. Each call runs on the caller's thread.
+//! runtime of its own, driven by a thread of its own, and blocks on it, so
+//! none of it leaks into cairn's synchronous API. Each call runs on the
+//! caller's thread; a write started with [`Archive::start_put`] runs on
+//! the runtime's thread while the caller goes on (reading and hashing the
+//! next piece).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,6 +28,14 @@ pub const MAX_RETRIES: usize = 3;
 /// The total time a request is retried for: a round that cannot reach
 /// the server fails in about this long and the next one tries again.
 pub const RETRY_TIMEOUT_MS: u64 = 15_000;
+/// Writes [`Archive::put_many`] keeps in flight at once: enough to hide a
+/// request's round trip and keep a local server's disk busy, few enough
+/// that a round holds at most this many pieces being sent (with
+/// [`super::MAX_PIECE_BYTES`] each) and a small server is not flooded.
+pub const MAX_PUTS_IN_FLIGHT: usize = 8;
+/// Reads [`Archive::get_each`] keeps in flight at once, for the same
+/// reasons: a restore holds at most this many pieces read ahead.
+pub const MAX_GETS_IN_FLIGHT: usize = 8;
 
 /// `b` with what the AWS profile gives and the environment does not: a
 /// variable set wins over the profile, as in the AWS CLI.
@@ -58,6 +69,21 @@ fn with_profile(
     Ok(b)
 }
 
+/// A write under way ([`Archive::start_put`]).
+#[derive(Debug)]
+pub struct PutHandle {
+    name: String,
+    /// `None`: refused by the budget of [`Archive::fail_after_puts`].
+    task: Option<tokio::task::JoinHandle<Result<(), object_store::Error>>>,
+}
+
+impl PutHandle {
+    /// The object being written.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// What [`Archive::list`] gives for one object.
 #[derive(Clone, Debug)]
 pub struct Listed {
@@ -74,8 +100,12 @@ pub struct Archive {
     store: Arc<dyn ObjectStore>,
     root: ObjPath,
     url: String,
-    rt: tokio::runtime::Runtime,
-    puts: AtomicU64,
+    /// The runtime's handle: its thread drives its I/O and timers and runs
+    /// the writes started with [`Archive::start_put`].
+    rt: tokio::runtime::Handle,
+    /// Tells the runtime's thread to stop (dropped with the archive).
+    _stop: tokio::sync::oneshot::Sender<()>,
+    puts: Arc<AtomicU64>,
     put_budget: AtomicU64,
     gets: AtomicU64,
     bytes_read: AtomicU64,
@@ -152,20 +182,33 @@ impl Archive {
         prefix: &str,
         url: &str,
     ) -> Result<Archive, ReplicateError> {
+        let failed = |e| ReplicateError::Io {
+            op: "start the replication runtime",
+            path: url.into(),
+            source: e,
+        };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| ReplicateError::Io {
-                op: "start the replication runtime",
-                path: url.into(),
-                source: e,
-            })?;
+            .map_err(failed)?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        // The thread drives the runtime until the archive is dropped (the
+        // sender with it); a write it runs then is abandoned, as a process
+        // that exits abandons it.
+        std::thread::Builder::new()
+            .name("cairn-archive".into())
+            .spawn(move || {
+                let _ = rt.block_on(stopped);
+            })
+            .map_err(failed)?;
         Ok(Archive {
             store,
             root: ObjPath::from(prefix.trim_matches('/')),
             url: url.to_string(),
-            rt,
-            puts: AtomicU64::new(0),
+            rt: handle,
+            _stop: stop,
+            puts: Arc::new(AtomicU64::new(0)),
             put_budget: AtomicU64::new(u64::MAX),
             gets: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
@@ -220,37 +263,107 @@ impl Archive {
         }
     }
 
+    /// Takes one write from the budget set by [`Archive::fail_after_puts`]:
+    /// false when it is spent (the write must fail as a lost connection
+    /// would).
+    fn take_put_budget(&self) -> bool {
+        self.put_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| match left {
+                0 => None,
+                u64::MAX => Some(u64::MAX),
+                n => Some(n - 1),
+            })
+            .is_ok()
+    }
+
+    fn budget_spent(name: &str) -> ReplicateError {
+        ReplicateError::Remote {
+            op: "write",
+            object: name.to_string(),
+            detail: "injected fault: the write budget set by fail_after_puts is spent".into(),
+        }
+    }
+
     /// Writes the object `name`.
     pub fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), ReplicateError> {
-        let left = self.put_budget.load(Ordering::Relaxed);
-        if left == 0 {
-            return Err(ReplicateError::Remote {
-                op: "write",
-                object: name.to_string(),
-                detail: "injected fault: the write budget set by fail_after_puts is spent".into(),
-            });
+        let h = self.start_put(name, bytes);
+        self.finish_put(h)
+    }
+
+    /// Starts writing the object `name` on the archive's runtime and
+    /// returns at once; [`Archive::finish_put`] waits for it and says how
+    /// it went.
+    pub fn start_put(&self, name: &str, bytes: Vec<u8>) -> PutHandle {
+        if !self.take_put_budget() {
+            return PutHandle {
+                name: name.to_string(),
+                task: None,
+            };
         }
-        if left != u64::MAX {
-            self.put_budget.store(left - 1, Ordering::Relaxed);
-        }
+        let store = self.store.clone();
         let path = self.path(name);
-        self.rt
-            .block_on(self.store.put(&path, PutPayload::from(bytes)))
-            .map_err(|e| self.err("write", name, e))?;
-        self.puts.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        let puts = self.puts.clone();
+        let task = self.rt.spawn(async move {
+            store.put(&path, PutPayload::from(bytes)).await?;
+            puts.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        });
+        PutHandle {
+            name: name.to_string(),
+            task: Some(task),
+        }
+    }
+
+    /// Waits for the write `h` and returns its outcome.
+    pub fn finish_put(&self, h: PutHandle) -> Result<(), ReplicateError> {
+        let Some(task) = h.task else {
+            return Err(Archive::budget_spent(&h.name));
+        };
+        match self.rt.block_on(task) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.err("write", &h.name, e)),
+            Err(e) => Err(ReplicateError::Remote {
+                op: "write",
+                object: format!("{}/{}", self.url.trim_end_matches('/'), h.name),
+                detail: format!("the write stopped: {e}"),
+            }),
+        }
+    }
+
+    /// Writes every object of `objects`, up to [`MAX_PUTS_IN_FLIGHT`] at
+    /// a time, and returns each one's result in the order given: a
+    /// failure does not stop the others (those written are there, and a
+    /// caller can count them as sent).
+    pub fn put_many(&self, objects: Vec<(String, Vec<u8>)>) -> Vec<Result<(), ReplicateError>> {
+        let mut out = Vec::with_capacity(objects.len());
+        let mut in_flight = std::collections::VecDeque::new();
+        for (name, bytes) in objects {
+            if in_flight.len() >= MAX_PUTS_IN_FLIGHT {
+                if let Some(h) = in_flight.pop_front() {
+                    out.push(self.finish_put(h));
+                }
+            }
+            in_flight.push_back(self.start_put(&name, bytes));
+        }
+        out.extend(in_flight.into_iter().map(|h| self.finish_put(h)));
+        out
     }
 
     /// Reads the object `name`; `None` if there is none.
     pub fn get(&self, name: &str) -> Result<Option<Vec<u8>>, ReplicateError> {
+        self.rt.block_on(self.get_async(name))
+    }
+
+    async fn get_async(&self, name: &str) -> Result<Option<Vec<u8>>, ReplicateError> {
         let path = self.path(name);
-        let r = self.rt.block_on(async {
+        let r = async {
             match self.store.get(&path).await {
                 Ok(g) => g.bytes().await.map(Some),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(e),
             }
-        });
+        }
+        .await;
         let got = r
             .map(|b| b.map(|b| b.to_vec()))
             .map_err(|e| self.err("read", name, e))?;
@@ -258,6 +371,29 @@ impl Archive {
             self.count_read(b.len());
         }
         Ok(got)
+    }
+
+    /// Reads the objects `names`, up to [`MAX_GETS_IN_FLIGHT`] at a time,
+    /// handing each to `each` in the order given as soon as it and those
+    /// before it are read (so at most about that many are held at once);
+    /// `None` for one that is not there. Stops at the first error, from
+    /// the store or from `each`.
+    pub fn get_each(
+        &self,
+        names: &[String],
+        mut each: impl FnMut(usize, Option<Vec<u8>>) -> Result<(), ReplicateError>,
+    ) -> Result<(), ReplicateError> {
+        self.rt.block_on(async {
+            let mut s = futures::stream::iter(names.iter())
+                .map(|name| self.get_async(name))
+                .buffered(MAX_GETS_IN_FLIGHT);
+            let mut i = 0;
+            while let Some(r) = s.next().await {
+                each(i, r?)?;
+                i += 1;
+            }
+            Ok(())
+        })
     }
 
     /// Reads the bytes `range` of the object `name` (one ranged GET);

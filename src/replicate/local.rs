@@ -221,8 +221,14 @@ pub(crate) fn walk_pack(
     let file =
         cairn_engine::vfs::Vfs::open(&cairn_engine::RealVfs, path, cairn_engine::OpenMode::Read)
             .map_err(|e| ReplicateError::io("open", path, e))?;
+    // The entry reader makes two small reads an entry: read ahead, so a
+    // pack of many small blobs costs a few large reads, not two a blob.
+    let file = ReadAhead {
+        file,
+        buf: parking_lot::Mutex::new((0, Vec::new())),
+    };
     loop {
-        match cairn_engine::blob::scan::read_entry_at(file.as_ref(), c.valid, st.len) {
+        match cairn_engine::blob::scan::read_entry_at(&file, c.valid, st.len) {
             Ok(Ok((header, entry))) => {
                 let mut head = [0u8; ENTRY_HEADER_LEN];
                 head.copy_from_slice(&entry[..ENTRY_HEADER_LEN]);
@@ -234,4 +240,115 @@ pub(crate) fn walk_pack(
         }
     }
     Ok(Some(c))
+}
+
+/// Bytes [`ReadAhead`] reads at once: many pack entries of small blobs
+/// per read, little memory.
+const READ_AHEAD_BYTES: usize = 1 << 20;
+
+/// A file read forward in [`READ_AHEAD_BYTES`] blocks: a read inside the
+/// block last read is served from it. Read-only.
+#[derive(Debug)]
+struct ReadAhead {
+    file: std::sync::Arc<dyn cairn_engine::vfs::VfsFile>,
+    /// Where the block starts in the file, and its bytes.
+    buf: parking_lot::Mutex<(u64, Vec<u8>)>,
+}
+
+impl cairn_engine::vfs::VfsFile for ReadAhead {
+    fn read_at(&self, out: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        if out.len() >= READ_AHEAD_BYTES {
+            return self.file.read_at(out, offset);
+        }
+        let mut b = self.buf.lock();
+        let (start, bytes) = &mut *b;
+        let end = *start + bytes.len() as u64;
+        if offset < *start || offset + out.len() as u64 > end {
+            bytes.resize(READ_AHEAD_BYTES, 0);
+            let mut got = 0;
+            while got < bytes.len() {
+                let n = self.file.read_at(&mut bytes[got..], offset + got as u64)?;
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+            bytes.truncate(got);
+            *start = offset;
+        }
+        let from = (offset - *start) as usize;
+        let n = out.len().min(bytes.len() - from);
+        out[..n].copy_from_slice(&bytes[from..from + n]);
+        Ok(n)
+    }
+
+    fn write_all_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::ReadOnlyFilesystem.into())
+    }
+
+    fn len(&self) -> std::io::Result<u64> {
+        self.file.len()
+    }
+
+    fn set_len(&self, _: u64) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::ReadOnlyFilesystem.into())
+    }
+
+    fn sync_data(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_engine::vfs::VfsFile;
+
+    /// Reads through [`ReadAhead`] give the file's bytes at any offset and
+    /// length: inside a block, across its end, past the file's end, and
+    /// larger than a block.
+    #[test]
+    fn read_ahead_reads_what_the_file_holds() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("f");
+        let data: Vec<u8> = (0..(READ_AHEAD_BYTES * 2 + 777))
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = cairn_engine::vfs::Vfs::open(
+            &cairn_engine::RealVfs,
+            &path,
+            cairn_engine::OpenMode::Read,
+        )
+        .unwrap();
+        let ra = ReadAhead {
+            file,
+            buf: parking_lot::Mutex::new((0, Vec::new())),
+        };
+        let n = data.len() as u64;
+        let big = READ_AHEAD_BYTES as u64 + 5;
+        for (off, len) in [
+            (0, 10),
+            (5, 100),
+            (READ_AHEAD_BYTES as u64 - 3, 10),
+            (2, 10),
+            (n - 4, 4),
+            (n - 4, 100),
+            (n, 10),
+            (n + 50, 10),
+            (1, big),
+        ] {
+            let mut buf = vec![0u8; len as usize];
+            let mut got = 0;
+            while got < buf.len() {
+                let k = ra.read_at(&mut buf[got..], off + got as u64).unwrap();
+                if k == 0 {
+                    break;
+                }
+                got += k;
+            }
+            let want = &data[(off.min(n) as usize)..((off + len).min(n) as usize)];
+            assert_eq!(&buf[..got], want, "at {off}, {len} bytes");
+        }
+    }
 }

@@ -22,7 +22,7 @@
 //! repaired or replaced), so one archive never mixes two histories.
 //!
 //! The object store is async; each [`Archive`] keeps a current-thread
-//! runtime and blocks on it, on the caller's thread: nothing async leaks
+//! runtime on a thread of its own and blocks on it: nothing async leaks
 //! into this API.
 
 mod archive;
@@ -35,7 +35,8 @@ mod restore;
 mod vfs;
 
 pub use archive::{
-    Archive, Listed, CONNECT_TIMEOUT_MS, MAX_RETRIES, REQUEST_TIMEOUT_MS, RETRY_TIMEOUT_MS,
+    Archive, Listed, PutHandle, CONNECT_TIMEOUT_MS, MAX_GETS_IN_FLIGHT, MAX_PUTS_IN_FLIGHT,
+    MAX_RETRIES, REQUEST_TIMEOUT_MS, RETRY_TIMEOUT_MS,
 };
 pub use cache::{
     default_cache_dir, PieceCache, DEFAULT_CACHE_BYTES, MEMORY_CACHE_BYTES, RANGE_CHUNK_BYTES,

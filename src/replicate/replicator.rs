@@ -1,14 +1,14 @@
 //! The replicator: ships a store's files to an archive as immutable,
 //! content-named pieces, then writes the manifest that names them.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cairn_codec::{ChainHash, Lsn};
 
-use super::archive::Archive;
+use super::archive::{Archive, PutHandle, MAX_PUTS_IN_FLIGHT};
 use super::local::{self, Kind, LogCursor, PackCursor, Stat};
 use super::manifest::{FileEntry, Manifest, Piece, MANIFEST_VERSION};
 use super::{manifest_name, object_name, ReplicateError, OBJECTS_DIR};
@@ -63,8 +63,10 @@ enum Cursor {
 
 /// Ships a store to an archive. Run [`Replicator::round`] now and then
 /// (`cairn replicate --once` runs one), or [`Replicator::run`] on a thread
-/// of its own until a flag is set. It only reads the store, without its
-/// lock: writers go on as usual.
+/// of its own until a flag is set. It reads the store without its lock
+/// (writers go on as usual), and writes into it only what the read
+/// commands write: the query index, a cache it saves when dropped so the
+/// next replicator's first round loads it instead of indexing the log.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cairn::replicate::ReplicateError> {
@@ -88,6 +90,12 @@ pub struct Replicator {
     /// manifest reports. `None` until first needed, or when it cannot be
     /// opened (the manifest then says nothing of sessions).
     reader: Option<crate::Store>,
+    /// Pieces being written, oldest first (at most
+    /// [`super::MAX_PUTS_IN_FLIGHT`]): their hash, length and write.
+    in_flight: VecDeque<(String, u64, PutHandle)>,
+    /// The read-only open of the store under way on its own thread,
+    /// started with a round and joined when the manifest is written.
+    opening: Option<std::thread::JoinHandle<Option<crate::Store>>>,
 }
 
 impl Replicator {
@@ -110,6 +118,8 @@ impl Replicator {
             tracked: BTreeMap::new(),
             started: false,
             reader: None,
+            in_flight: VecDeque::new(),
+            opening: None,
         })
     }
 
@@ -186,16 +196,42 @@ impl Replicator {
             let len = (to - off).min(MAX_PIECE_BYTES);
             let bytes = local::read_range(path, off, len)?;
             let hash = blake3::hash(&bytes).to_hex().to_string();
-            if !self.known.contains(&hash) {
-                self.archive.put(&object_name(&hash), bytes)?;
-                report.objects_uploaded += 1;
-                report.bytes_uploaded += len;
-                self.known.insert(hash.clone());
+            if !self.known.contains(&hash) && !self.in_flight.iter().any(|(h, _, _)| *h == hash) {
+                if self.in_flight.len() >= MAX_PUTS_IN_FLIGHT {
+                    self.finish_oldest(report)?;
+                }
+                let put = self.archive.start_put(&object_name(&hash), bytes);
+                self.in_flight.push_back((hash.clone(), len, put));
             }
             out.push(Piece { hash, len });
             off += len;
         }
         Ok(out)
+    }
+
+    /// Waits for the oldest write in flight; a piece written is known
+    /// from then on.
+    fn finish_oldest(&mut self, report: &mut RoundReport) -> Result<(), ReplicateError> {
+        let Some((hash, len, put)) = self.in_flight.pop_front() else {
+            return Ok(());
+        };
+        self.archive.finish_put(put)?;
+        report.objects_uploaded += 1;
+        report.bytes_uploaded += len;
+        self.known.insert(hash);
+        Ok(())
+    }
+
+    /// Waits for every write in flight, all of them even when one fails
+    /// (those written are known), and returns the first failure.
+    fn finish_all(&mut self, report: &mut RoundReport) -> Result<(), ReplicateError> {
+        let mut first_err = None;
+        while !self.in_flight.is_empty() {
+            if let Err(e) = self.finish_oldest(report) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// One round: ships what is new in the store and, when the head moved,
@@ -205,6 +241,24 @@ impl Replicator {
     /// durable before the record), then dictionaries (one is durable
     /// before anything uses it).
     pub fn round(&mut self) -> Result<RoundReport, ReplicateError> {
+        let r = self.try_round();
+        if r.is_err() {
+            // Writes still in flight are waited for: a round never leaves
+            // one running behind it.
+            let _ = self.finish_all(&mut RoundReport::default());
+            // A file's pieces were noted as shipped when read; those whose
+            // send failed are not in the archive. Forget such files: the
+            // next round walks them again and sends what is missing, so
+            // no manifest names an object that was never written.
+            let known = &self.known;
+            self.tracked
+                .retain(|_, t| t.pieces.iter().all(|p| known.contains(&p.hash)));
+        }
+        r
+    }
+
+    fn try_round(&mut self) -> Result<RoundReport, ReplicateError> {
+        self.start_reader();
         if !self.started {
             self.start()?;
         }
@@ -217,6 +271,8 @@ impl Replicator {
         self.ship_log(&mut shipped, &mut report)?;
         self.note_cut_history(&mut shipped);
         self.ship_blobs_and_dicts(&mut shipped.files, &mut report)?;
+        // Every piece is in the archive before a manifest names it.
+        self.finish_all(&mut report)?;
         let generation = self.generation(shipped.diverged.as_deref(), &mut report);
         let head = shipped.head;
         report.generation = generation.clone();
@@ -411,14 +467,32 @@ impl Replicator {
         Ok(())
     }
 
+    /// Starts opening the store read-only on a thread of its own, when it
+    /// is not open yet: the open reads the whole log to index it, which
+    /// costs as much as shipping it, and is done meanwhile.
+    fn start_reader(&mut self) {
+        if self.reader.is_some() || self.opening.is_some() {
+            return;
+        }
+        let dir = self.store.clone();
+        self.opening = std::thread::Builder::new()
+            .name("cairn-replicate-reader".into())
+            .spawn(move || {
+                let s = open_reader(&dir)?;
+                // The first query builds the index.
+                s.query(|q| Ok(q.index().sessions().count())).ok()?;
+                Some(s)
+            })
+            .ok();
+    }
+
     /// Sessions with records up to `head`, from the store read-only.
     fn count_sessions(&mut self, head: Lsn) -> Option<u64> {
+        if let Some(h) = self.opening.take() {
+            self.reader = h.join().ok().flatten();
+        }
         if self.reader.is_none() {
-            self.reader = crate::Store::builder()
-                .store_dir(&self.store)
-                .read_only()
-                .open()
-                .ok();
+            self.reader = open_reader(&self.store);
         }
         let s = self.reader.as_ref()?;
         s.refresh().ok()?;
@@ -540,6 +614,32 @@ impl Replicator {
     }
 }
 
+impl Drop for Replicator {
+    /// Closes the store opened read-only, which saves its query index as
+    /// the read commands do (a cache beside the store, best-effort), so the
+    /// next replicator's first round loads it instead of indexing the
+    /// whole log again.
+    fn drop(&mut self) {
+        if let Some(h) = self.opening.take() {
+            self.reader = h.join().ok().flatten();
+        }
+        if let Some(s) = self.reader.take() {
+            let _ = s.close();
+        }
+    }
+}
+
+/// The store `dir` opened read-only to count its sessions, saving its
+/// query index on close as `cairn log` and the other read commands do.
+fn open_reader(dir: &Path) -> Option<crate::Store> {
+    crate::Store::builder()
+        .store_dir(dir)
+        .read_only()
+        .save_index_read_only(true)
+        .open()
+        .ok()
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Want {
     Index,
@@ -557,4 +657,72 @@ struct Shipped {
     files: Vec<FileEntry>,
     head: (Lsn, ChainHash),
     diverged: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store with records and a blob, and a file:// archive beside it.
+    fn store_and_archive() -> (tempfile::TempDir, PathBuf, Archive, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let s = crate::Store::open(&ws).unwrap();
+        for i in 0..20 {
+            s.session("s").prompt(&format!("prompt {i}")).unwrap();
+        }
+        s.put_blob(&[7u8; 5000]).unwrap();
+        s.sync().unwrap();
+        s.close().unwrap();
+        let arch = d.path().join("archive");
+        let a = Archive::open(&format!("file://{}", arch.display())).unwrap();
+        (d, ws.join(".cairn"), a, arch)
+    }
+
+    /// Every piece the newest manifest names is in the archive.
+    fn assert_manifest_whole(arch: &Path) {
+        let a = Archive::open(&format!("file://{}", arch.display())).unwrap();
+        let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        for f in &m.files {
+            for p in &f.pieces {
+                assert!(
+                    a.exists(&object_name(&p.hash)).unwrap(),
+                    "{} names a missing piece",
+                    f.path
+                );
+            }
+        }
+    }
+
+    /// Pieces are noted as shipped when read and sent later, several at a
+    /// time: a round whose sends failed must not leave them noted, or the
+    /// next round of the same replicator would name them unsent.
+    #[test]
+    fn a_failed_send_is_sent_again_by_the_next_round() {
+        let (_d, store, archive, arch) = store_and_archive();
+        let mut r = Replicator::new(archive, &store).unwrap();
+        r.archive().fail_after_puts(1);
+        assert!(r.round().is_err(), "the writes after the first fail");
+        r.archive().fail_after_puts(u64::MAX);
+        let rep = r.round().unwrap();
+        assert!(rep.manifest.is_some());
+        assert_manifest_whole(&arch);
+    }
+
+    /// Pieces go several at a time, yet each is sent once: a second
+    /// replicator of the same store sends nothing but finds the manifest.
+    #[test]
+    fn concurrent_sends_send_each_piece_once() {
+        let (_d, store, archive, arch) = store_and_archive();
+        let mut r = Replicator::new(archive, &store).unwrap();
+        let first = r.round().unwrap();
+        assert!(first.objects_uploaded >= 3, "{first:?}");
+        assert_eq!(r.archive().puts(), first.objects_uploaded);
+        assert_manifest_whole(&arch);
+        let a = Archive::open(&format!("file://{}", arch.display())).unwrap();
+        let mut again = Replicator::new(a, &store).unwrap();
+        let second = again.round().unwrap();
+        assert_eq!(second.objects_uploaded, 0, "{second:?}");
+    }
 }

@@ -202,49 +202,96 @@ fn write_files(
             .create(&d)
             .map_err(|e| ReplicateError::io("create", &d, e))?;
     }
-    for f in &m.files {
-        let path = root.join(&f.path);
-        let mut out = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| ReplicateError::io("create", &path, e))?;
-        for (i, p) in f.pieces.iter().enumerate() {
-            let obj = object_name(&p.hash);
-            let what = format!("piece {} of {} of {}", i + 1, f.pieces.len(), f.path);
-            let bytes = archive.get(&obj)?.ok_or_else(|| ReplicateError::Damaged {
-                object: obj.clone(),
-                detail: format!("missing ({what})"),
-            })?;
-            if bytes.len() as u64 != p.len {
-                return Err(ReplicateError::Damaged {
-                    object: obj,
-                    detail: format!(
-                        "{} bytes, the manifest says {} ({what})",
-                        bytes.len(),
-                        p.len
-                    ),
-                });
-            }
-            let got = blake3::hash(&bytes).to_hex();
-            if got.as_str() != p.hash {
-                return Err(ReplicateError::Damaged {
-                    object: obj,
-                    detail: format!("its contents hash to {got}, not to its name ({what})"),
-                });
-            }
-            out.write_all(&bytes)
-                .map_err(|e| ReplicateError::io("write", &path, e))?;
-            report.objects += 1;
+    // Every piece of every file, in order, read several at a time; a file
+    // is created at its first piece and synced after its last.
+    let mut order = Vec::new();
+    for (fi, f) in m.files.iter().enumerate() {
+        if f.pieces.is_empty() {
+            create(&root.join(&f.path))?
+                .sync_all()
+                .map_err(|e| ReplicateError::io("sync", &root.join(&f.path), e))?;
+            report.files += 1;
         }
-        out.sync_all()
-            .map_err(|e| ReplicateError::io("sync", &path, e))?;
-        report.files += 1;
-        report.bytes += f.len;
+        order.extend((0..f.pieces.len()).map(|pi| (fi, pi)));
     }
+    let names: Vec<String> = order
+        .iter()
+        .map(|&(fi, pi)| object_name(&m.files[fi].pieces[pi].hash))
+        .collect();
+    let mut out: Option<(PathBuf, File)> = None;
+    archive.get_each(&names, |i, got| {
+        let (fi, pi) = order[i];
+        let f = &m.files[fi];
+        let p = &f.pieces[pi];
+        let obj = names[i].clone();
+        let what = format!("piece {} of {} of {}", pi + 1, f.pieces.len(), f.path);
+        let bytes = got.ok_or_else(|| ReplicateError::Damaged {
+            object: obj.clone(),
+            detail: format!("missing ({what})"),
+        })?;
+        check_piece(&obj, &bytes, p, &what)?;
+        if pi == 0 {
+            let path = root.join(&f.path);
+            out = Some((path.clone(), create(&path)?));
+        }
+        let Some((path, file)) = out.as_mut() else {
+            return Err(ReplicateError::Local {
+                path: root.join(&f.path),
+                detail: "a piece arrived before its file was created".into(),
+            });
+        };
+        file.write_all(&bytes)
+            .map_err(|e| ReplicateError::io("write", path, e))?;
+        report.objects += 1;
+        if pi + 1 == f.pieces.len() {
+            file.sync_all()
+                .map_err(|e| ReplicateError::io("sync", path, e))?;
+            report.files += 1;
+            report.bytes += f.len;
+            out = None;
+        }
+        Ok(())
+    })?;
     for sub in ["log", "blobs", ""] {
         sync_dir(&root.join(sub))?;
+    }
+    Ok(())
+}
+
+/// Creates the new file `path` (owner-only), failing if it exists.
+fn create(path: &Path) -> Result<File, ReplicateError> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| ReplicateError::io("create", path, e))
+}
+
+/// Checks that `bytes`, read from the object `obj`, are the piece `p`:
+/// its length and its blake3.
+fn check_piece(
+    obj: &str,
+    bytes: &[u8],
+    p: &super::manifest::Piece,
+    what: &str,
+) -> Result<(), ReplicateError> {
+    if bytes.len() as u64 != p.len {
+        return Err(ReplicateError::Damaged {
+            object: obj.to_string(),
+            detail: format!(
+                "{} bytes, the manifest says {} ({what})",
+                bytes.len(),
+                p.len
+            ),
+        });
+    }
+    let got = blake3::hash(bytes).to_hex();
+    if got.as_str() != p.hash {
+        return Err(ReplicateError::Damaged {
+            object: obj.to_string(),
+            detail: format!("its contents hash to {got}, not to its name ({what})"),
+        });
     }
     Ok(())
 }
