@@ -468,11 +468,7 @@ mod lazy_map_tests {
         log_of(tmp.path(), 300);
         let r = LogReader::open(Arc::new(RealVfs), tmp.path()).unwrap();
         let mapped = |r: &LogReader| -> Vec<bool> {
-            r.view
-                .sealed
-                .iter()
-                .map(|s| s.data.is_mapped())
-                .collect()
+            r.view.sealed.iter().map(|s| s.data.is_mapped()).collect()
         };
         assert!(r.view.sealed.len() >= 3, "{}", r.view.sealed.len());
         assert!(mapped(&r).iter().all(|m| !m), "{:?}", mapped(&r));
