@@ -148,7 +148,18 @@ impl SegmentFooter {
         if file.len() < SEGMENT_HEADER_LEN + SEGMENT_FOOTER_LEN {
             return Ok(None);
         }
-        let b = &file[file.len() - SEGMENT_FOOTER_LEN..];
+        Self::decode_end(&file[file.len() - SEGMENT_FOOTER_LEN..], file.len() as u64)
+    }
+
+    /// [`SegmentFooter::decode_tail`] of a file of `file_len` bytes whose
+    /// last [`SEGMENT_FOOTER_LEN`] bytes are `last`: a reader checks a
+    /// sealed segment's footer without mapping or reading the whole file.
+    pub fn decode_end(last: &[u8], file_len: u64) -> Result<Option<SegmentFooter>, CodecError> {
+        let ends = (SEGMENT_HEADER_LEN + SEGMENT_FOOTER_LEN) as u64;
+        if file_len < ends || last.len() != SEGMENT_FOOTER_LEN {
+            return Ok(None);
+        }
+        let b = last;
         if &b[0..8] != FOOTER_MAGIC {
             return Ok(None);
         }
@@ -159,12 +170,12 @@ impl SegmentFooter {
             last_chain: chain_at(b, 24),
             frames_len: u32::from_le_bytes([b[56], b[57], b[58], b[59]]),
         };
-        if f.frames_len as usize != file.len() - SEGMENT_HEADER_LEN - SEGMENT_FOOTER_LEN {
+        if u64::from(f.frames_len) != file_len - ends {
             return Err(CodecError::Invalid {
                 what: format!(
                     "segment footer says {} bytes of frames, file has {}",
                     f.frames_len,
-                    file.len() - 128
+                    file_len - ends
                 ),
             });
         }
@@ -249,6 +260,34 @@ mod tests {
         short.remove(70);
         assert!(SegmentFooter::decode_tail(&short).is_err());
         assert_eq!(SegmentFooter::decode_tail(&file[..64]).unwrap(), None);
+    }
+
+    /// `decode_end` (a reader's footer check, from the footer and the
+    /// file's size alone) agrees with `decode_tail` on the whole file.
+    #[test]
+    fn footer_from_its_bytes_and_the_file_size_agrees_with_the_whole_file() {
+        let f = SegmentFooter {
+            record_count: 3,
+            last_lsn: Lsn(9),
+            last_chain: ChainHash([1; 32]),
+            frames_len: 10,
+        };
+        let mut file = vec![0u8; 64 + 10];
+        file.extend_from_slice(&f.encode());
+        let end = |file: &[u8]| {
+            let last = &file[file.len().saturating_sub(64)..];
+            SegmentFooter::decode_end(last, file.len() as u64).map_err(|e| e.to_string())
+        };
+        let whole = |file: &[u8]| SegmentFooter::decode_tail(file).map_err(|e| e.to_string());
+        assert_eq!(end(&file), Ok(Some(f)));
+        let mut longer = file.clone();
+        longer.insert(70, 0);
+        let mut flipped = file.clone();
+        flipped[file.len() - 10] ^= 1;
+        for case in [&file[..], &longer, &flipped, &file[..64], &file[..127]] {
+            assert_eq!(end(case), whole(case));
+        }
+        assert!(end(&longer).is_err());
     }
 
     proptest! {

@@ -297,7 +297,7 @@ impl View {
         let mut bytes = 0;
         for s in &self.sealed {
             segments += 1;
-            let data: &[u8] = &s.data;
+            let data: &[u8] = s.data()?;
             bytes += data.len() as u64;
             c.sealed(&s.path, data);
         }

@@ -312,7 +312,7 @@ impl Cursor {
     /// `len` bytes at `off` (which the caller checked lie below the limit).
     fn bytes(&mut self, off: u64, len: usize) -> Result<&[u8]> {
         match &self.seg.source {
-            Source::Sealed(s) => Ok(&s.data[off as usize..off as usize + len]),
+            Source::Sealed(s) => Ok(&s.data()?[off as usize..off as usize + len]),
             Source::Tail(file) => {
                 let have =
                     off >= self.buf_at && off + len as u64 <= self.buf_at + self.buf.len() as u64;

@@ -962,7 +962,7 @@ impl Inner {
             path: path.clone(),
             header: st.header,
             footer,
-            data,
+            data: segment::SegmentData::mapped(data),
             index: segment::SealedIndex::loaded(st.index.clone()),
         })
     }
