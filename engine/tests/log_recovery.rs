@@ -410,8 +410,12 @@ fn reserved_tail_padding_is_cut_by_roll_close_and_recovery() {
             ..LogOptions::default()
         };
         let log = Log::open(vfs(), dir, o).unwrap();
-        for i in 1..=1000 {
-            log.append(&ev(i)).unwrap();
+        // Past a roll or two, and far enough into the tail that it has
+        // space reserved (a tail's first 16 KiB are plain writes).
+        let mut n = 0;
+        while n < 1000 || log.stats().bytes - sealed_bytes(dir) < 32 * 1024 {
+            n += 1;
+            log.append(&ev(n)).unwrap();
         }
         let segs = segments(dir);
         assert!(segs.len() > 2, "the log rolled");
@@ -436,7 +440,7 @@ fn reserved_tail_padding_is_cut_by_roll_close_and_recovery() {
         log.sync().unwrap();
         std::mem::forget(log);
         let log = Log::open(vfs(), dir, o).unwrap();
-        assert_eq!(log.head().last_lsn, Lsn(1000));
+        assert_eq!(log.head().last_lsn, Lsn(n));
         let tail_len = segments(dir).last().unwrap().metadata().unwrap().len();
         assert_eq!(segments(dir).len(), segs.len());
         let sealed: u64 = segs[..segs.len() - 1]
@@ -444,8 +448,8 @@ fn reserved_tail_padding_is_cut_by_roll_close_and_recovery() {
             .map(|p| p.metadata().unwrap().len())
             .sum();
         assert_eq!(sealed + tail_len, records_bytes, "recovery cut the zeros");
-        assert_eq!(log.append(&ev(1001)).unwrap(), Lsn(1001));
-        let expect: Vec<Event> = (1..=1001).map(ev).collect();
+        assert_eq!(log.append(&ev(n + 1)).unwrap(), Lsn(n + 1));
+        let expect: Vec<Event> = (1..=n + 1).map(ev).collect();
         assert_eq!(events(&log), expect);
         let bytes = log.stats().bytes;
         log.close().unwrap();
@@ -458,6 +462,64 @@ fn reserved_tail_padding_is_cut_by_roll_close_and_recovery() {
         assert!(log.verify().unwrap().problems.is_empty());
         assert_eq!(events(&log), expect);
     }
+}
+
+/// A process that appends a few records and closes (a command-line
+/// checkpoint) used to reserve a step of zeros past its records and cut
+/// it again at close, an `ftruncate` that waits on the file system's
+/// journal. Below the first 16 KiB a tail is written with plain writes:
+/// its file never holds more than its records, under either policy, and
+/// a writer that keeps going still gets reserved space.
+#[test]
+fn a_few_appends_reserve_no_space_ahead_so_close_cuts_nothing() {
+    for durability in [Durability::Never, Durability::Always] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let o = LogOptions {
+            durability,
+            ..LogOptions::default()
+        };
+        let log = Log::open(vfs(), dir, o).unwrap();
+        log.append(&ev(1)).unwrap();
+        log.close().unwrap();
+        let log = Log::open(vfs(), dir, o).unwrap();
+        for i in 2..=5 {
+            log.append(&ev(i)).unwrap();
+        }
+        log.sync().unwrap();
+        let tail = segments(dir).pop().unwrap();
+        assert_eq!(
+            tail.metadata().unwrap().len(),
+            log.stats().bytes,
+            "{durability:?}: no space reserved for a few records"
+        );
+        let mut i = 6;
+        while log.stats().bytes < 64 * 1024 {
+            log.append(&ev(i)).unwrap();
+            i += 1;
+        }
+        log.sync().unwrap();
+        if cfg!(target_os = "linux") {
+            assert!(
+                tail.metadata().unwrap().len() > log.stats().bytes,
+                "{durability:?}: a writer that keeps going reserves space"
+            );
+        }
+        let bytes = log.stats().bytes;
+        log.close().unwrap();
+        assert_eq!(tail.metadata().unwrap().len(), bytes, "{durability:?}: cut");
+        let log = Log::open(vfs(), dir, o).unwrap();
+        assert_eq!(log.head().last_lsn, Lsn(i - 1));
+    }
+}
+
+/// Bytes of the segment files in `dir` before the tail (the sealed ones).
+fn sealed_bytes(dir: &Path) -> u64 {
+    let segs = segments(dir);
+    segs[..segs.len() - 1]
+        .iter()
+        .map(|p| p.metadata().unwrap().len())
+        .sum()
 }
 
 /// The reserved tail's older pages are written back and dropped from the

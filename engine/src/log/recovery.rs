@@ -142,19 +142,25 @@ impl TailState {
         b
     }
 
+    /// The state recorded at the start of `bytes`, if they start with an
+    /// intact one. Bytes after it are ignored: the file is rewritten in
+    /// place (see `Log::close`), so a shorter state leaves the end of a
+    /// longer, older one behind it. A state written whole (the file exactly
+    /// one record long, as before in-place rewrites) reads the same way.
     pub(crate) fn decode(bytes: &[u8]) -> Option<TailState> {
-        if bytes.len() < TAIL_STATE_FIXED + 4 {
+        if bytes.len() < TAIL_STATE_FIXED + 4 || &bytes[0..8] != TAIL_STATE_MAGIC {
             return None;
         }
-        let (b, c) = bytes.split_at(bytes.len() - 4);
-        if crc(b).to_le_bytes() != c || &b[0..8] != TAIL_STATE_MAGIC {
+        let n = u64_at(bytes, 80);
+        if n > TAIL_STATE_MAX_ENTRIES {
+            return None;
+        }
+        let body = TAIL_STATE_FIXED + 16 * n as usize;
+        let (b, c) = (bytes.get(..body)?, bytes.get(body..body + 4)?);
+        if crc(b).to_le_bytes() != c {
             return None;
         }
         if u32::from_le_bytes([b[8], b[9], b[10], b[11]]) != TAIL_STATE_VERSION {
-            return None;
-        }
-        let n = u64_at(b, 80);
-        if n > TAIL_STATE_MAX_ENTRIES || b.len() != TAIL_STATE_FIXED + 16 * n as usize {
             return None;
         }
         let mut chain = [0u8; 32];
@@ -694,5 +700,42 @@ mod tests {
             bad[i] ^= 1;
             assert_eq!(TailState::decode(&bad), None, "flip at {i}");
         }
+    }
+
+    /// `tail.state` is rewritten in place: a shorter state over a longer
+    /// one reads back as itself (the old one's end ignored), and a write
+    /// torn part way (the new state's start over the old one) reads as
+    /// absent, never as either state or a mix.
+    #[test]
+    fn tail_state_rewritten_in_place_reads_back_and_torn_reads_as_absent() {
+        let state = |entries: u64, last: u64| {
+            let mut index = SparseIndex::default();
+            for i in 0..entries {
+                index.note(Lsn(1 + i * 10), 64 + i * 5000);
+            }
+            TailState {
+                first_lsn: Lsn(1),
+                valid_len: 64 + entries * 5000,
+                last_lsn: Lsn(last),
+                last_frame_off: 60 + entries * 5000,
+                chain: ChainHash([last as u8; 32]),
+                index,
+            }
+        };
+        let old = state(4, 40).encode();
+        let new = state(1, 9).encode();
+        assert!(new.len() < old.len());
+        let mut file = old.clone();
+        file[..new.len()].copy_from_slice(&new);
+        assert_eq!(TailState::decode(&file), Some(state(1, 9)));
+        for at in 1..new.len() {
+            let mut torn = old.clone();
+            torn[..at].copy_from_slice(&new[..at]);
+            let unchanged = torn == old;
+            let got = TailState::decode(&torn);
+            assert!(got.is_none() || unchanged, "torn at {at}: {got:?}");
+        }
+        // A record cut short, even with bytes of an older one after it.
+        assert_eq!(TailState::decode(&new[..new.len() - 1]), None);
     }
 }

@@ -52,6 +52,9 @@ struct WriterState {
     pending_at: u64,
     /// How appends reach the tail segment.
     out: TailOut,
+    /// Bytes put into the tail with plain writes while it was
+    /// [`TailOut::Unsettled`] (see [`RESERVE_AFTER_BYTES`]).
+    unsettled_bytes: u64,
 }
 
 /// How appends reach the tail segment's file.
@@ -81,6 +84,18 @@ impl TailOut {
     }
 }
 
+/// A tail segment is written with plain positional writes until this
+/// many bytes went into it since it was opened or created; only then is
+/// space reserved ahead ([`TailOut::Reserved`]). Reserving writes a step
+/// of zeros (1 MiB) and a close cuts what is left of it, an `ftruncate`
+/// that waits on the file system's journal: together 2-4 ms on the bench
+/// machine, most of what a process that appends a few records and closes
+/// (a command-line checkpoint: about 1 KiB) spends on the log beyond its
+/// fdatasync. Below this, a plain write costs a few microseconds each,
+/// and a writer that keeps appending reaches the reserved space within
+/// the first few dozen records.
+const RESERVE_AFTER_BYTES: u64 = 16 << 10;
+
 /// A batch buffer that grew past this is dropped after use rather than
 /// kept, so one huge batch does not pin its memory for the writer's life.
 const BATCH_BUF_KEEP_BYTES: usize = 1 << 20;
@@ -109,6 +124,7 @@ impl WriterState {
             pending: Vec::new(),
             pending_at: 0,
             out: TailOut::initial(opts),
+            unsettled_bytes: 0,
         }
     }
 
@@ -599,23 +615,47 @@ impl Log {
         let path = self.inner.dir.join(TAIL_STATE_FILE);
         let bytes = state.encode();
         // A process that appended nothing leaves the same state: not
-        // rewritten (a truncation and a write per process otherwise).
-        if recovery::read_small(&*self.inner.vfs, &path).as_deref() == Some(&bytes[..]) {
+        // rewritten (a write per process otherwise).
+        let old = recovery::read_small(&*self.inner.vfs, &path);
+        if old.as_ref().and_then(|o| o.get(..bytes.len())) == Some(&bytes[..]) {
             return Ok(());
         }
-        let f = self
-            .inner
-            .vfs
-            .open(&path, OpenMode::CreateTruncate)
-            .map_err(|e| EngineError::io("create log tail state", &path, e))?;
+        // Written in place over the old state, never truncated first: on
+        // ext4 a truncation of a file with data makes the kernel write
+        // the new data out at once and the call wait for it (a few
+        // milliseconds per close on a virtio disk), where one `pwrite`
+        // into the page cache costs microseconds. A shorter state leaves
+        // the end of the old one behind it, which `TailState::decode`
+        // ignores (the record gives its own length).
+        //
         // Not fsynced: the state only lets the next open skip scanning the
         // tail, and it names records the `sync` above made durable. Lost
-        // or torn by a crash, it fails its checksum or no longer matches
-        // the segment, and the next open scans the tail; an older state
-        // that survives certifies a prefix of what is durable now.
+        // or torn by a crash (part new record, part old), it fails its
+        // checksum or no longer matches the segment, and the next open
+        // scans the tail; an older state that survives whole certifies a
+        // prefix of what is durable now.
+        let f = open_in_place(&*self.inner.vfs, &path)
+            .map_err(|e| EngineError::io("open log tail state", &path, e))?;
         f.write_all_at(&bytes, 0)
             .map_err(|e| EngineError::io("write log tail state", &path, e))?;
         Ok(())
+    }
+}
+
+/// Opens `path` for writing in place: the existing file, not truncated,
+/// or a new one if there is none.
+fn open_in_place(vfs: &dyn Vfs, path: &Path) -> std::io::Result<Arc<dyn VfsFile>> {
+    match vfs.open(path, OpenMode::ReadWrite) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match vfs.open(path, OpenMode::CreateNew) {
+                // Created by someone else in between: open theirs.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    vfs.open(path, OpenMode::ReadWrite)
+                }
+                r => r,
+            }
+        }
+        r => r,
     }
 }
 
@@ -815,7 +855,15 @@ impl Inner {
         at: u64,
         total: u64,
     ) -> std::io::Result<()> {
-        if let TailOut::Unsettled = st.out {
+        // Plain writes until the tail has taken `RESERVE_AFTER_BYTES`
+        // (`write_out` writes plainly while unsettled).
+        let settle = st.unsettled_bytes + total >= RESERVE_AFTER_BYTES;
+        if !settle {
+            if let TailOut::Unsettled = st.out {
+                st.unsettled_bytes += total;
+            }
+        }
+        if let (TailOut::Unsettled, true) = (&st.out, settle) {
             // Writes stay below the roll size (a larger batch alone in a
             // segment goes past the reserved space, through `write`).
             let capacity = self.opts.segment_size_bytes;
@@ -917,6 +965,7 @@ impl Inner {
         st.end = SEGMENT_HEADER_LEN as u64;
         st.last_frame_off = 0;
         st.index = SparseIndex::default();
+        st.unsettled_bytes = 0;
         {
             let mut v = self.view.write();
             v.sealed.push(Arc::new(sealed));
