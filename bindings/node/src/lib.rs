@@ -3,7 +3,7 @@
 //! the Rust library.
 //!
 //! The recording calls (`prompt`, `reply`, `toolCall`, `record`,
-//! `recordBatch`) go to the store's committer thread ([`committer`]),
+//! `recordBatch`) go to the store's committer thread (the `committer` module),
 //! which appends every call pending at once as one batch with one sync;
 //! every other call that touches the store runs on libuv's thread pool
 //! (an N-API async work item, [`Job`]). Each resolves a promise: I/O never
