@@ -121,7 +121,39 @@ struct Inner {
 /// gone) stops the thread once the queue is empty.
 pub struct Committer {
     inner: Arc<Inner>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+/// What the env's cleanup hook needs to stop a committer whose store was
+/// never closed when Node exits: the thread must finish (and release the
+/// thread-safe function) before Node tears that function down, or it
+/// would call into freed memory (a process left with an open store
+/// aborted at exit). The hook holds the queue weakly, so a store dropped
+/// before exit still closes then, not at exit.
+struct Teardown {
+    inner: std::sync::Weak<Inner>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+/// The env's cleanup hook (see [`Teardown`]). Node runs cleanup hooks in
+/// the reverse order of their registration, so this one, added after the
+/// thread-safe function was created, runs before that function's own.
+unsafe extern "C" fn teardown(arg: *mut c_void) {
+    // SAFETY: `arg` is the box made in `Committer::start`, handed back
+    // exactly once (Node runs each hook once).
+    let t = unsafe { Box::from_raw(arg.cast::<Teardown>()) };
+    if let Some(inner) = t.inner.upgrade() {
+        inner
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .closing = true;
+        inner.ready.notify_one();
+    }
+    let thread = t.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(thread) = thread {
+        let _ = thread.join();
+    }
 }
 
 /// A promise made by [`Committer::submit`], as the value a `#[napi]`
@@ -224,10 +256,19 @@ impl Committer {
                     format!("[Error] cannot start the store's committer thread: {e}"),
                 )
             })?;
-        Ok(Arc::new(Committer {
-            inner,
-            thread: Mutex::new(Some(thread)),
-        }))
+        let thread = Arc::new(Mutex::new(Some(thread)));
+        let hook = Box::into_raw(Box::new(Teardown {
+            inner: Arc::downgrade(&inner),
+            thread: thread.clone(),
+        }));
+        // SAFETY: on the JS thread with its env; `teardown` takes the box
+        // back when Node runs it, at the env's teardown.
+        let status = unsafe { sys::napi_add_env_cleanup_hook(raw, Some(teardown), hook.cast()) };
+        if status != sys::Status::napi_ok {
+            // SAFETY: not handed over.
+            drop(unsafe { Box::from_raw(hook) });
+        }
+        Ok(Arc::new(Committer { inner, thread }))
     }
 
     /// Queues `work` and returns its promise (on the JS thread). A store

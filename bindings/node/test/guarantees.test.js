@@ -118,11 +118,19 @@ cairn.Store.open(process.argv[1], { create: true, durability: 'always' }).then((
 })
 `
 
+// An exit with the store left open once aborted in about 2 runs of 5
+// (the committer thread released its thread-safe function after Node had
+// torn it down): a few runs make that show.
+const LEFT_OPEN_RUNS = 5
+
 test('pending calls keep Node running until they settle; an idle store does not', () => {
-  const r = spawnSync(process.execPath, ['-e', LEFT_OPEN, workspace()], { encoding: 'utf8', timeout: 20000 })
-  assert.equal(r.error, undefined, 'the child did not exit by itself')
-  assert.equal(r.status, 0, r.stderr)
-  assert.deepEqual(r.stdout.trim().split('\n').sort(), ['batch 2 2', 'prompt 1'])
+  for (let run = 0; run < LEFT_OPEN_RUNS; run++) {
+    const r = spawnSync(process.execPath, ['-e', LEFT_OPEN, workspace()], { encoding: 'utf8', timeout: 20000 })
+    assert.equal(r.error, undefined, 'the child did not exit by itself')
+    assert.equal(r.signal, null, `run ${run}: the child was killed by ${r.signal} at exit`)
+    assert.equal(r.status, 0, r.stderr)
+    assert.deepEqual(r.stdout.trim().split('\n').sort(), ['batch 2 2', 'prompt 1'])
+  }
 })
 
 const KILL_AFTER = 200
