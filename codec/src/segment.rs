@@ -236,8 +236,8 @@ mod tests {
         assert!(e.contains("segment format version 3"), "{e}");
     }
 
-    #[test]
-    fn footer_round_trip_and_every_flip_detected() {
+    /// A footer for three records and a file of 10 frame bytes ending in it.
+    fn footer_and_file() -> (SegmentFooter, Vec<u8>) {
         let f = SegmentFooter {
             record_count: 3,
             last_lsn: Lsn(9),
@@ -246,6 +246,12 @@ mod tests {
         };
         let mut file = vec![0u8; 64 + 10];
         file.extend_from_slice(&f.encode());
+        (f, file)
+    }
+
+    #[test]
+    fn footer_round_trip_and_every_flip_detected() {
+        let (f, file) = footer_and_file();
         assert_eq!(SegmentFooter::decode_tail(&file).unwrap(), Some(f));
         for i in file.len() - 64..file.len() {
             let mut bad = file.clone();
@@ -266,14 +272,7 @@ mod tests {
     /// file's size alone) agrees with `decode_tail` on the whole file.
     #[test]
     fn footer_from_its_bytes_and_the_file_size_agrees_with_the_whole_file() {
-        let f = SegmentFooter {
-            record_count: 3,
-            last_lsn: Lsn(9),
-            last_chain: ChainHash([1; 32]),
-            frames_len: 10,
-        };
-        let mut file = vec![0u8; 64 + 10];
-        file.extend_from_slice(&f.encode());
+        let (f, file) = footer_and_file();
         let end = |file: &[u8]| {
             let last = &file[file.len().saturating_sub(64)..];
             SegmentFooter::decode_end(last, file.len() as u64).map_err(|e| e.to_string())
