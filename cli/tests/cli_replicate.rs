@@ -46,16 +46,37 @@ fn export(ws: &Path, extra: &[&str]) -> Vec<u8> {
     o.stdout
 }
 
-/// Every manifest in the archive at `root`, decoded.
+/// Is `p` a file:// archive's object being written? The local store
+/// writes `<name>#<n>` and renames it into place when whole; readers of
+/// the archive (cairn's own listing included) never see such a name.
+fn staging(p: &Path) -> bool {
+    let name = p.file_name().unwrap().to_string_lossy();
+    name.rsplit_once('#')
+        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Every manifest in the archive at `root`, decoded. Safe to call while
+/// a replicator writes: objects still being written are skipped, and so
+/// is one removed between the listing and the read.
 fn manifests(root: &Path) -> Vec<(PathBuf, Manifest)> {
     let mut out = Vec::new();
     let Ok(gens) = std::fs::read_dir(root.join("manifests")) else {
         return out;
     };
     for g in gens {
-        for m in std::fs::read_dir(g.unwrap().path()).unwrap() {
+        let Ok(ms) = std::fs::read_dir(g.unwrap().path()) else {
+            continue;
+        };
+        for m in ms {
             let p = m.unwrap().path();
-            let b = std::fs::read(&p).unwrap();
+            if staging(&p) {
+                continue;
+            }
+            let b = match std::fs::read(&p) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => panic!("{}: {e}", p.display()),
+            };
             out.push((
                 p.clone(),
                 Manifest::decode(&p.display().to_string(), &b).unwrap(),
