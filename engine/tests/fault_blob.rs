@@ -10,6 +10,8 @@
 //! same for a garbage collection struck by a fault: every live blob survives.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -34,12 +36,7 @@ fn opts() -> BlobOptions {
 }
 
 fn disk(seed: u64) -> SimVfs {
-    let d = SimVfs::seeded(seed);
-    d.create_dir_all(Path::new(DIR)).unwrap();
-    for p in ["/", "/s"] {
-        d.sync_dir(Path::new(p)).unwrap();
-    }
-    d
+    support::sim_disk_with_dir(seed, DIR)
 }
 
 fn open(d: &SimVfs) -> cairn_engine::Result<BlobStore> {

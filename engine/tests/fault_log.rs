@@ -10,6 +10,8 @@
 //! dense LSNs, a clean `verify()`, and a log that accepts appends again.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -35,12 +37,7 @@ fn opts() -> LogOptions {
 }
 
 fn disk(seed: u64) -> SimVfs {
-    let d = SimVfs::seeded(seed);
-    d.create_dir_all(Path::new(DIR)).unwrap();
-    for p in ["/", "/s"] {
-        d.sync_dir(Path::new(p)).unwrap();
-    }
-    d
+    support::sim_disk_with_dir(seed, DIR)
 }
 
 fn event(i: usize) -> Event {

@@ -13,6 +13,8 @@
 //! agree with a read-only reader, and take appends at the next LSN.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,12 +46,7 @@ fn opts(durability: Durability) -> LogOptions {
 }
 
 fn disk(seed: u64) -> SimVfs {
-    let d = SimVfs::seeded(seed);
-    d.create_dir_all(Path::new(DIR)).unwrap();
-    for p in ["/", "/s"] {
-        d.sync_dir(Path::new(p)).unwrap();
-    }
-    d
+    support::sim_disk_with_dir(seed, DIR)
 }
 
 fn event(i: usize) -> Event {

@@ -30,12 +30,18 @@ pub const SIM_LOG_DIR: &str = "/store/.cairn/log";
 /// directory entries (and their parents') are durable, as `cairn init`
 /// leaves them.
 pub fn sim_disk_with_log_dir(seed: u64) -> cairn_engine::vfs::SimVfs {
+    sim_disk_with_dir(seed, SIM_LOG_DIR)
+}
+
+/// A seeded simulated disk holding the empty directory `dir` (absolute)
+/// whose entry and every parent's are durable.
+pub fn sim_disk_with_dir(seed: u64, dir: &str) -> cairn_engine::vfs::SimVfs {
     use cairn_engine::Vfs;
     let disk = cairn_engine::vfs::SimVfs::seeded(seed);
-    disk.create_dir_all(std::path::Path::new(SIM_LOG_DIR))
-        .unwrap();
-    for d in ["/", "/store", "/store/.cairn"] {
-        disk.sync_dir(std::path::Path::new(d)).unwrap();
+    let dir = std::path::Path::new(dir);
+    disk.create_dir_all(dir).unwrap();
+    for d in dir.ancestors().skip(1) {
+        disk.sync_dir(d).unwrap();
     }
     disk
 }
