@@ -523,6 +523,31 @@ fn group_commit_stats_count_syncs_and_records() {
     assert!(s.syncs > 0 && s.syncs < 160, "{s:?}");
 }
 
+/// A lone thread appending batches of varying size (a binding's committer
+/// thread) never waits to gather a group: no other thread can add to it,
+/// so a batch smaller than the last would only wait out the budget.
+#[test]
+fn a_lone_batch_appender_never_waits_to_gather() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = Log::open(
+        Arc::new(RealVfs),
+        tmp.path(),
+        opts(1 << 20, Durability::Always),
+    )
+    .unwrap();
+    let mut n = 0;
+    for round in 0..40u64 {
+        let size = if round % 2 == 0 { 8 } else { 1 + round % 7 };
+        let batch: Vec<Event> = (0..size).map(|i| ev(round * 100 + i)).collect();
+        log.append_batch(&batch).unwrap();
+        n += size;
+    }
+    let s = log.group_commit_stats();
+    assert_eq!(s.records, n, "{s:?}");
+    assert_eq!(s.syncs, 40, "one sync per batch: {s:?}");
+    assert_eq!(s.gather_time, Duration::ZERO, "{s:?}");
+}
+
 /// With the `interval` policy appenders never wait for a sync, so none is
 /// ever drafted into running one (as the appender completing a group is
 /// with `always`): every fdatasync while they append is the flusher's.

@@ -1135,7 +1135,8 @@ impl Inner {
         // Aim for a group as large as the most appenders seen waiting at
         // once (the ones the last sync released are being scheduled again
         // and are about to write their next records).
-        let group = s.last_group.max(self.peak.load(Ordering::Relaxed));
+        let threads = self.peak.load(Ordering::Relaxed);
+        let group = s.last_group.max(threads);
         self.peak
             .store(self.inside.load(Ordering::SeqCst), Ordering::Relaxed);
         let durable = self.durable();
@@ -1143,8 +1144,12 @@ impl Inner {
         // Only appenders that wait for their own records are gathered: the
         // `interval` flusher and an explicit `sync` sync what is written
         // (an appender that completed a gathering would run its sync, a
-        // stall the other policies never make an appender pay).
-        let gathers = group > 1 && matches!(self.opts.durability, Durability::Always);
+        // stall the other policies never make an appender pay). And only
+        // when other threads appended since the last sync began: a lone
+        // appender of batches (a binding's committer thread) made the last
+        // group large by itself, and nobody else will write while it waits.
+        let gathers =
+            threads > 1 && group > 1 && matches!(self.opts.durability, Durability::Always);
         if gathers && !MutexGuard::unlocked(s, || self.gather(Lsn(durable.0 + group), budget)) {
             // The appender that completed the group runs its sync; this
             // thread waits for it like any other.
