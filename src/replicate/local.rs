@@ -27,11 +27,17 @@ pub(crate) enum Kind {
     Whole,
     /// A blob pack (`blobs/pack-N.pack`), append-only.
     Pack,
+    /// A segment's query index file (`index/segments/<first LSN>.qix`):
+    /// shipped only once it covers its sealed segment whole (see
+    /// `Replicator::ship_seg_indexes`), never while it describes a part
+    /// of the growing tail.
+    SegIndex,
 }
 
 /// The kind of `dir/name`, or `None` for a file not shipped: sparse
 /// indexes and `tail.state` (rebuilt, and a shorter tail would contradict
-/// the latter), temporary files, repair's leftovers.
+/// the latter), the whole-log query index (`index/query.idx`, rewritten
+/// on every save), temporary files, repair's leftovers.
 pub(crate) fn kind_of(dir: &str, name: &str) -> Option<Kind> {
     let is_dict =
         name.starts_with("dict-") && (name.ends_with(".zstd") || name.ends_with(".zstd.copy"));
@@ -43,6 +49,9 @@ pub(crate) fn kind_of(dir: &str, name: &str) -> Option<Kind> {
         // file does not cover, which in place means fetching them.
         "blobs" if name == "index" || name == DELTA_FILE || is_dict => Some(Kind::Whole),
         "blobs" if name.starts_with("pack-") && name.ends_with(".pack") => Some(Kind::Pack),
+        super::SEG_INDEX_DIR if cairn_query::index::seg::parse_seg_index_name(name).is_some() => {
+            Some(Kind::SegIndex)
+        }
         _ => None,
     }
 }
@@ -158,11 +167,13 @@ pub(crate) fn walk_segment(
     }
     // A sealed segment: the footer follows the last frame and agrees
     // with the walk.
+    // The footer is checked against the file's real length (it records
+    // the frames' length): a sealed segment is shipped with its footer,
+    // or a reader of the archive finds a segment cut short before the
+    // next one.
     let rest = &buf[(c.valid - base) as usize..];
     if rest.len() == SEGMENT_FOOTER_LEN {
-        let mut probe = vec![0u8; SEGMENT_HEADER_LEN];
-        probe.extend_from_slice(rest);
-        if let Ok(Some(foot)) = SegmentFooter::decode_tail(&probe) {
+        if let Ok(Some(foot)) = SegmentFooter::decode_end(rest, st.len) {
             if foot.last_lsn == c.lsn && foot.last_chain == c.chain {
                 c.valid = st.len;
                 c.sealed = true;

@@ -40,6 +40,10 @@ use super::cache::{default_cache_dir, Entry, PieceCache, DEFAULT_CACHE_BYTES, RA
 use super::manifest::{FileEntry, Manifest};
 use super::{newest_manifest, object_name, ReplicateError};
 
+/// The folders every store has, listed (perhaps empty) even when the
+/// manifest names no file in them.
+const STORE_DIRS: [&str; 2] = ["log", "blobs"];
+
 /// How to read an archive in place: where the cache is and how large it
 /// may grow.
 #[derive(Clone, Debug)]
@@ -250,7 +254,12 @@ impl Inner {
     }
 
     fn is_dir(&self, path: &Path) -> bool {
-        path == self.root || self.files.keys().any(|f| f.parent() == Some(path))
+        // A folder holds a file at any depth (`index/` holds
+        // `index/segments/...`); the log's and the blob store's folders
+        // are there even empty (a store of records alone has no blobs).
+        path == self.root
+            || STORE_DIRS.iter().any(|d| path == self.root.join(d))
+            || self.files.keys().any(|f| f != path && f.starts_with(path))
     }
 
     /// The whole piece `i` of `f`, checked against its name.
