@@ -112,7 +112,7 @@ else
     pair "file://$dir/archive" "file://"
 fi
 segs=$(find "$ws/.cairn/log" -name '*.seg' | wc -l)
-qix=$(find "$ws/.cairn/index/segments" -name '*.qix' 2>/dev/null | wc -l)
+qix=$( (find "$ws/.cairn/index/segments" -name '*.qix' 2>/dev/null || true) | wc -l)
 arch_bytes=$(du -sb "$dir/archive/rep-1/objects" | awk '{print $1}')
 echo "log: $segs segment files, $qix query index files; the archive holds $arch_bytes bytes of objects"
 
