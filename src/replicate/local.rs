@@ -315,6 +315,52 @@ mod tests {
     use super::*;
     use cairn_engine::vfs::VfsFile;
 
+    /// A sealed segment is walked to its end, footer included, and known
+    /// as sealed; the tail is not. (The footer was once checked against
+    /// a probe of the wrong length, so no segment was ever seen sealed and
+    /// each was shipped without its footer: an archive of two segments
+    /// could be neither opened nor restored.)
+    #[test]
+    fn a_sealed_segment_is_walked_whole_with_its_footer() {
+        let d = tempfile::tempdir().unwrap();
+        let s = crate::Store::builder()
+            .workspace(d.path())
+            .segment_size_bytes(4096)
+            .open()
+            .unwrap();
+        for i in 0..200u64 {
+            let mut e = crate::Event::new(crate::EventKind::Prompt, "s");
+            e.text = Some(format!(
+                "event {i} {}",
+                blake3::hash(&i.to_le_bytes()).to_hex()
+            ));
+            s.append(&e).unwrap();
+        }
+        let sealed = s.stats().log.sealed_segments as usize;
+        s.close().unwrap();
+        let log = d.path().join(".cairn/log");
+        let mut segs: Vec<_> = std::fs::read_dir(&log)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+            .collect();
+        segs.sort();
+        assert!(
+            sealed >= 3 && segs.len() == sealed + 1,
+            "{sealed} of {segs:?}"
+        );
+        for (i, p) in segs.iter().enumerate() {
+            let c = walk_segment(p, None).unwrap();
+            let len = std::fs::metadata(p).unwrap().len();
+            if i < sealed {
+                assert!(c.sealed, "{}", p.display());
+                assert_eq!(c.valid, len, "{}", p.display());
+            } else {
+                assert!(!c.sealed, "{}", p.display());
+            }
+        }
+    }
+
     /// Reads through [`ReadAhead`] give the file's bytes at any offset and
     /// length: inside a block, across its end, past the file's end, and
     /// larger than a block.
