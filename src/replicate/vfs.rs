@@ -8,7 +8,10 @@
 //! [`RANGE_CHUNK_BYTES`] whole, a larger one by ranged reads of that size.
 //! [`Vfs::map`] (the engine maps sealed log segments and the blob index)
 //! fetches every piece of the file whole. What is fetched goes to a
-//! [`PieceCache`] on the local disk, bounded in size.
+//! [`PieceCache`] on the local disk, bounded in size. A manifest of
+//! version 2 lists the sealed segments' query index files as well: a
+//! filtered query reads those (each mapped whole, and checked as on a
+//! local store) and then only the segments holding its records.
 //!
 //! What checks the bytes:
 //! - a whole piece is checked against its name (blake3) and length before
