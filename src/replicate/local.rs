@@ -27,11 +27,17 @@ pub(crate) enum Kind {
     Whole,
     /// A blob pack (`blobs/pack-N.pack`), append-only.
     Pack,
+    /// A segment's query index file (`index/segments/<first LSN>.qix`):
+    /// shipped only once it covers its sealed segment whole (see
+    /// `Replicator::ship_seg_indexes`), never while it describes a part
+    /// of the growing tail.
+    SegIndex,
 }
 
 /// The kind of `dir/name`, or `None` for a file not shipped: sparse
 /// indexes and `tail.state` (rebuilt, and a shorter tail would contradict
-/// the latter), temporary files, repair's leftovers.
+/// the latter), the whole-log query index (`index/query.idx`, rewritten
+/// on every save), temporary files, repair's leftovers.
 pub(crate) fn kind_of(dir: &str, name: &str) -> Option<Kind> {
     let is_dict =
         name.starts_with("dict-") && (name.ends_with(".zstd") || name.ends_with(".zstd.copy"));
@@ -43,6 +49,9 @@ pub(crate) fn kind_of(dir: &str, name: &str) -> Option<Kind> {
         // file does not cover, which in place means fetching them.
         "blobs" if name == "index" || name == DELTA_FILE || is_dict => Some(Kind::Whole),
         "blobs" if name.starts_with("pack-") && name.ends_with(".pack") => Some(Kind::Pack),
+        super::SEG_INDEX_DIR if cairn_query::index::seg::parse_seg_index_name(name).is_some() => {
+            Some(Kind::SegIndex)
+        }
         _ => None,
     }
 }
@@ -158,11 +167,13 @@ pub(crate) fn walk_segment(
     }
     // A sealed segment: the footer follows the last frame and agrees
     // with the walk.
+    // The footer is checked against the file's real length (it records
+    // the frames' length): a sealed segment is shipped with its footer,
+    // or a reader of the archive finds a segment cut short before the
+    // next one.
     let rest = &buf[(c.valid - base) as usize..];
     if rest.len() == SEGMENT_FOOTER_LEN {
-        let mut probe = vec![0u8; SEGMENT_HEADER_LEN];
-        probe.extend_from_slice(rest);
-        if let Ok(Some(foot)) = SegmentFooter::decode_tail(&probe) {
+        if let Ok(Some(foot)) = SegmentFooter::decode_end(rest, st.len) {
             if foot.last_lsn == c.lsn && foot.last_chain == c.chain {
                 c.valid = st.len;
                 c.sealed = true;
@@ -303,6 +314,52 @@ impl cairn_engine::vfs::VfsFile for ReadAhead {
 mod tests {
     use super::*;
     use cairn_engine::vfs::VfsFile;
+
+    /// A sealed segment is walked to its end, footer included, and known
+    /// as sealed; the tail is not. (The footer was once checked against
+    /// a probe of the wrong length, so no segment was ever seen sealed and
+    /// each was shipped without its footer: an archive of two segments
+    /// could be neither opened nor restored.)
+    #[test]
+    fn a_sealed_segment_is_walked_whole_with_its_footer() {
+        let d = tempfile::tempdir().unwrap();
+        let s = crate::Store::builder()
+            .workspace(d.path())
+            .segment_size_bytes(4096)
+            .open()
+            .unwrap();
+        for i in 0..200u64 {
+            let mut e = crate::Event::new(crate::EventKind::Prompt, "s");
+            e.text = Some(format!(
+                "event {i} {}",
+                blake3::hash(&i.to_le_bytes()).to_hex()
+            ));
+            s.append(&e).unwrap();
+        }
+        let sealed = s.stats().log.sealed_segments as usize;
+        s.close().unwrap();
+        let log = d.path().join(".cairn/log");
+        let mut segs: Vec<_> = std::fs::read_dir(&log)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+            .collect();
+        segs.sort();
+        assert!(
+            sealed >= 3 && segs.len() == sealed + 1,
+            "{sealed} of {segs:?}"
+        );
+        for (i, p) in segs.iter().enumerate() {
+            let c = walk_segment(p, None).unwrap();
+            let len = std::fs::metadata(p).unwrap().len();
+            if i < sealed {
+                assert!(c.sealed, "{}", p.display());
+                assert_eq!(c.valid, len, "{}", p.display());
+            } else {
+                assert!(!c.sealed, "{}", p.display());
+            }
+        }
+    }
 
     /// Reads through [`ReadAhead`] give the file's bytes at any offset and
     /// length: inside a block, across its end, past the file's end, and

@@ -10,6 +10,13 @@
 //!
 //! A manifest is written after every object it names, and never
 //! rewritten: a reader that sees it can fetch all of it.
+//!
+//! Body version 2 (this cairn writes it) may also list the query index
+//! file of a sealed log segment, `index/segments/<first LSN>.qix`:
+//! written once the segment is sealed and never changed after, so it is
+//! shipped like a segment and a query in place reads it instead of the
+//! segment. Version 1 (older cairns) lists `log/` and `blobs/` files
+//! only; both are read.
 
 use serde::{Deserialize, Serialize};
 
@@ -23,8 +30,15 @@ pub const MANIFEST_HEADER_LEN: usize = 16;
 /// hundred MiB of log and packs, a few thousand pieces, well under this;
 /// the length is checked before anything is allocated.
 pub const MAX_MANIFEST_BODY_BYTES: u32 = 64 << 20;
-/// The JSON body's own version field.
-pub const MANIFEST_VERSION: u32 = 1;
+/// The JSON body's own version field: the version this cairn writes.
+/// Version 2 added the per-segment query index files (`index/segments/`).
+pub const MANIFEST_VERSION: u32 = 2;
+/// The oldest body version read: version 1 manifests (no index files)
+/// are still read, so an archive written by an older cairn stays usable.
+pub const MIN_MANIFEST_VERSION: u32 = 1;
+/// The folder, under the store, of the per-segment query index files a
+/// version 2 manifest may list.
+pub const SEG_INDEX_DIR: &str = "index/segments";
 
 /// One piece of a file: an object holding the file's bytes from the end of
 /// the piece before it.
@@ -131,14 +145,14 @@ impl Manifest {
         }
         let m: Manifest = serde_json::from_slice(body)
             .map_err(|e| bad(format!("body is not a manifest: {e}")))?;
-        if m.version != MANIFEST_VERSION {
+        if !(MIN_MANIFEST_VERSION..=MANIFEST_VERSION).contains(&m.version) {
             return Err(bad(format!(
-                "manifest version {} (this cairn reads {MANIFEST_VERSION})",
+                "manifest version {} (this cairn reads {MIN_MANIFEST_VERSION} to {MANIFEST_VERSION})",
                 m.version
             )));
         }
         for f in &m.files {
-            check_relative(&f.path).map_err(bad)?;
+            check_relative(&f.path, m.version).map_err(bad)?;
             let sum: u64 = f.pieces.iter().map(|p| p.len).sum();
             if sum != f.len {
                 return Err(bad(format!(
@@ -160,9 +174,21 @@ impl Manifest {
 }
 
 /// A file path in a manifest must stay inside the store: `log/` or
-/// `blobs/`, one plain file name, no `..`: a manifest is input from
-/// outside, and restore writes where it says.
-fn check_relative(path: &str) -> Result<(), String> {
+/// `blobs/`, one plain file name, no `..`; from version 2 also a segment
+/// query index file `index/segments/<20 digits>.qix`: a manifest is
+/// input from outside, and restore writes where it says.
+fn check_relative(path: &str, version: u32) -> Result<(), String> {
+    if let Some(name) = path
+        .strip_prefix(SEG_INDEX_DIR)
+        .and_then(|r| r.strip_prefix('/'))
+    {
+        if version >= 2 && cairn_query::index::seg::parse_seg_index_name(name).is_some() {
+            return Ok(());
+        }
+        return Err(format!(
+            "file path {path:?} is not a segment index file (index/segments/<20 digits>.qix) of a version 2 manifest"
+        ));
+    }
     let mut parts = path.split('/');
     let (Some(dir), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
         return Err(format!("file path {path:?} is not DIR/NAME"));
@@ -266,6 +292,47 @@ mod tests {
                 "{path}: {e}"
             );
         }
+    }
+
+    /// Version 2 lists the segment query index files; nothing else under
+    /// `index/` (the whole-log index is rewritten on every save), and no
+    /// version 1 manifest names one.
+    #[test]
+    fn segment_index_files_are_listed_from_version_2_only() {
+        let qix = "index/segments/00000000000000000001.qix";
+        let mut m = sample();
+        m.files[0].path = qix.into();
+        assert_eq!(
+            Manifest::decode("m", &m.encode()).unwrap().files[0].path,
+            qix
+        );
+        m.version = 1;
+        let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+        assert!(e.contains("version 2"), "{e}");
+        for path in [
+            "index/query.idx",
+            "index/segments/1.qix",
+            "index/segments/../../x",
+            "index/segments/00000000000000000001.qix/x",
+            "index/segments/",
+            "index/00000000000000000001.qix",
+        ] {
+            let mut m = sample();
+            m.files[0].path = path.into();
+            assert!(Manifest::decode("m", &m.encode()).is_err(), "{path}");
+        }
+    }
+
+    /// An archive written by an older cairn (version 1) is still read;
+    /// a version from the future is refused and named.
+    #[test]
+    fn version_1_is_read_and_a_newer_one_refused() {
+        let mut m = sample();
+        m.version = 1;
+        assert_eq!(Manifest::decode("m", &m.encode()).unwrap(), m);
+        m.version = MANIFEST_VERSION + 1;
+        let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+        assert!(e.contains("manifest version 3"), "{e}");
     }
 
     #[test]

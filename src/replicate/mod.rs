@@ -3,8 +3,9 @@
 //!
 //! A [`Replicator`] ships a store's files to an [`Archive`]
 //! (`s3://bucket/prefix`, `file:///dir`) as immutable objects named by the
-//! blake3 of their bytes: sealed segments, the log's tail in pieces as it
-//! grows, blob packs (likewise) and their index, dictionaries. After them
+//! blake3 of their bytes: sealed segments and their query index files,
+//! the log's tail in pieces as it grows, blob packs (likewise) and their
+//! index, dictionaries. After them
 //! it writes a manifest (generation, head LSN and chain hash, every piece
 //! of every file), never before: a manifest in the archive names only
 //! objects that are there. An interrupted round leaves objects no manifest
@@ -43,7 +44,7 @@ pub use cache::{
 };
 pub use manifest::{
     FileEntry, Manifest, Piece, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MANIFEST_VERSION,
-    MAX_MANIFEST_BODY_BYTES,
+    MAX_MANIFEST_BODY_BYTES, MIN_MANIFEST_VERSION, SEG_INDEX_DIR,
 };
 pub use replicator::{Replicator, RoundReport, DEFAULT_MAX_LAG_MS, MAX_PIECE_BYTES};
 pub use restore::{list_archives, prune, restore, ArchiveSummary, PruneReport, RestoreReport};

@@ -10,7 +10,7 @@ use cairn_codec::{ChainHash, Lsn};
 
 use super::archive::{Archive, PutHandle, MAX_PUTS_IN_FLIGHT};
 use super::local::{self, Kind, LogCursor, PackCursor, Stat};
-use super::manifest::{FileEntry, Manifest, Piece, MANIFEST_VERSION};
+use super::manifest::{FileEntry, Manifest, Piece, MANIFEST_VERSION, SEG_INDEX_DIR};
 use super::{manifest_name, object_name, ReplicateError, OBJECTS_DIR};
 
 /// The largest piece: a file longer than this (a 256 MiB pack) is shipped
@@ -21,6 +21,12 @@ pub const MAX_PIECE_BYTES: u64 = 16 << 20;
 /// The default bound on how long a committed record waits before it is
 /// in the archive (`cairn replicate --max-lag-ms`).
 pub const DEFAULT_MAX_LAG_MS: u64 = 1000;
+
+/// The largest segment query index file shipped: it is read whole into
+/// memory and checked before it is sent. The file of a 64 MiB segment
+/// (the default size) is a few MiB; one larger than this is not shipped,
+/// and a query in place builds that segment's index from the log instead.
+pub const MAX_SHIPPED_SEG_INDEX_BYTES: u64 = 256 << 20;
 
 /// What one round shipped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -195,18 +201,29 @@ impl Replicator {
         while off < to {
             let len = (to - off).min(MAX_PIECE_BYTES);
             let bytes = local::read_range(path, off, len)?;
-            let hash = blake3::hash(&bytes).to_hex().to_string();
-            if !self.known.contains(&hash) && !self.in_flight.iter().any(|(h, _, _)| *h == hash) {
-                if self.in_flight.len() >= MAX_PUTS_IN_FLIGHT {
-                    self.finish_oldest(report)?;
-                }
-                let put = self.archive.start_put(&object_name(&hash), bytes);
-                self.in_flight.push_back((hash.clone(), len, put));
-            }
-            out.push(Piece { hash, len });
+            out.push(self.ship_piece(bytes, report)?);
             off += len;
         }
         Ok(out)
+    }
+
+    /// Ships `bytes` as one piece (at most [`MAX_PIECE_BYTES`]), unless
+    /// the archive has it or it is being written.
+    fn ship_piece(
+        &mut self,
+        bytes: Vec<u8>,
+        report: &mut RoundReport,
+    ) -> Result<Piece, ReplicateError> {
+        let len = bytes.len() as u64;
+        let hash = blake3::hash(&bytes).to_hex().to_string();
+        if !self.known.contains(&hash) && !self.in_flight.iter().any(|(h, _, _)| *h == hash) {
+            if self.in_flight.len() >= MAX_PUTS_IN_FLIGHT {
+                self.finish_oldest(report)?;
+            }
+            let put = self.archive.start_put(&object_name(&hash), bytes);
+            self.in_flight.push_back((hash.clone(), len, put));
+        }
+        Ok(Piece { hash, len })
     }
 
     /// Waits for the oldest write in flight; a piece written is known
@@ -270,6 +287,7 @@ impl Replicator {
         };
         self.ship_log(&mut shipped, &mut report)?;
         self.note_cut_history(&mut shipped);
+        self.ship_seg_indexes(&mut shipped.files, &mut report)?;
         self.ship_blobs_and_dicts(&mut shipped.files, &mut report)?;
         // Every piece is in the archive before a manifest names it.
         self.finish_all(&mut report)?;
@@ -355,6 +373,100 @@ impl Replicator {
                 (None, None)
             }
         })
+    }
+
+    /// Ships the query index file of each sealed segment `ship_log` has
+    /// just walked, when the file is whole (every checksum) and its
+    /// header says it covers that segment exactly (first and last LSN,
+    /// chain value after the last): such a file never changes again, and
+    /// a query in place reads it instead of the segment. Any other file
+    /// (a part of the tail, stale, damaged, larger than
+    /// [`MAX_SHIPPED_SEG_INDEX_BYTES`]) is left out: the reader builds
+    /// that segment's index from the log, as a local store does. A file
+    /// unchanged since it was shipped (same identity, size and time) is
+    /// not read again.
+    fn ship_seg_indexes(
+        &mut self,
+        files: &mut Vec<FileEntry>,
+        report: &mut RoundReport,
+    ) -> Result<(), ReplicateError> {
+        for name in self.names(SEG_INDEX_DIR, |k| k == Kind::SegIndex)? {
+            let Some(first) = cairn_query::index::seg::parse_seg_index_name(&name) else {
+                continue;
+            };
+            let rel = format!("{SEG_INDEX_DIR}/{name}");
+            let seg = format!("log/{:020}.seg", first.0);
+            let sealed = match self.tracked.get(&seg) {
+                Some(Tracked {
+                    cursor: Cursor::Log(c),
+                    ..
+                }) if c.sealed => *c,
+                _ => {
+                    self.tracked.remove(&rel);
+                    continue;
+                }
+            };
+            let path = self.store.join(&rel);
+            let Some(st) = local::stat(&path)? else {
+                self.tracked.remove(&rel);
+                continue;
+            };
+            if let Some(t) = self.tracked.get(&rel) {
+                let same = match t.cursor {
+                    Cursor::Whole => t.stat == st,
+                    Cursor::Adopted => t.len == st.len,
+                    _ => false,
+                };
+                if same {
+                    files.push(FileEntry {
+                        path: rel,
+                        len: t.len,
+                        pieces: t.pieces.clone(),
+                    });
+                    continue;
+                }
+            }
+            self.tracked.remove(&rel);
+            if st.len > MAX_SHIPPED_SEG_INDEX_BYTES {
+                continue;
+            }
+            // Read once: the bytes checked are the bytes shipped, even if
+            // a query replaces the file meanwhile.
+            let bytes = local::read_range(&path, 0, st.len)?;
+            let covers = cairn_query::index::seg::SegIndex::open(
+                cairn_engine::vfs::Mapped::Bytes(std::sync::Arc::from(bytes.as_slice())),
+                &rel,
+            )
+            .and_then(|ix| {
+                ix.check_all()?;
+                let h = *ix.header();
+                Ok(h.first == first && h.covered == sealed.lsn && h.chain == sealed.chain)
+            })
+            .unwrap_or(false);
+            if !covers {
+                continue;
+            }
+            let len = bytes.len() as u64;
+            let mut pieces = Vec::new();
+            for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
+                pieces.push(self.ship_piece(part.to_vec(), report)?);
+            }
+            self.tracked.insert(
+                rel.clone(),
+                Tracked {
+                    stat: st,
+                    len,
+                    pieces: pieces.clone(),
+                    cursor: Cursor::Whole,
+                },
+            );
+            files.push(FileEntry {
+                path: rel,
+                len,
+                pieces,
+            });
+        }
+        Ok(())
     }
 
     /// Notes in `shipped.diverged` a segment the last manifest named that
@@ -576,7 +688,14 @@ impl Replicator {
     fn names(&self, dir: &str, keep: impl Fn(Kind) -> bool) -> Result<Vec<String>, ReplicateError> {
         let path = self.store.join(dir);
         let mut out = Vec::new();
-        let rd = std::fs::read_dir(&path).map_err(|e| ReplicateError::io("list", &path, e))?;
+        let rd = match std::fs::read_dir(&path) {
+            Ok(rd) => rd,
+            // No query index files yet: nothing of them to ship.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir == SEG_INDEX_DIR => {
+                return Ok(out)
+            }
+            Err(e) => return Err(ReplicateError::io("list", &path, e)),
+        };
         for e in rd {
             let e = e.map_err(|e| ReplicateError::io("list", &path, e))?;
             let name = e.file_name().to_string_lossy().to_string();

@@ -194,7 +194,16 @@ fn write_files(
     root: &Path,
     report: &mut RestoreReport,
 ) -> Result<(), ReplicateError> {
-    for sub in ["", "log", "blobs"] {
+    let has_index = m
+        .files
+        .iter()
+        .any(|f| f.path.starts_with(super::SEG_INDEX_DIR));
+    let index_dirs: &[&str] = if has_index {
+        &[super::SEG_INDEX_DIR, "index"]
+    } else {
+        &[]
+    };
+    for sub in ["", "log", "blobs"].iter().chain(index_dirs) {
         let d = root.join(sub);
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -252,7 +261,7 @@ fn write_files(
         }
         Ok(())
     })?;
-    for sub in ["log", "blobs", ""] {
+    for sub in index_dirs.iter().chain(&["log", "blobs", ""]) {
         sync_dir(&root.join(sub))?;
     }
     Ok(())

@@ -8,7 +8,10 @@
 //! [`RANGE_CHUNK_BYTES`] whole, a larger one by ranged reads of that size.
 //! [`Vfs::map`] (the engine maps sealed log segments and the blob index)
 //! fetches every piece of the file whole. What is fetched goes to a
-//! [`PieceCache`] on the local disk, bounded in size.
+//! [`PieceCache`] on the local disk, bounded in size. A manifest of
+//! version 2 lists the sealed segments' query index files as well: a
+//! filtered query reads those (each mapped whole, and checked as on a
+//! local store) and then only the segments holding its records.
 //!
 //! What checks the bytes:
 //! - a whole piece is checked against its name (blake3) and length before
@@ -39,6 +42,10 @@ use super::archive::Archive;
 use super::cache::{default_cache_dir, Entry, PieceCache, DEFAULT_CACHE_BYTES, RANGE_CHUNK_BYTES};
 use super::manifest::{FileEntry, Manifest};
 use super::{newest_manifest, object_name, ReplicateError};
+
+/// The folders every store has, listed (perhaps empty) even when the
+/// manifest names no file in them.
+const STORE_DIRS: [&str; 2] = ["log", "blobs"];
 
 /// How to read an archive in place: where the cache is and how large it
 /// may grow.
@@ -250,7 +257,12 @@ impl Inner {
     }
 
     fn is_dir(&self, path: &Path) -> bool {
-        path == self.root || self.files.keys().any(|f| f.parent() == Some(path))
+        // A folder holds a file at any depth (`index/` holds
+        // `index/segments/...`); the log's and the blob store's folders
+        // are there even empty (a store of records alone has no blobs).
+        path == self.root
+            || STORE_DIRS.iter().any(|d| path == self.root.join(d))
+            || self.files.keys().any(|f| f != path && f.starts_with(path))
     }
 
     /// The whole piece `i` of `f`, checked against its name.
