@@ -440,7 +440,7 @@ impl Settings {
         // Likewise a store reached through a link it does not record, or
         // whose binding cannot be trusted: its records are read, its
         // workspace is neither written nor rolled back.
-        if let Err(e) = cairn::binding::bound_workspace(&found.store) {
+        if let Some(e) = found.binding_problem() {
             eprintln!(
                 "warning: {e} (reading its records anyway; writing and rolling back are refused)"
             );
