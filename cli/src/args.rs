@@ -1014,6 +1014,29 @@ mod tests {
         assert!(checked >= 30, "only {checked} commands listed");
     }
 
+    /// A command's flags are built only when it runs (`defer`): the
+    /// command as parsed for any other holds none of them yet, and the
+    /// eager enum of the completions holds them all.
+    #[test]
+    fn each_commands_flags_wait_until_it_runs() {
+        let deferred = Cli::<Command>::command();
+        let eager = Cli::<EagerCommand>::command();
+        for name in ["log", "history", "checkpoints", "show", "import", "gc"] {
+            let flags = |c: &clap::Command| {
+                c.find_subcommand(name)
+                    .unwrap_or_else(|| panic!("no command {name}"))
+                    .get_arguments()
+                    .count()
+            };
+            assert_eq!(
+                flags(&deferred),
+                0,
+                "{name}'s flags were built at the start"
+            );
+            assert!(flags(&eager) > 0, "{name} has no flags");
+        }
+    }
+
     /// clap's own checks of every command's flags (conflicts, requires,
     /// names), which a deferred command would otherwise run only when used.
     #[test]
