@@ -181,7 +181,7 @@ fn a_copied_store_with_an_absolute_binding_is_refused() {
     for extra in [&[][..], &["--workspace", "w"][..]] {
         let mut args = vec!["--store", "s2"];
         args.extend_from_slice(extra);
-        args.extend(["checkpoints", "--json"]);
+        args.extend(["log", "--json"]);
         let o = cairn(&top, &args);
         ok(&o);
         let e = err(&o);
