@@ -83,7 +83,7 @@ pub use cairn_snapshot::{
 };
 pub use error::{Error, Result};
 pub use import::{CollectedCheckpoint, CollectedCheckpoints, ImportOptions};
-pub use queries::{StoreStats, StoreVerifyReport};
+pub use queries::{CheckpointListing, StoreStats, StoreVerifyReport};
 pub use session::{SafePoint, Session};
 pub use store::{Store, StoreBuilder};
 pub use verify_refs::{LostContent, LostContents};

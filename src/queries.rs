@@ -20,6 +20,17 @@ use crate::error::Result;
 use crate::store::LogHandle;
 use crate::Store;
 
+/// What `cairn checkpoints` lists ([`Store::checkpoint_listing`]).
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointListing {
+    /// The checkpoints, oldest first, as [`Store::session_checkpoints`]
+    /// lists them.
+    pub checkpoints: Vec<cairn_snapshot::CheckpointInfo>,
+    /// The `checkpoint.create` records without a manifest, in LSN order,
+    /// as [`Store::imported_checkpoints`] lists them.
+    pub imported: Vec<Record>,
+}
+
 impl LogHandle {
     pub(crate) fn head(&self) -> Head {
         match self {
@@ -280,11 +291,50 @@ impl Store {
         &self,
         session: Option<&str>,
     ) -> Result<Vec<cairn_snapshot::CheckpointInfo>> {
-        let Some(s) = session else {
-            return self.checkpoints(None);
+        match session {
+            None => self.checkpoints(None),
+            Some(s) => Ok(self.session_checkpoints_and_imported(s, false)?.0),
+        }
+    }
+
+    /// What `cairn checkpoints` lists: [`Store::session_checkpoints`] and
+    /// [`Store::imported_checkpoints`] of `session`, together. For one
+    /// session, in a process that has not loaded the query index, both
+    /// come from one pass over the postings of the session's
+    /// `checkpoint.create` records (each segment index file opened once,
+    /// each such record read once), not one pass each.
+    pub fn checkpoint_listing(&self, session: Option<&str>) -> Result<CheckpointListing> {
+        let (checkpoints, imported) = match session {
+            // The empty session names the default one for the list, and
+            // itself for the imported records, as the two calls take it.
+            Some(s) if !s.is_empty() => self.session_checkpoints_and_imported(s, true)?,
+            _ => (
+                self.session_checkpoints(session)?,
+                self.imported_checkpoints(session)?,
+            ),
         };
+        Ok(CheckpointListing {
+            checkpoints,
+            imported,
+        })
+    }
+
+    /// Session `s`'s checkpoints and, with `with_imported`, its
+    /// checkpoint records without a manifest (else none), from one scan
+    /// of its `checkpoint.create` records when the query index is not
+    /// loaded.
+    fn session_checkpoints_and_imported(
+        &self,
+        s: &str,
+        with_imported: bool,
+    ) -> Result<(Vec<cairn_snapshot::CheckpointInfo>, Vec<Record>)> {
         if self.index().lock().is_some() {
-            return self.checkpoints(session);
+            let imported = if with_imported {
+                self.imported_checkpoints(Some(s))?
+            } else {
+                Vec::new()
+            };
+            return Ok((self.checkpoints(Some(s))?, imported));
         }
         let s = if s.is_empty() {
             cairn_codec::event::DEFAULT_SESSION
@@ -292,6 +342,7 @@ impl Store {
             s
         };
         let mut list: Vec<cairn_snapshot::CheckpointInfo> = Vec::new();
+        let mut imported = Vec::new();
         let creates = Filter {
             session: Some(s.to_string()),
             kind: Some(cairn_codec::EventKind::CheckpointCreate),
@@ -299,10 +350,13 @@ impl Store {
         };
         self.scan(&creates, &mut |r| {
             list.extend(cairn_snapshot::CheckpointInfo::from_record(r.lsn, &r.event));
+            if with_imported && cairn_snapshot::checkpoint::is_imported_checkpoint(&r.event) {
+                imported.push(r);
+            }
             Ok(true)
         })?;
         let Some(first) = list.first().map(|c| c.lsn) else {
-            return Ok(list);
+            return Ok((list, imported));
         };
         // A discard evicts a checkpoint before it (the first one counts),
         // whichever session recorded it, as the checkpoint list folds them.
@@ -326,7 +380,7 @@ impl Store {
             }
             Ok(true)
         })?;
-        Ok(list)
+        Ok((list, imported))
     }
 
     /// The `checkpoint.create` records without a manifest (imported from

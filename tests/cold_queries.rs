@@ -211,11 +211,27 @@ fn session_checkpoints_through_the_segment_indexes_match_the_list() {
             .open()
             .unwrap()
     };
-    for s in ["s1", "s2", "nobody"] {
+    let lsns = |rs: &[cairn::Record]| rs.iter().map(|r| r.lsn).collect::<Vec<Lsn>>();
+    for s in ["s1", "s2", "nobody", ""] {
         let want = open().checkpoints(Some(s)).unwrap();
         let got = open().session_checkpoints(Some(s)).unwrap();
         assert_eq!(got, want, "session {s}");
+        // `cairn checkpoints --session S`: the list and the imported
+        // records from one scan, as the loaded index gives them.
+        let want_imported = open().query(|q| q.imported_checkpoints(Some(s))).unwrap();
+        let listing = open().checkpoint_listing(Some(s)).unwrap();
+        assert_eq!(listing.checkpoints, want, "session {s}");
+        assert_eq!(
+            lsns(&listing.imported),
+            lsns(&want_imported),
+            "imported of session {s}"
+        );
     }
+    let imported_s1 = open().checkpoint_listing(Some("s1")).unwrap().imported;
+    assert_eq!(imported_s1.len(), 6, "one imported record per batch of s1");
+    let all = open().checkpoint_listing(None).unwrap();
+    assert_eq!(all.checkpoints, open().checkpoints(None).unwrap());
+    assert_eq!(all.imported.len(), 6);
     let s1 = open().session_checkpoints(Some("s1")).unwrap();
     assert_eq!(s1.len(), 4);
     assert!(s1[1].discarded && !s1[0].discarded);

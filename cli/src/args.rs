@@ -131,7 +131,7 @@ fn shells() -> Listed {
     about = "Durable, tamper-evident history for AI coding agents: an event log, checkpoints, rollback and time-travel queries.",
     after_help = "Examples:\n  cairn demo                      run a scripted agent session and explore it\n  cairn init && cairn checkpoint --label 'Before turn 1'\n  echo '{\"kind\":\"prompt\",\"text\":\"fix the build\"}' | cairn record --ack\n  cairn log --session thread-1 --json | jq .\n  cairn rollback c12 --dry-run\n  cairn --in-memory --load audit.jsonl log --session s1   # no store on disk\n\nExit codes: 0 ok, 1 error, 2 usage, 3 corruption found, 4 some input lines rejected (record, import, --load)."
 )]
-pub struct Cli {
+pub struct Cli<C: Subcommand = Command> {
     /// The store directory (a `.cairn` directory). Default: $CAIRN_STORE, else the
     /// nearest `.cairn` in this directory or above. An archive URL
     /// (s3://bucket/prefix, file:///dir) reads that archive in place:
@@ -260,299 +260,328 @@ pub struct Cli {
     pub quiet: bool,
     /// The command.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: C,
 }
 
-/// Every subcommand.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Create a store: DIR/.cairn (DIR defaults to the current directory).
-    #[command(
-        after_help = "Example:\n  cairn init ~/src/myproject\n  cairn --store /var/cairn/myproject init ~/src/myproject\n\nA store remembers its workspace: later commands find it, and refuse to\ncheckpoint or roll back another directory given with --workspace.\nA store inside its workspace (DIR/.cairn) moves with it; a store that\nnames any other workspace must have been bound there here, by you.\nA store is for its owner alone (mode 0700): others' are not written."
-    )]
-    Init {
-        /// The workspace to create the store in (or, with --store, for).
-        dir: Option<PathBuf>,
-        /// The store exists and belongs to another workspace: make DIR its
-        /// workspace from now on (for a workspace that moved away from a
-        /// store kept outside it, or a store whose binding was not made
-        /// here: copied, cloned or extracted, which cairn does not trust).
-        #[arg(long)]
-        rebind: bool,
-    },
-    /// Record canonical JSONL events from stdin (or --file), each as it arrives.
-    #[command(
-        after_help = "Example:\n  my-agent --audit-jsonl | cairn record --ack\n  cairn record --file events.jsonl --json\n  my-agent --audit-jsonl | cairn --in-memory record --echo > audit.jsonl\n\nEach line is one JSON object with at least \"kind\" (prompt, reply, tool_call, file.write, ...)."
-    )]
-    Record(RecordArgs),
-    /// List records: a table, or canonical JSONL with --json.
-    #[command(
-        after_help = "Example:\n  cairn log --session thread-1 --kind file.write --since 2026-11-22T10:00:00Z --limit 20"
-    )]
-    Log(LogArgs),
-    /// Check every frame, checksum, footer, blob and the hash chain.
-    #[command(
-        after_help = "Example:\n  cairn verify\n  cairn verify --head 3f2a...   # also check history was not truncated"
-    )]
-    Verify(VerifyArgs),
-    /// Repair a damaged store: keep every intact record, set damaged files aside.
-    #[command(
-        after_help = "Example:\n  cairn verify || cairn repair\n\nDamaged files are moved to .cairn/log/damaged-<time>/, never deleted.\nA lost or damaged zstd dictionary is restored from its second copy.\nA damaged or missing blob is written again from a workspace file with the\nsame contents; one no file has is named, and repair exits 3, as verify does,\nuntil .cairn/blobs is restored."
-    )]
-    Repair {
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Segments, records, bytes, blobs, durability.
-    #[command(after_help = "Example:\n  cairn stats --json | jq .blob_stored_bytes")]
-    Stats {
-        /// Print as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// The blob store: put files, get blobs.
-    #[command(
-        subcommand,
-        after_help = "Example:\n  cairn blob put notes.txt\n  git diff | cairn blob put -\n  cairn blob get 3f2a...   # 64 hex digits, as printed by put"
-    )]
-    Blob(BlobCommand),
-    /// Tell cairn a path is about to be written, so the next checkpoint captures it.
-    #[command(after_help = "Example:\n  cairn track src/main.rs build/generated.rs")]
-    Track {
-        /// Workspace-relative paths.
-        #[arg(required = true)]
-        paths: Vec<String>,
-    },
-    /// Checkpoint the workspace.
-    #[command(
-        after_help = "Example:\n  cairn checkpoint --label 'Before turn 3' --session thread-1\n  cairn checkpoint --label 'Before turn 3' --run run-1 --agent coder --model model-x --state memory.bin"
-    )]
-    Checkpoint(CheckpointArgs),
-    /// List checkpoints.
-    #[command(after_help = "Example:\n  cairn checkpoints --session thread-1 --json")]
-    Checkpoints {
-        /// Only this session.
-        #[arg(long)]
-        session: Option<String>,
-        /// One JSON object per line.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Roll the workspace back (or forward) to a checkpoint.
-    #[command(
-        after_help = "Example:\n  cairn rollback c12 --dry-run\n  cairn rollback c12 --path src/ --path Cargo.toml\n  cairn rollback c12 --run run-1 --state memory-now.bin --json   # \"state\": c12's state hash, for `cairn blob get`"
-    )]
-    Rollback(RollbackArgs),
-    /// Apply retention (evict old checkpoints) and collect unreferenced blobs.
-    #[command(
-        after_help = "Checkpoints discarded by a recorded `checkpoint.discard` event (the platform's own, fed to `cairn record` or `import`) are collected too, and the summary names them. Such an event is refused for a checkpoint already discarded and for the newest checkpoint of its session not yet discarded: that one always stays restorable.\nA discarded checkpoint whose whole tree is still in the store (a later rollback restored it) can still be shown and rolled back to, and a rollback hands back its application state, which gc keeps with the tree.\nBlob packs are rewritten only when over 30% of one is dead: unreferenced blobs in a pack mostly live stay readable until then, and the summary says how many and how many bytes it left. `--compact` rewrites every pack holding one, so evicted contents nothing else names can no longer be read; `--max-bytes` rewrites such packs while the store is over the budget on disk.\n\nExample:\n  cairn gc --keep-per-session 50 --max-bytes 100000000\n  cairn gc --keep-per-session 1 --compact"
-    )]
-    Gc(GcArgs),
-    /// A file's bytes at a point: `cairn show c12:src/main.rs`, `cairn show @40:README.md`.
-    #[command(
-        after_help = "Example:\n  cairn show c12:src/main.rs\n  cairn show 2026-11-22T10:00:00Z:README.md > old-readme.md"
-    )]
-    Show {
-        /// POINT:PATH, where POINT is @LSN, a checkpoint id, an ISO time or `head`.
-        spec: String,
-    },
-    /// The files at a point.
-    #[command(after_help = "Example:\n  cairn tree c12\n  cairn tree @300 --json")]
-    Tree {
-        /// @LSN, a checkpoint id, an ISO time or `head`.
-        point: String,
-        /// One JSON object per line.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Differences between two points.
-    ///
-    /// A file moved without a change (a recorded move, or a shell `mv` a
-    /// checkpoint saw: one path gone, one new with the same contents) is
-    /// shown as one `Renamed` line. A file moved and edited in the same
-    /// step (at least 50% alike, as git's `diff -M`) is shown as `Renamed
-    /// OLD -> NEW (N% similar)` followed by the diff between the two.
-    #[command(after_help = "Example:\n  cairn diff c3 c9\n  cairn diff c3 head -- src/lib.rs")]
-    Diff {
-        /// From.
-        a: String,
-        /// To.
-        b: String,
-        /// Only these paths.
-        #[arg(last = true)]
-        paths: Vec<String>,
-        /// One JSON object per file: `path`, `status` (added, removed,
-        /// modified), `binary`, `too_large`, `unified`; `renamed_from` on
-        /// the added end of a rename and `renamed_to` on its removed end,
-        /// `similarity` (percent, 100 when unchanged) on both, and
-        /// `rename_unified` (the diff from the old path's contents) on the
-        /// added end of an edited one;
-        /// `not_captured_at` and `not_captured_why` for a file a checkpoint
-        /// did not capture.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Every record that touched a path.
-    #[command(after_help = "Example:\n  cairn history src/main.rs --json | jq -r .kind")]
-    History {
-        /// Workspace-relative path: a file, or a directory (everything under it).
-        path: String,
-        /// Also the checkpoints and rollbacks that changed the file (or
-        /// anything under the directory) without a record naming it (a
-        /// checkpoint that captured a shell edit); reads one manifest per
-        /// checkpoint for a file, two trees per checkpoint for a directory.
-        #[arg(long)]
-        checkpoints: bool,
-        /// Follow the file back through its moves, as `git log --follow`
-        /// does: also the records of where it came from. A move is a
-        /// `file.move` record, or one a checkpoint found (a shell `mv`: the
-        /// file new there, its contents gone from another path), in which
-        /// case that checkpoint is listed too (finding those reads one
-        /// manifest entry per checkpoint). With --checkpoints, also the
-        /// checkpoints that changed the file under each of its names.
-        #[arg(long)]
-        follow: bool,
-        /// Canonical JSONL.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Which record wrote each line of a file at a point.
-    ///
-    /// Moves (recorded, or a shell `mv` a checkpoint saw) and rollbacks
-    /// are followed: a line keeps the record that wrote it. Where gc
-    /// discarded the file's earlier history, a line is shown as `<=@N`
-    /// (`"history_cut": true` in --json): written by record N or by an
-    /// earlier one no longer known.
-    #[command(
-        after_help = "Example:\n  cairn blame head src/main.rs\n  cairn blame c12:src/main.rs"
-    )]
-    Blame {
-        /// @LSN, a checkpoint id, an ISO time or `head`; or POINT:PATH as
-        /// `show` takes it, with PATH omitted.
-        point: String,
-        /// Workspace-relative path.
-        path: Option<String>,
-        /// One JSON object per line.
-        #[arg(long)]
-        json: bool,
-    },
-    /// What was tried from a checkpoint: its children.
-    #[command(after_help = "Example:\n  cairn branches c12")]
-    Branches {
-        /// A checkpoint id (or `@N` for a rollback record, as NODE names
-        /// it): its children. Omitted: every checkpoint and
-        /// rollback, with where it came from (FROM) and how many children
-        /// it has (more than one: a branch point).
-        id: Option<String>,
-        /// One JSON object per line.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Export the log as JSONL: cairn's canonical schema or a reference shape.
-    #[command(
-        after_help = "Example:\n  cairn export --format comma --session thread-1 --output audit.jsonl\n  cairn export --follow | jq ."
-    )]
-    Export(ExportArgs),
-    /// Import JSONL written by other tools (cortexide or comma shapes) or agent histories (claude-code, codex, swe-agent).
-    #[command(
-        after_help = "Example:\n  cairn import --format comma .comma/audit/default.jsonl\n  cairn import --format claude-code ~/.claude/projects/-home-me-proj\n  cairn import --format codex --base ./repo ~/.codex/sessions/2026/11/28\n  cairn import --format swe-agent --base ./repo run.traj"
-    )]
-    Import {
-        /// cortexide | comma | jsonl | claude-code | codex | swe-agent.
-        #[arg(long, value_parser = import_formats())]
-        format: String,
-        /// claude-code: where Claude Code's file-history backups are
-        /// (`DIR/<session>/<backupFileName>`; default `~/.claude/file-history`).
-        #[arg(long, value_name = "DIR")]
-        file_history: Option<PathBuf>,
-        /// codex, swe-agent: the tree the session started from, to which
-        /// the diffs of its edits are applied (codex: default, what the
-        /// store holds; swe-agent: needed for the submission's file events).
-        #[arg(long, value_name = "DIR")]
-        base: Option<PathBuf>,
-        /// Files to read; `-` reads stdin.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        /// Print the summary as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Import a file even if it was imported before (by default it is
-        /// refused: the store remembers where each import got to in its
-        /// input, known by its contents).
-        #[arg(long, conflicts_with = "resume")]
-        again: bool,
-        /// Skip a file's leading lines that are recorded already (an import
-        /// cut short or killed, an append-only file that grew since) and
-        /// import the rest.
-        #[arg(long)]
-        resume: bool,
-        /// Import the complete lines of a file whose last line is torn (it
-        /// has no line end and its JSON is cut short: the writer stopped
-        /// part way through it), and skip that line, naming it on stderr;
-        /// once it is complete, --resume imports it. Without this, such a
-        /// file is refused. A bad line elsewhere is refused either way.
-        #[arg(long)]
-        skip_torn_tail: bool,
-        /// What to do with a checkpoint line whose files gc collected: a
-        /// copy of the record of a checkpoint of this store that was
-        /// discarded and whose tree gc has since deleted, as the store's own
-        /// export holds after a gc. `refuse` (the default) refuses the
-        /// file, naming the line; `record` records the line as a checkpoint
-        /// record without files (its hashes kept under `meta.collected`),
-        /// which cannot be rolled back to, and the summary counts them.
-        #[arg(long, value_name = "MODE", value_parser = collected_modes())]
-        collected_checkpoints: Option<String>,
-    },
-    /// Claude Code hooks: record one hook payload (`hooks claude-code`), or
-    /// add or remove cairn's hooks in Claude Code's settings.
-    #[command(
-        after_help = "Example:\n  cairn hooks install claude-code --scope project\n  cairn hooks uninstall claude-code"
-    )]
-    Hooks {
-        /// What to do.
-        #[command(subcommand)]
-        action: super::hooks::HooksAction,
-    },
-    /// Start, stop or ask about the store's watcher: a process whose
-    /// journal of changed paths lets every checkpoint re-read only what changed.
-    #[command(
-        after_help = "A checkpoint that cannot prove from the journal that it saw every change\n(no watcher, a restart, a queue overflow, ...) scans in full and says why\n(`scan` and `scan_reason` in `cairn checkpoint --json`). The watcher stops by\nitself after an hour without a checkpoint, or when its store is gone.\n\nExample:\n  cairn watch --daemon\n  cairn watch --status\n  cairn watch --stop"
-    )]
-    Watch(WatchArgs),
-    /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
-    #[command(
-        after_help = "Example:\n  cairn demo\n  cairn demo ./my-project   # works on a copy; your files are never touched"
-    )]
-    Demo(DemoArgs),
-    /// Write one self-contained page of the history: a timeline per
-    /// session with its checkpoints, rollbacks and diffs (HTML, or Markdown
-    /// with `--format md`).
-    #[command(
-        after_help = "The HTML page opens from disk with no server or network; without JavaScript it\nstill shows every record, and a click on a checkpoint, rollback or file event\nshows its diff. The same store and options always give the same bytes.\n\nExample:\n  cairn report --output report.html\n  cairn report --session t1 --since c12 --format md"
-    )]
-    Report(ReportArgs),
-    /// Print shell completions.
-    #[command(
-        after_help = "Example:\n  cairn completions bash > ~/.local/share/bash-completion/completions/cairn"
-    )]
-    Completions {
-        /// bash, zsh, fish, elvish or powershell.
-        #[arg(value_parser = shells())]
-        shell: String,
-    },
-    /// Ship the store to S3-compatible object storage (or a directory), continuously or --once.
-    #[command(after_help = crate::replicate::REPLICATE_HELP)]
-    Replicate(ReplicateArgs),
-    /// Create DIR/.cairn from an archive, at its newest head or at a point.
-    #[command(after_help = crate::replicate::RESTORE_HELP)]
-    Restore(RestoreArgs),
-    /// Look at archives: `cairn archive list URL`.
-    #[command(subcommand)]
-    Archive(ArchiveCommand),
+/// Declares an enum of every subcommand, with the attributes and name
+/// given: [`Command`], and [`EagerCommand`], the same enum without
+/// `defer`, from which the shell completions are written.
+macro_rules! subcommands {
+    ($(#[$attr:meta])* $vis:vis enum $name:ident) => {
+        $(#[$attr])*
+        $vis enum $name {
+            /// Create a store: DIR/.cairn (DIR defaults to the current directory).
+            #[command(
+                after_help = "Example:\n  cairn init ~/src/myproject\n  cairn --store /var/cairn/myproject init ~/src/myproject\n\nA store remembers its workspace: later commands find it, and refuse to\ncheckpoint or roll back another directory given with --workspace.\nA store inside its workspace (DIR/.cairn) moves with it; a store that\nnames any other workspace must have been bound there here, by you.\nA store is for its owner alone (mode 0700): others' are not written."
+            )]
+            Init {
+                /// The workspace to create the store in (or, with --store, for).
+                dir: Option<PathBuf>,
+                /// The store exists and belongs to another workspace: make DIR its
+                /// workspace from now on (for a workspace that moved away from a
+                /// store kept outside it, or a store whose binding was not made
+                /// here: copied, cloned or extracted, which cairn does not trust).
+                #[arg(long)]
+                rebind: bool,
+            },
+            /// Record canonical JSONL events from stdin (or --file), each as it arrives.
+            #[command(
+                after_help = "Example:\n  my-agent --audit-jsonl | cairn record --ack\n  cairn record --file events.jsonl --json\n  my-agent --audit-jsonl | cairn --in-memory record --echo > audit.jsonl\n\nEach line is one JSON object with at least \"kind\" (prompt, reply, tool_call, file.write, ...)."
+            )]
+            Record(RecordArgs),
+            /// List records: a table, or canonical JSONL with --json.
+            #[command(
+                after_help = "Example:\n  cairn log --session thread-1 --kind file.write --since 2026-11-22T10:00:00Z --limit 20"
+            )]
+            Log(LogArgs),
+            /// Check every frame, checksum, footer, blob and the hash chain.
+            #[command(
+                after_help = "Example:\n  cairn verify\n  cairn verify --head 3f2a...   # also check history was not truncated"
+            )]
+            Verify(VerifyArgs),
+            /// Repair a damaged store: keep every intact record, set damaged files aside.
+            #[command(
+                after_help = "Example:\n  cairn verify || cairn repair\n\nDamaged files are moved to .cairn/log/damaged-<time>/, never deleted.\nA lost or damaged zstd dictionary is restored from its second copy.\nA damaged or missing blob is written again from a workspace file with the\nsame contents; one no file has is named, and repair exits 3, as verify does,\nuntil .cairn/blobs is restored."
+            )]
+            Repair {
+                /// Print the report as JSON.
+                #[arg(long)]
+                json: bool,
+            },
+            /// Segments, records, bytes, blobs, durability.
+            #[command(after_help = "Example:\n  cairn stats --json | jq .blob_stored_bytes")]
+            Stats {
+                /// Print as JSON.
+                #[arg(long)]
+                json: bool,
+            },
+            /// The blob store: put files, get blobs.
+            #[command(
+                subcommand,
+                after_help = "Example:\n  cairn blob put notes.txt\n  git diff | cairn blob put -\n  cairn blob get 3f2a...   # 64 hex digits, as printed by put"
+            )]
+            Blob(BlobCommand),
+            /// Tell cairn a path is about to be written, so the next checkpoint captures it.
+            #[command(after_help = "Example:\n  cairn track src/main.rs build/generated.rs")]
+            Track {
+                /// Workspace-relative paths.
+                #[arg(required = true)]
+                paths: Vec<String>,
+            },
+            /// Checkpoint the workspace.
+            #[command(
+                after_help = "Example:\n  cairn checkpoint --label 'Before turn 3' --session thread-1\n  cairn checkpoint --label 'Before turn 3' --run run-1 --agent coder --model model-x --state memory.bin"
+            )]
+            Checkpoint(CheckpointArgs),
+            /// List checkpoints.
+            #[command(after_help = "Example:\n  cairn checkpoints --session thread-1 --json")]
+            Checkpoints {
+                /// Only this session.
+                #[arg(long)]
+                session: Option<String>,
+                /// One JSON object per line.
+                #[arg(long)]
+                json: bool,
+            },
+            /// Roll the workspace back (or forward) to a checkpoint.
+            #[command(
+                after_help = "Example:\n  cairn rollback c12 --dry-run\n  cairn rollback c12 --path src/ --path Cargo.toml\n  cairn rollback c12 --run run-1 --state memory-now.bin --json   # \"state\": c12's state hash, for `cairn blob get`"
+            )]
+            Rollback(RollbackArgs),
+            /// Apply retention (evict old checkpoints) and collect unreferenced blobs.
+            #[command(
+                after_help = "Checkpoints discarded by a recorded `checkpoint.discard` event (the platform's own, fed to `cairn record` or `import`) are collected too, and the summary names them. Such an event is refused for a checkpoint already discarded and for the newest checkpoint of its session not yet discarded: that one always stays restorable.\nA discarded checkpoint whose whole tree is still in the store (a later rollback restored it) can still be shown and rolled back to, and a rollback hands back its application state, which gc keeps with the tree.\nBlob packs are rewritten only when over 30% of one is dead: unreferenced blobs in a pack mostly live stay readable until then, and the summary says how many and how many bytes it left. `--compact` rewrites every pack holding one, so evicted contents nothing else names can no longer be read; `--max-bytes` rewrites such packs while the store is over the budget on disk.\n\nExample:\n  cairn gc --keep-per-session 50 --max-bytes 100000000\n  cairn gc --keep-per-session 1 --compact"
+            )]
+            Gc(GcArgs),
+            /// A file's bytes at a point: `cairn show c12:src/main.rs`, `cairn show @40:README.md`.
+            #[command(
+                after_help = "Example:\n  cairn show c12:src/main.rs\n  cairn show 2026-11-22T10:00:00Z:README.md > old-readme.md"
+            )]
+            Show {
+                /// POINT:PATH, where POINT is @LSN, a checkpoint id, an ISO time or `head`.
+                spec: String,
+            },
+            /// The files at a point.
+            #[command(after_help = "Example:\n  cairn tree c12\n  cairn tree @300 --json")]
+            Tree {
+                /// @LSN, a checkpoint id, an ISO time or `head`.
+                point: String,
+                /// One JSON object per line.
+                #[arg(long)]
+                json: bool,
+            },
+            /// Differences between two points.
+            ///
+            /// A file moved without a change (a recorded move, or a shell `mv` a
+            /// checkpoint saw: one path gone, one new with the same contents) is
+            /// shown as one `Renamed` line. A file moved and edited in the same
+            /// step (at least 50% alike, as git's `diff -M`) is shown as `Renamed
+            /// OLD -> NEW (N% similar)` followed by the diff between the two.
+            #[command(after_help = "Example:\n  cairn diff c3 c9\n  cairn diff c3 head -- src/lib.rs")]
+            Diff {
+                /// From.
+                a: String,
+                /// To.
+                b: String,
+                /// Only these paths.
+                #[arg(last = true)]
+                paths: Vec<String>,
+                /// One JSON object per file: `path`, `status` (added, removed,
+                /// modified), `binary`, `too_large`, `unified`; `renamed_from` on
+                /// the added end of a rename and `renamed_to` on its removed end,
+                /// `similarity` (percent, 100 when unchanged) on both, and
+                /// `rename_unified` (the diff from the old path's contents) on the
+                /// added end of an edited one;
+                /// `not_captured_at` and `not_captured_why` for a file a checkpoint
+                /// did not capture.
+                #[arg(long)]
+                json: bool,
+            },
+            /// Every record that touched a path.
+            #[command(after_help = "Example:\n  cairn history src/main.rs --json | jq -r .kind")]
+            History {
+                /// Workspace-relative path: a file, or a directory (everything under it).
+                path: String,
+                /// Also the checkpoints and rollbacks that changed the file (or
+                /// anything under the directory) without a record naming it (a
+                /// checkpoint that captured a shell edit); reads one manifest per
+                /// checkpoint for a file, two trees per checkpoint for a directory.
+                #[arg(long)]
+                checkpoints: bool,
+                /// Follow the file back through its moves, as `git log --follow`
+                /// does: also the records of where it came from. A move is a
+                /// `file.move` record, or one a checkpoint found (a shell `mv`: the
+                /// file new there, its contents gone from another path), in which
+                /// case that checkpoint is listed too (finding those reads one
+                /// manifest entry per checkpoint). With --checkpoints, also the
+                /// checkpoints that changed the file under each of its names.
+                #[arg(long)]
+                follow: bool,
+                /// Canonical JSONL.
+                #[arg(long)]
+                json: bool,
+            },
+            /// Which record wrote each line of a file at a point.
+            ///
+            /// Moves (recorded, or a shell `mv` a checkpoint saw) and rollbacks
+            /// are followed: a line keeps the record that wrote it. Where gc
+            /// discarded the file's earlier history, a line is shown as `<=@N`
+            /// (`"history_cut": true` in --json): written by record N or by an
+            /// earlier one no longer known.
+            #[command(
+                after_help = "Example:\n  cairn blame head src/main.rs\n  cairn blame c12:src/main.rs"
+            )]
+            Blame {
+                /// @LSN, a checkpoint id, an ISO time or `head`; or POINT:PATH as
+                /// `show` takes it, with PATH omitted.
+                point: String,
+                /// Workspace-relative path.
+                path: Option<String>,
+                /// One JSON object per line.
+                #[arg(long)]
+                json: bool,
+            },
+            /// What was tried from a checkpoint: its children.
+            #[command(after_help = "Example:\n  cairn branches c12")]
+            Branches {
+                /// A checkpoint id (or `@N` for a rollback record, as NODE names
+                /// it): its children. Omitted: every checkpoint and
+                /// rollback, with where it came from (FROM) and how many children
+                /// it has (more than one: a branch point).
+                id: Option<String>,
+                /// One JSON object per line.
+                #[arg(long)]
+                json: bool,
+            },
+            /// Export the log as JSONL: cairn's canonical schema or a reference shape.
+            #[command(
+                after_help = "Example:\n  cairn export --format comma --session thread-1 --output audit.jsonl\n  cairn export --follow | jq ."
+            )]
+            Export(ExportArgs),
+            /// Import JSONL written by other tools (cortexide or comma shapes) or agent histories (claude-code, codex, swe-agent).
+            #[command(
+                after_help = "Example:\n  cairn import --format comma .comma/audit/default.jsonl\n  cairn import --format claude-code ~/.claude/projects/-home-me-proj\n  cairn import --format codex --base ./repo ~/.codex/sessions/2026/11/28\n  cairn import --format swe-agent --base ./repo run.traj"
+            )]
+            Import {
+                /// cortexide | comma | jsonl | claude-code | codex | swe-agent.
+                #[arg(long, value_parser = import_formats())]
+                format: String,
+                /// claude-code: where Claude Code's file-history backups are
+                /// (`DIR/<session>/<backupFileName>`; default `~/.claude/file-history`).
+                #[arg(long, value_name = "DIR")]
+                file_history: Option<PathBuf>,
+                /// codex, swe-agent: the tree the session started from, to which
+                /// the diffs of its edits are applied (codex: default, what the
+                /// store holds; swe-agent: needed for the submission's file events).
+                #[arg(long, value_name = "DIR")]
+                base: Option<PathBuf>,
+                /// Files to read; `-` reads stdin.
+                #[arg(required = true)]
+                files: Vec<PathBuf>,
+                /// Print the summary as JSON.
+                #[arg(long)]
+                json: bool,
+                /// Import a file even if it was imported before (by default it is
+                /// refused: the store remembers where each import got to in its
+                /// input, known by its contents).
+                #[arg(long, conflicts_with = "resume")]
+                again: bool,
+                /// Skip a file's leading lines that are recorded already (an import
+                /// cut short or killed, an append-only file that grew since) and
+                /// import the rest.
+                #[arg(long)]
+                resume: bool,
+                /// Import the complete lines of a file whose last line is torn (it
+                /// has no line end and its JSON is cut short: the writer stopped
+                /// part way through it), and skip that line, naming it on stderr;
+                /// once it is complete, --resume imports it. Without this, such a
+                /// file is refused. A bad line elsewhere is refused either way.
+                #[arg(long)]
+                skip_torn_tail: bool,
+                /// What to do with a checkpoint line whose files gc collected: a
+                /// copy of the record of a checkpoint of this store that was
+                /// discarded and whose tree gc has since deleted, as the store's own
+                /// export holds after a gc. `refuse` (the default) refuses the
+                /// file, naming the line; `record` records the line as a checkpoint
+                /// record without files (its hashes kept under `meta.collected`),
+                /// which cannot be rolled back to, and the summary counts them.
+                #[arg(long, value_name = "MODE", value_parser = collected_modes())]
+                collected_checkpoints: Option<String>,
+            },
+            /// Claude Code hooks: record one hook payload (`hooks claude-code`), or
+            /// add or remove cairn's hooks in Claude Code's settings.
+            #[command(
+                after_help = "Example:\n  cairn hooks install claude-code --scope project\n  cairn hooks uninstall claude-code"
+            )]
+            Hooks {
+                /// What to do.
+                #[command(subcommand)]
+                action: super::hooks::HooksAction,
+            },
+            /// Start, stop or ask about the store's watcher: a process whose
+            /// journal of changed paths lets every checkpoint re-read only what changed.
+            #[command(
+                after_help = "A checkpoint that cannot prove from the journal that it saw every change\n(no watcher, a restart, a queue overflow, ...) scans in full and says why\n(`scan` and `scan_reason` in `cairn checkpoint --json`). The watcher stops by\nitself after an hour without a checkpoint, or when its store is gone.\n\nExample:\n  cairn watch --daemon\n  cairn watch --status\n  cairn watch --stop"
+            )]
+            Watch(WatchArgs),
+            /// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
+            #[command(
+                after_help = "Example:\n  cairn demo\n  cairn demo ./my-project   # works on a copy; your files are never touched"
+            )]
+            Demo(DemoArgs),
+            /// Write one self-contained page of the history: a timeline per
+            /// session with its checkpoints, rollbacks and diffs (HTML, or Markdown
+            /// with `--format md`).
+            #[command(
+                after_help = "The HTML page opens from disk with no server or network; without JavaScript it\nstill shows every record, and a click on a checkpoint, rollback or file event\nshows its diff. The same store and options always give the same bytes.\n\nExample:\n  cairn report --output report.html\n  cairn report --session t1 --since c12 --format md"
+            )]
+            Report(ReportArgs),
+            /// Print shell completions.
+            #[command(
+                after_help = "Example:\n  cairn completions bash > ~/.local/share/bash-completion/completions/cairn"
+            )]
+            Completions {
+                /// bash, zsh, fish, elvish or powershell.
+                #[arg(value_parser = shells())]
+                shell: String,
+            },
+            /// Ship the store to S3-compatible object storage (or a directory), continuously or --once.
+            #[command(after_help = crate::replicate::REPLICATE_HELP)]
+            Replicate(ReplicateArgs),
+            /// Create DIR/.cairn from an archive, at its newest head or at a point.
+            #[command(after_help = crate::replicate::RESTORE_HELP)]
+            Restore(RestoreArgs),
+            /// Look at archives: `cairn archive list URL`.
+            #[command(subcommand)]
+            Archive(ArchiveCommand),
+        }
+    };
 }
 
-/// `cairn replicate`.
+subcommands! {
+    /// Every subcommand. Each one's flags are built only when it is the
+    /// one run or its help is shown (`defer`): building all of them was a
+    /// third of the start of every command. A deferred command's flags
+    /// struct (and `HooksAction`) sets the summary of its own `--help`,
+    /// so each is documented with the words of its variant, which
+    /// `cairn --help` lists (the tests check that they agree).
+    #[derive(Debug, Subcommand)]
+    #[command(defer = true)]
+    pub enum Command
+}
+
+subcommands! {
+    /// [`Command`] with every command's flags built at once, as the shell
+    /// completions need them: built from the deferred enum, each
+    /// command's own flags would follow the global ones, and `cairn help
+    /// hooks` would lose its subcommands. Only ever parsed by
+    /// `completions` and the tests.
+    #[derive(Debug, Subcommand)]
+    #[allow(dead_code)]
+    pub enum EagerCommand
+}
+
+/// Ship the store to S3-compatible object storage (or a directory), continuously or --once.
 #[derive(Debug, Args)]
 pub struct ReplicateArgs {
     /// Where to: s3://bucket/prefix or file:///dir.
@@ -573,7 +602,7 @@ pub struct ReplicateArgs {
     pub json: bool,
 }
 
-/// `cairn restore`.
+/// Create DIR/.cairn from an archive, at its newest head or at a point.
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
     /// The archive: s3://bucket/prefix or file:///dir.
@@ -601,7 +630,7 @@ pub enum ArchiveCommand {
     },
 }
 
-/// `cairn record`.
+/// Record canonical JSONL events from stdin (or --file), each as it arrives.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
     /// Read from this file instead of stdin.
@@ -675,7 +704,7 @@ pub struct FilterArgs {
     pub newest_first: bool,
 }
 
-/// `cairn log`.
+/// List records: a table, or canonical JSONL with --json.
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// Filters.
@@ -686,7 +715,7 @@ pub struct LogArgs {
     pub json: bool,
 }
 
-/// `cairn verify`.
+/// Check every frame, checksum, footer, blob and the hash chain.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// Also check that the chain reaches this head hash (detects truncation).
@@ -734,7 +763,8 @@ pub struct StampArgs {
     pub model: Option<String>,
 }
 
-/// `cairn watch`.
+/// Start, stop or ask about the store's watcher: a process whose
+/// journal of changed paths lets every checkpoint re-read only what changed.
 #[derive(Debug, Args)]
 pub struct WatchArgs {
     /// Start the watcher (returns once it watches; does nothing if one runs).
@@ -755,7 +785,7 @@ pub struct WatchArgs {
     pub json: bool,
 }
 
-/// `cairn checkpoint`.
+/// Checkpoint the workspace.
 #[derive(Debug, Args)]
 pub struct CheckpointArgs {
     /// A label, e.g. "Before turn 3".
@@ -780,7 +810,7 @@ pub struct CheckpointArgs {
     pub json: bool,
 }
 
-/// `cairn rollback`.
+/// Roll the workspace back (or forward) to a checkpoint.
 #[derive(Debug, Args)]
 pub struct RollbackArgs {
     /// The checkpoint to restore (e.g. c12).
@@ -809,7 +839,7 @@ pub struct RollbackArgs {
     pub json: bool,
 }
 
-/// `cairn gc`.
+/// Apply retention (evict old checkpoints) and collect unreferenced blobs.
 #[derive(Debug, Args)]
 pub struct GcArgs {
     /// Keep at most N checkpoints per session, the newest; never fewer than
@@ -838,7 +868,7 @@ pub struct GcArgs {
     pub json: bool,
 }
 
-/// `cairn export`.
+/// Export the log as JSONL: cairn's canonical schema or a reference shape.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// jsonl (cairn's canonical schema), cortexide or comma.
@@ -855,7 +885,7 @@ pub struct ExportArgs {
     pub filter: FilterArgs,
 }
 
-/// `cairn demo`.
+/// Run a scripted agent session on a generated workspace (or a copy of DIR) and explore it.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Work on a copy of this directory instead of a generated workspace.
@@ -868,7 +898,9 @@ pub struct DemoArgs {
     pub in_place: bool,
 }
 
-/// `cairn report`.
+/// Write one self-contained page of the history: a timeline per
+/// session with its checkpoints, rollbacks and diffs (HTML, or Markdown
+/// with `--format md`).
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// The file to write (`-` or none: standard output).
@@ -895,4 +927,141 @@ pub enum ReportFormat {
     Html,
     /// Markdown: the sessions table and the timeline.
     Md,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// What `cairn PATH.. FLAG` prints (FLAG: `--help` or `-h`), parsed
+    /// with the subcommands of `C`.
+    fn help_of<C: Subcommand + std::fmt::Debug>(path: &[String], flag: &str) -> String {
+        let args = std::iter::once("cairn")
+            .chain(path.iter().map(String::as_str))
+            .chain([flag]);
+        match Cli::<C>::try_parse_from(args) {
+            Ok(cli) => panic!("{path:?} {flag} parsed as {cli:?}"),
+            Err(e) => {
+                assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{path:?}");
+                e.to_string()
+            }
+        }
+    }
+
+    /// Every command and subcommand, as the words that name it (clap's
+    /// own `help` left out).
+    fn command_paths() -> Vec<Vec<String>> {
+        fn walk(c: &clap::Command, at: &[String], out: &mut Vec<Vec<String>>) {
+            for sc in c.get_subcommands().filter(|sc| sc.get_name() != "help") {
+                let mut p = at.to_vec();
+                p.push(sc.get_name().to_string());
+                out.push(p.clone());
+                walk(sc, &p, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&Cli::<EagerCommand>::command(), &[], &mut out);
+        out
+    }
+
+    /// The `Commands:` list of a help text: each name and its summary.
+    fn listed(help: &str) -> Vec<(String, String)> {
+        help.lines()
+            .skip_while(|l| *l != "Commands:")
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .map(|l| {
+                let l = l.trim_start();
+                let (name, summary) = l.split_once("  ").unwrap_or((l, ""));
+                (name.to_string(), summary.trim_start().to_string())
+            })
+            .filter(|(name, _)| name != "help")
+            .collect()
+    }
+
+    /// Regression (issue 33): with the flags of each command deferred,
+    /// the doc comment of its flags struct became the summary of its own
+    /// `--help` (and of the completions), while `cairn --help` listed
+    /// the variant's. Each listed summary is the first line of that
+    /// command's own help.
+    #[test]
+    fn each_summary_listed_is_the_first_line_of_the_commands_help() {
+        let mut parents = vec![Vec::new()];
+        parents.extend(command_paths());
+        let mut checked = 0;
+        for parent in parents {
+            for (name, summary) in listed(&help_of::<Command>(&parent, "--help")) {
+                let mut path = parent.clone();
+                path.push(name);
+                // `-h` prints the summary; `--help` the long text when
+                // there is one, whose first sentence keeps its period.
+                for flag in ["-h", "--help"] {
+                    let own = help_of::<Command>(&path, flag);
+                    let first = own.lines().next().unwrap_or_default();
+                    let long = flag == "--help" && first.strip_suffix('.') == Some(&summary);
+                    assert!(
+                        first == summary || long,
+                        "`cairn {} {flag}` starts with {first:?}, not with the summary \
+                         `cairn {}--help` lists, {summary:?}",
+                        path.join(" "),
+                        parent.iter().map(|p| format!("{p} ")).collect::<String>()
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 30, "only {checked} commands listed");
+    }
+
+    /// A command's flags are built only when it runs (`defer`): the
+    /// command as parsed for any other holds none of them yet, and the
+    /// eager enum of the completions holds them all.
+    #[test]
+    fn each_commands_flags_wait_until_it_runs() {
+        let deferred = Cli::<Command>::command();
+        let eager = Cli::<EagerCommand>::command();
+        for name in ["log", "history", "checkpoints", "show", "import", "gc"] {
+            let flags = |c: &clap::Command| {
+                c.find_subcommand(name)
+                    .unwrap_or_else(|| panic!("no command {name}"))
+                    .get_arguments()
+                    .count()
+            };
+            assert_eq!(
+                flags(&deferred),
+                0,
+                "{name}'s flags were built at the start"
+            );
+            assert!(flags(&eager) > 0, "{name} has no flags");
+        }
+    }
+
+    /// clap's own checks of every command's flags (conflicts, requires,
+    /// names), which a deferred command would otherwise run only when used.
+    #[test]
+    fn every_command_passes_claps_checks() {
+        Cli::<Command>::command().debug_assert();
+        Cli::<EagerCommand>::command().debug_assert();
+    }
+
+    /// Deferring the flags changes no help text: each command's
+    /// `--help` and `-h` are those of the eager enum (what the shell
+    /// completions are written from), and so is `cairn --help`.
+    #[test]
+    fn deferred_help_is_the_eager_help() {
+        let mut paths = vec![Vec::new()];
+        paths.extend(command_paths());
+        assert!(paths.len() >= 30, "{paths:?}");
+        for p in &paths {
+            for flag in ["--help", "-h"] {
+                assert_eq!(
+                    help_of::<Command>(p, flag),
+                    help_of::<EagerCommand>(p, flag),
+                    "cairn {} {flag}",
+                    p.join(" ")
+                );
+            }
+        }
+    }
 }

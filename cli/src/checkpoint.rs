@@ -247,11 +247,14 @@ fn not_captured(info: &CheckpointInfo) -> Option<String> {
 pub fn list(settings: &Settings, session: Option<&str>, json: bool) -> Result<ExitCode> {
     // Read-only: listing never waits for (or blocks) a recording process.
     let store = settings.open_read()?;
-    let all = store.session_checkpoints(session)?;
+    // One scan gives both the checkpoints and the imported records.
+    let cairn::CheckpointListing {
+        checkpoints: all,
+        imported,
+    } = store.checkpoint_listing(session)?;
     if let Some(w) = store.unfinished_rollback_warning() {
         eprintln!("warning: {w}");
     }
-    let imported = store.imported_checkpoints(session)?;
     if json {
         for c in &all {
             outln!("{}", info_json(c));

@@ -13,6 +13,25 @@ pub struct Found {
     pub store: PathBuf,
     /// The workspace (the directory that holds the store, unless overridden).
     pub workspace: PathBuf,
+    /// What reading the store's workspace binding
+    /// ([`cairn::binding::bound_workspace`]) gave, when it was read to find
+    /// the workspace (no `--workspace`): `None` when it was not read,
+    /// `Some(None)` when it can be trusted, else why not; so a command
+    /// reads the binding file once to find the workspace and warn.
+    pub binding: Option<Option<String>>,
+}
+
+impl Found {
+    /// Why the store's workspace binding cannot be trusted, if it cannot,
+    /// read now unless [`find`] read it already.
+    pub fn binding_problem(&self) -> Option<String> {
+        match &self.binding {
+            Some(read) => read.clone(),
+            None => cairn::binding::bound_workspace(&self.store)
+                .err()
+                .map(|e| e.to_string()),
+        }
+    }
 }
 
 /// Finds the store for a command that needs an existing one.
@@ -57,17 +76,25 @@ pub fn find(store_flag: Option<&Path>, workspace_flag: Option<&Path>) -> Result<
     }
     // The workspace the store is bound to (see `cairn::binding`), else the
     // directory that holds it.
-    let workspace = match workspace_flag {
-        Some(w) => absolute(&cwd, w),
+    let holder = || {
+        store
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| cwd.clone())
+    };
+    let (workspace, binding) = match workspace_flag {
+        Some(w) => (absolute(&cwd, w), None),
         None => match cairn::binding::bound_workspace(&store) {
-            Ok(Some(w)) => w,
-            _ => store
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| cwd.clone()),
+            Ok(Some(w)) => (w, Some(None)),
+            Ok(None) => (holder(), Some(None)),
+            Err(e) => (holder(), Some(Some(e.to_string()))),
         },
     };
-    Ok(Found { store, workspace })
+    Ok(Found {
+        store,
+        workspace,
+        binding,
+    })
 }
 
 fn absolute(cwd: &Path, p: &Path) -> PathBuf {

@@ -18,7 +18,8 @@ use cairn::{Event, EventKind};
 use clap::Subcommand;
 use serde_json::{json, Map, Value};
 
-/// `cairn hooks ...`.
+/// Claude Code hooks: record one hook payload (`hooks claude-code`), or
+/// add or remove cairn's hooks in Claude Code's settings.
 #[derive(Debug, Subcommand)]
 pub enum HooksAction {
     /// Record one Claude Code hook payload read from stdin, in the store of

@@ -49,7 +49,7 @@ pub mod turns;
 pub mod watch;
 
 fn main() -> ExitCode {
-    let args = args::Cli::parse();
+    let args: Cli = Cli::parse();
     match run(args) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
@@ -440,7 +440,7 @@ impl Settings {
         // Likewise a store reached through a link it does not record, or
         // whose binding cannot be trusted: its records are read, its
         // workspace is neither written nor rolled back.
-        if let Err(e) = cairn::binding::bound_workspace(&found.store) {
+        if let Some(e) = found.binding_problem() {
             eprintln!(
                 "warning: {e} (reading its records anyway; writing and rolling back are refused)"
             );
@@ -659,7 +659,10 @@ fn completions(shell: &str) -> Result<ExitCode> {
             "unknown shell `{shell}`: use bash, zsh, fish, elvish or powershell"
         ))
     })?;
-    clap_complete::generate(sh, &mut Cli::command(), "cairn", &mut std::io::stdout());
+    // Every command's flags built at once, in the order `Cli` declares
+    // them (see `args::EagerCommand`).
+    let mut cmd = Cli::<args::EagerCommand>::command();
+    clap_complete::generate(sh, &mut cmd, "cairn", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
 }
 

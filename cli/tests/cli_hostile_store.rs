@@ -175,6 +175,23 @@ fn a_copied_store_with_an_absolute_binding_is_refused() {
         assert!(st.success());
     };
     cp("s", "s2");
+    // Reading the copy works and says once why its workspace is not
+    // trusted, whether the binding was read to find the workspace or
+    // --workspace named it.
+    for extra in [&[][..], &["--workspace", "w"][..]] {
+        let mut args = vec!["--store", "s2"];
+        args.extend_from_slice(extra);
+        args.extend(["log", "--json"]);
+        let o = cairn(&top, &args);
+        ok(&o);
+        let e = err(&o);
+        assert_eq!(
+            e.matches("reading its records anyway").count(),
+            1,
+            "{args:?}: {e}"
+        );
+        assert!(e.contains("was not made here"), "{e}");
+    }
     let e = failed(&cairn(&top, &["--store", "s2", "rollback", "c1"]));
     assert!(
         e.contains("was not made here")
