@@ -77,6 +77,6 @@ else
         echo x >>"$T/w/d0000/f0000000"
         a=$(/usr/bin/time -f %e "$C" --store "$T/w/.cairn" checkpoint -q 2>&1 >/dev/null | tail -1)
         b=$(/usr/bin/time -f %e $WALK 2>&1 >/dev/null | tail -1)
-        echo "| $r | $a s | $b s | $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2fx", a / b }') |"
+        echo "| $r | $a s | $b s | $(awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "n/a" }') |"
     done
 fi
