@@ -233,6 +233,29 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// soon after a yielding `record` lets go, rarely enough to cost nothing.
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// The environment variable that sets the largest file a checkpoint (and
+/// a rollback) of a store on disk captures, in bytes; unset, the library's
+/// default (`cairn::SnapshotOptions`, 256 MiB). Larger files are skipped
+/// and counted as `too_large`, never silently. An environment variable, not
+/// a flag, so a hook or a script sets it once for every command it runs.
+pub const MAX_FILE_BYTES_ENV: &str = "CAIRN_MAX_FILE_BYTES";
+
+/// [`MAX_FILE_BYTES_ENV`], parsed: `None` when unset or empty, a usage
+/// error naming the variable when it is not a number of bytes.
+fn max_file_bytes_from_env() -> Result<Option<u64>> {
+    match std::env::var(MAX_FILE_BYTES_ENV) {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map(Some).map_err(|_| {
+            usage(format!(
+                "{MAX_FILE_BYTES_ENV}={v:?} is not a number of bytes (for example 2147483648)"
+            ))
+        }),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(usage(format!(
+            "{MAX_FILE_BYTES_ENV}={v:?} is not a number of bytes (for example 2147483648)"
+        ))),
+    }
+}
+
 /// Validated global settings (stage two of argument parsing).
 pub struct Settings {
     /// `--store`.
@@ -244,6 +267,9 @@ pub struct Settings {
     pub workspace: Option<std::path::PathBuf>,
     /// `--durability`, parsed.
     pub durability: Option<Durability>,
+    /// `$CAIRN_MAX_FILE_BYTES`, parsed: the largest file a checkpoint
+    /// captures (see [`MAX_FILE_BYTES_ENV`]).
+    pub max_file_bytes: Option<u64>,
     /// `--quiet`.
     pub quiet: bool,
     /// `--in-memory`: the command runs on [`Settings::memory`], not on a
@@ -321,11 +347,13 @@ impl Settings {
             Some(url) => Some((url, replicate::cache_bytes(cli.cache_bytes)?)),
             None => None,
         };
+        let max_file_bytes = max_file_bytes_from_env()?;
         Ok(Settings {
             store: cli.store.clone(),
             archive,
             workspace: cli.workspace.clone(),
             durability,
+            max_file_bytes,
             quiet: cli.quiet,
             in_memory: cli.in_memory,
             loads: cli.load.clone(),
@@ -342,6 +370,11 @@ impl Settings {
             .workspace(&found.workspace);
         if let Some(d) = self.durability {
             b = b.durability(d);
+        }
+        if let Some(n) = self.max_file_bytes {
+            let mut opts = cairn::SnapshotOptions::default();
+            opts.max_file_bytes = n;
+            b = b.snapshot_options(opts);
         }
         b
     }

@@ -449,12 +449,15 @@ fn count_skip(
 
 /// Every path the scan found -> (entry, stat), with the files to read:
 /// files whose stat matches the cache (and are not racy) take the cached
-/// entry, the others are returned to be read.
+/// entry, and empty files [`empty_without_reading`] vouches for take the
+/// empty blob; the others are returned to be read. The flag is true when
+/// an entry names the empty blob without reading (the caller stores it).
 fn cached_or_to_read(
     cache: &StatCache,
+    clock_ns: i64,
     mut leaves: Vec<Found>,
     dirs: Vec<(String, u32)>,
-) -> (BTreeMap<String, Cached>, Vec<Found>) {
+) -> (BTreeMap<String, Cached>, Vec<Found>, bool) {
     // In path order, the cache is read in one merge pass beside them (no
     // search per file), and the map is built from a sorted run.
     leaves.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
@@ -469,6 +472,7 @@ fn cached_or_to_read(
         ));
     }
     let mut jobs: Vec<Found> = Vec::new();
+    let mut any_empty = false;
     let mut old = cache.entries.iter().peekable();
     for f in leaves {
         while old.next_if(|(p, _)| p.as_str() < f.rel.as_str()).is_some() {}
@@ -480,11 +484,45 @@ fn cached_or_to_read(
             {
                 sorted.push((f.rel, *c));
             }
+            _ if empty_without_reading(&f, clock_ns) => {
+                let empty = *EMPTY.get_or_init(|| BlobHash::of(b""));
+                let entry = Entry {
+                    kind: EntryKind::File,
+                    mode: f.stat.perm(),
+                    size: 0,
+                    hash: empty,
+                };
+                sorted.push((
+                    f.rel,
+                    Cached {
+                        entry,
+                        stat: Some(f.stat),
+                    },
+                ));
+                any_empty = true;
+            }
             _ => jobs.push(f),
         }
     }
     sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    (sorted.into_iter().collect(), jobs)
+    (sorted.into_iter().collect(), jobs, any_empty)
+}
+
+/// The blake3 hash of no bytes, computed once.
+static EMPTY: std::sync::OnceLock<BlobHash> = std::sync::OnceLock::new();
+
+/// True if the scan's own stat of `f` proves it empty, so it need not be
+/// opened and read (five system calls and a blob lookup each: most of a
+/// first checkpoint of a tree of empty files). A regular file of size 0
+/// whose mtime is before `clock_ns` (the file system's clock, read before
+/// the walk) and outside [`RACY_WINDOW_NS`]: any write after the stat
+/// stamps a later mtime, or a new size, so the next scan sees a stat that
+/// differs from the one recorded here and reads it; the same rule under
+/// which a cached stat is trusted (`cached_or_to_read`). What is captured
+/// is the file as it was when the walk stat it, as for any file whose
+/// cached entry is used.
+fn empty_without_reading(f: &Found, clock_ns: i64) -> bool {
+    f.kind == EntryKind::File && f.stat.size == 0 && f.stat.mtime_ns < clock_ns && !racy(&f.stat)
 }
 
 /// Reads (hashes and stores) the files `jobs` whose cached entry could
@@ -615,7 +653,11 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         ..
     } = scan::scan_full(ws, tracked)?;
 
-    let (mut flat, jobs) = cached_or_to_read(&cache, leaves, dirs);
+    let (mut flat, jobs, any_empty) = cached_or_to_read(&cache, clock_ns, leaves, dirs);
+    if any_empty {
+        // Named by entries that did not read their file: stored once here.
+        blobs.put(b"")?;
+    }
     read_changed(
         ws,
         blobs,

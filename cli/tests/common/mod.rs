@@ -6,7 +6,8 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-/// Runs `cairn ARGS` in `dir` (no `CAIRN_STORE`, no colour), stdin empty.
+/// Runs `cairn ARGS` in `dir` (no `CAIRN_STORE` nor `CAIRN_MAX_FILE_BYTES`,
+/// no colour), stdin empty.
 pub fn cairn(dir: &Path, args: &[&str]) -> Output {
     cairn_stdin(dir, args, None)
 }
@@ -18,6 +19,7 @@ pub fn spawn_cairn(dir: &Path, args: &[&str]) -> std::process::Child {
         .args(args)
         .current_dir(dir)
         .env_remove("CAIRN_STORE")
+        .env_remove("CAIRN_MAX_FILE_BYTES")
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
