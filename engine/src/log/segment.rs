@@ -352,7 +352,7 @@ pub(crate) fn open_sealed_lazy(
 }
 
 /// The sparse index in segment `seg`'s `.idx` file, if it is there, whole
-/// and describes this segment (see [`SparseIndex::decode`]).
+/// and describes this segment (see [`SparseIndex::read`]).
 fn read_index(
     vfs: &dyn Vfs,
     seg: &Path,
@@ -364,9 +364,7 @@ fn read_index(
     if len > super::sparse_index::MAX_FILE_LEN {
         return None;
     }
-    let mut b = vec![0u8; len as usize];
-    f.read_exact_at(&mut b, 0).ok()?;
-    SparseIndex::decode(&b, first, footer)
+    SparseIndex::read(&mut &*f, len, first, footer)
 }
 
 /// Checks a sealed segment's header and footer, given its first bytes
@@ -490,6 +488,45 @@ pub(crate) fn write_index(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Regression (a new process read a sealed segment's `.idx` whole into
+    /// one buffer, then decoded it into a second, growing copy: ~250 KiB
+    /// of pages faulted in twice for a 64 MiB segment): the file is read
+    /// in pieces of `READ_CHUNK_BYTES` (the header, each piece, the CRC),
+    /// reads back equal, and a flipped byte in its last piece still makes
+    /// it unusable.
+    #[test]
+    fn sealed_index_is_read_in_pieces() {
+        use super::super::sparse_index::{reads_during, READ_CHUNK_BYTES, ENTRY_LEN};
+        let sim = Arc::new(crate::vfs::SimVfs::new());
+        let vfs: Arc<dyn Vfs> = sim.clone();
+        let dir = Path::new("/log");
+        vfs.create_dir_all(dir).unwrap();
+        let seg = dir.join(segment_name(Lsn(1)));
+        let n = 3000u64;
+        let mut idx = SparseIndex::default();
+        for i in 0..n {
+            assert!(idx.note(Lsn(i + 1), 64 + i * 4096));
+        }
+        let footer = SegmentFooter {
+            record_count: n,
+            last_lsn: Lsn(n),
+            last_chain: ChainHash([7; 32]),
+            frames_len: (n * 4096) as u32,
+        };
+        write_index(&*vfs, &seg, &idx, Lsn(1), &footer);
+        let mut got = None;
+        let reads = reads_during(&sim, &index_path(&seg), || {
+            got = read_index(&*vfs, &seg, Lsn(1), &footer);
+        });
+        assert_eq!(got.as_ref(), Some(&idx));
+        let pieces = (n as usize * ENTRY_LEN).div_ceil(READ_CHUNK_BYTES);
+        assert_eq!(pieces, 3);
+        assert_eq!(reads, 1 + pieces + 1, "header, {pieces} pieces, CRC");
+        let len = vfs.open(&index_path(&seg), OpenMode::Read).unwrap().len().unwrap();
+        sim.corrupt(&index_path(&seg), len - 20, b"#").unwrap();
+        assert_eq!(read_index(&*vfs, &seg, Lsn(1), &footer), None);
+    }
 
     #[test]
     fn names_round_trip_and_sort() {

@@ -17,8 +17,11 @@
 //! ```
 
 use cairn_codec::bytes::{crc32_seeded as crc, u32_le as u32_at, u64_le as u64_at};
+use cairn_codec::frame::CRC_SEED;
 use cairn_codec::segment::SegmentFooter;
 use cairn_codec::{ChainHash, Lsn};
+
+use crate::vfs::VfsFile;
 
 /// Bytes between index entries: reading one record scans (and CRC-checks)
 /// at most about this much of a segment, a few dozen typical records, while
@@ -28,7 +31,8 @@ pub const SPARSE_INDEX_INTERVAL_BYTES: u64 = 4 * 1024;
 const MAGIC: &[u8; 8] = b"CAIRNIDX";
 const VERSION: u32 = 1;
 const FIXED_LEN: usize = 80;
-const ENTRY_LEN: usize = 16;
+/// Bytes of one entry: LSN and offset, each a u64.
+pub(crate) const ENTRY_LEN: usize = 16;
 /// The most entries an index file may claim; a segment is at most 4 GiB, so
 /// this bounds the allocation made from a (CRC-checked) count.
 const MAX_ENTRIES: u64 = (u32::MAX as u64 / SPARSE_INDEX_INTERVAL_BYTES + 1) * 2;
@@ -58,6 +62,15 @@ impl SparseIndex {
     /// The entries, ascending.
     pub(crate) fn entries(&self) -> &[(Lsn, u64)] {
         &self.entries
+    }
+
+    /// The index of `entries` as read from a file (ascending, checked by
+    /// the caller where the format requires it).
+    pub(crate) fn from_entries(entries: Vec<(Lsn, u64)>) -> SparseIndex {
+        let next_at = entries
+            .last()
+            .map_or(0, |&(_, off)| off + SPARSE_INDEX_INTERVAL_BYTES);
+        SparseIndex { entries, next_at }
     }
 
     /// Appends an entry (from another index) without the interval rule.
@@ -110,50 +123,142 @@ impl SparseIndex {
 
     /// Decodes an `.idx` file; `None` if it is damaged or does not belong to
     /// the segment described by `first_lsn` and `footer` (stale).
+    #[cfg(test)]
     pub(crate) fn decode(
         bytes: &[u8],
         first_lsn: Lsn,
         footer: &SegmentFooter,
     ) -> Option<SparseIndex> {
-        if bytes.len() < FIXED_LEN + 4 {
+        SparseIndex::read(&mut SliceAt(bytes), bytes.len() as u64, first_lsn, footer)
+    }
+
+    /// Reads and decodes an `.idx` file of `len` bytes through `src`;
+    /// `None` if it is damaged or does not belong to the segment described
+    /// by `first_lsn` and `footer` (stale). The entries are read in pieces
+    /// of [`READ_CHUNK_BYTES`] straight into the index (sized from the
+    /// count, which the file's length confirms), never into a copy of the
+    /// whole file first.
+    pub(crate) fn read(
+        src: &mut dyn ReadAt,
+        len: u64,
+        first_lsn: Lsn,
+        footer: &SegmentFooter,
+    ) -> Option<SparseIndex> {
+        if len < (FIXED_LEN + 4) as u64 {
             return None;
         }
-        let (body, tail) = bytes.split_at(bytes.len() - 4);
-        if crc(body).to_le_bytes() != tail || &body[0..8] != MAGIC || u32_at(body, 8) != VERSION {
+        let mut head = [0u8; FIXED_LEN];
+        src.read_exact_at(&mut head, 0)?;
+        let n = u64_at(&head, 72);
+        if n > MAX_ENTRIES || len != (FIXED_LEN + ENTRY_LEN * n as usize + 4) as u64 {
+            return None;
+        }
+        let mut crc = crc32fast::Hasher::new_with_initial(CRC_SEED);
+        crc.update(&head);
+        let entries = read_entries(src, FIXED_LEN as u64, n as usize, &mut crc)?;
+        let mut stored = [0u8; 4];
+        src.read_exact_at(&mut stored, len - 4)?;
+        if crc.finalize().to_le_bytes() != stored
+            || &head[0..8] != MAGIC
+            || u32_at(&head, 8) != VERSION
+        {
             return None;
         }
         let mut chain = [0u8; 32];
-        chain.copy_from_slice(&body[40..72]);
-        if u64_at(body, 16) != first_lsn.0
-            || u64_at(body, 24) != footer.last_lsn.0
-            || u64_at(body, 32) != u64::from(footer.frames_len)
+        chain.copy_from_slice(&head[40..72]);
+        if u64_at(&head, 16) != first_lsn.0
+            || u64_at(&head, 24) != footer.last_lsn.0
+            || u64_at(&head, 32) != u64::from(footer.frames_len)
             || ChainHash(chain) != footer.last_chain
         {
             return None;
         }
-        let n = u64_at(body, 72);
-        if n > MAX_ENTRIES || body.len() != FIXED_LEN + ENTRY_LEN * n as usize {
-            return None;
-        }
-        let mut idx = SparseIndex::default();
-        for i in 0..n as usize {
-            let at = FIXED_LEN + ENTRY_LEN * i;
-            idx.entries
-                .push((Lsn(u64_at(body, at)), u64_at(body, at + 8)));
-        }
-        if idx
-            .entries
+        if entries
             .windows(2)
             .any(|w| w[0].0 >= w[1].0 || w[0].1 >= w[1].1)
         {
             return None;
         }
-        idx.next_at = idx
-            .entries
-            .last()
-            .map_or(0, |&(_, off)| off + SPARSE_INDEX_INTERVAL_BYTES);
-        Some(idx)
+        Some(SparseIndex::from_entries(entries))
     }
+}
+
+/// Bytes of index entries read at a time when an index (a sealed
+/// segment's `.idx`, the tail's in `tail.state`) is read from its file:
+/// 1,024 entries, 16 KiB. Read in pieces of this size into one reused
+/// buffer, an index costs a new process only its own memory, not also a
+/// copy of the whole file (a 64 MiB segment's index is 256 KiB, each page
+/// of a copy one more page fault at every open).
+pub(crate) const READ_CHUNK_BYTES: usize = 1024 * ENTRY_LEN;
+
+/// Somewhere to read bytes at an offset: a file, or bytes in memory.
+pub(crate) trait ReadAt {
+    /// Fills `buf` from byte `at`; `None` if that many bytes are not there
+    /// or cannot be read.
+    fn read_exact_at(&mut self, buf: &mut [u8], at: u64) -> Option<()>;
+}
+
+impl ReadAt for &dyn VfsFile {
+    fn read_exact_at(&mut self, buf: &mut [u8], at: u64) -> Option<()> {
+        VfsFile::read_exact_at(*self, buf, at).ok()
+    }
+}
+
+/// The reads of the file `path` that `SimVfs` `sim` serves while `f` runs.
+#[cfg(test)]
+pub(crate) fn reads_during(
+    sim: &crate::vfs::SimVfs,
+    path: &std::path::Path,
+    f: impl FnOnce(),
+) -> usize {
+    let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (seen, want) = (n.clone(), path.to_path_buf());
+    sim.set_fault_hook(move |op| {
+        if matches!(op, crate::vfs::sim::SimOp::Read { path } if *path == want) {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        None
+    });
+    f();
+    sim.clear_faults();
+    n.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Bytes in memory read as a file (`decode` of bytes already read).
+pub(crate) struct SliceAt<'a>(pub(crate) &'a [u8]);
+
+impl ReadAt for SliceAt<'_> {
+    fn read_exact_at(&mut self, buf: &mut [u8], at: u64) -> Option<()> {
+        let at = usize::try_from(at).ok()?;
+        buf.copy_from_slice(self.0.get(at..at.checked_add(buf.len())?)?);
+        Some(())
+    }
+}
+
+/// Reads `n` (LSN, offset) entries of [`ENTRY_LEN`] bytes from byte `at`
+/// of `src`, in pieces of [`READ_CHUNK_BYTES`], feeding every byte to
+/// `crc`. The caller has bounded `n` (by a maximum and by the file's
+/// length). `None` if a read fails.
+pub(crate) fn read_entries(
+    src: &mut dyn ReadAt,
+    at: u64,
+    n: usize,
+    crc: &mut crc32fast::Hasher,
+) -> Option<Vec<(Lsn, u64)>> {
+    let mut entries = Vec::with_capacity(n);
+    let mut buf = vec![0u8; READ_CHUNK_BYTES.min(n * ENTRY_LEN)];
+    let mut off = at;
+    while entries.len() < n {
+        let take = (n - entries.len()).min(READ_CHUNK_BYTES / ENTRY_LEN) * ENTRY_LEN;
+        let piece = &mut buf[..take];
+        src.read_exact_at(piece, off)?;
+        crc.update(piece);
+        for e in piece.chunks_exact(ENTRY_LEN) {
+            entries.push((Lsn(u64_at(e, 0)), u64_at(e, 8)));
+        }
+        off += take as u64;
+    }
+    Some(entries)
 }
 
 /// The last LSN an `.idx` file's header records for its segment, if the
