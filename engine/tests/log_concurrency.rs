@@ -782,6 +782,29 @@ fn reader_open_reads_no_sparse_index_and_tail_state_once() {
     assert_eq!(at_read, vec![idx]);
 }
 
+/// Regression (a reader's open listed the log directory twice: once for
+/// its dictionaries, once for its segments): it lists it once.
+#[test]
+fn reader_open_lists_the_log_directory_once() {
+    let sim = Arc::new(cairn_engine::vfs::SimVfs::new());
+    let dir = Path::new("/log");
+    small_segments(&sim, dir, 200);
+    let vfs: Arc<dyn Vfs> = sim.clone();
+    let lists = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = lists.clone();
+    sim.set_fault_hook(move |op| {
+        if matches!(op, cairn_engine::vfs::sim::SimOp::Dir { path } if *path == Path::new("/log"))
+        {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        None
+    });
+    let r = LogReader::open(vfs.clone(), dir).unwrap();
+    sim.clear_faults();
+    assert!(r.sealed_spans().len() >= 3);
+    assert_eq!(lists.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
 /// A point read checks the frame it hands out (CRC and LSN) and steps
 /// over the frames before it in its sparse-index interval by their
 /// headers: damage inside an earlier frame's body is not its error (a

@@ -76,8 +76,20 @@ impl LogDicts {
         let names = vfs
             .list(dir)
             .map_err(|e| EngineError::io("list log directory", dir, e))?;
+        LogDicts::load_listed(vfs, dir, &names, train)
+    }
+
+    /// [`LogDicts::load`] given `names`, the listing of `dir` the caller
+    /// has just made (a reader's open lists the log directory once for
+    /// its dictionaries and its segments).
+    pub fn load_listed(
+        vfs: Arc<dyn Vfs>,
+        dir: &Path,
+        names: &[String],
+        train: bool,
+    ) -> Result<Arc<LogDicts>> {
         if train {
-            for n in &names {
+            for n in names {
                 if n.starts_with("dict-") && n.ends_with(TMP_SUFFIX) {
                     let p = dir.join(n);
                     vfs.remove_file(&p)
@@ -85,7 +97,7 @@ impl LogDicts {
                 }
             }
         }
-        let dicts = Dicts::load(&*vfs, dir, &names, train, SAMPLING);
+        let dicts = Dicts::load(&*vfs, dir, names, train, SAMPLING);
         Ok(Arc::new(LogDicts {
             dicts,
             vfs,

@@ -55,7 +55,11 @@ impl std::fmt::Debug for LogReader {
 impl LogReader {
     /// Opens the log in `dir` read-only and reads what is committed so far.
     pub fn open(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<LogReader> {
-        let dicts = LogDicts::load(vfs.clone(), dir, false)?;
+        // One listing serves the dictionaries and the first refresh.
+        let names = vfs
+            .list(dir)
+            .map_err(|e| EngineError::io("list log directory", dir, e))?;
+        let dicts = LogDicts::load_listed(vfs.clone(), dir, &names, false)?;
         let mut r = LogReader {
             vfs,
             dir: dir.to_path_buf(),
@@ -67,7 +71,7 @@ impl LogReader {
             names: Vec::new(),
             closed: None,
         };
-        r.refresh()?;
+        r.refresh_listed(names)?;
         Ok(r)
     }
 
@@ -76,10 +80,17 @@ impl LogReader {
         // List before reading the tail: the writer seals a segment (footer)
         // before it creates the next, so a newer segment in this listing
         // means the footer is already there to be read.
-        self.names = self
+        let names = self
             .vfs
             .list(&self.dir)
             .map_err(|e| EngineError::io("list log directory", &self.dir, e))?;
+        self.refresh_listed(names)
+    }
+
+    /// [`LogReader::refresh`] given `names`, a listing of the log
+    /// directory made before this call (and before the tail is read).
+    fn refresh_listed(&mut self, names: Vec<String>) -> Result<Head> {
+        self.names = names;
         let segs = segments_in(&self.dir, &self.names);
         self.extend_tail()?;
         let known = match (&self.view.tail, self.view.sealed.last()) {

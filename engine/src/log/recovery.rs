@@ -13,7 +13,9 @@ use cairn_codec::{ChainHash, Lsn};
 
 use super::scan::find_next_valid;
 use super::segment::{self, check_header, corrupt, create_segment, open_sealed, Sealed};
-use super::sparse_index::{read_entries, ReadAt, SliceAt, SparseIndex, ENTRY_LEN};
+use super::sparse_index::{read_entries, ReadAt, SparseIndex, ENTRY_LEN};
+#[cfg(test)]
+use super::sparse_index::SliceAt;
 use super::view::{Tail, View};
 use super::Head;
 use crate::vfs::{OpenMode, Vfs, VfsFile};
@@ -147,14 +149,16 @@ impl TailState {
     /// place (see `Log::close`), so a shorter state leaves the end of a
     /// longer, older one behind it. A state written whole (the file exactly
     /// one record long, as before in-place rewrites) reads the same way.
+    #[cfg(test)]
     pub(crate) fn decode(bytes: &[u8]) -> Option<TailState> {
         TailState::read(&mut SliceAt(bytes), bytes.len() as u64)
     }
 
-    /// [`TailState::decode`] of a file of `len` bytes read through `src`:
-    /// the fixed part first, then the index entries in pieces straight
-    /// into the index (see [`read_entries`]), never a copy of the whole
-    /// file.
+    /// The state recorded at the start of a file of `len` bytes read
+    /// through `src`, if it starts with an intact one (bytes after it are
+    /// ignored, as by `decode`): the fixed part first, then the index
+    /// entries in pieces straight into the index (see `read_entries`),
+    /// never a copy of the whole file.
     pub(crate) fn read(src: &mut dyn ReadAt, len: u64) -> Option<TailState> {
         if len < (TAIL_STATE_FIXED + 4) as u64 {
             return None;
