@@ -793,8 +793,7 @@ fn reader_open_lists_the_log_directory_once() {
     let lists = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let seen = lists.clone();
     sim.set_fault_hook(move |op| {
-        if matches!(op, cairn_engine::vfs::sim::SimOp::Dir { path } if *path == Path::new("/log"))
-        {
+        if matches!(op, cairn_engine::vfs::sim::SimOp::Dir { path } if *path == Path::new("/log")) {
             seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         None

@@ -13,9 +13,9 @@ use cairn_codec::{ChainHash, Lsn};
 
 use super::scan::find_next_valid;
 use super::segment::{self, check_header, corrupt, create_segment, open_sealed, Sealed};
-use super::sparse_index::{read_entries, ReadAt, SparseIndex, ENTRY_LEN};
 #[cfg(test)]
 use super::sparse_index::SliceAt;
+use super::sparse_index::{read_entries, ReadAt, SparseIndex, ENTRY_LEN};
 use super::view::{Tail, View};
 use super::Head;
 use crate::vfs::{OpenMode, Vfs, VfsFile};

@@ -497,7 +497,7 @@ mod tests {
     /// it unusable.
     #[test]
     fn sealed_index_is_read_in_pieces() {
-        use super::super::sparse_index::{reads_during, READ_CHUNK_BYTES, ENTRY_LEN};
+        use super::super::sparse_index::{reads_during, ENTRY_LEN, READ_CHUNK_BYTES};
         let sim = Arc::new(crate::vfs::SimVfs::new());
         let vfs: Arc<dyn Vfs> = sim.clone();
         let dir = Path::new("/log");
@@ -523,7 +523,11 @@ mod tests {
         let pieces = (n as usize * ENTRY_LEN).div_ceil(READ_CHUNK_BYTES);
         assert_eq!(pieces, 3);
         assert_eq!(reads, 1 + pieces + 1, "header, {pieces} pieces, CRC");
-        let len = vfs.open(&index_path(&seg), OpenMode::Read).unwrap().len().unwrap();
+        let len = vfs
+            .open(&index_path(&seg), OpenMode::Read)
+            .unwrap()
+            .len()
+            .unwrap();
         sim.corrupt(&index_path(&seg), len - 20, b"#").unwrap();
         assert_eq!(read_index(&*vfs, &seg, Lsn(1), &footer), None);
     }
