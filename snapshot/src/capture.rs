@@ -418,9 +418,11 @@ fn mark_ancestors(p: &str, dirty: &mut HashSet<String>) {
     let mut cur = p;
     while !cur.is_empty() {
         cur = relpath::parent(cur);
-        if !dirty.insert(cur.to_string()) {
+        if dirty.contains(cur) {
             break; // already marked, and so are its ancestors
         }
+        // Allocated only when new: most paths share a marked parent.
+        dirty.insert(cur.to_string());
     }
 }
 
@@ -456,25 +458,29 @@ fn cached_or_to_read(
     cache: &StatCache,
     clock_ns: i64,
     mut leaves: Vec<Found>,
-    dirs: Vec<(String, u32)>,
+    mut dirs: Vec<(String, u32)>,
 ) -> (BTreeMap<String, Cached>, Vec<Found>, bool) {
     // In path order, the cache is read in one merge pass beside them (no
-    // search per file), and the map is built from a sorted run.
+    // search per file), and the map is built from a sorted run: the
+    // directories and the files are sorted apart (the smaller elements)
+    // and merged into it, so the run of every path is never sorted whole.
     leaves.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
+    dirs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut sorted: Vec<(String, Cached)> = Vec::with_capacity(leaves.len() + dirs.len());
-    for (d, mode) in dirs {
-        sorted.push((
-            d,
-            Cached {
-                entry: dir_entry(mode),
-                stat: None,
-            },
-        ));
-    }
+    let mut dirs = dirs.into_iter().peekable();
     let mut jobs: Vec<Found> = Vec::new();
     let mut any_empty = false;
     let mut old = cache.entries.iter().peekable();
     for f in leaves {
+        while let Some((d, mode)) = dirs.next_if(|(d, _)| d.as_str() < f.rel.as_str()) {
+            sorted.push((
+                d,
+                Cached {
+                    entry: dir_entry(mode),
+                    stat: None,
+                },
+            ));
+        }
         while old.next_if(|(p, _)| p.as_str() < f.rel.as_str()).is_some() {}
         match old.next_if(|(p, _)| **p == f.rel).map(|(_, c)| c) {
             Some(c)
@@ -504,7 +510,17 @@ fn cached_or_to_read(
             _ => jobs.push(f),
         }
     }
-    sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    for (d, mode) in dirs {
+        sorted.push((
+            d,
+            Cached {
+                entry: dir_entry(mode),
+                stat: None,
+            },
+        ));
+    }
+    debug_assert!(sorted.windows(2).all(|w| w[0].0 <= w[1].0));
+    // Already one sorted run: collecting it into the map is one pass.
     (sorted.into_iter().collect(), jobs, any_empty)
 }
 

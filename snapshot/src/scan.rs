@@ -211,6 +211,11 @@ pub(crate) fn scan_full(ws: &Workspace, tracked: &BTreeSet<String>) -> Result<Sc
     let mut out = ScanOut::default();
     let follow = ws.options().follow_gitignore;
     walk(ws, "", follow, tracked, &mut out)?;
+    if tracked.is_empty() {
+        // Nothing tracked to add: no set of every path reached is built
+        // (a tree node and its comparisons a file, for nothing).
+        return Ok(out);
+    }
     let have = reached(&out);
     let todo: Vec<String> = tracked
         .iter()
@@ -332,7 +337,7 @@ fn scan_view(
             out.dirs.push((rel.to_string(), Stat::of(&m).dir_perm()));
             walk(ws, rel, follow, tracked, out)?;
         } else {
-            leaf(ws, rel, &m, out);
+            leaf(ws, rel.to_string(), &m, out);
         }
     }
     Ok(())
@@ -399,26 +404,29 @@ fn scan_tracked(ws: &Workspace, rel: &str, out: &mut ScanOut) -> Result<()> {
             out.dirs.push((cur.clone(), Stat::of(&m).dir_perm()));
             walk(ws, &cur, false, &BTreeSet::new(), out)?;
         } else {
-            leaf(ws, &cur, &m, out);
+            leaf(ws, cur.clone(), &m, out);
         }
     }
     Ok(())
 }
 
-fn leaf(ws: &Workspace, rel: &str, m: &Metadata, out: &mut ScanOut) {
+/// Adds the file or symlink `rel` (stat `m`) to `out`, or counts why
+/// not. `rel` is taken as it is: the path string the walk made is the one
+/// kept, not copied again.
+fn leaf(ws: &Workspace, rel: String, m: &Metadata, out: &mut ScanOut) {
     let ft = m.file_type();
     if ft.is_symlink() {
         out.leaves.push(Found {
-            rel: rel.to_string(),
+            rel,
             kind: EntryKind::Symlink,
             stat: Stat::of(m),
         });
     } else if ft.is_file() {
         if m.len() > ws.options().max_file_bytes {
-            out.skip_path(rel, reason::TOO_LARGE);
+            out.skip_path(&rel, reason::TOO_LARGE);
         } else {
             out.leaves.push(Found {
-                rel: rel.to_string(),
+                rel,
                 kind: EntryKind::File,
                 stat: Stat::of(m),
             });
@@ -471,7 +479,11 @@ fn walk(
         }
     }
     if !stack.is_empty() {
-        for p in walk_in_parallel(w, stack, threads)? {
+        let mut parts = walk_in_parallel(w, stack, threads)?;
+        // The part with the most files first: `merge_part` takes its list
+        // as it is (no copy) when nothing was found before it.
+        parts.sort_unstable_by_key(|p| std::cmp::Reverse(p.0.leaves.len()));
+        for p in parts {
             stores.extend(p.1);
             merge_part(out, p.0);
         }
@@ -586,8 +598,17 @@ fn walk_in_parallel(
 
 /// Adds what one thread of a walk found to `out`.
 fn merge_part(out: &mut ScanOut, p: ScanOut) {
-    out.leaves.extend(p.leaves);
-    out.dirs.extend(p.dirs);
+    // Moved whole into an empty list: the files are not copied again.
+    if out.leaves.is_empty() {
+        out.leaves = p.leaves;
+    } else {
+        out.leaves.extend(p.leaves);
+    }
+    if out.dirs.is_empty() {
+        out.dirs = p.dirs;
+    } else {
+        out.dirs.extend(p.dirs);
+    }
     out.missing.extend(p.missing);
     for (k, v) in p.skipped {
         *out.skipped.entry(k).or_default() += v;
@@ -730,6 +751,9 @@ fn walk_dir(
         return;
     };
     let rules = rules_below(&listing, parent_rules, &abs_dir, w.follow, dir.is_empty());
+    // Room for every entry as a file: the list grows once a directory,
+    // not by doubling (and copying) as the files come.
+    out.leaves.reserve(listing.ents.len());
     // One buffer for every entry's absolute path (the ignore matcher
     // wants one), instead of an allocation per entry.
     let mut abs_buf = abs_dir;
@@ -870,7 +894,7 @@ fn visit_entry(
         out.dirs.push((rel.clone(), Stat::of(&m).dir_perm()));
         Some(rel)
     } else {
-        leaf(ws, &rel, &m, out);
+        leaf(ws, rel, &m, out);
         None
     }
 }
