@@ -240,19 +240,20 @@ const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 /// a flag, so a hook or a script sets it once for every command it runs.
 pub const MAX_FILE_BYTES_ENV: &str = "CAIRN_MAX_FILE_BYTES";
 
-/// [`MAX_FILE_BYTES_ENV`], parsed: `None` when unset or empty, a usage
-/// error naming the variable when it is not a number of bytes.
-fn max_file_bytes_from_env() -> Result<Option<u64>> {
-    match std::env::var(MAX_FILE_BYTES_ENV) {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse().map(Some).map_err(|_| {
-            usage(format!(
-                "{MAX_FILE_BYTES_ENV}={v:?} is not a number of bytes (for example 2147483648)"
-            ))
-        }),
+/// A number of bytes from the environment variable `name`: `None` when
+/// unset or blank, a usage error naming the variable (with `example`)
+/// when it is not a number. Every byte-count variable
+/// ([`MAX_FILE_BYTES_ENV`], `CAIRN_CACHE_BYTES`) is read through it.
+pub fn bytes_from_env(name: &str, example: u64) -> Result<Option<u64>> {
+    let bad = |v: &dyn std::fmt::Debug| {
+        usage(format!(
+            "{name}={v:?} is not a number of bytes (for example {example})"
+        ))
+    };
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map(Some).map_err(|_| bad(&v)),
         Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(v)) => Err(usage(format!(
-            "{MAX_FILE_BYTES_ENV}={v:?} is not a number of bytes (for example 2147483648)"
-        ))),
+        Err(std::env::VarError::NotUnicode(v)) => Err(bad(&v)),
     }
 }
 
@@ -347,7 +348,7 @@ impl Settings {
             Some(url) => Some((url, replicate::cache_bytes(cli.cache_bytes)?)),
             None => None,
         };
-        let max_file_bytes = max_file_bytes_from_env()?;
+        let max_file_bytes = bytes_from_env(MAX_FILE_BYTES_ENV, 2_147_483_648)?;
         Ok(Settings {
             store: cli.store.clone(),
             archive,

@@ -296,14 +296,8 @@ pub fn cache_bytes(flag: Option<u64>) -> Result<u64> {
     if let Some(n) = flag {
         return Ok(n);
     }
-    match std::env::var(CACHE_BYTES_ENV) {
-        Ok(v) if !v.is_empty() => v.trim().parse().map_err(|_| {
-            crate::usage(format!(
-                "{CACHE_BYTES_ENV}={v:?} is not a number of bytes (for example 1073741824)"
-            ))
-        }),
-        _ => Ok(cairn::replicate::DEFAULT_CACHE_BYTES),
-    }
+    Ok(crate::bytes_from_env(CACHE_BYTES_ENV, 1_073_741_824)?
+        .unwrap_or(cairn::replicate::DEFAULT_CACHE_BYTES))
 }
 
 /// Opens the store archived at `url` read-only, in place, its cache as
