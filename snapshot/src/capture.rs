@@ -470,6 +470,7 @@ fn cached_or_to_read(
     let mut dirs = dirs.into_iter().peekable();
     let mut jobs: Vec<Found> = Vec::new();
     let mut any_empty = false;
+    let empty = BlobHash::of(b"");
     let mut old = cache.entries.iter().peekable();
     for f in leaves {
         while let Some((d, mode)) = dirs.next_if(|(d, _)| d.as_str() < f.rel.as_str()) {
@@ -491,7 +492,6 @@ fn cached_or_to_read(
                 sorted.push((f.rel, *c));
             }
             _ if empty_without_reading(&f, clock_ns) => {
-                let empty = *EMPTY.get_or_init(|| BlobHash::of(b""));
                 let entry = Entry {
                     kind: EntryKind::File,
                     mode: f.stat.perm(),
@@ -523,9 +523,6 @@ fn cached_or_to_read(
     // Already one sorted run: collecting it into the map is one pass.
     (sorted.into_iter().collect(), jobs, any_empty)
 }
-
-/// The blake3 hash of no bytes, computed once.
-static EMPTY: std::sync::OnceLock<BlobHash> = std::sync::OnceLock::new();
 
 /// True if the scan's own stat of `f` proves it empty, so it need not be
 /// opened and read (five system calls and a blob lookup each: most of a
