@@ -432,9 +432,9 @@ impl Replicator {
             }
             // Read once: the bytes checked are the bytes shipped, even if
             // a query replaces the file meanwhile.
-            let bytes = local::read_range(&path, 0, st.len)?;
+            let bytes: std::sync::Arc<[u8]> = local::read_range(&path, 0, st.len)?.into();
             let covers = cairn_query::index::seg::SegIndex::open(
-                cairn_engine::vfs::Mapped::Bytes(std::sync::Arc::from(bytes.as_slice())),
+                cairn_engine::vfs::Mapped::Bytes(bytes.clone()),
                 &rel,
             )
             .and_then(|ix| {
