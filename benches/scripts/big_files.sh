@@ -27,6 +27,7 @@
 # window (capture.rs, RACY_WINDOW_NS), so the file is read once.
 set -euo pipefail
 C=$(realpath "${1:-target/release/cairn}")
+HERE=$(dirname "$(realpath "$0")")
 SIZE_MB=${2:-1024}
 EDIT_MB=${3:-1}
 RUNS=${4:-3}
@@ -46,14 +47,7 @@ measure() {
     before=$(bytes_of "$dir/$store")
     (cd "$dir" && /usr/bin/time -v -o "$T/time.txt" "$@" >/dev/null 2>&1)
     after=$(bytes_of "$dir/$store")
-    awk -v name="$name" -v grew=$((after - before)) '
-        /Elapsed \(wall clock\)/ { n = split($NF, p, ":"); wall = 0;
-                                   for (i = 1; i <= n; i++) wall = wall * 60 + p[i] }
-        /User time/ { user = $NF }
-        /System time/ { sys = $NF }
-        /Maximum resident set size/ { rss = $NF }
-        END { printf "| %s | %.2f s | %.2f s | %.2f s | %.0f MiB | %.1f MiB |\n",
-                     name, wall, user, sys, rss / 1024, grew / 1048576 }' "$T/time.txt"
+    awk -v name="$name" -v grew=$((after - before)) -f "$HERE/time_row.awk" "$T/time.txt"
 }
 
 mkdir "$T/c" "$T/g"

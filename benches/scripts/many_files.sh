@@ -22,6 +22,7 @@
 # under $TMPDIR (default /tmp) and removed at the end.
 set -euo pipefail
 C=$(realpath "${1:-target/release/cairn}")
+HERE=$(dirname "$(realpath "$0")")
 N=${2:-1000000}
 RUNS=${3:-5}
 PAIR=${4:-}
@@ -45,14 +46,7 @@ timed() {
     local label=$1
     shift
     /usr/bin/time -v -o "$T/time.txt" "$@" >/dev/null 2>&1
-    awk -v name="$label" '
-        /Elapsed \(wall clock\)/ { n = split($NF, p, ":"); wall = 0;
-                                   for (i = 1; i <= n; i++) wall = wall * 60 + p[i] }
-        /User time/ { user = $NF }
-        /System time/ { sys = $NF }
-        /Maximum resident set size/ { rss = $NF }
-        END { printf "| %s | %.2f s | %.2f s | %.2f s | %.0f MiB |\n",
-                     name, wall, user, sys, rss / 1024 }' "$T/time.txt"
+    awk -v name="$label" -f "$HERE/time_row.awk" "$T/time.txt"
 }
 
 echo "files: $N"
