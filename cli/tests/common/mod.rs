@@ -135,3 +135,35 @@ pub fn noise(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Human output with its relative ages ("3s ago", "in 5m") replaced by
+/// `<age>` and each line's runs of spaces made one, so two runs a second
+/// apart compare equal (the age, and the column widths it sets, follow
+/// the clock).
+pub fn without_ages(out: &[u8]) -> String {
+    let is_age = |w: &str| {
+        w.len() > 1
+            && w.ends_with(['s', 'm', 'h', 'd'])
+            && w[..w.len() - 1].bytes().all(|b| b.is_ascii_digit())
+    };
+    let mut text = String::new();
+    for line in String::from_utf8_lossy(out).lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let mut kept = Vec::with_capacity(words.len());
+        let mut i = 0;
+        while i < words.len() {
+            let ago = is_age(words[i]) && words.get(i + 1) == Some(&"ago");
+            let ahead = words[i] == "in" && words.get(i + 1).is_some_and(|w| is_age(w));
+            if ago || ahead {
+                kept.push("<age>");
+                i += 2;
+            } else {
+                kept.push(words[i]);
+                i += 1;
+            }
+        }
+        text.push_str(&kept.join(" "));
+        text.push('\n');
+    }
+    text
+}
