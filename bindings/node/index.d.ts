@@ -51,3 +51,9 @@ export declare class LockedError extends CairnError {}
 export declare class NotFoundError extends CairnError {}
 /** A path outside the workspace, under .git or .cairn, or through a symlink. */
 export declare class OutsideWorkspaceError extends CairnError {}
+/**
+ * How many stores hold a cleanup hook with Node: open ones that recorded
+ * something, or ones dropped unclosed. A closed store gives its hook back
+ * once it is garbage-collected.
+ */
+export declare function liveCleanupHooks(): number

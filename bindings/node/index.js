@@ -31,6 +31,7 @@ const FAMILIES = {
   LockedError,
   NotFoundError,
   OutsideWorkspaceError,
+  liveCleanupHooks: native.liveCleanupHooks,
 }
 
 // The addon tags each message with its family: "[LockedError] ...".
@@ -173,4 +174,5 @@ module.exports = {
   LockedError,
   NotFoundError,
   OutsideWorkspaceError,
+  liveCleanupHooks: native.liveCleanupHooks,
 }

@@ -23,7 +23,7 @@
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
@@ -122,6 +122,8 @@ struct Inner {
 pub struct Committer {
     inner: Arc<Inner>,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    /// The env's cleanup hook, if it was registered.
+    hook: Option<Hook>,
 }
 
 /// What the env's cleanup hook needs to stop a committer whose store was
@@ -130,18 +132,60 @@ pub struct Committer {
 /// would call into freed memory (a process left with an open store
 /// aborted at exit). The hook holds the queue weakly, so a store dropped
 /// before exit still closes then, not at exit.
+///
+/// The hook and the [`Committer`] share it: a committer stopped by a
+/// close and then dropped on the JS thread removes the hook, so a process
+/// that opens and closes stores keeps no hook per store until it exits.
 struct Teardown {
     inner: std::sync::Weak<Inner>,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    /// Set by whichever of the hook and the committer's removal runs
+    /// first (both on the JS thread); the other leaves the hook alone.
+    done: AtomicBool,
 }
+
+/// Cleanup hooks registered and not yet run nor removed: one per store
+/// that has committed and is open or not yet collected (see
+/// [`live_cleanup_hooks`]).
+static LIVE_HOOKS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many stores hold a cleanup hook with Node: those that recorded
+/// something and are open, or closed but not yet garbage-collected. A
+/// diagnostic for embedders (and the test) that a closed store leaves
+/// nothing behind.
+pub fn live_cleanup_hooks() -> usize {
+    LIVE_HOOKS.load(Ordering::Relaxed)
+}
+
+/// The registered hook, removed by the committer's drop (see [`Teardown`]).
+struct Hook {
+    env: sys::napi_env,
+    /// The committer's own reference to what the hook holds.
+    state: Arc<Teardown>,
+    /// The hook's argument: the hook's reference, released by whichever
+    /// of the hook and the removal runs.
+    arg: *const Teardown,
+    /// The JS thread: the hook may be removed only there.
+    js_thread: std::thread::ThreadId,
+}
+
+// SAFETY: `env` and `arg` are used only on `js_thread` (checked in
+// `Committer::drop`); elsewhere the hook is carried, never touched.
+unsafe impl Send for Hook {}
+// SAFETY: as for Send.
+unsafe impl Sync for Hook {}
 
 /// The env's cleanup hook (see [`Teardown`]). Node runs cleanup hooks in
 /// the reverse order of their registration, so this one, added after the
 /// thread-safe function was created, runs before that function's own.
 unsafe extern "C" fn teardown(arg: *mut c_void) {
-    // SAFETY: `arg` is the box made in `Committer::start`, handed back
-    // exactly once (Node runs each hook once).
-    let t = unsafe { Box::from_raw(arg.cast::<Teardown>()) };
+    // SAFETY: `arg` is the `Arc` made in `Committer::start`, handed back
+    // exactly once (Node runs each hook once; a removed hook never runs).
+    let t = unsafe { Arc::from_raw(arg.cast::<Teardown>().cast_const()) };
+    if t.done.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    LIVE_HOOKS.fetch_sub(1, Ordering::Relaxed);
     if let Some(inner) = t.inner.upgrade() {
         inner
             .queue
@@ -257,18 +301,35 @@ impl Committer {
                 )
             })?;
         let thread = Arc::new(Mutex::new(Some(thread)));
-        let hook = Box::into_raw(Box::new(Teardown {
+        let state = Arc::new(Teardown {
             inner: Arc::downgrade(&inner),
             thread: thread.clone(),
-        }));
-        // SAFETY: on the JS thread with its env; `teardown` takes the box
-        // back when Node runs it, at the env's teardown.
-        let status = unsafe { sys::napi_add_env_cleanup_hook(raw, Some(teardown), hook.cast()) };
-        if status != sys::Status::napi_ok {
+            done: AtomicBool::new(false),
+        });
+        let hook = Arc::into_raw(state.clone());
+        // SAFETY: on the JS thread with its env; `teardown` takes the Arc
+        // back when Node runs it, at the env's teardown, unless the
+        // committer's drop removed it first.
+        let status =
+            unsafe { sys::napi_add_env_cleanup_hook(raw, Some(teardown), hook.cast_mut().cast()) };
+        let hook = if status == sys::Status::napi_ok {
+            LIVE_HOOKS.fetch_add(1, Ordering::Relaxed);
+            Some(Hook {
+                env: raw,
+                state,
+                arg: hook,
+                js_thread: std::thread::current().id(),
+            })
+        } else {
             // SAFETY: not handed over.
-            drop(unsafe { Box::from_raw(hook) });
-        }
-        Ok(Arc::new(Committer { inner, thread }))
+            drop(unsafe { Arc::from_raw(hook) });
+            None
+        };
+        Ok(Arc::new(Committer {
+            inner,
+            thread,
+            hook,
+        }))
     }
 
     /// Queues `work` and returns its promise (on the JS thread). A store
@@ -372,6 +433,40 @@ impl Drop for Committer {
         // The store and every session are gone: let the thread finish what
         // is queued and exit without waiting for it here (on the JS thread).
         self.refuse_new();
+        self.remove_hook();
+    }
+}
+
+impl Committer {
+    /// Removes the env's cleanup hook once it has nothing left to do: the
+    /// thread was stopped (a close) and this runs on the JS thread. A
+    /// committer dropped unclosed, or off the JS thread (the last handle
+    /// held by a close's worker), keeps its hook until Node exits.
+    fn remove_hook(&mut self) {
+        let Some(h) = &self.hook else { return };
+        let stopped = self
+            .thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none();
+        if !stopped || std::thread::current().id() != h.js_thread {
+            return;
+        }
+        if h.state.done.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        LIVE_HOOKS.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: the env is this thread's; the hook and its argument are
+        // the ones registered in `start`, and it has not run (`done`).
+        let status = unsafe {
+            sys::napi_remove_env_cleanup_hook(h.env, Some(teardown), h.arg.cast_mut().cast())
+        };
+        if status == sys::Status::napi_ok {
+            // SAFETY: the hook will not run, so its reference is ours to
+            // release.
+            drop(unsafe { Arc::from_raw(h.arg) });
+        }
+        self.hook = None;
     }
 }
 

@@ -206,6 +206,16 @@ pub struct RollbackOptions {
     pub state: Option<Buffer>,
 }
 
+/// How many stores hold a cleanup hook with Node: those that recorded
+/// something and are still open, or were dropped unclosed (their hook
+/// stops the committer when Node exits). A store closed with `close()`
+/// gives its hook back once it is garbage-collected: a diagnostic for an
+/// embedder that opens and closes many stores in one process.
+#[napi]
+pub fn live_cleanup_hooks() -> u32 {
+    committer::live_cleanup_hooks() as u32
+}
+
 /// What the store's committer has appended: `batches` appends holding
 /// `events` events (with durability `always`, one sync per batch).
 #[napi(object)]

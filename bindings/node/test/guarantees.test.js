@@ -133,6 +133,48 @@ test('pending calls keep Node running until they settle; an idle store does not'
   }
 })
 
+const OPEN_CLOSE = `
+const cairn = require(${JSON.stringify(path.resolve(__dirname, '..'))})
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+;(async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cairn-hooks-'))
+  const before = cairn.liveCleanupHooks()
+  const counts = []
+  for (let i = 0; i < 30; i++) {
+    const ws = fs.mkdirSync(path.join(dir, String(i)), { recursive: true })
+    const store = await cairn.Store.open(ws, { create: true })
+    await store.session('s').prompt('hello')
+    counts.push(cairn.liveCleanupHooks() - before)
+    await store.close()
+  }
+  // Let the closed stores be collected (their finalizers run on this thread).
+  for (let i = 0; i < 5; i++) {
+    global.gc()
+    await new Promise((r) => setImmediate(r))
+  }
+  const left = await cairn.Store.open(fs.mkdirSync(path.join(dir, 'left'), { recursive: true }), { create: true })
+  await left.session('s').prompt('left open')
+  console.log(JSON.stringify({ max: Math.max(...counts), after: cairn.liveCleanupHooks() - before }))
+})()
+`
+
+// A store that recorded holds a Node cleanup hook (it stops the committer
+// if Node exits with the store open); a closed store gives it back once
+// collected, so a process that opens and closes many stores does not
+// keep one per store. The last store is left open: it keeps its hook and
+// the process still exits cleanly.
+test('closed stores give their cleanup hooks back; one left open exits cleanly', () => {
+  const r = spawnSync(process.execPath, ['--expose-gc', '-e', OPEN_CLOSE], { encoding: 'utf8', timeout: 60000 })
+  assert.equal(r.error, undefined, 'the child did not exit by itself')
+  assert.equal(r.signal, null, `the child was killed by ${r.signal} at exit`)
+  assert.equal(r.status, 0, r.stderr)
+  const got = JSON.parse(r.stdout.trim())
+  assert.ok(got.max >= 1, `an open store that recorded holds a hook: ${r.stdout}`)
+  assert.ok(got.after <= 2, `30 closed stores left ${got.after} hooks behind (the open one holds 1): ${r.stdout}`)
+})
+
 const KILL_AFTER = 200
 const CHILD = `
 const cairn = require(${JSON.stringify(path.resolve(__dirname, '..'))})
