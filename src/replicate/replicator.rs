@@ -287,6 +287,7 @@ impl Replicator {
         };
         self.ship_log(&mut shipped, &mut report)?;
         self.note_cut_history(&mut shipped);
+        self.ship_sparse_indexes(&mut shipped.files, &mut report)?;
         self.ship_seg_indexes(&mut shipped.files, &mut report)?;
         self.ship_blobs_and_dicts(&mut shipped.files, &mut report)?;
         // Every piece is in the archive before a manifest names it.
@@ -373,6 +374,78 @@ impl Replicator {
                 (None, None)
             }
         })
+    }
+
+    /// Ships the sparse index file (`log/<first LSN>.idx`) of each sealed
+    /// segment `ship_log` has just walked: the store's own file when it is
+    /// whole and describes the segment, else one built from the segment
+    /// (the store is not written; see
+    /// [`cairn_engine::log::sealed_index_file`]). A reader of the archive
+    /// in place reads a record's frames by range at the offsets it gives;
+    /// without it, it would fetch the whole segment to build it. A
+    /// segment unchanged since its file was shipped (same identity, size
+    /// and time) is not read again. A segment whose index cannot be had
+    /// (a damaged frame) is shipped without one: the reader then builds
+    /// the index from the segment and names the damage, as a local store
+    /// does.
+    fn ship_sparse_indexes(
+        &mut self,
+        files: &mut Vec<FileEntry>,
+        report: &mut RoundReport,
+    ) -> Result<(), ReplicateError> {
+        let sealed: Vec<(String, Stat)> = files
+            .iter()
+            .filter_map(|f| match self.tracked.get(&f.path) {
+                Some(Tracked {
+                    cursor: Cursor::Log(c),
+                    stat,
+                    ..
+                }) if c.sealed => Some((f.path.clone(), *stat)),
+                _ => None,
+            })
+            .collect();
+        for (seg, st) in sealed {
+            let Some(rel) = seg.strip_suffix(".seg").map(|s| format!("{s}.idx")) else {
+                continue;
+            };
+            if let Some(t) = self.tracked.get(&rel) {
+                if matches!(t.cursor, Cursor::Whole) && t.stat == st {
+                    files.push(FileEntry {
+                        path: rel,
+                        len: t.len,
+                        pieces: t.pieces.clone(),
+                    });
+                    continue;
+                }
+            }
+            self.tracked.remove(&rel);
+            let path = self.store.join(&seg);
+            let Ok(bytes) =
+                cairn_engine::log::sealed_index_file(&cairn_engine::vfs::RealVfs, &path)
+            else {
+                continue;
+            };
+            let len = bytes.len() as u64;
+            let mut pieces = Vec::new();
+            for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
+                pieces.push(self.ship_piece(part.to_vec(), report)?);
+            }
+            self.tracked.insert(
+                rel.clone(),
+                Tracked {
+                    stat: st,
+                    len,
+                    pieces: pieces.clone(),
+                    cursor: Cursor::Whole,
+                },
+            );
+            files.push(FileEntry {
+                path: rel,
+                len,
+                pieces,
+            });
+        }
+        Ok(())
     }
 
     /// Ships the query index file of each sealed segment `ship_log` has

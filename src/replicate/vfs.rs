@@ -5,9 +5,14 @@
 //!
 //! A file is its pieces. [`VfsFile::read_at`] fetches only the pieces
 //! that cover the range asked for: a piece of at most
-//! [`RANGE_CHUNK_BYTES`] whole, a larger one by ranged reads of that size.
-//! [`Vfs::map`] (the engine maps sealed log segments and the blob index)
-//! fetches every piece of the file whole. What is fetched goes to a
+//! [`RANGE_CHUNK_BYTES`] whole, a larger one by ranged reads of that size,
+//! or of [`RANGE_PAGE_BYTES`] for a read of at most that much.
+//! [`Vfs::map`] (the engine maps the blob index, and a sealed segment
+//! only for work that reads it all: verify, an index rebuild) fetches
+//! every piece of the file whole; [`Vfs::maps_cheaply`] says so, and the
+//! engine reads a sealed segment's frames by `read_at` at the offsets of
+//! its sparse index file (`log/<first LSN>.idx`, shipped with it).
+//! What is fetched goes to a
 //! [`PieceCache`] on the local disk, bounded in size. A manifest of
 //! version 2 lists the sealed segments' query index files as well: a
 //! filtered query reads those (each mapped whole, and checked as on a
@@ -39,7 +44,9 @@ use std::sync::Arc;
 use cairn_engine::vfs::{LockGuard, Mapped, OpenMode, Vfs, VfsFile};
 
 use super::archive::Archive;
-use super::cache::{default_cache_dir, Entry, PieceCache, DEFAULT_CACHE_BYTES, RANGE_CHUNK_BYTES};
+use super::cache::{
+    default_cache_dir, Entry, PieceCache, DEFAULT_CACHE_BYTES, RANGE_CHUNK_BYTES, RANGE_PAGE_BYTES,
+};
 use super::manifest::{FileEntry, Manifest};
 use super::{newest_manifest, object_name, ReplicateError};
 
@@ -311,8 +318,16 @@ impl Inner {
 
     /// Bytes of piece `i` of `f` that hold offset `at` of the piece, and
     /// where they start in it: the whole piece when it is cached or small,
-    /// else the chunk around `at`.
-    fn bytes_at(&self, f: &ArchivedFile, i: usize, at: u64) -> io::Result<(Arc<[u8]>, u64)> {
+    /// else the chunk around `at` when it is cached or `want` (the bytes
+    /// asked for) is more than [`RANGE_PAGE_BYTES`], else the page around
+    /// `at`.
+    fn bytes_at(
+        &self,
+        f: &ArchivedFile,
+        i: usize,
+        at: u64,
+        want: usize,
+    ) -> io::Result<(Arc<[u8]>, u64)> {
         let p = &f.entry.pieces[i];
         if p.len <= RANGE_CHUNK_BYTES {
             return Ok((self.whole_piece(f, i)?, 0));
@@ -321,12 +336,21 @@ impl Inner {
             return Ok((b, 0));
         }
         let n = at / RANGE_CHUNK_BYTES;
-        let start = n * RANGE_CHUNK_BYTES;
-        let entry = Entry::Chunk(p.hash.clone(), n);
-        if let Some(b) = self.cache.get(&entry) {
-            return Ok((b, start));
+        let chunk = Entry::Chunk(p.hash.clone(), n);
+        if let Some(b) = self.cache.get(&chunk) {
+            return Ok((b, n * RANGE_CHUNK_BYTES));
         }
-        let end = (start + RANGE_CHUNK_BYTES).min(p.len);
+        let (entry, start, size) = if want as u64 <= RANGE_PAGE_BYTES {
+            let n = at / RANGE_PAGE_BYTES;
+            let page = Entry::Page(p.hash.clone(), n);
+            if let Some(b) = self.cache.get(&page) {
+                return Ok((b, n * RANGE_PAGE_BYTES));
+            }
+            (page, n * RANGE_PAGE_BYTES, RANGE_PAGE_BYTES)
+        } else {
+            (chunk, n * RANGE_CHUNK_BYTES, RANGE_CHUNK_BYTES)
+        };
+        let end = (start + size).min(p.len);
         let obj = object_name(&p.hash);
         let bytes = self
             .archive
@@ -355,7 +379,7 @@ impl Inner {
         // The last piece starting at or before `offset`.
         let i = f.starts.partition_point(|s| *s <= offset) - 1;
         let in_piece = offset - f.starts[i];
-        let (bytes, start) = self.bytes_at(f, i, in_piece)?;
+        let (bytes, start) = self.bytes_at(f, i, in_piece, buf.len())?;
         let from = (in_piece - start) as usize;
         let n = buf.len().min(bytes.len() - from);
         buf[..n].copy_from_slice(&bytes[from..from + n]);
@@ -476,5 +500,11 @@ impl Vfs for ArchiveVfs {
 
     fn lock_exclusive(&self, path: &Path) -> io::Result<LockGuard> {
         Err(read_only(&self.inner, "lock", path))
+    }
+
+    /// A map fetches every piece of the file: a reader reads a sealed
+    /// segment's frames by range instead.
+    fn maps_cheaply(&self) -> bool {
+        false
     }
 }
