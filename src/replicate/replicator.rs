@@ -887,6 +887,64 @@ mod tests {
         }
     }
 
+    /// Each sealed segment's sparse index file is shipped, built from the
+    /// segment when the store has none (the store is not written), and is
+    /// byte for byte the file the store writes; the tail has none.
+    #[test]
+    fn sparse_index_files_of_sealed_segments_are_shipped_and_built_when_missing() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let s = crate::Store::builder()
+            .workspace(&ws)
+            .segment_size_bytes(64 << 10)
+            .open()
+            .unwrap();
+        for i in 0..2000 {
+            s.session("s")
+                .prompt(&format!("prompt {i} {}", "x".repeat(100)))
+                .unwrap();
+        }
+        let sealed = s.stats().log.sealed_segments;
+        s.close().unwrap();
+        assert!(sealed >= 2, "{sealed}");
+        let log = ws.join(".cairn/log");
+        let idx_files = || -> Vec<(String, Vec<u8>)> {
+            let mut v: Vec<_> = std::fs::read_dir(&log)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "idx"))
+                .map(|p| {
+                    let name = p.file_name().unwrap().to_string_lossy().to_string();
+                    (format!("log/{name}"), std::fs::read(&p).unwrap())
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let want = idx_files();
+        assert_eq!(want.len() as u64, sealed);
+        // The first one removed: the replicator builds it.
+        std::fs::remove_file(ws.join(".cairn").join(&want[0].0)).unwrap();
+        let arch = d.path().join("archive");
+        let url = format!("file://{}", arch.display());
+        let mut r = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn")).unwrap();
+        r.round().unwrap();
+        assert_eq!(idx_files().len() as u64, sealed - 1, "nothing written");
+        let a = Archive::open(&url).unwrap();
+        let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        let mut got = Vec::new();
+        for f in m.files.iter().filter(|f| f.path.ends_with(".idx")) {
+            let mut b = Vec::new();
+            for p in &f.pieces {
+                b.extend(a.get(&object_name(&p.hash)).unwrap().unwrap());
+            }
+            got.push((f.path.clone(), b));
+        }
+        got.sort();
+        assert_eq!(got, want);
+    }
+
     /// Pieces are noted as shipped when read and sent later, several at a
     /// time: a round whose sends failed must not leave them noted, or the
     /// next round of the same replicator would name them unsent.
