@@ -105,6 +105,11 @@ struct Inner {
     /// relative to it, as on the original store.
     workspace: Option<PathBuf>,
     files: BTreeMap<PathBuf, Arc<ArchivedFile>>,
+    /// The chunks (piece hash, chunk number) a page was fetched from by
+    /// this reader: a second small read in such a chunk fetches the whole
+    /// chunk, so reading many small things in a row (a pack's entries,
+    /// a segment's frames) costs a request per chunk, not per page.
+    paged: parking_lot::Mutex<std::collections::HashSet<(String, u64)>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -185,6 +190,7 @@ impl ArchiveVfs {
                 manifest: name,
                 workspace: m.workspace.as_ref().map(PathBuf::from),
                 files,
+                paged: Default::default(),
             }),
         }
     }
@@ -318,9 +324,9 @@ impl Inner {
 
     /// Bytes of piece `i` of `f` that hold offset `at` of the piece, and
     /// where they start in it: the whole piece when it is cached or small,
-    /// else the chunk around `at` when it is cached or `want` (the bytes
-    /// asked for) is more than [`RANGE_PAGE_BYTES`], else the page around
-    /// `at`.
+    /// else the chunk around `at` when it is cached, or `want` (the bytes
+    /// asked for) is more than [`RANGE_PAGE_BYTES`], or a page of that
+    /// chunk was fetched before; else the page around `at`.
     fn bytes_at(
         &self,
         f: &ArchivedFile,
@@ -340,7 +346,9 @@ impl Inner {
         if let Some(b) = self.cache.get(&chunk) {
             return Ok((b, n * RANGE_CHUNK_BYTES));
         }
-        let (entry, start, size) = if want as u64 <= RANGE_PAGE_BYTES {
+        let first_page_of_chunk =
+            want as u64 <= RANGE_PAGE_BYTES && self.paged.lock().insert((p.hash.clone(), n));
+        let (entry, start, size) = if first_page_of_chunk {
             let n = at / RANGE_PAGE_BYTES;
             let page = Entry::Page(p.hash.clone(), n);
             if let Some(b) = self.cache.get(&page) {
@@ -506,5 +514,80 @@ impl Vfs for ArchiveVfs {
     /// segment's frames by range instead.
     fn maps_cheaply(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::replicate::manifest::Piece;
+
+    /// A piece of `len` bytes (larger than a chunk) in a file:// archive,
+    /// presented as the file `blobs/pack-1.pack`: the file system, the
+    /// path, and the bytes.
+    fn one_large_piece(dir: &Path, len: usize) -> (ArchiveVfs, PathBuf, Vec<u8>) {
+        let bytes: Vec<u8> = (0..len as u64)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        let hash = blake3::hash(&bytes).to_hex().to_string();
+        let archive = Archive::open(&format!("file://{}", dir.join("a").display())).unwrap();
+        archive.put(&object_name(&hash), bytes.clone()).unwrap();
+        let m = Manifest {
+            version: super::super::manifest::MANIFEST_VERSION,
+            generation: "g".into(),
+            head_lsn: 0,
+            head_chain: "0".repeat(64),
+            created_ms: 0,
+            store: "s".into(),
+            workspace: None,
+            sessions: None,
+            files: vec![FileEntry {
+                path: "blobs/pack-1.pack".into(),
+                len: len as u64,
+                pieces: vec![Piece {
+                    hash,
+                    len: len as u64,
+                }],
+            }],
+        };
+        let cache = PieceCache::open(&dir.join("cache"), 1).unwrap();
+        let vfs = ArchiveVfs::from_manifest(archive, cache, "m".into(), &m);
+        let path = vfs.root().join("blobs/pack-1.pack");
+        (vfs, path, bytes)
+    }
+
+    /// A small read of a large piece fetches a page; a second small read
+    /// in the same chunk fetches the chunk, so reading many small things
+    /// in a row costs a request per chunk, not per page; a large read
+    /// fetches a chunk. What is read is the file's bytes.
+    #[test]
+    fn small_reads_fetch_a_page_then_the_chunk() {
+        let d = tempfile::tempdir().unwrap();
+        let len = 4 * RANGE_CHUNK_BYTES as usize;
+        let (vfs, path, bytes) = one_large_piece(d.path(), len);
+        let f = vfs.open(&path, OpenMode::Read).unwrap();
+        let (gets, read) = (vfs.archive().gets(), vfs.archive().bytes_read());
+        let mut b = vec![0u8; 64];
+        f.read_exact_at(&mut b, 100).unwrap();
+        assert_eq!(b, bytes[100..164]);
+        assert_eq!(vfs.archive().gets() - gets, 1);
+        assert_eq!(vfs.archive().bytes_read() - read, RANGE_PAGE_BYTES);
+        // Small reads one after the other through the rest of the chunk
+        // and into the next: one more request for each chunk.
+        let mut off = 164u64;
+        while off < RANGE_CHUNK_BYTES + 10_000 {
+            let mut b = vec![0u8; 4000];
+            f.read_exact_at(&mut b, off).unwrap();
+            assert_eq!(b, bytes[off as usize..off as usize + 4000]);
+            off += 4000;
+        }
+        assert_eq!(vfs.archive().gets() - gets, 4, "page, chunk, page, chunk");
+        // A large read: chunks.
+        let mut b = vec![0u8; 100_000];
+        let at = 3 * RANGE_CHUNK_BYTES;
+        f.read_exact_at(&mut b, at).unwrap();
+        assert_eq!(b, bytes[at as usize..at as usize + 100_000]);
+        assert_eq!(vfs.archive().gets() - gets, 5);
     }
 }
