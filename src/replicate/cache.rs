@@ -40,6 +40,15 @@ pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
 /// most this, while a 16 MiB piece is not fetched whole for them.
 pub const RANGE_CHUNK_BYTES: u64 = 256 << 10;
 
+/// The size of one ranged read of a piece for a small read (at most
+/// this much asked, nothing around it cached): a segment's header or
+/// footer, or the frames of one record at its sparse-index offset, cost
+/// one request of this size rather than a [`RANGE_CHUNK_BYTES`] chunk.
+/// Opening a log in place reads every sealed segment's header and footer:
+/// 2 x 16 KiB a segment instead of 2 x 256 KiB. Reads that go on
+/// (a cursor doubles what it asks) move to chunks.
+pub const RANGE_PAGE_BYTES: u64 = 16 << 10;
+
 /// Bytes of recently used entries kept in memory as well: two whole
 /// pieces of the largest size, many chunks.
 pub const MEMORY_CACHE_BYTES: u64 = 32 << 20;
@@ -61,6 +70,8 @@ pub(crate) enum Entry {
     Whole(String),
     /// Bytes `n * RANGE_CHUNK_BYTES ..` of the piece named by the hash.
     Chunk(String, u64),
+    /// Bytes `n * RANGE_PAGE_BYTES ..` of the piece named by the hash.
+    Page(String, u64),
 }
 
 impl Entry {
@@ -68,15 +79,17 @@ impl Entry {
         match self {
             Entry::Whole(h) => h.clone(),
             Entry::Chunk(h, n) => format!("{h}.{n}"),
+            Entry::Page(h, n) => format!("{h}.p{n}"),
         }
     }
 
     fn parse(name: &str) -> Option<Entry> {
         match name.split_once('.') {
             None if super::manifest::is_hash(name) => Some(Entry::Whole(name.to_string())),
-            Some((h, n)) if super::manifest::is_hash(h) => {
-                Some(Entry::Chunk(h.to_string(), n.parse().ok()?))
-            }
+            Some((h, n)) if super::manifest::is_hash(h) => match n.strip_prefix('p') {
+                Some(n) => Some(Entry::Page(h.to_string(), n.parse().ok()?)),
+                None => Some(Entry::Chunk(h.to_string(), n.parse().ok()?)),
+            },
             _ => None,
         }
     }
@@ -233,7 +246,7 @@ impl PieceCache {
         self.remember(&mut st, entry.clone(), bytes.clone());
         let stored_len = (match &entry {
             Entry::Whole(_) => bytes.len(),
-            Entry::Chunk(..) => bytes.len() + CHUNK_TRAILER_LEN,
+            Entry::Chunk(..) | Entry::Page(..) => bytes.len() + CHUNK_TRAILER_LEN,
         }) as u64;
         if stored_len > self.max_bytes {
             return;
@@ -264,7 +277,7 @@ impl PieceCache {
                 .mode(0o600)
                 .open(&tmp)?;
             f.write_all(bytes)?;
-            if let Entry::Chunk(..) = entry {
+            if let Entry::Chunk(..) | Entry::Page(..) = entry {
                 f.write_all(&crc(bytes).to_le_bytes())?;
             }
             f.sync_data()?;
@@ -319,7 +332,7 @@ impl PieceCache {
 fn check(entry: &Entry, mut b: Vec<u8>) -> Option<Vec<u8>> {
     match entry {
         Entry::Whole(hash) => (blake3::hash(&b).to_hex().as_str() == hash).then_some(b),
-        Entry::Chunk(..) => {
+        Entry::Chunk(..) | Entry::Page(..) => {
             let n = b.len().checked_sub(CHUNK_TRAILER_LEN)?;
             let stored = u32::from_le_bytes(b[n..].try_into().ok()?);
             b.truncate(n);
@@ -373,9 +386,13 @@ mod tests {
         let c = PieceCache::open(d.path(), 1 << 20).unwrap();
         let (a, ab) = whole(b"piece bytes");
         let chunk = Entry::Chunk("0".repeat(64), 3);
+        let page = Entry::Page("0".repeat(64), 3);
         c.put(a.clone(), ab);
         c.put(chunk.clone(), Arc::from(&b"chunk bytes"[..]));
-        for e in [&a, &chunk] {
+        c.put(page.clone(), Arc::from(&b"page bytes"[..]));
+        assert_eq!(Entry::parse(&page.file_name()), Some(page.clone()));
+        assert_eq!(Entry::parse(&chunk.file_name()), Some(chunk.clone()));
+        for e in [&a, &chunk, &page] {
             let p = c.dir().join(e.file_name());
             let mut b = std::fs::read(&p).unwrap();
             b[0] ^= 1;
@@ -384,6 +401,7 @@ mod tests {
         let reopened = PieceCache::open(d.path(), 1 << 20).unwrap();
         assert!(reopened.get(&a).is_none());
         assert!(reopened.get(&chunk).is_none());
+        assert!(reopened.get(&page).is_none());
         assert!(!c.dir().join(a.file_name()).exists());
         assert_eq!(reopened.bytes_on_disk(), 0);
     }

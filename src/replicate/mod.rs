@@ -41,6 +41,7 @@ pub use archive::{
 };
 pub use cache::{
     default_cache_dir, PieceCache, DEFAULT_CACHE_BYTES, MEMORY_CACHE_BYTES, RANGE_CHUNK_BYTES,
+    RANGE_PAGE_BYTES,
 };
 pub use manifest::{
     FileEntry, Manifest, Piece, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MANIFEST_VERSION,

@@ -287,6 +287,7 @@ impl Replicator {
         };
         self.ship_log(&mut shipped, &mut report)?;
         self.note_cut_history(&mut shipped);
+        self.ship_sparse_indexes(&mut shipped.files, &mut report)?;
         self.ship_seg_indexes(&mut shipped.files, &mut report)?;
         self.ship_blobs_and_dicts(&mut shipped.files, &mut report)?;
         // Every piece is in the archive before a manifest names it.
@@ -373,6 +374,78 @@ impl Replicator {
                 (None, None)
             }
         })
+    }
+
+    /// Ships the sparse index file (`log/<first LSN>.idx`) of each sealed
+    /// segment `ship_log` has just walked: the store's own file when it is
+    /// whole and describes the segment, else one built from the segment
+    /// (the store is not written; see
+    /// [`cairn_engine::log::sealed_index_file`]). A reader of the archive
+    /// in place reads a record's frames by range at the offsets it gives;
+    /// without it, it would fetch the whole segment to build it. A
+    /// segment unchanged since its file was shipped (same identity, size
+    /// and time) is not read again. A segment whose index cannot be had
+    /// (a damaged frame) is shipped without one: the reader then builds
+    /// the index from the segment and names the damage, as a local store
+    /// does.
+    fn ship_sparse_indexes(
+        &mut self,
+        files: &mut Vec<FileEntry>,
+        report: &mut RoundReport,
+    ) -> Result<(), ReplicateError> {
+        let sealed: Vec<(String, Stat)> = files
+            .iter()
+            .filter_map(|f| match self.tracked.get(&f.path) {
+                Some(Tracked {
+                    cursor: Cursor::Log(c),
+                    stat,
+                    ..
+                }) if c.sealed => Some((f.path.clone(), *stat)),
+                _ => None,
+            })
+            .collect();
+        for (seg, st) in sealed {
+            let Some(rel) = seg.strip_suffix(".seg").map(|s| format!("{s}.idx")) else {
+                continue;
+            };
+            if let Some(t) = self.tracked.get(&rel) {
+                if matches!(t.cursor, Cursor::Whole) && t.stat == st {
+                    files.push(FileEntry {
+                        path: rel,
+                        len: t.len,
+                        pieces: t.pieces.clone(),
+                    });
+                    continue;
+                }
+            }
+            self.tracked.remove(&rel);
+            let path = self.store.join(&seg);
+            let Ok(bytes) =
+                cairn_engine::log::sealed_index_file(&cairn_engine::vfs::RealVfs, &path)
+            else {
+                continue;
+            };
+            let len = bytes.len() as u64;
+            let mut pieces = Vec::new();
+            for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
+                pieces.push(self.ship_piece(part.to_vec(), report)?);
+            }
+            self.tracked.insert(
+                rel.clone(),
+                Tracked {
+                    stat: st,
+                    len,
+                    pieces: pieces.clone(),
+                    cursor: Cursor::Whole,
+                },
+            );
+            files.push(FileEntry {
+                path: rel,
+                len,
+                pieces,
+            });
+        }
+        Ok(())
     }
 
     /// Ships the query index file of each sealed segment `ship_log` has
@@ -812,6 +885,64 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Each sealed segment's sparse index file is shipped, built from the
+    /// segment when the store has none (the store is not written), and is
+    /// byte for byte the file the store writes; the tail has none.
+    #[test]
+    fn sparse_index_files_of_sealed_segments_are_shipped_and_built_when_missing() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let s = crate::Store::builder()
+            .workspace(&ws)
+            .segment_size_bytes(64 << 10)
+            .open()
+            .unwrap();
+        for i in 0..2000 {
+            s.session("s")
+                .prompt(&format!("prompt {i} {}", "x".repeat(100)))
+                .unwrap();
+        }
+        let sealed = s.stats().log.sealed_segments;
+        s.close().unwrap();
+        assert!(sealed >= 2, "{sealed}");
+        let log = ws.join(".cairn/log");
+        let idx_files = || -> Vec<(String, Vec<u8>)> {
+            let mut v: Vec<_> = std::fs::read_dir(&log)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "idx"))
+                .map(|p| {
+                    let name = p.file_name().unwrap().to_string_lossy().to_string();
+                    (format!("log/{name}"), std::fs::read(&p).unwrap())
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let want = idx_files();
+        assert_eq!(want.len() as u64, sealed);
+        // The first one removed: the replicator builds it.
+        std::fs::remove_file(ws.join(".cairn").join(&want[0].0)).unwrap();
+        let arch = d.path().join("archive");
+        let url = format!("file://{}", arch.display());
+        let mut r = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn")).unwrap();
+        r.round().unwrap();
+        assert_eq!(idx_files().len() as u64, sealed - 1, "nothing written");
+        let a = Archive::open(&url).unwrap();
+        let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        let mut got = Vec::new();
+        for f in m.files.iter().filter(|f| f.path.ends_with(".idx")) {
+            let mut b = Vec::new();
+            for p in &f.pieces {
+                b.extend(a.get(&object_name(&p.hash)).unwrap().unwrap());
+            }
+            got.push((f.path.clone(), b));
+        }
+        got.sort();
+        assert_eq!(got, want);
     }
 
     /// Pieces are noted as shipped when read and sent later, several at a

@@ -5,9 +5,14 @@
 //!
 //! A file is its pieces. [`VfsFile::read_at`] fetches only the pieces
 //! that cover the range asked for: a piece of at most
-//! [`RANGE_CHUNK_BYTES`] whole, a larger one by ranged reads of that size.
-//! [`Vfs::map`] (the engine maps sealed log segments and the blob index)
-//! fetches every piece of the file whole. What is fetched goes to a
+//! [`RANGE_CHUNK_BYTES`] whole, a larger one by ranged reads of that size,
+//! or of [`RANGE_PAGE_BYTES`] for a read of at most that much.
+//! [`Vfs::map`] (the engine maps the blob index, and a sealed segment
+//! only for work that reads it all: verify, an index rebuild) fetches
+//! every piece of the file whole; [`Vfs::maps_cheaply`] says so, and the
+//! engine reads a sealed segment's frames by `read_at` at the offsets of
+//! its sparse index file (`log/<first LSN>.idx`, shipped with it).
+//! What is fetched goes to a
 //! [`PieceCache`] on the local disk, bounded in size. A manifest of
 //! version 2 lists the sealed segments' query index files as well: a
 //! filtered query reads those (each mapped whole, and checked as on a
@@ -39,7 +44,9 @@ use std::sync::Arc;
 use cairn_engine::vfs::{LockGuard, Mapped, OpenMode, Vfs, VfsFile};
 
 use super::archive::Archive;
-use super::cache::{default_cache_dir, Entry, PieceCache, DEFAULT_CACHE_BYTES, RANGE_CHUNK_BYTES};
+use super::cache::{
+    default_cache_dir, Entry, PieceCache, DEFAULT_CACHE_BYTES, RANGE_CHUNK_BYTES, RANGE_PAGE_BYTES,
+};
 use super::manifest::{FileEntry, Manifest};
 use super::{newest_manifest, object_name, ReplicateError};
 
@@ -98,6 +105,11 @@ struct Inner {
     /// relative to it, as on the original store.
     workspace: Option<PathBuf>,
     files: BTreeMap<PathBuf, Arc<ArchivedFile>>,
+    /// The chunks (piece hash, chunk number) a page was fetched from by
+    /// this reader: a second small read in such a chunk fetches the whole
+    /// chunk, so reading many small things in a row (a pack's entries,
+    /// a segment's frames) costs a request per chunk, not per page.
+    paged: parking_lot::Mutex<std::collections::HashSet<(String, u64)>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -178,6 +190,7 @@ impl ArchiveVfs {
                 manifest: name,
                 workspace: m.workspace.as_ref().map(PathBuf::from),
                 files,
+                paged: Default::default(),
             }),
         }
     }
@@ -311,8 +324,16 @@ impl Inner {
 
     /// Bytes of piece `i` of `f` that hold offset `at` of the piece, and
     /// where they start in it: the whole piece when it is cached or small,
-    /// else the chunk around `at`.
-    fn bytes_at(&self, f: &ArchivedFile, i: usize, at: u64) -> io::Result<(Arc<[u8]>, u64)> {
+    /// else the chunk around `at` when it is cached, or `want` (the bytes
+    /// asked for) is more than [`RANGE_PAGE_BYTES`], or a page of that
+    /// chunk was fetched before; else the page around `at`.
+    fn bytes_at(
+        &self,
+        f: &ArchivedFile,
+        i: usize,
+        at: u64,
+        want: usize,
+    ) -> io::Result<(Arc<[u8]>, u64)> {
         let p = &f.entry.pieces[i];
         if p.len <= RANGE_CHUNK_BYTES {
             return Ok((self.whole_piece(f, i)?, 0));
@@ -321,12 +342,23 @@ impl Inner {
             return Ok((b, 0));
         }
         let n = at / RANGE_CHUNK_BYTES;
-        let start = n * RANGE_CHUNK_BYTES;
-        let entry = Entry::Chunk(p.hash.clone(), n);
-        if let Some(b) = self.cache.get(&entry) {
-            return Ok((b, start));
+        let chunk = Entry::Chunk(p.hash.clone(), n);
+        if let Some(b) = self.cache.get(&chunk) {
+            return Ok((b, n * RANGE_CHUNK_BYTES));
         }
-        let end = (start + RANGE_CHUNK_BYTES).min(p.len);
+        let first_page_of_chunk =
+            want as u64 <= RANGE_PAGE_BYTES && self.paged.lock().insert((p.hash.clone(), n));
+        let (entry, start, size) = if first_page_of_chunk {
+            let n = at / RANGE_PAGE_BYTES;
+            let page = Entry::Page(p.hash.clone(), n);
+            if let Some(b) = self.cache.get(&page) {
+                return Ok((b, n * RANGE_PAGE_BYTES));
+            }
+            (page, n * RANGE_PAGE_BYTES, RANGE_PAGE_BYTES)
+        } else {
+            (chunk, n * RANGE_CHUNK_BYTES, RANGE_CHUNK_BYTES)
+        };
+        let end = (start + size).min(p.len);
         let obj = object_name(&p.hash);
         let bytes = self
             .archive
@@ -355,7 +387,7 @@ impl Inner {
         // The last piece starting at or before `offset`.
         let i = f.starts.partition_point(|s| *s <= offset) - 1;
         let in_piece = offset - f.starts[i];
-        let (bytes, start) = self.bytes_at(f, i, in_piece)?;
+        let (bytes, start) = self.bytes_at(f, i, in_piece, buf.len())?;
         let from = (in_piece - start) as usize;
         let n = buf.len().min(bytes.len() - from);
         buf[..n].copy_from_slice(&bytes[from..from + n]);
@@ -476,5 +508,86 @@ impl Vfs for ArchiveVfs {
 
     fn lock_exclusive(&self, path: &Path) -> io::Result<LockGuard> {
         Err(read_only(&self.inner, "lock", path))
+    }
+
+    /// A map fetches every piece of the file: a reader reads a sealed
+    /// segment's frames by range instead.
+    fn maps_cheaply(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::replicate::manifest::Piece;
+
+    /// A piece of `len` bytes (larger than a chunk) in a file:// archive,
+    /// presented as the file `blobs/pack-1.pack`: the file system, the
+    /// path, and the bytes.
+    fn one_large_piece(dir: &Path, len: usize) -> (ArchiveVfs, PathBuf, Vec<u8>) {
+        let bytes: Vec<u8> = (0..len as u64)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        let hash = blake3::hash(&bytes).to_hex().to_string();
+        let archive = Archive::open(&format!("file://{}", dir.join("a").display())).unwrap();
+        archive.put(&object_name(&hash), bytes.clone()).unwrap();
+        let m = Manifest {
+            version: super::super::manifest::MANIFEST_VERSION,
+            generation: "g".into(),
+            head_lsn: 0,
+            head_chain: "0".repeat(64),
+            created_ms: 0,
+            store: "s".into(),
+            workspace: None,
+            sessions: None,
+            files: vec![FileEntry {
+                path: "blobs/pack-1.pack".into(),
+                len: len as u64,
+                pieces: vec![Piece {
+                    hash,
+                    len: len as u64,
+                }],
+            }],
+        };
+        let cache = PieceCache::open(&dir.join("cache"), 1).unwrap();
+        let vfs = ArchiveVfs::from_manifest(archive, cache, "m".into(), &m);
+        let path = vfs.root().join("blobs/pack-1.pack");
+        (vfs, path, bytes)
+    }
+
+    /// A small read of a large piece fetches a page; a second small read
+    /// in the same chunk fetches the chunk, so reading many small things
+    /// in a row costs a request per chunk, not per page; a large read
+    /// fetches a chunk. What is read is the file's bytes.
+    #[test]
+    fn small_reads_fetch_a_page_then_the_chunk() {
+        let d = tempfile::tempdir().unwrap();
+        let len = 4 * RANGE_CHUNK_BYTES as usize;
+        let (vfs, path, bytes) = one_large_piece(d.path(), len);
+        let f = vfs.open(&path, OpenMode::Read).unwrap();
+        let (gets, read) = (vfs.archive().gets(), vfs.archive().bytes_read());
+        let mut b = vec![0u8; 64];
+        f.read_exact_at(&mut b, 100).unwrap();
+        assert_eq!(b, bytes[100..164]);
+        assert_eq!(vfs.archive().gets() - gets, 1);
+        assert_eq!(vfs.archive().bytes_read() - read, RANGE_PAGE_BYTES);
+        // Small reads one after the other through the rest of the chunk
+        // and into the next: one more request for each chunk.
+        let mut off = 164u64;
+        while off < RANGE_CHUNK_BYTES + 10_000 {
+            let mut b = vec![0u8; 4000];
+            f.read_exact_at(&mut b, off).unwrap();
+            assert_eq!(b, bytes[off as usize..off as usize + 4000]);
+            off += 4000;
+        }
+        assert_eq!(vfs.archive().gets() - gets, 4, "page, chunk, page, chunk");
+        // A large read: chunks.
+        let mut b = vec![0u8; 100_000];
+        let at = 3 * RANGE_CHUNK_BYTES;
+        f.read_exact_at(&mut b, at).unwrap();
+        assert_eq!(b, bytes[at as usize..at as usize + 100_000]);
+        assert_eq!(vfs.archive().gets() - gets, 5);
     }
 }

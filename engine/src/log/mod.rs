@@ -41,6 +41,7 @@ pub use options::{
 pub use reader::LogReader;
 pub use salvage::{is_placeholder, salvage, DroppedRange, SalvageReport, SALVAGE_SESSION};
 pub use scan::{walk_chained, ChainedWalk};
+pub use segment::sealed_index_file;
 pub use sparse_index::SPARSE_INDEX_INTERVAL_BYTES;
 pub use verify::{Problem, VerifyReport};
 pub use view::LogIter;

@@ -491,6 +491,83 @@ mod lazy_map_tests {
         assert_eq!(r.iter_from(Lsn(1)).count(), 300);
     }
 
+    /// The real file system, saying it cannot map cheaply (as an archive
+    /// read in place does) and failing every map: what a reader reads
+    /// then goes by `read_at` alone.
+    #[derive(Debug)]
+    struct NoMaps(RealVfs);
+
+    impl Vfs for NoMaps {
+        fn open(&self, p: &Path, m: OpenMode) -> std::io::Result<Arc<dyn crate::vfs::VfsFile>> {
+            self.0.open(p, m)
+        }
+        fn map(&self, p: &Path) -> std::io::Result<crate::vfs::Mapped> {
+            Err(std::io::Error::other(format!("no map of {}", p.display())))
+        }
+        fn list(&self, d: &Path) -> std::io::Result<Vec<String>> {
+            self.0.list(d)
+        }
+        fn create_dir_all(&self, d: &Path) -> std::io::Result<()> {
+            self.0.create_dir_all(d)
+        }
+        fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+            self.0.rename(a, b)
+        }
+        fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+            self.0.remove_file(p)
+        }
+        fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
+            self.0.sync_dir(d)
+        }
+        fn exists(&self, p: &Path) -> bool {
+            self.0.exists(p)
+        }
+        fn lock_exclusive(&self, p: &Path) -> std::io::Result<crate::vfs::LockGuard> {
+            self.0.lock_exclusive(p)
+        }
+        fn maps_cheaply(&self) -> bool {
+            false
+        }
+    }
+
+    /// On a file system that cannot map cheaply, a reader reads sealed
+    /// segments' frames by range at their sparse indexes' offsets: every
+    /// record reads back equal to a reader's on the real file system,
+    /// with no segment mapped; a frame altered on disk is named (file,
+    /// offset, LSN), never returned.
+    #[test]
+    fn sealed_segments_are_read_by_range_where_maps_are_dear() {
+        let tmp = tempfile::tempdir().unwrap();
+        log_of(tmp.path(), 300);
+        let want: Vec<Record> = LogReader::open(Arc::new(RealVfs), tmp.path())
+            .unwrap()
+            .iter_from(Lsn(1))
+            .map(|r| r.unwrap())
+            .collect();
+        let r = LogReader::open(Arc::new(NoMaps(RealVfs)), tmp.path()).unwrap();
+        assert!(r.view.sealed.len() >= 3, "{}", r.view.sealed.len());
+        let got: Vec<Record> = r.iter_from(Lsn(1)).map(|r| r.unwrap()).collect();
+        assert_eq!(got, want);
+        assert_eq!(r.read(Lsn(150)).unwrap(), want[149]);
+        assert!(r.view.sealed.iter().all(|s| !s.data.is_mapped()));
+
+        // A byte of the last frame of the first sealed segment altered.
+        let seg = r.view.sealed[0].clone();
+        let last = seg.footer.last_lsn;
+        let end = seg.frames_end() as usize;
+        let mut bytes = std::fs::read(&seg.path).unwrap();
+        bytes[end - 3] ^= 0x40;
+        std::fs::write(&seg.path, &bytes).unwrap();
+        let r = LogReader::open(Arc::new(NoMaps(RealVfs)), tmp.path()).unwrap();
+        match r.read(last).unwrap_err() {
+            EngineError::Corrupt { path, lsn, .. } => {
+                assert_eq!(path, seg.path);
+                assert_eq!(lsn, Some(last));
+            }
+            e => panic!("{e}"),
+        }
+    }
+
     /// A sealed segment whose size changed between a reader's open and its
     /// first read (sealed segments never change) is reported as damage
     /// naming the file, not read.

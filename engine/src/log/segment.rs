@@ -157,6 +157,10 @@ pub(crate) struct SegmentData {
     cell: std::sync::OnceLock<Mapped>,
     /// Where to map it from, when not mapped at open.
     vfs: Option<Arc<dyn Vfs>>,
+    /// The open file, kept when the file system cannot map cheaply (see
+    /// [`Vfs::maps_cheaply`]): reads of frames go to it by range instead
+    /// of through a map of the whole file.
+    file: Option<Arc<dyn VfsFile>>,
 }
 
 impl std::fmt::Debug for SegmentData {
@@ -164,6 +168,7 @@ impl std::fmt::Debug for SegmentData {
         f.debug_struct("SegmentData")
             .field("len", &self.len)
             .field("mapped", &self.cell.get().is_some())
+            .field("by_range", &self.file.is_some())
             .finish()
     }
 }
@@ -175,6 +180,7 @@ impl SegmentData {
             len: m.len() as u64,
             cell: std::sync::OnceLock::from(m),
             vfs: None,
+            file: None,
         }
     }
 
@@ -184,12 +190,15 @@ impl SegmentData {
         self.cell.get().is_some()
     }
 
-    /// A file of `len` bytes, mapped from `vfs` on first use.
-    fn lazy(vfs: Arc<dyn Vfs>, len: u64) -> SegmentData {
+    /// A file of `len` bytes, mapped from `vfs` on first use; read by
+    /// range through `file` instead when `vfs` cannot map cheaply.
+    fn lazy(vfs: Arc<dyn Vfs>, len: u64, file: Arc<dyn VfsFile>) -> SegmentData {
+        let file = (!vfs.maps_cheaply()).then_some(file);
         SegmentData {
             len,
             cell: std::sync::OnceLock::new(),
             vfs: Some(vfs),
+            file,
         }
     }
 }
@@ -263,6 +272,18 @@ impl Sealed {
             ));
         }
         Ok(self.data.cell.get_or_init(|| m))
+    }
+
+    /// The open file to read frames from by range, when the segment is
+    /// on a file system that cannot map cheaply and nothing has mapped it
+    /// yet (see [`Vfs::maps_cheaply`]); `None` when its frames are read
+    /// from [`Sealed::data`]. Bytes read either way are checked the same:
+    /// each frame's CRC and LSN.
+    pub fn range_file(&self) -> Option<&Arc<dyn VfsFile>> {
+        match self.data.cell.get() {
+            Some(_) => None,
+            None => self.data.file.as_ref(),
+        }
     }
 
     /// Offset just past the last frame (where the footer starts).
@@ -346,9 +367,58 @@ pub(crate) fn open_sealed_lazy(
         path: path.to_path_buf(),
         header,
         footer,
-        data: SegmentData::lazy(vfs.clone(), len),
+        data: SegmentData::lazy(vfs.clone(), len, f),
         index: SealedIndex::lazy(vfs.clone()),
     })
+}
+
+/// The sparse index file (`<segment>.idx`) of the sealed segment `seg`,
+/// as its bytes: the file on `vfs` when it is whole and describes this
+/// segment (its header's first LSN, its footer's last LSN, frames length
+/// and chain value), else built from the segment's frames (each frame's
+/// CRC and LSN checked), as a writable open would write it. Nothing is
+/// written. For a copy of the log (an archive) that a reader reads by
+/// range: with this file it reads a record's frames alone; without it,
+/// the whole segment to build the index.
+///
+/// An error names the segment when it is not a sealed segment (no
+/// footer, a header or footer that do not agree with its name) or a
+/// frame is damaged.
+pub fn sealed_index_file(vfs: &dyn Vfs, seg: &Path) -> Result<Vec<u8>> {
+    let first = seg
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse_segment_name)
+        .ok_or_else(|| {
+            EngineError::Invalid(format!(
+                "{} is not a log segment file (<20 digits>{SEGMENT_EXT})",
+                seg.display()
+            ))
+        })?;
+    let data = vfs
+        .map(seg)
+        .map_err(|e| EngineError::io("map log segment", seg, e))?;
+    let header = SegmentHeader::decode(&data)
+        .map_err(|e| corrupt(seg, 0, Some(first), format!("segment header: {e}")))?;
+    let last = &data[data.len().saturating_sub(SEGMENT_FOOTER_LEN)..];
+    let last = if data.len() >= SEGMENT_HEADER_LEN + SEGMENT_FOOTER_LEN {
+        last
+    } else {
+        &[]
+    };
+    let (_, footer) = check_sealed(
+        seg,
+        &data,
+        last,
+        data.len() as u64,
+        first,
+        header.prev_chain,
+    )?;
+    let idx = match read_index(vfs, seg, first, &footer) {
+        Some(i) => i,
+        None => build_index(seg, &data, first, (data.len() - SEGMENT_FOOTER_LEN) as u64)?,
+    };
+    Ok(idx.encode(first, &footer))
 }
 
 /// The sparse index in segment `seg`'s `.idx` file, if it is there, whole

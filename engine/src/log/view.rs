@@ -16,11 +16,13 @@ use super::{Durability, Head, LogStats, Record};
 use crate::vfs::VfsFile;
 use crate::{EngineError, Result};
 
-/// Bytes read from the tail segment at a time while iterating: large
-/// enough to amortise the system call, small enough to stay in cache.
+/// Bytes read from the tail segment (or a sealed one read by range, see
+/// [`Source::File`]) at a time while iterating: large enough to amortise
+/// the system call, small enough to stay in cache.
 const TAIL_READ_CHUNK_BYTES: usize = 256 * 1024;
 
-/// The first read of a cursor over the tail: a point read scans at most
+/// The first read of a cursor over a file (the tail, or a sealed segment
+/// read by range): a point read scans at most
 /// about one sparse-index interval, so it should not pay for a whole chunk.
 /// Later reads double up to [`TAIL_READ_CHUNK_BYTES`].
 const FIRST_TAIL_READ_BYTES: usize = 2 * super::SPARSE_INDEX_INTERVAL_BYTES as usize;
@@ -139,7 +141,10 @@ impl View {
                     } else {
                         None
                     },
-                    source: Source::Sealed(s.clone()),
+                    source: match s.range_file() {
+                        Some(f) => Source::File(f.clone()),
+                        None => Source::Sealed(s.clone()),
+                    },
                     limit: s.frames_end(),
                 });
             }
@@ -156,7 +161,7 @@ impl View {
                         } else {
                             None
                         },
-                        source: Source::Tail(t.file.clone()),
+                        source: Source::File(t.file.clone()),
                         limit: t.committed_len,
                     });
                 }
@@ -269,8 +274,12 @@ impl View {
 
 /// Where a segment's bytes come from.
 enum Source {
+    /// A sealed segment's map.
     Sealed(Arc<Sealed>),
-    Tail(Arc<dyn VfsFile>),
+    /// Reads of an open file, in chunks that grow as the cursor goes: the
+    /// tail, or a sealed segment on a file system that cannot map cheaply
+    /// (an archive read in place, see [`Sealed::range_file`]).
+    File(Arc<dyn VfsFile>),
 }
 
 /// One segment to iterate over.
@@ -313,7 +322,7 @@ impl Cursor {
     fn bytes(&mut self, off: u64, len: usize) -> Result<&[u8]> {
         match &self.seg.source {
             Source::Sealed(s) => Ok(&s.data()?[off as usize..off as usize + len]),
-            Source::Tail(file) => {
+            Source::File(file) => {
                 let have =
                     off >= self.buf_at && off + len as u64 <= self.buf_at + self.buf.len() as u64;
                 if !have {

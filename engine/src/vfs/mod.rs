@@ -176,4 +176,16 @@ pub trait Vfs: Send + Sync + fmt::Debug + 'static {
     /// Takes an exclusive lock on `path` (created if missing) without
     /// blocking; `ErrorKind::WouldBlock` if another holder has it.
     fn lock_exclusive(&self, path: &Path) -> io::Result<LockGuard>;
+
+    /// Whether [`Vfs::map`] is cheap: a memory map (the real file system)
+    /// or bytes already in memory (the simulated disk), so a reader maps
+    /// a sealed segment whole and reads its frames from the map. `false`
+    /// where a map has to fetch the whole file first (an archive read in
+    /// place): a reader then reads only the frames it needs, by
+    /// [`VfsFile::read_at`] at offsets from the segment's sparse index,
+    /// and maps a segment only for work that reads all of it (verify, an
+    /// index rebuild). Default `true`.
+    fn maps_cheaply(&self) -> bool {
+        true
+    }
 }
