@@ -374,12 +374,7 @@ fn read_index(
 
 /// The sparse index in segment `seg`'s `.idx` file, mapped, if it is
 /// there, whole and describes this segment (see [`MappedIndex::check`]).
-fn map_index(
-    vfs: &dyn Vfs,
-    seg: &Path,
-    first: Lsn,
-    footer: &SegmentFooter,
-) -> Option<MappedIndex> {
+fn map_index(vfs: &dyn Vfs, seg: &Path, first: Lsn, footer: &SegmentFooter) -> Option<MappedIndex> {
     let m = vfs.map(&index_path(seg)).ok()?;
     MappedIndex::check(m, first, footer)
 }
@@ -602,7 +597,10 @@ mod tests {
             let mut bad = bytes.clone();
             bad[i] ^= 0x20;
             let m = crate::vfs::Mapped::Bytes(Arc::from(bad));
-            assert!(MappedIndex::check(m, Lsn(1), &footer).is_none(), "flip at {i}");
+            assert!(
+                MappedIndex::check(m, Lsn(1), &footer).is_none(),
+                "flip at {i}"
+            );
         }
         let short = crate::vfs::Mapped::Bytes(Arc::from(&bytes[..bytes.len() - 16]));
         assert!(MappedIndex::check(short, Lsn(1), &footer).is_none());

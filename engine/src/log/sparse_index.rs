@@ -199,7 +199,9 @@ pub(crate) struct MappedIndex {
 
 impl std::fmt::Debug for MappedIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MappedIndex").field("entries", &self.n).finish()
+        f.debug_struct("MappedIndex")
+            .field("entries", &self.n)
+            .finish()
     }
 }
 
@@ -221,8 +223,7 @@ impl MappedIndex {
             return None;
         }
         let (body, stored) = bytes.split_at(bytes.len() - 4);
-        if crc(body).to_le_bytes() != stored || &body[0..8] != MAGIC || u32_at(body, 8) != VERSION
-        {
+        if crc(body).to_le_bytes() != stored || &body[0..8] != MAGIC || u32_at(body, 8) != VERSION {
             return None;
         }
         let mut chain = [0u8; 32];
