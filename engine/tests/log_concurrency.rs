@@ -751,8 +751,9 @@ fn opened_during(sim: &Arc<cairn_engine::vfs::SimVfs>, f: impl FnOnce()) -> Vec<
 /// Regression (cold reader open read every sealed segment's sparse index
 /// whole, and `tail.state` twice): a reader's open and its loss check read
 /// no `.idx` file and `tail.state` once, so a new process's open does not
-/// grow with the sealed history; a read opens the `.idx` of the one
-/// segment it reads.
+/// grow with the sealed history; a read maps the `.idx` of the one
+/// segment it reads (regression: it opened it and read it in pieces into
+/// a copy of its entries).
 #[test]
 fn reader_open_reads_no_sparse_index_and_tail_state_once() {
     let sim = Arc::new(cairn_engine::vfs::SimVfs::new());
@@ -772,14 +773,32 @@ fn reader_open_reads_no_sparse_index_and_tail_state_once() {
     let states = at_open.iter().filter(|n| *n == "tail.state").count();
     assert_eq!(states, 1, "{at_open:?}");
     let want = Lsn(spans[1].first.0 + 3);
-    let at_read = opened_during(&sim, || {
-        let rec = r.read(want).unwrap();
-        assert_eq!(rec.lsn, want);
-        let text = rec.event.text.as_deref().unwrap();
-        assert_eq!(text, format!("turn {}: make it pass", want.0 - 1));
+    // Every open and every read (a `read_at`, or a `map`) by file name.
+    let ops = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = ops.clone();
+    sim.set_fault_hook(move |op| {
+        use cairn_engine::vfs::sim::SimOp;
+        let (open, path) = match op {
+            SimOp::Open { path, .. } => (true, path),
+            SimOp::Read { path } => (false, path),
+            _ => return None,
+        };
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        seen.lock().unwrap().push((open, name));
+        None
     });
+    let rec = r.read(want).unwrap();
+    sim.clear_faults();
+    assert_eq!(rec.lsn, want);
+    let text = rec.event.text.as_deref().unwrap();
+    assert_eq!(text, format!("turn {}: make it pass", want.0 - 1));
+    // The read's `.idx` is mapped once and searched where it lies, never
+    // opened and read in pieces (header, entries, CRC) into a copy; no
+    // other `.idx` is touched.
     let idx = format!("{:020}.idx", spans[1].first.0);
-    assert_eq!(at_read, vec![idx]);
+    let ops = ops.lock().unwrap().clone();
+    let of_idx: Vec<_> = ops.iter().filter(|(_, n)| n.ends_with(".idx")).collect();
+    assert_eq!(of_idx, vec![&(false, idx)], "{ops:?}");
 }
 
 /// Regression (a reader's open listed the log directory twice: once for

@@ -296,6 +296,81 @@ proptest! {
 
 /// A file cut short, damaged or stale is detected, rebuilt from the log,
 /// written back, and then found intact by the whole-file check.
+/// The real file system, counting the calls of `exists`.
+#[derive(Debug, Default)]
+struct CountingVfs(std::sync::atomic::AtomicUsize);
+
+impl Vfs for CountingVfs {
+    fn open(
+        &self,
+        path: &Path,
+        mode: cairn_engine::vfs::OpenMode,
+    ) -> std::io::Result<Arc<dyn cairn_engine::vfs::VfsFile>> {
+        RealVfs.open(path, mode)
+    }
+    fn map(&self, path: &Path) -> std::io::Result<cairn_engine::vfs::Mapped> {
+        RealVfs.map(path)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        RealVfs.list(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        RealVfs.create_dir_all(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        RealVfs.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        RealVfs.remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        RealVfs.sync_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        RealVfs.exists(path)
+    }
+    fn lock_exclusive(&self, path: &Path) -> std::io::Result<cairn_engine::vfs::LockGuard> {
+        RealVfs.lock_exclusive(path)
+    }
+}
+
+/// Regression (issue 33: a query from a new process probes every sealed
+/// segment's index file, 31 at 10,000,000 events, and asked the file
+/// system whether each exists before mapping it): a probe maps the file
+/// alone, a missing one is still "no index file" (built), and the
+/// answers are the scan's.
+#[test]
+fn a_probe_maps_an_index_file_without_asking_if_it_exists() {
+    let log = MemLog::new();
+    for i in 0..200u64 {
+        let mut e = Event::new(KINDS[(i % 4) as usize], SESSIONS[(i % 3) as usize]);
+        e.path = Some(PATHS[(i % 5) as usize].into());
+        log.append(e).unwrap();
+    }
+    let sp = spans(&log, &[50, 100, 150]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let counting = Arc::new(CountingVfs::default());
+    let vfs: Arc<dyn Vfs> = counting.clone();
+    let f = Filter {
+        session: Some("s1".into()),
+        ..Filter::all()
+    };
+    let want = model(&log, &f);
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &f);
+    assert_eq!(got, want);
+    assert_eq!(ev.len(), 3, "{ev:?}");
+    assert!(ev
+        .iter()
+        .all(|e| matches!(e, FileEvent::Built(_, r) if r == "no index file")));
+    counting.0.store(0, std::sync::atomic::Ordering::SeqCst);
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &f);
+    assert_eq!(got, want);
+    assert!(ev.iter().all(|e| matches!(e, FileEvent::Used(_))), "{ev:?}");
+    assert_eq!(counting.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
 #[test]
 fn damaged_index_file_is_detected_and_rebuilt() {
     let log = MemLog::new();

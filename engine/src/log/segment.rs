@@ -8,7 +8,7 @@ use cairn_codec::frame::{self, ChainForm};
 use cairn_codec::segment::{SegmentFooter, SegmentHeader, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN};
 use cairn_codec::{ChainHash, Lsn};
 
-use super::sparse_index::SparseIndex;
+use super::sparse_index::{MappedIndex, SealedEntries, SparseIndex};
 use crate::vfs::{Mapped, OpenMode, Vfs, VfsFile};
 use crate::{EngineError, Result};
 
@@ -108,12 +108,13 @@ pub(crate) fn write_header(
 }
 
 /// A sealed segment's sparse index: in memory already (the writer's, or
-/// loaded at a writable open), or loaded from its `.idx` file the first
-/// time a read seeks into the segment. A reader's open then costs the same
-/// however many sealed segments there are: a query reads the index files
-/// of the segments it reads, not all of them.
+/// loaded at a writable open), or its `.idx` file mapped and checked the
+/// first time a read seeks into the segment (see [`MappedIndex`]). A
+/// reader's open then costs the same however many sealed segments there
+/// are: a query reads the index files of the segments it reads, not all
+/// of them, and searches them where they lie.
 pub(crate) struct SealedIndex {
-    cell: std::sync::OnceLock<SparseIndex>,
+    cell: std::sync::OnceLock<SealedEntries>,
     /// Where to load it from, when not loaded at open.
     vfs: Option<Arc<dyn Vfs>>,
 }
@@ -130,7 +131,7 @@ impl SealedIndex {
     /// An index already in memory.
     pub(crate) fn loaded(idx: SparseIndex) -> SealedIndex {
         SealedIndex {
-            cell: std::sync::OnceLock::from(idx),
+            cell: std::sync::OnceLock::from(SealedEntries::Loaded(idx)),
             vfs: None,
         }
     }
@@ -219,22 +220,26 @@ pub(crate) struct Sealed {
 }
 
 impl Sealed {
-    /// Its sparse index, read from its `.idx` file on first use if it was
-    /// not loaded at open. A file that is missing, damaged or stale is
-    /// never trusted: the index is rebuilt from the mapped frames (not
-    /// written back: a reader writes nothing). If the frames themselves
-    /// are damaged, the index is empty and reads scan from the segment's
-    /// first frame, which names the damage when they reach it.
-    pub fn index(&self) -> &SparseIndex {
+    /// Its sparse index, its `.idx` file mapped and checked on first use
+    /// if it was not loaded at open (see [`MappedIndex`]). A file that is
+    /// missing, damaged or stale is never trusted: the index is rebuilt
+    /// from the mapped frames (not written back: a reader writes nothing).
+    /// If the frames themselves are damaged, the index is empty and reads
+    /// scan from the segment's first frame, which names the damage when
+    /// they reach it.
+    pub fn index(&self) -> &SealedEntries {
         self.index.cell.get_or_init(|| {
             let first = self.header.first_lsn;
             self.index
                 .vfs
                 .as_ref()
-                .and_then(|vfs| read_index(&**vfs, &self.path, first, &self.footer))
+                .and_then(|vfs| map_index(&**vfs, &self.path, first, &self.footer))
+                .map(SealedEntries::Mapped)
                 .or_else(|| {
                     let data = self.data().ok()?;
-                    build_index(&self.path, data, first, self.frames_end()).ok()
+                    build_index(&self.path, data, first, self.frames_end())
+                        .ok()
+                        .map(SealedEntries::Loaded)
                 })
                 .unwrap_or_default()
         })
@@ -437,6 +442,13 @@ fn read_index(
     SparseIndex::read(&mut &*f, len, first, footer)
 }
 
+/// The sparse index in segment `seg`'s `.idx` file, mapped, if it is
+/// there, whole and describes this segment (see [`MappedIndex::check`]).
+fn map_index(vfs: &dyn Vfs, seg: &Path, first: Lsn, footer: &SegmentFooter) -> Option<MappedIndex> {
+    let m = vfs.map(&index_path(seg)).ok()?;
+    MappedIndex::check(m, first, footer)
+}
+
 /// Checks a sealed segment's header and footer, given its first bytes
 /// (`head`, up to [`SEGMENT_HEADER_LEN`]), its last
 /// [`SEGMENT_FOOTER_LEN`] (`last`; empty when the file is too short to
@@ -549,7 +561,16 @@ pub(crate) fn write_index(
     footer: &SegmentFooter,
 ) {
     let path = index_path(seg);
-    if let Ok(f) = vfs.open(&path, OpenMode::CreateTruncate) {
+    // A new file, never the old one rewritten in place: a reader may hold
+    // the old one mapped (see `MappedIndex`), and its bytes must stay the
+    // ones it checked. A reader that looks between the two steps finds no
+    // file, or a short one that fails its checks, and rebuilds the index.
+    match vfs.remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(_) => return,
+    }
+    if let Ok(f) = vfs.open(&path, OpenMode::CreateNew) {
         let _ = f.write_all_at(&idx.encode(first, footer), 0);
     }
 }
@@ -600,6 +621,63 @@ mod tests {
             .unwrap();
         sim.corrupt(&index_path(&seg), len - 20, b"#").unwrap();
         assert_eq!(read_index(&*vfs, &seg, Lsn(1), &footer), None);
+    }
+
+    /// A sealed segment's `.idx` searched where it lies (mapped): one map
+    /// (a single read of the file, no pieces copied), the same entries and
+    /// the same seeks as the index read into memory; a flipped byte
+    /// anywhere, a stale footer or a short file make it unusable, as they
+    /// make the read one.
+    #[test]
+    fn sealed_index_is_mapped_and_checked_whole() {
+        use super::super::sparse_index::reads_during;
+        let sim = Arc::new(crate::vfs::SimVfs::new());
+        let vfs: Arc<dyn Vfs> = sim.clone();
+        let dir = Path::new("/log");
+        vfs.create_dir_all(dir).unwrap();
+        let seg = dir.join(segment_name(Lsn(1)));
+        let n = 700u64;
+        let mut idx = SparseIndex::default();
+        for i in 0..n {
+            assert!(idx.note(Lsn(3 * i + 1), 64 + i * 4096));
+        }
+        let footer = SegmentFooter {
+            record_count: 3 * n,
+            last_lsn: Lsn(3 * n),
+            last_chain: ChainHash([7; 32]),
+            frames_len: (n * 4096) as u32,
+        };
+        write_index(&*vfs, &seg, &idx, Lsn(1), &footer);
+        let mut got = None;
+        let reads = reads_during(&sim, &index_path(&seg), || {
+            got = map_index(&*vfs, &seg, Lsn(1), &footer);
+        });
+        assert_eq!(reads, 1, "one map");
+        let got = got.unwrap();
+        assert_eq!(got.to_index(), idx);
+        for lsn in 0..3 * n + 5 {
+            assert_eq!(got.seek(Lsn(lsn)), idx.seek(Lsn(lsn)), "seek {lsn}");
+        }
+        let mut stale = footer;
+        stale.frames_len -= 1;
+        assert!(map_index(&*vfs, &seg, Lsn(1), &stale).is_none());
+        assert!(map_index(&*vfs, &seg, Lsn(2), &footer).is_none());
+        let bytes = idx.encode(Lsn(1), &footer);
+        for i in (0..bytes.len()).step_by(7).chain([bytes.len() - 1]) {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x20;
+            let m = crate::vfs::Mapped::Bytes(Arc::from(bad));
+            assert!(
+                MappedIndex::check(m, Lsn(1), &footer).is_none(),
+                "flip at {i}"
+            );
+        }
+        let short = crate::vfs::Mapped::Bytes(Arc::from(&bytes[..bytes.len() - 16]));
+        assert!(MappedIndex::check(short, Lsn(1), &footer).is_none());
+        // Rewritten (a writable open rebuilding it), it reads back whole.
+        write_index(&*vfs, &seg, &idx, Lsn(1), &footer);
+        let again = map_index(&*vfs, &seg, Lsn(1), &footer).unwrap();
+        assert_eq!(again.to_index(), idx);
     }
 
     #[test]

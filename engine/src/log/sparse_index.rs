@@ -183,6 +183,124 @@ impl SparseIndex {
     }
 }
 
+/// A sealed segment's `.idx` file searched where it lies: mapped, checked
+/// whole at load exactly as [`SparseIndex::read`] checks it (length, CRC,
+/// magic, version, the segment it describes, entries ascending), then
+/// searched in place by [`MappedIndex::seek`]. A new process reading a few
+/// records of a segment no longer copies its whole index into memory (a
+/// 64 MiB segment's is ~180 KiB: ~44 pages of a private copy, faulted in
+/// and zeroed at every open, besides the reads into it). The file is never
+/// changed in place once written (`segment::write_index` writes a new
+/// file), so the mapped bytes stay the ones checked.
+pub(crate) struct MappedIndex {
+    bytes: crate::vfs::Mapped,
+    n: usize,
+}
+
+impl std::fmt::Debug for MappedIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedIndex")
+            .field("entries", &self.n)
+            .finish()
+    }
+}
+
+impl MappedIndex {
+    /// The index in `bytes` (a whole `.idx` file); `None` if it is damaged
+    /// or does not belong to the segment described by `first_lsn` and
+    /// `footer` (stale): the same checks as [`SparseIndex::read`].
+    pub(crate) fn check(
+        bytes: crate::vfs::Mapped,
+        first_lsn: Lsn,
+        footer: &SegmentFooter,
+    ) -> Option<MappedIndex> {
+        let len = bytes.len() as u64;
+        if len < (FIXED_LEN + 4) as u64 || len > MAX_FILE_LEN {
+            return None;
+        }
+        let n = u64_at(&bytes, 72);
+        if n > MAX_ENTRIES || len != (FIXED_LEN + ENTRY_LEN * n as usize + 4) as u64 {
+            return None;
+        }
+        let (body, stored) = bytes.split_at(bytes.len() - 4);
+        if crc(body).to_le_bytes() != stored || &body[0..8] != MAGIC || u32_at(body, 8) != VERSION {
+            return None;
+        }
+        let mut chain = [0u8; 32];
+        chain.copy_from_slice(&body[40..72]);
+        if u64_at(body, 16) != first_lsn.0
+            || u64_at(body, 24) != footer.last_lsn.0
+            || u64_at(body, 32) != u64::from(footer.frames_len)
+            || ChainHash(chain) != footer.last_chain
+        {
+            return None;
+        }
+        let idx = MappedIndex {
+            bytes,
+            n: n as usize,
+        };
+        let ascending = (1..idx.n).all(|i| {
+            let (a, b) = (idx.entry(i - 1), idx.entry(i));
+            a.0 < b.0 && a.1 < b.1
+        });
+        ascending.then_some(idx)
+    }
+
+    /// Entry `i` (below the count, checked at load).
+    fn entry(&self, i: usize) -> (Lsn, u64) {
+        let at = FIXED_LEN + i * ENTRY_LEN;
+        (Lsn(u64_at(&self.bytes, at)), u64_at(&self.bytes, at + 8))
+    }
+
+    /// As [`SparseIndex::seek`]: the entry with the largest LSN not above
+    /// `lsn`, found by a binary search of the mapped entries.
+    pub(crate) fn seek(&self, lsn: Lsn) -> Option<(Lsn, u64)> {
+        let (mut lo, mut hi) = (0, self.n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.entry(mid).0 <= lsn {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.checked_sub(1).map(|i| self.entry(i))
+    }
+
+    /// The entries, copied out (tests compare them with a [`SparseIndex`]).
+    #[cfg(test)]
+    pub(crate) fn to_index(&self) -> SparseIndex {
+        SparseIndex::from_entries((0..self.n).map(|i| self.entry(i)).collect())
+    }
+}
+
+/// A sealed segment's sparse index as a read seeks in it: held in memory
+/// (the writer's, or one rebuilt from the frames) or searched where its
+/// file lies ([`MappedIndex`]).
+#[derive(Debug)]
+pub(crate) enum SealedEntries {
+    /// In memory.
+    Loaded(SparseIndex),
+    /// The `.idx` file, mapped and checked.
+    Mapped(MappedIndex),
+}
+
+impl Default for SealedEntries {
+    fn default() -> Self {
+        SealedEntries::Loaded(SparseIndex::default())
+    }
+}
+
+impl SealedEntries {
+    /// As [`SparseIndex::seek`].
+    pub(crate) fn seek(&self, lsn: Lsn) -> Option<(Lsn, u64)> {
+        match self {
+            SealedEntries::Loaded(i) => i.seek(lsn),
+            SealedEntries::Mapped(m) => m.seek(lsn),
+        }
+    }
+}
+
 /// Bytes of index entries read at a time when an index (a sealed
 /// segment's `.idx`, the tail's in `tail.state`) is read from its file:
 /// 1,024 entries, 16 KiB. Read in pieces of this size into one reused
