@@ -757,11 +757,17 @@ fn walk_dir(
     // One buffer for every entry's absolute path (the ignore matcher
     // wants one), instead of an allocation per entry.
     let mut abs_buf = abs_dir;
+    let first = out.leaves.len();
     for ent in listing.ents {
         if let Some(sub) = visit_entry(w, &dir, &ent, &rules, &mut abs_buf, out) {
             push((sub, rules.clone()));
         }
     }
+    // This directory's files as one run in path order (they share the
+    // directory's prefix: by name), sorted here on the walking thread, so
+    // that putting the whole scan in path order afterwards only merges
+    // runs (`capture::sort_by_path`).
+    out.leaves[first..].sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
 }
 
 /// Lists the directory `dir` of a walk; `None` when there is nothing to
