@@ -15,7 +15,7 @@ use crate::error::{Result, SnapshotError};
 use crate::manifest::{self, DirHashes, Entry, EntryKind, Manifest, Node};
 use crate::relpath;
 use crate::scan::{self, Found, ScanOut};
-use crate::stat_cache::{Cached, Stat, StatCache};
+use crate::stat_cache::{Cached, Entries, Stat, StatCache};
 use crate::watch_journal::{JournalPoint, ScanReport};
 use crate::workspace::{LastCapture, Workspace, CLOCK_FILE, MAX_HASH_THREADS};
 
@@ -449,30 +449,44 @@ fn count_skip(
     }
 }
 
-/// Every path the scan found -> (entry, stat), with the files to read:
-/// files whose stat matches the cache (and are not racy) take the cached
-/// entry, and empty files [`empty_without_reading`] vouches for take the
-/// empty blob; the others are returned to be read. The flag is true when
-/// an entry names the empty blob without reading (the caller stores it).
+/// Every path the scan found -> (entry, stat), in path order, with the
+/// files to read: files whose stat matches the cache (and are not racy)
+/// take the cached entry, and empty files [`empty_without_reading`]
+/// vouches for take the empty blob; the others are returned to be read,
+/// each holding a place in the run (an empty path and an entry that
+/// [`read_changed`] fills in or takes out: the run is never rebuilt for
+/// them). The flag is true when an entry names the empty blob without
+/// reading (the caller stores it).
 fn cached_or_to_read(
     cache: &StatCache,
     clock_ns: i64,
     mut leaves: Vec<Found>,
     mut dirs: Vec<(String, u32)>,
-) -> (BTreeMap<String, Cached>, Vec<Found>, bool) {
+) -> (Vec<(String, Cached)>, Vec<ToRead>, bool) {
     // In path order, the cache is read in one merge pass beside them (no
-    // search per file), and the map is built from a sorted run: the
-    // directories and the files are sorted apart (the smaller elements)
-    // and merged into it, so the run of every path is never sorted whole.
-    leaves.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
+    // search per file), and the next cache is the sorted run this builds:
+    // the directories and the files are sorted apart (the smaller
+    // elements) and merged into it, so the run of every path is never
+    // sorted whole.
+    let runs = path_order(&mut leaves);
     dirs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut sorted: Vec<(String, Cached)> = Vec::with_capacity(leaves.len() + dirs.len());
     let mut dirs = dirs.into_iter().peekable();
-    let mut jobs: Vec<Found> = Vec::new();
+    let mut jobs: Vec<ToRead> = Vec::new();
     let mut any_empty = false;
     let empty = BlobHash::of(b"");
     let mut old = cache.entries.iter().peekable();
-    for f in leaves {
+    let mut last: Option<usize> = None;
+    for i in runs.into_iter().flatten() {
+        // Moved out, an empty string left behind (no allocation).
+        let f = Found {
+            rel: std::mem::take(&mut leaves[i].rel),
+            ..leaves[i]
+        };
+        // Each path once (a walk finds each once; kept so whatever came in).
+        if last.is_some_and(|l| leaves_path(&sorted, &jobs, l) == f.rel.as_str()) {
+            continue;
+        }
         while let Some((d, mode)) = dirs.next_if(|(d, _)| d.as_str() < f.rel.as_str()) {
             sorted.push((
                 d,
@@ -483,6 +497,7 @@ fn cached_or_to_read(
             ));
         }
         while old.next_if(|(p, _)| p.as_str() < f.rel.as_str()).is_some() {}
+        last = Some(sorted.len());
         match old.next_if(|(p, _)| **p == f.rel).map(|(_, c)| c) {
             Some(c)
                 if c.stat == Some(f.stat)
@@ -507,9 +522,16 @@ fn cached_or_to_read(
                 ));
                 any_empty = true;
             }
-            _ => jobs.push(f),
+            _ => {
+                jobs.push(ToRead {
+                    at: sorted.len(),
+                    found: f,
+                });
+                sorted.push((String::new(), PLACE_HELD));
+            }
         }
     }
+    drop(leaves);
     for (d, mode) in dirs {
         sorted.push((
             d,
@@ -519,9 +541,74 @@ fn cached_or_to_read(
             },
         ));
     }
-    debug_assert!(sorted.windows(2).all(|w| w[0].0 <= w[1].0));
-    // Already one sorted run: collecting it into the map is one pass.
-    (sorted.into_iter().collect(), jobs, any_empty)
+    (sorted, jobs, any_empty)
+}
+
+/// A file a full scan must read, and its place in the sorted run of
+/// every path ([`cached_or_to_read`]).
+struct ToRead {
+    at: usize,
+    found: Found,
+}
+
+/// What holds a file's place in the sorted run until it is read (with an
+/// empty path: never left in a cache, see [`read_changed`]).
+const PLACE_HELD: Cached = Cached {
+    entry: Entry {
+        kind: EntryKind::File,
+        mode: 0,
+        size: 0,
+        hash: BlobHash::ZERO,
+    },
+    stat: None,
+};
+
+/// The path at `at` of a run [`cached_or_to_read`] is building: a held
+/// place's is its job's.
+fn leaves_path<'a>(sorted: &'a [(String, Cached)], jobs: &'a [ToRead], at: usize) -> &'a str {
+    match jobs.last() {
+        Some(j) if j.at == at => j.found.rel.as_str(),
+        _ => sorted[at].0.as_str(),
+    }
+}
+
+/// The order in which to take the files `leaves` a walk found so that
+/// they come in path order: the walk lists each directory's files as one
+/// run already in order ([`scan`] sorts them by name, on the walking
+/// threads), and the runs come in the order the threads took the
+/// directories. The runs (one a directory) are put in the order of their
+/// first paths (a sort of one element a directory); when no run then
+/// reaches past the start of the next (no directory's files interleave
+/// with another's), that is the order, and nothing is moved. Otherwise (a
+/// directory holding files and subdirectories) `leaves` is sorted in
+/// place (a stable sort, which finds the runs and merges them) and taken
+/// front to back. Sorting every path from scratch was the largest part of
+/// a one-file full scan's own CPU at 100,000 files.
+fn path_order(leaves: &mut [Found]) -> Vec<std::ops::Range<usize>> {
+    // A run ends where the order breaks or the directory changes: a run
+    // of two directories' files taken one after the other by one thread
+    // could hold a third directory's files between them in path order.
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut start = 0;
+    for i in 1..leaves.len() {
+        let (a, b) = (&leaves[i - 1].rel, &leaves[i].rel);
+        if a >= b || relpath::parent(a) != relpath::parent(b) {
+            runs.push(start..i);
+            start = i;
+        }
+    }
+    if start < leaves.len() {
+        runs.push(start..leaves.len());
+    }
+    runs.sort_unstable_by(|a, b| leaves[a.start].rel.cmp(&leaves[b.start].rel));
+    let apart = runs
+        .windows(2)
+        .all(|w| leaves[w[0].end - 1].rel < leaves[w[1].start].rel);
+    if apart {
+        return runs;
+    }
+    leaves.sort_by(|a, b| a.rel.cmp(&b.rel));
+    std::iter::once(0..leaves.len()).collect()
 }
 
 /// True if the scan's own stat of `f` proves it empty, so it need not be
@@ -539,46 +626,53 @@ fn empty_without_reading(f: &Found, clock_ns: i64) -> bool {
 }
 
 /// Reads (hashes and stores) the files `jobs` whose cached entry could
-/// not be used, adding them to `flat`; what cannot be read is counted as
-/// skipped (`skips`: the counts and the paths named).
+/// not be used, putting each in the place it holds in `sorted`; what
+/// cannot be read is counted as skipped (`skips`: the counts and the
+/// paths named) and its place taken out. `sorted` is then the sorted run
+/// of every path captured.
 fn read_changed<B: BlobAccess + ?Sized>(
     ws: &Workspace,
     blobs: &B,
-    jobs: Vec<Found>,
-    flat: &mut BTreeMap<String, Cached>,
+    jobs: Vec<ToRead>,
+    sorted: &mut Vec<(String, Cached)>,
     skips: (
         &mut BTreeMap<String, u64>,
         &mut BTreeMap<String, &'static str>,
     ),
 ) -> Result<()> {
     let (skipped, not_captured) = skips;
-    let refs: Vec<&Found> = jobs.iter().collect();
+    let refs: Vec<&Found> = jobs.iter().map(|j| &j.found).collect();
     prime_dictionary(blobs, ws, &refs);
     let hashed = hash_all(blobs, ws, &refs)?;
     drop(refs);
-    for (f, h) in jobs.into_iter().zip(hashed) {
+    let mut any_skipped = false;
+    for (j, h) in jobs.into_iter().zip(hashed) {
         match h {
             Hashed::Ok(e, st) => {
-                flat.insert(
-                    f.rel,
+                sorted[j.at] = (
+                    j.found.rel,
                     Cached {
                         entry: e,
                         stat: Some(st),
                     },
                 );
             }
-            Hashed::Skip(why) => count_skip(skipped, not_captured, &f.rel, why),
+            Hashed::Skip(why) => {
+                count_skip(skipped, not_captured, &j.found.rel, why);
+                any_skipped = true;
+            }
         }
+    }
+    if any_skipped {
+        // Places still held (an empty path: no real path is empty).
+        sorted.retain(|(p, _)| !p.is_empty());
     }
     Ok(())
 }
 
 /// Sets each directory's node hash and size in `flat` from the tree just
 /// built; the directories with their hashes, for the stat cache.
-fn note_dir_hashes(
-    flat: &mut BTreeMap<String, Cached>,
-    dir_hashes: DirHashes,
-) -> Vec<(String, BlobHash, u64)> {
+fn note_dir_hashes(flat: &mut Entries, dir_hashes: DirHashes) -> Vec<(String, BlobHash, u64)> {
     let mut dirs_out: Vec<(String, BlobHash, u64)> = Vec::with_capacity(dir_hashes.len());
     for (d, (h, s)) in dir_hashes {
         if let Some(c) = flat.get_mut(&d) {
@@ -600,16 +694,16 @@ struct Changes {
     dirty: HashSet<String>,
 }
 
-/// Compares the cached scan `old` with `flat`. Both maps are sorted by
-/// path: one merge pass.
-fn changes_since(old: &BTreeMap<String, Cached>, flat: &BTreeMap<String, Cached>) -> Changes {
+/// Compares the cached scan `old` with `flat`. Both are sorted by path:
+/// one merge pass.
+fn changes_since(old: &Entries, flat: &Entries) -> Changes {
     let mut c = Changes {
         changed: 0,
         files: 0,
         dirty: HashSet::new(),
     };
     let mut old = old.iter().peekable();
-    for (p, now) in flat {
+    for (p, now) in flat.iter() {
         let e = &now.entry;
         if e.is_leaf() {
             c.files += 1;
@@ -666,7 +760,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         ..
     } = scan::scan_full(ws, tracked)?;
 
-    let (mut flat, jobs, any_empty) = cached_or_to_read(&cache, clock_ns, leaves, dirs);
+    let (mut sorted, jobs, any_empty) = cached_or_to_read(&cache, clock_ns, leaves, dirs);
     if any_empty {
         // Named by entries that did not read their file: stored once here.
         blobs.put(b"")?;
@@ -675,9 +769,10 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         ws,
         blobs,
         jobs,
-        &mut flat,
+        &mut sorted,
         (&mut skipped, &mut not_captured),
     )?;
+    let mut flat = Entries::from_sorted(sorted);
     let Changes {
         changed,
         files,
@@ -689,8 +784,15 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
     } else {
         None
     };
-    let (root, dir_hashes) =
-        manifest::build_from(blobs, &flat, |c| c.entry, &missing, &reuse, dirty_opt)?;
+    let (root, dir_hashes) = manifest::build_from(
+        blobs,
+        flat.iter(),
+        |p| flat.get(p),
+        |c| c.entry,
+        &missing,
+        &reuse,
+        dirty_opt,
+    )?;
     let dirs_out = note_dir_hashes(&mut flat, dir_hashes);
     let base = cache.root;
     let new_cache = StatCache {
@@ -1024,4 +1126,109 @@ pub(crate) fn set_path<B: BlobAccess + ?Sized>(
 /// Reads the whole manifest of a checkpoint (for rollback and queries).
 pub fn read_manifest<B: BlobRead + ?Sized>(blobs: &B, root: &BlobHash) -> Result<Manifest> {
     manifest::list(blobs, root)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn found(rel: &str) -> Found {
+        Found {
+            rel: rel.to_string(),
+            kind: EntryKind::File,
+            stat: Stat {
+                size: 1,
+                mtime_ns: 1,
+                ctime_ns: 1,
+                ino: 1,
+                dev: 1,
+                mode: 0o100644,
+            },
+        }
+    }
+
+    /// The paths in the order [`path_order`] takes them.
+    fn taken(mut leaves: Vec<Found>) -> Vec<String> {
+        let runs = path_order(&mut leaves);
+        runs.into_iter()
+            .flatten()
+            .map(|i| leaves[i].rel.clone())
+            .collect()
+    }
+
+    /// Directories' runs (each sorted, as the walk leaves them) in any
+    /// order come out in path order, whether they interleave (`a/…`
+    /// after `a.b`; a directory with files and subdirectories) or not.
+    #[test]
+    fn path_order_merges_directory_runs_into_path_order() {
+        let dirs: [&[&str]; 6] = [
+            &["a/b/c", "a/b/d"],
+            &["a.b", "a0", "top"],
+            &["a/x", "a/z"],
+            &["a-b/y"],
+            &["a/b.c/e"],
+            &["z/1", "z/2", "z/3"],
+        ];
+        let mut want: Vec<String> = dirs
+            .iter()
+            .flat_map(|d| d.iter())
+            .map(|s| s.to_string())
+            .collect();
+        want.sort();
+        // Every rotation and its reverse of the runs' order.
+        for k in 0..dirs.len() {
+            for rev in [false, true] {
+                let mut order: Vec<&[&str]> = dirs.to_vec();
+                order.rotate_left(k);
+                if rev {
+                    order.reverse();
+                }
+                let leaves: Vec<Found> = order
+                    .iter()
+                    .flat_map(|d| d.iter())
+                    .map(|p| found(p))
+                    .collect();
+                assert_eq!(taken(leaves), want, "rotation {k} reversed {rev}");
+            }
+        }
+        // Runs that do not interleave are taken as they lie, not moved.
+        let mut apart = vec![found("q/1"), found("q/2"), found("b/1"), found("b/2")];
+        let runs = path_order(&mut apart);
+        assert_eq!(runs, vec![2..4, 0..2]);
+        assert_eq!(apart[0].rel, "q/1");
+    }
+
+    /// A file to read that cannot be (gone since the walk) leaves no held
+    /// place in the sorted run: the run is the files read and the
+    /// directories, each with its entry, in path order.
+    #[test]
+    fn a_file_gone_before_it_is_read_leaves_no_place_held() {
+        let dir = tempfile::tempdir().unwrap();
+        for p in ["a", "m/b", "m/c", "z"] {
+            let abs = dir.path().join(p);
+            std::fs::create_dir_all(abs.parent().unwrap()).unwrap();
+            std::fs::write(abs, p).unwrap();
+        }
+        let ws = Workspace::open(
+            dir.path(),
+            &dir.path().join(".cairn/snapshot"),
+            crate::SnapshotOptions::default(),
+        )
+        .unwrap();
+        let out = scan::scan_full(&ws, &BTreeSet::new()).unwrap();
+        let (mut sorted, jobs, _) =
+            cached_or_to_read(&StatCache::default(), i64::MAX, out.leaves, out.dirs);
+        assert_eq!(jobs.len(), 4);
+        std::fs::remove_file(dir.path().join("m/b")).unwrap();
+        let (mut skipped, mut named) = (BTreeMap::new(), BTreeMap::new());
+        let blobs = crate::blobs::MemBlobs::new();
+        read_changed(&ws, &blobs, jobs, &mut sorted, (&mut skipped, &mut named)).unwrap();
+        let paths: Vec<&str> = sorted.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["a", "m", "m/c", "z"]);
+        assert_eq!(skipped.get(scan::reason::VANISHED), Some(&1));
+        let c = sorted.iter().find(|(p, _)| p == "m/c").unwrap().1;
+        assert_eq!(c.entry.hash, BlobHash::of(b"m/c"));
+        assert!(c.stat.is_some());
+    }
 }

@@ -466,14 +466,25 @@ pub fn build<B: BlobAccess + ?Sized>(
     reuse: &DirHashes,
     dirty: Option<&HashSet<String>>,
 ) -> Result<(BlobHash, DirHashes)> {
-    build_from(blobs, flat, |e| *e, missing, reuse, dirty)
+    build_from(
+        blobs,
+        flat.iter(),
+        |p| flat.get(p),
+        |e| *e,
+        missing,
+        reuse,
+        dirty,
+    )
 }
 
-/// [`build`] over any map of path -> value holding an [`Entry`] (`entry`
-/// gets it out), so a capture need not copy its map into a second one.
-pub fn build_from<B: BlobAccess + ?Sized, V>(
+/// [`build`] over any collection of path -> value holding an [`Entry`]
+/// (`entry` gets it out), so a capture need not copy its own into a
+/// map: `flat` gives every path with its value in path order, and `get`
+/// finds the value of one path.
+pub fn build_from<'a, B: BlobAccess + ?Sized, V: 'a>(
     blobs: &B,
-    flat: &BTreeMap<String, V>,
+    flat: impl Iterator<Item = (&'a String, &'a V)>,
+    get: impl Fn(&str) -> Option<&'a V>,
     entry: impl Fn(&V) -> Entry,
     missing: &BTreeSet<String>,
     reuse: &DirHashes,
@@ -499,7 +510,7 @@ pub fn build_from<B: BlobAccess + ?Sized, V>(
             }
         };
         if need {
-            if !par.is_empty() && flat.get(par).map(|v| entry(v).kind) != Some(EntryKind::Dir) {
+            if !par.is_empty() && get(par).map(|v| entry(v).kind) != Some(EntryKind::Dir) {
                 return Err(SnapshotError::Invalid(format!(
                     "internal: manifest entry `{p}` has no parent directory entry"
                 )));

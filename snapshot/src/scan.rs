@@ -631,8 +631,9 @@ type Frame = (String, Option<Rc<Rules>>);
 /// ignore files and `.git` are known from the names without a stat per
 /// candidate.
 struct Listing {
-    /// The entries that could be read.
-    ents: Vec<std::fs::DirEntry>,
+    /// The entries that could be read, each with its name (taken once:
+    /// `DirEntry::file_name` copies it each time).
+    ents: Vec<(std::fs::DirEntry, std::ffi::OsString)>,
     /// It holds a `.git`.
     has_git: bool,
     /// It holds a `.gitignore` or a `.cairnignore`.
@@ -667,7 +668,7 @@ impl Listing {
                         Some(BLOB_DIR_NAME) => 4,
                         _ => 0,
                     };
-                    l.ents.push(e);
+                    l.ents.push((e, n));
                 }
                 Err(_) => l.unreadable += 1,
             }
@@ -757,11 +758,17 @@ fn walk_dir(
     // One buffer for every entry's absolute path (the ignore matcher
     // wants one), instead of an allocation per entry.
     let mut abs_buf = abs_dir;
-    for ent in listing.ents {
-        if let Some(sub) = visit_entry(w, &dir, &ent, &rules, &mut abs_buf, out) {
+    let first = out.leaves.len();
+    for (ent, name) in listing.ents {
+        if let Some(sub) = visit_entry(w, &dir, (&ent, &name), &rules, &mut abs_buf, out) {
             push((sub, rules.clone()));
         }
     }
+    // This directory's files as one run in path order (they share the
+    // directory's prefix: by name), sorted here on the walking thread, so
+    // that putting the whole scan in path order afterwards only merges
+    // runs (`capture::sort_by_path`).
+    out.leaves[first..].sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
 }
 
 /// Lists the directory `dir` of a walk; `None` when there is nothing to
@@ -836,21 +843,20 @@ fn left_out_by_name(
 }
 
 /// Looks at one entry of the walked directory `dir` (`abs_buf` is its
-/// absolute path, and is left so): a file or symlink is added to `out`,
-/// what is left out is counted there; a directory to walk is added to
-/// `out` and its path returned.
+/// absolute path, and is left so; the entry comes with its name): a file
+/// or symlink is added to `out`, what is left out is counted there; a
+/// directory to walk is added to `out` and its path returned.
 fn visit_entry(
     w: WalkOpts<'_>,
     dir: &str,
-    ent: &std::fs::DirEntry,
+    (ent, name_os): (&std::fs::DirEntry, &std::ffi::OsStr),
     rules: &Option<Rc<Rules>>,
     abs_buf: &mut PathBuf,
     out: &mut ScanOut,
 ) -> Option<String> {
     let ws = w.ws;
-    let name_os = ent.file_name();
     let Some(name) = name_os.to_str().filter(|n| relpath::valid_name(n)) else {
-        abs_buf.push(&name_os);
+        abs_buf.push(name_os);
         let shown = relpath::join(
             &relpath::escape_bytes(dir.as_bytes()),
             &relpath::escape_bytes(name_os.as_encoded_bytes()),
@@ -973,8 +979,8 @@ fn skip_non_utf8_dir(
             continue;
         }
         let rules = rules_below(&listing, parent_rules, &dir, follow, false);
-        for ent in listing.ents {
-            match non_utf8_entry(&ent, &dir_shown, follow, &rules, out) {
+        for (ent, name) in listing.ents {
+            match non_utf8_entry((&ent, &name), &dir_shown, follow, &rules, out) {
                 Some((path, rel)) => stack.push((path, rel, rules.clone())),
                 None => held = true,
             }
@@ -989,13 +995,12 @@ fn skip_non_utf8_dir(
 /// `dir_shown`): names or counts it in `out`, or returns a directory to
 /// walk (its path and how it is shown).
 fn non_utf8_entry(
-    ent: &std::fs::DirEntry,
+    (ent, name): (&std::fs::DirEntry, &std::ffi::OsStr),
     dir_shown: &str,
     follow: bool,
     rules: &Option<Rc<Rules>>,
     out: &mut ScanOut,
 ) -> Option<(PathBuf, String)> {
-    let name = ent.file_name();
     let Ok(ft) = ent.file_type() else {
         out.skip(reason::VANISHED);
         return None;

@@ -66,6 +66,72 @@ fn one_file_edit_rereads_one_file_and_writes_only_its_path() {
     assert_eq!(blobs.writes() - writes, 4);
 }
 
+/// A full scan takes the walk's files in path order by merging each
+/// directory's run (the walking threads sort a directory's files by name)
+/// rather than sorting every path. Names are chosen so that directories'
+/// runs interleave in path order (`a/…` sorts after `a.b` and `a-b/…`,
+/// a directory holds files and subdirectories, `x/y` sorts after `x.z`),
+/// on four walking threads: a checkpoint over the warm stat cache after a
+/// one-file edit changes exactly one file and gives the tree a fresh
+/// store's scan gives, and an edit in the same clock tick as the scan
+/// that cached it is re-read (the racy rule), never taken as unchanged.
+#[test]
+fn interleaved_directories_scan_in_path_order_over_a_warm_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    let names = [
+        "a.b", "a-b/y", "a/x", "a/b/c", "a/b.c", "a/b-c/d", "a0", "x.z", "x/y", "x/y.z/q", "x/y/z",
+        "x-/1", "x/0", "top",
+    ];
+    for n in names {
+        for i in 0..12 {
+            let p = dir.path().join(format!("{n}/f{i:02}"));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, format!("{n} {i}")).unwrap();
+            age(&p);
+            paths.push(p);
+        }
+        // A file beside the directory, named like it with a suffix.
+        let beside = dir.path().join(format!("{n}.f"));
+        std::fs::write(&beside, n).unwrap();
+        age(&beside);
+    }
+    let open = |cache: &str| {
+        let mut opts = SnapshotOptions::default();
+        opts.hash_threads = 4;
+        Workspace::open(dir.path(), &dir.path().join(cache), opts).unwrap()
+    };
+    let ws = open(".cairn/snapshot");
+    let (log, blobs) = (MemLog::new(), MemBlobs::new());
+    let req = CheckpointRequest::default;
+    let c1 = create_checkpoint(&log, &blobs, &ws, req()).unwrap();
+    assert_eq!(c1.counts.files, names.len() as u64 * 13);
+    let c2 = create_checkpoint(&log, &blobs, &ws, req()).unwrap();
+    assert_eq!((c2.root, c2.counts.changed), (c1.root, 0));
+
+    std::fs::write(&paths[40], "edited!").unwrap();
+    age(&paths[40]);
+    let c3 = create_checkpoint(&log, &blobs, &ws, req()).unwrap();
+    assert_eq!(c3.counts.changed, 1);
+    let fresh = open(".cairn/fresh");
+    let cf = create_checkpoint(&log, &blobs, &fresh, req()).unwrap();
+    assert_eq!(cf.root, c3.root, "a warm scan's tree is a fresh scan's");
+
+    // Same size, written right after the scan that cached it: the stat
+    // may not show it, the racy rule re-reads it.
+    std::fs::write(&paths[7], "X").unwrap();
+    let c4 = create_checkpoint(&log, &blobs, &ws, req()).unwrap();
+    std::fs::write(&paths[7], "Y").unwrap();
+    let c5 = create_checkpoint(&log, &blobs, &ws, req()).unwrap();
+    assert_ne!(
+        c5.root, c4.root,
+        "an edit in the cached scan's tick is seen"
+    );
+    let fresh2 = open(".cairn/fresh2");
+    let cf2 = create_checkpoint(&log, &blobs, &fresh2, req()).unwrap();
+    assert_eq!(cf2.root, c5.root);
+}
+
 #[test]
 fn damaged_stat_cache_costs_a_reread_not_a_wrong_checkpoint() {
     let dir = tempfile::tempdir().unwrap();

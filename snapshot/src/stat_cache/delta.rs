@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use cairn_codec::BlobHash;
 
 use super::{put_cached, put_root, put_text, Cached, Cur, StatCache, STAT_CACHE_SUM_BYTES};
+use std::borrow::Cow;
 
 /// The first bytes of a delta body.
 const DELTA_MAGIC: &[u8; 4] = b"CSD1";
@@ -82,7 +83,7 @@ impl Delta {
         self.clock_ns = now.clock_ns;
         self.root = now.root;
         let mut old = prev.entries.iter().peekable();
-        for (p, c) in &now.entries {
+        for (p, c) in now.entries.iter() {
             while let Some((op, _)) = old.next_if(|(op, _)| op.as_str() < p.as_str()) {
                 self.entries.insert(op.clone(), None);
             }
@@ -117,15 +118,22 @@ impl Delta {
     pub(crate) fn apply(&self, base: &mut StatCache) {
         base.clock_ns = self.clock_ns;
         base.root = self.root;
+        // A path the base has that changed is set in place; only paths
+        // added or gone need the whole run rebuilt (one merge pass).
+        let mut reshape = false;
         for (p, c) in &self.entries {
-            match c {
-                Some(c) => {
-                    base.entries.insert(p.clone(), *c);
-                }
-                None => {
-                    base.entries.remove(p);
-                }
+            match (base.entries.get_mut(p), c) {
+                (Some(now), Some(c)) => *now = *c,
+                (None, None) => {}
+                _ => reshape = true,
             }
+        }
+        if reshape {
+            base.entries.merge(
+                self.entries
+                    .iter()
+                    .map(|(p, c)| (Cow::Borrowed(p.as_str()), *c)),
+            );
         }
         if !self.dirs.is_empty() {
             let mut dirs: BTreeMap<String, (BlobHash, u64)> = std::mem::take(&mut base.dirs)
@@ -240,7 +248,8 @@ mod tests {
         let mut now = sample();
         now.clock_ns += 1;
         now.entries.remove("src/a.rs");
-        now.entries.insert("b.rs".into(), base.entries["src/a.rs"]);
+        now.entries
+            .insert("b.rs".into(), *base.entries.get("src/a.rs").unwrap());
         now.dirs.clear();
         let mut d = Delta::over([7; STAT_CACHE_SUM_BYTES]);
         d.add_changes(&base, &now);
@@ -256,6 +265,32 @@ mod tests {
         let mut applied = base.clone();
         d.apply(&mut applied);
         assert!(same(&applied, &now));
+    }
+
+    /// A delta that only changes paths the base has is applied in place;
+    /// one that also adds and removes paths merges them in path order:
+    /// both give the cache the delta was made to.
+    #[test]
+    fn a_delta_of_changed_paths_and_one_of_new_and_gone_paths_apply() {
+        let base = sample();
+        let mut changed = base.clone();
+        let mut c = *changed.entries.get("src/a.rs").unwrap();
+        c.stat.as_mut().unwrap().mtime_ns += 1;
+        c.entry.size = 99;
+        changed.entries.insert("src/a.rs".into(), c);
+        let mut more = changed.clone();
+        more.entries.insert("src/0.rs".into(), c);
+        more.entries.insert("zz".into(), c);
+        more.entries.remove("src");
+        for now in [changed, more] {
+            let mut d = Delta::over([2; STAT_CACHE_SUM_BYTES]);
+            d.add_changes(&base, &now);
+            let mut applied = base.clone();
+            d.apply(&mut applied);
+            assert_eq!(applied.entries, now.entries);
+            let paths: Vec<&String> = applied.entries.iter().map(|(p, _)| p).collect();
+            assert!(paths.windows(2).all(|w| w[0] < w[1]), "{paths:?}");
+        }
     }
 
     proptest! {
