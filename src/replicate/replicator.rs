@@ -425,27 +425,40 @@ impl Replicator {
             else {
                 continue;
             };
-            let len = bytes.len() as u64;
-            let mut pieces = Vec::new();
-            for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
-                pieces.push(self.ship_piece(part.to_vec(), report)?);
-            }
-            self.tracked.insert(
-                rel.clone(),
-                Tracked {
-                    stat: st,
-                    len,
-                    pieces: pieces.clone(),
-                    cursor: Cursor::Whole,
-                },
-            );
-            files.push(FileEntry {
-                path: rel,
-                len,
-                pieces,
-            });
+            files.push(self.ship_whole(rel, st, &bytes, report)?);
         }
         Ok(())
+    }
+
+    /// Ships `bytes`, the whole of the file `rel` as `st` describes it,
+    /// in pieces, and tracks it as shipped whole (not read again while its
+    /// stat stays the same): its entry for the manifest.
+    fn ship_whole(
+        &mut self,
+        rel: String,
+        st: local::Stat,
+        bytes: &[u8],
+        report: &mut RoundReport,
+    ) -> Result<FileEntry, ReplicateError> {
+        let len = bytes.len() as u64;
+        let mut pieces = Vec::new();
+        for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
+            pieces.push(self.ship_piece(part.to_vec(), report)?);
+        }
+        self.tracked.insert(
+            rel.clone(),
+            Tracked {
+                stat: st,
+                len,
+                pieces: pieces.clone(),
+                cursor: Cursor::Whole,
+            },
+        );
+        Ok(FileEntry {
+            path: rel,
+            len,
+            pieces,
+        })
     }
 
     /// Ships the query index file of each sealed segment `ship_log` has
@@ -519,25 +532,7 @@ impl Replicator {
             if !covers {
                 continue;
             }
-            let len = bytes.len() as u64;
-            let mut pieces = Vec::new();
-            for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
-                pieces.push(self.ship_piece(part.to_vec(), report)?);
-            }
-            self.tracked.insert(
-                rel.clone(),
-                Tracked {
-                    stat: st,
-                    len,
-                    pieces: pieces.clone(),
-                    cursor: Cursor::Whole,
-                },
-            );
-            files.push(FileEntry {
-                path: rel,
-                len,
-                pieces,
-            });
+            files.push(self.ship_whole(rel, st, &bytes, report)?);
         }
         Ok(())
     }
