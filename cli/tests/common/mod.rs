@@ -34,7 +34,16 @@ pub fn cairn_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     {
         let mut i = child.stdin.take().unwrap();
         if let Some(s) = stdin {
-            i.write_all(s.as_bytes()).unwrap();
+            // A command that refuses before reading its input (a damaged
+            // store, a bad flag) may exit before the write: its exit code
+            // and output say what happened, not the closed pipe.
+            if let Err(e) = i.write_all(s.as_bytes()) {
+                assert_eq!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe,
+                    "writing stdin: {e}"
+                );
+            }
         }
     }
     child.wait_with_output().unwrap()
