@@ -15,7 +15,7 @@ use crate::error::{Result, SnapshotError};
 use crate::manifest::{self, DirHashes, Entry, EntryKind, Manifest, Node};
 use crate::relpath;
 use crate::scan::{self, Found, ScanOut};
-use crate::stat_cache::{Cached, Changed, Entries, Stat, StatCache};
+use crate::stat_cache::{Cached, Changed, ChangedPath, Entries, Stat, StatCache};
 use crate::watch_journal::{JournalPoint, ScanReport};
 use crate::workspace::{LastCapture, Workspace, CLOCK_FILE, MAX_HASH_THREADS};
 
@@ -706,18 +706,10 @@ struct Changes {
     /// the stat cache's save ([`Changed`]): by index in the new run, or
     /// gone. Directories that were there before are in `dirs_kept`
     /// instead until their nodes are built.
-    cache: Vec<CacheChange>,
+    cache: Vec<ChangedPath>,
     /// Directories in both: index in the new run and the old entry, to
     /// compare once their node hashes are set ([`listed_changes`]).
     dirs_kept: Vec<(usize, Cached)>,
-}
-
-/// One path whose stat cache entry changed.
-enum CacheChange {
-    /// At this index of the new run.
-    Now(usize),
-    /// Gone.
-    Gone(String),
 }
 
 /// Compares the cached scan `old` with `flat`. Both are sorted by path:
@@ -742,7 +734,7 @@ fn changes_since(old: &Entries, flat: &[(String, Cached)]) -> Changes {
                 c.changed += 1;
             }
             mark_ancestors(op, &mut c.dirty);
-            c.cache.push(CacheChange::Gone(op.to_string()));
+            c.cache.push(ChangedPath::Gone(op.to_string()));
         }
         let prev = old
             .next_if(|(op, _)| *op == p.as_str())
@@ -750,7 +742,7 @@ fn changes_since(old: &Entries, flat: &[(String, Cached)]) -> Changes {
         match prev {
             Some(oc) if e.kind == EntryKind::Dir => c.dirs_kept.push((i, oc)),
             Some(oc) if oc == *now => {}
-            _ => c.cache.push(CacheChange::Now(i)),
+            _ => c.cache.push(ChangedPath::Now(i)),
         }
         let prev = prev.map(|oc| oc.entry);
         let same = match prev {
@@ -772,7 +764,7 @@ fn changes_since(old: &Entries, flat: &[(String, Cached)]) -> Changes {
             c.changed += 1;
         }
         mark_ancestors(op, &mut c.dirty);
-        c.cache.push(CacheChange::Gone(op.to_string()));
+        c.cache.push(ChangedPath::Gone(op.to_string()));
     }
     c
 }
@@ -783,26 +775,18 @@ fn changes_since(old: &Entries, flat: &[(String, Cached)]) -> Changes {
 fn listed_changes(
     from: &Arc<StatCache>,
     flat: &[(String, Cached)],
-    cache: Vec<CacheChange>,
+    mut cache: Vec<ChangedPath>,
     dirs_kept: Vec<(usize, Cached)>,
 ) -> Changed {
-    let now = |i: usize| (flat[i].0.clone(), Some(flat[i].1));
-    let mut entries: Vec<(String, Option<Cached>)> = cache
-        .into_iter()
-        .map(|c| match c {
-            CacheChange::Now(i) => now(i),
-            CacheChange::Gone(p) => (p, None),
-        })
-        .collect();
-    entries.extend(
+    cache.extend(
         dirs_kept
             .into_iter()
             .filter(|(i, oc)| flat[*i].1 != *oc)
-            .map(|(i, _)| now(i)),
+            .map(|(i, _)| ChangedPath::Now(i)),
     );
     Changed {
         from: from.clone(),
-        entries,
+        entries: cache,
     }
 }
 
@@ -1327,7 +1311,14 @@ mod tests {
         assert!(ch.from.entries.is_mapped(), "loaded from its file");
         let now = second.new_cache.unwrap();
         assert!(ch.agrees_with_compared(&now), "{:?}", ch.entries);
-        let mut listed: Vec<&str> = ch.entries.iter().map(|(p, _)| p.as_str()).collect();
+        let mut listed: Vec<&str> = ch
+            .entries
+            .iter()
+            .map(|c| match c {
+                ChangedPath::Now(i) => now.entries.at(*i).unwrap().0,
+                ChangedPath::Gone(p) => p.as_str(),
+            })
+            .collect();
         listed.sort_unstable();
         // "a" is kept as it was; "m" and "" (the root is no entry) change
         // their node hashes.

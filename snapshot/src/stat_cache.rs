@@ -313,6 +313,14 @@ impl Entries {
         Iter { run: &self.0, at: 0 }
     }
 
+    /// The path and entry at index `i` of the run, if there is one.
+    pub(crate) fn at(&self, i: usize) -> Option<(&str, Cached)> {
+        match &self.0 {
+            Run::Owned(v) => v.get(i).map(|(p, c)| (p.as_str(), *c)),
+            Run::Mapped(m) => m.slots.get(i).map(|s| m.entry(*s)),
+        }
+    }
+
     fn path(&self, i: usize) -> &str {
         match &self.0 {
             Run::Owned(v) => v[i].0.as_str(),
@@ -533,9 +541,19 @@ pub(crate) struct StatCache {
 pub(crate) struct Changed {
     /// The cache the scan started from, as loaded.
     pub from: Arc<StatCache>,
-    /// Every path whose cached entry (entry and stat data) differs: its
-    /// entry now, or `None` for a path gone.
-    pub entries: Vec<(String, Option<Cached>)>,
+    /// Every path whose cached entry (entry and stat data) differs, in
+    /// any order.
+    pub entries: Vec<ChangedPath>,
+}
+
+/// One path whose stat cache entry changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ChangedPath {
+    /// The path at this index of the new cache's run (no copy of its
+    /// path is made unless a delta is written).
+    Now(usize),
+    /// A path gone.
+    Gone(String),
 }
 
 impl Changed {
@@ -961,11 +979,14 @@ impl StatCacheFile {
             let over = prev.and_then(|m| Some((m.base?, m.cache)));
             if let Some((base, prev_cache)) = over {
                 let mut delta = base.delta;
+                let most = delta::max_delta_paths(base.paths);
                 match changed.filter(|ch| Arc::ptr_eq(&ch.from, &prev_cache)) {
+                    // Past the bound already: the whole cache is written.
+                    Some(ch) if delta.len() + ch.entries.len() > most => {}
                     Some(ch) => delta.add_listed(&ch, &writing),
                     None => delta.add_changes(&prev_cache, &writing),
                 }
-                if delta.len() <= delta::max_delta_paths(base.paths) {
+                if delta.len() <= most {
                     crate::in_place::write(&delta_path, &delta.encode()).ok()?;
                     let id = (file_id(&path), file_id(&delta_path));
                     return Some((

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use cairn_codec::BlobHash;
 
 use super::{
-    put_cached, put_root, put_text, Cached, Changed, Cur, StatCache, STAT_CACHE_SUM_BYTES,
+    put_cached, put_root, put_text, Cached, Changed, ChangedPath, Cur, StatCache, STAT_CACHE_SUM_BYTES,
 };
 use std::borrow::Cow;
 
@@ -110,8 +110,17 @@ impl Delta {
     pub(crate) fn add_listed(&mut self, changed: &Changed, now: &StatCache) {
         self.clock_ns = now.clock_ns;
         self.root = now.root;
-        for (p, c) in &changed.entries {
-            self.entries.insert(p.clone(), *c);
+        for ch in &changed.entries {
+            match ch {
+                ChangedPath::Now(i) => {
+                    if let Some((p, c)) = now.entries.at(*i) {
+                        self.entries.insert(p.to_string(), Some(c));
+                    }
+                }
+                ChangedPath::Gone(p) => {
+                    self.entries.insert(p.clone(), None);
+                }
+            }
         }
         self.add_dir_changes(&changed.from, now);
     }
