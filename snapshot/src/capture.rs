@@ -736,9 +736,7 @@ fn changes_since(old: &Entries, flat: &[(String, Cached)]) -> Changes {
             mark_ancestors(op, &mut c.dirty);
             c.cache.push(ChangedPath::Gone(op.to_string()));
         }
-        let prev = old
-            .next_if(|(op, _)| *op == p.as_str())
-            .map(|(_, oc)| oc);
+        let prev = old.next_if(|(op, _)| *op == p.as_str()).map(|(_, oc)| oc);
         match prev {
             Some(oc) if e.kind == EntryKind::Dir => c.dirs_kept.push((i, oc)),
             Some(oc) if oc == *now => {}

@@ -186,7 +186,9 @@ impl Slot {
 /// The path of slot `s`.
 fn slot_path<'a>(bytes: &'a [u8], own: &'a [(String, Cached)], s: Slot) -> &'a str {
     if s.0 & OWN_BIT != 0 {
-        return own.get((s.0 & !OWN_BIT) as usize).map_or("", |e| e.0.as_str());
+        return own
+            .get((s.0 & !OWN_BIT) as usize)
+            .map_or("", |e| e.0.as_str());
     }
     let mut r = Cur {
         b: bytes,
@@ -310,7 +312,10 @@ impl Entries {
 
     /// The paths and their entries, in path order.
     pub(crate) fn iter(&self) -> Iter<'_> {
-        Iter { run: &self.0, at: 0 }
+        Iter {
+            run: &self.0,
+            at: 0,
+        }
     }
 
     /// The path and entry at index `i` of the run, if there is one.
@@ -467,8 +472,9 @@ fn merge_mapped<'a>(
             // Out of order (not a run this merge takes in one pass): kept
             // correct by a search for its place.
             let at = match out.last() {
-                Some(l) if slot_path(&m.bytes, &m.own, *l) >= p.as_ref() => out
-                    .binary_search_by(|s| slot_path(&m.bytes, &m.own, *s).cmp(p.as_ref())),
+                Some(l) if slot_path(&m.bytes, &m.own, *l) >= p.as_ref() => {
+                    out.binary_search_by(|s| slot_path(&m.bytes, &m.own, *s).cmp(p.as_ref()))
+                }
                 _ => Err(out.len()),
             };
             m.own.push((p.into_owned(), c));
@@ -1302,7 +1308,9 @@ mod tests {
         let mut mapped = StatCache::decode(&owned.encode()).unwrap();
         assert!(mapped.entries.is_mapped());
         assert_eq!(mapped.entries, owned.entries);
-        for p in ["", "a", "src", "src/a.rs", "src/b.rs", "src/c.rs", "zz/c", "zzz"] {
+        for p in [
+            "", "a", "src", "src/a.rs", "src/b.rs", "src/c.rs", "zz/c", "zzz",
+        ] {
             assert_eq!(mapped.entries.get(p), owned.entries.get(p), "{p}");
         }
         let mut c = owned.entries.get("src/a.rs").unwrap();

@@ -57,11 +57,12 @@ const PER_DIR: usize = 500;
 const MAX_ALLOCS_PER_FILE_FIRST: f64 = 6.0;
 
 /// The most heap allocations a one-file checkpoint (a full scan, from a
-/// fresh handle) may make per file of the tree (MEASURED measured). What a
-/// file needs: its name from the directory listing and its path, kept as
-/// the new stat cache's. Before the loaded stat cache was read in place
-/// it made one `String` more a path: MEASURED_BEFORE.
-const MAX_ALLOCS_PER_FILE_ONE_CHANGED: f64 = 9.0;
+/// fresh handle, as the command line makes) may make per file of the tree
+/// (3.3 measured). What a file needs: its name from the directory listing
+/// and its path, kept as the new stat cache's, and its share of the lists
+/// that grow. Before the loaded stat cache was read where it lies in its
+/// mapped file it made one `String` more a path: 4.3.
+const MAX_ALLOCS_PER_FILE_ONE_CHANGED: f64 = 3.8;
 
 #[test]
 fn a_full_scan_of_many_empty_files_allocates_little_per_file() {
@@ -104,8 +105,12 @@ fn a_full_scan_of_many_empty_files_allocates_little_per_file() {
     } = f;
     drop(ws); // waits for the first checkpoint's stat cache save
     std::fs::write(root.join("d3/f0007"), "x").unwrap();
-    let ws = Workspace::open(&root, &root.join(".cairn/snapshot"), SnapshotOptions::default())
-        .unwrap();
+    let ws = Workspace::open(
+        &root,
+        &root.join(".cairn/snapshot"),
+        SnapshotOptions::default(),
+    )
+    .unwrap();
     let before = ALLOCS.load(Ordering::Relaxed);
     let second = create_checkpoint(
         &log,
@@ -122,7 +127,9 @@ fn a_full_scan_of_many_empty_files_allocates_little_per_file() {
     assert_eq!(second.counts.files, (DIRS * PER_DIR) as u64);
     assert_eq!(second.counts.changed, 1);
     let per_file = second_allocs / files;
-    eprintln!("one-file checkpoint, fresh handle: {second_allocs} allocations, {per_file:.2} a file");
+    eprintln!(
+        "one-file checkpoint, fresh handle: {second_allocs} allocations, {per_file:.2} a file"
+    );
     assert!(
         per_file <= MAX_ALLOCS_PER_FILE_ONE_CHANGED,
         "{per_file:.2} allocations a file (at most {MAX_ALLOCS_PER_FILE_ONE_CHANGED})"

@@ -26,7 +26,8 @@ use std::collections::BTreeMap;
 use cairn_codec::BlobHash;
 
 use super::{
-    put_cached, put_root, put_text, Cached, Changed, ChangedPath, Cur, StatCache, STAT_CACHE_SUM_BYTES,
+    put_cached, put_root, put_text, Cached, Changed, ChangedPath, Cur, StatCache,
+    STAT_CACHE_SUM_BYTES,
 };
 use std::borrow::Cow;
 
