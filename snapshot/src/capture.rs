@@ -15,7 +15,7 @@ use crate::error::{Result, SnapshotError};
 use crate::manifest::{self, DirHashes, Entry, EntryKind, Manifest, Node};
 use crate::relpath;
 use crate::scan::{self, Found, ScanOut};
-use crate::stat_cache::{Cached, Entries, Stat, StatCache};
+use crate::stat_cache::{Cached, Changed, ChangedPath, Entries, Stat, StatCache};
 use crate::watch_journal::{JournalPoint, ScanReport};
 use crate::workspace::{LastCapture, Workspace, CLOCK_FILE, MAX_HASH_THREADS};
 
@@ -43,6 +43,9 @@ pub struct Capture {
     /// order.
     pub(crate) not_captured: BTreeMap<String, &'static str>,
     pub(crate) new_cache: Option<Arc<StatCache>>,
+    /// What changed from the stat cache the scan started from to
+    /// `new_cache` (full scans only), for the save to write as a delta.
+    pub(crate) cache_changed: Option<Changed>,
     /// The dirty tracked paths this capture read.
     pub(crate) captured_dirty: BTreeSet<String>,
     /// How it found what changed (set by the caller that chose how).
@@ -62,7 +65,7 @@ impl Capture {
             entries: c
                 .entries
                 .iter()
-                .map(|(p, c)| (p.clone(), c.entry))
+                .map(|(p, c)| (p.to_string(), c.entry))
                 .collect(),
             missing: self.missing.clone(),
         })
@@ -496,15 +499,18 @@ fn cached_or_to_read(
                 },
             ));
         }
-        while old.next_if(|(p, _)| p.as_str() < f.rel.as_str()).is_some() {}
+        // Compared as the mapped file's bytes: no path of the cache is
+        // copied, and an entry reused as it is makes no `String` of its own
+        // (the scan's is moved into the new run).
+        while old.next_if(|(p, _)| *p < f.rel.as_str()).is_some() {}
         last = Some(sorted.len());
-        match old.next_if(|(p, _)| **p == f.rel).map(|(_, c)| c) {
+        match old.next_if(|(p, _)| *p == f.rel.as_str()).map(|(_, c)| c) {
             Some(c)
                 if c.stat == Some(f.stat)
                     && c.entry.kind == f.kind
                     && f.stat.mtime_ns < cache.clock_ns =>
             {
-                sorted.push((f.rel, *c));
+                sorted.push((f.rel, c));
             }
             _ if empty_without_reading(&f, clock_ns) => {
                 let entry = Entry {
@@ -672,10 +678,14 @@ fn read_changed<B: BlobAccess + ?Sized>(
 
 /// Sets each directory's node hash and size in `flat` from the tree just
 /// built; the directories with their hashes, for the stat cache.
-fn note_dir_hashes(flat: &mut Entries, dir_hashes: DirHashes) -> Vec<(String, BlobHash, u64)> {
+fn note_dir_hashes(
+    flat: &mut [(String, Cached)],
+    dir_hashes: DirHashes,
+) -> Vec<(String, BlobHash, u64)> {
     let mut dirs_out: Vec<(String, BlobHash, u64)> = Vec::with_capacity(dir_hashes.len());
     for (d, (h, s)) in dir_hashes {
-        if let Some(c) = flat.get_mut(&d) {
+        if let Ok(i) = flat.binary_search_by(|(p, _)| p.as_str().cmp(d.as_str())) {
+            let c = &mut flat[i].1;
             c.entry.hash = h;
             c.entry.size = s;
         }
@@ -692,32 +702,47 @@ struct Changes {
     files: u64,
     /// Directories that need new nodes.
     dirty: HashSet<String>,
+    /// The paths whose cached entry (entry and stat data) differs, for
+    /// the stat cache's save ([`Changed`]): by index in the new run, or
+    /// gone. Directories that were there before are in `dirs_kept`
+    /// instead until their nodes are built.
+    cache: Vec<ChangedPath>,
+    /// Directories in both: index in the new run and the old entry, to
+    /// compare once their node hashes are set ([`listed_changes`]).
+    dirs_kept: Vec<(usize, Cached)>,
 }
 
 /// Compares the cached scan `old` with `flat`. Both are sorted by path:
 /// one merge pass.
-fn changes_since(old: &Entries, flat: &Entries) -> Changes {
+fn changes_since(old: &Entries, flat: &[(String, Cached)]) -> Changes {
     let mut c = Changes {
         changed: 0,
         files: 0,
         dirty: HashSet::new(),
+        cache: Vec::new(),
+        dirs_kept: Vec::new(),
     };
     let mut old = old.iter().peekable();
-    for (p, now) in flat.iter() {
+    for (i, (p, now)) in flat.iter().enumerate() {
         let e = &now.entry;
         if e.is_leaf() {
             c.files += 1;
         }
         // Old paths before `p` are gone.
-        while let Some((op, oc)) = old.next_if(|(op, _)| op.as_str() < p.as_str()) {
+        while let Some((op, oc)) = old.next_if(|(op, _)| *op < p.as_str()) {
             if oc.entry.is_leaf() {
                 c.changed += 1;
             }
             mark_ancestors(op, &mut c.dirty);
+            c.cache.push(ChangedPath::Gone(op.to_string()));
         }
-        let prev = old
-            .next_if(|(op, _)| op.as_str() == p.as_str())
-            .map(|(_, oc)| oc.entry);
+        let prev = old.next_if(|(op, _)| *op == p.as_str()).map(|(_, oc)| oc);
+        match prev {
+            Some(oc) if e.kind == EntryKind::Dir => c.dirs_kept.push((i, oc)),
+            Some(oc) if oc == *now => {}
+            _ => c.cache.push(ChangedPath::Now(i)),
+        }
+        let prev = prev.map(|oc| oc.entry);
         let same = match prev {
             Some(o) if e.kind == EntryKind::Dir => o.kind == EntryKind::Dir && o.mode == e.mode,
             Some(o) => o == *e,
@@ -737,8 +762,30 @@ fn changes_since(old: &Entries, flat: &Entries) -> Changes {
             c.changed += 1;
         }
         mark_ancestors(op, &mut c.dirty);
+        c.cache.push(ChangedPath::Gone(op.to_string()));
     }
     c
+}
+
+/// The stat cache entries that changed from `from` to the run `flat`
+/// (its directories' node hashes set): what [`changes_since`] listed,
+/// and the directories kept whose entry now differs.
+fn listed_changes(
+    from: &Arc<StatCache>,
+    flat: &[(String, Cached)],
+    mut cache: Vec<ChangedPath>,
+    dirs_kept: Vec<(usize, Cached)>,
+) -> Changed {
+    cache.extend(
+        dirs_kept
+            .into_iter()
+            .filter(|(i, oc)| flat[*i].1 != *oc)
+            .map(|(i, _)| ChangedPath::Now(i)),
+    );
+    Changed {
+        from: from.clone(),
+        entries: cache,
+    }
 }
 
 /// A full capture: walk, re-read only files whose stat changed (or racy
@@ -772,11 +819,19 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         &mut sorted,
         (&mut skipped, &mut not_captured),
     )?;
-    let mut flat = Entries::from_sorted(sorted);
+    // Checked in order once (as `Entries::from_sorted` would), then used
+    // as the slice it is until it becomes the next cache.
+    let mut flat = sorted;
+    if !flat.windows(2).all(|w| w[0].0 < w[1].0) {
+        debug_assert!(false, "a run of paths out of order");
+        flat = flat.into_iter().collect::<Entries>().into_vec();
+    }
     let Changes {
         changed,
         files,
         dirty,
+        cache: cache_change,
+        dirs_kept,
     } = changes_since(&cache.entries, &flat);
     let reuse = cache.dir_hashes();
     let dirty_opt = if cache.root.is_some() {
@@ -786,19 +841,24 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
     };
     let (root, dir_hashes) = manifest::build_from(
         blobs,
-        flat.iter(),
-        |p| flat.get(p),
+        flat.iter().map(|(p, c)| (p, c)),
+        |p| {
+            flat.binary_search_by(|(q, _)| q.as_str().cmp(p))
+                .ok()
+                .map(|i| &flat[i].1)
+        },
         |c| c.entry,
         &missing,
         &reuse,
         dirty_opt,
     )?;
     let dirs_out = note_dir_hashes(&mut flat, dir_hashes);
+    let cache_changed = listed_changes(&cache, &flat, cache_change, dirs_kept);
     let base = cache.root;
     let new_cache = StatCache {
         clock_ns,
         root: Some(root),
-        entries: flat,
+        entries: Entries::from_sorted(flat),
         dirs: dirs_out,
     };
     Ok(Capture {
@@ -812,6 +872,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         base,
         not_captured,
         new_cache: Some(Arc::new(new_cache)),
+        cache_changed: Some(cache_changed),
         captured_dirty: dirty_now.clone(),
         scan: ScanReport::kind(crate::watch_journal::SCAN_FULL),
         journal_point: None,
@@ -931,6 +992,7 @@ fn patch<B: BlobAccess + ?Sized>(
         base: Some(last.root),
         not_captured,
         new_cache: None,
+        cache_changed: None,
         captured_dirty: dirty_now.clone(),
         scan: ScanReport::kind(if tracked.is_some() {
             crate::watch_journal::SCAN_WATCHED
@@ -1197,6 +1259,68 @@ mod tests {
         let runs = path_order(&mut apart);
         assert_eq!(runs, vec![2..4, 0..2]);
         assert_eq!(apart[0].rel, "q/1");
+    }
+
+    /// What a full scan lists as changed from the stat cache it loaded
+    /// (read in place from its file) is what comparing every path of the
+    /// two caches finds: edits, a file touched with the same contents, new
+    /// and gone files and directories, a file become a directory.
+    #[test]
+    fn a_full_scan_lists_the_stat_cache_changes_a_comparison_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("w");
+        for p in ["a", "m/b", "m/c", "n/d", "z"] {
+            let abs = root.join(p);
+            std::fs::create_dir_all(abs.parent().unwrap()).unwrap();
+            std::fs::write(abs, p).unwrap();
+        }
+        let store = dir.path().join("store");
+        let open = || Workspace::open(&root, &store, crate::SnapshotOptions::default()).unwrap();
+        let blobs = crate::blobs::MemBlobs::new();
+        let none = BTreeSet::new();
+        let first = capture_full(&open(), &blobs, &none, &none).unwrap();
+        let ch = first.cache_changed.unwrap();
+        assert!(ch.agrees_with_compared(first.new_cache.as_ref().unwrap()));
+        assert_eq!(ch.entries.len(), 7, "every path new");
+        let ws = open();
+        ws.stat_cache()
+            .save(first.new_cache.unwrap(), false)
+            .unwrap();
+        // Older than the scan's clock, so the next scan trusts them.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+
+        std::fs::write(root.join("m/b"), "changed").unwrap();
+        let c = root.join("m/c");
+        std::fs::File::options()
+            .write(true)
+            .open(&c)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now())
+            .unwrap();
+        std::fs::remove_file(root.join("n/d")).unwrap();
+        std::fs::remove_dir(root.join("n")).unwrap();
+        std::fs::remove_file(root.join("z")).unwrap();
+        std::fs::create_dir_all(root.join("z")).unwrap();
+        std::fs::write(root.join("z/e"), "e").unwrap();
+        std::fs::write(root.join("b"), "b").unwrap();
+        let ws = open();
+        let second = capture_full(&ws, &blobs, &none, &none).unwrap();
+        let ch = second.cache_changed.unwrap();
+        assert!(ch.from.entries.is_mapped(), "loaded from its file");
+        let now = second.new_cache.unwrap();
+        assert!(ch.agrees_with_compared(&now), "{:?}", ch.entries);
+        let mut listed: Vec<&str> = ch
+            .entries
+            .iter()
+            .map(|c| match c {
+                ChangedPath::Now(i) => now.entries.at(*i).unwrap().0,
+                ChangedPath::Gone(p) => p.as_str(),
+            })
+            .collect();
+        listed.sort_unstable();
+        // "a" is kept as it was; "m" and "" (the root is no entry) change
+        // their node hashes.
+        assert_eq!(listed, ["b", "m", "m/b", "m/c", "n", "n/d", "z", "z/e"]);
     }
 
     /// A file to read that cannot be (gone since the walk) leaves no held

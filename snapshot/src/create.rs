@@ -369,7 +369,8 @@ fn commit_record<L: LogAccess + ?Sized, B: BlobAccess + ?Sized>(
     let lsn = log.append(&ev)?;
     // Caches only after the record: they may name blobs only a durable checkpoint keeps.
     if let Some(c) = &cap.new_cache {
-        ws.stat_cache().save_in_background(c.clone());
+        ws.stat_cache()
+            .save_in_background(c.clone(), cap.cache_changed.clone());
     }
     ws.save_last(Some(&cap.last()))?;
     if let Some(point) = cap.journal_point {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use cairn_codec::BlobHash;
 
-use cairn_engine::vfs::{RealVfs, Vfs};
+use cairn_engine::vfs::{Mapped, RealVfs, Vfs};
 
 use crate::durable::write_atomic;
 use crate::error::{Result, SnapshotError};
@@ -118,8 +118,161 @@ pub(crate) struct Cached {
 /// `BTreeMap` built from them sorted them again and allocated its nodes:
 /// a tenth of a one-file checkpoint's CPU at 100,000 files). A lookup is a
 /// binary search.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Entries(Vec<(String, Cached)>);
+///
+/// A run a scan builds owns its paths; a run loaded from the stat cache
+/// file is read where it lies in the mapped file (see [`MappedRun`]): no
+/// `String` is made for a path, nor any entry decoded, until it is asked
+/// for, and a path whose entry is reused as it is never gets one.
+#[derive(Clone, Default)]
+pub(crate) struct Entries(Run);
+
+/// The two forms of a run.
+#[derive(Clone)]
+enum Run {
+    /// Paths and entries in memory.
+    Owned(Vec<(String, Cached)>),
+    /// Paths and entries read from a mapped stat cache file.
+    Mapped(MappedRun),
+}
+
+impl Default for Run {
+    fn default() -> Run {
+        Run::Owned(Vec::new())
+    }
+}
+
+/// A run read in place from a stat cache file's bytes: one [`Slot`] a
+/// path, in path order, each the offset of the path's record in the file
+/// (checked whole when loaded: [`StatCache::decode_mapped`]), or an entry
+/// held in memory (one a loaded delta or a caller changed).
+#[derive(Clone)]
+struct MappedRun {
+    bytes: Arc<Mapped>,
+    slots: Vec<Slot>,
+    own: Vec<(String, Cached)>,
+}
+
+/// One path of a [`MappedRun`]: below [`OWN_BIT`] the offset of its
+/// record (its path's length) in the file; with the bit set the index of
+/// its entry in `own`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot(u64);
+
+/// The bit of a [`Slot`] that says its entry is held in memory (no file
+/// is 2^63 bytes long).
+const OWN_BIT: u64 = 1 << 63;
+
+/// What a record of a checked file decodes to were it ever not to (it
+/// cannot: the mapped bytes are checked whole when loaded and a stat
+/// cache file is only ever replaced by a rename, never written in
+/// place): an entry with no stat data, which a scan never trusts, so
+/// the file it names is read again.
+const UNTRUSTED: Cached = Cached {
+    entry: Entry {
+        kind: EntryKind::File,
+        mode: 0,
+        size: 0,
+        hash: BlobHash::ZERO,
+    },
+    stat: None,
+};
+
+impl Slot {
+    fn own(i: usize) -> Slot {
+        Slot(i as u64 | OWN_BIT)
+    }
+}
+
+/// The path of slot `s`.
+fn slot_path<'a>(bytes: &'a [u8], own: &'a [(String, Cached)], s: Slot) -> &'a str {
+    if s.0 & OWN_BIT != 0 {
+        return own
+            .get((s.0 & !OWN_BIT) as usize)
+            .map_or("", |e| e.0.as_str());
+    }
+    let mut r = Cur {
+        b: bytes,
+        pos: s.0 as usize,
+    };
+    r.str().unwrap_or_else(|| {
+        debug_assert!(false, "a checked stat cache record does not decode");
+        ""
+    })
+}
+
+/// The path and entry of slot `s`.
+fn slot_entry<'a>(bytes: &'a [u8], own: &'a [(String, Cached)], s: Slot) -> (&'a str, Cached) {
+    if s.0 & OWN_BIT != 0 {
+        return own
+            .get((s.0 & !OWN_BIT) as usize)
+            .map_or(("", UNTRUSTED), |(p, c)| (p.as_str(), *c));
+    }
+    let mut r = Cur {
+        b: bytes,
+        pos: s.0 as usize,
+    };
+    match (r.str(), r.cached()) {
+        (Some(p), Some(c)) => (p, c),
+        _ => {
+            debug_assert!(false, "a checked stat cache record does not decode");
+            ("", UNTRUSTED)
+        }
+    }
+}
+
+impl MappedRun {
+    fn path(&self, s: Slot) -> &str {
+        slot_path(&self.bytes, &self.own, s)
+    }
+
+    fn entry(&self, s: Slot) -> (&str, Cached) {
+        slot_entry(&self.bytes, &self.own, s)
+    }
+
+    /// Slot `i`'s entry, held in memory from now on to be changed.
+    fn own_mut(&mut self, i: usize) -> &mut Cached {
+        let s = self.slots[i];
+        let k = if s.0 & OWN_BIT != 0 {
+            (s.0 & !OWN_BIT) as usize
+        } else {
+            let (p, c) = self.entry(s);
+            let p = p.to_string();
+            self.own.push((p, c));
+            self.slots[i] = Slot::own(self.own.len() - 1);
+            self.own.len() - 1
+        };
+        &mut self.own[k].1
+    }
+}
+
+/// The paths and entries of a run, in path order.
+#[derive(Clone)]
+pub(crate) struct Iter<'a> {
+    run: &'a Run,
+    at: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a str, Cached);
+
+    fn next(&mut self) -> Option<(&'a str, Cached)> {
+        let item = match self.run {
+            Run::Owned(v) => v.get(self.at).map(|(p, c)| (p.as_str(), *c)),
+            Run::Mapped(m) => m.slots.get(self.at).map(|s| m.entry(*s)),
+        };
+        self.at += 1;
+        item
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let len = match self.run {
+            Run::Owned(v) => v.len(),
+            Run::Mapped(m) => m.slots.len(),
+        };
+        let n = len.saturating_sub(self.at);
+        (n, Some(n))
+    }
+}
 
 impl Entries {
     /// The run `v`, which its callers build in strictly ascending path
@@ -128,43 +281,102 @@ impl Entries {
     /// costs time, never a wrong lookup.
     pub(crate) fn from_sorted(v: Vec<(String, Cached)>) -> Entries {
         if v.windows(2).all(|w| w[0].0 < w[1].0) {
-            Entries(v)
+            Entries(Run::Owned(v))
         } else {
             debug_assert!(false, "a run of paths out of order");
             v.into_iter().collect()
         }
     }
 
+    /// The paths and entries, owned, in path order.
+    pub(crate) fn into_vec(self) -> Vec<(String, Cached)> {
+        match self.0 {
+            Run::Owned(v) => v,
+            Run::Mapped(_) => self.iter().map(|(p, c)| (p.to_string(), c)).collect(),
+        }
+    }
+
+    /// True if the run is read in place from a mapped file.
+    #[cfg(test)]
+    pub(crate) fn is_mapped(&self) -> bool {
+        matches!(self.0, Run::Mapped(_))
+    }
+
     /// How many paths.
     pub(crate) fn len(&self) -> usize {
-        self.0.len()
+        match &self.0 {
+            Run::Owned(v) => v.len(),
+            Run::Mapped(m) => m.slots.len(),
+        }
     }
 
     /// The paths and their entries, in path order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Cached)> + Clone {
-        self.0.iter().map(|(p, c)| (p, c))
+    pub(crate) fn iter(&self) -> Iter<'_> {
+        Iter {
+            run: &self.0,
+            at: 0,
+        }
+    }
+
+    /// The path and entry at index `i` of the run, if there is one.
+    pub(crate) fn at(&self, i: usize) -> Option<(&str, Cached)> {
+        match &self.0 {
+            Run::Owned(v) => v.get(i).map(|(p, c)| (p.as_str(), *c)),
+            Run::Mapped(m) => m.slots.get(i).map(|s| m.entry(*s)),
+        }
+    }
+
+    fn path(&self, i: usize) -> &str {
+        match &self.0 {
+            Run::Owned(v) => v[i].0.as_str(),
+            Run::Mapped(m) => m.path(m.slots[i]),
+        }
     }
 
     fn find(&self, path: &str) -> std::result::Result<usize, usize> {
-        self.0.binary_search_by(|(p, _)| p.as_str().cmp(path))
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.path(mid).as_bytes().cmp(path.as_bytes()) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
     }
 
     /// The entry of `path`.
-    pub(crate) fn get(&self, path: &str) -> Option<&Cached> {
-        self.find(path).ok().map(|i| &self.0[i].1)
+    #[cfg(test)]
+    pub(crate) fn get(&self, path: &str) -> Option<Cached> {
+        let i = self.find(path).ok()?;
+        Some(match &self.0 {
+            Run::Owned(v) => v[i].1,
+            Run::Mapped(m) => m.entry(m.slots[i]).1,
+        })
     }
 
     /// The entry of `path`, to change.
     pub(crate) fn get_mut(&mut self, path: &str) -> Option<&mut Cached> {
-        self.find(path).ok().map(|i| &mut self.0[i].1)
+        let i = self.find(path).ok()?;
+        Some(match &mut self.0 {
+            Run::Owned(v) => &mut v[i].1,
+            Run::Mapped(m) => m.own_mut(i),
+        })
     }
 
     /// Sets the entry of `path` (a search and a shift: for a few paths;
     /// many go through [`Entries::merge`]).
     pub(crate) fn insert(&mut self, path: String, c: Cached) {
-        match self.find(&path) {
-            Ok(i) => self.0[i].1 = c,
-            Err(i) => self.0.insert(i, (path, c)),
+        let at = self.find(&path);
+        match (&mut self.0, at) {
+            (Run::Owned(v), Ok(i)) => v[i].1 = c,
+            (Run::Owned(v), Err(i)) => v.insert(i, (path, c)),
+            (Run::Mapped(m), Ok(i)) => *m.own_mut(i) = c,
+            (Run::Mapped(m), Err(i)) => {
+                m.own.push((path, c));
+                m.slots.insert(i, Slot::own(m.own.len() - 1));
+            }
         }
     }
 
@@ -172,13 +384,29 @@ impl Entries {
     #[cfg(test)]
     pub(crate) fn remove(&mut self, path: &str) {
         if let Ok(i) = self.find(path) {
-            self.0.remove(i);
+            match &mut self.0 {
+                Run::Owned(v) => {
+                    v.remove(i);
+                }
+                Run::Mapped(m) => {
+                    m.slots.remove(i);
+                }
+            }
         }
     }
 
     /// Keeps only the entries `keep` says yes to.
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str, &Cached) -> bool) {
-        self.0.retain(|(p, c)| keep(p, c));
+        match &mut self.0 {
+            Run::Owned(v) => v.retain(|(p, c)| keep(p, c)),
+            Run::Mapped(m) => {
+                let (bytes, own) = (&m.bytes, &m.own);
+                m.slots.retain(|s| {
+                    let (p, c) = slot_entry(bytes, own, *s);
+                    keep(p, &c)
+                });
+            }
+        }
     }
 
     /// Applies `changes` (in path order: an entry to set, or `None` to
@@ -187,28 +415,91 @@ impl Entries {
         &mut self,
         changes: impl IntoIterator<Item = (std::borrow::Cow<'a, str>, Option<Cached>)>,
     ) {
-        let old = std::mem::take(&mut self.0);
-        let mut out: Vec<(String, Cached)> = Vec::with_capacity(old.len());
-        let mut old = old.into_iter().peekable();
-        for (p, c) in changes {
-            while let Some(kept) = old.next_if(|(op, _)| op.as_str() < p.as_ref()) {
-                out.push(kept);
-            }
-            old.next_if(|(op, _)| op.as_str() == p.as_ref());
-            if let Some(c) = c {
-                if out.last().is_some_and(|(l, _)| l.as_str() >= p.as_ref()) {
-                    // Out of order: not a run this merge can take in one
-                    // pass; kept correct by a search for it.
-                    let mut e = Entries(std::mem::take(&mut out));
-                    e.insert(p.into_owned(), c);
-                    out = e.0;
-                } else {
-                    out.push((p.into_owned(), c));
-                }
+        match &mut self.0 {
+            Run::Owned(v) => merge_owned(v, changes),
+            Run::Mapped(m) => merge_mapped(m, changes),
+        }
+    }
+}
+
+fn merge_owned<'a>(
+    v: &mut Vec<(String, Cached)>,
+    changes: impl IntoIterator<Item = (std::borrow::Cow<'a, str>, Option<Cached>)>,
+) {
+    let old = std::mem::take(v);
+    let mut out: Vec<(String, Cached)> = Vec::with_capacity(old.len());
+    let mut old = old.into_iter().peekable();
+    for (p, c) in changes {
+        while let Some(kept) = old.next_if(|(op, _)| op.as_str() < p.as_ref()) {
+            out.push(kept);
+        }
+        old.next_if(|(op, _)| op.as_str() == p.as_ref());
+        if let Some(c) = c {
+            if out.last().is_some_and(|(l, _)| l.as_str() >= p.as_ref()) {
+                // Out of order: not a run this merge can take in one
+                // pass; kept correct by a search for it.
+                let mut e = Entries(Run::Owned(std::mem::take(&mut out)));
+                e.insert(p.into_owned(), c);
+                out = match e.0 {
+                    Run::Owned(v) => v,
+                    Run::Mapped(_) => Vec::new(),
+                };
+            } else {
+                out.push((p.into_owned(), c));
             }
         }
-        out.extend(old);
-        self.0 = out;
+    }
+    out.extend(old);
+    *v = out;
+}
+
+fn merge_mapped<'a>(
+    m: &mut MappedRun,
+    changes: impl IntoIterator<Item = (std::borrow::Cow<'a, str>, Option<Cached>)>,
+) {
+    let old = std::mem::take(&mut m.slots);
+    let mut out: Vec<Slot> = Vec::with_capacity(old.len());
+    let mut i = 0;
+    for (p, c) in changes {
+        while i < old.len() && slot_path(&m.bytes, &m.own, old[i]) < p.as_ref() {
+            out.push(old[i]);
+            i += 1;
+        }
+        if i < old.len() && slot_path(&m.bytes, &m.own, old[i]) == p.as_ref() {
+            i += 1;
+        }
+        if let Some(c) = c {
+            // Out of order (not a run this merge takes in one pass): kept
+            // correct by a search for its place.
+            let at = match out.last() {
+                Some(l) if slot_path(&m.bytes, &m.own, *l) >= p.as_ref() => {
+                    out.binary_search_by(|s| slot_path(&m.bytes, &m.own, *s).cmp(p.as_ref()))
+                }
+                _ => Err(out.len()),
+            };
+            m.own.push((p.into_owned(), c));
+            let s = Slot::own(m.own.len() - 1);
+            match at {
+                Ok(k) => out[k] = s,
+                Err(k) => out.insert(k, s),
+            }
+        }
+    }
+    out.extend_from_slice(&old[i..]);
+    m.slots = out;
+}
+
+impl PartialEq for Entries {
+    fn eq(&self, other: &Entries) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Entries {}
+
+impl std::fmt::Debug for Entries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 
@@ -225,7 +516,7 @@ impl FromIterator<(String, Cached)> for Entries {
                 _ => out.push((p, c)),
             }
         }
-        Entries(out)
+        Entries(Run::Owned(out))
     }
 }
 
@@ -247,6 +538,42 @@ pub(crate) struct StatCache {
     pub root: Option<BlobHash>,
     pub entries: Entries,
     pub dirs: Vec<(String, BlobHash, u64)>,
+}
+
+/// What a full scan found changed from the cache it started from to the
+/// one it built, listed as it compared the two (which it does anyway, to
+/// count changes): saved as a delta without comparing every path again.
+#[derive(Clone, Debug)]
+pub(crate) struct Changed {
+    /// The cache the scan started from, as loaded.
+    pub from: Arc<StatCache>,
+    /// Every path whose cached entry (entry and stat data) differs, in
+    /// any order.
+    pub entries: Vec<ChangedPath>,
+}
+
+/// One path whose stat cache entry changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ChangedPath {
+    /// The path at this index of the new cache's run (no copy of its
+    /// path is made unless a delta is written).
+    Now(usize),
+    /// A path gone.
+    Gone(String),
+}
+
+impl Changed {
+    /// True if the delta made from this list equals the one made by
+    /// comparing every path of `from` and `now` (and is not empty when
+    /// they differ).
+    #[cfg(test)]
+    pub(crate) fn agrees_with_compared(&self, now: &StatCache) -> bool {
+        let mut listed = Delta::over([0; STAT_CACHE_SUM_BYTES]);
+        listed.add_listed(self, now);
+        let mut compared = Delta::over([0; STAT_CACHE_SUM_BYTES]);
+        compared.add_changes(&self.from, now);
+        listed == compared
+    }
 }
 
 /// Bytes of the checksum that ends a stat cache file.
@@ -280,8 +607,12 @@ impl<'a> Cur<'a> {
         Some(BlobHash(self.take(32)?.try_into().ok()?))
     }
     fn text(&mut self) -> Option<String> {
+        Some(self.str()?.to_string())
+    }
+    /// A length-prefixed path, where it lies.
+    fn str(&mut self) -> Option<&'a str> {
         let n = self.u32()? as usize;
-        String::from_utf8(self.take(n)?.to_vec()).ok()
+        std::str::from_utf8(self.take(n)?).ok()
     }
 }
 
@@ -379,7 +710,7 @@ impl StatCache {
         out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
         for (p, c) in self.entries.iter() {
             put_text(&mut out, p);
-            put_cached(&mut out, c);
+            put_cached(&mut out, &c);
         }
         out.extend_from_slice(&(self.dirs.len() as u32).to_le_bytes());
         for (d, h, size) in &self.dirs {
@@ -392,7 +723,20 @@ impl StatCache {
         out
     }
 
+    /// Decodes a stat cache file's bytes (a copy of them: for tests and
+    /// the simulated disk; a file on disk is read where it lies,
+    /// [`StatCache::decode_mapped`]).
+    #[cfg(test)]
     pub(crate) fn decode(b: &[u8]) -> Option<StatCache> {
+        StatCache::decode_mapped(Arc::new(Mapped::Bytes(Arc::from(b))))
+    }
+
+    /// Decodes a stat cache file's bytes `b`, keeping its entries where
+    /// they lie ([`Entries`] holds `b` and one offset a path); `None` if
+    /// the bytes are not a whole, undamaged cache (the checksum, the
+    /// structure, every path's UTF-8 and strictly ascending order are
+    /// checked here, once, so reading an entry later cannot fail).
+    pub(crate) fn decode_mapped(b: Arc<Mapped>) -> Option<StatCache> {
         let body_len = b.len().checked_sub(STAT_CACHE_SUM_BYTES)?;
         let (body, sum) = b.split_at(body_len);
         if blake3::hash(body).as_bytes()[..STAT_CACHE_SUM_BYTES] != *sum {
@@ -406,24 +750,34 @@ impl StatCache {
         let root = r.root()?;
         let n = r.u32()?;
         // The encoder writes them in path order: kept as that one sorted
-        // run (out-of-order input is refused).
-        let mut sorted: Vec<(String, Cached)> =
-            Vec::with_capacity((n as usize).min(body.len() / 64));
+        // run (out-of-order input is refused). Each record is checked
+        // whole, its offset kept; no path is copied.
+        let mut slots: Vec<Slot> = Vec::with_capacity((n as usize).min(body.len() / 64));
+        let mut last: Option<&str> = None;
         for _ in 0..n {
-            let p = r.text()?;
-            let c = r.cached()?;
-            if sorted.last().is_some_and(|(last, _)| *last >= p) {
+            let at = r.pos;
+            let p = r.str()?;
+            r.cached()?;
+            if last.is_some_and(|l| l >= p) {
                 return None;
             }
-            sorted.push((p, c));
+            last = Some(p);
+            slots.push(Slot(at as u64));
         }
-        let entries = Entries::from_sorted(sorted);
         let n = r.u32()?;
         let mut dirs = Vec::new();
         for _ in 0..n {
             dirs.push((r.text()?, r.hash()?, r.u64()?));
         }
-        (r.pos == body.len()).then_some(StatCache {
+        if r.pos != body.len() {
+            return None;
+        }
+        let entries = Entries(Run::Mapped(MappedRun {
+            bytes: b.clone(),
+            slots,
+            own: Vec::new(),
+        }));
+        Some(StatCache {
             clock_ns,
             root,
             entries,
@@ -552,7 +906,8 @@ impl StatCacheFile {
         let Ok(b) = RealVfs.map(&self.path) else {
             return Arc::default();
         };
-        let Some(mut c) = StatCache::decode(&b) else {
+        let b = Arc::new(b);
+        let Some(mut c) = StatCache::decode_mapped(b.clone()) else {
             return Arc::default();
         };
         let mut sum = [0u8; STAT_CACHE_SUM_BYTES];
@@ -608,7 +963,11 @@ impl StatCacheFile {
     /// lost in a crash leaves the previous files, which are still correct
     /// (their stat data names the contents it was read with), only older:
     /// the next scan re-reads more.
-    pub(crate) fn save_in_background(&self, cache: Arc<StatCache>) {
+    ///
+    /// `changed`, when given, lists what changed from the cache it names
+    /// to `cache`: when that is the in-memory copy the delta is made from
+    /// the list, without comparing every path.
+    pub(crate) fn save_in_background(&self, cache: Arc<StatCache>, changed: Option<Changed>) {
         if self.read_only {
             return;
         }
@@ -626,8 +985,14 @@ impl StatCacheFile {
             let over = prev.and_then(|m| Some((m.base?, m.cache)));
             if let Some((base, prev_cache)) = over {
                 let mut delta = base.delta;
-                delta.add_changes(&prev_cache, &writing);
-                if delta.len() <= delta::max_delta_paths(base.paths) {
+                let most = delta::max_delta_paths(base.paths);
+                match changed.filter(|ch| Arc::ptr_eq(&ch.from, &prev_cache)) {
+                    // Past the bound already: the whole cache is written.
+                    Some(ch) if delta.len() + ch.entries.len() > most => {}
+                    Some(ch) => delta.add_listed(&ch, &writing),
+                    None => delta.add_changes(&prev_cache, &writing),
+                }
+                if delta.len() <= most {
                     crate::in_place::write(&delta_path, &delta.encode()).ok()?;
                     let id = (file_id(&path), file_id(&delta_path));
                     return Some((
@@ -773,7 +1138,9 @@ mod tests {
         let file = StatCacheFile::new(path.clone(), false);
         file.save(Arc::new(sample()), true).unwrap();
         let fresh = StatCacheFile::new(path.clone(), false);
-        assert!(same(&fresh.load(), &sample()));
+        let loaded = fresh.load();
+        assert!(loaded.entries.is_mapped(), "decoded, not read in place");
+        assert!(same(&loaded, &sample()));
         let mut bytes = std::fs::read(&path).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
@@ -794,7 +1161,7 @@ mod tests {
 
     /// `sample()` with one more file, `name`.
     fn with_file(mut c: StatCache, name: &str, clock_ns: i64) -> StatCache {
-        let e = *c.entries.get("src/a.rs").unwrap();
+        let e = c.entries.get("src/a.rs").unwrap();
         c.entries.insert(name.to_string(), e);
         c.clock_ns = clock_ns;
         c
@@ -816,7 +1183,7 @@ mod tests {
 
         let c2 = with_file(sample(), "src/b.rs", 11);
         let _ = file.load();
-        file.save_in_background(Arc::new(c2.clone()));
+        file.save_in_background(Arc::new(c2.clone()), None);
         file.finish_save();
         assert_eq!(std::fs::read(&path).unwrap(), base_bytes, "base rewritten");
         assert!(delta_path.exists());
@@ -833,7 +1200,7 @@ mod tests {
 
         // A damaged delta over the right base: the base alone.
         let _ = file.load();
-        file.save_in_background(Arc::new(with_file(c3.clone(), "src/d.rs", 13)));
+        file.save_in_background(Arc::new(with_file(c3.clone(), "src/d.rs", 13)), None);
         file.finish_save();
         let mut bad = std::fs::read(&delta_path).unwrap();
         let mid = bad.len() / 2;
@@ -848,7 +1215,7 @@ mod tests {
         }
         let file = StatCacheFile::new(path.clone(), false);
         let _ = file.load();
-        file.save_in_background(Arc::new(big.clone()));
+        file.save_in_background(Arc::new(big.clone()), None);
         file.finish_save();
         assert!(!delta_path.exists());
         assert!(same(&StatCacheFile::new(path, false).load(), &big));
@@ -911,13 +1278,68 @@ mod tests {
             })
     }
 
+    /// A file whose checksum is right but whose paths are not valid UTF-8,
+    /// or not in strictly ascending order, is refused when loaded (a run
+    /// read in place is checked whole before any entry is read from it).
+    #[test]
+    fn a_mapped_file_with_a_bad_path_is_refused_though_its_sum_matches() {
+        let good = sample().encode();
+        let resum = |mut b: Vec<u8>| {
+            let body = b.len() - STAT_CACHE_SUM_BYTES;
+            let sum = blake3::hash(&b[..body]);
+            b[body..].copy_from_slice(&sum.as_bytes()[..STAT_CACHE_SUM_BYTES]);
+            b
+        };
+        assert!(StatCache::decode(&resum(good.clone())).is_some());
+        let at = good.windows(8).position(|w| w == b"src/a.rs").unwrap();
+        for bad in [&b"src/\xffa.r"[..], b"aaaaaaaa"] {
+            let mut b = good.clone();
+            b[at..at + 8].copy_from_slice(bad);
+            assert!(StatCache::decode(&resum(b)).is_none(), "{bad:?}");
+        }
+    }
+
+    /// A run read in place answers as the run it was written from: its
+    /// lookups, and each change a caller makes (set, add, remove, keep),
+    /// leave it equal to the owned run given the same changes.
+    #[test]
+    fn a_mapped_run_reads_and_changes_as_an_owned_one() {
+        let mut owned = with_file(with_file(sample(), "src/b.rs", 1), "zz/c", 1);
+        let mut mapped = StatCache::decode(&owned.encode()).unwrap();
+        assert!(mapped.entries.is_mapped());
+        assert_eq!(mapped.entries, owned.entries);
+        for p in [
+            "", "a", "src", "src/a.rs", "src/b.rs", "src/c.rs", "zz/c", "zzz",
+        ] {
+            assert_eq!(mapped.entries.get(p), owned.entries.get(p), "{p}");
+        }
+        let mut c = owned.entries.get("src/a.rs").unwrap();
+        c.entry.size = 77;
+        for e in [&mut owned.entries, &mut mapped.entries] {
+            e.get_mut("src/b.rs").unwrap().entry.mode = 0o600;
+            e.insert("src/a.rs".into(), c);
+            e.insert("src/0".into(), c);
+            e.insert("zzzz".into(), c);
+            e.remove("zz/c");
+            e.retain(|p, _| p != "src");
+        }
+        assert!(mapped.entries.is_mapped());
+        assert_eq!(mapped.entries, owned.entries);
+        assert_eq!(mapped.encode(), owned.encode());
+        assert_eq!(mapped.entries.clone().into_vec(), owned.entries.into_vec());
+    }
+
     proptest! {
         /// Any cache round trips byte for byte.
         #[test]
         fn any_cache_round_trips(c in arb_cache()) {
             let b = c.encode();
             let d = StatCache::decode(&b).expect("a valid cache is refused");
+            prop_assert!(d.entries.is_mapped(), "decoded, not read in place");
             prop_assert!(same(&d, &c));
+            for (p, e) in c.entries.iter() {
+                prop_assert_eq!(d.entries.get(p), Some(e));
+            }
             prop_assert_eq!(d.encode(), b);
         }
 
