@@ -289,6 +289,7 @@ impl View {
                 c.off = eoff;
                 c.expect = elsn;
                 c.chunk = FIRST_TAIL_READ_BYTES;
+                c.jumped = true;
             }
             c.window_end = window_end;
             while c.expect < lsn {
@@ -343,7 +344,7 @@ impl View {
                     path: s.path.clone(),
                     first: s.header.first_lsn,
                     start: None,
-                    source: match s.range_file() {
+                    source: match s.sparse_file() {
                         Some(f) => Source::File(f.clone()),
                         None => Source::Sealed(s.clone()),
                     },
@@ -437,6 +438,10 @@ struct Cursor {
     /// entry after it, see [`View::read_sorted`]): a file read past the
     /// buffer stops there rather than taking a chunk.
     window_end: Option<u64>,
+    /// Whether the cursor jumped to a sparse-index entry since its last
+    /// read: the next read then takes only the window; a cursor reading
+    /// on (dense LSNs) takes chunks that double.
+    jumped: bool,
 }
 
 impl Cursor {
@@ -450,6 +455,7 @@ impl Cursor {
             buf_at: 0,
             chunk: FIRST_TAIL_READ_BYTES,
             window_end: None,
+            jumped: false,
         }
     }
 
@@ -462,12 +468,13 @@ impl Cursor {
                     off >= self.buf_at && off + len as u64 <= self.buf_at + self.buf.len() as u64;
                 if !have {
                     let room = (self.seg.limit - off) as usize;
-                    let want = match self.window_end.take().filter(|e| *e > off) {
-                        Some(e) => (e - off) as usize,
-                        None => {
+                    let window = self.window_end.take().filter(|e| *e > off);
+                    let want = match window {
+                        Some(e) if std::mem::take(&mut self.jumped) => (e - off) as usize,
+                        _ => {
                             let c = self.chunk;
                             self.chunk = (self.chunk * 2).min(TAIL_READ_CHUNK_BYTES);
-                            c
+                            window.map_or(c, |e| c.max((e - off) as usize))
                         }
                     };
                     let want = len.max(want).min(room).max(len);
