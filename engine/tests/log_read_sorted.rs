@@ -253,3 +253,76 @@ fn read_sorted_reads_the_tail_once_per_window_not_per_record() {
         sparse.len()
     );
 }
+
+/// A simulated disk that counts maps of segment files.
+#[derive(Debug)]
+struct CountMaps {
+    sim: Arc<SimVfs>,
+    seg_maps: AtomicUsize,
+}
+
+impl Vfs for CountMaps {
+    fn open(
+        &self,
+        path: &Path,
+        mode: cairn_engine::vfs::OpenMode,
+    ) -> std::io::Result<Arc<dyn cairn_engine::VfsFile>> {
+        self.sim.open(path, mode)
+    }
+    fn map(&self, path: &Path) -> std::io::Result<cairn_engine::vfs::Mapped> {
+        if path.extension().is_some_and(|e| e == "seg") {
+            self.seg_maps.fetch_add(1, Ordering::SeqCst);
+        }
+        self.sim.map(path)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.sim.list(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.sim.create_dir_all(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.sim.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        self.sim.remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.sim.sync_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.sim.exists(path)
+    }
+    fn lock_exclusive(&self, path: &Path) -> std::io::Result<cairn_engine::vfs::LockGuard> {
+        self.sim.lock_exclusive(path)
+    }
+}
+
+/// Regression (sparse records of a sealed segment were read through a map
+/// of the whole file: a page fault, and fault-around, per record, and the
+/// file's size in peak memory): a reader's `read_sorted` reads a sealed
+/// segment nothing has mapped by range, mapping no segment, with the
+/// same records as point reads (which map it).
+#[test]
+fn read_sorted_reads_an_unmapped_sealed_segment_by_range() {
+    let sim = Arc::new(SimVfs::new());
+    let dir = Path::new("/log");
+    write_log(&sim, dir, 700, 4096);
+    let vfs = Arc::new(CountMaps {
+        sim: sim.clone(),
+        seg_maps: AtomicUsize::new(0),
+    });
+    let r = LogReader::open(vfs.clone(), dir).unwrap();
+    let spans = r.sealed_spans();
+    assert!(spans.len() >= 3);
+    let lsns: Vec<Lsn> = (1..=spans[spans.len() - 1].last.0)
+        .step_by(11)
+        .map(Lsn)
+        .collect();
+    let (got, e) = sorted(&r, &lsns);
+    assert!(e.is_none(), "{e:?}");
+    assert_eq!(vfs.seg_maps.load(Ordering::SeqCst), 0, "segments mapped");
+    let want: Vec<Record> = lsns.iter().map(|l| r.read(*l).unwrap()).collect();
+    assert!(vfs.seg_maps.load(Ordering::SeqCst) > 0);
+    assert!(got == want);
+}
