@@ -231,14 +231,24 @@ impl<'a> Query<'a> {
         match self.candidates(f) {
             Some(lsns) => {
                 let lsns = lsns.into_iter().filter(|l| *l <= head);
-                let lsns: Box<dyn Iterator<Item = Lsn>> = if f.newest_first {
-                    Box::new(lsns.rev())
+                if f.newest_first {
+                    for l in lsns.rev() {
+                        if !visit(self.src.read(l)?)? {
+                            break;
+                        }
+                    }
                 } else {
-                    Box::new(lsns)
-                };
-                for l in lsns {
-                    if !visit(self.src.read(l)?)? {
-                        break;
+                    // Ascending: read in batches, one walk each.
+                    let mut reads = crate::source::SortedReads::new(self.src, limit);
+                    let mut go = true;
+                    for l in lsns {
+                        if !reads.push(l, &mut visit)? {
+                            go = false;
+                            break;
+                        }
+                    }
+                    if go {
+                        reads.flush(&mut visit)?;
                     }
                 }
             }

@@ -31,6 +31,20 @@ pub trait RecordSource {
     fn iter_from(&self, from: Lsn) -> Box<dyn Iterator<Item = Result<Record>> + '_>;
     /// The record at `lsn`.
     fn read(&self, lsn: Lsn) -> Result<Record>;
+    /// Calls `f` with the records `lsns` names (ascending: a posting
+    /// list), in that order, until `f` returns `Ok(false)` or an error
+    /// (which is returned); records before a failing read are handed out
+    /// first. The log's implementations read them in one walk (see
+    /// `Log::read_sorted`); the default calls [`RecordSource::read`] per
+    /// LSN.
+    fn read_sorted(&self, lsns: &[Lsn], f: &mut dyn FnMut(Record) -> Result<bool>) -> Result<()> {
+        for &l in lsns {
+            if !f(self.read(l)?)? {
+                break;
+            }
+        }
+        Ok(())
+    }
     /// Calls `f` with each record from `from` to the head (as of the call),
     /// in order, as a borrowed event, until `f` returns `Ok(false)` or an
     /// error (which is returned). Folds and projections use this: the log's
@@ -133,6 +147,11 @@ impl RecordSource for Log {
     fn read(&self, lsn: Lsn) -> Result<Record> {
         Ok(Log::read(self, lsn)?)
     }
+    fn read_sorted(&self, lsns: &[Lsn], f: &mut dyn FnMut(Record) -> Result<bool>) -> Result<()> {
+        let mut failed = None;
+        Log::read_sorted(self, lsns, |r| handing(f(r), &mut failed))?;
+        failed.map_or(Ok(()), Err)
+    }
     fn wait_for(&self, after: Lsn, timeout: Duration) -> Result<Head> {
         Ok(Log::wait_for(self, after, timeout))
     }
@@ -146,6 +165,18 @@ impl RecordSource for Log {
             visit_frame(fr, &|fr| self.body(fr), f, &mut failed)
         })?;
         failed.map_or(Ok(()), Err)
+    }
+}
+
+/// What a read-sorted walk does with `f`'s answer: go on if it says so;
+/// an error is kept in `failed` and stops the walk.
+fn handing(step: Result<bool>, failed: &mut Option<QueryError>) -> bool {
+    match step {
+        Ok(go) => go,
+        Err(e) => {
+            *failed = Some(e);
+            false
+        }
     }
 }
 
@@ -172,6 +203,71 @@ fn visit_frame<'a>(
             *failed = Some(e);
             false
         }
+    }
+}
+
+/// Records a [`ReaderSource`] reads under its lock before handing them out
+/// (see its `read_sorted`): bounds the memory a long posting list takes,
+/// while a walk still covers thousands of records (a batch restarts the
+/// walk from the sparse index, which costs one seek).
+pub const MAX_SORTED_READ_BATCH: usize = 4096;
+
+/// The records of [`SortedReads`]'s first batch at most: a query that
+/// wants a few records (`log --limit 5`) reads about that many, and one
+/// that wants thousands doubles its batches up to
+/// [`MAX_SORTED_READ_BATCH`].
+pub const FIRST_SORTED_READ_BATCH: usize = 16;
+
+/// LSNs a query comes to one at a time (from a posting list), read in
+/// ascending batches through [`RecordSource::read_sorted`] rather than a
+/// read each: [`SortedReads::push`] queues, [`SortedReads::flush`] reads
+/// what is queued. Batches start at [`FIRST_SORTED_READ_BATCH`] (or the
+/// records wanted, if fewer) and double.
+pub struct SortedReads<'a> {
+    src: &'a dyn RecordSource,
+    pending: Vec<Lsn>,
+    cap: usize,
+}
+
+impl<'a> SortedReads<'a> {
+    /// Reads from `src`, about `want` records wanted (`usize::MAX` for all).
+    pub fn new(src: &'a dyn RecordSource, want: usize) -> SortedReads<'a> {
+        SortedReads {
+            src,
+            pending: Vec::new(),
+            cap: FIRST_SORTED_READ_BATCH.min(want).max(1),
+        }
+    }
+
+    /// Queues `lsn` (above the last queued); when a batch is full, reads
+    /// it and hands each record to `f`. Returns false once `f` has.
+    pub fn push(&mut self, lsn: Lsn, f: &mut dyn FnMut(Record) -> Result<bool>) -> Result<bool> {
+        self.pending.push(lsn);
+        if self.pending.len() >= self.cap {
+            return self.flush(f);
+        }
+        Ok(true)
+    }
+
+    /// Reads what is queued and hands each record to `f`, in order;
+    /// returns false if `f` did.
+    pub fn flush(&mut self, f: &mut dyn FnMut(Record) -> Result<bool>) -> Result<bool> {
+        let mut go = true;
+        let pending = std::mem::take(&mut self.pending);
+        self.src.read_sorted(&pending, &mut |r| {
+            go = f(r)?;
+            Ok(go)
+        })?;
+        self.pending = pending;
+        self.pending.clear();
+        self.cap = (self.cap * 2).min(MAX_SORTED_READ_BATCH);
+        Ok(go)
+    }
+}
+
+impl std::fmt::Debug for SortedReads<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SortedReads {{ queued: {} }}", self.pending.len())
     }
 }
 
@@ -229,6 +325,39 @@ impl RecordSource for ReaderSource {
             g.note_damage(&e);
             e.into()
         })
+    }
+    /// Reads under the lock into a list, then hands the records out with
+    /// the lock released (so `f` may read this source again); a read
+    /// that fails ends the list, and its error follows the records
+    /// before it.
+    fn read_sorted(&self, lsns: &[Lsn], f: &mut dyn FnMut(Record) -> Result<bool>) -> Result<()> {
+        let mut recs = Vec::with_capacity(lsns.len().min(MAX_SORTED_READ_BATCH));
+        let mut failed: Option<QueryError> = None;
+        for batch in lsns.chunks(MAX_SORTED_READ_BATCH) {
+            {
+                let mut g = self.0.lock();
+                let last = batch.iter().max().copied().unwrap_or(Lsn(0));
+                if last > g.head().last_lsn {
+                    g.refresh()?;
+                }
+                if let Err(e) = g.read_sorted(batch, |r| {
+                    recs.push(r);
+                    true
+                }) {
+                    g.note_damage(&e);
+                    failed = Some(e.into());
+                }
+            }
+            for r in recs.drain(..) {
+                if !f(r)? {
+                    return Ok(());
+                }
+            }
+            if let Some(e) = failed {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
     fn for_each_ref(
         &self,

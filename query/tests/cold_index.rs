@@ -639,3 +639,89 @@ fn a_removal_between_a_write_and_the_checkpoint_decides_the_mode() {
         "moved in: the source's mode"
     );
 }
+
+/// A record source that counts its point reads and its sorted walks.
+struct Counting {
+    log: MemLog,
+    reads: std::sync::atomic::AtomicUsize,
+    walks: std::sync::atomic::AtomicUsize,
+}
+
+impl RecordSource for Counting {
+    fn head(&self) -> cairn_query::Result<cairn_engine::log::Head> {
+        self.log.head()
+    }
+    fn iter_from(
+        &self,
+        from: Lsn,
+    ) -> Box<dyn Iterator<Item = cairn_query::Result<cairn_query::Record>> + '_> {
+        self.log.iter_from(from)
+    }
+    fn read(&self, lsn: Lsn) -> cairn_query::Result<cairn_query::Record> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.log.read(lsn)
+    }
+    fn read_sorted(
+        &self,
+        lsns: &[Lsn],
+        f: &mut dyn FnMut(cairn_query::Record) -> cairn_query::Result<bool>,
+    ) -> cairn_query::Result<()> {
+        self.walks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.log.read_sorted(lsns, f)
+    }
+}
+
+/// Regression (the postings of a path were read a record at a time, each
+/// a fresh walk of the log): a cold scan reads them in a few sorted walks
+/// (batches that double), and a `--limit 5` scan reads five records.
+#[test]
+fn a_cold_scan_reads_its_postings_in_sorted_walks() {
+    let log = MemLog::new();
+    for i in 0..2000u64 {
+        let mut e = Event::new(EventKind::FileWrite, "s1");
+        e.path = Some(if i % 4 == 0 { "src/a.rs" } else { "b.rs" }.into());
+        e.ts = Timestamp(1_700_000_000_000 + i as i64);
+        log.append(e).unwrap();
+    }
+    let sp = spans(&log, &[700, 1400]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let src = Counting {
+        log,
+        reads: Default::default(),
+        walks: Default::default(),
+    };
+    let count = |f: &Filter| {
+        let ix = ColdIndex::new(&vfs, &dir, &src, &sp, true).unwrap();
+        src.reads.store(0, std::sync::atomic::Ordering::SeqCst);
+        src.walks.store(0, std::sync::atomic::Ordering::SeqCst);
+        let mut got = Vec::new();
+        assert!(ix
+            .scan(f, &mut |r| {
+                got.push(r.lsn);
+                Ok(true)
+            })
+            .unwrap());
+        assert_eq!(got, model(&src.log, f));
+        (
+            got.len(),
+            src.reads.load(std::sync::atomic::Ordering::SeqCst),
+            src.walks.load(std::sync::atomic::Ordering::SeqCst),
+        )
+    };
+    let path = Filter {
+        path: Some("src/a.rs".into()),
+        ..Filter::all()
+    };
+    let (n, reads, walks) = count(&path);
+    assert_eq!(n, 500);
+    assert_eq!(reads, 0, "point reads of postings");
+    assert!(walks <= 10, "{walks} walks for {n} records");
+    let five = Filter {
+        limit: Some(5),
+        ..path
+    };
+    let (n, reads, walks) = count(&five);
+    assert_eq!((n, reads, walks), (5, 0, 1));
+}

@@ -342,6 +342,13 @@ impl LogReader {
         self.view.read(lsn)
     }
 
+    /// Calls `f` with the records `lsns` names (ascending, as a posting
+    /// list), in that order, until it returns false: one walk of the log,
+    /// not a read per record. See [`Log::read_sorted`](super::Log::read_sorted).
+    pub fn read_sorted(&self, lsns: &[Lsn], f: impl FnMut(Record) -> bool) -> Result<()> {
+        self.view.read_sorted(lsns, f)
+    }
+
     /// See [`Log::for_each_frame`](super::Log::for_each_frame).
     pub fn for_each_frame(
         &self,

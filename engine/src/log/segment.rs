@@ -158,10 +158,15 @@ pub(crate) struct SegmentData {
     cell: std::sync::OnceLock<Mapped>,
     /// Where to map it from, when not mapped at open.
     vfs: Option<Arc<dyn Vfs>>,
-    /// The open file, kept when the file system cannot map cheaply (see
-    /// [`Vfs::maps_cheaply`]): reads of frames go to it by range instead
-    /// of through a map of the whole file.
+    /// The open file (of a segment opened unmapped): reads of frames go
+    /// to it by range instead of through a map of the whole file when the
+    /// file system cannot map cheaply (see [`Vfs::maps_cheaply`]), and
+    /// sparse reads of sorted LSNs go to it always (see
+    /// [`Sealed::sparse_file`]).
     file: Option<Arc<dyn VfsFile>>,
+    /// Whether every read goes to `file` (the file system cannot map
+    /// cheaply).
+    by_range: bool,
 }
 
 impl std::fmt::Debug for SegmentData {
@@ -169,7 +174,7 @@ impl std::fmt::Debug for SegmentData {
         f.debug_struct("SegmentData")
             .field("len", &self.len)
             .field("mapped", &self.cell.get().is_some())
-            .field("by_range", &self.file.is_some())
+            .field("by_range", &self.by_range)
             .finish()
     }
 }
@@ -182,6 +187,7 @@ impl SegmentData {
             cell: std::sync::OnceLock::from(m),
             vfs: None,
             file: None,
+            by_range: false,
         }
     }
 
@@ -194,12 +200,13 @@ impl SegmentData {
     /// A file of `len` bytes, mapped from `vfs` on first use; read by
     /// range through `file` instead when `vfs` cannot map cheaply.
     fn lazy(vfs: Arc<dyn Vfs>, len: u64, file: Arc<dyn VfsFile>) -> SegmentData {
-        let file = (!vfs.maps_cheaply()).then_some(file);
+        let by_range = !vfs.maps_cheaply();
         SegmentData {
             len,
             cell: std::sync::OnceLock::new(),
             vfs: Some(vfs),
-            file,
+            file: Some(file),
+            by_range,
         }
     }
 }
@@ -285,6 +292,19 @@ impl Sealed {
     /// from [`Sealed::data`]. Bytes read either way are checked the same:
     /// each frame's CRC and LSN.
     pub fn range_file(&self) -> Option<&Arc<dyn VfsFile>> {
+        match self.data.cell.get() {
+            Some(_) => None,
+            None => self.data.file.as_ref().filter(|_| self.data.by_range),
+        }
+    }
+
+    /// The open file to read frames from by range for a read of sparse
+    /// LSNs ([`View::read_sorted`](super::view::View::read_sorted)), when
+    /// nothing has mapped the segment yet: a map of a file in the page
+    /// cache costs a fault per touched page, each mapping the pages around
+    /// it too (fault-around), and an unmap of them all at exit, where a
+    /// read copies only the window read. Checked as any read is.
+    pub fn sparse_file(&self) -> Option<&Arc<dyn VfsFile>> {
         match self.data.cell.get() {
             Some(_) => None,
             None => self.data.file.as_ref(),

@@ -95,6 +95,14 @@ impl SparseIndex {
         i.checked_sub(1).map(|i| self.entries[i])
     }
 
+    /// The offset of the first entry whose LSN is above `lsn`, if any:
+    /// the frame `lsn` ends at or before it, so a read from
+    /// [`SparseIndex::seek`]'s offset to it holds that whole frame.
+    pub(crate) fn next_after(&self, lsn: Lsn) -> Option<u64> {
+        let i = self.entries.partition_point(|&(l, _)| l <= lsn);
+        self.entries.get(i).map(|&(_, off)| off)
+    }
+
     /// Number of entries.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -267,6 +275,20 @@ impl MappedIndex {
         lo.checked_sub(1).map(|i| self.entry(i))
     }
 
+    /// As [`SparseIndex::next_after`].
+    pub(crate) fn next_after(&self, lsn: Lsn) -> Option<u64> {
+        let (mut lo, mut hi) = (0, self.n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.entry(mid).0 <= lsn {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        (lo < self.n).then(|| self.entry(lo).1)
+    }
+
     /// The entries, copied out (tests compare them with a [`SparseIndex`]).
     #[cfg(test)]
     pub(crate) fn to_index(&self) -> SparseIndex {
@@ -297,6 +319,14 @@ impl SealedEntries {
         match self {
             SealedEntries::Loaded(i) => i.seek(lsn),
             SealedEntries::Mapped(m) => m.seek(lsn),
+        }
+    }
+
+    /// As [`SparseIndex::next_after`].
+    pub(crate) fn next_after(&self, lsn: Lsn) -> Option<u64> {
+        match self {
+            SealedEntries::Loaded(i) => i.next_after(lsn),
+            SealedEntries::Mapped(m) => m.next_after(lsn),
         }
     }
 }

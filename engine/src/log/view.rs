@@ -240,6 +240,128 @@ impl View {
         }
     }
 
+    /// Calls `f` with the records `lsns` names, in that order, until it
+    /// returns false: one walk, not a read per record. `lsns` should
+    /// ascend (a posting list); an LSN at or below the one before starts
+    /// a fresh walk of its segment, so any order gives the records named.
+    /// One cursor per segment is kept: for the next LSN it jumps to the
+    /// sparse-index entry before it when that lies past the cursor
+    /// (keeping what the cursor has read if the entry is inside it), else
+    /// steps forward from where it is. Every record handed out is checked
+    /// as [`View::read`] checks it (CRC and LSN); frames stepped over have
+    /// their header checked as [`View::iter_range`] steps over them. A
+    /// file (the tail) is read from the entry to the next entry after the
+    /// LSN, not in whole chunks, so sparse LSNs cost what they use.
+    /// Errors: [`EngineError::LsnOutOfRange`] for an LSN of 0 or past the
+    /// head, as [`View::read`]; a damaged frame names its segment, offset
+    /// and LSN; records before it have been handed to `f`.
+    pub fn read_sorted(&self, lsns: &[Lsn], mut f: impl FnMut(Record) -> bool) -> Result<()> {
+        let last = self.head().last_lsn;
+        let mut cur: Option<(SegKey, Cursor)> = None;
+        for &lsn in lsns {
+            if lsn == Lsn(0) || lsn > last {
+                return Err(EngineError::LsnOutOfRange { lsn, last });
+            }
+            let ended = || {
+                EngineError::Invalid(format!(
+                    "the log ended before LSN {lsn} (expected records up to {last})"
+                ))
+            };
+            let key = self.seg_of(lsn).ok_or_else(ended)?;
+            let reuse = matches!(&cur, Some((k, c)) if *k == key && c.expect <= lsn);
+            if !reuse {
+                cur = Some((key, Cursor::new(self.seg_ref(key).ok_or_else(ended)?)));
+            }
+            let Some((_, c)) = cur.as_mut() else {
+                return Err(ended());
+            };
+            let (entry, window_end) = match key {
+                SegKey::Sealed(i) => {
+                    let ix = self.sealed[i].index();
+                    (ix.seek(lsn), ix.next_after(lsn))
+                }
+                SegKey::Tail => match &self.tail {
+                    Some(t) => (t.index.seek(lsn), t.index.next_after(lsn)),
+                    None => (None, None),
+                },
+            };
+            if let Some((elsn, eoff)) = entry.filter(|(elsn, _)| *elsn > c.expect) {
+                c.off = eoff;
+                c.expect = elsn;
+                c.chunk = FIRST_TAIL_READ_BYTES;
+                c.jumped = true;
+            }
+            c.window_end = window_end;
+            while c.expect < lsn {
+                match c.skip_frame() {
+                    None => return Err(ended()),
+                    Some(r) => r?,
+                }
+            }
+            let dicts = &self.dicts;
+            let rec = c.next_frame(|fr| {
+                let body = dicts.body(&fr)?;
+                let event = Event::decode_body(&body)?;
+                Ok(Record {
+                    lsn: fr.lsn,
+                    chain: fr.chain,
+                    event,
+                })
+            });
+            match rec {
+                None => return Err(ended()),
+                Some(r) => {
+                    if !f(r?) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The segment holding `lsn` (at most the head), if any.
+    fn seg_of(&self, lsn: Lsn) -> Option<SegKey> {
+        let i = self.sealed.partition_point(|s| s.header.first_lsn <= lsn);
+        if let Some(s) = i.checked_sub(1).map(|i| &self.sealed[i]) {
+            if s.footer.record_count > 0 && s.footer.last_lsn >= lsn {
+                return Some(SegKey::Sealed(i - 1));
+            }
+        }
+        self.tail
+            .as_ref()
+            .filter(|t| t.header.first_lsn <= lsn && lsn <= t.head.last_lsn)
+            .map(|_| SegKey::Tail)
+    }
+
+    /// Segment `key` to walk from its first frame, read as
+    /// [`View::iter_range`] reads it (`None` for a tail there is not).
+    fn seg_ref(&self, key: SegKey) -> Option<SegRef> {
+        match (key, &self.tail) {
+            (SegKey::Sealed(i), _) => {
+                let s = self.sealed.get(i)?;
+                Some(SegRef {
+                    path: s.path.clone(),
+                    first: s.header.first_lsn,
+                    start: None,
+                    source: match s.sparse_file() {
+                        Some(f) => Source::File(f.clone()),
+                        None => Source::Sealed(s.clone()),
+                    },
+                    limit: s.frames_end(),
+                })
+            }
+            (SegKey::Tail, Some(t)) => Some(SegRef {
+                path: t.path.clone(),
+                first: t.header.first_lsn,
+                start: None,
+                source: Source::File(t.file.clone()),
+                limit: t.committed_len,
+            }),
+            (SegKey::Tail, None) => None,
+        }
+    }
+
     /// A copy that shares the sealed segments and the tail file handle, so
     /// long work (verify) does not hold the writer's view lock.
     pub fn snapshot(&self) -> View {
@@ -282,6 +404,15 @@ enum Source {
     File(Arc<dyn VfsFile>),
 }
 
+/// Which segment of a [`View`] a [`View::read_sorted`] cursor walks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SegKey {
+    /// `View::sealed[i]`.
+    Sealed(usize),
+    /// The tail.
+    Tail,
+}
+
 /// One segment to iterate over.
 struct SegRef {
     path: PathBuf,
@@ -303,6 +434,14 @@ struct Cursor {
     buf_at: u64,
     /// Bytes the next read of the tail asks for.
     chunk: usize,
+    /// Where the frame sought lies wholly before (the next sparse-index
+    /// entry after it, see [`View::read_sorted`]): a file read past the
+    /// buffer stops there rather than taking a chunk.
+    window_end: Option<u64>,
+    /// Whether the cursor jumped to a sparse-index entry since its last
+    /// read: the next read then takes only the window; a cursor reading
+    /// on (dense LSNs) takes chunks that double.
+    jumped: bool,
 }
 
 impl Cursor {
@@ -315,6 +454,8 @@ impl Cursor {
             buf: Vec::new(),
             buf_at: 0,
             chunk: FIRST_TAIL_READ_BYTES,
+            window_end: None,
+            jumped: false,
         }
     }
 
@@ -327,8 +468,16 @@ impl Cursor {
                     off >= self.buf_at && off + len as u64 <= self.buf_at + self.buf.len() as u64;
                 if !have {
                     let room = (self.seg.limit - off) as usize;
-                    let want = len.max(self.chunk).min(room).max(len);
-                    self.chunk = (self.chunk * 2).min(TAIL_READ_CHUNK_BYTES);
+                    let window = self.window_end.take().filter(|e| *e > off);
+                    let want = match window {
+                        Some(e) if std::mem::take(&mut self.jumped) => (e - off) as usize,
+                        _ => {
+                            let c = self.chunk;
+                            self.chunk = (self.chunk * 2).min(TAIL_READ_CHUNK_BYTES);
+                            window.map_or(c, |e| c.max((e - off) as usize))
+                        }
+                    };
+                    let want = len.max(want).min(room).max(len);
                     self.buf.resize(want, 0);
                     file.read_exact_at(&mut self.buf, off)
                         .map_err(|e| EngineError::io("read log segment", &self.seg.path, e))?;

@@ -482,6 +482,20 @@ impl Log {
         View::first_of(it, lsn)
     }
 
+    /// Calls `f` with the committed records `lsns` names, in that order,
+    /// until it returns false: one walk of the log, not a read per record
+    /// (what a query reading a posting list uses). `lsns` should ascend;
+    /// an LSN at or below the one before starts a fresh walk of its
+    /// segment. Each record handed out is checked as [`Log::read`] checks
+    /// it; an LSN of 0 or past the head is [`EngineError::LsnOutOfRange`],
+    /// and a damaged frame an error naming it, after the records before
+    /// it were handed out. Reads a snapshot of the view, so `f` may use
+    /// the log and appends are not held up.
+    pub fn read_sorted(&self, lsns: &[Lsn], f: impl FnMut(Record) -> bool) -> Result<()> {
+        let v = self.inner.view.read().snapshot();
+        v.read_sorted(lsns, f)
+    }
+
     /// Calls `f` with every committed frame from `from` in LSN order, after
     /// checking its CRC and LSN, without decoding bodies (the fast path for
     /// scans that filter before decoding: [`Log::body`] then

@@ -423,8 +423,7 @@ impl<'a> ColdIndex<'a> {
             return Ok(true);
         }
         let mut n = 0usize;
-        let mut visit = |lsn: Lsn| -> Result<bool> {
-            let r = self.read_exact(lsn)?;
+        let mut hand = |r: Record| -> Result<bool> {
             if !f.matches(&r) {
                 return Ok(true);
             }
@@ -434,7 +433,18 @@ impl<'a> ColdIndex<'a> {
         let skip_part = |h: &SegHeader| {
             f.since.is_some_and(|t| h.max_ts < t) || f.until.is_some_and(|t| h.min_ts > t)
         };
-        self.walk(&conds, lo, hi, f.newest_first, &skip_part, &mut visit)?;
+        if f.newest_first {
+            let mut visit = |lsn: Lsn| hand(self.read_exact(lsn)?);
+            self.walk(&conds, lo, hi, true, &skip_part, &mut visit)?;
+            return Ok(true);
+        }
+        // Ascending: the postings are read in batches, each in one walk of
+        // the log, not a read per record.
+        let mut reads = crate::source::SortedReads::new(self.src, limit);
+        let mut visit = |lsn: Lsn| reads.push(lsn, &mut hand);
+        if self.walk(&conds, lo, hi, false, &skip_part, &mut visit)? {
+            reads.flush(&mut hand)?;
+        }
         Ok(true)
     }
 

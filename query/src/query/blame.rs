@@ -121,6 +121,13 @@ impl Query<'_> {
         let mut w = BlameWalk::default();
         let mut prev: Option<Lsn> = None;
         let events = self.index.path(path);
+        // The path's own records among the points, read in one walk.
+        let own: Vec<Lsn> = points
+            .iter()
+            .copied()
+            .filter(|l| events.binary_search(l).is_ok())
+            .collect();
+        let mut own_recs = self.read_all(&own)?.into_iter();
         for l in points {
             // What the walk holds now is the file at the previous point:
             // kept there for a later rollback to that point.
@@ -129,8 +136,11 @@ impl Query<'_> {
             }
             prev = Some(l);
             // The record at `l`, if it is one of the path's own.
-            let rec = events.binary_search(&l).is_ok().then(|| self.src.read(l));
-            let rec = rec.transpose()?;
+            let rec = if events.binary_search(&l).is_ok() {
+                own_recs.next()
+            } else {
+                None
+            };
             let reset_here = self.index.last_reset(l).is_some_and(|r| r.lsn == l);
             let change = rec.as_ref().filter(|_| !reset_here);
             let blob = match self.version_at(l, path, change)? {

@@ -15,11 +15,18 @@ impl Query<'_> {
     /// LSN order: writes, deletes, and moves to and from it. A directory's
     /// history is that of every path under it (as [`Filter::path`] reads it).
     pub fn history(&self, path: &str) -> Result<Vec<Record>> {
-        self.index
-            .paths_under(path)
-            .iter()
-            .map(|l| self.src.read(*l))
-            .collect()
+        self.read_all(&self.index.paths_under(path))
+    }
+
+    /// The records `lsns` (ascending) names, read in one walk of the log
+    /// ([`RecordSource::read_sorted`](crate::source::RecordSource::read_sorted)).
+    pub(crate) fn read_all(&self, lsns: &[Lsn]) -> Result<Vec<Record>> {
+        let mut out = Vec::with_capacity(lsns.len());
+        self.src.read_sorted(lsns, &mut |r| {
+            out.push(r);
+            Ok(true)
+        })?;
+        Ok(out)
     }
 
     /// [`Query::history`] of a file followed back through its moves (as
@@ -103,7 +110,7 @@ impl Query<'_> {
         }
         lsns.sort_unstable();
         lsns.dedup();
-        lsns.iter().map(|l| self.src.read(*l)).collect()
+        self.read_all(&lsns)
     }
 
     /// The latest move among the records `here` of `cur` that brought it
@@ -147,7 +154,7 @@ impl Query<'_> {
         }
         lsns.sort_unstable();
         lsns.dedup();
-        lsns.iter().map(|l| self.src.read(*l)).collect()
+        self.read_all(&lsns)
     }
 
     /// True if `path` is certainly a file: one at the head, or one records
