@@ -131,7 +131,10 @@ fn the_writer_reads_sorted_across_seals_and_its_live_tail() {
         log.append(&e).unwrap();
     }
     let head = log.head().last_lsn;
-    let lsns: Vec<Lsn> = (1..=head.0).filter(|l| !l.is_multiple_of(3)).map(Lsn).collect();
+    let lsns: Vec<Lsn> = (1..=head.0)
+        .filter(|l| !l.is_multiple_of(3))
+        .map(Lsn)
+        .collect();
     let mut got = Vec::new();
     log.read_sorted(&lsns, |r| {
         got.push(r);
