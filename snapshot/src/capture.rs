@@ -559,15 +559,7 @@ struct ToRead {
 
 /// What holds a file's place in the sorted run until it is read (with an
 /// empty path: never left in a cache, see [`read_changed`]).
-const PLACE_HELD: Cached = Cached {
-    entry: Entry {
-        kind: EntryKind::File,
-        mode: 0,
-        size: 0,
-        hash: BlobHash::ZERO,
-    },
-    stat: None,
-};
+const PLACE_HELD: Cached = Cached::UNTRUSTED;
 
 /// The path at `at` of a run [`cached_or_to_read`] is building: a held
 /// place's is its job's.

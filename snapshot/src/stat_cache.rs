@@ -111,6 +111,20 @@ pub(crate) struct Cached {
     pub stat: Option<Stat>,
 }
 
+impl Cached {
+    /// An entry with no stat data, which a scan never trusts (the file it
+    /// names is read again): what stands for an entry not known yet.
+    pub(crate) const UNTRUSTED: Cached = Cached {
+        entry: Entry {
+            kind: EntryKind::File,
+            mode: 0,
+            size: 0,
+            hash: BlobHash::ZERO,
+        },
+        stat: None,
+    };
+}
+
 /// Every cached path with its entry, in path order, each path once: one
 /// sorted run. A full scan reads it front to back beside its own sorted
 /// paths and builds the next one the same way, so the 100,000s of paths
@@ -167,15 +181,7 @@ const OWN_BIT: u64 = 1 << 63;
 /// cache file is only ever replaced by a rename, never written in
 /// place): an entry with no stat data, which a scan never trusts, so
 /// the file it names is read again.
-const UNTRUSTED: Cached = Cached {
-    entry: Entry {
-        kind: EntryKind::File,
-        mode: 0,
-        size: 0,
-        hash: BlobHash::ZERO,
-    },
-    stat: None,
-};
+const UNTRUSTED: Cached = Cached::UNTRUSTED;
 
 impl Slot {
     fn own(i: usize) -> Slot {

@@ -263,20 +263,18 @@ impl MappedIndex {
     /// As [`SparseIndex::seek`]: the entry with the largest LSN not above
     /// `lsn`, found by a binary search of the mapped entries.
     pub(crate) fn seek(&self, lsn: Lsn) -> Option<(Lsn, u64)> {
-        let (mut lo, mut hi) = (0, self.n);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.entry(mid).0 <= lsn {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo.checked_sub(1).map(|i| self.entry(i))
+        self.first_above(lsn).checked_sub(1).map(|i| self.entry(i))
     }
 
     /// As [`SparseIndex::next_after`].
     pub(crate) fn next_after(&self, lsn: Lsn) -> Option<u64> {
+        let i = self.first_above(lsn);
+        (i < self.n).then(|| self.entry(i).1)
+    }
+
+    /// The index of the first entry whose LSN is above `lsn` (the count if
+    /// none is): a binary search of the mapped entries.
+    fn first_above(&self, lsn: Lsn) -> usize {
         let (mut lo, mut hi) = (0, self.n);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
@@ -286,7 +284,7 @@ impl MappedIndex {
                 hi = mid;
             }
         }
-        (lo < self.n).then(|| self.entry(lo).1)
+        lo
     }
 
     /// The entries, copied out (tests compare them with a [`SparseIndex`]).
