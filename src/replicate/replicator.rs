@@ -56,6 +56,17 @@ struct Tracked {
     cursor: Cursor,
 }
 
+impl Tracked {
+    /// The manifest's entry for the file `path`, as shipped so far.
+    fn entry(&self, path: String) -> FileEntry {
+        FileEntry {
+            path,
+            len: self.len,
+            pieces: self.pieces.clone(),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Cursor {
     /// A whole file: unchanged while its identity, size and time are.
@@ -410,11 +421,7 @@ impl Replicator {
             };
             if let Some(t) = self.tracked.get(&rel) {
                 if matches!(t.cursor, Cursor::Whole) && t.stat == st {
-                    files.push(FileEntry {
-                        path: rel,
-                        len: t.len,
-                        pieces: t.pieces.clone(),
-                    });
+                    files.push(t.entry(rel));
                     continue;
                 }
             }
@@ -504,11 +511,7 @@ impl Replicator {
                     _ => false,
                 };
                 if same {
-                    files.push(FileEntry {
-                        path: rel,
-                        len: t.len,
-                        pieces: t.pieces.clone(),
-                    });
+                    files.push(t.entry(rel));
                     continue;
                 }
             }
