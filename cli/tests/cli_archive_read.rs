@@ -547,7 +547,8 @@ fn index_files_missing_from_the_store_are_built_and_shipped() {
     let arch = tempfile::tempdir().unwrap();
     let a = Archive::open(&url(arch.path())).unwrap();
     let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn")).unwrap();
-    r.round().unwrap();
+    let first = r.round().unwrap();
+    assert_eq!(first.seg_indexes_built, sealed, "{first:?}");
     assert!(!segs.exists(), "the replicator wrote into the store");
     let (_, m) = newest(arch.path());
     let a = Archive::open(&url(arch.path())).unwrap();
@@ -570,9 +571,20 @@ fn index_files_missing_from_the_store_are_built_and_shipped() {
     got.sort();
     assert_eq!(got.len(), want_files.len(), "{:?}", m.files);
     assert!(got == want_files, "the built files differ from the store's");
-    // The next round builds nothing new to send.
+    // The next round builds nothing new to send, and a new replicator
+    // takes the built files over from the archive instead of building
+    // them again.
     let again = r.round().unwrap();
     assert_eq!(again.objects_uploaded, 0, "{again:?}");
+    drop(r);
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn")).unwrap();
+    let next = r.round().unwrap();
+    assert_eq!(
+        (next.objects_uploaded, next.seg_indexes_built),
+        (0, 0),
+        "{next:?}"
+    );
     drop(r);
 
     let seg_len = m

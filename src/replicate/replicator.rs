@@ -44,6 +44,9 @@ pub struct RoundReport {
     /// A new generation was started this round (first run, or the store's
     /// log no longer continues the archive's), and why.
     pub new_generation: Option<String>,
+    /// Query index files built this round from sealed segments that had
+    /// no good one in the store (each decodes its whole segment).
+    pub seg_indexes_built: u64,
 }
 
 /// What the replicator knows of one store file.
@@ -163,9 +166,13 @@ impl Replicator {
             .collect();
         self.last = super::newest_manifest(&self.archive, None)?.map(|(_, m)| m);
         if let Some(m) = &self.last {
+            let mut built = Vec::new();
             for f in &m.files {
                 let path = self.store.join(&f.path);
                 let Some(st) = local::stat(&path)? else {
+                    if f.path.starts_with(SEG_INDEX_DIR) {
+                        built.push(f);
+                    }
                     continue;
                 };
                 if st.len < f.len || !self.pieces_match(&path, &f.pieces)? {
@@ -178,6 +185,32 @@ impl Replicator {
                         len: f.len,
                         pieces: f.pieces.clone(),
                         cursor: Cursor::Adopted,
+                    },
+                );
+            }
+            // A query index file the archive has and the store does not
+            // was built by a replicator from its segment: taken over as
+            // built from that segment when the segment's pieces are the
+            // store's (a reader checks the file against the segment all
+            // the same), so each new replicator does not decode the
+            // segment again to build the same file.
+            for f in built {
+                let seg = f
+                    .path
+                    .strip_prefix(SEG_INDEX_DIR)
+                    .and_then(|n| n.strip_prefix('/'))
+                    .and_then(cairn_query::index::seg::parse_seg_index_name)
+                    .map(|first| format!("log/{:020}.seg", first.0));
+                let Some(seg_st) = seg.and_then(|s| self.tracked.get(&s)).map(|t| t.stat) else {
+                    continue;
+                };
+                self.tracked.insert(
+                    f.path.clone(),
+                    Tracked {
+                        stat: seg_st,
+                        len: f.len,
+                        pieces: f.pieces.clone(),
+                        cursor: Cursor::Whole,
                     },
                 );
             }
@@ -570,6 +603,7 @@ impl Replicator {
             let Ok(bytes) = build_seg_index(src, first, c.lsn) else {
                 continue;
             };
+            report.seg_indexes_built += 1;
             if seg_index_covers(&bytes, &rel, first, &c) {
                 files.push(self.ship_whole(rel, seg_st, &bytes, report)?);
             }
