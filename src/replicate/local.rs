@@ -125,14 +125,26 @@ pub(crate) fn log_cursor_holds(path: &Path, c: &LogCursor) -> Result<bool, Repli
 /// chain; the walk ends at the first that does not (a tail being written,
 /// or prepared zeros). A sealed segment (footer present and matching the
 /// walk) is valid to its end.
-pub(crate) fn walk_segment(path: &Path, from: Option<LogCursor>) -> Result<Walked, ReplicateError> {
+///
+/// With `map` (a segment known to be sealed: a later one exists, and
+/// nothing writes it again), a walk from the header maps the file instead
+/// of copying it into memory, as the engine's readers map sealed
+/// segments; the pieces shipped are then slices of the map.
+pub(crate) fn walk_segment(
+    path: &Path,
+    from: Option<LogCursor>,
+    map: bool,
+) -> Result<Walked, ReplicateError> {
     let st = stat(path)?
         .ok_or_else(|| ReplicateError::io("read", path, std::io::ErrorKind::NotFound.into()))?;
     // A walk from the header reads the whole file, header included, so
     // the bytes it hands back are all a new segment's pieces need.
     let whole = match from {
         Some(_) => None,
-        None => Some(Bytes::from(read_range(path, 0, st.len)?)),
+        None => Some(match map.then(|| map_whole(path, st.len)).flatten() {
+            Some(b) => b,
+            None => Bytes::from(read_range(path, 0, st.len)?),
+        }),
     };
     let mut c = match from {
         Some(c) => c,
@@ -201,6 +213,22 @@ pub(crate) fn walk_segment(path: &Path, from: Option<LogCursor>) -> Result<Walke
         base,
         bytes: buf,
     })
+}
+
+/// The file `path` mapped whole, when it maps and is `len` bytes long.
+fn map_whole(path: &Path, len: u64) -> Option<Bytes> {
+    /// A map as the owner of the bytes a `Bytes` slices.
+    struct Owner(cairn_engine::vfs::Mapped);
+    impl AsRef<[u8]> for Owner {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    if len == 0 {
+        return None;
+    }
+    let m = cairn_engine::vfs::Vfs::map(&cairn_engine::RealVfs, path).ok()?;
+    (m.len() as u64 == len).then(|| Bytes::from_owner(Owner(m)))
 }
 
 /// A walk of a log segment: where it stopped, and the bytes it read and
@@ -466,7 +494,7 @@ mod tests {
             "{sealed} of {segs:?}"
         );
         for (i, p) in segs.iter().enumerate() {
-            let w = walk_segment(p, None).unwrap();
+            let w = walk_segment(p, None, i < sealed).unwrap();
             let c = w.cursor;
             assert_eq!(
                 w.range(w.base, c.valid).map(|b| b.to_vec()),

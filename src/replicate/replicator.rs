@@ -357,7 +357,7 @@ impl Replicator {
         report: &mut RoundReport,
     ) -> Result<(), ReplicateError> {
         let log_names = self.names("log", |k| k == Kind::Segment)?;
-        for name in &log_names {
+        for (i, name) in log_names.iter().enumerate() {
             let rel = format!("log/{name}");
             let path = self.store.join(&rel);
             let Some(st) = local::stat(&path)? else {
@@ -365,7 +365,10 @@ impl Replicator {
             };
             let (start_cursor, mut keep) =
                 self.segment_resume(&rel, &path, &st, &mut shipped.diverged)?;
-            let walked = local::walk_segment(&path, start_cursor)?;
+            // A segment with a later one after it is sealed: never
+            // written again, so it may be mapped rather than copied.
+            let sealed_before = i + 1 < log_names.len();
+            let walked = local::walk_segment(&path, start_cursor, sealed_before)?;
             let c = walked.cursor;
             if let Some((len, _)) = &keep {
                 if c.valid < *len {
