@@ -28,17 +28,15 @@ pub(crate) enum Kind {
     Whole,
     /// A blob pack (`blobs/pack-N.pack`), append-only.
     Pack,
-    /// A segment's query index file (`index/segments/<first LSN>.qix`):
-    /// shipped only once it covers its sealed segment whole (see
-    /// `Replicator::ship_seg_indexes`), never while it describes a part
-    /// of the growing tail.
-    SegIndex,
 }
 
-/// The kind of `dir/name`, or `None` for a file not shipped: sparse
-/// indexes and `tail.state` (rebuilt, and a shorter tail would contradict
-/// the latter), the whole-log query index (`index/query.idx`, rewritten
-/// on every save), temporary files, repair's leftovers.
+/// The kind of `dir/name`, or `None` for a file not listed for shipping:
+/// sparse indexes and segments' query index files (shipped with their
+/// sealed segment, by `Replicator::ship_sparse_indexes` and
+/// `Replicator::ship_seg_indexes`), `tail.state` (rebuilt, and a shorter
+/// tail would contradict it), the whole-log query index
+/// (`index/query.idx`, rewritten on every save), temporary files,
+/// repair's leftovers.
 pub(crate) fn kind_of(dir: &str, name: &str) -> Option<Kind> {
     let is_dict =
         name.starts_with("dict-") && (name.ends_with(".zstd") || name.ends_with(".zstd.copy"));
@@ -50,9 +48,6 @@ pub(crate) fn kind_of(dir: &str, name: &str) -> Option<Kind> {
         // file does not cover, which in place means fetching them.
         "blobs" if name == "index" || name == DELTA_FILE || is_dict => Some(Kind::Whole),
         "blobs" if name.starts_with("pack-") && name.ends_with(".pack") => Some(Kind::Pack),
-        super::SEG_INDEX_DIR if cairn_query::index::seg::parse_seg_index_name(name).is_some() => {
-            Some(Kind::SegIndex)
-        }
         _ => None,
     }
 }

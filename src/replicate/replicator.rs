@@ -846,14 +846,7 @@ impl Replicator {
     fn names(&self, dir: &str, keep: impl Fn(Kind) -> bool) -> Result<Vec<String>, ReplicateError> {
         let path = self.store.join(dir);
         let mut out = Vec::new();
-        let rd = match std::fs::read_dir(&path) {
-            Ok(rd) => rd,
-            // No query index files yet: nothing of them to ship.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir == SEG_INDEX_DIR => {
-                return Ok(out)
-            }
-            Err(e) => return Err(ReplicateError::io("list", &path, e)),
-        };
+        let rd = std::fs::read_dir(&path).map_err(|e| ReplicateError::io("list", &path, e))?;
         for e in rd {
             let e = e.map_err(|e| ReplicateError::io("list", &path, e))?;
             let name = e.file_name().to_string_lossy().to_string();
