@@ -145,8 +145,11 @@ query() { # LABEL STORE-ARGS...: best and worst of RUNS runs of each query, in m
         done
     done
 }
-# The same archive without the query index files (as an older cairn
-# shipped it): the store's files moved aside for one `replicate --once`.
+# The same store without its query index files (deleted, or a store a
+# cairn that kept none wrote): the store's files moved aside for one
+# `replicate --once`, which builds each sealed segment's file from the
+# segment and ships it (an archive an older cairn made of such a store
+# had none, and a query in place fetched each segment to index it).
 if [ -d "$ws/.cairn/index/segments" ]; then
     mv "$ws/.cairn/index/segments" "$dir/segments-aside"
     (cd "$ws" && "$cairn" replicate "file://$dir/archive/noqix" --once -q >/dev/null)
@@ -156,7 +159,7 @@ fi
 query local
 query "in place, file://" --store "file://$dir/archive/rep-1"
 [ -d "$dir/archive/noqix" ] &&
-    query "in place, file://, no index files" --store "file://$dir/archive/noqix"
+    query "in place, file://, index files built by the replicator" --store "file://$dir/archive/noqix"
 
 if [ -x "$weed" ]; then
     port=$(( 21000 + RANDOM % 4000 ))

@@ -519,6 +519,108 @@ fn a_session_query_in_place_reads_the_index_files_not_the_log() {
     assert_eq!(original.lines().count(), 32_000);
 }
 
+/// A store whose sealed segments have no query index file (deleted, or
+/// written by a cairn that kept none) is shipped with them all the same:
+/// the replicator builds each from its segment, in memory (the store is
+/// not written), byte for byte the file a query writes, and sends each
+/// once. A session query in place then reads those files and the one
+/// segment holding the answer by range: less than one segment, where
+/// without them it built each segment's index from the segment, fetching
+/// the whole log.
+#[test]
+fn index_files_missing_from_the_store_are_built_and_shipped() {
+    let (d, sealed) = store_of_segments();
+    let ws = d.path();
+    let segs = ws.join(".cairn/index/segments");
+    let mut want_files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&segs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            (format!("index/segments/{name}"), std::fs::read(&p).unwrap())
+        })
+        .collect();
+    want_files.sort();
+    assert_eq!(want_files.len() as u64, sealed);
+    std::fs::remove_dir_all(&segs).unwrap();
+
+    let arch = tempfile::tempdir().unwrap();
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn")).unwrap();
+    let first = r.round().unwrap();
+    assert_eq!(first.seg_indexes_built, sealed, "{first:?}");
+    assert!(!segs.exists(), "the replicator wrote into the store");
+    let (_, m) = newest(arch.path());
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let mut got: Vec<(String, Vec<u8>)> = m
+        .files
+        .iter()
+        .filter(|f| f.path.ends_with(".qix"))
+        .map(|f| {
+            let mut b = Vec::new();
+            for p in &f.pieces {
+                b.extend(
+                    a.get(&cairn::replicate::object_name(&p.hash))
+                        .unwrap()
+                        .unwrap(),
+                );
+            }
+            (f.path.clone(), b)
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got.len(), want_files.len(), "{:?}", m.files);
+    assert!(got == want_files, "the built files differ from the store's");
+    // The next round builds nothing new to send, and a new replicator
+    // takes the built files over from the archive instead of building
+    // them again.
+    let again = r.round().unwrap();
+    assert_eq!(again.objects_uploaded, 0, "{again:?}");
+    drop(r);
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn")).unwrap();
+    let next = r.round().unwrap();
+    assert_eq!(
+        (next.objects_uploaded, next.seg_indexes_built),
+        (0, 0),
+        "{next:?}"
+    );
+    drop(r);
+
+    let seg_len = m
+        .files
+        .iter()
+        .find(|f| f.path.ends_with(".seg"))
+        .map(|f| f.len)
+        .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let opts = InPlaceOptions::default()
+        .cache_dir(cache.path())
+        .cache_bytes(1);
+    let vfs = ArchiveVfs::open(a, &opts).unwrap();
+    let store = vfs.open_store().unwrap();
+    assert_eq!(lsns(&store, &rare()), vec![5, 4, 3, 2, 1]);
+    let read = vfs.archive().bytes_read();
+    assert!(
+        read < seg_len,
+        "log --session rare read {read} bytes in {} requests; one segment is {seg_len}",
+        vfs.archive().gets()
+    );
+    // The same answer from the command line.
+    let u = url(arch.path());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let args = ["log", "--json", "--session", "rare", "--limit", "5"];
+    let mut a = vec!["--store", u.as_str()];
+    a.extend_from_slice(&args);
+    let remote = cairn_cached(elsewhere.path(), cache.path(), &a);
+    assert_eq!(remote.status.code(), Some(0), "{}", err(&remote));
+    assert_eq!(
+        String::from_utf8_lossy(&remote.stdout),
+        ok(&cairn(ws, &args))
+    );
+}
+
 /// An index file in the archive is checked as on a local store: one
 /// whose bytes were altered (its piece no longer hashes to its name), or
 /// one a manifest names for the wrong segment (a stale or swapped file,

@@ -18,6 +18,11 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::ReplicateError;
 
+/// A shared byte buffer that slices without copying: the `bytes` crate's
+/// `Bytes`, which object_store writes from (named through `PutPayload`,
+/// whose pieces it is, so cairn needs no dependency of its own on it).
+pub(crate) type Bytes = <PutPayload as IntoIterator>::Item;
+
 /// How long one request may take before it is retried (a stalled
 /// connection to a killed server must not hang a replication round).
 pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
@@ -293,7 +298,7 @@ impl Archive {
     /// Starts writing the object `name` on the archive's runtime and
     /// returns at once; [`Archive::finish_put`] waits for it and says how
     /// it went.
-    pub fn start_put(&self, name: &str, bytes: Vec<u8>) -> PutHandle {
+    pub fn start_put(&self, name: &str, bytes: impl Into<PutPayload>) -> PutHandle {
         if !self.take_put_budget() {
             return PutHandle {
                 name: name.to_string(),
@@ -303,8 +308,9 @@ impl Archive {
         let store = self.store.clone();
         let path = self.path(name);
         let puts = self.puts.clone();
+        let payload: PutPayload = bytes.into();
         let task = self.rt.spawn(async move {
-            store.put(&path, PutPayload::from(bytes)).await?;
+            store.put(&path, payload).await?;
             puts.fetch_add(1, Ordering::Relaxed);
             Ok(())
         });

@@ -15,6 +15,7 @@ use cairn_engine::blob::delta::DELTA_FILE;
 use cairn_engine::blob::pack::{PackHeader, ENTRY_HEADER_LEN, PACK_HEADER_LEN};
 use cairn_engine::log::{walk_chained, Head};
 
+use super::archive::Bytes;
 use super::ReplicateError;
 
 /// What kind of store file a name is, for shipping.
@@ -27,17 +28,15 @@ pub(crate) enum Kind {
     Whole,
     /// A blob pack (`blobs/pack-N.pack`), append-only.
     Pack,
-    /// A segment's query index file (`index/segments/<first LSN>.qix`):
-    /// shipped only once it covers its sealed segment whole (see
-    /// `Replicator::ship_seg_indexes`), never while it describes a part
-    /// of the growing tail.
-    SegIndex,
 }
 
-/// The kind of `dir/name`, or `None` for a file not shipped: sparse
-/// indexes and `tail.state` (rebuilt, and a shorter tail would contradict
-/// the latter), the whole-log query index (`index/query.idx`, rewritten
-/// on every save), temporary files, repair's leftovers.
+/// The kind of `dir/name`, or `None` for a file not listed for shipping:
+/// sparse indexes and segments' query index files (shipped with their
+/// sealed segment, by `Replicator::ship_sparse_indexes` and
+/// `Replicator::ship_seg_indexes`), `tail.state` (rebuilt, and a shorter
+/// tail would contradict it), the whole-log query index
+/// (`index/query.idx`, rewritten on every save), temporary files,
+/// repair's leftovers.
 pub(crate) fn kind_of(dir: &str, name: &str) -> Option<Kind> {
     let is_dict =
         name.starts_with("dict-") && (name.ends_with(".zstd") || name.ends_with(".zstd.copy"));
@@ -49,9 +48,6 @@ pub(crate) fn kind_of(dir: &str, name: &str) -> Option<Kind> {
         // file does not cover, which in place means fetching them.
         "blobs" if name == "index" || name == DELTA_FILE || is_dict => Some(Kind::Whole),
         "blobs" if name.starts_with("pack-") && name.ends_with(".pack") => Some(Kind::Pack),
-        super::SEG_INDEX_DIR if cairn_query::index::seg::parse_seg_index_name(name).is_some() => {
-            Some(Kind::SegIndex)
-        }
         _ => None,
     }
 }
@@ -124,17 +120,33 @@ pub(crate) fn log_cursor_holds(path: &Path, c: &LogCursor) -> Result<bool, Repli
 /// chain; the walk ends at the first that does not (a tail being written,
 /// or prepared zeros). A sealed segment (footer present and matching the
 /// walk) is valid to its end.
+///
+/// With `map` (a segment known to be sealed: a later one exists, and
+/// nothing writes it again), a walk from the header maps the file instead
+/// of copying it into memory, as the engine's readers map sealed
+/// segments; the pieces shipped are then slices of the map.
 pub(crate) fn walk_segment(
     path: &Path,
     from: Option<LogCursor>,
-) -> Result<LogCursor, ReplicateError> {
+    map: bool,
+) -> Result<Walked, ReplicateError> {
     let st = stat(path)?
         .ok_or_else(|| ReplicateError::io("read", path, std::io::ErrorKind::NotFound.into()))?;
+    // A walk from the header reads the whole file, header included, so
+    // the bytes it hands back are all a new segment's pieces need.
+    let whole = match from {
+        Some(_) => None,
+        None => Some(match map.then(|| map_whole(path, st.len)).flatten() {
+            Some(b) => b,
+            None => Bytes::from(read_range(path, 0, st.len)?),
+        }),
+    };
     let mut c = match from {
         Some(c) => c,
         None => {
-            let head = read_range(path, 0, (SEGMENT_HEADER_LEN as u64).min(st.len))?;
-            let h = SegmentHeader::decode(&head).map_err(|e| ReplicateError::Local {
+            let all = whole.as_deref().unwrap_or_default();
+            let head = &all[..SEGMENT_HEADER_LEN.min(all.len())];
+            let h = SegmentHeader::decode(head).map_err(|e| ReplicateError::Local {
                 path: path.to_path_buf(),
                 detail: format!("segment header: {e}"),
             })?;
@@ -149,19 +161,30 @@ pub(crate) fn walk_segment(
         }
     };
     if c.sealed {
-        return Ok(c);
+        return Ok(Walked {
+            cursor: c,
+            base: c.valid,
+            bytes: Bytes::new(),
+        });
     }
-    let base = c.valid;
-    let buf = read_range(path, base, st.len.saturating_sub(base))?;
+    let (base, buf) = match whole {
+        Some(all) => (0, all),
+        None => (
+            c.valid,
+            Bytes::from(read_range(path, c.valid, st.len.saturating_sub(c.valid))?),
+        ),
+    };
     // The walk the log reader makes of its tail.
     let from = Head {
         last_lsn: c.lsn,
         chain: c.chain,
     };
-    let w = walk_chained(&buf, from, c.form, |_, _| {});
+    let start = c.valid;
+    let frames = buf.get((start - base) as usize..).unwrap_or_default();
+    let w = walk_chained(frames, from, c.form, |_, _| {});
     if let Some(at) = w.last_frame {
-        c.valid = base + w.committed as u64;
-        c.last_frame = Some(base + at as u64);
+        c.valid = start + w.committed as u64;
+        c.last_frame = Some(start + at as u64);
         c.lsn = w.head.last_lsn;
         c.chain = w.head.chain;
     }
@@ -180,7 +203,49 @@ pub(crate) fn walk_segment(
             }
         }
     }
-    Ok(c)
+    Ok(Walked {
+        cursor: c,
+        base,
+        bytes: buf,
+    })
+}
+
+/// The file `path` mapped whole, when it maps and is `len` bytes long.
+fn map_whole(path: &Path, len: u64) -> Option<Bytes> {
+    /// A map as the owner of the bytes a `Bytes` slices.
+    struct Owner(cairn_engine::vfs::Mapped);
+    impl AsRef<[u8]> for Owner {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    if len == 0 {
+        return None;
+    }
+    let m = cairn_engine::vfs::Vfs::map(&cairn_engine::RealVfs, path).ok()?;
+    (m.len() as u64 == len).then(|| Bytes::from_owner(Owner(m)))
+}
+
+/// A walk of a log segment: where it stopped, and the bytes it read and
+/// checked, from `base` on (to the file's length when it was read; the
+/// cursor's `valid` is within them).
+#[derive(Clone, Debug)]
+pub(crate) struct Walked {
+    pub cursor: LogCursor,
+    pub base: u64,
+    pub bytes: Bytes,
+}
+
+impl Walked {
+    /// The file's bytes `from..to` as the walk read them, without a copy;
+    /// `None` when the walk did not read them all.
+    pub fn range(&self, from: u64, to: u64) -> Option<Bytes> {
+        let end = self.base + self.bytes.len() as u64;
+        (from >= self.base && from <= to && to <= end).then(|| {
+            self.bytes
+                .slice((from - self.base) as usize..(to - self.base) as usize)
+        })
+    }
 }
 
 /// Where a walk of a pack stopped: after its last entry that checks out.
@@ -207,9 +272,21 @@ pub(crate) fn pack_cursor_holds(path: &Path, c: &PackCursor) -> Result<bool, Rep
 /// Walks a pack from a cursor that holds, or from its header, with the
 /// engine's entry reader; `None` when the header does not check out yet
 /// (a pack header is written with its first entries' sync).
+///
+/// The walk also cuts the pack into the pieces replication ships: from
+/// `origin` (the length already shipped) on, pieces of `piece_bytes`,
+/// the last one ending where the walk stopped, each handed to `ship` as
+/// soon as the walk has gone past its end. The walk reads the pack a
+/// piece at a time, and a piece is shipped from the bytes the walk read
+/// and checked, so the pack is read once. Nothing is shipped when
+/// `origin` lies past where the walk stopped (the caller then ships from
+/// the start).
 pub(crate) fn walk_pack(
     path: &Path,
     from: Option<PackCursor>,
+    origin: u64,
+    piece_bytes: u64,
+    ship: &mut dyn FnMut(Bytes) -> Result<(), ReplicateError>,
 ) -> Result<Option<PackCursor>, ReplicateError> {
     let Some(st) = stat(path)? else {
         return Ok(None);
@@ -232,13 +309,21 @@ pub(crate) fn walk_pack(
     let file =
         cairn_engine::vfs::Vfs::open(&cairn_engine::RealVfs, path, cairn_engine::OpenMode::Read)
             .map_err(|e| ReplicateError::io("open", path, e))?;
-    // The entry reader makes two small reads an entry: read ahead, so a
-    // pack of many small blobs costs a few large reads, not two a blob.
-    let file = ReadAhead {
+    let file = Windowed {
         file,
-        buf: parking_lot::Mutex::new((0, Vec::new())),
+        origin,
+        piece_bytes: piece_bytes.max(1),
+        end: st.len,
+        small: parking_lot::Mutex::new((0, Vec::new())),
+        window: parking_lot::Mutex::new(None),
     };
+    // The pieces shipped so far end here.
+    let mut shipped = origin;
     loop {
+        while shipped + file.piece_bytes <= c.valid {
+            ship(file.piece(path, shipped, file.piece_bytes)?)?;
+            shipped += file.piece_bytes;
+        }
         match cairn_engine::blob::scan::read_entry_at(&file, c.valid, st.len) {
             Ok(Ok((header, entry))) => {
                 let mut head = [0u8; ENTRY_HEADER_LEN];
@@ -250,40 +335,94 @@ pub(crate) fn walk_pack(
             Err(e) => return Err(ReplicateError::io("read", path, e)),
         }
     }
+    while shipped < c.valid {
+        let len = (c.valid - shipped).min(file.piece_bytes);
+        ship(file.piece(path, shipped, len)?)?;
+        shipped += len;
+    }
     Ok(Some(c))
 }
 
-/// Bytes [`ReadAhead`] reads at once: many pack entries of small blobs
-/// per read, little memory.
+/// Bytes [`Windowed`] reads at once before its origin: many pack entries
+/// of small blobs per read, little memory.
 const READ_AHEAD_BYTES: usize = 1 << 20;
 
-/// A file read forward in [`READ_AHEAD_BYTES`] blocks: a read inside the
-/// block last read is served from it. Read-only.
+/// A pack read forward for a walk: from `origin` on, a piece at a time
+/// (the pieces replication ships, kept to be shipped from); before it, in
+/// [`READ_AHEAD_BYTES`] blocks. A read inside the piece or block last read
+/// is served from it, so the entry reader's two small reads an entry cost
+/// a few large reads, not two a blob. Read-only.
 #[derive(Debug)]
-struct ReadAhead {
+struct Windowed {
     file: std::sync::Arc<dyn cairn_engine::vfs::VfsFile>,
-    /// Where the block starts in the file, and its bytes.
-    buf: parking_lot::Mutex<(u64, Vec<u8>)>,
+    origin: u64,
+    piece_bytes: u64,
+    /// The file's length when the walk started: nothing past it is read.
+    end: u64,
+    /// Where the block last read before `origin` starts, and its bytes.
+    small: parking_lot::Mutex<(u64, Vec<u8>)>,
+    /// Where the piece last read starts, and its bytes.
+    window: parking_lot::Mutex<Option<(u64, Bytes)>>,
 }
 
-impl cairn_engine::vfs::VfsFile for ReadAhead {
+impl Windowed {
+    /// The piece `start..start + len`: from the piece last read when it
+    /// starts there (without a copy), else read from the file (an entry
+    /// longer than a piece left it behind).
+    fn piece(&self, path: &Path, start: u64, len: u64) -> Result<Bytes, ReplicateError> {
+        if let Some((ws, b)) = self.window.lock().as_ref() {
+            if *ws == start && b.len() as u64 >= len {
+                return Ok(b.slice(..len as usize));
+            }
+        }
+        Ok(Bytes::from(read_range(path, start, len)?))
+    }
+
+    /// Reads `buf.len()` bytes at `offset`, fewer at the end of the file.
+    fn fill(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let mut got = 0;
+        while got < buf.len() {
+            let n = self.file.read_at(&mut buf[got..], offset + got as u64)?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        Ok(got)
+    }
+}
+
+impl cairn_engine::vfs::VfsFile for Windowed {
     fn read_at(&self, out: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let want = out.len() as u64;
+        if offset >= self.origin {
+            let ws = self.origin + (offset - self.origin) / self.piece_bytes * self.piece_bytes;
+            let we = (ws + self.piece_bytes).min(self.end);
+            if offset + want <= we {
+                let mut w = self.window.lock();
+                if !matches!(&*w, Some((s, _)) if *s == ws) {
+                    let mut b = vec![0u8; (we - ws) as usize];
+                    let n = self.fill(&mut b, ws)?;
+                    b.truncate(n);
+                    *w = Some((ws, Bytes::from(b)));
+                }
+                if let Some((_, b)) = w.as_ref() {
+                    let from = (offset - ws) as usize;
+                    let n = out.len().min(b.len().saturating_sub(from));
+                    out[..n].copy_from_slice(&b[from..from + n]);
+                    return Ok(n);
+                }
+            }
+        }
         if out.len() >= READ_AHEAD_BYTES {
             return self.file.read_at(out, offset);
         }
-        let mut b = self.buf.lock();
+        let mut b = self.small.lock();
         let (start, bytes) = &mut *b;
         let end = *start + bytes.len() as u64;
-        if offset < *start || offset + out.len() as u64 > end {
+        if offset < *start || offset + want > end {
             bytes.resize(READ_AHEAD_BYTES, 0);
-            let mut got = 0;
-            while got < bytes.len() {
-                let n = self.file.read_at(&mut bytes[got..], offset + got as u64)?;
-                if n == 0 {
-                    break;
-                }
-                got += n;
-            }
+            let got = self.fill(bytes, offset)?;
             bytes.truncate(got);
             *start = offset;
         }
@@ -350,7 +489,13 @@ mod tests {
             "{sealed} of {segs:?}"
         );
         for (i, p) in segs.iter().enumerate() {
-            let c = walk_segment(p, None).unwrap();
+            let w = walk_segment(p, None, i < sealed).unwrap();
+            let c = w.cursor;
+            assert_eq!(
+                w.range(w.base, c.valid).map(|b| b.to_vec()),
+                Some(std::fs::read(p).unwrap()[w.base as usize..c.valid as usize].to_vec()),
+                "the walk's bytes are the file's"
+            );
             let len = std::fs::metadata(p).unwrap().len();
             if i < sealed {
                 assert!(c.sealed, "{}", p.display());
@@ -361,51 +506,110 @@ mod tests {
         }
     }
 
-    /// Reads through [`ReadAhead`] give the file's bytes at any offset and
-    /// length: inside a block, across its end, past the file's end, and
-    /// larger than a block.
+    /// Reads through [`Windowed`] give the file's bytes at any offset and
+    /// length: before its origin (inside a block, across its end, larger
+    /// than a block), inside a piece, across pieces, past the file's end.
     #[test]
-    fn read_ahead_reads_what_the_file_holds() {
+    fn windowed_reads_what_the_file_holds() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("f");
         let data: Vec<u8> = (0..(READ_AHEAD_BYTES * 2 + 777))
             .map(|i| (i * 31 % 251) as u8)
             .collect();
         std::fs::write(&path, &data).unwrap();
-        let file = cairn_engine::vfs::Vfs::open(
-            &cairn_engine::RealVfs,
-            &path,
-            cairn_engine::OpenMode::Read,
-        )
-        .unwrap();
-        let ra = ReadAhead {
-            file,
-            buf: parking_lot::Mutex::new((0, Vec::new())),
-        };
         let n = data.len() as u64;
-        let big = READ_AHEAD_BYTES as u64 + 5;
-        for (off, len) in [
-            (0, 10),
-            (5, 100),
-            (READ_AHEAD_BYTES as u64 - 3, 10),
-            (2, 10),
-            (n - 4, 4),
-            (n - 4, 100),
-            (n, 10),
-            (n + 50, 10),
-            (1, big),
-        ] {
-            let mut buf = vec![0u8; len as usize];
-            let mut got = 0;
-            while got < buf.len() {
-                let k = ra.read_at(&mut buf[got..], off + got as u64).unwrap();
-                if k == 0 {
-                    break;
+        for origin in [0, READ_AHEAD_BYTES as u64 + 3, n] {
+            let file = cairn_engine::vfs::Vfs::open(
+                &cairn_engine::RealVfs,
+                &path,
+                cairn_engine::OpenMode::Read,
+            )
+            .unwrap();
+            let w = Windowed {
+                file,
+                origin,
+                piece_bytes: 300_000,
+                end: n,
+                small: parking_lot::Mutex::new((0, Vec::new())),
+                window: parking_lot::Mutex::new(None),
+            };
+            let big = READ_AHEAD_BYTES as u64 + 5;
+            for (off, len) in [
+                (0, 10),
+                (5, 100),
+                (READ_AHEAD_BYTES as u64 - 3, 10),
+                (2, 10),
+                (origin + 299_990, 20),
+                (origin + 300_001, 50),
+                (n - 4, 4),
+                (n - 4, 100),
+                (n, 10),
+                (n + 50, 10),
+                (1, big),
+            ] {
+                let mut buf = vec![0u8; len as usize];
+                let mut got = 0;
+                while got < buf.len() {
+                    let k = w.read_at(&mut buf[got..], off + got as u64).unwrap();
+                    if k == 0 {
+                        break;
+                    }
+                    got += k;
                 }
-                got += k;
+                let want = &data[(off.min(n) as usize)..((off + len).min(n) as usize)];
+                assert_eq!(&buf[..got], want, "origin {origin}: at {off}, {len} bytes");
             }
-            let want = &data[(off.min(n) as usize)..((off + len).min(n) as usize)];
-            assert_eq!(&buf[..got], want, "at {off}, {len} bytes");
         }
+    }
+
+    /// A pack's walk hands out, from the origin given, the pieces
+    /// replication ships: each of the piece size but the last, which ends
+    /// where the walk stopped, and together the file's bytes there (read
+    /// once, by the walk). An origin past the walk's end gives none.
+    #[test]
+    fn a_pack_walk_ships_the_pack_in_pieces() {
+        let d = tempfile::tempdir().unwrap();
+        let s = crate::Store::open(d.path()).unwrap();
+        // Bytes that do not compress, so the pack is as large as they are.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..300u32 {
+            let blob: Vec<u8> = (0..(1000 + i * 37))
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            s.put_blob(&blob).unwrap();
+        }
+        s.sync().unwrap();
+        s.close().unwrap();
+        let pack = d.path().join(".cairn/blobs/pack-00000001.pack");
+        let data = std::fs::read(&pack).unwrap();
+        assert!(data.len() > 1_000_000, "{}", data.len());
+        for origin in [0, 10_000, data.len() as u64 / 2 + 3] {
+            let mut pieces = Vec::new();
+            let c = walk_pack(&pack, None, origin, 8192, &mut |b| {
+                pieces.push(b.to_vec());
+                Ok(())
+            })
+            .unwrap()
+            .unwrap();
+            assert_eq!(c.valid, data.len() as u64, "the whole pack checks out");
+            let (last, full) = pieces.split_last().unwrap();
+            assert!(full.iter().all(|p| p.len() == 8192), "origin {origin}");
+            assert!(!last.is_empty() && last.len() <= 8192);
+            assert_eq!(pieces.concat(), data[origin as usize..], "origin {origin}");
+        }
+        let mut n = 0;
+        let past = data.len() as u64 + 1;
+        walk_pack(&pack, None, past, 8192, &mut |_| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(n, 0);
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use cairn_codec::{ChainHash, Lsn};
 
-use super::archive::{Archive, PutHandle, MAX_PUTS_IN_FLIGHT};
+use super::archive::{Archive, Bytes, PutHandle, MAX_PUTS_IN_FLIGHT};
 use super::local::{self, Kind, LogCursor, PackCursor, Stat};
 use super::manifest::{FileEntry, Manifest, Piece, MANIFEST_VERSION, SEG_INDEX_DIR};
 use super::{manifest_name, object_name, ReplicateError, OBJECTS_DIR};
@@ -44,6 +44,9 @@ pub struct RoundReport {
     /// A new generation was started this round (first run, or the store's
     /// log no longer continues the archive's), and why.
     pub new_generation: Option<String>,
+    /// Query index files built this round from sealed segments that had
+    /// no good one in the store (each decodes its whole segment).
+    pub seg_indexes_built: u64,
 }
 
 /// What the replicator knows of one store file.
@@ -163,9 +166,13 @@ impl Replicator {
             .collect();
         self.last = super::newest_manifest(&self.archive, None)?.map(|(_, m)| m);
         if let Some(m) = &self.last {
+            let mut built = Vec::new();
             for f in &m.files {
                 let path = self.store.join(&f.path);
                 let Some(st) = local::stat(&path)? else {
+                    if f.path.starts_with(SEG_INDEX_DIR) {
+                        built.push(f);
+                    }
                     continue;
                 };
                 if st.len < f.len || !self.pieces_match(&path, &f.pieces)? {
@@ -178,6 +185,32 @@ impl Replicator {
                         len: f.len,
                         pieces: f.pieces.clone(),
                         cursor: Cursor::Adopted,
+                    },
+                );
+            }
+            // A query index file the archive has and the store does not
+            // was built by a replicator from its segment: taken over as
+            // built from that segment when the segment's pieces are the
+            // store's (a reader checks the file against the segment all
+            // the same), so each new replicator does not decode the
+            // segment again to build the same file.
+            for f in built {
+                let seg = f
+                    .path
+                    .strip_prefix(SEG_INDEX_DIR)
+                    .and_then(|n| n.strip_prefix('/'))
+                    .and_then(cairn_query::index::seg::parse_seg_index_name)
+                    .map(|first| format!("log/{:020}.seg", first.0));
+                let Some(seg_st) = seg.and_then(|s| self.tracked.get(&s)).map(|t| t.stat) else {
+                    continue;
+                };
+                self.tracked.insert(
+                    f.path.clone(),
+                    Tracked {
+                        stat: seg_st,
+                        len: f.len,
+                        pieces: f.pieces.clone(),
+                        cursor: Cursor::Whole,
                     },
                 );
             }
@@ -211,7 +244,7 @@ impl Replicator {
         let mut off = from;
         while off < to {
             let len = (to - off).min(MAX_PIECE_BYTES);
-            let bytes = local::read_range(path, off, len)?;
+            let bytes = Bytes::from(local::read_range(path, off, len)?);
             out.push(self.ship_piece(bytes, report)?);
             off += len;
         }
@@ -222,7 +255,7 @@ impl Replicator {
     /// the archive has it or it is being written.
     fn ship_piece(
         &mut self,
-        bytes: Vec<u8>,
+        bytes: Bytes,
         report: &mut RoundReport,
     ) -> Result<Piece, ReplicateError> {
         let len = bytes.len() as u64;
@@ -324,7 +357,7 @@ impl Replicator {
         report: &mut RoundReport,
     ) -> Result<(), ReplicateError> {
         let log_names = self.names("log", |k| k == Kind::Segment)?;
-        for name in &log_names {
+        for (i, name) in log_names.iter().enumerate() {
             let rel = format!("log/{name}");
             let path = self.store.join(&rel);
             let Some(st) = local::stat(&path)? else {
@@ -332,7 +365,11 @@ impl Replicator {
             };
             let (start_cursor, mut keep) =
                 self.segment_resume(&rel, &path, &st, &mut shipped.diverged)?;
-            let c = local::walk_segment(&path, start_cursor)?;
+            // A segment with a later one after it is sealed: never
+            // written again, so it may be mapped rather than copied.
+            let sealed_before = i + 1 < log_names.len();
+            let walked = local::walk_segment(&path, start_cursor, sealed_before)?;
+            let c = walked.cursor;
             if let Some((len, _)) = &keep {
                 if c.valid < *len {
                     let why = format!("{rel} is shorter than the archive's copy");
@@ -341,7 +378,17 @@ impl Replicator {
                 }
             }
             let (len, mut pieces) = keep.unwrap_or((0, Vec::new()));
-            pieces.extend(self.ship(&path, len, c.valid, report)?);
+            // Shipped from the bytes the walk read and checked: the
+            // segment is read once.
+            let mut off = len;
+            while off < c.valid {
+                let to = (off + MAX_PIECE_BYTES).min(c.valid);
+                match walked.range(off, to) {
+                    Some(b) => pieces.push(self.ship_piece(b, report)?),
+                    None => pieces.extend(self.ship(&path, off, to, report)?),
+                }
+                off = to;
+            }
             shipped.head = (c.lsn, c.chain);
             self.tracked.insert(
                 rel.clone(),
@@ -450,7 +497,7 @@ impl Replicator {
         let len = bytes.len() as u64;
         let mut pieces = Vec::new();
         for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
-            pieces.push(self.ship_piece(part.to_vec(), report)?);
+            pieces.push(self.ship_piece(Bytes::copy_from_slice(part), report)?);
         }
         self.tracked.insert(
             rel.clone(),
@@ -468,74 +515,101 @@ impl Replicator {
         })
     }
 
-    /// Ships the query index file of each sealed segment `ship_log` has
-    /// just walked, when the file is whole (every checksum) and its
-    /// header says it covers that segment exactly (first and last LSN,
-    /// chain value after the last): such a file never changes again, and
-    /// a query in place reads it instead of the segment. Any other file
-    /// (a part of the tail, stale, damaged, larger than
-    /// [`MAX_SHIPPED_SEG_INDEX_BYTES`]) is left out: the reader builds
-    /// that segment's index from the log, as a local store does. A file
-    /// unchanged since it was shipped (same identity, size and time) is
-    /// not read again.
+    /// Ships the query index file (`index/segments/<first LSN>.qix`) of
+    /// each sealed segment `ship_log` has just walked, so a query in
+    /// place reads it instead of fetching the segment to build it. The
+    /// store's own file is shipped when it is whole (every checksum) and
+    /// its header says it covers that segment exactly (first and last
+    /// LSN, chain value after the last): such a file never changes again.
+    /// A segment without such a file (none yet, a stale or damaged one,
+    /// one larger than [`MAX_SHIPPED_SEG_INDEX_BYTES`]) gets one built
+    /// from the segment in memory, as a query builds it (the store is not
+    /// written), checked the same way; one whose records cannot be read
+    /// is shipped without (the reader then builds that segment's index
+    /// from the log and names the damage, as a local store does). A file
+    /// unchanged since it was shipped (same identity, size and time), or
+    /// built from a segment unchanged since, is not read or built again.
     fn ship_seg_indexes(
         &mut self,
         files: &mut Vec<FileEntry>,
         report: &mut RoundReport,
     ) -> Result<(), ReplicateError> {
-        for name in self.names(SEG_INDEX_DIR, |k| k == Kind::SegIndex)? {
-            let Some(first) = cairn_query::index::seg::parse_seg_index_name(&name) else {
-                continue;
-            };
-            let rel = format!("{SEG_INDEX_DIR}/{name}");
-            let seg = format!("log/{:020}.seg", first.0);
-            let sealed = match self.tracked.get(&seg) {
+        let sealed: Vec<(String, Stat, LogCursor)> = files
+            .iter()
+            .filter_map(|f| match self.tracked.get(&f.path) {
                 Some(Tracked {
                     cursor: Cursor::Log(c),
+                    stat,
                     ..
-                }) if c.sealed => *c,
-                _ => {
-                    self.tracked.remove(&rel);
-                    continue;
-                }
-            };
-            let path = self.store.join(&rel);
-            let Some(st) = local::stat(&path)? else {
-                self.tracked.remove(&rel);
+                }) if c.sealed => Some((f.path.clone(), *stat, *c)),
+                _ => None,
+            })
+            .collect();
+        // Opened when a segment's file has to be built, once a round.
+        let mut source: Option<cairn_query::source::ReaderSource> = None;
+        for (seg, seg_st, c) in sealed {
+            let Some(first) = seg
+                .strip_prefix("log/")
+                .and_then(|n| n.strip_suffix(".seg"))
+                .and_then(|n| n.parse::<u64>().ok())
+                .map(Lsn)
+            else {
                 continue;
             };
+            let rel = format!(
+                "{SEG_INDEX_DIR}/{}",
+                cairn_query::index::seg::seg_index_name(first)
+            );
+            let path = self.store.join(&rel);
+            if let Some(st) = local::stat(&path)? {
+                if let Some(t) = self.tracked.get(&rel) {
+                    let same = match t.cursor {
+                        Cursor::Whole => t.stat == st,
+                        Cursor::Adopted => t.len == st.len,
+                        _ => false,
+                    };
+                    if same {
+                        files.push(t.entry(rel));
+                        continue;
+                    }
+                }
+                if st.len <= MAX_SHIPPED_SEG_INDEX_BYTES {
+                    // Read once: the bytes checked are the bytes shipped,
+                    // even if a query replaces the file meanwhile.
+                    let bytes = local::read_range(&path, 0, st.len)?;
+                    if seg_index_covers(&bytes, &rel, first, &c) {
+                        files.push(self.ship_whole(rel, st, &bytes, report)?);
+                        continue;
+                    }
+                }
+            }
+            // Built before from this very segment: the same bytes.
             if let Some(t) = self.tracked.get(&rel) {
-                let same = match t.cursor {
-                    Cursor::Whole => t.stat == st,
-                    Cursor::Adopted => t.len == st.len,
-                    _ => false,
-                };
-                if same {
+                if matches!(t.cursor, Cursor::Whole) && t.stat == seg_st {
                     files.push(t.entry(rel));
                     continue;
                 }
             }
             self.tracked.remove(&rel);
-            if st.len > MAX_SHIPPED_SEG_INDEX_BYTES {
-                continue;
+            if source.is_none() {
+                let vfs: std::sync::Arc<dyn cairn_engine::Vfs> =
+                    std::sync::Arc::new(cairn_engine::RealVfs);
+                match cairn_engine::log::LogReader::open(vfs, &self.store.join("log")) {
+                    Ok(r) => source = Some(cairn_query::source::ReaderSource::new(r)),
+                    // Unreadable now: shipped without; the next round tries again.
+                    Err(_) => continue,
+                }
             }
-            // Read once: the bytes checked are the bytes shipped, even if
-            // a query replaces the file meanwhile.
-            let bytes: std::sync::Arc<[u8]> = local::read_range(&path, 0, st.len)?.into();
-            let covers = cairn_query::index::seg::SegIndex::open(
-                cairn_engine::vfs::Mapped::Bytes(bytes.clone()),
-                &rel,
-            )
-            .and_then(|ix| {
-                ix.check_all()?;
-                let h = *ix.header();
-                Ok(h.first == first && h.covered == sealed.lsn && h.chain == sealed.chain)
-            })
-            .unwrap_or(false);
-            if !covers {
+            let Some(src) = source.as_ref() else {
                 continue;
+            };
+            let Ok(bytes) = build_seg_index(src, first, c.lsn) else {
+                continue;
+            };
+            report.seg_indexes_built += 1;
+            if seg_index_covers(&bytes, &rel, first, &c) {
+                files.push(self.ship_whole(rel, seg_st, &bytes, report)?);
             }
-            files.push(self.ship_whole(rel, st, &bytes, report)?);
         }
         Ok(())
     }
@@ -727,15 +801,28 @@ impl Replicator {
                     },
                     _ => (None, None),
                 };
-                let Some(c) = local::walk_pack(path, from)? else {
+                // The walk hands out the pieces past what was shipped as
+                // it reads them, so the pack is read once.
+                let origin = kept.as_ref().map_or(0, |(len, _)| *len);
+                let mut new_pieces = Vec::new();
+                let walked = local::walk_pack(path, from, origin, MAX_PIECE_BYTES, &mut |b| {
+                    new_pieces.push(self.ship_piece(b, report)?);
+                    Ok(())
+                })?;
+                let Some(c) = walked else {
                     self.tracked.remove(rel);
                     return Ok(None);
                 };
-                let (len, mut pieces) = match kept {
-                    Some((len, p)) if len <= c.valid => (len, p),
-                    _ => (0, Vec::new()),
+                let pieces = match kept {
+                    None => new_pieces,
+                    Some((len, mut p)) if len <= c.valid => {
+                        p.extend(new_pieces);
+                        p
+                    }
+                    // Shorter than what was shipped (the walk shipped
+                    // nothing): all of it again.
+                    Some(_) => self.ship(path, 0, c.valid, report)?,
                 };
-                pieces.extend(self.ship(path, len, c.valid, report)?);
                 (c.valid, pieces, Cursor::Pack(c))
             }
         };
@@ -759,14 +846,7 @@ impl Replicator {
     fn names(&self, dir: &str, keep: impl Fn(Kind) -> bool) -> Result<Vec<String>, ReplicateError> {
         let path = self.store.join(dir);
         let mut out = Vec::new();
-        let rd = match std::fs::read_dir(&path) {
-            Ok(rd) => rd,
-            // No query index files yet: nothing of them to ship.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir == SEG_INDEX_DIR => {
-                return Ok(out)
-            }
-            Err(e) => return Err(ReplicateError::io("list", &path, e)),
-        };
+        let rd = std::fs::read_dir(&path).map_err(|e| ReplicateError::io("list", &path, e))?;
         for e in rd {
             let e = e.map_err(|e| ReplicateError::io("list", &path, e))?;
             let name = e.file_name().to_string_lossy().to_string();
@@ -817,6 +897,48 @@ impl Drop for Replicator {
             let _ = s.close();
         }
     }
+}
+
+/// True if `bytes` are a whole query index file (every checksum) that
+/// covers exactly the sealed segment from `first` the walk `c` ended:
+/// its last LSN and the chain value after it.
+fn seg_index_covers(bytes: &[u8], what: &str, first: Lsn, c: &LogCursor) -> bool {
+    cairn_query::index::seg::SegIndex::open(
+        cairn_engine::vfs::Mapped::Bytes(std::sync::Arc::from(bytes)),
+        what,
+    )
+    .and_then(|ix| {
+        ix.check_all()?;
+        let h = *ix.header();
+        Ok(h.first == first && h.covered == c.lsn && h.chain == c.chain)
+    })
+    .unwrap_or(false)
+}
+
+/// The query index file of the records `first..=last`, built from `src`
+/// as a query builds a sealed segment's (the same bytes: see
+/// `cairn_query::index::cold`).
+fn build_seg_index(
+    src: &cairn_query::source::ReaderSource,
+    first: Lsn,
+    last: Lsn,
+) -> cairn_query::Result<Vec<u8>> {
+    use cairn_query::source::RecordSource;
+    let mut b = cairn_query::index::seg::SegIndexBuilder::new(first);
+    src.for_each_ref(first, &mut |lsn, chain, e| {
+        if lsn > last {
+            return Ok(false);
+        }
+        b.observe(lsn, chain, e)?;
+        Ok(lsn < last)
+    })?;
+    if b.covered() != last {
+        return Err(cairn_query::QueryError::Invalid(format!(
+            "indexing LSNs {first} to {last}: the log ended at {}",
+            b.covered()
+        )));
+    }
+    b.encode()
 }
 
 /// The store `dir` opened read-only to count its sessions, saving its
