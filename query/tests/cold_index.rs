@@ -12,6 +12,7 @@ use cairn_engine::log::SegmentSpan;
 use cairn_engine::{RealVfs, Vfs};
 use cairn_query::index::cold::{ColdIndex, FileEvent};
 use cairn_query::index::seg::seg_index_name;
+use cairn_query::index::summary::{Summary, SUMMARY_FILE};
 use cairn_query::query::{ColdAnswer, ColdAt};
 use cairn_query::source::SnapshotManifests;
 use cairn_query::source::{MemLog, RecordSource};
@@ -188,6 +189,7 @@ proptest! {
         cuts in proptest::collection::vec(any::<u64>(), 0..5),
         filters in proptest::collection::vec(fspec(), 1..6),
         damage in (0..5u8, any::<usize>(), any::<u8>()),
+        summary_damage in (0..4u8, any::<usize>()),
         tail in 1..40u64,
         more in proptest::collection::vec(spec(), 0..30),
     ) {
@@ -279,6 +281,34 @@ proptest! {
         } else {
             std::fs::write(&path, &bytes).unwrap();
         }
+        // And the summary of the files: a byte flipped, cut short, or
+        // replaced by another history's (or left as it is).
+        let spath = dir.join(SUMMARY_FILE);
+        if let Ok(mut sb) = std::fs::read(&spath) {
+            prop_assert!(Summary::decode(&sb, "s").is_ok());
+            match summary_damage.0 {
+                0 => {
+                    let i = summary_damage.1 % sb.len();
+                    sb[i] ^= 1 << (summary_damage.1 % 8);
+                    prop_assert!(Summary::decode(&sb, "s").is_err());
+                }
+                1 => sb.truncate(summary_damage.1 % sb.len()),
+                2 => {
+                    let other = MemLog::new();
+                    for s in events.iter().chain(&more) {
+                        other.append(event(s).with_text("other")).unwrap();
+                    }
+                    let osp = spans(&other, &cuts);
+                    let odir = tmp.path().join("other-summary");
+                    cold(&vfs, &odir, &other, &osp, &Filter { session: Some("s1".into()), ..Filter::all() });
+                    if let Ok(o) = std::fs::read(odir.join(SUMMARY_FILE)) {
+                        sb = o;
+                    }
+                }
+                _ => {}
+            }
+            std::fs::write(&spath, &sb).unwrap();
+        }
         for fs in &filters {
             let f = filter(fs);
             if !ColdIndex::answers(&f) {
@@ -296,9 +326,14 @@ proptest! {
 
 /// A file cut short, damaged or stale is detected, rebuilt from the log,
 /// written back, and then found intact by the whole-file check.
-/// The real file system, counting the calls of `exists`.
+/// The real file system, counting the calls of `exists`, the maps of
+/// index files and their opens.
 #[derive(Debug, Default)]
-struct CountingVfs(std::sync::atomic::AtomicUsize);
+struct CountingVfs(
+    std::sync::atomic::AtomicUsize,
+    std::sync::atomic::AtomicUsize,
+    std::sync::atomic::AtomicUsize,
+);
 
 impl Vfs for CountingVfs {
     fn open(
@@ -306,9 +341,15 @@ impl Vfs for CountingVfs {
         path: &Path,
         mode: cairn_engine::vfs::OpenMode,
     ) -> std::io::Result<Arc<dyn cairn_engine::vfs::VfsFile>> {
+        if path.extension().is_some_and(|x| x == "qix") {
+            self.2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         RealVfs.open(path, mode)
     }
     fn map(&self, path: &Path) -> std::io::Result<cairn_engine::vfs::Mapped> {
+        if path.extension().is_some_and(|x| x == "qix") {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         RealVfs.map(path)
     }
     fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
@@ -369,6 +410,152 @@ fn a_probe_maps_an_index_file_without_asking_if_it_exists() {
     assert_eq!(got, want);
     assert!(ev.iter().all(|e| matches!(e, FileEvent::Used(_))), "{ev:?}");
     assert_eq!(counting.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+/// Regression (issue 33: `checkpoints --session S` and the last reset
+/// before a point probe every sealed segment's file for a key most lack,
+/// and each probe mapped the file, faulted in its front and unmapped it):
+/// a query maps no index file; a probe for a key no file holds finds
+/// none, and one for keys some files hold finds them, as the scan does.
+#[test]
+fn a_probe_maps_no_index_file() {
+    let log = MemLog::new();
+    for i in 0..400u64 {
+        let kind = if i == 250 {
+            EventKind::CheckpointCreate
+        } else {
+            KINDS[(i % 4) as usize]
+        };
+        let mut e = Event::new(kind, SESSIONS[(i % 3) as usize]);
+        e.path = Some(PATHS[(i % 5) as usize].into());
+        log.append(e).unwrap();
+    }
+    let sp = spans(&log, &[50, 100, 150, 200, 300]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let counting = Arc::new(CountingVfs::default());
+    let vfs: Arc<dyn Vfs> = counting.clone();
+    let filters = [
+        Filter {
+            session: Some("s1".into()),
+            kind: Some(EventKind::CheckpointCreate),
+            ..Filter::all()
+        },
+        Filter {
+            session: Some(SESSIONS[(250 % 3) as usize].into()),
+            kind: Some(EventKind::CheckpointCreate),
+            ..Filter::all()
+        },
+        Filter {
+            kind: Some(EventKind::Rollback),
+            newest_first: true,
+            ..Filter::all()
+        },
+        Filter {
+            session: Some("s2".into()),
+            limit: Some(7),
+            ..Filter::all()
+        },
+    ];
+    for f in &filters {
+        cold(&vfs, &dir, &log, &sp, f);
+    }
+    counting.1.store(0, std::sync::atomic::Ordering::SeqCst);
+    for f in &filters {
+        let (got, ev) = cold(&vfs, &dir, &log, &sp, f);
+        assert_eq!(got, model(&log, f), "{f:?}");
+        assert!(ev.iter().all(|e| matches!(e, FileEvent::Used(_))), "{ev:?}");
+    }
+    assert_eq!(counting.1.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(model(&log, &filters[1]).len(), 1);
+}
+
+/// Regression (issue 33: `checkpoints --session S` at 10,000,000 events
+/// opened all 31 segments' index files to find the key in none): with
+/// the summary the queries write, a probe for a key no segment holds
+/// opens no index file, one for a key one segment holds opens that one;
+/// a damaged summary is not used (every file is read, answers the same)
+/// and is rewritten; `cairn verify`'s check names it.
+#[test]
+fn the_summary_rules_out_files_without_opening_them() {
+    let log = MemLog::new();
+    for i in 0..400u64 {
+        let kind = if i == 250 {
+            EventKind::CheckpointCreate
+        } else {
+            KINDS[(i % 4) as usize]
+        };
+        let mut e = Event::new(kind, SESSIONS[(i % 3) as usize]);
+        e.path = Some(PATHS[(i % 5) as usize].into());
+        log.append(e).unwrap();
+    }
+    let sp = spans(&log, &[50, 100, 150, 200, 300]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let counting = Arc::new(CountingVfs::default());
+    let vfs: Arc<dyn Vfs> = counting.clone();
+    let none = Filter {
+        session: Some("s1".into()),
+        kind: Some(EventKind::Rollback),
+        ..Filter::all()
+    };
+    let one = Filter {
+        kind: Some(EventKind::CheckpointCreate),
+        newest_first: true,
+        ..Filter::all()
+    };
+    let opens = || counting.2.swap(0, std::sync::atomic::Ordering::SeqCst);
+    // The first query builds the files and the summary.
+    let (got, _) = cold(&vfs, &dir, &log, &sp, &none);
+    assert!(got.is_empty());
+    let s = Summary::read(&vfs, &dir).unwrap().unwrap();
+    assert_eq!(s.entries().len(), sp.len());
+    opens();
+    // (Each query looks for the unsealed tail's file: one open.)
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &none);
+    assert_eq!((got, ev), (vec![], vec![]));
+    assert_eq!(opens(), 1);
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &one);
+    assert_eq!(got, model(&log, &one));
+    assert_eq!(got, vec![Lsn(251)]);
+    assert_eq!(ev, vec![FileEvent::Used(Lsn(201))]);
+    assert_eq!(opens(), 2);
+    let r =
+        ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain)).unwrap();
+    assert!(r.damaged.is_empty(), "{r:?}");
+
+    // Damaged: not used, every file read, the same answers; rewritten.
+    let spath = dir.join(SUMMARY_FILE);
+    let mut b = std::fs::read(&spath).unwrap();
+    let n = b.len();
+    b[n - 100] ^= 0x10;
+    std::fs::write(&spath, &b).unwrap();
+    let r =
+        ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain)).unwrap();
+    assert_eq!(r.damaged.len(), 1, "{r:?}");
+    assert!(r.damaged[0].contains(SUMMARY_FILE), "{r:?}");
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &none);
+    assert!(got.is_empty());
+    assert_eq!(ev.len(), sp.len(), "{ev:?}");
+    assert_eq!(opens(), sp.len() + 1);
+    let (got, _) = cold(&vfs, &dir, &log, &sp, &one);
+    assert_eq!(got, vec![Lsn(251)]);
+    assert!(Summary::read(&vfs, &dir).is_ok());
+    opens();
+    cold(&vfs, &dir, &log, &sp, &none);
+    assert_eq!(opens(), 1);
+
+    // Another history of the same LSNs: its entries match no segment.
+    let other = MemLog::new();
+    for i in 0..400u64 {
+        let mut e = Event::new(EventKind::Rollback, "s1");
+        e.ts = Timestamp(i as i64 + 1);
+        other.append(e).unwrap();
+    }
+    let osp = spans(&other, &[50, 100, 150, 200, 300]);
+    let (got, _) = cold(&vfs, &dir, &other, &osp, &none);
+    assert_eq!(got, model(&other, &none));
+    assert_eq!(got.len(), 400);
 }
 
 #[test]
