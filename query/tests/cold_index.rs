@@ -721,8 +721,12 @@ fn entry_at_random_points_equals_a_full_replay() {
         let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
         let tail = 1 + rng.below(64);
         let (mut answered, mut asked) = (0, 0);
-        for pass in 0..2 {
+        // Pass 0 builds the files and writes the summary; pass 1 finds
+        // them all damaged (the summary too) and rebuilds them; pass 2
+        // reads the files and the summary pass 1 wrote.
+        for pass in 0..3 {
             if pass == 1 {
+                assert!(dir.join(SUMMARY_FILE).exists(), "seed {seed}");
                 // Every file the first pass wrote, one byte flipped.
                 for f in std::fs::read_dir(&dir).unwrap() {
                     let path = f.unwrap().path();
@@ -907,8 +911,56 @@ fn a_cold_scan_reads_its_postings_in_sorted_walks() {
     assert!(walks <= 10, "{walks} walks for {n} records");
     let five = Filter {
         limit: Some(5),
-        ..path
+        ..path.clone()
     };
     let (n, reads, walks) = count(&five);
     assert_eq!((n, reads, walks), (5, 0, 1));
+    // Newest first: a read of one record each, by a walk, no point read
+    // (which maps a sealed segment whole).
+    let newest = Filter {
+        newest_first: true,
+        limit: Some(3),
+        ..path
+    };
+    let (n, reads, walks) = count(&newest);
+    assert_eq!((n, reads, walks), (3, 0, 3));
+}
+
+/// Regression (issue 33: `cairn show @LSN:PATH` from a new process read
+/// its records by point reads, each mapping the whole 46 MB segment it
+/// lies in): a point query reads its records by walks of one record.
+#[test]
+fn a_point_query_reads_its_records_by_walks_not_point_reads() {
+    let s = common::script(42, 250);
+    let manifests = SnapshotManifests(&s.blobs);
+    let head = s.log.head().unwrap().last_lsn.0;
+    let sp = spans(&s.log, &[head / 3, 2 * head / 3]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let src = Counting {
+        log: s.log,
+        reads: Default::default(),
+        walks: Default::default(),
+    };
+    let ix = ColdIndex::new(&vfs, &dir, &src, &sp, true).unwrap();
+    let (mut answered, mut walks) = (0, 0);
+    for n in [head / 2, head - 1, head] {
+        for p in common::PATHS {
+            let at = ColdAt::new(&ix, &src, &manifests);
+            src.walks.store(0, std::sync::atomic::Ordering::SeqCst);
+            if let ColdAnswer::Entry(l, e) = at.entry(Point::Lsn(Lsn(n)), p).unwrap() {
+                assert_eq!((l, e), (Lsn(n), s.expected[n as usize].get(p).copied()));
+                answered += 1;
+                walks += src.walks.load(std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+    assert!(answered > 0);
+    assert_eq!(
+        src.reads.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "point reads"
+    );
+    assert!(walks > 0);
 }

@@ -555,14 +555,7 @@ impl<'a> ColdIndex<'a> {
 
     /// The record at `lsn`, which must be the one read.
     fn read_exact(&self, lsn: Lsn) -> Result<Record> {
-        let r = self.src.read(lsn)?;
-        if r.lsn != lsn {
-            return Err(QueryError::Invalid(format!(
-                "reading LSN {lsn} gave the record at LSN {}",
-                r.lsn
-            )));
-        }
-        Ok(r)
+        crate::source::read_one(self.src, lsn)
     }
 
     /// Calls `f` with each LSN in `lo..=hi` that meets every condition, in
