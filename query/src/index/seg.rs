@@ -411,10 +411,10 @@ impl SegIndex {
         if &data[..8] != SEG_INDEX_MAGIC {
             return Err(bad("bad magic".into()));
         }
-        if crc(&data[..108]) != u32_at(&data, 108) {
+        if crc(&data[..108]) != u32_at(data, 108) {
             return Err(bad("header checksum mismatch".into()));
         }
-        let version = u32_at(&data, 8);
+        let version = u32_at(data, 8);
         if version != SEG_INDEX_VERSION {
             return Err(bad(format!(
                 "version {version}, expected {SEG_INDEX_VERSION}"
@@ -423,14 +423,14 @@ impl SegIndex {
         let mut chain = [0u8; 32];
         chain.copy_from_slice(&data[32..64]);
         let header = SegHeader {
-            first: Lsn(u64_at(&data, 16)),
-            covered: Lsn(u64_at(&data, 24)),
+            first: Lsn(u64_at(data, 16)),
+            covered: Lsn(u64_at(data, 24)),
             chain: ChainHash(chain),
-            min_ts: Timestamp(u64_at(&data, 64) as i64),
-            max_ts: Timestamp(u64_at(&data, 72) as i64),
-            keys: u32_at(&data, 80),
-            postings: u64_at(&data, 88),
-            key_bytes: u64_at(&data, 96),
+            min_ts: Timestamp(u64_at(data, 64) as i64),
+            max_ts: Timestamp(u64_at(data, 72) as i64),
+            keys: u32_at(data, 80),
+            postings: u64_at(data, 88),
+            key_bytes: u64_at(data, 96),
         };
         if header.postings > MAX_SEG_INDEX_ENTRIES || header.key_bytes > MAX_SEG_INDEX_ENTRIES {
             return Err(bad("header counts out of range".into()));
