@@ -443,12 +443,19 @@ impl<'a> ColdIndex<'a> {
         let what = path.display().to_string();
         // Opened without asking first whether it exists: a query probes
         // every segment's file (31 at 10,000,000 events), and the open
-        // says so. Read in pieces, not mapped: a probe for a key the file
+        // says so. Its front read, not mapped: a probe for a key the file
         // lacks (a session's checkpoints, the last reset before a point)
         // reads the file's front and nothing else, where a map cost a
         // map, its page faults and an unmap per file.
+        // The postings a lookup needs are read through a map where a map
+        // is cheap (a few faults where a read per block costs a system
+        // call each), else by block.
+        let mapper: Option<super::seg::Mapper> = self.vfs.maps_cheaply().then(|| {
+            let (vfs, path) = (self.vfs.clone(), path.clone());
+            Box::new(move || vfs.map(&path)) as super::seg::Mapper
+        });
         match self.vfs.open(&path, OpenMode::Read) {
-            Ok(f) => SegIndex::open_file(f, &what).map_err(|e| e.to_string()),
+            Ok(f) => SegIndex::open_file(f, &what, mapper).map_err(|e| e.to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("no index file".to_string()),
             Err(e) => Err(format!("index file {what} cannot be read: {e}")),
         }

@@ -43,7 +43,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cairn_codec::bytes::{crc32_seeded as crc, crc32_seeded_parts as crc_parts};
 use cairn_codec::{ChainHash, EventKind, EventRef, Lsn, Timestamp};
@@ -304,15 +304,22 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 /// front is read whole by a second read.
 pub const SEG_FRONT_READ: usize = 4096;
 
+/// Maps the whole file of a segment index opened in pieces.
+pub type Mapper = Box<dyn Fn() -> std::io::Result<Mapped> + Send + Sync>;
+
 /// Where a segment index's bytes come from.
 enum Source {
     /// The whole file in memory or mapped.
     Whole(Mapped),
-    /// An open file: its front (header, directory, key bytes) read once,
-    /// each block of postings read when first needed, with the block CRCs.
+    /// An open file: its front (header, directory, key bytes) read once;
+    /// the postings, when first needed, through a map of the whole file
+    /// when there is a `mapper` (a map is cheap: the real file system),
+    /// else block by block with the block CRCs (an archive read in place).
     Pieces {
         file: Arc<dyn VfsFile>,
         front: Vec<u8>,
+        mapper: Option<Mapper>,
+        mapped: OnceLock<Mapped>,
         crcs: Mutex<Option<Arc<[u8]>>>,
         blocks: Mutex<HashMap<usize, Arc<[u8]>>>,
     },
@@ -365,8 +372,16 @@ impl SegIndex {
     /// [`SegIndex::open`] (the length against the file's). Each block of
     /// postings is read, and checked, when a lookup first needs it, so a
     /// probe for a key the file lacks reads its front and nothing else,
-    /// and maps nothing.
-    pub fn open_file(file: Arc<dyn VfsFile>, what: &str) -> Result<SegIndex> {
+    /// and maps nothing. With `mapper`, the postings are read through a
+    /// map of the whole file made when a lookup first needs one (its
+    /// front must be the bytes read: else the file changed, which is
+    /// damage), each block checked as by [`SegIndex::open`]; without,
+    /// block by block.
+    pub fn open_file(
+        file: Arc<dyn VfsFile>,
+        what: &str,
+        mapper: Option<Mapper>,
+    ) -> Result<SegIndex> {
         let io = |e: std::io::Error| QueryError::IndexCorrupt {
             path: what.to_string(),
             detail: format!("cannot be read: {e}"),
@@ -392,6 +407,8 @@ impl SegIndex {
         let source = Source::Pieces {
             file,
             front,
+            mapper,
+            mapped: OnceLock::new(),
             crcs: Mutex::new(None),
             blocks: Mutex::new(HashMap::new()),
         };
@@ -564,6 +581,36 @@ impl SegIndex {
         let b = i / POSTINGS_BLOCK;
         let d = match &self.data {
             Source::Whole(data) => {
+                if !self.checked[b].load(Ordering::Relaxed) {
+                    let from = self.post_at + b * POSTINGS_BLOCK * 4;
+                    let to = (from + POSTINGS_BLOCK * 4).min(self.blocks_at);
+                    if crc(&data[from..to]) != u32_at(data, self.blocks_at + b * 4) {
+                        return Err(self.bad(format!("postings block {b}: checksum mismatch")));
+                    }
+                    self.checked[b].store(true, Ordering::Relaxed);
+                }
+                u32_at(data, self.post_at + i * 4) as u64
+            }
+            Source::Pieces {
+                mapper: Some(mapper),
+                mapped,
+                front,
+                ..
+            } => {
+                let data = match mapped.get() {
+                    Some(m) => m,
+                    None => {
+                        let m = mapper().map_err(|e| self.bad(format!("cannot be mapped: {e}")))?;
+                        let want = self.blocks_at + self.checked.len() * 4;
+                        if m.len() != want || m[..front.len()] != front[..] {
+                            return Err(self.bad("changed since its directory was read".into()));
+                        }
+                        let _ = mapped.set(m);
+                        mapped
+                            .get()
+                            .ok_or_else(|| self.bad("map not kept".into()))?
+                    }
+                };
                 if !self.checked[b].load(Ordering::Relaxed) {
                     let from = self.post_at + b * POSTINGS_BLOCK * 4;
                     let to = (from + POSTINGS_BLOCK * 4).min(self.blocks_at);
@@ -808,12 +855,25 @@ mod tests {
 
     fn open_pieces(bytes: Vec<u8>) -> (Result<SegIndex>, Arc<BytesFile>) {
         let f = Arc::new(BytesFile(bytes, AtomicU64::new(0)));
-        (SegIndex::open_file(f.clone(), "f.qix"), f)
+        (SegIndex::open_file(f.clone(), "f.qix", None), f)
     }
 
-    /// Both ways of opening a file: whole, and in pieces.
-    fn open_both(bytes: &[u8]) -> [Result<SegIndex>; 2] {
-        [open(bytes.to_vec()), open_pieces(bytes.to_vec()).0]
+    /// Opened in pieces, its postings through a "map" of `mapped`.
+    fn open_pieces_mapped(bytes: Vec<u8>, mapped: Vec<u8>) -> Result<SegIndex> {
+        let f = Arc::new(BytesFile(bytes, AtomicU64::new(0)));
+        let m: Arc<[u8]> = Arc::from(mapped);
+        let mapper: Mapper = Box::new(move || Ok(Mapped::Bytes(m.clone())));
+        SegIndex::open_file(f, "f.qix", Some(mapper))
+    }
+
+    /// Every way of opening a file: whole, in pieces (postings by block,
+    /// and through a map).
+    fn open_both(bytes: &[u8]) -> [Result<SegIndex>; 3] {
+        [
+            open(bytes.to_vec()),
+            open_pieces(bytes.to_vec()).0,
+            open_pieces_mapped(bytes.to_vec(), bytes.to_vec()),
+        ]
     }
 
     #[test]
@@ -932,6 +992,26 @@ mod tests {
             assert!(p.contains(Lsn(10 + 3 * 7)).unwrap() == w.contains(Lsn(10 + 3 * 7)).unwrap());
         }
         ix.check_all().unwrap();
+    }
+
+    /// A file that changed between the read of its front and its map is
+    /// refused when the postings are first read, not read as the other.
+    #[test]
+    fn a_map_of_another_file_is_refused() {
+        let a = build(2000);
+        let mut b = build(2000);
+        b[SEG_HEADER_LEN + 20] ^= 1;
+        let ix = open_pieces_mapped(a.clone(), b).unwrap();
+        let p = ix.lookup(KeyTag::Session, "a").unwrap();
+        let e = p.get(0).unwrap_err().to_string();
+        assert!(e.contains("changed"), "{e}");
+        let ix = open_pieces_mapped(a.clone(), a[..a.len() - 4].to_vec()).unwrap();
+        assert!(ix.lookup(KeyTag::Session, "a").unwrap().get(0).is_err());
+        let ix = open_pieces_mapped(a.clone(), a).unwrap();
+        assert_eq!(
+            ix.lookup(KeyTag::Session, "a").unwrap().get(0).unwrap(),
+            Lsn(10)
+        );
     }
 
     /// A front longer than one read is read whole by a second.
