@@ -327,13 +327,45 @@ proptest! {
 /// A file cut short, damaged or stale is detected, rebuilt from the log,
 /// written back, and then found intact by the whole-file check.
 /// The real file system, counting the calls of `exists`, the maps of
-/// index files and their opens.
+/// index files, their opens and their handles still open.
 #[derive(Debug, Default)]
 struct CountingVfs(
     std::sync::atomic::AtomicUsize,
     std::sync::atomic::AtomicUsize,
     std::sync::atomic::AtomicUsize,
+    Arc<std::sync::atomic::AtomicUsize>,
 );
+
+/// An open index file, counted while open.
+#[derive(Debug)]
+struct CountedFile(
+    Arc<dyn cairn_engine::vfs::VfsFile>,
+    Arc<std::sync::atomic::AtomicUsize>,
+);
+
+impl Drop for CountedFile {
+    fn drop(&mut self) {
+        self.1.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl cairn_engine::vfs::VfsFile for CountedFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+}
 
 impl Vfs for CountingVfs {
     fn open(
@@ -343,6 +375,9 @@ impl Vfs for CountingVfs {
     ) -> std::io::Result<Arc<dyn cairn_engine::vfs::VfsFile>> {
         if path.extension().is_some_and(|x| x == "qix") {
             self.2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let f = RealVfs.open(path, mode)?;
+            self.3.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Ok(Arc::new(CountedFile(f, self.3.clone())));
         }
         RealVfs.open(path, mode)
     }
@@ -466,12 +501,19 @@ fn a_probe_maps_no_index_file() {
     for (f, maps) in filters.iter().zip([1, 1, 0, 1]) {
         let _ = std::fs::remove_file(dir.join(SUMMARY_FILE));
         counting.1.store(0, std::sync::atomic::Ordering::SeqCst);
+        // No index file is held open while the index is (a store of many
+        // segments would hold a descriptor per segment twice over).
+        let ix = ColdIndex::new(&vfs, &dir, &log, &sp, true).unwrap();
+        ix.scan(f, &mut |_| Ok(true)).unwrap();
+        assert_eq!(counting.3.load(std::sync::atomic::Ordering::SeqCst), 0);
+        drop(ix);
+        let _ = std::fs::remove_file(dir.join(SUMMARY_FILE));
         let (got, ev) = cold(&vfs, &dir, &log, &sp, f);
         assert_eq!(got, model(&log, f), "{f:?}");
         assert!(ev.iter().all(|e| matches!(e, FileEvent::Used(_))), "{ev:?}");
         assert!(!ev.is_empty());
         let n = counting.1.load(std::sync::atomic::Ordering::SeqCst);
-        assert_eq!(n, maps, "{f:?}");
+        assert_eq!(n, 2 * maps, "{f:?}");
     }
     assert_eq!(model(&log, &filters[1]).len(), 1);
 }

@@ -316,7 +316,10 @@ enum Source {
     /// when there is a `mapper` (a map is cheap: the real file system),
     /// else block by block with the block CRCs (an archive read in place).
     Pieces {
-        file: Arc<dyn VfsFile>,
+        /// Kept only to read blocks (no `mapper`): a file whose postings
+        /// are mapped holds no descriptor open (a store of many segments
+        /// would hold two per segment: its log file's and this one's).
+        file: Option<Arc<dyn VfsFile>>,
         front: Vec<u8>,
         mapper: Option<Mapper>,
         mapped: OnceLock<Mapped>,
@@ -404,6 +407,7 @@ impl SegIndex {
                     .map_err(io)?;
             }
         }
+        let file = if mapper.is_some() { None } else { Some(file) };
         let source = Source::Pieces {
             file,
             front,
@@ -640,10 +644,13 @@ impl SegIndex {
     /// file and checked against its CRC the first time, then kept.
     fn block(&self, b: usize) -> Result<Arc<[u8]>> {
         let Source::Pieces {
-            file, crcs, blocks, ..
+            file: Some(file),
+            crcs,
+            blocks,
+            ..
         } = &self.data
         else {
-            return Err(self.bad("postings read in pieces from a whole file".into()));
+            return Err(self.bad("postings read by block without the file".into()));
         };
         if let Some(block) = blocks.lock().get(&b) {
             return Ok(block.clone());
