@@ -150,9 +150,22 @@ fn old_store_index_upgrades_in_place_and_verify_checks_the_files() {
         assert_eq!(&got, w, "imported checkpoints of {s:?}");
     }
     r.close().unwrap();
-    // Upgraded in place: a file per sealed segment, beside the old file.
-    let files = std::fs::read_dir(&segs).unwrap().count() as u64;
+    // Upgraded in place: a file per sealed segment, beside the old file,
+    // and their summary.
+    let files = std::fs::read_dir(&segs)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "qix")
+        })
+        .count() as u64;
     assert_eq!(files, sealed);
+    assert!(segs
+        .join(cairn_query::index::summary::SUMMARY_FILE)
+        .exists());
     let r = reader();
     let v = r.verify(None).unwrap();
     assert_eq!(v.index.checked, sealed);

@@ -20,6 +20,7 @@
 
 pub mod cold;
 pub mod seg;
+pub mod summary;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -168,6 +168,31 @@ impl RecordSource for Log {
     }
 }
 
+/// The record at `lsn`, read as [`RecordSource::read_sorted`] reads one:
+/// from a sealed segment nothing has mapped, the window of the sparse
+/// index around it by one read, where [`RecordSource::read`] maps the
+/// whole segment (a fault per page touched, each mapping the pages
+/// around it, and an unmap at exit). For a process that reads a handful
+/// of records (`cairn show`, a newest-first scan from a new process).
+/// Checked as [`RecordSource::read`] checks it.
+pub fn read_one(src: &dyn RecordSource, lsn: Lsn) -> Result<Record> {
+    let mut got = None;
+    src.read_sorted(&[lsn], &mut |r| {
+        got = Some(r);
+        Ok(false)
+    })?;
+    match got {
+        Some(r) if r.lsn == lsn => Ok(r),
+        Some(r) => Err(QueryError::Invalid(format!(
+            "reading LSN {lsn} gave the record at LSN {}",
+            r.lsn
+        ))),
+        None => Err(QueryError::Invalid(format!(
+            "reading LSN {lsn} gave no record"
+        ))),
+    }
+}
+
 /// What a read-sorted walk does with `f`'s answer: go on if it says so;
 /// an error is kept in `failed` and stops the walk.
 fn handing(step: Result<bool>, failed: &mut Option<QueryError>) -> bool {

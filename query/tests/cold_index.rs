@@ -12,6 +12,7 @@ use cairn_engine::log::SegmentSpan;
 use cairn_engine::{RealVfs, Vfs};
 use cairn_query::index::cold::{ColdIndex, FileEvent};
 use cairn_query::index::seg::seg_index_name;
+use cairn_query::index::summary::{Summary, SUMMARY_FILE};
 use cairn_query::query::{ColdAnswer, ColdAt};
 use cairn_query::source::SnapshotManifests;
 use cairn_query::source::{MemLog, RecordSource};
@@ -188,6 +189,7 @@ proptest! {
         cuts in proptest::collection::vec(any::<u64>(), 0..5),
         filters in proptest::collection::vec(fspec(), 1..6),
         damage in (0..5u8, any::<usize>(), any::<u8>()),
+        summary_damage in (0..4u8, any::<usize>()),
         tail in 1..40u64,
         more in proptest::collection::vec(spec(), 0..30),
     ) {
@@ -279,6 +281,34 @@ proptest! {
         } else {
             std::fs::write(&path, &bytes).unwrap();
         }
+        // And the summary of the files: a byte flipped, cut short, or
+        // replaced by another history's (or left as it is).
+        let spath = dir.join(SUMMARY_FILE);
+        if let Ok(mut sb) = std::fs::read(&spath) {
+            prop_assert!(Summary::decode(&sb, "s").is_ok());
+            match summary_damage.0 {
+                0 => {
+                    let i = summary_damage.1 % sb.len();
+                    sb[i] ^= 1 << (summary_damage.1 % 8);
+                    prop_assert!(Summary::decode(&sb, "s").is_err());
+                }
+                1 => sb.truncate(summary_damage.1 % sb.len()),
+                2 => {
+                    let other = MemLog::new();
+                    for s in events.iter().chain(&more) {
+                        other.append(event(s).with_text("other")).unwrap();
+                    }
+                    let osp = spans(&other, &cuts);
+                    let odir = tmp.path().join("other-summary");
+                    cold(&vfs, &odir, &other, &osp, &Filter { session: Some("s1".into()), ..Filter::all() });
+                    if let Ok(o) = std::fs::read(odir.join(SUMMARY_FILE)) {
+                        sb = o;
+                    }
+                }
+                _ => {}
+            }
+            std::fs::write(&spath, &sb).unwrap();
+        }
         for fs in &filters {
             let f = filter(fs);
             if !ColdIndex::answers(&f) {
@@ -296,9 +326,46 @@ proptest! {
 
 /// A file cut short, damaged or stale is detected, rebuilt from the log,
 /// written back, and then found intact by the whole-file check.
-/// The real file system, counting the calls of `exists`.
+/// The real file system, counting the calls of `exists`, the maps of
+/// index files, their opens and their handles still open.
 #[derive(Debug, Default)]
-struct CountingVfs(std::sync::atomic::AtomicUsize);
+struct CountingVfs(
+    std::sync::atomic::AtomicUsize,
+    std::sync::atomic::AtomicUsize,
+    std::sync::atomic::AtomicUsize,
+    Arc<std::sync::atomic::AtomicUsize>,
+);
+
+/// An open index file, counted while open.
+#[derive(Debug)]
+struct CountedFile(
+    Arc<dyn cairn_engine::vfs::VfsFile>,
+    Arc<std::sync::atomic::AtomicUsize>,
+);
+
+impl Drop for CountedFile {
+    fn drop(&mut self) {
+        self.1.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl cairn_engine::vfs::VfsFile for CountedFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+}
 
 impl Vfs for CountingVfs {
     fn open(
@@ -306,9 +373,18 @@ impl Vfs for CountingVfs {
         path: &Path,
         mode: cairn_engine::vfs::OpenMode,
     ) -> std::io::Result<Arc<dyn cairn_engine::vfs::VfsFile>> {
+        if path.extension().is_some_and(|x| x == "qix") {
+            self.2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let f = RealVfs.open(path, mode)?;
+            self.3.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Ok(Arc::new(CountedFile(f, self.3.clone())));
+        }
         RealVfs.open(path, mode)
     }
     fn map(&self, path: &Path) -> std::io::Result<cairn_engine::vfs::Mapped> {
+        if path.extension().is_some_and(|x| x == "qix") {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         RealVfs.map(path)
     }
     fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
@@ -369,6 +445,165 @@ fn a_probe_maps_an_index_file_without_asking_if_it_exists() {
     assert_eq!(got, want);
     assert!(ev.iter().all(|e| matches!(e, FileEvent::Used(_))), "{ev:?}");
     assert_eq!(counting.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+/// Regression (issue 33: `checkpoints --session S` and the last reset
+/// before a point probe every sealed segment's file for a key most lack,
+/// and each probe mapped the file, faulted in its front and unmapped it):
+/// a probe reads a file's front and maps it only to read postings; a
+/// probe for a key no file holds maps none, and one for keys some files
+/// hold finds them, as the scan does.
+#[test]
+fn a_probe_maps_no_index_file() {
+    let log = MemLog::new();
+    for i in 0..400u64 {
+        let kind = if i == 250 {
+            EventKind::CheckpointCreate
+        } else {
+            KINDS[(i % 4) as usize]
+        };
+        let mut e = Event::new(kind, SESSIONS[(i % 3) as usize]);
+        e.path = Some(PATHS[(i % 5) as usize].into());
+        log.append(e).unwrap();
+    }
+    let sp = spans(&log, &[50, 100, 150, 200, 300]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let counting = Arc::new(CountingVfs::default());
+    let vfs: Arc<dyn Vfs> = counting.clone();
+    let filters = [
+        Filter {
+            session: Some("s1".into()),
+            kind: Some(EventKind::CheckpointCreate),
+            ..Filter::all()
+        },
+        Filter {
+            session: Some(SESSIONS[(250 % 3) as usize].into()),
+            kind: Some(EventKind::CheckpointCreate),
+            ..Filter::all()
+        },
+        Filter {
+            kind: Some(EventKind::Rollback),
+            newest_first: true,
+            ..Filter::all()
+        },
+        Filter {
+            session: Some("s2".into()),
+            limit: Some(7),
+            ..Filter::all()
+        },
+    ];
+    for f in &filters {
+        cold(&vfs, &dir, &log, &sp, f);
+    }
+    // Without the summary, every file is opened: only those whose
+    // postings a query reads are mapped.
+    for (f, maps) in filters.iter().zip([1, 1, 0, 1]) {
+        let _ = std::fs::remove_file(dir.join(SUMMARY_FILE));
+        counting.1.store(0, std::sync::atomic::Ordering::SeqCst);
+        // No index file is held open while the index is (a store of many
+        // segments would hold a descriptor per segment twice over).
+        let ix = ColdIndex::new(&vfs, &dir, &log, &sp, true).unwrap();
+        ix.scan(f, &mut |_| Ok(true)).unwrap();
+        assert_eq!(counting.3.load(std::sync::atomic::Ordering::SeqCst), 0);
+        drop(ix);
+        let _ = std::fs::remove_file(dir.join(SUMMARY_FILE));
+        let (got, ev) = cold(&vfs, &dir, &log, &sp, f);
+        assert_eq!(got, model(&log, f), "{f:?}");
+        assert!(ev.iter().all(|e| matches!(e, FileEvent::Used(_))), "{ev:?}");
+        assert!(!ev.is_empty());
+        let n = counting.1.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(n, 2 * maps, "{f:?}");
+    }
+    assert_eq!(model(&log, &filters[1]).len(), 1);
+}
+
+/// Regression (issue 33: `checkpoints --session S` at 10,000,000 events
+/// opened all 31 segments' index files to find the key in none): with
+/// the summary the queries write, a probe for a key no segment holds
+/// opens no index file, one for a key one segment holds opens that one;
+/// a damaged summary is not used (every file is read, answers the same)
+/// and is rewritten; `cairn verify`'s check names it.
+#[test]
+fn the_summary_rules_out_files_without_opening_them() {
+    let log = MemLog::new();
+    for i in 0..400u64 {
+        let kind = if i == 250 {
+            EventKind::CheckpointCreate
+        } else {
+            KINDS[(i % 4) as usize]
+        };
+        let mut e = Event::new(kind, SESSIONS[(i % 3) as usize]);
+        e.path = Some(PATHS[(i % 5) as usize].into());
+        log.append(e).unwrap();
+    }
+    let sp = spans(&log, &[50, 100, 150, 200, 300]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let counting = Arc::new(CountingVfs::default());
+    let vfs: Arc<dyn Vfs> = counting.clone();
+    let none = Filter {
+        session: Some("s1".into()),
+        kind: Some(EventKind::Rollback),
+        ..Filter::all()
+    };
+    let one = Filter {
+        kind: Some(EventKind::CheckpointCreate),
+        newest_first: true,
+        ..Filter::all()
+    };
+    let opens = || counting.2.swap(0, std::sync::atomic::Ordering::SeqCst);
+    // The first query builds the files and the summary.
+    let (got, _) = cold(&vfs, &dir, &log, &sp, &none);
+    assert!(got.is_empty());
+    let s = Summary::read(&vfs, &dir).unwrap().unwrap();
+    assert_eq!(s.entries().len(), sp.len());
+    opens();
+    // (Each query looks for the unsealed tail's file: one open.)
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &none);
+    assert_eq!((got, ev), (vec![], vec![]));
+    assert_eq!(opens(), 1);
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &one);
+    assert_eq!(got, model(&log, &one));
+    assert_eq!(got, vec![Lsn(251)]);
+    assert_eq!(ev, vec![FileEvent::Used(Lsn(201))]);
+    assert_eq!(opens(), 2);
+    let r =
+        ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain)).unwrap();
+    assert!(r.damaged.is_empty(), "{r:?}");
+
+    // Damaged: not used, every file read, the same answers; rewritten.
+    let spath = dir.join(SUMMARY_FILE);
+    let mut b = std::fs::read(&spath).unwrap();
+    let n = b.len();
+    b[n - 100] ^= 0x10;
+    std::fs::write(&spath, &b).unwrap();
+    let r =
+        ColdIndex::verify_files(&vfs, &dir, &sp, &|l| log.read(l).ok().map(|r| r.chain)).unwrap();
+    assert_eq!(r.damaged.len(), 1, "{r:?}");
+    assert!(r.damaged[0].contains(SUMMARY_FILE), "{r:?}");
+    let (got, ev) = cold(&vfs, &dir, &log, &sp, &none);
+    assert!(got.is_empty());
+    assert_eq!(ev.len(), sp.len(), "{ev:?}");
+    assert_eq!(opens(), sp.len() + 1);
+    let (got, _) = cold(&vfs, &dir, &log, &sp, &one);
+    assert_eq!(got, vec![Lsn(251)]);
+    assert!(Summary::read(&vfs, &dir).is_ok());
+    opens();
+    cold(&vfs, &dir, &log, &sp, &none);
+    assert_eq!(opens(), 1);
+
+    // Another history of the same LSNs: its entries match no segment.
+    let other = MemLog::new();
+    for i in 0..400u64 {
+        let mut e = Event::new(EventKind::Rollback, "s1");
+        e.ts = Timestamp(i as i64 + 1);
+        other.append(e).unwrap();
+    }
+    let osp = spans(&other, &[50, 100, 150, 200, 300]);
+    let (got, _) = cold(&vfs, &dir, &other, &osp, &none);
+    assert_eq!(got, model(&other, &none));
+    assert_eq!(got.len(), 400);
 }
 
 #[test]
@@ -534,8 +769,12 @@ fn entry_at_random_points_equals_a_full_replay() {
         let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
         let tail = 1 + rng.below(64);
         let (mut answered, mut asked) = (0, 0);
-        for pass in 0..2 {
+        // Pass 0 builds the files and writes the summary; pass 1 finds
+        // them all damaged (the summary too) and rebuilds them; pass 2
+        // reads the files and the summary pass 1 wrote.
+        for pass in 0..3 {
             if pass == 1 {
+                assert!(dir.join(SUMMARY_FILE).exists(), "seed {seed}");
                 // Every file the first pass wrote, one byte flipped.
                 for f in std::fs::read_dir(&dir).unwrap() {
                     let path = f.unwrap().path();
@@ -720,8 +959,56 @@ fn a_cold_scan_reads_its_postings_in_sorted_walks() {
     assert!(walks <= 10, "{walks} walks for {n} records");
     let five = Filter {
         limit: Some(5),
-        ..path
+        ..path.clone()
     };
     let (n, reads, walks) = count(&five);
     assert_eq!((n, reads, walks), (5, 0, 1));
+    // Newest first: a read of one record each, by a walk, no point read
+    // (which maps a sealed segment whole).
+    let newest = Filter {
+        newest_first: true,
+        limit: Some(3),
+        ..path
+    };
+    let (n, reads, walks) = count(&newest);
+    assert_eq!((n, reads, walks), (3, 0, 3));
+}
+
+/// Regression (issue 33: `cairn show @LSN:PATH` from a new process read
+/// its records by point reads, each mapping the whole 46 MB segment it
+/// lies in): a point query reads its records by walks of one record.
+#[test]
+fn a_point_query_reads_its_records_by_walks_not_point_reads() {
+    let s = common::script(42, 250);
+    let manifests = SnapshotManifests(&s.blobs);
+    let head = s.log.head().unwrap().last_lsn.0;
+    let sp = spans(&s.log, &[head / 3, 2 * head / 3]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let src = Counting {
+        log: s.log,
+        reads: Default::default(),
+        walks: Default::default(),
+    };
+    let ix = ColdIndex::new(&vfs, &dir, &src, &sp, true).unwrap();
+    let (mut answered, mut walks) = (0, 0);
+    for n in [head / 2, head - 1, head] {
+        for p in common::PATHS {
+            let at = ColdAt::new(&ix, &src, &manifests);
+            src.walks.store(0, std::sync::atomic::Ordering::SeqCst);
+            if let ColdAnswer::Entry(l, e) = at.entry(Point::Lsn(Lsn(n)), p).unwrap() {
+                assert_eq!((l, e), (Lsn(n), s.expected[n as usize].get(p).copied()));
+                answered += 1;
+                walks += src.walks.load(std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+    assert!(answered > 0);
+    assert_eq!(
+        src.reads.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "point reads"
+    );
+    assert!(walks > 0);
 }

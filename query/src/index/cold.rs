@@ -18,11 +18,12 @@ use std::sync::Arc;
 use cairn_codec::{EventKind, Lsn};
 use cairn_engine::atomic::{write_atomic, AtomicOptions};
 use cairn_engine::log::SegmentSpan;
-use cairn_engine::vfs::Mapped;
+use cairn_engine::vfs::{Mapped, OpenMode};
 use cairn_engine::Vfs;
 use parking_lot::Mutex;
 
 use super::seg::{seg_index_name, KeyTag, Postings, SegHeader, SegIndex, SegIndexBuilder};
+use super::summary::{Summary, SummaryEntry, SUMMARY_FILE};
 use crate::error::{QueryError, Result};
 use crate::filter::Filter;
 use crate::source::{Record, RecordSource};
@@ -99,6 +100,13 @@ pub struct ColdIndex<'a> {
     loaded: Vec<Mutex<Option<Arc<SegIndex>>>>,
     write: bool,
     events: Mutex<Vec<FileEvent>>,
+    /// The summary of the files ([`super::summary`]) as read when this
+    /// index was made; `None` when missing or damaged.
+    summary: Option<Summary>,
+    /// Entries for the summary learned from files opened by this index
+    /// whose segments it has none for: written when the index is dropped,
+    /// if it may write.
+    fresh: Mutex<Vec<SummaryEntry>>,
 }
 
 impl std::fmt::Debug for ColdIndex<'_> {
@@ -107,6 +115,13 @@ impl std::fmt::Debug for ColdIndex<'_> {
             .field("dir", &self.dir)
             .field("parts", &self.parts)
             .finish()
+    }
+}
+
+impl Drop for ColdIndex<'_> {
+    /// Writes the summary entries learned, if this index may write.
+    fn drop(&mut self) {
+        self.write_summary();
     }
 }
 
@@ -148,6 +163,13 @@ impl<'a> ColdIndex<'a> {
             })
             .collect();
         let tail_first = parts.last().map_or(Lsn::FIRST, |p| p.last.next());
+        // A summary that cannot be read or is damaged is not used: every
+        // file is read, and the summary rewritten by a query that writes.
+        let summary = if parts.is_empty() {
+            None
+        } else {
+            Summary::read(vfs, dir).ok().flatten()
+        };
         let mut me = ColdIndex {
             vfs,
             dir: dir.to_path_buf(),
@@ -156,6 +178,8 @@ impl<'a> ColdIndex<'a> {
             parts,
             write,
             events: Mutex::new(Vec::new()),
+            summary,
+            fresh: Mutex::new(Vec::new()),
         };
         if tail_first <= head.last_lsn {
             me.tail_parts(tail_first, head, tail_reindex.max(1))?;
@@ -249,6 +273,8 @@ impl<'a> ColdIndex<'a> {
             parts,
             write: true,
             events: Mutex::new(Vec::new()),
+            summary: None,
+            fresh: Mutex::new(Vec::new()),
         };
         for i in 0..me.parts.len() {
             me.part(i)?;
@@ -304,13 +330,17 @@ impl<'a> ColdIndex<'a> {
                 let bytes = self.build(&part)?;
                 SegIndex::open(Mapped::Bytes(Arc::from(bytes)), "the tail's index")?
             }
-            Some(span) => match self.load_file(span) {
-                Ok(ix) => {
-                    self.events.lock().push(FileEvent::Used(span.first));
-                    ix
-                }
-                Err(reason) => self.rebuild(span, reason)?,
-            },
+            Some(span) => {
+                let ix = match self.load_file(span) {
+                    Ok(ix) => {
+                        self.events.lock().push(FileEvent::Used(span.first));
+                        ix
+                    }
+                    Err(reason) => self.rebuild(span, reason)?,
+                };
+                self.learn(span, &ix);
+                ix
+            }
         };
         let ix = Arc::new(ix);
         *self.loaded[i].lock() = Some(ix.clone());
@@ -326,8 +356,80 @@ impl<'a> ColdIndex<'a> {
             ))
         })?;
         let ix = Arc::new(self.rebuild(span, why.to_string())?);
+        self.learn(span, &ix);
         *self.loaded[i].lock() = Some(ix.clone());
         Ok(ix)
+    }
+
+    /// Keeps the summary entry of the segment `span`, whose index `ix`
+    /// is, when this index may write and its summary has none: read from
+    /// every directory entry of `ix` (a damaged one gives no entry).
+    fn learn(&self, span: SegmentSpan, ix: &SegIndex) {
+        if !self.write
+            || self
+                .summary
+                .as_ref()
+                .is_some_and(|s| s.entry_of(&span).is_some())
+        {
+            return;
+        }
+        if let Ok(e) = SummaryEntry::of(span, ix) {
+            let mut fresh = self.fresh.lock();
+            fresh.retain(|f| f.first != e.first);
+            fresh.push(e);
+        }
+    }
+
+    /// True if the summary rules part `i` out for `conds`: it has the
+    /// entry of the part's segment as the log has it, and that entry's
+    /// filter says the file lacks the key of one condition. A directory
+    /// (several keys) is never ruled out this way.
+    fn ruled_out(&self, i: usize, conds: &[Cond]) -> bool {
+        let (Some(summary), Some(span)) = (&self.summary, self.parts[i].span) else {
+            return false;
+        };
+        let Some(e) = summary.entry_of(&span) else {
+            return false;
+        };
+        conds.iter().any(|c| match c {
+            Cond::Key(tag, key) => !e.may_hold(*tag, key),
+            Cond::Under(_) => false,
+        })
+    }
+
+    /// Writes the summary with the entries learned by this index added to
+    /// those of the file as it is now (read again: another process may
+    /// have written it since), dropping the file's entries for segments
+    /// of this index's log that it no longer has as they were. Atomic and
+    /// durable; a failure is no error (the summary is a cache).
+    fn write_summary(&self) {
+        let fresh = std::mem::take(&mut *self.fresh.lock());
+        if fresh.is_empty() {
+            return;
+        }
+        let now = Summary::read(self.vfs, &self.dir)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let mut entries: Vec<SummaryEntry> = now
+            .entries()
+            .iter()
+            .filter(|e| {
+                !self
+                    .parts
+                    .iter()
+                    .any(|p| p.first == e.first && p.span.is_some_and(|s| !e.is_of(&s)))
+            })
+            .cloned()
+            .collect();
+        entries.extend(fresh);
+        let bytes = Summary::new(entries).encode();
+        let _ = write_atomic(
+            &**self.vfs,
+            &self.dir.join(SUMMARY_FILE),
+            &bytes,
+            &AtomicOptions::durable(),
+        );
     }
 
     fn file_path(&self, span: SegmentSpan) -> PathBuf {
@@ -339,11 +441,21 @@ impl<'a> ColdIndex<'a> {
     fn open_file(&self, first: Lsn) -> std::result::Result<SegIndex, String> {
         let path = self.dir.join(seg_index_name(first));
         let what = path.display().to_string();
-        // Mapped without asking first whether it exists: a query probes
-        // every segment's file (31 at 10,000,000 events), and the map's
-        // own open says so.
-        match self.vfs.map(&path) {
-            Ok(m) => SegIndex::open(m, &what).map_err(|e| e.to_string()),
+        // Opened without asking first whether it exists: a query probes
+        // every segment's file (31 at 10,000,000 events), and the open
+        // says so. Its front read, not mapped: a probe for a key the file
+        // lacks (a session's checkpoints, the last reset before a point)
+        // reads the file's front and nothing else, where a map cost a
+        // map, its page faults and an unmap per file.
+        // The postings a lookup needs are read through a map where a map
+        // is cheap (a few faults where a read per block costs a system
+        // call each), else by block.
+        let mapper: Option<super::seg::Mapper> = self.vfs.maps_cheaply().then(|| {
+            let (vfs, path) = (self.vfs.clone(), path.clone());
+            Box::new(move || vfs.map(&path)) as super::seg::Mapper
+        });
+        match self.vfs.open(&path, OpenMode::Read) {
+            Ok(f) => SegIndex::open_file(f, &what, mapper).map_err(|e| e.to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("no index file".to_string()),
             Err(e) => Err(format!("index file {what} cannot be read: {e}")),
         }
@@ -450,14 +562,7 @@ impl<'a> ColdIndex<'a> {
 
     /// The record at `lsn`, which must be the one read.
     fn read_exact(&self, lsn: Lsn) -> Result<Record> {
-        let r = self.src.read(lsn)?;
-        if r.lsn != lsn {
-            return Err(QueryError::Invalid(format!(
-                "reading LSN {lsn} gave the record at LSN {}",
-                r.lsn
-            )));
-        }
-        Ok(r)
+        crate::source::read_one(self.src, lsn)
     }
 
     /// Calls `f` with each LSN in `lo..=hi` that meets every condition, in
@@ -502,6 +607,9 @@ impl<'a> ColdIndex<'a> {
         skip: &dyn Fn(&SegHeader) -> bool,
         f: &mut dyn FnMut(Lsn) -> Result<bool>,
     ) -> Result<bool> {
+        if self.ruled_out(i, conds) {
+            return Ok(true);
+        }
         let mut ix = self.part(i)?;
         if skip(ix.header()) {
             return Ok(true);
@@ -614,7 +722,8 @@ impl<'a> ColdIndex<'a> {
         for_each_in(&driver, lo, hi, rev, &mut check)
     }
     /// Checks every index file in `dir` whole (header, directory, every
-    /// block) and against the segment it names (what `cairn verify` runs).
+    /// block) and against the segment it names, and the summary of the
+    /// files whole (what `cairn verify` runs).
     /// The file of the unsealed tail (named by the first LSN after the
     /// last sealed segment) fits when `chain_at` (the log's chain value
     /// after an LSN, if it has it) agrees with its last LSN. A file of
@@ -636,6 +745,14 @@ impl<'a> ColdIndex<'a> {
         })?;
         names.sort();
         for name in names {
+            if name == SUMMARY_FILE {
+                // Checked whole; entries of segments the log no longer
+                // has are no damage (queries never use them).
+                if let Err(e) = Summary::read(vfs, dir) {
+                    report.damaged.push(e.to_string());
+                }
+                continue;
+            }
             let Some(first) = super::seg::parse_seg_index_name(&name) else {
                 continue;
             };

@@ -43,10 +43,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use cairn_codec::bytes::{crc32_seeded as crc, crc32_seeded_parts as crc_parts};
 use cairn_codec::{ChainHash, EventKind, EventRef, Lsn, Timestamp};
-use cairn_engine::vfs::Mapped;
+use cairn_engine::vfs::{Mapped, VfsFile};
+use parking_lot::Mutex;
 
 use crate::error::{QueryError, Result};
 
@@ -295,10 +297,51 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(x)
 }
 
-/// An open segment index file: mapped, its header checked, everything else
+/// Bytes read from the front of a segment index file in one read when it
+/// is opened in pieces ([`SegIndex::open_file`]): one page, which holds
+/// the header, directory and key bytes of a file of up to ~150 short keys
+/// (the benchmark's files have 104 keys, 3,268 bytes of front); a longer
+/// front is read whole by a second read.
+pub const SEG_FRONT_READ: usize = 4096;
+
+/// Maps the whole file of a segment index opened in pieces.
+pub type Mapper = Box<dyn Fn() -> std::io::Result<Mapped> + Send + Sync>;
+
+/// Where a segment index's bytes come from.
+enum Source {
+    /// The whole file in memory or mapped.
+    Whole(Mapped),
+    /// An open file: its front (header, directory, key bytes) read once;
+    /// the postings, when first needed, through a map of the whole file
+    /// when there is a `mapper` (a map is cheap: the real file system),
+    /// else block by block with the block CRCs (an archive read in place).
+    Pieces {
+        /// Kept only to read blocks (no `mapper`): a file whose postings
+        /// are mapped holds no descriptor open (a store of many segments
+        /// would hold two per segment: its log file's and this one's).
+        file: Option<Arc<dyn VfsFile>>,
+        front: Vec<u8>,
+        mapper: Option<Mapper>,
+        mapped: OnceLock<Mapped>,
+        crcs: Mutex<Option<Arc<[u8]>>>,
+        blocks: Mutex<HashMap<usize, Arc<[u8]>>>,
+    },
+}
+
+impl Source {
+    /// The header, directory and key bytes.
+    fn front(&self) -> &[u8] {
+        match self {
+            Source::Whole(m) => m,
+            Source::Pieces { front, .. } => front,
+        }
+    }
+}
+
+/// An open segment index file: its header checked, everything else
 /// checked as it is read.
 pub struct SegIndex {
-    data: Mapped,
+    data: Source,
     what: String,
     header: SegHeader,
     dir_at: usize,
@@ -322,23 +365,77 @@ impl SegIndex {
     /// Opens the file's bytes; `what` names it in errors. Checks the header
     /// (magic, version, CRC) and that its sizes add up to the length.
     pub fn open(data: Mapped, what: &str) -> Result<SegIndex> {
+        let len = data.len() as u64;
+        SegIndex::parse(Source::Whole(data), len, what)
+    }
+
+    /// Opens the file `file` in pieces; `what` names it in errors: one
+    /// read of its front ([`SEG_FRONT_READ`] bytes, or the whole header,
+    /// directory and key bytes when longer), the header checked as by
+    /// [`SegIndex::open`] (the length against the file's). Each block of
+    /// postings is read, and checked, when a lookup first needs it, so a
+    /// probe for a key the file lacks reads its front and nothing else,
+    /// and maps nothing. With `mapper`, the postings are read through a
+    /// map of the whole file made when a lookup first needs one (its
+    /// front must be the bytes read: else the file changed, which is
+    /// damage), each block checked as by [`SegIndex::open`]; without,
+    /// block by block.
+    pub fn open_file(
+        file: Arc<dyn VfsFile>,
+        what: &str,
+        mapper: Option<Mapper>,
+    ) -> Result<SegIndex> {
+        let io = |e: std::io::Error| QueryError::IndexCorrupt {
+            path: what.to_string(),
+            detail: format!("cannot be read: {e}"),
+        };
+        let len = file.len().map_err(io)?;
+        let mut front = vec![0u8; (len.min(SEG_FRONT_READ as u64)) as usize];
+        file.read_exact_at(&mut front, 0).map_err(io)?;
+        if front.len() >= SEG_HEADER_LEN {
+            // The sizes are checked by `parse`; here only how much more to
+            // read, bounded by the file's length.
+            let keys = u32_at(&front, 80) as u64;
+            let key_bytes = u64_at(&front, 96);
+            let want = (SEG_HEADER_LEN as u64)
+                .saturating_add(keys.saturating_mul(ENTRY_LEN as u64))
+                .saturating_add(key_bytes);
+            if want > front.len() as u64 && want <= len {
+                let at = front.len();
+                front.resize(want as usize, 0);
+                file.read_exact_at(&mut front[at..], at as u64)
+                    .map_err(io)?;
+            }
+        }
+        let file = if mapper.is_some() { None } else { Some(file) };
+        let source = Source::Pieces {
+            file,
+            front,
+            mapper,
+            mapped: OnceLock::new(),
+            crcs: Mutex::new(None),
+            blocks: Mutex::new(HashMap::new()),
+        };
+        SegIndex::parse(source, len, what)
+    }
+
+    /// Checks the header of `source`, a file of `len` bytes.
+    fn parse(source: Source, len: u64, what: &str) -> Result<SegIndex> {
         let bad = |detail: String| QueryError::IndexCorrupt {
             path: what.to_string(),
             detail,
         };
-        if data.len() < SEG_HEADER_LEN {
-            return Err(bad(format!(
-                "{} bytes, shorter than its header",
-                data.len()
-            )));
+        let data = source.front();
+        if len < SEG_HEADER_LEN as u64 || data.len() < SEG_HEADER_LEN {
+            return Err(bad(format!("{len} bytes, shorter than its header")));
         }
         if &data[..8] != SEG_INDEX_MAGIC {
             return Err(bad("bad magic".into()));
         }
-        if crc(&data[..108]) != u32_at(&data, 108) {
+        if crc(&data[..108]) != u32_at(data, 108) {
             return Err(bad("header checksum mismatch".into()));
         }
-        let version = u32_at(&data, 8);
+        let version = u32_at(data, 8);
         if version != SEG_INDEX_VERSION {
             return Err(bad(format!(
                 "version {version}, expected {SEG_INDEX_VERSION}"
@@ -347,14 +444,14 @@ impl SegIndex {
         let mut chain = [0u8; 32];
         chain.copy_from_slice(&data[32..64]);
         let header = SegHeader {
-            first: Lsn(u64_at(&data, 16)),
-            covered: Lsn(u64_at(&data, 24)),
+            first: Lsn(u64_at(data, 16)),
+            covered: Lsn(u64_at(data, 24)),
             chain: ChainHash(chain),
-            min_ts: Timestamp(u64_at(&data, 64) as i64),
-            max_ts: Timestamp(u64_at(&data, 72) as i64),
-            keys: u32_at(&data, 80),
-            postings: u64_at(&data, 88),
-            key_bytes: u64_at(&data, 96),
+            min_ts: Timestamp(u64_at(data, 64) as i64),
+            max_ts: Timestamp(u64_at(data, 72) as i64),
+            keys: u32_at(data, 80),
+            postings: u64_at(data, 88),
+            key_bytes: u64_at(data, 96),
         };
         if header.postings > MAX_SEG_INDEX_ENTRIES || header.key_bytes > MAX_SEG_INDEX_ENTRIES {
             return Err(bad("header counts out of range".into()));
@@ -365,18 +462,21 @@ impl SegIndex {
             + header.key_bytes
             + header.postings * 4
             + blocks * 4;
-        if want != data.len() as u64 {
-            return Err(bad(format!(
-                "{} bytes where its header says {want}",
-                data.len()
-            )));
+        if want != len {
+            return Err(bad(format!("{len} bytes where its header says {want}")));
         }
         let dir_at = SEG_HEADER_LEN;
         let keys_at = dir_at + header.keys as usize * ENTRY_LEN;
         let post_at = keys_at + header.key_bytes as usize;
         let blocks_at = post_at + header.postings as usize * 4;
+        if data.len() < post_at {
+            return Err(bad(format!(
+                "{} bytes of header, directory and keys read where its header says {post_at}",
+                data.len()
+            )));
+        }
         Ok(SegIndex {
-            data,
+            data: source,
             what: what.to_string(),
             header,
             dir_at,
@@ -402,12 +502,13 @@ impl SegIndex {
     /// Directory entry `i`, its CRC checked: (tag, key, first posting, count).
     fn entry(&self, i: usize) -> Result<(u8, &[u8], u32, u32)> {
         let at = self.dir_at + i * ENTRY_LEN;
-        let e = &self.data[at..at + ENTRY_LEN];
+        let front = self.data.front();
+        let e = &front[at..at + ENTRY_LEN];
         let (off, len) = (u32_at(e, 4) as u64, u32_at(e, 8) as u64);
         if off + len > self.header.key_bytes {
             return Err(self.bad(format!("directory entry {i}: key out of range")));
         }
-        let key = &self.data[self.keys_at + off as usize..self.keys_at + (off + len) as usize];
+        let key = &front[self.keys_at + off as usize..self.keys_at + (off + len) as usize];
         if crc_parts(&[&e[..20], key]) != u32_at(e, 20) {
             return Err(self.bad(format!("directory entry {i}: checksum mismatch")));
         }
@@ -449,6 +550,16 @@ impl SegIndex {
         Ok(Postings::empty(self))
     }
 
+    /// Calls `f` with the tag byte and bytes of every key, in order, each
+    /// directory entry checked first.
+    pub fn each_key(&self, f: &mut dyn FnMut(u8, &[u8])) -> Result<()> {
+        for i in 0..self.header.keys as usize {
+            let (t, k, _, _) = self.entry(i)?;
+            f(t, k);
+        }
+        Ok(())
+    }
+
     /// The postings of every key of `tag` that starts with `prefix`
     /// (sorted keys make them one run of the directory).
     pub fn lookup_prefix(&self, tag: KeyTag, prefix: &str) -> Result<Vec<Postings<'_>>> {
@@ -472,15 +583,53 @@ impl SegIndex {
     /// Posting `i` of the file (an LSN), its block checked first.
     fn posting(&self, i: usize) -> Result<Lsn> {
         let b = i / POSTINGS_BLOCK;
-        if !self.checked[b].load(Ordering::Relaxed) {
-            let from = self.post_at + b * POSTINGS_BLOCK * 4;
-            let to = (from + POSTINGS_BLOCK * 4).min(self.blocks_at);
-            if crc(&self.data[from..to]) != u32_at(&self.data, self.blocks_at + b * 4) {
-                return Err(self.bad(format!("postings block {b}: checksum mismatch")));
+        let d = match &self.data {
+            Source::Whole(data) => {
+                if !self.checked[b].load(Ordering::Relaxed) {
+                    let from = self.post_at + b * POSTINGS_BLOCK * 4;
+                    let to = (from + POSTINGS_BLOCK * 4).min(self.blocks_at);
+                    if crc(&data[from..to]) != u32_at(data, self.blocks_at + b * 4) {
+                        return Err(self.bad(format!("postings block {b}: checksum mismatch")));
+                    }
+                    self.checked[b].store(true, Ordering::Relaxed);
+                }
+                u32_at(data, self.post_at + i * 4) as u64
             }
-            self.checked[b].store(true, Ordering::Relaxed);
-        }
-        let d = u32_at(&self.data, self.post_at + i * 4) as u64;
+            Source::Pieces {
+                mapper: Some(mapper),
+                mapped,
+                front,
+                ..
+            } => {
+                let data = match mapped.get() {
+                    Some(m) => m,
+                    None => {
+                        let m = mapper().map_err(|e| self.bad(format!("cannot be mapped: {e}")))?;
+                        let want = self.blocks_at + self.checked.len() * 4;
+                        if m.len() != want || m[..front.len()] != front[..] {
+                            return Err(self.bad("changed since its directory was read".into()));
+                        }
+                        let _ = mapped.set(m);
+                        mapped
+                            .get()
+                            .ok_or_else(|| self.bad("map not kept".into()))?
+                    }
+                };
+                if !self.checked[b].load(Ordering::Relaxed) {
+                    let from = self.post_at + b * POSTINGS_BLOCK * 4;
+                    let to = (from + POSTINGS_BLOCK * 4).min(self.blocks_at);
+                    if crc(&data[from..to]) != u32_at(data, self.blocks_at + b * 4) {
+                        return Err(self.bad(format!("postings block {b}: checksum mismatch")));
+                    }
+                    self.checked[b].store(true, Ordering::Relaxed);
+                }
+                u32_at(data, self.post_at + i * 4) as u64
+            }
+            Source::Pieces { .. } => {
+                let block = self.block(b)?;
+                u32_at(&block, (i % POSTINGS_BLOCK) * 4) as u64
+            }
+        };
         let lsn = Lsn(self.header.first.0 + d);
         if lsn > self.header.covered {
             return Err(self.bad(format!(
@@ -489,6 +638,48 @@ impl SegIndex {
             )));
         }
         Ok(lsn)
+    }
+
+    /// Block `b` of the postings of a file opened in pieces: read from the
+    /// file and checked against its CRC the first time, then kept.
+    fn block(&self, b: usize) -> Result<Arc<[u8]>> {
+        let Source::Pieces {
+            file: Some(file),
+            crcs,
+            blocks,
+            ..
+        } = &self.data
+        else {
+            return Err(self.bad("postings read by block without the file".into()));
+        };
+        if let Some(block) = blocks.lock().get(&b) {
+            return Ok(block.clone());
+        }
+        let io = |e: std::io::Error| self.bad(format!("postings block {b} cannot be read: {e}"));
+        let table = {
+            let mut c = crcs.lock();
+            match c.as_ref() {
+                Some(t) => t.clone(),
+                None => {
+                    let mut t = vec![0u8; self.checked.len() * 4];
+                    file.read_exact_at(&mut t, self.blocks_at as u64)
+                        .map_err(io)?;
+                    let t: Arc<[u8]> = Arc::from(t);
+                    *c = Some(t.clone());
+                    t
+                }
+            }
+        };
+        let from = self.post_at + b * POSTINGS_BLOCK * 4;
+        let to = (from + POSTINGS_BLOCK * 4).min(self.blocks_at);
+        let mut bytes = vec![0u8; to - from];
+        file.read_exact_at(&mut bytes, from as u64).map_err(io)?;
+        if crc(&bytes) != u32_at(&table, b * 4) {
+            return Err(self.bad(format!("postings block {b}: checksum mismatch")));
+        }
+        let block: Arc<[u8]> = Arc::from(bytes);
+        blocks.lock().insert(b, block.clone());
+        Ok(block)
     }
 
     /// Checks the whole file: every entry, every block, the directory's
@@ -618,7 +809,7 @@ pub fn kind_key(k: EventKind) -> &'static str {
 mod tests {
     use super::*;
     use cairn_codec::Event;
-    use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
 
     fn build(n: u64) -> Vec<u8> {
         let mut b = SegIndexBuilder::new(Lsn(10));
@@ -643,9 +834,63 @@ mod tests {
         SegIndex::open(Mapped::Bytes(Arc::from(bytes)), "f.qix")
     }
 
+    /// A read-only file over bytes, counting the bytes read from it.
+    #[derive(Debug)]
+    struct BytesFile(Vec<u8>, AtomicU64);
+
+    impl VfsFile for BytesFile {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            let from = (offset as usize).min(self.0.len());
+            let n = buf.len().min(self.0.len() - from);
+            buf[..n].copy_from_slice(&self.0[from..from + n]);
+            self.1.fetch_add(n as u64, Ordering::SeqCst);
+            Ok(n)
+        }
+        fn write_all_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
+            Err(std::io::Error::other("read only"))
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            Ok(self.0.len() as u64)
+        }
+        fn set_len(&self, _: u64) -> std::io::Result<()> {
+            Err(std::io::Error::other("read only"))
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn open_pieces(bytes: Vec<u8>) -> (Result<SegIndex>, Arc<BytesFile>) {
+        let f = Arc::new(BytesFile(bytes, AtomicU64::new(0)));
+        (SegIndex::open_file(f.clone(), "f.qix", None), f)
+    }
+
+    /// Opened in pieces, its postings through a "map" of `mapped`.
+    fn open_pieces_mapped(bytes: Vec<u8>, mapped: Vec<u8>) -> Result<SegIndex> {
+        let f = Arc::new(BytesFile(bytes, AtomicU64::new(0)));
+        let m: Arc<[u8]> = Arc::from(mapped);
+        let mapper: Mapper = Box::new(move || Ok(Mapped::Bytes(m.clone())));
+        SegIndex::open_file(f, "f.qix", Some(mapper))
+    }
+
+    /// Every way of opening a file: whole, in pieces (postings by block,
+    /// and through a map).
+    fn open_both(bytes: &[u8]) -> [Result<SegIndex>; 3] {
+        [
+            open(bytes.to_vec()),
+            open_pieces(bytes.to_vec()).0,
+            open_pieces_mapped(bytes.to_vec(), bytes.to_vec()),
+        ]
+    }
+
     #[test]
     fn round_trip_lookups() {
-        let ix = open(build(2000)).unwrap();
+        for ix in open_both(&build(2000)) {
+            round_trip(ix.unwrap());
+        }
+    }
+
+    fn round_trip(ix: SegIndex) {
         ix.check_all().unwrap();
         let h = ix.header();
         assert_eq!((h.first, h.covered), (Lsn(10), Lsn(2009)));
@@ -688,7 +933,7 @@ mod tests {
         while i < good.len() {
             let mut b = good.clone();
             b[i] ^= 0x21;
-            if let Ok(ix) = open(b) {
+            for ix in open_both(&b).into_iter().flatten() {
                 let r = ix.check_all();
                 assert!(r.is_err(), "byte {i}: damage not found by check_all");
                 for ((k, t), w) in [("a", KeyTag::Session), ("prompt", KeyTag::Kind)]
@@ -703,9 +948,95 @@ mod tests {
             }
             i += step(i);
         }
-        for cut in [0, 50, SEG_HEADER_LEN, good.len() - 1] {
-            assert!(open(good[..cut].to_vec()).is_err(), "cut at {cut}");
+        for cut in [0, 50, SEG_HEADER_LEN, 300, good.len() - 1] {
+            for r in open_both(&good[..cut]) {
+                assert!(r.is_err(), "cut at {cut}");
+            }
         }
+    }
+
+    /// Regression (issue 33: `checkpoints --session S` at 10,000,000
+    /// events mapped each of the 31 segments' files to find the key in
+    /// none): a file opened in pieces answers a probe for a key it lacks
+    /// from its front alone, reads only the blocks a lookup needs, and
+    /// answers as the whole file does.
+    #[test]
+    fn a_probe_in_pieces_reads_the_front_and_only_the_blocks_it_needs() {
+        let bytes = build(20_000);
+        let whole = open(bytes.clone()).unwrap();
+        let (ix, file) = open_pieces(bytes.clone());
+        let ix = ix.unwrap();
+        let front = file.1.load(Ordering::SeqCst);
+        assert!(front <= SEG_FRONT_READ as u64, "{front}");
+        assert!(
+            (front as usize) < bytes.len() / 10,
+            "{front} of {}",
+            bytes.len()
+        );
+        assert!(ix
+            .lookup(KeyTag::Kind, "checkpoint.create")
+            .unwrap()
+            .is_empty());
+        assert!(ix.lookup(KeyTag::Session, "zz").unwrap().is_empty());
+        assert!(ix.lookup_prefix(KeyTag::Path, "lib/").unwrap().is_empty());
+        assert_eq!(file.1.load(Ordering::SeqCst), front, "a miss read more");
+        // A hit reads the blocks it touches (and the table of their CRCs).
+        let a = ix.lookup(KeyTag::Session, "a").unwrap();
+        assert_eq!(a.get(0).unwrap(), Lsn(10));
+        let read = file.1.load(Ordering::SeqCst) - front;
+        let crc_table = 4 * (whole.checked.len() as u64);
+        assert_eq!(read, crc_table + (POSTINGS_BLOCK * 4) as u64);
+        for (tag, key) in [
+            (KeyTag::Session, "a"),
+            (KeyTag::Session, "b"),
+            (KeyTag::Kind, "prompt"),
+        ] {
+            let (p, w) = (
+                ix.lookup(tag, key).unwrap(),
+                whole.lookup(tag, key).unwrap(),
+            );
+            assert_eq!(p.to_vec().unwrap(), w.to_vec().unwrap(), "{key}");
+            assert!(p.contains(Lsn(10 + 3 * 7)).unwrap() == w.contains(Lsn(10 + 3 * 7)).unwrap());
+        }
+        ix.check_all().unwrap();
+    }
+
+    /// A file that changed between the read of its front and its map is
+    /// refused when the postings are first read, not read as the other.
+    #[test]
+    fn a_map_of_another_file_is_refused() {
+        let a = build(2000);
+        let mut b = build(2000);
+        b[SEG_HEADER_LEN + 20] ^= 1;
+        let ix = open_pieces_mapped(a.clone(), b).unwrap();
+        let p = ix.lookup(KeyTag::Session, "a").unwrap();
+        let e = p.get(0).unwrap_err().to_string();
+        assert!(e.contains("changed"), "{e}");
+        let ix = open_pieces_mapped(a.clone(), a[..a.len() - 4].to_vec()).unwrap();
+        assert!(ix.lookup(KeyTag::Session, "a").unwrap().get(0).is_err());
+        let ix = open_pieces_mapped(a.clone(), a).unwrap();
+        assert_eq!(
+            ix.lookup(KeyTag::Session, "a").unwrap().get(0).unwrap(),
+            Lsn(10)
+        );
+    }
+
+    /// A front longer than one read is read whole by a second.
+    #[test]
+    fn a_long_front_is_read_in_two() {
+        let mut b = SegIndexBuilder::new(Lsn(1));
+        for i in 0..3000u64 {
+            let e = Event::new(EventKind::Prompt, format!("session-{i:06}"));
+            b.observe(Lsn(1 + i), ChainHash::ZERO, &EventRef::of(&e))
+                .unwrap();
+        }
+        let bytes = b.encode().unwrap();
+        let (ix, _) = open_pieces(bytes);
+        let ix = ix.unwrap();
+        assert!(ix.post_at > SEG_FRONT_READ);
+        let p = ix.lookup(KeyTag::Session, "session-002999").unwrap();
+        assert_eq!(p.to_vec().unwrap(), vec![Lsn(3000)]);
+        ix.check_all().unwrap();
     }
 
     #[test]

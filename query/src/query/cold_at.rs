@@ -21,7 +21,8 @@ use crate::index::cold::ColdIndex;
 use crate::index::Reset;
 use crate::point::Point;
 use crate::replay::{history_only, path_change, rollback_scope, RollbackScope};
-use crate::source::{ManifestSource, RecordSource, TreeEntry};
+use crate::source::{read_one, ManifestSource, Record, RecordSource, TreeEntry};
+use std::cell::RefCell;
 
 /// The kinds whose records can remove a path or move another onto it
 /// (see [`crate::replay::file_changes`]): once a path's newest contents
@@ -47,6 +48,9 @@ pub struct ColdAt<'a> {
     cold: &'a ColdIndex<'a>,
     src: &'a dyn RecordSource,
     manifests: &'a dyn ManifestSource,
+    /// The last record read: the newest naming a path is read to see
+    /// whether it wrote without contents, then again by the walk back.
+    last: RefCell<Option<Record>>,
 }
 
 impl<'a> ColdAt<'a> {
@@ -60,7 +64,19 @@ impl<'a> ColdAt<'a> {
             cold,
             src,
             manifests,
+            last: RefCell::new(None),
         }
+    }
+
+    /// The record at `lsn`, read by [`read_one`] (no segment mapped for
+    /// the few records a point query reads), the last one kept.
+    fn read(&self, lsn: Lsn) -> Result<Record> {
+        if let Some(r) = self.last.borrow().as_ref().filter(|r| r.lsn == lsn) {
+            return Ok(r.clone());
+        }
+        let r = read_one(self.src, lsn)?;
+        *self.last.borrow_mut() = Some(r.clone());
+        Ok(r)
     }
 
     /// `path`'s entry at point `p`, or [`ColdAnswer::Ask`]. An error is
@@ -95,7 +111,7 @@ impl<'a> ColdAt<'a> {
         if lsn.0 == 0 || lsn > self.cold.covered() {
             return Ok(None);
         }
-        let e = self.src.read(lsn)?.event;
+        let e = self.read(lsn)?.event;
         Ok(e.root
             .filter(|_| e.kind == EventKind::CheckpointCreate && e.ok))
     }
@@ -104,7 +120,7 @@ impl<'a> ColdAt<'a> {
     /// query index folds them: a checkpoint with a tree, or an ok rollback
     /// to an earlier one).
     fn reset_at(&self, lsn: Lsn) -> Result<Option<Reset>> {
-        let e = self.src.read(lsn)?.event;
+        let e = self.read(lsn)?.event;
         if !e.ok {
             return Ok(None);
         }
@@ -159,7 +175,7 @@ impl<'a> ColdAt<'a> {
         let Some(last) = self.cold.newest_naming(path, None, Lsn::FIRST, at)? else {
             return Ok(false);
         };
-        let e = self.src.read(last)?.event;
+        let e = self.read(last)?.event;
         let writes = e.ok
             && (e.kind.is_file_op() || matches!(e.kind, EventKind::Apply | EventKind::Undo))
             && e.kind != EventKind::FileDelete;
@@ -202,7 +218,7 @@ impl<'a> ColdAt<'a> {
                 let Some(l) = self.newest_change(&path, blob.is_some(), lo.next(), hi)? else {
                     break;
                 };
-                let r = self.src.read(l)?;
+                let r = self.read(l)?;
                 match step_back(&r.event, &path, &mut blob) {
                     Step::On => {}
                     Step::Removed => return Ok(finish(blob, None)),
