@@ -15,8 +15,11 @@
 //! What is fetched goes to a
 //! [`PieceCache`] on the local disk, bounded in size. A manifest of
 //! version 2 lists the sealed segments' query index files as well: a
-//! filtered query reads those (each mapped whole, and checked as on a
-//! local store) and then only the segments holding its records.
+//! filtered query reads those (their front in one read, then only the
+//! postings blocks it needs, checked as on a local store) and then only
+//! the segments holding its records. The index files' key summary
+//! (`index/segments/summary.qsm`, rewritten in place by queries) is not
+//! shipped: in place, every index file is probed, never skipped.
 //!
 //! What checks the bytes:
 //! - a whole piece is checked against its name (blake3) and length before
