@@ -1532,14 +1532,21 @@ mod tests {
             } = cached_or_to_read(cache, 1_000, (leaves, runs), dirs);
             assert!(in_order);
             let read_paths: Vec<&str> = jobs.iter().map(|j| j.found.rel.as_str()).collect();
-            assert_eq!(read_paths, ["d/b", "d/t", "e/n", "f"], "`a`, `m/k` as cached");
+            assert_eq!(
+                read_paths,
+                ["d/b", "d/t", "e/n", "f"],
+                "`a`, `m/k` as cached"
+            );
             for j in jobs {
                 let now = read(&j.found.rel, j.found.stat);
                 changes.note(j.at, &j.found.rel, &now, j.prev);
                 sorted[j.at] = (j.found.rel, now);
             }
             let paths: Vec<&str> = sorted.iter().map(|(p, _)| p.as_str()).collect();
-            assert_eq!(paths, ["a", "d", "d/b", "d/t", "e", "e/n", "f", "m", "m/k", "z"]);
+            assert_eq!(
+                paths,
+                ["a", "d", "d/b", "d/t", "e", "e/n", "f", "m", "m/k", "z"]
+            );
             let dir_paths: Vec<&str> = dirs_at.iter().map(|&i| sorted[i].0.as_str()).collect();
             assert_eq!(dir_paths, ["d", "e", "m"]);
             let mut compared = changes_since(&cache.entries, &sorted);
