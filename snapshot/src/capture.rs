@@ -494,10 +494,21 @@ impl<'a> OldRun<'a> {
     /// it as gone.
     fn prev(&mut self, p: &str, ch: &mut Changes) -> Option<Cached> {
         let p = p.as_bytes();
-        while let Some((op, oc)) = self.0.next_if(|(op, _)| *op < p) {
-            ch.gone(&String::from_utf8_lossy(op), &oc);
+        // One comparison a cached path: before `p` (gone), `p`, or after.
+        while let Some(&(op, oc)) = self.0.peek() {
+            match op.cmp(p) {
+                std::cmp::Ordering::Less => {
+                    self.0.next();
+                    ch.gone(&String::from_utf8_lossy(op), &oc);
+                }
+                std::cmp::Ordering::Equal => {
+                    self.0.next();
+                    return Some(oc);
+                }
+                std::cmp::Ordering::Greater => return None,
+            }
         }
-        self.0.next_if(|(op, _)| *op == p).map(|(_, oc)| oc)
+        None
     }
 
     /// Notes every cached path left as gone.
