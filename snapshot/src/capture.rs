@@ -15,7 +15,9 @@ use crate::error::{Result, SnapshotError};
 use crate::manifest::{self, DirHashes, Entry, EntryKind, Manifest, Node};
 use crate::relpath;
 use crate::scan::{self, Found, ScanOut};
-use crate::stat_cache::{Cached, Changed, ChangedPath, Entries, Stat, StatCache};
+use crate::stat_cache::{
+    Cached, Changed, ChangedPath, Entries, Stat, StatCache, MAX_LISTED_CHANGES,
+};
 use crate::watch_journal::{JournalPoint, ScanReport};
 use crate::workspace::{LastCapture, Workspace, CLOCK_FILE, MAX_HASH_THREADS};
 
@@ -844,16 +846,28 @@ struct Changes {
     /// Directories in both: index in the new run and the old entry, to
     /// compare once their node hashes are set ([`listed_changes`]).
     dirs_kept: Vec<(usize, Cached)>,
+    /// More than [`MAX_LISTED_CHANGES`] paths changed: `cache` stops there
+    /// (the save writes the whole cache).
+    cache_over: bool,
 }
 
 impl Changes {
+    /// Lists `ch` for the stat cache's save, unless the list is full.
+    fn list(&mut self, ch: impl FnOnce() -> ChangedPath) {
+        if self.cache.len() < MAX_LISTED_CHANGES {
+            self.cache.push(ch());
+        } else {
+            self.cache_over = true;
+        }
+    }
+
     /// Notes the cached path `op` (entry `oc`) as gone.
     fn gone(&mut self, op: &str, oc: &Cached) {
         if oc.entry.is_leaf() {
             self.changed += 1;
         }
         mark_ancestors(op, &mut self.dirty);
-        self.cache.push(ChangedPath::Gone(op.to_string()));
+        self.list(|| ChangedPath::Gone(op.to_string()));
     }
 
     /// Notes the path `p`, at index `i` of the new run with the entry
@@ -864,7 +878,7 @@ impl Changes {
         match prev {
             Some(oc) if e.kind == EntryKind::Dir => self.dirs_kept.push((i, oc)),
             Some(oc) if oc == *now => {}
-            _ => self.cache.push(ChangedPath::Now(i)),
+            _ => self.list(|| ChangedPath::Now(i)),
         }
         let prev = prev.map(|oc| oc.entry);
         let same = match prev {
@@ -903,22 +917,26 @@ fn changes_since(old: &Entries, flat: &[(String, Cached)]) -> Changes {
 
 /// The stat cache entries that changed from `from` to the run `flat`
 /// (its directories' node hashes set): what [`changes_since`] listed,
-/// and the directories kept whose entry now differs.
+/// and the directories kept whose entry now differs; cut short past
+/// [`MAX_LISTED_CHANGES`] (`over`: it was already).
 fn listed_changes(
     from: &Arc<StatCache>,
     flat: &[(String, Cached)],
-    mut cache: Vec<ChangedPath>,
+    (mut cache, over): (Vec<ChangedPath>, bool),
     dirs_kept: Vec<(usize, Cached)>,
 ) -> Changed {
-    cache.extend(
-        dirs_kept
-            .into_iter()
-            .filter(|(i, oc)| flat[*i].1 != *oc)
-            .map(|(i, _)| ChangedPath::Now(i)),
-    );
+    let mut too_many = over;
+    for (i, _) in dirs_kept.into_iter().filter(|(i, oc)| flat[*i].1 != *oc) {
+        if too_many || cache.len() >= MAX_LISTED_CHANGES {
+            too_many = true;
+            break;
+        }
+        cache.push(ChangedPath::Now(i));
+    }
     Changed {
         from: from.clone(),
         entries: cache,
+        too_many,
     }
 }
 
@@ -992,6 +1010,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         dirty,
         cache: cache_change,
         dirs_kept,
+        cache_over,
     } = changes;
     let reuse = cache.dir_hashes();
     let dirty_opt = if cache.root.is_some() {
@@ -1013,7 +1032,7 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         dirty_opt,
     )?;
     let dirs_out = note_dir_hashes(&mut flat, dir_hashes, by_position.then_some(&dirs_at[..]));
-    let cache_changed = listed_changes(&cache, &flat, cache_change, dirs_kept);
+    let cache_changed = listed_changes(&cache, &flat, (cache_change, cache_over), dirs_kept);
     let base = cache.root;
     let new_cache = StatCache {
         clock_ns,
@@ -1572,6 +1591,42 @@ mod tests {
             assert_eq!(changes.changed, 7);
             assert_eq!(changes.files, 7);
         }
+    }
+
+    /// The list of changed paths for the save stops at
+    /// [`MAX_LISTED_CHANGES`] and says it was cut short (a first
+    /// checkpoint of 1,000,000 files listed every path for nothing: the
+    /// whole cache is written anyway); the counts and the dirty
+    /// directories go on.
+    #[test]
+    fn the_changes_listed_for_the_save_stop_at_the_most_a_delta_holds() {
+        let now = Cached {
+            entry: Entry {
+                kind: EntryKind::File,
+                mode: 0o644,
+                size: 0,
+                hash: BlobHash::of(b""),
+            },
+            stat: None,
+        };
+        let mut c = Changes::default();
+        let n = MAX_LISTED_CHANGES + 10;
+        for i in 0..n {
+            c.note(i, &format!("d{}/f{i}", i % 7), &now, None);
+        }
+        c.gone("g/x", &now);
+        assert_eq!(c.cache.len(), MAX_LISTED_CHANGES);
+        assert!(c.cache_over);
+        assert_eq!(c.changed, n as u64 + 1);
+        assert_eq!(c.dirty.len(), 7 + 2, "d0..d6, g and the root");
+        let from = Arc::new(StatCache::default());
+        let listed = listed_changes(&from, &[], (c.cache, c.cache_over), Vec::new());
+        assert!(listed.too_many);
+        let mut few = Changes::default();
+        few.note(0, "a", &now, None);
+        let listed = listed_changes(&from, &[], (few.cache, few.cache_over), Vec::new());
+        assert!(!listed.too_many);
+        assert_eq!(listed.entries, [ChangedPath::Now(0)]);
     }
 
     /// What a full scan lists as changed from the stat cache it loaded

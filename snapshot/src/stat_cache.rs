@@ -600,9 +600,18 @@ pub(crate) struct Changed {
     /// The cache the scan started from, as loaded.
     pub from: Arc<StatCache>,
     /// Every path whose cached entry (entry and stat data) differs, in
-    /// any order.
+    /// any order; at most [`MAX_LISTED_CHANGES`] (see `too_many`).
     pub entries: Vec<ChangedPath>,
+    /// More paths changed than [`MAX_LISTED_CHANGES`]: `entries` stops
+    /// short, and the save writes the whole cache.
+    pub too_many: bool,
 }
+
+/// The most changed paths a full scan lists for the save ([`Changed`]):
+/// the most a delta ever holds ([`delta::DELTA_MAX_PATHS`]), past which
+/// the save writes the whole cache whatever the list says. A first
+/// checkpoint of 1,000,000 files listed every path (32 MB) for nothing.
+pub(crate) const MAX_LISTED_CHANGES: usize = delta::DELTA_MAX_PATHS;
 
 /// One path whose stat cache entry changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1042,7 +1051,7 @@ impl StatCacheFile {
                     // Past the bound already: the whole cache is written
                     // (not the delta as it was, which would leave every
                     // change out of the files).
-                    Some(ch) if delta.len() + ch.entries.len() > most => false,
+                    Some(ch) if ch.too_many || delta.len() + ch.entries.len() > most => false,
                     Some(ch) => {
                         delta.add_listed(&ch, &writing);
                         delta.len() <= most
@@ -1301,12 +1310,32 @@ mod tests {
         let listed = Changed {
             from: from.clone(),
             entries: (0..moved.entries.len()).map(ChangedPath::Now).collect(),
+            too_many: false,
         };
         assert!(listed.entries.len() > delta::max_delta_paths(from.entries.len()));
         file.save_in_background(Arc::new(moved.clone()), Some(listed));
         file.finish_save();
         assert!(!delta_path.exists(), "the whole cache is written");
-        assert!(same(&StatCacheFile::new(path, false).load(), &moved));
+        assert!(same(
+            &StatCacheFile::new(path.clone(), false).load(),
+            &moved
+        ));
+
+        // A list cut short (more changed than any delta holds): whole
+        // again, though the few paths listed would fit in a delta.
+        let file = StatCacheFile::new(path.clone(), false);
+        let from = file.load();
+        let mut again = (*from).clone();
+        again.clock_ns += 1;
+        let cut = Changed {
+            from: from.clone(),
+            entries: vec![ChangedPath::Now(0)],
+            too_many: true,
+        };
+        file.save_in_background(Arc::new(again.clone()), Some(cut));
+        file.finish_save();
+        assert!(!delta_path.exists(), "the whole cache is written");
+        assert!(same(&StatCacheFile::new(path, false).load(), &again));
     }
 
     fn arb_stat() -> impl Strategy<Value = Stat> {
