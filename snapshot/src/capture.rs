@@ -15,7 +15,9 @@ use crate::error::{Result, SnapshotError};
 use crate::manifest::{self, DirHashes, Entry, EntryKind, Manifest, Node};
 use crate::relpath;
 use crate::scan::{self, Found, ScanOut};
-use crate::stat_cache::{Cached, Changed, ChangedPath, Entries, Stat, StatCache};
+use crate::stat_cache::{
+    Cached, Changed, ChangedPath, Entries, Stat, StatCache, MAX_LISTED_CHANGES,
+};
 use crate::watch_journal::{JournalPoint, ScanReport};
 use crate::workspace::{LastCapture, Workspace, CLOCK_FILE, MAX_HASH_THREADS};
 
@@ -452,109 +454,197 @@ fn count_skip(
     }
 }
 
+/// What [`cached_or_to_read`] gives.
+struct Merged {
+    /// Every path the scan found -> (entry, stat), in path order; a file
+    /// to read holds its place (an empty path and an entry that
+    /// [`read_changed`] fills in or takes out: the run is never rebuilt
+    /// for them).
+    sorted: Vec<(String, Cached)>,
+    /// The files to read.
+    jobs: Vec<ToRead>,
+    /// The index in `sorted` of every directory.
+    dirs_at: Vec<usize>,
+    /// An entry names the empty blob without reading (the caller stores
+    /// it).
+    any_empty: bool,
+    /// What changed since the cached scan, noted in the same merge pass
+    /// that took the cached entries (each cached entry is decoded once a
+    /// checkpoint, not again by a second comparison); the files to read
+    /// are noted by [`read_changed`] once read.
+    changes: Changes,
+    /// The scan's paths came in strictly ascending order (each checked
+    /// against the one before as it was added, a path given twice kept
+    /// once): `sorted` is a run as it is. When `false` (a mistake before
+    /// this; never for a walk) `sorted` must be sorted and `changes` is
+    /// not to be used: the caller compares the whole runs instead.
+    in_order: bool,
+}
+
+/// The cached scan's run, read front to back beside the scan's own
+/// sorted paths: the paths it passes are gone (noted in [`Changes`]).
+/// Paths are compared as bytes (the order of `str` is their bytes'
+/// order), so a path of the mapped file is never checked as UTF-8 again.
+struct OldRun<'a>(std::iter::Peekable<crate::stat_cache::BytesIter<'a>>);
+
+impl<'a> OldRun<'a> {
+    fn of(old: &'a Entries) -> OldRun<'a> {
+        OldRun(old.iter_bytes().peekable())
+    }
+
+    /// The cached entry of `p`, after noting every cached path before
+    /// it as gone.
+    fn prev(&mut self, p: &str, ch: &mut Changes) -> Option<Cached> {
+        let p = p.as_bytes();
+        // One comparison a cached path: before `p` (gone), `p`, or after.
+        while let Some(&(op, oc)) = self.0.peek() {
+            match op.cmp(p) {
+                std::cmp::Ordering::Less => {
+                    self.0.next();
+                    ch.gone(&String::from_utf8_lossy(op), &oc);
+                }
+                std::cmp::Ordering::Equal => {
+                    self.0.next();
+                    return Some(oc);
+                }
+                std::cmp::Ordering::Greater => return None,
+            }
+        }
+        None
+    }
+
+    /// Notes every cached path left as gone.
+    fn rest(self, ch: &mut Changes) {
+        for (op, oc) in self.0 {
+            ch.gone(&String::from_utf8_lossy(op), &oc);
+        }
+    }
+}
+
+impl Merged {
+    /// How `p` stands to the path added last (`None` if none yet).
+    fn after_last(&self, p: &str) -> Option<std::cmp::Ordering> {
+        let n = self.sorted.len();
+        (n > 0).then(|| leaves_path(&self.sorted, &self.jobs, n - 1).cmp(p))
+    }
+
+    /// Adds the directory `d` (permission bits `mode`), a path given
+    /// twice kept once.
+    fn push_dir(&mut self, old: &mut OldRun<'_>, d: String, mode: u32) {
+        match self.after_last(&d) {
+            Some(std::cmp::Ordering::Equal) => return,
+            Some(std::cmp::Ordering::Greater) => self.in_order = false,
+            _ => {}
+        }
+        let prev = old.prev(&d, &mut self.changes);
+        let now = Cached {
+            entry: dir_entry(mode),
+            stat: None,
+        };
+        self.changes.note(self.sorted.len(), &d, &now, prev);
+        self.dirs_at.push(self.sorted.len());
+        self.sorted.push((d, now));
+    }
+}
+
 /// Every path the scan found -> (entry, stat), in path order, with the
 /// files to read: files whose stat matches the cache (and are not racy)
 /// take the cached entry, and empty files [`empty_without_reading`]
 /// vouches for take the empty blob; the others are returned to be read,
-/// each holding a place in the run (an empty path and an entry that
-/// [`read_changed`] fills in or takes out: the run is never rebuilt for
-/// them). The flag is true when an entry names the empty blob without
-/// reading (the caller stores it).
+/// each holding a place in the run. What changed since the cached scan is
+/// noted as the two runs are merged ([`Merged::changes`]).
 fn cached_or_to_read(
     cache: &StatCache,
     clock_ns: i64,
-    mut leaves: Vec<Found>,
+    (mut leaves, known): (Vec<Found>, Vec<std::ops::Range<usize>>),
     mut dirs: Vec<(String, u32)>,
-) -> (Vec<(String, Cached)>, Vec<ToRead>, bool) {
+) -> Merged {
     // In path order, the cache is read in one merge pass beside them (no
     // search per file), and the next cache is the sorted run this builds:
     // the directories and the files are sorted apart (the smaller
     // elements) and merged into it, so the run of every path is never
     // sorted whole.
-    let runs = path_order(&mut leaves);
+    let runs = path_order(&mut leaves, &known);
+    drop(known);
     dirs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let mut sorted: Vec<(String, Cached)> = Vec::with_capacity(leaves.len() + dirs.len());
+    let mut m = Merged {
+        sorted: Vec::with_capacity(leaves.len() + dirs.len()),
+        jobs: Vec::new(),
+        dirs_at: Vec::new(),
+        any_empty: false,
+        changes: Changes::default(),
+        in_order: true,
+    };
     let mut dirs = dirs.into_iter().peekable();
-    let mut jobs: Vec<ToRead> = Vec::new();
-    let mut any_empty = false;
     let empty = BlobHash::of(b"");
-    let mut old = cache.entries.iter().peekable();
-    let mut last: Option<usize> = None;
+    // Compared as the mapped file's bytes: no path of the cache is
+    // copied, and an entry reused as it is makes no `String` of its own
+    // (the scan's is moved into the new run).
+    let mut old = OldRun::of(&cache.entries);
     for i in runs.into_iter().flatten() {
         // Moved out, an empty string left behind (no allocation).
         let f = Found {
             rel: std::mem::take(&mut leaves[i].rel),
             ..leaves[i]
         };
-        // Each path once (a walk finds each once; kept so whatever came in).
-        if last.is_some_and(|l| leaves_path(&sorted, &jobs, l) == f.rel.as_str()) {
-            continue;
+        // Each path once (a walk finds each once; kept so whatever came
+        // in), and each after the one before: the order the run needs is
+        // checked here, once.
+        match m.after_last(&f.rel) {
+            Some(std::cmp::Ordering::Equal) => continue,
+            Some(std::cmp::Ordering::Greater) => m.in_order = false,
+            _ => {}
         }
         while let Some((d, mode)) = dirs.next_if(|(d, _)| d.as_str() < f.rel.as_str()) {
-            sorted.push((
-                d,
-                Cached {
-                    entry: dir_entry(mode),
-                    stat: None,
-                },
-            ));
+            m.push_dir(&mut old, d, mode);
         }
-        // Compared as the mapped file's bytes: no path of the cache is
-        // copied, and an entry reused as it is makes no `String` of its own
-        // (the scan's is moved into the new run).
-        while old.next_if(|(p, _)| *p < f.rel.as_str()).is_some() {}
-        last = Some(sorted.len());
-        match old.next_if(|(p, _)| *p == f.rel.as_str()).map(|(_, c)| c) {
+        let prev = old.prev(&f.rel, &mut m.changes);
+        m.changes.files += 1;
+        let at = m.sorted.len();
+        match prev {
             Some(c)
                 if c.stat == Some(f.stat)
                     && c.entry.kind == f.kind
                     && f.stat.mtime_ns < cache.clock_ns =>
             {
-                sorted.push((f.rel, c));
+                // As cached: nothing changed, nothing to note.
+                m.sorted.push((f.rel, c));
             }
             _ if empty_without_reading(&f, clock_ns) => {
-                let entry = Entry {
-                    kind: EntryKind::File,
-                    mode: f.stat.perm(),
-                    size: 0,
-                    hash: empty,
-                };
-                sorted.push((
-                    f.rel,
-                    Cached {
-                        entry,
-                        stat: Some(f.stat),
+                let now = Cached {
+                    entry: Entry {
+                        kind: EntryKind::File,
+                        mode: f.stat.perm(),
+                        size: 0,
+                        hash: empty,
                     },
-                ));
-                any_empty = true;
+                    stat: Some(f.stat),
+                };
+                m.changes.note(at, &f.rel, &now, prev);
+                m.sorted.push((f.rel, now));
+                m.any_empty = true;
             }
             _ => {
-                jobs.push(ToRead {
-                    at: sorted.len(),
-                    found: f,
-                });
-                sorted.push((String::new(), PLACE_HELD));
+                m.jobs.push(ToRead { at, found: f, prev });
+                m.sorted.push((String::new(), PLACE_HELD));
             }
         }
     }
     drop(leaves);
     for (d, mode) in dirs {
-        sorted.push((
-            d,
-            Cached {
-                entry: dir_entry(mode),
-                stat: None,
-            },
-        ));
+        m.push_dir(&mut old, d, mode);
     }
-    (sorted, jobs, any_empty)
+    old.rest(&mut m.changes);
+    m
 }
 
-/// A file a full scan must read, and its place in the sorted run of
-/// every path ([`cached_or_to_read`]).
+/// A file a full scan must read, its place in the sorted run of every
+/// path ([`cached_or_to_read`]) and its cached entry, if any (to note
+/// what changed once it is read).
 struct ToRead {
     at: usize,
     found: Found,
+    prev: Option<Cached>,
 }
 
 /// What holds a file's place in the sorted run until it is read (with an
@@ -582,22 +672,29 @@ fn leaves_path<'a>(sorted: &'a [(String, Cached)], jobs: &'a [ToRead], at: usize
 /// place (a stable sort, which finds the runs and merges them) and taken
 /// front to back. Sorting every path from scratch was the largest part of
 /// a one-file full scan's own CPU at 100,000 files.
-fn path_order(leaves: &mut [Found]) -> Vec<std::ops::Range<usize>> {
-    // A run ends where the order breaks or the directory changes: a run
-    // of two directories' files taken one after the other by one thread
-    // could hold a third directory's files between them in path order.
-    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
-    let mut start = 0;
-    for i in 1..leaves.len() {
-        let (a, b) = (&leaves[i - 1].rel, &leaves[i].rel);
-        if a >= b || relpath::parent(a) != relpath::parent(b) {
-            runs.push(start..i);
-            start = i;
+///
+/// `known` are the runs the walk recorded ([`ScanOut::runs`]: ascending,
+/// apart, each one directory's files sorted by name), taken without
+/// looking at their paths; only the files between them (a tracked path
+/// scanned after the walk) are split into runs path by path (finding
+/// every run so was 2-3% of a one-file checkpoint's CPU at 100,000
+/// files). A run that is not what the walk says costs no wrong result:
+/// [`cached_or_to_read`] checks each path against the one before.
+fn path_order(
+    leaves: &mut [Found],
+    known: &[std::ops::Range<usize>],
+) -> Vec<std::ops::Range<usize>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::with_capacity(known.len() + 1);
+    let mut at = 0;
+    for k in known {
+        if k.start < at || k.end > leaves.len() || k.start >= k.end {
+            break; // not what a walk records: the rest is looked at
         }
+        split_runs(leaves, at..k.start, &mut runs);
+        runs.push(k.clone());
+        at = k.end;
     }
-    if start < leaves.len() {
-        runs.push(start..leaves.len());
-    }
+    split_runs(leaves, at..leaves.len(), &mut runs);
     runs.sort_unstable_by(|a, b| leaves[a.start].rel.cmp(&leaves[b.start].rel));
     let apart = runs
         .windows(2)
@@ -607,6 +704,29 @@ fn path_order(leaves: &mut [Found]) -> Vec<std::ops::Range<usize>> {
     }
     leaves.sort_by(|a, b| a.rel.cmp(&b.rel));
     std::iter::once(0..leaves.len()).collect()
+}
+
+/// The runs of `leaves[range]`, found path by path: a run ends where the
+/// order breaks or the directory changes (a run of two directories' files
+/// taken one after the other by one thread could hold a third
+/// directory's files between them in path order).
+fn split_runs(
+    leaves: &[Found],
+    range: std::ops::Range<usize>,
+    runs: &mut Vec<std::ops::Range<usize>>,
+) {
+    if range.is_empty() {
+        return;
+    }
+    let mut start = range.start;
+    for i in range.start + 1..range.end {
+        let (a, b) = (&leaves[i - 1].rel, &leaves[i].rel);
+        if a >= b || relpath::parent(a) != relpath::parent(b) {
+            runs.push(start..i);
+            start = i;
+        }
+    }
+    runs.push(start..range.end);
 }
 
 /// True if the scan's own stat of `f` proves it empty, so it need not be
@@ -624,20 +744,24 @@ fn empty_without_reading(f: &Found, clock_ns: i64) -> bool {
 }
 
 /// Reads (hashes and stores) the files `jobs` whose cached entry could
-/// not be used, putting each in the place it holds in `sorted`; what
-/// cannot be read is counted as skipped (`skips`: the counts and the
-/// paths named) and its place taken out. `sorted` is then the sorted run
-/// of every path captured.
+/// not be used, putting each in the place it holds in `sorted` and noting
+/// in `changes` how it differs from its cached entry; what cannot be read
+/// is counted as skipped (`skips`: the counts and the paths named) and
+/// its place taken out. `sorted` is then the sorted run of every path
+/// captured. True if every file was read: else places were taken out,
+/// the indices `changes` holds no longer hold, and the caller compares
+/// the whole runs instead.
 fn read_changed<B: BlobAccess + ?Sized>(
     ws: &Workspace,
     blobs: &B,
     jobs: Vec<ToRead>,
     sorted: &mut Vec<(String, Cached)>,
+    changes: &mut Changes,
     skips: (
         &mut BTreeMap<String, u64>,
         &mut BTreeMap<String, &'static str>,
     ),
-) -> Result<()> {
+) -> Result<bool> {
     let (skipped, not_captured) = skips;
     let refs: Vec<&Found> = jobs.iter().map(|j| &j.found).collect();
     prime_dictionary(blobs, ws, &refs);
@@ -647,13 +771,12 @@ fn read_changed<B: BlobAccess + ?Sized>(
     for (j, h) in jobs.into_iter().zip(hashed) {
         match h {
             Hashed::Ok(e, st) => {
-                sorted[j.at] = (
-                    j.found.rel,
-                    Cached {
-                        entry: e,
-                        stat: Some(st),
-                    },
-                );
+                let now = Cached {
+                    entry: e,
+                    stat: Some(st),
+                };
+                changes.note(j.at, &j.found.rel, &now, j.prev);
+                sorted[j.at] = (j.found.rel, now);
             }
             Hashed::Skip(why) => {
                 count_skip(skipped, not_captured, &j.found.rel, why);
@@ -665,28 +788,49 @@ fn read_changed<B: BlobAccess + ?Sized>(
         // Places still held (an empty path: no real path is empty).
         sorted.retain(|(p, _)| !p.is_empty());
     }
-    Ok(())
+    Ok(!any_skipped)
 }
 
 /// Sets each directory's node hash and size in `flat` from the tree just
 /// built; the directories with their hashes, for the stat cache.
+///
+/// `dirs_at`, when given, is the index of every directory in `flat` (as
+/// [`cached_or_to_read`] placed them): each is set by position, else each
+/// is searched for (at 100,000 files, a thousand binary searches, each
+/// step a cache miss, were 1% of a one-file checkpoint).
 fn note_dir_hashes(
     flat: &mut [(String, Cached)],
     dir_hashes: DirHashes,
+    dirs_at: Option<&[usize]>,
 ) -> Vec<(String, BlobHash, u64)> {
-    let mut dirs_out: Vec<(String, BlobHash, u64)> = Vec::with_capacity(dir_hashes.len());
-    for (d, (h, s)) in dir_hashes {
-        if let Ok(i) = flat.binary_search_by(|(p, _)| p.as_str().cmp(d.as_str())) {
-            let c = &mut flat[i].1;
-            c.entry.hash = h;
-            c.entry.size = s;
+    match dirs_at {
+        Some(at) => {
+            for &i in at {
+                let (p, c) = &mut flat[i];
+                if let Some(&(h, s)) = dir_hashes.get(p.as_str()) {
+                    c.entry.hash = h;
+                    c.entry.size = s;
+                }
+            }
         }
-        dirs_out.push((d, h, s));
+        None => {
+            for (d, &(h, s)) in &dir_hashes {
+                if let Ok(i) = flat.binary_search_by(|(p, _)| p.as_str().cmp(d.as_str())) {
+                    let c = &mut flat[i].1;
+                    c.entry.hash = h;
+                    c.entry.size = s;
+                }
+            }
+        }
     }
-    dirs_out
+    dir_hashes
+        .into_iter()
+        .map(|(d, (h, s))| (d, h, s))
+        .collect()
 }
 
 /// What changed since the cached scan.
+#[derive(Debug, Default, PartialEq)]
 struct Changes {
     /// Files added, changed or gone.
     changed: u64,
@@ -702,37 +846,39 @@ struct Changes {
     /// Directories in both: index in the new run and the old entry, to
     /// compare once their node hashes are set ([`listed_changes`]).
     dirs_kept: Vec<(usize, Cached)>,
+    /// More than [`MAX_LISTED_CHANGES`] paths changed: `cache` stops there
+    /// (the save writes the whole cache).
+    cache_over: bool,
 }
 
-/// Compares the cached scan `old` with `flat`. Both are sorted by path:
-/// one merge pass.
-fn changes_since(old: &Entries, flat: &[(String, Cached)]) -> Changes {
-    let mut c = Changes {
-        changed: 0,
-        files: 0,
-        dirty: HashSet::new(),
-        cache: Vec::new(),
-        dirs_kept: Vec::new(),
-    };
-    let mut old = old.iter().peekable();
-    for (i, (p, now)) in flat.iter().enumerate() {
+impl Changes {
+    /// Lists `ch` for the stat cache's save, unless the list is full.
+    fn list(&mut self, ch: impl FnOnce() -> ChangedPath) {
+        if self.cache.len() < MAX_LISTED_CHANGES {
+            self.cache.push(ch());
+        } else {
+            self.cache_over = true;
+        }
+    }
+
+    /// Notes the cached path `op` (entry `oc`) as gone.
+    fn gone(&mut self, op: &str, oc: &Cached) {
+        if oc.entry.is_leaf() {
+            self.changed += 1;
+        }
+        mark_ancestors(op, &mut self.dirty);
+        self.list(|| ChangedPath::Gone(op.to_string()));
+    }
+
+    /// Notes the path `p`, at index `i` of the new run with the entry
+    /// `now`, against its cached entry `prev` (`None`: new). Files are
+    /// counted by the caller.
+    fn note(&mut self, i: usize, p: &str, now: &Cached, prev: Option<Cached>) {
         let e = &now.entry;
-        if e.is_leaf() {
-            c.files += 1;
-        }
-        // Old paths before `p` are gone.
-        while let Some((op, oc)) = old.next_if(|(op, _)| *op < p.as_str()) {
-            if oc.entry.is_leaf() {
-                c.changed += 1;
-            }
-            mark_ancestors(op, &mut c.dirty);
-            c.cache.push(ChangedPath::Gone(op.to_string()));
-        }
-        let prev = old.next_if(|(op, _)| *op == p.as_str()).map(|(_, oc)| oc);
         match prev {
-            Some(oc) if e.kind == EntryKind::Dir => c.dirs_kept.push((i, oc)),
+            Some(oc) if e.kind == EntryKind::Dir => self.dirs_kept.push((i, oc)),
             Some(oc) if oc == *now => {}
-            _ => c.cache.push(ChangedPath::Now(i)),
+            _ => self.list(|| ChangedPath::Now(i)),
         }
         let prev = prev.map(|oc| oc.entry);
         let same = match prev {
@@ -744,39 +890,53 @@ fn changes_since(old: &Entries, flat: &[(String, Cached)]) -> Changes {
             // A file that became a directory is a file gone (what is
             // under the directory counts on its own).
             if e.is_leaf() || prev.is_some_and(|o| o.is_leaf()) {
-                c.changed += 1;
+                self.changed += 1;
             }
-            mark_ancestors(p, &mut c.dirty);
+            mark_ancestors(p, &mut self.dirty);
         }
     }
-    for (op, oc) in old {
-        if oc.entry.is_leaf() {
-            c.changed += 1;
+}
+
+/// Compares the cached scan `old` with `flat`. Both are sorted by path:
+/// one merge pass. What [`cached_or_to_read`] and [`read_changed`] note
+/// as they go; for a run they could not (a file not read after all, a
+/// scan out of order).
+fn changes_since(old: &Entries, flat: &[(String, Cached)]) -> Changes {
+    let mut c = Changes::default();
+    let mut old = OldRun::of(old);
+    for (i, (p, now)) in flat.iter().enumerate() {
+        if now.entry.is_leaf() {
+            c.files += 1;
         }
-        mark_ancestors(op, &mut c.dirty);
-        c.cache.push(ChangedPath::Gone(op.to_string()));
+        let prev = old.prev(p, &mut c);
+        c.note(i, p, now, prev);
     }
+    old.rest(&mut c);
     c
 }
 
 /// The stat cache entries that changed from `from` to the run `flat`
 /// (its directories' node hashes set): what [`changes_since`] listed,
-/// and the directories kept whose entry now differs.
+/// and the directories kept whose entry now differs; cut short past
+/// [`MAX_LISTED_CHANGES`] (`over`: it was already).
 fn listed_changes(
     from: &Arc<StatCache>,
     flat: &[(String, Cached)],
-    mut cache: Vec<ChangedPath>,
+    (mut cache, over): (Vec<ChangedPath>, bool),
     dirs_kept: Vec<(usize, Cached)>,
 ) -> Changed {
-    cache.extend(
-        dirs_kept
-            .into_iter()
-            .filter(|(i, oc)| flat[*i].1 != *oc)
-            .map(|(i, _)| ChangedPath::Now(i)),
-    );
+    let mut too_many = over;
+    for (i, _) in dirs_kept.into_iter().filter(|(i, oc)| flat[*i].1 != *oc) {
+        if too_many || cache.len() >= MAX_LISTED_CHANGES {
+            too_many = true;
+            break;
+        }
+        cache.push(ChangedPath::Now(i));
+    }
     Changed {
         from: from.clone(),
         entries: cache,
+        too_many,
     }
 }
 
@@ -789,34 +949,60 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
     dirty_now: &BTreeSet<String>,
 ) -> Result<Capture> {
     let clock_ns = fs_clock(ws)?;
-    let cache = ws.stat_cache().load();
+    // The stat cache is loaded (its file checked whole) on another thread
+    // while the walk runs: neither needs the other before the merge, and
+    // the load was a serial step of a few to tens of milliseconds at
+    // 100,000 files.
+    let (cache, scanned) = std::thread::scope(|s| {
+        let loading = s.spawn(|| ws.stat_cache().load());
+        let scanned = scan::scan_full(ws, tracked);
+        (loading.join(), scanned)
+    });
+    let cache =
+        cache.map_err(|_| SnapshotError::Invalid("loading the stat cache panicked".into()))?;
     let ScanOut {
         leaves,
+        runs,
         dirs,
         missing,
         mut skipped,
         mut not_captured,
         ..
-    } = scan::scan_full(ws, tracked)?;
+    } = scanned?;
 
-    let (mut sorted, jobs, any_empty) = cached_or_to_read(&cache, clock_ns, leaves, dirs);
+    let Merged {
+        mut sorted,
+        jobs,
+        dirs_at,
+        any_empty,
+        mut changes,
+        in_order,
+    } = cached_or_to_read(&cache, clock_ns, (leaves, runs), dirs);
     if any_empty {
         // Named by entries that did not read their file: stored once here.
         blobs.put(b"")?;
     }
-    read_changed(
+    let all_read = read_changed(
         ws,
         blobs,
         jobs,
         &mut sorted,
+        &mut changes,
         (&mut skipped, &mut not_captured),
     )?;
-    // Checked in order once (as `Entries::from_sorted` would), then used
-    // as the slice it is until it becomes the next cache.
+    // In order as `cached_or_to_read` checked it (taking out the places
+    // of files not read keeps it so): used as the slice it is until it
+    // becomes the next cache.
     let mut flat = sorted;
-    if !flat.windows(2).all(|w| w[0].0 < w[1].0) {
+    if !in_order {
         debug_assert!(false, "a run of paths out of order");
         flat = flat.into_iter().collect::<Entries>().into_vec();
+    }
+    // The indices noted in the merge hold while no place was taken out
+    // nor the run sorted.
+    let by_position = in_order && all_read;
+    if !by_position {
+        changes = changes_since(&cache.entries, &flat);
     }
     let Changes {
         changed,
@@ -824,7 +1010,8 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         dirty,
         cache: cache_change,
         dirs_kept,
-    } = changes_since(&cache.entries, &flat);
+        cache_over,
+    } = changes;
     let reuse = cache.dir_hashes();
     let dirty_opt = if cache.root.is_some() {
         Some(&dirty)
@@ -844,13 +1031,13 @@ pub(crate) fn capture_full<B: BlobAccess + ?Sized>(
         &reuse,
         dirty_opt,
     )?;
-    let dirs_out = note_dir_hashes(&mut flat, dir_hashes);
-    let cache_changed = listed_changes(&cache, &flat, cache_change, dirs_kept);
+    let dirs_out = note_dir_hashes(&mut flat, dir_hashes, by_position.then_some(&dirs_at[..]));
+    let cache_changed = listed_changes(&cache, &flat, (cache_change, cache_over), dirs_kept);
     let base = cache.root;
     let new_cache = StatCache {
         clock_ns,
         root: Some(root),
-        entries: Entries::from_sorted(flat),
+        entries: Entries::from_ordered(flat),
         dirs: dirs_out,
     };
     Ok(Capture {
@@ -1203,8 +1390,8 @@ mod tests {
     }
 
     /// The paths in the order [`path_order`] takes them.
-    fn taken(mut leaves: Vec<Found>) -> Vec<String> {
-        let runs = path_order(&mut leaves);
+    fn taken(mut leaves: Vec<Found>, known: &[std::ops::Range<usize>]) -> Vec<String> {
+        let runs = path_order(&mut leaves, known);
         runs.into_iter()
             .flatten()
             .map(|i| leaves[i].rel.clone())
@@ -1243,14 +1430,203 @@ mod tests {
                     .flat_map(|d| d.iter())
                     .map(|p| found(p))
                     .collect();
-                assert_eq!(taken(leaves), want, "rotation {k} reversed {rev}");
+                // The runs as a walk records them (one a directory), none,
+                // or only some: the same order.
+                let mut known = Vec::new();
+                let mut at = 0;
+                for d in &order {
+                    known.push(at..at + d.len());
+                    at += d.len();
+                }
+                assert_eq!(
+                    taken(leaves.clone(), &[]),
+                    want,
+                    "rotation {k} reversed {rev}"
+                );
+                assert_eq!(
+                    taken(leaves.clone(), &known),
+                    want,
+                    "rotation {k}, runs known"
+                );
+                assert_eq!(
+                    taken(leaves, &known[1..3]),
+                    want,
+                    "rotation {k}, some known"
+                );
             }
         }
         // Runs that do not interleave are taken as they lie, not moved.
         let mut apart = vec![found("q/1"), found("q/2"), found("b/1"), found("b/2")];
-        let runs = path_order(&mut apart);
+        let runs = path_order(&mut apart, &[]);
         assert_eq!(runs, vec![2..4, 0..2]);
         assert_eq!(apart[0].rel, "q/1");
+    }
+
+    /// What the merge of a full scan with the cached scan notes as it goes
+    /// (and [`read_changed`] once the files are read) is what comparing the
+    /// two whole runs afterwards finds ([`changes_since`]): counts, dirty
+    /// directories, the stat cache's changed paths and the directories
+    /// kept; from a cache in memory and from one read in place from its
+    /// file, and with the walk's runs known or not.
+    #[test]
+    fn the_changes_a_merge_notes_are_the_changes_a_comparison_finds() {
+        let st = |ino: u64, size: u64| Stat {
+            size,
+            mtime_ns: 10,
+            ctime_ns: 10,
+            ino,
+            dev: 1,
+            mode: 0o100644,
+        };
+        let file = |h: &[u8], s: Stat| Cached {
+            entry: Entry {
+                kind: EntryKind::File,
+                mode: 0o644,
+                size: s.size,
+                hash: BlobHash::of(h),
+            },
+            stat: Some(s),
+        };
+        let dir = |mode: u32| Cached {
+            entry: dir_entry(mode),
+            stat: None,
+        };
+        let leaf = |rel: &str, s: Stat| Found {
+            rel: rel.to_string(),
+            kind: EntryKind::File,
+            stat: s,
+        };
+        // Before: a file kept, one edited, one gone, one touched (the
+        // same bytes), one to become a directory; a directory to become
+        // a file, one whose mode changes, one gone with its file.
+        let old: Entries = [
+            ("a", file(b"a", st(1, 1))),
+            ("d", dir(0o755)),
+            ("d/b", file(b"b", st(2, 1))),
+            ("d/c", file(b"c", st(3, 1))),
+            ("d/t", file(b"t", st(9, 1))),
+            ("e", file(b"e", st(4, 1))),
+            ("f", dir(0o755)),
+            ("g", dir(0o755)),
+            ("g/x", file(b"x", st(5, 1))),
+            ("m", dir(0o700)),
+            ("m/k", file(b"k", st(6, 1))),
+        ]
+        .into_iter()
+        .map(|(p, c)| (p.to_string(), c))
+        .collect();
+        let cache = StatCache {
+            clock_ns: 100,
+            root: None,
+            entries: old,
+            dirs: Vec::new(),
+        };
+        // After (the walk's runs, one a directory, in the order threads
+        // might take them): `d/b` edited, `d/c` gone, `d/t` touched, `e` a
+        // directory holding `e/n`, `f` a file, `g` gone, `m` chmod'ed,
+        // `z` new and empty.
+        let scan = || {
+            let leaves = vec![
+                leaf("e/n", st(7, 1)),
+                leaf("d/b", st(12, 2)),
+                leaf("d/t", st(19, 1)),
+                leaf("m/k", st(6, 1)),
+                leaf("a", st(1, 1)),
+                leaf("f", st(8, 1)),
+                leaf("z", st(10, 0)),
+            ];
+            let runs = vec![0..1, 1..3, 3..4, 4..7];
+            let dirs = vec![
+                ("m".to_string(), 0o755),
+                ("d".to_string(), 0o755),
+                ("e".to_string(), 0o755),
+            ];
+            (leaves, runs, dirs)
+        };
+        let read = |rel: &str, s: Stat| match rel {
+            "d/t" => file(b"t", s),
+            _ => file(rel.as_bytes(), s),
+        };
+        let mapped = StatCache::decode(&cache.encode()).unwrap();
+        assert!(mapped.entries.is_mapped());
+        for (cache, known) in [(&cache, true), (&cache, false), (&mapped, true)] {
+            let (leaves, runs, dirs) = scan();
+            let runs = if known { runs } else { Vec::new() };
+            let Merged {
+                mut sorted,
+                jobs,
+                dirs_at,
+                mut changes,
+                in_order,
+                ..
+            } = cached_or_to_read(cache, 1_000, (leaves, runs), dirs);
+            assert!(in_order);
+            let read_paths: Vec<&str> = jobs.iter().map(|j| j.found.rel.as_str()).collect();
+            assert_eq!(
+                read_paths,
+                ["d/b", "d/t", "e/n", "f"],
+                "`a`, `m/k` as cached"
+            );
+            for j in jobs {
+                let now = read(&j.found.rel, j.found.stat);
+                changes.note(j.at, &j.found.rel, &now, j.prev);
+                sorted[j.at] = (j.found.rel, now);
+            }
+            let paths: Vec<&str> = sorted.iter().map(|(p, _)| p.as_str()).collect();
+            assert_eq!(
+                paths,
+                ["a", "d", "d/b", "d/t", "e", "e/n", "f", "m", "m/k", "z"]
+            );
+            let dir_paths: Vec<&str> = dirs_at.iter().map(|&i| sorted[i].0.as_str()).collect();
+            assert_eq!(dir_paths, ["d", "e", "m"]);
+            let mut compared = changes_since(&cache.entries, &sorted);
+            let key = |c: &ChangedPath| match c {
+                ChangedPath::Now(i) => (0, *i, String::new()),
+                ChangedPath::Gone(p) => (1, 0, p.clone()),
+            };
+            changes.cache.sort_by_key(key);
+            compared.cache.sort_by_key(key);
+            assert_eq!(changes, compared);
+            // d/b, d/c, e, e/n, f, g/x, z (d/t: the same bytes; m: a mode).
+            assert_eq!(changes.changed, 7);
+            assert_eq!(changes.files, 7);
+        }
+    }
+
+    /// The list of changed paths for the save stops at
+    /// [`MAX_LISTED_CHANGES`] and says it was cut short (a first
+    /// checkpoint of 1,000,000 files listed every path for nothing: the
+    /// whole cache is written anyway); the counts and the dirty
+    /// directories go on.
+    #[test]
+    fn the_changes_listed_for_the_save_stop_at_the_most_a_delta_holds() {
+        let now = Cached {
+            entry: Entry {
+                kind: EntryKind::File,
+                mode: 0o644,
+                size: 0,
+                hash: BlobHash::of(b""),
+            },
+            stat: None,
+        };
+        let mut c = Changes::default();
+        let n = MAX_LISTED_CHANGES + 10;
+        for i in 0..n {
+            c.note(i, &format!("d{}/f{i}", i % 7), &now, None);
+        }
+        c.gone("g/x", &now);
+        assert_eq!(c.cache.len(), MAX_LISTED_CHANGES);
+        assert!(c.cache_over);
+        assert_eq!(c.changed, n as u64 + 1);
+        assert_eq!(c.dirty.len(), 7 + 2, "d0..d6, g and the root");
+        let from = Arc::new(StatCache::default());
+        let listed = listed_changes(&from, &[], (c.cache, c.cache_over), Vec::new());
+        assert!(listed.too_many);
+        let mut few = Changes::default();
+        few.note(0, "a", &now, None);
+        let listed = listed_changes(&from, &[], (few.cache, few.cache_over), Vec::new());
+        assert!(!listed.too_many);
+        assert_eq!(listed.entries, [ChangedPath::Now(0)]);
     }
 
     /// What a full scan lists as changed from the stat cache it loaded
@@ -1333,13 +1709,31 @@ mod tests {
         )
         .unwrap();
         let out = scan::scan_full(&ws, &BTreeSet::new()).unwrap();
-        let (mut sorted, jobs, _) =
-            cached_or_to_read(&StatCache::default(), i64::MAX, out.leaves, out.dirs);
+        let Merged {
+            mut sorted,
+            jobs,
+            mut changes,
+            ..
+        } = cached_or_to_read(
+            &StatCache::default(),
+            i64::MAX,
+            (out.leaves, out.runs),
+            out.dirs,
+        );
         assert_eq!(jobs.len(), 4);
         std::fs::remove_file(dir.path().join("m/b")).unwrap();
         let (mut skipped, mut named) = (BTreeMap::new(), BTreeMap::new());
         let blobs = crate::blobs::MemBlobs::new();
-        read_changed(&ws, &blobs, jobs, &mut sorted, (&mut skipped, &mut named)).unwrap();
+        let all_read = read_changed(
+            &ws,
+            &blobs,
+            jobs,
+            &mut sorted,
+            &mut changes,
+            (&mut skipped, &mut named),
+        )
+        .unwrap();
+        assert!(!all_read, "a file was not read: its place is gone");
         let paths: Vec<&str> = sorted.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(paths, ["a", "m", "m/c", "z"]);
         assert_eq!(skipped.get(scan::reason::VANISHED), Some(&1));

@@ -74,6 +74,11 @@ pub(crate) struct Found {
 #[derive(Debug, Default)]
 pub(crate) struct ScanOut {
     pub leaves: Vec<Found>,
+    /// Runs of `leaves` the walk knows to be in path order: each one
+    /// directory's files, sorted by name ([`walk_dir`]), in ascending
+    /// order of their start, apart. Leaves in no run (a tracked path
+    /// scanned after the walk) are in no known order.
+    pub runs: Vec<std::ops::Range<usize>>,
     /// Directories (relative path, permission bits), in no set order (a
     /// parallel walk lists them from several threads).
     pub dirs: Vec<(String, u32)>,
@@ -599,11 +604,14 @@ fn walk_in_parallel(
 /// Adds what one thread of a walk found to `out`.
 fn merge_part(out: &mut ScanOut, p: ScanOut) {
     // Moved whole into an empty list: the files are not copied again.
+    let at = out.leaves.len();
     if out.leaves.is_empty() {
         out.leaves = p.leaves;
     } else {
         out.leaves.extend(p.leaves);
     }
+    out.runs
+        .extend(p.runs.into_iter().map(|r| r.start + at..r.end + at));
     if out.dirs.is_empty() {
         out.dirs = p.dirs;
     } else {
@@ -765,10 +773,13 @@ fn walk_dir(
         }
     }
     // This directory's files as one run in path order (they share the
-    // directory's prefix: by name), sorted here on the walking thread, so
-    // that putting the whole scan in path order afterwards only merges
-    // runs (`capture::sort_by_path`).
+    // directory's prefix: by name), sorted here on the walking thread and
+    // recorded, so that putting the whole scan in path order afterwards
+    // only orders and merges runs (`capture::path_order`).
     out.leaves[first..].sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
+    if out.leaves.len() > first {
+        out.runs.push(first..out.leaves.len());
+    }
 }
 
 /// Lists the directory `dir` of a walk; `None` when there is nothing to

@@ -280,18 +280,64 @@ impl<'a> Iterator for Iter<'a> {
     }
 }
 
+/// The paths (as bytes) and entries of a run, in path order: what a merge
+/// that only compares paths reads (a path of a mapped run is not checked
+/// as UTF-8 again each time it is read: [`StatCache::decode_mapped`]
+/// checked it once).
+pub(crate) struct BytesIter<'a> {
+    run: &'a Run,
+    at: usize,
+}
+
+impl<'a> Iterator for BytesIter<'a> {
+    type Item = (&'a [u8], Cached);
+
+    fn next(&mut self) -> Option<(&'a [u8], Cached)> {
+        let item = match self.run {
+            Run::Owned(v) => v.get(self.at).map(|(p, c)| (p.as_bytes(), *c)),
+            Run::Mapped(m) => m.slots.get(self.at).map(|s| {
+                if s.0 & OWN_BIT != 0 {
+                    let (p, c) = m.entry(*s);
+                    return (p.as_bytes(), c);
+                }
+                let mut r = Cur {
+                    b: &m.bytes,
+                    pos: s.0 as usize,
+                };
+                let p = r.u32().and_then(|n| r.take(n as usize));
+                match (p, r.cached()) {
+                    (Some(p), Some(c)) => (p, c),
+                    _ => {
+                        debug_assert!(false, "a checked stat cache record does not decode");
+                        (&[][..], UNTRUSTED)
+                    }
+                }
+            }),
+        };
+        self.at += 1;
+        item
+    }
+}
+
 impl Entries {
-    /// The run `v`, which its callers build in strictly ascending path
-    /// order. Checked (one comparison a path): a run that is not is
-    /// sorted, a path given twice keeping its last entry, so a mistake
-    /// costs time, never a wrong lookup.
-    pub(crate) fn from_sorted(v: Vec<(String, Cached)>) -> Entries {
-        if v.windows(2).all(|w| w[0].0 < w[1].0) {
-            Entries(Run::Owned(v))
-        } else {
-            debug_assert!(false, "a run of paths out of order");
-            v.into_iter().collect()
+    /// The paths, as bytes, and their entries, in path order.
+    pub(crate) fn iter_bytes(&self) -> BytesIter<'_> {
+        BytesIter {
+            run: &self.0,
+            at: 0,
         }
+    }
+
+    /// The run `v`, whose strictly ascending path order its caller has
+    /// already checked path by path as it built it (a full scan's
+    /// `capture::cached_or_to_read`): taken as it is, not checked again
+    /// (in debug builds it is).
+    pub(crate) fn from_ordered(v: Vec<(String, Cached)>) -> Entries {
+        debug_assert!(
+            v.windows(2).all(|w| w[0].0 < w[1].0),
+            "a run of paths out of order"
+        );
+        Entries(Run::Owned(v))
     }
 
     /// The paths and entries, owned, in path order.
@@ -554,9 +600,18 @@ pub(crate) struct Changed {
     /// The cache the scan started from, as loaded.
     pub from: Arc<StatCache>,
     /// Every path whose cached entry (entry and stat data) differs, in
-    /// any order.
+    /// any order; at most [`MAX_LISTED_CHANGES`] (see `too_many`).
     pub entries: Vec<ChangedPath>,
+    /// More paths changed than [`MAX_LISTED_CHANGES`]: `entries` stops
+    /// short, and the save writes the whole cache.
+    pub too_many: bool,
 }
+
+/// The most changed paths a full scan lists for the save ([`Changed`]):
+/// the most a delta ever holds ([`delta::DELTA_MAX_PATHS`]), past which
+/// the save writes the whole cache whatever the list says. A first
+/// checkpoint of 1,000,000 files listed every path (32 MB) for nothing.
+pub(crate) const MAX_LISTED_CHANGES: usize = delta::DELTA_MAX_PATHS;
 
 /// One path whose stat cache entry changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -992,13 +1047,21 @@ impl StatCacheFile {
             if let Some((base, prev_cache)) = over {
                 let mut delta = base.delta;
                 let most = delta::max_delta_paths(base.paths);
-                match changed.filter(|ch| Arc::ptr_eq(&ch.from, &prev_cache)) {
-                    // Past the bound already: the whole cache is written.
-                    Some(ch) if delta.len() + ch.entries.len() > most => {}
-                    Some(ch) => delta.add_listed(&ch, &writing),
-                    None => delta.add_changes(&prev_cache, &writing),
-                }
-                if delta.len() <= most {
+                let fits = match changed.filter(|ch| Arc::ptr_eq(&ch.from, &prev_cache)) {
+                    // Past the bound already: the whole cache is written
+                    // (not the delta as it was, which would leave every
+                    // change out of the files).
+                    Some(ch) if ch.too_many || delta.len() + ch.entries.len() > most => false,
+                    Some(ch) => {
+                        delta.add_listed(&ch, &writing);
+                        delta.len() <= most
+                    }
+                    None => {
+                        delta.add_changes(&prev_cache, &writing);
+                        delta.len() <= most
+                    }
+                };
+                if fits {
                     crate::in_place::write(&delta_path, &delta.encode()).ok()?;
                     let id = (file_id(&path), file_id(&delta_path));
                     return Some((
@@ -1224,7 +1287,55 @@ mod tests {
         file.save_in_background(Arc::new(big.clone()), None);
         file.finish_save();
         assert!(!delta_path.exists());
-        assert!(same(&StatCacheFile::new(path, false).load(), &big));
+        assert!(same(&StatCacheFile::new(path.clone(), false).load(), &big));
+
+        // Past the bound with the changes listed by a scan (every path of
+        // the new cache, as after a tree was copied: new inodes): whole
+        // again, not the delta as it was (which left every change out, so
+        // every later scan read every file again).
+        let file = StatCacheFile::new(path.clone(), false);
+        let from = file.load();
+        let mut moved = (*from).clone();
+        moved.entries = moved
+            .entries
+            .iter()
+            .map(|(p, mut c)| {
+                if let Some(st) = c.stat.as_mut() {
+                    st.ino += 1_000_000;
+                }
+                (p.to_string(), c)
+            })
+            .collect();
+        moved.clock_ns += 1;
+        let listed = Changed {
+            from: from.clone(),
+            entries: (0..moved.entries.len()).map(ChangedPath::Now).collect(),
+            too_many: false,
+        };
+        assert!(listed.entries.len() > delta::max_delta_paths(from.entries.len()));
+        file.save_in_background(Arc::new(moved.clone()), Some(listed));
+        file.finish_save();
+        assert!(!delta_path.exists(), "the whole cache is written");
+        assert!(same(
+            &StatCacheFile::new(path.clone(), false).load(),
+            &moved
+        ));
+
+        // A list cut short (more changed than any delta holds): whole
+        // again, though the few paths listed would fit in a delta.
+        let file = StatCacheFile::new(path.clone(), false);
+        let from = file.load();
+        let mut again = (*from).clone();
+        again.clock_ns += 1;
+        let cut = Changed {
+            from: from.clone(),
+            entries: vec![ChangedPath::Now(0)],
+            too_many: true,
+        };
+        file.save_in_background(Arc::new(again.clone()), Some(cut));
+        file.finish_save();
+        assert!(!delta_path.exists(), "the whole cache is written");
+        assert!(same(&StatCacheFile::new(path, false).load(), &again));
     }
 
     fn arb_stat() -> impl Strategy<Value = Stat> {
