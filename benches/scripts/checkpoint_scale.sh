@@ -29,17 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-make_tree() { python3 - "$1" "$2" <<'PY'
-import os, sys
-dest, n = sys.argv[1], int(sys.argv[2])
-line = 'fn f() { let x = 1; /* some source text to fill the file */ }\n'
-for i in range(n):
-    d = os.path.join(dest, 'src', 'd%04d' % (i // 100))
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, 'f%06d.rs' % i), 'w') as f:
-        f.write(('// file %d\n' % i) + line * 16)
-PY
-}
+make_tree() { python3 "$(dirname "$(realpath "$0")")/source_tree.py" "$1" "$2"; }
 now() { date +%s%N; }
 # ms since $1 (ns)
 since() { echo $(( ($(now) - $1) / 1000000 )); }

@@ -40,17 +40,7 @@ OTHER=${5:+$(realpath "$5")}
 T=$(mktemp -d "${TMPDIR:-/tmp}/cairn-onefile.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 
-make_tree() { python3 - "$1" "$2" <<'PY'
-import os, sys
-dest, n = sys.argv[1], int(sys.argv[2])
-line = 'fn f() { let x = 1; /* some source text to fill the file */ }\n'
-for i in range(n):
-    d = os.path.join(dest, 'src', 'd%04d' % (i // 100))
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, 'f%06d.rs' % i), 'w') as f:
-        f.write(('// file %d\n' % i) + line * 16)
-PY
-}
+make_tree() { python3 "$(dirname "$(realpath "$0")")/source_tree.py" "$1" "$2"; }
 GIT="git -c user.email=b@b -c user.name=b -c commit.gpgsign=false -c gc.auto=0"
 
 make_tree "$T/W" "$N"

@@ -45,7 +45,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use cairn_codec::bytes::{crc32_seeded as crc, crc32_seeded_parts as crc_parts};
+use cairn_codec::bytes::{
+    crc32_seeded as crc, crc32_seeded_parts as crc_parts, u32_le as u32_at, u64_le as u64_at,
+};
 use cairn_codec::{ChainHash, EventKind, EventRef, Lsn, Timestamp};
 use cairn_engine::vfs::{Mapped, VfsFile};
 use parking_lot::Mutex;
@@ -283,18 +285,6 @@ pub struct SegHeader {
     keys: u32,
     postings: u64,
     key_bytes: u64,
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(x)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
 }
 
 /// Bytes read from the front of a segment index file in one read when it
@@ -580,21 +570,26 @@ impl SegIndex {
         Ok(out)
     }
 
+    /// Posting `i` read from `data`, the whole file's bytes (held or
+    /// mapped), its postings block checked against its CRC the first time.
+    fn posting_in(&self, data: &[u8], i: usize) -> Result<u64> {
+        let b = i / POSTINGS_BLOCK;
+        if !self.checked[b].load(Ordering::Relaxed) {
+            let from = self.post_at + b * POSTINGS_BLOCK * 4;
+            let to = (from + POSTINGS_BLOCK * 4).min(self.blocks_at);
+            if crc(&data[from..to]) != u32_at(data, self.blocks_at + b * 4) {
+                return Err(self.bad(format!("postings block {b}: checksum mismatch")));
+            }
+            self.checked[b].store(true, Ordering::Relaxed);
+        }
+        Ok(u32_at(data, self.post_at + i * 4) as u64)
+    }
+
     /// Posting `i` of the file (an LSN), its block checked first.
     fn posting(&self, i: usize) -> Result<Lsn> {
         let b = i / POSTINGS_BLOCK;
         let d = match &self.data {
-            Source::Whole(data) => {
-                if !self.checked[b].load(Ordering::Relaxed) {
-                    let from = self.post_at + b * POSTINGS_BLOCK * 4;
-                    let to = (from + POSTINGS_BLOCK * 4).min(self.blocks_at);
-                    if crc(&data[from..to]) != u32_at(data, self.blocks_at + b * 4) {
-                        return Err(self.bad(format!("postings block {b}: checksum mismatch")));
-                    }
-                    self.checked[b].store(true, Ordering::Relaxed);
-                }
-                u32_at(data, self.post_at + i * 4) as u64
-            }
+            Source::Whole(data) => self.posting_in(data, i)?,
             Source::Pieces {
                 mapper: Some(mapper),
                 mapped,
@@ -615,15 +610,7 @@ impl SegIndex {
                             .ok_or_else(|| self.bad("map not kept".into()))?
                     }
                 };
-                if !self.checked[b].load(Ordering::Relaxed) {
-                    let from = self.post_at + b * POSTINGS_BLOCK * 4;
-                    let to = (from + POSTINGS_BLOCK * 4).min(self.blocks_at);
-                    if crc(&data[from..to]) != u32_at(data, self.blocks_at + b * 4) {
-                        return Err(self.bad(format!("postings block {b}: checksum mismatch")));
-                    }
-                    self.checked[b].store(true, Ordering::Relaxed);
-                }
-                u32_at(data, self.post_at + i * 4) as u64
+                self.posting_in(data, i)?
             }
             Source::Pieces { .. } => {
                 let block = self.block(b)?;

@@ -38,7 +38,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn_codec::bytes::crc32_seeded as crc;
+use cairn_codec::bytes::{crc32_seeded as crc, u32_le as u32_at, u64_le as u64_at};
 use cairn_codec::{ChainHash, Lsn};
 use cairn_engine::log::SegmentSpan;
 use cairn_engine::vfs::OpenMode;
@@ -147,18 +147,6 @@ impl SummaryEntry {
         let h = crc(&out[at..]);
         out.extend_from_slice(&h.to_le_bytes());
     }
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(x)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
 }
 
 /// The entries of a summary, ascending by first LSN.
