@@ -181,6 +181,14 @@ impl Store {
         {
             return Ok(());
         }
+        if cairn_query::query::unindexed(filter) {
+            // No index narrows it: read the log, without loading (or, with
+            // none saved, building from the whole log) the query index.
+            return self.log.with_source(|src| {
+                let head = src.head()?.last_lsn;
+                Ok(cairn_query::query::scan_log(src, filter, head, each)?)
+            });
+        }
         self.query(|q| q.scan(filter, each))
     }
 

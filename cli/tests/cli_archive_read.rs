@@ -519,6 +519,71 @@ fn a_session_query_in_place_reads_the_index_files_not_the_log() {
     assert_eq!(original.lines().count(), 32_000);
 }
 
+/// `log --limit 5` in place, newest first and with no other condition,
+/// reads the records at the log's end, not the log: no index narrows it,
+/// so it is answered without the query index, which a store in place
+/// would otherwise build by reading every segment (`index/query.idx` is
+/// not shipped). Through the library and the command line alike, as the
+/// local store answers.
+#[test]
+fn the_newest_records_in_place_are_read_without_the_whole_log() {
+    let (d, _) = store_of_segments();
+    let ws = d.path();
+    let arch = tempfile::tempdir().unwrap();
+    replicate_once(ws, arch.path());
+    let (_, m) = newest(arch.path());
+    let log_bytes: u64 = m
+        .files
+        .iter()
+        .filter(|f| f.path.starts_with("log/"))
+        .map(|f| f.len)
+        .sum();
+    let newest5 = cairn::Filter {
+        newest_first: true,
+        limit: Some(5),
+        ..cairn::Filter::all()
+    };
+    let local = cairn::Store::builder()
+        .workspace(ws)
+        .read_only()
+        .open()
+        .unwrap();
+    let want = lsns(&local, &newest5);
+    assert_eq!(want, vec![32_000, 31_999, 31_998, 31_997, 31_996]);
+
+    let cache = tempfile::tempdir().unwrap();
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let opts = InPlaceOptions::default()
+        .cache_dir(cache.path())
+        .cache_bytes(1);
+    let vfs = ArchiveVfs::open(a, &opts).unwrap();
+    let store = vfs.open_store().unwrap();
+    assert_eq!(lsns(&store, &newest5), want);
+    let read = vfs.archive().bytes_read();
+    assert!(
+        read * 2 < log_bytes,
+        "read {read} bytes in {} requests, of a log of {log_bytes}",
+        vfs.archive().gets()
+    );
+
+    let u = url(arch.path());
+    let local_json = ok(&cairn(ws, &["log", "--limit", "5", "--json"]));
+    let in_place = ok(&cairn(
+        ws,
+        &[
+            "--store",
+            &u,
+            "--cache-bytes",
+            "1",
+            "log",
+            "--limit",
+            "5",
+            "--json",
+        ],
+    ));
+    assert_eq!(in_place, local_json);
+}
+
 /// A store whose sealed segments have no query index file (deleted, or
 /// written by a cairn that kept none) is shipped with them all the same:
 /// the replicator builds each from its segment, in memory (the store is

@@ -209,63 +209,34 @@ impl<'a> Query<'a> {
     /// up to its limit, reading only the records an index points at when
     /// one applies. `each` returns false to stop early.
     pub fn scan(&self, f: &Filter, each: &mut dyn FnMut(Record) -> Result<bool>) -> Result<()> {
+        let Some(lsns) = self.candidates(f) else {
+            return scan_log(self.src, f, self.index.covered(), each);
+        };
         let limit = f.limit.unwrap_or(usize::MAX);
         let head = self.index.covered();
-        // The LSN bounds, where no index list applies: where to start and end.
-        let Some((first, last)) = f.lsn_bounds(head) else {
+        if f.lsn_bounds(head).is_none() {
             return Ok(());
-        };
-        let mut n = 0;
-        let mut visit = |r: Record| -> Result<bool> {
-            if n >= limit {
-                return Ok(false);
-            }
-            if f.matches(&r) {
-                n += 1;
-                if !each(r)? {
-                    return Ok(false);
+        }
+        let mut visit = limited(f, limit, each);
+        let lsns = lsns.into_iter().filter(|l| *l <= head);
+        if f.newest_first {
+            for l in lsns.rev() {
+                if !visit(self.src.read(l)?)? {
+                    break;
                 }
             }
-            Ok(n < limit)
-        };
-        match self.candidates(f) {
-            Some(lsns) => {
-                let lsns = lsns.into_iter().filter(|l| *l <= head);
-                if f.newest_first {
-                    for l in lsns.rev() {
-                        if !visit(self.src.read(l)?)? {
-                            break;
-                        }
-                    }
-                } else {
-                    // Ascending: read in batches, one walk each.
-                    let mut reads = crate::source::SortedReads::new(self.src, limit);
-                    let mut go = true;
-                    for l in lsns {
-                        if !reads.push(l, &mut visit)? {
-                            go = false;
-                            break;
-                        }
-                    }
-                    if go {
-                        reads.flush(&mut visit)?;
-                    }
+        } else {
+            // Ascending: read in batches, one walk each.
+            let mut reads = crate::source::SortedReads::new(self.src, limit);
+            let mut go = true;
+            for l in lsns {
+                if !reads.push(l, &mut visit)? {
+                    go = false;
+                    break;
                 }
             }
-            None if f.newest_first => {
-                for l in (first.0..=last.0).rev() {
-                    if !visit(self.src.read(Lsn(l))?)? {
-                        break;
-                    }
-                }
-            }
-            None => {
-                for r in self.src.iter_from(first) {
-                    let r = r?;
-                    if r.lsn > last || !visit(r)? {
-                        break;
-                    }
-                }
+            if go {
+                reads.flush(&mut visit)?;
             }
         }
         Ok(())
@@ -423,5 +394,70 @@ impl<'a> Query<'a> {
             .into_iter()
             .cloned()
             .collect()
+    }
+}
+
+/// True if no index narrows `f`'s records (no session, run, kind, path or
+/// time bound): [`Query::scan`] then reads the log between `f`'s LSN
+/// bounds, and [`scan_log`] answers without an index loaded.
+pub fn unindexed(f: &Filter) -> bool {
+    f.session.is_none()
+        && f.run.is_none()
+        && f.kind.is_none()
+        && f.path.is_none()
+        && f.since.is_none()
+        && f.until.is_none()
+}
+
+/// Calls `each` with the records `f` selects among those from its first
+/// LSN bound to `head` (or its last bound), read straight from the log
+/// (from the newest down when `f.newest_first`), up to its limit: what
+/// [`Query::scan`] does where no index applies ([`unindexed`]). A newest
+/// first `log --limit 5` reads five records, not the log.
+pub fn scan_log(
+    src: &dyn RecordSource,
+    f: &Filter,
+    head: Lsn,
+    each: &mut dyn FnMut(Record) -> Result<bool>,
+) -> Result<()> {
+    let Some((first, last)) = f.lsn_bounds(head) else {
+        return Ok(());
+    };
+    let mut visit = limited(f, f.limit.unwrap_or(usize::MAX), each);
+    if f.newest_first {
+        for l in (first.0..=last.0).rev() {
+            if !visit(src.read(Lsn(l))?)? {
+                break;
+            }
+        }
+    } else {
+        for r in src.iter_from(first) {
+            let r = r?;
+            if r.lsn > last || !visit(r)? {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `each` over the records `f` matches, stopping after `limit` of them.
+fn limited<'e>(
+    f: &'e Filter,
+    limit: usize,
+    each: &'e mut dyn FnMut(Record) -> Result<bool>,
+) -> impl FnMut(Record) -> Result<bool> + 'e {
+    let mut n = 0;
+    move |r: Record| -> Result<bool> {
+        if n >= limit {
+            return Ok(false);
+        }
+        if f.matches(&r) {
+            n += 1;
+            if !each(r)? {
+                return Ok(false);
+            }
+        }
+        Ok(n < limit)
     }
 }
