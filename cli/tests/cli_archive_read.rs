@@ -519,7 +519,7 @@ fn a_session_query_in_place_reads_the_index_files_not_the_log() {
     assert_eq!(original.lines().count(), 32_000);
 }
 
-/// `log --limit 5` in place, newest first and with no other condition,
+/// `log --newest-first --limit 5` in place, with no other condition,
 /// reads the records at the log's end, not the log: no index narrows it,
 /// so it is answered without the query index, which a store in place
 /// would otherwise build by reading every segment (`index/query.idx` is
@@ -567,7 +567,10 @@ fn the_newest_records_in_place_are_read_without_the_whole_log() {
     );
 
     let u = url(arch.path());
-    let local_json = ok(&cairn(ws, &["log", "--limit", "5", "--json"]));
+    let local_json = ok(&cairn(
+        ws,
+        &["log", "--newest-first", "--limit", "5", "--json"],
+    ));
     let in_place = ok(&cairn(
         ws,
         &[
@@ -576,6 +579,7 @@ fn the_newest_records_in_place_are_read_without_the_whole_log() {
             "--cache-bytes",
             "1",
             "log",
+            "--newest-first",
             "--limit",
             "5",
             "--json",
