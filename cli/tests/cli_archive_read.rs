@@ -438,6 +438,27 @@ fn rare() -> cairn::Filter {
     }
 }
 
+/// The archive `arch` opened in place with its cache in `cache`, bounded
+/// to one byte (nothing kept: every read is a fetch the archive counts),
+/// and a read-only store over it.
+fn in_place(arch: &Path, cache: &Path) -> (ArchiveVfs, cairn::Store) {
+    let a = Archive::open(&url(arch)).unwrap();
+    let opts = InPlaceOptions::default().cache_dir(cache).cache_bytes(1);
+    let vfs = ArchiveVfs::open(a, &opts).unwrap();
+    let store = vfs.open_store().unwrap();
+    (vfs, store)
+}
+
+/// The bytes of the log files (segments, their sparse indexes, the
+/// tail's pieces) a manifest names.
+fn log_bytes(m: &cairn::replicate::Manifest) -> u64 {
+    m.files
+        .iter()
+        .filter(|f| f.path.starts_with("log/"))
+        .map(|f| f.len)
+        .sum()
+}
+
 /// Replicates the store of `ws` once to the archive `arch`.
 fn replicate_once(ws: &Path, arch: &Path) {
     let a = Archive::open(&url(arch)).unwrap();
@@ -475,12 +496,7 @@ fn a_session_query_in_place_reads_the_index_files_not_the_log() {
         .collect();
     assert_eq!(qix.len() as u64, sealed, "{:?}", m.files);
     assert_eq!(m.version, cairn::replicate::MANIFEST_VERSION);
-    let log_bytes: u64 = m
-        .files
-        .iter()
-        .filter(|f| f.path.starts_with("log/"))
-        .map(|f| f.len)
-        .sum();
+    let log_bytes = log_bytes(&m);
 
     let local = cairn::Store::builder()
         .workspace(ws)
@@ -491,12 +507,7 @@ fn a_session_query_in_place_reads_the_index_files_not_the_log() {
     assert_eq!(want, vec![5, 4, 3, 2, 1]);
 
     let cache = tempfile::tempdir().unwrap();
-    let a = Archive::open(&url(arch.path())).unwrap();
-    let opts = InPlaceOptions::default()
-        .cache_dir(cache.path())
-        .cache_bytes(1);
-    let vfs = ArchiveVfs::open(a, &opts).unwrap();
-    let store = vfs.open_store().unwrap();
+    let (vfs, store) = in_place(arch.path(), cache.path());
     assert_eq!(lsns(&store, &rare()), want);
     let read = vfs.archive().bytes_read();
     assert!(
@@ -532,12 +543,7 @@ fn the_newest_records_in_place_are_read_without_the_whole_log() {
     let arch = tempfile::tempdir().unwrap();
     replicate_once(ws, arch.path());
     let (_, m) = newest(arch.path());
-    let log_bytes: u64 = m
-        .files
-        .iter()
-        .filter(|f| f.path.starts_with("log/"))
-        .map(|f| f.len)
-        .sum();
+    let log_bytes = log_bytes(&m);
     let newest5 = cairn::Filter {
         newest_first: true,
         limit: Some(5),
@@ -552,12 +558,7 @@ fn the_newest_records_in_place_are_read_without_the_whole_log() {
     assert_eq!(want, vec![32_000, 31_999, 31_998, 31_997, 31_996]);
 
     let cache = tempfile::tempdir().unwrap();
-    let a = Archive::open(&url(arch.path())).unwrap();
-    let opts = InPlaceOptions::default()
-        .cache_dir(cache.path())
-        .cache_bytes(1);
-    let vfs = ArchiveVfs::open(a, &opts).unwrap();
-    let store = vfs.open_store().unwrap();
+    let (vfs, store) = in_place(arch.path(), cache.path());
     assert_eq!(lsns(&store, &newest5), want);
     let read = vfs.archive().bytes_read();
     assert!(
@@ -665,12 +666,7 @@ fn index_files_missing_from_the_store_are_built_and_shipped() {
         .map(|f| f.len)
         .unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let a = Archive::open(&url(arch.path())).unwrap();
-    let opts = InPlaceOptions::default()
-        .cache_dir(cache.path())
-        .cache_bytes(1);
-    let vfs = ArchiveVfs::open(a, &opts).unwrap();
-    let store = vfs.open_store().unwrap();
+    let (vfs, store) = in_place(arch.path(), cache.path());
     assert_eq!(lsns(&store, &rare()), vec![5, 4, 3, 2, 1]);
     let read = vfs.archive().bytes_read();
     assert!(
