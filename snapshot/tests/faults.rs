@@ -35,10 +35,11 @@ const MIN_STALL: Duration = Duration::from_millis(1);
 /// index, the moment), in the order written.
 type WriteLog = Arc<Mutex<Vec<(u8, usize, Instant)>>>;
 
-/// True if the file could have held `bytes` (the first `boundary` bytes of
-/// version `new`, the rest of the version before it) at a moment when the
-/// writer was stopped, for at least [`MIN_STALL`] within the checkpoint's
-/// span `[from, to]`, where the two versions meet. Such a file is what was
+/// True if the file could have held what a checkpoint stored (the first
+/// `boundary` bytes of version `new`, the rest of the version before it,
+/// each version named by its byte) at a moment when the writer was
+/// stopped, for at least [`MIN_STALL`] within the checkpoint's span
+/// `[from, to]`, where the two versions meet. Such a file is what was
 /// on disk while it was read, as any copy would have taken it; a mix read
 /// while the writer ran is not. The file holds that mix from the end of
 /// the write before the chunk where they meet (logged no earlier than the
