@@ -447,14 +447,9 @@ fn a_probe_maps_an_index_file_without_asking_if_it_exists() {
     assert_eq!(counting.0.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
-/// Regression (issue 33: `checkpoints --session S` and the last reset
-/// before a point probe every sealed segment's file for a key most lack,
-/// and each probe mapped the file, faulted in its front and unmapped it):
-/// a probe reads a file's front and maps it only to read postings; a
-/// probe for a key no file holds maps none, and one for keys some files
-/// hold finds them, as the scan does.
-#[test]
-fn a_probe_maps_no_index_file() {
+/// 400 records over three sessions, four kinds and five paths, one
+/// checkpoint at LSN 251: the log the probe tests cut into segments.
+fn probe_log() -> MemLog {
     let log = MemLog::new();
     for i in 0..400u64 {
         let kind = if i == 250 {
@@ -466,6 +461,18 @@ fn a_probe_maps_no_index_file() {
         e.path = Some(PATHS[(i % 5) as usize].into());
         log.append(e).unwrap();
     }
+    log
+}
+
+/// Regression (issue 33: `checkpoints --session S` and the last reset
+/// before a point probe every sealed segment's file for a key most lack,
+/// and each probe mapped the file, faulted in its front and unmapped it):
+/// a probe reads a file's front and maps it only to read postings; a
+/// probe for a key no file holds maps none, and one for keys some files
+/// hold finds them, as the scan does.
+#[test]
+fn a_probe_maps_no_index_file() {
+    let log = probe_log();
     let sp = spans(&log, &[50, 100, 150, 200, 300]);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("segments");
@@ -526,17 +533,7 @@ fn a_probe_maps_no_index_file() {
 /// and is rewritten; `cairn verify`'s check names it.
 #[test]
 fn the_summary_rules_out_files_without_opening_them() {
-    let log = MemLog::new();
-    for i in 0..400u64 {
-        let kind = if i == 250 {
-            EventKind::CheckpointCreate
-        } else {
-            KINDS[(i % 4) as usize]
-        };
-        let mut e = Event::new(kind, SESSIONS[(i % 3) as usize]);
-        e.path = Some(PATHS[(i % 5) as usize].into());
-        log.append(e).unwrap();
-    }
+    let log = probe_log();
     let sp = spans(&log, &[50, 100, 150, 200, 300]);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("segments");
