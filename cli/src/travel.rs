@@ -450,10 +450,7 @@ pub fn diff(
                 // Between the two points, in either order.
                 Ok((diffs, q.unrecorded_writes(la.min(lb), la.max(lb))?))
             })?;
-            let uncaptured = (
-                not_captured_at(&store, &pa)?,
-                not_captured_at(&store, &pb)?,
-            );
+            let uncaptured = (not_captured_at(&store, &pa)?, not_captured_at(&store, &pb)?);
             (diffs, unrecorded, uncaptured)
         }
     };
@@ -870,7 +867,9 @@ pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -
     // of the whole index, so both answers are of the same head.
     let (unrecorded, lines) = match store.cold_blame(p, path) {
         Some((unrecorded, lines)) => (unrecorded, Ok(lines)),
-        None => store.query(|q| Ok((q.unrecorded_write(q.resolve(p)?, path)?, q.blame(p, path))))?,
+        None => {
+            store.query(|q| Ok((q.unrecorded_write(q.resolve(p)?, path)?, q.blame(p, path))))?
+        }
     };
     let lines = lines
         .map_err(cairn::Error::Query)

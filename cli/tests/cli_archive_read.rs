@@ -923,7 +923,9 @@ fn tree_diff_and_blame_in_place_fetch_less_than_the_log() {
 
     let (vfs, _c) = open();
     let store = vfs.open_store().unwrap();
-    let t = store.cold_tree(cairn::Point::Head).expect("answered from the files");
+    let t = store
+        .cold_tree(cairn::Point::Head)
+        .expect("answered from the files");
     assert_eq!(t.tree, want_tree);
     let read = vfs.archive().bytes_read();
     assert!(

@@ -15,11 +15,11 @@ use cairn_query::index::seg::seg_index_name;
 use cairn_query::index::summary::{Summary, SUMMARY_FILE};
 use cairn_query::index::Index;
 use cairn_query::query::{ColdAnswer, ColdAt};
-use cairn_query::Query;
 use cairn_query::source::SnapshotManifests;
 use cairn_query::source::{MemLog, RecordSource};
 use cairn_query::Filter;
 use cairn_query::Point;
+use cairn_query::Query;
 use proptest::prelude::*;
 
 mod common;

@@ -703,7 +703,9 @@ impl<'a> ColdIndex<'a> {
                 "the whole workspace is no path a posting list holds".into(),
             ));
         }
-        Ok(self.newest(&[Cond::Under(p.to_string())], lo, hi)?.is_some())
+        Ok(self
+            .newest(&[Cond::Under(p.to_string())], lo, hi)?
+            .is_some())
     }
 
     /// Calls `f` with the LSNs in `lo..=hi` of a record of any of `kinds`,

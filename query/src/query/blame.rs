@@ -163,9 +163,7 @@ pub(crate) fn blame_at(v: &dyn BlameIndex, at: Lsn, path: &str) -> Result<Vec<Bl
         };
         let e = match cache.entry(l) {
             std::collections::hash_map::Entry::Occupied(o) => &o.into_mut().event,
-            std::collections::hash_map::Entry::Vacant(v2) => {
-                &v2.insert(v.records().read(l)?).event
-            }
+            std::collections::hash_map::Entry::Vacant(v2) => &v2.insert(v.records().read(l)?).event,
         };
         out.push(BlameLine {
             line_no: i + 1,
@@ -186,11 +184,7 @@ pub(crate) fn blame_at(v: &dyn BlameIndex, at: Lsn, path: &str) -> Result<Vec<Bl
 /// gone (see [`crate::renames`]). `None` also when the tree before `at` is
 /// past retention's horizon. Reads both whole trees, so it is asked only
 /// where a path appears at a reset.
-pub(crate) fn renamed_at_reset(
-    v: &dyn BlameIndex,
-    at: Lsn,
-    path: &str,
-) -> Result<Option<String>> {
+pub(crate) fn renamed_at_reset(v: &dyn BlameIndex, at: Lsn, path: &str) -> Result<Option<String>> {
     if at.0 <= 1 {
         return Ok(None);
     }

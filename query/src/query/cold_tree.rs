@@ -37,11 +37,9 @@ use crate::error::{QueryError, Result};
 use crate::index::Reset;
 use crate::point::Point;
 use crate::replay::{
-    apply_paths, history_only, in_scope, path_change, tree_change, PathChange, TreeChange,
-    TreeMut,
+    apply_paths, history_only, in_scope, path_change, tree_change, PathChange, TreeChange, TreeMut,
 };
 use crate::source::{BlobSource, Record, RecordSource, Tree, TreeEntry, MAX_SORTED_READ_BATCH};
-
 
 /// The kinds whose records can change the tree path by path (see
 /// [`crate::replay::file_changes`]): the only records between a reset and
@@ -378,7 +376,8 @@ impl ColdAt<'_> {
             pairs.push((p.clone(), ea, eb));
         }
         if whole {
-            let Some(changed) = self.changed_between(la, lb, &paths, &not_captured_a, &not_captured_b)?
+            let Some(changed) =
+                self.changed_between(la, lb, &paths, &not_captured_a, &not_captured_b)?
             else {
                 return Ok(None);
             };

@@ -221,11 +221,10 @@ pub(crate) fn file_diff(
         _ => DiffStatus::Modified,
     };
     let (mut unified, mut binary) = (None, false);
-    let too_large = [old, new].iter().flatten().any(|e| {
-        blobs
-            .len(&e.blob)
-            .is_some_and(|n| n > MAX_LINE_DIFF_BYTES)
-    });
+    let too_large = [old, new]
+        .iter()
+        .flatten()
+        .any(|e| blobs.len(&e.blob).is_some_and(|n| n > MAX_LINE_DIFF_BYTES));
     if old.map(|e| e.blob) != new.map(|e| e.blob) && !too_large {
         let ob = old
             .map(|e| blobs.get(&e.blob))
@@ -269,11 +268,7 @@ pub(crate) fn mark_renames(blobs: &dyn BlobSource, diffs: &mut [FileDiff]) -> Re
             .filter(move |d| d.status == status)
             .filter_map(|d| Some((d.path.as_str(), d.old.or(d.new)?)))
     };
-    let found = renames::pair(
-        ends(DiffStatus::Removed),
-        ends(DiffStatus::Added),
-        blobs,
-    );
+    let found = renames::pair(ends(DiffStatus::Removed), ends(DiffStatus::Added), blobs);
     // Each end by its path, so that a directory of thousands of files
     // moved is marked in one pass, not one pass per file.
     let at: HashMap<(&str, DiffStatus), usize> = diffs
