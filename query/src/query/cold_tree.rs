@@ -63,6 +63,9 @@ const RESET_KINDS: [EventKind; 2] = [EventKind::CheckpointCreate, EventKind::Rol
 /// (as [`MAX_SORTED_READ_BATCH`] bounds a scan's).
 const FOLD_BATCH: usize = MAX_SORTED_READ_BATCH;
 
+/// A path with its entries at a diff's two points.
+type PathPair = (String, Option<TreeEntry>, Option<TreeEntry>);
+
 /// What `cairn diff` prints, from the index files.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ColdDiff {
@@ -364,7 +367,7 @@ impl ColdAt<'_> {
         let (lo, hi) = (la.min(lb), la.max(lb));
         let not_captured_a = self.not_captured_at(la)?;
         let not_captured_b = self.not_captured_at(lb)?;
-        let mut pairs: Vec<(String, Option<TreeEntry>, Option<TreeEntry>)> = Vec::new();
+        let mut pairs: Vec<PathPair> = Vec::new();
         let mut whole = paths.is_empty();
         for p in &paths {
             let (ea, eb) = (self.entry_at(la, p)?, self.entry_at(lb, p)?);
@@ -411,7 +414,7 @@ impl ColdAt<'_> {
         paths: &[String],
         not_captured_a: &[NotCaptured],
         not_captured_b: &[NotCaptured],
-    ) -> Result<Option<Vec<(String, Option<TreeEntry>, Option<TreeEntry>)>>> {
+    ) -> Result<Option<Vec<PathPair>>> {
         let (lo, hi) = (la.min(lb), la.max(lb));
         let reset_between = self.last_reset(hi)?.is_some_and(|r| r.lsn > lo);
         let mut full: Option<(Tree, Tree)> = None;
