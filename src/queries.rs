@@ -289,6 +289,59 @@ impl Store {
         }
     }
 
+    /// What `cairn tree` prints at `p`, from the per-segment index files
+    /// by a process that has not loaded the query index: the last reset at
+    /// or before the point and the file records after it, never a replay
+    /// of the whole log ([`cairn_query::query::ColdAt::tree_point`]).
+    /// `None` when the index is loaded, when the files leave the question
+    /// to the whole index, or on any error: [`Store::query`] then answers,
+    /// and words the error.
+    pub fn cold_tree(&self, p: cairn_query::Point) -> Option<cairn_query::query::ColdTree> {
+        let manifests = SnapshotManifests(&*self.blobs);
+        self.with_cold(|cold, src| {
+            cairn_query::query::ColdAt::new(cold, src, &manifests).tree_point(p)
+        })
+        .ok()
+        .flatten()
+        .flatten()
+    }
+
+    /// What `cairn diff A B [-- PATH...]` prints, from the per-segment
+    /// index files ([`cairn_query::query::ColdAt::diff`]), as
+    /// [`Store::cold_tree`]: `None` leaves it to [`Store::query`].
+    pub fn cold_diff(
+        &self,
+        a: cairn_query::Point,
+        b: cairn_query::Point,
+        paths: &[String],
+    ) -> Option<cairn_query::query::ColdDiff> {
+        let manifests = SnapshotManifests(&*self.blobs);
+        self.with_cold(|cold, src| {
+            cairn_query::query::ColdAt::new(cold, src, &manifests).diff(&*self.blobs, a, b, paths)
+        })
+        .ok()
+        .flatten()
+        .flatten()
+    }
+
+    /// What `cairn blame POINT PATH` prints (the lines, and the record that
+    /// last wrote the file without its contents), from the per-segment
+    /// index files ([`cairn_query::query::ColdAt::blame`]), as
+    /// [`Store::cold_tree`]: `None` leaves it to [`Store::query`].
+    pub fn cold_blame(
+        &self,
+        p: cairn_query::Point,
+        path: &str,
+    ) -> Option<(Option<Record>, Vec<cairn_query::BlameLine>)> {
+        let manifests = SnapshotManifests(&*self.blobs);
+        self.with_cold(|cold, src| {
+            cairn_query::query::ColdAt::new(cold, src, &manifests).blame(&*self.blobs, p, path)
+        })
+        .ok()
+        .flatten()
+        .flatten()
+    }
+
     /// One session's checkpoints (every one with `None`), oldest first, as
     /// [`Store::checkpoints`] lists them. A process that has not loaded
     /// the query index reads a session's through [`Store::scan`]: the

@@ -299,11 +299,19 @@ pub fn tree(settings: &Settings, point: PointArg, json: bool) -> Result<ExitCode
     let (p, point) = (point.point, point.typed);
     let store = settings.open_read()?;
     note_time_points(settings, &store, &[p])?;
-    let (tree, unrecorded) = store.query(|q| {
-        let at = q.resolve(p)?;
-        Ok((q.tree_at(p)?, q.unrecorded_writes(Lsn(0), at)?))
-    })?;
-    let uncaptured = not_captured_at(&store, &p)?;
+    // From the per-segment index files when this process has not loaded
+    // the query index (the last reset and the file records after it),
+    // else from the whole index, which also words any error.
+    let (tree, unrecorded, uncaptured) = match store.cold_tree(p) {
+        Some(t) => (t.tree, t.unrecorded, t.not_captured),
+        None => {
+            let (tree, unrecorded) = store.query(|q| {
+                let at = q.resolve(p)?;
+                Ok((q.tree_at(p)?, q.unrecorded_writes(Lsn(0), at)?))
+            })?;
+            (tree, unrecorded, not_captured_at(&store, &p)?)
+        }
+    };
     let mut out = std::io::stdout().lock();
     write_tree(&mut out, &tree, json)?;
     if !json && tree.is_empty() && uncaptured.is_empty() && unrecorded.is_empty() {
@@ -431,19 +439,24 @@ pub fn diff(
         None => paths.to_vec(),
     };
     note_time_points(settings, &store, &[pa, pb])?;
-    let (diffs, unrecorded) = store.query(|q| {
-        let (la, lb) = (q.resolve(pa)?, q.resolve(pb)?);
-        let diffs = q.diff(pa, pb, &paths)?;
-        // Between the two points, in either order, within the filter.
-        let mut unrecorded = q.unrecorded_writes(la.min(lb), la.max(lb))?;
-        unrecorded.retain(|(path, _)| cairn::paths::in_scope(path, &paths));
-        Ok((diffs, unrecorded))
-    })?;
-    let view = DiffView::new(
-        (a, not_captured_at(&store, &pa)?),
-        (b, not_captured_at(&store, &pb)?),
-        &diffs,
-    );
+    // From the per-segment index files when this process has not loaded
+    // the query index, else from the whole index (which words any error).
+    let (diffs, mut unrecorded, uncaptured) = match store.cold_diff(pa, pb, &paths) {
+        Some(d) => (d.diffs, d.unrecorded, (d.not_captured_a, d.not_captured_b)),
+        None => {
+            let (diffs, unrecorded) = store.query(|q| {
+                let (la, lb) = (q.resolve(pa)?, q.resolve(pb)?);
+                let diffs = q.diff(pa, pb, &paths)?;
+                // Between the two points, in either order.
+                Ok((diffs, q.unrecorded_writes(la.min(lb), la.max(lb))?))
+            })?;
+            let uncaptured = (not_captured_at(&store, &pa)?, not_captured_at(&store, &pb)?);
+            (diffs, unrecorded, uncaptured)
+        }
+    };
+    // Within the filter.
+    unrecorded.retain(|(path, _)| cairn::paths::in_scope(path, &paths));
+    let view = DiffView::new((a, uncaptured.0), (b, uncaptured.1), &diffs);
     let st = Style::stdout();
     let mut out = std::io::stdout().lock();
     for d in &diffs {
@@ -849,9 +862,15 @@ pub fn blame(settings: &Settings, point: &str, path: Option<&str>, json: bool) -
     }
     let path = path.as_str();
     note_time_points(settings, &store, &[p])?;
-    // One query, so both answers are of the same head.
-    let (unrecorded, lines) =
-        store.query(|q| Ok((q.unrecorded_write(q.resolve(p)?, path)?, q.blame(p, path))))?;
+    // From the per-segment index files when this process has not loaded
+    // the query index; else (or on any error, which it words) one query
+    // of the whole index, so both answers are of the same head.
+    let (unrecorded, lines) = match store.cold_blame(p, path) {
+        Some((unrecorded, lines)) => (unrecorded, Ok(lines)),
+        None => {
+            store.query(|q| Ok((q.unrecorded_write(q.resolve(p)?, path)?, q.blame(p, path))))?
+        }
+    };
     let lines = lines
         .map_err(cairn::Error::Query)
         .with_context(|| match &unrecorded {

@@ -871,3 +871,124 @@ fn a_query_and_a_show_in_place_read_frames_by_range_not_whole_segments() {
         "the damage is named: {e}"
     );
 }
+
+/// `tree`, `diff` and `blame` in place read the per-segment index files,
+/// the last checkpoint's manifest and the few file records after it, not
+/// the log: a store whose files were captured in its first segment, then
+/// segments of prompts, then a write of one file and a checkpoint
+/// finding another. Each answer fetches less than a tenth of the log, and
+/// the command line in place prints what it prints on the local store.
+#[test]
+fn tree_diff_and_blame_in_place_fetch_less_than_the_log() {
+    let d = tempfile::tempdir().unwrap();
+    let ws = d.path();
+    std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
+    std::fs::write(ws.join("b.txt"), "kept\n").unwrap();
+    let s = cairn::Store::builder()
+        .workspace(ws)
+        .segment_size_bytes(SEG_BYTES)
+        .open()
+        .unwrap();
+    let first = s.session("rare").checkpoint("one").unwrap();
+    fill_segments(&s);
+    let sess = s.session("late");
+    sess.write_file("a.txt", b"one\ntwo\nthree\n").unwrap();
+    std::fs::write(ws.join("c.txt"), "found by the checkpoint\n").unwrap();
+    sess.checkpoint("two").unwrap();
+    sess.write_file("b.txt", b"kept\nand changed\n").unwrap();
+    let sealed = s.stats().log.sealed_segments;
+    s.close().unwrap();
+    assert!(sealed >= 5, "{sealed} sealed segments");
+    let arch = tempfile::tempdir().unwrap();
+    replicate_once(ws, arch.path());
+    let (_, m) = newest(arch.path());
+    let log_bytes = log_bytes(&m);
+    let c1 = format!("c{}", first.id.0 .0);
+    let u = url(arch.path());
+    let open = || {
+        let cache = tempfile::tempdir().unwrap();
+        let a = Archive::open(&u).unwrap();
+        let opts = InPlaceOptions::default()
+            .cache_dir(cache.path())
+            .cache_bytes(1);
+        (ArchiveVfs::open(a, &opts).unwrap(), cache)
+    };
+    let local = cairn::Store::builder()
+        .workspace(ws)
+        .read_only()
+        .open()
+        .unwrap();
+    let want_tree = local.query(|q| q.tree_at(cairn::Point::Head)).unwrap();
+    assert_eq!(want_tree.len(), 3, "{want_tree:?}");
+
+    let (vfs, _c) = open();
+    let store = vfs.open_store().unwrap();
+    let t = store
+        .cold_tree(cairn::Point::Head)
+        .expect("answered from the files");
+    assert_eq!(t.tree, want_tree);
+    let read = vfs.archive().bytes_read();
+    assert!(
+        read * 10 < log_bytes,
+        "tree read {read} bytes in {} requests, of a log of {log_bytes}",
+        vfs.archive().gets()
+    );
+
+    let (vfs, _c) = open();
+    let store = vfs.open_store().unwrap();
+    let c1p: cairn::Point = c1.parse().unwrap();
+    let got = store
+        .cold_diff(c1p, cairn::Point::Head, &[])
+        .expect("answered from the files");
+    let want = local
+        .query(|q| q.diff(c1p, cairn::Point::Head, &[]))
+        .unwrap();
+    assert_eq!(got.diffs, want);
+    assert_eq!(got.diffs.len(), 3, "{:?}", got.diffs);
+    let read = vfs.archive().bytes_read();
+    assert!(
+        read * 10 < log_bytes,
+        "diff read {read} bytes in {} requests, of a log of {log_bytes}",
+        vfs.archive().gets()
+    );
+
+    let (vfs, _c) = open();
+    let store = vfs.open_store().unwrap();
+    let (_, lines) = store
+        .cold_blame(cairn::Point::Head, "a.txt")
+        .expect("answered from the files");
+    assert_eq!(
+        lines,
+        local
+            .query(|q| q.blame(cairn::Point::Head, "a.txt"))
+            .unwrap()
+    );
+    assert_eq!(lines.len(), 3);
+    let read = vfs.archive().bytes_read();
+    assert!(
+        read * 10 < log_bytes,
+        "blame read {read} bytes in {} requests, of a log of {log_bytes}",
+        vfs.archive().gets()
+    );
+
+    // The command line in place prints what it prints on the store.
+    let cache = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    for args in [
+        &["tree", "head"][..],
+        &["tree", &c1, "--json"],
+        &["diff", &c1, "head"],
+        &["diff", "head", &c1, "--json", "--", "a.txt"],
+        &["blame", "head", "a.txt"],
+    ] {
+        let mut a = vec!["--store", u.as_str()];
+        a.extend_from_slice(args);
+        let remote = cairn_cached(elsewhere.path(), cache.path(), &a);
+        assert_eq!(remote.status.code(), Some(0), "{args:?}: {}", err(&remote));
+        assert_eq!(
+            String::from_utf8_lossy(&remote.stdout),
+            ok(&cairn(ws, args)),
+            "{args:?}"
+        );
+    }
+}

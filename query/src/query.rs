@@ -24,6 +24,7 @@ use crate::source::{BlobSource, ManifestSource, Record, RecordSource};
 mod at;
 mod blame;
 mod cold_at;
+mod cold_tree;
 mod diff;
 mod history;
 
@@ -33,6 +34,7 @@ pub use crate::lines::{
 };
 pub use blame::{BlameLine, MAX_BLAME_MOVES};
 pub use cold_at::{ColdAnswer, ColdAt};
+pub use cold_tree::{ColdDiff, ColdTree, TREE_KINDS};
 pub use diff::{DiffStatus, FileDiff, DIFF_CONTEXT_LINES};
 
 /// A node of the branch graph (a checkpoint or a rollback) as listed by

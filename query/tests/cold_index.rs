@@ -13,11 +13,13 @@ use cairn_engine::{RealVfs, Vfs};
 use cairn_query::index::cold::{ColdIndex, FileEvent};
 use cairn_query::index::seg::seg_index_name;
 use cairn_query::index::summary::{Summary, SUMMARY_FILE};
+use cairn_query::index::Index;
 use cairn_query::query::{ColdAnswer, ColdAt};
 use cairn_query::source::SnapshotManifests;
 use cairn_query::source::{MemLog, RecordSource};
 use cairn_query::Filter;
 use cairn_query::Point;
+use cairn_query::Query;
 use proptest::prelude::*;
 
 mod common;
@@ -212,6 +214,14 @@ proptest! {
             // Again, from the files the first pass wrote.
             let (got, _) = cold_t(&vfs, &dir, &log, &sp, &f, tail);
             prop_assert_eq!(&got, &want, "from the files, {:?}", f);
+        }
+        // Tree, diff and blame at random points, from the files the
+        // filters' passes wrote: as the whole index answers.
+        {
+            let head = log.head().unwrap().last_lsn.0;
+            let points: Vec<u64> = cuts.iter().map(|c| c % (head + 1)).chain([head]).collect();
+            let ix = ColdIndex::with_tail_reindex(&vfs, &dir, &log, &sp, true, tail).unwrap();
+            travel_as_the_whole_index(&log, &cairn_snapshot::MemBlobs::new(), &ix, &points, &PATHS);
         }
         // Records appended to the tail after its file was written: the
         // file covers a prefix, the rest is indexed in memory.
@@ -746,6 +756,111 @@ fn tail_file_covers_a_prefix_and_the_rest_is_folded() {
         matches!(ev.as_slice(), [FileEvent::Built(Lsn(1), _)]),
         "{ev:?}"
     );
+}
+
+/// `tree`, `diff` and `blame` from the index files ([`ColdAt`]) against
+/// the whole in-memory query index built from the log ([`Query`]), at
+/// each of `points` (and each pair of them for diff, over the whole tree,
+/// a directory, a file and a path that names nothing), for each of
+/// `paths`: the same answers and notes; where the whole index refuses,
+/// the files answer nothing (the caller asks the whole index, which words
+/// the refusal).
+fn travel_as_the_whole_index(
+    log: &MemLog,
+    blobs: &cairn_snapshot::MemBlobs,
+    ix: &ColdIndex<'_>,
+    points: &[u64],
+    paths: &[&str],
+) {
+    let manifests = SnapshotManifests(blobs);
+    let index = Index::build(log).unwrap();
+    let q = Query::new(log, blobs, &manifests, &index);
+    let at = ColdAt::new(ix, log, &manifests);
+    for &n in points {
+        let p = Point::Lsn(Lsn(n));
+        let t = at.tree_point(p).unwrap().expect("an LSN point resolves");
+        assert_eq!(t.at, Lsn(n));
+        assert_eq!(t.tree, q.tree_at(p).unwrap(), "tree at @{n}");
+        assert_eq!(
+            t.unrecorded,
+            q.unrecorded_writes(Lsn(0), Lsn(n)).unwrap(),
+            "unrecorded writes at @{n}"
+        );
+        assert_eq!(t.not_captured, q.not_captured_at(p).unwrap(), "@{n}");
+        for &m in points {
+            let pb = Point::Lsn(Lsn(m));
+            let (lo, hi) = (n.min(m), n.max(m));
+            let filters = [
+                vec![],
+                vec!["src/".to_string()],
+                vec![paths[0].to_string()],
+                vec!["nothing/here".to_string()],
+            ];
+            for filter in filters {
+                let want = q.diff(p, pb, &filter);
+                match (want, at.diff(blobs, p, pb, &filter).unwrap()) {
+                    (Ok(w), Some(g)) => {
+                        assert_eq!(g.diffs, w, "diff @{n} @{m} {filter:?}");
+                        assert_eq!(
+                            g.unrecorded,
+                            q.unrecorded_writes(Lsn(lo), Lsn(hi)).unwrap(),
+                            "unrecorded writes between @{n} and @{m}"
+                        );
+                        assert_eq!(g.not_captured_a, q.not_captured_at(p).unwrap());
+                        assert_eq!(g.not_captured_b, q.not_captured_at(pb).unwrap());
+                    }
+                    (Err(_), None) => {}
+                    (w, g) => panic!("diff @{n} @{m} {filter:?}: whole index {w:?}, files {g:?}"),
+                }
+            }
+        }
+        for path in paths {
+            let want = q.blame(p, path);
+            match at.blame(blobs, p, path) {
+                Ok(Some((unrecorded, lines))) => {
+                    assert_eq!(
+                        Some(lines),
+                        want.ok(),
+                        "blame {path} at @{n}: the files answered"
+                    );
+                    assert_eq!(
+                        unrecorded,
+                        q.unrecorded_write(Lsn(n), path).unwrap(),
+                        "{path} at @{n}"
+                    );
+                }
+                Ok(None) => panic!("blame {path} at @{n}: an LSN point resolves"),
+                Err(_) => assert!(want.is_err(), "blame {path} at @{n}: the files failed"),
+            }
+        }
+    }
+}
+
+/// `tree`, `diff` and `blame` from the index files at random points of
+/// scripted sessions (writes, moves, deletes, shell edits, `apply`
+/// records without contents, checkpoints, rollbacks whole and by path),
+/// on random segmentations, built and then read from the files: as the
+/// whole query index answers (see [`travel_as_the_whole_index`]).
+#[test]
+fn tree_diff_and_blame_at_random_points_equal_the_whole_index() {
+    for seed in [3u64, 11, 42, 77, 2026] {
+        let s = common::script(seed, 160);
+        let head = s.log.head().unwrap().last_lsn.0;
+        let mut rng = common::Rng(seed * 17 + 5);
+        let cuts: Vec<u64> = (0..1 + rng.below(4)).map(|_| rng.below(head + 1)).collect();
+        let sp = spans(&s.log, &cuts);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("segments");
+        let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+        let points: Vec<u64> = (0..5)
+            .map(|_| rng.below(head + 1))
+            .chain([0, head])
+            .collect();
+        for _pass in 0..2 {
+            let ix = ColdIndex::with_tail_reindex(&vfs, &dir, &s.log, &sp, true, 8).unwrap();
+            travel_as_the_whole_index(&s.log, &s.blobs, &ix, &points, &common::PATHS);
+        }
+    }
 }
 
 /// `show POINT:PATH` from the index files: a path's entry at every point

@@ -679,6 +679,69 @@ impl<'a> ColdIndex<'a> {
         self.walk(&conds, lo, hi, true, &|_| false, f).map(|_| ())
     }
 
+    /// Calls `f` with the LSNs in `lo..=hi` naming `path` itself, oldest
+    /// first, until it returns false.
+    pub fn naming(
+        &self,
+        path: &str,
+        lo: Lsn,
+        hi: Lsn,
+        f: &mut dyn FnMut(Lsn) -> Result<bool>,
+    ) -> Result<()> {
+        let conds = [Cond::Key(KeyTag::Path, path.to_string())];
+        if lo > hi {
+            return Ok(());
+        }
+        self.walk(&conds, lo, hi, false, &|_| false, f).map(|_| ())
+    }
+
+    /// True if a record in `lo..=hi` names `path` or a path under it.
+    pub fn names_under(&self, path: &str, lo: Lsn, hi: Lsn) -> Result<bool> {
+        let p = path.trim_end_matches('/');
+        if p.is_empty() {
+            return Err(QueryError::Invalid(
+                "the whole workspace is no path a posting list holds".into(),
+            ));
+        }
+        Ok(self
+            .newest(&[Cond::Under(p.to_string())], lo, hi)?
+            .is_some())
+    }
+
+    /// Calls `f` with the LSNs in `lo..=hi` of a record of any of `kinds`,
+    /// in LSN order, until it returns false: each part's lists merged, one
+    /// part at a time (so what is held is one segment's LSNs of them).
+    pub fn of_kinds(
+        &self,
+        kinds: &[EventKind],
+        lo: Lsn,
+        hi: Lsn,
+        f: &mut dyn FnMut(Lsn) -> Result<bool>,
+    ) -> Result<()> {
+        for (i, p) in self.parts.iter().enumerate() {
+            if p.last < lo || p.first > hi {
+                continue;
+            }
+            let range = (lo.max(p.first), hi.min(p.last));
+            let mut lsns = Vec::new();
+            for k in kinds {
+                let conds = [Cond::Key(KeyTag::Kind, k.name().to_string())];
+                self.walk_part(i, &conds, range, false, &|_| false, &mut |l| {
+                    lsns.push(l);
+                    Ok(true)
+                })?;
+            }
+            lsns.sort_unstable();
+            lsns.dedup();
+            for l in lsns {
+                if !f(l)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn newest(&self, conds: &[Cond], lo: Lsn, hi: Lsn) -> Result<Option<Lsn>> {
         let mut found = None;
         if lo <= hi {

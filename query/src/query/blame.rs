@@ -11,7 +11,7 @@ use crate::error::{QueryError, Result};
 use crate::lines::*;
 use crate::point::Point;
 use crate::replay::{path_change, PathChange};
-use crate::source::{Record, TreeEntry};
+use crate::source::{BlobSource, Record, RecordSource, Tree, TreeEntry};
 
 use super::*;
 
@@ -52,6 +52,69 @@ pub struct BlameLine {
 /// [`BlameLine::before_history`]): no record has LSN 0.
 const BEFORE_HISTORY: Lsn = Lsn(0);
 
+/// What a blame walk asks of an index: the in-memory query index
+/// answers it ([`Query`]), and so do the per-segment index files
+/// (through [`super::cold_tree`]), with the same walk over either.
+pub(crate) trait BlameIndex {
+    /// The log.
+    fn records(&self) -> &dyn RecordSource;
+    /// The blobs.
+    fn blobs(&self) -> &dyn BlobSource;
+    /// The LSNs of the records naming `path` at or before `at`, in order.
+    fn naming_to(&self, path: &str, at: Lsn) -> Result<Vec<Lsn>>;
+    /// The LSNs of the tree resets (checkpoints, rollbacks) at or before
+    /// `at`, in order.
+    fn resets_to(&self, at: Lsn) -> Result<Vec<Lsn>>;
+    /// The checkpoint the reset at `l` rolled back to, if it is a rollback.
+    fn rollback_target(&self, l: Lsn) -> Result<Option<Lsn>>;
+    /// `path`'s entry just after `at`.
+    fn entry_at(&self, at: Lsn, path: &str) -> Result<Option<TreeEntry>>;
+    /// The tree just after `at`.
+    fn tree_at(&self, at: Lsn) -> Result<Tree>;
+    /// True if `e` is a manifest retention gave up.
+    fn beyond_retention(&self, e: &QueryError) -> bool;
+    /// The error for `path`, which is no file at `at`.
+    fn not_a_file(&self, at: Lsn, path: &str) -> QueryError;
+}
+
+impl BlameIndex for Query<'_> {
+    fn records(&self) -> &dyn RecordSource {
+        self.src
+    }
+    fn blobs(&self) -> &dyn BlobSource {
+        self.blobs
+    }
+    fn naming_to(&self, path: &str, at: Lsn) -> Result<Vec<Lsn>> {
+        let lsns = self.index.path(path);
+        Ok(lsns[..lsns.partition_point(|l| *l <= at)].to_vec())
+    }
+    fn resets_to(&self, at: Lsn) -> Result<Vec<Lsn>> {
+        let r = self.index.resets();
+        Ok(r[..r.partition_point(|r| r.lsn <= at)]
+            .iter()
+            .map(|r| r.lsn)
+            .collect())
+    }
+    fn rollback_target(&self, l: Lsn) -> Result<Option<Lsn>> {
+        Ok(self.index.node(l).and_then(|n| {
+            let target = n.parent.filter(|t| *t < l)?;
+            (n.kind == EventKind::Rollback).then_some(target)
+        }))
+    }
+    fn entry_at(&self, at: Lsn, path: &str) -> Result<Option<TreeEntry>> {
+        Query::entry_at(self, at, path)
+    }
+    fn tree_at(&self, at: Lsn) -> Result<Tree> {
+        self.tree_at_lsn(at)
+    }
+    fn beyond_retention(&self, e: &QueryError) -> bool {
+        Query::beyond_retention(self, e)
+    }
+    fn not_a_file(&self, at: Lsn, path: &str) -> QueryError {
+        Query::not_a_file(self, at, path)
+    }
+}
+
 impl Query<'_> {
     /// For each line of `path` at a point, the record that last changed it.
     ///
@@ -67,42 +130,93 @@ impl Query<'_> {
     /// were there before history began: they are marked
     /// [`before_history`](BlameLine::before_history), with no model.
     pub fn blame(&self, p: Point, path: &str) -> Result<Vec<BlameLine>> {
-        let at = self.resolve(p)?;
-        let entry = self
-            .entry_at(at, path)?
-            .ok_or_else(|| self.not_a_file(at, path))?;
-        if is_binary(&self.blobs.get(&entry.blob)?) {
-            return Err(QueryError::Invalid(format!(
-                "`{path}` is binary at LSN {at}; blame needs text"
-            )));
-        }
-        let mut cuts = HashSet::new();
-        let (text, attr) = self.blame_attr(at, path, 0, &mut cuts)?;
-        let mut cache: HashMap<Lsn, Record> = HashMap::new();
-        let mut out = Vec::with_capacity(attr.len());
-        let first_capture = self.index.resets().first().map(|r| r.lsn);
-        for (i, (line, l)) in split_lines(&text).into_iter().zip(attr).enumerate() {
-            let before_history = l == BEFORE_HISTORY;
-            let l = match first_capture {
-                Some(first) if before_history => first,
-                _ => l,
-            };
-            let e = match cache.entry(l) {
-                std::collections::hash_map::Entry::Occupied(o) => &o.into_mut().event,
-                std::collections::hash_map::Entry::Vacant(v) => &v.insert(self.src.read(l)?).event,
-            };
-            out.push(BlameLine {
-                line_no: i + 1,
-                text: line_text(line).to_string(),
-                lsn: l,
-                session: e.session.clone(),
-                model: e.model.clone().filter(|_| !before_history),
-                kind: e.kind,
-                history_cut: cuts.contains(&l),
-                before_history,
-            });
-        }
-        Ok(out)
+        blame_at(self, self.resolve(p)?, path)
+    }
+}
+
+/// [`Query::blame`] of `path` just after `at`, through `v`.
+pub(crate) fn blame_at(v: &dyn BlameIndex, at: Lsn, path: &str) -> Result<Vec<BlameLine>> {
+    let entry = v
+        .entry_at(at, path)?
+        .ok_or_else(|| v.not_a_file(at, path))?;
+    if is_binary(&v.blobs().get(&entry.blob)?) {
+        return Err(QueryError::Invalid(format!(
+            "`{path}` is binary at LSN {at}; blame needs text"
+        )));
+    }
+    let w = Blamer {
+        v,
+        resets: v.resets_to(at)?,
+    };
+    let mut cuts = HashSet::new();
+    let (text, attr) = w.blame_attr(at, path, 0, &mut cuts)?;
+    let mut cache: HashMap<Lsn, Record> = HashMap::new();
+    let mut out = Vec::with_capacity(attr.len());
+    // The store's first capture: a line credited to before history has
+    // one at or before `at`.
+    let first_capture = w.resets.first().copied();
+    for (i, (line, l)) in split_lines(&text).into_iter().zip(attr).enumerate() {
+        let before_history = l == BEFORE_HISTORY;
+        let l = match first_capture {
+            Some(first) if before_history => first,
+            _ => l,
+        };
+        let e = match cache.entry(l) {
+            std::collections::hash_map::Entry::Occupied(o) => &o.into_mut().event,
+            std::collections::hash_map::Entry::Vacant(v2) => &v2.insert(v.records().read(l)?).event,
+        };
+        out.push(BlameLine {
+            line_no: i + 1,
+            text: line_text(line).to_string(),
+            lsn: l,
+            session: e.session.clone(),
+            model: e.model.clone().filter(|_| !before_history),
+            kind: e.kind,
+            history_cut: cuts.contains(&l),
+            before_history,
+        });
+    }
+    Ok(out)
+}
+
+/// The path `path` was renamed from at the reset (checkpoint or rollback)
+/// at `at`: `path` is new there and another path holding its contents is
+/// gone (see [`crate::renames`]). `None` also when the tree before `at` is
+/// past retention's horizon. Reads both whole trees, so it is asked only
+/// where a path appears at a reset.
+pub(crate) fn renamed_at_reset(v: &dyn BlameIndex, at: Lsn, path: &str) -> Result<Option<String>> {
+    if at.0 <= 1 {
+        return Ok(None);
+    }
+    let before = match v.tree_at(Lsn(at.0 - 1)) {
+        Ok(t) => t,
+        Err(e) if v.beyond_retention(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if before.contains_key(path) {
+        return Ok(None);
+    }
+    let after = v.tree_at(at)?;
+    if !after.contains_key(path) {
+        return Ok(None);
+    }
+    Ok(crate::renames::between(&before, &after, v.blobs())
+        .into_iter()
+        .find(|r| r.to == path)
+        .map(|r| r.from))
+}
+
+/// One blame: the index it asks and the resets up to its point.
+struct Blamer<'v> {
+    v: &'v dyn BlameIndex,
+    /// The LSNs of the resets at or before the point blamed, in order.
+    resets: Vec<Lsn>,
+}
+
+impl Blamer<'_> {
+    /// True if a tree reset is at `l`.
+    fn reset_here(&self, l: Lsn) -> bool {
+        self.resets.binary_search(&l).is_ok()
     }
 
     /// The text of `path` at `at` and, per line, the LSN that wrote it.
@@ -116,18 +230,13 @@ impl Query<'_> {
         depth: usize,
         cuts: &mut HashSet<Lsn>,
     ) -> Result<(String, Vec<Lsn>)> {
-        let points = self.blame_points(at, path);
-        let (rollback_to, mut at_target) = self.rollback_targets(&points);
+        let events = self.v.naming_to(path, at)?;
+        let points = self.blame_points(at, &events);
+        let (rollback_to, mut at_target) = self.rollback_targets(&points)?;
         let mut w = BlameWalk::default();
         let mut prev: Option<Lsn> = None;
-        let events = self.index.path(path);
         // The path's own records among the points, read in one walk.
-        let own: Vec<Lsn> = points
-            .iter()
-            .copied()
-            .filter(|l| events.binary_search(l).is_ok())
-            .collect();
-        let mut own_recs = self.read_all(&own)?.into_iter();
+        let mut own_recs = read_all(self.v.records(), &events)?.into_iter();
         for l in points {
             // What the walk holds now is the file at the previous point:
             // kept there for a later rollback to that point.
@@ -141,7 +250,7 @@ impl Query<'_> {
             } else {
                 None
             };
-            let reset_here = self.index.last_reset(l).is_some_and(|r| r.lsn == l);
+            let reset_here = self.reset_here(l);
             let change = rec.as_ref().filter(|_| !reset_here);
             let blob = match self.version_at(l, path, change)? {
                 Version::Blob(b) => b,
@@ -183,7 +292,7 @@ impl Query<'_> {
                 && was_absent
                 && restored.is_none()
                 && w.attr.is_empty()
-                && self.is_first_capture_of(l, events);
+                && self.is_first_capture_of(l, &events);
             w.take(new_text, if first_capture { BEFORE_HISTORY } else { l });
         }
         Ok((w.text, w.attr))
@@ -192,26 +301,15 @@ impl Query<'_> {
     /// True when `l` is the store's first capture of the workspace and no
     /// record among the path's `events` came before it.
     fn is_first_capture_of(&self, l: Lsn, events: &[Lsn]) -> bool {
-        events.first().is_none_or(|e| *e >= l)
-            && self.index.resets().first().is_some_and(|r| r.lsn == l)
+        events.first().is_none_or(|e| *e >= l) && self.resets.first() == Some(&l)
     }
 
-    /// The points blame takes versions of `path` at, up to `at`: each
-    /// record naming the path, and each checkpoint or rollback (which
-    /// capture edits no file event reported); sorted.
-    fn blame_points(&self, at: Lsn, path: &str) -> Vec<Lsn> {
-        let mut points: Vec<Lsn> = self
-            .index
-            .path(path)
-            .iter()
-            .copied()
-            .filter(|l| *l <= at)
-            .collect();
-        let mut r = self.index.last_reset(at);
-        while let Some(reset) = r {
-            points.push(reset.lsn);
-            r = self.index.last_reset(Lsn(reset.lsn.0 - 1));
-        }
+    /// The points blame takes versions of a path at, up to `at`: each
+    /// record naming the path (`events`), and each checkpoint or rollback
+    /// (which capture edits no file event reported); sorted.
+    fn blame_points(&self, at: Lsn, events: &[Lsn]) -> Vec<Lsn> {
+        let mut points: Vec<Lsn> = events.to_vec();
+        points.extend(self.resets.iter().copied().filter(|l| *l <= at));
         points.sort_unstable();
         points.dedup();
         points
@@ -223,20 +321,18 @@ impl Query<'_> {
     /// records that wrote them then: the text and attribution at each
     /// rollback's target (a checkpoint, so one of the points) are kept for
     /// it as the walk passes.
-    fn rollback_targets(&self, points: &[Lsn]) -> (HashMap<Lsn, Lsn>, AtTarget) {
-        let rollback_to: HashMap<Lsn, Lsn> = points
-            .iter()
-            .filter_map(|l| {
-                let n = self.index.node(*l)?;
-                let target = n.parent.filter(|t| *t < *l)?;
-                (n.kind == EventKind::Rollback).then_some((*l, target))
-            })
-            .collect();
+    fn rollback_targets(&self, points: &[Lsn]) -> Result<(HashMap<Lsn, Lsn>, AtTarget)> {
+        let mut rollback_to: HashMap<Lsn, Lsn> = HashMap::new();
+        for l in points.iter().copied().filter(|l| self.reset_here(*l)) {
+            if let Some(t) = self.v.rollback_target(l)? {
+                rollback_to.insert(l, t);
+            }
+        }
         let at_target = rollback_to
             .values()
             .map(|t| (*t, (String::new(), Vec::new())))
             .collect();
-        (rollback_to, at_target)
+        Ok((rollback_to, at_target))
     }
 
     /// The contents of `path` at `l`. A record that sets the path's
@@ -253,11 +349,11 @@ impl Query<'_> {
         };
         let found = match set_here {
             Some(b) => Ok(b.map(TreeEntry::file)),
-            None => self.entry_at(l, path),
+            None => self.v.entry_at(l, path),
         };
         match found {
             Ok(e) => Ok(Version::Blob(e.map(|e| e.blob))),
-            Err(e) if self.beyond_retention(&e) => Ok(Version::Cut),
+            Err(e) if self.v.beyond_retention(&e) => Ok(Version::Cut),
             Err(e) => Err(e),
         }
     }
@@ -268,7 +364,7 @@ impl Query<'_> {
         Ok(match blob {
             None => String::new(),
             Some(b) => {
-                let bytes = self.blobs.get(&b)?;
+                let bytes = self.v.blobs().get(&b)?;
                 if is_binary(&bytes) {
                     String::new()
                 } else {
@@ -291,10 +387,20 @@ impl Query<'_> {
     ) -> Result<Option<String>> {
         match rec.and_then(|r| path_change(&r.event, path)) {
             Some(PathChange::MoveIn { from, .. }) => Ok(Some(from.to_string())),
-            _ if found_here => self.renamed_at_reset(l, path),
+            _ if found_here => renamed_at_reset(self.v, l, path),
             _ => Ok(None),
         }
     }
+}
+
+/// The records at `lsns` (ascending), read in one walk.
+fn read_all(src: &dyn RecordSource, lsns: &[Lsn]) -> Result<Vec<Record>> {
+    let mut out = Vec::with_capacity(lsns.len());
+    src.read_sorted(lsns, &mut |r| {
+        out.push(r);
+        Ok(true)
+    })?;
+    Ok(out)
 }
 
 /// The text and attribution of a file at each rollback target, by target.

@@ -23,6 +23,7 @@ use crate::point::Point;
 use crate::replay::{history_only, path_change, rollback_scope, RollbackScope};
 use crate::source::{read_one, ManifestSource, Record, RecordSource, TreeEntry};
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 /// The kinds whose records can remove a path or move another onto it
 /// (see [`crate::replay::file_changes`]): once a path's newest contents
@@ -45,12 +46,15 @@ pub enum ColdAnswer {
 
 /// Point queries over the per-segment index files (see the module docs).
 pub struct ColdAt<'a> {
-    cold: &'a ColdIndex<'a>,
-    src: &'a dyn RecordSource,
-    manifests: &'a dyn ManifestSource,
+    pub(super) cold: &'a ColdIndex<'a>,
+    pub(super) src: &'a dyn RecordSource,
+    pub(super) manifests: &'a dyn ManifestSource,
     /// The last record read: the newest naming a path is read to see
     /// whether it wrote without contents, then again by the walk back.
     last: RefCell<Option<Record>>,
+    /// [`ColdAt::last_reset`]'s answers so far, by LSN asked: the walks
+    /// of many paths back from one point ask the same ones.
+    resets: RefCell<HashMap<Lsn, Option<Reset>>>,
 }
 
 impl<'a> ColdAt<'a> {
@@ -65,12 +69,13 @@ impl<'a> ColdAt<'a> {
             src,
             manifests,
             last: RefCell::new(None),
+            resets: RefCell::new(HashMap::new()),
         }
     }
 
     /// The record at `lsn`, read by [`read_one`] (no segment mapped for
     /// the few records a point query reads), the last one kept.
-    fn read(&self, lsn: Lsn) -> Result<Record> {
+    pub(super) fn read(&self, lsn: Lsn) -> Result<Record> {
         if let Some(r) = self.last.borrow().as_ref().filter(|r| r.lsn == lsn) {
             return Ok(r.clone());
         }
@@ -107,7 +112,7 @@ impl<'a> ColdAt<'a> {
     /// The manifest root of the checkpoint recorded at `lsn`, if the
     /// record there is one of this store (ok, with a tree), as the query
     /// index counts checkpoints.
-    fn checkpoint_root(&self, lsn: Lsn) -> Result<Option<BlobHash>> {
+    pub(super) fn checkpoint_root(&self, lsn: Lsn) -> Result<Option<BlobHash>> {
         if lsn.0 == 0 || lsn > self.cold.covered() {
             return Ok(None);
         }
@@ -119,7 +124,7 @@ impl<'a> ColdAt<'a> {
     /// The tree reset the record at `lsn` makes, if it makes one (as the
     /// query index folds them: a checkpoint with a tree, or an ok rollback
     /// to an earlier one).
-    fn reset_at(&self, lsn: Lsn) -> Result<Option<Reset>> {
+    pub(super) fn reset_at(&self, lsn: Lsn) -> Result<Option<Reset>> {
         let e = self.read(lsn)?.event;
         if !e.ok {
             return Ok(None);
@@ -144,6 +149,16 @@ impl<'a> ColdAt<'a> {
 
     /// The last tree reset at or before `at`.
     pub fn last_reset(&self, at: Lsn) -> Result<Option<Reset>> {
+        if let Some(r) = self.resets.borrow().get(&at) {
+            return Ok(r.clone());
+        }
+        let r = self.find_last_reset(at)?;
+        self.resets.borrow_mut().insert(at, r.clone());
+        Ok(r)
+    }
+
+    /// [`ColdAt::last_reset`], looked up.
+    fn find_last_reset(&self, at: Lsn) -> Result<Option<Reset>> {
         let mut hi = at;
         while hi.0 > 0 {
             let c = self

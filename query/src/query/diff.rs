@@ -13,7 +13,7 @@ use crate::lines::*;
 use crate::point::Point;
 use crate::renames::{self, Rename};
 use crate::replay::in_scope;
-use crate::source::TreeEntry;
+use crate::source::{BlobSource, TreeEntry};
 
 use super::*;
 
@@ -67,7 +67,7 @@ pub struct FileDiff {
 
 /// A path filter of [`Query::diff`], checked: workspace-relative as
 /// records name paths (a trailing `/` for a directory is allowed).
-fn diff_filter(p: &str) -> Result<String> {
+pub(crate) fn diff_filter(p: &str) -> Result<String> {
     let trimmed = p.trim_end_matches('/');
     if trimmed.is_empty() || !trimmed.split('/').all(cairn_snapshot::relpath::valid_name) {
         return Err(QueryError::Invalid(format!(
@@ -161,9 +161,9 @@ impl Query<'_> {
             if old == new {
                 continue;
             }
-            out.push(self.file_diff(path, old, new)?);
+            out.push(file_diff(self.blobs, path, old, new)?);
         }
-        self.mark_renames(&mut out)?;
+        mark_renames(self.blobs, &mut out)?;
         Ok(out)
     }
 
@@ -200,136 +200,110 @@ impl Query<'_> {
         Ok(())
     }
 
-    /// The diff of `path` from `old` to `new` (which differ): its status,
-    /// and its unified diff unless a side is binary or too large.
-    fn file_diff(
-        &self,
-        path: String,
-        old: Option<TreeEntry>,
-        new: Option<TreeEntry>,
-    ) -> Result<FileDiff> {
-        let status = match (&old, &new) {
-            (None, _) => DiffStatus::Added,
-            (_, None) => DiffStatus::Removed,
-            _ => DiffStatus::Modified,
-        };
-        let (mut unified, mut binary) = (None, false);
-        let too_large = [old, new].iter().flatten().any(|e| {
-            self.blobs
-                .len(&e.blob)
-                .is_some_and(|n| n > MAX_LINE_DIFF_BYTES)
-        });
-        if old.map(|e| e.blob) != new.map(|e| e.blob) && !too_large {
-            let ob = old
-                .map(|e| self.blobs.get(&e.blob))
-                .transpose()?
-                .unwrap_or_default();
-            let nb = new
-                .map(|e| self.blobs.get(&e.blob))
-                .transpose()?
-                .unwrap_or_default();
-            binary = is_binary(&ob) || is_binary(&nb);
-            if !binary {
-                let header = |side: Option<TreeEntry>, prefix: &str| match side {
-                    Some(_) => format!("{prefix}/{path}"),
-                    None => "/dev/null".into(),
-                };
-                unified = Some(unified_diff(&ob, &nb, &header(old, "a"), &header(new, "b")));
-            }
-        }
-        Ok(FileDiff {
-            path,
-            status,
-            unified,
-            binary,
-            too_large,
-            old,
-            new,
-            renamed_from: None,
-            renamed_to: None,
-            similarity: None,
-            rename_unified: None,
-        })
-    }
-
-    /// Pairs the removed and added paths of a diff that hold the same or
-    /// similar contents (see [`crate::renames`]) and marks both ends; a
-    /// similar pair's added end gets the diff from the old path's contents.
-    fn mark_renames(&self, diffs: &mut [FileDiff]) -> Result<()> {
-        let ends = |status: DiffStatus| {
-            diffs
-                .iter()
-                .filter(move |d| d.status == status)
-                .filter_map(|d| Some((d.path.as_str(), d.old.or(d.new)?)))
-        };
-        let found = renames::pair(
-            ends(DiffStatus::Removed),
-            ends(DiffStatus::Added),
-            self.blobs,
-        );
-        // Each end by its path, so that a directory of thousands of files
-        // moved is marked in one pass, not one pass per file.
-        let at: HashMap<(&str, DiffStatus), usize> = diffs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| ((d.path.as_str(), d.status), i))
-            .collect();
-        let marks: Vec<(usize, usize, Rename)> = found
-            .into_iter()
-            .filter_map(|r| {
-                let from = *at.get(&(r.from.as_str(), DiffStatus::Removed))?;
-                let to = *at.get(&(r.to.as_str(), DiffStatus::Added))?;
-                Some((from, to, r))
-            })
-            .collect();
-        for (from, to, r) in marks {
-            if r.similarity < 100 {
-                let (Some(old), Some(new)) = (diffs[from].old, diffs[to].new) else {
-                    continue;
-                };
-                let (ob, nb) = (self.blobs.get(&old.blob)?, self.blobs.get(&new.blob)?);
-                if !is_binary(&ob) && !is_binary(&nb) {
-                    diffs[to].rename_unified = Some(unified_diff(
-                        &ob,
-                        &nb,
-                        &format!("a/{}", r.from),
-                        &format!("b/{}", r.to),
-                    ));
-                }
-            }
-            for end in [from, to] {
-                diffs[end].similarity = Some(r.similarity);
-            }
-            diffs[from].renamed_to = Some(r.to);
-            diffs[to].renamed_from = Some(r.from);
-        }
-        Ok(())
-    }
-
     /// The path that `path` was renamed from at the reset (checkpoint or
-    /// rollback) at `at`: `path` is new there and another path holding its
-    /// contents is gone (see [`crate::renames`]). `None` also when the tree
-    /// before `at` is past retention's horizon. Reads both whole trees, so
-    /// it is asked only where a path appears at a reset.
+    /// rollback) at `at` (see [`super::blame::renamed_at_reset`]).
     pub(super) fn renamed_at_reset(&self, at: Lsn, path: &str) -> Result<Option<String>> {
-        if at.0 <= 1 {
-            return Ok(None);
-        }
-        let before = match self.tree_at_lsn(Lsn(at.0 - 1)) {
-            Ok(t) => t,
-            Err(e) if self.beyond_retention(&e) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        if before.contains_key(path) {
-            return Ok(None);
-        }
-        let after = self.tree_at_lsn(at)?;
-        if !after.contains_key(path) {
-            return Ok(None);
-        }
-        Ok(renames::between(&before, &after, self.blobs)
-            .into_iter()
-            .find(|r| r.to == path)
-            .map(|r| r.from))
+        super::blame::renamed_at_reset(self, at, path)
     }
+}
+
+/// The diff of `path` from `old` to `new` (which differ): its status,
+/// and its unified diff unless a side is binary or too large.
+pub(crate) fn file_diff(
+    blobs: &dyn BlobSource,
+    path: String,
+    old: Option<TreeEntry>,
+    new: Option<TreeEntry>,
+) -> Result<FileDiff> {
+    let status = match (&old, &new) {
+        (None, _) => DiffStatus::Added,
+        (_, None) => DiffStatus::Removed,
+        _ => DiffStatus::Modified,
+    };
+    let (mut unified, mut binary) = (None, false);
+    let too_large = [old, new]
+        .iter()
+        .flatten()
+        .any(|e| blobs.len(&e.blob).is_some_and(|n| n > MAX_LINE_DIFF_BYTES));
+    if old.map(|e| e.blob) != new.map(|e| e.blob) && !too_large {
+        let ob = old
+            .map(|e| blobs.get(&e.blob))
+            .transpose()?
+            .unwrap_or_default();
+        let nb = new
+            .map(|e| blobs.get(&e.blob))
+            .transpose()?
+            .unwrap_or_default();
+        binary = is_binary(&ob) || is_binary(&nb);
+        if !binary {
+            let header = |side: Option<TreeEntry>, prefix: &str| match side {
+                Some(_) => format!("{prefix}/{path}"),
+                None => "/dev/null".into(),
+            };
+            unified = Some(unified_diff(&ob, &nb, &header(old, "a"), &header(new, "b")));
+        }
+    }
+    Ok(FileDiff {
+        path,
+        status,
+        unified,
+        binary,
+        too_large,
+        old,
+        new,
+        renamed_from: None,
+        renamed_to: None,
+        similarity: None,
+        rename_unified: None,
+    })
+}
+
+/// Pairs the removed and added paths of a diff that hold the same or
+/// similar contents (see [`crate::renames`]) and marks both ends; a
+/// similar pair's added end gets the diff from the old path's contents.
+pub(crate) fn mark_renames(blobs: &dyn BlobSource, diffs: &mut [FileDiff]) -> Result<()> {
+    let ends = |status: DiffStatus| {
+        diffs
+            .iter()
+            .filter(move |d| d.status == status)
+            .filter_map(|d| Some((d.path.as_str(), d.old.or(d.new)?)))
+    };
+    let found = renames::pair(ends(DiffStatus::Removed), ends(DiffStatus::Added), blobs);
+    // Each end by its path, so that a directory of thousands of files
+    // moved is marked in one pass, not one pass per file.
+    let at: HashMap<(&str, DiffStatus), usize> = diffs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| ((d.path.as_str(), d.status), i))
+        .collect();
+    let marks: Vec<(usize, usize, Rename)> = found
+        .into_iter()
+        .filter_map(|r| {
+            let from = *at.get(&(r.from.as_str(), DiffStatus::Removed))?;
+            let to = *at.get(&(r.to.as_str(), DiffStatus::Added))?;
+            Some((from, to, r))
+        })
+        .collect();
+    for (from, to, r) in marks {
+        if r.similarity < 100 {
+            let (Some(old), Some(new)) = (diffs[from].old, diffs[to].new) else {
+                continue;
+            };
+            let (ob, nb) = (blobs.get(&old.blob)?, blobs.get(&new.blob)?);
+            if !is_binary(&ob) && !is_binary(&nb) {
+                diffs[to].rename_unified = Some(unified_diff(
+                    &ob,
+                    &nb,
+                    &format!("a/{}", r.from),
+                    &format!("b/{}", r.to),
+                ));
+            }
+        }
+        for end in [from, to] {
+            diffs[end].similarity = Some(r.similarity);
+        }
+        diffs[from].renamed_to = Some(r.to);
+        diffs[to].renamed_from = Some(r.from);
+    }
+    Ok(())
 }
