@@ -613,25 +613,32 @@ mod lazy_map_tests {
 
     /// A sealed segment whose size changed between a reader's open and its
     /// first read (sealed segments never change) is reported as damage
-    /// naming the file, not read.
+    /// naming the file, not read: opened one by one (no segment table),
+    /// or from the table (its file first opened by that read).
     #[test]
     fn a_sealed_segment_changed_after_open_is_damage() {
-        let tmp = tempfile::tempdir().unwrap();
-        log_of(tmp.path(), 300);
-        let r = LogReader::open(Arc::new(RealVfs), tmp.path()).unwrap();
-        let first = r.view.sealed[0].path.clone();
-        let mut bytes = std::fs::read(&first).unwrap();
-        bytes.extend_from_slice(&[0; 16]);
-        std::fs::write(&first, &bytes).unwrap();
-        match r.read(Lsn(1)).unwrap_err() {
-            EngineError::Corrupt { path, detail, .. } => {
-                assert_eq!(path, first);
-                assert!(
-                    detail.contains("changed while the log was open"),
-                    "{detail}"
-                );
+        for (table, says) in [
+            (false, "changed while the log was open"),
+            (true, "segment table"),
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            log_of(tmp.path(), 300);
+            if !table {
+                std::fs::remove_file(tmp.path().join(super::super::table::TABLE_FILE)).unwrap();
             }
-            e => panic!("{e}"),
+            let r = LogReader::open(Arc::new(RealVfs), tmp.path()).unwrap();
+            assert_eq!(r.view.sealed[0].data.is_from_table(), table);
+            let first = r.view.sealed[0].path.clone();
+            let mut bytes = std::fs::read(&first).unwrap();
+            bytes.extend_from_slice(&[0; 16]);
+            std::fs::write(&first, &bytes).unwrap();
+            match r.read(Lsn(1)).unwrap_err() {
+                EngineError::Corrupt { path, detail, .. } => {
+                    assert_eq!(path, first);
+                    assert!(detail.contains(says), "{detail}");
+                }
+                e => panic!("{e}"),
+            }
         }
     }
 }
