@@ -566,9 +566,21 @@ pub(crate) fn check(
     record: bool,
     rebind: bool,
 ) -> Result<Option<WorkspaceMismatch>> {
+    check_bound(store, workspace, bound_workspace(store), record, rebind)
+}
+
+/// [`check`] given what [`bound_workspace`] gave for `store` (read by the
+/// caller moments before).
+pub(crate) fn check_bound(
+    store: &Path,
+    workspace: &Path,
+    bound: Result<Option<PathBuf>>,
+    record: bool,
+    rebind: bool,
+) -> Result<Option<WorkspaceMismatch>> {
     // An untrusted or damaged binding stands until it is replaced: only
     // `rebind` (the user's own `init --rebind`) replaces it.
-    let bound = match bound_workspace(store) {
+    let bound = match bound {
         Ok(b) => b,
         Err(_) if rebind => None,
         Err(e) => return Err(e),
@@ -665,6 +677,32 @@ fn utf8(p: &Path) -> Result<&str> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A read-only open given the binding its caller read (the command
+    /// line reads it to find the workspace) takes that, and does not read
+    /// the file again: given as damaged, the workspace is unavailable with
+    /// that reason though the file is sound; given as read, it opens.
+    #[test]
+    fn a_read_only_open_takes_the_binding_it_is_given() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        crate::Store::builder().workspace(&ws).open().unwrap().close().unwrap();
+        let store = ws.join(".cairn");
+        let open = |read: std::result::Result<Option<PathBuf>, String>| {
+            crate::Store::builder()
+                .workspace(&ws)
+                .store_dir(&store)
+                .read_only()
+                .binding_read(read)
+                .open()
+                .unwrap()
+        };
+        let s = open(Err("given: damaged".into()));
+        assert_eq!(s.workspace_caches().unwrap_err().to_string(), "given: damaged");
+        let s = open(bound_workspace(&store).map_err(|e| e.to_string()));
+        assert!(s.workspace_caches().is_ok());
+    }
 
     /// One resolution of the store gives what `canonicalize` and the link
     /// check gave separately: for a plain store, a store under a linked
