@@ -687,7 +687,12 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let ws = tmp.path().join("ws");
         std::fs::create_dir_all(&ws).unwrap();
-        crate::Store::builder().workspace(&ws).open().unwrap().close().unwrap();
+        crate::Store::builder()
+            .workspace(&ws)
+            .open()
+            .unwrap()
+            .close()
+            .unwrap();
         let store = ws.join(".cairn");
         let open = |read: std::result::Result<Option<PathBuf>, String>| {
             crate::Store::builder()
@@ -699,7 +704,10 @@ mod tests {
                 .unwrap()
         };
         let s = open(Err("given: damaged".into()));
-        assert_eq!(s.workspace_caches().unwrap_err().to_string(), "given: damaged");
+        assert_eq!(
+            s.workspace_caches().unwrap_err().to_string(),
+            "given: damaged"
+        );
         let s = open(bound_workspace(&store).map_err(|e| e.to_string()));
         assert!(s.workspace_caches().is_ok());
     }
@@ -733,7 +741,10 @@ mod tests {
         }
         let cwd = std::env::current_dir().unwrap();
         let r = resolve(Path::new("Cargo.toml"));
-        assert_eq!(r.canonical.unwrap(), cwd.join("Cargo.toml").canonicalize().unwrap());
+        assert_eq!(
+            r.canonical.unwrap(),
+            cwd.join("Cargo.toml").canonicalize().unwrap()
+        );
     }
 
     #[test]

@@ -276,7 +276,11 @@ mod tests {
 
     /// How many of the reader's sealed segments came from the table.
     fn from_table(r: &LogReader) -> usize {
-        r.view.sealed.iter().filter(|s| s.data.is_from_table()).count()
+        r.view
+            .sealed
+            .iter()
+            .filter(|s| s.data.is_from_table())
+            .count()
     }
 
     fn all(r: &LogReader) -> Vec<Record> {
@@ -339,8 +343,19 @@ mod tests {
         let good = std::fs::read(&path).unwrap();
         let want = all(&reader(dir));
         let n = reader(dir).view.sealed.len();
-        let mut damaged = vec![good[..good.len() / 2].to_vec(), good[..good.len() - 1].to_vec()];
-        for at in [0, 9, 17, FIXED_LEN + 3, FIXED_LEN + 8 + 20, good.len() - 70, good.len() - 2] {
+        let mut damaged = vec![
+            good[..good.len() / 2].to_vec(),
+            good[..good.len() - 1].to_vec(),
+        ];
+        for at in [
+            0,
+            9,
+            17,
+            FIXED_LEN + 3,
+            FIXED_LEN + 8 + 20,
+            good.len() - 70,
+            good.len() - 2,
+        ] {
             let mut b = good.clone();
             b[at] ^= 0x10;
             damaged.push(b);
@@ -409,7 +424,11 @@ mod tests {
         let r = reader(&a);
         assert_eq!(from_table(&r), r.view.sealed.len());
         assert_eq!(r.read(Lsn(1)).unwrap(), ra.read(Lsn(1)).unwrap());
-        for e in [r.read(first).unwrap_err(), r.iter_from(Lsn(1)).find_map(|r| r.err()).unwrap(), r.verify().unwrap_err()] {
+        for e in [
+            r.read(first).unwrap_err(),
+            r.iter_from(Lsn(1)).find_map(|r| r.err()).unwrap(),
+            r.verify().unwrap_err(),
+        ] {
             match e {
                 EngineError::Corrupt { path, detail, .. } => {
                     assert_eq!(path, victim);
@@ -481,4 +500,3 @@ mod tests {
         assert_eq!(all(&r).len(), 300);
     }
 }
-
