@@ -444,8 +444,6 @@ mod tests {
         });
         assert_eq!(seen, vec![Lsn(1)]);
         // Cut short instead (a sealed segment never changes): the same.
-        let ra2 = reader(&a);
-        drop(ra2);
         let other = seg(&a, &ra, 2);
         let bytes = std::fs::read(&other).unwrap();
         std::fs::write(&other, &bytes[..bytes.len() - 10]).unwrap();
