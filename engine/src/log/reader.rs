@@ -94,7 +94,7 @@ impl LogReader {
         self.names = names;
         let segs = segments_in(&self.dir, &self.names);
         if self.view.sealed.is_empty() && self.view.tail.is_none() {
-            if let Some(taken) = self.from_table(&segs) {
+            if let Some(taken) = self.sealed_from_table(&segs) {
                 self.view.sealed = taken;
             }
         }
@@ -142,7 +142,7 @@ impl LogReader {
     /// listing's, in order) and they chain from the log's start as a full
     /// open requires; `None` otherwise, and the segments are opened one
     /// by one. Each is checked against its file when first read.
-    fn from_table(&self, segs: &[(Lsn, PathBuf)]) -> Option<Vec<Arc<Sealed>>> {
+    fn sealed_from_table(&self, segs: &[(Lsn, PathBuf)]) -> Option<Vec<Arc<Sealed>>> {
         if !self.names.iter().any(|n| n == super::table::TABLE_FILE) {
             return None;
         }
