@@ -107,14 +107,58 @@ impl BoundStore {
 /// clone or an archive and choose which store, and so which workspace,
 /// cairn acts on.
 pub fn store_link(store: &Path) -> Option<PathBuf> {
-    let name = store.file_name()?;
-    let parent = match store.parent()? {
-        p if p.as_os_str().is_empty() => Path::new("."),
+    resolve(store).link
+}
+
+/// The store directory `store`, resolved once: its canonical path and the
+/// link it is reached by (see [`store_link`]).
+struct Resolved {
+    /// What `store.canonicalize()` gives.
+    canonical: std::io::Result<PathBuf>,
+    /// The link the store is reached by, if its last component is one.
+    link: Option<PathBuf>,
+}
+
+/// Resolves `store` with one walk of its parent's path: the parent's
+/// canonical path joined with the store's name is the store's canonical
+/// path unless that name is itself a link (then it is resolved too). Each
+/// open resolved the same path three times over before (`readlink` of
+/// every ancestor each time: the binding's holder, the link check, the
+/// canonical store).
+fn resolve(store: &Path) -> Resolved {
+    let parent = match store.parent() {
+        Some(p) if p.as_os_str().is_empty() => Some(Path::new(".")),
         p => p,
     };
-    let at = parent.canonicalize().ok()?.join(name);
-    let meta = std::fs::symlink_metadata(&at).ok()?;
-    meta.file_type().is_symlink().then_some(at)
+    let (Some(name), Some(parent)) = (store.file_name(), parent) else {
+        return Resolved {
+            canonical: store.canonicalize(),
+            link: None,
+        };
+    };
+    let at = match parent.canonicalize() {
+        Ok(p) => p.join(name),
+        Err(e) => {
+            return Resolved {
+                canonical: Err(e),
+                link: None,
+            }
+        }
+    };
+    match std::fs::symlink_metadata(&at) {
+        Ok(m) if m.file_type().is_symlink() => Resolved {
+            canonical: at.canonicalize(),
+            link: Some(at),
+        },
+        Ok(_) => Resolved {
+            canonical: Ok(at),
+            link: None,
+        },
+        Err(e) => Resolved {
+            canonical: Err(e),
+            link: None,
+        },
+    }
 }
 
 /// A store directory reached through a symbolic link that its binding does
@@ -290,8 +334,16 @@ impl std::fmt::Display for WorkspaceMismatch {
 /// directory holding the store without proof that it was made for this
 /// store directory (see [`UntrustedBinding`]).
 pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
-    let at = BindingAt::of(store);
-    let link = store_link(store);
+    let resolved = resolve(store);
+    let at = BindingAt::of(store, resolved.canonical.as_ref().ok());
+    let link = resolved.link;
+    let canonical_store = || {
+        resolved
+            .canonical
+            .as_ref()
+            .map(PathBuf::clone)
+            .map_err(|e| Error::Other(format!("resolve {}: {e}", store.display())))
+    };
     let Some(file) = at.read()? else {
         return match link {
             None => Ok(None),
@@ -300,7 +352,7 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
             Some(link) => Err(Error::Other(
                 UntrustedLink {
                     link,
-                    store: canonical(store)?,
+                    store: canonical_store()?,
                     claimed: None,
                     why: "it has no binding file".to_string(),
                 }
@@ -308,7 +360,7 @@ pub fn bound_workspace(store: &Path) -> Result<Option<PathBuf>> {
             )),
         };
     };
-    let store = canonical(store)?;
+    let store = canonical_store()?;
     let claimed = match at.claimed_workspace(&file, &store)? {
         // The directory that holds the store: where it may act whatever
         // its binding says (reached through a link, the link must be
@@ -361,10 +413,11 @@ enum Claim {
 }
 
 impl<'s> BindingAt<'s> {
-    fn of(store: &'s Path) -> Self {
-        let holder = store
-            .canonicalize()
-            .unwrap_or_else(|_| store.to_path_buf())
+    /// The binding of `store`, whose canonical path is `canonical` (if it
+    /// could be resolved).
+    fn of(store: &'s Path, canonical: Option<&PathBuf>) -> Self {
+        let holder = canonical
+            .map_or(store, PathBuf::as_path)
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default();
@@ -513,9 +566,21 @@ pub(crate) fn check(
     record: bool,
     rebind: bool,
 ) -> Result<Option<WorkspaceMismatch>> {
+    check_bound(store, workspace, bound_workspace(store), record, rebind)
+}
+
+/// [`check`] given what [`bound_workspace`] gave for `store` (read by the
+/// caller moments before).
+pub(crate) fn check_bound(
+    store: &Path,
+    workspace: &Path,
+    bound: Result<Option<PathBuf>>,
+    record: bool,
+    rebind: bool,
+) -> Result<Option<WorkspaceMismatch>> {
     // An untrusted or damaged binding stands until it is replaced: only
     // `rebind` (the user's own `init --rebind`) replaces it.
-    let bound = match bound_workspace(store) {
+    let bound = match bound {
         Ok(b) => b,
         Err(_) if rebind => None,
         Err(e) => return Err(e),
@@ -612,6 +677,75 @@ fn utf8(p: &Path) -> Result<&str> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A read-only open given the binding its caller read (the command
+    /// line reads it to find the workspace) takes that, and does not read
+    /// the file again: given as damaged, the workspace is unavailable with
+    /// that reason though the file is sound; given as read, it opens.
+    #[test]
+    fn a_read_only_open_takes_the_binding_it_is_given() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        crate::Store::builder()
+            .workspace(&ws)
+            .open()
+            .unwrap()
+            .close()
+            .unwrap();
+        let store = ws.join(".cairn");
+        let open = |read: std::result::Result<Option<PathBuf>, String>| {
+            crate::Store::builder()
+                .workspace(&ws)
+                .store_dir(&store)
+                .read_only()
+                .binding_read(read)
+                .open()
+                .unwrap()
+        };
+        let s = open(Err("given: damaged".into()));
+        assert_eq!(
+            s.workspace_caches().unwrap_err().to_string(),
+            "given: damaged"
+        );
+        let s = open(bound_workspace(&store).map_err(|e| e.to_string()));
+        assert!(s.workspace_caches().is_ok());
+    }
+
+    /// One resolution of the store gives what `canonicalize` and the link
+    /// check gave separately: for a plain store, a store under a linked
+    /// directory, a store that is itself a link, a relative path, and a
+    /// path that does not exist.
+    #[test]
+    fn resolving_the_store_once_gives_its_canonical_path_and_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().canonicalize().unwrap();
+        std::fs::create_dir_all(top.join("real/ws/.cairn")).unwrap();
+        std::os::unix::fs::symlink(top.join("real"), top.join("via")).unwrap();
+        std::os::unix::fs::symlink(top.join("real/ws/.cairn"), top.join("real/ws/linked")).unwrap();
+        let cases = [
+            (top.join("real/ws/.cairn"), None),
+            (top.join("via/ws/.cairn"), None),
+            (top.join("via/ws/linked"), Some(top.join("real/ws/linked"))),
+            (top.join("via/ws/./.cairn"), None),
+            (top.join("real/ws/missing"), None),
+        ];
+        for (store, link) in cases {
+            let r = resolve(&store);
+            assert_eq!(r.link, link, "{}", store.display());
+            match (r.canonical, store.canonicalize()) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{}", store.display()),
+                (Err(_), Err(_)) => {}
+                (a, b) => panic!("{}: {a:?} against {b:?}", store.display()),
+            }
+        }
+        let cwd = std::env::current_dir().unwrap();
+        let r = resolve(Path::new("Cargo.toml"));
+        assert_eq!(
+            r.canonical.unwrap(),
+            cwd.join("Cargo.toml").canonicalize().unwrap()
+        );
+    }
 
     #[test]
     fn a_store_inside_its_workspace_follows_it_when_moved() {

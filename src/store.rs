@@ -45,6 +45,9 @@ pub struct StoreBuilder {
     vfs: Option<Arc<dyn Vfs>>,
     snapshot_cache_dir: Option<PathBuf>,
     rebind_workspace: bool,
+    /// The store's binding as the caller read it (see
+    /// [`StoreBuilder::binding_read`]).
+    binding_read: Option<std::result::Result<Option<PathBuf>, String>>,
 }
 
 impl std::fmt::Debug for StoreBuilder {
@@ -61,6 +64,7 @@ impl std::fmt::Debug for StoreBuilder {
             .field("custom_vfs", &self.vfs.is_some())
             .field("snapshot_cache_dir", &self.snapshot_cache_dir)
             .field("rebind_workspace", &self.rebind_workspace)
+            .field("binding_read", &self.binding_read)
             .finish()
     }
 }
@@ -82,6 +86,7 @@ impl Default for StoreBuilder {
             vfs: None,
             snapshot_cache_dir: None,
             rebind_workspace: false,
+            binding_read: None,
         }
     }
 }
@@ -203,6 +208,17 @@ impl StoreBuilder {
         self
     }
 
+    /// The store's workspace binding as the caller read it moments before
+    /// with [`crate::binding::bound_workspace`] (its result, an error as
+    /// its message): a read-only open then takes it instead of reading
+    /// and resolving the binding file again (the command line reads it to
+    /// find the workspace, and each read command paid for it twice). A
+    /// writable open reads it again: it may write it. Default: not given.
+    pub fn binding_read(mut self, read: std::result::Result<Option<PathBuf>, String>) -> Self {
+        self.binding_read = Some(read);
+        self
+    }
+
     /// Opens the store, creating it if needed.
     pub fn open(self) -> Result<Store> {
         if self.in_memory {
@@ -295,7 +311,17 @@ impl StoreBuilder {
             .snapshot_cache_dir
             .clone()
             .unwrap_or_else(|| root.join("snapshot"));
-        match crate::binding::check(root, w, false, false) {
+        let checked = match &self.binding_read {
+            Some(read) => crate::binding::check_bound(
+                root,
+                w,
+                read.clone().map_err(Error::Other),
+                false,
+                false,
+            ),
+            None => crate::binding::check(root, w, false, false),
+        };
+        match checked {
             Ok(m) => ws.mismatch = m.map(Box::new),
             Err(e) => ws.unavailable = Some(e.to_string()),
         }

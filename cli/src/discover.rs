@@ -19,6 +19,11 @@ pub struct Found {
     /// `Some(None)` when it can be trusted, else why not; so a command
     /// reads the binding file once to find the workspace and warn.
     pub binding: Option<Option<String>>,
+    /// What [`cairn::binding::bound_workspace`] gave, when [`find`] read
+    /// it (an error as its message): handed to the store's open
+    /// ([`cairn::StoreBuilder::binding_read`]) so a read-only open does
+    /// not read the binding file again.
+    pub bound: Option<std::result::Result<Option<PathBuf>, String>>,
 }
 
 impl Found {
@@ -82,18 +87,23 @@ pub fn find(store_flag: Option<&Path>, workspace_flag: Option<&Path>) -> Result<
             .map(Path::to_path_buf)
             .unwrap_or_else(|| cwd.clone())
     };
-    let (workspace, binding) = match workspace_flag {
-        Some(w) => (absolute(&cwd, w), None),
+    let (workspace, binding, bound) = match workspace_flag {
+        Some(w) => (absolute(&cwd, w), None, None),
         None => match cairn::binding::bound_workspace(&store) {
-            Ok(Some(w)) => (w, Some(None)),
-            Ok(None) => (holder(), Some(None)),
-            Err(e) => (holder(), Some(Some(e.to_string()))),
+            Ok(Some(w)) => (w.clone(), Some(None), Some(Ok(Some(w)))),
+            Ok(None) => (holder(), Some(None), Some(Ok(None))),
+            Err(e) => (
+                holder(),
+                Some(Some(e.to_string())),
+                Some(Err(e.to_string())),
+            ),
         },
     };
     Ok(Found {
         store,
         workspace,
         binding,
+        bound,
     })
 }
 

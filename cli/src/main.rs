@@ -479,10 +479,11 @@ impl Settings {
                 "warning: {e} (reading its records anyway; writing and rolling back are refused)"
             );
         }
-        let store = self
-            .builder(&found)
-            .read_only()
-            .save_index_read_only(true)
+        let mut b = self.builder(&found).read_only().save_index_read_only(true);
+        if let Some(read) = &found.bound {
+            b = b.binding_read(read.clone());
+        }
+        let store = b
             .open()
             .with_context(|| format!("open store {} read-only", found.store.display()))?;
         // Every read command says so when the log lost its newest records.

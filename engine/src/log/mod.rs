@@ -6,6 +6,7 @@
 //!   00000000000000000001.idx   its sparse index (LSN -> offset every 64 KiB; CRC; rebuilt if missing or stale)
 //!   00000000000000052817.seg   the tail segment: header | frames (appended to)
 //!   tail.state                 written by a clean close: lets the next open skip scanning the tail
+//!   segments.table             every sealed segment's length, header and footer: a reader's open reads it, not each segment (see `table`)
 //!   dict-XXXXXXXX.zstd         the zstd dictionary record bodies are compressed with (see `dict`)
 //! ```
 //!
@@ -29,6 +30,7 @@ mod salvage;
 mod scan;
 mod segment;
 mod sparse_index;
+mod table;
 mod verify;
 mod view;
 mod writer;

@@ -14,7 +14,8 @@ use super::dict::LogDicts;
 use super::recovery::looks_sealed;
 use super::scan::{find_next_valid, walk_chained};
 use super::segment::{
-    check_header, corrupt, list_segments, open_sealed_lazy, segments_in, sequence_gap,
+    check_header, corrupt, list_segments, open_sealed_from_table, open_sealed_lazy, segments_in,
+    sequence_gap, Sealed,
 };
 use super::sparse_index::SparseIndex;
 use super::view::{LogIter, Tail, TailDamage, View};
@@ -35,7 +36,7 @@ const DAMAGE_CONFIRM_PAUSE: std::time::Duration = std::time::Duration::from_mill
 pub struct LogReader {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
-    view: View,
+    pub(super) view: View,
     /// The log directory's file names as the last refresh listed them.
     names: Vec<String>,
     /// The last LSN of the `tail.state` read when the tail was first
@@ -92,6 +93,11 @@ impl LogReader {
     fn refresh_listed(&mut self, names: Vec<String>) -> Result<Head> {
         self.names = names;
         let segs = segments_in(&self.dir, &self.names);
+        if self.view.sealed.is_empty() && self.view.tail.is_none() {
+            if let Some(taken) = self.sealed_from_table(&segs) {
+                self.view.sealed = taken;
+            }
+        }
         self.extend_tail()?;
         let known = match (&self.view.tail, self.view.sealed.last()) {
             (Some(t), _) => Some(t.header.first_lsn),
@@ -128,6 +134,36 @@ impl LogReader {
             self.extend_tail()?;
         }
         Ok(self.view.head())
+    }
+
+    /// The sealed segments the log's segment table records (see
+    /// [`super::table`]), their files not opened, if the table is whole,
+    /// its segments are exactly the first of `segs` (the directory
+    /// listing's, in order) and they chain from the log's start as a full
+    /// open requires; `None` otherwise, and the segments are opened one
+    /// by one. Each is checked against its file when first read.
+    fn sealed_from_table(&self, segs: &[(Lsn, PathBuf)]) -> Option<Vec<Arc<Sealed>>> {
+        if !self.names.iter().any(|n| n == super::table::TABLE_FILE) {
+            return None;
+        }
+        let entries = super::table::load(&*self.vfs, &self.dir)?;
+        if entries.len() > segs.len()
+            || entries
+                .iter()
+                .zip(segs)
+                .any(|(e, (first, _))| e.header.first_lsn != *first)
+        {
+            return None;
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        let (mut expect, mut prev) = (Lsn::FIRST, ChainHash::ZERO);
+        for e in &entries {
+            let s = open_sealed_from_table(&self.vfs, &self.dir, e, expect, prev).ok()?;
+            expect = s.footer.last_lsn.next();
+            prev = s.footer.last_chain;
+            out.push(Arc::new(s));
+        }
+        Some(out)
     }
 
     /// Starts following a new tail segment; false if it is still being created.
@@ -577,25 +613,32 @@ mod lazy_map_tests {
 
     /// A sealed segment whose size changed between a reader's open and its
     /// first read (sealed segments never change) is reported as damage
-    /// naming the file, not read.
+    /// naming the file, not read: opened one by one (no segment table),
+    /// or from the table (its file first opened by that read).
     #[test]
     fn a_sealed_segment_changed_after_open_is_damage() {
-        let tmp = tempfile::tempdir().unwrap();
-        log_of(tmp.path(), 300);
-        let r = LogReader::open(Arc::new(RealVfs), tmp.path()).unwrap();
-        let first = r.view.sealed[0].path.clone();
-        let mut bytes = std::fs::read(&first).unwrap();
-        bytes.extend_from_slice(&[0; 16]);
-        std::fs::write(&first, &bytes).unwrap();
-        match r.read(Lsn(1)).unwrap_err() {
-            EngineError::Corrupt { path, detail, .. } => {
-                assert_eq!(path, first);
-                assert!(
-                    detail.contains("changed while the log was open"),
-                    "{detail}"
-                );
+        for (table, says) in [
+            (false, "changed while the log was open"),
+            (true, "segment table"),
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            log_of(tmp.path(), 300);
+            if !table {
+                std::fs::remove_file(tmp.path().join(super::super::table::TABLE_FILE)).unwrap();
             }
-            e => panic!("{e}"),
+            let r = LogReader::open(Arc::new(RealVfs), tmp.path()).unwrap();
+            assert_eq!(r.view.sealed[0].data.is_from_table(), table);
+            let first = r.view.sealed[0].path.clone();
+            let mut bytes = std::fs::read(&first).unwrap();
+            bytes.extend_from_slice(&[0; 16]);
+            std::fs::write(&first, &bytes).unwrap();
+            match r.read(Lsn(1)).unwrap_err() {
+                EngineError::Corrupt { path, detail, .. } => {
+                    assert_eq!(path, first);
+                    assert!(detail.contains(says), "{detail}");
+                }
+                e => panic!("{e}"),
+            }
         }
     }
 }

@@ -846,6 +846,10 @@ pub(crate) fn finish_pending(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
             .map_err(io("remove salvage marker", &marker))?;
         return vfs.sync_dir(dir).map_err(io("fsync log directory", dir));
     };
+    // New segments take the old ones' names: the segment table that
+    // describes the old ones goes first, or a reader could take it for
+    // theirs (it would fail on the first read, never read wrong records).
+    super::table::remove(vfs, dir).map_err(io("remove the segment table", dir))?;
     let new_path = |n: &str| dir.join(format!("{n}{NEW_SUFFIX}"));
     let damaged = dir.join(&plan.damaged);
     if plan.new.iter().all(|n| vfs.exists(&new_path(n))) {

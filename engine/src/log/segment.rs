@@ -162,8 +162,15 @@ pub(crate) struct SegmentData {
     /// to it by range instead of through a map of the whole file when the
     /// file system cannot map cheaply (see [`Vfs::maps_cheaply`]), and
     /// sparse reads of sorted LSNs go to it always (see
-    /// [`Sealed::sparse_file`]).
-    file: Option<Arc<dyn VfsFile>>,
+    /// [`Sealed::sparse_file`]). Set at open, or (a segment taken from the
+    /// segment table) by the first read, once its header and footer have
+    /// been checked against the table's.
+    file: std::sync::OnceLock<Arc<dyn VfsFile>>,
+    /// Whether the segment was taken from the log's segment table (see
+    /// [`super::table`]) without its file being opened: its header and
+    /// footer are then read and checked against the table's when it is
+    /// first read (see [`Sealed::checked_file`]).
+    from_table: bool,
     /// Whether every read goes to `file` (the file system cannot map
     /// cheaply).
     by_range: bool,
@@ -186,7 +193,8 @@ impl SegmentData {
             len: m.len() as u64,
             cell: std::sync::OnceLock::from(m),
             vfs: None,
-            file: None,
+            file: std::sync::OnceLock::new(),
+            from_table: false,
             by_range: false,
         }
     }
@@ -197,6 +205,18 @@ impl SegmentData {
         self.cell.get().is_some()
     }
 
+    /// Whether the segment was taken from the segment table.
+    #[cfg(test)]
+    pub(crate) fn is_from_table(&self) -> bool {
+        self.from_table
+    }
+
+    /// Whether its file is open (at open, or by a read since).
+    #[cfg(test)]
+    pub(crate) fn is_open(&self) -> bool {
+        self.file.get().is_some()
+    }
+
     /// A file of `len` bytes, mapped from `vfs` on first use; read by
     /// range through `file` instead when `vfs` cannot map cheaply.
     fn lazy(vfs: Arc<dyn Vfs>, len: u64, file: Arc<dyn VfsFile>) -> SegmentData {
@@ -205,7 +225,23 @@ impl SegmentData {
             len,
             cell: std::sync::OnceLock::new(),
             vfs: Some(vfs),
-            file: Some(file),
+            file: std::sync::OnceLock::from(file),
+            from_table: false,
+            by_range,
+        }
+    }
+
+    /// A file of `len` bytes known from the segment table, not opened
+    /// yet: opened and checked by its first read (see
+    /// [`Sealed::checked_file`]), then as [`SegmentData::lazy`].
+    fn deferred(vfs: Arc<dyn Vfs>, len: u64) -> SegmentData {
+        let by_range = !vfs.maps_cheaply();
+        SegmentData {
+            len,
+            cell: std::sync::OnceLock::new(),
+            vfs: Some(vfs),
+            file: std::sync::OnceLock::new(),
+            from_table: true,
             by_range,
         }
     }
@@ -259,6 +295,10 @@ impl Sealed {
         if let Some(m) = self.data.cell.get() {
             return Ok(m);
         }
+        if self.data.from_table {
+            // The table's word is checked before any byte is read.
+            self.checked_file()?;
+        }
         let Some(vfs) = &self.data.vfs else {
             // Mapped at open: the cell is set. Unreachable, but an error
             // names the file rather than a panic.
@@ -294,7 +334,8 @@ impl Sealed {
     pub fn range_file(&self) -> Option<&Arc<dyn VfsFile>> {
         match self.data.cell.get() {
             Some(_) => None,
-            None => self.data.file.as_ref().filter(|_| self.data.by_range),
+            None if self.data.by_range => self.file(),
+            None => None,
         }
     }
 
@@ -307,8 +348,83 @@ impl Sealed {
     pub fn sparse_file(&self) -> Option<&Arc<dyn VfsFile>> {
         match self.data.cell.get() {
             Some(_) => None,
-            None => self.data.file.as_ref(),
+            None => self.file(),
         }
+    }
+
+    /// The open file, if there is one or (a segment taken from the
+    /// segment table) it opens and passes the checks of
+    /// [`Sealed::checked_file`]. `None` otherwise: the caller then reads
+    /// through [`Sealed::data`], which gives the error.
+    fn file(&self) -> Option<&Arc<dyn VfsFile>> {
+        match self.data.file.get() {
+            Some(f) => Some(f),
+            None if self.data.from_table => self.checked_file().ok(),
+            None => None,
+        }
+    }
+
+    /// The segment's file, opened, for a segment taken from the log's
+    /// segment table: its length, header and footer are read and checked
+    /// (as a full open checks them: valid, the name's first LSN, a footer
+    /// that agrees with it) and must equal what the table recorded, else
+    /// an error names the file: a segment replaced, cut or rewritten
+    /// behind the table is never read on the table's word. Done once;
+    /// later calls return the same file.
+    pub(crate) fn checked_file(&self) -> Result<&Arc<dyn VfsFile>> {
+        if let Some(f) = self.data.file.get() {
+            return Ok(f);
+        }
+        let Some(vfs) = &self.data.vfs else {
+            return Err(EngineError::io(
+                "open log segment",
+                &self.path,
+                std::io::Error::other("the segment has no file system to open it from"),
+            ));
+        };
+        let path = &self.path;
+        let io = |e| EngineError::io("read log segment", path, e);
+        let f = vfs.open(path, OpenMode::Read).map_err(io)?;
+        let len = f.len().map_err(io)?;
+        let (head, last) = read_ends(&*f, len).map_err(io)?;
+        let first = self.header.first_lsn;
+        let (header, footer) = check_sealed(path, &head, &last, len, first, self.header.prev_chain)
+            .map_err(|e| match e {
+                EngineError::Corrupt {
+                    path,
+                    offset,
+                    lsn,
+                    detail,
+                } => EngineError::Corrupt {
+                    path,
+                    offset,
+                    lsn,
+                    detail: format!(
+                        "{detail} (the log's segment table ({}) recorded a valid segment here: \
+                         it was replaced or rewritten behind the table)",
+                        super::table::TABLE_FILE
+                    ),
+                },
+                e => e,
+            })?;
+        if len != self.data.len || header != self.header || footer != self.footer {
+            return Err(corrupt(
+                path,
+                0,
+                Some(first),
+                format!(
+                    "segment is not the one the log's segment table ({}) records: the table \
+                     says {} bytes ending at LSN {}, the file has {len} bytes ending at LSN {} \
+                     (it was replaced or rewritten behind the table; `cairn verify` checks \
+                     every segment, and the next writable open rewrites the table)",
+                    super::table::TABLE_FILE,
+                    self.data.len,
+                    self.footer.last_lsn,
+                    footer.last_lsn,
+                ),
+            ));
+        }
+        Ok(self.data.file.get_or_init(|| f))
     }
 
     /// Offset just past the last frame (where the footer starts).
@@ -378,21 +494,58 @@ pub(crate) fn open_sealed_lazy(
     let io = |e| EngineError::io("read log segment", path, e);
     let f = vfs.open(path, OpenMode::Read).map_err(io)?;
     let len = f.len().map_err(io)?;
-    // What the checks read of a whole file: its header and its footer.
-    let mut head = vec![0u8; len.min(SEGMENT_HEADER_LEN as u64) as usize];
-    f.read_exact_at(&mut head, 0).map_err(io)?;
-    let mut last = Vec::new();
-    if len >= (SEGMENT_HEADER_LEN + SEGMENT_FOOTER_LEN) as u64 {
-        last.resize(SEGMENT_FOOTER_LEN, 0);
-        f.read_exact_at(&mut last, len - SEGMENT_FOOTER_LEN as u64)
-            .map_err(io)?;
-    }
+    let (head, last) = read_ends(&*f, len).map_err(io)?;
     let (header, footer) = check_sealed(path, &head, &last, len, first, prev_chain)?;
     Ok(Sealed {
         path: path.to_path_buf(),
         header,
         footer,
         data: SegmentData::lazy(vfs.clone(), len, f),
+        index: SealedIndex::lazy(vfs.clone()),
+    })
+}
+
+/// What the checks of a sealed segment read of a file of `len` bytes: its
+/// header (fewer bytes if the file is shorter) and its footer (none if
+/// the file cannot hold a header and a footer).
+fn read_ends(f: &dyn VfsFile, len: u64) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    let mut head = vec![0u8; len.min(SEGMENT_HEADER_LEN as u64) as usize];
+    f.read_exact_at(&mut head, 0)?;
+    let mut last = Vec::new();
+    if len >= (SEGMENT_HEADER_LEN + SEGMENT_FOOTER_LEN) as u64 {
+        last.resize(SEGMENT_FOOTER_LEN, 0);
+        f.read_exact_at(&mut last, len - SEGMENT_FOOTER_LEN as u64)?;
+    }
+    Ok((head, last))
+}
+
+/// A sealed segment of the log in `dir` as the segment table recorded it
+/// (`entry`), its file not opened: the table's header and footer are
+/// checked as a full open checks the file's (against the LSN `first` the
+/// log continues at and the chain value `prev_chain` before it), and the
+/// file is opened and its own header and footer checked against the
+/// table's when it is first read (see [`Sealed::checked_file`]).
+pub(crate) fn open_sealed_from_table(
+    vfs: &Arc<dyn Vfs>,
+    dir: &Path,
+    entry: &super::table::TableEntry,
+    first: Lsn,
+    prev_chain: ChainHash,
+) -> Result<Sealed> {
+    let path = dir.join(segment_name(entry.header.first_lsn));
+    let (header, footer) = check_sealed(
+        &path,
+        &entry.header.encode(),
+        &entry.footer.encode(),
+        entry.len,
+        first,
+        prev_chain,
+    )?;
+    Ok(Sealed {
+        path,
+        header,
+        footer,
+        data: SegmentData::deferred(vfs.clone(), entry.len),
         index: SealedIndex::lazy(vfs.clone()),
     })
 }

@@ -359,6 +359,9 @@ impl Log {
             ));
         }
         let (sealed, tail) = recovery::open_for_write(&*vfs, dir)?;
+        // Every sealed segment was just checked: the table readers open
+        // by describes them exactly from here on.
+        super::table::save(&*vfs, dir, &sealed);
         let dicts = LogDicts::load(vfs.clone(), dir, true)?;
         let view = recovery::initial_view(sealed, &tail, dicts.clone());
         let head = tail.head;
@@ -992,6 +995,13 @@ impl Inner {
                 index: SparseIndex::default(),
                 damage: None,
             });
+        }
+        // The segment table names the newly sealed segment too (readers
+        // take the table only as far as the directory listing matches it,
+        // so the moment before this lands is only a slower open).
+        {
+            let v = self.view.read();
+            super::table::save(&*self.vfs, &self.dir, &v.sealed);
         }
         {
             let _s = self.sync.lock();
