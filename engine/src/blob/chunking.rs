@@ -89,9 +89,41 @@ pub fn cut_points(data: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
 }
 
 /// A streaming chunker over a reader: yields each chunk's bytes, holding at
-/// most [`CHUNK_MAX_BYTES`] of input plus the chunk being returned.
+/// most [`CHUNK_MAX_BYTES`] of input plus the chunk being returned. It copies
+/// every byte several times (into its buffer, into each chunk, and the rest
+/// of its buffer forward); the blob store's own streaming put cuts segments
+/// in place with [`final_cuts`] instead, to the same cut points.
 pub fn stream_chunks<R: std::io::Read>(r: R) -> fastcdc::v2020::StreamCDC<R> {
     fastcdc::v2020::StreamCDC::new(r, CHUNK_MIN_BYTES, CHUNK_AVG_BYTES, CHUNK_MAX_BYTES)
+}
+
+/// The cut points of a segment of a stream that are final: `buf` holds the
+/// stream's bytes from the start of a chunk on, `eof` says whether the
+/// stream ends with them. Appends `(offset, length)` of each chunk that no
+/// later byte can change to `out` and returns where the unfinished rest
+/// begins (the caller carries `buf[returned..]` into its next segment).
+///
+/// A cut is final once at least [`CHUNK_MAX_BYTES`] follow the chunk's
+/// start (FastCDC looks no further than that) or the stream has ended, so
+/// the cut points of a stream fed through this, segment by segment, are
+/// the ones [`cut_points`] gives for the whole stream at once, whatever
+/// the segments' sizes.
+pub fn final_cuts(buf: &[u8], eof: bool, out: &mut Vec<(usize, usize)>) -> usize {
+    let cdc = fastcdc::v2020::FastCDC::new(buf, CHUNK_MIN_BYTES, CHUNK_AVG_BYTES, CHUNK_MAX_BYTES);
+    let mut start = 0;
+    while start < buf.len() {
+        let left = buf.len() - start;
+        if !eof && left < CHUNK_MAX_BYTES as usize {
+            break;
+        }
+        let (_, end) = cdc.cut(start, left);
+        if end <= start {
+            break;
+        }
+        out.push((start, end - start));
+        start = end;
+    }
+    start
 }
 
 #[cfg(test)]
@@ -165,5 +197,58 @@ mod tests {
             })
             .collect();
         assert_eq!(streamed, cuts);
+    }
+
+    /// Cuts `data` the way the blob store's streaming put does: segments of
+    /// `step` new bytes each, the unfinished rest carried into the next.
+    fn cuts_by_segments(data: &[u8], step: usize) -> Vec<(usize, usize)> {
+        let mut cuts = Vec::new();
+        let mut base = 0;
+        let mut end = 0;
+        loop {
+            end = (end + step).min(data.len());
+            let eof = end == data.len();
+            let mut seg = Vec::new();
+            let done = final_cuts(&data[base..end], eof, &mut seg);
+            cuts.extend(seg.iter().map(|&(o, l)| (base + o, l)));
+            base += done;
+            if eof {
+                assert_eq!(base, data.len());
+                return cuts;
+            }
+        }
+    }
+
+    #[test]
+    fn final_cuts_by_segments_are_the_cut_points_of_the_whole() {
+        let mut data = vec![0u8; 13 << 20];
+        let mut x = 11u64;
+        for b in &mut data[..5 << 20] {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = (x >> 24) as u8;
+        }
+        // Zeros from 5 MiB to 9 MiB + 7 (cut at the maximum), then noise.
+        for b in &mut data[(9 << 20) + 7..] {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = (x >> 24) as u8;
+        }
+        let whole: Vec<_> = cut_points(&data).collect();
+        assert!(whole.iter().any(|&(_, l)| l == CHUNK_MAX_BYTES as usize));
+        for step in [1 << 20, (4 << 20) - 1, 4 << 20, (8 << 20) + 13, 32 << 20] {
+            assert_eq!(cuts_by_segments(&data, step), whole, "segments of {step}");
+        }
+        // A stream shorter than the smallest chunk is one chunk.
+        let mut out = Vec::new();
+        assert_eq!(final_cuts(&data[..1000], true, &mut out), 1000);
+        assert_eq!(out, vec![(0, 1000)]);
+        // Nothing is final before the maximum chunk size is in hand.
+        out.clear();
+        let short = (CHUNK_MAX_BYTES - 1) as usize;
+        assert_eq!(final_cuts(&data[..short], false, &mut out), 0);
+        assert!(out.is_empty());
     }
 }
