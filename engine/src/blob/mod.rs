@@ -265,7 +265,7 @@ impl BlobStore {
     /// chunking threshold, `head` its first bytes. Two threads share the
     /// work, so the second core is used: this one reads the input in
     /// segments of [`STREAM_SEGMENT_BYTES`] and finds each segment's cut
-    /// points in place ([`chunking::final_cuts`], the cut points FastCDC
+    /// points in place ([`chunking::Cutter`], the cut points FastCDC
     /// gives the whole stream); a helper thread hashes the whole blob and
     /// each chunk and stores the chunks (compressing only those not already
     /// stored). The bytes are copied once, from the reader into a segment
@@ -304,6 +304,7 @@ impl BlobStore {
     ) -> Result<()> {
         let mut buf = vec![0u8; cap];
         let mut made = 1;
+        let mut cutter = chunking::Cutter::new();
         buf[..head.len()].copy_from_slice(&head);
         let mut len = head.len();
         let mut new_from = 0;
@@ -321,7 +322,7 @@ impl BlobStore {
                 }
             }
             let mut cuts = Vec::new();
-            let done = chunking::final_cuts(&buf[..len], eof, &mut cuts);
+            let done = cutter.cut(&buf[..len], eof, &mut cuts);
             let mut next = match spares.try_recv() {
                 Ok(b) => b,
                 Err(_) if made < MAX_STREAM_SEGMENTS => {
