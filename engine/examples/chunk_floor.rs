@@ -6,14 +6,15 @@
 //!
 //! Prints, each on its own line: the read alone (into a 1 MiB buffer),
 //! one blake3 pass (the whole file's name), the FastCDC cut points alone,
-//! and blake3 of every chunk (the chunks' names). With `b3` it makes only
+//! cairn's own cutter to the same cut points, and blake3 of every chunk
+//! (the chunks' names). With `b3` it makes only
 //! the blake3 pass, read in 1 MiB blocks on one thread, and prints the
 //! hash: the floor a paired timer runs against a checkpoint.
 
 use std::io::Read;
 use std::time::Instant;
 
-use cairn_engine::blob::chunking::cut_points;
+use cairn_engine::blob::chunking::{cut_points, Cutter};
 
 fn main() -> std::io::Result<()> {
     let path = std::env::args()
@@ -63,6 +64,16 @@ fn main() -> std::io::Result<()> {
         "fastcdc over memory: {:?} ({} chunks)",
         t.elapsed(),
         cuts.len()
+    );
+
+    let t = Instant::now();
+    let mut cutter = Cutter::new();
+    let mut mine = Vec::new();
+    cutter.cut(&data, true, &mut mine);
+    println!(
+        "cairn's cutter over memory: {:?} (same cuts: {})",
+        t.elapsed(),
+        mine == cuts
     );
 
     let t = Instant::now();

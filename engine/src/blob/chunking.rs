@@ -293,33 +293,20 @@ impl Cutter {
             for (l, hl) in h.iter_mut().enumerate() {
                 warm(hl, from + l * part);
             }
-            let s0 = &buf[from..from + part];
-            let s1 = &buf[from + part..from + 2 * part];
-            let s2 = &buf[from + 2 * part..from + 3 * part];
-            let s3 = &buf[from + 3 * part..from + 4 * part];
-            let [h0, h1, h2, h3] = &mut h;
-            let [l0, l1, l2, l3] = &mut lanes;
-            for (i, (((&b0, &b1), &b2), &b3)) in s0.iter().zip(s1).zip(s2).zip(s3).enumerate() {
-                *h0 = (*h0 << 1).wrapping_add(gear[usize::from(b0)]);
-                *h1 = (*h1 << 1).wrapping_add(gear[usize::from(b1)]);
-                *h2 = (*h2 << 1).wrapping_add(gear[usize::from(b2)]);
-                *h3 = (*h3 << 1).wrapping_add(gear[usize::from(b3)]);
-                if *h0 & m == 0 {
-                    l0.push((from + i, *h0));
+            let parts: [&[u8]; SCAN_LANES] =
+                std::array::from_fn(|l| &buf[from + l * part..from + (l + 1) * part]);
+            let mut at = 0;
+            while let Some(k) = run_lanes(gear, m, parts, at, &mut h) {
+                for (l, (&hl, found)) in h.iter().zip(&mut lanes).enumerate() {
+                    if hl & m == 0 {
+                        found.push((from + l * part + k, hl));
+                    }
                 }
-                if *h1 & m == 0 {
-                    l1.push((from + part + i, *h1));
-                }
-                if *h2 & m == 0 {
-                    l2.push((from + 2 * part + i, *h2));
-                }
-                if *h3 & m == 0 {
-                    l3.push((from + 3 * part + i, *h3));
-                }
-                if l0.len() + l1.len() + l2.len() + l3.len() > budget {
+                if lanes.iter().map(Vec::len).sum::<usize>() > budget {
                     self.found.clear();
                     return false;
                 }
+                at = k + 1;
             }
             tail_from = from + SCAN_LANES * part;
         } else {
@@ -342,6 +329,38 @@ impl Cutter {
         }
         true
     }
+}
+
+/// Runs the gear hash of each lane (`h`, one per part) over `parts[..][at..]`
+/// (parts of one length) and stops after the first position where any
+/// lane's hash has none of `m`'s bits set, returning it; `None` at the end.
+/// The hot loop of a [`Cutter`]'s scan: matches are rare, so it tests
+/// all lanes with one branch and leaves the keeping to its caller.
+#[inline(never)]
+fn run_lanes(
+    gear: &[u64; 256],
+    m: u64,
+    parts: [&[u8]; SCAN_LANES],
+    at: usize,
+    h: &mut [u64; SCAN_LANES],
+) -> Option<usize> {
+    let [a, b, c, d] = parts;
+    let n = a.len();
+    let (a, b, c, d) = (&a[at..n], &b[at..n], &c[at..n], &d[at..n]);
+    let [mut h0, mut h1, mut h2, mut h3] = *h;
+    let mut hit = None;
+    for (i, (((&x0, &x1), &x2), &x3)) in a.iter().zip(b).zip(c).zip(d).enumerate() {
+        h0 = (h0 << 1).wrapping_add(gear[usize::from(x0)]);
+        h1 = (h1 << 1).wrapping_add(gear[usize::from(x1)]);
+        h2 = (h2 << 1).wrapping_add(gear[usize::from(x2)]);
+        h3 = (h3 << 1).wrapping_add(gear[usize::from(x3)]);
+        if (h0 & m == 0) | (h1 & m == 0) | (h2 & m == 0) | (h3 & m == 0) {
+            hit = Some(at + i);
+            break;
+        }
+    }
+    *h = [h0, h1, h2, h3];
+    hit
 }
 
 #[cfg(test)]
