@@ -91,20 +91,16 @@ pub const STREAM_SEGMENT_BYTES: usize = 8 * 1024 * 1024;
 /// back rather than allocating a fourth.
 pub const MAX_STREAM_SEGMENTS: usize = 3;
 
-/// How much a streaming put reads at once (1 MiB): each piece is hashed
-/// into the blob's name as soon as it is read, while it is still in the
-/// processor's cache.
-pub const STREAM_READ_BYTES: usize = 1024 * 1024;
-
 /// A segment of a streaming put's input, from the reading thread to the
 /// hashing one: `buf[..len]` begins with the bytes carried over from the
-/// segment before and holds the final chunks `cuts`; the stream's last
-/// segment carries the blake3 of the whole stream, `whole`.
+/// segment before (`..new_from`, already hashed as part of it) and holds
+/// the final chunks `cuts`; `eof` marks the stream's last segment.
 struct Segment {
     buf: Vec<u8>,
     len: usize,
+    new_from: usize,
     cuts: Vec<(usize, usize)>,
-    whole: Option<BlobHash>,
+    eof: bool,
 }
 
 /// `get` of a chunked blob preallocates at most this much (256 MiB); a
@@ -268,11 +264,11 @@ impl BlobStore {
     /// The rest of [`put_reader`](Self::put_reader) for a blob over the
     /// chunking threshold, `head` its first bytes. Two threads share the
     /// work, so the second core is used: this one reads the input in
-    /// segments of [`STREAM_SEGMENT_BYTES`], hashes the whole blob as it
-    /// reads, and finds each segment's cut points in place
-    /// ([`chunking::Cutter`], the cut points FastCDC gives the whole
-    /// stream); a helper thread hashes each chunk and stores the chunks
-    /// (compressing only those not already stored). The bytes are copied once, from the reader into a segment
+    /// segments of [`STREAM_SEGMENT_BYTES`] and finds each segment's cut
+    /// points in place ([`chunking::Cutter`], the cut points FastCDC
+    /// gives the whole stream); a helper thread hashes the whole blob and
+    /// each chunk and stores the chunks (compressing only those not already
+    /// stored). The bytes are copied once, from the reader into a segment
     /// (the unfinished chunk at a segment's end once more, into the next).
     /// At most [`MAX_STREAM_SEGMENTS`] segment buffers exist at once, handed
     /// back for reuse.
@@ -295,10 +291,9 @@ impl BlobStore {
     }
 
     /// The reading half of [`put_chunked`](Self::put_chunked): fills
-    /// segments from `head` and `r`, hashing what it reads, cuts them, and
-    /// sends them on, the last one with the whole stream's hash. Stops
-    /// early, without error, if the hasher stopped (its error is the one
-    /// reported).
+    /// segments from `head` and `r`, cuts them, and sends them on, the last
+    /// one marked. Stops early, without error, if the hasher stopped (its
+    /// error is the one reported).
     fn read_segments(
         &self,
         head: Vec<u8>,
@@ -307,27 +302,21 @@ impl BlobStore {
         to_hasher: &std::sync::mpsc::SyncSender<Segment>,
         spares: &std::sync::mpsc::Receiver<Vec<u8>>,
     ) -> Result<()> {
-        let mut whole = blake3::Hasher::new();
-        whole.update(&head);
         let mut buf = vec![0u8; cap];
         let mut made = 1;
         let mut cutter = chunking::Cutter::new();
         buf[..head.len()].copy_from_slice(&head);
         let mut len = head.len();
+        let mut new_from = 0;
         loop {
             let mut eof = false;
             while len < cap {
-                let piece = (cap - len).min(STREAM_READ_BYTES);
-                match r.read(&mut buf[len..len + piece]) {
+                match r.read(&mut buf[len..]) {
                     Ok(0) => {
                         eof = true;
                         break;
                     }
-                    Ok(n) => {
-                        // Hashed while the bytes are still in the cache.
-                        whole.update(&buf[len..len + n]);
-                        len += n;
-                    }
+                    Ok(n) => len += n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(EngineError::io(READ_INPUT, &self.dir, e)),
                 }
@@ -352,27 +341,30 @@ impl BlobStore {
             let seg = Segment {
                 buf,
                 len,
+                new_from,
                 cuts,
-                whole: eof.then(|| BlobHash(*whole.finalize().as_bytes())),
+                eof,
             };
             if to_hasher.send(seg).is_err() || eof {
                 return Ok(());
             }
             buf = next;
             len = carried;
+            new_from = carried;
         }
     }
 
-    /// The hashing half of [`put_chunked`](Self::put_chunked): hashes each
-    /// chunk, stores the chunks and, at the last segment (the one with the
-    /// whole stream's hash), the chunk list (or, for a blob that turned out
-    /// to be one chunk, the blob whole). A stream that stops before that
-    /// segment (the reader failed) stores no list.
+    /// The hashing half of [`put_chunked`](Self::put_chunked): hashes the
+    /// whole stream and each chunk, stores the chunks and, at the marked
+    /// last segment, the chunk list (or, for a blob that turned out to be
+    /// one chunk, the blob whole). A stream that stops unmarked (the reader
+    /// failed) stores no list.
     fn hash_and_store(
         &self,
         segments: std::sync::mpsc::Receiver<Segment>,
         give_back: std::sync::mpsc::Sender<Vec<u8>>,
     ) -> Result<(BlobHash, u64)> {
+        let mut whole = blake3::Hasher::new();
         let mut refs = Vec::new();
         let mut total: u64 = 0;
         // The first chunk is held back until a second one exists: a blob
@@ -380,6 +372,7 @@ impl BlobStore {
         let mut first: Option<Vec<u8>> = None;
         for seg in segments {
             let bytes = &seg.buf[..seg.len];
+            whole.update(&bytes[seg.new_from..]);
             for &(off, len) in &seg.cuts {
                 let chunk = &bytes[off..off + len];
                 total += len as u64;
@@ -392,7 +385,8 @@ impl BlobStore {
                 }
                 refs.push(self.store_chunk(chunk)?);
             }
-            if let Some(hash) = seg.whole {
+            if seg.eof {
+                let hash = BlobHash(*whole.finalize().as_bytes());
                 match first {
                     Some(f) => self.store_contents(EntryKind::Blob, hash, &f)?,
                     None => self.store_list(hash, total, &refs)?,
