@@ -107,11 +107,11 @@ pub const MAX_CANDIDATE_DENSITY_BYTES: usize = 4096;
 /// Independent hash lanes a [`Cutter`] runs side by side over a segment:
 /// one gear hash is a chain of dependent shifts and adds, four chains over
 /// four parts of the segment keep the processor's units busy.
-const SCAN_LANES: usize = 4;
+pub const SCAN_LANES: usize = 4;
 
 /// Bytes the gear hash at a position depends on: it shifts left one bit a
 /// byte, so a byte 64 or more positions back has left the 64-bit word.
-const GEAR_WINDOW: usize = 64;
+pub const GEAR_WINDOW: usize = 64;
 
 /// FastCDC (v2020, normalization level 1: the cut points of
 /// [`cut_points`]) over a stream fed in segments, faster than FastCDC's
