@@ -7,7 +7,11 @@
 #   full-1    a one-file change, full scan    vs git add -A && git commit
 #   watch-1   a one-file change, `cairn watch --daemon` running
 #                                             vs git add -A && git commit
-#   rb-5      a rollback of 5 changed files   vs git checkout -- .
+#   rb-5 (full scan)  a rollback of 5 changed files, no watcher (the
+#             rollback's undo checkpoint scans the whole tree)
+#                                             vs git checkout -- .
+#   rb-5      a rollback of 5 changed files, `cairn watch --daemon` running
+#                                             vs git checkout -- .
 #
 # usage: benches/scripts/checkpoint_scale.sh [CAIRN_BINARY] [SIZES] [RUNS]
 #   CAIRN_BINARY  default target/release/cairn (cargo build --release)
@@ -68,6 +72,15 @@ for N in $SIZES; do
         s=$(now); (cd "$T/g" && git_q add -A && git_q commit -q -m one); full_g+="$(since "$s") "
     done
     row full-1 "$full_c" "$full_g"
+
+    rbf_c=""; rbf_g=""
+    for r in $(seq "$RUNS"); do
+        base=$(cd "$T/c" && "$C" checkpoint --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+        edit_five "$T/c"; edit_five "$T/g"
+        s=$(now); (cd "$T/c" && "$C" rollback -q "$base"); rbf_c+="$(since "$s") "
+        s=$(now); (cd "$T/g" && git_q checkout -- .); rbf_g+="$(since "$s") "
+    done
+    row "rb-5 (full scan)" "$rbf_c" "$rbf_g"
 
     (cd "$T/c" && "$C" watch --daemon -q && "$C" checkpoint -q) # its first checkpoint is full
     watch_c=""; watch_g=""

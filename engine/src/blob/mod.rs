@@ -64,8 +64,9 @@ pub use options::{BlobOptions, GcOptions, DEFAULT_REWRITE_THRESHOLD};
 pub use stats::BlobStats;
 pub use verify::{BlobProblem, BlobVerifyReport};
 
-use chunking::{cut_points, decode_chunk_list, encode_chunk_list, stream_chunks, ChunkRef};
+use chunking::{cut_points, decode_chunk_list, encode_chunk_list, ChunkRef};
 use index::{Loc, PackCover, INDEX_FILE};
+use options::CHUNK_MAX_BYTES;
 use pack::{
     decode_contents, encode_contents, encode_entry, EntryHeader, EntryKind, PackHeader, PackId,
     ENTRY_HEADER_LEN, PACK_HEADER_LEN,
@@ -75,6 +76,32 @@ use table::Index;
 
 /// The operation named in errors reading a blob's input.
 const READ_INPUT: &str = "read blob input";
+
+/// New bytes a streaming put reads into each segment before cutting it
+/// (8 MiB): large enough that the unfinished chunk carried from one
+/// segment into the next (under [`CHUNK_MAX_BYTES`]) is a small part of
+/// what is copied and that a hand-off between the reading and hashing
+/// threads is rare, small enough that the [`MAX_STREAM_SEGMENTS`] buffers
+/// alive at once (36 MiB with room for the carried part) bound a put's
+/// memory.
+pub const STREAM_SEGMENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Segment buffers a streaming put allocates at most (3): one being hashed,
+/// one queued for the hasher, one being filled. The reader waits for one
+/// back rather than allocating a fourth.
+pub const MAX_STREAM_SEGMENTS: usize = 3;
+
+/// A segment of a streaming put's input, from the reading thread to the
+/// hashing one: `buf[..len]` begins with the bytes carried over from the
+/// segment before (`..new_from`, already hashed as part of it) and holds
+/// the final chunks `cuts`; `eof` marks the stream's last segment.
+struct Segment {
+    buf: Vec<u8>,
+    len: usize,
+    new_from: usize,
+    cuts: Vec<(usize, usize)>,
+    eof: bool,
+}
 
 /// `get` of a chunked blob preallocates at most this much (256 MiB); a
 /// bigger blob grows its buffer as chunks arrive.
@@ -231,33 +258,149 @@ impl BlobStore {
             let h = self.put_inner(&head)?;
             return Ok((h, head.len() as u64));
         }
+        self.put_chunked(head, r)
+    }
+
+    /// The rest of [`put_reader`](Self::put_reader) for a blob over the
+    /// chunking threshold, `head` its first bytes. Two threads share the
+    /// work, so the second core is used: this one reads the input in
+    /// segments of [`STREAM_SEGMENT_BYTES`] and finds each segment's cut
+    /// points in place ([`chunking::Cutter`], the cut points FastCDC
+    /// gives the whole stream); a helper thread hashes the whole blob and
+    /// each chunk and stores the chunks (compressing only those not already
+    /// stored). The bytes are copied once, from the reader into a segment
+    /// (the unfinished chunk at a segment's end once more, into the next).
+    /// At most [`MAX_STREAM_SEGMENTS`] segment buffers exist at once, handed
+    /// back for reuse.
+    fn put_chunked(&self, head: Vec<u8>, r: &mut dyn Read) -> Result<(BlobHash, u64)> {
+        let cap = STREAM_SEGMENT_BYTES + CHUNK_MAX_BYTES as usize;
+        let (to_hasher, segments) = std::sync::mpsc::sync_channel::<Segment>(1);
+        let (give_back, spares) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::scope(|scope| {
+            let hasher = scope.spawn(move || self.hash_and_store(segments, give_back));
+            let read = self.read_segments(head, r, cap, &to_hasher, &spares);
+            drop(to_hasher);
+            let stored = match hasher.join() {
+                Ok(x) => x,
+                Err(p) => std::panic::resume_unwind(p),
+            };
+            // A read error first: the hasher then only saw the stream stop.
+            read?;
+            stored
+        })
+    }
+
+    /// The reading half of [`put_chunked`](Self::put_chunked): fills
+    /// segments from `head` and `r`, cuts them, and sends them on, the last
+    /// one marked. Stops early, without error, if the hasher stopped (its
+    /// error is the one reported).
+    fn read_segments(
+        &self,
+        head: Vec<u8>,
+        r: &mut dyn Read,
+        cap: usize,
+        to_hasher: &std::sync::mpsc::SyncSender<Segment>,
+        spares: &std::sync::mpsc::Receiver<Vec<u8>>,
+    ) -> Result<()> {
+        let mut buf = vec![0u8; cap];
+        let mut made = 1;
+        let mut cutter = chunking::Cutter::new();
+        buf[..head.len()].copy_from_slice(&head);
+        let mut len = head.len();
+        let mut new_from = 0;
+        loop {
+            let mut eof = false;
+            while len < cap {
+                match r.read(&mut buf[len..]) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(n) => len += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(EngineError::io(READ_INPUT, &self.dir, e)),
+                }
+            }
+            let mut cuts = Vec::new();
+            let done = cutter.cut(&buf[..len], eof, &mut cuts);
+            let mut next = match spares.try_recv() {
+                Ok(b) => b,
+                Err(_) if made < MAX_STREAM_SEGMENTS => {
+                    made += 1;
+                    vec![0u8; cap]
+                }
+                // The hasher holds the rest: wait for one back (none
+                // comes back once it stopped, and its error is reported).
+                Err(_) => match spares.recv() {
+                    Ok(b) => b,
+                    Err(_) => return Ok(()),
+                },
+            };
+            let carried = len - done;
+            next[..carried].copy_from_slice(&buf[done..len]);
+            let seg = Segment {
+                buf,
+                len,
+                new_from,
+                cuts,
+                eof,
+            };
+            if to_hasher.send(seg).is_err() || eof {
+                return Ok(());
+            }
+            buf = next;
+            len = carried;
+            new_from = carried;
+        }
+    }
+
+    /// The hashing half of [`put_chunked`](Self::put_chunked): hashes the
+    /// whole stream and each chunk, stores the chunks and, at the marked
+    /// last segment, the chunk list (or, for a blob that turned out to be
+    /// one chunk, the blob whole). A stream that stops unmarked (the reader
+    /// failed) stores no list.
+    fn hash_and_store(
+        &self,
+        segments: std::sync::mpsc::Receiver<Segment>,
+        give_back: std::sync::mpsc::Sender<Vec<u8>>,
+    ) -> Result<(BlobHash, u64)> {
         let mut whole = blake3::Hasher::new();
         let mut refs = Vec::new();
         let mut total: u64 = 0;
         // The first chunk is held back until a second one exists: a blob
         // that is one chunk is stored whole (its chunk would share its hash).
         let mut first: Option<Vec<u8>> = None;
-        let source = std::io::Cursor::new(head).chain(r);
-        for chunk in stream_chunks(source) {
-            let chunk = chunk
-                .map_err(|e| EngineError::io(READ_INPUT, &self.dir, std::io::Error::from(e)))?;
-            whole.update(&chunk.data);
-            total += chunk.data.len() as u64;
-            if refs.is_empty() && first.is_none() {
-                first = Some(chunk.data);
-                continue;
+        for seg in segments {
+            let bytes = &seg.buf[..seg.len];
+            whole.update(&bytes[seg.new_from..]);
+            for &(off, len) in &seg.cuts {
+                let chunk = &bytes[off..off + len];
+                total += len as u64;
+                if refs.is_empty() && first.is_none() {
+                    first = Some(chunk.to_vec());
+                    continue;
+                }
+                if let Some(f) = first.take() {
+                    refs.push(self.store_chunk(&f)?);
+                }
+                refs.push(self.store_chunk(chunk)?);
             }
-            if let Some(f) = first.take() {
-                refs.push(self.store_chunk(&f)?);
+            if seg.eof {
+                let hash = BlobHash(*whole.finalize().as_bytes());
+                match first {
+                    Some(f) => self.store_contents(EntryKind::Blob, hash, &f)?,
+                    None => self.store_list(hash, total, &refs)?,
+                }
+                return Ok((hash, total));
             }
-            refs.push(self.store_chunk(&chunk.data)?);
+            // The reader may have finished and gone: nothing to give back to.
+            let _ = give_back.send(seg.buf);
         }
-        let hash = BlobHash(*whole.finalize().as_bytes());
-        match first {
-            Some(f) => self.store_contents(EntryKind::Blob, hash, &f)?,
-            None => self.store_list(hash, total, &refs)?,
-        }
-        Ok((hash, total))
+        Err(EngineError::io(
+            READ_INPUT,
+            &self.dir,
+            std::io::Error::other("the input stopped before its end"),
+        ))
     }
 
     fn store_chunk(&self, data: &[u8]) -> Result<ChunkRef> {
@@ -1077,5 +1220,79 @@ mod tests {
     fn blob_store_is_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<BlobStore>();
+    }
+
+    /// The fixed input of the chunking vectors: xorshift bytes, a run of
+    /// zeros (cut at the maximum chunk size), more xorshift bytes and an
+    /// odd-sized tail.
+    fn vector_input() -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut noise = |out: &mut Vec<u8>, n: usize| {
+            for _ in 0..n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                out.push((x >> 24) as u8);
+            }
+        };
+        noise(&mut out, 7 << 20);
+        out.resize(out.len() + (9 << 20) + 3, 0);
+        noise(&mut out, (6 << 20) + 12_345);
+        out
+    }
+
+    /// The chunking of a stream is the one stores already hold: a change
+    /// to the chunker (its parameters, the streaming put's segments) that
+    /// moved a cut point would make every big file stored again instead of
+    /// deduplicating against existing stores. The vectors were taken from
+    /// the put that streamed through `fastcdc`'s `StreamCDC`.
+    #[test]
+    fn the_chunking_of_a_stream_matches_fixed_vectors() {
+        #![allow(clippy::unwrap_used)]
+        let data = vector_input();
+        let want_lens: [u64; 14] = [
+            1_040_333, 1_434_399, 1_052_008, 555_624, 1_046_575, 1_635_984, 4_194_304, 4_194_304,
+            3_201_413, 1_935_256, 708_712, 1_453_205, 277_760, 351_143,
+        ];
+        let want_hash = "e859bd280d4a9de7a32cf00d31ac3c0626d404c486b4cf8661731647b06fda65";
+        let want_list = "c2ec94f53c9f1e4c574c17591c603a4e6d643089eb03f42af3bc043da40a237b";
+        let whole: Vec<u64> = cut_points(&data).map(|(_, l)| l as u64).collect();
+        assert_eq!(whole, want_lens);
+        let tmp = tempfile::tempdir().unwrap();
+        let s = BlobStore::open(
+            Arc::new(crate::vfs::RealVfs),
+            tmp.path(),
+            BlobOptions::default(),
+        )
+        .unwrap();
+        // Read in odd-sized pieces, as a file being read may come.
+        struct Dribble<'a>(&'a [u8]);
+        impl Read for Dribble<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(self.0.len()).min(777_777);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let (h, n) = s.put_reader(&mut Dribble(&data)).unwrap();
+        assert_eq!((h.to_string().as_str(), n), (want_hash, data.len() as u64));
+        let loc = s.find(&h).unwrap();
+        let (_, refs) = s.read_list(&h, &loc).unwrap();
+        let lens: Vec<u64> = refs.iter().map(|r| r.len).collect();
+        assert_eq!(lens, want_lens);
+        assert_eq!(
+            BlobHash::of(&encode_chunk_list(&refs)).to_string(),
+            want_list
+        );
+        // Each chunk is stored under the hash of its bytes.
+        let mut off = 0;
+        for r in &refs {
+            let end = off + r.len as usize;
+            assert_eq!(s.get(&r.hash).unwrap(), &data[off..end]);
+            off = end;
+        }
+        assert_eq!(s.get(&h).unwrap(), data);
     }
 }
