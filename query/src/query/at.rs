@@ -165,63 +165,29 @@ impl Query<'_> {
         let Some(reset) = self.index.last_reset(at) else {
             return Ok(Vec::new());
         };
-        let rec = self.src.read(reset.lsn)?;
-        let mut list: Vec<NotCaptured> = if rec.event.kind == EventKind::CheckpointCreate {
-            NotCaptured::named_by(&rec.event)
-        } else if reset.lsn.0 <= 1 {
-            Vec::new()
-        } else {
-            // A rollback: a path it set takes its target's captured entry;
-            // a file not captured before it that its tree lacks was left
-            // as it was (kept, outside its paths, or in neither tree, so
-            // in no plan).
-            let mut before = self.not_captured_at_lsn(Lsn(reset.lsn.0 - 1))?;
-            if !before.is_empty() {
-                let tree = self.tree_at_lsn(reset.lsn)?;
-                before.retain(|n| !tree.contains_key(&n.path));
-            }
-            before
-        };
-        // The records after the reset, up to `at`, that name one of the
-        // paths (by the path index: no other record is read), in order; a
-        // path a move marks brings its own.
-        let naming = |p: &str, after: Lsn| {
-            self.index
-                .path(p)
-                .iter()
-                .copied()
-                .filter(move |l| *l > after && *l <= at)
-        };
-        let mut later: std::collections::BTreeSet<Lsn> = list
-            .iter()
-            .flat_map(|n| naming(&n.path, reset.lsn))
-            .collect();
-        while let Some(l) = later.pop_first() {
-            let r = self.src.read(l)?;
-            let TreeChange::Paths(changes) = tree_change(&r.event) else {
-                continue;
-            };
-            for (path, c) in &changes {
-                // A move from a file not captured leaves its new path not
-                // captured too, unless the record gives the new contents.
-                let moved = match c {
-                    PathChange::MoveIn { from, after: None } => {
-                        list.iter().find(|n| n.path == *from).map(|n| n.why.clone())
-                    }
-                    _ => None,
-                };
-                list.retain(|n| n.path != *path);
-                if let Some(why) = moved {
-                    later.extend(naming(path, l));
-                    list.push(NotCaptured {
-                        path: path.to_string(),
-                        why,
-                    });
+        not_captured_since_reset(
+            reset.lsn,
+            &|l| self.src.read(l),
+            &|| {
+                let mut before = self.not_captured_at_lsn(Lsn(reset.lsn.0 - 1))?;
+                if !before.is_empty() {
+                    let tree = self.tree_at_lsn(reset.lsn)?;
+                    before.retain(|n| !tree.contains_key(&n.path));
                 }
-            }
-        }
-        list.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(list)
+                Ok(before)
+            },
+            // By the path index: no other record is read.
+            &|p, after, into| {
+                into.extend(
+                    self.index
+                        .path(p)
+                        .iter()
+                        .copied()
+                        .filter(|l| *l > after && *l <= at),
+                );
+                Ok(())
+            },
+        )
     }
 
     /// [`Query::not_captured_at_lsn`] at a point.
@@ -371,4 +337,70 @@ pub(super) fn finish(blob: Option<BlobHash>, base: Option<TreeEntry>) -> Option<
         (Some(b), None) => Some(TreeEntry::file(b)),
         (None, base) => base,
     }
+}
+
+/// Adds to a set the LSNs after an LSN, up to a point, of the records
+/// naming a path (see [`not_captured_since_reset`]).
+pub(crate) type Naming<'a> =
+    dyn Fn(&str, Lsn, &mut std::collections::BTreeSet<Lsn>) -> Result<()> + 'a;
+
+/// The files not captured at a point, from the last reset (checkpoint or
+/// rollback) at or before it, at `reset`: the reset's own list, less
+/// those a later record up to the point wrote, deleted or moved; a move
+/// of one without new contents leaves its new path not captured too. The
+/// in-memory index and the index files answer it alike through:
+/// - `read`: a record;
+/// - `before_rollback`: the list just before the reset when it is a
+///   rollback, less the paths its tree holds (a path it set takes its
+///   target's captured entry; a file not captured before it that its tree
+///   lacks was left as it was: kept, outside its paths, or in neither tree,
+///   so in no plan);
+/// - `naming`: adds to a set the LSNs after an LSN, up to the point, of
+///   the records naming a path.
+pub(crate) fn not_captured_since_reset(
+    reset: Lsn,
+    read: &dyn Fn(Lsn) -> Result<Record>,
+    before_rollback: &dyn Fn() -> Result<Vec<NotCaptured>>,
+    naming: &Naming<'_>,
+) -> Result<Vec<NotCaptured>> {
+    let rec = read(reset)?;
+    let mut list: Vec<NotCaptured> = if rec.event.kind == EventKind::CheckpointCreate {
+        NotCaptured::named_by(&rec.event)
+    } else if reset.0 <= 1 {
+        Vec::new()
+    } else {
+        before_rollback()?
+    };
+    // The records after the reset that name one of the paths, in order; a
+    // path a move marks brings its own.
+    let mut later = std::collections::BTreeSet::new();
+    for n in &list {
+        naming(&n.path, reset, &mut later)?;
+    }
+    while let Some(l) = later.pop_first() {
+        let r = read(l)?;
+        let TreeChange::Paths(changes) = tree_change(&r.event) else {
+            continue;
+        };
+        for (path, c) in &changes {
+            // A move from a file not captured leaves its new path not
+            // captured too, unless the record gives the new contents.
+            let moved = match c {
+                PathChange::MoveIn { from, after: None } => {
+                    list.iter().find(|n| n.path == *from).map(|n| n.why.clone())
+                }
+                _ => None,
+            };
+            list.retain(|n| n.path != *path);
+            if let Some(why) = moved {
+                naming(path, l, &mut later)?;
+                list.push(NotCaptured {
+                    path: path.to_string(),
+                    why,
+                });
+            }
+        }
+    }
+    list.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(list)
 }

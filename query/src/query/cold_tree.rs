@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cairn_codec::{Event, EventKind, Lsn};
 use cairn_snapshot::checkpoint::NotCaptured;
 
+use super::at::not_captured_since_reset;
 use super::blame::{blame_at, BlameIndex, BlameLine};
 use super::cold_at::ColdAt;
 use super::diff::{diff_filter, file_diff, mark_renames, FileDiff};
@@ -37,7 +38,7 @@ use crate::error::{QueryError, Result};
 use crate::index::Reset;
 use crate::point::Point;
 use crate::replay::{
-    apply_paths, history_only, in_scope, path_change, tree_change, PathChange, TreeChange, TreeMut,
+    apply_paths, history_only, in_scope, path_change, tree_change, TreeChange, TreeMut,
 };
 use crate::source::{BlobSource, Record, RecordSource, Tree, TreeEntry, MAX_SORTED_READ_BATCH};
 
@@ -297,53 +298,24 @@ impl ColdAt<'_> {
         let Some(reset) = self.last_reset(at)? else {
             return Ok(Vec::new());
         };
-        let rec = self.read(reset.lsn)?;
-        let mut list: Vec<NotCaptured> = if rec.event.kind == EventKind::CheckpointCreate {
-            NotCaptured::named_by(&rec.event)
-        } else if reset.lsn.0 <= 1 {
-            Vec::new()
-        } else {
-            let mut before = self.not_captured_at(Lsn(reset.lsn.0 - 1))?;
-            if !before.is_empty() {
-                let tree = self.tree_at(reset.lsn)?;
-                before.retain(|n| !tree.contains_key(&n.path));
-            }
-            before
-        };
-        let naming = |p: &str, after: Lsn, into: &mut BTreeSet<Lsn>| {
-            self.cold.naming(p, after.next(), at, &mut |l| {
-                into.insert(l);
-                Ok(true)
-            })
-        };
-        let mut later = BTreeSet::new();
-        for n in &list {
-            naming(&n.path, reset.lsn, &mut later)?;
-        }
-        while let Some(l) = later.pop_first() {
-            let r = self.read(l)?;
-            let TreeChange::Paths(changes) = tree_change(&r.event) else {
-                continue;
-            };
-            for (path, c) in &changes {
-                let moved = match c {
-                    PathChange::MoveIn { from, after: None } => {
-                        list.iter().find(|n| n.path == *from).map(|n| n.why.clone())
-                    }
-                    _ => None,
-                };
-                list.retain(|n| n.path != *path);
-                if let Some(why) = moved {
-                    naming(path, l, &mut later)?;
-                    list.push(NotCaptured {
-                        path: path.to_string(),
-                        why,
-                    });
+        not_captured_since_reset(
+            reset.lsn,
+            &|l| self.read(l),
+            &|| {
+                let mut before = self.not_captured_at(Lsn(reset.lsn.0 - 1))?;
+                if !before.is_empty() {
+                    let tree = self.tree_at(reset.lsn)?;
+                    before.retain(|n| !tree.contains_key(&n.path));
                 }
-            }
-        }
-        list.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(list)
+                Ok(before)
+            },
+            &|p, after, into| {
+                self.cold.naming(p, after.next(), at, &mut |l| {
+                    into.insert(l);
+                    Ok(true)
+                })
+            },
+        )
     }
 
     /// What `cairn diff A B [-- PATH...]` prints (as [`Query::diff`](crate::Query::diff) with
