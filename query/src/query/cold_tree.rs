@@ -33,7 +33,7 @@ use cairn_snapshot::checkpoint::NotCaptured;
 use super::at::not_captured_since_reset;
 use super::blame::{blame_at, BlameIndex, BlameLine};
 use super::cold_at::ColdAt;
-use super::diff::{diff_filter, file_diff, mark_renames, FileDiff};
+use super::diff::{diff_filter, file_diff, file_pairs, mark_renames, FileDiff, PathPair};
 use crate::error::{QueryError, Result};
 use crate::index::Reset;
 use crate::point::Point;
@@ -63,9 +63,6 @@ const RESET_KINDS: [EventKind; 2] = [EventKind::CheckpointCreate, EventKind::Rol
 /// bounds what is held, while one walk still covers thousands of records
 /// (as [`MAX_SORTED_READ_BATCH`] bounds a scan's).
 const FOLD_BATCH: usize = MAX_SORTED_READ_BATCH;
-
-/// A path with its entries at a diff's two points.
-type PathPair = (String, Option<TreeEntry>, Option<TreeEntry>);
 
 /// What `cairn diff` prints, from the index files.
 #[derive(Clone, Debug, PartialEq)]
@@ -339,18 +336,10 @@ impl ColdAt<'_> {
         let (lo, hi) = (la.min(lb), la.max(lb));
         let not_captured_a = self.not_captured_at(la)?;
         let not_captured_b = self.not_captured_at(lb)?;
-        let mut pairs: Vec<PathPair> = Vec::new();
-        let mut whole = paths.is_empty();
-        for p in &paths {
-            let (ea, eb) = (self.entry_at(la, p)?, self.entry_at(lb, p)?);
-            if ea.is_none() && eb.is_none() {
-                whole = true;
-                pairs.clear();
-                break;
-            }
-            pairs.push((p.clone(), ea, eb));
-        }
-        if whole {
+        let mut pairs = file_pairs(&paths, &mut |p| {
+            Ok((self.entry_at(la, p)?, self.entry_at(lb, p)?))
+        })?;
+        if pairs.is_empty() {
             let Some(changed) =
                 self.changed_between(la, lb, &paths, &not_captured_a, &not_captured_b)?
             else {

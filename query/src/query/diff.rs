@@ -132,18 +132,10 @@ impl Query<'_> {
             .map(|p| diff_filter(p))
             .collect::<Result<_>>()?;
         let paths = paths.as_slice();
-        let mut pairs: Vec<(String, Option<TreeEntry>, Option<TreeEntry>)> = Vec::new();
-        let mut whole = paths.is_empty();
-        for p in paths {
-            let (ea, eb) = (self.entry_at(la, p)?, self.entry_at(lb, p)?);
-            if ea.is_none() && eb.is_none() {
-                // Not a file at either point: treat as a directory prefix.
-                whole = true;
-                pairs.clear();
-                break;
-            }
-            pairs.push((p.clone(), ea, eb));
-        }
+        let mut pairs = file_pairs(paths, &mut |p| {
+            Ok((self.entry_at(la, p)?, self.entry_at(lb, p)?))
+        })?;
+        let whole = pairs.is_empty();
         if whole {
             let (ta, tb) = (self.tree_at_lsn(la)?, self.tree_at_lsn(lb)?);
             let mut keys: Vec<&String> = ta.keys().chain(tb.keys()).collect();
@@ -306,4 +298,30 @@ pub(crate) fn mark_renames(blobs: &dyn BlobSource, diffs: &mut [FileDiff]) -> Re
         diffs[to].renamed_from = Some(r.from);
     }
     Ok(())
+}
+
+/// A path and its entries at a diff's two points.
+pub(crate) type PathPair = (String, Option<TreeEntry>, Option<TreeEntry>);
+
+/// A path's entries at a diff's two points.
+pub(crate) type EntryPair = (Option<TreeEntry>, Option<TreeEntry>);
+
+/// Each of a diff's `paths` with its entries at the two points (`entries`
+/// gives them), when every one names a file at one point at least; empty
+/// when there are none or one names no file at either point: then the
+/// paths are prefixes, and the whole trees are compared under them.
+pub(crate) fn file_pairs(
+    paths: &[String],
+    entries: &mut dyn FnMut(&str) -> Result<EntryPair>,
+) -> Result<Vec<PathPair>> {
+    let mut pairs = Vec::with_capacity(paths.len());
+    for p in paths {
+        let (ea, eb) = entries(p)?;
+        if ea.is_none() && eb.is_none() {
+            // Not a file at either point: a directory prefix.
+            return Ok(Vec::new());
+        }
+        pairs.push((p.clone(), ea, eb));
+    }
+    Ok(pairs)
 }
