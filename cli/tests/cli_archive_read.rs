@@ -438,6 +438,17 @@ fn rare() -> cairn::Filter {
     }
 }
 
+/// Fails unless what `vfs` has fetched so far, for `what`, is less than a
+/// `share`th of a log of `log_bytes` (naming the bytes and requests).
+fn assert_read_under(vfs: &ArchiveVfs, what: &str, log_bytes: u64, share: u64) {
+    let read = vfs.archive().bytes_read();
+    assert!(
+        read * share < log_bytes,
+        "{what} read {read} bytes in {} requests, of a log of {log_bytes}",
+        vfs.archive().gets()
+    );
+}
+
 /// The archive `arch` opened in place with its cache in `cache`, bounded
 /// to one byte (nothing kept: every read is a fetch the archive counts),
 /// and a read-only store over it.
@@ -509,12 +520,7 @@ fn a_session_query_in_place_reads_the_index_files_not_the_log() {
     let cache = tempfile::tempdir().unwrap();
     let (vfs, store) = in_place(arch.path(), cache.path());
     assert_eq!(lsns(&store, &rare()), want);
-    let read = vfs.archive().bytes_read();
-    assert!(
-        read * 2 < log_bytes,
-        "read {read} bytes in {} requests, of a log of {log_bytes}",
-        vfs.archive().gets()
-    );
+    assert_read_under(&vfs, "the query", log_bytes, 2);
 
     // A restore brings the files along, and its store uses them.
     let back = tempfile::tempdir().unwrap();
@@ -560,12 +566,7 @@ fn the_newest_records_in_place_are_read_without_the_whole_log() {
     let cache = tempfile::tempdir().unwrap();
     let (vfs, store) = in_place(arch.path(), cache.path());
     assert_eq!(lsns(&store, &newest5), want);
-    let read = vfs.archive().bytes_read();
-    assert!(
-        read * 2 < log_bytes,
-        "read {read} bytes in {} requests, of a log of {log_bytes}",
-        vfs.archive().gets()
-    );
+    assert_read_under(&vfs, "the query", log_bytes, 2);
 
     let u = url(arch.path());
     let local_json = ok(&cairn(
@@ -813,12 +814,7 @@ fn a_query_and_a_show_in_place_read_frames_by_range_not_whole_segments() {
     let (vfs, _c) = open();
     let store = vfs.open_store().unwrap();
     assert_eq!(lsns(&store, &rare()), want);
-    let read = vfs.archive().bytes_read();
-    assert!(
-        read * 16 < log_bytes,
-        "log --session read {read} bytes in {} requests, of a log of {log_bytes}",
-        vfs.archive().gets()
-    );
+    assert_read_under(&vfs, "log --session", log_bytes, 16);
 
     // `show head:a.txt`: its last change is the checkpoint in the first
     // segment.
@@ -829,12 +825,7 @@ fn a_query_and_a_show_in_place_read_frames_by_range_not_whole_segments() {
         store.blob(&entry.blob).unwrap(),
         b"kept in the first segment\n"
     );
-    let read = vfs.archive().bytes_read();
-    assert!(
-        read * 16 < log_bytes,
-        "show read {read} bytes in {} requests, of a log of {log_bytes}",
-        vfs.archive().gets()
-    );
+    assert_read_under(&vfs, "show", log_bytes, 16);
 
     // The same answers from the command line.
     let cache = tempfile::tempdir().unwrap();
@@ -927,12 +918,7 @@ fn tree_diff_and_blame_in_place_fetch_less_than_the_log() {
         .cold_tree(cairn::Point::Head)
         .expect("answered from the files");
     assert_eq!(t.tree, want_tree);
-    let read = vfs.archive().bytes_read();
-    assert!(
-        read * 10 < log_bytes,
-        "tree read {read} bytes in {} requests, of a log of {log_bytes}",
-        vfs.archive().gets()
-    );
+    assert_read_under(&vfs, "tree", log_bytes, 10);
 
     let (vfs, _c) = open();
     let store = vfs.open_store().unwrap();
@@ -945,12 +931,7 @@ fn tree_diff_and_blame_in_place_fetch_less_than_the_log() {
         .unwrap();
     assert_eq!(got.diffs, want);
     assert_eq!(got.diffs.len(), 3, "{:?}", got.diffs);
-    let read = vfs.archive().bytes_read();
-    assert!(
-        read * 10 < log_bytes,
-        "diff read {read} bytes in {} requests, of a log of {log_bytes}",
-        vfs.archive().gets()
-    );
+    assert_read_under(&vfs, "diff", log_bytes, 10);
 
     let (vfs, _c) = open();
     let store = vfs.open_store().unwrap();
@@ -964,12 +945,7 @@ fn tree_diff_and_blame_in_place_fetch_less_than_the_log() {
             .unwrap()
     );
     assert_eq!(lines.len(), 3);
-    let read = vfs.archive().bytes_read();
-    assert!(
-        read * 10 < log_bytes,
-        "blame read {read} bytes in {} requests, of a log of {log_bytes}",
-        vfs.archive().gets()
-    );
+    assert_read_under(&vfs, "blame", log_bytes, 10);
 
     // The command line in place prints what it prints on the store.
     let cache = tempfile::tempdir().unwrap();
