@@ -19,7 +19,11 @@ pub fn crc32_seeded_parts(parts: &[&[u8]]) -> u32 {
 }
 
 /// The little-endian u32 at `at`. The caller has checked the length: a
-/// short slice is a broken internal invariant and panics.
+/// short slice is a broken internal invariant and panics. Inlined across
+/// crates (as the u64 below): index loads read one per entry, and a call
+/// per number was about 4% of a five-record query's CPU from a new
+/// process at 10,000,000 events (`perf record`).
+#[inline]
 pub fn u32_le(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[at..at + 4]);
@@ -27,6 +31,7 @@ pub fn u32_le(b: &[u8], at: usize) -> u32 {
 }
 
 /// The little-endian u64 at `at` (the caller has checked the length).
+#[inline]
 pub fn u64_le(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);

@@ -16,25 +16,12 @@
 //!  .  4  CRC32 (seeded) of everything before
 //! ```
 
-use cairn_codec::bytes::{crc32_seeded as crc, u32_le as u32_at};
+use cairn_codec::bytes::{crc32_seeded as crc, u32_le as u32_at, u64_le as u64_at};
 use cairn_codec::frame::CRC_SEED;
 use cairn_codec::segment::SegmentFooter;
 use cairn_codec::{ChainHash, Lsn};
 
 use crate::vfs::VfsFile;
-
-/// The little-endian u64 at `at` in `b` (which must hold 8 bytes there):
-/// inlined here, where every entry of an index is read at load (the
-/// ascending check of a mapped `.idx`, the entries of `tail.state`). The
-/// codec's own `u64_le`, called across crates, is not inlined: a call per
-/// number, which `perf` found to be about 4% of the CPU of a five-record
-/// query from a new process at 10,000,000 events (with the loops it sat in).
-#[inline(always)]
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
 
 /// Bytes between index entries: reading one record scans (and CRC-checks)
 /// at most about this much of a segment, a few dozen typical records, while
