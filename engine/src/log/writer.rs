@@ -999,10 +999,9 @@ impl Inner {
         // The segment table names the newly sealed segment too (readers
         // take the table only as far as the directory listing matches it,
         // so the moment before this lands is only a slower open).
-        {
-            let v = self.view.read();
-            super::table::save(&*self.vfs, &self.dir, &v.sealed);
-        }
+        // (A copy of the list, so no lock is held while it is written.)
+        let sealed = self.view.read().sealed.clone();
+        super::table::save(&*self.vfs, &self.dir, &sealed);
         {
             let _s = self.sync.lock();
             if self.durable() < head.last_lsn {
