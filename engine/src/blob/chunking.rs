@@ -88,12 +88,12 @@ pub fn cut_points(data: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
         .map(|c| (c.offset, c.length))
 }
 
-/// A streaming chunker over a reader: yields each chunk's bytes, holding at
-/// most [`CHUNK_MAX_BYTES`] of input plus the chunk being returned. It copies
-/// every byte several times (into its buffer, into each chunk, and the rest
-/// of its buffer forward); the blob store's own streaming put cuts segments
-/// in place with a [`Cutter`] instead, to the same cut points.
-pub fn stream_chunks<R: std::io::Read>(r: R) -> fastcdc::v2020::StreamCDC<R> {
+/// FastCDC's own streaming chunker over a reader, kept for the tests as
+/// the reference the cut points of [`cut_points`] and a [`Cutter`] are
+/// held to. The blob store's streaming put cuts segments in place with a
+/// [`Cutter`] instead (this copies every byte several times).
+#[cfg(test)]
+fn stream_chunks<R: std::io::Read>(r: R) -> fastcdc::v2020::StreamCDC<R> {
     fastcdc::v2020::StreamCDC::new(r, CHUNK_MIN_BYTES, CHUNK_AVG_BYTES, CHUNK_MAX_BYTES)
 }
 
