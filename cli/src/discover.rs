@@ -13,16 +13,11 @@ pub struct Found {
     pub store: PathBuf,
     /// The workspace (the directory that holds the store, unless overridden).
     pub workspace: PathBuf,
-    /// What reading the store's workspace binding
-    /// ([`cairn::binding::bound_workspace`]) gave, when it was read to find
-    /// the workspace (no `--workspace`): `None` when it was not read,
-    /// `Some(None)` when it can be trusted, else why not; so a command
-    /// reads the binding file once to find the workspace and warn.
-    pub binding: Option<Option<String>>,
     /// What [`cairn::binding::bound_workspace`] gave, when [`find`] read
-    /// it (an error as its message): handed to the store's open
-    /// ([`cairn::StoreBuilder::binding_read`]) so a read-only open does
-    /// not read the binding file again.
+    /// it to find the workspace (no `--workspace`), an error as its
+    /// message: `None` when it was not read. So a command reads the
+    /// binding file once, to find the workspace, to warn, and for the
+    /// store's open ([`cairn::StoreBuilder::binding_read`]).
     pub bound: Option<std::result::Result<Option<PathBuf>, String>>,
 }
 
@@ -30,8 +25,8 @@ impl Found {
     /// Why the store's workspace binding cannot be trusted, if it cannot,
     /// read now unless [`find`] read it already.
     pub fn binding_problem(&self) -> Option<String> {
-        match &self.binding {
-            Some(read) => read.clone(),
+        match &self.bound {
+            Some(read) => read.as_ref().err().cloned(),
             None => cairn::binding::bound_workspace(&self.store)
                 .err()
                 .map(|e| e.to_string()),
@@ -87,22 +82,20 @@ pub fn find(store_flag: Option<&Path>, workspace_flag: Option<&Path>) -> Result<
             .map(Path::to_path_buf)
             .unwrap_or_else(|| cwd.clone())
     };
-    let (workspace, binding, bound) = match workspace_flag {
-        Some(w) => (absolute(&cwd, w), None, None),
-        None => match cairn::binding::bound_workspace(&store) {
-            Ok(Some(w)) => (w.clone(), Some(None), Some(Ok(Some(w)))),
-            Ok(None) => (holder(), Some(None), Some(Ok(None))),
-            Err(e) => (
-                holder(),
-                Some(Some(e.to_string())),
-                Some(Err(e.to_string())),
-            ),
-        },
+    let (workspace, bound) = match workspace_flag {
+        Some(w) => (absolute(&cwd, w), None),
+        None => {
+            let bound = cairn::binding::bound_workspace(&store).map_err(|e| e.to_string());
+            let workspace = match &bound {
+                Ok(Some(w)) => w.clone(),
+                _ => holder(),
+            };
+            (workspace, Some(bound))
+        }
     };
     Ok(Found {
         store,
         workspace,
-        binding,
         bound,
     })
 }
