@@ -267,6 +267,22 @@ impl Store {
         })?))
     }
 
+    /// `f`'s answer through the per-segment index files read as
+    /// [`cairn_query::query::ColdAt`] (with the snapshot's manifests), for
+    /// a process that has not loaded the query index; `None` when it has,
+    /// when `f` leaves the question to the whole index, or on any error:
+    /// [`Store::query`] then answers, and words the error.
+    fn cold_at<T>(
+        &self,
+        f: impl FnOnce(&cairn_query::query::ColdAt<'_>) -> cairn_query::Result<Option<T>>,
+    ) -> Option<T> {
+        let manifests = SnapshotManifests(&*self.blobs);
+        self.with_cold(|cold, src| f(&cairn_query::query::ColdAt::new(cold, src, &manifests)))
+            .ok()
+            .flatten()
+            .flatten()
+    }
+
     /// `path`'s entry at point `p` read from the per-segment index files
     /// by a process that has not loaded the query index (`cairn show`):
     /// the path's last change at or before the point and the reset before
@@ -279,12 +295,8 @@ impl Store {
         p: cairn_query::Point,
         path: &str,
     ) -> Option<cairn_query::TreeEntry> {
-        let manifests = SnapshotManifests(&*self.blobs);
-        let answer = self.with_cold(|cold, src| {
-            cairn_query::query::ColdAt::new(cold, src, &manifests).entry(p, path)
-        });
-        match answer {
-            Ok(Some(cairn_query::query::ColdAnswer::Entry(_, entry))) => entry,
+        match self.cold_at(|c| c.entry(p, path).map(Some)) {
+            Some(cairn_query::query::ColdAnswer::Entry(_, entry)) => entry,
             _ => None,
         }
     }
@@ -297,13 +309,7 @@ impl Store {
     /// to the whole index, or on any error: [`Store::query`] then answers,
     /// and words the error.
     pub fn cold_tree(&self, p: cairn_query::Point) -> Option<cairn_query::query::ColdTree> {
-        let manifests = SnapshotManifests(&*self.blobs);
-        self.with_cold(|cold, src| {
-            cairn_query::query::ColdAt::new(cold, src, &manifests).tree_point(p)
-        })
-        .ok()
-        .flatten()
-        .flatten()
+        self.cold_at(|c| c.tree_point(p))
     }
 
     /// What `cairn diff A B [-- PATH...]` prints, from the per-segment
@@ -315,13 +321,7 @@ impl Store {
         b: cairn_query::Point,
         paths: &[String],
     ) -> Option<cairn_query::query::ColdDiff> {
-        let manifests = SnapshotManifests(&*self.blobs);
-        self.with_cold(|cold, src| {
-            cairn_query::query::ColdAt::new(cold, src, &manifests).diff(&*self.blobs, a, b, paths)
-        })
-        .ok()
-        .flatten()
-        .flatten()
+        self.cold_at(|c| c.diff(&*self.blobs, a, b, paths))
     }
 
     /// What `cairn blame POINT PATH` prints (the lines, and the record that
@@ -333,13 +333,7 @@ impl Store {
         p: cairn_query::Point,
         path: &str,
     ) -> Option<(Option<Record>, Vec<cairn_query::BlameLine>)> {
-        let manifests = SnapshotManifests(&*self.blobs);
-        self.with_cold(|cold, src| {
-            cairn_query::query::ColdAt::new(cold, src, &manifests).blame(&*self.blobs, p, path)
-        })
-        .ok()
-        .flatten()
-        .flatten()
+        self.cold_at(|c| c.blame(&*self.blobs, p, path))
     }
 
     /// One session's checkpoints (every one with `None`), oldest first, as
