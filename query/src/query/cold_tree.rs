@@ -189,8 +189,14 @@ impl ColdAt<'_> {
     /// The last reset at or before `at` that sets every path (a checkpoint,
     /// or a rollback of the whole tree).
     fn last_whole_reset(&self, at: Lsn) -> Result<Option<Reset>> {
+        self.last_reset_where(at, |r| r.scope.is_all())
+    }
+
+    /// The last reset at or before `at` that `keep` accepts, walking back
+    /// from reset to reset.
+    fn last_reset_where(&self, at: Lsn, keep: impl Fn(&Reset) -> bool) -> Result<Option<Reset>> {
         let mut r = self.last_reset(at)?;
-        while let Some(reset) = r.as_ref().filter(|r| !r.scope.is_all()) {
+        while let Some(reset) = r.as_ref().filter(|r| !keep(r)) {
             r = match reset.lsn.0.checked_sub(1) {
                 Some(l) => self.last_reset(Lsn(l))?,
                 None => None,
@@ -235,13 +241,7 @@ impl ColdAt<'_> {
             return Ok(None);
         };
         // The last reset at or before `at` that set this path.
-        let mut reset = self.last_reset(at)?;
-        while let Some(r) = reset.as_ref().filter(|r| !r.scope.touches(path)) {
-            reset = match r.lsn.0.checked_sub(1) {
-                Some(l) => self.last_reset(Lsn(l))?,
-                None => None,
-            };
-        }
+        let reset = self.last_reset_where(at, |r| r.scope.touches(path))?;
         if reset.is_some_and(|r| r.lsn >= last) {
             return Ok(None);
         }
