@@ -675,8 +675,7 @@ impl<'a> ColdIndex<'a> {
         hi: Lsn,
         f: &mut dyn FnMut(Lsn) -> Result<bool>,
     ) -> Result<()> {
-        let conds = [Cond::Key(KeyTag::Path, path.to_string())];
-        self.walk(&conds, lo, hi, true, &|_| false, f).map(|_| ())
+        self.each_naming(path, lo, hi, true, f)
     }
 
     /// Calls `f` with the LSNs in `lo..=hi` naming `path` itself, oldest
@@ -688,11 +687,24 @@ impl<'a> ColdIndex<'a> {
         hi: Lsn,
         f: &mut dyn FnMut(Lsn) -> Result<bool>,
     ) -> Result<()> {
-        let conds = [Cond::Key(KeyTag::Path, path.to_string())];
+        self.each_naming(path, lo, hi, false, f)
+    }
+
+    /// [`ColdIndex::naming`] in either order (nothing for an empty range).
+    fn each_naming(
+        &self,
+        path: &str,
+        lo: Lsn,
+        hi: Lsn,
+        newest_first: bool,
+        f: &mut dyn FnMut(Lsn) -> Result<bool>,
+    ) -> Result<()> {
         if lo > hi {
             return Ok(());
         }
-        self.walk(&conds, lo, hi, false, &|_| false, f).map(|_| ())
+        let conds = [Cond::Key(KeyTag::Path, path.to_string())];
+        self.walk(&conds, lo, hi, newest_first, &|_| false, f)
+            .map(|_| ())
     }
 
     /// True if a record in `lo..=hi` names `path` or a path under it.
