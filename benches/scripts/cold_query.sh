@@ -6,7 +6,7 @@
 # the same EVENTS events (default 1,000,000) in one table indexed on
 # session, path and kind (the file contents in a second table, by hash).
 #
-#   cargo build --release
+#   cargo static            # the static binary (README); or cargo build --release
 #   benches/scripts/cold_query.sh [EVENTS] [RUNS] [PAIR]
 #
 # PAIR is the command that times two commands as whole processes,
