@@ -97,6 +97,10 @@ struct ArchivedFile {
     entry: FileEntry,
     /// Where each piece starts in the file.
     starts: Vec<u64>,
+    /// The file's bytes, when the manifest carries them itself (the log's
+    /// `tail.state`, from its `tail_state`): nothing is fetched for it,
+    /// and `entry` lists no pieces.
+    inline: Option<Arc<[u8]>>,
 }
 
 struct Inner {
@@ -181,10 +185,27 @@ impl ArchiveVfs {
                 let file = ArchivedFile {
                     entry: f.clone(),
                     starts,
+                    inline: None,
                 };
                 (root.join(&f.path), Arc::new(file))
             })
-            .collect();
+            .collect::<BTreeMap<_, _>>();
+        // The tail's state, shown as the file a clean close leaves: the
+        // log reader trusts it only when it describes the tail exactly.
+        let mut files = files;
+        if let Some(bytes) = m.tail_state_bytes() {
+            let path = format!("log/{}", cairn_engine::log::TAIL_STATE_FILE);
+            let file = ArchivedFile {
+                entry: FileEntry {
+                    path: path.clone(),
+                    len: bytes.len() as u64,
+                    pieces: Vec::new(),
+                },
+                starts: Vec::new(),
+                inline: Some(bytes.into()),
+            };
+            files.insert(root.join(path), Arc::new(file));
+        }
         ArchiveVfs {
             inner: Arc::new(Inner {
                 archive,
@@ -387,6 +408,12 @@ impl Inner {
         if offset >= f.entry.len || buf.is_empty() {
             return Ok(0);
         }
+        if let Some(b) = &f.inline {
+            let from = offset as usize;
+            let n = buf.len().min(b.len() - from);
+            buf[..n].copy_from_slice(&b[from..from + n]);
+            return Ok(n);
+        }
         // The last piece starting at or before `offset`.
         let i = f.starts.partition_point(|s| *s <= offset) - 1;
         let in_piece = offset - f.starts[i];
@@ -461,6 +488,9 @@ impl Vfs for ArchiveVfs {
 
     fn map(&self, path: &Path) -> io::Result<Mapped> {
         let f = self.inner.file(path)?;
+        if let Some(b) = &f.inline {
+            return Ok(Mapped::Bytes(b.clone()));
+        }
         let mut out = Vec::with_capacity(f.entry.len as usize);
         for i in 0..f.entry.pieces.len() {
             out.extend_from_slice(&self.inner.whole_piece(f, i)?);
@@ -553,6 +583,7 @@ mod tests {
                     len: len as u64,
                 }],
             }],
+            tail_state: None,
         };
         let cache = PieceCache::open(&dir.join("cache"), 1).unwrap();
         let vfs = ArchiveVfs::from_manifest(archive, cache, "m".into(), &m);
