@@ -1207,6 +1207,35 @@ fn a_tail_state_that_does_not_match_the_tail_is_never_trusted() {
             );
         }
     }
+    // Facts that match but index entries that point inside frames: the
+    // state is taken, and a read through such an entry is an error naming
+    // the tail segment, never a record.
+    let shifted: Vec<_> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, &(l, o))| (l, if i == 0 { o } else { o + 1 }))
+        .collect();
+    let st = cairn_engine::log::TailState::new(
+        cairn::Lsn(first),
+        tail,
+        Some((cairn::Lsn(last), off)),
+        cairn::ChainHash(chain),
+        shifted,
+    );
+    let mut bad = m.clone();
+    bad.set_tail_state(Some(&st.encode()));
+    rewrite_manifest(arch.path(), &name, &bad);
+    let (vfs, _c) = uncached_fresh(arch.path());
+    let store = vfs.open_store().unwrap();
+    let mut got = Vec::new();
+    let r = store.scan(&small_queries()[1], &mut |r| {
+        got.push(r.lsn.0);
+        Ok(true)
+    });
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains(&tail_entry(&m).path[4..]), "{e}");
+    assert!(got.iter().all(|l| want[1].contains(l)), "{got:?}");
+
     // The manifest as written: trusted again.
     rewrite_manifest(arch.path(), &name, &m);
     let (vfs, _c) = uncached_fresh(arch.path());

@@ -21,6 +21,16 @@
 //! (`index/segments/summary.qsm`, rewritten in place by queries) is not
 //! shipped: in place, every index file is probed, never skipped.
 //!
+//! A manifest of version 3 carries the unsealed tail's state
+//! (`tail_state`): it is shown as the log's `tail.state`, held in memory,
+//! and the log reader takes the tail's end and sparse index from it, as
+//! from a local clean close, when it matches the tail (length, last
+//! frame's LSN and chain): the tail is then read by range like a sealed
+//! segment, not whole at open. A state that does not match is not used
+//! (the tail is read whole); one whose entries point at the wrong frames
+//! gives an error naming the segment when such a frame is read, never a
+//! record.
+//!
 //! What checks the bytes:
 //! - a whole piece is checked against its name (blake3) and length before
 //!   it is used, from the archive and from the cache alike; one that does
