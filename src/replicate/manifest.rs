@@ -279,7 +279,7 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
             _ => None,
         }
     }
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     s.as_bytes()
