@@ -431,6 +431,9 @@ impl Replicator {
                     shipped.tail_state = Some(super::manifest::to_hex(&st.encode()));
                 }
                 self.walk_index.insert(rel.clone(), index);
+            } else {
+                // Sealed: never walked again.
+                self.walk_index.remove(&rel);
             }
             self.tracked.insert(
                 rel.clone(),
