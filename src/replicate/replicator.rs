@@ -1128,7 +1128,9 @@ mod tests {
     /// chain), its index one entry about every
     /// [`TAIL_STATE_INDEX_INTERVAL_BYTES`], each at a frame of that LSN;
     /// carried from round to round by one replicator (its walk resumed),
-    /// it is the state a new replicator's whole walk gives.
+    /// it is the state a new replicator's whole walk gives. When the tail
+    /// seals and a new one starts, the state is the new tail's, and only
+    /// its walk index is kept.
     #[test]
     fn the_tail_state_is_the_stores_and_carried_from_round_to_round() {
         let d = tempfile::tempdir().unwrap();
@@ -1218,6 +1220,28 @@ mod tests {
             .ship_log(&mut shipped, &mut RoundReport::default())
             .unwrap();
         assert_eq!(shipped.tail_state, carried.tail_state);
+        drop(fresh);
+
+        // The tail seals and a new one starts: the next round's state is
+        // the new tail's, and the sealed segment's walk index is dropped.
+        append(1500, 4500);
+        r.round().unwrap();
+        let after = newest();
+        let st2 = cairn_engine::log::TailState::decode(&after.tail_state_bytes().unwrap()).unwrap();
+        assert!(st2.first_lsn > st.first_lsn, "{:?}", st2.first_lsn);
+        assert_eq!(st2.last_lsn.0, 4500);
+        assert_eq!(r.walk_index.len(), 1, "{:?}", r.walk_index.keys());
+        let local = std::fs::read(ws.join(".cairn/log/tail.state")).unwrap();
+        let local = cairn_engine::log::TailState::decode(&local).unwrap();
+        assert_eq!(
+            (st2.first_lsn, st2.valid_len, st2.last_lsn, st2.chain),
+            (
+                local.first_lsn,
+                local.valid_len,
+                local.last_lsn,
+                local.chain
+            ),
+        );
     }
 
     /// Pieces are noted as shipped when read and sent later, several at a
