@@ -125,11 +125,21 @@ pub(crate) fn log_cursor_holds(path: &Path, c: &LogCursor) -> Result<bool, Repli
 /// nothing writes it again), a walk from the header maps the file instead
 /// of copying it into memory, as the engine's readers map sealed
 /// segments; the pieces shipped are then slices of the map.
+///
+/// `index` is the sparse index of the segment's frames up to `from`
+/// (cleared for a walk from the header): the walk adds an entry for the
+/// first frame past each `interval` bytes after the last entry, and drops
+/// entries past the records it took (a batch not yet whole).
 pub(crate) fn walk_segment(
     path: &Path,
     from: Option<LogCursor>,
     map: bool,
+    index: &mut Vec<(Lsn, u64)>,
+    interval: u64,
 ) -> Result<Walked, ReplicateError> {
+    if from.is_none() {
+        index.clear();
+    }
     let st = stat(path)?
         .ok_or_else(|| ReplicateError::io("read", path, std::io::ErrorKind::NotFound.into()))?;
     // A walk from the header reads the whole file, header included, so
@@ -181,13 +191,19 @@ pub(crate) fn walk_segment(
     };
     let start = c.valid;
     let frames = buf.get((start - base) as usize..).unwrap_or_default();
-    let w = walk_chained(frames, from, c.form, |_, _| {});
+    let w = walk_chained(frames, from, c.form, |lsn, at| {
+        let off = start + at as u64;
+        if index.last().is_none_or(|&(_, o)| off >= o + interval) {
+            index.push((lsn, off));
+        }
+    });
     if let Some(at) = w.last_frame {
         c.valid = start + w.committed as u64;
         c.last_frame = Some(start + at as u64);
         c.lsn = w.head.last_lsn;
         c.chain = w.head.chain;
     }
+    index.retain(|&(_, o)| o < c.valid);
     // A sealed segment: the footer follows the last frame and agrees
     // with the walk.
     // The footer is checked against the file's real length (it records
@@ -489,7 +505,7 @@ mod tests {
             "{sealed} of {segs:?}"
         );
         for (i, p) in segs.iter().enumerate() {
-            let w = walk_segment(p, None, i < sealed).unwrap();
+            let w = walk_segment(p, None, i < sealed, &mut Vec::new(), 1).unwrap();
             let c = w.cursor;
             assert_eq!(
                 w.range(w.base, c.valid).map(|b| b.to_vec()),

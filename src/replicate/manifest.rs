@@ -11,12 +11,22 @@
 //! A manifest is written after every object it names, and never
 //! rewritten: a reader that sees it can fetch all of it.
 //!
-//! Body version 2 (this cairn writes it) may also list the query index
+//! Body version 2 may also list the query index
 //! file of a sealed log segment, `index/segments/<first LSN>.qix`:
 //! written once the segment is sealed and never changed after, so it is
 //! shipped like a segment and a query in place reads it instead of the
 //! segment. Version 1 (older cairns) lists `log/` and `blobs/` files
 //! only; both are read.
+//!
+//! Body version 3 (this cairn writes it) may also carry `tail_state`: the
+//! bytes of a `log/tail.state` file (the format a clean close writes,
+//! [`cairn_engine::log::TailState`]) describing the log's unsealed last
+//! segment as shipped: its length, last frame (offset, LSN, chain) and a
+//! sparse index of its frames, one entry about every
+//! [`TAIL_STATE_INDEX_INTERVAL_BYTES`]. A reader in place is shown it as
+//! the log's `tail.state`, so it takes the tail's end from it instead of
+//! reading the tail whole, exactly when it describes the tail the
+//! manifest names (else the tail is read whole, as for versions 1 and 2).
 
 use serde::{Deserialize, Serialize};
 
@@ -31,14 +41,25 @@ pub const MANIFEST_HEADER_LEN: usize = 16;
 /// the length is checked before anything is allocated.
 pub const MAX_MANIFEST_BODY_BYTES: u32 = 64 << 20;
 /// The JSON body's own version field: the version this cairn writes.
-/// Version 2 added the per-segment query index files (`index/segments/`).
-pub const MANIFEST_VERSION: u32 = 2;
+/// Version 2 added the per-segment query index files (`index/segments/`),
+/// version 3 the unsealed segment's state (`tail_state`).
+pub const MANIFEST_VERSION: u32 = 3;
 /// The oldest body version read: version 1 manifests (no index files)
 /// are still read, so an archive written by an older cairn stays usable.
 pub const MIN_MANIFEST_VERSION: u32 = 1;
 /// The folder, under the store, of the per-segment query index files a
 /// version 2 manifest may list.
 pub const SEG_INDEX_DIR: &str = "index/segments";
+/// The first body version that may carry `tail_state`.
+pub const TAIL_STATE_VERSION: u32 = 3;
+/// Bytes of the tail between two entries of the sparse index a manifest's
+/// `tail_state` carries: sixteen times the engine's own interval
+/// ([`cairn_engine::log::SPARSE_INDEX_INTERVAL_BYTES`]), because the
+/// manifest is written again each round (a 64 MiB tail costs 16 KiB of
+/// entries here, 256 KiB at the engine's interval), while a point read in
+/// place fetches whole ranges of 256 KiB anyway (`vfs::RANGE_CHUNK_BYTES`),
+/// so the longer scan costs few more bytes fetched.
+pub const TAIL_STATE_INDEX_INTERVAL_BYTES: u64 = 64 * 1024;
 
 /// One piece of a file: an object holding the file's bytes from the end of
 /// the piece before it.
@@ -86,12 +107,29 @@ pub struct Manifest {
     pub sessions: Option<u64>,
     /// The store's files, sorted by path.
     pub files: Vec<FileEntry>,
+    /// From version 3: the bytes, as lowercase hex, of a `log/tail.state`
+    /// file describing the last segment when it is unsealed (see the
+    /// module's documentation); absent in older versions and when every
+    /// segment is sealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail_state: Option<String>,
 }
 
 impl Manifest {
     /// The bytes of every file's pieces, added up.
     pub fn bytes(&self) -> u64 {
         self.files.iter().map(|f| f.len).sum()
+    }
+
+    /// The bytes of `tail_state`, when there is one (hex checked by
+    /// [`Manifest::decode`]; `None` as well for hex that is not).
+    pub fn tail_state_bytes(&self) -> Option<Vec<u8>> {
+        from_hex(self.tail_state.as_deref()?)
+    }
+
+    /// Sets `tail_state` to the hex of `bytes` (`None`: no state).
+    pub fn set_tail_state(&mut self, bytes: Option<&[u8]>) {
+        self.tail_state = bytes.map(to_hex);
     }
 
     /// Encodes the manifest with its header and checksum.
@@ -151,6 +189,9 @@ impl Manifest {
                 m.version
             )));
         }
+        if let Some(t) = &m.tail_state {
+            check_tail_state(t, m.version).map_err(bad)?;
+        }
         for f in &m.files {
             check_relative(&f.path, m.version).map_err(bad)?;
             let sum: u64 = f.pieces.iter().map(|p| p.len).sum();
@@ -207,6 +248,57 @@ fn check_relative(path: &str, version: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// `tail_state` must be lowercase hex of at most the largest state the
+/// engine reads, in a manifest of version 3 or later. What it says is not
+/// checked here: the reader trusts it only if it describes the tail.
+fn check_tail_state(hex: &str, version: u32) -> Result<(), String> {
+    if version < TAIL_STATE_VERSION {
+        return Err(format!(
+            "tail_state in a version {version} manifest (it came with version {TAIL_STATE_VERSION})"
+        ));
+    }
+    let max = 2 * cairn_engine::log::TailState::MAX_ENCODED_BYTES;
+    if hex.len() > max {
+        return Err(format!(
+            "tail_state is {} hex digits, over the limit of {max}",
+            hex.len()
+        ));
+    }
+    if from_hex(hex).is_none() {
+        return Err("tail_state is not lowercase hex of whole bytes".into());
+    }
+    Ok(())
+}
+
+/// Lowercase hex to bytes; `None` for an odd length or another character.
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    fn digit(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    s.as_bytes()
+        .chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
+/// Bytes as lowercase hex.
+pub(crate) fn to_hex(b: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(2 * b.len());
+    for &x in b {
+        s.push(DIGITS[(x >> 4) as usize] as char);
+        s.push(DIGITS[(x & 15) as usize] as char);
+    }
+    s
+}
+
 /// 64 lowercase hex digits.
 pub(crate) fn is_hash(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
@@ -249,6 +341,7 @@ mod tests {
                     },
                 ],
             }],
+            tail_state: None,
         }
     }
 
@@ -323,16 +416,46 @@ mod tests {
         }
     }
 
-    /// An archive written by an older cairn (version 1) is still read;
-    /// a version from the future is refused and named.
+    /// An archive written by an older cairn (versions 1 and 2) is still
+    /// read; a version from the future is refused and named.
     #[test]
-    fn version_1_is_read_and_a_newer_one_refused() {
+    fn older_versions_are_read_and_a_newer_one_refused() {
         let mut m = sample();
-        m.version = 1;
-        assert_eq!(Manifest::decode("m", &m.encode()).unwrap(), m);
+        for v in [1, 2] {
+            m.version = v;
+            assert_eq!(Manifest::decode("m", &m.encode()).unwrap(), m);
+        }
         m.version = MANIFEST_VERSION + 1;
         let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
-        assert!(e.contains("manifest version 3"), "{e}");
+        assert!(e.contains("manifest version 4"), "{e}");
+    }
+
+    /// The tail's state rides in version 3 as hex of whole bytes, round
+    /// trips, and is absent from the JSON when there is none (so a
+    /// manifest without it reads as an older cairn wrote it); in an older
+    /// version, as other characters, or too long, it is refused and named.
+    #[test]
+    fn the_tail_state_is_hex_from_version_3_only() {
+        let mut m = sample();
+        let body = String::from_utf8(m.encode()[MANIFEST_HEADER_LEN..].to_vec()).unwrap();
+        assert!(!body.contains("tail_state"), "{body}");
+        let bytes: Vec<u8> = (0..=255u8).collect();
+        m.tail_state = Some(to_hex(&bytes));
+        let back = Manifest::decode("m", &m.encode()).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.tail_state_bytes().unwrap(), bytes);
+        m.version = 2;
+        let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+        assert!(e.contains("tail_state in a version 2"), "{e}");
+        m.version = MANIFEST_VERSION;
+        for bad in ["abc", "0G", "AB", "0a 1"] {
+            m.tail_state = Some(bad.into());
+            let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+            assert!(e.contains("not lowercase hex"), "{bad}: {e}");
+        }
+        m.tail_state = Some("00".repeat(cairn_engine::log::TailState::MAX_ENCODED_BYTES + 1));
+        let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+        assert!(e.contains("over the limit"), "{e}");
     }
 
     #[test]

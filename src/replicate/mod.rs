@@ -45,7 +45,8 @@ pub use cache::{
 };
 pub use manifest::{
     FileEntry, Manifest, Piece, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MANIFEST_VERSION,
-    MAX_MANIFEST_BODY_BYTES, MIN_MANIFEST_VERSION, SEG_INDEX_DIR,
+    MAX_MANIFEST_BODY_BYTES, MIN_MANIFEST_VERSION, SEG_INDEX_DIR, TAIL_STATE_INDEX_INTERVAL_BYTES,
+    TAIL_STATE_VERSION,
 };
 pub use replicator::{Replicator, RoundReport, DEFAULT_MAX_LAG_MS, MAX_PIECE_BYTES};
 pub use restore::{list_archives, prune, restore, ArchiveSummary, PruneReport, RestoreReport};

@@ -10,7 +10,9 @@ use cairn_codec::{ChainHash, Lsn};
 
 use super::archive::{Archive, Bytes, PutHandle, MAX_PUTS_IN_FLIGHT};
 use super::local::{self, Kind, LogCursor, PackCursor, Stat};
-use super::manifest::{FileEntry, Manifest, Piece, MANIFEST_VERSION, SEG_INDEX_DIR};
+use super::manifest::{
+    FileEntry, Manifest, Piece, MANIFEST_VERSION, SEG_INDEX_DIR, TAIL_STATE_INDEX_INTERVAL_BYTES,
+};
 use super::{manifest_name, object_name, ReplicateError, OBJECTS_DIR};
 
 /// The largest piece: a file longer than this (a 256 MiB pack) is shipped
@@ -116,6 +118,11 @@ pub struct Replicator {
     /// The read-only open of the store under way on its own thread,
     /// started with a round and joined when the manifest is written.
     opening: Option<std::thread::JoinHandle<Option<crate::Store>>>,
+    /// The sparse index (LSN, frame offset) of each unsealed segment's
+    /// frames walked so far, one entry about every
+    /// [`TAIL_STATE_INDEX_INTERVAL_BYTES`]: carried on from round to
+    /// round as the walk is, for the manifest's `tail_state`.
+    walk_index: BTreeMap<String, Vec<(Lsn, u64)>>,
 }
 
 impl Replicator {
@@ -140,6 +147,7 @@ impl Replicator {
             reader: None,
             in_flight: VecDeque::new(),
             opening: None,
+            walk_index: BTreeMap::new(),
         })
     }
 
@@ -328,6 +336,7 @@ impl Replicator {
             files: Vec::new(),
             head: (Lsn(0), ChainHash::ZERO),
             diverged: None,
+            tail_state: None,
         };
         self.ship_log(&mut shipped, &mut report)?;
         self.note_cut_history(&mut shipped);
@@ -345,7 +354,13 @@ impl Replicator {
             None => true,
         };
         if moved {
-            self.write_manifest(generation, head, shipped.files, &mut report)?;
+            self.write_manifest(
+                generation,
+                head,
+                shipped.files,
+                shipped.tail_state,
+                &mut report,
+            )?;
         }
         Ok(report)
     }
@@ -368,7 +383,17 @@ impl Replicator {
             // A segment with a later one after it is sealed: never
             // written again, so it may be mapped rather than copied.
             let sealed_before = i + 1 < log_names.len();
-            let walked = local::walk_segment(&path, start_cursor, sealed_before)?;
+            let mut index = match start_cursor {
+                Some(_) => self.walk_index.get(&rel).cloned().unwrap_or_default(),
+                None => Vec::new(),
+            };
+            let walked = local::walk_segment(
+                &path,
+                start_cursor,
+                sealed_before,
+                &mut index,
+                TAIL_STATE_INDEX_INTERVAL_BYTES,
+            )?;
             let c = walked.cursor;
             if let Some((len, _)) = &keep {
                 if c.valid < *len {
@@ -390,6 +415,26 @@ impl Replicator {
                 off = to;
             }
             shipped.head = (c.lsn, c.chain);
+            shipped.tail_state = None;
+            if !c.sealed {
+                // The last segment, unsealed: its state as shipped. A
+                // resumed walk's index holds only if the walk did; one
+                // started afresh (`start_cursor` none) rebuilt it whole.
+                if let Some(first) = segment_first_lsn(&rel) {
+                    let st = cairn_engine::log::TailState::new(
+                        first,
+                        c.valid,
+                        c.last_frame.map(|o| (c.lsn, o)),
+                        c.chain,
+                        index.clone(),
+                    );
+                    shipped.tail_state = Some(super::manifest::to_hex(&st.encode()));
+                }
+                self.walk_index.insert(rel.clone(), index);
+            } else {
+                // Sealed: never walked again.
+                self.walk_index.remove(&rel);
+            }
             self.tracked.insert(
                 rel.clone(),
                 Tracked {
@@ -700,6 +745,7 @@ impl Replicator {
         generation: String,
         head: (Lsn, ChainHash),
         mut files: Vec<FileEntry>,
+        tail_state: Option<String>,
         report: &mut RoundReport,
     ) -> Result<(), ReplicateError> {
         files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -714,6 +760,7 @@ impl Replicator {
             workspace: self.workspace.clone(),
             sessions: self.count_sessions(head.0),
             files,
+            tail_state,
         };
         if !self.archive.exists(&name)? {
             self.archive.put(&name, m.encode())?;
@@ -969,6 +1016,17 @@ struct Shipped {
     files: Vec<FileEntry>,
     head: (Lsn, ChainHash),
     diverged: Option<String>,
+    /// The manifest's `tail_state` (hex): the state of the last segment
+    /// walked, when it is unsealed.
+    tail_state: Option<String>,
+}
+
+/// The first LSN a segment's path (`log/<20 digits>.seg`) names.
+fn segment_first_lsn(rel: &str) -> Option<Lsn> {
+    rel.strip_prefix("log/")
+        .and_then(|n| n.strip_suffix(".seg"))
+        .and_then(|n| n.parse::<u64>().ok())
+        .map(Lsn)
 }
 
 #[cfg(test)]
@@ -1063,6 +1121,127 @@ mod tests {
         }
         got.sort();
         assert_eq!(got, want);
+    }
+
+    /// The manifest's tail state says what the store's own `tail.state`
+    /// says after a clean close (segment, length, last frame, LSN and
+    /// chain), its index one entry about every
+    /// [`TAIL_STATE_INDEX_INTERVAL_BYTES`], each at a frame of that LSN;
+    /// carried from round to round by one replicator (its walk resumed),
+    /// it is the state a new replicator's whole walk gives. When the tail
+    /// seals and a new one starts, the state is the new tail's, and only
+    /// its walk index is kept.
+    #[test]
+    fn the_tail_state_is_the_stores_and_carried_from_round_to_round() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let arch = d.path().join("archive");
+        let url = format!("file://{}", arch.display());
+        let append = |from: u64, to: u64| {
+            let s = crate::Store::builder()
+                .workspace(&ws)
+                .segment_size_bytes(1 << 20)
+                .open()
+                .unwrap();
+            for i in from..to {
+                let text: String = (0..8u64)
+                    .map(|j| {
+                        blake3::hash(&[i, j].map(u64::to_le_bytes).concat())
+                            .to_hex()
+                            .to_string()
+                    })
+                    .collect();
+                s.session("s").prompt(&text).unwrap();
+            }
+            s.close().unwrap();
+        };
+        let newest = || {
+            let a = Archive::open(&url).unwrap();
+            super::super::newest_manifest(&a, None).unwrap().unwrap().1
+        };
+        append(0, 300);
+        let mut r = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn")).unwrap();
+        r.round().unwrap();
+        append(300, 1500);
+        r.round().unwrap();
+        let carried = newest();
+        let st =
+            cairn_engine::log::TailState::decode(&carried.tail_state_bytes().unwrap()).unwrap();
+        let local = std::fs::read(ws.join(".cairn/log/tail.state")).unwrap();
+        let local = cairn_engine::log::TailState::decode(&local).unwrap();
+        assert_eq!(
+            (
+                st.first_lsn,
+                st.valid_len,
+                st.last_lsn,
+                st.last_frame_off,
+                st.chain
+            ),
+            (
+                local.first_lsn,
+                local.valid_len,
+                local.last_lsn,
+                local.last_frame_off,
+                local.chain
+            ),
+        );
+        assert_eq!(st.last_lsn.0, 1500);
+        let tail = carried
+            .files
+            .iter()
+            .find(|f| f.path == format!("log/{:020}.seg", st.first_lsn.0))
+            .unwrap();
+        assert_eq!(tail.len, st.valid_len);
+        let seg = std::fs::read(ws.join(".cairn").join(&tail.path)).unwrap();
+        let entries = st.index_entries();
+        assert!(entries.len() >= 4, "{} entries", entries.len());
+        let header = cairn_codec::segment::SEGMENT_HEADER_LEN as u64;
+        assert_eq!(entries[0], (st.first_lsn, header));
+        for w in entries.windows(2) {
+            assert!(w[1].1 >= w[0].1 + TAIL_STATE_INDEX_INTERVAL_BYTES, "{w:?}");
+            assert!(w[1].0 > w[0].0, "{w:?}");
+        }
+        for &(lsn, off) in entries {
+            let f = cairn_codec::frame::decode(&seg[off as usize..]).unwrap();
+            assert_eq!(f.lsn, lsn);
+        }
+        // A new replicator walks the tail whole: the same state, so the
+        // manifest it would write is the one there (nothing new).
+        let mut fresh = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn")).unwrap();
+        fresh.start().unwrap();
+        let mut shipped = Shipped {
+            files: Vec::new(),
+            head: (Lsn(0), ChainHash::ZERO),
+            diverged: None,
+            tail_state: None,
+        };
+        fresh
+            .ship_log(&mut shipped, &mut RoundReport::default())
+            .unwrap();
+        assert_eq!(shipped.tail_state, carried.tail_state);
+        drop(fresh);
+
+        // The tail seals and a new one starts: the next round's state is
+        // the new tail's, and the sealed segment's walk index is dropped.
+        append(1500, 4500);
+        r.round().unwrap();
+        let after = newest();
+        let st2 = cairn_engine::log::TailState::decode(&after.tail_state_bytes().unwrap()).unwrap();
+        assert!(st2.first_lsn > st.first_lsn, "{:?}", st2.first_lsn);
+        assert_eq!(st2.last_lsn.0, 4500);
+        assert_eq!(r.walk_index.len(), 1, "{:?}", r.walk_index.keys());
+        let local = std::fs::read(ws.join(".cairn/log/tail.state")).unwrap();
+        let local = cairn_engine::log::TailState::decode(&local).unwrap();
+        assert_eq!(
+            (st2.first_lsn, st2.valid_len, st2.last_lsn, st2.chain),
+            (
+                local.first_lsn,
+                local.valid_len,
+                local.last_lsn,
+                local.chain
+            ),
+        );
     }
 
     /// Pieces are noted as shipped when read and sent later, several at a

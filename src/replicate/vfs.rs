@@ -21,6 +21,16 @@
 //! (`index/segments/summary.qsm`, rewritten in place by queries) is not
 //! shipped: in place, every index file is probed, never skipped.
 //!
+//! A manifest of version 3 carries the unsealed tail's state
+//! (`tail_state`): it is shown as the log's `tail.state`, held in memory,
+//! and the log reader takes the tail's end and sparse index from it, as
+//! from a local clean close, when it matches the tail (length, last
+//! frame's LSN and chain): the tail is then read by range like a sealed
+//! segment, not whole at open. A state that does not match is not used
+//! (the tail is read whole); one whose entries point at the wrong frames
+//! gives an error naming the segment when such a frame is read, never a
+//! record.
+//!
 //! What checks the bytes:
 //! - a whole piece is checked against its name (blake3) and length before
 //!   it is used, from the archive and from the cache alike; one that does
@@ -97,6 +107,10 @@ struct ArchivedFile {
     entry: FileEntry,
     /// Where each piece starts in the file.
     starts: Vec<u64>,
+    /// The file's bytes, when the manifest carries them itself (the log's
+    /// `tail.state`, from its `tail_state`): nothing is fetched for it,
+    /// and `entry` lists no pieces.
+    inline: Option<Arc<[u8]>>,
 }
 
 struct Inner {
@@ -181,10 +195,27 @@ impl ArchiveVfs {
                 let file = ArchivedFile {
                     entry: f.clone(),
                     starts,
+                    inline: None,
                 };
                 (root.join(&f.path), Arc::new(file))
             })
-            .collect();
+            .collect::<BTreeMap<_, _>>();
+        // The tail's state, shown as the file a clean close leaves: the
+        // log reader trusts it only when it describes the tail exactly.
+        let mut files = files;
+        if let Some(bytes) = m.tail_state_bytes() {
+            let path = format!("log/{}", cairn_engine::log::TAIL_STATE_FILE);
+            let file = ArchivedFile {
+                entry: FileEntry {
+                    path: path.clone(),
+                    len: bytes.len() as u64,
+                    pieces: Vec::new(),
+                },
+                starts: Vec::new(),
+                inline: Some(bytes.into()),
+            };
+            files.insert(root.join(path), Arc::new(file));
+        }
         ArchiveVfs {
             inner: Arc::new(Inner {
                 archive,
@@ -387,6 +418,12 @@ impl Inner {
         if offset >= f.entry.len || buf.is_empty() {
             return Ok(0);
         }
+        if let Some(b) = &f.inline {
+            let from = offset as usize;
+            let n = buf.len().min(b.len() - from);
+            buf[..n].copy_from_slice(&b[from..from + n]);
+            return Ok(n);
+        }
         // The last piece starting at or before `offset`.
         let i = f.starts.partition_point(|s| *s <= offset) - 1;
         let in_piece = offset - f.starts[i];
@@ -461,6 +498,9 @@ impl Vfs for ArchiveVfs {
 
     fn map(&self, path: &Path) -> io::Result<Mapped> {
         let f = self.inner.file(path)?;
+        if let Some(b) = &f.inline {
+            return Ok(Mapped::Bytes(b.clone()));
+        }
         let mut out = Vec::with_capacity(f.entry.len as usize);
         for i in 0..f.entry.pieces.len() {
             out.extend_from_slice(&self.inner.whole_piece(f, i)?);
@@ -553,6 +593,7 @@ mod tests {
                     len: len as u64,
                 }],
             }],
+            tail_state: None,
         };
         let cache = PieceCache::open(&dir.join("cache"), 1).unwrap();
         let vfs = ArchiveVfs::from_manifest(archive, cache, "m".into(), &m);

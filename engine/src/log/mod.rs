@@ -41,6 +41,7 @@ pub use options::{
     DEFAULT_SEGMENT_SIZE_BYTES, MAX_SEGMENT_SIZE_BYTES,
 };
 pub use reader::LogReader;
+pub use recovery::{TailState, TAIL_STATE_FILE};
 pub use salvage::{is_placeholder, salvage, DroppedRange, SalvageReport, SALVAGE_SESSION};
 pub use scan::{walk_chained, ChainedWalk};
 pub use segment::sealed_index_file;

@@ -13,16 +13,14 @@ use cairn_codec::{ChainHash, Lsn};
 
 use super::scan::find_next_valid;
 use super::segment::{self, check_header, corrupt, create_segment, open_sealed, Sealed};
-#[cfg(test)]
-use super::sparse_index::SliceAt;
-use super::sparse_index::{read_entries, ReadAt, SparseIndex, ENTRY_LEN};
+use super::sparse_index::{read_entries, ReadAt, SliceAt, SparseIndex, ENTRY_LEN};
 use super::view::{Tail, View};
 use super::Head;
 use crate::vfs::{OpenMode, Vfs, VfsFile};
 use crate::{EngineError, Result};
 
-/// The file a clean close writes (see [`TailState`]).
-pub(crate) const TAIL_STATE_FILE: &str = "tail.state";
+/// The file a clean close writes in the log's folder (see [`TailState`]).
+pub const TAIL_STATE_FILE: &str = "tail.state";
 const TAIL_STATE_MAGIC: &[u8; 8] = b"CAIRNTST";
 const TAIL_STATE_VERSION: u32 = 1;
 const TAIL_STATE_FIXED: usize = 96;
@@ -100,18 +98,68 @@ pub(crate) fn scan_tail(path: &Path, buf: &[u8], header: &SegmentHeader) -> Resu
     })
 }
 
-/// What a clean close records about the tail segment.
-#[derive(Debug, PartialEq)]
-pub(crate) struct TailState {
+/// What a clean close records about the tail segment (the file
+/// [`TAIL_STATE_FILE`]): a reader that finds it describing the tail exactly
+/// (length, last frame's LSN and chain; see `TailState::matches`) takes the
+/// tail's end and sparse index from it instead of reading the tail whole.
+/// Public so that another writer of the same facts (an archive's
+/// replicator, which walks the tail anyway) encodes them in this one
+/// format ([`TailState::encode`], [`TailState::decode`]); a state that does
+/// not describe the tail is never trusted, whoever wrote it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TailState {
+    /// The first LSN of the tail segment (its file's name and header).
     pub first_lsn: Lsn,
+    /// Bytes of the segment up to the end of its last whole record (and
+    /// batch): the length the file must have.
     pub valid_len: u64,
+    /// The last record's LSN (the first LSN - 1 when there is none).
     pub last_lsn: Lsn,
+    /// The offset of the last record's frame (0 when there is none).
     pub last_frame_off: u64,
+    /// The chain value after the last record (the header's previous chain
+    /// when there is none).
     pub chain: ChainHash,
-    pub index: SparseIndex,
+    pub(crate) index: SparseIndex,
 }
 
 impl TailState {
+    /// A state of these facts, its sparse index `entries`: (LSN, offset of
+    /// the record's frame) pairs, ascending in both, each a frame of the
+    /// segment before `valid_len`. They may be further apart than
+    /// [`super::SPARSE_INDEX_INTERVAL_BYTES`] (a reader then scans further
+    /// from one), never wrong: a frame read at an entry's offset that does
+    /// not carry its LSN is an error naming the segment, not a record.
+    pub fn new(
+        first_lsn: Lsn,
+        valid_len: u64,
+        last: Option<(Lsn, u64)>,
+        chain: ChainHash,
+        entries: Vec<(Lsn, u64)>,
+    ) -> TailState {
+        let (last_lsn, last_frame_off) = last.unwrap_or((Lsn(first_lsn.0.saturating_sub(1)), 0));
+        TailState {
+            first_lsn,
+            valid_len,
+            last_lsn,
+            last_frame_off,
+            chain,
+            index: SparseIndex::from_entries(entries),
+        }
+    }
+
+    /// The sparse index entries: (LSN, frame offset), ascending.
+    pub fn index_entries(&self) -> &[(Lsn, u64)] {
+        self.index.entries()
+    }
+
+    /// The most bytes an encoded state can take ([`TailState::decode`]
+    /// refuses a longer claim before allocating).
+    pub const MAX_ENCODED_BYTES: usize =
+        TAIL_STATE_FIXED + ENTRY_LEN * TAIL_STATE_MAX_ENTRIES as usize + 4;
+
+    /// The bytes of the `tail.state` file (docs/FORMAT.md):
+    ///
     /// ```text
     ///  0  8 magic "CAIRNTST"   8 4 version   12 4 reserved
     /// 16  8 first LSN of the tail segment     24 8 valid length
@@ -119,7 +167,7 @@ impl TailState {
     /// 48 32 chain after the last record        80 8 entries n   88 8 reserved
     /// 96 16n index entries (LSN, offset)       then CRC32 (seeded) of all before
     /// ```
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(TAIL_STATE_FIXED + 16 * self.index.entries().len() + 4);
         b.extend_from_slice(TAIL_STATE_MAGIC);
         b.extend_from_slice(&TAIL_STATE_VERSION.to_le_bytes());
@@ -149,8 +197,9 @@ impl TailState {
     /// place (see `Log::close`), so a shorter state leaves the end of a
     /// longer, older one behind it. A state written whole (the file exactly
     /// one record long, as before in-place rewrites) reads the same way.
-    #[cfg(test)]
-    pub(crate) fn decode(bytes: &[u8]) -> Option<TailState> {
+    /// `None` for bytes that are not an intact state (magic, version,
+    /// entry count, checksum).
+    pub fn decode(bytes: &[u8]) -> Option<TailState> {
         TailState::read(&mut SliceAt(bytes), bytes.len() as u64)
     }
 

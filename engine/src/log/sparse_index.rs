@@ -371,10 +371,8 @@ pub(crate) fn reads_during(
 }
 
 /// Bytes in memory read as a file (`decode` of bytes already read).
-#[cfg(test)]
 pub(crate) struct SliceAt<'a>(pub(crate) &'a [u8]);
 
-#[cfg(test)]
 impl ReadAt for SliceAt<'_> {
     fn read_exact_at(&mut self, buf: &mut [u8], at: u64) -> Option<()> {
         let at = usize::try_from(at).ok()?;
