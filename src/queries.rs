@@ -301,6 +301,20 @@ impl Store {
         }
     }
 
+    /// What the time point `p` resolves to (the point, and the records
+    /// after it stamped at or before its time), from the per-segment index
+    /// files by a process that has not loaded the query index: only the
+    /// segments where the log's running time crosses the time are read
+    /// ([`cairn_query::index::cold::ColdIndex::time_point`]). `None` for
+    /// any other point, when the index is loaded, or on any error:
+    /// [`Store::query`] then answers, and words the error.
+    pub fn cold_time_point(&self, p: cairn_query::Point) -> Option<cairn_query::point::TimePoint> {
+        let cairn_query::Point::Time(t) = p else {
+            return None;
+        };
+        self.with_cold(|cold, _| cold.time_point(t)).ok().flatten()
+    }
+
     /// What `cairn tree` prints at `p`, from the per-segment index files
     /// by a process that has not loaded the query index: the last reset at
     /// or before the point and the file records after it, never a replay

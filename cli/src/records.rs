@@ -58,12 +58,22 @@ pub fn note_time_points(settings: &Settings, store: &cairn::Store, points: &[Poi
     if settings.quiet || !points.iter().any(|p| matches!(p, Point::Time(_))) {
         return Ok(());
     }
-    let notes = store.query(|q| {
-        Ok(points
-            .iter()
-            .filter_map(|p| q.time_point(*p)?.note())
-            .collect::<Vec<_>>())
-    })?;
+    // From the index files when this process has not loaded the index
+    // (a segment or so read), else from the whole index.
+    let cold: Option<Vec<_>> = points
+        .iter()
+        .filter(|p| matches!(p, Point::Time(_)))
+        .map(|p| store.cold_time_point(*p))
+        .collect();
+    let notes = match cold {
+        Some(tps) => tps.iter().filter_map(|tp| tp.note()).collect(),
+        None => store.query(|q| {
+            Ok(points
+                .iter()
+                .filter_map(|p| q.time_point(*p)?.note())
+                .collect::<Vec<_>>())
+        })?,
+    };
     for n in notes {
         eprintln!("note: {n}");
     }

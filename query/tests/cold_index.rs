@@ -146,6 +146,7 @@ type FSpec = (
     Option<u64>,
     Option<usize>,
     bool,
+    Option<i64>,
 );
 
 fn filter(s: &FSpec) -> Filter {
@@ -162,6 +163,7 @@ fn filter(s: &FSpec) -> Filter {
         since_lsn: s.6.map(Lsn),
         limit: s.7,
         newest_first: s.8,
+        until: s.9.map(|t| Timestamp(1_700_000_000_000 + t)),
         ..Filter::all()
     }
 }
@@ -177,6 +179,7 @@ fn fspec() -> impl Strategy<Value = FSpec> {
         proptest::option::weighted(0.2, 0..120u64),
         proptest::option::of(0..8usize),
         any::<bool>(),
+        proptest::option::weighted(0.2, 0..10_000i64),
     )
 }
 
@@ -194,7 +197,16 @@ proptest! {
         summary_damage in (0..4u8, any::<usize>()),
         tail in 1..40u64,
         more in proptest::collection::vec(spec(), 0..30),
+        forward in any::<bool>(),
+        times in proptest::collection::vec(-10..10_010i64, 1..6),
     ) {
+        // Times going forward (as a live session's do), so that whole
+        // segments fall before or after a time; else at random.
+        let events: Vec<Spec> = if forward {
+            events.into_iter().enumerate().map(|(i, mut s)| { s.6 = i as i64 * 50; s }).collect()
+        } else {
+            events
+        };
         let log = MemLog::new();
         for s in &events {
             log.append(event(s)).unwrap();
@@ -222,6 +234,12 @@ proptest! {
             let points: Vec<u64> = cuts.iter().map(|c| c % (head + 1)).chain([head]).collect();
             let ix = ColdIndex::with_tail_reindex(&vfs, &dir, &log, &sp, true, tail).unwrap();
             travel_as_the_whole_index(&log, &cairn_snapshot::MemBlobs::new(), &ix, &points, &PATHS);
+            // Time points: the point and the records it leaves out.
+            let whole = Index::build(&log).unwrap();
+            for &x in &times {
+                let t = Timestamp(1_700_000_000_000 + x);
+                prop_assert_eq!(ix.time_point(t).unwrap(), whole.time_point(t), "time {}", x);
+            }
         }
         // Records appended to the tail after its file was written: the
         // file covers a prefix, the rest is indexed in memory.
@@ -913,7 +931,7 @@ fn entry_at_random_points_equals_a_full_replay() {
                 }
             }
             // A checkpoint's id resolves to its LSN, the head to the head,
-            // a time is left to the whole index.
+            // a time as the whole index resolves it.
             let cp = s
                 .log
                 .iter_from(Lsn::FIRST)
@@ -923,7 +941,16 @@ fn entry_at_random_points_equals_a_full_replay() {
             let id = cairn_codec::CheckpointId(cp.lsn);
             assert_eq!(at.resolve(Point::Checkpoint(id)).unwrap(), Some(cp.lsn));
             assert_eq!(at.resolve(Point::Head).unwrap(), Some(Lsn(head)));
-            assert_eq!(at.resolve(Point::Time(Timestamp(0))).unwrap(), None);
+            let whole = Index::build(&s.log).unwrap();
+            let first = s.log.read(Lsn::FIRST).unwrap().event.ts;
+            let last = s.log.read(Lsn(head)).unwrap().event.ts;
+            let mid = Timestamp(first.0 / 2 + last.0 / 2);
+            for t in [Timestamp(0), first, mid, last, Timestamp(i64::MAX)] {
+                assert_eq!(
+                    at.resolve(Point::Time(t)).unwrap(),
+                    Some(whole.lsn_at_time(t))
+                );
+            }
         }
         assert!(
             answered > asked,

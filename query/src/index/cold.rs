@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_codec::{EventKind, Lsn};
+use cairn_codec::{EventKind, Lsn, Timestamp};
 use cairn_engine::atomic::{write_atomic, AtomicOptions};
 use cairn_engine::log::SegmentSpan;
 use cairn_engine::vfs::{Mapped, OpenMode};
@@ -37,6 +37,14 @@ pub const SEGMENTS_DIR: &str = "segments";
 /// (a few milliseconds), above it, once into the file, so a new process
 /// never folds more than this many records.
 pub const TAIL_REINDEX_RECORDS: u64 = 4096;
+
+/// LSNs a walk by time ([`ColdIndex::scan`] with only a time range)
+/// gathers from the log before it hands them out, oldest first: enough
+/// that a long answer is read in few walks, few enough that a short one
+/// (`--limit 5`) stops after a walk of a few thousand records, not of the
+/// segment. Newest first, a part's LSNs are gathered whole (at most a
+/// segment's, 8 bytes each) to be handed out in reverse.
+const TIME_WALK_BATCH: usize = 4096;
 
 /// One condition a segment index can answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -284,9 +292,11 @@ impl<'a> ColdIndex<'a> {
     }
 
     /// True if [`ColdIndex::scan`] can narrow `f` by an index (a session,
-    /// run, kind, agent, model or path other than the whole workspace).
+    /// run, kind, agent, model or path other than the whole workspace), or
+    /// by the files' time bounds (a `since` or `until`: only the parts
+    /// whose records' times meet the range are read).
     pub fn answers(f: &Filter) -> bool {
-        !conditions(f).is_empty()
+        !conditions(f).is_empty() || f.since.is_some() || f.until.is_some()
     }
 
     /// The last LSN this index covers (the head when it was made).
@@ -523,10 +533,10 @@ impl<'a> ColdIndex<'a> {
     /// (having called nothing) when no condition of `f` is one an index
     /// answers ([`ColdIndex::answers`]).
     pub fn scan(&self, f: &Filter, each: &mut dyn FnMut(Record) -> Result<bool>) -> Result<bool> {
-        let conds = conditions(f);
-        if conds.is_empty() {
+        if !ColdIndex::answers(f) {
             return Ok(false);
         }
+        let conds = conditions(f);
         let Some((lo, hi)) = f.lsn_bounds(self.covered()) else {
             return Ok(true);
         };
@@ -545,19 +555,139 @@ impl<'a> ColdIndex<'a> {
         let skip_part = |h: &SegHeader| {
             f.since.is_some_and(|t| h.max_ts < t) || f.until.is_some_and(|t| h.min_ts > t)
         };
+        // Only a time range: the parts whose times meet it, record by record.
+        let walk = |rev: bool, visit: &mut dyn FnMut(Lsn) -> Result<bool>| {
+            if conds.is_empty() {
+                self.walk_times(f, lo, hi, rev, visit)
+            } else {
+                self.walk(&conds, lo, hi, rev, &skip_part, visit)
+            }
+        };
         if f.newest_first {
             let mut visit = |lsn: Lsn| hand(self.read_exact(lsn)?);
-            self.walk(&conds, lo, hi, true, &skip_part, &mut visit)?;
+            walk(true, &mut visit)?;
             return Ok(true);
         }
         // Ascending: the postings are read in batches, each in one walk of
         // the log, not a read per record.
         let mut reads = crate::source::SortedReads::new(self.src, limit);
         let mut visit = |lsn: Lsn| reads.push(lsn, &mut hand);
-        if self.walk(&conds, lo, hi, false, &skip_part, &mut visit)? {
+        if walk(false, &mut visit)? {
             reads.flush(&mut hand)?;
         }
         Ok(true)
+    }
+
+    /// Calls `f` with each LSN in `lo..=hi` whose record's time is within
+    /// `filter`'s `since..=until`, in LSN order (newest first with `rev`),
+    /// until it returns false. A part whose header's least and greatest
+    /// times miss the range is passed over unread; the others are read
+    /// record by record (a record's time is in no posting list). Returns
+    /// false if `f` stopped the walk.
+    fn walk_times(
+        &self,
+        filter: &Filter,
+        lo: Lsn,
+        hi: Lsn,
+        rev: bool,
+        f: &mut dyn FnMut(Lsn) -> Result<bool>,
+    ) -> Result<bool> {
+        let in_range = |t: Timestamp| {
+            filter.since.is_none_or(|s| t >= s) && filter.until.is_none_or(|u| t <= u)
+        };
+        let order: Vec<usize> = if rev {
+            (0..self.parts.len()).rev().collect()
+        } else {
+            (0..self.parts.len()).collect()
+        };
+        for i in order {
+            let p = self.parts[i];
+            if p.last < lo || p.first > hi {
+                continue;
+            }
+            let h = *self.part(i)?.header();
+            if filter.since.is_some_and(|s| h.max_ts < s)
+                || filter.until.is_some_and(|u| h.min_ts > u)
+            {
+                continue;
+            }
+            // The LSNs are gathered, then handed out: `f` reads records,
+            // which it must not do inside the walk of the log.
+            let (mut from, to) = (lo.max(p.first), hi.min(p.last));
+            while from <= to {
+                let mut hits = Vec::new();
+                let mut reached = to;
+                self.each_time(from, to, &mut |lsn, t| {
+                    if in_range(t) {
+                        hits.push(lsn);
+                    }
+                    reached = lsn;
+                    Ok(rev || hits.len() < TIME_WALK_BATCH)
+                })?;
+                let hits: Box<dyn Iterator<Item = Lsn>> = if rev {
+                    Box::new(hits.into_iter().rev())
+                } else {
+                    Box::new(hits.into_iter())
+                };
+                for lsn in hits {
+                    if !f(lsn)? {
+                        return Ok(false);
+                    }
+                }
+                from = reached.next();
+            }
+        }
+        Ok(true)
+    }
+
+    /// Calls `f` with the LSN and time of each record in `from..=to`, in
+    /// LSN order, until it returns false.
+    fn each_time(
+        &self,
+        from: Lsn,
+        to: Lsn,
+        f: &mut dyn FnMut(Lsn, Timestamp) -> Result<bool>,
+    ) -> Result<()> {
+        self.src.for_each_ref(from, &mut |lsn, _, e| {
+            if lsn > to {
+                return Ok(false);
+            }
+            Ok(f(lsn, e.ts)? && lsn < to)
+        })
+    }
+
+    /// What the time point `t` resolves to ([`crate::point::Point::Time`]),
+    /// as the whole index's [`crate::index::Index::time_point`] answers it:
+    /// the last record before the first one stamped later than `t`, and
+    /// how many records after it are stamped at or before `t`. The parts
+    /// wholly at or before `t` (by their headers' greatest time) are not
+    /// read, nor the parts after the point wholly later than `t`: where the
+    /// log's times go forward, one segment is read.
+    pub fn time_point(&self, t: Timestamp) -> Result<crate::point::TimePoint> {
+        let mut point: Option<Lsn> = None;
+        let mut left_out = 0u64;
+        for i in 0..self.parts.len() {
+            let p = self.parts[i];
+            let h = *self.part(i)?.header();
+            match point {
+                None if h.max_ts <= t => continue,
+                None if h.min_ts > t => point = Some(Lsn(p.first.0 - 1)),
+                Some(_) if h.min_ts > t => {}
+                _ => self.each_time(p.first, p.last, &mut |lsn, ts| {
+                    match point {
+                        None if ts > t => point = Some(Lsn(lsn.0 - 1)),
+                        Some(_) if ts <= t => left_out += 1,
+                        _ => {}
+                    }
+                    Ok(true)
+                })?,
+            }
+        }
+        Ok(crate::point::TimePoint {
+            time: t,
+            lsn: point.unwrap_or_else(|| self.covered()),
+            left_out,
+        })
     }
 
     /// The record at `lsn`, which must be the one read.

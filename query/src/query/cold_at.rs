@@ -8,8 +8,8 @@
 //! The walk is [`Query::entry_at`](crate::Query::entry_at)'s, over the
 //! index files instead of the in-memory lists; the model test in
 //! `query/tests/cold_index.rs` holds the two to the same answers. What
-//! the files cannot answer cheaply (a time point, a checkpoint id that is
-//! no checkpoint, a path last written by a record without its contents) is
+//! the files cannot answer cheaply (a checkpoint id that is no checkpoint,
+//! an LSN past the head, a path last written by a record without its contents) is
 //! [`ColdAnswer::Ask`]: the caller asks the whole query index, which also
 //! words the errors.
 
@@ -98,13 +98,15 @@ impl<'a> ColdAt<'a> {
     }
 
     /// The LSN of a point that names one directly (the head, an LSN up to
-    /// it, a checkpoint with a tree); `None` for any other.
+    /// it, a checkpoint with a tree) or a time (see
+    /// [`ColdIndex::time_point`]); `None` for any other.
     pub fn resolve(&self, p: Point) -> Result<Option<Lsn>> {
         let head = self.cold.covered();
         Ok(match p {
             Point::Head => Some(head),
             Point::Lsn(l) if l <= head => Some(l),
             Point::Checkpoint(c) if self.checkpoint_root(c.0)?.is_some() => Some(c.0),
+            Point::Time(t) => Some(self.cold.time_point(t)?.lsn),
             _ => None,
         })
     }
