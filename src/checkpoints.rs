@@ -20,7 +20,7 @@ impl Store {
     pub fn track(&self, paths: &[&str]) -> Result<()> {
         let log = self.writer("track paths")?;
         let ws = self.workspace()?;
-        cairn_snapshot::record_interrupted_rollback(&**log, &*self.blobs, ws)?;
+        cairn_snapshot::record_interrupted_rollback(&**log, &**self.blobs.get()?, ws)?;
         Ok(ws.track(paths)?)
     }
 
@@ -63,7 +63,8 @@ impl Store {
 
     /// How checkpoints have used the watcher; `None` when it is not running.
     pub fn watch_stats(&self) -> Option<WatchStats> {
-        self.workspace.as_ref()?.watch_stats()
+        // A watcher runs only in a workspace opened for writing.
+        self.ws_opened()?.watch_stats()
     }
 
     /// Checkpoints the workspace: blobs made durable, then a
@@ -80,7 +81,7 @@ impl Store {
         let log = self.writer("checkpoint")?;
         Ok(cairn_snapshot::create_checkpoint(
             &**log,
-            &*self.blobs,
+            &**self.blobs.get()?,
             self.workspace()?,
             req,
         )?)
@@ -133,7 +134,8 @@ impl Store {
             self.writer("roll back")?;
         }
         let ws = self.workspace()?;
-        Ok(self.with_log_access(|log| cairn_snapshot::rollback(log, &*self.blobs, ws, req))?)
+        Ok(self
+            .with_log_access(|log| cairn_snapshot::rollback(log, &**self.blobs.get()?, ws, req))?)
     }
 
     /// The paths of a path-scoped rollback to `target` that match nothing,
@@ -147,7 +149,7 @@ impl Store {
     ) -> Result<Vec<String>> {
         let ws = self.workspace()?;
         Ok(self.with_log_access(|log| {
-            cairn_snapshot::paths_matching_nothing(log, &*self.blobs, ws, target, paths)
+            cairn_snapshot::paths_matching_nothing(log, &**self.blobs.get()?, ws, target, paths)
         })?)
     }
 
@@ -206,7 +208,7 @@ impl Store {
         let keep = self.unreferenced.lock().clone();
         Ok(cairn_snapshot::apply_retention_keeping(
             &DurableAppends(log),
-            &*self.blobs,
+            &**self.blobs.get()?,
             self.workspace()?,
             policy,
             compact,

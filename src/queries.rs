@@ -140,7 +140,7 @@ impl Store {
     /// Runs `f` with a [`Query`] whose indexes cover the log up to its head.
     pub fn query<T>(&self, f: impl FnOnce(&Query<'_>) -> cairn_query::Result<T>) -> Result<T> {
         self.log.with_source(|src| {
-            let manifests = SnapshotManifests(&*self.blobs);
+            let manifests = SnapshotManifests(&self.blobs);
             let mut guard = self.index().lock();
             let index = match guard.as_mut() {
                 Some(ix) => {
@@ -156,7 +156,7 @@ impl Store {
                     guard.insert(ix)
                 }
             };
-            let q = Query::new(src, &*self.blobs, &manifests, index);
+            let q = Query::new(src, &self.blobs, &manifests, index);
             Ok(f(&q)?)
         })
     }
@@ -276,7 +276,7 @@ impl Store {
         &self,
         f: impl FnOnce(&cairn_query::query::ColdAt<'_>) -> cairn_query::Result<Option<T>>,
     ) -> Option<T> {
-        let manifests = SnapshotManifests(&*self.blobs);
+        let manifests = SnapshotManifests(&self.blobs);
         self.with_cold(|cold, src| f(&cairn_query::query::ColdAt::new(cold, src, &manifests)))
             .ok()
             .flatten()
@@ -335,7 +335,7 @@ impl Store {
         b: cairn_query::Point,
         paths: &[String],
     ) -> Option<cairn_query::query::ColdDiff> {
-        self.cold_at(|c| c.diff(&*self.blobs, a, b, paths))
+        self.cold_at(|c| c.diff(&self.blobs, a, b, paths))
     }
 
     /// What `cairn blame POINT PATH` prints (the lines, and the record that
@@ -347,7 +347,7 @@ impl Store {
         p: cairn_query::Point,
         path: &str,
     ) -> Option<(Option<Record>, Vec<cairn_query::BlameLine>)> {
-        self.cold_at(|c| c.blame(&*self.blobs, p, path))
+        self.cold_at(|c| c.blame(&self.blobs, p, path))
     }
 
     /// One session's checkpoints (every one with `None`), oldest first, as
@@ -516,8 +516,8 @@ impl Store {
             LogHandle::Writer(l) => l.verify()?,
             LogHandle::Reader(r) => r.lock().verify()?,
         };
-        let blobs = self.blobs.verify()?;
-        let lost = crate::verify_refs::check(&self.log, &self.blobs, &blobs)?;
+        let blobs = self.blobs.get()?.verify()?;
+        let lost = crate::verify_refs::check(&self.log, self.blobs.get()?, &blobs)?;
         let index = cairn_query::index::cold::ColdIndex::verify_files(
             self.vfs(),
             &self
@@ -567,15 +567,29 @@ impl Store {
         }
     }
 
-    /// Counts and sizes.
+    /// Counts and sizes. A read-only handle whose blob store cannot be
+    /// opened (it opens it here, on first use) counts no blobs:
+    /// [`Store::try_stats`] says why instead.
     pub fn stats(&self) -> StoreStats {
+        let blobs = self.blobs.get().map(|b| b.stats()).unwrap_or_default();
+        self.stats_with(blobs)
+    }
+
+    /// [`Store::stats`], failing with the reason when the blob store
+    /// cannot be opened.
+    pub fn try_stats(&self) -> Result<StoreStats> {
+        let blobs = self.blobs.get()?.stats();
+        Ok(self.stats_with(blobs))
+    }
+
+    fn stats_with(&self, blobs: cairn_engine::blob::BlobStats) -> StoreStats {
         let log = match &self.log {
             LogHandle::Writer(l) => l.stats(),
             LogHandle::Reader(r) => r.lock().stats(),
         };
         StoreStats {
             log,
-            blobs: self.blobs.stats(),
+            blobs,
             head: self.head(),
         }
     }
@@ -594,7 +608,7 @@ impl Store {
                 .log
                 .with_source(|src| {
                     let head = src.head()?.last_lsn;
-                    cairn_query::export::export_scan(src, &*self.blobs, filter, format, head, out)
+                    cairn_query::export::export_scan(src, &self.blobs, filter, format, head, out)
                 })
                 .map_err(Into::into);
         }
@@ -614,7 +628,7 @@ impl Store {
     ) -> Result<ExportStats> {
         self.log
             .with_source(|src| {
-                cairn_query::export::follow(src, &*self.blobs, filter, format, from, out, stop)
+                cairn_query::export::follow(src, &self.blobs, filter, format, from, out, stop)
             })
             .map_err(Into::into)
     }

@@ -29,6 +29,100 @@ pub(crate) enum LogHandle {
     Reader(Box<ReaderSource>),
 }
 
+/// The store's blob store: opened with the store by a writing handle, and
+/// on first use by a read-only one (issue 33: a `log` query reads no blob,
+/// and opening the blob store read its directory, every pack's header and
+/// the blob index, and hashed to probe the CPU, for nothing). Its
+/// directory is checked for links ([`store_dir::list_sub_no_links`]) when
+/// it is opened.
+///
+/// [`store_dir::list_sub_no_links`]: cairn_engine::store_dir::list_sub_no_links
+pub(crate) struct Blobs {
+    opened: std::sync::OnceLock<Arc<BlobStore>>,
+    /// How to open it read-only when first needed (`None`: opened at once).
+    lazy: Option<LazyBlobs>,
+}
+
+/// What a read-only handle opens its blob store with.
+struct LazyBlobs {
+    vfs: Arc<dyn Vfs>,
+    /// The store directory.
+    root: PathBuf,
+    /// The store is on the real file system: refuse links in `blobs/`.
+    check_links: bool,
+}
+
+impl Blobs {
+    /// A blob store opened with the store.
+    fn opened(blobs: BlobStore) -> Blobs {
+        let opened = std::sync::OnceLock::new();
+        let _ = opened.set(Arc::new(blobs));
+        Blobs { opened, lazy: None }
+    }
+
+    /// The read-only blob store of the store at `root`, opened on first use.
+    fn read_only(vfs: Arc<dyn Vfs>, root: &Path, check_links: bool) -> Blobs {
+        Blobs {
+            opened: std::sync::OnceLock::new(),
+            lazy: Some(LazyBlobs {
+                vfs,
+                root: root.to_path_buf(),
+                check_links,
+            }),
+        }
+    }
+
+    /// The blob store, opened now if it was not yet. An open that fails
+    /// (the directory damaged, a link in it) fails each use that needs
+    /// it, with the reason, and is tried again by the next.
+    pub(crate) fn get(&self) -> cairn_engine::Result<&Arc<BlobStore>> {
+        if let Some(b) = self.opened.get() {
+            return Ok(b);
+        }
+        let Some(l) = &self.lazy else {
+            return Err(cairn_engine::EngineError::Invalid(
+                "the blob store was neither opened nor given a way to open it".into(),
+            ));
+        };
+        if l.check_links {
+            cairn_engine::store_dir::list_sub_no_links(
+                &l.root,
+                cairn_engine::store_dir::BLOB_DIR_NAME,
+            )?;
+        }
+        let dir = l.root.join(cairn_engine::store_dir::BLOB_DIR_NAME);
+        let b = BlobStore::open_read_only(l.vfs.clone(), &dir)?;
+        // Another thread may have opened it meanwhile: its copy is kept.
+        let _ = self.opened.set(Arc::new(b));
+        self.opened.get().ok_or_else(|| {
+            cairn_engine::EngineError::Invalid("the blob store was not kept once opened".into())
+        })
+    }
+
+    /// The blob store if it has been opened (a close syncs only that).
+    pub(crate) fn if_opened(&self) -> Option<&Arc<BlobStore>> {
+        self.opened.get()
+    }
+}
+
+impl cairn_query::source::BlobSource for Blobs {
+    fn get(&self, hash: &BlobHash) -> cairn_query::Result<Vec<u8>> {
+        Ok(self.get()?.get(hash)?)
+    }
+    fn len(&self, hash: &BlobHash) -> Option<u64> {
+        self.get().ok()?.raw_len(hash)
+    }
+}
+
+impl cairn_snapshot::BlobRead for Blobs {
+    fn get(&self, hash: &BlobHash) -> cairn_snapshot::Result<Vec<u8>> {
+        Ok(self.get()?.get(hash)?)
+    }
+    fn get_to(&self, hash: &BlobHash, out: &mut dyn std::io::Write) -> cairn_snapshot::Result<u64> {
+        Ok(self.get()?.get_to(hash, out)?)
+    }
+}
+
 /// How to open a [`Store`]. Every setting has a documented default.
 #[derive(Clone)]
 pub struct StoreBuilder {
@@ -228,17 +322,20 @@ impl StoreBuilder {
             Error::Other("StoreBuilder needs a workspace or a store directory".into())
         })?;
         let custom_vfs = self.vfs.is_some();
-        if let (Some(w), false) = (&self.workspace, custom_vfs) {
+        // A read-only open creates nothing, and checks its workspace
+        // when it first uses it (`read_only_workspace`).
+        if let (Some(w), false, false) = (&self.workspace, custom_vfs, self.read_only) {
             check_workspace_given(w, &root)?;
         }
         let workspace_dir = self.workspace_dir(&root, custom_vfs);
         let vfs: Arc<dyn Vfs> = self.vfs.clone().unwrap_or_else(|| Arc::new(RealVfs));
-        if !custom_vfs {
-            // Read-only opens too: a reader saves the query index.
-            cairn_engine::store_dir::check_no_links(&root)?;
-        }
         if self.read_only {
+            // Links are refused in the directories it reads or writes
+            // through, as it first does (see `open_read_only`).
             return self.open_read_only(root, workspace_dir, vfs);
+        }
+        if !custom_vfs {
+            cairn_engine::store_dir::check_no_links(&root)?;
         }
         self.open_writable(root, workspace_dir, vfs)
     }
@@ -274,28 +371,49 @@ impl StoreBuilder {
                 root.display()
             )));
         }
-        let reader = LogReader::open(vfs.clone(), &root.join("log"))?;
-        let blobs = BlobStore::open_read_only(vfs.clone(), &root.join("blobs"))?;
-        let ws = match (&workspace_dir, self.vfs.is_some()) {
-            (Some(w), false) => self.read_only_workspace(&root, w),
-            _ => ReadOnlyWorkspace::default(),
+        let custom_vfs = self.vfs.is_some();
+        let log_dir = root.join(cairn_engine::store_dir::LOG_DIR_NAME);
+        let reader = if custom_vfs {
+            LogReader::open(vfs.clone(), &log_dir)?
+        } else {
+            // One listing refuses links in the log directory and opens
+            // the log; the index directory (read, and written as a
+            // cache) is checked too. `blobs/` is checked when the blob
+            // store is first opened, `snapshot/` by the workspace's open.
+            let names = cairn_engine::store_dir::list_sub_no_links(
+                &root,
+                cairn_engine::store_dir::LOG_DIR_NAME,
+            )?;
+            cairn_engine::store_dir::list_sub_no_links(&root, "index")?;
+            LogReader::open_listed(vfs.clone(), &log_dir, names)?
         };
+        let blobs = Blobs::read_only(vfs.clone(), &root, !custom_vfs);
+        // The workspace is opened when first used (listing checkpoints,
+        // planning a rollback): a query of records never does.
+        let ws_lazy = match (&workspace_dir, custom_vfs) {
+            (Some(w), false) => Some(LazyWorkspace {
+                builder: Box::new(self.clone()),
+                root: root.clone(),
+                workspace: w.clone(),
+            }),
+            _ => None,
+        };
+        let save_index_read_only = self.save_index_read_only;
         Ok(Store {
             root,
             workspace_dir,
             vfs,
             _dir: None,
             log: LogHandle::Reader(Box::new(ReaderSource::new(reader))),
-            blobs: Arc::new(blobs),
-            workspace: ws.workspace,
-            mismatch: ws.mismatch,
-            unavailable: ws.unavailable,
+            blobs,
+            ws: std::sync::OnceLock::new(),
+            ws_lazy,
             index: Mutex::new(None),
             index_saved: std::sync::atomic::AtomicU64::new(0),
             unreferenced: Mutex::new(HashSet::new()),
             gc_gate: RwLock::new(()),
             _tmp: None,
-            save_index_read_only: self.save_index_read_only,
+            save_index_read_only,
             seal_indexer: Default::default(),
         })
     }
@@ -305,8 +423,14 @@ impl StoreBuilder {
     /// opened (gone, its binding damaged) leaves the queries working;
     /// listing checkpoints and planning rollbacks then fail with the
     /// reason.
-    fn read_only_workspace(&self, root: &Path, w: &Path) -> ReadOnlyWorkspace {
-        let mut ws = ReadOnlyWorkspace::default();
+    fn read_only_workspace(&self, root: &Path, w: &Path) -> WorkspaceState {
+        let mut ws = WorkspaceState::default();
+        // Its checkpoints would capture the store (a dry run plans what
+        // the real run would do): refused as a writable open refuses it.
+        if let Err(e) = refuse_workspace_in_store(w, root) {
+            ws.unavailable = Some(e.to_string());
+            return ws;
+        }
         let cache = self
             .snapshot_cache_dir
             .clone()
@@ -324,6 +448,13 @@ impl StoreBuilder {
         match checked {
             Ok(m) => ws.mismatch = m.map(Box::new),
             Err(e) => ws.unavailable = Some(e.to_string()),
+        }
+        // The caches are read through `snapshot/`: a link there (or in
+        // it) leaves no workspace, as a writable open refuses the store.
+        if ws.unavailable.is_none() && self.snapshot_cache_dir.is_none() {
+            if let Err(e) = cairn_engine::store_dir::list_sub_no_links(root, "snapshot") {
+                ws.unavailable = Some(e.to_string());
+            }
         }
         // A binding that cannot be read or trusted leaves no
         // workspace: a dry run refuses what the real run refuses.
@@ -376,7 +507,9 @@ impl StoreBuilder {
             None
         };
         let mut store = self.finish(vfs, dir, workspace_dir, tmp)?;
-        store.mismatch = mismatch;
+        if let Some(ws) = store.ws.get_mut() {
+            ws.mismatch = mismatch;
+        }
         Ok(store)
     }
 
@@ -443,10 +576,13 @@ impl StoreBuilder {
             vfs,
             _dir: Some(dir),
             log: LogHandle::Writer(Arc::new(log)),
-            blobs: Arc::new(blobs),
-            workspace,
-            mismatch: None,
-            unavailable: None,
+            blobs: Blobs::opened(blobs),
+            ws: std::sync::OnceLock::from(WorkspaceState {
+                workspace,
+                mismatch: None,
+                unavailable: None,
+            }),
+            ws_lazy: None,
             index: Mutex::new(None),
             index_saved: std::sync::atomic::AtomicU64::new(0),
             unreferenced: Mutex::new(HashSet::new()),
@@ -458,14 +594,26 @@ impl StoreBuilder {
     }
 }
 
-/// What a read-only open knows of its workspace: the workspace opened
-/// read-only, or why it is unavailable, and whether the store is bound to
-/// another.
+/// What a handle knows of its workspace: the workspace opened (read-only
+/// for a read-only handle), or why it is unavailable, and whether the
+/// store is bound to another.
 #[derive(Default)]
-struct ReadOnlyWorkspace {
-    workspace: Option<Workspace>,
+pub(crate) struct WorkspaceState {
+    pub(crate) workspace: Option<Workspace>,
+    /// Set when the store was opened with a workspace it is not bound to:
+    /// every flow that reads or writes the workspace is refused.
     mismatch: Option<Box<WorkspaceMismatch>>,
+    /// Why a read-only handle has no workspace, when it was given one.
     unavailable: Option<String>,
+}
+
+/// How a read-only handle opens its workspace when first used
+/// (`StoreBuilder::read_only_workspace`).
+struct LazyWorkspace {
+    builder: Box<StoreBuilder>,
+    /// The store directory.
+    root: PathBuf,
+    workspace: PathBuf,
 }
 
 /// Refuses a workspace `w` given for the store `root` that is not a
@@ -550,13 +698,13 @@ pub struct Store {
     workspace_dir: Option<PathBuf>,
     vfs: Arc<dyn Vfs>,
     pub(crate) log: LogHandle,
-    pub(crate) blobs: Arc<BlobStore>,
-    pub(crate) workspace: Option<Workspace>,
-    /// Set when the store was opened with a workspace it is not bound to:
-    /// every flow that reads or writes the workspace is refused.
-    mismatch: Option<Box<WorkspaceMismatch>>,
-    /// Why a read-only handle has no workspace, when it was given one.
-    unavailable: Option<String>,
+    pub(crate) blobs: Blobs,
+    /// The workspace: opened with a writing handle; by a read-only one
+    /// when first used (see [`Store::workspace_state`]).
+    ws: std::sync::OnceLock<WorkspaceState>,
+    /// How a read-only handle opens its workspace (`None`: it has none,
+    /// or it was opened with the store).
+    ws_lazy: Option<LazyWorkspace>,
     pub(crate) index: Mutex<Option<cairn_query::index::Index>>,
     /// How far the index file on disk covers the log, as this handle
     /// loaded or last saved it (0: not known): a close saves only past it.
@@ -637,7 +785,7 @@ impl Store {
     /// (see [`crate::binding`]); checkpoints, rollbacks and tracking are
     /// then refused.
     pub fn workspace_mismatch(&self) -> Option<&WorkspaceMismatch> {
-        self.mismatch.as_deref()
+        self.workspace_state().mismatch.as_deref()
     }
 
     /// The file system the store lives on.
@@ -661,22 +809,40 @@ impl Store {
     /// (listing checkpoints): open even with a workspace the store is not
     /// bound to.
     pub(crate) fn workspace_caches(&self) -> Result<&Workspace> {
-        if let (None, Some(why)) = (&self.workspace, &self.unavailable) {
+        let ws = self.workspace_state();
+        if let (None, Some(why)) = (&ws.workspace, &ws.unavailable) {
             return Err(Error::Other(why.clone()));
         }
-        self.workspace.as_ref().ok_or(Error::NoWorkspace)
+        ws.workspace.as_ref().ok_or(Error::NoWorkspace)
+    }
+
+    /// The workspace as far as it is known, opened now by a read-only
+    /// handle that had not used it yet: its binding checked, its caches
+    /// opened read-only (their directory checked for links), or why not.
+    pub(crate) fn workspace_state(&self) -> &WorkspaceState {
+        self.ws.get_or_init(|| match &self.ws_lazy {
+            Some(l) => l.builder.read_only_workspace(&l.root, &l.workspace),
+            None => WorkspaceState::default(),
+        })
+    }
+
+    /// The workspace if it has been opened (never by this call).
+    pub(crate) fn ws_opened(&self) -> Option<&Workspace> {
+        self.ws.get()?.workspace.as_ref()
     }
 
     pub(crate) fn workspace(&self) -> Result<&Workspace> {
-        if let Some(m) = &self.mismatch {
+        if let Some(m) = &self.workspace_state().mismatch {
             return Err(Error::WorkspaceMismatch(m.clone()));
         }
         self.workspace_caches()
     }
 
-    /// The blob store.
-    pub fn blobs(&self) -> &BlobStore {
-        &self.blobs
+    /// The blob store. A read-only handle opens it here when first
+    /// asked (its queries that read no blob never do): an error says why
+    /// it cannot be opened (a link in `blobs/`, a damaged index).
+    pub fn blobs(&self) -> Result<&BlobStore> {
+        Ok(self.blobs.get()?)
     }
 
     /// A handle for one session (thread, conversation). An empty `id` is
@@ -698,7 +864,7 @@ impl Store {
     /// appended through this handle does (see `unreferenced`).
     pub(crate) fn put_unreferenced(&self, bytes: &[u8]) -> Result<BlobHash> {
         let _gate = self.gc_gate.read();
-        let h = self.blobs.put(bytes)?;
+        let h = self.blobs.get()?.put(bytes)?;
         self.unreferenced.lock().insert(h);
         Ok(h)
     }
@@ -722,7 +888,7 @@ impl Store {
 
     /// A blob's bytes, verified against its hash.
     pub fn blob(&self, hash: &BlobHash) -> Result<Vec<u8>> {
-        Ok(self.blobs.get(hash)?)
+        Ok(self.blobs.get()?.get(hash)?)
     }
 
     /// Checks an event before it is appended: its session is not empty and
@@ -752,10 +918,12 @@ impl Store {
     /// checkpoint, and gc, fail on it.
     pub(crate) fn bad_root(&self, event: &Event) -> Option<String> {
         let root = event.root?;
-        if !self.blobs.contains(&root) {
+        // A writer's blob store is open; a read-only one appends nothing.
+        let blobs = self.blobs.get().ok()?;
+        if !blobs.contains(&root) {
             return None;
         }
-        let e = cairn_snapshot::manifest::read_node(&*self.blobs, &root).err()?;
+        let e = cairn_snapshot::manifest::read_node(&**blobs, &root).err()?;
         Some(format!(
             "field `root`: blob {root} is not a checkpoint tree (a manifest node as cairn writes them) but something else: {e}"
         ))
@@ -950,7 +1118,7 @@ impl Store {
         ]
         .into_iter()
         .flatten()
-        .find(|h| !self.blobs.contains(h))
+        .find(|h| !self.blobs.get().is_ok_and(|b| b.contains(h)))
     }
 
     /// Appends one event. The commit protocol is built in: every blob the
@@ -966,8 +1134,9 @@ impl Store {
         self.check_event(event)?;
         self.check_refs(event, &[], false)
             .map_err(Error::InvalidEvent)?;
-        if self.blobs.has_unsynced() {
-            self.blobs.sync()?;
+        let blobs = self.blobs.get()?;
+        if blobs.has_unsynced() {
+            blobs.sync()?;
         }
         let lsn = log.append(event)?;
         self.now_referenced(std::slice::from_ref(event));
@@ -998,8 +1167,9 @@ impl Store {
                 Error::InvalidEvent(format!("event {} of the batch: {why}", i + 1))
             })?;
         }
-        if self.blobs.has_unsynced() {
-            self.blobs.sync()?;
+        let blobs = self.blobs.get()?;
+        if blobs.has_unsynced() {
+            blobs.sync()?;
         }
         let range = log.append_batch(events)?;
         self.now_referenced(events);
@@ -1010,7 +1180,7 @@ impl Store {
     /// Makes everything written so far durable (blobs, then the log).
     pub fn sync(&self) -> Result<()> {
         let log = self.writer("sync")?;
-        self.blobs.sync()?;
+        self.blobs.get()?.sync()?;
         Ok(log.sync()?)
     }
 
@@ -1031,8 +1201,8 @@ impl Store {
     pub fn close(self) -> Result<()> {
         self.finish_seal_index();
         self.save_index()?;
-        if !self.is_read_only() {
-            self.blobs.sync()?;
+        if let (false, Some(blobs)) = (self.is_read_only(), self.blobs.if_opened()) {
+            blobs.sync()?;
         }
         if let LogHandle::Writer(log) = self.log {
             if let Ok(log) = Arc::try_unwrap(log) {

@@ -1203,3 +1203,48 @@ fn a_rollback_report_names_its_absolute_workspace() {
     assert!(real.workspace.is_absolute());
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "one");
 }
+
+/// Issue 33: a read-only handle opened its blob store at open, so a query
+/// of records paid for reading the blob directory and index, and failed
+/// outright when they could not be read. It now opens the blob store on
+/// first use: records are answered from a store whose `blobs/` cannot be
+/// listed, and each use of a blob fails with the reason, naming it.
+#[test]
+fn a_read_only_handle_opens_its_blob_store_when_first_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path()).unwrap();
+    let h = store.put_blob(b"contents\n").unwrap();
+    store.session("s").prompt("hello").unwrap();
+    store.close().unwrap();
+
+    let reader = Store::builder()
+        .workspace(tmp.path())
+        .read_only()
+        .open()
+        .unwrap();
+    assert_eq!(reader.blob(&h).unwrap(), b"contents\n");
+    drop(reader);
+
+    // `blobs/` made a file: no blob store can be opened there.
+    let blobs = tmp.path().join(".cairn/blobs");
+    std::fs::rename(&blobs, tmp.path().join("blobs.away")).unwrap();
+    std::fs::write(&blobs, "not a directory").unwrap();
+    let reader = Store::builder()
+        .workspace(tmp.path())
+        .read_only()
+        .open()
+        .unwrap();
+    let mut texts = Vec::new();
+    reader
+        .scan(&Filter::all(), &mut |r| {
+            texts.push(r.event.text.clone());
+            Ok(true)
+        })
+        .unwrap();
+    assert_eq!(texts, vec![Some("hello".to_string())]);
+    let e = reader.blob(&h).unwrap_err().to_string();
+    assert!(e.contains("blobs"), "{e}");
+    assert!(reader.blobs().is_err());
+    assert!(reader.try_stats().is_err());
+    assert_eq!(reader.stats().head.last_lsn.0, 1);
+}

@@ -33,7 +33,7 @@ pub fn run(settings: &Settings, cmd: BlobCommand) -> Result<ExitCode> {
                     }
                     let mut r = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
                     store
-                        .blobs()
+                        .blobs()?
                         .put_reader(&mut r)
                         .context("blob put: read stdin")?
                 } else if f.is_dir() {
@@ -43,13 +43,13 @@ pub fn run(settings: &Settings, cmd: BlobCommand) -> Result<ExitCode> {
                     );
                 } else {
                     store
-                        .blobs()
+                        .blobs()?
                         .put_file(f)
                         .with_context(|| format!("blob put: input file {}", f.display()))?
                 };
                 out.push((hash, len, f));
             }
-            store.blobs().sync().context("make blobs durable")?;
+            store.blobs()?.sync().context("make blobs durable")?;
             for (hash, len, f) in out {
                 outln!("{hash}  {len:>10}  {}", f.display());
             }
@@ -59,7 +59,7 @@ pub fn run(settings: &Settings, cmd: BlobCommand) -> Result<ExitCode> {
             let hash = parse_hash(&hash)?;
             let store = settings.open_read()?;
             let mut stdout = std::io::stdout().lock();
-            store.blobs().get_to(&hash, &mut stdout)?;
+            store.blobs()?.get_to(&hash, &mut stdout)?;
             stdout.flush()?;
         }
     }

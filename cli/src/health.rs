@@ -262,7 +262,7 @@ pub fn repair(settings: &Settings, json: bool) -> Result<ExitCode> {
 /// `cairn stats`.
 pub fn stats(settings: &Settings, json: bool) -> Result<ExitCode> {
     let store = settings.open_read()?;
-    let s = store.stats();
+    let s = store.try_stats()?;
     if json {
         outln!("{}", stats_json(settings, &s));
     } else {

@@ -91,6 +91,13 @@ pub fn show(settings: &Settings, spec: &str) -> Result<ExitCode> {
     let (point, typed) = split_point_path(spec)?;
     let path = spec_path(settings, typed);
     let store = settings.open_read()?;
+    // The contents are read from the blob store, which a read-only open
+    // leaves unopened: open it first, so that a store whose blob store
+    // cannot be opened (a link in `blobs/`, a damaged index) is refused
+    // as such, not reported as contents lost.
+    store
+        .blobs()
+        .with_context(|| format!("open the blob store of {}", store.root().display()))?;
     note_time_points(settings, &store, &[point])?;
     match show_from(&store, spec, point, typed, &path) {
         // Contents that the log names but the store lost are damage, as
@@ -242,7 +249,7 @@ fn cold_entry(
 /// verified): a large file is never held whole in memory.
 fn print_contents(store: &cairn::Store, entry: &cairn::TreeEntry) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    store.blobs().get_to(&entry.blob, &mut out)?;
+    store.blobs()?.get_to(&entry.blob, &mut out)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

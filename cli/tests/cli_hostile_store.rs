@@ -306,8 +306,10 @@ fn rollback_names_its_workspace_first() {
 /// Regression (found auditing the store's files): a `.cairn/LOCK` linked
 /// to a file outside made taking the lock truncate it to `pid N`, and a
 /// linked `.cairn/snapshot` made checkpoints write their caches outside.
-/// A link in the store is refused, by reading commands too (they save the
-/// query index).
+/// A link in the store is refused by every command that writes it; a
+/// reading command never takes the lock, so a linked `LOCK` leaves it
+/// reading, and the file it points to untouched (the directories a
+/// reading command does use: `a_reading_command_refuses_links_where_it_reads`).
 #[test]
 fn a_link_in_the_store_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -320,13 +322,12 @@ fn a_link_in_the_store_is_refused() {
     let lock = ws.join(".cairn/LOCK");
     std::fs::remove_file(&lock).unwrap();
     std::os::unix::fs::symlink("../../.bashrc", &lock).unwrap();
-    for args in [&["checkpoint"][..], &["log"][..]] {
-        let e = failed(&cairn(&ws, args));
-        assert!(
-            e.contains("symbolic link") && e.contains(&format!("`rm {}`", lock.display())),
-            "{args:?}: {e}"
-        );
-    }
+    let e = failed(&cairn(&ws, &["checkpoint"]));
+    assert!(
+        e.contains("symbolic link") && e.contains(&format!("`rm {}`", lock.display())),
+        "{e}"
+    );
+    ok(&cairn(&ws, &["log"]));
     assert_eq!(
         std::fs::read_to_string(home.join(".bashrc")).unwrap(),
         "precious\n"
@@ -549,4 +550,66 @@ fn a_store_linked_to_another_disk_works_once_bound() {
     let o = cairn(&mover, &["log"]);
     ok(&o);
     assert!(!err(&o).contains("warning"), "{}", err(&o));
+}
+
+/// Issue 33: a reading command opened the blob store, and listed every
+/// directory of the store for links, for a `log` query that reads only
+/// the log and the index files. The links are refused where a command
+/// reads or writes: a link in `blobs/` leaves `log` answering and makes
+/// `show` and `stats` (which read blobs) refuse it, naming the link; one
+/// in `snapshot/` leaves `log` answering and makes `checkpoints` and a
+/// rollback's dry run (which read the workspace's caches there) refuse
+/// it; one in `log/` or `index/` makes `log` refuse it.
+#[test]
+fn a_reading_command_refuses_links_where_it_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().canonicalize().unwrap();
+    let ws = home.join("proj");
+    std::fs::create_dir_all(home.join("elsewhere")).unwrap();
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "mine\n").unwrap();
+    ok(&cairn(&ws, &["init", "-q"]));
+    ok(&cairn(&ws, &["checkpoint", "-q"]));
+    let refused = |args: &[&str], link: &Path| {
+        let e = failed(&cairn(&ws, args));
+        assert!(
+            e.contains("symbolic link") && e.contains(&format!("`rm {}`", link.display())),
+            "{args:?}: {e}"
+        );
+    };
+    let answers = |args: &[&str]| {
+        let out = ok(&cairn(&ws, args));
+        assert!(out.contains("checkpoint.create"), "{args:?}: {out}");
+    };
+    assert_eq!(ok(&cairn(&ws, &["show", "c1:a.txt"])), "mine\n");
+
+    let pack = ws.join(".cairn/blobs/pack-00000099.pack");
+    std::os::unix::fs::symlink("../../../elsewhere/x", &pack).unwrap();
+    answers(&["log"]);
+    answers(&["log", "--kind", "checkpoint.create", "--json"]);
+    refused(&["show", "c1:a.txt"], &pack);
+    refused(&["stats"], &pack);
+    std::fs::remove_file(&pack).unwrap();
+
+    let snap = ws.join(".cairn/snapshot/cache");
+    std::os::unix::fs::symlink("../../../elsewhere", &snap).unwrap();
+    answers(&["log"]);
+    refused(&["checkpoints"], &snap);
+    refused(&["rollback", "--dry-run", "c1"], &snap);
+    std::fs::remove_file(&snap).unwrap();
+
+    for link in [
+        ws.join(".cairn/log/00000000000000000099.seg"),
+        ws.join(".cairn/index/segments2"),
+    ] {
+        std::os::unix::fs::symlink("../../../elsewhere", &link).unwrap();
+        refused(&["log"], &link);
+        std::fs::remove_file(&link).unwrap();
+    }
+    answers(&["log"]);
+    assert_eq!(ok(&cairn(&ws, &["show", "c1:a.txt"])), "mine\n");
+    assert_eq!(
+        std::fs::read_dir(home.join("elsewhere")).unwrap().count(),
+        0
+    );
 }

@@ -132,49 +132,83 @@ pub fn check_owner_and_mode(root: &Path) -> Result<()> {
 /// resolved once, as a whole). The refusal names the link, where it
 /// points, and the fix.
 pub fn check_no_links(root: &Path) -> Result<()> {
-    let refuse = |path: &Path| {
-        let to = std::fs::read_link(path)
-            .map(|t| t.display().to_string())
-            .unwrap_or_else(|_| "?".into());
-        let text = format!(
-            "it is a symbolic link (to {to}), and cairn writes the store's own files only \
-             inside the store: a link could make it write anywhere. If you trust this store, \
-             replace the link with what it points to; otherwise remove it (`rm {}`)",
-            path.display()
-        );
-        EngineError::io(
-            "refuse a link in the store",
-            path,
-            std::io::Error::other(text),
-        )
-    };
-    let list = |dir: &Path| -> Result<Vec<(PathBuf, std::fs::FileType)>> {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(EngineError::io("list the store directory", dir, e)),
-        };
-        let mut out = Vec::new();
-        for e in entries {
-            let e = e.map_err(|e| EngineError::io("list the store directory", dir, e))?;
-            let t = e
-                .file_type()
-                .map_err(|err| EngineError::io("read the type of", e.path(), err))?;
-            out.push((e.path(), t));
-        }
-        Ok(out)
-    };
-    for (path, t) in list(root)? {
+    for (path, t) in list_typed(root)? {
         if t.is_symlink() {
-            return Err(refuse(&path));
+            return Err(link_refused(&path));
         }
         if t.is_dir() {
-            if let Some((inner, _)) = list(&path)?.into_iter().find(|(_, t)| t.is_symlink()) {
-                return Err(refuse(&inner));
+            if let Some((inner, _)) = list_typed(&path)?.into_iter().find(|(_, t)| t.is_symlink()) {
+                return Err(link_refused(&inner));
             }
         }
     }
     Ok(())
+}
+
+/// The entries of the store directory `root`'s subdirectory `sub` (`log`,
+/// `blobs`, `index`, `snapshot`), refusing, as [`check_no_links`] does for
+/// the whole store, the subdirectory if it is a symbolic link and any of
+/// its entries that is one. For a command that only reads: it checks the
+/// directories it reads or writes through, when it first does, not all
+/// of the store's (a `log` query reads `log/` and `index/`, never
+/// `blobs/`), and the listing serves the reader too (the log directory is
+/// listed once). A subdirectory that does not exist has no entries.
+pub fn list_sub_no_links(root: &Path, sub: &str) -> Result<Vec<String>> {
+    let dir = root.join(sub);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.file_type().is_symlink() => return Err(link_refused(&dir)),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(EngineError::io("read the type of", &dir, e)),
+    }
+    let mut names = Vec::new();
+    for (path, t) in list_typed(&dir)? {
+        if t.is_symlink() {
+            return Err(link_refused(&path));
+        }
+        if let Some(name) = path.file_name() {
+            names.push(name.to_string_lossy().into_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// The refusal of the link at `path` in a store: where it points, and
+/// the fix.
+fn link_refused(path: &Path) -> EngineError {
+    let to = std::fs::read_link(path)
+        .map(|t| t.display().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let text = format!(
+        "it is a symbolic link (to {to}), and cairn writes the store's own files only \
+         inside the store: a link could make it write anywhere. If you trust this store, \
+         replace the link with what it points to; otherwise remove it (`rm {}`)",
+        path.display()
+    );
+    EngineError::io(
+        "refuse a link in the store",
+        path,
+        std::io::Error::other(text),
+    )
+}
+
+/// The entries of `dir` with their types (read with the listing, no
+/// `stat` each); none if it does not exist.
+fn list_typed(dir: &Path) -> Result<Vec<(PathBuf, std::fs::FileType)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(EngineError::io("list the store directory", dir, e)),
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e.map_err(|e| EngineError::io("list the store directory", dir, e))?;
+        let t = e
+            .file_type()
+            .map_err(|err| EngineError::io("read the type of", e.path(), err))?;
+        out.push((e.path(), t));
+    }
+    Ok(out)
 }
 
 /// The process that holds the lock on `lock_file` now, as far as can be
@@ -533,6 +567,32 @@ mod tests {
             std::fs::remove_file(&at).unwrap();
         }
         check_no_links(&root).unwrap();
+    }
+
+    /// A read-only command checks the subdirectories it uses, one by one
+    /// (issue 33): a link in one of them, or the subdirectory itself a
+    /// link, is refused as the whole store's check refuses it; a link in
+    /// another subdirectory is no concern of that listing.
+    #[test]
+    fn a_subdirectory_listing_refuses_a_link_in_it_or_as_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join(".cairn");
+        drop(StoreDir::open(Arc::new(RealVfs), &root).unwrap());
+        std::fs::write(root.join("log/a.seg"), "x").unwrap();
+        assert_eq!(list_sub_no_links(&root, "log").unwrap(), vec!["a.seg"]);
+        assert!(list_sub_no_links(&root, "absent").unwrap().is_empty());
+        std::os::unix::fs::symlink("../../precious", root.join("blobs/pack-1.pack")).unwrap();
+        assert_eq!(list_sub_no_links(&root, "log").unwrap(), vec!["a.seg"]);
+        let e = list_sub_no_links(&root, "blobs").unwrap_err().to_string();
+        assert!(
+            e.contains("symbolic link") && e.contains("pack-1.pack"),
+            "{e}"
+        );
+        assert!(check_no_links(&root).is_err());
+        std::fs::remove_dir_all(root.join("index")).unwrap();
+        std::os::unix::fs::symlink(tmp.path(), root.join("index")).unwrap();
+        let e = list_sub_no_links(&root, "index").unwrap_err().to_string();
+        assert!(e.contains("symbolic link") && e.contains("index"), "{e}");
     }
 
     #[test]

@@ -421,7 +421,7 @@ impl Store {
                 Err(_) if opts.skip_torn_tail && lines.torn() => break,
                 Err(e) => return Err(nothing.rejected(bad_line(e, &lines), name)),
             };
-            item.settle_blobs(|h| self.blobs.contains(h));
+            item.settle_blobs(|h| self.blobs.get().is_ok_and(|b| b.contains(h)));
             self.settle_collected(&mut item, opts.collected_checkpoints, name)
                 .map_err(|e| nothing.rejected(e, name))?;
             self.check_imported(&item, name)
@@ -657,7 +657,7 @@ impl Store {
         opts: &ImportOptions,
         file_name: &str,
     ) -> Result<bool> {
-        item.settle_blobs(|h| self.blobs.contains(h));
+        item.settle_blobs(|h| self.blobs.get().is_ok_and(|b| b.contains(h)));
         if skip.recorded_before(self, &item, opts, file_name, done)? {
             pending.from = end;
             return Ok(false);
@@ -832,7 +832,8 @@ impl Store {
             return None;
         }
         let root = e.root?;
-        let missing = blob_fields(e).find(|(_, h)| !self.blobs.contains(h))?;
+        let missing =
+            blob_fields(e).find(|(_, h)| !self.blobs.get().is_ok_and(|b| b.contains(h)))?;
         let discarded: Vec<(CheckpointId, Lsn)> = self
             .query(|q| {
                 Ok(q.index()

@@ -673,10 +673,10 @@ fn a_checkpoint_whose_state_gc_collected_but_not_its_tree_is_a_collected_one_too
     store.gc_compact(&policy).unwrap();
     let first = store.record(Lsn(1)).unwrap().event;
     assert!(
-        store.blobs.contains(&first.root.unwrap()),
+        store.blobs.get().unwrap().contains(&first.root.unwrap()),
         "the tree c2 has too"
     );
-    assert!(!store.blobs.contains(&first.state.unwrap()));
+    assert!(!store.blobs.get().unwrap().contains(&first.state.unwrap()));
     let export = own_export(&store);
     let err = import_again(&store, &export, "ex.jsonl")
         .unwrap_err()

@@ -56,10 +56,17 @@ impl std::fmt::Debug for LogReader {
 impl LogReader {
     /// Opens the log in `dir` read-only and reads what is committed so far.
     pub fn open(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<LogReader> {
-        // One listing serves the dictionaries and the first refresh.
         let names = vfs
             .list(dir)
             .map_err(|e| EngineError::io("list log directory", dir, e))?;
+        LogReader::open_listed(vfs, dir, names)
+    }
+
+    /// [`LogReader::open`] given `names`, the entries of `dir` as the
+    /// caller listed them just before (the store's open lists the log
+    /// directory once, to refuse links in it, and hands the listing
+    /// down). One listing serves the dictionaries and the first refresh.
+    pub fn open_listed(vfs: Arc<dyn Vfs>, dir: &Path, names: Vec<String>) -> Result<LogReader> {
         let dicts = LogDicts::load_listed(vfs.clone(), dir, &names, false)?;
         let mut r = LogReader {
             vfs,
@@ -77,7 +84,21 @@ impl LogReader {
     }
 
     /// Picks up records and segments appended since the last refresh.
+    ///
+    /// While the newest segment has no footer, the directory is not
+    /// listed: the writer seals a segment (writes its footer) before it
+    /// creates the next, so a tail read without a footer means no later
+    /// segment existed when it was read, and the records read are all
+    /// there is. A tail found sealed (or damaged), or no tail, lists the
+    /// directory as before. A query from a new process refreshed right
+    /// after its open, and paid a second listing of the log directory.
     pub fn refresh(&mut self) -> Result<Head> {
+        if self.view.tail.as_ref().is_some_and(|t| t.damage.is_none()) {
+            self.extend_tail()?;
+            if self.view.tail.as_ref().is_some_and(|t| t.damage.is_none()) {
+                return Ok(self.view.head());
+            }
+        }
         // List before reading the tail: the writer seals a segment (footer)
         // before it creates the next, so a newer segment in this listing
         // means the footer is already there to be read.
@@ -640,5 +661,96 @@ mod lazy_map_tests {
                 e => panic!("{e}"),
             }
         }
+    }
+
+    /// The real file system, counting the listings of directories.
+    #[derive(Debug, Default)]
+    struct CountsLists(RealVfs, std::sync::atomic::AtomicUsize);
+
+    impl CountsLists {
+        fn lists(&self) -> usize {
+            self.1.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    impl Vfs for CountsLists {
+        fn open(&self, p: &Path, m: OpenMode) -> std::io::Result<Arc<dyn crate::vfs::VfsFile>> {
+            self.0.open(p, m)
+        }
+        fn map(&self, p: &Path) -> std::io::Result<crate::vfs::Mapped> {
+            self.0.map(p)
+        }
+        fn list(&self, d: &Path) -> std::io::Result<Vec<String>> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.list(d)
+        }
+        fn create_dir_all(&self, d: &Path) -> std::io::Result<()> {
+            self.0.create_dir_all(d)
+        }
+        fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+            self.0.rename(a, b)
+        }
+        fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+            self.0.remove_file(p)
+        }
+        fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
+            self.0.sync_dir(d)
+        }
+        fn exists(&self, p: &Path) -> bool {
+            self.0.exists(p)
+        }
+        fn lock_exclusive(&self, p: &Path) -> std::io::Result<crate::vfs::LockGuard> {
+            self.0.lock_exclusive(p)
+        }
+    }
+
+    /// Regression (issue 33): a query from a new process refreshed its
+    /// reader right after the open, and listed the log directory again
+    /// for it. While the tail has no footer no later segment can exist,
+    /// so a refresh reads the tail alone; it still picks up the records
+    /// appended since, and lists the directory once the tail is sealed,
+    /// to find the segments after it.
+    #[test]
+    fn a_refresh_lists_the_directory_only_once_the_tail_is_sealed() {
+        let tmp = tempfile::tempdir().unwrap();
+        log_of(tmp.path(), 10);
+        let vfs = Arc::new(CountsLists::default());
+        let mut r = LogReader::open(vfs.clone(), tmp.path()).unwrap();
+        let opened = vfs.lists();
+        assert_eq!(r.head().last_lsn, Lsn(10));
+        assert_eq!(r.refresh().unwrap().last_lsn, Lsn(10));
+        assert_eq!(vfs.lists(), opened, "a refresh of an unsealed tail listed");
+
+        let opts = LogOptions {
+            segment_size_bytes: 4096,
+            durability: Durability::Never,
+            ..LogOptions::default()
+        };
+        let log = Log::open(Arc::new(RealVfs), tmp.path(), opts).unwrap();
+        let reply = |i: u64| Event::new(EventKind::Reply, "s").with_text(format!("more {i}"));
+        log.append(&reply(11)).unwrap();
+        log.sync().unwrap();
+        assert_eq!(r.refresh().unwrap().last_lsn, Lsn(11));
+        assert_eq!(vfs.lists(), opened, "records in the tail need no listing");
+
+        // Past the segment size: the tail is sealed and a new one made.
+        let segments = r.view.sealed.len();
+        let mut lsn = 11;
+        while log.sealed_spans().len() == segments {
+            lsn += 1;
+            log.append(&reply(lsn)).unwrap();
+        }
+        log.append(&reply(lsn + 1)).unwrap();
+        log.sync().unwrap();
+        assert_eq!(r.refresh().unwrap().last_lsn, Lsn(lsn + 1));
+        assert!(vfs.lists() > opened, "a sealed tail must list for the next");
+        assert_eq!(r.view.sealed.len(), segments + 1);
+        let all: Vec<Record> = r.iter_from(Lsn(1)).map(|r| r.unwrap()).collect();
+        assert_eq!(all.len() as u64, lsn + 1);
+        assert!(all
+            .iter()
+            .enumerate()
+            .all(|(i, rec)| rec.lsn == Lsn(i as u64 + 1)));
+        log.close().unwrap();
     }
 }
