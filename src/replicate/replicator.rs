@@ -11,7 +11,8 @@ use cairn_codec::{ChainHash, Lsn};
 use super::archive::{Archive, Bytes, PutHandle, MAX_PUTS_IN_FLIGHT};
 use super::local::{self, Kind, LogCursor, PackCursor, Stat};
 use super::manifest::{
-    FileEntry, Manifest, Piece, MANIFEST_VERSION, SEG_INDEX_DIR, TAIL_STATE_INDEX_INTERVAL_BYTES,
+    FileEntry, Manifest, Piece, MANIFEST_VERSION, SEG_INDEX_DIR, TAIL_INDEX_EVERY_RECORDS,
+    TAIL_STATE_INDEX_INTERVAL_BYTES,
 };
 use super::{manifest_name, object_name, ReplicateError, OBJECTS_DIR};
 
@@ -49,6 +50,11 @@ pub struct RoundReport {
     /// Query index files built this round from sealed segments that had
     /// no good one in the store (each decodes its whole segment).
     pub seg_indexes_built: u64,
+    /// Query index files of a prefix of the unsealed tail built and
+    /// shipped this round (the manifest's `tail_index`): 1 when the tail
+    /// had grown by [`TAIL_INDEX_EVERY_RECORDS`] or more records past the
+    /// last one shipped, else 0.
+    pub tail_indexes_built: u64,
 }
 
 /// What the replicator knows of one store file.
@@ -123,6 +129,40 @@ pub struct Replicator {
     /// [`TAIL_STATE_INDEX_INTERVAL_BYTES`]: carried on from round to
     /// round as the walk is, for the manifest's `tail_state`.
     walk_index: BTreeMap<String, Vec<(Lsn, u64)>>,
+    /// The query index of the unsealed tail, built in memory as the tail
+    /// grows, and the last file of it shipped (the manifest's
+    /// `tail_index`); `None` when there is no unsealed tail yet.
+    tail_index: Option<TailIndex>,
+    /// The store's log, opened read-only when the tail's index first has
+    /// records to take in, and kept (refreshed) from round to round.
+    tail_source: Option<cairn_query::source::ReaderSource>,
+}
+
+/// The query index of one unsealed segment, as far as it was built.
+#[derive(Debug)]
+struct TailIndex {
+    /// The segment's path, `log/<first LSN>.seg`.
+    seg: String,
+    /// Its first LSN.
+    first: Lsn,
+    /// The postings of its records up to `builder.covered()`.
+    builder: cairn_query::index::seg::SegIndexBuilder,
+    /// The chain value after the last record the builder took in.
+    chain: ChainHash,
+    /// The last file shipped: the LSN it covers and its entry.
+    shipped: Option<(Lsn, FileEntry)>,
+}
+
+impl TailIndex {
+    fn new(seg: String, first: Lsn) -> TailIndex {
+        TailIndex {
+            seg,
+            first,
+            builder: cairn_query::index::seg::SegIndexBuilder::new(first),
+            chain: ChainHash::ZERO,
+            shipped: None,
+        }
+    }
 }
 
 impl Replicator {
@@ -148,6 +188,8 @@ impl Replicator {
             in_flight: VecDeque::new(),
             opening: None,
             walk_index: BTreeMap::new(),
+            tail_index: None,
+            tail_source: None,
         })
     }
 
@@ -322,6 +364,16 @@ impl Replicator {
             let known = &self.known;
             self.tracked
                 .retain(|_, t| t.pieces.iter().all(|p| known.contains(&p.hash)));
+            // The same for the tail's index: a file not wholly sent is
+            // built and sent again by the next round.
+            if let Some(t) = &mut self.tail_index {
+                if t.shipped
+                    .as_ref()
+                    .is_some_and(|(_, e)| !e.pieces.iter().all(|p| known.contains(&p.hash)))
+                {
+                    t.shipped = None;
+                }
+            }
         }
         r
     }
@@ -342,6 +394,7 @@ impl Replicator {
         self.note_cut_history(&mut shipped);
         self.ship_sparse_indexes(&mut shipped.files, &mut report)?;
         self.ship_seg_indexes(&mut shipped.files, &mut report)?;
+        let tail_index = self.ship_tail_index(&shipped, &mut report)?;
         self.ship_blobs_and_dicts(&mut shipped.files, &mut report)?;
         // Every piece is in the archive before a manifest names it.
         self.finish_all(&mut report)?;
@@ -359,6 +412,7 @@ impl Replicator {
                 head,
                 shipped.files,
                 shipped.tail_state,
+                tail_index,
                 &mut report,
             )?;
         }
@@ -659,6 +713,105 @@ impl Replicator {
         Ok(())
     }
 
+    /// The manifest's `tail_index`: a query index file of the unsealed
+    /// tail `ship_log` has just walked, from its first record to the
+    /// round's head, built in memory (the store is not written) and
+    /// shipped when the tail has grown by [`TAIL_INDEX_EVERY_RECORDS`]
+    /// or more records past the last one shipped; else the last one
+    /// shipped again (a prefix of the tail: a reader in place indexes
+    /// only the records after it). The builder takes in only the records
+    /// new since it last did, read from the store's log (kept open from
+    /// round to round), after checking that the record it stopped at is
+    /// still there with the same chain value; and the file is shipped
+    /// only if it ends at the round's head with the walk's chain value
+    /// and decodes whole. A log that cannot be read now, a log replaced
+    /// under the archive (a new generation) or a new tail starts it
+    /// afresh; nothing is shipped for the tail until it can be built.
+    fn ship_tail_index(
+        &mut self,
+        shipped: &Shipped,
+        report: &mut RoundReport,
+    ) -> Result<Option<FileEntry>, ReplicateError> {
+        let tail = shipped
+            .tail_state
+            .as_ref()
+            .and_then(|_| {
+                shipped
+                    .files
+                    .iter()
+                    .rev()
+                    .find(|f| f.path.starts_with("log/") && f.path.ends_with(".seg"))
+            })
+            .and_then(|f| Some((f.path.clone(), segment_first_lsn(&f.path)?)));
+        let Some((seg, first)) = tail else {
+            self.tail_index = None;
+            return Ok(None);
+        };
+        let (head, head_chain) = shipped.head;
+        if shipped.diverged.is_some() {
+            // The log changed under what was indexed: read it afresh.
+            self.tail_index = None;
+            self.tail_source = None;
+        }
+        if self
+            .tail_index
+            .as_ref()
+            .is_some_and(|t| t.seg != seg || t.first != first || t.builder.covered() > head)
+        {
+            self.tail_index = None;
+        }
+        let t = self
+            .tail_index
+            .get_or_insert_with(|| TailIndex::new(seg, first));
+        let carried = t.shipped.as_ref().map(|(_, e)| e.clone());
+        let covered = t
+            .shipped
+            .as_ref()
+            .map_or(Lsn(first.0.saturating_sub(1)), |(c, _)| *c);
+        if head < first || head.0 < covered.0 + TAIL_INDEX_EVERY_RECORDS {
+            return Ok(carried);
+        }
+        if self.tail_source.is_none() {
+            let vfs: std::sync::Arc<dyn cairn_engine::Vfs> =
+                std::sync::Arc::new(cairn_engine::RealVfs);
+            match cairn_engine::log::LogReader::open(vfs, &self.store.join("log")) {
+                Ok(r) => self.tail_source = Some(cairn_query::source::ReaderSource::new(r)),
+                // Unreadable now: the next round tries again.
+                Err(_) => return Ok(carried),
+            }
+        }
+        let Some(src) = self.tail_source.as_ref() else {
+            return Ok(carried);
+        };
+        let Some(bytes) = extend_tail_index(src, t, head, head_chain) else {
+            // A failed read leaves the builder where it cannot be trusted
+            // to continue, and the log reader perhaps stale: both afresh.
+            *t = TailIndex::new(t.seg.clone(), first);
+            t.shipped = carried.clone().map(|e| (covered, e));
+            self.tail_source = None;
+            return Ok(carried);
+        };
+        let rel = format!(
+            "{SEG_INDEX_DIR}/{}",
+            cairn_query::index::seg::seg_index_name(first)
+        );
+        let len = bytes.len() as u64;
+        let mut pieces = Vec::new();
+        for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
+            pieces.push(self.ship_piece(Bytes::copy_from_slice(part), report)?);
+        }
+        let entry = FileEntry {
+            path: rel,
+            len,
+            pieces,
+        };
+        report.tail_indexes_built += 1;
+        if let Some(t) = &mut self.tail_index {
+            t.shipped = Some((head, entry.clone()));
+        }
+        Ok(Some(entry))
+    }
+
     /// Notes in `shipped.diverged` a segment the last manifest named that
     /// is gone, or a log that ends before the archive's head: history was
     /// cut.
@@ -746,6 +899,7 @@ impl Replicator {
         head: (Lsn, ChainHash),
         mut files: Vec<FileEntry>,
         tail_state: Option<String>,
+        tail_index: Option<FileEntry>,
         report: &mut RoundReport,
     ) -> Result<(), ReplicateError> {
         files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -761,6 +915,7 @@ impl Replicator {
             sessions: self.count_sessions(head.0),
             files,
             tail_state,
+            tail_index,
         };
         if !self.archive.exists(&name)? {
             self.archive.put(&name, m.encode())?;
@@ -950,6 +1105,12 @@ impl Drop for Replicator {
 /// covers exactly the sealed segment from `first` the walk `c` ended:
 /// its last LSN and the chain value after it.
 fn seg_index_covers(bytes: &[u8], what: &str, first: Lsn, c: &LogCursor) -> bool {
+    index_covers(bytes, what, first, c.lsn, c.chain)
+}
+
+/// True if `bytes` are a whole query index file (every checksum) of the
+/// records `first..=last`, the chain value after `last` being `chain`.
+fn index_covers(bytes: &[u8], what: &str, first: Lsn, last: Lsn, chain: ChainHash) -> bool {
     cairn_query::index::seg::SegIndex::open(
         cairn_engine::vfs::Mapped::Bytes(std::sync::Arc::from(bytes)),
         what,
@@ -957,9 +1118,47 @@ fn seg_index_covers(bytes: &[u8], what: &str, first: Lsn, c: &LogCursor) -> bool
     .and_then(|ix| {
         ix.check_all()?;
         let h = *ix.header();
-        Ok(h.first == first && h.covered == c.lsn && h.chain == c.chain)
+        Ok(h.first == first && h.covered == last && h.chain == chain)
     })
     .unwrap_or(false)
+}
+
+/// Takes the records after `t`'s builder up to `head` into it, from
+/// `src`, and encodes the file: `None` when the record the builder
+/// stopped at is no longer the one it took in (its chain value), a read
+/// fails, the log ends before `head`, the chain value at `head` is not
+/// `head_chain` (the walk's), or the file is over
+/// [`MAX_SHIPPED_SEG_INDEX_BYTES`] or does not decode whole.
+fn extend_tail_index(
+    src: &cairn_query::source::ReaderSource,
+    t: &mut TailIndex,
+    head: Lsn,
+    head_chain: ChainHash,
+) -> Option<Vec<u8>> {
+    use cairn_query::source::RecordSource;
+    src.head().ok()?;
+    let from = t.builder.covered();
+    if from >= t.first && src.read(from).ok()?.chain != t.chain {
+        return None;
+    }
+    let (builder, chain) = (&mut t.builder, &mut t.chain);
+    if from < head {
+        src.for_each_ref(from.next(), &mut |lsn, c, e| {
+            if lsn > head {
+                return Ok(false);
+            }
+            builder.observe(lsn, c, e)?;
+            *chain = c;
+            Ok(lsn < head)
+        })
+        .ok()?;
+    }
+    if t.builder.covered() != head || t.chain != head_chain {
+        return None;
+    }
+    let bytes = t.builder.encode().ok()?;
+    let fits = bytes.len() as u64 <= MAX_SHIPPED_SEG_INDEX_BYTES;
+    (fits && index_covers(&bytes, "the tail's index", t.first, head, head_chain)).then_some(bytes)
 }
 
 /// The query index file of the records `first..=last`, built from `src`
