@@ -1402,3 +1402,108 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
         "after a restart",
     );
 }
+
+/// A manifest whose tail index does not match the tail it names is never
+/// trusted: an index of another segment (its first LSN not the tail's),
+/// one that ends past the manifest's head (a later round's, on an earlier
+/// manifest), and one of another log whose first LSN is the tail's but
+/// whose chain value is not the record's (another store's tail: its
+/// postings say nothing of session `late`, so trusting it would drop
+/// records); nor a version 3 manifest (an older cairn: no tail index).
+/// The tail's records are then read whole to index them, as before the
+/// index was shipped, and every answer is the local store's.
+#[test]
+fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
+    let (d, _) = store_of_segments();
+    let ws = d.path();
+    let arch = tempfile::tempdir().unwrap();
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn")).unwrap();
+    r.round().unwrap();
+    let (_, m1) = newest(arch.path());
+    grow_tail_with_checkpoint(ws, "late", 0..8_000, "early");
+    assert_eq!(r.round().unwrap().tail_indexes_built, 1);
+    grow_tail_with_checkpoint(ws, "late", 8_000..8_100, "late");
+    r.round().unwrap();
+    drop(r);
+    let (name, m) = newest(arch.path());
+    let ix = m.tail_index.clone().unwrap();
+    let tail = tail_entry(&m).len;
+    assert_eq!(tail_entry(&m1).path, tail_entry(&m).path, "one tail");
+    let local = cairn::Store::builder()
+        .workspace(ws)
+        .read_only()
+        .open()
+        .unwrap();
+    let want = tail_answers(&local);
+    assert_eq!(want.0.len(), 2, "{want:?}");
+    assert_tail_answers(arch.path(), &want, tail, true, "the manifest as written");
+
+    // Another store of the same shape whose tail holds session `other`:
+    // its tail index, its objects copied into this archive.
+    let (d2, _) = store_of_segments();
+    grow_tail_with_checkpoint(d2.path(), "other", 0..8_000, "early");
+    let arch2 = tempfile::tempdir().unwrap();
+    replicate_once(d2.path(), arch2.path());
+    let (_, other) = newest(arch2.path());
+    let other_ix = other.tail_index.clone().unwrap();
+    assert_eq!(other_ix.path, ix.path, "the same tail's first LSN");
+    for p in &other_ix.pieces {
+        let obj = format!("objects/{}", p.hash);
+        let to = arch.path().join(&obj);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(arch2.path().join(&obj), to).unwrap();
+    }
+
+    let sealed_ix = m
+        .files
+        .iter()
+        .find(|f| f.path.ends_with(".qix"))
+        .unwrap()
+        .clone();
+    let mut cases = Vec::new();
+    let mut another_segment = m.clone();
+    another_segment.tail_index = Some(cairn::replicate::FileEntry {
+        path: ix.path.clone(),
+        ..sealed_ix
+    });
+    cases.push(("an index of another segment", another_segment));
+    let mut past_head = m1.clone();
+    past_head.tail_index = Some(ix.clone());
+    cases.push(("an index past the manifest's head", past_head));
+    let mut another_log = m.clone();
+    another_log.tail_index = Some(other_ix);
+    cases.push(("an index of another log", another_log));
+    let mut old = m.clone();
+    old.version = 3;
+    old.tail_index = None;
+    cases.push(("a version 3 manifest", old));
+    for (what, altered) in cases {
+        rewrite_manifest(arch.path(), &name, &altered);
+        let want = if altered.head_lsn == m.head_lsn {
+            want.clone()
+        } else {
+            // The earlier manifest: the answers at its head, from a
+            // store restored from it.
+            let back = tempfile::tempdir().unwrap();
+            let mut plain = altered.clone();
+            plain.tail_index = None;
+            rewrite_manifest(arch.path(), &name, &plain);
+            let a = Archive::open(&url(arch.path())).unwrap();
+            cairn::replicate::restore(&a, back.path(), None).unwrap();
+            rewrite_manifest(arch.path(), &name, &altered);
+            let s = cairn::Store::builder()
+                .workspace(back.path())
+                .read_only()
+                .open()
+                .unwrap();
+            tail_answers(&s)
+        };
+        let tail = tail_entry(&altered).len;
+        assert_tail_answers(arch.path(), &want, tail, false, what);
+    }
+
+    // The manifest as written: trusted again.
+    rewrite_manifest(arch.path(), &name, &m);
+    assert_tail_answers(arch.path(), &want, tail, true, "the manifest restored");
+}
