@@ -1253,7 +1253,7 @@ mod tests {
     fn assert_manifest_whole(arch: &Path) {
         let a = Archive::open(&format!("file://{}", arch.display())).unwrap();
         let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
-        for f in &m.files {
+        for f in m.files.iter().chain(&m.tail_index) {
             for p in &f.pieces {
                 assert!(
                     a.exists(&object_name(&p.hash)).unwrap(),
@@ -1456,6 +1456,62 @@ mod tests {
         let rep = r.round().unwrap();
         assert!(rep.manifest.is_some());
         assert_manifest_whole(&arch);
+    }
+
+    /// The tail's query index is built once the tail has
+    /// [`TAIL_INDEX_EVERY_RECORDS`] records, and is the index a query
+    /// builds of the same records (byte for byte); when its send fails,
+    /// the round fails and the next one sends it again, so no manifest
+    /// names it unsent.
+    #[test]
+    fn the_tail_index_is_the_querys_and_a_failed_send_is_sent_again() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let s = crate::Store::open(&ws).unwrap();
+        let n = TAIL_INDEX_EVERY_RECORDS + 10;
+        let batch: Vec<cairn_codec::Event> = (0..n)
+            .map(|i| {
+                let mut e =
+                    cairn_codec::Event::new(cairn_codec::EventKind::Prompt, format!("s{}", i % 3));
+                e.text = Some(format!("prompt {i}"));
+                e
+            })
+            .collect();
+        s.append_batch(&batch).unwrap();
+        s.close().unwrap();
+        let arch = d.path().join("archive");
+        let url = format!("file://{}", arch.display());
+        let mut r = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn")).unwrap();
+        // The log's one piece goes, every later send fails: the tail's
+        // index among them.
+        r.archive().fail_after_puts(1);
+        assert!(r.round().is_err());
+        r.archive().fail_after_puts(u64::MAX);
+        let rep = r.round().unwrap();
+        assert!(rep.manifest.is_some());
+        assert_manifest_whole(&arch);
+        let a = Archive::open(&url).unwrap();
+        let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        let t = m.tail_index.clone().unwrap();
+        assert_eq!(t.path, format!("{SEG_INDEX_DIR}/00000000000000000001.qix"));
+        let mut got = Vec::new();
+        for p in &t.pieces {
+            got.extend(a.get(&object_name(&p.hash)).unwrap().unwrap());
+        }
+        let vfs: std::sync::Arc<dyn cairn_engine::Vfs> = std::sync::Arc::new(cairn_engine::RealVfs);
+        let src = cairn_query::source::ReaderSource::new(
+            cairn_engine::log::LogReader::open(vfs, &ws.join(".cairn/log")).unwrap(),
+        );
+        let want = build_seg_index(&src, Lsn(1), Lsn(m.head_lsn)).unwrap();
+        assert_eq!(got, want);
+        assert!(
+            !ws.join(".cairn")
+                .join(SEG_INDEX_DIR)
+                .join("00000000000000000001.qix")
+                .exists(),
+            "the store is not written"
+        );
     }
 
     /// Pieces go several at a time, yet each is sent once: a second
