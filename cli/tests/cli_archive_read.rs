@@ -1229,6 +1229,11 @@ fn a_tail_state_that_does_not_match_the_tail_is_never_trusted() {
     assert!(vfs.archive().bytes_read() * 4 < tail);
 }
 
+/// The records the tail grows by before the replicators of the tail
+/// index tests ship a new index of it: under the tails they grow (8,000
+/// records), where the default (`TAIL_INDEX_EVERY_RECORDS`) is over them.
+const TAIL_INDEX_EVERY: u64 = 4096;
+
 /// Appends records `n` of session `who` (as [`grow_tail`]'s) and, after
 /// them, a checkpoint of that session labelled `label`, to the store of
 /// `ws`.
@@ -1310,7 +1315,7 @@ fn assert_tail_answers(
 /// checkpoints, its records, its checkpoint records) read in place the
 /// query index file of a prefix of the tail the manifest carries
 /// (version 4, `tail_index`), built by the replicator in memory once the
-/// tail has grown by `TAIL_INDEX_EVERY_RECORDS` records, and index in
+/// tail has grown by [`TAIL_INDEX_EVERY`] records, and index in
 /// memory only the records after it: each fetches well under the tail's
 /// size, where it once read the whole tail to index it. A round with
 /// fewer new records names the same file again (the records after it
@@ -1322,7 +1327,9 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
     let ws = d.path();
     let arch = tempfile::tempdir().unwrap();
     let a = Archive::open(&url(arch.path())).unwrap();
-    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn")).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn"))
+        .unwrap()
+        .tail_index_every(TAIL_INDEX_EVERY);
     r.round().unwrap();
     grow_tail_with_checkpoint(ws, "late", 0..8_000, "early");
     grow_tail_with_checkpoint(ws, "late", 8_000..8_200, "mid");
@@ -1381,7 +1388,9 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
     drop(r);
     grow_tail_with_checkpoint(ws, "late", 8_300..8_310, "after restart");
     let a = Archive::open(&url(arch.path())).unwrap();
-    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn")).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn"))
+        .unwrap()
+        .tail_index_every(TAIL_INDEX_EVERY);
     let rebuilt = r.round().unwrap();
     assert_eq!(rebuilt.tail_indexes_built, 1, "{rebuilt:?}");
     assert!(rebuilt.new_generation.is_none(), "{rebuilt:?}");
@@ -1418,7 +1427,9 @@ fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
     let ws = d.path();
     let arch = tempfile::tempdir().unwrap();
     let a = Archive::open(&url(arch.path())).unwrap();
-    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn")).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn"))
+        .unwrap()
+        .tail_index_every(TAIL_INDEX_EVERY);
     r.round().unwrap();
     let (_, m1) = newest(arch.path());
     grow_tail_with_checkpoint(ws, "late", 0..8_000, "early");
@@ -1444,7 +1455,12 @@ fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
     let (d2, _) = store_of_segments();
     grow_tail_with_checkpoint(d2.path(), "other", 0..8_000, "early");
     let arch2 = tempfile::tempdir().unwrap();
-    replicate_once(d2.path(), arch2.path());
+    let a = Archive::open(&url(arch2.path())).unwrap();
+    cairn::replicate::Replicator::new(a, d2.path().join(".cairn"))
+        .unwrap()
+        .tail_index_every(TAIL_INDEX_EVERY)
+        .round()
+        .unwrap();
     let (_, other) = newest(arch2.path());
     let other_ix = other.tail_index.clone().unwrap();
     assert_eq!(other_ix.path, ix.path, "the same tail's first LSN");

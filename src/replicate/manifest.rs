@@ -39,7 +39,8 @@
 //! only when its first LSN is the tail's, its last LSN is inside the
 //! shipped tail and its chain value is the record's at that LSN; it then
 //! indexes in memory only the records after it (fewer than
-//! [`TAIL_INDEX_EVERY_RECORDS`] past it, plus a round's worth).
+//! [`crate::replicate::TAIL_INDEX_EVERY_RECORDS`] past it, plus a
+//! round's worth, by default).
 
 use serde::{Deserialize, Serialize};
 
@@ -68,16 +69,6 @@ pub const SEG_INDEX_DIR: &str = "index/segments";
 pub const TAIL_STATE_VERSION: u32 = 3;
 /// The first body version that may carry `tail_index`.
 pub const TAIL_INDEX_VERSION: u32 = 4;
-/// Records the unsealed tail grows by past the last `tail_index` shipped
-/// before the replicator builds and ships a new one (a round with fewer
-/// new records names the same object again). It bounds what a reader in
-/// place must read of the tail and index in memory for a filtered query:
-/// the records after the shipped index, fewer than this plus one round's
-/// records. The same bound a local query keeps on the tail past its own
-/// index file (`cairn_query::index::cold::TAIL_REINDEX_RECORDS`): a few
-/// milliseconds of indexing; a new object of a few hundred KiB each time
-/// (the tail's postings so far), so a smaller bound costs uploads.
-pub const TAIL_INDEX_EVERY_RECORDS: u64 = 4096;
 /// Bytes of the tail between two entries of the sparse index a manifest's
 /// `tail_state` carries: sixteen times the engine's own interval
 /// ([`cairn_engine::log::SPARSE_INDEX_INTERVAL_BYTES`]), because the

@@ -11,8 +11,7 @@ use cairn_codec::{ChainHash, Lsn};
 use super::archive::{Archive, Bytes, PutHandle, MAX_PUTS_IN_FLIGHT};
 use super::local::{self, Kind, LogCursor, PackCursor, Stat};
 use super::manifest::{
-    FileEntry, Manifest, Piece, MANIFEST_VERSION, SEG_INDEX_DIR, TAIL_INDEX_EVERY_RECORDS,
-    TAIL_STATE_INDEX_INTERVAL_BYTES,
+    FileEntry, Manifest, Piece, MANIFEST_VERSION, SEG_INDEX_DIR, TAIL_STATE_INDEX_INTERVAL_BYTES,
 };
 use super::{manifest_name, object_name, ReplicateError, OBJECTS_DIR};
 
@@ -30,6 +29,23 @@ pub const DEFAULT_MAX_LAG_MS: u64 = 1000;
 /// (the default size) is a few MiB; one larger than this is not shipped,
 /// and a query in place builds that segment's index from the log instead.
 pub const MAX_SHIPPED_SEG_INDEX_BYTES: u64 = 256 << 20;
+
+/// The default number of records the unsealed tail grows by past the
+/// last query index of it shipped (the manifest's `tail_index`) before
+/// the replicator builds and ships a new one ([`Replicator::tail_index_every`]
+/// sets another). It bounds what a filtered query in place reads of the
+/// tail whole and indexes in memory: the records after the shipped index,
+/// fewer than this plus one round's records (about 4.4 MB at the 133
+/// bytes a record of the 1,000,000-event benchmark store, where without
+/// an index it read the whole tail, up to a 64 MiB segment). Each file
+/// shipped indexes the whole tail so far (about 9 bytes a record there)
+/// and is a new object, kept as the manifests naming it are: over a tail
+/// of T records the files add up to about 9·T²/(2·N) bytes, for a full
+/// segment (about 500,000 records) half the segment's own bytes at this
+/// bound, four times them at 4,096 (the bound a local query keeps,
+/// `cairn_query::index::cold::TAIL_REINDEX_RECORDS`, which writes its
+/// file in place instead of adding an object).
+pub const TAIL_INDEX_EVERY_RECORDS: u64 = 32_768;
 
 /// What one round shipped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -52,7 +68,8 @@ pub struct RoundReport {
     pub seg_indexes_built: u64,
     /// Query index files of a prefix of the unsealed tail built and
     /// shipped this round (the manifest's `tail_index`): 1 when the tail
-    /// had grown by [`TAIL_INDEX_EVERY_RECORDS`] or more records past the
+    /// had grown by [`TAIL_INDEX_EVERY_RECORDS`] (or what
+    /// [`Replicator::tail_index_every`] set) or more records past the
     /// last one shipped, else 0.
     pub tail_indexes_built: u64,
 }
@@ -136,6 +153,8 @@ pub struct Replicator {
     /// The store's log, opened read-only when the tail's index first has
     /// records to take in, and kept (refreshed) from round to round.
     tail_source: Option<cairn_query::source::ReaderSource>,
+    /// Records the tail grows by before a new index of it is shipped.
+    tail_index_every: u64,
 }
 
 /// The query index of one unsealed segment, as far as it was built.
@@ -190,12 +209,23 @@ impl Replicator {
             walk_index: BTreeMap::new(),
             tail_index: None,
             tail_source: None,
+            tail_index_every: TAIL_INDEX_EVERY_RECORDS,
         })
     }
 
     /// Names the workspace in the manifests (shown by `cairn archive list`).
     pub fn workspace(mut self, dir: impl Into<String>) -> Replicator {
         self.workspace = Some(dir.into());
+        self
+    }
+
+    /// Ships a new query index of the unsealed tail each time the tail
+    /// has grown by `records` (at least 1) past the last one shipped,
+    /// instead of [`TAIL_INDEX_EVERY_RECORDS`]: fewer records read whole
+    /// by a filtered query in place, for more index bytes uploaded (see
+    /// the constant).
+    pub fn tail_index_every(mut self, records: u64) -> Replicator {
+        self.tail_index_every = records.max(1);
         self
     }
 
@@ -717,7 +747,8 @@ impl Replicator {
     /// tail `ship_log` has just walked, from its first record to the
     /// round's head, built in memory (the store is not written) and
     /// shipped when the tail has grown by [`TAIL_INDEX_EVERY_RECORDS`]
-    /// or more records past the last one shipped; else the last one
+    /// (or [`Replicator::tail_index_every`]) or more records past the
+    /// last one shipped; else the last one
     /// shipped again (a prefix of the tail: a reader in place indexes
     /// only the records after it). The builder takes in only the records
     /// new since it last did, read from the store's log (kept open from
@@ -768,7 +799,7 @@ impl Replicator {
             .shipped
             .as_ref()
             .map_or(Lsn(first.0.saturating_sub(1)), |(c, _)| *c);
-        if head < first || head.0 < covered.0 + TAIL_INDEX_EVERY_RECORDS {
+        if head < first || head.0 < covered.0 + self.tail_index_every {
             return Ok(carried);
         }
         if self.tail_source.is_none() {
@@ -1458,8 +1489,8 @@ mod tests {
         assert_manifest_whole(&arch);
     }
 
-    /// The tail's query index is built once the tail has
-    /// [`TAIL_INDEX_EVERY_RECORDS`] records, and is the index a query
+    /// The tail's query index is built once the tail has the records
+    /// [`Replicator::tail_index_every`] says, and is the index a query
     /// builds of the same records (byte for byte); when its send fails,
     /// the round fails and the next one sends it again, so no manifest
     /// names it unsent.
@@ -1469,7 +1500,7 @@ mod tests {
         let ws = d.path().join("ws");
         std::fs::create_dir_all(&ws).unwrap();
         let s = crate::Store::open(&ws).unwrap();
-        let n = TAIL_INDEX_EVERY_RECORDS + 10;
+        let n = 1000;
         let batch: Vec<cairn_codec::Event> = (0..n)
             .map(|i| {
                 let mut e =
@@ -1482,7 +1513,9 @@ mod tests {
         s.close().unwrap();
         let arch = d.path().join("archive");
         let url = format!("file://{}", arch.display());
-        let mut r = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn")).unwrap();
+        let mut r = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn"))
+            .unwrap()
+            .tail_index_every(n - 10);
         // The log's one piece goes, every later send fails: the tail's
         // index among them.
         r.archive().fail_after_puts(1);
