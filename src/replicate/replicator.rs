@@ -791,9 +791,16 @@ impl Replicator {
         {
             self.tail_index = None;
         }
-        let t = self
-            .tail_index
-            .get_or_insert_with(|| TailIndex::new(seg, first));
+        if self.tail_index.is_none() {
+            let mut t = TailIndex::new(seg, first);
+            if shipped.diverged.is_none() {
+                t.shipped = self.adopt_tail_index(first, head);
+            }
+            self.tail_index = Some(t);
+        }
+        let Some(t) = self.tail_index.as_mut() else {
+            return Ok(None);
+        };
         let carried = t.shipped.as_ref().map(|(_, e)| e.clone());
         let covered = t
             .shipped
@@ -841,6 +848,42 @@ impl Replicator {
             t.shipped = Some((head, entry.clone()));
         }
         Ok(Some(entry))
+    }
+
+    /// The archive's last manifest's `tail_index`, taken over by a new
+    /// replicator whose log continues the archive's, when it indexes the
+    /// tail from `first` up to at most `head`: its header (112 bytes, the
+    /// first of its object, checksum checked) gives the LSN it covers.
+    /// So that a replicator run now and then (`cairn replicate --once`)
+    /// ships a new index only when the tail has grown by the bound, not
+    /// at each run. Its chain value is not checked here: the log
+    /// continues the archive's, and a reader checks it against the tail.
+    /// `None` when there is none or it cannot be read.
+    fn adopt_tail_index(&self, first: Lsn, head: Lsn) -> Option<(Lsn, FileEntry)> {
+        use cairn_query::index::seg::{seg_index_name, SEG_HEADER_LEN, SEG_INDEX_MAGIC};
+        let e = self.last.as_ref()?.tail_index.clone()?;
+        if e.path != format!("{SEG_INDEX_DIR}/{}", seg_index_name(first)) {
+            return None;
+        }
+        let p = e.pieces.first()?;
+        let n = SEG_HEADER_LEN as u64;
+        if p.len < n {
+            return None;
+        }
+        let h = self.archive.get_range(&object_name(&p.hash), 0..n).ok()??;
+        let u64_at = |at: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(h.get(at..at + 8)?.try_into().ok()?))
+        };
+        let crc = u32::from_le_bytes(h.get(108..112)?.try_into().ok()?);
+        if h.len() != SEG_HEADER_LEN
+            || &h[0..8] != SEG_INDEX_MAGIC
+            || cairn_codec::bytes::crc32_seeded(&h[0..108]) != crc
+            || u64_at(16)? != first.0
+        {
+            return None;
+        }
+        let covered = Lsn(u64_at(24)?);
+        (covered >= first && covered <= head).then_some((covered, e))
     }
 
     /// Notes in `shipped.diverged` a segment the last manifest named that
