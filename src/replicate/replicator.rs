@@ -1590,6 +1590,22 @@ mod tests {
         );
     }
 
+    /// `prune` keeps the objects of the tail's index a manifest names,
+    /// as it keeps the files': the manifest stays whole.
+    #[test]
+    fn prune_keeps_the_tail_index() {
+        let (_d, store, archive, arch) = store_and_archive();
+        let mut r = Replicator::new(archive, &store)
+            .unwrap()
+            .tail_index_every(5);
+        r.round().unwrap();
+        let a = Archive::open(&format!("file://{}", arch.display())).unwrap();
+        let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        assert!(m.tail_index.is_some());
+        super::super::prune(&a).unwrap();
+        assert_manifest_whole(&arch);
+    }
+
     /// Pieces go several at a time, yet each is sent once: a second
     /// replicator of the same store sends nothing but finds the manifest.
     #[test]
