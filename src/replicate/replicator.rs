@@ -1590,6 +1590,14 @@ mod tests {
         );
     }
 
+    /// An embedder runs a replicator on a thread of its own: it stays
+    /// `Send` with the tail's index and log reader it keeps.
+    #[test]
+    fn a_replicator_can_move_to_a_thread() {
+        fn send<T: Send>() {}
+        send::<Replicator>();
+    }
+
     /// `prune` keeps the objects of the tail's index a manifest names,
     /// as it keeps the files': the manifest stays whole.
     #[test]
