@@ -1228,3 +1228,306 @@ fn a_tail_state_that_does_not_match_the_tail_is_never_trusted() {
     assert_eq!(lsns(&store, &small_queries()[1]), want[1]);
     assert!(vfs.archive().bytes_read() * 4 < tail);
 }
+
+/// The records the tail grows by before the replicators of the tail
+/// index tests ship a new index of it: under the tails they grow (8,000
+/// records), where the default (`TAIL_INDEX_EVERY_RECORDS`) is over them.
+const TAIL_INDEX_EVERY: u64 = 4096;
+
+/// Appends records `n` of session `who` (as [`grow_tail`]'s) and, after
+/// them, a checkpoint of that session labelled `label`, to the store of
+/// `ws`.
+fn grow_tail_with_checkpoint(ws: &Path, who: &str, n: std::ops::Range<u64>, label: &str) {
+    let s = cairn::Store::builder().workspace(ws).open().unwrap();
+    let mut batch = Vec::new();
+    for i in n {
+        let mut e = cairn::Event::new(cairn::EventKind::Prompt, who);
+        e.text = Some(
+            (0..25u64)
+                .map(|j| {
+                    blake3::hash(&[i, j, 7].map(u64::to_le_bytes).concat())
+                        .to_hex()
+                        .to_string()
+                })
+                .collect(),
+        );
+        batch.push(e);
+    }
+    s.append_batch(&batch).unwrap();
+    s.session(who).checkpoint(label).unwrap();
+    s.close().unwrap();
+}
+
+/// What the filtered queries that reach the tail answer on `store`:
+/// session `late`'s checkpoints (as `cairn checkpoints --session late`
+/// lists them), its five oldest records, and its checkpoint records.
+fn tail_answers(store: &cairn::Store) -> (Vec<String>, Vec<u64>, Vec<u64>) {
+    let listing = store.checkpoint_listing(Some("late")).unwrap();
+    let ids = listing
+        .checkpoints
+        .iter()
+        .map(|c| c.id.to_string())
+        .collect();
+    let oldest = cairn::Filter {
+        session: Some("late".into()),
+        newest_first: false,
+        limit: Some(5),
+        ..cairn::Filter::all()
+    };
+    let creates = cairn::Filter {
+        session: Some("late".into()),
+        kind: Some(cairn::EventKind::CheckpointCreate),
+        ..cairn::Filter::all()
+    };
+    (ids, lsns(store, &oldest), lsns(store, &creates))
+}
+
+/// Fails unless [`tail_answers`] in place on `arch` (a cache of its own,
+/// nothing fetched before) are `want` and fetch less than a quarter of
+/// the tail of `tail` bytes (`trusted`), or at least the tail (the tail's
+/// index not trusted: its records are read whole to index them).
+fn assert_tail_answers(
+    arch: &Path,
+    want: &(Vec<String>, Vec<u64>, Vec<u64>),
+    tail: u64,
+    trusted: bool,
+    what: &str,
+) {
+    let (vfs, _c) = uncached_fresh(arch);
+    let store = vfs.open_store().unwrap();
+    assert_eq!(&tail_answers(&store), want, "{what}");
+    let read = vfs.archive().bytes_read();
+    if trusted {
+        assert!(
+            read * 4 < tail,
+            "{what}: read {read} bytes in {} requests, the tail is {tail}",
+            vfs.archive().gets()
+        );
+    } else {
+        assert!(
+            read >= tail,
+            "{what}: read {read}, the tail is whole read ({tail})"
+        );
+    }
+}
+
+/// Filtered queries whose filter reaches the unsealed tail (a session's
+/// checkpoints, its records, its checkpoint records) read in place the
+/// query index file of a prefix of the tail the manifest carries
+/// (version 4, `tail_index`), built by the replicator in memory once the
+/// tail has grown by [`TAIL_INDEX_EVERY`] records, and index in
+/// memory only the records after it: each fetches well under the tail's
+/// size, where it once read the whole tail to index it. A round with
+/// fewer new records names the same file again (the records after it
+/// read by range); a new replicator (a restart) builds and ships its own.
+/// Answers are the local store's, in the library and on the command line.
+#[test]
+fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
+    let (d, _) = store_of_segments();
+    let ws = d.path();
+    let arch = tempfile::tempdir().unwrap();
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn"))
+        .unwrap()
+        .tail_index_every(TAIL_INDEX_EVERY);
+    r.round().unwrap();
+    grow_tail_with_checkpoint(ws, "late", 0..8_000, "early");
+    grow_tail_with_checkpoint(ws, "late", 8_000..8_200, "mid");
+    let built = r.round().unwrap();
+    assert_eq!(built.tail_indexes_built, 1, "{built:?}");
+    let (_, m2) = newest(arch.path());
+    assert_eq!(m2.version, cairn::replicate::MANIFEST_VERSION);
+    let ix2 = m2
+        .tail_index
+        .clone()
+        .expect("the manifest names a tail index");
+    let tail_first = tail_entry(&m2).path[4..24].to_string();
+    assert_eq!(ix2.path, format!("index/segments/{tail_first}.qix"));
+
+    // Fewer new records than the bound: the same file, the records after
+    // it indexed in memory by the reader.
+    grow_tail_with_checkpoint(ws, "late", 8_200..8_300, "late");
+    let carried = r.round().unwrap();
+    assert_eq!(carried.tail_indexes_built, 0, "{carried:?}");
+    let (_, m3) = newest(arch.path());
+    assert!(m3.head_lsn > m2.head_lsn);
+    assert_eq!(m3.tail_index.as_ref(), Some(&ix2));
+    let tail = tail_entry(&m3).len;
+    assert!(tail > 6 << 20, "a tail of {tail} bytes");
+
+    let local = cairn::Store::builder()
+        .workspace(ws)
+        .read_only()
+        .open()
+        .unwrap();
+    let want = tail_answers(&local);
+    assert_eq!(want.0.len(), 3, "{want:?}");
+    assert_eq!(want.1.len(), 5);
+    assert_eq!(want.2.len(), 3);
+    assert_tail_answers(arch.path(), &want, tail, true, "the carried index");
+
+    // The command line in place answers as the store.
+    let u = url(arch.path());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    for args in [
+        &["checkpoints", "--session", "late", "--json"][..],
+        &["log", "--json", "--session", "late", "--limit", "5"][..],
+    ] {
+        let mut a = vec!["--store", u.as_str()];
+        a.extend_from_slice(args);
+        assert_eq!(
+            ok(&cairn_cached(elsewhere.path(), cache.path(), &a)),
+            ok(&cairn(ws, args)),
+            "{args:?}"
+        );
+    }
+
+    // A new replicator (a restart, or `replicate --once` run again) takes
+    // the archive's index over while the tail has grown by less than the
+    // bound, then builds its own from the tail and ships it.
+    drop(r);
+    grow_tail_with_checkpoint(ws, "late", 8_300..8_310, "after restart");
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn"))
+        .unwrap()
+        .tail_index_every(TAIL_INDEX_EVERY);
+    let adopted = r.round().unwrap();
+    assert_eq!(adopted.tail_indexes_built, 0, "{adopted:?}");
+    assert!(adopted.new_generation.is_none(), "{adopted:?}");
+    let (_, m4) = newest(arch.path());
+    assert!(m4.head_lsn > m3.head_lsn);
+    assert_eq!(m4.tail_index, m3.tail_index);
+    grow_tail_with_checkpoint(ws, "late", 8_310..12_500, "grown again");
+    let rebuilt = r.round().unwrap();
+    assert_eq!(rebuilt.tail_indexes_built, 1, "{rebuilt:?}");
+    let (_, m5) = newest(arch.path());
+    assert_ne!(m5.tail_index, m4.tail_index);
+    assert_eq!(tail_entry(&m5).path, tail_entry(&m3).path, "one tail");
+    let local = cairn::Store::builder()
+        .workspace(ws)
+        .read_only()
+        .open()
+        .unwrap();
+    let want = tail_answers(&local);
+    assert_eq!(want.0.len(), 5, "{want:?}");
+    assert_tail_answers(
+        arch.path(),
+        &want,
+        tail_entry(&m5).len,
+        true,
+        "after a restart",
+    );
+}
+
+/// A manifest whose tail index does not match the tail it names is never
+/// trusted: an index of another segment (its first LSN not the tail's),
+/// one that ends past the manifest's head (a later round's, on an earlier
+/// manifest), and one of another log whose first LSN is the tail's but
+/// whose chain value is not the record's (another store's tail: its
+/// postings say nothing of session `late`, so trusting it would drop
+/// records); nor a version 3 manifest (an older cairn: no tail index).
+/// The tail's records are then read whole to index them, as before the
+/// index was shipped, and every answer is the local store's.
+#[test]
+fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
+    let (d, _) = store_of_segments();
+    let ws = d.path();
+    let arch = tempfile::tempdir().unwrap();
+    let a = Archive::open(&url(arch.path())).unwrap();
+    let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn"))
+        .unwrap()
+        .tail_index_every(TAIL_INDEX_EVERY);
+    r.round().unwrap();
+    let (_, m1) = newest(arch.path());
+    grow_tail_with_checkpoint(ws, "late", 0..8_000, "early");
+    assert_eq!(r.round().unwrap().tail_indexes_built, 1);
+    grow_tail_with_checkpoint(ws, "late", 8_000..8_100, "late");
+    r.round().unwrap();
+    drop(r);
+    let (name, m) = newest(arch.path());
+    let ix = m.tail_index.clone().unwrap();
+    let tail = tail_entry(&m).len;
+    assert_eq!(tail_entry(&m1).path, tail_entry(&m).path, "one tail");
+    let local = cairn::Store::builder()
+        .workspace(ws)
+        .read_only()
+        .open()
+        .unwrap();
+    let want = tail_answers(&local);
+    assert_eq!(want.0.len(), 2, "{want:?}");
+    assert_tail_answers(arch.path(), &want, tail, true, "the manifest as written");
+
+    // Another store of the same shape whose tail holds session `other`:
+    // its tail index, its objects copied into this archive.
+    let (d2, _) = store_of_segments();
+    grow_tail_with_checkpoint(d2.path(), "other", 0..8_000, "early");
+    let arch2 = tempfile::tempdir().unwrap();
+    let a = Archive::open(&url(arch2.path())).unwrap();
+    cairn::replicate::Replicator::new(a, d2.path().join(".cairn"))
+        .unwrap()
+        .tail_index_every(TAIL_INDEX_EVERY)
+        .round()
+        .unwrap();
+    let (_, other) = newest(arch2.path());
+    let other_ix = other.tail_index.clone().unwrap();
+    assert_eq!(other_ix.path, ix.path, "the same tail's first LSN");
+    for p in &other_ix.pieces {
+        let obj = format!("objects/{}", p.hash);
+        let to = arch.path().join(&obj);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(arch2.path().join(&obj), to).unwrap();
+    }
+
+    let sealed_ix = m
+        .files
+        .iter()
+        .find(|f| f.path.ends_with(".qix"))
+        .unwrap()
+        .clone();
+    let mut cases = Vec::new();
+    let mut another_segment = m.clone();
+    another_segment.tail_index = Some(cairn::replicate::FileEntry {
+        path: ix.path.clone(),
+        ..sealed_ix
+    });
+    cases.push(("an index of another segment", another_segment));
+    let mut past_head = m1.clone();
+    past_head.tail_index = Some(ix.clone());
+    cases.push(("an index past the manifest's head", past_head));
+    let mut another_log = m.clone();
+    another_log.tail_index = Some(other_ix);
+    cases.push(("an index of another log", another_log));
+    let mut old = m.clone();
+    old.version = 3;
+    old.tail_index = None;
+    cases.push(("a version 3 manifest", old));
+    for (what, altered) in cases {
+        rewrite_manifest(arch.path(), &name, &altered);
+        let want = if altered.head_lsn == m.head_lsn {
+            want.clone()
+        } else {
+            // The earlier manifest: the answers at its head, from a
+            // store restored from it.
+            let back = tempfile::tempdir().unwrap();
+            let mut plain = altered.clone();
+            plain.tail_index = None;
+            rewrite_manifest(arch.path(), &name, &plain);
+            let a = Archive::open(&url(arch.path())).unwrap();
+            cairn::replicate::restore(&a, back.path(), None).unwrap();
+            rewrite_manifest(arch.path(), &name, &altered);
+            let s = cairn::Store::builder()
+                .workspace(back.path())
+                .read_only()
+                .open()
+                .unwrap();
+            tail_answers(&s)
+        };
+        let tail = tail_entry(&altered).len;
+        assert_tail_answers(arch.path(), &want, tail, false, what);
+    }
+
+    // The manifest as written: trusted again.
+    rewrite_manifest(arch.path(), &name, &m);
+    assert_tail_answers(arch.path(), &want, tail, true, "the manifest restored");
+}

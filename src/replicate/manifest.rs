@@ -27,6 +27,20 @@
 //! the log's `tail.state`, so it takes the tail's end from it instead of
 //! reading the tail whole, exactly when it describes the tail the
 //! manifest names (else the tail is read whole, as for versions 1 and 2).
+//!
+//! Body version 4 (this cairn writes it) may also carry `tail_index`: a
+//! file entry, `index/segments/<first LSN of the tail>.qix`, whose pieces
+//! are a query index file (the format of a sealed segment's) of a prefix
+//! of the unsealed tail, built by the replicator in memory. It is not a
+//! store file (restore does not write it; the store builds its own) and
+//! changes as the tail grows: each one is a new content-named object, the
+//! manifest names the newest. A reader in place is shown it as the tail's
+//! index file, and trusts it, as a local query trusts the store's own,
+//! only when its first LSN is the tail's, its last LSN is inside the
+//! shipped tail and its chain value is the record's at that LSN; it then
+//! indexes in memory only the records after it (fewer than
+//! [`crate::replicate::TAIL_INDEX_EVERY_RECORDS`] past it, plus a
+//! round's worth, by default).
 
 use serde::{Deserialize, Serialize};
 
@@ -42,8 +56,9 @@ pub const MANIFEST_HEADER_LEN: usize = 16;
 pub const MAX_MANIFEST_BODY_BYTES: u32 = 64 << 20;
 /// The JSON body's own version field: the version this cairn writes.
 /// Version 2 added the per-segment query index files (`index/segments/`),
-/// version 3 the unsealed segment's state (`tail_state`).
-pub const MANIFEST_VERSION: u32 = 3;
+/// version 3 the unsealed segment's state (`tail_state`), version 4 a
+/// query index file of a prefix of the unsealed segment (`tail_index`).
+pub const MANIFEST_VERSION: u32 = 4;
 /// The oldest body version read: version 1 manifests (no index files)
 /// are still read, so an archive written by an older cairn stays usable.
 pub const MIN_MANIFEST_VERSION: u32 = 1;
@@ -52,6 +67,8 @@ pub const MIN_MANIFEST_VERSION: u32 = 1;
 pub const SEG_INDEX_DIR: &str = "index/segments";
 /// The first body version that may carry `tail_state`.
 pub const TAIL_STATE_VERSION: u32 = 3;
+/// The first body version that may carry `tail_index`.
+pub const TAIL_INDEX_VERSION: u32 = 4;
 /// Bytes of the tail between two entries of the sparse index a manifest's
 /// `tail_state` carries: sixteen times the engine's own interval
 /// ([`cairn_engine::log::SPARSE_INDEX_INTERVAL_BYTES`]), because the
@@ -113,6 +130,12 @@ pub struct Manifest {
     /// segment is sealed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail_state: Option<String>,
+    /// From version 4: a query index file of a prefix of the unsealed
+    /// last segment, `index/segments/<its first LSN>.qix` (see the
+    /// module's documentation); absent in older versions, when every
+    /// segment is sealed, and before the tail has records enough.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail_index: Option<FileEntry>,
 }
 
 impl Manifest {
@@ -192,7 +215,10 @@ impl Manifest {
         if let Some(t) = &m.tail_state {
             check_tail_state(t, m.version).map_err(bad)?;
         }
-        for f in &m.files {
+        if let Some(t) = &m.tail_index {
+            check_tail_index(t, m.version).map_err(bad)?;
+        }
+        for f in m.files.iter().chain(&m.tail_index) {
             check_relative(&f.path, m.version).map_err(bad)?;
             let sum: u64 = f.pieces.iter().map(|p| p.len).sum();
             if sum != f.len {
@@ -270,6 +296,39 @@ fn check_tail_state(hex: &str, version: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// `tail_index` must be a segment query index file's entry, in a manifest
+/// of version 4 or later, and no larger than a shipped segment index may
+/// be. Whether it describes the tail is not checked here: the reader
+/// trusts it only if it does.
+fn check_tail_index(f: &FileEntry, version: u32) -> Result<(), String> {
+    if version < TAIL_INDEX_VERSION {
+        return Err(format!(
+            "tail_index in a version {version} manifest (it came with version {TAIL_INDEX_VERSION})"
+        ));
+    }
+    let name = f
+        .path
+        .strip_prefix(SEG_INDEX_DIR)
+        .and_then(|r| r.strip_prefix('/'));
+    if name
+        .and_then(cairn_query::index::seg::parse_seg_index_name)
+        .is_none()
+    {
+        return Err(format!(
+            "tail_index path {:?} is not a segment index file (index/segments/<20 digits>.qix)",
+            f.path
+        ));
+    }
+    let max = super::replicator::MAX_SHIPPED_SEG_INDEX_BYTES;
+    if f.len > max {
+        return Err(format!(
+            "tail_index {} is {} bytes, over the limit of {max}",
+            f.path, f.len
+        ));
+    }
+    Ok(())
+}
+
 /// Lowercase hex to bytes; `None` for an odd length or another character.
 fn from_hex(s: &str) -> Option<Vec<u8>> {
     fn digit(c: u8) -> Option<u8> {
@@ -342,6 +401,7 @@ mod tests {
                 ],
             }],
             tail_state: None,
+            tail_index: None,
         }
     }
 
@@ -421,13 +481,13 @@ mod tests {
     #[test]
     fn older_versions_are_read_and_a_newer_one_refused() {
         let mut m = sample();
-        for v in [1, 2] {
+        for v in [1, 2, 3] {
             m.version = v;
             assert_eq!(Manifest::decode("m", &m.encode()).unwrap(), m);
         }
         m.version = MANIFEST_VERSION + 1;
         let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
-        assert!(e.contains("manifest version 4"), "{e}");
+        assert!(e.contains("manifest version 5"), "{e}");
     }
 
     /// The tail's state rides in version 3 as hex of whole bytes, round
@@ -454,6 +514,54 @@ mod tests {
             assert!(e.contains("not lowercase hex"), "{bad}: {e}");
         }
         m.tail_state = Some("00".repeat(cairn_engine::log::TailState::MAX_ENCODED_BYTES + 1));
+        let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+        assert!(e.contains("over the limit"), "{e}");
+    }
+
+    /// The tail's index rides in version 4 as a segment index file's
+    /// entry, round trips, and is absent from the JSON when there is none;
+    /// in version 3, at another path, with pieces that do not add up, or
+    /// over the size limit, it is refused and named.
+    #[test]
+    fn the_tail_index_is_a_segment_index_entry_from_version_4_only() {
+        let mut m = sample();
+        let body = String::from_utf8(m.encode()[MANIFEST_HEADER_LEN..].to_vec()).unwrap();
+        assert!(!body.contains("tail_index"), "{body}");
+        let entry = FileEntry {
+            path: "index/segments/00000000000000000009.qix".into(),
+            len: 6,
+            pieces: vec![Piece {
+                hash: "2".repeat(64),
+                len: 6,
+            }],
+        };
+        m.tail_index = Some(entry.clone());
+        assert_eq!(Manifest::decode("m", &m.encode()).unwrap(), m);
+        m.version = 3;
+        let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+        assert!(e.contains("tail_index in a version 3"), "{e}");
+        m.version = MANIFEST_VERSION;
+        for path in [
+            "log/00000000000000000009.seg",
+            "index/segments/9.qix",
+            "../x",
+        ] {
+            let mut t = entry.clone();
+            t.path = path.into();
+            m.tail_index = Some(t);
+            let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+            assert!(e.contains("not a segment index file"), "{path}: {e}");
+        }
+        let mut t = entry.clone();
+        t.len = 7;
+        m.tail_index = Some(t);
+        let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+        assert!(e.contains("add up"), "{e}");
+        let big = super::super::replicator::MAX_SHIPPED_SEG_INDEX_BYTES + 1;
+        let mut t = entry;
+        t.len = big;
+        t.pieces[0].len = big;
+        m.tail_index = Some(t);
         let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
         assert!(e.contains("over the limit"), "{e}");
     }

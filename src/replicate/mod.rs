@@ -45,10 +45,13 @@ pub use cache::{
 };
 pub use manifest::{
     FileEntry, Manifest, Piece, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MANIFEST_VERSION,
-    MAX_MANIFEST_BODY_BYTES, MIN_MANIFEST_VERSION, SEG_INDEX_DIR, TAIL_STATE_INDEX_INTERVAL_BYTES,
-    TAIL_STATE_VERSION,
+    MAX_MANIFEST_BODY_BYTES, MIN_MANIFEST_VERSION, SEG_INDEX_DIR, TAIL_INDEX_VERSION,
+    TAIL_STATE_INDEX_INTERVAL_BYTES, TAIL_STATE_VERSION,
 };
-pub use replicator::{Replicator, RoundReport, DEFAULT_MAX_LAG_MS, MAX_PIECE_BYTES};
+pub use replicator::{
+    Replicator, RoundReport, DEFAULT_MAX_LAG_MS, MAX_PIECE_BYTES, MAX_SHIPPED_SEG_INDEX_BYTES,
+    TAIL_INDEX_EVERY_RECORDS,
+};
 pub use restore::{list_archives, prune, restore, ArchiveSummary, PruneReport, RestoreReport};
 pub use vfs::{open_read_only, ArchiveVfs, InPlaceOptions};
 

@@ -30,6 +30,23 @@ pub const DEFAULT_MAX_LAG_MS: u64 = 1000;
 /// and a query in place builds that segment's index from the log instead.
 pub const MAX_SHIPPED_SEG_INDEX_BYTES: u64 = 256 << 20;
 
+/// The default number of records the unsealed tail grows by past the
+/// last query index of it shipped (the manifest's `tail_index`) before
+/// the replicator builds and ships a new one ([`Replicator::tail_index_every`]
+/// sets another). It bounds what a filtered query in place reads of the
+/// tail whole and indexes in memory: the records after the shipped index,
+/// fewer than this plus one round's records (about 4.4 MB at the 133
+/// bytes a record of the 1,000,000-event benchmark store, where without
+/// an index it read the whole tail, up to a 64 MiB segment). Each file
+/// shipped indexes the whole tail so far (about 9 bytes a record there)
+/// and is a new object, kept as the manifests naming it are: over a tail
+/// of T records the files add up to about 9·T²/(2·N) bytes, for a full
+/// segment (about 500,000 records) half the segment's own bytes at this
+/// bound, four times them at 4,096 (the bound a local query keeps,
+/// `cairn_query::index::cold::TAIL_REINDEX_RECORDS`, which writes its
+/// file in place instead of adding an object).
+pub const TAIL_INDEX_EVERY_RECORDS: u64 = 32_768;
+
 /// What one round shipped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RoundReport {
@@ -49,6 +66,12 @@ pub struct RoundReport {
     /// Query index files built this round from sealed segments that had
     /// no good one in the store (each decodes its whole segment).
     pub seg_indexes_built: u64,
+    /// Query index files of a prefix of the unsealed tail built and
+    /// shipped this round (the manifest's `tail_index`): 1 when the tail
+    /// had grown by [`TAIL_INDEX_EVERY_RECORDS`] (or what
+    /// [`Replicator::tail_index_every`] set) or more records past the
+    /// last one shipped, else 0.
+    pub tail_indexes_built: u64,
 }
 
 /// What the replicator knows of one store file.
@@ -123,6 +146,42 @@ pub struct Replicator {
     /// [`TAIL_STATE_INDEX_INTERVAL_BYTES`]: carried on from round to
     /// round as the walk is, for the manifest's `tail_state`.
     walk_index: BTreeMap<String, Vec<(Lsn, u64)>>,
+    /// The query index of the unsealed tail, built in memory as the tail
+    /// grows, and the last file of it shipped (the manifest's
+    /// `tail_index`); `None` when there is no unsealed tail yet.
+    tail_index: Option<TailIndex>,
+    /// The store's log, opened read-only when the tail's index first has
+    /// records to take in, and kept (refreshed) from round to round.
+    tail_source: Option<cairn_query::source::ReaderSource>,
+    /// Records the tail grows by before a new index of it is shipped.
+    tail_index_every: u64,
+}
+
+/// The query index of one unsealed segment, as far as it was built.
+#[derive(Debug)]
+struct TailIndex {
+    /// The segment's path, `log/<first LSN>.seg`.
+    seg: String,
+    /// Its first LSN.
+    first: Lsn,
+    /// The postings of its records up to `builder.covered()`.
+    builder: cairn_query::index::seg::SegIndexBuilder,
+    /// The chain value after the last record the builder took in.
+    chain: ChainHash,
+    /// The last file shipped: the LSN it covers and its entry.
+    shipped: Option<(Lsn, FileEntry)>,
+}
+
+impl TailIndex {
+    fn new(seg: String, first: Lsn) -> TailIndex {
+        TailIndex {
+            seg,
+            first,
+            builder: cairn_query::index::seg::SegIndexBuilder::new(first),
+            chain: ChainHash::ZERO,
+            shipped: None,
+        }
+    }
 }
 
 impl Replicator {
@@ -148,12 +207,25 @@ impl Replicator {
             in_flight: VecDeque::new(),
             opening: None,
             walk_index: BTreeMap::new(),
+            tail_index: None,
+            tail_source: None,
+            tail_index_every: TAIL_INDEX_EVERY_RECORDS,
         })
     }
 
     /// Names the workspace in the manifests (shown by `cairn archive list`).
     pub fn workspace(mut self, dir: impl Into<String>) -> Replicator {
         self.workspace = Some(dir.into());
+        self
+    }
+
+    /// Ships a new query index of the unsealed tail each time the tail
+    /// has grown by `records` (at least 1) past the last one shipped,
+    /// instead of [`TAIL_INDEX_EVERY_RECORDS`]: fewer records read whole
+    /// by a filtered query in place, for more index bytes uploaded (see
+    /// the constant).
+    pub fn tail_index_every(mut self, records: u64) -> Replicator {
+        self.tail_index_every = records.max(1);
         self
     }
 
@@ -322,6 +394,16 @@ impl Replicator {
             let known = &self.known;
             self.tracked
                 .retain(|_, t| t.pieces.iter().all(|p| known.contains(&p.hash)));
+            // The same for the tail's index: a file not wholly sent is
+            // built and sent again by the next round.
+            if let Some(t) = &mut self.tail_index {
+                if t.shipped
+                    .as_ref()
+                    .is_some_and(|(_, e)| !e.pieces.iter().all(|p| known.contains(&p.hash)))
+                {
+                    t.shipped = None;
+                }
+            }
         }
         r
     }
@@ -342,6 +424,7 @@ impl Replicator {
         self.note_cut_history(&mut shipped);
         self.ship_sparse_indexes(&mut shipped.files, &mut report)?;
         self.ship_seg_indexes(&mut shipped.files, &mut report)?;
+        let tail_index = self.ship_tail_index(&shipped, &mut report)?;
         self.ship_blobs_and_dicts(&mut shipped.files, &mut report)?;
         // Every piece is in the archive before a manifest names it.
         self.finish_all(&mut report)?;
@@ -359,6 +442,7 @@ impl Replicator {
                 head,
                 shipped.files,
                 shipped.tail_state,
+                tail_index,
                 &mut report,
             )?;
         }
@@ -659,6 +743,149 @@ impl Replicator {
         Ok(())
     }
 
+    /// The manifest's `tail_index`: a query index file of the unsealed
+    /// tail `ship_log` has just walked, from its first record to the
+    /// round's head, built in memory (the store is not written) and
+    /// shipped when the tail has grown by [`TAIL_INDEX_EVERY_RECORDS`]
+    /// (or [`Replicator::tail_index_every`]) or more records past the
+    /// last one shipped; else the last one
+    /// shipped again (a prefix of the tail: a reader in place indexes
+    /// only the records after it). The builder takes in only the records
+    /// new since it last did, read from the store's log (kept open from
+    /// round to round), after checking that the record it stopped at is
+    /// still there with the same chain value; and the file is shipped
+    /// only if it ends at the round's head with the walk's chain value
+    /// and decodes whole. A log that cannot be read now, a log replaced
+    /// under the archive (a new generation) or a new tail starts it
+    /// afresh; nothing is shipped for the tail until it can be built.
+    fn ship_tail_index(
+        &mut self,
+        shipped: &Shipped,
+        report: &mut RoundReport,
+    ) -> Result<Option<FileEntry>, ReplicateError> {
+        let tail = shipped
+            .tail_state
+            .as_ref()
+            .and_then(|_| {
+                shipped
+                    .files
+                    .iter()
+                    .rev()
+                    .find(|f| f.path.starts_with("log/") && f.path.ends_with(".seg"))
+            })
+            .and_then(|f| Some((f.path.clone(), segment_first_lsn(&f.path)?)));
+        let Some((seg, first)) = tail else {
+            self.tail_index = None;
+            return Ok(None);
+        };
+        let (head, head_chain) = shipped.head;
+        if shipped.diverged.is_some() {
+            // The log changed under what was indexed: read it afresh.
+            self.tail_index = None;
+            self.tail_source = None;
+        }
+        if self
+            .tail_index
+            .as_ref()
+            .is_some_and(|t| t.seg != seg || t.first != first || t.builder.covered() > head)
+        {
+            self.tail_index = None;
+        }
+        if self.tail_index.is_none() {
+            let mut t = TailIndex::new(seg, first);
+            if shipped.diverged.is_none() {
+                t.shipped = self.adopt_tail_index(first, head);
+            }
+            self.tail_index = Some(t);
+        }
+        let Some(t) = self.tail_index.as_mut() else {
+            return Ok(None);
+        };
+        let carried = t.shipped.as_ref().map(|(_, e)| e.clone());
+        let covered = t
+            .shipped
+            .as_ref()
+            .map_or(Lsn(first.0.saturating_sub(1)), |(c, _)| *c);
+        if head < first || head.0 < covered.0 + self.tail_index_every {
+            return Ok(carried);
+        }
+        if self.tail_source.is_none() {
+            let vfs: std::sync::Arc<dyn cairn_engine::Vfs> =
+                std::sync::Arc::new(cairn_engine::RealVfs);
+            match cairn_engine::log::LogReader::open(vfs, &self.store.join("log")) {
+                Ok(r) => self.tail_source = Some(cairn_query::source::ReaderSource::new(r)),
+                // Unreadable now: the next round tries again.
+                Err(_) => return Ok(carried),
+            }
+        }
+        let Some(src) = self.tail_source.as_ref() else {
+            return Ok(carried);
+        };
+        let Some(bytes) = extend_tail_index(src, t, head, head_chain) else {
+            // A failed read leaves the builder where it cannot be trusted
+            // to continue, and the log reader perhaps stale: both afresh.
+            *t = TailIndex::new(t.seg.clone(), first);
+            t.shipped = carried.clone().map(|e| (covered, e));
+            self.tail_source = None;
+            return Ok(carried);
+        };
+        let rel = format!(
+            "{SEG_INDEX_DIR}/{}",
+            cairn_query::index::seg::seg_index_name(first)
+        );
+        let len = bytes.len() as u64;
+        let mut pieces = Vec::new();
+        for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
+            pieces.push(self.ship_piece(Bytes::copy_from_slice(part), report)?);
+        }
+        let entry = FileEntry {
+            path: rel,
+            len,
+            pieces,
+        };
+        report.tail_indexes_built += 1;
+        if let Some(t) = &mut self.tail_index {
+            t.shipped = Some((head, entry.clone()));
+        }
+        Ok(Some(entry))
+    }
+
+    /// The archive's last manifest's `tail_index`, taken over by a new
+    /// replicator whose log continues the archive's, when it indexes the
+    /// tail from `first` up to at most `head`: its header (112 bytes, the
+    /// first of its object, checksum checked) gives the LSN it covers.
+    /// So that a replicator run now and then (`cairn replicate --once`)
+    /// ships a new index only when the tail has grown by the bound, not
+    /// at each run. Its chain value is not checked here: the log
+    /// continues the archive's, and a reader checks it against the tail.
+    /// `None` when there is none or it cannot be read.
+    fn adopt_tail_index(&self, first: Lsn, head: Lsn) -> Option<(Lsn, FileEntry)> {
+        use cairn_query::index::seg::{seg_index_name, SEG_HEADER_LEN, SEG_INDEX_MAGIC};
+        let e = self.last.as_ref()?.tail_index.clone()?;
+        if e.path != format!("{SEG_INDEX_DIR}/{}", seg_index_name(first)) {
+            return None;
+        }
+        let p = e.pieces.first()?;
+        let n = SEG_HEADER_LEN as u64;
+        if p.len < n {
+            return None;
+        }
+        let h = self.archive.get_range(&object_name(&p.hash), 0..n).ok()??;
+        let u64_at = |at: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(h.get(at..at + 8)?.try_into().ok()?))
+        };
+        let crc = u32::from_le_bytes(h.get(108..112)?.try_into().ok()?);
+        if h.len() != SEG_HEADER_LEN
+            || &h[0..8] != SEG_INDEX_MAGIC
+            || cairn_codec::bytes::crc32_seeded(&h[0..108]) != crc
+            || u64_at(16)? != first.0
+        {
+            return None;
+        }
+        let covered = Lsn(u64_at(24)?);
+        (covered >= first && covered <= head).then_some((covered, e))
+    }
+
     /// Notes in `shipped.diverged` a segment the last manifest named that
     /// is gone, or a log that ends before the archive's head: history was
     /// cut.
@@ -746,6 +973,7 @@ impl Replicator {
         head: (Lsn, ChainHash),
         mut files: Vec<FileEntry>,
         tail_state: Option<String>,
+        tail_index: Option<FileEntry>,
         report: &mut RoundReport,
     ) -> Result<(), ReplicateError> {
         files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -761,6 +989,7 @@ impl Replicator {
             sessions: self.count_sessions(head.0),
             files,
             tail_state,
+            tail_index,
         };
         if !self.archive.exists(&name)? {
             self.archive.put(&name, m.encode())?;
@@ -950,6 +1179,12 @@ impl Drop for Replicator {
 /// covers exactly the sealed segment from `first` the walk `c` ended:
 /// its last LSN and the chain value after it.
 fn seg_index_covers(bytes: &[u8], what: &str, first: Lsn, c: &LogCursor) -> bool {
+    index_covers(bytes, what, first, c.lsn, c.chain)
+}
+
+/// True if `bytes` are a whole query index file (every checksum) of the
+/// records `first..=last`, the chain value after `last` being `chain`.
+fn index_covers(bytes: &[u8], what: &str, first: Lsn, last: Lsn, chain: ChainHash) -> bool {
     cairn_query::index::seg::SegIndex::open(
         cairn_engine::vfs::Mapped::Bytes(std::sync::Arc::from(bytes)),
         what,
@@ -957,9 +1192,47 @@ fn seg_index_covers(bytes: &[u8], what: &str, first: Lsn, c: &LogCursor) -> bool
     .and_then(|ix| {
         ix.check_all()?;
         let h = *ix.header();
-        Ok(h.first == first && h.covered == c.lsn && h.chain == c.chain)
+        Ok(h.first == first && h.covered == last && h.chain == chain)
     })
     .unwrap_or(false)
+}
+
+/// Takes the records after `t`'s builder up to `head` into it, from
+/// `src`, and encodes the file: `None` when the record the builder
+/// stopped at is no longer the one it took in (its chain value), a read
+/// fails, the log ends before `head`, the chain value at `head` is not
+/// `head_chain` (the walk's), or the file is over
+/// [`MAX_SHIPPED_SEG_INDEX_BYTES`] or does not decode whole.
+fn extend_tail_index(
+    src: &cairn_query::source::ReaderSource,
+    t: &mut TailIndex,
+    head: Lsn,
+    head_chain: ChainHash,
+) -> Option<Vec<u8>> {
+    use cairn_query::source::RecordSource;
+    src.head().ok()?;
+    let from = t.builder.covered();
+    if from >= t.first && src.read(from).ok()?.chain != t.chain {
+        return None;
+    }
+    let (builder, chain) = (&mut t.builder, &mut t.chain);
+    if from < head {
+        src.for_each_ref(from.next(), &mut |lsn, c, e| {
+            if lsn > head {
+                return Ok(false);
+            }
+            builder.observe(lsn, c, e)?;
+            *chain = c;
+            Ok(lsn < head)
+        })
+        .ok()?;
+    }
+    if t.builder.covered() != head || t.chain != head_chain {
+        return None;
+    }
+    let bytes = t.builder.encode().ok()?;
+    let fits = bytes.len() as u64 <= MAX_SHIPPED_SEG_INDEX_BYTES;
+    (fits && index_covers(&bytes, "the tail's index", t.first, head, head_chain)).then_some(bytes)
 }
 
 /// The query index file of the records `first..=last`, built from `src`
@@ -1054,7 +1327,7 @@ mod tests {
     fn assert_manifest_whole(arch: &Path) {
         let a = Archive::open(&format!("file://{}", arch.display())).unwrap();
         let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
-        for f in &m.files {
+        for f in m.files.iter().chain(&m.tail_index) {
             for p in &f.pieces {
                 assert!(
                     a.exists(&object_name(&p.hash)).unwrap(),
@@ -1256,6 +1529,88 @@ mod tests {
         r.archive().fail_after_puts(u64::MAX);
         let rep = r.round().unwrap();
         assert!(rep.manifest.is_some());
+        assert_manifest_whole(&arch);
+    }
+
+    /// The tail's query index is built once the tail has the records
+    /// [`Replicator::tail_index_every`] says, and is the index a query
+    /// builds of the same records (byte for byte); when its send fails,
+    /// the round fails and the next one sends it again, so no manifest
+    /// names it unsent.
+    #[test]
+    fn the_tail_index_is_the_querys_and_a_failed_send_is_sent_again() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let s = crate::Store::open(&ws).unwrap();
+        let n = 1000;
+        let batch: Vec<cairn_codec::Event> = (0..n)
+            .map(|i| {
+                let mut e =
+                    cairn_codec::Event::new(cairn_codec::EventKind::Prompt, format!("s{}", i % 3));
+                e.text = Some(format!("prompt {i}"));
+                e
+            })
+            .collect();
+        s.append_batch(&batch).unwrap();
+        s.close().unwrap();
+        let arch = d.path().join("archive");
+        let url = format!("file://{}", arch.display());
+        let mut r = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn"))
+            .unwrap()
+            .tail_index_every(n - 10);
+        // The log's one piece goes, every later send fails: the tail's
+        // index among them.
+        r.archive().fail_after_puts(1);
+        assert!(r.round().is_err());
+        r.archive().fail_after_puts(u64::MAX);
+        let rep = r.round().unwrap();
+        assert!(rep.manifest.is_some());
+        assert_manifest_whole(&arch);
+        let a = Archive::open(&url).unwrap();
+        let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        let t = m.tail_index.clone().unwrap();
+        assert_eq!(t.path, format!("{SEG_INDEX_DIR}/00000000000000000001.qix"));
+        let mut got = Vec::new();
+        for p in &t.pieces {
+            got.extend(a.get(&object_name(&p.hash)).unwrap().unwrap());
+        }
+        let vfs: std::sync::Arc<dyn cairn_engine::Vfs> = std::sync::Arc::new(cairn_engine::RealVfs);
+        let src = cairn_query::source::ReaderSource::new(
+            cairn_engine::log::LogReader::open(vfs, &ws.join(".cairn/log")).unwrap(),
+        );
+        let want = build_seg_index(&src, Lsn(1), Lsn(m.head_lsn)).unwrap();
+        assert_eq!(got, want);
+        assert!(
+            !ws.join(".cairn")
+                .join(SEG_INDEX_DIR)
+                .join("00000000000000000001.qix")
+                .exists(),
+            "the store is not written"
+        );
+    }
+
+    /// An embedder runs a replicator on a thread of its own: it stays
+    /// `Send` with the tail's index and log reader it keeps.
+    #[test]
+    fn a_replicator_can_move_to_a_thread() {
+        fn send<T: Send>() {}
+        send::<Replicator>();
+    }
+
+    /// `prune` keeps the objects of the tail's index a manifest names,
+    /// as it keeps the files': the manifest stays whole.
+    #[test]
+    fn prune_keeps_the_tail_index() {
+        let (_d, store, archive, arch) = store_and_archive();
+        let mut r = Replicator::new(archive, &store)
+            .unwrap()
+            .tail_index_every(5);
+        r.round().unwrap();
+        let a = Archive::open(&format!("file://{}", arch.display())).unwrap();
+        let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        assert!(m.tail_index.is_some());
+        super::super::prune(&a).unwrap();
         assert_manifest_whole(&arch);
     }
 

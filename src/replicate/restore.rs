@@ -482,7 +482,8 @@ pub fn prune(archive: &Archive) -> Result<PruneReport, ReplicateError> {
     for (g, _, name) in &all {
         if *g == newest {
             let m = read_manifest(archive, name)?;
-            for f in m.files {
+            // The tail's query index (version 4) is named as well.
+            for f in m.files.into_iter().chain(m.tail_index) {
                 named.extend(f.pieces.into_iter().map(|p| p.hash));
             }
         } else {

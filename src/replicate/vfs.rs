@@ -31,6 +31,15 @@
 //! gives an error naming the segment when such a frame is read, never a
 //! record.
 //!
+//! A manifest of version 4 may carry a query index file of a prefix of
+//! the tail (`tail_index`): it is shown at its path, as the store's own
+//! tail index file is, and the query reader trusts it only when it
+//! matches the tail (its first LSN the tail's, its last LSN inside the
+//! shipped tail, its chain value the record's there); a filtered query
+//! then indexes in memory only the tail's records after it, read by
+//! range, instead of reading the tail whole. A file that does not match
+//! is not used (the tail is indexed whole, as before).
+//!
 //! What checks the bytes:
 //! - a whole piece is checked against its name (blake3) and length before
 //!   it is used, from the archive and from the cache alike; one that does
@@ -215,6 +224,27 @@ impl ArchiveVfs {
                 inline: Some(bytes.into()),
             };
             files.insert(root.join(path), Arc::new(file));
+        }
+        // The tail's query index file, shown where the store keeps its
+        // own; a store file of that name (none: the tail is unsealed)
+        // would win.
+        if let Some(t) = &m.tail_index {
+            let mut at = 0;
+            let starts = t
+                .pieces
+                .iter()
+                .map(|p| {
+                    let s = at;
+                    at += p.len;
+                    s
+                })
+                .collect();
+            let file = ArchivedFile {
+                entry: t.clone(),
+                starts,
+                inline: None,
+            };
+            files.entry(root.join(&t.path)).or_insert(Arc::new(file));
         }
         ArchiveVfs {
             inner: Arc::new(Inner {
@@ -594,6 +624,7 @@ mod tests {
                 }],
             }],
             tail_state: None,
+            tail_index: None,
         };
         let cache = PieceCache::open(&dir.join("cache"), 1).unwrap();
         let vfs = ArchiveVfs::from_manifest(archive, cache, "m".into(), &m);
