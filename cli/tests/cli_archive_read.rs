@@ -987,15 +987,11 @@ fn rewrite_manifest(arch: &Path, name: &str, m: &cairn::replicate::Manifest) {
     std::fs::write(arch.join(name), m.encode()).unwrap();
 }
 
-/// Appends records `n` (session `late`, 1,600 hex digits of text each,
-/// which do not compress) to the store of `ws`, opened with the default
-/// segment size: [`store_of_segments`]'s tail grows past 4 MiB, so what a
-/// query in place fetches of it is measured against a tail of some size.
-fn grow_tail(ws: &Path, n: std::ops::Range<u64>) {
-    let s = cairn::Store::builder().workspace(ws).open().unwrap();
-    let mut batch = Vec::new();
-    for i in n {
-        let mut e = cairn::Event::new(cairn::EventKind::Prompt, "late");
+/// Prompts `n` of session `who`, 1,600 hex digits of text each (which do
+/// not compress).
+fn incompressible_prompts(who: &str, n: std::ops::Range<u64>) -> Vec<cairn::Event> {
+    n.map(|i| {
+        let mut e = cairn::Event::new(cairn::EventKind::Prompt, who);
         e.text = Some(
             (0..25u64)
                 .map(|j| {
@@ -1005,8 +1001,18 @@ fn grow_tail(ws: &Path, n: std::ops::Range<u64>) {
                 })
                 .collect(),
         );
-        batch.push(e);
-    }
+        e
+    })
+    .collect()
+}
+
+/// Appends records `n` (session `late`, 1,600 hex digits of text each,
+/// which do not compress) to the store of `ws`, opened with the default
+/// segment size: [`store_of_segments`]'s tail grows past 4 MiB, so what a
+/// query in place fetches of it is measured against a tail of some size.
+fn grow_tail(ws: &Path, n: std::ops::Range<u64>) {
+    let s = cairn::Store::builder().workspace(ws).open().unwrap();
+    let batch = incompressible_prompts("late", n);
     s.append_batch(&batch).unwrap();
     s.close().unwrap();
 }
@@ -1239,20 +1245,7 @@ const TAIL_INDEX_EVERY: u64 = 4096;
 /// `ws`.
 fn grow_tail_with_checkpoint(ws: &Path, who: &str, n: std::ops::Range<u64>, label: &str) {
     let s = cairn::Store::builder().workspace(ws).open().unwrap();
-    let mut batch = Vec::new();
-    for i in n {
-        let mut e = cairn::Event::new(cairn::EventKind::Prompt, who);
-        e.text = Some(
-            (0..25u64)
-                .map(|j| {
-                    blake3::hash(&[i, j, 7].map(u64::to_le_bytes).concat())
-                        .to_hex()
-                        .to_string()
-                })
-                .collect(),
-        );
-        batch.push(e);
-    }
+    let batch = incompressible_prompts(who, n);
     s.append_batch(&batch).unwrap();
     s.session(who).checkpoint(label).unwrap();
     s.close().unwrap();

@@ -122,6 +122,27 @@ struct ArchivedFile {
     inline: Option<Arc<[u8]>>,
 }
 
+impl ArchivedFile {
+    /// A file the manifest lists as the pieces of `entry`.
+    fn in_pieces(entry: &FileEntry) -> ArchivedFile {
+        let mut at = 0;
+        let starts = entry
+            .pieces
+            .iter()
+            .map(|p| {
+                let s = at;
+                at += p.len;
+                s
+            })
+            .collect();
+        ArchivedFile {
+            entry: entry.clone(),
+            starts,
+            inline: None,
+        }
+    }
+}
+
 struct Inner {
     archive: Archive,
     cache: PieceCache,
@@ -190,24 +211,7 @@ impl ArchiveVfs {
         let files = m
             .files
             .iter()
-            .map(|f| {
-                let mut at = 0;
-                let starts = f
-                    .pieces
-                    .iter()
-                    .map(|p| {
-                        let s = at;
-                        at += p.len;
-                        s
-                    })
-                    .collect();
-                let file = ArchivedFile {
-                    entry: f.clone(),
-                    starts,
-                    inline: None,
-                };
-                (root.join(&f.path), Arc::new(file))
-            })
+            .map(|f| (root.join(&f.path), Arc::new(ArchivedFile::in_pieces(f))))
             .collect::<BTreeMap<_, _>>();
         // The tail's state, shown as the file a clean close leaves: the
         // log reader trusts it only when it describes the tail exactly.
@@ -229,22 +233,9 @@ impl ArchiveVfs {
         // own; a store file of that name (none: the tail is unsealed)
         // would win.
         if let Some(t) = &m.tail_index {
-            let mut at = 0;
-            let starts = t
-                .pieces
-                .iter()
-                .map(|p| {
-                    let s = at;
-                    at += p.len;
-                    s
-                })
-                .collect();
-            let file = ArchivedFile {
-                entry: t.clone(),
-                starts,
-                inline: None,
-            };
-            files.entry(root.join(&t.path)).or_insert(Arc::new(file));
+            files
+                .entry(root.join(&t.path))
+                .or_insert(Arc::new(ArchivedFile::in_pieces(t)));
         }
         ArchiveVfs {
             inner: Arc::new(Inner {

@@ -578,6 +578,18 @@ impl<'a> ColdIndex<'a> {
         Ok(true)
     }
 
+    /// The parts (with their positions) holding any LSN in `lo..=hi`, in
+    /// LSN order, or newest first with `rev`.
+    fn parts_meeting(&self, lo: Lsn, hi: Lsn, rev: bool) -> Vec<(usize, Part)> {
+        let mut out: Vec<(usize, Part)> = (self.parts.iter().copied().enumerate())
+            .filter(|(_, p)| p.last >= lo && p.first <= hi)
+            .collect();
+        if rev {
+            out.reverse();
+        }
+        out
+    }
+
     /// Calls `f` with each LSN in `lo..=hi` whose record's time is within
     /// `filter`'s `since..=until`, in LSN order (newest first with `rev`),
     /// until it returns false. A part whose header's least and greatest
@@ -595,16 +607,7 @@ impl<'a> ColdIndex<'a> {
         let in_range = |t: Timestamp| {
             filter.since.is_none_or(|s| t >= s) && filter.until.is_none_or(|u| t <= u)
         };
-        let order: Vec<usize> = if rev {
-            (0..self.parts.len()).rev().collect()
-        } else {
-            (0..self.parts.len()).collect()
-        };
-        for i in order {
-            let p = self.parts[i];
-            if p.last < lo || p.first > hi {
-                continue;
-            }
+        for (i, p) in self.parts_meeting(lo, hi, rev) {
             let h = *self.part(i)?.header();
             if filter.since.is_some_and(|s| h.max_ts < s)
                 || filter.until.is_some_and(|u| h.min_ts > u)
@@ -708,16 +711,7 @@ impl<'a> ColdIndex<'a> {
         skip: &dyn Fn(&SegHeader) -> bool,
         f: &mut dyn FnMut(Lsn) -> Result<bool>,
     ) -> Result<bool> {
-        let order: Vec<usize> = if rev {
-            (0..self.parts.len()).rev().collect()
-        } else {
-            (0..self.parts.len()).collect()
-        };
-        for i in order {
-            let p = self.parts[i];
-            if p.last < lo || p.first > hi {
-                continue;
-            }
+        for (i, p) in self.parts_meeting(lo, hi, rev) {
             if !self.walk_part(i, conds, (lo.max(p.first), hi.min(p.last)), rev, skip, f)? {
                 return Ok(false);
             }
