@@ -3,7 +3,7 @@
 //! ```text
 //! .cairn/log/
 //!   00000000000000000001.seg   sealed segment: header | frames | footer (immutable, memory-mapped)
-//!   00000000000000000001.idx   its sparse index (LSN -> offset every 64 KiB; CRC; rebuilt if missing or stale)
+//!   00000000000000000001.idx   its sparse index (LSN -> offset every 4 KiB; CRC; rebuilt if missing or stale)
 //!   00000000000000052817.seg   the tail segment: header | frames (appended to)
 //!   tail.state                 written by a clean close: lets the next open skip scanning the tail
 //!   segments.table             every sealed segment's length, header and footer: a reader's open reads it, not each segment (see `table`)
