@@ -1,5 +1,5 @@
-//! Helpers every on-disk element shares: the seeded CRC32 and fixed-width
-//! little-endian reads. One definition, so every checksum in cairn is
+//! Helpers every on-disk element shares: the seeded CRC32, fixed-width
+//! little-endian reads and lowercase hex. One definition, so every checksum in cairn is
 //! computed the same way.
 
 use crate::frame::CRC_SEED;
@@ -36,6 +36,17 @@ pub fn u64_le(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
+}
+
+/// `bytes` as lowercase hex, two digits a byte.
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(2 * bytes.len());
+    for &b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
 }
 
 #[cfg(test)]

@@ -31,13 +31,7 @@ impl fmt::Display for Lsn {
 }
 
 fn to_hex(bytes: &[u8; 32]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(64);
-    for b in bytes {
-        s.push(HEX[(b >> 4) as usize] as char);
-        s.push(HEX[(b & 15) as usize] as char);
-    }
-    s
+    crate::bytes::to_hex(bytes)
 }
 
 fn from_hex(what: &'static str, s: &str) -> Result<[u8; 32], CodecError> {

@@ -152,7 +152,7 @@ impl Manifest {
 
     /// Sets `tail_state` to the hex of `bytes` (`None`: no state).
     pub fn set_tail_state(&mut self, bytes: Option<&[u8]>) {
-        self.tail_state = bytes.map(to_hex);
+        self.tail_state = bytes.map(cairn_codec::bytes::to_hex);
     }
 
     /// Encodes the manifest with its header and checksum.
@@ -347,17 +347,6 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Bytes as lowercase hex.
-pub(crate) fn to_hex(b: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(2 * b.len());
-    for &x in b {
-        s.push(DIGITS[(x >> 4) as usize] as char);
-        s.push(DIGITS[(x & 15) as usize] as char);
-    }
-    s
-}
-
 /// 64 lowercase hex digits.
 pub(crate) fn is_hash(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
@@ -500,7 +489,7 @@ mod tests {
         let body = String::from_utf8(m.encode()[MANIFEST_HEADER_LEN..].to_vec()).unwrap();
         assert!(!body.contains("tail_state"), "{body}");
         let bytes: Vec<u8> = (0..=255u8).collect();
-        m.tail_state = Some(to_hex(&bytes));
+        m.tail_state = Some(cairn_codec::bytes::to_hex(&bytes));
         let back = Manifest::decode("m", &m.encode()).unwrap();
         assert_eq!(back, m);
         assert_eq!(back.tail_state_bytes().unwrap(), bytes);

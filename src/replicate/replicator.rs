@@ -512,7 +512,7 @@ impl Replicator {
                         c.chain,
                         index.clone(),
                     );
-                    shipped.tail_state = Some(super::manifest::to_hex(&st.encode()));
+                    shipped.tail_state = Some(cairn_codec::bytes::to_hex(&st.encode()));
                 }
                 self.walk_index.insert(rel.clone(), index);
             } else {
@@ -613,6 +613,19 @@ impl Replicator {
         Ok(())
     }
 
+    /// Ships `bytes` as pieces of at most [`MAX_PIECE_BYTES`]: their
+    /// entries, in order.
+    fn ship_in_pieces(
+        &mut self,
+        bytes: &[u8],
+        report: &mut RoundReport,
+    ) -> Result<Vec<Piece>, ReplicateError> {
+        bytes
+            .chunks(MAX_PIECE_BYTES as usize)
+            .map(|part| self.ship_piece(Bytes::copy_from_slice(part), report))
+            .collect()
+    }
+
     /// Ships `bytes`, the whole of the file `rel` as `st` describes it,
     /// in pieces, and tracks it as shipped whole (not read again while its
     /// stat stays the same): its entry for the manifest.
@@ -624,10 +637,7 @@ impl Replicator {
         report: &mut RoundReport,
     ) -> Result<FileEntry, ReplicateError> {
         let len = bytes.len() as u64;
-        let mut pieces = Vec::new();
-        for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
-            pieces.push(self.ship_piece(Bytes::copy_from_slice(part), report)?);
-        }
+        let pieces = self.ship_in_pieces(bytes, report)?;
         self.tracked.insert(
             rel.clone(),
             Tracked {
@@ -834,10 +844,7 @@ impl Replicator {
             cairn_query::index::seg::seg_index_name(first)
         );
         let len = bytes.len() as u64;
-        let mut pieces = Vec::new();
-        for part in bytes.chunks(MAX_PIECE_BYTES as usize) {
-            pieces.push(self.ship_piece(Bytes::copy_from_slice(part), report)?);
-        }
+        let pieces = self.ship_in_pieces(&bytes, report)?;
         let entry = FileEntry {
             path: rel,
             len,
@@ -860,7 +867,7 @@ impl Replicator {
     /// continues the archive's, and a reader checks it against the tail.
     /// `None` when there is none or it cannot be read.
     fn adopt_tail_index(&self, first: Lsn, head: Lsn) -> Option<(Lsn, FileEntry)> {
-        use cairn_query::index::seg::{seg_index_name, SEG_HEADER_LEN, SEG_INDEX_MAGIC};
+        use cairn_query::index::seg::{seg_index_name, SegHeader, SEG_HEADER_LEN};
         let e = self.last.as_ref()?.tail_index.clone()?;
         if e.path != format!("{SEG_INDEX_DIR}/{}", seg_index_name(first)) {
             return None;
@@ -871,19 +878,9 @@ impl Replicator {
             return None;
         }
         let h = self.archive.get_range(&object_name(&p.hash), 0..n).ok()??;
-        let u64_at = |at: usize| -> Option<u64> {
-            Some(u64::from_le_bytes(h.get(at..at + 8)?.try_into().ok()?))
-        };
-        let crc = u32::from_le_bytes(h.get(108..112)?.try_into().ok()?);
-        if h.len() != SEG_HEADER_LEN
-            || &h[0..8] != SEG_INDEX_MAGIC
-            || cairn_codec::bytes::crc32_seeded(&h[0..108]) != crc
-            || u64_at(16)? != first.0
-        {
-            return None;
-        }
-        let covered = Lsn(u64_at(24)?);
-        (covered >= first && covered <= head).then_some((covered, e))
+        let header = SegHeader::decode(&h).ok()?;
+        let covered = header.covered;
+        (header.first == first && covered >= first && covered <= head).then_some((covered, e))
     }
 
     /// Notes in `shipped.diverged` a segment the last manifest named that
@@ -1297,9 +1294,7 @@ struct Shipped {
 /// The first LSN a segment's path (`log/<20 digits>.seg`) names.
 fn segment_first_lsn(rel: &str) -> Option<Lsn> {
     rel.strip_prefix("log/")
-        .and_then(|n| n.strip_suffix(".seg"))
-        .and_then(|n| n.parse::<u64>().ok())
-        .map(Lsn)
+        .and_then(cairn_engine::log::parse_segment_name)
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ pub use reader::LogReader;
 pub use recovery::{TailState, TAIL_STATE_FILE};
 pub use salvage::{is_placeholder, salvage, DroppedRange, SalvageReport, SALVAGE_SESSION};
 pub use scan::{walk_chained, ChainedWalk};
-pub use segment::sealed_index_file;
+pub use segment::{parse_segment_name, sealed_index_file};
 pub use sparse_index::SPARSE_INDEX_INTERVAL_BYTES;
 pub use verify::{Problem, VerifyReport};
 pub use view::LogIter;

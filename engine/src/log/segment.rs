@@ -24,8 +24,9 @@ pub(crate) fn segment_name(first: Lsn) -> String {
     format!("{:020}{SEGMENT_EXT}", first.0)
 }
 
-/// The first LSN encoded in a segment file name, if `name` is one.
-pub(crate) fn parse_segment_name(name: &str) -> Option<Lsn> {
+/// The first LSN encoded in a segment file name (`<20 digits>.seg`), if
+/// `name` is one.
+pub fn parse_segment_name(name: &str) -> Option<Lsn> {
     let digits = name.strip_suffix(SEGMENT_EXT)?;
     if digits.len() != NAME_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;

@@ -351,6 +351,45 @@ impl std::fmt::Debug for SegIndex {
     }
 }
 
+impl SegHeader {
+    /// The header at the front of an index file, `front` (at least its
+    /// [`SEG_HEADER_LEN`] bytes), checked: magic, version, CRC and counts
+    /// within their limits. Whether the rest of a file agrees with it is
+    /// [`SegIndex::open`]'s check. The error says what is wrong.
+    pub fn decode(front: &[u8]) -> std::result::Result<SegHeader, String> {
+        let data = front;
+        if data.len() < SEG_HEADER_LEN {
+            return Err(format!("{} bytes, shorter than its header", data.len()));
+        }
+        if &data[..8] != SEG_INDEX_MAGIC {
+            return Err("bad magic".into());
+        }
+        if crc(&data[..108]) != u32_at(data, 108) {
+            return Err("header checksum mismatch".into());
+        }
+        let version = u32_at(data, 8);
+        if version != SEG_INDEX_VERSION {
+            return Err(format!("version {version}, expected {SEG_INDEX_VERSION}"));
+        }
+        let mut chain = [0u8; 32];
+        chain.copy_from_slice(&data[32..64]);
+        let header = SegHeader {
+            first: Lsn(u64_at(data, 16)),
+            covered: Lsn(u64_at(data, 24)),
+            chain: ChainHash(chain),
+            min_ts: Timestamp(u64_at(data, 64) as i64),
+            max_ts: Timestamp(u64_at(data, 72) as i64),
+            keys: u32_at(data, 80),
+            postings: u64_at(data, 88),
+            key_bytes: u64_at(data, 96),
+        };
+        if header.postings > MAX_SEG_INDEX_ENTRIES || header.key_bytes > MAX_SEG_INDEX_ENTRIES {
+            return Err("header counts out of range".into());
+        }
+        Ok(header)
+    }
+}
+
 impl SegIndex {
     /// Opens the file's bytes; `what` names it in errors. Checks the header
     /// (magic, version, CRC) and that its sizes add up to the length.
@@ -416,36 +455,10 @@ impl SegIndex {
             detail,
         };
         let data = source.front();
-        if len < SEG_HEADER_LEN as u64 || data.len() < SEG_HEADER_LEN {
+        if len < SEG_HEADER_LEN as u64 {
             return Err(bad(format!("{len} bytes, shorter than its header")));
         }
-        if &data[..8] != SEG_INDEX_MAGIC {
-            return Err(bad("bad magic".into()));
-        }
-        if crc(&data[..108]) != u32_at(data, 108) {
-            return Err(bad("header checksum mismatch".into()));
-        }
-        let version = u32_at(data, 8);
-        if version != SEG_INDEX_VERSION {
-            return Err(bad(format!(
-                "version {version}, expected {SEG_INDEX_VERSION}"
-            )));
-        }
-        let mut chain = [0u8; 32];
-        chain.copy_from_slice(&data[32..64]);
-        let header = SegHeader {
-            first: Lsn(u64_at(data, 16)),
-            covered: Lsn(u64_at(data, 24)),
-            chain: ChainHash(chain),
-            min_ts: Timestamp(u64_at(data, 64) as i64),
-            max_ts: Timestamp(u64_at(data, 72) as i64),
-            keys: u32_at(data, 80),
-            postings: u64_at(data, 88),
-            key_bytes: u64_at(data, 96),
-        };
-        if header.postings > MAX_SEG_INDEX_ENTRIES || header.key_bytes > MAX_SEG_INDEX_ENTRIES {
-            return Err(bad("header counts out of range".into()));
-        }
+        let header = SegHeader::decode(data).map_err(bad)?;
         let blocks = header.postings.div_ceil(POSTINGS_BLOCK as u64);
         let want = SEG_HEADER_LEN as u64
             + header.keys as u64 * ENTRY_LEN as u64
