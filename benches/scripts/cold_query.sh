@@ -9,6 +9,8 @@
 #   cargo static            # the static binary (README); or cargo build --release
 #   benches/scripts/cold_query.sh [EVENTS] [RUNS] [PAIR]
 #
+#   LOOP=10 KEEP=/tmp/cq10m benches/scripts/cold_query.sh 10000000 30 PAIR
+#
 # PAIR is the command that times two commands as whole processes,
 # alternating, and prints the ratio run by run; the default is
 # /usr/bin/time in a loop (figures: median wall seconds, then
@@ -20,7 +22,13 @@ cd "$(dirname "$0")/../.."
 events=${1:-1000000}
 runs=${2:-5}
 pair=${3:-}
-cairn=$PWD/target/release/cairn
+# CAIRN=BIN times that binary instead of target/release/cairn (copy a
+# freshly linked binary out of target/ first: its first runs start slower).
+# LOOP=N (with PAIR): each side of a pair runs the command N times in a
+# loop, so a pair times N processes, not one (a ~2 ms process's CPU time
+# scatters widely run to run).
+loop=${LOOP:-1}
+cairn=${CAIRN:-$PWD/target/release/cairn}
 # KEEP=DIR keeps the store and the database in DIR (reused if there).
 if [ -n "${KEEP:-}" ]; then
   dir=$KEEP; mkdir -p "$dir"
@@ -100,6 +108,16 @@ for c in "${cases[@]}"; do
   # shellcheck disable=SC2086
   first=$( { /usr/bin/time -f %e "$cairn" --store "$store" $args >/dev/null; } 2>&1 | tail -1 )
   echo "== $name (first run, building index files: ${first} s)"
+  if [ -n "$pair" ] && [ "$loop" -gt 1 ]; then
+    # Each side a loop of LOOP processes, written to a script so the
+    # query's quotes need no second level of quoting.
+    printf 'for i in $(seq %s); do %q --store %q %s >/dev/null; done\n' \
+      "$loop" "$cairn" "$store" "$args" >"$dir/loop-cairn.sh"
+    printf 'for i in $(seq %s); do sqlite3 -json %q %q >/dev/null; done\n' \
+      "$loop" "$dir/events.db" "$query" >"$dir/loop-sqlite3.sh"
+    $pair -n "$runs" --vs "sh $dir/loop-sqlite3.sh" -- sh "$dir/loop-cairn.sh"
+    continue
+  fi
   if [ -n "$pair" ]; then
     # shellcheck disable=SC2086
     $pair -n "$runs" --vs "sqlite3 -json $dir/events.db \"$query\"" -- "$cairn" --store "$store" $args
