@@ -8,7 +8,7 @@ use cairn_snapshot::{
     RollbackRequest, SnapshotError, WatchStats, Workspace,
 };
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::LogHandle;
 use crate::Store;
 
@@ -112,17 +112,31 @@ impl Store {
 
     /// Every checkpoint (of one session, if given), oldest first,
     /// discarded ones included and marked. Works on a read-only handle too,
-    /// as of the last record the writer committed.
+    /// as of the last record the writer committed, and on a store with no
+    /// workspace (an archive read in place): there is no list cache then,
+    /// and the checkpoint records are read through [`Store::scan`].
     pub fn checkpoints(&self, session: Option<&str>) -> Result<Vec<CheckpointInfo>> {
-        let ws = self.workspace_caches()?;
-        Ok(self.with_log_access(|log| cairn_snapshot::list_checkpoints(log, ws, session))?)
+        match self.workspace_caches() {
+            Ok(ws) => {
+                Ok(self.with_log_access(|log| cairn_snapshot::list_checkpoints(log, ws, session))?)
+            }
+            Err(Error::NoWorkspace) => Ok(self.scanned_checkpoints(session, false)?.0),
+            Err(e) => Err(e),
+        }
     }
 
     /// One checkpoint by id; an unknown id is an error that says how to
-    /// list them. Works on a read-only handle too.
+    /// list them. Works on a read-only handle too, and with no workspace
+    /// (as [`Store::checkpoints`]).
     pub fn find_checkpoint(&self, id: CheckpointId) -> Result<CheckpointInfo> {
-        let ws = self.workspace_caches()?;
-        Ok(self.with_log_access(|log| cairn_snapshot::find_checkpoint(log, ws, id))?)
+        match self.workspace_caches() {
+            Ok(ws) => Ok(self.with_log_access(|log| cairn_snapshot::find_checkpoint(log, ws, id))?),
+            Err(Error::NoWorkspace) => {
+                let all = self.checkpoints(None)?;
+                Ok(self.with_log_access(|log| cairn_snapshot::find_in_list(all, log, id))?)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Rolls the workspace back (or forward: redo) to a checkpoint. The

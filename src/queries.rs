@@ -16,7 +16,7 @@ use cairn_query::source::{RecordSource, SnapshotManifests};
 use cairn_query::{Filter, Query};
 use parking_lot::Mutex;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::LogHandle;
 use crate::Store;
 
@@ -362,7 +362,7 @@ impl Store {
     ) -> Result<Vec<cairn_snapshot::CheckpointInfo>> {
         match session {
             None => self.checkpoints(None),
-            Some(s) => Ok(self.session_checkpoints_and_imported(s, false)?.0),
+            Some(s) => Ok(self.scanned_checkpoints(Some(s), false)?.0),
         }
     }
 
@@ -371,12 +371,16 @@ impl Store {
     /// session, in a process that has not loaded the query index, both
     /// come from one pass over the postings of the session's
     /// `checkpoint.create` records (each segment index file opened once,
-    /// each such record read once), not one pass each.
+    /// each such record read once), not one pass each; so do every
+    /// session's on a store with no workspace (an archive read in place),
+    /// which has no checkpoint list cache to read.
     pub fn checkpoint_listing(&self, session: Option<&str>) -> Result<CheckpointListing> {
+        let no_workspace = matches!(self.workspace_caches(), Err(Error::NoWorkspace));
         let (checkpoints, imported) = match session {
             // The empty session names the default one for the list, and
             // itself for the imported records, as the two calls take it.
-            Some(s) if !s.is_empty() => self.session_checkpoints_and_imported(s, true)?,
+            Some(s) if !s.is_empty() => self.scanned_checkpoints(Some(s), true)?,
+            None if no_workspace => self.scanned_checkpoints(None, true)?,
             _ => (
                 self.session_checkpoints(session)?,
                 self.imported_checkpoints(session)?,
@@ -388,32 +392,35 @@ impl Store {
         })
     }
 
-    /// Session `s`'s checkpoints and, with `with_imported`, its
-    /// checkpoint records without a manifest (else none), from one scan
-    /// of its `checkpoint.create` records when the query index is not
-    /// loaded.
-    fn session_checkpoints_and_imported(
+    /// The checkpoints of session `s` (of every session with `None`) and,
+    /// with `with_imported`, its checkpoint records without a manifest
+    /// (else none), from one scan of its `checkpoint.create` records
+    /// (through the list cache instead when the query index is loaded and
+    /// there is a workspace to hold the cache).
+    pub(crate) fn scanned_checkpoints(
         &self,
-        s: &str,
+        s: Option<&str>,
         with_imported: bool,
     ) -> Result<(Vec<cairn_snapshot::CheckpointInfo>, Vec<Record>)> {
-        if self.index().lock().is_some() {
+        if self.index().lock().is_some() && self.workspace_caches().is_ok() {
             let imported = if with_imported {
-                self.imported_checkpoints(Some(s))?
+                self.imported_checkpoints(s)?
             } else {
                 Vec::new()
             };
-            return Ok((self.checkpoints(Some(s))?, imported));
+            return Ok((self.checkpoints(s)?, imported));
         }
-        let s = if s.is_empty() {
-            cairn_codec::event::DEFAULT_SESSION
-        } else {
-            s
-        };
+        let s = s.map(|s| {
+            if s.is_empty() {
+                cairn_codec::event::DEFAULT_SESSION
+            } else {
+                s
+            }
+        });
         let mut list: Vec<cairn_snapshot::CheckpointInfo> = Vec::new();
         let mut imported = Vec::new();
         let creates = Filter {
-            session: Some(s.to_string()),
+            session: s.map(str::to_string),
             kind: Some(cairn_codec::EventKind::CheckpointCreate),
             ..Filter::all()
         };

@@ -135,7 +135,8 @@ pub struct Cli<C: Subcommand = Command> {
     /// The store directory (a `.cairn` directory). Default: $CAIRN_STORE, else the
     /// nearest `.cairn` in this directory or above. An archive URL
     /// (s3://bucket/prefix, file:///dir) reads that archive in place:
-    /// log, show, tree, diff, history, blame, export, verify.
+    /// log, show, tree, diff, history, blame, export, verify, checkpoints,
+    /// stats, branches, report.
     #[arg(
         long,
         global = true,

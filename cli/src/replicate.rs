@@ -328,7 +328,8 @@ pub fn refuse_on_archive(command: &crate::args::Command, url: &str) -> Option<St
         | C::Verify(_)
         | C::Checkpoints { .. }
         | C::Stats { .. }
-        | C::Branches { .. } => return None,
+        | C::Branches { .. }
+        | C::Report(_) => return None,
         // No store is opened: `--store` is not used.
         C::Hooks { .. } | C::Completions { .. } | C::Restore(_) | C::Archive(_) => return None,
         C::Init { .. } => "init",
@@ -342,10 +343,9 @@ pub fn refuse_on_archive(command: &crate::args::Command, url: &str) -> Option<St
         C::Import { .. } => "import",
         C::Watch(_) => "watch",
         C::Demo(_) => "demo",
-        C::Report(_) => "report",
         C::Replicate(_) => "replicate",
     };
     Some(format!(
-        "`cairn {name}` cannot run on the archive {url}: an archive is read-only; restore it first: cairn restore {url} DIR (the commands that read in place: log, show, tree, diff, history, blame, export, verify, checkpoints, stats, branches)"
+        "`cairn {name}` cannot run on the archive {url}: an archive is read-only; restore it first: cairn restore {url} DIR (the commands that read in place: log, show, tree, diff, history, blame, export, verify, checkpoints, stats, branches, report)"
     ))
 }

@@ -78,6 +78,11 @@ const READS: &[&[&str]] = &[
     &["blame", "head", "src/lib.rs"],
     &["export"],
     &["verify"],
+    &["checkpoints"],
+    &["checkpoints", "--json"],
+    &["branches", "c1"],
+    &["report", "--format", "md"],
+    &["report"],
 ];
 
 /// Every file under `dir` with its bytes, sorted.
@@ -133,6 +138,60 @@ fn the_read_commands_on_an_archive_answer_as_on_the_store() {
     assert_eq!(snapshot(arch.path()), before);
     assert!(snapshot(elsewhere.path()).is_empty());
     assert!(!snapshot(cache.path()).is_empty(), "the cache was used");
+}
+
+/// An archive has no workspace, so no checkpoint list cache: every
+/// session's checkpoints, discarded ones marked, are listed from the
+/// log's records, and a checkpoint is found by id the same way.
+#[test]
+fn checkpoints_of_every_session_in_place_are_listed_as_on_the_store() {
+    let d = workspace();
+    let ws = d.path();
+    for (session, text) in [("s2", "third"), ("s2", "fourth"), ("s3", "fifth")] {
+        std::fs::write(ws.join("a.txt"), text).unwrap();
+        ok(&cairn(
+            ws,
+            &["checkpoint", "-q", "--session", session, "--label", text],
+        ));
+    }
+    // Retention discards the older checkpoints of each session.
+    ok(&cairn(ws, &["gc", "--keep-per-session", "1"]));
+    let arch = tempfile::tempdir().unwrap();
+    let u = url(arch.path());
+    ok(&cairn(ws, &["replicate", &u, "--once", "-q"]));
+    let elsewhere = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let listed = cairn(ws, &["checkpoints", "--json"]);
+    ok(&listed);
+    let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert_eq!(text.lines().count(), 5, "{text}");
+    assert!(text.contains("\"discarded\":true"), "{text}");
+    for args in [
+        &["checkpoints", "--json"][..],
+        &["checkpoints", "--json", "--session", "s2"],
+        &["checkpoints"],
+        &["show", "c1:a.txt"],
+        &["tree", "c1"],
+        &["tree", "c999"],
+    ] {
+        let local = cairn(ws, args);
+        let mut remote_args = vec!["--store", u.as_str()];
+        remote_args.extend_from_slice(args);
+        let remote = cairn_cached(elsewhere.path(), cache.path(), &remote_args);
+        assert_eq!(
+            without_ages(&remote.stdout),
+            without_ages(&local.stdout),
+            "{args:?}: {}",
+            err(&remote)
+        );
+        assert_eq!(
+            remote.status.code(),
+            local.status.code(),
+            "{args:?}: {}",
+            err(&remote)
+        );
+        assert_eq!(err(&remote), err(&local), "{args:?}");
+    }
 }
 
 #[test]

@@ -69,7 +69,7 @@ pub use interrupted::{
     record_interrupted_rollback, rollback_marker, unfinished_rollback_warning, RollbackMarker,
     UnfinishedRollback, ROLLBACK_MARKER_FILE, ROLLBACK_META_INTERRUPTED,
 };
-pub use list::{find_checkpoint, list_checkpoints};
+pub use list::{find_checkpoint, find_in_list, list_checkpoints};
 pub use log_access::{LogAccess, MemLog};
 pub use manifest::{Entry, EntryKind, Manifest};
 pub use restore::Kept;

@@ -28,10 +28,18 @@ pub fn find_checkpoint<L: LogAccess + ?Sized>(
     ws: &Workspace,
     id: CheckpointId,
 ) -> Result<CheckpointInfo> {
-    if let Some(c) = list_checkpoints(log, ws, None)?
-        .into_iter()
-        .find(|c| c.id == id)
-    {
+    find_in_list(list_checkpoints(log, ws, None)?, log, id)
+}
+
+/// The checkpoint `id` in `all` (every checkpoint, as [`list_checkpoints`]
+/// gives them), with [`find_checkpoint`]'s errors: for a store with no
+/// workspace, whose list comes from the log's records, not a list cache.
+pub fn find_in_list<L: LogAccess + ?Sized>(
+    all: Vec<CheckpointInfo>,
+    log: &L,
+    id: CheckpointId,
+) -> Result<CheckpointInfo> {
+    if let Some(c) = all.into_iter().find(|c| c.id == id) {
         return Ok(c);
     }
     let record = (id.0 <= log.head().last_lsn)
