@@ -277,10 +277,18 @@ impl Store {
         f: impl FnOnce(&cairn_query::query::ColdAt<'_>) -> cairn_query::Result<Option<T>>,
     ) -> Option<T> {
         let manifests = SnapshotManifests(&self.blobs);
-        self.with_cold(|cold, src| f(&cairn_query::query::ColdAt::new(cold, src, &manifests)))
-            .ok()
-            .flatten()
-            .flatten()
+        let known = *self.cold_time.lock();
+        self.with_cold(|cold, src| {
+            let at = cairn_query::query::ColdAt::new(cold, src, &manifests);
+            let at = match known {
+                Some((head, tp)) if head == cold.covered() => at.knowing(tp),
+                _ => at,
+            };
+            f(&at)
+        })
+        .ok()
+        .flatten()
+        .flatten()
     }
 
     /// `path`'s entry at point `p` read from the per-segment index files
@@ -312,7 +320,12 @@ impl Store {
         let cairn_query::Point::Time(t) = p else {
             return None;
         };
-        self.with_cold(|cold, _| cold.time_point(t)).ok().flatten()
+        let tp = self
+            .with_cold(|cold, _| Ok((cold.covered(), cold.time_point(t)?)))
+            .ok()
+            .flatten()?;
+        *self.cold_time.lock() = Some(tp);
+        Some(tp.1)
     }
 
     /// What `cairn tree` prints at `p`, from the per-segment index files

@@ -409,6 +409,7 @@ impl StoreBuilder {
             ws: std::sync::OnceLock::new(),
             ws_lazy,
             index: Mutex::new(None),
+            cold_time: Mutex::new(None),
             index_saved: std::sync::atomic::AtomicU64::new(0),
             unreferenced: Mutex::new(HashSet::new()),
             gc_gate: RwLock::new(()),
@@ -584,6 +585,7 @@ impl StoreBuilder {
             }),
             ws_lazy: None,
             index: Mutex::new(None),
+            cold_time: Mutex::new(None),
             index_saved: std::sync::atomic::AtomicU64::new(0),
             unreferenced: Mutex::new(HashSet::new()),
             gc_gate: RwLock::new(()),
@@ -720,6 +722,11 @@ pub struct Store {
     _tmp: Option<tempfile::TempDir>,
     /// See [`StoreBuilder::save_index_read_only`].
     pub(crate) save_index_read_only: bool,
+    /// The last time point resolved from the index files
+    /// ([`Store::cold_time_point`]) and the head it was resolved at: a
+    /// command that notes a time point, then looks it up (`cairn show
+    /// TIME:PATH`), reads the segment where the time falls once.
+    pub(crate) cold_time: Mutex<Option<(Lsn, cairn_query::point::TimePoint)>>,
     /// The index files of segments this writer seals, built off its
     /// append path (see [`Store::index_new_seals`]).
     pub(crate) seal_indexer: crate::queries::SealIndexer,

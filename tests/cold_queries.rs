@@ -309,6 +309,21 @@ fn time_points_and_time_ranges_answer_from_the_segment_indexes() {
         let want = reference.query(|q| Ok(q.time_point(p))).unwrap().unwrap();
         assert_eq!(got, want, "time point {t}");
     }
+    // A time point noted (as `cairn show TIME:PATH` notes it, which
+    // keeps it for the lookup that follows) resolves its own time only:
+    // each other time is resolved afresh, to the whole index's answer.
+    for &noted in &times {
+        let p = Point::Time(Timestamp(noted));
+        assert!(cold.cold_time_point(p).is_some());
+        for &t in &times {
+            let want = reference
+                .query(|q| Ok(q.time_point(Point::Time(Timestamp(t)))))
+                .unwrap()
+                .unwrap();
+            let tree = cold.cold_tree(Point::Time(Timestamp(t))).unwrap();
+            assert_eq!(tree.at, want.lsn, "time {t} after noting {noted}");
+        }
+    }
     let ranges = [
         (Some(base + 1_000), None, Some(5), false),
         (Some(base + 505), Some(base + 1_700), None, false),

@@ -19,7 +19,7 @@ use super::at::{finish, step_back, Step};
 use crate::error::Result;
 use crate::index::cold::ColdIndex;
 use crate::index::Reset;
-use crate::point::Point;
+use crate::point::{Point, TimePoint};
 use crate::replay::{history_only, path_change, rollback_scope, RollbackScope};
 use crate::source::{read_one, ManifestSource, Record, RecordSource, TreeEntry};
 use std::cell::RefCell;
@@ -55,6 +55,9 @@ pub struct ColdAt<'a> {
     /// [`ColdAt::last_reset`]'s answers so far, by LSN asked: the walks
     /// of many paths back from one point ask the same ones.
     resets: RefCell<HashMap<Lsn, Option<Reset>>>,
+    /// A time point already resolved over the same index
+    /// ([`ColdAt::knowing`]).
+    known: Option<TimePoint>,
 }
 
 impl<'a> ColdAt<'a> {
@@ -70,7 +73,17 @@ impl<'a> ColdAt<'a> {
             manifests,
             last: RefCell::new(None),
             resets: RefCell::new(HashMap::new()),
+            known: None,
         }
+    }
+
+    /// The same, with the time point `tp` already resolved over `cold`
+    /// (by [`ColdIndex::time_point`], at the same head): resolving
+    /// [`Point::Time`] of its time takes it rather than reading the
+    /// segment where the time falls again.
+    pub fn knowing(mut self, tp: TimePoint) -> ColdAt<'a> {
+        self.known = Some(tp);
+        self
     }
 
     /// The record at `lsn`, read by [`read_one`] (no segment mapped for
@@ -106,7 +119,10 @@ impl<'a> ColdAt<'a> {
             Point::Head => Some(head),
             Point::Lsn(l) if l <= head => Some(l),
             Point::Checkpoint(c) if self.checkpoint_root(c.0)?.is_some() => Some(c.0),
-            Point::Time(t) => Some(self.cold.time_point(t)?.lsn),
+            Point::Time(t) => match self.known.filter(|k| k.time == t) {
+                Some(k) => Some(k.lsn),
+                None => Some(self.cold.time_point(t)?.lsn),
+            },
             _ => None,
         })
     }
