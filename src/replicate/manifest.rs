@@ -220,11 +220,15 @@ impl Manifest {
         }
         for f in m.files.iter().chain(&m.tail_index) {
             check_relative(&f.path, m.version).map_err(bad)?;
-            let sum: u64 = f.pieces.iter().map(|p| p.len).sum();
-            if sum != f.len {
+            // Checked: the lengths come from outside, and a sum that
+            // wrapped could match the entry's length.
+            let sum = f.pieces.iter().try_fold(0u64, |a, p| a.checked_add(p.len));
+            if sum != Some(f.len) {
                 return Err(bad(format!(
-                    "{}: pieces add up to {sum} bytes, the entry says {}",
-                    f.path, f.len
+                    "{}: pieces add up to {} bytes, the entry says {}",
+                    f.path,
+                    sum.map_or_else(|| "more than 2^64".to_string(), |s| s.to_string()),
+                    f.len
                 )));
             }
             for p in &f.pieces {

@@ -522,11 +522,13 @@ impl Vfs for ArchiveVfs {
         if let Some(b) = &f.inline {
             return Ok(Mapped::Bytes(b.clone()));
         }
-        let mut out = Vec::with_capacity(f.entry.len as usize);
-        for i in 0..f.entry.pieces.len() {
-            out.extend_from_slice(&self.inner.whole_piece(f, i)?);
-        }
-        Ok(Mapped::Bytes(out.into()))
+        // Sized by the bytes fetched (each piece checked against its
+        // name and length), never by the manifest's word alone: a
+        // manifest is input from outside.
+        let pieces = (0..f.entry.pieces.len())
+            .map(|i| self.inner.whole_piece(f, i))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Mapped::Bytes(pieces.concat().into()))
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
