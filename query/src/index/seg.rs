@@ -910,6 +910,138 @@ mod tests {
         assert_eq!(under.iter().map(|p| p.len()).sum::<usize>(), 1333);
     }
 
+    /// `good` with the u32 at `at` set to `v` and every checksum made
+    /// right again (header, directory entries, posting blocks), as whoever
+    /// can write an archive's bucket can: only the checks of meaning stand
+    /// between such a file and the reader.
+    fn forged(good: &[u8], at: usize, v: u32) -> Vec<u8> {
+        let mut b = good.to_vec();
+        b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        // The layout of the good file: a changed count is refused by the
+        // sizes check, whatever the checksums say.
+        let keys = u32_at(good, 80) as usize;
+        let posts = u64_at(good, 88) as usize;
+        let key_bytes = u64_at(good, 96) as usize;
+        let dir = SEG_HEADER_LEN;
+        let kb = dir + keys * ENTRY_LEN;
+        let pb = kb + key_bytes;
+        let cb = pb + posts * 4;
+        for i in 0..keys {
+            let e = dir + i * ENTRY_LEN;
+            let (off, len) = (u32_at(&b, e + 4) as usize, u32_at(&b, e + 8) as usize);
+            let key = b
+                .get(kb + off..(kb + off).saturating_add(len))
+                .unwrap_or(&[])
+                .to_vec();
+            let c = crc_parts(&[&b[e..e + 20], &key]);
+            b[e + 20..e + 24].copy_from_slice(&c.to_le_bytes());
+        }
+        for (j, block) in (0..posts).step_by(POSTINGS_BLOCK).enumerate() {
+            let end = (block + POSTINGS_BLOCK).min(posts);
+            let c = crc(&b[pb + block * 4..pb + end * 4]);
+            b[cb + j * 4..cb + j * 4 + 4].copy_from_slice(&c.to_le_bytes());
+        }
+        let c = crc(&b[..108]);
+        b[108..112].copy_from_slice(&c.to_le_bytes());
+        b
+    }
+
+    /// Every read a query makes of an index, results ignored: what must
+    /// not panic.
+    fn use_all(ix: &SegIndex) {
+        let _ = ix.check_all();
+        let mut keys = Vec::new();
+        let _ = ix.each_key(&mut |t, k| keys.push((t, k.to_vec())));
+        for (tag, key) in [
+            (KeyTag::Session, "a"),
+            (KeyTag::Session, "b"),
+            (KeyTag::Kind, "prompt"),
+            (KeyTag::Path, "src/f1.rs"),
+            (KeyTag::Run, ""),
+        ] {
+            if let Ok(p) = ix.lookup(tag, key) {
+                let _ = p.to_vec();
+                if !p.is_empty() {
+                    let _ = p.get(p.len() - 1);
+                }
+                let _ = p.rank(Lsn(500));
+                let _ = p.contains(Lsn(12));
+            }
+            if let Ok(ps) = ix.lookup_prefix(tag, "") {
+                for p in ps {
+                    let _ = p.to_vec();
+                }
+            }
+        }
+    }
+
+    /// The forging reaches the reader: a file forged in its postings or
+    /// directory still opens (its checksums are right, its sizes add up),
+    /// so the property below runs the queries, not only the open's checks.
+    #[test]
+    fn forged_files_open_and_their_damage_is_found_by_the_checks_of_meaning() {
+        let good = build(700);
+        let keys = u32_at(&good, 80) as usize;
+        let pb = SEG_HEADER_LEN + keys * ENTRY_LEN + u64_at(&good, 96) as usize;
+        // A posting made to go backwards: it opens; the full check finds it.
+        let b = forged(&good, pb + 4 * 3, 0);
+        for ix in open_both(&b) {
+            let ix = ix.unwrap();
+            assert!(ix.check_all().is_err());
+            use_all(&ix);
+        }
+        // A directory entry's posting count made huge: it opens, and the
+        // entry is refused when a search reads it.
+        let b = forged(&good, SEG_HEADER_LEN + 16, u32::MAX);
+        for ix in open_both(&b) {
+            let ix = ix.unwrap();
+            assert!(ix.check_all().is_err());
+            use_all(&ix);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// A file whose checksums were all made right after a field of its
+        /// header, its directory or its postings was set to any value
+        /// (extremes included): opening it and every query on it give
+        /// answers or errors, never a panic, whichever way it is opened.
+        #[test]
+        fn forged_fields_with_right_checksums_never_panic(
+            field in 0usize..10_000,
+            v in proptest::prop_oneof![
+                proptest::prelude::Just(0u32),
+                proptest::prelude::Just(1u32),
+                proptest::prelude::Just(u32::MAX),
+                proptest::prelude::Just(u32::MAX - 1),
+                proptest::prelude::Just(1u32 << 31),
+                proptest::prelude::any::<u32>(),
+                0u32..3000,
+            ],
+        ) {
+            let good = build(700);
+            // A u32 of the header (after the magic and before the CRC),
+            // of the directory, or of the postings.
+            let keys = u32_at(&good, 80) as usize;
+            let dir_end = SEG_HEADER_LEN + keys * ENTRY_LEN;
+            let header: Vec<usize> = (8..108).step_by(4).collect();
+            let dir: Vec<usize> = (SEG_HEADER_LEN..dir_end)
+                .step_by(4)
+                .filter(|o| (o - SEG_HEADER_LEN) % ENTRY_LEN != 20)
+                .collect();
+            let posts = u64_at(&good, 88) as usize;
+            let pb = dir_end + u64_at(&good, 96) as usize;
+            let postings: Vec<usize> = (0..posts).map(|i| pb + i * 4).collect();
+            let all: Vec<usize> = header.into_iter().chain(dir).chain(postings).collect();
+            let at = all[field % all.len()];
+            let b = forged(&good, at, v);
+            for ix in open_both(&b).into_iter().flatten() {
+                use_all(&ix);
+            }
+        }
+    }
+
     #[test]
     fn out_of_order_is_refused() {
         let mut b = SegIndexBuilder::new(Lsn(1));
