@@ -9,6 +9,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+mod common;
+
 /// Runs `bin` (the built cairn unless given) in `dir` with `stdin`, with
 /// its temporary directory set to `tmp` so a test can see what is left there.
 fn run(bin: Option<&Path>, dir: &Path, tmp: &Path, args: &[&str], stdin: Option<&str>) -> Output {
@@ -382,7 +384,7 @@ fn checkpoint_of_a_read_only_workspace_works_in_memory_and_leaves_nothing() {
     std::fs::set_permissions(&f.tmp, PermissionsExt::from_mode(0o777)).unwrap();
     // A copy every user can run, wherever the build directory is.
     let bin = parent.join("cairn");
-    std::fs::copy(env!("CARGO_BIN_EXE_cairn"), &bin).unwrap();
+    common::copy_of_cairn(&bin);
     std::fs::set_permissions(&f.ws, PermissionsExt::from_mode(0o555)).unwrap();
     let as_user = |args: &[&str]| -> Output {
         let mut c = match (root, setpriv) {

@@ -1180,7 +1180,7 @@ fn rollbacks_work_for_a_user_who_cannot_write_read_only_directories() {
     std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     // A copy every user can run, wherever the build directory is.
     let bin = dir.join("cairn");
-    std::fs::copy(env!("CARGO_BIN_EXE_cairn"), &bin).unwrap();
+    common::copy_of_cairn(&bin);
     let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
     let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
         .into_iter()
@@ -1261,7 +1261,7 @@ fn a_user_who_may_not_write_the_store_is_told_what_still_works() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let bin = dir.join("cairn");
-    std::fs::copy(env!("CARGO_BIN_EXE_cairn"), &bin).unwrap();
+    common::copy_of_cairn(&bin);
     std::fs::create_dir(dir.join("w")).unwrap();
     ok(&cairn(&dir.join("w"), &["init"]));
     for d in [dir.to_path_buf(), dir.join("w"), dir.join("w/.cairn")] {

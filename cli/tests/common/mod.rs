@@ -176,3 +176,17 @@ pub fn without_ages(out: &[u8]) -> String {
     }
     text
 }
+
+/// A copy of the `cairn` binary at `to` (for running it as another user,
+/// from a directory every user can read). Copied by `cp`, a process of its
+/// own: had this process held the copy open for writing, a process another
+/// test thread forked meanwhile would hold it too, until it ran its own
+/// program, and running the copy then fails with "Text file busy".
+pub fn copy_of_cairn(to: &Path) {
+    let st = std::process::Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_cairn"))
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp the cairn binary to {}", to.display());
+}
