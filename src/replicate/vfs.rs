@@ -79,10 +79,12 @@ const STORE_DIRS: [&str; 2] = ["log", "blobs"];
 /// Planned ranges of a piece at most this far apart are fetched as one
 /// range: the bytes between cost less than a request of their own (over
 /// S3 a request's round trip is worth far more bytes than this at one
-/// connection's throughput), so the windows of a dense posting list are
-/// few requests. One [`RANGE_PAGE_BYTES`] page: what an unplanned small
-/// read fetches anyway.
-pub const PLAN_GAP_BYTES: u64 = RANGE_PAGE_BYTES;
+/// connection's throughput), so windows of LSNs a sparse-index interval
+/// or less apart are one request. Not more: the windows of a path's
+/// records one on every 16 KiB page of the log (a window is about one
+/// 4 KiB interval and the frame) must stay apart, or the plan fetches
+/// the whole log as the unplanned reads did.
+pub const PLAN_GAP_BYTES: u64 = cairn_engine::log::SPARSE_INDEX_INTERVAL_BYTES;
 
 /// A range coalesced from planned ranges grows to at most this (ranges
 /// are not split: one window larger than this is fetched whole): a dense
