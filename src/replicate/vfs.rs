@@ -484,7 +484,7 @@ impl Inner {
     /// ranges of a larger one merged where at most [`PLAN_GAP_BYTES`]
     /// apart (up to [`MAX_PLANNED_RANGE_BYTES`]), up to
     /// [`MAX_PLAN_BYTES`] in all. What the cache holds is taken from it;
-    /// the rest is fetched, [`super::archive::MAX_GETS_IN_FLIGHT`] ranges
+    /// the rest is fetched, [`super::archive::MAX_RANGES_IN_FLIGHT`] ranges
     /// at a time, and cached. A whole piece is checked against its name;
     /// one that does not match, or a range that could not be fetched, is
     /// left out (the read of it fetches it again and reports what is
