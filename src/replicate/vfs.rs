@@ -13,7 +13,26 @@
 //! engine reads a sealed segment's frames by `read_at` at the offsets of
 //! its sparse index file (`log/<first LSN>.idx`, shipped with it).
 //! What is fetched goes to a
-//! [`PieceCache`] on the local disk, bounded in size. A manifest of
+//! [`PieceCache`] on the local disk, bounded in size.
+//!
+//! A reader that knows what it will read says so first
+//! ([`VfsFile::will_read`]: the log's sorted read of a posting list
+//! gives the sparse-index windows of the LSNs ahead in a segment, up to
+//! [`cairn_engine::log::MAX_PLANNED_READ_BYTES`] of them). The plan is
+//! split by piece: a piece of at most [`RANGE_CHUNK_BYTES`] is fetched
+//! whole (as an unplanned read takes it), the windows of a larger one
+//! merged where at most [`PLAN_GAP_BYTES`] apart (up to
+//! [`MAX_PLANNED_RANGE_BYTES`] a range); ranges already cached are taken
+//! from the cache, the rest fetched together, up to
+//! [`super::MAX_RANGES_IN_FLIGHT`] at once and [`MAX_PLAN_BYTES`] in
+//! all, and cached (a range with its CRC, as a chunk). The reads that
+//! follow are served from what the plan fetched, kept until the next
+//! plan whatever the cache's bound. The reader keeps each read inside a
+//! window; a read outside every planned range is read as above. So a
+//! `history` of a path with a record on every 16 KiB page fetches its
+//! windows (about one 4 KiB sparse-index interval each), where page then
+//! chunk reads fetched every chunk; what a plan fetches is checked as
+//! any range is (below). A manifest of
 //! version 2 lists the sealed segments' query index files as well: a
 //! filtered query reads those (their front in one read, then only the
 //! postings blocks it needs, checked as on a local store) and then only
