@@ -42,9 +42,9 @@ pub const MAX_PUTS_IN_FLIGHT: usize = 8;
 /// reasons: a restore holds at most this many pieces read ahead.
 pub const MAX_GETS_IN_FLIGHT: usize = 8;
 /// Ranged reads [`Archive::get_ranges`] keeps in flight at once (a read
-/// plan's, see [`super::vfs`]): its ranges are small (a sparse-index
+/// plan's, see [`super::ArchiveVfs`]): its ranges are small (a sparse-index
 /// window of a few KiB; merged ones at most
-/// [`super::vfs::MAX_PLANNED_RANGE_BYTES`]), so each costs its round trip
+/// [`super::MAX_PLANNED_RANGE_BYTES`]), so each costs its round trip
 /// more than its bytes, and more in flight hide more of them: against a
 /// local SeaweedFS on 2 shared cores, 32 took 0.70x the wall time of 8
 /// for `history` of a path on every page (docs/BENCHMARKS.md). At most

@@ -27,8 +27,8 @@ const TAIL_READ_CHUNK_BYTES: usize = 256 * 1024;
 /// Later reads double up to [`TAIL_READ_CHUNK_BYTES`].
 const FIRST_TAIL_READ_BYTES: usize = 2 * super::SPARSE_INDEX_INTERVAL_BYTES as usize;
 
-/// The bytes of sparse-index windows one read plan of
-/// [`View::read_sorted`] names at most (see [`VfsFile::will_read`]): a
+/// The bytes of sparse-index windows one read plan of a sorted read
+/// ([`Log::read_sorted`](super::Log::read_sorted)) names at most (see [`VfsFile::will_read`]): a
 /// long posting list in a segment of tens of MiB is planned in portions
 /// of about this much, so what a file fetches for a plan and holds until
 /// it is read stays bounded, while a portion still names hundreds of
