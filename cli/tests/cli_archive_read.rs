@@ -1583,3 +1583,154 @@ fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
     rewrite_manifest(arch.path(), &name, &m);
     assert_tail_answers(arch.path(), &want, tail, true, "the manifest restored");
 }
+
+/// The path [`store_of_spread_records`] names on every page of its log.
+const SPREAD: &str = "src/spread.rs";
+
+/// A store of two sealed [`SEG_BYTES`] segments of prompts that do not
+/// compress much, with a tool call naming [`SPREAD`] after every
+/// `every`th: its records spread over the whole log; the tail holds
+/// less than a batch of 100 records. Closed, so each sealed segment has
+/// its index files. Gives the workspace.
+fn store_of_spread_records(every: u64) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let s = cairn::Store::builder()
+        .workspace(d.path())
+        .segment_size_bytes(SEG_BYTES)
+        .open()
+        .unwrap();
+    let mut batch = Vec::new();
+    for i in 0.. {
+        let mut e = cairn::Event::new(cairn::EventKind::Prompt, format!("s{}", i % 8));
+        e.text = Some(
+            (0..25u64)
+                .map(|j| {
+                    blake3::hash(&[i, j].map(u64::to_le_bytes).concat())
+                        .to_hex()
+                        .to_string()
+                })
+                .collect(),
+        );
+        batch.push(e);
+        if i % every == every - 1 {
+            let mut t = cairn::Event::new(cairn::EventKind::ToolCall, "w");
+            t.tool = Some("read".into());
+            t.path = Some(SPREAD.into());
+            t.text = Some(format!("read {i}"));
+            batch.push(t);
+        }
+        if batch.len() >= 100 {
+            s.append_batch(&std::mem::take(&mut batch)).unwrap();
+            if s.stats().log.sealed_segments == 2 {
+                break;
+            }
+        }
+    }
+    s.close().unwrap();
+    d
+}
+
+/// The offset in the segment file `seg` of the frame of `lsn`, and its
+/// whole length, found by walking the frames (52-byte headers: the body's
+/// length at 0, the LSN at 12) from the 64-byte segment header.
+fn frame_of(seg: &[u8], lsn: u64) -> (usize, usize) {
+    let mut off = 64;
+    loop {
+        let body = u32::from_le_bytes(seg[off..off + 4].try_into().unwrap()) as usize;
+        let at = u64::from_le_bytes(seg[off + 12..off + 20].try_into().unwrap());
+        if at == lsn {
+            return (off, 52 + body);
+        }
+        assert!(at < lsn, "no frame of LSN {lsn}");
+        off += 52 + body;
+    }
+}
+
+/// `history PATH` in place, for a path with a record on every 16 KiB page
+/// of the log: the reader plans the sparse-index windows of the records
+/// and the archive fetches just those, together (before, each page's read
+/// fetched the page and then its whole chunk: the whole log). It fetches
+/// under half the log, in requests in flight together, and answers as the
+/// local store (the command line too). A byte altered inside a planned
+/// window, in a record's frame, is reported as damage to that segment,
+/// never handed out.
+#[test]
+fn a_history_in_place_of_a_path_on_every_page_fetches_its_windows_only() {
+    let d = store_of_spread_records(15);
+    let ws = d.path();
+    let arch = tempfile::tempdir().unwrap();
+    replicate_once(ws, arch.path());
+    let (_, m) = newest(arch.path());
+    let log_bytes = log_bytes(&m);
+    let local = cairn::Store::builder()
+        .workspace(ws)
+        .read_only()
+        .open()
+        .unwrap();
+    let filter = cairn::Filter {
+        path: Some(SPREAD.into()),
+        ..cairn::Filter::all()
+    };
+    let want = lsns(&local, &filter);
+    assert!(
+        want.len() as u64 > log_bytes / cairn::replicate::RANGE_PAGE_BYTES,
+        "{} records, fewer than the {log_bytes} bytes of log have pages",
+        want.len()
+    );
+
+    let (vfs, _c) = uncached_fresh(arch.path());
+    let store = vfs.open_store().unwrap();
+    assert_eq!(lsns(&store, &filter), want);
+    assert_read_under(&vfs, "history", log_bytes, 2);
+    assert!(
+        vfs.archive().peak_ranges_in_flight() > 1,
+        "the windows are fetched together"
+    );
+
+    // The command line in place prints what it prints on the store (the
+    // table's ages follow the clock; JSON byte for byte).
+    let cache = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let u = url(arch.path());
+    for args in [&["history", SPREAD][..], &["history", SPREAD, "--json"]] {
+        let mut a = vec!["--store", u.as_str()];
+        a.extend_from_slice(args);
+        let remote = cairn_cached(elsewhere.path(), cache.path(), &a);
+        assert_eq!(remote.status.code(), Some(0), "{args:?}: {}", err(&remote));
+        let local = cairn(ws, args);
+        ok(&local);
+        assert_eq!(
+            without_ages(&remote.stdout),
+            without_ages(&local.stdout),
+            "{args:?}"
+        );
+    }
+
+    // A byte of the body of the path's first record altered in the
+    // archive: the planned window holding it is fetched, and the frame's
+    // check names the segment; no record after the damage is handed out.
+    let seg = "log/00000000000000000001.seg";
+    let (off, len) = frame_of(
+        &std::fs::read(ws.join(".cairn").join(seg)).unwrap(),
+        want[0],
+    );
+    let obj = object_of(arch.path(), seg, 0);
+    let mut b = std::fs::read(&obj).unwrap();
+    b[off + len - 3] ^= 0x20;
+    std::fs::write(&obj, &b).unwrap();
+    let (vfs, _c) = uncached_fresh(arch.path());
+    let store = vfs.open_store().unwrap();
+    let mut got = Vec::new();
+    let e = store
+        .scan(&filter, &mut |r| {
+            got.push(r.lsn.0);
+            Ok(true)
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(got.is_empty(), "records handed out: {got:?}");
+    assert!(
+        e.contains("00000000000000000001.seg"),
+        "the damage is named: {e}"
+    );
+}

@@ -1,13 +1,15 @@
 //! A local cache of what reading an archive in place fetched: whole pieces
 //! (checked against their blake3 name every time they are used) and
-//! ranges of large pieces ("chunks", checked against a CRC written beside
-//! them, which catches damage to the cache file; whether the archive
-//! served the right bytes is checked by the reader that uses them, see
-//! [`super::vfs`]).
+//! ranges of large pieces (chunks, pages, and the ranges a read plan
+//! fetched, each checked against a CRC written beside it, which catches
+//! damage to the cache file; whether the archive served the right bytes
+//! is checked by the reader that uses them, see [`super::vfs`]).
 //!
 //! ```text
 //! <cache dir>/pieces/<blake3 hex>              a whole piece, its bytes as they are
 //! <cache dir>/pieces/<blake3 hex>.<n>          chunk n of a larger piece: bytes, then CRC32 (LE, seeded)
+//! <cache dir>/pieces/<blake3 hex>.p<n>         page n of a larger piece: the same
+//! <cache dir>/pieces/<blake3 hex>.r<s>-<e>     bytes s..e of a larger piece (a planned read): the same
 //! <cache dir>/pieces/.tmp-<pid>-<seq>          being written; renamed into place when whole
 //! ```
 //!
@@ -72,6 +74,9 @@ pub(crate) enum Entry {
     Chunk(String, u64),
     /// Bytes `n * RANGE_PAGE_BYTES ..` of the piece named by the hash.
     Page(String, u64),
+    /// Bytes `start..end` of the piece named by the hash: a range a read
+    /// plan fetched (see [`super::vfs`]).
+    Range(String, u64, u64),
 }
 
 impl Entry {
@@ -80,16 +85,27 @@ impl Entry {
             Entry::Whole(h) => h.clone(),
             Entry::Chunk(h, n) => format!("{h}.{n}"),
             Entry::Page(h, n) => format!("{h}.p{n}"),
+            Entry::Range(h, s, e) => format!("{h}.r{s}-{e}"),
         }
     }
 
     fn parse(name: &str) -> Option<Entry> {
         match name.split_once('.') {
             None if super::manifest::is_hash(name) => Some(Entry::Whole(name.to_string())),
-            Some((h, n)) if super::manifest::is_hash(h) => match n.strip_prefix('p') {
-                Some(n) => Some(Entry::Page(h.to_string(), n.parse().ok()?)),
-                None => Some(Entry::Chunk(h.to_string(), n.parse().ok()?)),
-            },
+            Some((h, n)) if super::manifest::is_hash(h) => {
+                if let Some(n) = n.strip_prefix('p') {
+                    Some(Entry::Page(h.to_string(), n.parse().ok()?))
+                } else if let Some(r) = n.strip_prefix('r') {
+                    let (s, e) = r.split_once('-')?;
+                    Some(Entry::Range(
+                        h.to_string(),
+                        s.parse().ok()?,
+                        e.parse().ok()?,
+                    ))
+                } else {
+                    Some(Entry::Chunk(h.to_string(), n.parse().ok()?))
+                }
+            }
             _ => None,
         }
     }
@@ -246,7 +262,9 @@ impl PieceCache {
         self.remember(&mut st, entry.clone(), bytes.clone());
         let stored_len = (match &entry {
             Entry::Whole(_) => bytes.len(),
-            Entry::Chunk(..) | Entry::Page(..) => bytes.len() + CHUNK_TRAILER_LEN,
+            Entry::Chunk(..) | Entry::Page(..) | Entry::Range(..) => {
+                bytes.len() + CHUNK_TRAILER_LEN
+            }
         }) as u64;
         if stored_len > self.max_bytes {
             return;
@@ -277,10 +295,13 @@ impl PieceCache {
                 .mode(0o600)
                 .open(&tmp)?;
             f.write_all(bytes)?;
-            if let Entry::Chunk(..) | Entry::Page(..) = entry {
+            if let Entry::Chunk(..) | Entry::Page(..) | Entry::Range(..) = entry {
                 f.write_all(&crc(bytes).to_le_bytes())?;
             }
-            f.sync_data()?;
+            // Not synced: every entry is checked when it is used (hash or
+            // CRC), so one a crash left torn is dropped and fetched again;
+            // a sync per entry cost a reader that fetches thousands of
+            // small ranges (a read plan's) seconds.
             std::fs::rename(&tmp, self.dir.join(name))
         })();
         if wrote.is_err() {
@@ -332,7 +353,7 @@ impl PieceCache {
 fn check(entry: &Entry, mut b: Vec<u8>) -> Option<Vec<u8>> {
     match entry {
         Entry::Whole(hash) => (blake3::hash(&b).to_hex().as_str() == hash).then_some(b),
-        Entry::Chunk(..) | Entry::Page(..) => {
+        Entry::Chunk(..) | Entry::Page(..) | Entry::Range(..) => {
             let n = b.len().checked_sub(CHUNK_TRAILER_LEN)?;
             let stored = u32::from_le_bytes(b[n..].try_into().ok()?);
             b.truncate(n);
@@ -387,12 +408,21 @@ mod tests {
         let (a, ab) = whole(b"piece bytes");
         let chunk = Entry::Chunk("0".repeat(64), 3);
         let page = Entry::Page("0".repeat(64), 3);
+        let range = Entry::Range("0".repeat(64), 100, 111);
         c.put(a.clone(), ab);
         c.put(chunk.clone(), Arc::from(&b"chunk bytes"[..]));
         c.put(page.clone(), Arc::from(&b"page bytes"[..]));
+        c.put(range.clone(), Arc::from(&b"range bytes"[..]));
         assert_eq!(Entry::parse(&page.file_name()), Some(page.clone()));
         assert_eq!(Entry::parse(&chunk.file_name()), Some(chunk.clone()));
-        for e in [&a, &chunk, &page] {
+        assert_eq!(Entry::parse(&range.file_name()), Some(range.clone()));
+        let reopened = PieceCache::open(d.path(), 1 << 20).unwrap();
+        assert_eq!(
+            reopened.get(&range).as_deref(),
+            Some(&b"range bytes"[..]),
+            "a planned range is found again by a later process"
+        );
+        for e in [&a, &chunk, &page, &range] {
             let p = c.dir().join(e.file_name());
             let mut b = std::fs::read(&p).unwrap();
             b[0] ^= 1;
@@ -402,6 +432,7 @@ mod tests {
         assert!(reopened.get(&a).is_none());
         assert!(reopened.get(&chunk).is_none());
         assert!(reopened.get(&page).is_none());
+        assert!(reopened.get(&range).is_none());
         assert!(!c.dir().join(a.file_name()).exists());
         assert_eq!(reopened.bytes_on_disk(), 0);
     }

@@ -37,7 +37,7 @@ mod vfs;
 
 pub use archive::{
     Archive, Listed, PutHandle, CONNECT_TIMEOUT_MS, MAX_GETS_IN_FLIGHT, MAX_PUTS_IN_FLIGHT,
-    MAX_RETRIES, REQUEST_TIMEOUT_MS, RETRY_TIMEOUT_MS,
+    MAX_RANGES_IN_FLIGHT, MAX_RETRIES, REQUEST_TIMEOUT_MS, RETRY_TIMEOUT_MS,
 };
 pub use cache::{
     default_cache_dir, PieceCache, DEFAULT_CACHE_BYTES, MEMORY_CACHE_BYTES, RANGE_CHUNK_BYTES,
@@ -53,7 +53,10 @@ pub use replicator::{
     TAIL_INDEX_EVERY_RECORDS,
 };
 pub use restore::{list_archives, prune, restore, ArchiveSummary, PruneReport, RestoreReport};
-pub use vfs::{open_read_only, ArchiveVfs, InPlaceOptions};
+pub use vfs::{
+    open_read_only, ArchiveVfs, InPlaceOptions, MAX_PLANNED_RANGE_BYTES, MAX_PLAN_BYTES,
+    PLAN_GAP_BYTES,
+};
 
 use std::path::{Path, PathBuf};
 

@@ -13,7 +13,26 @@
 //! engine reads a sealed segment's frames by `read_at` at the offsets of
 //! its sparse index file (`log/<first LSN>.idx`, shipped with it).
 //! What is fetched goes to a
-//! [`PieceCache`] on the local disk, bounded in size. A manifest of
+//! [`PieceCache`] on the local disk, bounded in size.
+//!
+//! A reader that knows what it will read says so first
+//! ([`VfsFile::will_read`]: the log's sorted read of a posting list
+//! gives the sparse-index windows of the LSNs ahead in a segment, up to
+//! [`cairn_engine::log::MAX_PLANNED_READ_BYTES`] of them). The plan is
+//! split by piece: a piece of at most [`RANGE_CHUNK_BYTES`] is fetched
+//! whole (as an unplanned read takes it), the windows of a larger one
+//! merged where at most [`PLAN_GAP_BYTES`] apart (up to
+//! [`MAX_PLANNED_RANGE_BYTES`] a range); ranges already cached are taken
+//! from the cache, the rest fetched together, up to
+//! [`super::MAX_RANGES_IN_FLIGHT`] at once and [`MAX_PLAN_BYTES`] in
+//! all, and cached (a range with its CRC, as a chunk). The reads that
+//! follow are served from what the plan fetched, kept until the next
+//! plan whatever the cache's bound. The reader keeps each read inside a
+//! window; a read outside every planned range is read as above. So a
+//! `history` of a path with a record on every 16 KiB page fetches its
+//! windows (about one 4 KiB sparse-index interval each), where page then
+//! chunk reads fetched every chunk; what a plan fetches is checked as
+//! any range is (below). A manifest of
 //! version 2 lists the sealed segments' query index files as well: a
 //! filtered query reads those (their front in one read, then only the
 //! postings blocks it needs, checked as on a local store) and then only
@@ -75,6 +94,31 @@ use super::{newest_manifest, object_name, ReplicateError};
 /// The folders every store has, listed (perhaps empty) even when the
 /// manifest names no file in them.
 const STORE_DIRS: [&str; 2] = ["log", "blobs"];
+
+/// Planned ranges of a piece at most this far apart are fetched as one
+/// range: the bytes between cost less than a request of their own (over
+/// S3 a request's round trip is worth far more bytes than this at one
+/// connection's throughput), so windows of LSNs a sparse-index interval
+/// or less apart are one request. Not more: the windows of a path's
+/// records one on every 16 KiB page of the log (a window is about one
+/// 4 KiB interval and the frame) must stay apart, or the plan fetches
+/// the whole log as the unplanned reads did.
+pub const PLAN_GAP_BYTES: u64 = cairn_engine::log::SPARSE_INDEX_INTERVAL_BYTES;
+
+/// A range coalesced from planned ranges grows to at most this (ranges
+/// are not split: one window larger than this is fetched whole): a dense
+/// plan is still fetched as several requests in flight at once, and each
+/// is far under the cache's memory bound.
+pub const MAX_PLANNED_RANGE_BYTES: u64 = 1 << 20;
+
+/// The bytes one read plan fetches ahead and holds until the next plan,
+/// at most: the engine plans about
+/// [`cairn_engine::log::MAX_PLANNED_READ_BYTES`] of windows at a time,
+/// and coalescing adds the gaps between them (at most [`PLAN_GAP_BYTES`]
+/// beside a window of one 4 KiB sparse-index interval or more: five
+/// times the windows). Ranges past it are not fetched ahead; their reads
+/// fetch them as unplanned reads do.
+pub const MAX_PLAN_BYTES: u64 = 24 << 20;
 
 /// How to read an archive in place: where the cache is and how large it
 /// may grow.
@@ -157,7 +201,16 @@ struct Inner {
     /// chunk, so reading many small things in a row (a pack's entries,
     /// a segment's frames) costs a request per chunk, not per page.
     paged: parking_lot::Mutex<std::collections::HashSet<(String, u64)>>,
+    /// What the last read plan ([`VfsFile::will_read`]) fetched: piece
+    /// hash, then where each range starts in the piece and its bytes. A
+    /// read inside one is served from it whatever the cache's bound; the
+    /// next plan replaces it.
+    plan: parking_lot::Mutex<Planned>,
 }
+
+/// Ranges fetched by a read plan: piece hash, then start in the piece and
+/// bytes.
+type Planned = std::collections::HashMap<String, BTreeMap<u64, Arc<[u8]>>>;
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -246,6 +299,7 @@ impl ArchiveVfs {
                 workspace: m.workspace.as_ref().map(PathBuf::from),
                 files,
                 paged: Default::default(),
+                plan: Default::default(),
             }),
         }
     }
@@ -435,6 +489,115 @@ impl Inner {
         Ok((bytes, start))
     }
 
+    /// The bytes the last plan fetched that hold offset `at` of the
+    /// piece `hash`, and where they start in it.
+    fn planned(&self, hash: &str, at: u64) -> Option<(Arc<[u8]>, u64)> {
+        let plan = self.plan.lock();
+        let (start, bytes) = plan.get(hash)?.range(..=at).next_back()?;
+        (at < start + bytes.len() as u64).then(|| (bytes.clone(), *start))
+    }
+
+    /// A read plan for `f` (see [`VfsFile::will_read`]): the ranges
+    /// `ranges` of the file, split by piece; a piece of at most
+    /// [`RANGE_CHUNK_BYTES`] whole (as an unplanned read takes it),
+    /// ranges of a larger one merged where at most [`PLAN_GAP_BYTES`]
+    /// apart (up to [`MAX_PLANNED_RANGE_BYTES`]), up to
+    /// [`MAX_PLAN_BYTES`] in all. What the cache holds is taken from it;
+    /// the rest is fetched, [`super::archive::MAX_RANGES_IN_FLIGHT`] ranges
+    /// at a time, and cached. A whole piece is checked against its name;
+    /// one that does not match, or a range that could not be fetched, is
+    /// left out (the read of it fetches it again and reports what is
+    /// wrong). A range's bytes are checked by the reader, as any range's
+    /// are (the module docs).
+    fn plan_reads(&self, f: &ArchivedFile, ranges: &[(u64, u64)]) -> bool {
+        if f.inline.is_some() {
+            return false;
+        }
+        let pieces = &f.entry.pieces;
+        // (piece, start, end) in the piece.
+        let mut wanted: Vec<(usize, u64, u64)> = Vec::new();
+        for &(s, e) in ranges {
+            let e = e.min(f.entry.len);
+            if s >= e {
+                continue;
+            }
+            let mut i = f.starts.partition_point(|x| *x <= s) - 1;
+            let mut at = s;
+            while at < e && i < pieces.len() {
+                let (from, to) = (f.starts[i], f.starts[i] + pieces[i].len);
+                let upto = e.min(to);
+                if pieces[i].len <= RANGE_CHUNK_BYTES {
+                    wanted.push((i, 0, pieces[i].len));
+                } else {
+                    wanted.push((i, at - from, upto - from));
+                }
+                at = upto;
+                i += 1;
+            }
+        }
+        wanted.sort_unstable();
+        let mut merged: Vec<(usize, u64, u64)> = Vec::with_capacity(wanted.len());
+        for (i, s, e) in wanted {
+            match merged.last_mut() {
+                Some(m)
+                    if m.0 == i
+                        && s <= m.2 + PLAN_GAP_BYTES
+                        && (e.max(m.2) - m.1 <= MAX_PLANNED_RANGE_BYTES || e <= m.2) =>
+                {
+                    m.2 = m.2.max(e)
+                }
+                _ => merged.push((i, s, e)),
+            }
+        }
+        let mut plan = Planned::new();
+        let mut fetch: Vec<(String, std::ops::Range<u64>)> = Vec::new();
+        let mut fetching: Vec<(usize, u64, u64)> = Vec::new();
+        let mut total = 0u64;
+        for (i, s, e) in merged {
+            let p = &pieces[i];
+            let whole = Entry::Whole(p.hash.clone());
+            let entry = match p.len <= RANGE_CHUNK_BYTES {
+                true => whole.clone(),
+                false => Entry::Range(p.hash.clone(), s, e),
+            };
+            let cached = match self.cache.get(&whole) {
+                Some(b) => Some((b, 0)),
+                None => self.cache.get(&entry).map(|b| (b, s)),
+            };
+            if let Some((b, at)) = cached {
+                plan.entry(p.hash.clone()).or_default().insert(at, b);
+                continue;
+            }
+            if total + (e - s) > MAX_PLAN_BYTES {
+                continue;
+            }
+            total += e - s;
+            fetch.push((object_name(&p.hash), s..e));
+            fetching.push((i, s, e));
+        }
+        self.archive.get_ranges(&fetch, |k, got| {
+            let (i, s, e) = fetching[k];
+            let p = &pieces[i];
+            let Ok(Some(bytes)) = got else { return };
+            if p.len <= RANGE_CHUNK_BYTES {
+                // The whole piece: it must be what its name says.
+                if bytes.len() as u64 != p.len || blake3::hash(&bytes).to_hex().as_str() != p.hash {
+                    return;
+                }
+                let bytes: Arc<[u8]> = bytes.into();
+                self.cache.put(Entry::Whole(p.hash.clone()), bytes.clone());
+                plan.entry(p.hash.clone()).or_default().insert(0, bytes);
+            } else {
+                let bytes: Arc<[u8]> = bytes.into();
+                self.cache
+                    .put(Entry::Range(p.hash.clone(), s, e), bytes.clone());
+                plan.entry(p.hash.clone()).or_default().insert(s, bytes);
+            }
+        });
+        *self.plan.lock() = plan;
+        true
+    }
+
     fn read_at(&self, f: &ArchivedFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         if offset >= f.entry.len || buf.is_empty() {
             return Ok(0);
@@ -448,7 +611,11 @@ impl Inner {
         // The last piece starting at or before `offset`.
         let i = f.starts.partition_point(|s| *s <= offset) - 1;
         let in_piece = offset - f.starts[i];
-        let (bytes, start) = self.bytes_at(f, i, in_piece, buf.len())?;
+        let planned = self.planned(&f.entry.pieces[i].hash, in_piece);
+        let (bytes, start) = match planned {
+            Some(b) => b,
+            None => self.bytes_at(f, i, in_piece, buf.len())?,
+        };
         let from = (in_piece - start) as usize;
         let n = buf.len().min(bytes.len() - from);
         buf[..n].copy_from_slice(&bytes[from..from + n]);
@@ -485,6 +652,13 @@ struct ArchiveFile {
 impl VfsFile for ArchiveFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.inner.read_at(&self.file, buf, offset)
+    }
+
+    /// Fetches the ranges together and serves the reads inside them from
+    /// what it fetched (see [`Inner::plan_reads`]); `true` unless the
+    /// file is held in memory (nothing to fetch).
+    fn will_read(&self, ranges: &[(u64, u64)]) -> bool {
+        self.inner.plan_reads(&self.file, ranges)
     }
 
     fn write_all_at(&self, _: &[u8], _: u64) -> io::Result<()> {
@@ -590,9 +764,20 @@ mod tests {
     use crate::replicate::manifest::Piece;
 
     /// A piece of `len` bytes (larger than a chunk) in a file:// archive,
-    /// presented as the file `blobs/pack-1.pack`: the file system, the
-    /// path, and the bytes.
+    /// presented as the file `blobs/pack-1.pack`: the file system (its
+    /// cache bounded to one byte: nothing kept on disk), the path, and
+    /// the bytes.
     fn one_large_piece(dir: &Path, len: usize) -> (ArchiveVfs, PathBuf, Vec<u8>) {
+        one_large_piece_cached(dir, len, 1)
+    }
+
+    /// [`one_large_piece`] with its cache in `dir/cache` bounded to
+    /// `cache_bytes`.
+    fn one_large_piece_cached(
+        dir: &Path,
+        len: usize,
+        cache_bytes: u64,
+    ) -> (ArchiveVfs, PathBuf, Vec<u8>) {
         let bytes: Vec<u8> = (0..len as u64)
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
             .collect();
@@ -619,7 +804,7 @@ mod tests {
             tail_state: None,
             tail_index: None,
         };
-        let cache = PieceCache::open(&dir.join("cache"), 1).unwrap();
+        let cache = PieceCache::open(&dir.join("cache"), cache_bytes).unwrap();
         let vfs = ArchiveVfs::from_manifest(archive, cache, "m".into(), &m);
         let path = vfs.root().join("blobs/pack-1.pack");
         (vfs, path, bytes)
@@ -657,5 +842,65 @@ mod tests {
         f.read_exact_at(&mut b, at).unwrap();
         assert_eq!(b, bytes[at as usize..at as usize + 100_000]);
         assert_eq!(vfs.archive().gets() - gets, 5);
+    }
+
+    /// A read plan is fetched once, its ranges together (all in flight at
+    /// once) and merged where close; the reads inside it then fetch
+    /// nothing more, the bytes between two merged ranges included; a read
+    /// outside it is fetched as before. A later reader with the same
+    /// cache finds the planned ranges there and fetches nothing.
+    #[test]
+    fn a_read_plan_is_fetched_at_once_and_serves_the_reads_after_it() {
+        let d = tempfile::tempdir().unwrap();
+        let len = 4 * RANGE_CHUNK_BYTES as usize;
+        let (vfs, path, bytes) = one_large_piece_cached(d.path(), len, 1 << 30);
+        let f = vfs.open(&path, OpenMode::Read).unwrap();
+        let near = 5_000 + PLAN_GAP_BYTES;
+        let plan = [
+            (100, 5_000),
+            // Close enough to the first to be fetched with it.
+            (near, near + 4_000),
+            (300_000, 310_000),
+            (600_000, 700_000),
+            (900_000, 900_100),
+        ];
+        assert!(f.will_read(&plan));
+        let a = vfs.archive();
+        assert_eq!(a.gets(), 4, "the first two ranges are fetched as one");
+        assert_eq!(a.peak_ranges_in_flight(), 4, "all fetched together");
+        let merged = (near + 4_000 - 100) + 10_000 + 100_000 + 100;
+        assert_eq!(a.bytes_read(), merged);
+        // Reads inside the plan, of every size and the gap between the
+        // first two ranges: nothing more is fetched.
+        for (s, e) in [
+            (100, 5_000),
+            (4_000, near + 10),
+            (near, near + 4_000),
+            (300_000, 300_052),
+            (305_000, 310_000),
+            (600_000, 700_000),
+            (650_001, 650_002),
+            (900_000, 900_100),
+        ] {
+            let mut b = vec![0u8; (e - s) as usize];
+            f.read_exact_at(&mut b, s).unwrap();
+            assert_eq!(b, bytes[s as usize..e as usize], "{s}..{e}");
+        }
+        assert_eq!(a.gets(), 4, "the reads inside the plan fetched nothing");
+        // A read outside the plan: fetched (a page) as without one.
+        let mut b = vec![0u8; 64];
+        f.read_exact_at(&mut b, 400_000).unwrap();
+        assert_eq!(b, bytes[400_000..400_064]);
+        assert_eq!(a.gets(), 5);
+        assert_eq!(a.bytes_read(), merged + RANGE_PAGE_BYTES);
+
+        // Another reader on the same cache: the plan is found there.
+        let (again, path, _) = one_large_piece_cached(d.path(), len, 1 << 30);
+        let f = again.open(&path, OpenMode::Read).unwrap();
+        assert!(f.will_read(&plan));
+        let mut b = vec![0u8; 10_000];
+        f.read_exact_at(&mut b, 300_000).unwrap();
+        assert_eq!(b, bytes[300_000..310_000]);
+        assert_eq!(again.archive().gets(), 0, "the plan came from the cache");
     }
 }

@@ -48,6 +48,7 @@ pub use segment::{parse_segment_name, sealed_index_file};
 pub use sparse_index::SPARSE_INDEX_INTERVAL_BYTES;
 pub use verify::{Problem, VerifyReport};
 pub use view::LogIter;
+pub use view::MAX_PLANNED_READ_BYTES;
 pub use writer::{GroupCommitStats, Log};
 
 use cairn_codec::{ChainHash, Event, Lsn};

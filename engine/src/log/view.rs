@@ -27,6 +27,15 @@ const TAIL_READ_CHUNK_BYTES: usize = 256 * 1024;
 /// Later reads double up to [`TAIL_READ_CHUNK_BYTES`].
 const FIRST_TAIL_READ_BYTES: usize = 2 * super::SPARSE_INDEX_INTERVAL_BYTES as usize;
 
+/// The bytes of sparse-index windows one read plan of a sorted read
+/// ([`Log::read_sorted`](super::Log::read_sorted)) names at most (see [`VfsFile::will_read`]): a
+/// long posting list in a segment of tens of MiB is planned in portions
+/// of about this much, so what a file fetches for a plan and holds until
+/// it is read stays bounded, while a portion still names hundreds of
+/// windows (a window is one to two 4 KiB sparse-index intervals) to
+/// fetch together.
+pub const MAX_PLANNED_READ_BYTES: u64 = 4 << 20;
+
 /// The open (unsealed) segment, as far as it is committed.
 #[derive(Debug)]
 pub(crate) struct Tail {
@@ -252,13 +261,25 @@ impl View {
     /// their header checked as [`View::iter_range`] steps over them. A
     /// file (the tail) is read from the entry to the next entry after the
     /// LSN, not in whole chunks, so sparse LSNs cost what they use.
+    ///
+    /// Before reading a file it plans: it tells the file
+    /// ([`VfsFile::will_read`]) the windows of the LSNs ahead in that
+    /// segment, up to [`MAX_PLANNED_READ_BYTES`] of them, and a file that
+    /// takes the plan (an archive read in place fetches the windows
+    /// together) is then read window by window, never past one; a file
+    /// that does not is read as above.
+    ///
     /// Errors: [`EngineError::LsnOutOfRange`] for an LSN of 0 or past the
     /// head, as [`View::read`]; a damaged frame names its segment, offset
     /// and LSN; records before it have been handed to `f`.
     pub fn read_sorted(&self, lsns: &[Lsn], mut f: impl FnMut(Record) -> bool) -> Result<()> {
         let last = self.head().last_lsn;
         let mut cur: Option<(SegKey, Cursor)> = None;
-        for &lsn in lsns {
+        // The segment the last plan was for, the end (in `lsns`) of the
+        // LSNs it covers, and whether its file took it (one that does not
+        // is asked once: its plan covers the rest of the segment).
+        let mut plan: Option<(SegKey, usize, bool)> = None;
+        for (n, &lsn) in lsns.iter().enumerate() {
             if lsn == Lsn(0) || lsn > last {
                 return Err(EngineError::LsnOutOfRange { lsn, last });
             }
@@ -275,23 +296,30 @@ impl View {
             let Some((_, c)) = cur.as_mut() else {
                 return Err(ended());
             };
-            let (entry, window_end) = match key {
-                SegKey::Sealed(i) => {
-                    let ix = self.sealed[i].index();
-                    (ix.seek(lsn), ix.next_after(lsn))
+            let covered = matches!(plan, Some((k, end, _)) if k == key && n < end);
+            if !covered {
+                plan = Some((key, usize::MAX, false));
+                if let Source::File(file) = &c.seg.source {
+                    let (ranges, count) = self.plan(key, &lsns[n..], c.seg.limit);
+                    if file.will_read(&ranges) {
+                        plan = Some((key, n + count, true));
+                    }
                 }
-                SegKey::Tail => match &self.tail {
-                    Some(t) => (t.index.seek(lsn), t.index.next_after(lsn)),
-                    None => (None, None),
-                },
-            };
+            }
+            c.planned = matches!(plan, Some((_, _, true)));
+            let (entry, window_end) = self.index_at(key, lsn);
             if let Some((elsn, eoff)) = entry.filter(|(elsn, _)| *elsn > c.expect) {
                 c.off = eoff;
                 c.expect = elsn;
                 c.chunk = FIRST_TAIL_READ_BYTES;
                 c.jumped = true;
             }
-            c.window_end = window_end;
+            // A planned read stops at the end of the window planned (the
+            // segment's end after its last sparse-index entry).
+            c.window_end = match c.planned {
+                true => Some(window_end.unwrap_or(c.seg.limit)),
+                false => window_end,
+            };
             while c.expect < lsn {
                 match c.skip_frame() {
                     None => return Err(ended()),
@@ -318,6 +346,72 @@ impl View {
             }
         }
         Ok(())
+    }
+
+    /// The sparse-index entry of segment `key` to start from for `lsn`,
+    /// and the offset of the next entry after it (the frame of `lsn`
+    /// ends at or before it), if there is one.
+    fn index_at(&self, key: SegKey, lsn: Lsn) -> (Option<(Lsn, u64)>, Option<u64>) {
+        match key {
+            SegKey::Sealed(i) => {
+                let ix = self.sealed[i].index();
+                (ix.seek(lsn), ix.next_after(lsn))
+            }
+            SegKey::Tail => match &self.tail {
+                Some(t) => (t.index.seek(lsn), t.index.next_after(lsn)),
+                None => (None, None),
+            },
+        }
+    }
+
+    /// The LSNs of segment `key` (its frames ending at `limit`) in
+    /// `lsns`: the byte ranges [`View::read_sorted`] will read for as
+    /// many of those at the front as fit in [`MAX_PLANNED_READ_BYTES`]
+    /// (at least one), each from the sparse-index entry at or before the
+    /// LSN to the next entry (or `limit`), sorted and merged where they
+    /// touch; and how many of `lsns` they cover. The count stops at the
+    /// first LSN outside the segment.
+    fn plan(&self, key: SegKey, lsns: &[Lsn], limit: u64) -> (Vec<(u64, u64)>, usize) {
+        let (first, last) = match key {
+            SegKey::Sealed(i) => {
+                let s = &self.sealed[i];
+                (s.header.first_lsn, s.footer.last_lsn)
+            }
+            SegKey::Tail => match &self.tail {
+                Some(t) => (t.header.first_lsn, t.head.last_lsn),
+                None => return (Vec::new(), 0),
+            },
+        };
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let (mut bytes, mut count) = (0u64, 0usize);
+        for &lsn in lsns {
+            if lsn < first || lsn > last {
+                break;
+            }
+            let (entry, next) = self.index_at(key, lsn);
+            let start = entry.map_or(SEGMENT_HEADER_LEN as u64, |(_, off)| off);
+            let end = next.unwrap_or(limit).min(limit);
+            if ranges.last() == Some(&(start, end)) {
+                count += 1;
+                continue;
+            }
+            let len = end.saturating_sub(start);
+            if count > 0 && bytes + len > MAX_PLANNED_READ_BYTES {
+                break;
+            }
+            bytes += len;
+            count += 1;
+            ranges.push((start, end));
+        }
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (s, e) in ranges {
+            match merged.last_mut() {
+                Some(m) if s <= m.1 => m.1 = m.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        (merged, count)
     }
 
     /// The segment holding `lsn` (at most the head), if any.
@@ -442,6 +536,9 @@ struct Cursor {
     /// read: the next read then takes only the window; a cursor reading
     /// on (dense LSNs) takes chunks that double.
     jumped: bool,
+    /// Whether the file took a read plan that covers the LSN sought (see
+    /// [`View::read_sorted`]): a read then takes the window, never more.
+    planned: bool,
 }
 
 impl Cursor {
@@ -456,6 +553,7 @@ impl Cursor {
             chunk: FIRST_TAIL_READ_BYTES,
             window_end: None,
             jumped: false,
+            planned: false,
         }
     }
 
@@ -469,8 +567,9 @@ impl Cursor {
                 if !have {
                     let room = (self.seg.limit - off) as usize;
                     let window = self.window_end.take().filter(|e| *e > off);
+                    let jumped = std::mem::take(&mut self.jumped);
                     let want = match window {
-                        Some(e) if std::mem::take(&mut self.jumped) => (e - off) as usize,
+                        Some(e) if jumped || self.planned => (e - off) as usize,
                         _ => {
                             let c = self.chunk;
                             self.chunk = (self.chunk * 2).min(TAIL_READ_CHUNK_BYTES);

@@ -90,6 +90,23 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
         let _ = (capacity, synced);
         Ok(None)
     }
+
+    /// A read plan: the reader is about to read the byte ranges `ranges`
+    /// (`(start, end)`, end exclusive, ascending), and only those, with
+    /// [`VfsFile::read_at`]. A file whose reads cost a request each (an
+    /// archive read in place) fetches them now, together, and serves the
+    /// reads that follow from what it fetched; it returns `true`, and the
+    /// reader then keeps each read inside a planned range (a read past
+    /// one would cost a request of its own). The plan only says what is
+    /// coming: it checks nothing, and the bytes are checked by the reader
+    /// as any read's are; a range it could not fetch is fetched (and its
+    /// error given) by the read of it. A new plan replaces the last.
+    /// The default does nothing and returns `false`: reads cost what they
+    /// cost, and the reader reads as it would without a plan.
+    fn will_read(&self, ranges: &[(u64, u64)]) -> bool {
+        let _ = ranges;
+        false
+    }
 }
 
 /// Space reserved at the end of a file for appends, and the way appends
