@@ -211,10 +211,26 @@ fn write_files(
             .create(&d)
             .map_err(|e| ReplicateError::io("create", &d, e))?;
     }
+    // The tail's state, when it describes the tail restored: the first
+    // open then takes the tail's end from it instead of walking it.
+    if let Some(bytes) = tail_state_of(m) {
+        let path = root.join("log").join(cairn_engine::log::TAIL_STATE_FILE);
+        let mut f = create(&path)?;
+        f.write_all(&bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| ReplicateError::io("write", &path, e))?;
+        report.files += 1;
+        report.bytes += bytes.len() as u64;
+    }
     // Every piece of every file, in order, read several at a time; a file
-    // is created at its first piece and synced after its last.
+    // is created at its first piece and synced after its last. The parts
+    // of the tail's query index (version 5) are no store files: the store
+    // builds its own.
     let mut order = Vec::new();
     for (fi, f) in m.files.iter().enumerate() {
+        if m.is_tail_index_part(&f.path) {
+            continue;
+        }
         if f.pieces.is_empty() {
             create(&root.join(&f.path))?
                 .sync_all()
@@ -265,6 +281,30 @@ fn write_files(
         sync_dir(&root.join(sub))?;
     }
     Ok(())
+}
+
+/// The bytes of `m`'s `tail_state` when they are an intact state of the
+/// tail `m` names as restored: the last segment's first LSN, its length
+/// in `files`, and the manifest's head (LSN and chain value) as its last
+/// record. Else `None`, and the restored store's first open walks the
+/// tail: a state claiming records past the tail would make that open
+/// refuse the tail as damaged. What the state says of the file's frames
+/// (the last frame's offset, the sparse index) is checked by the
+/// engine's open, which trusts the state only when it matches the file
+/// exactly, and each frame's CRC when it is read.
+fn tail_state_of(m: &Manifest) -> Option<Vec<u8>> {
+    let bytes = m.tail_state_bytes()?;
+    let st = cairn_engine::log::TailState::decode(&bytes)?;
+    let first = m.tail_first_lsn()?;
+    let seg = m
+        .files
+        .iter()
+        .find(|f| f.path == format!("log/{first:020}.seg"))?;
+    let fits = st.first_lsn.0 == first
+        && st.valid_len == seg.len
+        && st.last_lsn.0 == m.head_lsn
+        && st.chain.to_hex() == m.head_chain;
+    fits.then_some(bytes)
 }
 
 /// Creates the new file `path` (owner-only), failing if it exists.
@@ -482,7 +522,8 @@ pub fn prune(archive: &Archive) -> Result<PruneReport, ReplicateError> {
     for (g, _, name) in &all {
         if *g == newest {
             let m = read_manifest(archive, name)?;
-            // The tail's query index (version 4) is named as well.
+            // The tail's query index (version 4; version 5 lists its
+            // parts in `files`) is named as well.
             for f in m.files.into_iter().chain(m.tail_index) {
                 named.extend(f.pieces.into_iter().map(|p| p.hash));
             }
