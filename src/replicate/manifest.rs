@@ -426,7 +426,7 @@ fn check_tail_index_part(f: &FileEntry, first: u64, head: u64, version: u32) -> 
 }
 
 /// Lowercase hex to bytes; `None` for an odd length or another character.
-fn from_hex(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn from_hex(s: &str) -> Option<Vec<u8>> {
     fn digit(c: u8) -> Option<u8> {
         match c {
             b'0'..=b'9' => Some(c - b'0'),

@@ -436,6 +436,7 @@ impl Replicator {
         self.ship_sparse_indexes(&mut shipped.files, &mut report)?;
         self.ship_seg_indexes(&mut shipped.files, &mut report)?;
         let tail_parts = self.ship_tail_index(&shipped, &mut report)?;
+        self.mark_tail_part_ends(&mut shipped)?;
         shipped.files.extend(tail_parts);
         self.ship_blobs_and_dicts(&mut shipped.files, &mut report)?;
         // Every piece is in the archive before a manifest names it.
@@ -875,6 +876,67 @@ impl Replicator {
         };
         t.parts.push((head, head_chain, entry));
         Ok(t.entries())
+    }
+
+    /// Gives the manifest's `tail_state` an entry of its sparse index at
+    /// the record each part of the tail's index ends at (its LSN and
+    /// frame offset), kept in the walk's index from round to round: a
+    /// reader in place checks each part against that record's chain
+    /// value, and with an entry there reads that frame alone (a page of
+    /// the tail), not the up to [`TAIL_STATE_INDEX_INTERVAL_BYTES`] of
+    /// frames before it from the entry before and the chunk that pulls
+    /// in. A frame's offset not walked yet (parts taken over from the
+    /// archive by a new replicator) is found by decoding the frames
+    /// between the entries around it in the local segment; one not found
+    /// gets no entry (the reader scans to it, as before).
+    fn mark_tail_part_ends(&mut self, shipped: &mut Shipped) -> Result<(), ReplicateError> {
+        let (Some(t), Some(hex)) = (&self.tail_index, &shipped.tail_state) else {
+            return Ok(());
+        };
+        let Some(st) =
+            super::manifest::from_hex(hex).and_then(|b| cairn_engine::log::TailState::decode(&b))
+        else {
+            return Ok(());
+        };
+        let Some(index) = self.walk_index.get_mut(&t.seg) else {
+            return Ok(());
+        };
+        let path = self.store.join(&t.seg);
+        let mut changed = false;
+        for &(end, _, _) in &t.parts {
+            if end > st.last_lsn {
+                continue;
+            }
+            let i = index.partition_point(|&(l, _)| l < end);
+            if index.get(i).is_some_and(|&(l, _)| l == end) {
+                continue;
+            }
+            let off = if end == st.last_lsn {
+                Some(st.last_frame_off)
+            } else {
+                let from = i.checked_sub(1).map(|j| index[j].1);
+                let to = index.get(i).map_or(st.valid_len, |&(_, o)| o);
+                match from {
+                    Some(from) => local::frame_offset(&path, from, to, end)?,
+                    None => None,
+                }
+            };
+            if let Some(off) = off.filter(|&o| o > 0) {
+                index.insert(i, (end, off));
+                changed = true;
+            }
+        }
+        if changed {
+            let marked = cairn_engine::log::TailState::new(
+                st.first_lsn,
+                st.valid_len,
+                (st.last_lsn >= st.first_lsn).then_some((st.last_lsn, st.last_frame_off)),
+                st.chain,
+                index.clone(),
+            );
+            shipped.tail_state = Some(cairn_codec::bytes::to_hex(&marked.encode()));
+        }
+        Ok(())
     }
 
     /// The archive's last manifest's parts of the tail's index, taken
@@ -1641,7 +1703,10 @@ mod tests {
         assert_eq!(rep.tail_indexes_built, 1, "{rep:?}");
         assert_manifest_whole(&arch);
         let (_, m2) = super::super::newest_manifest(&a, None).unwrap().unwrap();
-        let parts2: Vec<FileEntry> = m2.tail_index_parts().into_iter().cloned().collect();
+        let parts = |m: &Manifest| -> Vec<FileEntry> {
+            m.tail_index_parts().into_iter().cloned().collect()
+        };
+        let parts2 = parts(&m2);
         assert_eq!(parts2.len(), 2, "{parts2:?}");
         assert_eq!(parts2[0], parts1[0]);
         let vfs: std::sync::Arc<dyn cairn_engine::Vfs> = std::sync::Arc::new(cairn_engine::RealVfs);
@@ -1666,6 +1731,34 @@ mod tests {
             }
             let want = build_seg_index(&src, from, to).unwrap();
             assert_eq!(got, want, "{}", t.path);
+        }
+        // The tail's state has an entry of its sparse index at each
+        // part's end, so a reader checks a part by reading that frame
+        // alone; a new replicator, taking the parts over, finds them in
+        // the segment again.
+        let entries_of = |m: &Manifest| {
+            cairn_engine::log::TailState::decode(&m.tail_state_bytes().unwrap())
+                .unwrap()
+                .index_entries()
+                .iter()
+                .map(|e| e.0)
+                .collect::<Vec<Lsn>>()
+        };
+        let ends = [first_last, Lsn(m2.head_lsn)];
+        for end in ends {
+            assert!(entries_of(&m2).contains(&end), "{end}");
+        }
+        let s = crate::Store::open(&ws).unwrap();
+        s.append_batch(&prompts(1400, 5)).unwrap();
+        s.close().unwrap();
+        let mut again = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn"))
+            .unwrap()
+            .tail_index_every(300);
+        assert_eq!(again.round().unwrap().tail_indexes_built, 0);
+        let (_, m3) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        assert_eq!(parts(&m3), parts2);
+        for end in ends {
+            assert!(entries_of(&m3).contains(&end), "{end}");
         }
         // A restore writes none of them: they are no store files.
         let back = d.path().join("back");
