@@ -159,9 +159,15 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// The bytes of every file's pieces, added up.
+    /// The bytes of every store file's pieces, added up: the store's
+    /// size at the head (the parts of the tail's query index, which are
+    /// no store files, not counted).
     pub fn bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.len).sum()
+        self.files
+            .iter()
+            .filter(|f| !self.is_tail_index_part(&f.path))
+            .map(|f| f.len)
+            .sum()
     }
 
     /// The bytes of `tail_state`, when there is one (hex checked by
@@ -694,6 +700,8 @@ mod tests {
             ]
         );
         assert!(!back.is_tail_index_part("index/segments/00000000000000000001.qix"));
+        // The store's bytes: its files, not the parts.
+        assert_eq!(back.bytes(), 5 + 10 + 10);
         assert!(!back.is_tail_index_part("log/00000000000000000101.seg"));
         // A version 4 manifest lists no part past the tail's first LSN.
         m.version = 4;
