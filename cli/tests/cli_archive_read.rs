@@ -1299,6 +1299,24 @@ fn a_tail_state_that_does_not_match_the_tail_is_never_trusted() {
 /// records), where the default (`TAIL_INDEX_EVERY_RECORDS`) is over them.
 const TAIL_INDEX_EVERY: u64 = 4096;
 
+/// The parts of the tail's query index `m` lists (version 5), in order.
+fn parts(m: &cairn::replicate::Manifest) -> Vec<cairn::replicate::FileEntry> {
+    m.tail_index_parts().into_iter().cloned().collect()
+}
+
+/// `m` with `parts` as the parts of its tail's query index instead of
+/// its own.
+fn with_parts(
+    m: &cairn::replicate::Manifest,
+    parts: Vec<cairn::replicate::FileEntry>,
+) -> cairn::replicate::Manifest {
+    let mut out = m.clone();
+    out.files.retain(|f| !m.is_tail_index_part(&f.path));
+    out.files.extend(parts);
+    out.files.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
 /// Appends records `n` of session `who` (as [`grow_tail`]'s) and, after
 /// them, a checkpoint of that session labelled `label`, to the store of
 /// `ws`.
@@ -1365,14 +1383,16 @@ fn assert_tail_answers(
 
 /// Filtered queries whose filter reaches the unsealed tail (a session's
 /// checkpoints, its records, its checkpoint records) read in place the
-/// query index file of a prefix of the tail the manifest carries
-/// (version 4, `tail_index`), built by the replicator in memory once the
-/// tail has grown by [`TAIL_INDEX_EVERY`] records, and index in
-/// memory only the records after it: each fetches well under the tail's
-/// size, where it once read the whole tail to index it. A round with
-/// fewer new records names the same file again (the records after it
-/// read by range); a new replicator (a restart) builds and ships its own.
-/// Answers are the local store's, in the library and on the command line.
+/// parts of the tail's query index the manifest lists (version 5, in
+/// `files`), each built by the replicator in memory once the tail has
+/// grown by [`TAIL_INDEX_EVERY`] records past the last, and index in
+/// memory only the records after them: each fetches well under the
+/// tail's size, where it once read the whole tail to index it. A round
+/// with fewer new records names the same parts again (the records after
+/// them read by range); a new replicator (a restart) takes them over and
+/// ships the next part, of the records after them only, so the archive
+/// holds each record's postings once. Answers are the local store's, in
+/// the library and on the command line.
 #[test]
 fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
     let (d, _) = store_of_segments();
@@ -1389,12 +1409,11 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
     assert_eq!(built.tail_indexes_built, 1, "{built:?}");
     let (_, m2) = newest(arch.path());
     assert_eq!(m2.version, cairn::replicate::MANIFEST_VERSION);
-    let ix2 = m2
-        .tail_index
-        .clone()
-        .expect("the manifest names a tail index");
+    assert!(m2.tail_index.is_none());
+    let ix2 = parts(&m2);
+    assert_eq!(ix2.len(), 1, "{ix2:?}");
     let tail_first = tail_entry(&m2).path[4..24].to_string();
-    assert_eq!(ix2.path, format!("index/segments/{tail_first}.qix"));
+    assert_eq!(ix2[0].path, format!("index/segments/{tail_first}.qix"));
 
     // Fewer new records than the bound: the same file, the records after
     // it indexed in memory by the reader.
@@ -1403,7 +1422,7 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
     assert_eq!(carried.tail_indexes_built, 0, "{carried:?}");
     let (_, m3) = newest(arch.path());
     assert!(m3.head_lsn > m2.head_lsn);
-    assert_eq!(m3.tail_index.as_ref(), Some(&ix2));
+    assert_eq!(parts(&m3), ix2);
     let tail = tail_entry(&m3).len;
     assert!(tail > 6 << 20, "a tail of {tail} bytes");
 
@@ -1449,12 +1468,20 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
     assert!(adopted.new_generation.is_none(), "{adopted:?}");
     let (_, m4) = newest(arch.path());
     assert!(m4.head_lsn > m3.head_lsn);
-    assert_eq!(m4.tail_index, m3.tail_index);
+    assert_eq!(parts(&m4), parts(&m3));
     grow_tail_with_checkpoint(ws, "late", 8_310..12_500, "grown again");
     let rebuilt = r.round().unwrap();
     assert_eq!(rebuilt.tail_indexes_built, 1, "{rebuilt:?}");
     let (_, m5) = newest(arch.path());
-    assert_ne!(m5.tail_index, m4.tail_index);
+    // The next part holds the records after the first only: named by
+    // the LSN after the first part's end (its manifest's head).
+    let ix5 = parts(&m5);
+    assert_eq!(ix5.len(), 2, "{ix5:?}");
+    assert_eq!(ix5[0], ix2[0]);
+    assert_eq!(
+        ix5[1].path,
+        format!("index/segments/{:020}.qix", m2.head_lsn + 1)
+    );
     assert_eq!(tail_entry(&m5).path, tail_entry(&m3).path, "one tail");
     let local = cairn::Store::builder()
         .workspace(ws)
@@ -1480,7 +1507,11 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
 /// postings say nothing of session `late`, so trusting it would drop
 /// records); nor a version 3 manifest (an older cairn: no tail index).
 /// The tail's records are then read whole to index them, as before the
-/// index was shipped, and every answer is the local store's.
+/// index was shipped, and every answer is the local store's. A later
+/// part that does not match (another log's second part: the same LSNs,
+/// another chain, postings without session `late`) ends the trusted
+/// prefix there: the first part is used, the records after it are
+/// indexed in memory, and the answers are the local store's.
 #[test]
 fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
     let (d, _) = store_of_segments();
@@ -1493,12 +1524,15 @@ fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
     r.round().unwrap();
     let (_, m1) = newest(arch.path());
     grow_tail_with_checkpoint(ws, "late", 0..8_000, "early");
-    assert_eq!(r.round().unwrap().tail_indexes_built, 1);
+    let first_part = r.round().unwrap();
+    assert_eq!(first_part.tail_indexes_built, 1);
     grow_tail_with_checkpoint(ws, "late", 8_000..8_100, "late");
     r.round().unwrap();
     drop(r);
     let (name, m) = newest(arch.path());
-    let ix = m.tail_index.clone().unwrap();
+    let ix = parts(&m);
+    assert_eq!(ix.len(), 1, "{ix:?}");
+    let ix = ix[0].clone();
     let tail = tail_entry(&m).len;
     assert_eq!(tail_entry(&m1).path, tail_entry(&m).path, "one tail");
     let local = cairn::Store::builder()
@@ -1522,9 +1556,27 @@ fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
         .round()
         .unwrap();
     let (_, other) = newest(arch2.path());
-    let other_ix = other.tail_index.clone().unwrap();
+    let other_ix = parts(&other)[0].clone();
     assert_eq!(other_ix.path, ix.path, "the same tail's first LSN");
-    for p in &other_ix.pieces {
+    // Its log grown as this one was, then a second part of it (a
+    // replicator shipping one every 50 records): the same LSNs, its first
+    // LSN the one after this archive's first part, another chain.
+    grow_tail_with_checkpoint(d2.path(), "other", 8_000..8_100, "late");
+    let a = Archive::open(&url(arch2.path())).unwrap();
+    let second = cairn::replicate::Replicator::new(a, d2.path().join(".cairn"))
+        .unwrap()
+        .tail_index_every(50)
+        .round()
+        .unwrap();
+    assert_eq!(second.tail_indexes_built, 1, "{second:?}");
+    assert_eq!(second.head_lsn, m.head_lsn, "the same LSNs");
+    let (_, other2) = newest(arch2.path());
+    let other_second = parts(&other2)[1].clone();
+    assert_eq!(
+        other_second.path,
+        format!("index/segments/{:020}.qix", first_part.head_lsn + 1)
+    );
+    for p in other_ix.pieces.iter().chain(&other_second.pieces) {
         let obj = format!("objects/{}", p.hash);
         let to = arch.path().join(&obj);
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
@@ -1538,23 +1590,30 @@ fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
         .unwrap()
         .clone();
     let mut cases = Vec::new();
-    let mut another_segment = m.clone();
-    another_segment.tail_index = Some(cairn::replicate::FileEntry {
-        path: ix.path.clone(),
-        ..sealed_ix
-    });
-    cases.push(("an index of another segment", another_segment));
-    let mut past_head = m1.clone();
-    past_head.tail_index = Some(ix.clone());
-    cases.push(("an index past the manifest's head", past_head));
-    let mut another_log = m.clone();
-    another_log.tail_index = Some(other_ix);
-    cases.push(("an index of another log", another_log));
-    let mut old = m.clone();
+    let another_segment = with_parts(
+        &m,
+        vec![cairn::replicate::FileEntry {
+            path: ix.path.clone(),
+            ..sealed_ix
+        }],
+    );
+    cases.push(("an index of another segment", another_segment, false));
+    let past_head = with_parts(&m1, vec![ix.clone()]);
+    cases.push(("an index past the manifest's head", past_head, false));
+    let another_log = with_parts(&m, vec![other_ix.clone()]);
+    cases.push(("an index of another log", another_log, false));
+    let mut old = with_parts(&m, Vec::new());
     old.version = 3;
-    old.tail_index = None;
-    cases.push(("a version 3 manifest", old));
-    for (what, altered) in cases {
+    cases.push(("a version 3 manifest", old, false));
+    // A version 4 manifest's one file (an older cairn's archive) is read
+    // as before.
+    let mut v4 = with_parts(&m, Vec::new());
+    v4.version = 4;
+    v4.tail_index = Some(ix.clone());
+    cases.push(("a version 4 manifest", v4, true));
+    let bad_second = with_parts(&m, vec![ix.clone(), other_second]);
+    cases.push(("a second part of another log", bad_second, true));
+    for (what, altered, trusted) in cases {
         rewrite_manifest(arch.path(), &name, &altered);
         let want = if altered.head_lsn == m.head_lsn {
             want.clone()
@@ -1562,7 +1621,7 @@ fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
             // The earlier manifest: the answers at its head, from a
             // store restored from it.
             let back = tempfile::tempdir().unwrap();
-            let mut plain = altered.clone();
+            let mut plain = with_parts(&altered, Vec::new());
             plain.tail_index = None;
             rewrite_manifest(arch.path(), &name, &plain);
             let a = Archive::open(&url(arch.path())).unwrap();
@@ -1576,7 +1635,7 @@ fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
             tail_answers(&s)
         };
         let tail = tail_entry(&altered).len;
-        assert_tail_answers(arch.path(), &want, tail, false, what);
+        assert_tail_answers(arch.path(), &want, tail, trusted, what);
     }
 
     // The manifest as written: trusted again.

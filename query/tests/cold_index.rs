@@ -1151,3 +1151,85 @@ fn a_point_query_reads_its_records_by_walks_not_point_reads() {
     );
     assert!(walks > 0);
 }
+
+/// The unsealed tail's index read from a chain of files (as an archive
+/// ships it in parts): the file named by the tail's first LSN, then the
+/// one named by the LSN after it ends, and so on, each used only when it
+/// starts where the chain is, ends inside the log and has the log's
+/// chain value there. A part of another log (same LSNs, another chain,
+/// postings of another session) ends the chain: the records from it on
+/// are indexed in memory, and the answers are the log's. `verify` counts
+/// the parts that fit and calls the other stale.
+#[test]
+fn the_tails_index_is_read_from_a_chain_of_parts() {
+    let fill = |log: &MemLog, who: &[&str], n: u64| {
+        for i in 0..n {
+            let mut e = Event::new(
+                KINDS[(i % 4) as usize],
+                who[(i % who.len() as u64) as usize],
+            );
+            e.path = Some(PATHS[(i % 5) as usize].into());
+            log.append(e).unwrap();
+        }
+    };
+    let log = MemLog::new();
+    fill(&log, &SESSIONS, 300);
+    let other = MemLog::new();
+    fill(&other, &["zzz"], 300);
+    let span = |l: &MemLog, first: u64, last: u64| SegmentSpan {
+        first: Lsn(first),
+        last: Lsn(last),
+        last_chain: l.read(Lsn(last)).unwrap().chain,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("segments");
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    ColdIndex::index_sealed(
+        &vfs,
+        &dir,
+        &log,
+        &[span(&log, 1, 100), span(&log, 101, 200)],
+    )
+    .unwrap();
+    ColdIndex::index_sealed(&vfs, &dir, &other, &[span(&other, 201, 250)]).unwrap();
+    for f in [
+        Filter {
+            session: Some("s2".into()),
+            ..Filter::all()
+        },
+        Filter {
+            session: Some("s1".into()),
+            newest_first: true,
+            ..Filter::all()
+        },
+        Filter {
+            path: Some("src".into()),
+            ..Filter::all()
+        },
+    ] {
+        let ix = ColdIndex::with_tail_reindex(&vfs, &dir, &log, &[], false, u64::MAX).unwrap();
+        let mut got = Vec::new();
+        ix.scan(&f, &mut |r| {
+            got.push(r.lsn);
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(got, model(&log, &f), "{f:?}");
+        let mut used = ix.events();
+        used.sort_by_key(|e| match e {
+            FileEvent::Used(l) | FileEvent::Built(l, _) => *l,
+        });
+        assert_eq!(
+            used,
+            vec![FileEvent::Used(Lsn(1)), FileEvent::Used(Lsn(101))],
+            "{f:?}"
+        );
+    }
+    let r =
+        ColdIndex::verify_files(&vfs, &dir, &[], &|l| log.read(l).ok().map(|r| r.chain)).unwrap();
+    assert_eq!(
+        (r.checked, r.damaged.len(), r.stale.len()),
+        (2, 0, 1),
+        "{r:?}"
+    );
+}

@@ -115,6 +115,33 @@ pub(crate) fn log_cursor_holds(path: &Path, c: &LogCursor) -> Result<bool, Repli
     Ok(matches!(frame::decode(&buf), Ok(f) if f.lsn == c.lsn && f.chain == c.chain))
 }
 
+/// The offset of the frame of the record `want` in the log segment
+/// `path`, found by decoding the frames of `from..to` (`from` a frame's
+/// offset, `to` at most the end of the records walked); `None` when no
+/// whole frame there carries it.
+pub(crate) fn frame_offset(
+    path: &Path,
+    from: u64,
+    to: u64,
+    want: Lsn,
+) -> Result<Option<u64>, ReplicateError> {
+    let buf = read_range(path, from, to.saturating_sub(from))?;
+    let mut at = 0usize;
+    while at < buf.len() {
+        let Ok(f) = frame::decode(&buf[at..]) else {
+            return Ok(None);
+        };
+        if f.lsn == want {
+            return Ok(Some(from + at as u64));
+        }
+        if f.lsn > want {
+            return Ok(None);
+        }
+        at += f.len();
+    }
+    Ok(None)
+}
+
 /// Walks a log segment from `from` (a cursor that holds) or from its
 /// header: every frame must check out, have the next LSN and follow the
 /// chain; the walk ends at the first that does not (a tail being written,

@@ -41,6 +41,22 @@
 //! indexes in memory only the records after it (fewer than
 //! [`crate::replicate::TAIL_INDEX_EVERY_RECORDS`] past it, plus a
 //! round's worth, by default).
+//!
+//! Body version 5 (this cairn writes it) lists the tail's query index in
+//! parts, as entries of `files` (`tail_index` is no longer written; a
+//! version 4 manifest's is still read): `index/segments/<N>.qix` where N
+//! is the first LSN of the unsealed tail (the first part, covering the
+//! tail's records from N) or an LSN inside it (a later part, covering the
+//! records from N, the LSN after the part before it ends). Each part
+//! holds only the records new since the one before, so the archive keeps
+//! about one index of the segment's records in all, where version 4 kept
+//! a new index of the whole tail so far each time (the bytes growing with
+//! the square of the tail). A reader in place chains them (see
+//! `cairn_query::index::cold`), trusting each only as it trusted
+//! `tail_index`: its first LSN the one the chain asks for, its last LSN
+//! inside the shipped tail, its chain value the record's there; the
+//! first that does not match ends the chain. They are not store files:
+//! restore does not write them ([`Manifest::tail_index_parts`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -57,8 +73,9 @@ pub const MAX_MANIFEST_BODY_BYTES: u32 = 64 << 20;
 /// The JSON body's own version field: the version this cairn writes.
 /// Version 2 added the per-segment query index files (`index/segments/`),
 /// version 3 the unsealed segment's state (`tail_state`), version 4 a
-/// query index file of a prefix of the unsealed segment (`tail_index`).
-pub const MANIFEST_VERSION: u32 = 4;
+/// query index file of a prefix of the unsealed segment (`tail_index`),
+/// version 5 that index in parts listed in `files`.
+pub const MANIFEST_VERSION: u32 = 5;
 /// The oldest body version read: version 1 manifests (no index files)
 /// are still read, so an archive written by an older cairn stays usable.
 pub const MIN_MANIFEST_VERSION: u32 = 1;
@@ -69,6 +86,9 @@ pub const SEG_INDEX_DIR: &str = "index/segments";
 pub const TAIL_STATE_VERSION: u32 = 3;
 /// The first body version that may carry `tail_index`.
 pub const TAIL_INDEX_VERSION: u32 = 4;
+/// The first body version that may list parts of the tail's query index
+/// in `files` (index files named by an LSN inside the unsealed tail).
+pub const TAIL_INDEX_PARTS_VERSION: u32 = 5;
 /// Bytes of the tail between two entries of the sparse index a manifest's
 /// `tail_state` carries: sixteen times the engine's own interval
 /// ([`cairn_engine::log::SPARSE_INDEX_INTERVAL_BYTES`]), because the
@@ -139,15 +159,59 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// The bytes of every file's pieces, added up.
+    /// The bytes of every store file's pieces, added up: the store's
+    /// size at the head (the parts of the tail's query index, which are
+    /// no store files, not counted).
     pub fn bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.len).sum()
+        self.files
+            .iter()
+            .filter(|f| !self.is_tail_index_part(&f.path))
+            .map(|f| f.len)
+            .sum()
     }
 
     /// The bytes of `tail_state`, when there is one (hex checked by
     /// [`Manifest::decode`]; `None` as well for hex that is not).
     pub fn tail_state_bytes(&self) -> Option<Vec<u8>> {
         from_hex(self.tail_state.as_deref()?)
+    }
+
+    /// The first LSN of the unsealed last segment: the last `log/*.seg`
+    /// of `files`, when the manifest carries a `tail_state` (a manifest
+    /// whose segments are all sealed has none).
+    pub fn tail_first_lsn(&self) -> Option<u64> {
+        self.tail_state.as_ref()?;
+        self.files
+            .iter()
+            .filter_map(|f| {
+                f.path
+                    .strip_prefix("log/")
+                    .and_then(cairn_engine::log::parse_segment_name)
+            })
+            .max()
+            .map(|l| l.0)
+    }
+
+    /// True if `path` is a part of the tail's query index (version 5): an
+    /// index file named by the unsealed tail's first LSN or an LSN after
+    /// it. Not a store file: restore does not write it.
+    pub fn is_tail_index_part(&self, path: &str) -> bool {
+        let Some(first) = self.tail_first_lsn() else {
+            return false;
+        };
+        path.strip_prefix(SEG_INDEX_DIR)
+            .and_then(|r| r.strip_prefix('/'))
+            .and_then(cairn_query::index::seg::parse_seg_index_name)
+            .is_some_and(|n| n.0 >= first)
+    }
+
+    /// The parts of the tail's query index `files` lists (version 5), in
+    /// LSN order (see the module's documentation).
+    pub fn tail_index_parts(&self) -> Vec<&FileEntry> {
+        self.files
+            .iter()
+            .filter(|f| self.is_tail_index_part(&f.path))
+            .collect()
     }
 
     /// Sets `tail_state` to the hex of `bytes` (`None`: no state).
@@ -217,6 +281,11 @@ impl Manifest {
         }
         if let Some(t) = &m.tail_index {
             check_tail_index(t, m.version).map_err(bad)?;
+        }
+        if let Some(first) = m.tail_first_lsn() {
+            for f in m.files.iter().filter(|f| m.is_tail_index_part(&f.path)) {
+                check_tail_index_part(f, first, m.head_lsn, m.version).map_err(bad)?;
+            }
         }
         for f in m.files.iter().chain(&m.tail_index) {
             check_relative(&f.path, m.version).map_err(bad)?;
@@ -333,8 +402,41 @@ fn check_tail_index(f: &FileEntry, version: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// A part of the tail's index listed in `files`: only from version 5
+/// (before, only a sealed segment's file, named by its first LSN, was
+/// listed), named by an LSN from the tail's `first` to the manifest's
+/// `head`, and no larger than a shipped segment index may be.
+fn check_tail_index_part(f: &FileEntry, first: u64, head: u64, version: u32) -> Result<(), String> {
+    let n = f
+        .path
+        .strip_prefix(SEG_INDEX_DIR)
+        .and_then(|r| r.strip_prefix('/'))
+        .and_then(cairn_query::index::seg::parse_seg_index_name)
+        .map_or(0, |l| l.0);
+    if version < TAIL_INDEX_PARTS_VERSION && n > first {
+        return Err(format!(
+            "{} is a part of the tail's index (named by an LSN inside the tail, which starts at {first}) in a version {version} manifest (they came with version {TAIL_INDEX_PARTS_VERSION})",
+            f.path
+        ));
+    }
+    if n > head {
+        return Err(format!(
+            "{} names LSN {n}, past the manifest's head {head}",
+            f.path
+        ));
+    }
+    let max = super::replicator::MAX_SHIPPED_SEG_INDEX_BYTES;
+    if f.len > max {
+        return Err(format!(
+            "{} is {} bytes, over the limit of {max}",
+            f.path, f.len
+        ));
+    }
+    Ok(())
+}
+
 /// Lowercase hex to bytes; `None` for an odd length or another character.
-fn from_hex(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn from_hex(s: &str) -> Option<Vec<u8>> {
     fn digit(c: u8) -> Option<u8> {
         match c {
             b'0'..=b'9' => Some(c - b'0'),
@@ -474,13 +576,13 @@ mod tests {
     #[test]
     fn older_versions_are_read_and_a_newer_one_refused() {
         let mut m = sample();
-        for v in [1, 2, 3] {
+        for v in [1, 2, 3, 4] {
             m.version = v;
             assert_eq!(Manifest::decode("m", &m.encode()).unwrap(), m);
         }
         m.version = MANIFEST_VERSION + 1;
         let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
-        assert!(e.contains("manifest version 5"), "{e}");
+        assert!(e.contains("manifest version 6"), "{e}");
     }
 
     /// The tail's state rides in version 3 as hex of whole bytes, round
@@ -557,6 +659,77 @@ mod tests {
         m.tail_index = Some(t);
         let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
         assert!(e.contains("over the limit"), "{e}");
+    }
+
+    /// Version 5 lists the tail's index in parts among `files`: index
+    /// files named by the unsealed tail's first LSN or an LSN inside it
+    /// (up to the head). They are told from the sealed segments' files
+    /// (`tail_index_parts`, which restore skips), round trip, and are
+    /// refused and named in an older version, past the head, or over the
+    /// size limit; with every segment sealed (no `tail_state`) there is
+    /// no tail and none is a part.
+    #[test]
+    fn tail_index_parts_are_index_files_inside_the_tail_from_version_5_only() {
+        let entry = |path: &str, len: u64| FileEntry {
+            path: path.into(),
+            len,
+            pieces: vec![Piece {
+                hash: "3".repeat(64),
+                len,
+            }],
+        };
+        let mut m = sample();
+        m.head_lsn = 500;
+        m.files = vec![
+            entry("index/segments/00000000000000000001.qix", 5),
+            entry("index/segments/00000000000000000101.qix", 5),
+            entry("index/segments/00000000000000000301.qix", 5),
+            entry("log/00000000000000000001.seg", 10),
+            entry("log/00000000000000000101.seg", 10),
+        ];
+        m.set_tail_state(Some(&[1, 2, 3]));
+        let back = Manifest::decode("m", &m.encode()).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.tail_first_lsn(), Some(101));
+        let parts: Vec<&str> = back
+            .tail_index_parts()
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert_eq!(
+            parts,
+            [
+                "index/segments/00000000000000000101.qix",
+                "index/segments/00000000000000000301.qix"
+            ]
+        );
+        assert!(!back.is_tail_index_part("index/segments/00000000000000000001.qix"));
+        // The store's bytes: its files, not the parts.
+        assert_eq!(back.bytes(), 5 + 10 + 10);
+        assert!(!back.is_tail_index_part("log/00000000000000000101.seg"));
+        // A version 4 manifest lists no part past the tail's first LSN.
+        m.version = 4;
+        let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+        assert!(
+            e.contains("00000000000000000301.qix") && e.contains("version 4"),
+            "{e}"
+        );
+        m.version = MANIFEST_VERSION;
+        // A part named past the head.
+        m.files[2] = entry("index/segments/00000000000000000501.qix", 5);
+        let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+        assert!(e.contains("past the manifest's head 500"), "{e}");
+        // Over the size limit.
+        let big = super::super::replicator::MAX_SHIPPED_SEG_INDEX_BYTES + 1;
+        m.files[2] = entry("index/segments/00000000000000000301.qix", big);
+        let e = Manifest::decode("m", &m.encode()).unwrap_err().to_string();
+        assert!(e.contains("over the limit"), "{e}");
+        // No tail state: every segment sealed, no part.
+        m.files[2] = entry("index/segments/00000000000000000301.qix", 5);
+        m.tail_state = None;
+        let back = Manifest::decode("m", &m.encode()).unwrap();
+        assert_eq!(back.tail_first_lsn(), None);
+        assert!(back.tail_index_parts().is_empty());
     }
 
     #[test]

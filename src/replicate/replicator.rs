@@ -31,20 +31,20 @@ pub const DEFAULT_MAX_LAG_MS: u64 = 1000;
 pub const MAX_SHIPPED_SEG_INDEX_BYTES: u64 = 256 << 20;
 
 /// The default number of records the unsealed tail grows by past the
-/// last query index of it shipped (the manifest's `tail_index`) before
-/// the replicator builds and ships a new one ([`Replicator::tail_index_every`]
+/// last part of its query index shipped (manifest version 5: index files
+/// in `files`, each of the records after the one before) before the
+/// replicator builds and ships a new part ([`Replicator::tail_index_every`]
 /// sets another). It bounds what a filtered query in place reads of the
-/// tail whole and indexes in memory: the records after the shipped index,
+/// tail whole and indexes in memory: the records after the last part,
 /// fewer than this plus one round's records (about 4.4 MB at the 133
 /// bytes a record of the 1,000,000-event benchmark store, where without
-/// an index it read the whole tail, up to a 64 MiB segment). Each file
-/// shipped indexes the whole tail so far (about 9 bytes a record there)
-/// and is a new object, kept as the manifests naming it are: over a tail
-/// of T records the files add up to about 9·T²/(2·N) bytes, for a full
-/// segment (about 500,000 records) half the segment's own bytes at this
-/// bound, four times them at 4,096 (the bound a local query keeps,
-/// `cairn_query::index::cold::TAIL_REINDEX_RECORDS`, which writes its
-/// file in place instead of adding an object).
+/// an index it read the whole tail, up to a 64 MiB segment). Each part
+/// holds only its own records, so the parts of a segment add up to about
+/// one index of it (about 9 bytes a record there) whatever this is; what
+/// it sets is their number, each costing a reader in place a file's front
+/// and a record read to check it: about 16 for a full segment (about
+/// 500,000 records) at this bound, 128 at 4,096 (the bound a local query
+/// keeps, `cairn_query::index::cold::TAIL_REINDEX_RECORDS`).
 pub const TAIL_INDEX_EVERY_RECORDS: u64 = 32_768;
 
 /// What one round shipped.
@@ -66,11 +66,11 @@ pub struct RoundReport {
     /// Query index files built this round from sealed segments that had
     /// no good one in the store (each decodes its whole segment).
     pub seg_indexes_built: u64,
-    /// Query index files of a prefix of the unsealed tail built and
-    /// shipped this round (the manifest's `tail_index`): 1 when the tail
-    /// had grown by [`TAIL_INDEX_EVERY_RECORDS`] (or what
+    /// Parts of the unsealed tail's query index built and shipped this
+    /// round (index files in the manifest's `files`): 1 when the tail had
+    /// grown by [`TAIL_INDEX_EVERY_RECORDS`] (or what
     /// [`Replicator::tail_index_every`] set) or more records past the
-    /// last one shipped, else 0.
+    /// last part shipped, else 0.
     pub tail_indexes_built: u64,
 }
 
@@ -146,30 +146,28 @@ pub struct Replicator {
     /// [`TAIL_STATE_INDEX_INTERVAL_BYTES`]: carried on from round to
     /// round as the walk is, for the manifest's `tail_state`.
     walk_index: BTreeMap<String, Vec<(Lsn, u64)>>,
-    /// The query index of the unsealed tail, built in memory as the tail
-    /// grows, and the last file of it shipped (the manifest's
-    /// `tail_index`); `None` when there is no unsealed tail yet.
+    /// The parts of the unsealed tail's query index shipped so far (built
+    /// in memory as the tail grows); `None` when there is no unsealed
+    /// tail yet.
     tail_index: Option<TailIndex>,
     /// The store's log, opened read-only when the tail's index first has
-    /// records to take in, and kept (refreshed) from round to round.
+    /// a part to build, and kept from round to round.
     tail_source: Option<cairn_query::source::ReaderSource>,
     /// Records the tail grows by before a new index of it is shipped.
     tail_index_every: u64,
 }
 
-/// The query index of one unsealed segment, as far as it was built.
+/// The query index of one unsealed segment, as parts shipped so far.
 #[derive(Debug)]
 struct TailIndex {
     /// The segment's path, `log/<first LSN>.seg`.
     seg: String,
     /// Its first LSN.
     first: Lsn,
-    /// The postings of its records up to `builder.covered()`.
-    builder: cairn_query::index::seg::SegIndexBuilder,
-    /// The chain value after the last record the builder took in.
-    chain: ChainHash,
-    /// The last file shipped: the LSN it covers and its entry.
-    shipped: Option<(Lsn, FileEntry)>,
+    /// The parts shipped, in LSN order, each covering the records after
+    /// the one before: the last LSN it covers, the chain value after it,
+    /// and its entry (`index/segments/<its first LSN>.qix`).
+    parts: Vec<(Lsn, ChainHash, FileEntry)>,
 }
 
 impl TailIndex {
@@ -177,10 +175,20 @@ impl TailIndex {
         TailIndex {
             seg,
             first,
-            builder: cairn_query::index::seg::SegIndexBuilder::new(first),
-            chain: ChainHash::ZERO,
-            shipped: None,
+            parts: Vec::new(),
         }
+    }
+
+    /// The last LSN the parts cover (the first LSN - 1 when none).
+    fn covered(&self) -> Lsn {
+        self.parts
+            .last()
+            .map_or(Lsn(self.first.0.saturating_sub(1)), |p| p.0)
+    }
+
+    /// The parts' entries, for the manifest's `files`.
+    fn entries(&self) -> Vec<FileEntry> {
+        self.parts.iter().map(|p| p.2.clone()).collect()
     }
 }
 
@@ -219,11 +227,11 @@ impl Replicator {
         self
     }
 
-    /// Ships a new query index of the unsealed tail each time the tail
-    /// has grown by `records` (at least 1) past the last one shipped,
+    /// Ships a new part of the unsealed tail's query index each time the
+    /// tail has grown by `records` (at least 1) past the last part,
     /// instead of [`TAIL_INDEX_EVERY_RECORDS`]: fewer records read whole
-    /// by a filtered query in place, for more index bytes uploaded (see
-    /// the constant).
+    /// by a filtered query in place, for more parts for it to open and
+    /// check (see the constant).
     pub fn tail_index_every(mut self, records: u64) -> Replicator {
         self.tail_index_every = records.max(1);
         self
@@ -247,7 +255,9 @@ impl Replicator {
         self.last = super::newest_manifest(&self.archive, None)?.map(|(_, m)| m);
         if let Some(m) = &self.last {
             let mut built = Vec::new();
-            for f in &m.files {
+            // The tail's index parts are no store files: taken over by
+            // `adopt_tail_index`, not here.
+            for f in m.files.iter().filter(|f| !m.is_tail_index_part(&f.path)) {
                 let path = self.store.join(&f.path);
                 let Some(st) = local::stat(&path)? else {
                     if f.path.starts_with(SEG_INDEX_DIR) {
@@ -394,15 +404,16 @@ impl Replicator {
             let known = &self.known;
             self.tracked
                 .retain(|_, t| t.pieces.iter().all(|p| known.contains(&p.hash)));
-            // The same for the tail's index: a file not wholly sent is
-            // built and sent again by the next round.
+            // The same for the tail's index: a part not wholly sent (and
+            // every part after it) is built and sent again by the next
+            // round.
             if let Some(t) = &mut self.tail_index {
-                if t.shipped
-                    .as_ref()
-                    .is_some_and(|(_, e)| !e.pieces.iter().all(|p| known.contains(&p.hash)))
-                {
-                    t.shipped = None;
-                }
+                let sent = t
+                    .parts
+                    .iter()
+                    .take_while(|(_, _, e)| e.pieces.iter().all(|p| known.contains(&p.hash)))
+                    .count();
+                t.parts.truncate(sent);
             }
         }
         r
@@ -424,7 +435,9 @@ impl Replicator {
         self.note_cut_history(&mut shipped);
         self.ship_sparse_indexes(&mut shipped.files, &mut report)?;
         self.ship_seg_indexes(&mut shipped.files, &mut report)?;
-        let tail_index = self.ship_tail_index(&shipped, &mut report)?;
+        let tail_parts = self.ship_tail_index(&shipped, &mut report)?;
+        self.mark_tail_part_ends(&mut shipped)?;
+        shipped.files.extend(tail_parts);
         self.ship_blobs_and_dicts(&mut shipped.files, &mut report)?;
         // Every piece is in the archive before a manifest names it.
         self.finish_all(&mut report)?;
@@ -442,7 +455,6 @@ impl Replicator {
                 head,
                 shipped.files,
                 shipped.tail_state,
-                tail_index,
                 &mut report,
             )?;
         }
@@ -753,26 +765,30 @@ impl Replicator {
         Ok(())
     }
 
-    /// The manifest's `tail_index`: a query index file of the unsealed
-    /// tail `ship_log` has just walked, from its first record to the
-    /// round's head, built in memory (the store is not written) and
-    /// shipped when the tail has grown by [`TAIL_INDEX_EVERY_RECORDS`]
-    /// (or [`Replicator::tail_index_every`]) or more records past the
-    /// last one shipped; else the last one
-    /// shipped again (a prefix of the tail: a reader in place indexes
-    /// only the records after it). The builder takes in only the records
-    /// new since it last did, read from the store's log (kept open from
-    /// round to round), after checking that the record it stopped at is
-    /// still there with the same chain value; and the file is shipped
-    /// only if it ends at the round's head with the walk's chain value
-    /// and decodes whole. A log that cannot be read now, a log replaced
-    /// under the archive (a new generation) or a new tail starts it
-    /// afresh; nothing is shipped for the tail until it can be built.
+    /// The parts of the query index of the unsealed tail `ship_log` has
+    /// just walked, for the manifest's `files` (version 5): each part a
+    /// query index file of the records after the part before it (the
+    /// first from the tail's first record), named by its first LSN, built
+    /// in memory (the store is not written). A new part, of the records
+    /// from the last part's end to the round's head, is built and shipped
+    /// when the tail has grown by [`TAIL_INDEX_EVERY_RECORDS`] (or
+    /// [`Replicator::tail_index_every`]) or more records past the last
+    /// part; else the parts shipped so far are named again (a reader in
+    /// place indexes only the records after them). So each record is in
+    /// one part, and the parts of a segment add up to about one index of
+    /// it, where one file of the whole tail so far each time added up to
+    /// the square of the tail. A part is built from the store's log (kept
+    /// open from round to round), after checking that the record the last
+    /// part ends at is still there with the chain value it records (a log
+    /// replaced under the parts drops them all); and it is shipped only if
+    /// it ends at the round's head with the walk's chain value and decodes
+    /// whole. A log that cannot be read now ships no new part (the next
+    /// round tries again); a new tail or a new generation starts afresh.
     fn ship_tail_index(
         &mut self,
         shipped: &Shipped,
         report: &mut RoundReport,
-    ) -> Result<Option<FileEntry>, ReplicateError> {
+    ) -> Result<Vec<FileEntry>, ReplicateError> {
         let tail = shipped
             .tail_state
             .as_ref()
@@ -786,7 +802,7 @@ impl Replicator {
             .and_then(|f| Some((f.path.clone(), segment_first_lsn(&f.path)?)));
         let Some((seg, first)) = tail else {
             self.tail_index = None;
-            return Ok(None);
+            return Ok(Vec::new());
         };
         let (head, head_chain) = shipped.head;
         if shipped.diverged.is_some() {
@@ -797,27 +813,23 @@ impl Replicator {
         if self
             .tail_index
             .as_ref()
-            .is_some_and(|t| t.seg != seg || t.first != first || t.builder.covered() > head)
+            .is_some_and(|t| t.seg != seg || t.first != first || t.covered() > head)
         {
             self.tail_index = None;
         }
         if self.tail_index.is_none() {
             let mut t = TailIndex::new(seg, first);
             if shipped.diverged.is_none() {
-                t.shipped = self.adopt_tail_index(first, head);
+                t.parts = self.adopt_tail_index(first, head);
             }
             self.tail_index = Some(t);
         }
-        let Some(t) = self.tail_index.as_mut() else {
-            return Ok(None);
+        let Some(t) = self.tail_index.as_ref() else {
+            return Ok(Vec::new());
         };
-        let carried = t.shipped.as_ref().map(|(_, e)| e.clone());
-        let covered = t
-            .shipped
-            .as_ref()
-            .map_or(Lsn(first.0.saturating_sub(1)), |(c, _)| *c);
+        let covered = t.covered();
         if head < first || head.0 < covered.0 + self.tail_index_every {
-            return Ok(carried);
+            return Ok(t.entries());
         }
         if self.tail_source.is_none() {
             let vfs: std::sync::Arc<dyn cairn_engine::Vfs> =
@@ -825,23 +837,31 @@ impl Replicator {
             match cairn_engine::log::LogReader::open(vfs, &self.store.join("log")) {
                 Ok(r) => self.tail_source = Some(cairn_query::source::ReaderSource::new(r)),
                 // Unreadable now: the next round tries again.
-                Err(_) => return Ok(carried),
+                Err(_) => return Ok(t.entries()),
             }
         }
         let Some(src) = self.tail_source.as_ref() else {
-            return Ok(carried);
+            return Ok(t.entries());
         };
-        let Some(bytes) = extend_tail_index(src, t, head, head_chain) else {
-            // A failed read leaves the builder where it cannot be trusted
-            // to continue, and the log reader perhaps stale: both afresh.
-            *t = TailIndex::new(t.seg.clone(), first);
-            t.shipped = carried.clone().map(|e| (covered, e));
-            self.tail_source = None;
-            return Ok(carried);
+        let bytes = match build_tail_part(src, t, head, head_chain) {
+            Ok(b) => b,
+            Err(PartFailed::Stale) => {
+                // The parts do not describe this log: all afresh.
+                if let Some(t) = self.tail_index.as_mut() {
+                    t.parts.clear();
+                }
+                self.tail_source = None;
+                return Ok(Vec::new());
+            }
+            Err(PartFailed::Unread) => {
+                // A failed read leaves the log reader perhaps stale.
+                self.tail_source = None;
+                return Ok(t.entries());
+            }
         };
         let rel = format!(
             "{SEG_INDEX_DIR}/{}",
-            cairn_query::index::seg::seg_index_name(first)
+            cairn_query::index::seg::seg_index_name(covered.next())
         );
         let len = bytes.len() as u64;
         let pieces = self.ship_in_pieces(&bytes, report)?;
@@ -851,36 +871,123 @@ impl Replicator {
             pieces,
         };
         report.tail_indexes_built += 1;
-        if let Some(t) = &mut self.tail_index {
-            t.shipped = Some((head, entry.clone()));
-        }
-        Ok(Some(entry))
+        let Some(t) = self.tail_index.as_mut() else {
+            return Ok(Vec::new());
+        };
+        t.parts.push((head, head_chain, entry));
+        Ok(t.entries())
     }
 
-    /// The archive's last manifest's `tail_index`, taken over by a new
-    /// replicator whose log continues the archive's, when it indexes the
-    /// tail from `first` up to at most `head`: its header (112 bytes, the
-    /// first of its object, checksum checked) gives the LSN it covers.
-    /// So that a replicator run now and then (`cairn replicate --once`)
-    /// ships a new index only when the tail has grown by the bound, not
-    /// at each run. Its chain value is not checked here: the log
-    /// continues the archive's, and a reader checks it against the tail.
-    /// `None` when there is none or it cannot be read.
-    fn adopt_tail_index(&self, first: Lsn, head: Lsn) -> Option<(Lsn, FileEntry)> {
+    /// Gives the manifest's `tail_state` an entry of its sparse index at
+    /// the record each part of the tail's index ends at (its LSN and
+    /// frame offset), kept in the walk's index from round to round: a
+    /// reader in place checks each part against that record's chain
+    /// value, and with an entry there reads that frame alone (a page of
+    /// the tail), not the up to [`TAIL_STATE_INDEX_INTERVAL_BYTES`] of
+    /// frames before it from the entry before and the chunk that pulls
+    /// in. A frame's offset not walked yet (parts taken over from the
+    /// archive by a new replicator) is found by decoding the frames
+    /// between the entries around it in the local segment; one not found
+    /// gets no entry (the reader scans to it, as before).
+    fn mark_tail_part_ends(&mut self, shipped: &mut Shipped) -> Result<(), ReplicateError> {
+        let (Some(t), Some(hex)) = (&self.tail_index, &shipped.tail_state) else {
+            return Ok(());
+        };
+        let Some(st) =
+            super::manifest::from_hex(hex).and_then(|b| cairn_engine::log::TailState::decode(&b))
+        else {
+            return Ok(());
+        };
+        let Some(index) = self.walk_index.get_mut(&t.seg) else {
+            return Ok(());
+        };
+        let path = self.store.join(&t.seg);
+        let mut changed = false;
+        for &(end, _, _) in &t.parts {
+            if end > st.last_lsn {
+                continue;
+            }
+            let i = index.partition_point(|&(l, _)| l < end);
+            if index.get(i).is_some_and(|&(l, _)| l == end) {
+                continue;
+            }
+            let off = if end == st.last_lsn {
+                Some(st.last_frame_off)
+            } else {
+                let from = i.checked_sub(1).map(|j| index[j].1);
+                let to = index.get(i).map_or(st.valid_len, |&(_, o)| o);
+                match from {
+                    Some(from) => local::frame_offset(&path, from, to, end)?,
+                    None => None,
+                }
+            };
+            if let Some(off) = off.filter(|&o| o > 0) {
+                index.insert(i, (end, off));
+                changed = true;
+            }
+        }
+        if changed {
+            let marked = cairn_engine::log::TailState::new(
+                st.first_lsn,
+                st.valid_len,
+                (st.last_lsn >= st.first_lsn).then_some((st.last_lsn, st.last_frame_off)),
+                st.chain,
+                index.clone(),
+            );
+            shipped.tail_state = Some(cairn_codec::bytes::to_hex(&marked.encode()));
+        }
+        Ok(())
+    }
+
+    /// The archive's last manifest's parts of the tail's index, taken
+    /// over by a new replicator whose log continues the archive's, when
+    /// they index the tail from `first` up to at most `head`, each
+    /// starting right after the one before: each part's header (112
+    /// bytes, the first of its object, checksum checked) gives the LSN it
+    /// covers and the chain value there; the first part that does not
+    /// chain ends what is taken. A version 4 manifest's `tail_index` is
+    /// taken as the first part. So that a replicator run now and then
+    /// (`cairn replicate --once`) ships a new part only when the tail has
+    /// grown by the bound, not at each run. The chain values are checked
+    /// against the log when the next part is built (the last one's) and
+    /// by a reader (each one's).
+    fn adopt_tail_index(&self, first: Lsn, head: Lsn) -> Vec<(Lsn, ChainHash, FileEntry)> {
         use cairn_query::index::seg::{seg_index_name, SegHeader, SEG_HEADER_LEN};
-        let e = self.last.as_ref()?.tail_index.clone()?;
-        if e.path != format!("{SEG_INDEX_DIR}/{}", seg_index_name(first)) {
-            return None;
+        let Some(m) = self.last.as_ref() else {
+            return Vec::new();
+        };
+        let mut listed: Vec<FileEntry> = m.tail_index_parts().into_iter().cloned().collect();
+        if listed.is_empty() {
+            listed.extend(m.tail_index.clone());
         }
-        let p = e.pieces.first()?;
-        let n = SEG_HEADER_LEN as u64;
-        if p.len < n {
-            return None;
+        let mut out: Vec<(Lsn, ChainHash, FileEntry)> = Vec::new();
+        for e in listed {
+            let want = out.last().map_or(first, |(covered, _, _)| covered.next());
+            if e.path != format!("{SEG_INDEX_DIR}/{}", seg_index_name(want)) {
+                break;
+            }
+            let Some(p) = e.pieces.first() else {
+                break;
+            };
+            let n = SEG_HEADER_LEN as u64;
+            if p.len < n {
+                break;
+            }
+            let Some(h) = self
+                .archive
+                .get_range(&object_name(&p.hash), 0..n)
+                .ok()
+                .flatten()
+                .and_then(|h| SegHeader::decode(&h).ok())
+            else {
+                break;
+            };
+            if h.first != want || h.covered < want || h.covered > head {
+                break;
+            }
+            out.push((h.covered, h.chain, e));
         }
-        let h = self.archive.get_range(&object_name(&p.hash), 0..n).ok()??;
-        let header = SegHeader::decode(&h).ok()?;
-        let covered = header.covered;
-        (header.first == first && covered >= first && covered <= head).then_some((covered, e))
+        out
     }
 
     /// Notes in `shipped.diverged` a segment the last manifest named that
@@ -970,7 +1077,6 @@ impl Replicator {
         head: (Lsn, ChainHash),
         mut files: Vec<FileEntry>,
         tail_state: Option<String>,
-        tail_index: Option<FileEntry>,
         report: &mut RoundReport,
     ) -> Result<(), ReplicateError> {
         files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -986,7 +1092,7 @@ impl Replicator {
             sessions: self.count_sessions(head.0),
             files,
             tail_state,
-            tail_index,
+            tail_index: None,
         };
         if !self.archive.exists(&name)? {
             self.archive.put(&name, m.encode())?;
@@ -1194,42 +1300,58 @@ fn index_covers(bytes: &[u8], what: &str, first: Lsn, last: Lsn, chain: ChainHas
     .unwrap_or(false)
 }
 
-/// Takes the records after `t`'s builder up to `head` into it, from
-/// `src`, and encodes the file: `None` when the record the builder
-/// stopped at is no longer the one it took in (its chain value), a read
-/// fails, the log ends before `head`, the chain value at `head` is not
-/// `head_chain` (the walk's), or the file is over
-/// [`MAX_SHIPPED_SEG_INDEX_BYTES`] or does not decode whole.
-fn extend_tail_index(
+/// Why a part of the tail's index could not be built.
+enum PartFailed {
+    /// The record the last part ends at is not the one it indexed (its
+    /// chain value): the parts are not of this log.
+    Stale,
+    /// A read failed, the log ends before the head or its chain value
+    /// there is not the walk's, or the file is over
+    /// [`MAX_SHIPPED_SEG_INDEX_BYTES`] or does not decode whole.
+    Unread,
+}
+
+/// The query index file of the tail's records after `t`'s last part up
+/// to `head`, read from `src`, after checking that the record the last
+/// part ends at still has the chain value it records; checked to cover
+/// exactly those records, the chain value at `head` being `head_chain`
+/// (the walk's).
+fn build_tail_part(
     src: &cairn_query::source::ReaderSource,
-    t: &mut TailIndex,
+    t: &TailIndex,
     head: Lsn,
     head_chain: ChainHash,
-) -> Option<Vec<u8>> {
+) -> Result<Vec<u8>, PartFailed> {
     use cairn_query::source::RecordSource;
-    src.head().ok()?;
-    let from = t.builder.covered();
-    if from >= t.first && src.read(from).ok()?.chain != t.chain {
-        return None;
+    src.head().map_err(|_| PartFailed::Unread)?;
+    if let Some((covered, chain, _)) = t.parts.last() {
+        let at = src.read(*covered).map_err(|_| PartFailed::Unread)?;
+        if at.chain != *chain {
+            return Err(PartFailed::Stale);
+        }
     }
-    let (builder, chain) = (&mut t.builder, &mut t.chain);
-    if from < head {
-        src.for_each_ref(from.next(), &mut |lsn, c, e| {
-            if lsn > head {
-                return Ok(false);
-            }
-            builder.observe(lsn, c, e)?;
-            *chain = c;
-            Ok(lsn < head)
-        })
-        .ok()?;
+    let from = t.covered().next();
+    let mut b = cairn_query::index::seg::SegIndexBuilder::new(from);
+    let mut last_chain = ChainHash::ZERO;
+    src.for_each_ref(from, &mut |lsn, c, e| {
+        if lsn > head {
+            return Ok(false);
+        }
+        b.observe(lsn, c, e)?;
+        last_chain = c;
+        Ok(lsn < head)
+    })
+    .map_err(|_| PartFailed::Unread)?;
+    if b.covered() != head || last_chain != head_chain {
+        return Err(PartFailed::Unread);
     }
-    if t.builder.covered() != head || t.chain != head_chain {
-        return None;
-    }
-    let bytes = t.builder.encode().ok()?;
+    let bytes = b.encode().map_err(|_| PartFailed::Unread)?;
     let fits = bytes.len() as u64 <= MAX_SHIPPED_SEG_INDEX_BYTES;
-    (fits && index_covers(&bytes, "the tail's index", t.first, head, head_chain)).then_some(bytes)
+    if fits && index_covers(&bytes, "a part of the tail's index", from, head, head_chain) {
+        Ok(bytes)
+    } else {
+        Err(PartFailed::Unread)
+    }
 }
 
 /// The query index file of the records `first..=last`, built from `src`
@@ -1537,23 +1659,26 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let ws = d.path().join("ws");
         std::fs::create_dir_all(&ws).unwrap();
+        let prompts = |from: u64, n: u64| -> Vec<cairn_codec::Event> {
+            (from..from + n)
+                .map(|i| {
+                    let mut e = cairn_codec::Event::new(
+                        cairn_codec::EventKind::Prompt,
+                        format!("s{}", i % 3),
+                    );
+                    e.text = Some(format!("prompt {i}"));
+                    e
+                })
+                .collect()
+        };
         let s = crate::Store::open(&ws).unwrap();
-        let n = 1000;
-        let batch: Vec<cairn_codec::Event> = (0..n)
-            .map(|i| {
-                let mut e =
-                    cairn_codec::Event::new(cairn_codec::EventKind::Prompt, format!("s{}", i % 3));
-                e.text = Some(format!("prompt {i}"));
-                e
-            })
-            .collect();
-        s.append_batch(&batch).unwrap();
+        s.append_batch(&prompts(0, 1000)).unwrap();
         s.close().unwrap();
         let arch = d.path().join("archive");
         let url = format!("file://{}", arch.display());
         let mut r = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn"))
             .unwrap()
-            .tail_index_every(n - 10);
+            .tail_index_every(300);
         // The log's one piece goes, every later send fails: the tail's
         // index among them.
         r.archive().fail_after_puts(1);
@@ -1561,21 +1686,86 @@ mod tests {
         r.archive().fail_after_puts(u64::MAX);
         let rep = r.round().unwrap();
         assert!(rep.manifest.is_some());
+        assert_eq!(rep.tail_indexes_built, 1, "{rep:?}");
         assert_manifest_whole(&arch);
         let a = Archive::open(&url).unwrap();
-        let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
-        let t = m.tail_index.clone().unwrap();
-        assert_eq!(t.path, format!("{SEG_INDEX_DIR}/00000000000000000001.qix"));
-        let mut got = Vec::new();
-        for p in &t.pieces {
-            got.extend(a.get(&object_name(&p.hash)).unwrap().unwrap());
-        }
+        let (_, m1) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        assert_eq!(m1.version, MANIFEST_VERSION);
+        assert!(m1.tail_index.is_none(), "version 5 lists parts in files");
+        let parts1: Vec<FileEntry> = m1.tail_index_parts().into_iter().cloned().collect();
+        assert_eq!(parts1.len(), 1, "{parts1:?}");
+        // The tail grows past the bound: the next part holds only the
+        // records after the first, which is named again, not rebuilt.
+        let s = crate::Store::open(&ws).unwrap();
+        s.append_batch(&prompts(1000, 400)).unwrap();
+        s.close().unwrap();
+        let rep = r.round().unwrap();
+        assert_eq!(rep.tail_indexes_built, 1, "{rep:?}");
+        assert_manifest_whole(&arch);
+        let (_, m2) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        let parts = |m: &Manifest| -> Vec<FileEntry> {
+            m.tail_index_parts().into_iter().cloned().collect()
+        };
+        let parts2 = parts(&m2);
+        assert_eq!(parts2.len(), 2, "{parts2:?}");
+        assert_eq!(parts2[0], parts1[0]);
         let vfs: std::sync::Arc<dyn cairn_engine::Vfs> = std::sync::Arc::new(cairn_engine::RealVfs);
         let src = cairn_query::source::ReaderSource::new(
             cairn_engine::log::LogReader::open(vfs, &ws.join(".cairn/log")).unwrap(),
         );
-        let want = build_seg_index(&src, Lsn(1), Lsn(m.head_lsn)).unwrap();
-        assert_eq!(got, want);
+        let first_last = Lsn(m1.head_lsn);
+        for (t, (from, to)) in parts2
+            .iter()
+            .zip([(Lsn(1), first_last), (first_last.next(), Lsn(m2.head_lsn))])
+        {
+            assert_eq!(
+                t.path,
+                format!(
+                    "{SEG_INDEX_DIR}/{}",
+                    cairn_query::index::seg::seg_index_name(from)
+                )
+            );
+            let mut got = Vec::new();
+            for p in &t.pieces {
+                got.extend(a.get(&object_name(&p.hash)).unwrap().unwrap());
+            }
+            let want = build_seg_index(&src, from, to).unwrap();
+            assert_eq!(got, want, "{}", t.path);
+        }
+        // The tail's state has an entry of its sparse index at each
+        // part's end, so a reader checks a part by reading that frame
+        // alone; a new replicator, taking the parts over, finds them in
+        // the segment again.
+        let entries_of = |m: &Manifest| {
+            cairn_engine::log::TailState::decode(&m.tail_state_bytes().unwrap())
+                .unwrap()
+                .index_entries()
+                .iter()
+                .map(|e| e.0)
+                .collect::<Vec<Lsn>>()
+        };
+        let ends = [first_last, Lsn(m2.head_lsn)];
+        for end in ends {
+            assert!(entries_of(&m2).contains(&end), "{end}");
+        }
+        let s = crate::Store::open(&ws).unwrap();
+        s.append_batch(&prompts(1400, 5)).unwrap();
+        s.close().unwrap();
+        let mut again = Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn"))
+            .unwrap()
+            .tail_index_every(300);
+        assert_eq!(again.round().unwrap().tail_indexes_built, 0);
+        let (_, m3) = super::super::newest_manifest(&a, None).unwrap().unwrap();
+        assert_eq!(parts(&m3), parts2);
+        for end in ends {
+            assert!(entries_of(&m3).contains(&end), "{end}");
+        }
+        // A restore writes none of them: they are no store files.
+        let back = d.path().join("back");
+        super::super::restore(&a, &back, None).unwrap();
+        for t in &parts2 {
+            assert!(!back.join(".cairn").join(&t.path).exists(), "{}", t.path);
+        }
         assert!(
             !ws.join(".cairn")
                 .join(SEG_INDEX_DIR)
@@ -1604,7 +1794,7 @@ mod tests {
         r.round().unwrap();
         let a = Archive::open(&format!("file://{}", arch.display())).unwrap();
         let (_, m) = super::super::newest_manifest(&a, None).unwrap().unwrap();
-        assert!(m.tail_index.is_some());
+        assert!(!m.tail_index_parts().is_empty());
         super::super::prune(&a).unwrap();
         assert_manifest_whole(&arch);
     }

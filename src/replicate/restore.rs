@@ -211,10 +211,26 @@ fn write_files(
             .create(&d)
             .map_err(|e| ReplicateError::io("create", &d, e))?;
     }
+    // The tail's state, when it describes the tail restored: the first
+    // open then takes the tail's end from it instead of walking it.
+    if let Some(bytes) = tail_state_of(m) {
+        let path = root.join("log").join(cairn_engine::log::TAIL_STATE_FILE);
+        let mut f = create(&path)?;
+        f.write_all(&bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| ReplicateError::io("write", &path, e))?;
+        report.files += 1;
+        report.bytes += bytes.len() as u64;
+    }
     // Every piece of every file, in order, read several at a time; a file
-    // is created at its first piece and synced after its last.
+    // is created at its first piece and synced after its last. The parts
+    // of the tail's query index (version 5) are no store files: the store
+    // builds its own.
     let mut order = Vec::new();
     for (fi, f) in m.files.iter().enumerate() {
+        if m.is_tail_index_part(&f.path) {
+            continue;
+        }
         if f.pieces.is_empty() {
             create(&root.join(&f.path))?
                 .sync_all()
@@ -265,6 +281,30 @@ fn write_files(
         sync_dir(&root.join(sub))?;
     }
     Ok(())
+}
+
+/// The bytes of `m`'s `tail_state` when they are an intact state of the
+/// tail `m` names as restored: the last segment's first LSN, its length
+/// in `files`, and the manifest's head (LSN and chain value) as its last
+/// record. Else `None`, and the restored store's first open walks the
+/// tail: a state claiming records past the tail would make that open
+/// refuse the tail as damaged. What the state says of the file's frames
+/// (the last frame's offset, the sparse index) is checked by the
+/// engine's open, which trusts the state only when it matches the file
+/// exactly, and each frame's CRC when it is read.
+fn tail_state_of(m: &Manifest) -> Option<Vec<u8>> {
+    let bytes = m.tail_state_bytes()?;
+    let st = cairn_engine::log::TailState::decode(&bytes)?;
+    let first = m.tail_first_lsn()?;
+    let seg = m
+        .files
+        .iter()
+        .find(|f| f.path == format!("log/{first:020}.seg"))?;
+    let fits = st.first_lsn.0 == first
+        && st.valid_len == seg.len
+        && st.last_lsn.0 == m.head_lsn
+        && st.chain.to_hex() == m.head_chain;
+    fits.then_some(bytes)
 }
 
 /// Creates the new file `path` (owner-only), failing if it exists.
@@ -482,7 +522,8 @@ pub fn prune(archive: &Archive) -> Result<PruneReport, ReplicateError> {
     for (g, _, name) in &all {
         if *g == newest {
             let m = read_manifest(archive, name)?;
-            // The tail's query index (version 4) is named as well.
+            // The tail's query index (version 4; version 5 lists its
+            // parts in `files`) is named as well.
             for f in m.files.into_iter().chain(m.tail_index) {
                 named.extend(f.pieces.into_iter().map(|p| p.hash));
             }
@@ -501,4 +542,134 @@ pub fn prune(archive: &Archive) -> Result<PruneReport, ReplicateError> {
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::replicate::{newest_manifest, Archive, Replicator};
+    use cairn_engine::log::TailState;
+
+    /// The canonical export of the store of `ws`.
+    fn export_of(ws: &Path) -> Vec<u8> {
+        let s = crate::Store::builder()
+            .workspace(ws)
+            .read_only()
+            .open()
+            .unwrap();
+        let mut out = Vec::new();
+        s.export(&crate::Filter::all(), crate::Format::Jsonl, &mut out)
+            .unwrap();
+        out
+    }
+
+    /// The sparse index entries of the `tail.state` of the store `ws`.
+    fn state_entries(ws: &Path) -> Vec<(Lsn, u64)> {
+        let b = std::fs::read(ws.join(".cairn/log/tail.state")).unwrap();
+        TailState::decode(&b).unwrap().index_entries().to_vec()
+    }
+
+    /// A restore writes the manifest's `tail_state` as the restored
+    /// store's `log/tail.state` when it describes the tail restored, so
+    /// the store's first open (restore's own check) takes the tail's end
+    /// and sparse index from it instead of walking the tail: the close
+    /// after that open writes back the state's entries (one every 64 KiB),
+    /// where a walk indexes the tail every 4 KiB. A state that does not
+    /// match the tail (its last frame's offset wrong) is written but not
+    /// trusted by the open, which walks the tail; one that claims records
+    /// past the tail is not written (the open would refuse the tail as
+    /// damaged). A restore `--at` a point inside the tail cuts it and
+    /// drops the state. Every restored store's export is the original's.
+    #[test]
+    fn a_restore_takes_the_shipped_tail_state_only_when_it_fits() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let s = crate::Store::open(&ws).unwrap();
+        for b in 0..40u64 {
+            let batch: Vec<crate::Event> = (0..100u64)
+                .map(|i| {
+                    let mut e = crate::Event::new(crate::EventKind::Prompt, "s");
+                    let n = b * 100 + i;
+                    e.text = Some(
+                        (0..4u64)
+                            .map(|j| blake3::hash(&[n, j].map(u64::to_le_bytes).concat()))
+                            .map(|h| h.to_hex().to_string())
+                            .collect(),
+                    );
+                    e
+                })
+                .collect();
+            s.append_batch(&batch).unwrap();
+        }
+        s.close().unwrap();
+        let arch = d.path().join("archive");
+        let url = format!("file://{}", arch.display());
+        let a = Archive::open(&url).unwrap();
+        Replicator::new(Archive::open(&url).unwrap(), ws.join(".cairn"))
+            .unwrap()
+            .round()
+            .unwrap();
+        let (name, m) = newest_manifest(&a, None).unwrap().unwrap();
+        let name = name.to_string();
+        let shipped = TailState::decode(&m.tail_state_bytes().unwrap()).unwrap();
+        assert!(
+            shipped.index_entries().len() >= 4,
+            "{:?}",
+            shipped.index_entries()
+        );
+        let want = export_of(&ws);
+
+        let back = d.path().join("back");
+        restore(&a, &back, None).unwrap();
+        let took = |ws: &Path| state_entries(ws) == shipped.index_entries();
+        assert!(took(&back), "restore's open walked the tail");
+        assert_eq!(export_of(&back), want);
+        // Opened again: still the shipped state's entries, no walk.
+        crate::Store::open(&back).unwrap().close().unwrap();
+        assert!(took(&back), "the next open walked the tail");
+
+        // A state whose facts restore checks fit but whose last frame is
+        // not where it says: the open does not trust it and walks.
+        let off = TailState::new(
+            shipped.first_lsn,
+            shipped.valid_len,
+            Some((shipped.last_lsn, shipped.last_frame_off - 1)),
+            shipped.chain,
+            shipped.index_entries().to_vec(),
+        );
+        // One that claims a record past the tail.
+        let past = TailState::new(
+            shipped.first_lsn,
+            shipped.valid_len + 100,
+            Some((shipped.last_lsn.next(), shipped.valid_len)),
+            shipped.chain,
+            shipped.index_entries().to_vec(),
+        );
+        for (what, st) in [("a wrong offset", off), ("records past the tail", past)] {
+            let mut altered = m.clone();
+            altered.set_tail_state(Some(&st.encode()));
+            std::fs::write(arch.join(&name), altered.encode()).unwrap();
+            let to = d.path().join(format!("back {what}"));
+            restore(&a, &to, None).unwrap();
+            let walked = state_entries(&to);
+            assert!(
+                walked.len() > shipped.index_entries().len(),
+                "{what}: {} entries, the shipped state has {}",
+                walked.len(),
+                shipped.index_entries().len()
+            );
+            assert_eq!(export_of(&to), want, "{what}");
+        }
+        std::fs::write(arch.join(&name), m.encode()).unwrap();
+
+        // A point inside the tail: the tail is cut, the state dropped.
+        let at = d.path().join("at");
+        let r = restore(&a, &at, Some(Point::Lsn(Lsn(2000)))).unwrap();
+        assert_eq!(r.head_lsn, 2000);
+        let cut =
+            TailState::decode(&std::fs::read(at.join(".cairn/log/tail.state")).unwrap()).unwrap();
+        assert_eq!(cut.last_lsn, Lsn(2000));
+    }
 }

@@ -38,6 +38,16 @@ pub const SEGMENTS_DIR: &str = "segments";
 /// never folds more than this many records.
 pub const TAIL_REINDEX_RECORDS: u64 = 4096;
 
+/// The most files the unsealed tail's index is read from, chained one
+/// after the other (see `ColdIndex::tail_parts`). A local store has one;
+/// an archive ships one part every `cairn::replicate::TAIL_INDEX_EVERY_RECORDS`
+/// (32,768) records, 16 for a full 64 MiB segment of the benchmark's
+/// 133-byte records. Each costs an open and a record read to check it, so
+/// a chain longer than this (a crafted or odd archive) is cut here and
+/// the rest of the tail indexed in memory: a bound on work, never on
+/// what is answered.
+pub const MAX_TAIL_INDEX_PARTS: usize = 1024;
+
 /// LSNs a walk by time ([`ColdIndex::scan`] with only a time range)
 /// gathers from the log before it hands them out, oldest first: enough
 /// that a long answer is read in few walks, few enough that a short one
@@ -196,9 +206,17 @@ impl<'a> ColdIndex<'a> {
         Ok(me)
     }
 
-    /// Adds the parts of the unsealed tail `first..=head`: the prefix a
-    /// tail file covers (a file named as the segment, which the log still
-    /// has as it was indexed), and the records after it, indexed in memory.
+    /// Adds the parts of the unsealed tail `first..=head`: the prefix the
+    /// tail's files cover, and the records after it, indexed in memory.
+    /// The prefix is a chain of files, each named by its first LSN: the
+    /// first named as the segment (the store's own tail file, or an
+    /// archive's first part), each next one starting right after the one
+    /// before ends (an archive ships the tail's index in such parts, see
+    /// `cairn::replicate`). Each is trusted only when its header's first
+    /// LSN is the one the chain asks for, its last LSN is inside the tail,
+    /// and its chain value is the log's record's there; the first that is
+    /// not (or is missing) ends the chain, and the records after the last
+    /// trusted one are indexed in memory.
     /// When [`TAIL_REINDEX_RECORDS`] or more records are not in a file
     /// and this index may write, the whole tail becomes one part whose
     /// file is (re)built on first use.
@@ -208,16 +226,29 @@ impl<'a> ColdIndex<'a> {
         head: cairn_engine::log::Head,
         reindex: u64,
     ) -> Result<()> {
-        let prefix = self
-            .open_file(first)
-            .ok()
-            .map(|ix| *ix.header())
-            .filter(|h| h.first == first && h.covered >= first && h.covered <= head.last_lsn);
-        let prefix = match prefix {
-            Some(h) if self.src.read(h.covered)?.chain == h.chain => Some(h),
-            _ => None,
-        };
-        let indexed = prefix.map_or(first, |h| h.covered.next());
+        let mut prefix: Vec<SegmentSpan> = Vec::new();
+        let mut indexed = first;
+        while indexed <= head.last_lsn && prefix.len() < MAX_TAIL_INDEX_PARTS {
+            let Some(h) = self
+                .open_file(indexed)
+                .ok()
+                .map(|ix| *ix.header())
+                .filter(|h| {
+                    h.first == indexed && h.covered >= indexed && h.covered <= head.last_lsn
+                })
+            else {
+                break;
+            };
+            if self.src.read(h.covered)?.chain != h.chain {
+                break;
+            }
+            prefix.push(SegmentSpan {
+                first: indexed,
+                last: h.covered,
+                last_chain: h.chain,
+            });
+            indexed = h.covered.next();
+        }
         let unindexed = head.last_lsn.0 + 1 - indexed.0;
         if self.write && unindexed >= reindex {
             self.parts.push(Part {
@@ -231,17 +262,11 @@ impl<'a> ColdIndex<'a> {
             });
             return Ok(());
         }
-        if let Some(h) = prefix {
-            self.parts.push(Part {
-                first,
-                last: h.covered,
-                span: Some(SegmentSpan {
-                    first,
-                    last: h.covered,
-                    last_chain: h.chain,
-                }),
-            });
-        }
+        self.parts.extend(prefix.into_iter().map(|s| Part {
+            first: s.first,
+            last: s.last,
+            span: Some(s),
+        }));
         if indexed <= head.last_lsn {
             self.parts.push(Part {
                 first: indexed,
@@ -924,8 +949,10 @@ impl<'a> ColdIndex<'a> {
     /// block) and against the segment it names, and the summary of the
     /// files whole (what `cairn verify` runs).
     /// The file of the unsealed tail (named by the first LSN after the
-    /// last sealed segment) fits when `chain_at` (the log's chain value
-    /// after an LSN, if it has it) agrees with its last LSN. A file of
+    /// last sealed segment), and a later part of the tail's index (named
+    /// by an LSN inside the tail, as an archive ships them), fits when
+    /// `chain_at` (the log's chain value after an LSN, if it has it)
+    /// agrees with its last LSN. A file of
     /// segments the log does not have as it names them is stale, which is
     /// no damage: queries never use it and rebuild it.
     pub fn verify_files(
@@ -969,7 +996,7 @@ impl<'a> ColdIndex<'a> {
                     let fits = h.first == first
                         && (sealed.iter().any(|s| {
                             s.first == first && h.covered == s.last && h.chain == s.last_chain
-                        }) || (first == tail_first
+                        }) || (first >= tail_first
                             && h.covered >= first
                             && chain_at(h.covered) == Some(h.chain)));
                     if fits {
