@@ -1483,6 +1483,18 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
         format!("index/segments/{:020}.qix", m2.head_lsn + 1)
     );
     assert_eq!(tail_entry(&m5).path, tail_entry(&m3).path, "one tail");
+    // Each part is shipped with its front (header, key directory, key
+    // bytes) as a piece of its own, so a reader in place fetches the
+    // front whole and then a page of the postings, not the range around
+    // both.
+    for p in &ix5 {
+        let front = p.pieces[0].len;
+        assert!(p.pieces.len() >= 2, "{p:?}");
+        assert!(
+            (4096..64 << 10).contains(&front),
+            "a front of {front}: {p:?}"
+        );
+    }
     let local = cairn::Store::builder()
         .workspace(ws)
         .read_only()

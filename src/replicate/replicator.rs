@@ -864,7 +864,9 @@ impl Replicator {
             cairn_query::index::seg::seg_index_name(covered.next())
         );
         let len = bytes.len() as u64;
-        let pieces = self.ship_in_pieces(&bytes, report)?;
+        let cut = part_front_len(&bytes);
+        let mut pieces = self.ship_in_pieces(&bytes[..cut], report)?;
+        pieces.extend(self.ship_in_pieces(&bytes[cut..], report)?);
         let entry = FileEntry {
             path: rel,
             len,
@@ -1298,6 +1300,24 @@ fn index_covers(bytes: &[u8], what: &str, first: Lsn, last: Lsn, chain: ChainHas
         Ok(h.first == first && h.covered == last && h.chain == chain)
     })
     .unwrap_or(false)
+}
+
+/// Where a part of the tail's index is cut into its first two pieces:
+/// after its front (header, key directory and key bytes; at least
+/// [`cairn_query::index::seg::SEG_FRONT_READ`], what a reader reads
+/// first), so that a reader in place fetches the front as one small
+/// piece, whole, and its first read of the postings after it is a page
+/// of their piece, not (as in one piece with the front) the 256 KiB
+/// range around them: the archive's file system fetches a range whole at
+/// the second small read in it. A filter that reaches the tail reads
+/// each of the tail's parts in turn, so this is paid once a part (see
+/// "The tail's query index in parts" in docs/BENCHMARKS.md).
+fn part_front_len(bytes: &[u8]) -> usize {
+    let front = cairn_query::index::seg::SegHeader::decode(bytes)
+        .map_or(0, |h| usize::try_from(h.front_len()).unwrap_or(usize::MAX));
+    front
+        .max(cairn_query::index::seg::SEG_FRONT_READ)
+        .min(bytes.len())
 }
 
 /// Why a part of the tail's index could not be built.

@@ -352,6 +352,15 @@ impl std::fmt::Debug for SegIndex {
 }
 
 impl SegHeader {
+    /// The bytes of the file's front: the header, the key directory and
+    /// the key bytes, which [`SegIndex::open_file`] reads before any
+    /// postings.
+    pub fn front_len(&self) -> u64 {
+        (SEG_HEADER_LEN as u64)
+            .saturating_add((self.keys as u64).saturating_mul(ENTRY_LEN as u64))
+            .saturating_add(self.key_bytes)
+    }
+
     /// The header at the front of an index file, `front` (at least its
     /// [`SEG_HEADER_LEN`] bytes), checked: magic, version, CRC and counts
     /// within their limits. Whether the rest of a file agrees with it is
