@@ -447,6 +447,46 @@ fn store_of_segments() -> (tempfile::TempDir, u64) {
     (d, sealed)
 }
 
+/// 1,600 hex digits that do not compress: 25 blake3 hashes of `seed`
+/// with each index `j` inserted after its first word.
+fn hex_text(seed: &[u64]) -> String {
+    (0..25u64)
+        .map(|j| {
+            let mut words = vec![seed[0], j];
+            words.extend_from_slice(&seed[1..]);
+            blake3::hash(
+                &words
+                    .iter()
+                    .flat_map(|w| w.to_le_bytes())
+                    .collect::<Vec<u8>>(),
+            )
+            .to_hex()
+            .to_string()
+        })
+        .collect()
+}
+
+/// A workspace holding a copy of the store of `ws` (closed), bound to
+/// the new workspace, so checkpoints and tracking work there.
+fn copy_of_store(ws: &Path) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(ws.join(".cairn"))
+        .arg(d.path())
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a {}", ws.display());
+    cairn::Store::builder()
+        .workspace(d.path())
+        .rebind_workspace(true)
+        .open()
+        .unwrap()
+        .close()
+        .unwrap();
+    d
+}
+
 /// Appends [`store_of_segments`]'s records to `s`.
 fn fill_segments(s: &cairn::Store) {
     let mut batch = Vec::new();
@@ -457,15 +497,7 @@ fn fill_segments(s: &cairn::Store) {
             format!("s{}", i % 8)
         };
         let mut e = cairn::Event::new(cairn::EventKind::Prompt, session);
-        e.text = Some(
-            (0..25u64)
-                .map(|j| {
-                    blake3::hash(&[i, j].map(u64::to_le_bytes).concat())
-                        .to_hex()
-                        .to_string()
-                })
-                .collect(),
-        );
+        e.text = Some(hex_text(&[i]));
         batch.push(e);
         if batch.len() == 100 {
             s.append_batch(&std::mem::take(&mut batch)).unwrap();
@@ -1051,15 +1083,7 @@ fn rewrite_manifest(arch: &Path, name: &str, m: &cairn::replicate::Manifest) {
 fn incompressible_prompts(who: &str, n: std::ops::Range<u64>) -> Vec<cairn::Event> {
     n.map(|i| {
         let mut e = cairn::Event::new(cairn::EventKind::Prompt, who);
-        e.text = Some(
-            (0..25u64)
-                .map(|j| {
-                    blake3::hash(&[i, j, 7].map(u64::to_le_bytes).concat())
-                        .to_hex()
-                        .to_string()
-                })
-                .collect(),
-        );
+        e.text = Some(hex_text(&[i, 7]));
         e
     })
     .collect()
@@ -1528,6 +1552,7 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
 fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
     let (d, _) = store_of_segments();
     let ws = d.path();
+    let before = copy_of_store(ws);
     let arch = tempfile::tempdir().unwrap();
     let a = Archive::open(&url(arch.path())).unwrap();
     let mut r = cairn::replicate::Replicator::new(a, ws.join(".cairn"))
@@ -1556,9 +1581,14 @@ fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
     assert_eq!(want.0.len(), 2, "{want:?}");
     assert_tail_answers(arch.path(), &want, tail, true, "the manifest as written");
 
-    // Another store of the same shape whose tail holds session `other`:
-    // its tail index, its objects copied into this archive.
-    let (d2, _) = store_of_segments();
+    // Another store whose tail holds session `other`: a copy of this
+    // one's sealed segments and tail as [`store_of_segments`] left them
+    // (made again, its segments would roll where their frames' sizes
+    // take them, which the log's dictionary, trained on a thread of its
+    // own, moves from run to run), grown by other records. Its tail
+    // index, its objects copied into this archive: the same first LSN,
+    // another chain from there on.
+    let d2 = copy_of_store(before.path());
     grow_tail_with_checkpoint(d2.path(), "other", 0..8_000, "early");
     let arch2 = tempfile::tempdir().unwrap();
     let a = Archive::open(&url(arch2.path())).unwrap();
@@ -1673,15 +1703,7 @@ fn store_of_spread_records(every: u64) -> tempfile::TempDir {
     let mut batch = Vec::new();
     for i in 0.. {
         let mut e = cairn::Event::new(cairn::EventKind::Prompt, format!("s{}", i % 8));
-        e.text = Some(
-            (0..25u64)
-                .map(|j| {
-                    blake3::hash(&[i, j].map(u64::to_le_bytes).concat())
-                        .to_hex()
-                        .to_string()
-                })
-                .collect(),
-        );
+        e.text = Some(hex_text(&[i]));
         batch.push(e);
         if i % every == every - 1 {
             let mut t = cairn::Event::new(cairn::EventKind::ToolCall, "w");
