@@ -1776,7 +1776,7 @@ fn a_history_in_place_of_a_path_on_every_page_fetches_its_windows_only() {
     assert_eq!(lsns(&store, &filter), want);
     assert_read_under(&vfs, "history", log_bytes, 2);
     assert!(
-        vfs.archive().peak_ranges_in_flight() > 1,
+        vfs.archive().largest_ranges_batch() > 1,
         "the windows are fetched together"
     );
 

@@ -126,6 +126,7 @@ pub struct Archive {
     /// Ranged reads under way now, and the most there have been at once.
     ranges_in_flight: AtomicU64,
     peak_ranges_in_flight: AtomicU64,
+    largest_ranges_batch: AtomicU64,
 }
 
 impl std::fmt::Debug for Archive {
@@ -231,6 +232,7 @@ impl Archive {
             bytes_read: AtomicU64::new(0),
             ranges_in_flight: AtomicU64::new(0),
             peak_ranges_in_flight: AtomicU64::new(0),
+            largest_ranges_batch: AtomicU64::new(0),
         })
     }
 
@@ -258,6 +260,14 @@ impl Archive {
     /// ([`Archive::get_ranges`] keeps up to [`MAX_RANGES_IN_FLIGHT`]).
     pub fn peak_ranges_in_flight(&self) -> u64 {
         self.peak_ranges_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The most ranges one [`Archive::get_ranges`] call was given: what
+    /// it may have under way at once (up to [`MAX_RANGES_IN_FLIGHT`]).
+    /// How many actually overlapped, [`Archive::peak_ranges_in_flight`],
+    /// depends on how fast each returns.
+    pub fn largest_ranges_batch(&self) -> u64 {
+        self.largest_ranges_batch.load(Ordering::Relaxed)
     }
 
     fn count_read(&self, n: usize) {
@@ -444,6 +454,8 @@ impl Archive {
         ranges: &[(String, std::ops::Range<u64>)],
         mut each: impl FnMut(usize, Result<Option<Vec<u8>>, ReplicateError>),
     ) {
+        self.largest_ranges_batch
+            .fetch_max(ranges.len() as u64, Ordering::Relaxed);
         self.rt.block_on(async {
             let mut s = futures::stream::iter(ranges.iter())
                 .map(|(name, range)| self.get_range_async(name, range.clone()))

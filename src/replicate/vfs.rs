@@ -867,7 +867,9 @@ mod tests {
         assert!(f.will_read(&plan));
         let a = vfs.archive();
         assert_eq!(a.gets(), 4, "the first two ranges are fetched as one");
-        assert_eq!(a.peak_ranges_in_flight(), 4, "all fetched together");
+        // All handed to the archive at once: how many overlap depends on
+        // how fast each returns (a local file's may before the next starts).
+        assert_eq!(a.largest_ranges_batch(), 4, "all fetched together");
         let merged = (near + 4_000 - 100) + 10_000 + 100_000 + 100;
         assert_eq!(a.bytes_read(), merged);
         // Reads inside the plan, of every size and the gap between the
