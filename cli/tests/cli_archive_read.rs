@@ -428,6 +428,24 @@ fn a_query_in_place_fetches_a_small_part_of_the_archive() {
 /// small part of each.
 const SEG_BYTES: u64 = 4 << 20;
 
+/// The store of `ws`, opened read-only (the local answers to compare).
+fn read_only(ws: &Path) -> cairn::Store {
+    cairn::Store::builder()
+        .workspace(ws)
+        .read_only()
+        .open()
+        .unwrap()
+}
+
+/// The store of `ws`, opened writable with segments of [`SEG_BYTES`].
+fn open_segmented(ws: &Path) -> cairn::Store {
+    cairn::Store::builder()
+        .workspace(ws)
+        .segment_size_bytes(SEG_BYTES)
+        .open()
+        .unwrap()
+}
+
 /// A store of sealed segments of [`SEG_BYTES`] (and a tail) whose first
 /// five records are the session `rare`, the rest of eight other sessions
 /// with text that does not compress much; closed, so each sealed segment
@@ -435,11 +453,7 @@ const SEG_BYTES: u64 = 4 << 20;
 /// sealed segments.
 fn store_of_segments() -> (tempfile::TempDir, u64) {
     let d = tempfile::tempdir().unwrap();
-    let s = cairn::Store::builder()
-        .workspace(d.path())
-        .segment_size_bytes(SEG_BYTES)
-        .open()
-        .unwrap();
+    let s = open_segmented(d.path());
     fill_segments(&s);
     let sealed = s.stats().log.sealed_segments;
     s.close().unwrap();
@@ -613,11 +627,7 @@ fn a_session_query_in_place_reads_the_index_files_not_the_log() {
     assert_eq!(m.version, cairn::replicate::MANIFEST_VERSION);
     let log_bytes = log_bytes(&m);
 
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     let want = lsns(&local, &rare());
     assert_eq!(want, vec![5, 4, 3, 2, 1]);
 
@@ -659,11 +669,7 @@ fn the_newest_records_in_place_are_read_without_the_whole_log() {
         limit: Some(5),
         ..cairn::Filter::all()
     };
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     let want = lsns(&local, &newest5);
     assert_eq!(want, vec![32_000, 31_999, 31_998, 31_997, 31_996]);
 
@@ -802,11 +808,7 @@ fn index_files_missing_from_the_store_are_built_and_shipped() {
 fn a_damaged_or_stale_index_file_in_the_archive_is_never_trusted() {
     let (d, _) = store_of_segments();
     let ws = d.path();
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     let filters = [
         rare(),
         cairn::Filter {
@@ -871,11 +873,7 @@ fn a_query_and_a_show_in_place_read_frames_by_range_not_whole_segments() {
     let d = tempfile::tempdir().unwrap();
     let ws = d.path();
     std::fs::write(ws.join("a.txt"), "kept in the first segment\n").unwrap();
-    let s = cairn::Store::builder()
-        .workspace(ws)
-        .segment_size_bytes(SEG_BYTES)
-        .open()
-        .unwrap();
+    let s = open_segmented(ws);
     let cp = s.session("rare").checkpoint("one").unwrap();
     fill_segments(&s);
     let sealed = s.stats().log.sealed_segments;
@@ -899,11 +897,7 @@ fn a_query_and_a_show_in_place_read_frames_by_range_not_whole_segments() {
     // The tail is not read whole at open (the manifest carries its
     // state), so the bound is on the whole log, the tail with it.
 
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     let want = lsns(&local, &rare());
     assert_eq!(want.len(), 5);
     let u = url(arch.path());
@@ -974,11 +968,7 @@ fn tree_diff_and_blame_in_place_fetch_less_than_the_log() {
     let ws = d.path();
     std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
     std::fs::write(ws.join("b.txt"), "kept\n").unwrap();
-    let s = cairn::Store::builder()
-        .workspace(ws)
-        .segment_size_bytes(SEG_BYTES)
-        .open()
-        .unwrap();
+    let s = open_segmented(ws);
     let first = s.session("rare").checkpoint("one").unwrap();
     fill_segments(&s);
     let sess = s.session("late");
@@ -996,11 +986,7 @@ fn tree_diff_and_blame_in_place_fetch_less_than_the_log() {
     let c1 = format!("c{}", first.id.0 .0);
     let u = url(arch.path());
     let open = || uncached_fresh(arch.path());
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     let want_tree = local.query(|q| q.tree_at(cairn::Point::Head)).unwrap();
     assert_eq!(want_tree.len(), 3, "{want_tree:?}");
 
@@ -1146,11 +1132,7 @@ fn a_small_query_in_place_reads_the_tail_by_range_not_whole() {
     let tail = tail_entry(&m).len;
     assert!(tail > 4 << 20, "a tail of {tail} bytes");
 
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     for f in small_queries() {
         let want = lsns(&local, &f);
         assert_eq!(want.len(), 5);
@@ -1216,11 +1198,7 @@ fn a_tail_state_that_does_not_match_the_tail_is_never_trusted() {
     assert_eq!(state.valid_len, tail);
     let entries = state.index_entries().to_vec();
     let second_off = entries[1].1;
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     let want: Vec<Vec<u64>> = small_queries().iter().map(|f| lsns(&local, f)).collect();
     let at = |first: u64, len: u64, last: Option<(u64, u64)>, chain: [u8; 32]| {
         cairn_engine::log::TailState::new(
@@ -1450,11 +1428,7 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
     let tail = tail_entry(&m3).len;
     assert!(tail > 6 << 20, "a tail of {tail} bytes");
 
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     let want = tail_answers(&local);
     assert_eq!(want.0.len(), 3, "{want:?}");
     assert_eq!(want.1.len(), 5);
@@ -1519,11 +1493,7 @@ fn a_filtered_query_in_place_reads_the_tail_index_not_the_tail_whole() {
             "a front of {front}: {p:?}"
         );
     }
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     let want = tail_answers(&local);
     assert_eq!(want.0.len(), 5, "{want:?}");
     assert_tail_answers(
@@ -1572,11 +1542,7 @@ fn a_tail_index_that_does_not_match_the_tail_is_never_trusted() {
     let ix = ix[0].clone();
     let tail = tail_entry(&m).len;
     assert_eq!(tail_entry(&m1).path, tail_entry(&m).path, "one tail");
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     let want = tail_answers(&local);
     assert_eq!(want.0.len(), 2, "{want:?}");
     assert_tail_answers(arch.path(), &want, tail, true, "the manifest as written");
@@ -1695,11 +1661,7 @@ const SPREAD: &str = "src/spread.rs";
 /// its index files. Gives the workspace.
 fn store_of_spread_records(every: u64) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
-    let s = cairn::Store::builder()
-        .workspace(d.path())
-        .segment_size_bytes(SEG_BYTES)
-        .open()
-        .unwrap();
+    let s = open_segmented(d.path());
     let mut batch = Vec::new();
     for i in 0.. {
         let mut e = cairn::Event::new(cairn::EventKind::Prompt, format!("s{}", i % 8));
@@ -1755,11 +1717,7 @@ fn a_history_in_place_of_a_path_on_every_page_fetches_its_windows_only() {
     replicate_once(ws, arch.path());
     let (_, m) = newest(arch.path());
     let log_bytes = log_bytes(&m);
-    let local = cairn::Store::builder()
-        .workspace(ws)
-        .read_only()
-        .open()
-        .unwrap();
+    let local = read_only(ws);
     let filter = cairn::Filter {
         path: Some(SPREAD.into()),
         ..cairn::Filter::all()
