@@ -388,12 +388,15 @@ impl Store {
     /// session's on a store with no workspace (an archive read in place),
     /// which has no checkpoint list cache to read.
     pub fn checkpoint_listing(&self, session: Option<&str>) -> Result<CheckpointListing> {
-        let no_workspace = matches!(self.workspace_caches(), Err(Error::NoWorkspace));
         let (checkpoints, imported) = match session {
             // The empty session names the default one for the list, and
             // itself for the imported records, as the two calls take it.
             Some(s) if !s.is_empty() => self.scanned_checkpoints(Some(s), true)?,
-            None if no_workspace => self.scanned_checkpoints(None, true)?,
+            // Asked here only: a session's listing must not open the
+            // workspace (its binding and caches) to answer.
+            None if matches!(self.workspace_caches(), Err(Error::NoWorkspace)) => {
+                self.scanned_checkpoints(None, true)?
+            }
             _ => (
                 self.session_checkpoints(session)?,
                 self.imported_checkpoints(session)?,
