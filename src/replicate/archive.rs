@@ -123,9 +123,7 @@ pub struct Archive {
     put_budget: AtomicU64,
     gets: AtomicU64,
     bytes_read: AtomicU64,
-    /// Ranged reads under way now, and the most there have been at once.
-    ranges_in_flight: AtomicU64,
-    peak_ranges_in_flight: AtomicU64,
+    /// The most ranges one [`Archive::get_ranges`] call was given.
     largest_ranges_batch: AtomicU64,
 }
 
@@ -230,8 +228,6 @@ impl Archive {
             put_budget: AtomicU64::new(u64::MAX),
             gets: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
-            ranges_in_flight: AtomicU64::new(0),
-            peak_ranges_in_flight: AtomicU64::new(0),
             largest_ranges_batch: AtomicU64::new(0),
         })
     }
@@ -256,16 +252,9 @@ impl Archive {
         self.bytes_read.load(Ordering::Relaxed)
     }
 
-    /// The most ranged reads this handle has had under way at once
-    /// ([`Archive::get_ranges`] keeps up to [`MAX_RANGES_IN_FLIGHT`]).
-    pub fn peak_ranges_in_flight(&self) -> u64 {
-        self.peak_ranges_in_flight.load(Ordering::Relaxed)
-    }
-
     /// The most ranges one [`Archive::get_ranges`] call was given: what
-    /// it may have under way at once (up to [`MAX_RANGES_IN_FLIGHT`]).
-    /// How many actually overlapped, [`Archive::peak_ranges_in_flight`],
-    /// depends on how fast each returns.
+    /// it may have under way at once (up to [`MAX_RANGES_IN_FLIGHT`]; how
+    /// many actually overlap depends on how fast each returns).
     pub fn largest_ranges_batch(&self) -> u64 {
         self.largest_ranges_batch.load(Ordering::Relaxed)
     }
@@ -459,28 +448,15 @@ impl Archive {
         self.rt.block_on(async {
             let mut s = futures::stream::iter(ranges.iter())
                 .map(|(name, range)| self.get_range_async(name, range.clone()))
-                .buffered(MAX_RANGES_IN_FLIGHT);
-            let mut i = 0;
-            while let Some(r) = s.next().await {
+                .buffered(MAX_RANGES_IN_FLIGHT)
+                .enumerate();
+            while let Some((i, r)) = s.next().await {
                 each(i, r);
-                i += 1;
             }
         })
     }
 
     async fn get_range_async(
-        &self,
-        name: &str,
-        range: std::ops::Range<u64>,
-    ) -> Result<Option<Vec<u8>>, ReplicateError> {
-        let now = self.ranges_in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        self.peak_ranges_in_flight.fetch_max(now, Ordering::Relaxed);
-        let r = self.get_range_counted(name, range).await;
-        self.ranges_in_flight.fetch_sub(1, Ordering::Relaxed);
-        r
-    }
-
-    async fn get_range_counted(
         &self,
         name: &str,
         range: std::ops::Range<u64>,
