@@ -208,6 +208,23 @@ struct Inner {
     plan: parking_lot::Mutex<Planned>,
 }
 
+/// Whether `bytes`, fetched as the whole piece `p`, are it: its length
+/// and the blake3 its name is; else what is wrong.
+fn check_piece(p: &super::Piece, bytes: &[u8]) -> Result<(), String> {
+    if bytes.len() as u64 != p.len {
+        return Err(format!(
+            "{} bytes, the manifest says {}",
+            bytes.len(),
+            p.len
+        ));
+    }
+    let got = blake3::hash(bytes).to_hex();
+    if got.as_str() != p.hash {
+        return Err(format!("its contents hash to {got}, not to its name"));
+    }
+    Ok(())
+}
+
 /// Ranges fetched by a read plan: piece hash, then start in the piece and
 /// bytes.
 type Planned = std::collections::HashMap<String, BTreeMap<u64, Arc<[u8]>>>;
@@ -408,23 +425,8 @@ impl Inner {
             .get(&obj)
             .map_err(to_io)?
             .ok_or_else(|| damaged(&obj, format!("missing ({})", what())))?;
-        if bytes.len() as u64 != p.len {
-            return Err(damaged(
-                &obj,
-                format!(
-                    "{} bytes, the manifest says {} ({})",
-                    bytes.len(),
-                    p.len,
-                    what()
-                ),
-            ));
-        }
-        let got = blake3::hash(&bytes).to_hex();
-        if got.as_str() != p.hash {
-            return Err(damaged(
-                &obj,
-                format!("its contents hash to {got}, not to its name ({})", what()),
-            ));
+        if let Err(why) = check_piece(p, &bytes) {
+            return Err(damaged(&obj, format!("{why} ({})", what())));
         }
         let bytes: Arc<[u8]> = bytes.into();
         self.cache.put(entry, bytes.clone());
@@ -581,7 +583,7 @@ impl Inner {
             let Ok(Some(bytes)) = got else { return };
             if p.len <= RANGE_CHUNK_BYTES {
                 // The whole piece: it must be what its name says.
-                if bytes.len() as u64 != p.len || blake3::hash(&bytes).to_hex().as_str() != p.hash {
+                if check_piece(p, &bytes).is_err() {
                     return;
                 }
                 let bytes: Arc<[u8]> = bytes.into();
