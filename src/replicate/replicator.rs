@@ -454,7 +454,9 @@ impl Replicator {
                 generation,
                 head,
                 shipped.files,
-                shipped.tail_state,
+                shipped
+                    .tail_state
+                    .map(|st| cairn_codec::bytes::to_hex(&st.encode())),
                 &mut report,
             )?;
         }
@@ -524,7 +526,7 @@ impl Replicator {
                         c.chain,
                         index.clone(),
                     );
-                    shipped.tail_state = Some(cairn_codec::bytes::to_hex(&st.encode()));
+                    shipped.tail_state = Some(st);
                 }
                 self.walk_index.insert(rel.clone(), index);
             } else {
@@ -892,12 +894,7 @@ impl Replicator {
     /// between the entries around it in the local segment; one not found
     /// gets no entry (the reader scans to it, as before).
     fn mark_tail_part_ends(&mut self, shipped: &mut Shipped) -> Result<(), ReplicateError> {
-        let (Some(t), Some(hex)) = (&self.tail_index, &shipped.tail_state) else {
-            return Ok(());
-        };
-        let Some(st) =
-            super::manifest::from_hex(hex).and_then(|b| cairn_engine::log::TailState::decode(&b))
-        else {
+        let (Some(t), Some(st)) = (&self.tail_index, &mut shipped.tail_state) else {
             return Ok(());
         };
         let Some(index) = self.walk_index.get_mut(&t.seg) else {
@@ -929,14 +926,7 @@ impl Replicator {
             }
         }
         if changed {
-            let marked = cairn_engine::log::TailState::new(
-                st.first_lsn,
-                st.valid_len,
-                (st.last_lsn >= st.first_lsn).then_some((st.last_lsn, st.last_frame_off)),
-                st.chain,
-                index.clone(),
-            );
-            shipped.tail_state = Some(cairn_codec::bytes::to_hex(&marked.encode()));
+            st.set_index_entries(index.clone());
         }
         Ok(())
     }
@@ -1428,9 +1418,9 @@ struct Shipped {
     files: Vec<FileEntry>,
     head: (Lsn, ChainHash),
     diverged: Option<String>,
-    /// The manifest's `tail_state` (hex): the state of the last segment
+    /// The manifest's `tail_state`: the state of the last segment
     /// walked, when it is unsealed.
-    tail_state: Option<String>,
+    tail_state: Option<cairn_engine::log::TailState>,
 }
 
 /// The first LSN a segment's path (`log/<20 digits>.seg`) names.
@@ -1629,7 +1619,12 @@ mod tests {
         fresh
             .ship_log(&mut shipped, &mut RoundReport::default())
             .unwrap();
-        assert_eq!(shipped.tail_state, carried.tail_state);
+        assert_eq!(
+            shipped
+                .tail_state
+                .map(|st| cairn_codec::bytes::to_hex(&st.encode())),
+            carried.tail_state
+        );
         drop(fresh);
 
         // The tail seals and a new one starts: the next round's state is

@@ -153,6 +153,12 @@ impl TailState {
         self.index.entries()
     }
 
+    /// Replaces the sparse index with `entries` (as [`TailState::new`]
+    /// takes them).
+    pub fn set_index_entries(&mut self, entries: Vec<(Lsn, u64)>) {
+        self.index = SparseIndex::from_entries(entries);
+    }
+
     /// The most bytes an encoded state can take ([`TailState::decode`]
     /// refuses a longer claim before allocating).
     pub const MAX_ENCODED_BYTES: usize =
