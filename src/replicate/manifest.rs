@@ -163,11 +163,14 @@ impl Manifest {
     /// size at the head (the parts of the tail's query index, which are
     /// no store files, not counted).
     pub fn bytes(&self) -> u64 {
-        self.files
-            .iter()
-            .filter(|f| !self.is_tail_index_part(&f.path))
-            .map(|f| f.len)
-            .sum()
+        self.store_files().map(|f| f.len).sum()
+    }
+
+    /// The entries of `files` that are store files: all but the parts of
+    /// the tail's query index (what restore writes).
+    pub fn store_files(&self) -> impl Iterator<Item = &FileEntry> {
+        let first = self.tail_first_lsn();
+        self.files.iter().filter(move |f| !is_part(first, &f.path))
     }
 
     /// The bytes of `tail_state`, when there is one (hex checked by
@@ -196,21 +199,16 @@ impl Manifest {
     /// index file named by the unsealed tail's first LSN or an LSN after
     /// it. Not a store file: restore does not write it.
     pub fn is_tail_index_part(&self, path: &str) -> bool {
-        let Some(first) = self.tail_first_lsn() else {
-            return false;
-        };
-        path.strip_prefix(SEG_INDEX_DIR)
-            .and_then(|r| r.strip_prefix('/'))
-            .and_then(cairn_query::index::seg::parse_seg_index_name)
-            .is_some_and(|n| n.0 >= first)
+        is_part(self.tail_first_lsn(), path)
     }
 
     /// The parts of the tail's query index `files` lists (version 5), in
     /// LSN order (see the module's documentation).
     pub fn tail_index_parts(&self) -> Vec<&FileEntry> {
+        let first = self.tail_first_lsn();
         self.files
             .iter()
-            .filter(|f| self.is_tail_index_part(&f.path))
+            .filter(|f| is_part(first, &f.path))
             .collect()
     }
 
@@ -283,7 +281,7 @@ impl Manifest {
             check_tail_index(t, m.version).map_err(bad)?;
         }
         if let Some(first) = m.tail_first_lsn() {
-            for f in m.files.iter().filter(|f| m.is_tail_index_part(&f.path)) {
+            for f in m.tail_index_parts() {
                 check_tail_index_part(f, first, m.head_lsn, m.version).map_err(bad)?;
             }
         }
@@ -311,6 +309,34 @@ impl Manifest {
         }
         Ok(m)
     }
+}
+
+/// The LSN a segment query index file's path (`index/segments/<20
+/// digits>.qix`) names, if `path` is one.
+fn seg_index_lsn(path: &str) -> Option<u64> {
+    path.strip_prefix(SEG_INDEX_DIR)
+        .and_then(|r| r.strip_prefix('/'))
+        .and_then(cairn_query::index::seg::parse_seg_index_name)
+        .map(|l| l.0)
+}
+
+/// True if `path` is a part of the tail's query index of a manifest whose
+/// unsealed tail starts at `first` ([`Manifest::tail_first_lsn`]).
+fn is_part(first: Option<u64>, path: &str) -> bool {
+    first.is_some_and(|first| seg_index_lsn(path).is_some_and(|n| n >= first))
+}
+
+/// An index file shipped in the archive (`what` names it in the error)
+/// is no larger than a shipped segment index may be.
+fn check_index_len(f: &FileEntry, what: &str) -> Result<(), String> {
+    let max = super::replicator::MAX_SHIPPED_SEG_INDEX_BYTES;
+    if f.len > max {
+        return Err(format!(
+            "{what}{} is {} bytes, over the limit of {max}",
+            f.path, f.len
+        ));
+    }
+    Ok(())
 }
 
 /// A file path in a manifest must stay inside the store: `log/` or
@@ -379,27 +405,13 @@ fn check_tail_index(f: &FileEntry, version: u32) -> Result<(), String> {
             "tail_index in a version {version} manifest (it came with version {TAIL_INDEX_VERSION})"
         ));
     }
-    let name = f
-        .path
-        .strip_prefix(SEG_INDEX_DIR)
-        .and_then(|r| r.strip_prefix('/'));
-    if name
-        .and_then(cairn_query::index::seg::parse_seg_index_name)
-        .is_none()
-    {
+    if seg_index_lsn(&f.path).is_none() {
         return Err(format!(
             "tail_index path {:?} is not a segment index file (index/segments/<20 digits>.qix)",
             f.path
         ));
     }
-    let max = super::replicator::MAX_SHIPPED_SEG_INDEX_BYTES;
-    if f.len > max {
-        return Err(format!(
-            "tail_index {} is {} bytes, over the limit of {max}",
-            f.path, f.len
-        ));
-    }
-    Ok(())
+    check_index_len(f, "tail_index ")
 }
 
 /// A part of the tail's index listed in `files`: only from version 5
@@ -407,12 +419,7 @@ fn check_tail_index(f: &FileEntry, version: u32) -> Result<(), String> {
 /// listed), named by an LSN from the tail's `first` to the manifest's
 /// `head`, and no larger than a shipped segment index may be.
 fn check_tail_index_part(f: &FileEntry, first: u64, head: u64, version: u32) -> Result<(), String> {
-    let n = f
-        .path
-        .strip_prefix(SEG_INDEX_DIR)
-        .and_then(|r| r.strip_prefix('/'))
-        .and_then(cairn_query::index::seg::parse_seg_index_name)
-        .map_or(0, |l| l.0);
+    let n = seg_index_lsn(&f.path).unwrap_or(0);
     if version < TAIL_INDEX_PARTS_VERSION && n > first {
         return Err(format!(
             "{} is a part of the tail's index (named by an LSN inside the tail, which starts at {first}) in a version {version} manifest (they came with version {TAIL_INDEX_PARTS_VERSION})",
@@ -425,18 +432,11 @@ fn check_tail_index_part(f: &FileEntry, first: u64, head: u64, version: u32) -> 
             f.path
         ));
     }
-    let max = super::replicator::MAX_SHIPPED_SEG_INDEX_BYTES;
-    if f.len > max {
-        return Err(format!(
-            "{} is {} bytes, over the limit of {max}",
-            f.path, f.len
-        ));
-    }
-    Ok(())
+    check_index_len(f, "")
 }
 
 /// Lowercase hex to bytes; `None` for an odd length or another character.
-pub(crate) fn from_hex(s: &str) -> Option<Vec<u8>> {
+fn from_hex(s: &str) -> Option<Vec<u8>> {
     fn digit(c: u8) -> Option<u8> {
         match c {
             b'0'..=b'9' => Some(c - b'0'),

@@ -257,7 +257,7 @@ impl Replicator {
             let mut built = Vec::new();
             // The tail's index parts are no store files: taken over by
             // `adopt_tail_index`, not here.
-            for f in m.files.iter().filter(|f| !m.is_tail_index_part(&f.path)) {
+            for f in m.store_files() {
                 let path = self.store.join(&f.path);
                 let Some(st) = local::stat(&path)? else {
                     if f.path.starts_with(SEG_INDEX_DIR) {

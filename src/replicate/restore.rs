@@ -227,8 +227,13 @@ fn write_files(
     // of the tail's query index (version 5) are no store files: the store
     // builds its own.
     let mut order = Vec::new();
+    let parts: Vec<&str> = m
+        .tail_index_parts()
+        .into_iter()
+        .map(|f| f.path.as_str())
+        .collect();
     for (fi, f) in m.files.iter().enumerate() {
-        if m.is_tail_index_part(&f.path) {
+        if parts.contains(&f.path.as_str()) {
             continue;
         }
         if f.pieces.is_empty() {
